@@ -1,0 +1,165 @@
+//! Typed errors of the PJRT layer. Each message says what failed and how to fix it.
+
+use std::path::PathBuf;
+
+/// The status codes PJRT reports (the same numbering as absl / gRPC status codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// The operation was cancelled.
+    Cancelled,
+    /// An unknown error.
+    Unknown,
+    /// The caller passed an invalid argument.
+    InvalidArgument,
+    /// A deadline passed.
+    DeadlineExceeded,
+    /// Something requested was not found.
+    NotFound,
+    /// Something being created already exists.
+    AlreadyExists,
+    /// The caller may not do this.
+    PermissionDenied,
+    /// Memory or another resource ran out.
+    ResourceExhausted,
+    /// The system is not in a state that allows the operation.
+    FailedPrecondition,
+    /// The operation was aborted.
+    Aborted,
+    /// A value was out of range.
+    OutOfRange,
+    /// The plugin does not implement this.
+    Unimplemented,
+    /// An invariant of the plugin broke.
+    Internal,
+    /// The service is unavailable.
+    Unavailable,
+    /// Data was lost or corrupted.
+    DataLoss,
+    /// Authentication failed.
+    Unauthenticated,
+    /// A code this crate does not know.
+    Other(i32),
+}
+
+impl ErrorCode {
+    /// Maps PJRT's numeric code to the enum.
+    pub fn from_raw(code: i32) -> Self {
+        use ErrorCode::*;
+        match code {
+            1 => Cancelled,
+            2 => Unknown,
+            3 => InvalidArgument,
+            4 => DeadlineExceeded,
+            5 => NotFound,
+            6 => AlreadyExists,
+            7 => PermissionDenied,
+            8 => ResourceExhausted,
+            9 => FailedPrecondition,
+            10 => Aborted,
+            11 => OutOfRange,
+            12 => Unimplemented,
+            13 => Internal,
+            14 => Unavailable,
+            15 => DataLoss,
+            16 => Unauthenticated,
+            other => Other(other),
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ErrorCode::Other(code) => write!(f, "code {code}"),
+            known => write!(f, "{known:?}"),
+        }
+    }
+}
+
+/// Everything that can go wrong in `tessera-pjrt`.
+#[derive(Debug, thiserror::Error)]
+pub enum PjrtError {
+    /// No plugin was given and none was found where Tessera looks.
+    #[error(
+        "no PJRT plugin found (looked at: {searched}). Fix: run `cargo xtask setup` to install the \
+         PJRT CPU plugin into the Tessera cache, or set TESSERA_PJRT_PLUGIN to the path of a \
+         PJRT plugin (.so)"
+    )]
+    PluginNotFound {
+        /// The places that were tried, in order.
+        searched: String,
+    },
+    /// The plugin file exists but the dynamic loader refused it.
+    #[error(
+        "the PJRT plugin {path} could not be loaded: {reason}. Fix: check that the file is a PJRT \
+         plugin built for this machine; to reinstall the CPU plugin, delete it and run \
+         `cargo xtask setup`"
+    )]
+    PluginLoad {
+        /// The plugin's path.
+        path: PathBuf,
+        /// What the dynamic loader said.
+        reason: String,
+    },
+    /// The library loaded but is not a PJRT plugin.
+    #[error(
+        "{path} is not a PJRT plugin: it has no `GetPjrtApi` symbol ({reason}). Fix: point \
+         TESSERA_PJRT_PLUGIN at a PJRT plugin such as xla_cpu_pjrt.so"
+    )]
+    NotAPlugin {
+        /// The library's path.
+        path: PathBuf,
+        /// What the dynamic loader said.
+        reason: String,
+    },
+    /// The plugin's PJRT C API major version differs from the header Tessera was built with.
+    #[error(
+        "the PJRT plugin {path} implements PJRT C API {plugin_major}.{plugin_minor}, but Tessera \
+         was built against {built_major}.{built_minor}; the major versions must match. Fix: use \
+         the plugin installed by `cargo xtask setup`"
+    )]
+    ApiVersion {
+        /// The plugin's path.
+        path: PathBuf,
+        /// The plugin's major version.
+        plugin_major: i32,
+        /// The plugin's minor version.
+        plugin_minor: i32,
+        /// The header's major version.
+        built_major: i32,
+        /// The header's minor version.
+        built_minor: i32,
+    },
+    /// The plugin's API table is too old to have a function Tessera needs.
+    #[error(
+        "the PJRT plugin {path} does not provide {function} (its API table is older than the \
+         header Tessera was built with). Fix: use a newer plugin"
+    )]
+    MissingFunction {
+        /// The plugin's path.
+        path: PathBuf,
+        /// The missing C function.
+        function: &'static str,
+    },
+    /// A PJRT call returned an error.
+    #[error("{function} failed ({code}): {message}")]
+    Call {
+        /// The C function that failed.
+        function: &'static str,
+        /// PJRT's status code.
+        code: ErrorCode,
+        /// The plugin's message.
+        message: String,
+    },
+    /// A client create option could not be passed to PJRT.
+    #[error("invalid PJRT create option `{name}`: {reason}")]
+    InvalidOption {
+        /// The option's name.
+        name: String,
+        /// Why it was refused.
+        reason: String,
+    },
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = PjrtError> = std::result::Result<T, E>;

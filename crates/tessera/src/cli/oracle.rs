@@ -1,0 +1,54 @@
+//! `tessera oracle KIND FILE`: run a file of JAX-made test vectors.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `tessera oracle`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    kind: Kind,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Kind {
+    /// Sharding cases (`sharding_cases.json`).
+    Sharding {
+        /// The oracle file.
+        file: PathBuf,
+    },
+    /// Jaxpr cases (`jaxpr_cases.json`).
+    Jaxpr {
+        /// The oracle file.
+        file: PathBuf,
+        /// The backend that evaluates the programs.
+        #[arg(long, default_value = "interp")]
+        backend: String,
+        /// Also check input gradients.
+        #[arg(long)]
+        grads: bool,
+    },
+    /// Collective cases (`collectives_cases.json`).
+    Collectives {
+        /// The oracle file.
+        file: PathBuf,
+        /// The backend that evaluates the programs.
+        #[arg(long, default_value = "interp")]
+        backend: String,
+        /// Also check input gradients.
+        #[arg(long)]
+        grads: bool,
+    },
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.kind {
+        Kind::Sharding { .. } => {
+            super::not_built_yet("oracle sharding", "tessera-sharding: the complete sharding algebra")
+        }
+        Kind::Jaxpr { .. } => super::not_built_yet("oracle jaxpr", "tessera-ir: the jaxpr IR"),
+        Kind::Collectives { .. } => {
+            super::not_built_yet("oracle collectives", "Collectives and shard_map")
+        }
+    }
+}
