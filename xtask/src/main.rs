@@ -1,1 +1,77 @@
-fn main(){}
+//! Project automation for Tessera: `cargo xtask setup | test | demo | bench`.
+//!
+//! Every command says what it is doing. `setup` is idempotent: a second run checks what is
+//! installed and skips it.
+
+mod cmd;
+mod plugin;
+mod setup;
+mod test;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Tessera's build and test automation.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Install what the build and the tests need (MLIR 22 from Debian, the PJRT CPU plugin).
+    Setup,
+    /// Run `setup`, then every test of the workspace, ending with `N passed, M failed`.
+    Test {
+        /// Extra arguments passed to `cargo test` (e.g. a test name filter after `--`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run `setup`, then the main job.
+    Demo,
+    /// Run `setup`, then the criterion benchmarks.
+    Bench {
+        /// Also run JAX on the same machine and write docs/benchmarks.md.
+        #[arg(long)]
+        compare_jax: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Setup => setup::run().map(|_| ExitCode::SUCCESS),
+        Command::Test { args } => test::run(&args),
+        Command::Demo => demo(),
+        Command::Bench { compare_jax } => bench(compare_jax),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("xtask: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The main job: until pipelined training lands, list the PJRT CPU plugin's devices.
+fn demo() -> anyhow::Result<ExitCode> {
+    setup::run()?;
+    cmd::step("demo: listing the devices of the PJRT CPU plugin");
+    cmd::cargo(&["run", "--quiet", "--package", "tessera", "--", "devices", "--cpu-devices", "8"])?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bench(compare_jax: bool) -> anyhow::Result<ExitCode> {
+    setup::run()?;
+    if compare_jax {
+        eprintln!("xtask bench --compare-jax: not built yet (see the issue \"Benchmarks against JAX\")");
+        return Ok(ExitCode::from(2));
+    }
+    cmd::step("bench: running the criterion benchmarks");
+    cmd::cargo(&["bench", "--package", "tessera-benches"])?;
+    Ok(ExitCode::SUCCESS)
+}

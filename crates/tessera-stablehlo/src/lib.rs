@@ -1,3 +1,11 @@
-//! Lowering of the Tessera IR to StableHLO modules through MLIR.
+//! Lowering of the Tessera IR to StableHLO modules through MLIR (`melior`).
+//!
+//! Debian's MLIR 22 does not register the StableHLO dialect, so modules are built from generic
+//! operations (`"stablehlo.add"(...)`) in a context that allows unregistered dialects; the
+//! builtin and `func` dialects are real and verified. XLA's PJRT plugin parses the printed text.
 //!
 //! Architecture invariant: this is the only Tessera crate that links MLIR.
+
+mod context;
+
+pub use context::{new_context, verify_and_print, LowerError};

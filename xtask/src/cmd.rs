@@ -1,0 +1,43 @@
+//! Running commands and printing what xtask is doing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context};
+
+/// Prints one step of what xtask is doing.
+pub fn step(what: &str) {
+    eprintln!("xtask: {what}");
+}
+
+/// The workspace root (the parent of `xtask/`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// Runs `cargo ARGS` in the workspace root, failing if it fails.
+pub fn cargo(args: &[&str]) -> anyhow::Result<()> {
+    run(Command::new(cargo_bin()).args(args).current_dir(workspace_root()))
+}
+
+/// The cargo that runs this xtask.
+pub fn cargo_bin() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+/// Runs a command with inherited output, failing with the command line if it fails.
+pub fn run(command: &mut Command) -> anyhow::Result<()> {
+    let line = format!("{command:?}");
+    let status = command.status().with_context(|| format!("could not start {line}"))?;
+    if !status.success() {
+        bail!("{line} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Runs a command quietly and returns its trimmed standard output, or `None` if it cannot run or
+/// fails.
+pub fn output(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program).args(args).stderr(Stdio::null()).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
