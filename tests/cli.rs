@@ -11,13 +11,22 @@ fn tessera(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     for (key, value) in env {
         command.env(key, value);
     }
-    command.output().unwrap_or_else(|e| panic!("cannot run {}: {e} (build it with `cargo build -p tessera`)", tessera_bin().display()))
+    command.output().unwrap_or_else(|e| {
+        panic!(
+            "cannot run {}: {e} (build it with `cargo build -p tessera`)",
+            tessera_bin().display()
+        )
+    })
 }
 
 #[test]
 fn devices_json_lists_the_eight_cpu_devices() {
     let out = tessera(&["devices", "--json"], &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["platform"], "cpu");
     assert_eq!(report["pjrt_api_version"], "0.81");
@@ -30,17 +39,27 @@ fn devices_json_lists_the_eight_cpu_devices() {
 #[test]
 fn devices_count_follows_the_create_option() {
     let out = tessera(&["devices", "--json", "--cpu-devices", "3"], &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["devices"].as_array().unwrap().len(), 3);
 }
 
 #[test]
 fn a_missing_plugin_names_the_path_and_the_fix() {
-    let out = tessera(&["devices"], &[("TESSERA_PJRT_PLUGIN", "/nonexistent/pjrt.so")]);
+    let out = tessera(
+        &["devices"],
+        &[("TESSERA_PJRT_PLUGIN", "/nonexistent/pjrt.so")],
+    );
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("/nonexistent/pjrt.so") && stderr.contains("cargo xtask setup"), "{stderr}");
+    assert!(
+        stderr.contains("/nonexistent/pjrt.so") && stderr.contains("cargo xtask setup"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
@@ -53,17 +72,26 @@ fn a_file_that_is_not_a_library_names_the_file() {
     let out = tessera(&["devices", "--plugin", bad.to_str().unwrap()], &[]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("could not be loaded") && stderr.contains("not-a-plugin.so"), "{stderr}");
+    assert!(
+        stderr.contains("could not be loaded") && stderr.contains("not-a-plugin.so"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn a_library_without_the_pjrt_entry_point_is_refused() {
-    let libc = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("libc.so.6");
+    let libc = [
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .expect("libc.so.6");
     let out = tessera(&["devices", "--plugin", libc], &[]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("is not a PJRT plugin") && stderr.contains("GetPjrtApi"), "{stderr}");
+    assert!(
+        stderr.contains("is not a PJRT plugin") && stderr.contains("GetPjrtApi"),
+        "{stderr}"
+    );
 }

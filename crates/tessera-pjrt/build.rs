@@ -46,7 +46,10 @@ fn main() {
         .allowlist_type("PJRT_.*")
         .allowlist_var("PJRT_.*")
         .allowlist_function("GetPjrtApi")
-        .default_enum_style(bindgen::EnumVariation::NewType { is_bitfield: false, is_global: false })
+        .default_enum_style(bindgen::EnumVariation::NewType {
+            is_bitfield: false,
+            is_global: false,
+        })
         .derive_default(true)
         .layout_tests(false)
         .generate_comments(false)

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 
 /// Prints one step of what xtask is doing.
 pub fn step(what: &str) {
@@ -12,12 +12,17 @@ pub fn step(what: &str) {
 
 /// The workspace root (the parent of `xtask/`).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// Runs `cargo ARGS` in the workspace root, failing if it fails.
 pub fn cargo(args: &[&str]) -> anyhow::Result<()> {
-    run(Command::new(cargo_bin()).args(args).current_dir(workspace_root()))
+    run(Command::new(cargo_bin())
+        .args(args)
+        .current_dir(workspace_root()))
 }
 
 /// The cargo that runs this xtask.
@@ -28,7 +33,9 @@ pub fn cargo_bin() -> String {
 /// Runs a command with inherited output, failing with the command line if it fails.
 pub fn run(command: &mut Command) -> anyhow::Result<()> {
     let line = format!("{command:?}");
-    let status = command.status().with_context(|| format!("could not start {line}"))?;
+    let status = command
+        .status()
+        .with_context(|| format!("could not start {line}"))?;
     if !status.success() {
         bail!("{line} failed ({status})");
     }
@@ -38,6 +45,12 @@ pub fn run(command: &mut Command) -> anyhow::Result<()> {
 /// Runs a command quietly and returns its trimmed standard output, or `None` if it cannot run or
 /// fails.
 pub fn output(program: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(program).args(args).stderr(Stdio::null()).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    let out = Command::new(program)
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }

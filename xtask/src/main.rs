@@ -61,14 +61,25 @@ fn main() -> ExitCode {
 fn demo() -> anyhow::Result<ExitCode> {
     setup::run()?;
     cmd::step("demo: listing the devices of the PJRT CPU plugin");
-    cmd::cargo(&["run", "--quiet", "--package", "tessera", "--", "devices", "--cpu-devices", "8"])?;
+    cmd::cargo(&[
+        "run",
+        "--quiet",
+        "--package",
+        "tessera",
+        "--",
+        "devices",
+        "--cpu-devices",
+        "8",
+    ])?;
     Ok(ExitCode::SUCCESS)
 }
 
 fn bench(compare_jax: bool) -> anyhow::Result<ExitCode> {
     setup::run()?;
     if compare_jax {
-        eprintln!("xtask bench --compare-jax: not built yet (see the issue \"Benchmarks against JAX\")");
+        eprintln!(
+            "xtask bench --compare-jax: not built yet (see the issue \"Benchmarks against JAX\")"
+        );
         return Ok(ExitCode::from(2));
     }
     cmd::step("bench: running the criterion benchmarks");

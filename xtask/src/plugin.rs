@@ -8,7 +8,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{Context, anyhow, bail};
 use sha2::{Digest, Sha256};
 
 use crate::cmd::{self, step};
@@ -50,14 +50,23 @@ pub fn install() -> anyhow::Result<()> {
     let cache = cache_dir()?;
     let plugin_dir = cache.join(PLUGIN_DIR);
     if installed(&plugin_dir)? {
-        step(&format!("setup: PJRT CPU plugin is installed in {} (skipped)", plugin_dir.display()));
+        step(&format!(
+            "setup: PJRT CPU plugin is installed in {} (skipped)",
+            plugin_dir.display()
+        ));
         return Ok(());
     }
     let wheel = download_wheel(&cache.join("pjrt").join("wheels"))?;
-    step(&format!("setup: unpacking the plugin and its header into {}", plugin_dir.display()));
+    step(&format!(
+        "setup: unpacking the plugin and its header into {}",
+        plugin_dir.display()
+    ));
     unpack(&wheel, &plugin_dir)?;
     if !installed(&plugin_dir)? {
-        bail!("unpacked {} but its files do not match the pinned checksums", wheel.display());
+        bail!(
+            "unpacked {} but its files do not match the pinned checksums",
+            wheel.display()
+        );
     }
     Ok(())
 }
@@ -96,7 +105,12 @@ fn stamp_path(path: &Path) -> PathBuf {
 
 fn stamp_text(path: &Path, sha: &str) -> Option<String> {
     let meta = fs::metadata(path).ok()?;
-    let mtime = meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+    let mtime = meta
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos();
     Some(format!("{sha} {} {mtime}\n", meta.len()))
 }
 
@@ -109,34 +123,51 @@ fn stamp_matches(path: &Path, sha: &str) -> bool {
 
 fn write_stamp(path: &Path, sha: &str) -> anyhow::Result<()> {
     let text = stamp_text(path, sha).ok_or_else(|| anyhow!("cannot read {}", path.display()))?;
-    fs::write(stamp_path(path), text).with_context(|| format!("writing {}", stamp_path(path).display()))
+    fs::write(stamp_path(path), text)
+        .with_context(|| format!("writing {}", stamp_path(path).display()))
 }
 
 fn download_wheel(wheels: &Path) -> anyhow::Result<PathBuf> {
     let wheel = wheels.join(WHEEL);
     if wheel.is_file() && sha256_file(&wheel)? == WHEEL_SHA256 {
-        step(&format!("setup: using the cached wheel {}", wheel.display()));
+        step(&format!(
+            "setup: using the cached wheel {}",
+            wheel.display()
+        ));
         return Ok(wheel);
     }
     if wheel.is_file() {
-        step(&format!("setup: {} has the wrong checksum; downloading it again", wheel.display()));
+        step(&format!(
+            "setup: {} has the wrong checksum; downloading it again",
+            wheel.display()
+        ));
         fs::remove_file(&wheel)?;
     }
     ensure_pip()?;
-    step(&format!("setup: downloading {PACKAGE} from PyPI with pip into {}", wheels.display()));
+    step(&format!(
+        "setup: downloading {PACKAGE} from PyPI with pip into {}",
+        wheels.display()
+    ));
     fs::create_dir_all(wheels)?;
-    cmd::run(Command::new("python3").args(["-m", "pip", "download", "--quiet", "--no-deps"]).args([
-        "--only-binary=:all:",
-        "--platform",
-        "manylinux_2_27_x86_64",
-        "--python-version",
-        "3",
-        "--dest",
-    ])
-    .arg(wheels)
-    .arg(PACKAGE))?;
+    cmd::run(
+        Command::new("python3")
+            .args(["-m", "pip", "download", "--quiet", "--no-deps"])
+            .args([
+                "--only-binary=:all:",
+                "--platform",
+                "manylinux_2_27_x86_64",
+                "--python-version",
+                "3",
+                "--dest",
+            ])
+            .arg(wheels)
+            .arg(PACKAGE),
+    )?;
     if !wheel.is_file() {
-        bail!("pip finished but {} is not there. Fix: check the pip output above", wheel.display());
+        bail!(
+            "pip finished but {} is not there. Fix: check the pip output above",
+            wheel.display()
+        );
     }
     let actual = sha256_file(&wheel)?;
     if actual != WHEEL_SHA256 {
@@ -197,5 +228,9 @@ pub fn sha256_file(path: &Path) -> anyhow::Result<String> {
         }
         hasher.update(&buf[..n]);
     }
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }

@@ -61,7 +61,12 @@ fn apt_install(packages: &[&str]) -> anyhow::Result<()> {
         );
     }
     step(&format!("setup: installing from Debian's packages: {list}"));
-    cmd::run(Command::new("apt-get").arg("update").arg("-q").env("DEBIAN_FRONTEND", "noninteractive"))?;
+    cmd::run(
+        Command::new("apt-get")
+            .arg("update")
+            .arg("-q")
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
     cmd::run(
         Command::new("apt-get")
             .args(["install", "-y", "-q", "--no-install-recommends"])
@@ -70,7 +75,10 @@ fn apt_install(packages: &[&str]) -> anyhow::Result<()> {
     )?;
     let still = missing_packages();
     if !still.is_empty() {
-        bail!("apt-get finished but these packages are still missing: {}", still.join(" "));
+        bail!(
+            "apt-get finished but these packages are still missing: {}",
+            still.join(" ")
+        );
     }
     Ok(())
 }

@@ -21,7 +21,9 @@ impl Totals {
     /// Adds one `test result: ok. 3 passed; 0 failed; 0 ignored; ...` line; other lines are
     /// ignored.
     fn add_line(&mut self, line: &str) {
-        let Some(rest) = line.trim().strip_prefix("test result: ") else { return };
+        let Some(rest) = line.trim().strip_prefix("test result: ") else {
+            return;
+        };
         self.binaries += 1;
         for part in rest.split([';', '.']) {
             let mut words = part.split_whitespace();
@@ -69,7 +71,9 @@ pub fn run(extra: &[String]) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     } else {
         if !status.success() && totals.failed == 0 {
-            eprintln!("xtask test: cargo test failed ({status}) before reporting a failed test: see the build errors above");
+            eprintln!(
+                "xtask test: cargo test failed ({status}) before reporting a failed test: see the build errors above"
+            );
         }
         Ok(ExitCode::FAILURE)
     }
@@ -84,7 +88,17 @@ mod tests {
         let mut totals = Totals::default();
         totals.add_line("test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s");
         totals.add_line("running 2 tests");
-        totals.add_line("test result: FAILED. 5 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out");
-        assert_eq!(totals, Totals { passed: 8, failed: 2, ignored: 1, binaries: 2 });
+        totals.add_line(
+            "test result: FAILED. 5 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out",
+        );
+        assert_eq!(
+            totals,
+            Totals {
+                passed: 8,
+                failed: 2,
+                ignored: 1,
+                binaries: 2
+            }
+        );
     }
 }

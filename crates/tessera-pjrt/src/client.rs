@@ -1,10 +1,11 @@
 //! PJRT clients: created from a plugin with named options, they own the devices.
 
 use std::ffi::CString;
+use std::sync::Arc;
 
 use crate::device::Device;
 use crate::error::{PjrtError, Result};
-use crate::plugin::{api_call, Plugin};
+use crate::plugin::{Plugin, api_call};
 use crate::sys;
 use crate::util::string_from_raw;
 
@@ -67,12 +68,21 @@ fn raw_options(options: &ClientOptions) -> Result<RawOptions> {
     let mut strings = Vec::new();
     let mut values = Vec::new();
     for (name, value) in &options.named {
-        let invalid = |reason: &str| PjrtError::InvalidOption { name: name.clone(), reason: reason.into() };
-        let c_name = CString::new(name.as_str()).map_err(|_| invalid("the name contains a NUL byte"))?;
-        let mut raw = args!(PJRT_NamedValue { name: c_name.as_ptr(), name_size: name.len(), value_size: 1 });
+        let invalid = |reason: &str| PjrtError::InvalidOption {
+            name: name.clone(),
+            reason: reason.into(),
+        };
+        let c_name =
+            CString::new(name.as_str()).map_err(|_| invalid("the name contains a NUL byte"))?;
+        let mut raw = args!(PJRT_NamedValue {
+            name: c_name.as_ptr(),
+            name_size: name.len(),
+            value_size: 1
+        });
         match value {
             OptionValue::Str(text) => {
-                let c_text = CString::new(text.as_str()).map_err(|_| invalid("the value contains a NUL byte"))?;
+                let c_text = CString::new(text.as_str())
+                    .map_err(|_| invalid("the value contains a NUL byte"))?;
                 raw.type_ = sys::PJRT_NamedValue_Type::PJRT_NamedValue_kString;
                 raw.__bindgen_anon_1.string_value = c_text.as_ptr();
                 raw.value_size = text.len();
@@ -99,19 +109,29 @@ fn raw_options(options: &ClientOptions) -> Result<RawOptions> {
         names.push(c_name);
         values.push(raw);
     }
-    Ok(RawOptions { _names: names, _strings: strings, values })
+    Ok(RawOptions {
+        _names: names,
+        _strings: strings,
+        values,
+    })
 }
 
-/// A PJRT client: one per plugin and process, owning the devices it reports.
+/// A PJRT client: one per plugin and process, owning the devices it reports. Cloning is cheap
+/// (shared ownership); buffers and executables keep their client alive.
+#[derive(Clone)]
 pub struct Client {
+    inner: Arc<ClientInner>,
+}
+
+struct ClientInner {
     plugin: &'static Plugin,
     raw: *mut sys::PJRT_Client,
 }
 
 // SAFETY: PJRT clients are thread-safe; all calls go through the plugin's thread-safe API.
-unsafe impl Send for Client {}
+unsafe impl Send for ClientInner {}
 // SAFETY: as above.
-unsafe impl Sync for Client {}
+unsafe impl Sync for ClientInner {}
 
 impl Client {
     /// Creates a client of `plugin` with `options`.
@@ -122,7 +142,12 @@ impl Client {
             num_options: raw_opts.values.len(),
         });
         api_call!(plugin, PJRT_Client_Create, &mut args)?;
-        Ok(Client { plugin, raw: args.client })
+        Ok(Client {
+            inner: Arc::new(ClientInner {
+                plugin,
+                raw: args.client,
+            }),
+        })
     }
 
     /// Creates a CPU client with `count` devices from the discovered plugin (see
@@ -133,41 +158,40 @@ impl Client {
 
     /// The plugin this client came from.
     pub fn plugin(&self) -> &'static Plugin {
-        self.plugin
+        self.inner.plugin
     }
 
-    #[allow(dead_code)]
     pub(crate) fn raw(&self) -> *mut sys::PJRT_Client {
-        self.raw
+        self.inner.raw
     }
 
     /// The platform's name, e.g. `cpu` or `cuda`.
     pub fn platform_name(&self) -> Result<String> {
-        let mut args = args!(PJRT_Client_PlatformName_Args { client: self.raw });
-        api_call!(self.plugin, PJRT_Client_PlatformName, &mut args)?;
+        let mut args = args!(PJRT_Client_PlatformName_Args { client: self.raw() });
+        api_call!(self.plugin(), PJRT_Client_PlatformName, &mut args)?;
         // SAFETY: the name is owned by the client, which outlives this call.
         Ok(unsafe { string_from_raw(args.platform_name, args.platform_name_size) })
     }
 
     /// The platform's version string.
     pub fn platform_version(&self) -> Result<String> {
-        let mut args = args!(PJRT_Client_PlatformVersion_Args { client: self.raw });
-        api_call!(self.plugin, PJRT_Client_PlatformVersion, &mut args)?;
+        let mut args = args!(PJRT_Client_PlatformVersion_Args { client: self.raw() });
+        api_call!(self.plugin(), PJRT_Client_PlatformVersion, &mut args)?;
         // SAFETY: the version is owned by the client, which outlives this call.
         Ok(unsafe { string_from_raw(args.platform_version, args.platform_version_size) })
     }
 
     /// Every device the client knows, addressable or not.
     pub fn devices(&self) -> Result<Vec<Device<'_>>> {
-        let mut args = args!(PJRT_Client_Devices_Args { client: self.raw });
-        api_call!(self.plugin, PJRT_Client_Devices, &mut args)?;
+        let mut args = args!(PJRT_Client_Devices_Args { client: self.raw() });
+        api_call!(self.plugin(), PJRT_Client_Devices, &mut args)?;
         Ok(self.wrap_devices(args.devices, args.num_devices))
     }
 
     /// The devices this process can issue work to.
     pub fn addressable_devices(&self) -> Result<Vec<Device<'_>>> {
-        let mut args = args!(PJRT_Client_AddressableDevices_Args { client: self.raw });
-        api_call!(self.plugin, PJRT_Client_AddressableDevices, &mut args)?;
+        let mut args = args!(PJRT_Client_AddressableDevices_Args { client: self.raw() });
+        api_call!(self.plugin(), PJRT_Client_AddressableDevices, &mut args)?;
         Ok(self.wrap_devices(args.addressable_devices, args.num_addressable_devices))
     }
 
@@ -177,11 +201,13 @@ impl Client {
         }
         // SAFETY: the plugin returns `len` device pointers owned by the client.
         let raw = unsafe { std::slice::from_raw_parts(ptr, len) };
-        raw.iter().map(|&device| Device::new(self, device)).collect()
+        raw.iter()
+            .map(|&device| Device::new(self, device))
+            .collect()
     }
 }
 
-impl Drop for Client {
+impl Drop for ClientInner {
     fn drop(&mut self) {
         let mut args = args!(PJRT_Client_Destroy_Args { client: self.raw });
         // A failure to destroy cannot be reported from `drop`; the plugin logs it.
@@ -191,6 +217,27 @@ impl Drop for Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("plugin", &self.plugin).finish_non_exhaustive()
+        f.debug_struct("Client")
+            .field("plugin", &self.inner.plugin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// The addressable device with global id `id`.
+    pub fn device(&self, id: i32) -> Result<Device<'_>> {
+        for device in self.addressable_devices()? {
+            if device.id()? == id {
+                return Ok(device);
+            }
+        }
+        Err(PjrtError::UnknownDevice {
+            id,
+            available: self.addressable_ids()?,
+        })
+    }
+
+    fn addressable_ids(&self) -> Result<Vec<i32>> {
+        self.addressable_devices()?.iter().map(|d| d.id()).collect()
     }
 }

@@ -1,6 +1,6 @@
 //! Devices of a client and their descriptions.
 
-use crate::client::{args, Client};
+use crate::client::{Client, args};
 use crate::error::Result;
 use crate::plugin::api_call;
 use crate::sys;
@@ -44,14 +44,18 @@ impl<'c> Device<'c> {
 
     /// The device's global id.
     pub fn id(&self) -> Result<i32> {
-        let mut args = args!(PJRT_DeviceDescription_Id_Args { device_description: self.description()? });
+        let mut args = args!(PJRT_DeviceDescription_Id_Args {
+            device_description: self.description()?
+        });
         api_call!(self.client.plugin(), PJRT_DeviceDescription_Id, &mut args)?;
         Ok(args.id)
     }
 
     /// The device's kind, e.g. `cpu`.
     pub fn kind(&self) -> Result<String> {
-        let mut args = args!(PJRT_DeviceDescription_Kind_Args { device_description: self.description()? });
+        let mut args = args!(PJRT_DeviceDescription_Kind_Args {
+            device_description: self.description()?
+        });
         api_call!(self.client.plugin(), PJRT_DeviceDescription_Kind, &mut args)?;
         // SAFETY: the string lives as long as the device.
         Ok(unsafe { string_from_raw(args.device_kind, args.device_kind_size) })
@@ -59,17 +63,27 @@ impl<'c> Device<'c> {
 
     /// The index of the process owning the device.
     pub fn process_index(&self) -> Result<i32> {
-        let mut args =
-            args!(PJRT_DeviceDescription_ProcessIndex_Args { device_description: self.description()? });
-        api_call!(self.client.plugin(), PJRT_DeviceDescription_ProcessIndex, &mut args)?;
+        let mut args = args!(PJRT_DeviceDescription_ProcessIndex_Args {
+            device_description: self.description()?
+        });
+        api_call!(
+            self.client.plugin(),
+            PJRT_DeviceDescription_ProcessIndex,
+            &mut args
+        )?;
         Ok(args.process_index)
     }
 
     /// A short human-readable description, e.g. `CpuDevice(id=0)`.
     pub fn to_display_string(&self) -> Result<String> {
-        let mut args =
-            args!(PJRT_DeviceDescription_ToString_Args { device_description: self.description()? });
-        api_call!(self.client.plugin(), PJRT_DeviceDescription_ToString, &mut args)?;
+        let mut args = args!(PJRT_DeviceDescription_ToString_Args {
+            device_description: self.description()?
+        });
+        api_call!(
+            self.client.plugin(),
+            PJRT_DeviceDescription_ToString,
+            &mut args
+        )?;
         // SAFETY: the string lives as long as the device.
         Ok(unsafe { string_from_raw(args.to_string, args.to_string_size) })
     }

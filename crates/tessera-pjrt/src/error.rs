@@ -151,6 +151,42 @@ pub enum PjrtError {
         /// The plugin's message.
         message: String,
     },
+    /// No addressable device has the requested id.
+    #[error("no addressable device has id {id}; the client's devices are {available:?}")]
+    UnknownDevice {
+        /// The id asked for.
+        id: i32,
+        /// The ids that exist.
+        available: Vec<i32>,
+    },
+    /// Host data does not match the shape and element type it claims.
+    #[error("host array of {ty:?}{dims:?} needs {expected} bytes but has {actual}")]
+    HostSize {
+        /// The element type.
+        ty: crate::ElementType,
+        /// The dimensions.
+        dims: Vec<i64>,
+        /// Bytes the shape needs.
+        expected: usize,
+        /// Bytes given.
+        actual: usize,
+    },
+    /// The plugin returned a buffer of an element type Tessera does not handle.
+    #[error("the plugin returned a buffer of unsupported element type {0}")]
+    UnsupportedElementType(u32),
+    /// An executable was called with the wrong number of devices or arguments.
+    #[error("executable expects {expected} {what}, got {actual}")]
+    Arity {
+        /// What was counted (devices, arguments).
+        what: &'static str,
+        /// How many it takes.
+        expected: usize,
+        /// How many were given.
+        actual: usize,
+    },
+    /// A program text contains a NUL byte or is otherwise unusable.
+    #[error("invalid program: {0}")]
+    InvalidProgram(String),
     /// A client create option could not be passed to PJRT.
     #[error("invalid PJRT create option `{name}`: {reason}")]
     InvalidOption {

@@ -26,7 +26,11 @@ unsafe impl Sync for Plugin {}
 impl std::fmt::Debug for Plugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (major, minor) = self.api_version();
-        write!(f, "Plugin({}, PJRT C API {major}.{minor})", self.path.display())
+        write!(
+            f,
+            "Plugin({}, PJRT C API {major}.{minor})",
+            self.path.display()
+        )
     }
 }
 
@@ -73,13 +77,18 @@ impl Plugin {
 
     fn open(path: &Path) -> Result<Plugin> {
         // SAFETY: loading a shared library runs its initialisers; a PJRT plugin's are benign.
-        let library = unsafe { libloading::Library::new(path) }.map_err(|e| {
-            PjrtError::PluginLoad { path: path.to_path_buf(), reason: e.to_string() }
-        })?;
+        let library =
+            unsafe { libloading::Library::new(path) }.map_err(|e| PjrtError::PluginLoad {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
         type GetApi = unsafe extern "C" fn() -> *const sys::PJRT_Api;
         // SAFETY: `GetPjrtApi` has this signature in every PJRT plugin.
         let get_api = unsafe { library.get::<GetApi>(b"GetPjrtApi\0") }.map_err(|e| {
-            PjrtError::NotAPlugin { path: path.to_path_buf(), reason: e.to_string() }
+            PjrtError::NotAPlugin {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            }
         })?;
         // SAFETY: the plugin returns a pointer to a static table (or null).
         let api = unsafe { get_api().as_ref() }.ok_or_else(|| PjrtError::NotAPlugin {
@@ -87,7 +96,10 @@ impl Plugin {
             reason: "GetPjrtApi returned null".into(),
         })?;
         std::mem::forget(library);
-        let plugin = Plugin { api, path: path.to_path_buf() };
+        let plugin = Plugin {
+            api,
+            path: path.to_path_buf(),
+        };
         plugin.check_version()?;
         Ok(plugin)
     }
@@ -131,8 +143,16 @@ impl Plugin {
 
     /// Returns the function of the table at `offset`, or an error if the plugin's table is too
     /// short to hold it or leaves it null.
-    pub(crate) fn function<F>(&self, offset: usize, function: Option<F>, name: &'static str) -> Result<F> {
-        let missing = || PjrtError::MissingFunction { path: self.path.clone(), function: name };
+    pub(crate) fn function<F>(
+        &self,
+        offset: usize,
+        function: Option<F>,
+        name: &'static str,
+    ) -> Result<F> {
+        let missing = || PjrtError::MissingFunction {
+            path: self.path.clone(),
+            function: name,
+        };
         if offset >= self.api.struct_size {
             return Err(missing());
         }
@@ -155,7 +175,11 @@ impl Plugin {
             // SAFETY: `error` is a live error returned by this plugin.
             unsafe { destroy(&mut args) };
         }
-        Err(PjrtError::Call { function, code, message })
+        Err(PjrtError::Call {
+            function,
+            code,
+            message,
+        })
     }
 
     fn error_message(&self, error: *mut sys::PJRT_Error) -> String {
@@ -185,7 +209,11 @@ impl Plugin {
         };
         // SAFETY: `error` is live.
         let failed = unsafe { code_fn(&mut args) };
-        if failed.is_null() { ErrorCode::from_raw(args.code.0 as i32) } else { ErrorCode::Unknown }
+        if failed.is_null() {
+            ErrorCode::from_raw(args.code.0 as i32)
+        } else {
+            ErrorCode::Unknown
+        }
     }
 }
 
@@ -196,5 +224,7 @@ pub(crate) fn c_str(ptr: *const std::os::raw::c_char) -> String {
         return String::new();
     }
     // SAFETY: callers pass NUL-terminated strings owned by the plugin.
-    unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(ptr) }
+        .to_string_lossy()
+        .into_owned()
 }

@@ -1,10 +1,10 @@
 //! The MLIR context StableHLO modules are built in, and module verification.
 
-use melior::dialect::DialectRegistry;
-use melior::ir::operation::OperationLike;
-use melior::ir::Module;
-use melior::utility::register_all_dialects;
 use melior::Context;
+use melior::dialect::DialectRegistry;
+use melior::ir::Module;
+use melior::ir::operation::OperationLike;
+use melior::utility::register_all_dialects;
 
 /// Errors of the lowering.
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +31,11 @@ pub fn new_context() -> Context {
 /// Verifies a module and returns its text.
 pub fn verify_and_print(module: &Module<'_>) -> Result<String, LowerError> {
     let text = module.as_operation().to_string();
-    if module.as_operation().verify() { Ok(text) } else { Err(LowerError::Verify { module: text }) }
+    if module.as_operation().verify() {
+        Ok(text)
+    } else {
+        Err(LowerError::Verify { module: text })
+    }
 }
 
 #[cfg(test)]
@@ -72,7 +76,12 @@ mod tests {
             loc,
         ));
         let text = verify_and_print(&module).unwrap();
-        assert!(text.contains("\"stablehlo.add\"(%arg0, %arg1) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>"), "{text}");
+        assert!(
+            text.contains(
+                "\"stablehlo.add\"(%arg0, %arg1) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>"
+            ),
+            "{text}"
+        );
         assert!(text.contains("func.func @main"), "{text}");
     }
 }

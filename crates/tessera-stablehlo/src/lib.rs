@@ -8,4 +8,4 @@
 
 mod context;
 
-pub use context::{new_context, verify_and_print, LowerError};
+pub use context::{LowerError, new_context, verify_and_print};

@@ -1,0 +1,129 @@
+//! Device buffers: host → device, device → host, and their metadata.
+
+use crate::client::{Client, args};
+use crate::device::Device;
+use crate::element_type::ElementType;
+use crate::error::{PjrtError, Result};
+use crate::event;
+use crate::host::{HostArray, element_count};
+use crate::plugin::api_call;
+use crate::sys;
+
+/// An array in one device's memory, destroyed on drop.
+pub struct Buffer {
+    client: Client,
+    raw: *mut sys::PJRT_Buffer,
+}
+
+// SAFETY: PJRT buffers may be used from any thread.
+unsafe impl Send for Buffer {}
+// SAFETY: as above; PJRT synchronises its own accesses.
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    /// Copies `host` to `device`, waiting until the host data is no longer needed.
+    pub fn from_host(client: &Client, host: &HostArray, device: &Device<'_>) -> Result<Buffer> {
+        let dims = host.dims();
+        let mut args = args!(PJRT_Client_BufferFromHostBuffer_Args {
+            client: client.raw(),
+            data: host.bytes().as_ptr().cast(),
+            type_: host.element_type().to_raw(),
+            dims: dims.as_ptr(),
+            num_dims: dims.len(),
+            host_buffer_semantics:
+                sys::PJRT_HostBufferSemantics::PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes,
+            device: device.raw(),
+        });
+        api_call!(client.plugin(), PJRT_Client_BufferFromHostBuffer, &mut args)?;
+        let buffer = Buffer {
+            client: client.clone(),
+            raw: args.buffer,
+        };
+        event::wait(client.plugin(), args.done_with_host_buffer)?;
+        Ok(buffer)
+    }
+
+    /// Copies `host` to the addressable device with id `device_id`.
+    pub fn from_host_to(client: &Client, host: &HostArray, device_id: i32) -> Result<Buffer> {
+        Buffer::from_host(client, host, &client.device(device_id)?)
+    }
+
+    pub(crate) fn from_raw(client: &Client, raw: *mut sys::PJRT_Buffer) -> Buffer {
+        Buffer {
+            client: client.clone(),
+            raw,
+        }
+    }
+
+    pub(crate) fn raw(&self) -> *mut sys::PJRT_Buffer {
+        self.raw
+    }
+
+    /// The element type.
+    pub fn element_type(&self) -> Result<ElementType> {
+        let mut args = args!(PJRT_Buffer_ElementType_Args { buffer: self.raw });
+        api_call!(self.client.plugin(), PJRT_Buffer_ElementType, &mut args)?;
+        ElementType::from_raw(args.type_).ok_or(PjrtError::UnsupportedElementType(args.type_.0))
+    }
+
+    /// The dimensions.
+    pub fn dims(&self) -> Result<Vec<i64>> {
+        let mut args = args!(PJRT_Buffer_Dimensions_Args { buffer: self.raw });
+        api_call!(self.client.plugin(), PJRT_Buffer_Dimensions, &mut args)?;
+        if args.dims.is_null() || args.num_dims == 0 {
+            return Ok(Vec::new());
+        }
+        // SAFETY: the plugin returns `num_dims` dimensions owned by the buffer.
+        Ok(unsafe { std::slice::from_raw_parts(args.dims, args.num_dims) }.to_vec())
+    }
+
+    /// The id of the device holding the buffer.
+    pub fn device_id(&self) -> Result<i32> {
+        let mut args = args!(PJRT_Buffer_Device_Args { buffer: self.raw });
+        api_call!(self.client.plugin(), PJRT_Buffer_Device, &mut args)?;
+        Device::new(&self.client, args.device).id()
+    }
+
+    /// Blocks until the buffer's contents are computed.
+    pub fn block_until_ready(&self) -> Result<()> {
+        let mut args = args!(PJRT_Buffer_ReadyEvent_Args { buffer: self.raw });
+        api_call!(self.client.plugin(), PJRT_Buffer_ReadyEvent, &mut args)?;
+        event::wait(self.client.plugin(), args.event)
+    }
+
+    /// Copies the buffer to host memory (blocking).
+    pub fn to_host(&self) -> Result<HostArray> {
+        let ty = self.element_type()?;
+        let dims = self.dims()?;
+        let mut bytes = vec![0u8; element_count(&dims) * ty.size_in_bytes()];
+        let mut args = args!(PJRT_Buffer_ToHostBuffer_Args {
+            src: self.raw,
+            dst: bytes.as_mut_ptr().cast(),
+            dst_size: bytes.len(),
+        });
+        api_call!(self.client.plugin(), PJRT_Buffer_ToHostBuffer, &mut args)?;
+        event::wait(self.client.plugin(), args.event)?;
+        HostArray::from_bytes(ty, &dims, bytes)
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        let mut args = args!(PJRT_Buffer_Destroy_Args { buffer: self.raw });
+        let _ =
+            (|| -> Result<()> { api_call!(self.client.plugin(), PJRT_Buffer_Destroy, &mut args) })(
+            );
+    }
+}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Buffer({:?}{:?} on {:?})",
+            self.element_type().ok(),
+            self.dims().ok(),
+            self.device_id().ok()
+        )
+    }
+}

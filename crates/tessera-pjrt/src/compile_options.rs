@@ -1,0 +1,138 @@
+//! XLA's `CompileOptionsProto`, the serialized options `PJRT_Client_Compile` takes, encoded with
+//! `prost`. Only the fields Tessera sets are declared; field numbers follow XLA's
+//! `compile_options.proto` and `xla_data.proto`.
+
+use prost::Message;
+
+/// `xla.DeviceAssignmentProto.ComputationDevice`: the device of each replica for one partition.
+#[derive(Clone, PartialEq, Message)]
+pub struct ComputationDevice {
+    /// Device ids, one per replica.
+    #[prost(int64, repeated, tag = "1")]
+    pub replica_device_ids: Vec<i64>,
+}
+
+/// `xla.DeviceAssignmentProto`: which device runs each (replica, partition).
+#[derive(Clone, PartialEq, Message)]
+pub struct DeviceAssignmentProto {
+    /// Number of replicas.
+    #[prost(int32, tag = "1")]
+    pub replica_count: i32,
+    /// Number of partitions ("computations").
+    #[prost(int32, tag = "2")]
+    pub computation_count: i32,
+    /// One entry per partition.
+    #[prost(message, repeated, tag = "3")]
+    pub computation_devices: Vec<ComputationDevice>,
+}
+
+/// `xla.ExecutableBuildOptionsProto` (the fields Tessera uses).
+#[derive(Clone, PartialEq, Message)]
+pub struct ExecutableBuildOptionsProto {
+    /// The device to build for, or -1.
+    #[prost(int64, tag = "1")]
+    pub device_ordinal: i64,
+    /// Number of replicas.
+    #[prost(int64, tag = "4")]
+    pub num_replicas: i64,
+    /// Number of SPMD partitions.
+    #[prost(int64, tag = "5")]
+    pub num_partitions: i64,
+    /// Whether XLA partitions the program SPMD style.
+    #[prost(bool, tag = "6")]
+    pub use_spmd_partitioning: bool,
+    /// A fixed device assignment.
+    #[prost(message, optional, tag = "9")]
+    pub device_assignment: Option<DeviceAssignmentProto>,
+    /// Whether to use the Shardy partitioner instead of GSPMD.
+    #[prost(bool, tag = "19")]
+    pub use_shardy_partitioner: bool,
+}
+
+/// `xla.CompileOptionsProto` (the fields Tessera uses).
+#[derive(Clone, PartialEq, Message)]
+pub struct CompileOptionsProto {
+    /// Build options.
+    #[prost(message, optional, tag = "3")]
+    pub executable_build_options: Option<ExecutableBuildOptionsProto>,
+}
+
+/// How to compile a program: replicas × partitions and the devices that run them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileOptions {
+    /// Number of replicas (Tessera uses 1: it partitions, it does not replicate programs).
+    pub num_replicas: usize,
+    /// Number of SPMD partitions.
+    pub num_partitions: usize,
+    /// Device id of each partition (replica 0), in partition order. Empty: XLA's default.
+    pub devices: Vec<i64>,
+    /// Use Shardy rather than GSPMD for partitioning.
+    pub use_shardy: bool,
+}
+
+impl CompileOptions {
+    /// SPMD over `devices` (one partition each, in order).
+    pub fn spmd(devices: &[i64]) -> Self {
+        CompileOptions {
+            num_replicas: 1,
+            num_partitions: devices.len().max(1),
+            devices: devices.to_vec(),
+            use_shardy: false,
+        }
+    }
+
+    /// The serialized `CompileOptionsProto`.
+    pub fn to_proto_bytes(&self) -> Vec<u8> {
+        let device_assignment = (!self.devices.is_empty()).then(|| DeviceAssignmentProto {
+            replica_count: self.num_replicas as i32,
+            computation_count: self.num_partitions as i32,
+            computation_devices: self
+                .devices
+                .iter()
+                .map(|&d| ComputationDevice {
+                    replica_device_ids: vec![d],
+                })
+                .collect(),
+        });
+        let build = ExecutableBuildOptionsProto {
+            device_ordinal: -1,
+            num_replicas: self.num_replicas as i64,
+            num_partitions: self.num_partitions as i64,
+            use_spmd_partitioning: self.num_partitions > 1,
+            device_assignment,
+            use_shardy_partitioner: self.use_shardy,
+        };
+        CompileOptionsProto {
+            executable_build_options: Some(build),
+        }
+        .encode_to_vec()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spmd_options_round_trip_through_the_proto() {
+        let bytes = CompileOptions::spmd(&[4, 5, 6, 7]).to_proto_bytes();
+        let proto = CompileOptionsProto::decode(bytes.as_slice()).unwrap();
+        let build = proto.executable_build_options.unwrap();
+        assert_eq!(
+            (
+                build.num_replicas,
+                build.num_partitions,
+                build.use_spmd_partitioning
+            ),
+            (1, 4, true)
+        );
+        let assignment = build.device_assignment.unwrap();
+        assert_eq!(assignment.computation_count, 4);
+        let ids: Vec<i64> = assignment
+            .computation_devices
+            .iter()
+            .map(|c| c.replica_device_ids[0])
+            .collect();
+        assert_eq!(ids, [4, 5, 6, 7]);
+    }
+}

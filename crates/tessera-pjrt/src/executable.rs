@@ -1,0 +1,248 @@
+//! Compiling StableHLO programs, running them on many devices, and (de)serialising executables.
+
+use crate::buffer::Buffer;
+use crate::client::{Client, args};
+use crate::compile_options::CompileOptions;
+use crate::device::Device;
+use crate::error::{PjrtError, Result};
+use crate::plugin::api_call;
+use crate::sys;
+
+/// A compiled program loaded on its devices, destroyed on drop.
+pub struct LoadedExecutable {
+    client: Client,
+    raw: *mut sys::PJRT_LoadedExecutable,
+    num_outputs: usize,
+    device_ids: Vec<i32>,
+}
+
+// SAFETY: PJRT executables may be launched from any thread.
+unsafe impl Send for LoadedExecutable {}
+// SAFETY: as above.
+unsafe impl Sync for LoadedExecutable {}
+
+impl Client {
+    /// Compiles a StableHLO (or any MLIR the plugin accepts) module given as text or bytecode.
+    pub fn compile(&self, module: &[u8], options: &CompileOptions) -> Result<LoadedExecutable> {
+        let format = "mlir";
+        let program = args!(PJRT_Program {
+            code: module.as_ptr().cast_mut().cast(),
+            code_size: module.len(),
+            format: format.as_ptr().cast(),
+            format_size: format.len(),
+        });
+        let options = options.to_proto_bytes();
+        let mut args = args!(PJRT_Client_Compile_Args {
+            client: self.raw(),
+            program: &program,
+            compile_options: options.as_ptr().cast(),
+            compile_options_size: options.len(),
+        });
+        api_call!(self.plugin(), PJRT_Client_Compile, &mut args)?;
+        LoadedExecutable::wrap(self, args.executable)
+    }
+
+    /// Loads an executable serialised by [`LoadedExecutable::serialize`] with this plugin.
+    pub fn deserialize_executable(&self, bytes: &[u8]) -> Result<LoadedExecutable> {
+        let mut args = args!(PJRT_Executable_DeserializeAndLoad_Args {
+            client: self.raw(),
+            serialized_executable: bytes.as_ptr().cast(),
+            serialized_executable_size: bytes.len(),
+        });
+        api_call!(self.plugin(), PJRT_Executable_DeserializeAndLoad, &mut args)?;
+        LoadedExecutable::wrap(self, args.loaded_executable)
+    }
+}
+
+/// The unloaded executable behind a loaded one (for metadata and serialisation).
+struct Executable<'a> {
+    client: &'a Client,
+    raw: *mut sys::PJRT_Executable,
+}
+
+impl Drop for Executable<'_> {
+    fn drop(&mut self) {
+        let mut args = args!(PJRT_Executable_Destroy_Args {
+            executable: self.raw
+        });
+        let _ = (|| -> Result<()> {
+            api_call!(self.client.plugin(), PJRT_Executable_Destroy, &mut args)
+        })();
+    }
+}
+
+impl LoadedExecutable {
+    fn wrap(client: &Client, raw: *mut sys::PJRT_LoadedExecutable) -> Result<LoadedExecutable> {
+        let mut exec = LoadedExecutable {
+            client: client.clone(),
+            raw,
+            num_outputs: 0,
+            device_ids: Vec::new(),
+        };
+        exec.num_outputs = {
+            let inner = exec.executable()?;
+            let mut args = args!(PJRT_Executable_NumOutputs_Args {
+                executable: inner.raw
+            });
+            api_call!(client.plugin(), PJRT_Executable_NumOutputs, &mut args)?;
+            args.num_outputs
+        };
+        exec.device_ids = exec
+            .devices()?
+            .iter()
+            .map(Device::id)
+            .collect::<Result<_>>()?;
+        Ok(exec)
+    }
+
+    fn executable(&self) -> Result<Executable<'_>> {
+        let mut args = args!(PJRT_LoadedExecutable_GetExecutable_Args {
+            loaded_executable: self.raw
+        });
+        api_call!(
+            self.client.plugin(),
+            PJRT_LoadedExecutable_GetExecutable,
+            &mut args
+        )?;
+        Ok(Executable {
+            client: &self.client,
+            raw: args.executable,
+        })
+    }
+
+    fn devices(&self) -> Result<Vec<Device<'_>>> {
+        let mut args = args!(PJRT_LoadedExecutable_AddressableDevices_Args {
+            executable: self.raw
+        });
+        api_call!(
+            self.client.plugin(),
+            PJRT_LoadedExecutable_AddressableDevices,
+            &mut args
+        )?;
+        if args.addressable_devices.is_null() {
+            return Ok(Vec::new());
+        }
+        // SAFETY: the plugin returns `num_addressable_devices` pointers owned by the client.
+        let raw = unsafe {
+            std::slice::from_raw_parts(args.addressable_devices, args.num_addressable_devices)
+        };
+        Ok(raw.iter().map(|&d| Device::new(&self.client, d)).collect())
+    }
+
+    /// The ids of the devices the executable runs on, in partition order.
+    pub fn device_ids(&self) -> &[i32] {
+        &self.device_ids
+    }
+
+    /// The number of outputs per device.
+    pub fn num_outputs(&self) -> usize {
+        self.num_outputs
+    }
+
+    /// Runs the program: `arguments[d]` are the arguments of the d-th device (in
+    /// [`Self::device_ids`] order). Returns each device's outputs. Outputs may still be computing;
+    /// reading them (e.g. [`Buffer::to_host`]) waits.
+    pub fn execute(&self, arguments: &[Vec<&Buffer>]) -> Result<Vec<Vec<Buffer>>> {
+        let num_devices = self.device_ids.len();
+        if arguments.len() != num_devices {
+            return Err(PjrtError::Arity {
+                what: "device argument lists",
+                expected: num_devices,
+                actual: arguments.len(),
+            });
+        }
+        let num_args = arguments.first().map_or(0, Vec::len);
+        if let Some(bad) = arguments.iter().find(|a| a.len() != num_args) {
+            return Err(PjrtError::Arity {
+                what: "arguments on every device",
+                expected: num_args,
+                actual: bad.len(),
+            });
+        }
+        let raw_args: Vec<Vec<*mut sys::PJRT_Buffer>> = arguments
+            .iter()
+            .map(|list| list.iter().map(|b| b.raw()).collect())
+            .collect();
+        let arg_ptrs: Vec<*const *mut sys::PJRT_Buffer> =
+            raw_args.iter().map(|l| l.as_ptr()).collect();
+        let mut outputs: Vec<Vec<*mut sys::PJRT_Buffer>> = (0..num_devices)
+            .map(|_| vec![std::ptr::null_mut(); self.num_outputs])
+            .collect();
+        let output_ptrs: Vec<*mut *mut sys::PJRT_Buffer> =
+            outputs.iter_mut().map(|l| l.as_mut_ptr()).collect();
+        let mut options = args!(PJRT_ExecuteOptions {});
+        let mut args = args!(PJRT_LoadedExecutable_Execute_Args {
+            executable: self.raw,
+            options: &mut options,
+            argument_lists: arg_ptrs.as_ptr(),
+            num_devices: num_devices,
+            num_args: num_args,
+            output_lists: output_ptrs.as_ptr(),
+        });
+        api_call!(
+            self.client.plugin(),
+            PJRT_LoadedExecutable_Execute,
+            &mut args
+        )?;
+        Ok(outputs
+            .into_iter()
+            .map(|list| {
+                list.into_iter()
+                    .map(|raw| Buffer::from_raw(&self.client, raw))
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// Serialises the compiled executable (for a persistent compile cache).
+    pub fn serialize(&self) -> Result<Vec<u8>> {
+        let inner = self.executable()?;
+        let mut args = args!(PJRT_Executable_Serialize_Args {
+            executable: inner.raw
+        });
+        api_call!(self.client.plugin(), PJRT_Executable_Serialize, &mut args)?;
+        let bytes = if args.serialized_bytes.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the plugin returns `serialized_bytes_size` bytes backed by
+            // `serialized_executable` until the deleter runs.
+            unsafe {
+                std::slice::from_raw_parts(
+                    args.serialized_bytes.cast::<u8>(),
+                    args.serialized_bytes_size,
+                )
+            }
+            .to_vec()
+        };
+        if let Some(deleter) = args.serialized_executable_deleter {
+            // SAFETY: the deleter frees what the plugin allocated for this call.
+            unsafe { deleter(args.serialized_executable) };
+        }
+        Ok(bytes)
+    }
+}
+
+impl Drop for LoadedExecutable {
+    fn drop(&mut self) {
+        let mut args = args!(PJRT_LoadedExecutable_Destroy_Args {
+            executable: self.raw
+        });
+        let _ = (|| -> Result<()> {
+            api_call!(
+                self.client.plugin(),
+                PJRT_LoadedExecutable_Destroy,
+                &mut args
+            )
+        })();
+    }
+}
+
+impl std::fmt::Debug for LoadedExecutable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "LoadedExecutable(devices {:?}, {} outputs)",
+            self.device_ids, self.num_outputs
+        )
+    }
+}
