@@ -2,3 +2,34 @@
 //! text and Shardy attributes.
 //!
 //! This crate depends on no other Tessera crate; anyone emitting HLO from Rust can use it alone.
+//!
+//! ```
+//! use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
+//! let mesh = Mesh::auto(&[("x", 2), ("y", 4)]).unwrap();
+//! let spec = PartitionSpec::parse("P('x', None)").unwrap();
+//! let sharding = NamedSharding::new(&mesh, spec).unwrap();
+//! let hlo = sharding.to_hlo_sharding(2).unwrap();
+//! assert_eq!(hlo.to_string(), "{devices=[2,1,4]<=[8] last_tile_dim_replicate}");
+//! assert_eq!(sharding.shard_shape(&[8, 16]).unwrap(), vec![4, 16]);
+//! ```
+//!
+//! Semantics follow JAX (`jax/_src/named_sharding.py`, the sharding parts of `pxla.py`) and XLA
+//! (`hlo_sharding.cc`, `tile_assignment.cc`); the oracle files in `shared/oracle/` check them.
+
+pub mod error;
+pub mod hlo;
+pub mod mesh;
+pub mod named;
+#[cfg(feature = "oracle")]
+pub mod oracle;
+pub mod sdy;
+pub mod sharding_spec;
+pub mod spec;
+mod spec_parse;
+pub mod visualize;
+
+pub use error::{Result, ShardingError};
+pub use hlo::{HloSharding, IotaTileAssignment, SubgroupType, TileAssignment};
+pub use mesh::{AbstractMesh, AxisType, Mesh};
+pub use named::{ArrayMapping, NamedSharding};
+pub use spec::{DimSpec, PartitionSpec};

@@ -1,0 +1,298 @@
+//! `NamedSharding`: a mesh plus a partition spec, with JAX's checks, shard shapes, per-device
+//! blocks, array mappings, and the conversions to and from `HloSharding`.
+
+use std::fmt;
+
+use crate::error::{Result, ShardingError};
+use crate::hlo::{HloSharding, SubgroupType};
+use crate::mesh::{AbstractMesh, AxisType, Mesh};
+use crate::spec::{DimSpec, PartitionSpec};
+
+mod checks;
+mod convert;
+
+/// Which array dimension each mesh axis shards, in spec order (JAX's `ArrayMapping`).
+pub type ArrayMapping = Vec<(String, usize)>;
+
+/// A sharding of an array over a mesh by a partition spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedSharding {
+    mesh: AbstractMesh,
+    devices: Option<Mesh>,
+    spec: PartitionSpec,
+    memory_kind: Option<String>,
+    logical_device_ids: Option<Vec<i64>>,
+}
+
+/// The block `[start, stop)` per dimension that one device holds.
+pub type Block = Vec<(i64, i64)>;
+
+impl NamedSharding {
+    /// Checks `spec` against `mesh` the way JAX does and builds the sharding.
+    pub fn new(mesh: &Mesh, spec: PartitionSpec) -> Result<NamedSharding> {
+        checks::check_spec(mesh.abstract_mesh(), &spec)?;
+        Ok(NamedSharding {
+            mesh: mesh.abstract_mesh().clone(),
+            devices: Some(mesh.clone()),
+            spec,
+            memory_kind: None,
+            logical_device_ids: None,
+        })
+    }
+
+    /// A sharding over an abstract mesh (device questions answer [`ShardingError::AbstractMesh`]).
+    pub fn new_abstract(mesh: &AbstractMesh, spec: PartitionSpec) -> Result<NamedSharding> {
+        checks::check_spec(mesh, &spec)?;
+        Ok(NamedSharding {
+            mesh: mesh.clone(),
+            devices: None,
+            spec,
+            memory_kind: None,
+            logical_device_ids: None,
+        })
+    }
+
+    /// The same sharding with a memory kind (`device`, `pinned_host`, ...).
+    pub fn with_memory_kind(mut self, kind: &str) -> NamedSharding {
+        self.memory_kind = Some(kind.to_string());
+        self
+    }
+
+    /// The same sharding with JAX's `_logical_device_ids`: the mesh position, in device-assignment
+    /// order, of the device at each mesh coordinate. Must be a permutation of `0..mesh size`.
+    pub fn with_logical_device_ids(mut self, ids: Vec<i64>) -> Result<NamedSharding> {
+        let n = self.mesh.size();
+        let mut seen = vec![false; n as usize];
+        let bad = ids.len() as i64 != n
+            || ids
+                .iter()
+                .any(|&i| i < 0 || i >= n || std::mem::replace(&mut seen[i as usize], true));
+        if bad {
+            return Err(ShardingError::InvalidLogicalDeviceIds {
+                reason: format!("{ids:?} is not a permutation of 0..{n} (one per mesh position)"),
+            });
+        }
+        self.logical_device_ids = Some(ids);
+        Ok(self)
+    }
+
+    /// Refuses a spec whose tuples mix axis types (a check of older JAX versions; JAX 0.10.2
+    /// accepts such specs, so [`NamedSharding::new`] does too).
+    pub fn check_tuple_axis_types(&self) -> Result<()> {
+        checks::check_tuple_types(&self.mesh, &self.spec)
+    }
+
+    /// The mesh shape.
+    pub fn mesh(&self) -> &AbstractMesh {
+        &self.mesh
+    }
+
+    /// The mesh with its devices, when concrete.
+    pub fn concrete_mesh(&self) -> Option<&Mesh> {
+        self.devices.as_ref()
+    }
+
+    /// The partition spec.
+    pub fn spec(&self) -> &PartitionSpec {
+        &self.spec
+    }
+
+    /// The memory kind, if set.
+    pub fn memory_kind(&self) -> Option<&str> {
+        self.memory_kind.as_deref()
+    }
+
+    /// The logical device ids, if set.
+    pub fn logical_device_ids(&self) -> Option<&[i64]> {
+        self.logical_device_ids.as_deref()
+    }
+
+    /// The number of devices (the mesh size).
+    pub fn num_devices(&self) -> i64 {
+        self.mesh.size()
+    }
+
+    /// Whether every device holds the whole array.
+    pub fn is_fully_replicated(&self) -> bool {
+        let partitions: i64 = self
+            .spec
+            .used_axes()
+            .filter_map(|a| self.mesh.axis_size(a))
+            .product();
+        self.mesh.size() == 1 || partitions == 1
+    }
+
+    /// JAX's `get_array_mapping`: each mesh axis of the spec and the dimension it shards.
+    pub fn array_mapping(&self) -> ArrayMapping {
+        get_array_mapping(&self.spec)
+    }
+
+    /// The device ids, sorted.
+    pub fn device_set(&self) -> Result<Vec<i64>> {
+        let mesh = self
+            .devices
+            .as_ref()
+            .ok_or(ShardingError::AbstractMesh { what: "device_set" })?;
+        let mut ids = mesh.device_ids().to_vec();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// The devices this process can address (all of them: Tessera runs one process per mesh).
+    pub fn addressable_devices(&self) -> Result<Vec<i64>> {
+        self.device_set()
+    }
+
+    /// How many ways each of the first `rank` dimensions is split.
+    pub fn tiles_per_dim(&self, rank: usize) -> Result<Vec<i64>> {
+        self.check_rank(rank)?;
+        let mut ways = vec![1i64; rank];
+        for (axis, dim) in self.array_mapping() {
+            ways[dim] *= self.mesh.axis_size(&axis).unwrap_or(1);
+        }
+        Ok(ways)
+    }
+
+    /// The shape of each device's block; a dimension its shards do not divide is an error.
+    pub fn shard_shape(&self, shape: &[i64]) -> Result<Vec<i64>> {
+        let ways = self.tiles_per_dim(shape.len())?;
+        shape
+            .iter()
+            .zip(&ways)
+            .enumerate()
+            .map(|(dim, (&size, &w))| {
+                if size % w != 0 {
+                    Err(ShardingError::NotDivisible {
+                        dim,
+                        size,
+                        ways: w,
+                        shape: shape.to_vec(),
+                    })
+                } else {
+                    Ok(size / w)
+                }
+            })
+            .collect()
+    }
+
+    /// For each device (in mesh order), the block of the array it holds.
+    pub fn devices_indices_map(&self, shape: &[i64]) -> Result<Vec<(i64, Block)>> {
+        let mesh = self.devices.as_ref().ok_or(ShardingError::AbstractMesh {
+            what: "devices_indices_map",
+        })?;
+        let shard = self.shard_shape(shape)?;
+        let n = self.mesh.size();
+        let mut blocks: Vec<Option<Block>> = vec![None; n as usize];
+        for q in 0..n {
+            let coords = self.mesh.coords(q);
+            let block = (0..shape.len())
+                .map(|dim| {
+                    let axes = self.spec.dims().get(dim).map(DimSpec::axes).unwrap_or(&[]);
+                    let chunk = axes.iter().fold(0i64, |acc, a| {
+                        let k = self.mesh.axis_index(a).unwrap_or(0);
+                        acc * self.mesh.axis_sizes()[k] + coords[k]
+                    });
+                    (chunk * shard[dim], (chunk + 1) * shard[dim])
+                })
+                .collect();
+            let p = self
+                .logical_device_ids
+                .as_ref()
+                .map_or(q, |l| l[q as usize]);
+            blocks[p as usize] = Some(block);
+        }
+        let ids = mesh.device_ids();
+        Ok(ids
+            .iter()
+            .zip(blocks)
+            .map(|(&d, b)| (d, b.unwrap_or_default()))
+            .collect())
+    }
+
+    /// The XLA sharding for an array of rank `rank` (JAX's `_to_xla_hlo_sharding`).
+    pub fn to_hlo_sharding(&self, rank: usize) -> Result<HloSharding> {
+        self.check_rank(rank)?;
+        convert::to_hlo(self, rank)
+    }
+
+    /// The NamedSharding over `mesh` whose XLA sharding is `hlo` (JAX's
+    /// `_gspmd_to_named_sharding`), or [`ShardingError::NotRepresentable`].
+    pub fn from_hlo_sharding(hlo: &HloSharding, mesh: &Mesh) -> Result<NamedSharding> {
+        convert::from_hlo(hlo, mesh)
+    }
+
+    fn check_rank(&self, rank: usize) -> Result<()> {
+        if self.spec.len() > rank {
+            let hint = if rank == 0 {
+                " (a scalar takes P())"
+            } else {
+                ""
+            };
+            return Err(ShardingError::RankTooSmall {
+                spec: self.spec.to_string(),
+                needed: self.spec.len(),
+                rank,
+                hint,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// JAX's `get_array_mapping`: each mesh axis used by `spec` and the dimension it shards.
+pub fn get_array_mapping(spec: &PartitionSpec) -> ArrayMapping {
+    let mut out: ArrayMapping = Vec::new();
+    for (dim, d) in spec.dims().iter().enumerate() {
+        for axis in d.axes() {
+            match out.iter_mut().find(|(a, _)| a == axis) {
+                Some(slot) => slot.1 = dim,
+                None => out.push((axis.clone(), dim)),
+            }
+        }
+    }
+    out
+}
+
+/// JAX's `array_mapping_to_axis_resources`: the spec that an array mapping describes.
+pub fn array_mapping_to_axis_resources(mapping: &ArrayMapping) -> PartitionSpec {
+    let Some(max) = mapping.iter().map(|(_, d)| *d).max() else {
+        return PartitionSpec::replicated();
+    };
+    let dims = (0..=max)
+        .map(|i| {
+            let axes: Vec<&str> = mapping
+                .iter()
+                .filter(|(_, d)| *d == i)
+                .map(|(a, _)| a.as_str())
+                .collect();
+            DimSpec::from_axes(&axes)
+        })
+        .collect();
+    PartitionSpec::new(dims)
+}
+
+impl fmt::Display for NamedSharding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mesh = match &self.devices {
+            Some(m) => m.to_string(),
+            None => self.mesh.to_string(),
+        };
+        write!(f, "NamedSharding(mesh={mesh}, spec={}", self.spec)?;
+        if let Some(kind) = &self.memory_kind {
+            write!(f, ", memory_kind={kind}")?;
+        }
+        if let Some(ids) = &self.logical_device_ids {
+            write!(f, ", logical_device_ids={ids:?}")?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// The subgroup kind of a mesh axis left out of the spec.
+pub(crate) fn leftover_kind(ty: AxisType) -> SubgroupType {
+    if ty == AxisType::Manual {
+        SubgroupType::Manual
+    } else {
+        SubgroupType::Replicated
+    }
+}
