@@ -15,6 +15,17 @@ pub enum LowerError {
         /// The module's text (generic form).
         module: String,
     },
+    /// An operation could not be built.
+    #[error("could not build an MLIR operation: {0}")]
+    Build(String),
+    /// Type or attribute text that MLIR could not parse (a bug in the lowering rule that made it).
+    #[error("MLIR could not parse the {what} `{text}`")]
+    Parse {
+        /// `type` or `attribute`.
+        what: &'static str,
+        /// The text.
+        text: String,
+    },
 }
 
 /// A context with the upstream dialects loaded and unregistered dialects (StableHLO) allowed.

@@ -7,5 +7,10 @@
 //! Architecture invariant: this is the only Tessera crate that links MLIR.
 
 mod context;
+mod emit;
 
 pub use context::{LowerError, new_context, verify_and_print};
+pub use emit::{
+    ArgSpec, Body, EmittedModule, ModuleEmitter, ResultSpec, parse_attr, parse_type, quote,
+    tensor_type,
+};
