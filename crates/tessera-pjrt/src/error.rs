@@ -184,6 +184,22 @@ pub enum PjrtError {
         /// How many were given.
         actual: usize,
     },
+    /// A block does not lie inside the array.
+    #[error("block {block:?} does not lie inside an array of shape {dims:?}")]
+    BadBlock {
+        /// The block, `[start, stop)` per dimension.
+        block: Vec<(i64, i64)>,
+        /// The array's dimensions.
+        dims: Vec<i64>,
+    },
+    /// A sharding could not be applied.
+    #[error(transparent)]
+    Sharding(#[from] tessera_sharding::ShardingError),
+    /// An array was used after `delete`.
+    #[error(
+        "the array was deleted; it cannot be used any more (copy it before deleting, or keep the original)"
+    )]
+    Deleted,
     /// A program text contains a NUL byte or is otherwise unusable.
     #[error("invalid program: {0}")]
     InvalidProgram(String),

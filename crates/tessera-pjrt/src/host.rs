@@ -105,3 +105,159 @@ impl HostArray {
 pub fn element_count(dims: &[i64]) -> usize {
     dims.iter().map(|&d| d.max(0) as usize).product()
 }
+
+/// A block of an array: `[start, stop)` per dimension.
+pub type Block = [(i64, i64)];
+
+impl HostArray {
+    /// A zero-filled array.
+    pub fn zeros(ty: ElementType, dims: &[i64]) -> HostArray {
+        HostArray {
+            ty,
+            dims: dims.to_vec(),
+            bytes: vec![0; element_count(dims) * ty.size_in_bytes()],
+        }
+    }
+
+    /// Copies out the block `block` (which must lie inside the array).
+    pub fn block(&self, block: &Block) -> Result<HostArray> {
+        self.check_block(block)?;
+        let dims: Vec<i64> = block.iter().map(|&(a, b)| b - a).collect();
+        let mut out = HostArray::zeros(self.ty, &dims);
+        copy_block(self, block, &mut out, &full_block(&dims));
+        Ok(out)
+    }
+
+    /// Writes `source` into the block `block` of `self`; `source`'s shape must be the block's.
+    pub fn write_block(&mut self, block: &Block, source: &HostArray) -> Result<()> {
+        self.check_block(block)?;
+        let dims: Vec<i64> = block.iter().map(|&(a, b)| b - a).collect();
+        if source.dims != dims || source.ty != self.ty {
+            return Err(PjrtError::HostSize {
+                ty: source.ty,
+                dims: source.dims.clone(),
+                expected: element_count(&dims) * self.ty.size_in_bytes(),
+                actual: source.bytes.len(),
+            });
+        }
+        copy_block(source, &full_block(&dims), self, block);
+        Ok(())
+    }
+
+    fn check_block(&self, block: &Block) -> Result<()> {
+        let inside = block.len() == self.dims.len()
+            && block
+                .iter()
+                .zip(&self.dims)
+                .all(|(&(a, b), &d)| 0 <= a && a <= b && b <= d);
+        if inside {
+            Ok(())
+        } else {
+            Err(PjrtError::BadBlock {
+                block: block.to_vec(),
+                dims: self.dims.clone(),
+            })
+        }
+    }
+}
+
+fn full_block(dims: &[i64]) -> Vec<(i64, i64)> {
+    dims.iter().map(|&d| (0, d)).collect()
+}
+
+fn strides(dims: &[i64]) -> Vec<usize> {
+    let mut strides = vec![1usize; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * dims[i + 1].max(0) as usize;
+    }
+    strides
+}
+
+/// Copies the block `src_block` of `src` onto the block `dst_block` of `dst` (same extents),
+/// one contiguous innermost run at a time.
+fn copy_block(src: &HostArray, src_block: &Block, dst: &mut HostArray, dst_block: &Block) {
+    let size = src.ty.size_in_bytes();
+    let extents: Vec<i64> = src_block.iter().map(|&(a, b)| b - a).collect();
+    if extents.iter().any(|&e| e == 0) {
+        return;
+    }
+    let (src_strides, dst_strides) = (strides(&src.dims), strides(&dst.dims));
+    let rank = extents.len();
+    let run = if rank == 0 {
+        1
+    } else {
+        extents[rank - 1] as usize
+    };
+    let outer: usize = extents[..rank.saturating_sub(1)]
+        .iter()
+        .map(|&e| e as usize)
+        .product();
+    let mut index = vec![0i64; rank.saturating_sub(1)];
+    for _ in 0..outer {
+        let offset = |block: &Block, strides: &[usize]| -> usize {
+            let mut at = 0usize;
+            for d in 0..rank {
+                let i = if d + 1 == rank { 0 } else { index[d] };
+                at += (block[d].0 + i) as usize * strides[d];
+            }
+            at * size
+        };
+        let (s, d) = (
+            offset(src_block, &src_strides),
+            offset(dst_block, &dst_strides),
+        );
+        dst.bytes[d..d + run * size].copy_from_slice(&src.bytes[s..s + run * size]);
+        for k in (0..index.len()).rev() {
+            index[k] += 1;
+            if index[k] < extents[k] {
+                break;
+            }
+            index[k] = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_cut_and_written_back_row_major() {
+        let data: Vec<i32> = (0..24).collect();
+        let full = HostArray::from_slice(&[2, 3, 4], &data).unwrap();
+        let block = full.block(&[(1, 2), (0, 2), (1, 3)]).unwrap();
+        assert_eq!(block.dims(), [1, 2, 2]);
+        assert_eq!(block.to_vec::<i32>().unwrap(), [13, 14, 17, 18]);
+        let mut again = HostArray::zeros(ElementType::S32, &[2, 3, 4]);
+        again
+            .write_block(&[(1, 2), (0, 2), (1, 3)], &block)
+            .unwrap();
+        let back = again.to_vec::<i32>().unwrap();
+        assert_eq!(
+            (back[13], back[14], back[17], back[18], back[0]),
+            (13, 14, 17, 18, 0)
+        );
+    }
+
+    #[test]
+    fn blocks_outside_the_array_are_errors() {
+        let full = HostArray::from_slice(&[4], &[1f32, 2., 3., 4.]).unwrap();
+        assert!(matches!(
+            full.block(&[(2, 5)]),
+            Err(PjrtError::BadBlock { .. })
+        ));
+        assert!(matches!(
+            full.block(&[(0, 1), (0, 1)]),
+            Err(PjrtError::BadBlock { .. })
+        ));
+        assert_eq!(
+            HostArray::from_slice(&[], &[7f64])
+                .unwrap()
+                .block(&[])
+                .unwrap()
+                .to_vec::<f64>()
+                .unwrap(),
+            [7.0]
+        );
+    }
+}

@@ -13,6 +13,7 @@
 
 #![allow(unsafe_code)]
 
+mod array;
 mod buffer;
 mod client;
 mod compile_options;
@@ -27,6 +28,7 @@ mod plugin;
 mod sys;
 mod util;
 
+pub use array::{Array, Shard};
 pub use buffer::Buffer;
 pub use client::{Client, ClientOptions, OptionValue};
 pub use compile_options::CompileOptions;
@@ -37,7 +39,7 @@ pub use discovery::{
 pub use element_type::ElementType;
 pub use error::{ErrorCode, PjrtError, Result};
 pub use executable::LoadedExecutable;
-pub use host::{Element, HostArray, element_count};
+pub use host::{Block, Element, HostArray, element_count};
 pub use plugin::Plugin;
 
 /// The PJRT C API version of the header these bindings were generated from, as `(major, minor)`.

@@ -1,0 +1,150 @@
+//! `Array`: a global array made of per-device buffers laid out by a `NamedSharding` (JAX's
+//! `jax.Array`).
+
+use tessera_sharding::NamedSharding;
+
+use crate::buffer::Buffer;
+use crate::client::Client;
+use crate::element_type::ElementType;
+use crate::error::{PjrtError, Result};
+use crate::host::HostArray;
+
+/// One device's piece of an [`Array`].
+#[derive(Debug)]
+pub struct Shard {
+    /// The device holding it.
+    pub device: i32,
+    /// The block of the global array it holds, `[start, stop)` per dimension.
+    pub block: Vec<(i64, i64)>,
+    /// The data.
+    pub buffer: Buffer,
+}
+
+/// A global array sharded over devices. Shards are kept in mesh order (the device order that
+/// SPMD executables compiled for the same mesh take their arguments in).
+#[derive(Debug)]
+pub struct Array {
+    shape: Vec<i64>,
+    ty: ElementType,
+    sharding: NamedSharding,
+    shards: Option<Vec<Shard>>,
+}
+
+impl Array {
+    /// Splits `host` by `sharding` and copies each block to its device.
+    pub fn device_put(
+        client: &Client,
+        host: &HostArray,
+        sharding: &NamedSharding,
+    ) -> Result<Array> {
+        let blocks = sharding.devices_indices_map(host.dims())?;
+        let mut shards = Vec::with_capacity(blocks.len());
+        for (device, block) in blocks {
+            let device = i32::try_from(device).map_err(|_| PjrtError::UnknownDevice {
+                id: i32::MAX,
+                available: Vec::new(),
+            })?;
+            let piece = host.block(&block)?;
+            shards.push(Shard {
+                device,
+                buffer: Buffer::from_host_to(client, &piece, device)?,
+                block,
+            });
+        }
+        Ok(Array {
+            shape: host.dims().to_vec(),
+            ty: host.element_type(),
+            sharding: sharding.clone(),
+            shards: Some(shards),
+        })
+    }
+
+    /// Wraps buffers an executable returned, one per device in mesh order, as an array of
+    /// global `shape` laid out by `sharding`.
+    pub fn from_shards(
+        shape: &[i64],
+        ty: ElementType,
+        sharding: &NamedSharding,
+        buffers: Vec<Buffer>,
+    ) -> Result<Array> {
+        let blocks = sharding.devices_indices_map(shape)?;
+        if blocks.len() != buffers.len() {
+            return Err(PjrtError::Arity {
+                what: "shards",
+                expected: blocks.len(),
+                actual: buffers.len(),
+            });
+        }
+        let shards = blocks
+            .into_iter()
+            .zip(buffers)
+            .map(|((device, block), buffer)| Shard {
+                device: device as i32,
+                block,
+                buffer,
+            })
+            .collect();
+        Ok(Array {
+            shape: shape.to_vec(),
+            ty,
+            sharding: sharding.clone(),
+            shards: Some(shards),
+        })
+    }
+
+    /// The global shape.
+    pub fn shape(&self) -> &[i64] {
+        &self.shape
+    }
+
+    /// The element type.
+    pub fn element_type(&self) -> ElementType {
+        self.ty
+    }
+
+    /// The sharding.
+    pub fn sharding(&self) -> &NamedSharding {
+        &self.sharding
+    }
+
+    /// The shards, in mesh order.
+    pub fn addressable_shards(&self) -> Result<&[Shard]> {
+        self.shards.as_deref().ok_or(PjrtError::Deleted)
+    }
+
+    /// Waits until every shard is computed.
+    pub fn block_until_ready(&self) -> Result<()> {
+        self.addressable_shards()?
+            .iter()
+            .try_for_each(|s| s.buffer.block_until_ready())
+    }
+
+    /// Assembles the global array on the host (each block is read once, from its first holder).
+    pub fn to_host(&self) -> Result<HostArray> {
+        let mut out = HostArray::zeros(self.ty, &self.shape);
+        let mut seen = Vec::new();
+        for shard in self.addressable_shards()? {
+            if seen.contains(&shard.block) {
+                continue;
+            }
+            out.write_block(&shard.block, &shard.buffer.to_host()?)?;
+            seen.push(shard.block.clone());
+        }
+        Ok(out)
+    }
+
+    /// Frees the device buffers; later use is an error.
+    pub fn delete(&mut self) {
+        self.shards = None;
+    }
+
+    /// Whether [`Array::delete`] was called.
+    pub fn is_deleted(&self) -> bool {
+        self.shards.is_none()
+    }
+
+    /// The same values laid out by another sharding (through the host).
+    pub fn reshard(&self, client: &Client, sharding: &NamedSharding) -> Result<Array> {
+        Array::device_put(client, &self.to_host()?, sharding)
+    }
+}
