@@ -43,8 +43,12 @@ enum Kind {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.kind {
-        Kind::Sharding { .. } => {
-            super::not_built_yet("oracle sharding", "tessera-sharding: the complete sharding algebra")
+        Kind::Sharding { file } => {
+            let report = tessera_sharding::oracle::run_file(&file)?;
+            for line in &report.failures {
+                println!("{line}");
+            }
+            Ok(super::report_summary(report.passed, report.failed))
         }
         Kind::Jaxpr { .. } => super::not_built_yet("oracle jaxpr", "tessera-ir: the jaxpr IR"),
         Kind::Collectives { .. } => {

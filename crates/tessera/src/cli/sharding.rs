@@ -1,15 +1,113 @@
-//! `tessera sharding`: explain a sharding (filled in by the sharding issue).
+//! `tessera sharding explain`: show what a NamedSharding means: its XLA HloSharding text, its
+//! Shardy attribute, the shard shape and which device holds which block.
 
 use std::process::ExitCode;
+
+use anyhow::Context;
+use serde_json::json;
+use tessera_sharding::mesh::parse_mesh_axes;
+use tessera_sharding::visualize::picture;
+use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
 
 /// Arguments of `tessera sharding`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Everything after `sharding` (the subcommand is not built yet).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    rest: Vec<String>,
+    #[command(subcommand)]
+    command: Command,
 }
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    super::not_built_yet("sharding", "tessera-sharding: the complete sharding algebra")
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Explain a NamedSharding of an array: HloSharding, Shardy text, shard shape, device blocks.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ExplainArgs {
+    /// The mesh axes, `name=size[:type]` separated by commas, e.g. `x=2,y=4:explicit`.
+    #[arg(long)]
+    mesh: String,
+    /// The partition spec, e.g. "P('x', ('y', 'z'), None)".
+    #[arg(long)]
+    spec: String,
+    /// The global array shape, e.g. `8,16` (empty for a scalar).
+    #[arg(long, default_value = "")]
+    shape: String,
+    /// The device ids in mesh order (default 0..size).
+    #[arg(long)]
+    devices: Option<String>,
+    /// JAX's `_logical_device_ids` (a permutation of the mesh positions).
+    #[arg(long)]
+    logical_device_ids: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.command {
+        Command::Explain(a) => explain(a),
+    }
+}
+
+fn int_list(text: &str, what: &str) -> anyhow::Result<Vec<i64>> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<i64>()
+                .with_context(|| format!("{what}: '{s}' is not an integer"))
+        })
+        .collect()
+}
+
+fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
+    let shape_mesh = parse_mesh_axes(&a.mesh)?;
+    let mesh = match &a.devices {
+        Some(d) => Mesh::new(shape_mesh, int_list(d, "--devices")?)?,
+        None => Mesh::iota(shape_mesh),
+    };
+    let spec = PartitionSpec::parse(&a.spec)?;
+    let shape = int_list(&a.shape, "--shape")?;
+    let mut sharding = NamedSharding::new(&mesh, spec)?;
+    if let Some(ids) = &a.logical_device_ids {
+        sharding = sharding.with_logical_device_ids(int_list(ids, "--logical-device-ids")?)?;
+    }
+    let hlo = sharding.to_hlo_sharding(shape.len())?;
+    let sdy = sharding.to_sdy_sharding(shape.len())?;
+    let shard_shape = sharding.shard_shape(&shape)?;
+    let blocks = sharding.devices_indices_map(&shape)?;
+    if a.json {
+        let indices: serde_json::Map<String, serde_json::Value> = blocks
+            .iter()
+            .map(|(d, b)| {
+                (
+                    d.to_string(),
+                    json!(b.iter().map(|(s, e)| [*s, *e]).collect::<Vec<_>>()),
+                )
+            })
+            .collect();
+        let out = json!({
+            "mesh": mesh.to_string(),
+            "spec": sharding.spec().to_string(),
+            "hlo_sharding": hlo.to_string(),
+            "tile_assignment_devices": hlo.tile_assignment_devices().unwrap_or_default(),
+            "is_fully_replicated": sharding.is_fully_replicated(),
+            "num_devices": sharding.num_devices(),
+            "sdy_sharding": sdy.to_string(),
+            "shape": shape,
+            "shard_shape": shard_shape,
+            "devices_indices": indices,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("mesh         {mesh}");
+    println!("spec         {}", sharding.spec());
+    println!("HloSharding  {hlo}");
+    println!("Shardy       {sdy}");
+    println!("shape        {shape:?}");
+    println!("shard shape  {shard_shape:?}");
+    print!("{}", picture(&sharding, &shape)?);
+    Ok(ExitCode::SUCCESS)
 }
