@@ -296,3 +296,6 @@ pub(crate) fn leftover_kind(ty: AxisType) -> SubgroupType {
         SubgroupType::Replicated
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -178,3 +178,61 @@ pub(crate) fn parse_error(input: &str, pos: usize, message: impl Into<String>) -
         message: message.into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use expect_test::{Expect, expect};
+
+    use super::PartitionSpec;
+
+    /// Parses `text` and prints it back (or the error).
+    fn check(text: &str, expected: Expect) {
+        let actual = PartitionSpec::parse(text).map_or_else(|e| e.to_string(), |s| s.to_string());
+        expected.assert_eq(&actual);
+    }
+
+    #[test]
+    fn specs_print_like_python() {
+        check(
+            "P('x', ('y', 'z'), None)",
+            expect!["P('x', ('y', 'z'), None)"],
+        );
+        check("PartitionSpec(\"x\")", expect!["P('x',)"]);
+        check(
+            "P(('x',), (), P.UNCONSTRAINED)",
+            expect!["P('x', None, UNCONSTRAINED)"],
+        );
+        check("P()", expect!["P()"]);
+        check(
+            "P('x', unreduced={'a', 'b'}, reduced={'c'})",
+            expect!["P('x', unreduced={'a', 'b'}, reduced={'c'})"],
+        );
+        check("P(unreduced={'a'})", expect!["P(unreduced={'a'})"]);
+    }
+
+    #[test]
+    fn malformed_specs_are_refused() {
+        check(
+            "Q('x')",
+            expect![[
+                r#"cannot parse a PartitionSpec at byte 0 of "Q('x')": a spec starts with `P(`"#
+            ]],
+        );
+        check(
+            "P('x'",
+            expect![[r#"cannot parse a PartitionSpec at byte 5 of "P('x'": expected `)`"#]],
+        );
+        check(
+            "P('x) ",
+            expect![[
+                r#"cannot parse a PartitionSpec at byte 2 of "P('x) ": unterminated axis name"#
+            ]],
+        );
+        check(
+            "P(x)",
+            expect![[
+                r#"cannot parse a PartitionSpec at byte 2 of "P(x)": expected None, UNCONSTRAINED, 'axis' or a tuple"#
+            ]],
+        );
+    }
+}

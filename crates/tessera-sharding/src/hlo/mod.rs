@@ -249,3 +249,6 @@ pub(crate) fn join<T: fmt::Display>(items: &[T]) -> String {
         .collect::<Vec<_>>()
         .join(",")
 }
+
+#[cfg(test)]
+mod tests;
