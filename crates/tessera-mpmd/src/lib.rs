@@ -1,2 +1,18 @@
-//! MPMD pipeline parallelism: `MpmdMesh`, `MpmdArray`, `treduce`, and the runtime that runs a
-//! schedule's task lists on groups of devices.
+//! MPMD pipeline parallelism (NVIDIA JAXPP's model in Rust): an [`MpmdMesh`] splits a mesh into
+//! groups along one axis; each group runs its own SPMD programs (pipeline stages) on its devices;
+//! [`MpmdArray`]s live on the groups that use them; the reshards move arrays between the SPMD and
+//! MPMD layouts. The pipelined `treduce` runtime builds on these.
+
+mod array;
+mod error;
+mod mesh;
+mod reshard;
+mod sharding;
+
+pub use array::MpmdArray;
+pub use error::{MpmdError, Result};
+pub use mesh::MpmdMesh;
+pub use reshard::{
+    group_by_size_threshold, interleaved_order, mpmd_to_spmd_reshard, spmd_to_mpmd_reshard,
+};
+pub use sharding::{MpmdSharding, filter_axis};

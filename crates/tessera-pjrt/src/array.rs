@@ -143,8 +143,49 @@ impl Array {
         self.shards.is_none()
     }
 
-    /// The same values laid out by another sharding (through the host).
+    /// The same values laid out by another sharding. Each target block that some shard already
+    /// holds whole is copied device to device; the rest are cut from a host copy of the array.
     pub fn reshard(&self, client: &Client, sharding: &NamedSharding) -> Result<Array> {
-        Array::device_put(client, &self.to_host()?, sharding)
+        let shards = self.addressable_shards()?;
+        let mut host: Option<HostArray> = None;
+        let mut out = Vec::new();
+        for (device, block) in sharding.devices_indices_map(&self.shape)? {
+            let device = device as i32;
+            let source = shards
+                .iter()
+                .filter(|s| s.block == block)
+                .min_by_key(|s| s.device != device);
+            let buffer = match source {
+                Some(shard) => shard.buffer.copy_to(device)?,
+                None => {
+                    if host.is_none() {
+                        host = Some(self.to_host()?);
+                    }
+                    let piece = host
+                        .as_ref()
+                        .map(|h| h.block(&block))
+                        .transpose()?
+                        .unwrap_or_else(|| HostArray::zeros(self.ty, &[]));
+                    Buffer::from_host_to(client, &piece, device)?
+                }
+            };
+            out.push(Shard {
+                device,
+                block,
+                buffer,
+            });
+        }
+        Ok(Array {
+            shape: self.shape.clone(),
+            ty: self.ty,
+            sharding: sharding.clone(),
+            shards: Some(out),
+        })
+    }
+
+    /// The size of one shard in bytes.
+    pub fn shard_bytes(&self) -> Result<usize> {
+        let shape = self.sharding.shard_shape(&self.shape)?;
+        Ok(crate::host::element_count(&shape) * self.ty.size_in_bytes())
     }
 }

@@ -91,6 +91,24 @@ impl Buffer {
         event::wait(self.client.plugin(), args.event)
     }
 
+    /// Copies the buffer to another device (on the same client), without going through the host.
+    pub fn copy_to_device(&self, device: &Device<'_>) -> Result<Buffer> {
+        let mut args = args!(PJRT_Buffer_CopyToDevice_Args {
+            buffer: self.raw,
+            dst_device: device.raw()
+        });
+        api_call!(self.client.plugin(), PJRT_Buffer_CopyToDevice, &mut args)?;
+        Ok(Buffer {
+            client: self.client.clone(),
+            raw: args.dst_buffer,
+        })
+    }
+
+    /// Copies the buffer to the device with id `device_id`.
+    pub fn copy_to(&self, device_id: i32) -> Result<Buffer> {
+        self.copy_to_device(&self.client.device(device_id)?)
+    }
+
     /// Copies the buffer to host memory (blocking).
     pub fn to_host(&self) -> Result<HostArray> {
         let ty = self.element_type()?;

@@ -31,7 +31,6 @@ impl<'c> Device<'c> {
         Device { client, raw }
     }
 
-    #[allow(dead_code)]
     pub(crate) fn raw(&self) -> *mut sys::PJRT_Device {
         self.raw
     }
@@ -86,6 +85,17 @@ impl<'c> Device<'c> {
         )?;
         // SAFETY: the string lives as long as the device.
         Ok(unsafe { string_from_raw(args.to_string, args.to_string_size) })
+    }
+
+    /// The memory limit of the device in bytes minus its peak use, where the plugin reports
+    /// both; `None` where it does not (the CPU plugin reports no limit).
+    pub fn available_memory(&self) -> Option<i64> {
+        let mut args = args!(PJRT_Device_MemoryStats_Args { device: self.raw });
+        (|| -> Result<()> { api_call!(self.client.plugin(), PJRT_Device_MemoryStats, &mut args) })(
+        )
+        .ok()?;
+        (args.bytes_limit_is_set && args.peak_bytes_in_use_is_set)
+            .then(|| args.bytes_limit - args.peak_bytes_in_use)
     }
 
     /// All of the above at once.

@@ -1,0 +1,80 @@
+//! Typed errors of the MPMD layer.
+
+/// Everything that can go wrong in `tessera-mpmd`.
+#[derive(Debug, thiserror::Error)]
+pub enum MpmdError {
+    /// The MPMD axis is not an axis of the mesh.
+    #[error("the mesh {mesh} has no axis '{axis}' to use as the MPMD axis; name one of its axes")]
+    UnknownMpmdAxis {
+        /// The axis asked for.
+        axis: String,
+        /// The mesh, printed.
+        mesh: String,
+    },
+    /// A group index outside `0..mpmd_dim`.
+    #[error("MPMD group {index} does not exist: the mesh has {mpmd_dim} groups (0..{mpmd_dim})")]
+    UnknownGroup {
+        /// The index asked for.
+        index: usize,
+        /// The number of groups.
+        mpmd_dim: usize,
+    },
+    /// An array handed to an `MpmdArray` is not laid out on one of the mesh's groups.
+    #[error(
+        "array {index} (shape {shape:?}) is not on a mesh that is part of the MPMD mesh: its devices {devices:?} are not one group's devices"
+    )]
+    NotOnAGroup {
+        /// Position of the array in the argument list.
+        index: usize,
+        /// Its shape.
+        shape: Vec<i64>,
+        /// Its devices.
+        devices: Vec<i64>,
+    },
+    /// An array lies on a group its sharding does not name.
+    #[error(
+        "array {index} lies on MPMD group {group}, which is not among the sharding's groups {groups:?}"
+    )]
+    WrongGroup {
+        /// Position of the array.
+        index: usize,
+        /// Its group.
+        group: usize,
+        /// The sharding's groups.
+        groups: Vec<usize>,
+    },
+    /// Two arrays lie on the same group.
+    #[error("array {index} lies on MPMD group {group}, which another array already holds")]
+    DuplicateGroup {
+        /// Position of the array.
+        index: usize,
+        /// The group.
+        group: usize,
+    },
+    /// Arrays of one `MpmdArray` disagree in shape, type or spec.
+    #[error("the arrays of an MpmdArray must agree: {what}")]
+    Mismatch {
+        /// What differed.
+        what: String,
+    },
+    /// An `MpmdArray` with no local data was asked for its data.
+    #[error("the array is not addressable here: it holds no data in this process's MPMD groups")]
+    NotAddressable,
+    /// A list of arrays and a list of shardings differ in length.
+    #[error("{arrays} arrays but {shardings} shardings; give one sharding per array")]
+    LengthMismatch {
+        /// Number of arrays.
+        arrays: usize,
+        /// Number of shardings.
+        shardings: usize,
+    },
+    /// A sharding error from tessera-sharding.
+    #[error(transparent)]
+    Sharding(#[from] tessera_sharding::ShardingError),
+    /// A device error from tessera-pjrt.
+    #[error(transparent)]
+    Pjrt(#[from] tessera_pjrt::PjrtError),
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = MpmdError> = std::result::Result<T, E>;

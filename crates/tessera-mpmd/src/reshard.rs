@@ -1,0 +1,168 @@
+//! Moving arrays between the SPMD layout (one array over the whole mesh) and the MPMD layout
+//! (copies on the groups that use them), in memory-bounded batches (JAXPP's `spmd_to_mpmd_reshard`
+//! and `mpmd_to_spmd_reshard`).
+
+use std::collections::BTreeMap;
+
+use tessera_pjrt::{Array, Client};
+use tessera_sharding::NamedSharding;
+
+use crate::array::MpmdArray;
+use crate::error::{MpmdError, Result};
+use crate::mesh::MpmdMesh;
+use crate::sharding::MpmdSharding;
+
+/// Reshards SPMD arrays to MPMD arrays, consuming the inputs. Arrays whose sharding names no
+/// group go to group 0. `threshold` bounds the bytes moved per batch (default: a third of the
+/// smallest free device memory, or unbounded where the plugin reports none).
+pub fn spmd_to_mpmd_reshard(
+    client: &Client,
+    mesh: &MpmdMesh,
+    arrays: Vec<Array>,
+    shardings: Vec<MpmdSharding>,
+    threshold: Option<u64>,
+) -> Result<Vec<MpmdArray>> {
+    if arrays.len() != shardings.len() {
+        return Err(MpmdError::LengthMismatch {
+            arrays: arrays.len(),
+            shardings: shardings.len(),
+        });
+    }
+    let shardings = shardings
+        .into_iter()
+        .map(|s| {
+            if s.groups().is_empty() {
+                MpmdSharding::new(mesh, [0], s.spec())
+            } else {
+                Ok(s)
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let sizes = arrays
+        .iter()
+        .map(Array::shard_bytes)
+        .collect::<Result<Vec<_>, _>>()?;
+    let first_groups: Vec<usize> = shardings.iter().map(|s| s.groups()[0]).collect();
+    let order = interleaved_order(&sizes, &first_groups);
+    let scaled: Vec<u64> = order
+        .iter()
+        .map(|&i| (sizes[i] * mesh.mpmd_dim()) as u64)
+        .collect();
+    let threshold = threshold.unwrap_or_else(|| default_threshold(client));
+    let mut slots: Vec<Option<Array>> = arrays.into_iter().map(Some).collect();
+    let mut done: BTreeMap<usize, MpmdArray> = BTreeMap::new();
+    for batch in group_by_size_threshold(&scaled, threshold) {
+        for i in batch.into_iter().map(|k| order[k]) {
+            let Some(source) = slots[i].take() else {
+                continue;
+            };
+            let mut per_group = Vec::new();
+            for group in shardings[i].groups() {
+                per_group.push(source.reshard(client, &shardings[i].group_sharding(group)?)?);
+            }
+            done.insert(i, MpmdArray::new(per_group, shardings[i].clone())?);
+        }
+    }
+    Ok(done.into_values().collect())
+}
+
+/// Reshards MPMD arrays back to SPMD arrays with the given shardings, consuming the inputs; each
+/// value is read from its first group.
+pub fn mpmd_to_spmd_reshard(
+    client: &Client,
+    arrays: Vec<MpmdArray>,
+    shardings: Vec<NamedSharding>,
+) -> Result<Vec<Array>> {
+    if arrays.len() != shardings.len() {
+        return Err(MpmdError::LengthMismatch {
+            arrays: arrays.len(),
+            shardings: shardings.len(),
+        });
+    }
+    arrays
+        .into_iter()
+        .zip(shardings)
+        .map(|(array, sharding)| Ok(array.first_mpmd_replica()?.reshard(client, &sharding)?))
+        .collect()
+}
+
+/// The order JAXPP moves arrays in: round-robin over the first group of each array, largest
+/// first within a group, so that every group's memory fills evenly.
+pub fn interleaved_order(sizes: &[usize], groups: &[usize]) -> Vec<usize> {
+    let mut by_group: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (i, &g) in groups.iter().enumerate() {
+        by_group.entry(g).or_default().push(i);
+    }
+    for list in by_group.values_mut() {
+        list.sort_by_key(|&i| sizes[i]);
+    }
+    let mut order = Vec::with_capacity(sizes.len());
+    while by_group.values().any(|l| !l.is_empty()) {
+        for list in by_group.values_mut() {
+            if let Some(i) = list.pop() {
+                order.push(i);
+            }
+        }
+    }
+    order
+}
+
+/// Splits consecutive entries into batches whose total size stays within `threshold` (an entry
+/// larger than the threshold gets a batch of its own).
+pub fn group_by_size_threshold(sizes: &[u64], threshold: u64) -> Vec<Vec<usize>> {
+    let mut batches = Vec::new();
+    let (mut current, mut total) = (Vec::new(), 0u64);
+    for (i, &size) in sizes.iter().enumerate() {
+        if total.saturating_add(size) > threshold && !current.is_empty() {
+            batches.push(std::mem::take(&mut current));
+            total = 0;
+        }
+        current.push(i);
+        total = total.saturating_add(size);
+    }
+    if !current.is_empty() {
+        batches.push(current);
+    }
+    batches
+}
+
+/// A third of the smallest free memory over the client's devices; unbounded where the plugin
+/// reports no memory limits (the CPU plugin).
+fn default_threshold(client: &Client) -> u64 {
+    let free = client
+        .addressable_devices()
+        .ok()
+        .and_then(|devices| {
+            devices
+                .iter()
+                .map(|d| d.available_memory())
+                .collect::<Option<Vec<_>>>()
+        })
+        .and_then(|free| free.into_iter().min());
+    free.map_or(u64::MAX, |bytes| (bytes.max(0) / 3) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_interleaves_groups_largest_first() {
+        let sizes = [10, 50, 20, 40, 30];
+        let groups = [0, 0, 1, 1, 0];
+        assert_eq!(interleaved_order(&sizes, &groups), [1, 3, 4, 2, 0]);
+    }
+
+    #[test]
+    fn batches_respect_the_threshold() {
+        assert_eq!(
+            group_by_size_threshold(&[4, 4, 4, 10, 1], 8),
+            vec![vec![0, 1], vec![2], vec![3], vec![4]]
+        );
+        assert_eq!(group_by_size_threshold(&[], 8), Vec::<Vec<usize>>::new());
+        assert_eq!(
+            group_by_size_threshold(&[1, 2, 3], u64::MAX),
+            vec![vec![0, 1, 2]]
+        );
+    }
+}

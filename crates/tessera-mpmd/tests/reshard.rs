@@ -1,0 +1,69 @@
+//! SPMD ↔ MPMD reshards on the 8 CPU devices: 4 groups × 2 devices.
+
+use tessera_mpmd::{
+    MpmdArray, MpmdError, MpmdMesh, MpmdSharding, mpmd_to_spmd_reshard, spmd_to_mpmd_reshard,
+};
+use tessera_pjrt::{Array, Client, HostArray};
+use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
+
+fn p(text: &str) -> PartitionSpec {
+    PartitionSpec::parse(text).unwrap()
+}
+
+fn setup() -> (Client, MpmdMesh) {
+    let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 4), ("data", 2)]).unwrap(), "stage").unwrap();
+    (Client::cpu(8).unwrap(), mesh)
+}
+
+#[test]
+fn arrays_go_to_their_groups_and_come_back_unchanged() {
+    let (client, mesh) = setup();
+    let a = HostArray::from_slice(&[4, 2], &[1f32, 2., 3., 4., 5., 6., 7., 8.]).unwrap();
+    let b = HostArray::from_slice(&[2], &[10i32, 20]).unwrap();
+    let spmd = NamedSharding::new(mesh.mesh(), p("P('data')")).unwrap();
+    let arrays = vec![
+        Array::device_put(&client, &a, &spmd).unwrap(),
+        Array::device_put(&client, &b, &spmd).unwrap(),
+    ];
+    let shardings = vec![
+        MpmdSharding::new(&mesh, [2], &p("P('data')")).unwrap(),
+        MpmdSharding::new(&mesh, [0, 3], &p("P()")).unwrap(),
+    ];
+    let mpmd = spmd_to_mpmd_reshard(&client, &mesh, arrays, shardings, Some(16)).unwrap();
+    assert_eq!(mpmd[0].mpmd_idxs(), [2]);
+    assert!(!mpmd[0].is_mpmd_replicated() && mpmd[1].is_mpmd_replicated());
+    let local = mpmd[0].first_mpmd_replica().unwrap();
+    let devices: Vec<i32> = local
+        .addressable_shards()
+        .unwrap()
+        .iter()
+        .map(|s| s.device)
+        .collect();
+    assert_eq!(devices, [4, 5]);
+    for (group, array) in mpmd[1].to_mpmd_local_arrays().unwrap() {
+        assert_eq!(array.to_host().unwrap(), b, "group {group}");
+    }
+    let back = mpmd_to_spmd_reshard(&client, mpmd, vec![spmd.clone(), spmd]).unwrap();
+    assert_eq!(back[0].to_host().unwrap(), a);
+    assert_eq!(back[1].to_host().unwrap(), b);
+}
+
+#[test]
+fn an_array_off_the_groups_is_refused_with_its_devices() {
+    let (client, mesh) = setup();
+    let straddling = Mesh::new(mesh.group(0).unwrap().abstract_mesh().clone(), vec![1, 2]).unwrap();
+    let sharding = NamedSharding::new(&straddling, p("P()")).unwrap();
+    let array = Array::device_put(
+        &client,
+        &HostArray::from_slice(&[1], &[0f32]).unwrap(),
+        &sharding,
+    )
+    .unwrap();
+    let err = MpmdArray::new(
+        vec![array],
+        MpmdSharding::new(&mesh, [0], &p("P()")).unwrap(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, MpmdError::NotOnAGroup { .. }), "{err}");
+    assert!(err.to_string().contains("[1, 2]"), "{err}");
+}
