@@ -143,6 +143,10 @@ pub(super) fn subgroup(tiles: TileAssignment, types: &[SubgroupType]) -> HloShar
         merged.push(group.iter().map(|&d| dims[d]).product());
         merged_types.push(*ty);
     }
+    if merged.is_empty() {
+        // Only size-one subgroups and no data dims: a single device holding everything.
+        return HloSharding::Replicated;
+    }
     perm.extend(&removed);
     let new_tiles = match tiles.transpose(&perm) {
         TileAssignment::Iota(t) => {
@@ -173,6 +177,7 @@ fn finish(tiles: TileAssignment, types: Vec<SubgroupType>) -> HloSharding {
     match types.as_slice() {
         [SubgroupType::Replicated] => partial_tile(tiles),
         [SubgroupType::Manual] if tiles.num_elements() == last => HloSharding::Manual,
+        [SubgroupType::Unreduced] if tiles.num_elements() == last => HloSharding::Unreduced,
         [.., SubgroupType::Replicated] => match partial_tile(tiles) {
             HloSharding::Tiled(t) => tiled(t.tiles, false, types),
             other => other,
