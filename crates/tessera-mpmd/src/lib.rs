@@ -7,6 +7,7 @@ mod array;
 mod error;
 mod mesh;
 mod reshard;
+pub mod runtime;
 mod sharding;
 
 pub use array::MpmdArray;

@@ -1,0 +1,107 @@
+//! Task timings: per-task durations (JAXPP's `collect_task_times_ms`) and a Chrome / Perfetto
+//! trace of the run.
+
+use std::collections::BTreeMap;
+
+/// When one task ran, relative to the start of the run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskTiming {
+    /// The task's name.
+    pub name: String,
+    /// The group that ran it.
+    pub group: usize,
+    /// Start, in microseconds since the run began.
+    pub start_us: f64,
+    /// Duration in microseconds.
+    pub duration_us: f64,
+}
+
+/// The timings of one run, in the order tasks finished.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Timings {
+    /// Every task run.
+    pub tasks: Vec<TaskTiming>,
+}
+
+impl Timings {
+    /// Milliseconds per task name (a name may run several times across steps).
+    pub fn task_times_ms(&self) -> BTreeMap<String, Vec<f64>> {
+        let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for t in &self.tasks {
+            out.entry(t.name.clone())
+                .or_default()
+                .push(t.duration_us / 1000.0);
+        }
+        out
+    }
+
+    /// The order in which each group ran its tasks.
+    pub fn group_orders(&self, groups: usize) -> Vec<Vec<String>> {
+        let mut per_group: Vec<Vec<&TaskTiming>> = vec![Vec::new(); groups];
+        for t in &self.tasks {
+            if let Some(list) = per_group.get_mut(t.group) {
+                list.push(t);
+            }
+        }
+        per_group
+            .into_iter()
+            .map(|mut list| {
+                list.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+                list.into_iter().map(|t| t.name.clone()).collect()
+            })
+            .collect()
+    }
+
+    /// The fraction of group-time spent idle between the first start and the last end.
+    pub fn bubble_ratio(&self, groups: usize) -> f64 {
+        let start = self
+            .tasks
+            .iter()
+            .map(|t| t.start_us)
+            .fold(f64::INFINITY, f64::min);
+        let end = self
+            .tasks
+            .iter()
+            .map(|t| t.start_us + t.duration_us)
+            .fold(0.0, f64::max);
+        let busy: f64 = self.tasks.iter().map(|t| t.duration_us).sum();
+        let span = (end - start) * groups as f64;
+        if span > 0.0 { 1.0 - busy / span } else { 0.0 }
+    }
+
+    /// The run as a Chrome trace (`chrome://tracing`, Perfetto): one thread row per group.
+    pub fn to_chrome_trace(&self) -> String {
+        let mut events = Vec::with_capacity(self.tasks.len());
+        for t in &self.tasks {
+            events.push(format!(
+                "{{\"name\":{},\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{:.3},\"dur\":{:.3}}}",
+                json_string(&t.name),
+                t.group,
+                t.start_us,
+                t.duration_us
+            ));
+        }
+        let groups: std::collections::BTreeSet<usize> =
+            self.tasks.iter().map(|t| t.group).collect();
+        for g in groups {
+            events.push(format!(
+                "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":{g},\"args\":{{\"name\":\"group {g}\"}}}}"
+            ));
+        }
+        format!("{{\"traceEvents\":[{}]}}", events.join(","))
+    }
+}
+
+fn json_string(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
