@@ -113,6 +113,12 @@ pub enum ShardingError {
         /// The full shape.
         shape: Vec<i64>,
     },
+    /// An array shape or rank that cannot be sharded at all.
+    #[error("invalid array shape: {reason}")]
+    InvalidShape {
+        /// What was wrong.
+        reason: String,
+    },
     /// A question about devices asked of a sharding over an abstract mesh.
     #[error("{what} needs a mesh with devices, but the sharding is over an abstract mesh")]
     AbstractMesh {

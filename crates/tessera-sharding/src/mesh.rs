@@ -90,8 +90,11 @@ impl AbstractMesh {
                 ));
             }
             total = match total.checked_mul(size) {
-                Some(t) if t <= 1 << 40 => t,
-                _ => return bad("the mesh has too many devices".to_string()),
+                Some(t) if t <= crate::hlo::MAX_TILES => t,
+                _ => {
+                    let max = crate::hlo::MAX_TILES;
+                    return bad(format!("the mesh has more than {max} positions"));
+                }
             };
         }
         Ok(AbstractMesh {

@@ -11,6 +11,9 @@ use crate::spec::{DimSpec, PartitionSpec};
 mod checks;
 mod convert;
 
+/// The highest array rank the conversions accept.
+pub const MAX_RANK: usize = 1024;
+
 /// Which array dimension each mesh axis shards, in spec order (JAX's `ArrayMapping`).
 pub type ArrayMapping = Vec<(String, usize)>;
 
@@ -62,7 +65,7 @@ impl NamedSharding {
     /// order, of the device at each mesh coordinate. Must be a permutation of `0..mesh size`.
     pub fn with_logical_device_ids(mut self, ids: Vec<i64>) -> Result<NamedSharding> {
         let n = self.mesh.size();
-        let mut seen = vec![false; n as usize];
+        let mut seen = vec![false; if ids.len() as i64 == n { ids.len() } else { 0 }];
         let bad = ids.len() as i64 != n
             || ids
                 .iter()
@@ -156,6 +159,11 @@ impl NamedSharding {
     /// The shape of each device's block; a dimension its shards do not divide is an error.
     pub fn shard_shape(&self, shape: &[i64]) -> Result<Vec<i64>> {
         let ways = self.tiles_per_dim(shape.len())?;
+        if let Some(dim) = shape.iter().position(|&d| d < 0) {
+            return Err(ShardingError::InvalidShape {
+                reason: format!("dimension {dim} of {shape:?} is negative"),
+            });
+        }
         shape
             .iter()
             .zip(&ways)
@@ -222,6 +230,11 @@ impl NamedSharding {
     }
 
     fn check_rank(&self, rank: usize) -> Result<()> {
+        if rank > MAX_RANK {
+            return Err(ShardingError::InvalidShape {
+                reason: format!("rank {rank} is above the supported {MAX_RANK}"),
+            });
+        }
         if self.spec.len() > rank {
             let hint = if rank == 0 {
                 " (a scalar takes P())"

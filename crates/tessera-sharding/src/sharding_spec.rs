@@ -92,7 +92,13 @@ impl ShardingSpec {
         if sizes.iter().any(|&s| s < 1) {
             return Err(invalid("chunk counts must be positive".into()));
         }
-        Ok(shape)
+        match crate::hlo::iota::checked_product(&shape) {
+            Some(n) if n <= crate::hlo::MAX_TILES => Ok(shape),
+            _ => Err(invalid(format!(
+                "more than {} devices",
+                crate::hlo::MAX_TILES
+            ))),
+        }
     }
 
     /// The HloSharding over devices numbered by mesh position (JAX's

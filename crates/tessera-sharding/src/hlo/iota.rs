@@ -15,7 +15,8 @@ pub struct IotaTileAssignment {
 
 impl IotaTileAssignment {
     /// Builds and canonicalises; `None` when the parts do not fit together (sizes that differ,
-    /// a `perm` that is not a permutation, non-positive sizes).
+    /// a `perm` that is not a permutation, non-positive sizes, more than
+    /// [`MAX_TILES`](super::MAX_TILES) tiles).
     pub fn new(dims: &[i64], reshape_dims: &[i64], perm: &[usize]) -> Option<IotaTileAssignment> {
         if reshape_dims.len() != perm.len() || !is_permutation(perm) {
             return None;
@@ -23,7 +24,8 @@ impl IotaTileAssignment {
         if dims.iter().chain(reshape_dims).any(|&d| d < 1) {
             return None;
         }
-        if checked_product(dims)? != checked_product(reshape_dims)? {
+        let n = checked_product(dims)?;
+        if n != checked_product(reshape_dims)? || n > super::MAX_TILES {
             return None;
         }
         let (mut rd, mut p) = (reshape_dims.to_vec(), perm.to_vec());
