@@ -9,10 +9,12 @@
 //! and a worker that waits for a value no running worker can still produce reports a deadlock
 //! naming the value.
 
+mod pjrt;
 mod plan;
 mod trace;
 mod worker;
 
+pub use pjrt::{CompiledTask, DeviceCopyTransport, OutputLayout, PjrtExecutor};
 pub use plan::{Plan, PlanError, TaskSpec, ValueId};
 pub use trace::{TaskTiming, Timings};
 pub use worker::{Executor, RunError, RunOutput, Transport, run};

@@ -1,0 +1,140 @@
+//! The runtime's PJRT back end: tasks are SPMD executables compiled for one group's devices, and
+//! values are [`Array`]s moved between groups by device-to-device copies (shard `i` of the source
+//! group goes to the device at the same mesh position in the destination group).
+
+use tessera_pjrt::{Array, Buffer, Client, CompileOptions, ElementType, LoadedExecutable};
+use tessera_sharding::NamedSharding;
+
+use super::plan::TaskSpec;
+use super::worker::{BoxError, Executor, Transport};
+use crate::error::Result;
+use crate::mesh::MpmdMesh;
+
+/// The type and layout of one output of a compiled task, relative to its group's mesh.
+#[derive(Debug, Clone)]
+pub struct OutputLayout {
+    /// Global shape.
+    pub shape: Vec<i64>,
+    /// Element type.
+    pub ty: ElementType,
+    /// The spec inside the group (the same for every group).
+    pub spec: tessera_sharding::PartitionSpec,
+}
+
+/// A program compiled for one group.
+#[derive(Debug)]
+pub struct CompiledTask {
+    group: usize,
+    executable: LoadedExecutable,
+    outputs: Vec<OutputLayout>,
+}
+
+/// Compiles programs for groups and runs them.
+pub struct PjrtExecutor {
+    client: Client,
+    mesh: MpmdMesh,
+    programs: Vec<CompiledTask>,
+}
+
+impl PjrtExecutor {
+    /// An executor with no programs yet.
+    pub fn new(client: &Client, mesh: &MpmdMesh) -> Self {
+        PjrtExecutor {
+            client: client.clone(),
+            mesh: mesh.clone(),
+            programs: Vec::new(),
+        }
+    }
+
+    /// Compiles `module` (StableHLO text or bytecode, SPMD over a group's mesh) for `group` and
+    /// returns the index that task payloads use to name it.
+    pub fn compile(
+        &mut self,
+        module: &[u8],
+        group: usize,
+        outputs: Vec<OutputLayout>,
+    ) -> Result<usize> {
+        let devices = self.mesh.group(group)?.device_ids().to_vec();
+        let executable = self
+            .client
+            .compile(module, &CompileOptions::spmd(&devices))?;
+        self.programs.push(CompiledTask {
+            group,
+            executable,
+            outputs,
+        });
+        Ok(self.programs.len() - 1)
+    }
+
+    /// The compiled programs, by index.
+    pub fn programs(&self) -> &[CompiledTask] {
+        &self.programs
+    }
+
+    fn execute(&self, program: usize, inputs: &[&Array]) -> Result<Vec<Array>, BoxError> {
+        let compiled = self
+            .programs
+            .get(program)
+            .ok_or_else(|| format!("no compiled program {program}"))?;
+        let mesh = self.mesh.group(compiled.group)?;
+        let per_input = inputs
+            .iter()
+            .map(|a| a.addressable_shards())
+            .collect::<Result<Vec<_>, _>>()?;
+        let devices = mesh.device_ids().len();
+        let args: Vec<Vec<&Buffer>> = (0..devices)
+            .map(|d| per_input.iter().map(|shards| &shards[d].buffer).collect())
+            .collect();
+        let mut per_device = compiled.executable.execute(&args)?;
+        let mut outputs = Vec::with_capacity(compiled.outputs.len());
+        for (k, layout) in compiled.outputs.iter().enumerate().rev() {
+            let buffers: Vec<Buffer> = per_device.iter_mut().map(|outs| outs.remove(k)).collect();
+            let sharding = NamedSharding::new(mesh, layout.spec.clone())?;
+            outputs.push(Array::from_shards(
+                &layout.shape,
+                layout.ty,
+                &sharding,
+                buffers,
+            )?);
+        }
+        outputs.reverse();
+        Ok(outputs)
+    }
+}
+
+impl Executor<usize, Array> for PjrtExecutor {
+    fn run(&self, task: &TaskSpec<usize>, inputs: &[&Array]) -> Result<Vec<Array>, BoxError> {
+        self.execute(task.payload, inputs)
+    }
+}
+
+/// Moves arrays between groups with device-to-device copies.
+pub struct DeviceCopyTransport {
+    mesh: MpmdMesh,
+}
+
+impl DeviceCopyTransport {
+    /// A transport for `mesh`'s groups.
+    pub fn new(mesh: &MpmdMesh) -> Self {
+        DeviceCopyTransport { mesh: mesh.clone() }
+    }
+}
+
+impl Transport<Array> for DeviceCopyTransport {
+    fn transfer(&self, value: &Array, _from: usize, to: usize) -> Result<Array, BoxError> {
+        let target = self.mesh.group(to)?;
+        let sharding = NamedSharding::new(target, value.sharding().spec().clone())?;
+        let buffers = value
+            .addressable_shards()?
+            .iter()
+            .zip(target.device_ids())
+            .map(|(shard, &device)| shard.buffer.copy_to(device as i32))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Array::from_shards(
+            value.shape(),
+            value.element_type(),
+            &sharding,
+            buffers,
+        )?)
+    }
+}
