@@ -15,6 +15,16 @@
 //!
 //! Semantics follow JAX (`jax/_src/named_sharding.py`, the sharding parts of `pxla.py`) and XLA
 //! (`hlo_sharding.cc`, `tile_assignment.cc`); the oracle files in `shared/oracle/` check them.
+//! Where JAX 0.10.2 (the oracle) differs from the reference sources, the oracle wins:
+//! - a spec tuple may mix axis types ([`NamedSharding::check_tuple_axis_types`] is opt-in);
+//! - a Manual axis (of size > 1) in a spec is refused only when some mesh axis is left out of it;
+//! - over a mesh of one device every sharding is `{replicated}`.
+//!
+//! Modules: [`mesh`] (meshes, device lookup, submeshes), [`spec`] (PartitionSpec text),
+//! [`named`] (NamedSharding: checks, shard shapes, blocks, HloSharding conversions), [`hlo`]
+//! (HloSharding: construction, XLA normalisation, text), [`sdy`] (Shardy texts),
+//! [`sharding_spec`] (pmap-era ShardingSpec), [`visualize`] (device pictures), and `oracle`
+//! (feature `oracle`: the runner of JAX-made test files).
 
 pub mod error;
 pub mod hlo;
