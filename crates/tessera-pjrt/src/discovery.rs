@@ -52,6 +52,26 @@ pub fn find_plugin(explicit: Option<&Path>) -> Result<PathBuf> {
     }
 }
 
+/// The CUDA plugin of the `jax-cuda13-pjrt` (or `jax-cuda12-pjrt`) Python package, where one is
+/// installed for the `python3` on `PATH`. `None` when there is none (no GPU stack here).
+pub fn find_cuda_plugin() -> Option<PathBuf> {
+    const QUERY: &str = "import importlib.util as u\n\
+for m in ('jax_plugins.xla_cuda13', 'jax_plugins.xla_cuda12'):\n\
+    try:\n\
+        s = u.find_spec(m)\n\
+    except Exception:\n\
+        s = None\n\
+    if s and s.submodule_search_locations:\n\
+        print(list(s.submodule_search_locations)[0]); break\n";
+    let out = std::process::Command::new("python3")
+        .args(["-c", QUERY])
+        .output()
+        .ok()?;
+    let dir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let path = PathBuf::from(dir).join("xla_cuda_plugin.so");
+    (out.status.success() && path.is_file()).then_some(path)
+}
+
 fn existing(path: PathBuf, source: &str) -> Result<PathBuf> {
     if path.is_file() {
         Ok(path)
@@ -65,6 +85,17 @@ fn existing(path: PathBuf, source: &str) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cuda_discovery_finds_nothing_or_a_real_file() {
+        if let Some(path) = find_cuda_plugin() {
+            assert!(
+                path.is_file() && path.ends_with("xla_cuda_plugin.so"),
+                "{}",
+                path.display()
+            );
+        }
+    }
 
     #[test]
     fn explicit_missing_path_is_named_in_the_error() {

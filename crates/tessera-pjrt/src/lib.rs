@@ -34,7 +34,8 @@ pub use client::{Client, ClientOptions, OptionValue};
 pub use compile_options::CompileOptions;
 pub use device::{Device, DeviceInfo};
 pub use discovery::{
-    CPU_PLUGIN_DIR, CPU_PLUGIN_FILE, PLUGIN_ENV, cache_dir, cached_cpu_plugin, find_plugin,
+    CPU_PLUGIN_DIR, CPU_PLUGIN_FILE, PLUGIN_ENV, cache_dir, cached_cpu_plugin, find_cuda_plugin,
+    find_plugin,
 };
 pub use element_type::ElementType;
 pub use error::{ErrorCode, PjrtError, Result};
