@@ -21,7 +21,7 @@ use crate::spec::{DimSpec, PartitionSpec};
 #[derive(Debug, Error)]
 pub enum OracleError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io {
         /// The file.
         path: String,
@@ -29,7 +29,7 @@ pub enum OracleError {
         source: std::io::Error,
     },
     /// The file is not JSON.
-    #[error("{path} is not JSON: {source}")]
+    #[error("{path} is not JSON")]
     Json {
         /// The file.
         path: String,

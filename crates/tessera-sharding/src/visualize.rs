@@ -1,8 +1,8 @@
 //! A text picture of which device holds which block (like `jax.debug.visualize_array_sharding`).
 //!
-//! Rank 1 and 2 arrays are drawn as a grid of blocks, each cell naming its devices; higher ranks
-//! are drawn over their first two dimensions, each cell listing the blocks of the other
-//! dimensions as `[start:stop,...]` before their devices.
+//! Rank 1 arrays are drawn as one row of blocks, rank 2 arrays as a grid, each cell naming its
+//! devices; higher ranks are drawn over their first two dimensions, each cell listing the blocks
+//! of the other dimensions as `[start:stop,...]` before their devices.
 
 use crate::error::Result;
 use crate::named::{Block, NamedSharding};
@@ -22,11 +22,13 @@ pub fn block_owners(sharding: &NamedSharding, shape: &[i64]) -> Result<Vec<(Bloc
     Ok(out)
 }
 
-/// The row and column range of a block (a whole-array range for missing dimensions).
+/// The row and column range of a block: rank 1 is drawn as one row, scalars as one cell.
 fn row_col(block: &Block) -> ((i64, i64), (i64, i64)) {
-    let row = block.first().copied().unwrap_or((0, 1));
-    let col = block.get(1).copied().unwrap_or((0, 1));
-    (row, col)
+    match block.as_slice() {
+        [] => ((0, 1), (0, 1)),
+        [only] => ((0, 1), *only),
+        [row, col, ..] => (*row, *col),
+    }
 }
 
 fn label(block: &Block, devs: &[i64]) -> String {

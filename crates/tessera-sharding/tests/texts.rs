@@ -137,6 +137,19 @@ fn device_picture() {
 }
 
 #[test]
+fn device_picture_of_a_vector_is_one_row() {
+    let mesh = Mesh::auto(&[("x", 4)]).expect("mesh");
+    check(
+        picture(&sharding(&mesh, "P('x')"), &[8]).expect("divides"),
+        expect![[r#"
+        ┌───────┬───────┬───────┬───────┐
+        │ dev 0 │ dev 1 │ dev 2 │ dev 3 │
+        └───────┴───────┴───────┴───────┘
+    "#]],
+    );
+}
+
+#[test]
 fn mesh_lookups_and_submeshes() {
     let shape = AbstractMesh::auto(&[("pp", 2), ("tp", 3)]).expect("mesh");
     let mesh = Mesh::new(shape, vec![5, 4, 3, 2, 1, 0]).expect("distinct");
