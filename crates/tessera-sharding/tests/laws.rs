@@ -156,6 +156,44 @@ proptest! {
     }
 
     #[test]
+    fn iota_normalisation_matches_explicit_arrays(
+        sizes in prop::collection::vec(1i64..=4, 1..=4),
+        seed in any::<u64>(),
+        kinds in prop::collection::vec(0u8..3, 0..=3),
+    ) {
+        // Tile dims: the sizes permuted by a seed-derived permutation, grouped pairwise.
+        let k = sizes.len();
+        let mut perm: Vec<usize> = (0..k).collect();
+        let mut x = seed;
+        for i in (1..k).rev() {
+            perm.swap(i, (x % (i as u64 + 1)) as usize);
+            x /= i as u64 + 1;
+        }
+        let dims: Vec<i64> = perm
+            .chunks(if x % 2 == 0 { 1 } else { 2 })
+            .map(|c| c.iter().map(|&p| sizes[p]).product())
+            .collect();
+        let types: Vec<SubgroupType> = kinds[..kinds.len().min(dims.len())]
+            .iter()
+            .map(|k| [SubgroupType::Manual, SubgroupType::Replicated, SubgroupType::Unreduced][*k as usize])
+            .collect();
+        let iota = HloSharding::iota_tile(&dims, &sizes, &perm, &types).expect("valid iota");
+        let devices = tessera_sharding::IotaTileAssignment::new(&dims, &sizes, &perm)
+            .expect("valid iota")
+            .expand();
+        let explicit = HloSharding::subgroup(TileAssignment::Explicit { dims, devices }, &types)
+            .expect("valid list");
+        prop_assert_eq!(iota.tile_assignment_dimensions(), explicit.tile_assignment_dimensions());
+        prop_assert_eq!(iota.tile_assignment_devices(), explicit.tile_assignment_devices());
+        prop_assert_eq!(
+            iota.as_tiled().map(|t| (t.last_tile_dim_replicate(), t.subgroup_types().to_vec())),
+            explicit.as_tiled().map(|t| (t.last_tile_dim_replicate(), t.subgroup_types().to_vec()))
+        );
+        prop_assert_eq!(iota.is_manual(), explicit.is_manual());
+        prop_assert_eq!(iota.is_replicated(), explicit.is_replicated());
+    }
+
+    #[test]
     fn spec_text_round_trips(spec in spec_text()) {
         let text = spec.to_string();
         let parsed = PartitionSpec::parse(&text).map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -170,6 +208,22 @@ proptest! {
         let back = NamedSharding::from_hlo_sharding(&hlo, &mesh)
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(normalized(back.spec(), &mesh), normalized(&spec, &mesh));
+    }
+
+    #[test]
+    fn iota_and_explicit_paths_agree((mesh, spec, rank) in mesh_and_spec()) {
+        // Identity logical ids take JAX's explicit-array path; no ids take the iota path.
+        let named = NamedSharding::new(&mesh, spec).expect("distinct known axes");
+        let iota = named.to_hlo_sharding(rank).expect("rank fits");
+        let ids: Vec<i64> = (0..mesh.size()).collect();
+        let explicit = named.with_logical_device_ids(ids).expect("identity").to_hlo_sharding(rank);
+        let explicit = explicit.expect("rank fits");
+        prop_assert_eq!(iota.tile_assignment_dimensions(), explicit.tile_assignment_dimensions());
+        prop_assert_eq!(iota.tile_assignment_devices(), explicit.tile_assignment_devices());
+        prop_assert_eq!(iota.as_tiled().map(|t| t.subgroup_types().to_vec()),
+            explicit.as_tiled().map(|t| t.subgroup_types().to_vec()));
+        prop_assert_eq!(iota.is_replicated(), explicit.is_replicated());
+        prop_assert_eq!(iota.is_manual(), explicit.is_manual());
     }
 
     #[test]
