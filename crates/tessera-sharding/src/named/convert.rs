@@ -74,8 +74,7 @@ pub(super) fn from_hlo(hlo: &HloSharding, mesh: &Mesh) -> Result<NamedSharding> 
         reason: reason.to_string(),
     };
     let (spec, rank) = match hlo {
-        HloSharding::Replicated => (PartitionSpec::replicated(), 0),
-        HloSharding::Manual => (PartitionSpec::replicated(), 0),
+        HloSharding::Replicated | HloSharding::Manual => (PartitionSpec::replicated(), 0),
         HloSharding::Tiled(t) => {
             let devices = t.tile_assignment().devices();
             if devices.len() as i64 != mesh.size() {
