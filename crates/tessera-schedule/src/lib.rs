@@ -2,3 +2,56 @@
 //!
 //! Pure: this crate depends on no other Tessera crate, so users can write and check their own
 //! schedules.
+//!
+//! # Model
+//! A pipeline of `S` stages runs `M` microbatches on `D` actors (MPMD groups of devices). A
+//! [`Placement`] says which actor runs each stage. A [`Plan`] is the placement plus each
+//! actor's ordered list of [`Action`]s; an action is one [`Task`] (`Fwd`, `Bwd`, or the split
+//! backward `BwdI`/`BwdW`) or several tasks fused into one program. The MPMD runtime executes
+//! plans as they are: it never special-cases a schedule.
+//!
+//! A [`Schedule`] makes plans; the built-ins mirror JAXPP's (`GPipe`, `InterleavedGPipe`,
+//! `Std1F1B`, `Eager1F1B`, `Interleaved1F1B`, `ZeroBubble`, `DualPipeV`) and a [`Registry`]
+//! maps command-line names to constructors, built-in or user-written.
+//!
+//! # Passes
+//! - [`validate`]: every task exactly once, dependencies respected, no deadlock when each
+//!   actor runs its list in order with blocking receives; [`transfers`] lists the values that
+//!   cross actors.
+//! - [`simulate`]: discrete-event simulation with per-stage costs `F`, `B`, `W` and a transfer
+//!   latency: makespan, idle time, bubble ratio, peak live activations.
+//! - [`render`]: ASCII timeline, SVG timeline, JSON.
+//!
+//! # Published formulas the tests pin (p actors, m ≥ p microbatches, zero latency)
+//! - GPipe (Huang et al. 2019, "GPipe: Efficient Training of Giant Neural Networks using
+//!   Pipeline Parallelism"): bubble `(p-1)(F+B)` per actor, makespan `(m+p-1)(F+B)`, `m` live
+//!   microbatches on the first actor.
+//! - 1F1B, i.e. PipeDream-Flush (Narayanan et al. 2021, "Efficient Large-Scale Language Model
+//!   Training on GPU Clusters Using Megatron-LM"): the same bubble, `p` live microbatches on the
+//!   first actor.
+//! - Interleaved 1F1B (same paper): with `v` stages per actor each costing `F`, `B`, the bubble
+//!   is `(p-1)(F+B)`, a `v`-th of that of the same work on `p` stages.
+//! - ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): bubble `(p-1)(F+B-2W)` in
+//!   DualPipe's notation (`B` the whole backward, `W` its weight part) with 1F1B's peak memory.
+//! - DualPipeV (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", and the table in
+//!   github.com/deepseek-ai/DualPipe): bubble `(PP/2-1)(F&B+B-3W)` for `PP = 2D` stages and
+//!   `PP+1` live activations per device, in units of a `PP`-stage model's stage; with this
+//!   crate's half-size stages and non-overlapped `F&B = F+B`, `D` devices: bubble
+//!   `(D-1)(F+2B-3W)` and peak `2D+1` stage-microbatches.
+
+pub mod builtins;
+pub mod error;
+pub mod placement;
+pub mod render;
+pub mod schedule;
+pub mod simulate;
+pub mod task;
+pub mod validate;
+
+pub use builtins::{DualPipeV, Eager1F1B, GPipe, Interleaved1F1B, InterleavedGPipe, Std1F1B, ZeroBubble};
+pub use error::{CostError, ScheduleError, SimulateError, ValidationError};
+pub use placement::Placement;
+pub use schedule::{Plan, Registry, Schedule, ScheduleParams};
+pub use simulate::{Costs, Simulation, simulate};
+pub use task::{Action, ActorId, Microbatch, StageId, Task, TaskKind};
+pub use validate::{Payload, Span, Transfer, transfers, validate};

@@ -1,0 +1,74 @@
+//! ZeroBubble: the ZB-H1 schedule of Qi et al. 2023, "Zero Bubble Pipeline Parallelism".
+//!
+//! The backward is split into `BwdI` (input gradients, on the critical path) and `BwdW` (weight
+//! gradients, deferrable). Actor `r` of `p` runs `p - r` forwards, then `r` pairs of `BwdI`,
+//! forward, then cycles `BwdI`, `BwdW`, forward until everything ran. Deferring `BwdW` fills
+//! the cool-down bubble: the bubble falls to `(p-1)(F+B-2W)` (DualPipe's notation, `B` the
+//! whole backward) with 1F1B's peak of `p` live microbatches.
+//!
+//! As in JAXPP, the last stage's forward and `BwdI` run fused, and the first stage's `BwdI` and
+//! `BwdW` run fused (the first stage hands no input gradient on, so splitting gains nothing).
+
+use super::common::{Counters, check_microbatches, check_one_per_actor, fuse_first_stage_backward, fuse_last_stage};
+use crate::error::ScheduleError;
+use crate::placement::Placement;
+use crate::schedule::Schedule;
+use crate::task::{Action, ActorId, StageId, TaskKind};
+
+/// The ZB-H1 zero-bubble schedule, one stage per actor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZeroBubble {
+    stages: u32,
+}
+
+impl ZeroBubble {
+    /// ZB-H1 over `stages` stages, one per actor.
+    pub fn new(stages: u32) -> Result<ZeroBubble, ScheduleError> {
+        ZeroBubble::with_mpmd_dim(stages, stages)
+    }
+
+    /// As [`ZeroBubble::new`], checking that `mpmd_dim` equals `stages`.
+    pub fn with_mpmd_dim(stages: u32, mpmd_dim: u32) -> Result<ZeroBubble, ScheduleError> {
+        check_one_per_actor("zero-bubble", stages, mpmd_dim)?;
+        Ok(ZeroBubble { stages })
+    }
+}
+
+impl Schedule for ZeroBubble {
+    fn name(&self) -> String {
+        "zero-bubble".into()
+    }
+
+    fn placement(&self) -> Placement {
+        Placement::plain(self.stages)
+    }
+
+    fn actions(&self, m: u32) -> Result<Vec<Vec<Action>>, ScheduleError> {
+        check_microbatches("zero-bubble", m, self.stages, "one per stage, to fill the warm-up")?;
+        let mut lists: Vec<Vec<Action>> = (0..self.stages).map(|r| actor_list(self.stages, r, m)).collect();
+        fuse_last_stage(&mut lists, self.stages - 1);
+        fuse_first_stage_backward(&mut lists);
+        Ok(lists)
+    }
+}
+
+fn actor_list(p: u32, r: ActorId, m: u32) -> Vec<Action> {
+    let stage: StageId = r;
+    let mut it = Counters::default();
+    let mut out: Vec<Action> = Vec::new();
+    for _ in 0..p - r {
+        out.push(it.next(TaskKind::Fwd, stage).into());
+    }
+    for _ in 0..r {
+        out.push(it.next(TaskKind::BwdI, stage).into());
+        out.push(it.next(TaskKind::Fwd, stage).into());
+    }
+    let cycle = [TaskKind::BwdI, TaskKind::BwdW, TaskKind::Fwd];
+    let mut at = 0;
+    loop {
+        let Some(step) = (0..3).find(|k| it.count(cycle[(at + k) % 3], stage) < m) else { break };
+        out.push(it.next(cycle[(at + step) % 3], stage).into());
+        at = (at + step + 1) % 3;
+    }
+    out
+}

@@ -1,0 +1,150 @@
+//! A discrete-event simulator: per-stage costs in, timeline and statistics out.
+//!
+//! Costs follow the notation of DeepSeek's DualPipe table: per stage, `F` is the forward, `B`
+//! the whole backward and `W` its weight-gradient part, so `BwdI` costs `B - W`, `BwdW` costs
+//! `W` and `Bwd` costs `B`. A fused action costs the sum of its tasks. A value that crosses
+//! actors arrives `latency` after its producing action ends.
+//!
+//! Statistics: the makespan; each actor's idle time (makespan minus busy time) and the bubble
+//! ratio (total idle over actors × makespan); each actor's peak live activations, counting a
+//! stage-microbatch live from the start of its forward to the end of its backward (the end of
+//! `BwdW` when split; releases at an instant count before acquisitions).
+
+use serde::Serialize;
+
+use crate::error::{CostError, SimulateError};
+use crate::schedule::Plan;
+use crate::task::{Action, Task, TaskKind};
+use crate::validate::{Index, Span, run};
+
+/// Per-stage task costs and the transfer latency.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Costs {
+    /// `F` per stage: the forward.
+    pub forward: Vec<f64>,
+    /// `B` per stage: the whole backward.
+    pub backward: Vec<f64>,
+    /// `W` per stage: the weight-gradient part of `B`.
+    pub weight: Vec<f64>,
+    /// Time for a value to go from one actor to another.
+    pub latency: f64,
+}
+
+impl Costs {
+    /// The same `F`, `B`, `W` for each of `stages` stages, and no transfer latency.
+    pub fn uniform(stages: u32, f: f64, b: f64, w: f64) -> Costs {
+        let n = stages as usize;
+        Costs { forward: vec![f; n], backward: vec![b; n], weight: vec![w; n], latency: 0.0 }
+    }
+
+    /// Parses `F,B,W` (or `F,B`, meaning `W = 0`) as uniform costs for `stages` stages.
+    pub fn parse(text: &str, stages: u32) -> Result<Costs, CostError> {
+        let parsed: Result<Vec<f64>, _> = text.split(',').map(|x| x.trim().parse::<f64>()).collect();
+        match parsed.as_deref() {
+            Ok([f, b]) => Ok(Costs::uniform(stages, *f, *b, 0.0)),
+            Ok([f, b, w]) => Ok(Costs::uniform(stages, *f, *b, *w)),
+            _ => Err(CostError::Parse(text.to_owned())),
+        }
+    }
+
+    /// With transfer latency `latency`.
+    pub fn with_latency(mut self, latency: f64) -> Costs {
+        self.latency = latency;
+        self
+    }
+
+    /// Checks lengths and signs against a plan of `stages` stages.
+    pub fn check(&self, stages: u32) -> Result<(), CostError> {
+        for (what, list) in [("F", &self.forward), ("B", &self.backward), ("W", &self.weight)] {
+            if list.len() != stages as usize {
+                return Err(CostError::Length { what, got: list.len(), stages });
+            }
+            if let Some((stage, &value)) = list.iter().enumerate().find(|(_, v)| !(v.is_finite() && **v >= 0.0)) {
+                return Err(CostError::Negative { what, stage: stage as u32, value });
+            }
+        }
+        if let Some(s) = (0..stages as usize).find(|&s| self.weight[s] > self.backward[s]) {
+            return Err(CostError::WeightExceedsBackward {
+                stage: s as u32,
+                b: self.backward[s],
+                w: self.weight[s],
+            });
+        }
+        if !(self.latency.is_finite() && self.latency >= 0.0) {
+            return Err(CostError::Latency(self.latency));
+        }
+        Ok(())
+    }
+
+    /// The cost of one task.
+    pub fn task(&self, task: &Task) -> f64 {
+        let s = task.stage as usize;
+        match task.kind {
+            TaskKind::Fwd => self.forward[s],
+            TaskKind::Bwd => self.backward[s],
+            TaskKind::BwdI => self.backward[s] - self.weight[s],
+            TaskKind::BwdW => self.weight[s],
+        }
+    }
+
+    /// The cost of one action: the sum of its tasks.
+    pub fn action(&self, action: &Action) -> f64 {
+        action.tasks().iter().map(|t| self.task(t)).sum()
+    }
+}
+
+/// The result of a simulation.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Simulation {
+    /// When the last action ends.
+    pub makespan: f64,
+    /// `spans[a][i]`: when actor `a`'s `i`-th action runs.
+    pub spans: Vec<Vec<Span>>,
+    /// Each actor's busy time.
+    pub busy: Vec<f64>,
+    /// Each actor's idle time within the makespan.
+    pub idle: Vec<f64>,
+    /// Total idle time over `actors × makespan`.
+    pub bubble_ratio: f64,
+    /// Each actor's peak number of live stage-microbatch activations.
+    pub peak_activations: Vec<u32>,
+}
+
+/// Validates `plan` and simulates it with `costs`.
+pub fn simulate(plan: &Plan, costs: &Costs) -> Result<Simulation, SimulateError> {
+    costs.check(plan.placement.num_stages())?;
+    let index = Index::build(plan)?;
+    let spans = run(plan, &index, |a| costs.action(a), costs.latency)?;
+    let makespan = spans.iter().flatten().map(|s| s.end).fold(0.0, f64::max);
+    let busy: Vec<f64> = plan
+        .actors
+        .iter()
+        .map(|list| list.iter().map(|a| costs.action(a)).sum())
+        .collect();
+    let idle: Vec<f64> = busy.iter().map(|b| makespan - b).collect();
+    let total = makespan * plan.actors.len() as f64;
+    let bubble_ratio = if total > 0.0 { idle.iter().sum::<f64>() / total } else { 0.0 };
+    let peak_activations = plan.actors.iter().zip(&spans).map(|(l, s)| peak_live(l, s)).collect();
+    Ok(Simulation { makespan, spans, busy, idle, bubble_ratio, peak_activations })
+}
+
+/// The peak number of stage-microbatches whose forward started and whose backward has not ended.
+fn peak_live(list: &[Action], spans: &[Span]) -> u32 {
+    let mut events: Vec<(f64, i32)> = Vec::new();
+    for (action, span) in list.iter().zip(spans) {
+        for task in action.tasks() {
+            match task.kind {
+                TaskKind::Fwd => events.push((span.start, 1)),
+                TaskKind::Bwd | TaskKind::BwdW => events.push((span.end, -1)),
+                TaskKind::BwdI => {}
+            }
+        }
+    }
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut live, mut peak) = (0_i32, 0_i32);
+    for (_, delta) in events {
+        live += delta;
+        peak = peak.max(live);
+    }
+    peak.max(0) as u32
+}
