@@ -82,6 +82,18 @@ impl PjrtExecutor {
             .map(|a| a.addressable_shards())
             .collect::<Result<Vec<_>, _>>()?;
         let devices = mesh.device_ids().len();
+        if let Some((k, shards)) = per_input
+            .iter()
+            .enumerate()
+            .find(|(_, shards)| shards.len() != devices)
+        {
+            return Err(format!(
+                "input {k} of program {program} has {} shards but group {} has {devices} devices",
+                shards.len(),
+                compiled.group
+            )
+            .into());
+        }
         let args: Vec<Vec<&Buffer>> = (0..devices)
             .map(|d| per_input.iter().map(|shards| &shards[d].buffer).collect())
             .collect();

@@ -48,6 +48,18 @@ pub enum PlanError {
     /// A task is in no group's order.
     #[error("task {0} ('{1}') is in no group's order")]
     Unscheduled(usize, String),
+    /// A value is placed on, or collected from, a group that does not exist.
+    #[error("value {value} is {what} group {group}, but the plan has {groups} groups")]
+    UnknownGroup {
+        /// The value.
+        value: ValueId,
+        /// `placed on` or `collected from`.
+        what: &'static str,
+        /// The group named.
+        group: usize,
+        /// The number of groups.
+        groups: usize,
+    },
     /// A value is produced twice.
     #[error("value {value} is produced by both '{first}' and '{second}'")]
     ProducedTwice {
@@ -89,6 +101,15 @@ impl<T> Plan<T> {
         }
         if let Some(task) = seen.iter().position(|s| !s) {
             return Err(PlanError::Unscheduled(task, self.tasks[task].name.clone()));
+        }
+        let groups = self.order.len();
+        if let Some(&(value, group)) = self.results.iter().find(|&&(_, g)| g >= groups) {
+            return Err(PlanError::UnknownGroup {
+                value,
+                what: "collected from",
+                group,
+                groups,
+            });
         }
         let mut producer: HashMap<ValueId, &str> = HashMap::new();
         for task in &self.tasks {

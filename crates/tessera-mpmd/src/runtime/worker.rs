@@ -136,9 +136,13 @@ pub fn run<T: Sync, V: Send>(
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..groups).map(|_| mpsc::channel()).unzip();
     let mut stores: Vec<HashMap<ValueId, V>> = (0..groups).map(|_| HashMap::new()).collect();
     for (value, group, v) in initial {
-        if let Some(store) = stores.get_mut(group) {
-            store.insert(value, v);
-        }
+        let store = stores.get_mut(group).ok_or(PlanError::UnknownGroup {
+            value,
+            what: "placed on",
+            group,
+            groups,
+        })?;
+        store.insert(value, v);
     }
     let shared = Shared {
         plan,
