@@ -37,7 +37,12 @@
 //!   github.com/deepseek-ai/DualPipe): bubble `(PP/2-1)(F&B+B-3W)` for `PP = 2D` stages and
 //!   `PP+1` live activations per device, in units of a `PP`-stage model's stage; with this
 //!   crate's half-size stages and non-overlapped `F&B = F+B`, `D` devices: bubble
-//!   `(D-1)(F+2B-3W)` and peak `2D+1` stage-microbatches.
+//!   `(D-1)(F+2B-3W)` and peak `2D+1` stage-microbatches. The bubble is exact when a forward
+//!   takes as long as an input-gradient backward (`F = B-W`, as in the table's figure); other
+//!   cost ratios shift it slightly either way.
+//!
+//! With a transfer latency `L` the schedules above pay `L` on every hop of their critical path;
+//! the simulator models that, the formulas do not.
 
 pub mod builtins;
 pub mod error;

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use super::ascii::num;
 use super::needs_stage;
 use crate::schedule::Plan;
-use crate::simulate::Simulation;
+use crate::simulate::{Costs, Simulation};
 use crate::task::{Task, TaskKind};
 use crate::validate::Span;
 
@@ -70,7 +70,7 @@ impl Frame {
 }
 
 /// The timeline of `plan` as simulated in `sim`, as a standalone SVG document.
-pub fn svg(plan: &Plan, sim: &Simulation) -> String {
+pub fn svg(plan: &Plan, costs: &Costs, sim: &Simulation) -> String {
     let frame = Frame::new(plan, sim);
     let height = frame.rows_bottom + 100.0;
     let mut out = String::new();
@@ -83,7 +83,7 @@ pub fn svg(plan: &Plan, sim: &Simulation) -> String {
     title(&mut out, plan, sim);
     axis(&mut out, &frame, sim.makespan);
     for a in 0..plan.actors.len() {
-        row(&mut out, &frame, plan, sim, a);
+        row(&mut out, &frame, plan, costs, sim, a);
     }
     legend(&mut out, &frame, plan);
     out.push_str("</svg>\n");
@@ -143,7 +143,7 @@ fn axis(out: &mut String, frame: &Frame, makespan: f64) {
     );
 }
 
-fn row(out: &mut String, frame: &Frame, plan: &Plan, sim: &Simulation, a: usize) {
+fn row(out: &mut String, frame: &Frame, plan: &Plan, costs: &Costs, sim: &Simulation, a: usize) {
     let y = frame.y(a);
     let stages = plan.placement.stages_of(a as u32);
     let names: Vec<String> = stages.iter().map(|s| format!("s{s}")).collect();
@@ -156,11 +156,12 @@ fn row(out: &mut String, frame: &Frame, plan: &Plan, sim: &Simulation, a: usize)
     );
     let with_stage = needs_stage(plan);
     for (action, span) in plan.actors[a].iter().zip(&sim.spans[a]) {
-        let total: f64 = action.tasks().len() as f64;
+        let total = costs.action(action);
         let mut t0 = span.start;
         let dur = span.end - span.start;
         for task in action.tasks() {
-            let part = Span { start: t0, end: t0 + dur / total };
+            let share = if total > 0.0 { costs.task(task) / total } else { 0.0 };
+            let part = Span { start: t0, end: t0 + dur * share };
             let local = stages.iter().position(|&s| s == task.stage).unwrap_or(0);
             task_box(out, frame, y, part, task, fill(task.kind, local, stages.len()), with_stage);
             t0 = part.end;

@@ -1,0 +1,125 @@
+//! The simulator against the published bubble and memory formulas (zero transfer latency,
+//! `p` actors, `m ≥ p` microbatches). Sources are listed in the crate docs.
+
+use tessera_schedule::{Costs, Plan, Registry, ScheduleParams, Simulation, simulate};
+
+fn run(name: &str, stages: u32, mpmd_dim: u32, m: u32, (f, b, w): (f64, f64, f64)) -> (Plan, Simulation) {
+    let schedule = Registry::with_builtins()
+        .create(name, ScheduleParams { stages, mpmd_dim })
+        .expect("parameters accepted");
+    let plan = schedule.plan(m).expect("microbatches accepted");
+    let sim = simulate(&plan, &Costs::uniform(stages, f, b, w)).expect("valid schedule");
+    (plan, sim)
+}
+
+/// Every actor idles exactly `bubble`.
+fn assert_bubble(sim: &Simulation, bubble: f64, context: &str) {
+    for (a, idle) in sim.idle.iter().enumerate() {
+        assert!((idle - bubble).abs() < 1e-9, "{context}: actor {a} idles {idle}, expected {bubble}");
+    }
+}
+
+const COSTS: [(f64, f64, f64); 3] = [(1.0, 2.0, 1.0), (1.0, 1.0, 0.5), (2.0, 3.0, 1.0)];
+
+#[test]
+fn gpipe_bubble_and_memory() {
+    for p in 1..=6 {
+        for m in p..=2 * p + 3 {
+            for (f, b, w) in COSTS {
+                let ctx = format!("gpipe p={p} m={m}");
+                let (_, sim) = run("gpipe", p, p, m, (f, b, w));
+                assert_bubble(&sim, f64::from(p - 1) * (f + b), &ctx);
+                assert_eq!(sim.makespan, f64::from(m + p - 1) * (f + b), "{ctx}");
+                assert_eq!(sim.peak_activations[0], m, "{ctx}");
+            }
+        }
+    }
+}
+
+#[test]
+fn one_f_one_b_bubble_and_memory() {
+    for p in 1..=6 {
+        for m in p..=2 * p + 3 {
+            for (f, b, w) in COSTS {
+                let ctx = format!("1f1b p={p} m={m}");
+                let (_, sim) = run("1f1b", p, p, m, (f, b, w));
+                assert_bubble(&sim, f64::from(p - 1) * (f + b), &ctx);
+                assert_eq!(sim.makespan, f64::from(m + p - 1) * (f + b), "{ctx}");
+                assert_eq!(sim.peak_activations[0], p, "{ctx}");
+                assert_eq!(sim.peak_activations, (1..=p).rev().collect::<Vec<_>>(), "{ctx}");
+            }
+        }
+    }
+}
+
+#[test]
+fn interleaved_bubble_is_a_vth() {
+    for p in 1..=4 {
+        for v in 1..=3 {
+            for rounds in 1..=3 {
+                let m = rounds * p;
+                for (f, b, w) in COSTS {
+                    let ctx = format!("interleaved p={p} v={v} m={m}");
+                    let bubble = f64::from(p - 1) * (f + b);
+                    for name in ["interleaved-1f1b", "interleaved-1f1b-fused"] {
+                        let (_, sim) = run(name, v * p, p, m, (f, b, w));
+                        assert_bubble(&sim, bubble, &ctx);
+                        assert_eq!(sim.makespan, f64::from(v * m) * (f + b) + bubble, "{ctx}");
+                    }
+                    // The same work on p stages (each v times as costly) idles v times longer.
+                    let (_, flat) = run("1f1b", p, p, m, (f64::from(v) * f, f64::from(v) * b, 0.0));
+                    assert_bubble(&flat, f64::from(v) * bubble, &ctx);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn zero_bubble_h1() {
+    for p in 1..=6 {
+        for m in p..=2 * p + 3 {
+            for (f, b, w) in [(1.0, 2.0, 1.0), (2.0, 4.0, 2.0), (1.0, 3.0, 1.0)] {
+                let ctx = format!("zero-bubble p={p} m={m} F={f} B={b} W={w}");
+                let (_, sim) = run("zero-bubble", p, p, m, (f, b, w));
+                assert_bubble(&sim, f64::from(p - 1) * (f + b - 2.0 * w), &ctx);
+                assert_eq!(sim.peak_activations[0], p, "{ctx}: 1F1B's peak memory");
+                assert!(sim.peak_activations.iter().all(|&a| a <= p), "{ctx}");
+            }
+        }
+    }
+}
+
+#[test]
+fn dualpipev_bubble_and_memory() {
+    // DualPipe's table: bubble (PP/2-1)(F&B+B-3W) with PP = 2D stages, F&B = F+B here, and
+    // PP+1 activations of a PP-stage model's stage per device, i.e. 2D+1 of our half stages.
+    // The table's figure has a forward as long as an input-gradient backward (F = B-W); the
+    // bubble formula is exact there.
+    for d in 1..=6 {
+        for m in 2 * d..=2 * d + 6 {
+            for (f, b, w) in [(1.0, 2.0, 1.0), (2.0, 3.0, 1.0), (2.0, 4.0, 2.0), (1.5, 2.5, 1.0)] {
+                let ctx = format!("dualpipev D={d} m={m} F={f} B={b} W={w}");
+                let (_, sim) = run("dualpipev", 2 * d, d, m, (f, b, w));
+                let bubble = f64::from(d - 1) * (f + b + b - 3.0 * w);
+                assert_bubble(&sim, bubble, &ctx);
+                assert_eq!(sim.makespan, f64::from(2 * m) * (f + b) + bubble, "{ctx}");
+                assert!(sim.peak_activations.iter().all(|&a| a <= 2 * d + 1), "{ctx}: {:?}", sim.peak_activations);
+                assert_eq!(sim.peak_activations[0], 2 * d + 1, "{ctx}");
+            }
+        }
+    }
+}
+
+#[test]
+fn latency_delays_every_hop() {
+    // One microbatch goes down p actors and back up: 2(p-1) hops of latency L.
+    for p in 1..=5 {
+        let plan = Registry::with_builtins()
+            .create("1f1b", ScheduleParams { stages: p, mpmd_dim: p })
+            .and_then(|s| s.plan(1))
+            .expect("accepted");
+        let sim = simulate(&plan, &Costs::uniform(p, 1.0, 2.0, 0.0).with_latency(0.5)).expect("valid");
+        assert_eq!(sim.makespan, f64::from(p) * 3.0 + f64::from(2 * (p - 1)) * 0.5, "p={p}");
+    }
+}
