@@ -2,7 +2,7 @@
 //! the oracle runners), ending with one `N passed, M failed` line summed over all test binaries.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{ExitCode, Stdio};
 
 use anyhow::Context;
 
@@ -46,10 +46,8 @@ pub fn run(extra: &[String]) -> anyhow::Result<ExitCode> {
     step("test: building the tessera binary (the CLI tests run it)");
     cmd::cargo(&["build", "--package", "tessera"])?;
     step("test: cargo test --workspace --no-fail-fast");
-    let mut child = Command::new(cmd::cargo_bin())
-        .args(["test", "--workspace", "--no-fail-fast"])
+    let mut child = cmd::cargo_command(&["test", "--workspace", "--no-fail-fast"])
         .args(extra)
-        .current_dir(cmd::workspace_root())
         .stdout(Stdio::piped())
         .spawn()
         .context("could not start cargo test")?;
