@@ -20,9 +20,18 @@ pub fn workspace_root() -> PathBuf {
 
 /// Runs `cargo ARGS` in the workspace root, failing if it fails.
 pub fn cargo(args: &[&str]) -> anyhow::Result<()> {
-    run(Command::new(cargo_bin())
-        .args(args)
-        .current_dir(workspace_root()))
+    run(&mut cargo_command(args))
+}
+
+/// `cargo ARGS` in the workspace root. XLA's informational log lines are quieted
+/// (`TF_CPP_MIN_LOG_LEVEL=1`) unless the caller set that variable.
+pub fn cargo_command(args: &[&str]) -> Command {
+    let mut command = Command::new(cargo_bin());
+    command.args(args).current_dir(workspace_root());
+    if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
+        command.env("TF_CPP_MIN_LOG_LEVEL", "1");
+    }
+    command
 }
 
 /// The cargo that runs this xtask.
