@@ -113,7 +113,9 @@ impl std::fmt::Display for Position {
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum ValidationError {
     /// The plan has a different number of task lists than its placement has actors.
-    #[error("the plan has {lists} task lists but its placement has {actors} actors; give one list per actor")]
+    #[error(
+        "the plan has {lists} task lists but its placement has {actors} actors; give one list per actor"
+    )]
     ActorCount {
         /// Task lists given.
         lists: usize,
@@ -149,7 +151,9 @@ pub enum ValidationError {
         expected: ActorId,
     },
     /// The same work appears twice (a `Bwd` covers both `BwdI` and `BwdW`).
-    #[error("{task} at {at} repeats work already done by {first} at {first_at}; every task must appear exactly once")]
+    #[error(
+        "{task} at {at} repeats work already done by {first} at {first_at}; every task must appear exactly once"
+    )]
     Duplicate {
         /// The second occurrence.
         task: Task,
@@ -173,7 +177,9 @@ pub enum ValidationError {
         hint: String,
     },
     /// Inside a fused action, a task comes before one it depends on.
-    #[error("{at}: in {action}, {task} needs {needs}, which comes later in the same fused action; reorder the fused tasks")]
+    #[error(
+        "{at}: in {action}, {task} needs {needs}, which comes later in the same fused action; reorder the fused tasks"
+    )]
     FusedOrder {
         /// Where.
         at: Position,
@@ -215,7 +221,9 @@ fn format_blocked(blocked: &[Blocked]) -> String {
 #[derive(Clone, Debug, PartialEq, Error)]
 pub enum CostError {
     /// A per-stage list has the wrong length.
-    #[error("costs: {what} has {got} entries but the schedule has {stages} stages; give one per stage")]
+    #[error(
+        "costs: {what} has {got} entries but the schedule has {stages} stages; give one per stage"
+    )]
     Length {
         /// Which list.
         what: &'static str,
@@ -235,7 +243,9 @@ pub enum CostError {
         value: f64,
     },
     /// The weight-gradient part is larger than the whole backward.
-    #[error("costs: W = {w} exceeds B = {b} for stage {stage}; W is the weight-gradient part of B, so W ≤ B")]
+    #[error(
+        "costs: W = {w} exceeds B = {b} for stage {stage}; W is the weight-gradient part of B, so W ≤ B"
+    )]
     WeightExceedsBackward {
         /// The stage.
         stage: StageId,

@@ -53,7 +53,9 @@ pub mod simulate;
 pub mod task;
 pub mod validate;
 
-pub use builtins::{DualPipeV, Eager1F1B, GPipe, Interleaved1F1B, InterleavedGPipe, Std1F1B, ZeroBubble};
+pub use builtins::{
+    DualPipeV, Eager1F1B, GPipe, Interleaved1F1B, InterleavedGPipe, Std1F1B, ZeroBubble,
+};
 pub use error::{CostError, ScheduleError, SimulateError, ValidationError};
 pub use placement::Placement;
 pub use schedule::{Plan, Registry, Schedule, ScheduleParams};

@@ -20,13 +20,19 @@ pub struct Placement {
 impl Placement {
     /// One stage per actor: stage `s` runs on actor `s`.
     pub fn plain(stages: u32) -> Placement {
-        Placement { num_actors: stages, actor_of_stage: (0..stages).collect() }
+        Placement {
+            num_actors: stages,
+            actor_of_stage: (0..stages).collect(),
+        }
     }
 
     /// Stage `s` runs on actor `s mod actors`; `stages` must be a multiple of `actors`.
     pub fn round_robin(stages: u32, actors: u32) -> Result<Placement, ScheduleError> {
         check_multiple(stages, actors)?;
-        Ok(Placement { num_actors: actors, actor_of_stage: (0..stages).map(|s| s % actors).collect() })
+        Ok(Placement {
+            num_actors: actors,
+            actor_of_stage: (0..stages).map(|s| s % actors).collect(),
+        })
     }
 
     /// V shape: the stages go down actors `0..D`, then back up `D-1..0`, then down again…
@@ -37,7 +43,10 @@ impl Placement {
             let (leg, r) = (s / actors, s % actors);
             if leg % 2 == 0 { r } else { actors - 1 - r }
         };
-        Ok(Placement { num_actors: actors, actor_of_stage: (0..stages).map(actor).collect() })
+        Ok(Placement {
+            num_actors: actors,
+            actor_of_stage: (0..stages).map(actor).collect(),
+        })
     }
 
     /// Any table: `actor_of_stage[s]` runs stage `s`. Every actor below the largest one used
@@ -45,12 +54,17 @@ impl Placement {
     pub fn from_table(actor_of_stage: Vec<ActorId>) -> Result<Placement, ScheduleError> {
         let num_actors = actor_of_stage.iter().max().map_or(0, |&a| a + 1);
         if actor_of_stage.is_empty() {
-            return Err(ScheduleError::NoStages { schedule: "placement".into() });
+            return Err(ScheduleError::NoStages {
+                schedule: "placement".into(),
+            });
         }
         if let Some(idle) = (0..num_actors).find(|a| !actor_of_stage.contains(a)) {
             return Err(ScheduleError::ActorWithoutStage { actor: idle });
         }
-        Ok(Placement { num_actors, actor_of_stage })
+        Ok(Placement {
+            num_actors,
+            actor_of_stage,
+        })
     }
 
     /// The number of actors (MPMD groups).
@@ -70,21 +84,31 @@ impl Placement {
 
     /// The stages `actor` runs, in increasing order.
     pub fn stages_of(&self, actor: ActorId) -> Vec<StageId> {
-        (0..self.num_stages()).filter(|&s| self.actor_of_stage[s as usize] == actor).collect()
+        (0..self.num_stages())
+            .filter(|&s| self.actor_of_stage[s as usize] == actor)
+            .collect()
     }
 
     /// The most stages any actor runs (`v` in the interleaved schedules).
     pub fn max_stages_per_actor(&self) -> u32 {
-        (0..self.num_actors).map(|a| self.stages_of(a).len() as u32).max().unwrap_or(0)
+        (0..self.num_actors)
+            .map(|a| self.stages_of(a).len() as u32)
+            .max()
+            .unwrap_or(0)
     }
 }
 
 fn check_multiple(stages: u32, actors: u32) -> Result<(), ScheduleError> {
     if stages == 0 {
-        return Err(ScheduleError::NoStages { schedule: "placement".into() });
+        return Err(ScheduleError::NoStages {
+            schedule: "placement".into(),
+        });
     }
-    if actors == 0 || stages % actors != 0 {
-        return Err(ScheduleError::StagesNotMultiple { stages, mpmd_dim: actors });
+    if actors == 0 || !stages.is_multiple_of(actors) {
+        return Err(ScheduleError::StagesNotMultiple {
+            stages,
+            mpmd_dim: actors,
+        });
     }
     Ok(())
 }
@@ -108,7 +132,10 @@ mod tests {
     fn errors() {
         assert!(matches!(
             Placement::round_robin(6, 4),
-            Err(ScheduleError::StagesNotMultiple { stages: 6, mpmd_dim: 4 })
+            Err(ScheduleError::StagesNotMultiple {
+                stages: 6,
+                mpmd_dim: 4
+            })
         ));
         assert!(matches!(
             Placement::from_table(vec![0, 2]),

@@ -81,7 +81,8 @@ pub struct ScheduleParams {
 }
 
 /// Makes a schedule from parameters.
-pub type Constructor = Box<dyn Fn(ScheduleParams) -> Result<Box<dyn Schedule>, ScheduleError> + Send + Sync>;
+pub type Constructor =
+    Box<dyn Fn(ScheduleParams) -> Result<Box<dyn Schedule>, ScheduleError> + Send + Sync>;
 
 struct Entry {
     about: String,
@@ -96,7 +97,9 @@ pub struct Registry {
 impl Registry {
     /// An empty registry.
     pub fn empty() -> Registry {
-        Registry { entries: BTreeMap::new() }
+        Registry {
+            entries: BTreeMap::new(),
+        }
     }
 
     /// The built-in schedules under their command-line names.
@@ -111,13 +114,26 @@ impl Registry {
         &mut self,
         name: &str,
         about: &str,
-        make: impl Fn(ScheduleParams) -> Result<Box<dyn Schedule>, ScheduleError> + Send + Sync + 'static,
+        make: impl Fn(ScheduleParams) -> Result<Box<dyn Schedule>, ScheduleError>
+        + Send
+        + Sync
+        + 'static,
     ) {
-        self.entries.insert(name.to_owned(), Entry { about: about.to_owned(), make: Box::new(make) });
+        self.entries.insert(
+            name.to_owned(),
+            Entry {
+                about: about.to_owned(),
+                make: Box::new(make),
+            },
+        );
     }
 
     /// Makes the schedule registered as `name`.
-    pub fn create(&self, name: &str, params: ScheduleParams) -> Result<Box<dyn Schedule>, ScheduleError> {
+    pub fn create(
+        &self,
+        name: &str,
+        params: ScheduleParams,
+    ) -> Result<Box<dyn Schedule>, ScheduleError> {
         match self.entries.get(name) {
             Some(entry) => (entry.make)(params),
             None => Err(ScheduleError::UnknownSchedule {
@@ -134,7 +150,10 @@ impl Registry {
 
     /// `(name, description)` pairs, sorted by name.
     pub fn describe(&self) -> Vec<(String, String)> {
-        self.entries.iter().map(|(name, e)| (name.clone(), e.about.clone())).collect()
+        self.entries
+            .iter()
+            .map(|(name, e)| (name.clone(), e.about.clone()))
+            .collect()
     }
 }
 

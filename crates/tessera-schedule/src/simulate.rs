@@ -34,12 +34,18 @@ impl Costs {
     /// The same `F`, `B`, `W` for each of `stages` stages, and no transfer latency.
     pub fn uniform(stages: u32, f: f64, b: f64, w: f64) -> Costs {
         let n = stages as usize;
-        Costs { forward: vec![f; n], backward: vec![b; n], weight: vec![w; n], latency: 0.0 }
+        Costs {
+            forward: vec![f; n],
+            backward: vec![b; n],
+            weight: vec![w; n],
+            latency: 0.0,
+        }
     }
 
     /// Parses `F,B,W` (or `F,B`, meaning `W = 0`) as uniform costs for `stages` stages.
     pub fn parse(text: &str, stages: u32) -> Result<Costs, CostError> {
-        let parsed: Result<Vec<f64>, _> = text.split(',').map(|x| x.trim().parse::<f64>()).collect();
+        let parsed: Result<Vec<f64>, _> =
+            text.split(',').map(|x| x.trim().parse::<f64>()).collect();
         match parsed.as_deref() {
             Ok([f, b]) => Ok(Costs::uniform(stages, *f, *b, 0.0)),
             Ok([f, b, w]) => Ok(Costs::uniform(stages, *f, *b, *w)),
@@ -55,12 +61,28 @@ impl Costs {
 
     /// Checks lengths and signs against a plan of `stages` stages.
     pub fn check(&self, stages: u32) -> Result<(), CostError> {
-        for (what, list) in [("F", &self.forward), ("B", &self.backward), ("W", &self.weight)] {
+        for (what, list) in [
+            ("F", &self.forward),
+            ("B", &self.backward),
+            ("W", &self.weight),
+        ] {
             if list.len() != stages as usize {
-                return Err(CostError::Length { what, got: list.len(), stages });
+                return Err(CostError::Length {
+                    what,
+                    got: list.len(),
+                    stages,
+                });
             }
-            if let Some((stage, &value)) = list.iter().enumerate().find(|(_, v)| !(v.is_finite() && **v >= 0.0)) {
-                return Err(CostError::Negative { what, stage: stage as u32, value });
+            if let Some((stage, &value)) = list
+                .iter()
+                .enumerate()
+                .find(|(_, v)| !(v.is_finite() && **v >= 0.0))
+            {
+                return Err(CostError::Negative {
+                    what,
+                    stage: stage as u32,
+                    value,
+                });
             }
         }
         if let Some(s) = (0..stages as usize).find(|&s| self.weight[s] > self.backward[s]) {
@@ -123,9 +145,25 @@ pub fn simulate(plan: &Plan, costs: &Costs) -> Result<Simulation, SimulateError>
         .collect();
     let idle: Vec<f64> = busy.iter().map(|b| makespan - b).collect();
     let total = makespan * plan.actors.len() as f64;
-    let bubble_ratio = if total > 0.0 { idle.iter().sum::<f64>() / total } else { 0.0 };
-    let peak_activations = plan.actors.iter().zip(&spans).map(|(l, s)| peak_live(l, s)).collect();
-    Ok(Simulation { makespan, spans, busy, idle, bubble_ratio, peak_activations })
+    let bubble_ratio = if total > 0.0 {
+        idle.iter().sum::<f64>() / total
+    } else {
+        0.0
+    };
+    let peak_activations = plan
+        .actors
+        .iter()
+        .zip(&spans)
+        .map(|(l, s)| peak_live(l, s))
+        .collect();
+    Ok(Simulation {
+        makespan,
+        spans,
+        busy,
+        idle,
+        bubble_ratio,
+        peak_activations,
+    })
 }
 
 /// The peak number of stage-microbatches whose forward started and whose backward has not ended.

@@ -101,22 +101,38 @@ pub struct Task {
 impl Task {
     /// The forward of `stage` on microbatch `mb`.
     pub fn fwd(stage: StageId, mb: Microbatch) -> Task {
-        Task { kind: TaskKind::Fwd, stage, mb }
+        Task {
+            kind: TaskKind::Fwd,
+            stage,
+            mb,
+        }
     }
 
     /// The whole backward of `stage` on microbatch `mb`.
     pub fn bwd(stage: StageId, mb: Microbatch) -> Task {
-        Task { kind: TaskKind::Bwd, stage, mb }
+        Task {
+            kind: TaskKind::Bwd,
+            stage,
+            mb,
+        }
     }
 
     /// The input-gradient backward of `stage` on microbatch `mb`.
     pub fn bwd_i(stage: StageId, mb: Microbatch) -> Task {
-        Task { kind: TaskKind::BwdI, stage, mb }
+        Task {
+            kind: TaskKind::BwdI,
+            stage,
+            mb,
+        }
     }
 
     /// The weight-gradient backward of `stage` on microbatch `mb`.
     pub fn bwd_w(stage: StageId, mb: Microbatch) -> Task {
-        Task { kind: TaskKind::BwdW, stage, mb }
+        Task {
+            kind: TaskKind::BwdW,
+            stage,
+            mb,
+        }
     }
 }
 

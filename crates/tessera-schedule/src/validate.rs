@@ -43,21 +43,37 @@ impl Index {
     pub(crate) fn build(plan: &Plan) -> Result<Index, ValidationError> {
         let actors = plan.placement.num_actors();
         if plan.actors.len() != actors as usize {
-            return Err(ValidationError::ActorCount { lists: plan.actors.len(), actors });
+            return Err(ValidationError::ActorCount {
+                lists: plan.actors.len(),
+                actors,
+            });
         }
         let (stages, microbatches) = (plan.placement.num_stages(), plan.num_microbatches);
         let slots = (stages as usize) * (microbatches as usize) * Part::COUNT;
-        let mut index = Index { stages, microbatches, locs: vec![None; slots] };
+        let mut index = Index {
+            stages,
+            microbatches,
+            locs: vec![None; slots],
+        };
         for (a, list) in plan.actors.iter().enumerate() {
             for (i, action) in list.iter().enumerate() {
-                let at = Position { actor: a as ActorId, index: i };
+                let at = Position {
+                    actor: a as ActorId,
+                    index: i,
+                };
                 index.add_action(plan, at, action)?;
             }
         }
         index.check_complete()?;
         for (a, list) in plan.actors.iter().enumerate() {
             for (i, action) in list.iter().enumerate() {
-                index.check_fused_order(Position { actor: a as ActorId, index: i }, action)?;
+                index.check_fused_order(
+                    Position {
+                        actor: a as ActorId,
+                        index: i,
+                    },
+                    action,
+                )?;
             }
         }
         Ok(index)
@@ -72,14 +88,24 @@ impl Index {
         self.locs[self.slot(stage, mb, part)].expect("a built index is complete")
     }
 
-    fn add_action(&mut self, plan: &Plan, at: Position, action: &Action) -> Result<(), ValidationError> {
+    fn add_action(
+        &mut self,
+        plan: &Plan,
+        at: Position,
+        action: &Action,
+    ) -> Result<(), ValidationError> {
         if action.tasks().is_empty() {
             return Err(ValidationError::EmptyAction { at });
         }
         for (slot, &task) in action.tasks().iter().enumerate() {
             if task.stage >= self.stages || task.mb >= self.microbatches {
                 let (stages, microbatches) = (self.stages, self.microbatches);
-                return Err(ValidationError::OutOfRange { at, task, stages, microbatches });
+                return Err(ValidationError::OutOfRange {
+                    at,
+                    task,
+                    stages,
+                    microbatches,
+                });
             }
             let expected = plan.placement.actor(task.stage).expect("stage is in range");
             if expected != at.actor {
@@ -88,7 +114,12 @@ impl Index {
             for &part in task.kind.parts() {
                 let s = self.slot(task.stage, task.mb, part);
                 if let Some(first) = self.locs[s] {
-                    return Err(ValidationError::Duplicate { task, at, first: first.task, first_at: first.at });
+                    return Err(ValidationError::Duplicate {
+                        task,
+                        at,
+                        first: first.task,
+                        first_at: first.at,
+                    });
                 }
                 self.locs[s] = Some(Loc { at, slot, task });
             }
@@ -101,11 +132,24 @@ impl Index {
             for mb in 0..self.microbatches {
                 for (part, what, hint) in [
                     (Part::F, "forward", format!("{}", Task::fwd(stage, mb))),
-                    (Part::I, "input gradient", format!("{} or {}", Task::bwd(stage, mb), Task::bwd_i(stage, mb))),
-                    (Part::W, "weight gradient", format!("{} or {}", Task::bwd(stage, mb), Task::bwd_w(stage, mb))),
+                    (
+                        Part::I,
+                        "input gradient",
+                        format!("{} or {}", Task::bwd(stage, mb), Task::bwd_i(stage, mb)),
+                    ),
+                    (
+                        Part::W,
+                        "weight gradient",
+                        format!("{} or {}", Task::bwd(stage, mb), Task::bwd_w(stage, mb)),
+                    ),
                 ] {
                     if self.locs[self.slot(stage, mb, part)].is_none() {
-                        return Err(ValidationError::Missing { what, stage, mb, hint });
+                        return Err(ValidationError::Missing {
+                            what,
+                            stage,
+                            mb,
+                            hint,
+                        });
                     }
                 }
             }
@@ -119,7 +163,12 @@ impl Index {
                 let loc = self.loc(stage, mb, part);
                 if loc.at == at && loc.slot >= slot {
                     let needs = loc.task.to_string();
-                    return Err(ValidationError::FusedOrder { at, action: action.clone(), task: *task, needs });
+                    return Err(ValidationError::FusedOrder {
+                        at,
+                        action: action.clone(),
+                        task: *task,
+                        needs,
+                    });
                 }
             }
         }
@@ -132,7 +181,10 @@ pub(crate) fn deps(task: &Task, stages: u32) -> impl Iterator<Item = (StageId, u
     let (s, mb) = (task.stage, task.mb);
     let (a, b) = match task.kind {
         TaskKind::Fwd => ((s > 0).then(|| (s - 1, mb, Part::F)), None),
-        TaskKind::Bwd | TaskKind::BwdI => (Some((s, mb, Part::F)), (s + 1 < stages).then_some((s + 1, mb, Part::I))),
+        TaskKind::Bwd | TaskKind::BwdI => (
+            Some((s, mb, Part::F)),
+            (s + 1 < stages).then_some((s + 1, mb, Part::I)),
+        ),
         TaskKind::BwdW => (Some((s, mb, Part::I)), None),
     };
     a.into_iter().chain(b)
@@ -158,14 +210,21 @@ pub(crate) fn run(
 ) -> Result<Vec<Vec<Span>>, ValidationError> {
     let stages = index.stages;
     let mut done: Vec<Option<f64>> = vec![None; index.locs.len()];
-    let mut spans: Vec<Vec<Span>> = plan.actors.iter().map(|l| Vec::with_capacity(l.len())).collect();
+    let mut spans: Vec<Vec<Span>> = plan
+        .actors
+        .iter()
+        .map(|l| Vec::with_capacity(l.len()))
+        .collect();
     let mut free = vec![0.0_f64; plan.actors.len()];
     let mut progressed = true;
     while progressed {
         progressed = false;
         for (a, list) in plan.actors.iter().enumerate() {
             while let Some(action) = list.get(spans[a].len()) {
-                let at = Position { actor: a as ActorId, index: spans[a].len() };
+                let at = Position {
+                    actor: a as ActorId,
+                    index: spans[a].len(),
+                };
                 if !action.tasks().iter().all(|t| ready(t, at, index, &done)) {
                     break;
                 }
@@ -173,7 +232,11 @@ pub(crate) fn run(
                 for (stage, mb, part) in action.tasks().iter().flat_map(|t| deps(t, stages)) {
                     let loc = index.loc(stage, mb, part);
                     if let (false, Some(end)) = (loc.at == at, done[index.slot(stage, mb, part)]) {
-                        let hop = if loc.at.actor == at.actor { 0.0 } else { latency };
+                        let hop = if loc.at.actor == at.actor {
+                            0.0
+                        } else {
+                            latency
+                        };
                         start = start.max(end + hop);
                     }
                 }
@@ -190,29 +253,45 @@ pub(crate) fn run(
         }
     }
     let blocked = blocked(plan, index, &spans, &done);
-    if blocked.is_empty() { Ok(spans) } else { Err(ValidationError::Deadlock { blocked }) }
+    if blocked.is_empty() {
+        Ok(spans)
+    } else {
+        Err(ValidationError::Deadlock { blocked })
+    }
 }
 
 fn ready(task: &Task, at: Position, index: &Index, done: &[Option<f64>]) -> bool {
-    deps(task, index.stages).all(|(s, mb, p)| index.loc(s, mb, p).at == at || done[index.slot(s, mb, p)].is_some())
+    deps(task, index.stages)
+        .all(|(s, mb, p)| index.loc(s, mb, p).at == at || done[index.slot(s, mb, p)].is_some())
 }
 
 fn blocked(plan: &Plan, index: &Index, spans: &[Vec<Span>], done: &[Option<f64>]) -> Vec<Blocked> {
     let mut out = Vec::new();
     for (a, list) in plan.actors.iter().enumerate() {
-        let Some(action) = list.get(spans[a].len()) else { continue };
-        let at = Position { actor: a as ActorId, index: spans[a].len() };
+        let Some(action) = list.get(spans[a].len()) else {
+            continue;
+        };
+        let at = Position {
+            actor: a as ActorId,
+            index: spans[a].len(),
+        };
         let waits_for = action
             .tasks()
             .iter()
             .flat_map(|t| deps(t, index.stages))
-            .find(|&(s, mb, p)| index.loc(s, mb, p).at != at && done[index.slot(s, mb, p)].is_none())
+            .find(|&(s, mb, p)| {
+                index.loc(s, mb, p).at != at && done[index.slot(s, mb, p)].is_none()
+            })
             .map(|(s, mb, p)| {
                 let loc = index.loc(s, mb, p);
                 format!("{} at {}", loc.task, loc.at)
             })
             .unwrap_or_default();
-        out.push(Blocked { at, action: action.clone(), waits_for });
+        out.push(Blocked {
+            at,
+            action: action.clone(),
+            waits_for,
+        });
     }
     out
 }
@@ -253,9 +332,19 @@ pub fn transfers(plan: &Plan) -> Result<Vec<Transfer>, ValidationError> {
             for (s, mb, part) in deps(consumer, index.stages) {
                 let loc = index.loc(s, mb, part);
                 if loc.at.actor != a as ActorId {
-                    let payload = if part == Part::F { Payload::Activation } else { Payload::Gradient };
+                    let payload = if part == Part::F {
+                        Payload::Activation
+                    } else {
+                        Payload::Gradient
+                    };
                     let (from, to, producer) = (loc.at.actor, a as ActorId, loc.task);
-                    out.push(Transfer { from, to, payload, producer, consumer: *consumer });
+                    out.push(Transfer {
+                        from,
+                        to,
+                        payload,
+                        producer,
+                        consumer: *consumer,
+                    });
                 }
             }
         }

@@ -4,19 +4,36 @@
 use expect_test::{Expect, expect};
 use tessera_schedule::{Costs, Registry, ScheduleParams, render, simulate};
 
-fn check(name: &str, stages: u32, mpmd_dim: u32, m: u32, (f, b, w): (f64, f64, f64), expect: Expect) {
+fn check(
+    name: &str,
+    stages: u32,
+    mpmd_dim: u32,
+    m: u32,
+    (f, b, w): (f64, f64, f64),
+    expect: Expect,
+) {
     let plan = Registry::with_builtins()
         .create(name, ScheduleParams { stages, mpmd_dim })
         .and_then(|s| s.plan(m))
         .expect("parameters accepted");
     let sim = simulate(&plan, &Costs::uniform(stages, f, b, w)).expect("valid");
-    let text = format!("{}{}", render::ascii(&plan, &sim), render::stats(&plan, &sim));
+    let text = format!(
+        "{}{}",
+        render::ascii(&plan, &sim),
+        render::stats(&plan, &sim)
+    );
     expect.assert_eq(&text);
 }
 
 #[test]
 fn gpipe() {
-    check("gpipe", 3, 3, 4, (1.0, 2.0, 0.0), expect![[r#"
+    check(
+        "gpipe",
+        3,
+        3,
+        4,
+        (1.0, 2.0, 0.0),
+        expect![[r#"
         time    0              5              10             15
         actor 0 F0 F1 F2 F3 ..................B0    B1    B2    B3
         actor 1 ...F0 F1 F2 F3 .........B0    B1    B2    B3    ......
@@ -26,12 +43,19 @@ fn gpipe() {
         bubble ratio:     0.3333
         idle per actor:   [6, 6, 6]
         peak activations: [4, 4, 4]
-    "#]]);
+    "#]],
+    );
 }
 
 #[test]
 fn one_f_one_b() {
-    check("1f1b", 3, 3, 4, (1.0, 2.0, 0.0), expect![[r#"
+    check(
+        "1f1b",
+        3,
+        3,
+        4,
+        (1.0, 2.0, 0.0),
+        expect![[r#"
         time    0              5              10             15
         actor 0 F0 F1 F2 ............B0    F3 B1    ...B2    ...B3
         actor 1 ...F0 F1 ......B0    F2 B1    F3 B2    ...B3    ......
@@ -41,12 +65,19 @@ fn one_f_one_b() {
         bubble ratio:     0.3333
         idle per actor:   [6, 6, 6]
         peak activations: [3, 2, 1]
-    "#]]);
+    "#]],
+    );
 }
 
 #[test]
 fn eager_one_f_one_b() {
-    check("eager-1f1b", 3, 3, 4, (1.0, 2.0, 0.0), expect![[r#"
+    check(
+        "eager-1f1b",
+        3,
+        3,
+        4,
+        (1.0, 2.0, 0.0),
+        expect![[r#"
         time    0              5              10             15
         actor 0 F0 F1 F2 F3 .........B0    ...B1    ...B2    ...B3
         actor 1 ...F0 F1 F2 ...B0    F3 B1    ...B2    ...B3    ......
@@ -56,12 +87,19 @@ fn eager_one_f_one_b() {
         bubble ratio:     0.3333
         idle per actor:   [6, 6, 6]
         peak activations: [4, 3, 1]
-    "#]]);
+    "#]],
+    );
 }
 
 #[test]
 fn interleaved_one_f_one_b() {
-    check("interleaved-1f1b", 4, 2, 4, (1.0, 2.0, 0.0), expect![[r#"
+    check(
+        "interleaved-1f1b",
+        4,
+        2,
+        4,
+        (1.0, 2.0, 0.0),
+        expect![[r#"
         time    0                        5                        10                       15                       20                       25
         actor 0 F0s0 F1s0 F0s2 F1s2 F2s0 .....B0s2      F3s0 B1s2      F2s2 B0s0      F3s2 B1s0      .....B2s2      .....B3s2      B2s0      B3s0
         actor 1 .....F0s1 F1s1 F0s3+B0s3      F1s3+B1s3      F2s1 B0s1      F3s1 B1s1      F2s3+B2s3      F3s3+B3s3      B2s1      B3s1      ..........
@@ -70,12 +108,19 @@ fn interleaved_one_f_one_b() {
         bubble ratio:     0.1111
         idle per actor:   [3, 3]
         peak activations: [5, 3]
-    "#]]);
+    "#]],
+    );
 }
 
 #[test]
 fn interleaved_one_f_one_b_fused() {
-    check("interleaved-1f1b-fused", 4, 2, 4, (1.0, 2.0, 0.0), expect![[r#"
+    check(
+        "interleaved-1f1b-fused",
+        4,
+        2,
+        4,
+        (1.0, 2.0, 0.0),
+        expect![[r#"
         time    0                        5                        10                       15                       20                       25
         actor 0 F0s0 F1s0 F0s2 F1s2 ..........F2s0+B0s2      F3s0+B1s2      F2s2+B0s0      F3s2+B1s0      B2s2      .....B3s2      B2s0      B3s0
         actor 1 .....F0s1 F1s1 F0s3+B0s3      F1s3+B1s3      F2s1+B0s1      F3s1+B1s1      F2s3+B2s3      F3s3+B3s3      B2s1      B3s1      ..........
@@ -84,12 +129,19 @@ fn interleaved_one_f_one_b_fused() {
         bubble ratio:     0.1111
         idle per actor:   [3, 3]
         peak activations: [5, 3]
-    "#]]);
+    "#]],
+    );
 }
 
 #[test]
 fn zero_bubble() {
-    check("zero-bubble", 3, 3, 4, (1.0, 2.0, 1.0), expect![[r#"
+    check(
+        "zero-bubble",
+        3,
+        3,
+        4,
+        (1.0, 2.0, 1.0),
+        expect![[r#"
         time    0              5              10
         actor 0 F0 F1 F2 ......I0+W0 F3 I1+W1 I2+W2 I3+W3
         actor 1 ...F0 F1 ...I0 F2 I1 W0 F3 I2 W1 I3 W2 W3
@@ -99,12 +151,19 @@ fn zero_bubble() {
         bubble ratio:     0.1429
         idle per actor:   [2, 2, 2]
         peak activations: [3, 3, 3]
-    "#]]);
+    "#]],
+    );
 }
 
 #[test]
 fn dualpipev() {
-    check("dualpipev", 4, 2, 5, (1.0, 2.0, 1.0), expect![[r#"
+    check(
+        "dualpipev",
+        4,
+        2,
+        5,
+        (1.0, 2.0, 1.0),
+        expect![[r#"
         time    0                        5                        10                       15                       20                       25                       30
         actor 0 F0s0 F1s0 F2s0 F0s3 I0s3 W0s3 F1s3 F3s0+B1s3      .....F2s3+B0s0      F4s0+B2s3      F3s3+B1s0      B3s3      .....F4s3+B2s0      B4s3      B3s0      B4s0
         actor 1 .....F0s1 F0s2 F1s1 F1s2 F2s1 B0s2      F2s2+B0s1      F3s1+B1s2      F3s2+B1s1      F4s1+B2s2      F4s2+B2s1      B3s2      B3s1      .....I4s2 I4s1 W4s2 W4s1
@@ -113,5 +172,6 @@ fn dualpipev() {
         bubble ratio:     0.0625
         idle per actor:   [2, 2]
         peak activations: [5, 5]
-    "#]]);
+    "#]],
+    );
 }

@@ -3,8 +3,8 @@
 
 use expect_test::expect;
 use tessera_schedule::{
-    Action, Costs, Placement, Registry, Schedule, ScheduleError, ScheduleParams, Task, ValidationError, render,
-    simulate, transfers, validate,
+    Action, Costs, Placement, Registry, Schedule, ScheduleError, ScheduleParams, Task,
+    ValidationError, render, simulate, transfers, validate,
 };
 
 /// GPipe that drains in reverse (last microbatch first), so the last stage's final forward and
@@ -53,18 +53,33 @@ impl Schedule for BackwardsFirst {
     }
 
     fn actions(&self, m: u32) -> Result<Vec<Vec<Action>>, ScheduleError> {
-        Ok((0..2).map(|s| (0..m).map(|mb| Task::bwd(s, mb)).chain((0..m).map(|mb| Task::fwd(s, mb))).map(Action::from).collect()).collect())
+        Ok((0..2)
+            .map(|s| {
+                (0..m)
+                    .map(|mb| Task::bwd(s, mb))
+                    .chain((0..m).map(|mb| Task::fwd(s, mb)))
+                    .map(Action::from)
+                    .collect()
+            })
+            .collect())
     }
 }
 
 fn registry() -> Registry {
     let mut registry = Registry::with_builtins();
-    registry.register("reverse-drain", "GPipe draining last microbatch first", |p: ScheduleParams| {
-        if p.mpmd_dim != p.stages {
-            return Err(ScheduleError::Invalid { schedule: "reverse-drain".into(), reason: "one stage per actor".into() });
-        }
-        Ok(Box::new(ReverseDrain { stages: p.stages }) as Box<dyn Schedule>)
-    });
+    registry.register(
+        "reverse-drain",
+        "GPipe draining last microbatch first",
+        |p: ScheduleParams| {
+            if p.mpmd_dim != p.stages {
+                return Err(ScheduleError::Invalid {
+                    schedule: "reverse-drain".into(),
+                    reason: "one stage per actor".into(),
+                });
+            }
+            Ok(Box::new(ReverseDrain { stages: p.stages }) as Box<dyn Schedule>)
+        },
+    );
     registry
 }
 
@@ -72,7 +87,15 @@ fn registry() -> Registry {
 fn custom_schedule_validates_simulates_and_renders() {
     let registry = registry();
     assert!(registry.names().contains(&"reverse-drain".to_owned()));
-    let schedule = registry.create("reverse-drain", ScheduleParams { stages: 3, mpmd_dim: 3 }).expect("registered");
+    let schedule = registry
+        .create(
+            "reverse-drain",
+            ScheduleParams {
+                stages: 3,
+                mpmd_dim: 3,
+            },
+        )
+        .expect("registered");
     let plan = schedule.plan(3).expect("any microbatch count");
     assert_eq!(validate(&plan), Ok(()));
     let costs = Costs::uniform(3, 1.0, 2.0, 0.0);
@@ -88,7 +111,8 @@ fn custom_schedule_validates_simulates_and_renders() {
     .assert_eq(&render::ascii(&plan, &sim));
     let svg = render::svg(&plan, &costs, &sim);
     assert!(svg.starts_with("<svg") && svg.contains("fused action") && svg.contains("actor 2"));
-    let json: serde_json::Value = serde_json::from_str(&render::json(&plan, &costs, &sim)).expect("JSON");
+    let json: serde_json::Value =
+        serde_json::from_str(&render::json(&plan, &costs, &sim)).expect("JSON");
     assert_eq!(json["schedule"], "reverse-drain");
     assert_eq!(json["makespan"], 15.0);
     assert_eq!(json["peak_activations"], serde_json::json!([3, 3, 3]));
@@ -100,14 +124,25 @@ fn custom_schedule_validates_simulates_and_renders() {
 
 #[test]
 fn custom_registry_constructor_errors() {
-    let err = registry().create("reverse-drain", ScheduleParams { stages: 4, mpmd_dim: 2 }).err().expect("rejected");
+    let err = registry()
+        .create(
+            "reverse-drain",
+            ScheduleParams {
+                stages: 4,
+                mpmd_dim: 2,
+            },
+        )
+        .err()
+        .expect("rejected");
     assert_eq!(err.to_string(), "reverse-drain: one stage per actor");
 }
 
 #[test]
 fn broken_custom_schedule_is_reported() {
     let plan = BackwardsFirst.plan(2).expect("built");
-    let Err(ValidationError::Deadlock { blocked }) = validate(&plan) else { panic!("expected a deadlock") };
+    let Err(ValidationError::Deadlock { blocked }) = validate(&plan) else {
+        panic!("expected a deadlock")
+    };
     assert_eq!(blocked.len(), 2);
     assert!(simulate(&plan, &Costs::uniform(2, 1.0, 1.0, 0.0)).is_err());
 }
@@ -115,7 +150,13 @@ fn broken_custom_schedule_is_reported() {
 #[test]
 fn plans_round_trip_through_json() {
     let plan = registry()
-        .create("dualpipev", ScheduleParams { stages: 4, mpmd_dim: 2 })
+        .create(
+            "dualpipev",
+            ScheduleParams {
+                stages: 4,
+                mpmd_dim: 2,
+            },
+        )
         .and_then(|s| s.plan(4))
         .expect("accepted");
     let text = serde_json::to_string(&plan).expect("serialise");

@@ -3,7 +3,13 @@
 
 use tessera_schedule::{Costs, Plan, Registry, ScheduleParams, Simulation, simulate};
 
-fn run(name: &str, stages: u32, mpmd_dim: u32, m: u32, (f, b, w): (f64, f64, f64)) -> (Plan, Simulation) {
+fn run(
+    name: &str,
+    stages: u32,
+    mpmd_dim: u32,
+    m: u32,
+    (f, b, w): (f64, f64, f64),
+) -> (Plan, Simulation) {
     let schedule = Registry::with_builtins()
         .create(name, ScheduleParams { stages, mpmd_dim })
         .expect("parameters accepted");
@@ -15,7 +21,10 @@ fn run(name: &str, stages: u32, mpmd_dim: u32, m: u32, (f, b, w): (f64, f64, f64
 /// Every actor idles exactly `bubble`.
 fn assert_bubble(sim: &Simulation, bubble: f64, context: &str) {
     for (a, idle) in sim.idle.iter().enumerate() {
-        assert!((idle - bubble).abs() < 1e-9, "{context}: actor {a} idles {idle}, expected {bubble}");
+        assert!(
+            (idle - bubble).abs() < 1e-9,
+            "{context}: actor {a} idles {idle}, expected {bubble}"
+        );
     }
 }
 
@@ -46,7 +55,11 @@ fn one_f_one_b_bubble_and_memory() {
                 assert_bubble(&sim, f64::from(p - 1) * (f + b), &ctx);
                 assert_eq!(sim.makespan, f64::from(m + p - 1) * (f + b), "{ctx}");
                 assert_eq!(sim.peak_activations[0], p, "{ctx}");
-                assert_eq!(sim.peak_activations, (1..=p).rev().collect::<Vec<_>>(), "{ctx}");
+                assert_eq!(
+                    sim.peak_activations,
+                    (1..=p).rev().collect::<Vec<_>>(),
+                    "{ctx}"
+                );
             }
         }
     }
@@ -98,13 +111,22 @@ fn dualpipev_bubble_and_memory() {
     // bubble formula is exact there.
     for d in 1..=6 {
         for m in 2 * d..=2 * d + 6 {
-            for (f, b, w) in [(1.0, 2.0, 1.0), (2.0, 3.0, 1.0), (2.0, 4.0, 2.0), (1.5, 2.5, 1.0)] {
+            for (f, b, w) in [
+                (1.0, 2.0, 1.0),
+                (2.0, 3.0, 1.0),
+                (2.0, 4.0, 2.0),
+                (1.5, 2.5, 1.0),
+            ] {
                 let ctx = format!("dualpipev D={d} m={m} F={f} B={b} W={w}");
                 let (_, sim) = run("dualpipev", 2 * d, d, m, (f, b, w));
                 let bubble = f64::from(d - 1) * (f + b + b - 3.0 * w);
                 assert_bubble(&sim, bubble, &ctx);
                 assert_eq!(sim.makespan, f64::from(2 * m) * (f + b) + bubble, "{ctx}");
-                assert!(sim.peak_activations.iter().all(|&a| a <= 2 * d + 1), "{ctx}: {:?}", sim.peak_activations);
+                assert!(
+                    sim.peak_activations.iter().all(|&a| a <= 2 * d + 1),
+                    "{ctx}: {:?}",
+                    sim.peak_activations
+                );
                 assert_eq!(sim.peak_activations[0], 2 * d + 1, "{ctx}");
             }
         }
@@ -116,10 +138,21 @@ fn latency_delays_every_hop() {
     // One microbatch goes down p actors and back up: 2(p-1) hops of latency L.
     for p in 1..=5 {
         let plan = Registry::with_builtins()
-            .create("1f1b", ScheduleParams { stages: p, mpmd_dim: p })
+            .create(
+                "1f1b",
+                ScheduleParams {
+                    stages: p,
+                    mpmd_dim: p,
+                },
+            )
             .and_then(|s| s.plan(1))
             .expect("accepted");
-        let sim = simulate(&plan, &Costs::uniform(p, 1.0, 2.0, 0.0).with_latency(0.5)).expect("valid");
-        assert_eq!(sim.makespan, f64::from(p) * 3.0 + f64::from(2 * (p - 1)) * 0.5, "p={p}");
+        let sim =
+            simulate(&plan, &Costs::uniform(p, 1.0, 2.0, 0.0).with_latency(0.5)).expect("valid");
+        assert_eq!(
+            sim.makespan,
+            f64::from(p) * 3.0 + f64::from(2 * (p - 1)) * 0.5,
+            "p={p}"
+        );
     }
 }

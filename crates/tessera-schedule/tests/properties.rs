@@ -6,23 +6,31 @@ use tessera_schedule::{Costs, Registry, ScheduleParams, simulate, transfers, val
 
 /// Every divisor of `stages`, as candidate MPMD sizes.
 fn divisors(stages: u32) -> Vec<u32> {
-    (1..=stages).filter(|d| stages % d == 0).collect()
+    (1..=stages).filter(|d| stages.is_multiple_of(*d)).collect()
 }
 
 /// Builds, validates and simulates `name`; `Ok(false)` when the parameters are rejected.
 fn check(name: &str, stages: u32, mpmd_dim: u32, m: u32) -> Result<bool, TestCaseError> {
     let registry = Registry::with_builtins();
-    let Ok(schedule) = registry.create(name, ScheduleParams { stages, mpmd_dim }) else { return Ok(false) };
-    let Ok(plan) = schedule.plan(m) else { return Ok(false) };
+    let Ok(schedule) = registry.create(name, ScheduleParams { stages, mpmd_dim }) else {
+        return Ok(false);
+    };
+    let Ok(plan) = schedule.plan(m) else {
+        return Ok(false);
+    };
     let context = format!("{name} S={stages} D={mpmd_dim} M={m}");
     if let Err(e) = validate(&plan) {
         return Err(TestCaseError::fail(format!("{context}: {e}")));
     }
     let costs = Costs::uniform(stages, 1.0, 2.0, 0.5).with_latency(0.25);
-    let sim = simulate(&plan, &costs).map_err(|e| TestCaseError::fail(format!("{context}: {e}")))?;
+    let sim =
+        simulate(&plan, &costs).map_err(|e| TestCaseError::fail(format!("{context}: {e}")))?;
     let work = f64::from(m) * f64::from(stages) * 3.0;
     let busy: f64 = sim.busy.iter().sum();
-    prop_assert!((busy - work).abs() < 1e-6, "{context}: busy {busy} != work {work}");
+    prop_assert!(
+        (busy - work).abs() < 1e-6,
+        "{context}: busy {busy} != work {work}"
+    );
     let max_busy = sim.busy.iter().copied().fold(0.0, f64::max);
     prop_assert!(sim.makespan + 1e-9 >= max_busy, "{context}");
     prop_assert!(sim.peak_activations.iter().all(|&p| p >= 1), "{context}");

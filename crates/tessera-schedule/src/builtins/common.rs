@@ -7,28 +7,45 @@ use crate::task::{Action, ActorId, Microbatch, StageId, Task, TaskKind};
 /// Rejects zero stages or actors, and stage counts that are not a multiple of the actors.
 pub(crate) fn check_stages(name: &str, stages: u32, mpmd_dim: u32) -> Result<(), ScheduleError> {
     if stages == 0 {
-        return Err(ScheduleError::NoStages { schedule: name.into() });
+        return Err(ScheduleError::NoStages {
+            schedule: name.into(),
+        });
     }
     if mpmd_dim == 0 {
-        return Err(ScheduleError::NoActors { schedule: name.into() });
+        return Err(ScheduleError::NoActors {
+            schedule: name.into(),
+        });
     }
-    if stages % mpmd_dim != 0 {
+    if !stages.is_multiple_of(mpmd_dim) {
         return Err(ScheduleError::StagesNotMultiple { stages, mpmd_dim });
     }
     Ok(())
 }
 
 /// Rejects an MPMD size other than the stage count (one stage per actor).
-pub(crate) fn check_one_per_actor(name: &str, stages: u32, mpmd_dim: u32) -> Result<(), ScheduleError> {
+pub(crate) fn check_one_per_actor(
+    name: &str,
+    stages: u32,
+    mpmd_dim: u32,
+) -> Result<(), ScheduleError> {
     check_stages(name, stages, mpmd_dim.max(1))?;
     if mpmd_dim != stages {
-        return Err(ScheduleError::OneStagePerActor { schedule: name.into(), stages, mpmd_dim });
+        return Err(ScheduleError::OneStagePerActor {
+            schedule: name.into(),
+            stages,
+            mpmd_dim,
+        });
     }
     Ok(())
 }
 
 /// Rejects fewer than `needed` microbatches.
-pub(crate) fn check_microbatches(name: &str, got: u32, needed: u32, why: &str) -> Result<(), ScheduleError> {
+pub(crate) fn check_microbatches(
+    name: &str,
+    got: u32,
+    needed: u32,
+    why: &str,
+) -> Result<(), ScheduleError> {
     if got < needed.max(1) {
         return Err(ScheduleError::TooFewMicrobatches {
             schedule: name.into(),
@@ -58,7 +75,11 @@ pub(crate) fn rounds(m: u32, size: u32) -> Vec<(Microbatch, u32)> {
 
 /// `(local stage, microbatch)` in round order: each round visits the local stages in increasing
 /// (or, for `reverse`, decreasing) order and runs the round's microbatches on each.
-pub(crate) fn round_order(rounds: &[(Microbatch, u32)], local_stages: u32, reverse: bool) -> Vec<(u32, Microbatch)> {
+pub(crate) fn round_order(
+    rounds: &[(Microbatch, u32)],
+    local_stages: u32,
+    reverse: bool,
+) -> Vec<(u32, Microbatch)> {
     let mut out = Vec::new();
     for &(start, len) in rounds {
         for i in 0..local_stages {
@@ -68,6 +89,9 @@ pub(crate) fn round_order(rounds: &[(Microbatch, u32)], local_stages: u32, rever
     }
     out
 }
+
+/// Warm-up forwards of an actor, given the microbatch rounds.
+pub(crate) type Warmup = Box<dyn Fn(ActorId, &[(Microbatch, u32)]) -> u32>;
 
 /// The 1F1B family on a round-robin placement: a warm-up of forwards, a steady state of
 /// forward/backward pairs, a cool-down of backwards.
@@ -79,7 +103,7 @@ pub(crate) struct OneFOneB {
     /// Microbatches per round (interleaving granularity).
     pub round_size: u32,
     /// Warm-up forwards of each actor, before capping at the actor's forward count.
-    pub warmup: Box<dyn Fn(ActorId, &[(Microbatch, u32)]) -> u32>,
+    pub warmup: Warmup,
     /// Steady-state pairs run the backward first (`B F`, Std1F1B) or the forward first (`F B`).
     pub backward_first: bool,
     /// Fuse every steady-state pair into one action (otherwise only pairs whose forward is of
@@ -97,8 +121,14 @@ impl OneFOneB {
         let v = self.stages / self.mpmd_dim;
         let rounds = rounds(m, self.round_size);
         let stage = |local: u32| local * self.mpmd_dim + actor;
-        let fwd: Vec<Task> = round_order(&rounds, v, false).into_iter().map(|(l, mb)| Task::fwd(stage(l), mb)).collect();
-        let bwd: Vec<Task> = round_order(&rounds, v, true).into_iter().map(|(l, mb)| Task::bwd(stage(l), mb)).collect();
+        let fwd: Vec<Task> = round_order(&rounds, v, false)
+            .into_iter()
+            .map(|(l, mb)| Task::fwd(stage(l), mb))
+            .collect();
+        let bwd: Vec<Task> = round_order(&rounds, v, true)
+            .into_iter()
+            .map(|(l, mb)| Task::bwd(stage(l), mb))
+            .collect();
         let warmup = ((self.warmup)(actor, &rounds) as usize).min(fwd.len());
         let mut out: Vec<Action> = fwd[..warmup].iter().map(|&t| t.into()).collect();
         for (f, b) in fwd[warmup..].iter().zip(&bwd) {
@@ -130,7 +160,10 @@ pub(crate) fn fuse_last_stage(lists: &mut [Vec<Action>], last: StageId) {
 /// stage has no input gradient to hand on, so its backward is never worth splitting.
 pub(crate) fn fuse_first_stage_backward(lists: &mut [Vec<Action>]) {
     fuse_adjacent(lists, |a, b| {
-        a.kind == TaskKind::BwdI && a.stage == 0 && b.kind == TaskKind::BwdW && (b.stage, b.mb) == (0, a.mb)
+        a.kind == TaskKind::BwdI
+            && a.stage == 0
+            && b.kind == TaskKind::BwdW
+            && (b.stage, b.mb) == (0, a.mb)
     });
 }
 
@@ -162,7 +195,11 @@ impl Counters {
     /// The next task of `kind` for `stage`.
     pub(crate) fn next(&mut self, kind: TaskKind, stage: StageId) -> Task {
         let mb = self.next.entry((stage, kind)).or_insert(0);
-        let task = Task { kind, stage, mb: *mb };
+        let task = Task {
+            kind,
+            stage,
+            mb: *mb,
+        };
         *mb += 1;
         task
     }
@@ -182,6 +219,9 @@ mod tests {
         assert_eq!(rounds(8, 4), vec![(0, 4), (4, 4)]);
         assert_eq!(rounds(9, 4), vec![(0, 5), (5, 4)]);
         assert_eq!(rounds(3, 4), vec![(0, 3)]);
-        assert_eq!(round_order(&[(0, 2)], 2, true), vec![(1, 0), (1, 1), (0, 0), (0, 1)]);
+        assert_eq!(
+            round_order(&[(0, 2)], 2, true),
+            vec![(1, 0), (1, 1), (0, 0), (0, 1)]
+        );
     }
 }

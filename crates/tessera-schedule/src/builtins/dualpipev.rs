@@ -46,7 +46,12 @@ impl Schedule for DualPipeV {
 
     fn actions(&self, m: u32) -> Result<Vec<Vec<Action>>, ScheduleError> {
         let d = self.mpmd_dim;
-        check_microbatches("dualpipev", m, 2 * d, "at least the number of stages, 2 × mpmd_dim")?;
+        check_microbatches(
+            "dualpipev",
+            m,
+            2 * d,
+            "at least the number of stages, 2 × mpmd_dim",
+        )?;
         Ok((0..d).map(|r| actor_list(d, r, m)).collect())
     }
 }
@@ -93,7 +98,11 @@ impl Builder {
 /// The eight phases of actor `r` of `d`, with `s0 = r` and `s1 = 2d-1-r`.
 fn actor_list(d: u32, r: ActorId, m: u32) -> Vec<Action> {
     let (s0, s1) = (r, 2 * d - 1 - r);
-    let mut b = Builder { it: Counters::default(), deferred: VecDeque::new(), out: Vec::new() };
+    let mut b = Builder {
+        it: Counters::default(),
+        deferred: VecDeque::new(),
+        out: Vec::new(),
+    };
     for _ in 0..2 * (d - r - 1) {
         let f = b.fwd(s0); // 1: forwards of the first leg
         b.push(f);
@@ -127,7 +136,7 @@ fn actor_list(d: u32, r: ActorId, m: u32) -> Vec<Action> {
         let (f1, b0) = (b.fwd(s1), b.bwd(s0, false));
         b.fused(f1, b0);
     }
-    let half = (r + 1) / 2;
+    let half = r.div_ceil(2);
     for i in 0..r + 1 {
         let split1 = i > half || (i == half && r % 2 == 1); // 6: backwards, second half split
         let b1 = b.bwd(s1, split1);

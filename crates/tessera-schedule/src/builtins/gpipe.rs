@@ -78,8 +78,12 @@ fn fill_drain(stages: u32, mpmd_dim: u32, m: u32, round_size: u32) -> Vec<Vec<Ac
     (0..mpmd_dim)
         .map(|actor| {
             let stage = |local: u32| local * mpmd_dim + actor;
-            let fwd = round_order(&rounds, v, false).into_iter().map(|(l, mb)| Task::fwd(stage(l), mb));
-            let bwd = round_order(&rounds, v, true).into_iter().map(|(l, mb)| Task::bwd(stage(l), mb));
+            let fwd = round_order(&rounds, v, false)
+                .into_iter()
+                .map(|(l, mb)| Task::fwd(stage(l), mb));
+            let bwd = round_order(&rounds, v, true)
+                .into_iter()
+                .map(|(l, mb)| Task::bwd(stage(l), mb));
             fwd.chain(bwd).map(Action::from).collect()
         })
         .collect()

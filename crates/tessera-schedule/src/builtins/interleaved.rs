@@ -27,15 +27,27 @@ pub struct Interleaved1F1B {
 impl Interleaved1F1B {
     /// `stages` stages on `mpmd_dim` actors (a multiple of it); `fuse_steady_state` fuses each
     /// steady-state forward/backward pair into one action.
-    pub fn new(stages: u32, mpmd_dim: u32, fuse_steady_state: bool) -> Result<Interleaved1F1B, ScheduleError> {
+    pub fn new(
+        stages: u32,
+        mpmd_dim: u32,
+        fuse_steady_state: bool,
+    ) -> Result<Interleaved1F1B, ScheduleError> {
         check_stages("interleaved-1f1b", stages, mpmd_dim)?;
-        Ok(Interleaved1F1B { stages, mpmd_dim, fuse_steady_state })
+        Ok(Interleaved1F1B {
+            stages,
+            mpmd_dim,
+            fuse_steady_state,
+        })
     }
 }
 
 impl Schedule for Interleaved1F1B {
     fn name(&self) -> String {
-        if self.fuse_steady_state { "interleaved-1f1b-fused".into() } else { "interleaved-1f1b".into() }
+        if self.fuse_steady_state {
+            "interleaved-1f1b-fused".into()
+        } else {
+            "interleaved-1f1b".into()
+        }
     }
 
     fn placement(&self) -> Placement {

@@ -37,23 +37,35 @@ pub(crate) fn register_all(r: &mut Registry) {
     r.register("gpipe", "GPipe: all forwards, then all backwards", |p| {
         GPipe::with_mpmd_dim(p.stages, p.mpmd_dim).map(boxed)
     });
-    r.register("interleaved-gpipe", "GPipe with several stages per actor", |p| {
-        InterleavedGPipe::new(p.stages, p.mpmd_dim).map(boxed)
+    r.register(
+        "interleaved-gpipe",
+        "GPipe with several stages per actor",
+        |p| InterleavedGPipe::new(p.stages, p.mpmd_dim).map(boxed),
+    );
+    r.register("1f1b", "PipeDream-Flush 1F1B", |p| {
+        Std1F1B::with_mpmd_dim(p.stages, p.mpmd_dim).map(boxed)
     });
-    r.register("1f1b", "PipeDream-Flush 1F1B", |p| Std1F1B::with_mpmd_dim(p.stages, p.mpmd_dim).map(boxed));
-    r.register("eager-1f1b", "1F1B issuing forwards as early as memory allows", |p| {
-        Eager1F1B::with_mpmd_dim(p.stages, p.mpmd_dim).map(boxed)
-    });
+    r.register(
+        "eager-1f1b",
+        "1F1B issuing forwards as early as memory allows",
+        |p| Eager1F1B::with_mpmd_dim(p.stages, p.mpmd_dim).map(boxed),
+    );
     r.register("interleaved-1f1b", "Megatron-LM interleaved 1F1B", |p| {
         Interleaved1F1B::new(p.stages, p.mpmd_dim, false).map(boxed)
     });
-    r.register("interleaved-1f1b-fused", "interleaved 1F1B, steady-state F and B fused", |p| {
-        Interleaved1F1B::new(p.stages, p.mpmd_dim, true).map(boxed)
-    });
-    r.register("zero-bubble", "ZB-H1 zero-bubble schedule (split backward)", |p| {
-        ZeroBubble::with_mpmd_dim(p.stages, p.mpmd_dim).map(boxed)
-    });
-    r.register("dualpipev", "DeepSeek DualPipeV (V-shaped, 2 stages per actor)", |p| {
-        DualPipeV::new(p.stages, p.mpmd_dim).map(boxed)
-    });
+    r.register(
+        "interleaved-1f1b-fused",
+        "interleaved 1F1B, steady-state F and B fused",
+        |p| Interleaved1F1B::new(p.stages, p.mpmd_dim, true).map(boxed),
+    );
+    r.register(
+        "zero-bubble",
+        "ZB-H1 zero-bubble schedule (split backward)",
+        |p| ZeroBubble::with_mpmd_dim(p.stages, p.mpmd_dim).map(boxed),
+    );
+    r.register(
+        "dualpipev",
+        "DeepSeek DualPipeV (V-shaped, 2 stages per actor)",
+        |p| DualPipeV::new(p.stages, p.mpmd_dim).map(boxed),
+    );
 }

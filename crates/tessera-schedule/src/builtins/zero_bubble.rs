@@ -9,7 +9,9 @@
 //! As in JAXPP, the last stage's forward and `BwdI` run fused, and the first stage's `BwdI` and
 //! `BwdW` run fused (the first stage hands no input gradient on, so splitting gains nothing).
 
-use super::common::{Counters, check_microbatches, check_one_per_actor, fuse_first_stage_backward, fuse_last_stage};
+use super::common::{
+    Counters, check_microbatches, check_one_per_actor, fuse_first_stage_backward, fuse_last_stage,
+};
 use crate::error::ScheduleError;
 use crate::placement::Placement;
 use crate::schedule::Schedule;
@@ -44,8 +46,15 @@ impl Schedule for ZeroBubble {
     }
 
     fn actions(&self, m: u32) -> Result<Vec<Vec<Action>>, ScheduleError> {
-        check_microbatches("zero-bubble", m, self.stages, "one per stage, to fill the warm-up")?;
-        let mut lists: Vec<Vec<Action>> = (0..self.stages).map(|r| actor_list(self.stages, r, m)).collect();
+        check_microbatches(
+            "zero-bubble",
+            m,
+            self.stages,
+            "one per stage, to fill the warm-up",
+        )?;
+        let mut lists: Vec<Vec<Action>> = (0..self.stages)
+            .map(|r| actor_list(self.stages, r, m))
+            .collect();
         fuse_last_stage(&mut lists, self.stages - 1);
         fuse_first_stage_backward(&mut lists);
         Ok(lists)
@@ -65,8 +74,7 @@ fn actor_list(p: u32, r: ActorId, m: u32) -> Vec<Action> {
     }
     let cycle = [TaskKind::BwdI, TaskKind::BwdW, TaskKind::Fwd];
     let mut at = 0;
-    loop {
-        let Some(step) = (0..3).find(|k| it.count(cycle[(at + k) % 3], stage) < m) else { break };
+    while let Some(step) = (0..3).find(|k| it.count(cycle[(at + k) % 3], stage) < m) {
         out.push(it.next(cycle[(at + step) % 3], stage).into());
         at = (at + step + 1) % 3;
     }

@@ -28,10 +28,19 @@ pub fn ascii(plan: &Plan, sim: &Simulation) -> String {
             }
             let label: Vec<char> = action_label(action, with_stage).chars().collect();
             for (i, cell) in row[x0..x1].iter_mut().enumerate() {
-                *cell = if i + 1 == x1 - x0 && x1 - x0 > 1 { ' ' } else { label.get(i).copied().unwrap_or(' ') };
+                *cell = if i + 1 == x1 - x0 && x1 - x0 > 1 {
+                    ' '
+                } else {
+                    label.get(i).copied().unwrap_or(' ')
+                };
             }
         }
-        let _ = writeln!(out, "{:<8}{}", format!("actor {a}"), row.into_iter().collect::<String>().trim_end());
+        let _ = writeln!(
+            out,
+            "{:<8}{}",
+            format!("actor {a}"),
+            row.into_iter().collect::<String>().trim_end()
+        );
     }
     out
 }
@@ -58,11 +67,21 @@ pub fn stats(plan: &Plan, sim: &Simulation) -> String {
 
 /// A number without a trailing `.0`, or with up to three decimals.
 pub(crate) fn num(t: f64) -> String {
-    if t.fract() == 0.0 { format!("{t:.0}") } else { format!("{t:.3}").trim_end_matches('0').to_owned() }
+    if t.fract() == 0.0 {
+        format!("{t:.0}")
+    } else {
+        format!("{t:.3}").trim_end_matches('0').to_owned()
+    }
 }
 
 fn shortest(sim: &Simulation) -> f64 {
-    let min = sim.spans.iter().flatten().map(|s| s.end - s.start).filter(|&d| d > 0.0).fold(f64::INFINITY, f64::min);
+    let min = sim
+        .spans
+        .iter()
+        .flatten()
+        .map(|s| s.end - s.start)
+        .filter(|&d| d > 0.0)
+        .fold(f64::INFINITY, f64::min);
     if min.is_finite() { min } else { 1.0 }
 }
 

@@ -44,7 +44,9 @@ impl<'a> Report<'a> {
             stages: plan.num_stages,
             mpmd_dim: plan.num_actors(),
             microbatches: plan.num_microbatches,
-            actor_of_stage: (0..plan.num_stages).filter_map(|s| plan.placement.actor(s)).collect(),
+            actor_of_stage: (0..plan.num_stages)
+                .filter_map(|s| plan.placement.actor(s))
+                .collect(),
             costs,
             makespan: sim.makespan,
             bubble_ratio: sim.bubble_ratio,
@@ -58,5 +60,6 @@ impl<'a> Report<'a> {
 
 /// The report as pretty-printed JSON.
 pub fn json(plan: &Plan, costs: &Costs, sim: &Simulation) -> String {
-    serde_json::to_string_pretty(&Report::new(plan, costs, sim)).expect("a report always serialises")
+    serde_json::to_string_pretty(&Report::new(plan, costs, sim))
+        .expect("a report always serialises")
 }

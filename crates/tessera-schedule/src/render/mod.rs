@@ -24,7 +24,11 @@ pub fn task_label(task: &Task, with_stage: bool) -> String {
 
 /// Short label of an action: its tasks' labels joined by `+`.
 pub fn action_label(action: &Action, with_stage: bool) -> String {
-    let labels: Vec<String> = action.tasks().iter().map(|t| task_label(t, with_stage)).collect();
+    let labels: Vec<String> = action
+        .tasks()
+        .iter()
+        .map(|t| task_label(t, with_stage))
+        .collect();
     labels.join("+")
 }
 

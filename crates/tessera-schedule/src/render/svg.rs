@@ -29,12 +29,20 @@ fn colour(kind: TaskKind) -> (u8, u8, u8) {
     }
 }
 
-/// `kind`'s colour, lightened for the `local`-th of `count` stages on an actor.
-fn fill(kind: TaskKind, local: usize, count: usize) -> String {
+/// `kind`'s colour, lightened for the `local`-th of `count` stages on an actor, and a text
+/// colour that reads on it.
+fn fill(kind: TaskKind, local: usize, count: usize) -> (String, &'static str) {
     let (r, g, b) = colour(kind);
-    let t = if count > 1 { 0.5 * local as f64 / (count - 1) as f64 } else { 0.0 };
+    let t = if count > 1 {
+        0.55 * local as f64 / (count - 1) as f64
+    } else {
+        0.0
+    };
     let mix = |c: u8| (c as f64 + (255.0 - c as f64) * t).round() as u8;
-    format!("#{:02x}{:02x}{:02x}", mix(r), mix(g), mix(b))
+    let (r, g, b) = (mix(r), mix(g), mix(b));
+    let luminance = (0.299 * r as f64 + 0.587 * g as f64 + 0.114 * b as f64) / 255.0;
+    let text = if luminance > 0.6 { "#111" } else { "white" };
+    (format!("#{r:02x}{g:02x}{b:02x}"), text)
 }
 
 /// Scale and geometry of the picture.
@@ -54,10 +62,20 @@ impl Frame {
             .map(|s| s.end - s.start)
             .filter(|&d| d > 0.0)
             .fold(f64::INFINITY, f64::min);
-        let shortest = if shortest.is_finite() { shortest } else { makespan };
-        let px_per_unit = (30.0 / shortest).max(900.0 / makespan).min(4000.0 / makespan);
+        let shortest = if shortest.is_finite() {
+            shortest
+        } else {
+            makespan
+        };
+        let px_per_unit = (30.0 / shortest)
+            .max(900.0 / makespan)
+            .min(4000.0 / makespan);
         let rows_bottom = TOP + plan.actors.len() as f64 * (ROW + GAP);
-        Frame { px_per_unit, width: LEFT + makespan * px_per_unit + RIGHT, rows_bottom }
+        Frame {
+            px_per_unit,
+            width: LEFT + makespan * px_per_unit + RIGHT,
+            rows_bottom,
+        }
     }
 
     fn x(&self, t: f64) -> f64 {
@@ -111,7 +129,11 @@ fn title(out: &mut String, plan: &Plan, sim: &Simulation) {
 fn tick_step(makespan: f64) -> f64 {
     let raw = (makespan / 20.0).max(1e-9);
     let pow = 10f64.powf(raw.log10().floor());
-    [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * pow).find(|&s| s >= raw).unwrap_or(10.0 * pow)
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * pow)
+        .find(|&s| s >= raw)
+        .unwrap_or(10.0 * pow)
 }
 
 fn axis(out: &mut String, frame: &Frame, makespan: f64) {
@@ -121,7 +143,10 @@ fn axis(out: &mut String, frame: &Frame, makespan: f64) {
     while k as f64 * step <= makespan + 1e-9 {
         let t = k as f64 * step;
         let x = frame.x(t);
-        let _ = writeln!(out, "<line x1=\"{x:.1}\" y1=\"{top}\" x2=\"{x:.1}\" y2=\"{bottom}\" stroke=\"#ddd\"/>");
+        let _ = writeln!(
+            out,
+            "<line x1=\"{x:.1}\" y1=\"{top}\" x2=\"{x:.1}\" y2=\"{bottom}\" stroke=\"#ddd\"/>"
+        );
         let _ = writeln!(
             out,
             "<text x=\"{x:.1}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"middle\">{}</text>",
@@ -147,8 +172,17 @@ fn row(out: &mut String, frame: &Frame, plan: &Plan, costs: &Costs, sim: &Simula
     let y = frame.y(a);
     let stages = plan.placement.stages_of(a as u32);
     let names: Vec<String> = stages.iter().map(|s| format!("s{s}")).collect();
-    let _ = writeln!(out, "<text x=\"8\" y=\"{:.1}\" font-size=\"13\" font-weight=\"bold\">actor {a}</text>", y + 15.0);
-    let _ = writeln!(out, "<text x=\"8\" y=\"{:.1}\" font-size=\"10\" fill=\"#555\">{}</text>", y + 28.0, names.join(" "));
+    let _ = writeln!(
+        out,
+        "<text x=\"8\" y=\"{:.1}\" font-size=\"13\" font-weight=\"bold\">actor {a}</text>",
+        y + 15.0
+    );
+    let _ = writeln!(
+        out,
+        "<text x=\"8\" y=\"{:.1}\" font-size=\"10\" fill=\"#555\">{}</text>",
+        y + 28.0,
+        names.join(" ")
+    );
     let _ = writeln!(
         out,
         "<rect x=\"{LEFT}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{ROW}\" fill=\"#f4f4f4\"/>",
@@ -160,10 +194,25 @@ fn row(out: &mut String, frame: &Frame, plan: &Plan, costs: &Costs, sim: &Simula
         let mut t0 = span.start;
         let dur = span.end - span.start;
         for task in action.tasks() {
-            let share = if total > 0.0 { costs.task(task) / total } else { 0.0 };
-            let part = Span { start: t0, end: t0 + dur * share };
+            let share = if total > 0.0 {
+                costs.task(task) / total
+            } else {
+                0.0
+            };
+            let part = Span {
+                start: t0,
+                end: t0 + dur * share,
+            };
             let local = stages.iter().position(|&s| s == task.stage).unwrap_or(0);
-            task_box(out, frame, y, part, task, fill(task.kind, local, stages.len()), with_stage);
+            task_box(
+                out,
+                frame,
+                y,
+                part,
+                task,
+                fill(task.kind, local, stages.len()),
+                with_stage,
+            );
             t0 = part.end;
         }
         if action.is_fused() && dur > 0.0 {
@@ -187,8 +236,20 @@ fn row(out: &mut String, frame: &Frame, plan: &Plan, costs: &Costs, sim: &Simula
     );
 }
 
-fn task_box(out: &mut String, frame: &Frame, y: f64, span: Span, task: &Task, fill: String, with_stage: bool) {
-    let (x, w) = (frame.x(span.start), (span.end - span.start) * frame.px_per_unit);
+fn task_box(
+    out: &mut String,
+    frame: &Frame,
+    y: f64,
+    span: Span,
+    task: &Task,
+    colours: (String, &str),
+    with_stage: bool,
+) {
+    let (fill, ink) = colours;
+    let (x, w) = (
+        frame.x(span.start),
+        (span.end - span.start) * frame.px_per_unit,
+    );
     if w <= 0.0 {
         return;
     }
@@ -208,16 +269,20 @@ fn task_box(out: &mut String, frame: &Frame, y: f64, span: Span, task: &Task, fi
     } else {
         return;
     };
-    let ty = if with_stage { y + 15.0 } else { y + ROW / 2.0 + size * 0.36 };
+    let ty = if with_stage {
+        y + 15.0
+    } else {
+        y + ROW / 2.0 + size * 0.36
+    };
     let _ = writeln!(
         out,
-        "<text x=\"{cx:.1}\" y=\"{ty:.1}\" font-size=\"{size}\" font-weight=\"bold\" text-anchor=\"middle\" fill=\"white\">{text}</text>"
+        "<text x=\"{cx:.1}\" y=\"{ty:.1}\" font-size=\"{size}\" font-weight=\"bold\" text-anchor=\"middle\" fill=\"{ink}\">{text}</text>"
     );
     let stage = format!("s{}", task.stage);
     if with_stage && fits(&stage, 9.0) {
         let _ = writeln!(
             out,
-            "<text x=\"{cx:.1}\" y=\"{:.1}\" font-size=\"9\" text-anchor=\"middle\" fill=\"white\">{stage}</text>",
+            "<text x=\"{cx:.1}\" y=\"{:.1}\" font-size=\"9\" text-anchor=\"middle\" fill=\"{ink}\">{stage}</text>",
             y + 28.0
         );
     }
@@ -225,26 +290,55 @@ fn task_box(out: &mut String, frame: &Frame, y: f64, span: Span, task: &Task, fi
 
 fn legend(out: &mut String, frame: &Frame, plan: &Plan) {
     let y = frame.rows_bottom + 44.0;
-    let used: Vec<TaskKind> =
-        TaskKind::ALL.into_iter().filter(|k| plan.actors.iter().flatten().any(|a| a.tasks().iter().any(|t| t.kind == *k))).collect();
+    let used: Vec<TaskKind> = TaskKind::ALL
+        .into_iter()
+        .filter(|k| {
+            plan.actors
+                .iter()
+                .flatten()
+                .any(|a| a.tasks().iter().any(|t| t.kind == *k))
+        })
+        .collect();
+    let shades = plan.placement.max_stages_per_actor().max(1) as usize;
     let mut x = LEFT;
     for kind in used {
-        let _ = writeln!(out, "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"18\" height=\"14\" fill=\"{}\"/>", fill(kind, 0, 1));
+        for local in 0..shades {
+            let (colour, _) = fill(kind, local, shades);
+            let _ = writeln!(
+                out,
+                "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"14\" height=\"14\" fill=\"{colour}\"/>"
+            );
+            x += 14.0;
+        }
         let text = format!("{} {}", kind.letter(), kind.description());
-        let _ = writeln!(out, "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\">{text}</text>", x + 24.0, y + 11.5);
-        x += 40.0 + text.len() as f64 * 7.0;
+        let _ = writeln!(
+            out,
+            "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\">{text}</text>",
+            x + 6.0,
+            y + 11.5
+        );
+        x += 30.0 + text.len() as f64 * 7.0;
     }
     if plan.actors.iter().flatten().any(|a| a.is_fused()) {
         let _ = writeln!(
             out,
             "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"18\" height=\"14\" fill=\"none\" stroke=\"#111\" stroke-width=\"2.5\"/>"
         );
-        let _ = writeln!(out, "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\">fused action</text>", x + 24.0, y + 11.5);
+        let _ = writeln!(
+            out,
+            "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"12\">fused action</text>",
+            x + 24.0,
+            y + 11.5
+        );
     }
     let note = if needs_stage(plan) {
         "Labels: kind + microbatch, stage below; lighter shade = later stage on the actor. Right: peak live activations, idle time."
     } else {
         "Labels: kind + microbatch. Right: peak live activations, idle time."
     };
-    let _ = writeln!(out, "<text x=\"{LEFT}\" y=\"{:.1}\" font-size=\"11\" fill=\"#444\">{note}</text>", y + 34.0);
+    let _ = writeln!(
+        out,
+        "<text x=\"{LEFT}\" y=\"{:.1}\" font-size=\"11\" fill=\"#444\">{note}</text>",
+        y + 34.0
+    );
 }
