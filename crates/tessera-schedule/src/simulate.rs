@@ -8,7 +8,7 @@
 //! Statistics: the makespan; each actor's idle time (makespan minus busy time) and the bubble
 //! ratio (total idle over actors × makespan); each actor's peak live activations, counting a
 //! stage-microbatch live from the start of its forward to the end of its backward (the end of
-//! `BwdW` when split; releases at an instant count before acquisitions).
+//! `BwdW` when split).
 
 use serde::Serialize;
 
@@ -150,12 +150,7 @@ pub fn simulate(plan: &Plan, costs: &Costs) -> Result<Simulation, SimulateError>
     } else {
         0.0
     };
-    let peak_activations = plan
-        .actors
-        .iter()
-        .zip(&spans)
-        .map(|(l, s)| peak_live(l, s))
-        .collect();
+    let peak_activations = plan.actors.iter().map(|l| peak_live(l)).collect();
     Ok(Simulation {
         makespan,
         spans,
@@ -167,22 +162,18 @@ pub fn simulate(plan: &Plan, costs: &Costs) -> Result<Simulation, SimulateError>
 }
 
 /// The peak number of stage-microbatches whose forward started and whose backward has not ended.
-fn peak_live(list: &[Action], spans: &[Span]) -> u32 {
-    let mut events: Vec<(f64, i32)> = Vec::new();
-    for (action, span) in list.iter().zip(spans) {
-        for task in action.tasks() {
-            match task.kind {
-                TaskKind::Fwd => events.push((span.start, 1)),
-                TaskKind::Bwd | TaskKind::BwdW => events.push((span.end, -1)),
-                TaskKind::BwdI => {}
-            }
-        }
-    }
-    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let (mut live, mut peak) = (0_i32, 0_i32);
-    for (_, delta) in events {
-        live += delta;
+/// An actor runs its actions one after another, so walking its list is walking its time line:
+/// an action's forwards acquire before its peak is taken, its backwards release after.
+fn peak_live(list: &[Action]) -> u32 {
+    let (mut live, mut peak) = (0_i64, 0_i64);
+    for action in list {
+        let tasks = action.tasks();
+        live += tasks.iter().filter(|t| t.kind == TaskKind::Fwd).count() as i64;
         peak = peak.max(live);
+        live -= tasks
+            .iter()
+            .filter(|t| matches!(t.kind, TaskKind::Bwd | TaskKind::BwdW))
+            .count() as i64;
     }
-    peak.max(0) as u32
+    peak as u32
 }

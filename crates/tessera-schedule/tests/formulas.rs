@@ -156,3 +156,11 @@ fn latency_delays_every_hop() {
         );
     }
 }
+
+#[test]
+fn peak_memory_does_not_depend_on_costs() {
+    // Peak live activations follow each actor's order, so even zero costs give 1F1B's p..1.
+    let (_, sim) = run("1f1b", 4, 4, 8, (0.0, 0.0, 0.0));
+    assert_eq!(sim.makespan, 0.0);
+    assert_eq!(sim.peak_activations, vec![4, 3, 2, 1]);
+}

@@ -50,11 +50,10 @@ pub fn stats(plan: &Plan, sim: &Simulation) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{}: {} stages on {} actors, {} microbatches",
+        "{}: {}, {}",
         plan.name,
-        plan.num_stages,
-        plan.num_actors(),
-        plan.num_microbatches
+        placement_summary(plan),
+        plural(plan.num_microbatches, "microbatch", "microbatches")
     );
     let _ = writeln!(out, "makespan:         {}", num(sim.makespan));
     let _ = writeln!(out, "bubble ratio:     {:.4}", sim.bubble_ratio);
@@ -63,6 +62,20 @@ pub fn stats(plan: &Plan, sim: &Simulation) -> String {
     let peak: Vec<String> = sim.peak_activations.iter().map(u32::to_string).collect();
     let _ = writeln!(out, "peak activations: [{}]", peak.join(", "));
     out
+}
+
+/// `n thing` or `n things`.
+pub(crate) fn plural(n: u32, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `S stages on D actors`.
+pub(crate) fn placement_summary(plan: &Plan) -> String {
+    let stages = plural(plan.num_stages, "stage", "stages");
+    format!(
+        "{stages} on {}",
+        plural(plan.num_actors(), "actor", "actors")
+    )
 }
 
 /// A number without a trailing `.0`, or with up to three decimals.

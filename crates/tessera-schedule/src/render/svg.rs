@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use super::ascii::num;
+use super::ascii::{num, placement_summary, plural};
 use super::needs_stage;
 use crate::schedule::Plan;
 use crate::simulate::{Costs, Simulation};
@@ -111,11 +111,10 @@ pub fn svg(plan: &Plan, costs: &Costs, sim: &Simulation) -> String {
 fn title(out: &mut String, plan: &Plan, sim: &Simulation) {
     let _ = writeln!(
         out,
-        "<text x=\"{LEFT}\" y=\"24\" font-size=\"16\" font-weight=\"bold\">{}: {} stages on {} actors, {} microbatches</text>",
+        "<text x=\"{LEFT}\" y=\"24\" font-size=\"16\" font-weight=\"bold\">{}: {}, {}</text>",
         plan.name,
-        plan.num_stages,
-        plan.num_actors(),
-        plan.num_microbatches
+        placement_summary(plan),
+        plural(plan.num_microbatches, "microbatch", "microbatches")
     );
     let _ = writeln!(
         out,
