@@ -122,6 +122,14 @@ pub enum ValidationError {
         /// Actors in the placement.
         actors: u32,
     },
+    /// The plan's stage count differs from its placement's.
+    #[error("the plan says {plan} stages but its placement places {placement}; make them agree")]
+    StageCount {
+        /// The plan's `num_stages`.
+        plan: u32,
+        /// Stages in the placement.
+        placement: u32,
+    },
     /// A fused action with no task.
     #[error("{at}: an empty fused action; a fused action needs at least one task")]
     EmptyAction {

@@ -49,6 +49,12 @@ impl Index {
             });
         }
         let (stages, microbatches) = (plan.placement.num_stages(), plan.num_microbatches);
+        if plan.num_stages != stages {
+            return Err(ValidationError::StageCount {
+                plan: plan.num_stages,
+                placement: stages,
+            });
+        }
         let slots = (stages as usize) * (microbatches as usize) * Part::COUNT;
         let mut index = Index {
             stages,
@@ -319,6 +325,10 @@ pub struct Transfer {
     pub producer: Task,
     /// The task that needs it.
     pub consumer: Task,
+    /// The index, in `from`'s list, of the action after which the value can be sent.
+    pub sent_after: usize,
+    /// The index, in `to`'s list, of the action that must receive it before it starts.
+    pub received_before: usize,
 }
 
 /// The transfers between actors that a valid plan implies, in the receivers' execution order
@@ -328,22 +338,25 @@ pub fn transfers(plan: &Plan) -> Result<Vec<Transfer>, ValidationError> {
     let index = Index::build(plan)?;
     let mut out = Vec::new();
     for (a, list) in plan.actors.iter().enumerate() {
-        for consumer in list.iter().flat_map(Action::tasks) {
-            for (s, mb, part) in deps(consumer, index.stages) {
-                let loc = index.loc(s, mb, part);
-                if loc.at.actor != a as ActorId {
-                    let payload = if part == Part::F {
-                        Payload::Activation
-                    } else {
-                        Payload::Gradient
-                    };
-                    let (from, to, producer) = (loc.at.actor, a as ActorId, loc.task);
+        for (i, action) in list.iter().enumerate() {
+            for consumer in action.tasks() {
+                for (s, mb, part) in deps(consumer, index.stages) {
+                    let loc = index.loc(s, mb, part);
+                    if loc.at.actor == a as ActorId {
+                        continue;
+                    }
                     out.push(Transfer {
-                        from,
-                        to,
-                        payload,
-                        producer,
+                        from: loc.at.actor,
+                        to: a as ActorId,
+                        payload: if part == Part::F {
+                            Payload::Activation
+                        } else {
+                            Payload::Gradient
+                        },
+                        producer: loc.task,
                         consumer: *consumer,
+                        sent_after: loc.at.index,
+                        received_before: i,
                     });
                 }
             }

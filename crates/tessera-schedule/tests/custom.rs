@@ -163,3 +163,29 @@ fn plans_round_trip_through_json() {
     let back: tessera_schedule::Plan = serde_json::from_str(&text).expect("deserialise");
     assert_eq!(back, plan);
 }
+
+#[test]
+fn transfers_name_the_actions_that_send_and_receive() {
+    let plan = registry()
+        .create(
+            "1f1b",
+            ScheduleParams {
+                stages: 2,
+                mpmd_dim: 2,
+            },
+        )
+        .and_then(|s| s.plan(1))
+        .expect("accepted");
+    // Actor 0: [Fwd(0,0), Bwd(0,0)]; actor 1: [Fused[Fwd(1,0) + Bwd(1,0)]].
+    let sent = transfers(&plan).expect("valid");
+    let summary: Vec<String> = sent
+        .iter()
+        .map(|t| {
+            format!(
+                "{:?} {}#{} -> {}#{}",
+                t.payload, t.from, t.sent_after, t.to, t.received_before
+            )
+        })
+        .collect();
+    assert_eq!(summary, ["Gradient 1#0 -> 0#1", "Activation 0#0 -> 1#0"]);
+}
