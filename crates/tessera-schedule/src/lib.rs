@@ -14,11 +14,23 @@
 //! `Std1F1B`, `Eager1F1B`, `Interleaved1F1B`, `ZeroBubble`, `DualPipeV`) and a [`Registry`]
 //! maps command-line names to constructors, built-in or user-written.
 //!
+//! ```
+//! use tessera_schedule::{Costs, Registry, ScheduleParams, render, simulate, validate};
+//!
+//! let schedule = Registry::with_builtins().create("1f1b", ScheduleParams { stages: 4, mpmd_dim: 4 })?;
+//! let plan = schedule.plan(8)?;
+//! validate(&plan)?;
+//! let sim = simulate(&plan, &Costs::uniform(4, 1.0, 2.0, 0.0))?;
+//! assert_eq!(sim.makespan, (8.0 + 4.0 - 1.0) * 3.0); // (m+p-1)(F+B)
+//! println!("{}", render::ascii(&plan, &sim));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Passes
-//! - [`validate`]: every task exactly once, dependencies respected, no deadlock when each
-//!   actor runs its list in order with blocking receives; [`transfers`] lists the values that
+//! - [`validate()`]: every task exactly once, dependencies respected, no deadlock when each
+//!   actor runs its list in order with blocking receives; [`transfers()`] lists the values that
 //!   cross actors.
-//! - [`simulate`]: discrete-event simulation with per-stage costs `F`, `B`, `W` and a transfer
+//! - [`simulate()`]: discrete-event simulation with per-stage costs `F`, `B`, `W` and a transfer
 //!   latency: makespan, idle time, bubble ratio, peak live activations.
 //! - [`render`]: ASCII timeline, SVG timeline, JSON.
 //!

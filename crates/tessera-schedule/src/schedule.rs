@@ -28,7 +28,7 @@ pub trait Schedule {
     fn actions(&self, microbatches: u32) -> Result<Vec<Vec<Action>>, ScheduleError>;
 
     /// The plan for `microbatches` microbatches (placement plus actions). Not validated: call
-    /// [`crate::validate`] on it.
+    /// [`crate::validate()`] on it.
     fn plan(&self, microbatches: u32) -> Result<Plan, ScheduleError> {
         if microbatches == 0 {
             return Err(ScheduleError::TooFewMicrobatches {
