@@ -11,6 +11,9 @@ pub struct Args {
     /// The PJRT plugin to load (default: $TESSERA_PJRT_PLUGIN, then the cached CPU plugin).
     #[arg(long)]
     plugin: Option<PathBuf>,
+    /// Use the CUDA plugin of an installed `jax-cuda13-pjrt` package.
+    #[arg(long, conflicts_with = "plugin")]
+    gpu: bool,
     /// How many virtual devices the CPU plugin should create.
     #[arg(long, default_value_t = 8)]
     cpu_devices: i64,
@@ -29,10 +32,24 @@ struct Report {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let plugin = Plugin::discover(args.plugin.as_deref())?;
-    let client = Client::new(plugin, &ClientOptions::cpu(args.cpu_devices))?;
+    let (plugin, options) = if args.gpu {
+        let path = tessera_pjrt::find_cuda_plugin().ok_or_else(|| {
+            anyhow::anyhow!("no CUDA PJRT plugin found: install one with `pip install jax-cuda13-pjrt` (on a machine with an NVIDIA GPU), or pass --plugin PATH")
+        })?;
+        (Plugin::load(&path)?, ClientOptions::default())
+    } else {
+        (
+            Plugin::discover(args.plugin.as_deref())?,
+            ClientOptions::cpu(args.cpu_devices),
+        )
+    };
+    let client = Client::new(plugin, &options)?;
     let (major, minor) = plugin.api_version();
-    let devices = client.addressable_devices()?.iter().map(|d| d.info()).collect::<Result<Vec<_>, _>>()?;
+    let devices = client
+        .addressable_devices()?
+        .iter()
+        .map(|d| d.info())
+        .collect::<Result<Vec<_>, _>>()?;
     let report = Report {
         plugin: plugin.path().display().to_string(),
         platform: client.platform_name()?,
@@ -50,10 +67,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 fn print_table(report: &Report) {
     println!("plugin:   {}", report.plugin);
-    println!("platform: {} ({}), PJRT C API {}", report.platform, report.platform_version, report.pjrt_api_version);
+    println!(
+        "platform: {} ({}), PJRT C API {}",
+        report.platform, report.platform_version, report.pjrt_api_version
+    );
     println!("{} addressable devices:", report.devices.len());
-    println!("  {:>3}  {:<6}  {:>7}  description", "id", "kind", "process");
+    println!(
+        "  {:>3}  {:<6}  {:>7}  description",
+        "id", "kind", "process"
+    );
     for d in &report.devices {
-        println!("  {:>3}  {:<6}  {:>7}  {}", d.id, d.kind, d.process_index, d.description);
+        println!(
+            "  {:>3}  {:<6}  {:>7}  {}",
+            d.id, d.kind, d.process_index, d.description
+        );
     }
 }
