@@ -6,6 +6,7 @@
 mod array;
 mod error;
 mod mesh;
+pub mod pipeline;
 mod reshard;
 pub mod runtime;
 mod sharding;

@@ -1,0 +1,331 @@
+//! From a schedule to a runtime plan: the dataflow contract between pipeline stage programs.
+//!
+//! A pipelined training step splits a model into `S` stages. For stage `s` and microbatch `m`
+//! the stage partitioner produces programs whose arguments and results follow this contract
+//! (lists in this order; `P_s` parameters, `R_s` residuals, `W_s` weight-gradient residuals):
+//!
+//! | task | inputs | outputs |
+//! |---|---|---|
+//! | `Fwd(s,m)` | params(s), x(s,m), data(s,m) | x(s+1,m) if `s < S-1`, else loss(m); residuals(s,m) |
+//! | `Bwd(s,m)` | params(s), residuals(s,m), ct(s+1,m) if `s < S-1`; acc(s,i) | ct(s,m) if `s > 0`; acc(s,i+1) |
+//! | `BwdI(s,m)` | params(s), residuals(s,m), ct(s+1,m) if `s < S-1` | ct(s,m) if `s > 0`; wres(s,m) |
+//! | `BwdW(s,m)` | wres(s,m), acc(s,i) | acc(s,i+1) |
+//!
+//! `x(0,m)` does not exist: stage 0 reads the microbatch only through `data(0,m)`, the data
+//! inputs assigned to it (e.g. the tokens; the last stage reads the labels). `ct(s,m)` is the
+//! cotangent of `x(s,m)`. `acc(s,i)` are the `P_s` gradient accumulators after the `i`-th weight
+//! gradient of stage `s` (in the order its actor runs them): `acc(s,0)` is placed (zeros) before
+//! the run and `acc(s,M)` is a result, as is every `loss(m)` — gradients accumulate on the
+//! devices that own the parameters, as in JAXPP.
+//!
+//! A fused action is one program: its inputs are its tasks' inputs that no earlier task of the
+//! action produces, its outputs are its tasks' outputs that no later task of the action consumes.
+
+use std::collections::{BTreeMap, HashMap};
+
+use tessera_schedule::{Action, Task, TaskKind};
+
+use crate::runtime::{Plan, TaskSpec, ValueId};
+
+/// The sizes of the contract for one stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageShape {
+    /// Number of parameters (and so of gradient accumulators).
+    pub params: usize,
+    /// Number of data inputs per microbatch that this stage reads.
+    pub data: usize,
+    /// Number of residuals its forward saves for its backward.
+    pub residuals: usize,
+    /// Number of residuals its input-gradient backward saves for its weight-gradient backward.
+    pub weight_residuals: usize,
+}
+
+/// A named value of the pipeline. Fields: `stage`, microbatch `mb`, index `k` within a list,
+/// `step` the number of weight gradients accumulated so far.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Key {
+    /// Parameter `k` of stage `s`.
+    Param { stage: u32, k: usize },
+    /// Data input `k` of stage `s` for microbatch `mb`.
+    Data { stage: u32, mb: u32, k: usize },
+    /// The activation entering stage `stage` for microbatch `mb` (`stage ≥ 1`).
+    Act { stage: u32, mb: u32 },
+    /// The loss of microbatch `mb`.
+    Loss { mb: u32 },
+    /// Residual `k` of stage `stage`, microbatch `mb`.
+    Resid { stage: u32, mb: u32, k: usize },
+    /// Weight-gradient residual `k`.
+    WResid { stage: u32, mb: u32, k: usize },
+    /// The cotangent of `Act { stage, mb }`.
+    Cot { stage: u32, mb: u32 },
+    /// Gradient accumulator `k` of stage `stage` after `step` microbatches.
+    Acc { stage: u32, step: u32, k: usize },
+}
+
+/// Errors building a pipeline plan.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PipelineError {
+    /// The schedule has a different number of stages than the model.
+    #[error(
+        "the schedule has {schedule} stages but the model has {model}; use as many stage markers as stages"
+    )]
+    StageCount {
+        /// Stages of the schedule.
+        schedule: usize,
+        /// Stages of the model.
+        model: usize,
+    },
+    /// The schedule's placement names an actor the mesh does not have.
+    #[error("stage {stage} is placed on actor {actor}, but the mesh has {groups} MPMD groups")]
+    NoSuchGroup {
+        /// The stage.
+        stage: u32,
+        /// Its actor.
+        actor: u32,
+        /// Groups of the mesh.
+        groups: usize,
+    },
+}
+
+/// One task of an action with its contract inputs and outputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartSignature {
+    /// The task.
+    pub task: Task,
+    /// Its inputs, in argument order.
+    pub inputs: Vec<Key>,
+    /// Its outputs, in result order.
+    pub outputs: Vec<Key>,
+}
+
+/// What the program of one action takes and returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionSignature {
+    /// The action's tasks, in execution order.
+    pub parts: Vec<PartSignature>,
+    /// The program's arguments.
+    pub inputs: Vec<Key>,
+    /// The program's results.
+    pub outputs: Vec<Key>,
+}
+
+/// The plan and where each named value lives.
+#[derive(Debug, Clone)]
+pub struct PipelinePlan<T> {
+    /// The runtime plan.
+    pub plan: Plan<T>,
+    /// Value ids by key.
+    pub ids: HashMap<Key, ValueId>,
+    /// Where each input value must be placed before the run: (key, group).
+    pub inputs: Vec<(Key, usize)>,
+}
+
+/// Builds the runtime plan of a schedule's plan for a model with `stages`. `program` gives each
+/// action's payload (e.g. the index of its compiled program) from the action's signature.
+pub fn build_plan<T>(
+    schedule: &tessera_schedule::Plan,
+    stages: &[StageShape],
+    mut program: impl FnMut(&ActionSignature) -> T,
+) -> Result<PipelinePlan<T>, PipelineError> {
+    let num_stages = schedule.num_stages as usize;
+    if num_stages != stages.len() {
+        return Err(PipelineError::StageCount {
+            schedule: num_stages,
+            model: stages.len(),
+        });
+    }
+    let groups = schedule.actors.len();
+    let group_of = |stage: u32| -> Result<usize, PipelineError> {
+        let actor = schedule.placement.actor(stage).unwrap_or(u32::MAX);
+        if (actor as usize) < groups {
+            Ok(actor as usize)
+        } else {
+            Err(PipelineError::NoSuchGroup {
+                stage,
+                actor,
+                groups,
+            })
+        }
+    };
+    let mut ids = Ids::default();
+    let mut steps: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut tasks = Vec::new();
+    let mut order = vec![Vec::new(); groups];
+    for (actor, actions) in schedule.actors.iter().enumerate() {
+        for action in actions {
+            let parts: Vec<PartSignature> = action
+                .tasks()
+                .iter()
+                .map(|&task| {
+                    let (inputs, outputs) = task_keys(&task, stages, num_stages, &mut steps);
+                    PartSignature {
+                        task,
+                        inputs,
+                        outputs,
+                    }
+                })
+                .collect();
+            let (inputs, outputs) = fuse(&parts);
+            let signature = ActionSignature {
+                parts,
+                inputs,
+                outputs,
+            };
+            order[actor].push(tasks.len());
+            tasks.push(TaskSpec {
+                name: action_name(action),
+                group: actor,
+                inputs: signature.inputs.iter().map(|k| ids.get(*k)).collect(),
+                outputs: signature.outputs.iter().map(|k| ids.get(*k)).collect(),
+                payload: program(&signature),
+            });
+        }
+    }
+    let mut inputs = Vec::new();
+    let mut results = Vec::new();
+    for (s, shape) in stages.iter().enumerate() {
+        let stage = s as u32;
+        let group = group_of(stage)?;
+        for k in 0..shape.params {
+            inputs.push((Key::Param { stage, k }, group));
+            inputs.push((Key::Acc { stage, step: 0, k }, group));
+            let last = steps.get(&stage).copied().unwrap_or(0);
+            results.push((
+                ids.get(Key::Acc {
+                    stage,
+                    step: last,
+                    k,
+                }),
+                group,
+            ));
+        }
+        for mb in 0..schedule.num_microbatches {
+            for k in 0..shape.data {
+                inputs.push((Key::Data { stage, mb, k }, group));
+            }
+        }
+    }
+    let last_group = group_of(num_stages.saturating_sub(1) as u32)?;
+    for mb in 0..schedule.num_microbatches {
+        results.push((ids.get(Key::Loss { mb }), last_group));
+    }
+    Ok(PipelinePlan {
+        plan: Plan {
+            tasks,
+            order,
+            results,
+        },
+        ids: ids.map,
+        inputs,
+    })
+}
+
+#[derive(Default)]
+struct Ids {
+    map: HashMap<Key, ValueId>,
+}
+
+impl Ids {
+    fn get(&mut self, key: Key) -> ValueId {
+        let next = self.map.len();
+        *self.map.entry(key).or_insert(next)
+    }
+}
+
+/// The contract's inputs and outputs of one task.
+fn task_keys(
+    task: &Task,
+    stages: &[StageShape],
+    num_stages: usize,
+    steps: &mut BTreeMap<u32, u32>,
+) -> (Vec<Key>, Vec<Key>) {
+    let (s, mb) = (task.stage, task.mb);
+    let shape = stages[s as usize];
+    let last = s as usize + 1 == num_stages;
+    let params = (0..shape.params).map(|k| Key::Param { stage: s, k });
+    let resid = (0..shape.residuals).map(|k| Key::Resid { stage: s, mb, k });
+    let wres = (0..shape.weight_residuals).map(|k| Key::WResid { stage: s, mb, k });
+    let ct_in = (!last).then_some(Key::Cot { stage: s + 1, mb });
+    let ct_out = (s > 0).then_some(Key::Cot { stage: s, mb });
+    let accumulate = |steps: &mut BTreeMap<u32, u32>| {
+        let step = steps.entry(s).or_insert(0);
+        *step += 1;
+        let before = (0..shape.params)
+            .map(|k| Key::Acc {
+                stage: s,
+                step: *step - 1,
+                k,
+            })
+            .collect::<Vec<_>>();
+        let after = (0..shape.params)
+            .map(|k| Key::Acc {
+                stage: s,
+                step: *step,
+                k,
+            })
+            .collect::<Vec<_>>();
+        (before, after)
+    };
+    match task.kind {
+        TaskKind::Fwd => {
+            let mut inputs: Vec<Key> = params.collect();
+            if s > 0 {
+                inputs.push(Key::Act { stage: s, mb });
+            }
+            inputs.extend((0..shape.data).map(|k| Key::Data { stage: s, mb, k }));
+            let head = if last {
+                Key::Loss { mb }
+            } else {
+                Key::Act { stage: s + 1, mb }
+            };
+            (inputs, std::iter::once(head).chain(resid).collect())
+        }
+        TaskKind::Bwd => {
+            let (before, after) = accumulate(steps);
+            let inputs = params.chain(resid).chain(ct_in).chain(before).collect();
+            (inputs, ct_out.into_iter().chain(after).collect())
+        }
+        TaskKind::BwdI => (
+            params.chain(resid).chain(ct_in).collect(),
+            ct_out.into_iter().chain(wres).collect(),
+        ),
+        TaskKind::BwdW => {
+            let (before, after) = accumulate(steps);
+            (wres.chain(before).collect(), after)
+        }
+    }
+}
+
+/// Inputs and outputs of a fused action (see the module docs).
+fn fuse(parts: &[PartSignature]) -> (Vec<Key>, Vec<Key>) {
+    let mut inputs = Vec::new();
+    for (i, part) in parts.iter().enumerate() {
+        for key in &part.inputs {
+            let made_earlier = parts[..i].iter().any(|p| p.outputs.contains(key));
+            if !made_earlier && !inputs.contains(key) {
+                inputs.push(*key);
+            }
+        }
+    }
+    let mut outputs = Vec::new();
+    for (i, part) in parts.iter().enumerate() {
+        for key in &part.outputs {
+            let used_later = parts[i + 1..].iter().any(|p| p.inputs.contains(key));
+            if !used_later {
+                outputs.push(*key);
+            }
+        }
+    }
+    (inputs, outputs)
+}
+
+/// A task name for timings: `F s1 mb3`, or `F s3 mb0 + B s3 mb0` for a fused action.
+pub fn action_name(action: &Action) -> String {
+    action
+        .tasks()
+        .iter()
+        .map(|t| format!("{} s{} mb{}", t.kind.letter(), t.stage, t.mb))
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
