@@ -4,6 +4,7 @@
 //! MPMD layouts. The pipelined `treduce` runtime builds on these.
 
 mod array;
+pub mod compose;
 mod error;
 mod mesh;
 pub mod pipeline;

@@ -6,11 +6,15 @@
 //!
 //! Architecture invariant: this is the only Tessera crate that links MLIR.
 
+mod compose;
 mod context;
 mod emit;
 
+pub use compose::{KeyTypes, Part, PartBody, compose_module};
 pub use context::{LowerError, new_context, verify_and_print};
 pub use emit::{
     ArgSpec, Body, EmittedModule, ModuleEmitter, ResultSpec, parse_attr, parse_type, quote,
     tensor_type,
 };
+/// MLIR values, as the bodies given to [`compose_module`] and [`ModuleEmitter`] see them.
+pub use melior::ir::Value;

@@ -34,6 +34,7 @@ pub struct PjrtExecutor {
     client: Client,
     mesh: MpmdMesh,
     programs: Vec<CompiledTask>,
+    by_text: std::collections::HashMap<(Vec<u8>, usize), usize>,
 }
 
 impl PjrtExecutor {
@@ -43,17 +44,22 @@ impl PjrtExecutor {
             client: client.clone(),
             mesh: mesh.clone(),
             programs: Vec::new(),
+            by_text: Default::default(),
         }
     }
 
     /// Compiles `module` (StableHLO text or bytecode, SPMD over a group's mesh) for `group` and
-    /// returns the index that task payloads use to name it.
+    /// returns the index that task payloads use to name it. A module already compiled for the
+    /// group (the same bytes) is reused.
     pub fn compile(
         &mut self,
         module: &[u8],
         group: usize,
         outputs: Vec<OutputLayout>,
     ) -> Result<usize> {
+        if let Some(&index) = self.by_text.get(&(module.to_vec(), group)) {
+            return Ok(index);
+        }
         let devices = self.mesh.group(group)?.device_ids().to_vec();
         let executable = self
             .client
@@ -63,6 +69,8 @@ impl PjrtExecutor {
             executable,
             outputs,
         });
+        self.by_text
+            .insert((module.to_vec(), group), self.programs.len() - 1);
         Ok(self.programs.len() - 1)
     }
 

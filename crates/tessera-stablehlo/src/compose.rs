@@ -1,0 +1,118 @@
+//! Composing a module from functions: each part is a private function, and `main` calls them in
+//! order, threading named values between them. The MPMD layer uses it to compile a fused action
+//! (several pipeline tasks) as one program.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use melior::ir::Value;
+
+use crate::context::LowerError;
+use crate::emit::{ArgSpec, Body, EmittedModule, ModuleEmitter, ResultSpec};
+
+/// Emits the body of one part's function: given its arguments, returns its results.
+pub type PartBody<'a> = Box<
+    dyn for<'c, 'b> Fn(&Body<'c, 'b>, &[Value<'c, 'b>]) -> Result<Vec<Value<'c, 'b>>, LowerError>
+        + 'a,
+>;
+
+/// One part: the values it reads and writes (by key), and how to emit its body.
+pub struct Part<'a, K> {
+    /// The keys of its arguments, in order.
+    pub inputs: Vec<K>,
+    /// The keys of its results, in order.
+    pub outputs: Vec<K>,
+    /// Its body.
+    pub body: PartBody<'a>,
+}
+
+/// The MLIR type and optional `mhlo.sharding` of each key.
+pub trait KeyTypes<K> {
+    /// The MLIR type text (global shape), e.g. `tensor<4xf32>`.
+    fn mlir_type(&self, key: &K) -> String;
+    /// The sharding of the value in `main`'s signature, if any.
+    fn sharding(&self, key: &K) -> Option<String>;
+}
+
+/// Builds a module whose public `main(inputs) -> outputs` calls `parts` in order.
+pub fn compose_module<K: Copy + Eq + Hash + Debug>(
+    name: &str,
+    num_partitions: usize,
+    inputs: &[K],
+    outputs: &[K],
+    parts: &[Part<'_, K>],
+    types: &dyn KeyTypes<K>,
+) -> Result<EmittedModule, LowerError> {
+    let context = crate::new_context();
+    let emitter = ModuleEmitter::new(&context, name, num_partitions, 1)?;
+    for (i, part) in parts.iter().enumerate() {
+        let args: Vec<ArgSpec> = part
+            .inputs
+            .iter()
+            .map(|k| ArgSpec::new(types.mlir_type(k)))
+            .collect();
+        let results: Vec<ResultSpec> = part
+            .outputs
+            .iter()
+            .map(|k| ResultSpec::new(types.mlir_type(k)))
+            .collect();
+        emitter.add_function(&format!("part{i}"), &args, &results, false, |b, params| {
+            (part.body)(b, params)
+        })?;
+    }
+    let args: Vec<ArgSpec> = inputs
+        .iter()
+        .map(|k| {
+            let arg = ArgSpec::new(types.mlir_type(k));
+            match types.sharding(k) {
+                Some(s) => arg.sharded(s),
+                None => arg,
+            }
+        })
+        .collect();
+    let results: Vec<ResultSpec> = outputs
+        .iter()
+        .map(|k| {
+            let result = ResultSpec::new(types.mlir_type(k));
+            match types.sharding(k) {
+                Some(s) => result.sharded(s),
+                None => result,
+            }
+        })
+        .collect();
+    emitter.add_function("main", &args, &results, true, |body, params| {
+        let mut env: HashMap<K, Value<'_, '_>> =
+            inputs.iter().copied().zip(params.iter().copied()).collect();
+        for (i, part) in parts.iter().enumerate() {
+            let operands = part
+                .inputs
+                .iter()
+                .map(|k| lookup(&env, k))
+                .collect::<Result<Vec<_>, _>>()?;
+            let result_types: Vec<String> =
+                part.outputs.iter().map(|k| types.mlir_type(k)).collect();
+            let result_refs: Vec<&str> = result_types.iter().map(String::as_str).collect();
+            let outs = body.op(
+                "func.call",
+                &operands,
+                &result_refs,
+                &[("callee", format!("@part{i}"))],
+            )?;
+            env.extend(part.outputs.iter().copied().zip(outs));
+        }
+        outputs.iter().map(|k| lookup(&env, k)).collect()
+    })?;
+    emitter.finish()
+}
+
+fn lookup<'c, 'b, K: Eq + Hash + Debug>(
+    env: &HashMap<K, Value<'c, 'b>>,
+    key: &K,
+) -> Result<Value<'c, 'b>, LowerError> {
+    env.get(key).copied().ok_or_else(|| {
+        LowerError::Build(format!(
+            "no value for {key:?}: no input or earlier part provides it"
+        ))
+    })
+}
