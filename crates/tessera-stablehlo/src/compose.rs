@@ -63,23 +63,11 @@ pub fn compose_module<K: Copy + Eq + Hash + Debug>(
     }
     let args: Vec<ArgSpec> = inputs
         .iter()
-        .map(|k| {
-            let arg = ArgSpec::new(types.mlir_type(k));
-            match types.sharding(k) {
-                Some(s) => arg.sharded(s),
-                None => arg,
-            }
-        })
+        .map(|k| ArgSpec::new(types.mlir_type(k)).with_sharding(types.sharding(k)))
         .collect();
     let results: Vec<ResultSpec> = outputs
         .iter()
-        .map(|k| {
-            let result = ResultSpec::new(types.mlir_type(k));
-            match types.sharding(k) {
-                Some(s) => result.sharded(s),
-                None => result,
-            }
-        })
+        .map(|k| ResultSpec::new(types.mlir_type(k)).with_sharding(types.sharding(k)))
         .collect();
     emitter.add_function("main", &args, &results, true, |body, params| {
         let mut env: HashMap<K, Value<'_, '_>> =

@@ -43,6 +43,12 @@ impl ArgSpec {
         self
     }
 
+    /// The same argument with `sharding` as its `mhlo.sharding`, if there is one.
+    pub fn with_sharding(mut self, sharding: Option<String>) -> Self {
+        self.sharding = sharding;
+        self
+    }
+
     fn attributes(&self) -> String {
         let mut parts = Vec::new();
         if let Some(sharding) = &self.sharding {
@@ -79,6 +85,12 @@ impl ResultSpec {
     /// The same result with an `mhlo.sharding`.
     pub fn sharded(mut self, sharding: impl Into<String>) -> Self {
         self.sharding = Some(sharding.into());
+        self
+    }
+
+    /// The same result with `sharding` as its `mhlo.sharding`, if there is one.
+    pub fn with_sharding(mut self, sharding: Option<String>) -> Self {
+        self.sharding = sharding;
         self
     }
 
@@ -185,19 +197,7 @@ impl<'c> ModuleEmitter<'c> {
             .iter()
             .map(|r| parse_type(ctx, &r.ty))
             .collect::<Result<Vec<_>, _>>()?;
-        let block = Block::new(&arg_types.iter().map(|&t| (t, loc)).collect::<Vec<_>>());
-        {
-            let builder = Body {
-                context: ctx,
-                block: &block,
-            };
-            let params: Vec<Value<'c, '_>> = (0..block.argument_count())
-                .map(|i| block.argument(i).map(Into::into))
-                .collect::<Result<_, _>>()
-                .map_err(|e| LowerError::Build(e.to_string()))?;
-            let returned = body(&builder, &params)?;
-            block.append_operation(func::r#return(&returned, loc));
-        }
+        let block = build_block(ctx, &arg_types, "func.return", body)?;
         let region = Region::new();
         region.append_block(block);
         let mut attributes = vec![(
@@ -319,32 +319,47 @@ impl<'c, 'b> Body<'c, 'b> {
         ) -> Result<Vec<Value<'c, 'r>>, LowerError>,
     {
         let ctx = self.context;
-        let loc = Location::unknown(ctx);
         let types = args
             .iter()
             .map(|t| parse_type(ctx, t))
             .collect::<Result<Vec<_>, _>>()?;
-        let block = Block::new(&types.iter().map(|&t| (t, loc)).collect::<Vec<_>>());
-        {
-            let inner = Body {
-                context: ctx,
-                block: &block,
-            };
-            let params: Vec<Value<'c, '_>> = (0..block.argument_count())
-                .map(|i| block.argument(i).map(Into::into))
-                .collect::<Result<_, _>>()
-                .map_err(|e| LowerError::Build(e.to_string()))?;
-            let returned = body(&inner, &params)?;
-            let term = OperationBuilder::new(terminator, loc)
-                .add_operands(&returned)
-                .build()
-                .map_err(|e| LowerError::Build(e.to_string()))?;
-            block.append_operation(term);
-        }
+        let block = build_block(ctx, &types, terminator, body)?;
         let region = Region::new();
         region.append_block(block);
         Ok(region)
     }
+}
+
+/// A block with arguments of `types` whose operations `body` appends, ended by the operation
+/// `terminator` (`func.return`, `stablehlo.return`) on the values `body` returns.
+fn build_block<'c, F>(
+    context: &'c Context,
+    types: &[Type<'c>],
+    terminator: &str,
+    body: F,
+) -> Result<Block<'c>, LowerError>
+where
+    F: for<'b> FnOnce(&Body<'c, 'b>, &[Value<'c, 'b>]) -> Result<Vec<Value<'c, 'b>>, LowerError>,
+{
+    let loc = Location::unknown(context);
+    let block = Block::new(&types.iter().map(|&t| (t, loc)).collect::<Vec<_>>());
+    {
+        let builder = Body {
+            context,
+            block: &block,
+        };
+        let params: Vec<Value<'c, '_>> = (0..block.argument_count())
+            .map(|i| block.argument(i).map(Into::into))
+            .collect::<Result<_, _>>()
+            .map_err(|e| LowerError::Build(e.to_string()))?;
+        let returned = body(&builder, &params)?;
+        let term = OperationBuilder::new(terminator, loc)
+            .add_operands(&returned)
+            .build()
+            .map_err(|e| LowerError::Build(e.to_string()))?;
+        block.append_operation(term);
+    }
+    Ok(block)
 }
 
 /// Parses MLIR type text.
