@@ -53,5 +53,9 @@ pub fn not_built_yet(what: &str, issue: &str) -> anyhow::Result<ExitCode> {
 #[allow(dead_code)]
 pub fn report_summary(passed: usize, failed: usize) -> ExitCode {
     println!("{passed} passed, {failed} failed");
-    if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
