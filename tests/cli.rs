@@ -1,6 +1,8 @@
 //! End-to-end checks of the `tessera` program: device listing on the PJRT CPU plugin and the
 //! errors a user sees for a bad plugin.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::process::Command;
 
 use tessera_tests::tessera_bin;

@@ -1,6 +1,8 @@
 //! Modules built by tessera-stablehlo's emitter compile and run on the PJRT CPU plugin, from text
 //! and from MLIR bytecode, SPMD over eight devices.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use tessera_pjrt::{Buffer, Client, CompileOptions, HostArray};
 use tessera_stablehlo::{ArgSpec, EmittedModule, ModuleEmitter, ResultSpec, new_context};
 

@@ -2,6 +2,8 @@
 //! linear chain to the same gradients as the unpipelined computation, and each group runs its
 //! actions in the schedule's order.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::collections::HashMap;
 
 use tessera_mpmd::pipeline::{ActionSignature, Key, StageShape, action_name, build_plan};

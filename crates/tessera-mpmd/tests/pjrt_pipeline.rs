@@ -3,6 +3,8 @@
 //! module, for several schedules; gradients and losses match the unpipelined host computation,
 //! and each group runs its actions in the schedule's order.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::collections::HashMap;
 
 use tessera_mpmd::MpmdMesh;

@@ -1,6 +1,8 @@
 //! The runtime on PJRT: four stages, each an SPMD program over its group's two devices, values
 //! copied device to device between groups, two microbatches in flight.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use tessera_mpmd::MpmdMesh;
 use tessera_mpmd::runtime::{DeviceCopyTransport, OutputLayout, PjrtExecutor, Plan, TaskSpec, run};
 use tessera_pjrt::{Array, Client, ElementType, HostArray};

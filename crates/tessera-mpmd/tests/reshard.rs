@@ -1,5 +1,7 @@
 //! SPMD ↔ MPMD reshards on the 8 CPU devices: 4 groups × 2 devices.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use tessera_mpmd::{
     MpmdArray, MpmdError, MpmdMesh, MpmdSharding, mpmd_to_spmd_reshard, spmd_to_mpmd_reshard,
 };

@@ -1,6 +1,8 @@
 //! The MPMD runtime on host values: a 3-group pipeline with cross-group transfers, order and
 //! timings, error propagation without hangs, and deadlock detection.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::collections::HashSet;
 use std::sync::Mutex;
 

@@ -178,7 +178,7 @@ fn strides(dims: &[i64]) -> Vec<usize> {
 fn copy_block(src: &HostArray, src_block: &Block, dst: &mut HostArray, dst_block: &Block) {
     let size = src.ty.size_in_bytes();
     let extents: Vec<i64> = src_block.iter().map(|&(a, b)| b - a).collect();
-    if extents.iter().any(|&e| e == 0) {
+    if extents.contains(&0) {
         return;
     }
     let (src_strides, dst_strides) = (strides(&src.dims), strides(&dst.dims));

@@ -1,5 +1,7 @@
 //! `Array`: device_put by a NamedSharding, reassembly, deletion and resharding on 8 CPU devices.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use tessera_pjrt::{Array, Client, HostArray, PjrtError};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
 

@@ -1,6 +1,8 @@
 //! Compiles and runs StableHLO on the PJRT CPU plugin's devices: one device, SPMD over eight with
 //! a cross-device reduction, executable serialisation, and compile errors.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use tessera_pjrt::{Buffer, Client, CompileOptions, ElementType, HostArray, PjrtError};
 
 fn client() -> Client {
