@@ -26,6 +26,17 @@ pub struct DeviceInfo {
     pub description: String,
 }
 
+/// One memory space of a device.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryInfo {
+    /// The memory's id.
+    pub id: i32,
+    /// Its kind, e.g. `device` or `pinned_host` (the memory kinds of `NamedSharding`).
+    pub kind: String,
+    /// Whether buffers go there by default.
+    pub is_default: bool,
+}
+
 impl<'c> Device<'c> {
     pub(crate) fn new(client: &'c Client, raw: *mut sys::PJRT_Device) -> Self {
         Device { client, raw }
@@ -96,6 +107,47 @@ impl<'c> Device<'c> {
         .ok()?;
         (args.bytes_limit_is_set && args.peak_bytes_in_use_is_set)
             .then(|| args.bytes_limit - args.peak_bytes_in_use)
+    }
+
+    /// The memories this device can address (e.g. `device`, `pinned_host`), default first.
+    pub fn memories(&self) -> Result<Vec<MemoryInfo>> {
+        let mut default = args!(PJRT_Device_DefaultMemory_Args { device: self.raw });
+        api_call!(
+            self.client.plugin(),
+            PJRT_Device_DefaultMemory,
+            &mut default
+        )?;
+        let mut args = args!(PJRT_Device_AddressableMemories_Args { device: self.raw });
+        api_call!(
+            self.client.plugin(),
+            PJRT_Device_AddressableMemories,
+            &mut args
+        )?;
+        if args.memories.is_null() {
+            return Ok(Vec::new());
+        }
+        // SAFETY: the plugin returns `num_memories` memory pointers owned by the client.
+        let raw = unsafe { std::slice::from_raw_parts(args.memories, args.num_memories) };
+        let mut out = raw
+            .iter()
+            .map(|&memory| self.memory_info(memory, memory == default.memory))
+            .collect::<Result<Vec<_>>>()?;
+        out.sort_by_key(|m| !m.is_default);
+        Ok(out)
+    }
+
+    fn memory_info(&self, memory: *mut sys::PJRT_Memory, is_default: bool) -> Result<MemoryInfo> {
+        let mut id = args!(PJRT_Memory_Id_Args { memory: memory });
+        api_call!(self.client.plugin(), PJRT_Memory_Id, &mut id)?;
+        let mut kind = args!(PJRT_Memory_Kind_Args { memory: memory });
+        api_call!(self.client.plugin(), PJRT_Memory_Kind, &mut kind)?;
+        // SAFETY: the kind string lives as long as the client.
+        let kind = unsafe { string_from_raw(kind.kind, kind.kind_size) };
+        Ok(MemoryInfo {
+            id: id.id,
+            kind,
+            is_default,
+        })
     }
 
     /// All of the above at once.

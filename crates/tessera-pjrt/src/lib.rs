@@ -15,6 +15,7 @@
 
 mod array;
 mod buffer;
+mod cache;
 mod client;
 mod compile_options;
 mod device;
@@ -30,9 +31,10 @@ mod util;
 
 pub use array::{Array, Shard};
 pub use buffer::Buffer;
+pub use cache::{CacheOutcome, CompileCache};
 pub use client::{Client, ClientOptions, OptionValue};
 pub use compile_options::CompileOptions;
-pub use device::{Device, DeviceInfo};
+pub use device::{Device, DeviceInfo, MemoryInfo};
 pub use discovery::{
     CPU_PLUGIN_DIR, CPU_PLUGIN_FILE, PLUGIN_ENV, cache_dir, cached_cpu_plugin, find_cuda_plugin,
     find_plugin,

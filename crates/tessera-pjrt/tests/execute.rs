@@ -163,3 +163,56 @@ fn wrong_argument_counts_are_refused_before_reaching_pjrt() {
         Err(PjrtError::UnknownDevice { id: 42, .. })
     ));
 }
+
+#[test]
+fn the_compile_cache_stores_and_reloads_executables() {
+    use tessera_pjrt::{CacheOutcome, CompileCache};
+    let client = client();
+    let dir = std::env::temp_dir().join(format!("tessera-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = CompileCache::new(&dir);
+    let options = CompileOptions::spmd(&[2]);
+    let (_, first) = cache
+        .get_or_compile(&client, ADD.as_bytes(), &options)
+        .unwrap();
+    let (again, second) = cache
+        .get_or_compile(&client, ADD.as_bytes(), &options)
+        .unwrap();
+    assert_eq!((first, second), (CacheOutcome::Miss, CacheOutcome::Hit));
+    let (_, other) = cache
+        .get_or_compile(&client, ADD.as_bytes(), &CompileOptions::spmd(&[3]))
+        .unwrap();
+    assert_eq!(
+        other,
+        CacheOutcome::Miss,
+        "different devices are a different entry"
+    );
+    let x = Buffer::from_host_to(
+        &client,
+        &HostArray::from_slice(&[2, 2], &[2f32; 4]).unwrap(),
+        2,
+    )
+    .unwrap();
+    let out = again.execute(&[vec![&x, &x]]).unwrap();
+    assert_eq!(
+        out[0][0].to_host().unwrap().to_vec::<f32>().unwrap(),
+        [4.0; 4]
+    );
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        std::fs::write(entry.unwrap().path(), b"garbage").unwrap();
+    }
+    let (_, damaged) = cache
+        .get_or_compile(&client, ADD.as_bytes(), &options)
+        .unwrap();
+    assert_eq!(damaged, CacheOutcome::Miss, "a damaged entry is recompiled");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn cpu_devices_report_their_memories() {
+    let client = client();
+    let memories = client.device(0).unwrap().memories().unwrap();
+    assert!(!memories.is_empty());
+    assert!(memories[0].is_default, "{memories:?}");
+    assert!(memories.iter().all(|m| !m.kind.is_empty()), "{memories:?}");
+}
