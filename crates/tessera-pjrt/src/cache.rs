@@ -54,10 +54,9 @@ impl CompileCache {
         let path = self
             .dir
             .join(format!("{}.xla", self.key(client, module, options)?));
-        if let Ok(bytes) = fs::read(&path) {
-            if let Ok(executable) = client.deserialize_executable(&bytes) {
-                return Ok((executable, CacheOutcome::Hit));
-            }
+        let cached = fs::read(&path).ok().and_then(|bytes| client.deserialize_executable(&bytes).ok());
+        if let Some(executable) = cached {
+            return Ok((executable, CacheOutcome::Hit));
         }
         let executable = client.compile(module, options)?;
         if let Ok(bytes) = executable.serialize() {
