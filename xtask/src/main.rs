@@ -4,6 +4,7 @@
 //! installed and skips it.
 
 mod cmd;
+mod jax;
 mod plugin;
 mod setup;
 mod test;
@@ -77,10 +78,9 @@ fn demo() -> anyhow::Result<ExitCode> {
 fn bench(compare_jax: bool) -> anyhow::Result<ExitCode> {
     setup::run()?;
     if compare_jax {
-        eprintln!(
-            "xtask bench --compare-jax: not built yet (see the issue \"Benchmarks against JAX\")"
-        );
-        return Ok(ExitCode::from(2));
+        cmd::step("bench: comparing with JAX on the same machine (docs/benchmarks.md)");
+        jax::compare()?;
+        return Ok(ExitCode::SUCCESS);
     }
     cmd::step("bench: running the criterion benchmarks");
     cmd::cargo(&["bench", "--package", "tessera-benches"])?;

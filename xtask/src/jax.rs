@@ -1,0 +1,707 @@
+//! `cargo xtask bench --compare-jax`: JAX and Tessera on the same model, batch and 8 CPU devices,
+//! written to `docs/benchmarks.md`.
+//!
+//! JAX's side: a virtual environment under `target/jax-venv/` with a pinned CPU `jax`/`jaxlib`,
+//! running `benches/jax/bench_jax.py`, which prints one JSON object of medians. Tessera's side
+//! fills [`TesseraResults`]; every metric it leaves `None` is rendered as "not measured yet", so
+//! the table never shows a made-up number.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, anyhow, bail};
+use serde_json::Value;
+
+use crate::cmd::{self, step};
+
+/// The pinned JAX release. jaxlib 0.8.1 is the release whose XLA is closest to the PJRT plugin's
+/// (`xla-cpu-pjrt` 0.0.1, published on PyPI in November 2025, which carries no XLA commit): when
+/// jaxlib loads that plugin, it logs "The PJRT plugin has PJRT API version 0.81. The framework
+/// PJRT API version is X": X is 0.81 for jaxlib 0.8.1 (its wheels are of 18 November 2025),
+/// 0.80 for 0.8.0 and 0.85 for 0.8.2. The same PJRT C API version means both were built from
+/// XLA of the same weeks, so the comparison measures Tessera rather than two XLA versions.
+pub const JAX_VERSION: &str = "0.8.1";
+/// The jaxlib matching [`JAX_VERSION`] (see there for why).
+pub const JAXLIB_VERSION: &str = "0.8.1";
+/// The PJRT plugin Tessera compiles with (kept in step with `plugin.rs`).
+const PLUGIN_NAME: &str = "xla-cpu-pjrt 0.0.1";
+/// The plugin folder under Tessera's cache (kept in step with `plugin.rs`).
+const PLUGIN_DIR: &str = "pjrt/xla-cpu-pjrt-0.0.1";
+/// The virtual environment, under the git-ignored `target/`.
+const VENV_DIR: &str = "target/jax-venv";
+/// JAX's benchmark script.
+const SCRIPT: &str = "benches/jax/bench_jax.py";
+/// Where JAX's raw JSON is kept for a later look.
+const RAW_JSON: &str = "target/bench-jax.json";
+/// The generated table.
+const OUTPUT: &str = "docs/benchmarks.md";
+/// What a cell says while Tessera's side is missing.
+const NOT_MEASURED: &str = "not measured yet (Tessera jit not built)";
+/// The model both sides run, as the table states it.
+const MODEL: &str = "3-layer MLP 256→512→512→10, batch 256, float32, softmax cross-entropy, \
+                     plain SGD step returning new params and loss; mesh `data=8` (batch sharded, \
+                     params replicated)";
+
+/// The metrics of the table, in its order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// One data-parallel training step of the jitted function.
+    JitStep,
+    /// Tracing and lowering the step to StableHLO, without XLA's compile.
+    TraceLower,
+    /// XLA's compile of that lowering.
+    Compile,
+    /// Per-call overhead of a tiny jitted function.
+    Dispatch,
+}
+
+impl Metric {
+    /// Every metric, in the table's order.
+    pub const ALL: [Metric; 4] = [
+        Metric::JitStep,
+        Metric::TraceLower,
+        Metric::Compile,
+        Metric::Dispatch,
+    ];
+
+    /// The key in `bench_jax.py`'s JSON.
+    pub fn key(self) -> &'static str {
+        match self {
+            Metric::JitStep => "jit_step",
+            Metric::TraceLower => "trace_lower",
+            Metric::Compile => "compile",
+            Metric::Dispatch => "dispatch",
+        }
+    }
+
+    /// The row's label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Metric::JitStep => "jit step time (data parallel, 8 devices)",
+            Metric::TraceLower => "trace + lower (no XLA compile)",
+            Metric::Compile => "compile (XLA)",
+            Metric::Dispatch => "dispatch overhead per call (x + 1, 4 floats)",
+        }
+    }
+
+    /// The issue's target for Tessera / JAX, if it sets one.
+    pub fn target(self) -> Option<f64> {
+        match self {
+            Metric::JitStep | Metric::Dispatch => Some(1.0),
+            Metric::TraceLower => Some(0.2),
+            Metric::Compile => None,
+        }
+    }
+}
+
+/// A median and how many samples it was taken over.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stat {
+    /// Median in seconds.
+    pub median_s: f64,
+    /// Number of samples.
+    pub samples: usize,
+}
+
+/// What `bench_jax.py` measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JaxResults {
+    /// `jax.__version__`.
+    pub jax: String,
+    /// `jaxlib.__version__`.
+    pub jaxlib: String,
+    /// The Python that ran it.
+    pub python: String,
+    /// How many devices JAX saw.
+    pub device_count: u64,
+    /// One per [`Metric::ALL`], in that order.
+    pub metrics: [Stat; 4],
+}
+
+impl JaxResults {
+    /// Reads the JSON object that `bench_jax.py` prints.
+    pub fn from_json(text: &str) -> anyhow::Result<Self> {
+        let value: Value = serde_json::from_str(text.trim())
+            .with_context(|| format!("{SCRIPT} did not print one JSON object"))?;
+        let string = |path: &[&str]| -> anyhow::Result<String> {
+            lookup(&value, path)?
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| anyhow!("{} is not a string", path.join(".")))
+        };
+        let stat = |metric: Metric| -> anyhow::Result<Stat> {
+            let path = ["metrics", metric.key()];
+            let entry = lookup(&value, &path)?;
+            let median_s = entry
+                .get("median_s")
+                .and_then(Value::as_f64)
+                .ok_or_else(|| anyhow!("{}.median_s is not a number", path.join(".")))?;
+            let samples = entry
+                .get("samples")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            Ok(Stat { median_s, samples })
+        };
+        Ok(Self {
+            jax: string(&["versions", "jax"])?,
+            jaxlib: string(&["versions", "jaxlib"])?,
+            python: string(&["versions", "python"])?,
+            device_count: lookup(&value, &["device_count"])?
+                .as_u64()
+                .ok_or_else(|| anyhow!("device_count is not a count"))?,
+            metrics: [
+                stat(Metric::JitStep)?,
+                stat(Metric::TraceLower)?,
+                stat(Metric::Compile)?,
+                stat(Metric::Dispatch)?,
+            ],
+        })
+    }
+
+    /// JAX's stat for one metric.
+    pub fn stat(&self, metric: Metric) -> Stat {
+        self.metrics[metric as usize]
+    }
+}
+
+fn lookup<'a>(value: &'a Value, path: &[&str]) -> anyhow::Result<&'a Value> {
+    path.iter().try_fold(value, |v, key| {
+        v.get(key)
+            .ok_or_else(|| anyhow!("{SCRIPT}'s JSON has no {}", path.join(".")))
+    })
+}
+
+/// One pipelined step of Tessera, for one schedule, against the simulator's prediction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PipelinedRow {
+    /// The schedule's name (e.g. "1F1B").
+    pub schedule: String,
+    /// Tessera's measured median step time, in seconds.
+    pub measured_s: f64,
+    /// The simulator's predicted step time, in seconds.
+    pub predicted_s: f64,
+}
+
+/// Tessera's medians, in seconds. Every `None` is rendered as "not measured yet"; filling a
+/// field is all the table needs to show the value, its ratio to JAX and the target check.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TesseraResults {
+    /// Median step time of Tessera's jit of the same data-parallel step.
+    pub jit_step: Option<f64>,
+    /// Median time to trace and lower the step (no XLA compile).
+    pub trace_lower: Option<f64>,
+    /// Median time to compile that lowering.
+    pub compile: Option<f64>,
+    /// Median per-call dispatch overhead of a tiny jitted function.
+    pub dispatch: Option<f64>,
+    /// Tessera's pipelined step for each schedule (target: within 10% of the prediction).
+    pub pipelined: Vec<PipelinedRow>,
+}
+
+impl TesseraResults {
+    /// Tessera's median for one metric, if measured.
+    pub fn get(&self, metric: Metric) -> Option<f64> {
+        match metric {
+            Metric::JitStep => self.jit_step,
+            Metric::TraceLower => self.trace_lower,
+            Metric::Compile => self.compile,
+            Metric::Dispatch => self.dispatch,
+        }
+    }
+}
+
+/// Tessera's pipelined step may be at most this much slower than the simulator predicts.
+pub const PIPELINE_TOLERANCE: f64 = 1.10;
+
+/// Everything the table shows.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The machine, e.g. "AMD EPYC 7B13, 2 CPUs (nproc)".
+    pub machine: String,
+    /// When it ran, e.g. "2026-11-23 08:55 UTC".
+    pub date: String,
+    /// The PJRT plugin Tessera compiles with, with its PJRT C API version.
+    pub plugin: String,
+    /// JAX's side.
+    pub jax: JaxResults,
+    /// Tessera's side.
+    pub tessera: TesseraResults,
+}
+
+/// `cargo xtask bench --compare-jax`: JAX's side now; Tessera's side joins through
+/// [`TesseraResults`].
+pub fn compare() -> anyhow::Result<()> {
+    let root = cmd::workspace_root();
+    let python = ensure_venv(&root)?;
+    ensure_jax(&python)?;
+    let jax = run_jax(&root, &python)?;
+    // Tessera's jit is not built yet: its side stays empty and the table says so.
+    let tessera = TesseraResults::default();
+    let report = Report {
+        machine: machine(),
+        date: cmd::output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
+            .unwrap_or_else(|| "unknown date".into()),
+        plugin: plugin_version(),
+        jax,
+        tessera,
+    };
+    let markdown = render(&report);
+    println!("{markdown}");
+    let out = root.join(OUTPUT);
+    step(&format!("bench: writing {}", out.display()));
+    fs::write(&out, markdown).with_context(|| format!("could not write {}", out.display()))?;
+    Ok(())
+}
+
+/// Makes `target/jax-venv/` if it is missing or broken, and returns its Python.
+fn ensure_venv(root: &Path) -> anyhow::Result<PathBuf> {
+    let venv = root.join(VENV_DIR);
+    let python = venv.join("bin").join("python");
+    if python.is_file() && cmd::output(&python.to_string_lossy(), &["--version"]).is_some() {
+        step(&format!(
+            "bench: Python virtual environment {} exists (skipped)",
+            venv.display()
+        ));
+        return Ok(python);
+    }
+    if venv.exists() {
+        step(&format!(
+            "bench: {} is broken (its Python does not run); making it anew",
+            venv.display()
+        ));
+        fs::remove_dir_all(&venv)
+            .with_context(|| format!("could not remove {}", venv.display()))?;
+    }
+    ensure_venv_module()?;
+    step(&format!(
+        "bench: making a Python virtual environment in {}",
+        venv.display()
+    ));
+    cmd::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    if !python.is_file() {
+        bail!(
+            "python3 -m venv finished but {} is missing",
+            python.display()
+        );
+    }
+    Ok(python)
+}
+
+/// `python3 -m venv` needs the `venv` and `ensurepip` modules (Debian's `python3-venv`).
+fn ensure_venv_module() -> anyhow::Result<()> {
+    let has_venv = || cmd::output("python3", &["-c", "import venv, ensurepip"]).is_some();
+    if cmd::output("python3", &["--version"]).is_none() {
+        bail!(
+            "python3 was not found; JAX runs in a Python virtual environment. Install it: \
+             apt-get install python3 python3-venv"
+        );
+    }
+    if has_venv() {
+        return Ok(());
+    }
+    let is_root = cmd::output("id", &["-u"]).as_deref() == Some("0");
+    if !is_root {
+        bail!(
+            "python3 has no venv/ensurepip module. xtask is not root, so it cannot install it. \
+             Run:\n    sudo apt-get update && sudo apt-get install -y python3-venv\nthen run \
+             this command again"
+        );
+    }
+    step("bench: installing python3-venv from Debian's packages");
+    cmd::run(
+        Command::new("apt-get")
+            .args(["update", "-q"])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    cmd::run(
+        Command::new("apt-get")
+            .args([
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                "python3-venv",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    if !has_venv() {
+        bail!("apt-get installed python3-venv but python3 still has no venv/ensurepip module");
+    }
+    Ok(())
+}
+
+/// Installs the pinned CPU jax/jaxlib into the venv unless they are there already.
+fn ensure_jax(python: &Path) -> anyhow::Result<()> {
+    let python_str = python.to_string_lossy();
+    let installed = cmd::output(
+        &python_str,
+        &[
+            "-c",
+            "import jax, jaxlib; print(jax.__version__, jaxlib.__version__)",
+        ],
+    );
+    let wanted = format!("{JAX_VERSION} {JAXLIB_VERSION}");
+    if installed.as_deref() == Some(wanted.as_str()) {
+        step(&format!(
+            "bench: jax {JAX_VERSION} and jaxlib {JAXLIB_VERSION} are installed in the venv \
+             (skipped)"
+        ));
+        return Ok(());
+    }
+    step(&format!(
+        "bench: installing CPU jax {JAX_VERSION} and jaxlib {JAXLIB_VERSION} into the venv with \
+         pip (was: {})",
+        installed.as_deref().unwrap_or("none")
+    ));
+    cmd::run(Command::new(python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        &format!("jax=={JAX_VERSION}"),
+        &format!("jaxlib=={JAXLIB_VERSION}"),
+    ]))
+}
+
+/// Runs `bench_jax.py` and reads its JSON (also kept in `target/bench-jax.json`).
+fn run_jax(root: &Path, python: &Path) -> anyhow::Result<JaxResults> {
+    step(&format!(
+        "bench: running JAX's benchmark {SCRIPT} on 8 CPU devices (about 15 s)"
+    ));
+    let mut command = Command::new(python);
+    command
+        .arg(root.join(SCRIPT))
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+    if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
+        command.env("TF_CPP_MIN_LOG_LEVEL", "1");
+    }
+    let out = command
+        .output()
+        .with_context(|| format!("could not start {command:?}"))?;
+    if !out.status.success() {
+        bail!("{command:?} failed ({})", out.status);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let raw = root.join(RAW_JSON);
+    fs::write(&raw, text.as_bytes())
+        .with_context(|| format!("could not write {}", raw.display()))?;
+    let results = JaxResults::from_json(&text)?;
+    if results.device_count != 8 {
+        bail!(
+            "JAX saw {} devices, not 8; the comparison needs 8",
+            results.device_count
+        );
+    }
+    Ok(results)
+}
+
+/// "CPU model, N CPUs (nproc)" from `/proc/cpuinfo` and `nproc`.
+fn machine() -> String {
+    let model = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|line| line.starts_with("model name"))
+                .and_then(|line| line.split_once(':'))
+                .map(|(_, name)| name.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cpus = cmd::output("nproc", &[]).unwrap_or_else(|| "?".into());
+    format!("{model}, {cpus} CPUs (nproc)")
+}
+
+/// "xla-cpu-pjrt 0.0.1 (PJRT C API 0.81)", the API version read from the cached header.
+fn plugin_version() -> String {
+    let header = crate::plugin::cache_dir()
+        .ok()
+        .map(|dir| dir.join(PLUGIN_DIR).join("include").join("pjrt_c_api.h"))
+        .and_then(|path| fs::read_to_string(path).ok());
+    let define = |text: &str, name: &str| {
+        text.lines()
+            .filter_map(|line| line.trim().strip_prefix("#define "))
+            .find_map(|rest| rest.strip_prefix(name))
+            .map(|value| value.trim().to_owned())
+    };
+    match header.as_deref().and_then(|text| {
+        Some((
+            define(text, "PJRT_API_MAJOR ")?,
+            define(text, "PJRT_API_MINOR ")?,
+        ))
+    }) {
+        Some((major, minor)) => format!("{PLUGIN_NAME} (PJRT C API {major}.{minor})"),
+        None => PLUGIN_NAME.to_owned(),
+    }
+}
+
+/// A duration in s, ms, µs or ns, three significant digits or so.
+fn seconds(s: f64) -> String {
+    let (value, unit) = if s >= 1.0 {
+        (s, "s")
+    } else if s >= 1e-3 {
+        (s * 1e3, "ms")
+    } else if s >= 1e-6 {
+        (s * 1e6, "µs")
+    } else {
+        (s * 1e9, "ns")
+    };
+    if value >= 100.0 {
+        format!("{value:.0} {unit}")
+    } else if value >= 10.0 {
+        format!("{value:.1} {unit}")
+    } else {
+        format!("{value:.2} {unit}")
+    }
+}
+
+/// "met (0.85× ≤ 1.00×)", "missed (1.30× > 1.00×)", or "not measured yet".
+fn check(ratio: Option<f64>, target: Option<f64>) -> String {
+    match (ratio, target) {
+        (_, None) => "no target".into(),
+        (None, Some(_)) => "not measured yet".into(),
+        (Some(r), Some(t)) if r <= t => format!("met ({r:.2}× ≤ {t:.2}×)"),
+        (Some(r), Some(t)) => format!("missed ({r:.2}× > {t:.2}×)"),
+    }
+}
+
+/// The markdown of `docs/benchmarks.md`.
+pub fn render(report: &Report) -> String {
+    let jax = &report.jax;
+    let mut md = String::new();
+    let _ = writeln!(md, "# Benchmarks: Tessera against JAX");
+    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "Generated by `cargo xtask bench --compare-jax`; do not edit by hand. Medians over \
+         repeated runs after warm-up, both on the same machine in one run."
+    );
+    let _ = writeln!(md);
+    let _ = writeln!(md, "| | |");
+    let _ = writeln!(md, "|---|---|");
+    let _ = writeln!(md, "| Machine | {} |", report.machine);
+    let _ = writeln!(md, "| Date | {} |", report.date);
+    let _ = writeln!(
+        md,
+        "| JAX | jax {}, jaxlib {} (CPU, Python {}), {} devices via \
+         `--xla_force_host_platform_device_count` |",
+        jax.jax, jax.jaxlib, jax.python, jax.device_count
+    );
+    let _ = writeln!(
+        md,
+        "| Tessera's PJRT plugin | {}, 8 virtual CPU devices |",
+        report.plugin
+    );
+    let _ = writeln!(md, "| Model | {MODEL} |");
+    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "| Metric | JAX median | Tessera median | Tessera / JAX | Target | Check |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|");
+    for metric in Metric::ALL {
+        let stat = jax.stat(metric);
+        let tessera = report.tessera.get(metric);
+        let ratio = tessera.map(|t| t / stat.median_s);
+        let _ = writeln!(
+            md,
+            "| {} | {} (n={}) | {} | {} | {} | {} |",
+            metric.label(),
+            seconds(stat.median_s),
+            stat.samples,
+            tessera.map_or_else(|| NOT_MEASURED.to_owned(), seconds),
+            ratio.map_or_else(|| NOT_MEASURED.to_owned(), |r| format!("{r:.2}×")),
+            metric
+                .target()
+                .map_or_else(|| "—".to_owned(), |t| format!("≤ {t:.1}×")),
+            check(ratio, metric.target()),
+        );
+    }
+    let _ = writeln!(md);
+    let _ = writeln!(md, "## Pipelined step (Tessera only)");
+    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "JAX has no counterpart here: each schedule's step time is set against the simulator's \
+         prediction."
+    );
+    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "| Schedule | Tessera median | Simulator prediction | Measured / predicted | Target | \
+         Check |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|");
+    let target = format!("≤ {PIPELINE_TOLERANCE:.2}×");
+    if report.tessera.pipelined.is_empty() {
+        let _ = writeln!(
+            md,
+            "| every schedule | {NOT_MEASURED} | {NOT_MEASURED} | {NOT_MEASURED} | {target} | \
+             not measured yet |"
+        );
+    }
+    for row in &report.tessera.pipelined {
+        let ratio = row.measured_s / row.predicted_s;
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {ratio:.2}× | {target} | {} |",
+            row.schedule,
+            seconds(row.measured_s),
+            seconds(row.predicted_s),
+            check(Some(ratio), Some(PIPELINE_TOLERANCE)),
+        );
+    }
+    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "JAX's version: jaxlib {JAXLIB_VERSION} is the release whose XLA is closest to the \
+         plugin's. Loading the plugin, jaxlib logs both PJRT C API versions: 0.8.1's is the \
+         plugin's own (0.81), 0.8.0's is 0.80 and 0.8.2's is 0.85; so the comparison measures \
+         Tessera rather than two XLA versions."
+    );
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_jax() -> JaxResults {
+        JaxResults {
+            jax: "0.8.1".into(),
+            jaxlib: "0.8.1".into(),
+            python: "3.11.7".into(),
+            device_count: 8,
+            metrics: [
+                Stat {
+                    median_s: 0.010,
+                    samples: 100,
+                },
+                Stat {
+                    median_s: 0.050,
+                    samples: 7,
+                },
+                Stat {
+                    median_s: 0.400,
+                    samples: 7,
+                },
+                Stat {
+                    median_s: 4e-6,
+                    samples: 15,
+                },
+            ],
+        }
+    }
+
+    fn row<'a>(md: &'a str, label: &str) -> &'a str {
+        let found = md
+            .lines()
+            .find(|line| line.starts_with(&format!("| {label} |")));
+        assert!(found.is_some(), "no row {label:?} in:\n{md}");
+        found.unwrap_or_default()
+    }
+
+    #[test]
+    fn render_fills_measured_rows_and_marks_the_rest() {
+        let report = Report {
+            machine: "Test CPU, 2 CPUs (nproc)".into(),
+            date: "2026-11-23 09:00 UTC".into(),
+            plugin: "xla-cpu-pjrt 0.0.1 (PJRT C API 0.81)".into(),
+            jax: fake_jax(),
+            tessera: TesseraResults {
+                jit_step: Some(0.008),
+                trace_lower: Some(0.015),
+                compile: None,
+                dispatch: Some(8e-6),
+                pipelined: vec![PipelinedRow {
+                    schedule: "1F1B".into(),
+                    measured_s: 0.0105,
+                    predicted_s: 0.010,
+                }],
+            },
+        };
+        let md = render(&report);
+        assert!(md.contains("| Machine | Test CPU, 2 CPUs (nproc) |"));
+        assert!(md.contains("| Date | 2026-11-23 09:00 UTC |"));
+        assert!(md.contains("jax 0.8.1, jaxlib 0.8.1"));
+        assert!(md.contains("xla-cpu-pjrt 0.0.1 (PJRT C API 0.81)"));
+
+        assert_eq!(
+            row(&md, Metric::JitStep.label()),
+            "| jit step time (data parallel, 8 devices) | 10.0 ms (n=100) | 8.00 ms | 0.80× \
+             | ≤ 1.0× | met (0.80× ≤ 1.00×) |"
+        );
+        assert_eq!(
+            row(&md, Metric::TraceLower.label()),
+            "| trace + lower (no XLA compile) | 50.0 ms (n=7) | 15.0 ms | 0.30× | ≤ 0.2× \
+             | missed (0.30× > 0.20×) |"
+        );
+        assert_eq!(
+            row(&md, Metric::Compile.label()),
+            format!(
+                "| compile (XLA) | 400 ms (n=7) | {NOT_MEASURED} | {NOT_MEASURED} | — | no target |"
+            )
+        );
+        assert_eq!(
+            row(&md, Metric::Dispatch.label()),
+            "| dispatch overhead per call (x + 1, 4 floats) | 4.00 µs (n=15) | 8.00 µs | 2.00× \
+             | ≤ 1.0× | missed (2.00× > 1.00×) |"
+        );
+        assert_eq!(
+            row(&md, "1F1B"),
+            "| 1F1B | 10.5 ms | 10.0 ms | 1.05× | ≤ 1.10× | met (1.05× ≤ 1.10×) |"
+        );
+        assert!(!md.contains("| every schedule |"));
+    }
+
+    #[test]
+    fn render_without_tessera_says_not_measured_everywhere() {
+        let report = Report {
+            machine: "Test CPU, 2 CPUs (nproc)".into(),
+            date: "2026-11-23 09:00 UTC".into(),
+            plugin: "xla-cpu-pjrt 0.0.1".into(),
+            jax: fake_jax(),
+            tessera: TesseraResults::default(),
+        };
+        let md = render(&report);
+        for metric in Metric::ALL {
+            let line = row(&md, metric.label());
+            assert_eq!(line.matches(NOT_MEASURED).count(), 2, "{line}");
+            assert!(!line.contains("met ("), "{line}");
+        }
+        assert!(row(&md, "every schedule").contains(NOT_MEASURED));
+    }
+
+    #[test]
+    fn jax_json_is_read() {
+        let text = r#"{"versions": {"jax": "0.8.1", "jaxlib": "0.8.1", "python": "3.11.7"},
+            "device_count": 8, "platform": "cpu",
+            "metrics": {"jit_step": {"median_s": 0.01, "samples": [0.01, 0.011, 0.009]},
+                        "trace_lower": {"median_s": 0.05, "samples": [0.05]},
+                        "compile": {"median_s": 0.4, "samples": [0.4, 0.41]},
+                        "dispatch": {"median_s": 4e-6, "samples": [4e-6]}}}"#;
+        let jax = JaxResults::from_json(text).expect("valid JSON");
+        assert_eq!(jax.jaxlib, "0.8.1");
+        assert_eq!(jax.device_count, 8);
+        assert_eq!(
+            jax.stat(Metric::JitStep),
+            Stat {
+                median_s: 0.01,
+                samples: 3
+            }
+        );
+        assert_eq!(jax.stat(Metric::Compile).samples, 2);
+        assert!(JaxResults::from_json("{}").is_err());
+    }
+
+    #[test]
+    fn seconds_are_readable() {
+        assert_eq!(seconds(1.5), "1.50 s");
+        assert_eq!(seconds(0.0123), "12.3 ms");
+        assert_eq!(seconds(0.000_003_77), "3.77 µs");
+        assert_eq!(seconds(0.449), "449 ms");
+    }
+}
