@@ -50,7 +50,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(super::report_summary(report.passed, report.failed))
         }
-        Kind::Jaxpr { .. } => super::not_built_yet("oracle jaxpr", "tessera-ir: the jaxpr IR"),
+        Kind::Jaxpr {
+            file,
+            backend,
+            grads,
+        } => {
+            if grads {
+                anyhow::bail!("--grads: gradients need the autodiff work item");
+            }
+            let backend = match backend.as_str() {
+                "interp" => tessera_ir::oracle::Backend::Interp,
+                other => anyhow::bail!("unknown backend `{other}` for jaxpr cases; use `interp`"),
+            };
+            let report = tessera_ir::oracle::run_file(&file, backend)?;
+            for line in &report.failures {
+                println!("{line}");
+            }
+            Ok(super::report_summary(report.passed, report.failures.len()))
+        }
         Kind::Collectives { .. } => {
             super::not_built_yet("oracle collectives", "Collectives and shard_map")
         }
