@@ -6,6 +6,7 @@
 //! - [`prims`]: the `Primitive` enum; each family's shape rule and interpretation.
 //! - [`text`]: JAX's jaxpr syntax, printed and parsed.
 //! - [`interp`]: the reference interpreter over host arrays.
+//! - [`trace`]: the Rust tracing API (`trace(|x: Tensor, w: Tensor| ...)`).
 //! - [`verify`]: the verifier.
 //! - [`passes`]: DCE, CSE, inlining, constant folding.
 //! - [`oracle`] (feature `oracle`): the runner for JAX's `jaxpr_cases.json`.
@@ -14,8 +15,10 @@ pub mod interp;
 pub mod ir;
 #[cfg(feature = "oracle")]
 pub mod oracle;
+pub mod passes;
 pub mod prims;
 pub mod text;
+pub mod trace;
 pub mod types;
 pub mod verify;
 
