@@ -28,9 +28,10 @@ pub fn log_softmax(x: &Tensor, axis: isize) -> Tensor {
     shifted - lse
 }
 
-/// `exp(x) / sum(exp(x))` along `axis`, with the maximum subtracted first.
+/// `exp(x) / sum(exp(x))` along `axis`, with the maximum subtracted first (as
+/// `jax.nn.softmax`, whose jaxpr has no `stop_gradient`).
 pub fn softmax(x: &Tensor, axis: isize) -> Tensor {
-    let e = (x - x.max(&[axis], true).stop_gradient()).exp();
+    let e = (x - x.max(&[axis], true)).exp();
     &e / e.sum(&[axis], true)
 }
 

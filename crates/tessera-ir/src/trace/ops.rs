@@ -84,8 +84,12 @@ impl IntoScalar for bool {
     }
 }
 
+/// A weak literal of `dtype`; floats are rounded to the dtype's precision (as JAX stores them).
 fn literal(value: Scalar, dtype: DType) -> Literal {
     let value = match (value, dtype) {
+        (v, DType::F32) => Scalar::Float(f64::from(v.as_f64() as f32)),
+        (v, DType::F16) => Scalar::Float(half::f16::from_f64(v.as_f64()).to_f64()),
+        (v, DType::BF16) => Scalar::Float(half::bf16::from_f64(v.as_f64()).to_f64()),
         (v, d) if d.is_float() => Scalar::Float(v.as_f64()),
         (Scalar::Bool(b), DType::Bool) => Scalar::Bool(b),
         (v, DType::Bool) => Scalar::Bool(v.as_f64() != 0.0),
