@@ -173,6 +173,9 @@ fn reduce_wide(op: ReduceOp, w: &Wide, axes: &[usize]) -> Wide {
 fn argreduce(op: ArgOp, a: &ArrayD<f64>, axis: usize) -> ArrayD<i64> {
     a.map_axis(Axis(axis), |lane| {
         let mut best = 0usize;
+        if lane.is_empty() {
+            return 0;
+        }
         for (i, &x) in lane.iter().enumerate() {
             let b = lane[best];
             let better = match op {

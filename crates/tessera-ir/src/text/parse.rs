@@ -22,7 +22,11 @@ pub struct ParseError {
 /// [`parse_closed_jaxpr`] only for jaxprs without constvars).
 pub fn parse_jaxpr(text: &str) -> Result<Jaxpr, ParseError> {
     let toks = lex(text)?;
-    let mut p = Parser { toks, pos: 0 };
+    let mut p = Parser {
+        toks,
+        pos: 0,
+        depth: 0,
+    };
     let j = p.jaxpr()?;
     p.expect_eof()?;
     Ok(j)
@@ -44,7 +48,11 @@ pub fn parse_closed_jaxpr(text: &str) -> Result<ClosedJaxpr, ParseError> {
 pub(crate) struct Parser {
     toks: Vec<Spanned>,
     pos: usize,
+    depth: usize,
 }
+
+/// How deeply tuples, lists and jaxprs may nest (deeper text is rejected, not a stack overflow).
+const MAX_DEPTH: usize = 64;
 
 struct Scope {
     jaxpr: Jaxpr,
@@ -337,6 +345,16 @@ impl Parser {
 
     /// A param value: number, name, `np.int64(3)`, tuple, list or nested jaxpr.
     fn value(&mut self) -> Result<PValue, ParseError> {
+        if self.depth >= MAX_DEPTH {
+            return self.fail(&format!("at most {MAX_DEPTH} levels of nesting"));
+        }
+        self.depth += 1;
+        let v = self.value_inner();
+        self.depth -= 1;
+        v
+    }
+
+    fn value_inner(&mut self) -> Result<PValue, ParseError> {
         let at = self.here();
         match self.peek().clone() {
             Tok::Num(n) => {
