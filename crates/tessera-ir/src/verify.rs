@@ -14,6 +14,7 @@
 use crate::ir::{Atom, ClosedJaxpr, Jaxpr, Var};
 use crate::prims::{Primitive, abstract_eval};
 use crate::text::print::eqn_texts;
+use crate::types::ShapedArray;
 
 /// The jaxpr breaks an invariant.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -92,87 +93,53 @@ pub fn verify_closed(cj: &ClosedJaxpr) -> Result<(), VerifyError> {
 /// Verifies an open jaxpr (see the module docs for the invariants).
 pub fn verify_jaxpr(j: &Jaxpr) -> Result<(), VerifyError> {
     let mut defined = vec![false; j.vars.len()];
-    let mut define = |v: Var, eqn: Option<usize>| -> Result<(), VerifyError> {
-        match defined.get_mut(v.index()) {
-            None => Err(fail(j, eqn, format!("variable {v} is not in the arena"))),
-            Some(true) => Err(fail(j, eqn, format!("variable {v} is bound twice"))),
-            Some(d) => {
-                *d = true;
-                Ok(())
-            }
-        }
-    };
     for v in j.constvars.iter().chain(&j.invars) {
-        define(*v, None)?;
+        define(j, &mut defined, *v, None)?;
     }
     for (i, e) in j.eqns.iter().enumerate() {
-        let mut ins = Vec::new();
-        for a in &e.inputs {
-            ins.push(check_use(j, &defined_of(j, &e.inputs, i)?, a, Some(i))?);
-        }
+        let ins = e
+            .inputs
+            .iter()
+            .map(|a| check_use(j, &defined, a, Some(i)))
+            .collect::<Result<Vec<_>, _>>()?;
         if let Primitive::Jit { jaxpr, .. } = &e.prim {
             verify_closed(jaxpr)
                 .map_err(|err| fail(j, Some(i), format!("in the body of this call: {err}")))?;
         }
         let want = abstract_eval(&e.prim, &ins).map_err(|err| fail(j, Some(i), err.to_string()))?;
         if want.len() != e.outputs.len() {
-            return Err(fail(
-                j,
-                Some(i),
-                format!(
-                    "{} results, the primitive gives {}",
-                    e.outputs.len(),
-                    want.len()
-                ),
-            ));
+            let m = format!(
+                "{} results, the primitive gives {}",
+                e.outputs.len(),
+                want.len()
+            );
+            return Err(fail(j, Some(i), m));
         }
         for (v, w) in e.outputs.iter().zip(&want) {
-            match j.aval(*v) {
-                Some(a) if a.same_type(w) => {}
-                Some(a) => {
-                    return Err(fail(
-                        j,
-                        Some(i),
-                        format!("result {v} has type {a} but the shape rule gives {w}"),
-                    ));
-                }
-                None => {
-                    return Err(fail(
-                        j,
-                        Some(i),
-                        format!("variable {v} is not in the arena"),
-                    ));
-                }
+            if let Some(a) = j.aval(*v)
+                && !a.same_type(w)
+            {
+                let m = format!("a result has type {a} but the shape rule gives {w}");
+                return Err(fail(j, Some(i), m));
             }
-            define(*v, Some(i))?;
+            define(j, &mut defined, *v, Some(i))?;
         }
     }
-    let _ = &mut define;
-    let defined = defs_before(j, j.eqns.len());
     for a in &j.outvars {
         check_use(j, &defined, a, None)?;
     }
     Ok(())
 }
 
-/// Which variables are defined before equation `upto`.
-fn defs_before(j: &Jaxpr, upto: usize) -> Vec<bool> {
-    let mut d = vec![false; j.vars.len()];
-    let all = j.constvars.iter().chain(&j.invars).chain(
-        j.eqns[..upto.min(j.eqns.len())]
-            .iter()
-            .flat_map(|e| &e.outputs),
-    );
-    for v in all {
-        if let Some(x) = d.get_mut(v.index()) {
-            *x = true;
+fn define(j: &Jaxpr, defined: &mut [bool], v: Var, eqn: Option<usize>) -> Result<(), VerifyError> {
+    match defined.get_mut(v.index()) {
+        None => Err(fail(j, eqn, format!("variable {v} is not in the arena"))),
+        Some(true) => Err(fail(j, eqn, format!("variable {v} is bound twice"))),
+        Some(d) => {
+            *d = true;
+            Ok(())
         }
     }
-    d
-}
-
-fn defined_of(j: &Jaxpr, _inputs: &[Atom], i: usize) -> Result<Vec<bool>, VerifyError> {
-    Ok(defs_before(j, i))
 }
 
 fn check_use(
@@ -180,7 +147,7 @@ fn check_use(
     defined: &[bool],
     a: &Atom,
     eqn: Option<usize>,
-) -> Result<crate::types::ShapedArray, VerifyError> {
+) -> Result<ShapedArray, VerifyError> {
     match a {
         Atom::Lit(l) if l.aval.ndim() != 0 => Err(fail(
             j,

@@ -79,8 +79,8 @@ fn ill_typed_programs_fail_verification_with_context() {
     check(
         verify_err("{ lambda ; a:f32[2]. let\n    b:i32[2] = neg a\n  in (b,) }"),
         expect![[r#"
-        result v1 has type i32[2] but the shape rule gives f32[2] (equation 0):
-        >>b:i32[2] = neg a"#]],
+            a result has type i32[2] but the shape rule gives f32[2] (equation 0):
+            >>b:i32[2] = neg a"#]],
     );
     check(
         verify_err(

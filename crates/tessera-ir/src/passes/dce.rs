@@ -9,10 +9,11 @@ pub fn eliminate_dead_code(j: &Jaxpr) -> Jaxpr {
     let mut live = vec![false; j.vars.len()];
     let mark = |live: &mut Vec<bool>, atoms: &[Atom]| {
         for a in atoms {
-            if let Atom::Var(v) = a {
-                if let Some(l) = live.get_mut(v.index()) {
-                    *l = true;
-                }
+            if let Some(l) = match a {
+                Atom::Var(v) => live.get_mut(v.index()),
+                Atom::Lit(_) => None,
+            } {
+                *l = true;
             }
         }
     };

@@ -171,8 +171,7 @@ pub fn eval(prim: &Primitive, args: &[Array]) -> Result<Array, EvalError> {
             shape,
             broadcast_dimensions,
         } => {
-            let r = crate::wide_map!(&w, a => broadcast_any(a, shape, broadcast_dimensions).ok_or_else(fail)?);
-            r
+            crate::wide_map!(&w, a => broadcast_any(a, shape, broadcast_dimensions).ok_or_else(fail)?)
         }
         Primitive::Reshape { new_sizes } => {
             crate::wide_map!(&w, a => reshape_any(a, new_sizes).ok_or_else(fail)?)

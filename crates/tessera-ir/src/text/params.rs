@@ -119,7 +119,7 @@ fn as_ints(v: &PValue) -> Option<Vec<usize>> {
     }
 }
 
-fn pair<'a>(v: &'a PValue) -> Option<(&'a PValue, &'a PValue)> {
+fn pair(v: &PValue) -> Option<(&PValue, &PValue)> {
     match v {
         PValue::Tuple(xs) | PValue::List(xs) if xs.len() == 2 => Some((&xs[0], &xs[1])),
         _ => None,

@@ -28,11 +28,6 @@ pub fn format_float(x: f64) -> String {
         let s = format!("{x}");
         if s.contains('.') { s } else { format!("{s}.0") }
     } else {
-        let mant = if mant.contains('.') {
-            mant.to_string()
-        } else {
-            mant.to_string()
-        };
         let sign = if exp < 0 { '-' } else { '+' };
         format!("{mant}e{sign}{:02}", exp.abs())
     }
@@ -165,7 +160,7 @@ fn print_eqn(j: &Jaxpr, e: &Eqn, names: &mut Names, indent: usize) -> String {
             ParamText::Text(t) => t.clone(),
             ParamText::Jaxpr(cj) => {
                 multiline = true;
-                nested(j, e, &cj.jaxpr, names, indent + 2)
+                nested(e, &cj.jaxpr, names, indent + 2)
             }
         };
         texts.push(format!("{k}={t}"));
@@ -186,7 +181,7 @@ fn print_eqn(j: &Jaxpr, e: &Eqn, names: &mut Names, indent: usize) -> String {
 
 /// Prints a nested body: its parameters take the caller's operand names and its results the
 /// call's result names; everything else continues the shared counter.
-fn nested(outer: &Jaxpr, e: &Eqn, body: &Jaxpr, names: &mut Names, indent: usize) -> String {
+fn nested(e: &Eqn, body: &Jaxpr, names: &mut Names, indent: usize) -> String {
     let mut map = HashMap::new();
     let mut taken: Vec<String> = Vec::new();
     for (v, a) in body.invars.iter().zip(&e.inputs) {
@@ -206,13 +201,12 @@ fn nested(outer: &Jaxpr, e: &Eqn, body: &Jaxpr, names: &mut Names, indent: usize
         }
     }
     for (a, o) in body.outvars.iter().zip(&e.outputs) {
-        if let Atom::Var(v) = a {
-            if !map.contains_key(v) {
-                map.insert(*v, names.name(*o));
-            }
+        if let Atom::Var(v) = a
+            && !map.contains_key(v)
+        {
+            map.insert(*v, names.name(*o));
         }
     }
-    let _ = outer;
     let mut inner = Names {
         map,
         counter: names.counter,

@@ -13,7 +13,8 @@
 //! axis, a tensor of another trace) is recorded in the frame and returned by [`trace`].
 //! Binary operators broadcast numpy-style (lower-rank operands get a `broadcast_in_dim` to the
 //! same rank, rank-0 operands stay scalar) and promote dtypes with JAX's weak-type rule: a Rust
-//! literal takes the dtype of the tensor it meets.
+//! literal takes the dtype of the tensor it meets. Operators take `f64` and `i32` literals
+//! (`x * 2.0`, `x + 1`); the `*_scalar` methods take any [`IntoScalar`].
 
 mod ops;
 

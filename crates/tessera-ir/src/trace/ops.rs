@@ -485,7 +485,6 @@ macro_rules! impl_binop {
                 self.binary(BinaryOp::$op, &rhs)
             }
         }
-        impl_binop!(@scalar $tr, $m, $op, f32);
         impl_binop!(@scalar $tr, $m, $op, f64);
         impl_binop!(@scalar $tr, $m, $op, i32);
     };
