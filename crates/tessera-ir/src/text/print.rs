@@ -1,8 +1,9 @@
 //! The printer: [`Jaxpr`] to JAX's text, byte for byte as `jax.make_jaxpr` prints it.
 //!
-//! Layout rules (JAX 0.10): equations indent 4 past their jaxpr, `in` 2; params go on one line
-//! unless the equation would pass 80 columns or a param holds a jaxpr, in which case each param
-//! takes its own line indented 2 past the equation and `]` closes at the equation's indent.
+//! Layout rules (JAX 0.10): a jaxpr goes on one line when it fits in 80 columns; otherwise its
+//! equations indent 4 past it and `in` 2. An equation's params go on one line unless that passes
+//! 80 columns or holds a multi-line jaxpr; then each param takes its own line indented 2 past the
+//! equation and `]` closes at the equation's indent.
 //! Variable names continue through nested jaxprs; a nested body's parameters take the names of
 //! the caller's operands and its results the names of the call's results, as JAX prints them.
 
@@ -88,7 +89,7 @@ pub fn print_jaxpr(j: &Jaxpr) -> String {
         map: HashMap::new(),
         counter: &mut counter,
     };
-    print_with(j, &mut names, 0)
+    print_with(j, &mut names, 0, 0)
 }
 
 fn binder(j: &Jaxpr, names: &mut Names, v: Var) -> String {
@@ -96,7 +97,9 @@ fn binder(j: &Jaxpr, names: &mut Names, v: Var) -> String {
     format!("{}:{ty}", names.name(v))
 }
 
-fn print_with(j: &Jaxpr, names: &mut Names, indent: usize) -> String {
+/// Prints `j` with its equations at `indent + 4`; `col` is the column the text starts at. A
+/// jaxpr whose equations all fit on one line is printed on one line when it ends by column 80.
+fn print_with(j: &Jaxpr, names: &mut Names, indent: usize, col: usize) -> String {
     let consts: Vec<String> = j.constvars.iter().map(|v| binder(j, names, *v)).collect();
     let ins: Vec<String> = j.invars.iter().map(|v| binder(j, names, *v)).collect();
     let cs = if consts.is_empty() {
@@ -104,15 +107,29 @@ fn print_with(j: &Jaxpr, names: &mut Names, indent: usize) -> String {
     } else {
         format!("{} ", consts.join(" "))
     };
-    let mut s = format!("{{ lambda {cs}; {}. let", ins.join(" "));
-    if j.eqns.is_empty() {
-        s.push(' ');
+    let head = format!("{{ lambda {cs}; {}. let", ins.join(" "));
+    let eqns: Vec<String> = j
+        .eqns
+        .iter()
+        .map(|e| print_eqn(j, e, names, indent + 4))
+        .collect();
+    let outs: Vec<String> = j.outvars.iter().map(|a| names.atom(a)).collect();
+    let outs = if outs.len() == 1 {
+        format!("({},)", outs[0])
+    } else {
+        format!("({})", outs.join(", "))
+    };
+    let flat_eqns: Vec<&str> = eqns.iter().map(|e| e.trim_start()).collect();
+    let flat = format!("{head} {} in {outs} }}", flat_eqns.join(" "));
+    if eqns.iter().all(|e| !e.contains('\n')) && col + flat.len() <= WIDTH {
+        return flat;
     }
-    for e in &j.eqns {
+    let mut s = head;
+    for e in &eqns {
         s.push('\n');
-        s.push_str(&print_eqn(j, e, names, indent + 4));
+        s.push_str(e);
     }
-    s.push_str(&footer(j, names, indent));
+    s.push_str(&format!("\n{}in {outs} }}", " ".repeat(indent + 2)));
     s
 }
 
@@ -132,35 +149,18 @@ pub(crate) fn eqn_texts(j: &Jaxpr) -> Vec<String> {
         .collect()
 }
 
-fn footer(j: &Jaxpr, names: &mut Names, indent: usize) -> String {
-    let mut s = String::new();
-    let outs: Vec<String> = j.outvars.iter().map(|a| names.atom(a)).collect();
-    let outs = if outs.len() == 1 {
-        format!("({},)", outs[0])
-    } else {
-        format!("({})", outs.join(", "))
-    };
-    if j.eqns.is_empty() {
-        s.push_str(&format!(" in {outs} }}"));
-    } else {
-        s.push_str(&format!("\n{}in {outs} }}", " ".repeat(indent + 2)));
-    }
-    s
-}
-
 fn print_eqn(j: &Jaxpr, e: &Eqn, names: &mut Names, indent: usize) -> String {
     let lhs: Vec<String> = e.outputs.iter().map(|v| binder(j, names, *v)).collect();
     let pad = " ".repeat(indent);
     let head = format!("{pad}{} = {}", lhs.join(" "), e.prim.name());
     let params = print_params(&e.prim);
     let mut texts = Vec::new();
-    let mut multiline = false;
     for (k, p) in &params {
         let t = match p {
             ParamText::Text(t) => t.clone(),
             ParamText::Jaxpr(cj) => {
-                multiline = true;
-                nested(e, &cj.jaxpr, names, indent + 2)
+                let col = indent + 2 + k.len() + 1;
+                nested(e, &cj.jaxpr, names, indent + 2, col)
             }
         };
         texts.push(format!("{k}={t}"));
@@ -171,7 +171,7 @@ fn print_eqn(j: &Jaxpr, e: &Eqn, names: &mut Names, indent: usize) -> String {
         return format!("{head} {args}");
     }
     let one = format!("{head}[{}] {args}", texts.join(" "));
-    if !multiline && one.trim_end().len() <= WIDTH {
+    if !one.contains('\n') && one.trim_end().len() <= WIDTH {
         return one;
     }
     let inner = " ".repeat(indent + 2);
@@ -181,7 +181,7 @@ fn print_eqn(j: &Jaxpr, e: &Eqn, names: &mut Names, indent: usize) -> String {
 
 /// Prints a nested body: its parameters take the caller's operand names and its results the
 /// call's result names; everything else continues the shared counter.
-fn nested(e: &Eqn, body: &Jaxpr, names: &mut Names, indent: usize) -> String {
+fn nested(e: &Eqn, body: &Jaxpr, names: &mut Names, indent: usize, col: usize) -> String {
     let mut map = HashMap::new();
     let mut taken: Vec<String> = Vec::new();
     for (v, a) in body.invars.iter().zip(&e.inputs) {
@@ -211,5 +211,5 @@ fn nested(e: &Eqn, body: &Jaxpr, names: &mut Names, indent: usize) -> String {
         map,
         counter: names.counter,
     };
-    print_with(body, &mut inner, indent)
+    print_with(body, &mut inner, indent, col)
 }
