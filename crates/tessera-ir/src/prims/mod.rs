@@ -9,11 +9,13 @@
 pub mod call;
 pub mod dot;
 pub mod elementwise;
+pub mod gather;
 pub mod indexing;
 pub mod reduce;
 pub mod structural;
 
 pub use elementwise::{BinaryOp, UnaryOp};
+pub use gather::{GatherDims, IndexMode, ScatterDims};
 pub use reduce::{ArgOp, ReduceOp};
 
 use crate::interp::{Array, EvalError};
@@ -145,6 +147,32 @@ pub enum Primitive {
         /// One entry per dimension.
         padding_config: Vec<PadDim>,
     },
+    /// XLA gather (`operand indices`), index vectors in the last dimension of `indices`.
+    Gather {
+        /// The dimension numbers.
+        dimension_numbers: GatherDims,
+        /// The slice taken at each index.
+        slice_sizes: Vec<usize>,
+        /// Out-of-bounds handling.
+        mode: IndexMode,
+        /// The value of out-of-bounds elements in `FillOrDrop` mode (`None`: JAX's default).
+        fill_value: Option<f64>,
+        /// A promise that indices are sorted.
+        indices_are_sorted: bool,
+        /// A promise that indices are unique.
+        unique_indices: bool,
+    },
+    /// XLA scatter with addition (`operand indices updates`).
+    ScatterAdd {
+        /// The dimension numbers.
+        dimension_numbers: ScatterDims,
+        /// Out-of-bounds handling.
+        mode: IndexMode,
+        /// A promise that indices are sorted.
+        indices_are_sorted: bool,
+        /// A promise that indices are unique.
+        unique_indices: bool,
+    },
     /// Cumulative sum along an axis.
     Cumsum {
         /// The axis.
@@ -196,6 +224,8 @@ impl Primitive {
             Primitive::DynamicUpdateSlice => "dynamic_update_slice",
             Primitive::Concatenate { .. } => "concatenate",
             Primitive::Pad { .. } => "pad",
+            Primitive::Gather { .. } => "gather",
+            Primitive::ScatterAdd { .. } => "scatter-add",
             Primitive::Cumsum { .. } => "cumsum",
             Primitive::StopGradient => "stop_gradient",
             Primitive::AddAny => "add_any",
@@ -254,6 +284,7 @@ pub fn abstract_eval(prim: &Primitive, ins: &[ShapedArray]) -> Result<Vec<Shaped
             one(reduce::shape_rule(prim, ins))
         }
         P::DotGeneral { .. } => one(dot::shape_rule(prim, ins)),
+        P::Gather { .. } | P::ScatterAdd { .. } => one(gather::shape_rule(prim, ins)),
         P::Slice { .. }
         | P::DynamicSlice { .. }
         | P::DynamicUpdateSlice
@@ -283,6 +314,7 @@ pub fn eval(prim: &Primitive, args: &[Array]) -> Result<Vec<Array>, EvalError> {
         | P::Copy => one(structural::eval(prim, args)),
         P::Reduce { .. } | P::ArgReduce { .. } | P::Cumsum { .. } => one(reduce::eval(prim, args)),
         P::DotGeneral { .. } => one(dot::eval(prim, args)),
+        P::Gather { .. } | P::ScatterAdd { .. } => one(gather::eval(prim, args)),
         P::Slice { .. }
         | P::DynamicSlice { .. }
         | P::DynamicUpdateSlice

@@ -67,7 +67,11 @@ pub(crate) fn lex(text: &str) -> Result<Vec<Spanned>, ParseError> {
             }
             Tok::Num(chars[start..i].iter().collect())
         } else if is_ident_char(c) {
-            while i < chars.len() && is_ident_char(chars[i]) {
+            // Primitive names may hold a hyphen (`scatter-add`).
+            while i < chars.len()
+                && (is_ident_char(chars[i])
+                    || chars[i] == '-' && chars.get(i + 1).is_some_and(|c| c.is_ascii_alphabetic()))
+            {
                 i += 1;
             }
             Tok::Ident(chars[start..i].iter().collect())

@@ -2,7 +2,9 @@
 
 use crate::ir::{ClosedJaxpr, Jaxpr};
 use crate::prims::elementwise::{BINARY_OPS, UNARY_OPS};
-use crate::prims::{ArgOp, BinaryOp, PadDim, Primitive, ReduceOp, UnaryOp};
+use crate::prims::{
+    ArgOp, BinaryOp, GatherDims, IndexMode, PadDim, Primitive, ReduceOp, ScatterDims, UnaryOp,
+};
 use crate::types::{DType, Shape};
 use std::fmt::Write;
 
@@ -19,6 +21,8 @@ pub enum PValue {
     Call(String, Box<PValue>),
     /// `( … )`.
     Tuple(Vec<PValue>),
+    /// A named record such as `GatherDimensionNumbers(offset_dims=(1,), …)`.
+    Struct(String, Vec<(String, PValue)>),
     /// `[ … ]`.
     List(Vec<PValue>),
     /// `{ lambda … }`.
@@ -284,6 +288,8 @@ pub(crate) fn build_primitive(
         "pad" => Primitive::Pad {
             padding_config: pad_config(&mut p)?,
         },
+        "gather" => build_gather(&mut p)?,
+        "scatter-add" | "scatter_add" => build_scatter_add(&mut p)?,
         "cumsum" => Primitive::Cumsum {
             axis: p.usize("axis")?,
             reverse: p.bool("reverse")?,
@@ -316,12 +322,129 @@ pub(crate) fn build_primitive(
     Ok(prim)
 }
 
+fn record_fields(p: &mut Params, key: &str, names: &[&str]) -> Result<Vec<Vec<usize>>, String> {
+    let v = p.take(key)?;
+    let PValue::Struct(_, fields) = &v else {
+        return Err(p.bad(
+            key,
+            "a record like `GatherDimensionNumbers(offset_dims=(1,), ...)`",
+        ));
+    };
+    names
+        .iter()
+        .map(|n| {
+            fields
+                .iter()
+                .find(|(k, _)| k == n)
+                .and_then(|(_, v)| as_ints(v))
+                .ok_or_else(|| p.bad(key, &format!("a record with `{n}=(...)`")))
+        })
+        .collect()
+}
+
+fn mode(p: &mut Params) -> Result<IndexMode, String> {
+    match p.take("mode")? {
+        PValue::Name(n) => {
+            IndexMode::from_name(&n).ok_or_else(|| p.bad("mode", "a GatherScatterMode"))
+        }
+        PValue::Int(1) => Ok(IndexMode::FillOrDrop),
+        PValue::Int(0) => Ok(IndexMode::Clip),
+        _ => Err(p.bad("mode", "a GatherScatterMode")),
+    }
+}
+
+fn flag(p: &mut Params, key: &str) -> Result<bool, String> {
+    match p.take_opt(key) {
+        None => Ok(false),
+        Some(v) => {
+            p.items.push((key.into(), v));
+            p.bool(key)
+        }
+    }
+}
+
+fn build_gather(p: &mut Params) -> Result<Primitive, String> {
+    let f = record_fields(
+        p,
+        "dimension_numbers",
+        &[
+            "offset_dims",
+            "collapsed_slice_dims",
+            "start_index_map",
+            "operand_batching_dims",
+            "start_indices_batching_dims",
+        ],
+    )?;
+    let [
+        offset_dims,
+        collapsed_slice_dims,
+        start_index_map,
+        operand_batching_dims,
+        start_indices_batching_dims,
+    ] = <[Vec<usize>; 5]>::try_from(f).map_err(|_| p.bad("dimension_numbers", "five fields"))?;
+    let fill_value = match p.take_opt("fill_value") {
+        None | Some(PValue::Name(_)) => None,
+        Some(PValue::Float(x)) => Some(x),
+        Some(PValue::Int(i)) => Some(i as f64),
+        Some(_) => return Err(p.bad("fill_value", "None or a number")),
+    };
+    Ok(Primitive::Gather {
+        dimension_numbers: GatherDims {
+            offset_dims,
+            collapsed_slice_dims,
+            start_index_map,
+            operand_batching_dims,
+            start_indices_batching_dims,
+        },
+        slice_sizes: p.ints("slice_sizes")?,
+        mode: mode(p)?,
+        fill_value,
+        indices_are_sorted: flag(p, "indices_are_sorted")?,
+        unique_indices: flag(p, "unique_indices")?,
+    })
+}
+
+fn build_scatter_add(p: &mut Params) -> Result<Primitive, String> {
+    let f = record_fields(
+        p,
+        "dimension_numbers",
+        &[
+            "update_window_dims",
+            "inserted_window_dims",
+            "scatter_dims_to_operand_dims",
+            "operand_batching_dims",
+            "scatter_indices_batching_dims",
+        ],
+    )?;
+    let [
+        update_window_dims,
+        inserted_window_dims,
+        scatter_dims_to_operand_dims,
+        operand_batching_dims,
+        scatter_indices_batching_dims,
+    ] = <[Vec<usize>; 5]>::try_from(f).map_err(|_| p.bad("dimension_numbers", "five fields"))?;
+    Ok(Primitive::ScatterAdd {
+        dimension_numbers: ScatterDims {
+            update_window_dims,
+            inserted_window_dims,
+            scatter_dims_to_operand_dims,
+            operand_batching_dims,
+            scatter_indices_batching_dims,
+        },
+        mode: mode(p)?,
+        indices_are_sorted: flag(p, "indices_are_sorted")?,
+        unique_indices: flag(p, "unique_indices")?,
+    })
+}
+
 /// A param as printed: plain text or a nested jaxpr (printed by the caller with its names).
 pub(crate) enum ParamText<'a> {
     /// Already formatted.
     Text(String),
     /// A nested jaxpr.
     Jaxpr(&'a ClosedJaxpr),
+    /// Scatter's `update_jaxpr`: `{ lambda ; x y. let z = add x y in (z,) }` on the result dtype.
+    AddJaxpr,
 }
 
 fn tuple(xs: &[usize]) -> String {
@@ -460,6 +583,57 @@ pub(crate) fn print_params(prim: &Primitive) -> Vec<(&'static str, ParamText<'_>
             s.push_str(if padding_config.len() == 1 { ",)" } else { ")" });
             vec![("padding_config", T(s))]
         }
+        Primitive::Gather {
+            dimension_numbers: d,
+            slice_sizes,
+            mode,
+            fill_value,
+            indices_are_sorted,
+            unique_indices,
+        } => vec![
+            (
+                "dimension_numbers",
+                T(format!(
+                    "GatherDimensionNumbers(offset_dims={}, collapsed_slice_dims={}, start_index_map={}, operand_batching_dims={}, start_indices_batching_dims={})",
+                    tuple(&d.offset_dims),
+                    tuple(&d.collapsed_slice_dims),
+                    tuple(&d.start_index_map),
+                    tuple(&d.operand_batching_dims),
+                    tuple(&d.start_indices_batching_dims)
+                )),
+            ),
+            (
+                "fill_value",
+                T(fill_value.map_or("None".into(), super::print::format_float)),
+            ),
+            ("indices_are_sorted", T(py_bool(*indices_are_sorted))),
+            ("mode", T(mode.name().into())),
+            ("slice_sizes", T(tuple(slice_sizes))),
+            ("unique_indices", T(py_bool(*unique_indices))),
+        ],
+        Primitive::ScatterAdd {
+            dimension_numbers: d,
+            mode,
+            indices_are_sorted,
+            unique_indices,
+        } => vec![
+            (
+                "dimension_numbers",
+                T(format!(
+                    "ScatterDimensionNumbers(update_window_dims={}, inserted_window_dims={}, scatter_dims_to_operand_dims={}, operand_batching_dims={}, scatter_indices_batching_dims={})",
+                    tuple(&d.update_window_dims),
+                    tuple(&d.inserted_window_dims),
+                    tuple(&d.scatter_dims_to_operand_dims),
+                    tuple(&d.operand_batching_dims),
+                    tuple(&d.scatter_indices_batching_dims)
+                )),
+            ),
+            ("indices_are_sorted", T(py_bool(*indices_are_sorted))),
+            ("mode", T(mode.name().into())),
+            ("unique_indices", T(py_bool(*unique_indices))),
+            ("update_consts", T("()".into())),
+            ("update_jaxpr", ParamText::AddJaxpr),
+        ],
         Primitive::Cumsum { axis, reverse } => vec![
             ("axis", T(axis.to_string())),
             ("reverse", T(py_bool(*reverse))),

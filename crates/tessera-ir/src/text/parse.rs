@@ -366,10 +366,27 @@ impl Parser {
                 if self.is_punct('.') {
                     self.bump();
                     let attr = self.ident("a name after `.`")?;
+                    if !self.is_punct('(') {
+                        return Ok(PValue::Name(format!("{s}.{attr}")));
+                    }
                     self.punct('(')?;
                     let inner = self.value()?;
                     self.punct(')')?;
                     return Ok(PValue::Call(format!("{s}.{attr}"), Box::new(inner)));
+                }
+                if self.is_punct('(') {
+                    self.bump();
+                    let mut fields = Vec::new();
+                    while !self.is_punct(')') {
+                        let key = self.ident("a field `name=value`")?;
+                        self.punct('=')?;
+                        fields.push((key, self.value()?));
+                        if !self.is_punct(')') {
+                            self.punct(',')?;
+                        }
+                    }
+                    self.punct(')')?;
+                    return Ok(PValue::Struct(s, fields));
                 }
                 Ok(PValue::Name(s))
             }

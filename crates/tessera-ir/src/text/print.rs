@@ -158,6 +158,19 @@ fn print_eqn(j: &Jaxpr, e: &Eqn, names: &mut Names, indent: usize) -> String {
     for (k, p) in &params {
         let t = match p {
             ParamText::Text(t) => t.clone(),
+            ParamText::AddJaxpr => {
+                let ty = e
+                    .outputs
+                    .first()
+                    .and_then(|v| j.aval(*v))
+                    .map_or("f32[]".into(), |a| format!("{}[]", a.dtype));
+                let [x, y, z] = [(); 3].map(|_| {
+                    let n = alpha_name(*names.counter);
+                    *names.counter += 1;
+                    n
+                });
+                format!("{{ lambda ; {x}:{ty} {y}:{ty}. let {z}:{ty} = add {x} {y} in ({z},) }}")
+            }
             ParamText::Jaxpr(cj) => {
                 let col = indent + 2 + k.len() + 1;
                 nested(e, &cj.jaxpr, names, indent + 2, col)

@@ -400,6 +400,42 @@ impl Tensor {
     }
 }
 
+impl Tensor {
+    /// Rows of `self` at integer `indices` (`jnp.take(x, indices, axis=0)`, an embedding lookup):
+    /// negative indices count from the end, as in JAX; the result has shape
+    /// `indices.shape + self.shape[1:]`.
+    pub fn take(&self, indices: &Tensor) -> Tensor {
+        let Some(&n) = self.shape().first() else {
+            record(op_err(
+                "take",
+                format!("needs an operand of rank >= 1, got {}", self.aval),
+            ));
+            return self.clone();
+        };
+        let wrapped = where_(&indices.lt_scalar(0), &(indices + n as i32), indices);
+        let r = indices.ndim();
+        let mut ishape = indices.shape().to_vec();
+        ishape.push(1);
+        let idx = wrapped.broadcast_in_dim(&ishape, &(0..r).collect::<Vec<_>>());
+        let mut slice_sizes = self.shape().to_vec();
+        slice_sizes[0] = 1;
+        let p = Primitive::Gather {
+            dimension_numbers: crate::prims::GatherDims {
+                offset_dims: (r..r + self.ndim() - 1).collect(),
+                collapsed_slice_dims: vec![0],
+                start_index_map: vec![0],
+                ..Default::default()
+            },
+            slice_sizes,
+            mode: crate::prims::IndexMode::PromiseInBounds,
+            fill_value: None,
+            indices_are_sorted: false,
+            unique_indices: false,
+        };
+        bind1(p, &[Operand::T(self.clone()), Operand::T(idx)])
+    }
+}
+
 /// Concatenates tensors along `axis`.
 pub fn concatenate(ts: &[&Tensor], axis: usize) -> Option<Tensor> {
     let ins: Vec<Operand> = ts.iter().map(|t| Operand::T((*t).clone())).collect();
