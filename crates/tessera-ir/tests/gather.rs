@@ -74,7 +74,9 @@ fn embedding_gradient_parses_evaluates_and_prints() {
     );
     let printed = print_jaxpr(&cj.jaxpr);
     assert_eq!(parse_closed_jaxpr(&printed).expect("reparses"), cj);
-    check(printed, expect![[r#"
+    check(
+        printed,
+        expect![[r#"
         { lambda ; a:f32[5,4] b:i32[3]. let
             c:bool[3] = lt b 0:i32[]
             d:i32[3] = add b 5:i32[]
@@ -99,7 +101,8 @@ fn embedding_gradient_parses_evaluates_and_prints() {
               update_consts=()
               update_jaxpr={ lambda ; l:f32[] m:f32[]. let n:f32[] = add l m in (n,) }
             ] j f i
-          in (k,) }"#]]);
+          in (k,) }"#]],
+    );
 }
 
 #[test]
