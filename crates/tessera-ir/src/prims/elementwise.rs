@@ -43,18 +43,20 @@ pub enum UnaryOp {
     Floor,
     /// `ceil x`.
     Ceil,
-    /// Round half away from zero.
+    /// Round half away from zero (`round[rounding_method=0]`).
     Round,
+    /// Round half to even (`round[rounding_method=1]`, what `jnp.round` uses).
+    RoundEven,
     /// Logical/bitwise not.
     Not,
 }
 
 /// Every unary op.
-pub const UNARY_OPS: [UnaryOp; 18] = {
+pub const UNARY_OPS: [UnaryOp; 19] = {
     use UnaryOp::*;
     [
         Neg, Abs, Sign, Exp, Exp2, Log, Log1p, Expm1, Tanh, Logistic, Sin, Cos, Sqrt, Rsqrt, Floor,
-        Ceil, Round, Not,
+        Ceil, Round, RoundEven, Not,
     ]
 };
 
@@ -79,7 +81,7 @@ impl UnaryOp {
             Rsqrt => "rsqrt",
             Floor => "floor",
             Ceil => "ceil",
-            Round => "round",
+            Round | RoundEven => "round",
             Not => "not",
         }
     }
@@ -118,6 +120,7 @@ impl UnaryOp {
             Floor => x.floor(),
             Ceil => x.ceil(),
             Round => x.round(),
+            RoundEven => x.round_ties_even(),
             Not => f64::NAN,
         }
     }

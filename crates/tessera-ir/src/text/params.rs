@@ -175,8 +175,15 @@ pub(crate) fn build_primitive(
         prim: name.to_string(),
         items,
     };
+    if name == "round" {
+        let even = matches!(p.take_opt("rounding_method"), Some(PValue::Int(1)));
+        return Ok(Primitive::Unary(if even {
+            UnaryOp::RoundEven
+        } else {
+            UnaryOp::Round
+        }));
+    }
     if let Some(op) = UNARY_OPS.iter().find(|o| o.name() == name) {
-        p.take_opt("rounding_method");
         p.take_opt("accuracy");
         return Ok(Primitive::Unary(*op));
     }
@@ -483,10 +490,9 @@ pub(crate) fn print_params(prim: &Primitive) -> Vec<(&'static str, ParamText<'_>
     use ParamText::Text as T;
     let dt = |d: &DType| T(d.numpy_name().to_string());
     match prim {
-        Primitive::Unary(UnaryOp::Neg)
-        | Primitive::Unary(_)
-        | Primitive::Binary(BinaryOp::Add)
-        | Primitive::Binary(_) => vec![],
+        Primitive::Unary(UnaryOp::Round) => vec![("rounding_method", T("0".into()))],
+        Primitive::Unary(UnaryOp::RoundEven) => vec![("rounding_method", T("1".into()))],
+        Primitive::Unary(_) | Primitive::Binary(BinaryOp::Add) | Primitive::Binary(_) => vec![],
         Primitive::IntegerPow { y } => vec![("y", T(y.to_string()))],
         Primitive::SelectN | Primitive::Clamp | Primitive::DynamicUpdateSlice => vec![],
         Primitive::StopGradient | Primitive::AddAny | Primitive::Copy => vec![],

@@ -198,7 +198,7 @@ macro_rules! unary_methods {
 unary_methods!(
     exp => Exp, exp2 => Exp2, log => Log, log1p => Log1p, expm1 => Expm1, tanh => Tanh,
     logistic => Logistic, sin => Sin, cos => Cos, sqrt => Sqrt, rsqrt => Rsqrt, abs => Abs,
-    sign => Sign, floor => Floor, ceil => Ceil, round => Round, logical_not => Not,
+    sign => Sign, floor => Floor, ceil => Ceil, round => RoundEven, logical_not => Not,
 );
 
 macro_rules! binary_methods {
