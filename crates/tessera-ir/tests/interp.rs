@@ -117,11 +117,15 @@ fn padding_slicing_and_boolean_reductions() {
   in (d, e, f, g, h, i) }";
     let a = arr(DType::F32, &[3], &[1.0, 2.0, 3.0]);
     let b = arr(DType::Bool, &[2, 2], &[1.0, 1.0, 0.0, 1.0]);
-    check(text, &[a, b, arr(DType::I32, &[], &[5.0])], expect![[r#"
+    check(
+        text,
+        &[a, b, arr(DType::I32, &[], &[5.0])],
+        expect![[r#"
         f32[5] [9.0, 2.0, 9.0, 3.0, 9.0]
         f32[2] [2.0, 3.0]
         f32[3] [1.0, 2.0, 3.0]
         bool[2] [1.0, 0.0]
         bool[2] [1.0, 1.0]
-        f32[2] [1.0, 3.0]"#]]);
+        f32[2] [1.0, 3.0]"#]],
+    );
 }
