@@ -18,7 +18,17 @@ pub fn mean(x: &Tensor, axes: &[isize], keepdims: bool) -> Tensor {
 pub fn logsumexp(x: &Tensor, axis: isize, keepdims: bool) -> Tensor {
     let m = x.max(&[axis], true).stop_gradient();
     let s = (x - &m).exp().sum(&[axis], true).log() + &m;
-    if keepdims { s } else { s.sum(&[axis], false) }
+    if keepdims {
+        return s;
+    }
+    let Some(a) = x.axis("logsumexp", axis) else {
+        return s;
+    };
+    let shape: Vec<usize> = (0..x.ndim())
+        .filter(|&d| d != a)
+        .map(|d| x.shape()[d])
+        .collect();
+    s.reshape(&shape)
 }
 
 /// `x - logsumexp(x)` along `axis` (JAX's `jax.nn.log_softmax`).
