@@ -1,2 +1,30 @@
-//! The Tessera IR: a typed, SSA, jaxpr-like program representation with its text form, tracing,
-//! transformations and a reference interpreter.
+//! The Tessera IR: a typed, SSA, jaxpr-like program representation with its JAX-compatible text
+//! form, a verifier and a reference interpreter.
+//!
+//! - [`jaxpr`]: `Jaxpr`/`ClosedJaxpr`; variables are `u32` indices into an arena of avals.
+//! - [`prim`]: the primitive table; each family module holds its primitives' rules.
+//! - [`text`]: printer and parser of `jax.make_jaxpr`'s syntax.
+//! - [`verify()`]: the invariants every pass preserves.
+//! - [`interp`]: the reference interpreter over [`Array`]s.
+
+pub mod array;
+pub mod aval;
+pub mod dtype;
+pub mod error;
+pub mod interp;
+pub mod jaxpr;
+#[cfg(feature = "oracle")]
+pub mod oracle;
+pub mod params;
+pub mod prim;
+pub mod text;
+mod verify;
+
+pub use array::Array;
+pub use aval::ShapedArray;
+pub use dtype::DType;
+pub use error::{IrError, Result};
+pub use jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Var};
+pub use params::{ParamValue, Params};
+pub use prim::Prim;
+pub use verify::verify;

@@ -1,0 +1,133 @@
+//! The runner for JAX-made jaxpr test vectors (`jaxpr_cases.json`): parse, verify, check that
+//! print → parse gives the same IR, evaluate, compare with JAX's outputs.
+//!
+//! Comparison: `|got - want| <= rtol * max(|got|, |want|) + atol` elementwise, with `rtol` 1e-4
+//! (1e-2 when the program uses bf16) and `atol = rtol * 1e-3` so values that should be zero
+//! compare sensibly; NaNs must match NaNs.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::array::Array;
+use crate::dtype::DType;
+use crate::error::{IrError, Result};
+use crate::interp::eval_closed;
+use crate::text::{parse_closed, print_closed};
+
+/// One tensor in the file: dtype, shape, row-major data as float64.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Tensor {
+    /// numpy dtype name.
+    pub dtype: String,
+    /// Shape.
+    pub shape: Vec<i64>,
+    /// Values, row-major.
+    pub data: Vec<f64>,
+}
+
+impl Tensor {
+    /// As an interpreter array.
+    pub fn to_array(&self) -> Result<Array> {
+        let dtype = DType::parse(&self.dtype)
+            .ok_or_else(|| IrError::Eval(format!("unknown dtype {}", self.dtype)))?;
+        Array::new(dtype, &self.shape, self.data.clone())
+    }
+}
+
+/// One case.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Case {
+    /// Its name.
+    pub name: String,
+    /// The jaxpr text.
+    pub jaxpr: String,
+    /// Inputs.
+    pub inputs: Vec<Tensor>,
+    /// JAX's outputs.
+    pub outputs: Vec<Tensor>,
+}
+
+#[derive(Debug, Deserialize)]
+struct File {
+    cases: Vec<Case>,
+}
+
+/// The outcome of a file.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Cases that passed.
+    pub passed: usize,
+    /// `(case, what differed)` for each failure.
+    pub failures: Vec<(String, String)>,
+}
+
+/// Reads and runs every case of `path`.
+pub fn run_file(path: &Path) -> std::result::Result<Report, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file: File = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not a jaxpr oracle file: {e}", path.display()))?;
+    let mut report = Report::default();
+    for case in &file.cases {
+        match run_case(case) {
+            Ok(()) => report.passed += 1,
+            Err(why) => report.failures.push((case.name.clone(), why)),
+        }
+    }
+    Ok(report)
+}
+
+/// Runs one case; the error says what differed.
+pub fn run_case(case: &Case) -> std::result::Result<(), String> {
+    let closed = parse_closed(&case.jaxpr).map_err(|e| format!("parse: {e}"))?;
+    crate::verify(&closed).map_err(|e| format!("verify: {e}"))?;
+    let printed = print_closed(&closed, 0);
+    let again =
+        parse_closed(&printed).map_err(|e| format!("re-parse of our print: {e}\n{printed}"))?;
+    if again != closed {
+        return Err(format!("print -> parse changed the program:\n{printed}"));
+    }
+    let inputs = case
+        .inputs
+        .iter()
+        .map(Tensor::to_array)
+        .collect::<Result<Vec<_>>>()
+        .map_err(|e| e.to_string())?;
+    let outputs = eval_closed(&closed, &inputs).map_err(|e| format!("evaluate: {e}"))?;
+    let rtol = if case.jaxpr.contains("bf16") {
+        1e-2
+    } else {
+        1e-4
+    };
+    if outputs.len() != case.outputs.len() {
+        return Err(format!(
+            "{} outputs, JAX has {}",
+            outputs.len(),
+            case.outputs.len()
+        ));
+    }
+    for (k, (got, want)) in outputs.iter().zip(&case.outputs).enumerate() {
+        compare(k, got, want, rtol)?;
+    }
+    Ok(())
+}
+
+/// Compares one output with JAX's.
+pub fn compare(k: usize, got: &Array, want: &Tensor, rtol: f64) -> std::result::Result<(), String> {
+    if got.shape() != want.shape {
+        return Err(format!(
+            "output {k}: shape {:?}, JAX {:?}",
+            got.shape(),
+            want.shape
+        ));
+    }
+    for (i, (&a, &b)) in got.to_vec().iter().zip(&want.data).enumerate() {
+        let ok = (a.is_nan() && b.is_nan())
+            || (a - b).abs() <= rtol * a.abs().max(b.abs()) + rtol * 1e-3;
+        if !ok {
+            return Err(format!("output {k}[{i}]: {a} vs JAX {b} (rtol {rtol})"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! The verifier. Invariants of a jaxpr:
+//! - every variable is defined once (constvars, invars, or one equation's outputs), before use;
+//! - every equation's result types are what its primitive's rule gives for its operand types;
+//! - nested jaxprs verify too, and a closed jaxpr has one constant per constvar of its type.
+//!
+//! Errors show the offending equation with its printed neighbours.
+
+use crate::error::{IrError, Result};
+use crate::jaxpr::{Atom, ClosedJaxpr, Jaxpr};
+use crate::params::ParamValue;
+
+/// Checks the invariants above.
+pub fn verify(closed: &ClosedJaxpr) -> Result<()> {
+    if closed.consts.len() != closed.jaxpr.constvars.len() {
+        return Err(IrError::Verify {
+            message: format!(
+                "{} constants for {} constvars",
+                closed.consts.len(),
+                closed.jaxpr.constvars.len()
+            ),
+            context: String::new(),
+        });
+    }
+    verify_jaxpr(&closed.jaxpr)
+}
+
+fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
+    let mut defined = vec![false; jaxpr.vars.len()];
+    let fail = |index: usize, message: String| IrError::Verify {
+        message,
+        context: context(jaxpr, index),
+    };
+    for &v in jaxpr.constvars.iter().chain(&jaxpr.invars) {
+        if v.index() >= defined.len() || std::mem::replace(&mut defined[v.index()], true) {
+            return Err(fail(
+                0,
+                format!("parameter {} is bound twice or does not exist", v.0),
+            ));
+        }
+    }
+    for (i, eqn) in jaxpr.eqns.iter().enumerate() {
+        for atom in &eqn.inputs {
+            if let Atom::Var(v) = atom {
+                if !defined.get(v.index()).copied().unwrap_or(false) {
+                    return Err(fail(
+                        i,
+                        format!(
+                            "equation {i} ({}) uses a variable before it is defined",
+                            eqn.prim.name()
+                        ),
+                    ));
+                }
+            }
+        }
+        let in_avals: Vec<_> = eqn
+            .inputs
+            .iter()
+            .map(|a| jaxpr.atom_aval(a).clone())
+            .collect();
+        let written: Vec<_> = eqn.outputs.iter().map(|&v| jaxpr.aval(v).clone()).collect();
+        let expected = eqn
+            .prim
+            .abstract_eval(&eqn.params, &in_avals, Some(&written))
+            .map_err(|e| fail(i, format!("equation {i}: {e}")))?;
+        if expected.len() != written.len()
+            || expected.iter().zip(&written).any(|(e, w)| !e.same_type(w))
+        {
+            let show = |v: &[crate::aval::ShapedArray]| {
+                v.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(fail(
+                i,
+                format!(
+                    "equation {i} ({}) produces ({}) but its results are typed ({})",
+                    eqn.prim.name(),
+                    show(&expected),
+                    show(&written)
+                ),
+            ));
+        }
+        for &v in &eqn.outputs {
+            if std::mem::replace(&mut defined[v.index()], true) {
+                return Err(fail(i, format!("equation {i} redefines a variable")));
+            }
+        }
+        for (_, value) in &eqn.params.0 {
+            if let ParamValue::Jaxpr(inner) = value {
+                verify(inner)?;
+            }
+        }
+    }
+    for atom in &jaxpr.outvars {
+        if let Atom::Var(v) = atom {
+            if !defined.get(v.index()).copied().unwrap_or(false) {
+                return Err(fail(jaxpr.eqns.len(), "a result is never defined".into()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The printed equations around equation `index` (two on each side), the failing one marked.
+fn context(jaxpr: &Jaxpr, index: usize) -> String {
+    let lines = crate::text::print_eqn_lines(jaxpr);
+    let lo = index.saturating_sub(2);
+    let hi = (index + 3).min(lines.len());
+    (lo..hi)
+        .map(|i| format!("{} {}", if i == index { ">>" } else { "  " }, lines[i]))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
