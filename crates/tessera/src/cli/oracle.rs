@@ -50,9 +50,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(super::report_summary(report.passed, report.failed))
         }
-        Kind::Jaxpr { .. } => super::not_built_yet("oracle jaxpr", "tessera-ir: the jaxpr IR"),
+        Kind::Jaxpr {
+            file,
+            backend,
+            grads,
+        } => run_jaxpr(&file, &backend, grads),
         Kind::Collectives { .. } => {
             super::not_built_yet("oracle collectives", "Collectives and shard_map")
         }
     }
+}
+
+fn run_jaxpr(file: &std::path::Path, backend: &str, grads: bool) -> anyhow::Result<ExitCode> {
+    if backend != "interp" {
+        return super::not_built_yet(
+            &format!("oracle jaxpr --backend {backend}"),
+            "Compile and run: lower the IR to StableHLO",
+        );
+    }
+    if grads {
+        return super::not_built_yet(
+            "oracle jaxpr --grads",
+            "Transformations: forward and reverse autodiff",
+        );
+    }
+    let report = tessera_ir::oracle::run_file(file).map_err(anyhow::Error::msg)?;
+    for (name, why) in &report.failures {
+        println!("FAILED {name}: {why}");
+    }
+    Ok(super::report_summary(report.passed, report.failures.len()))
 }

@@ -1,0 +1,40 @@
+//! The JAX jaxpr oracle: every case parses, verifies, survives print -> parse, and evaluates to
+//! JAX's outputs in the reference interpreter; the CLI reports the same.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::process::Command;
+
+use tessera_tests::{shared_dir, tessera_bin};
+
+fn oracle() -> std::path::PathBuf {
+    shared_dir().join("oracle").join("jaxpr_cases.json")
+}
+
+#[test]
+fn every_jaxpr_case_evaluates_to_jaxs_outputs() {
+    let report = tessera_ir::oracle::run_file(&oracle()).unwrap();
+    let failures: Vec<String> = report
+        .failures
+        .iter()
+        .map(|(n, w)| format!("{n}: {w}"))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(report.passed, 36);
+}
+
+#[test]
+fn the_cli_prints_the_summary_line() {
+    let out = Command::new(tessera_bin())
+        .args(["oracle", "jaxpr"])
+        .arg(oracle())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.lines().last(), Some("36 passed, 0 failed"));
+}
