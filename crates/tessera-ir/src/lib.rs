@@ -16,6 +16,7 @@ pub mod jaxpr;
 #[cfg(feature = "oracle")]
 pub mod oracle;
 pub mod params;
+pub mod passes;
 pub mod prim;
 pub mod text;
 mod verify;

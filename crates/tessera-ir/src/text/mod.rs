@@ -104,7 +104,8 @@ fn print_eqn(eqn: &Eqn, scope: &mut Scope<'_>, indent: usize, namer: &mut Namer)
         .0
         .iter()
         .any(|(_, v)| matches!(v, crate::params::ParamValue::Jaxpr(_)));
-    // Nested jaxprs are printed before the binders so that names follow JAX's order.
+    // The results are named before a nested jaxpr's variables, as JAX does.
+    let outs: Vec<String> = eqn.outputs.iter().map(|&v| scope.bind(v, namer)).collect();
     let params: Vec<String> = eqn
         .params
         .0
@@ -116,7 +117,6 @@ fn print_eqn(eqn: &Eqn, scope: &mut Scope<'_>, indent: usize, namer: &mut Namer)
             other => format!("{k}={other}"),
         })
         .collect();
-    let outs: Vec<String> = eqn.outputs.iter().map(|&v| scope.bind(v, namer)).collect();
     let lhs = format!(
         "{}{} = {}",
         " ".repeat(indent),

@@ -1,0 +1,77 @@
+//! Passes over closed jaxprs, one per file, each a free function from a jaxpr to a new one.
+//! Every pass keeps the verifier's invariants and the program's meaning (tests check both on the
+//! JAX oracle programs).
+
+mod cse;
+mod dce;
+mod fold;
+mod inline;
+
+pub use cse::eliminate_common_subexpressions;
+pub use dce::eliminate_dead_code;
+pub use fold::fold_constants;
+pub use inline::inline_calls;
+
+use std::collections::HashMap;
+
+use crate::jaxpr::{Atom, Eqn, Jaxpr, Var};
+
+/// Copies equations into a fresh jaxpr, renaming variables as it goes.
+pub(crate) struct Rebuild<'a> {
+    pub old: &'a Jaxpr,
+    pub new: Jaxpr,
+    pub map: HashMap<Var, Atom>,
+}
+
+impl<'a> Rebuild<'a> {
+    /// Starts a copy of `old` with the same constvars and invars.
+    pub fn new(old: &'a Jaxpr) -> Self {
+        let mut rb = Rebuild {
+            old,
+            new: Jaxpr::default(),
+            map: HashMap::new(),
+        };
+        for &v in &old.constvars {
+            let nv = rb.fresh(v);
+            rb.new.constvars.push(nv);
+        }
+        for &v in &old.invars {
+            let nv = rb.fresh(v);
+            rb.new.invars.push(nv);
+        }
+        rb
+    }
+
+    /// A new variable standing for `old`'s `v`.
+    pub fn fresh(&mut self, v: Var) -> Var {
+        let nv = self.new.new_var(self.old.aval(v).clone());
+        self.map.insert(v, Atom::Var(nv));
+        nv
+    }
+
+    /// An operand of the old program, renamed.
+    pub fn atom(&self, atom: &Atom) -> Atom {
+        match atom {
+            Atom::Var(v) => self.map.get(v).cloned().unwrap_or(Atom::Var(*v)),
+            lit => lit.clone(),
+        }
+    }
+
+    /// Copies an equation with renamed operands and fresh results.
+    pub fn copy(&mut self, eqn: &Eqn) {
+        let inputs = eqn.inputs.iter().map(|a| self.atom(a)).collect();
+        let outputs = eqn.outputs.iter().map(|&v| self.fresh(v)).collect();
+        self.new.eqns.push(Eqn {
+            prim: eqn.prim,
+            params: eqn.params.clone(),
+            inputs,
+            outputs,
+        });
+    }
+
+    /// Finishes with the old results, renamed.
+    pub fn finish(mut self) -> Jaxpr {
+        self.new.outvars = self.old.outvars.iter().map(|a| self.atom(a)).collect();
+        self.new
+    }
+}
