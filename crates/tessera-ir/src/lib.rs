@@ -19,6 +19,7 @@ pub mod params;
 pub mod passes;
 pub mod prim;
 pub mod text;
+pub mod trace;
 mod verify;
 
 pub use array::Array;

@@ -1,0 +1,250 @@
+//! Tracing: build jaxprs by running Rust code on [`Tensor`]s.
+//!
+//! ```
+//! use tessera_ir::trace::{trace, Tensor};
+//! use tessera_ir::{DType, ShapedArray};
+//!
+//! let x = ShapedArray::new(DType::F32, &[2, 3]);
+//! let w = ShapedArray::new(DType::F32, &[3, 4]);
+//! let program = trace(&[x, w], |args| {
+//!     let (x, w) = (&args[0], &args[1]);
+//!     vec![(x.matmul(w) + 1.0).tanh()]
+//! })?;
+//! assert_eq!(program.jaxpr.out_avals()[0].shape, vec![2, 4]);
+//! # Ok::<(), tessera_ir::IrError>(())
+//! ```
+//!
+//! Operations record equations in the trace that owns their operands. A misuse (shapes that do
+//! not broadcast, an unknown axis) is remembered as the trace's first error and returned by
+//! [`trace`]; later operations on the failed trace record nothing. Operator overloads follow
+//! numpy broadcasting (ranks aligned on the right) and JAX's dtype promotion (Rust numbers are
+//! weakly typed and take their partner's dtype).
+
+mod nn;
+mod ops;
+
+pub use nn::where_;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use crate::aval::ShapedArray;
+use crate::error::{IrError, Result};
+use crate::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal};
+use crate::params::{ParamValue, Params};
+use crate::prim::Prim;
+
+/// The state of one trace.
+#[derive(Debug, Default)]
+pub(crate) struct Builder {
+    jaxpr: Jaxpr,
+    error: Option<IrError>,
+}
+
+/// A traced value.
+#[derive(Debug, Clone)]
+pub struct Tensor {
+    builder: Rc<RefCell<Builder>>,
+    atom: Atom,
+    aval: ShapedArray,
+}
+
+impl Tensor {
+    /// The value's type.
+    pub fn aval(&self) -> &ShapedArray {
+        &self.aval
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[i64] {
+        &self.aval.shape
+    }
+
+    /// The rank.
+    pub fn rank(&self) -> usize {
+        self.aval.rank()
+    }
+
+    /// The dtype.
+    pub fn dtype(&self) -> crate::dtype::DType {
+        self.aval.dtype
+    }
+
+    /// A weakly typed scalar literal in this tensor's trace.
+    pub(crate) fn literal(&self, value: f64, dtype: crate::dtype::DType) -> Tensor {
+        let aval = ShapedArray {
+            dtype,
+            shape: vec![],
+            weak_type: true,
+        };
+        let lit = Literal {
+            value: dtype.round(value),
+            aval: ShapedArray::scalar(dtype),
+        };
+        Tensor {
+            builder: self.builder.clone(),
+            atom: Atom::Lit(lit),
+            aval,
+        }
+    }
+
+    /// Records `prim[params](inputs)` in the trace and returns its results. On an error (now or
+    /// earlier in the trace) the results are placeholders of the best-known type.
+    pub(crate) fn bind(prim: Prim, params: Params, inputs: &[&Tensor]) -> Vec<Tensor> {
+        Tensor::bind_typed(prim, params, inputs, None)
+    }
+
+    /// Like [`Tensor::bind`], giving the result type for primitives whose printed parameters
+    /// leave it implied (JAX's `broadcast_in_dim` prints no `shape`).
+    pub(crate) fn bind_typed(
+        prim: Prim,
+        params: Params,
+        inputs: &[&Tensor],
+        out: Option<ShapedArray>,
+    ) -> Vec<Tensor> {
+        let builder = inputs[0].builder.clone();
+        let in_avals: Vec<ShapedArray> = inputs.iter().map(|t| t.aval.clone()).collect();
+        let mut b = builder.borrow_mut();
+        let result = if b.error.is_some() {
+            Err(())
+        } else {
+            match prim.abstract_eval(&params, &in_avals, out.as_ref().map(std::slice::from_ref)) {
+                Ok(avals) => Ok(avals),
+                Err(e) => {
+                    b.error = Some(e);
+                    Err(())
+                }
+            }
+        };
+        let avals = result.unwrap_or_else(|()| vec![in_avals[0].clone()]);
+        let outputs: Vec<_> = avals.iter().map(|a| b.jaxpr.new_var(a.clone())).collect();
+        if b.error.is_none() {
+            let eqn = Eqn {
+                prim,
+                params,
+                inputs: inputs.iter().map(|t| t.atom.clone()).collect(),
+                outputs: outputs.clone(),
+            };
+            b.jaxpr.eqns.push(eqn);
+        }
+        drop(b);
+        outputs
+            .into_iter()
+            .zip(avals)
+            .map(|(v, aval)| Tensor {
+                builder: builder.clone(),
+                atom: Atom::Var(v),
+                aval,
+            })
+            .collect()
+    }
+
+    /// Records a primitive without operands (e.g. `iota`) in `like`'s trace.
+    pub(crate) fn bind_nullary(prim: Prim, params: Params, like: &Tensor) -> Tensor {
+        let builder = like.builder.clone();
+        let mut b = builder.borrow_mut();
+        let aval = match prim.abstract_eval(&params, &[], None) {
+            Ok(mut avals) if b.error.is_none() => avals.remove(0),
+            Ok(_) => like.aval.clone(),
+            Err(e) => {
+                b.error.get_or_insert(e);
+                like.aval.clone()
+            }
+        };
+        let var = b.jaxpr.new_var(aval.clone());
+        if b.error.is_none() {
+            b.jaxpr.eqns.push(Eqn {
+                prim,
+                params,
+                inputs: Vec::new(),
+                outputs: vec![var],
+            });
+        }
+        drop(b);
+        Tensor {
+            builder,
+            atom: Atom::Var(var),
+            aval,
+        }
+    }
+
+    /// Like [`Tensor::bind`] for a single result.
+    pub(crate) fn bind1(prim: Prim, params: Params, inputs: &[&Tensor]) -> Tensor {
+        Tensor::bind(prim, params, inputs).remove(0)
+    }
+
+    /// Records an error of operation `op` (the trace returns the first one).
+    pub(crate) fn fail(&self, op: &str, message: String) -> Tensor {
+        let mut b = self.builder.borrow_mut();
+        if b.error.is_none() {
+            b.error = Some(IrError::Type {
+                prim: op.to_owned(),
+                message,
+            });
+        }
+        self.clone()
+    }
+
+    /// Whether two tensors belong to the same trace.
+    pub(crate) fn same_trace(&self, other: &Tensor) -> bool {
+        Rc::ptr_eq(&self.builder, &other.builder)
+    }
+}
+
+/// Traces `f` on arguments of types `in_avals` into a closed jaxpr.
+pub fn trace(
+    in_avals: &[ShapedArray],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Result<ClosedJaxpr> {
+    let builder = Rc::new(RefCell::new(Builder::default()));
+    let args: Vec<Tensor> = in_avals
+        .iter()
+        .map(|aval| {
+            let var = builder.borrow_mut().jaxpr.new_var(aval.clone());
+            builder.borrow_mut().jaxpr.invars.push(var);
+            Tensor {
+                builder: builder.clone(),
+                atom: Atom::Var(var),
+                aval: aval.clone(),
+            }
+        })
+        .collect();
+    let outputs = f(&args);
+    drop(args);
+    if let Some(foreign) = outputs.iter().find(|t| !Rc::ptr_eq(&t.builder, &builder)) {
+        return Err(IrError::Type {
+            prim: "trace".into(),
+            message: format!(
+                "an output of type {} comes from another trace",
+                foreign.aval
+            ),
+        });
+    }
+    let mut b = builder.borrow_mut();
+    if let Some(error) = b.error.take() {
+        return Err(error);
+    }
+    b.jaxpr.outvars = outputs.iter().map(|t| t.atom.clone()).collect();
+    let jaxpr = std::mem::take(&mut b.jaxpr);
+    let closed = ClosedJaxpr::new(jaxpr);
+    crate::verify(&closed)?;
+    Ok(closed)
+}
+
+/// Calls `f` as a nested function named `name` (a `jit` equation holding its own jaxpr), so the
+/// program keeps the call structure.
+pub fn jit(name: &str, args: &[&Tensor], f: impl FnOnce(&[Tensor]) -> Vec<Tensor>) -> Vec<Tensor> {
+    let Some(first) = args.first() else {
+        return Vec::new();
+    };
+    let avals: Vec<ShapedArray> = args.iter().map(|t| t.aval.clone()).collect();
+    match trace(&avals, f) {
+        Ok(inner) => {
+            let params = Params::new()
+                .with("name", ParamValue::Name(name.to_owned()))
+                .with("jaxpr", ParamValue::Jaxpr(Box::new(inner)));
+            Tensor::bind(Prim::Jit, params, args)
+        }
+        Err(e) => vec![first.fail("jit", format!("in nested function `{name}`: {e}"))],
+    }
+}
