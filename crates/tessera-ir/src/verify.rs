@@ -40,16 +40,16 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
     }
     for (i, eqn) in jaxpr.eqns.iter().enumerate() {
         for atom in &eqn.inputs {
-            if let Atom::Var(v) = atom {
-                if !defined.get(v.index()).copied().unwrap_or(false) {
-                    return Err(fail(
-                        i,
-                        format!(
-                            "equation {i} ({}) uses a variable before it is defined",
-                            eqn.prim.name()
-                        ),
-                    ));
-                }
+            if let Atom::Var(v) = atom
+                && !defined.get(v.index()).copied().unwrap_or(false)
+            {
+                return Err(fail(
+                    i,
+                    format!(
+                        "equation {i} ({}) uses a variable before it is defined",
+                        eqn.prim.name()
+                    ),
+                ));
             }
         }
         let in_avals: Vec<_> = eqn
@@ -93,10 +93,10 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
         }
     }
     for atom in &jaxpr.outvars {
-        if let Atom::Var(v) = atom {
-            if !defined.get(v.index()).copied().unwrap_or(false) {
-                return Err(fail(jaxpr.eqns.len(), "a result is never defined".into()));
-            }
+        if let Atom::Var(v) = atom
+            && !defined.get(v.index()).copied().unwrap_or(false)
+        {
+            return Err(fail(jaxpr.eqns.len(), "a result is never defined".into()));
         }
     }
     Ok(())

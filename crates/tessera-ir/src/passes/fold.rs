@@ -24,17 +24,14 @@ pub fn fold_constants(closed: &ClosedJaxpr) -> ClosedJaxpr {
         let foldable = eqn.prim != Prim::Jit && !inputs.is_empty();
         if let (true, Some(args), Some(aval)) =
             (foldable, literals, out_aval.filter(|a| a.rank() == 0))
-        {
-            if let Ok(mut out) = eqn
+            && let Ok(mut out) = eqn
                 .prim
                 .eval(&eqn.params, &args, std::slice::from_ref(&aval))
-            {
-                if let Some(value) = out.pop().and_then(|a| a.data.iter().next().copied()) {
-                    rb.map
-                        .insert(eqn.outputs[0], Atom::Lit(Literal { value, aval }));
-                    continue;
-                }
-            }
+            && let Some(value) = out.pop().and_then(|a| a.data.iter().next().copied())
+        {
+            rb.map
+                .insert(eqn.outputs[0], Atom::Lit(Literal { value, aval }));
+            continue;
         }
         rb.copy(eqn);
     }

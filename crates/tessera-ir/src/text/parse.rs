@@ -35,7 +35,12 @@ const MAX_DEPTH: usize = 64;
 
 impl Parser {
     fn error(&self, message: &str) -> IrError {
-        let before = &self.chars[..self.pos.min(self.chars.len())];
+        self.error_at(self.pos, message)
+    }
+
+    /// An error pointing at character `pos`.
+    fn error_at(&self, pos: usize, message: &str) -> IrError {
+        let before = &self.chars[..pos.min(self.chars.len())];
         let line = before.iter().filter(|&&c| c == '\n').count() + 1;
         let column = before.iter().rev().take_while(|&&c| c != '\n').count() + 1;
         let found: String = self.chars[self.pos.min(self.chars.len())..]
@@ -204,8 +209,11 @@ impl Parser {
             self.expect(":")?;
             pending.push((name, self.aval()?));
         }
+        self.skip_ws();
+        let prim_at = self.pos;
         let prim_name = self.word();
-        let prim = Prim::from_name(&prim_name).map_err(|e| self.error(&e.to_string()))?;
+        let prim =
+            Prim::from_name(&prim_name).map_err(|e| self.error_at(prim_at, &e.to_string()))?;
         let params = if self.peek() == Some('[') {
             self.params()?
         } else {
@@ -265,7 +273,7 @@ impl Parser {
         names
             .get(&text)
             .map(|&v| Atom::Var(v))
-            .ok_or_else(|| self.error(&format!("unknown variable `{text}`")))
+            .ok_or_else(|| self.error_at(start, &format!("unknown variable `{text}`")))
     }
 
     fn params(&mut self) -> Result<Params> {

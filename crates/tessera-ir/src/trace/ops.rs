@@ -432,6 +432,6 @@ impl ops::Neg for &Tensor {
 impl ops::Neg for Tensor {
     type Output = Tensor;
     fn neg(self) -> Tensor {
-        (&self).unary(Prim::Neg)
+        self.unary(Prim::Neg)
     }
 }
