@@ -38,3 +38,19 @@ fn the_cli_prints_the_summary_line() {
     );
     assert_eq!(stdout.lines().last(), Some("36 passed, 0 failed"));
 }
+
+#[test]
+fn every_jaxpr_case_compiles_and_runs_on_pjrt() {
+    let client = tessera_pjrt::Client::cpu(1).unwrap();
+    let evaluate = |program: &tessera_ir::ClosedJaxpr, inputs: &[tessera_ir::Array]| {
+        tessera::jit::run_on_device(&client, program, inputs, 0).map_err(|e| e.to_string())
+    };
+    let report = tessera_ir::oracle::run_file_with(&oracle(), &evaluate).unwrap();
+    let failures: Vec<String> = report
+        .failures
+        .iter()
+        .map(|(n, w)| format!("{n}: {w}"))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(report.passed, 36);
+}

@@ -62,15 +62,26 @@ pub struct Report {
     pub failures: Vec<(String, String)>,
 }
 
-/// Reads and runs every case of `path`.
+/// Evaluates a program on inputs (a backend: the interpreter, or compiled code).
+pub type Evaluate<'a> =
+    dyn Fn(&crate::jaxpr::ClosedJaxpr, &[Array]) -> std::result::Result<Vec<Array>, String> + 'a;
+
+/// Reads and runs every case of `path` on the reference interpreter.
 pub fn run_file(path: &Path) -> std::result::Result<Report, String> {
+    run_file_with(path, &|program, inputs| {
+        eval_closed(program, inputs).map_err(|e| e.to_string())
+    })
+}
+
+/// Reads and runs every case of `path`, evaluating with `evaluate`.
+pub fn run_file_with(path: &Path, evaluate: &Evaluate<'_>) -> std::result::Result<Report, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let file: File = serde_json::from_str(&text)
         .map_err(|e| format!("{} is not a jaxpr oracle file: {e}", path.display()))?;
     let mut report = Report::default();
     for case in &file.cases {
-        match run_case(case) {
+        match run_case_with(case, evaluate) {
             Ok(()) => report.passed += 1,
             Err(why) => report.failures.push((case.name.clone(), why)),
         }
@@ -78,8 +89,15 @@ pub fn run_file(path: &Path) -> std::result::Result<Report, String> {
     Ok(report)
 }
 
-/// Runs one case; the error says what differed.
+/// Runs one case on the interpreter; the error says what differed.
 pub fn run_case(case: &Case) -> std::result::Result<(), String> {
+    run_case_with(case, &|program, inputs| {
+        eval_closed(program, inputs).map_err(|e| e.to_string())
+    })
+}
+
+/// Runs one case with a backend.
+pub fn run_case_with(case: &Case, evaluate: &Evaluate<'_>) -> std::result::Result<(), String> {
     let closed = parse_closed(&case.jaxpr).map_err(|e| format!("parse: {e}"))?;
     crate::verify(&closed).map_err(|e| format!("verify: {e}"))?;
     let printed = print_closed(&closed, 0);
@@ -94,7 +112,7 @@ pub fn run_case(case: &Case) -> std::result::Result<(), String> {
         .map(Tensor::to_array)
         .collect::<Result<Vec<_>>>()
         .map_err(|e| e.to_string())?;
-    let outputs = eval_closed(&closed, &inputs).map_err(|e| format!("evaluate: {e}"))?;
+    let outputs = evaluate(&closed, &inputs).map_err(|e| format!("evaluate: {e}"))?;
     let rtol = if case.jaxpr.contains("bf16") {
         1e-2
     } else {

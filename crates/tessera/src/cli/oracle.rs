@@ -62,19 +62,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn run_jaxpr(file: &std::path::Path, backend: &str, grads: bool) -> anyhow::Result<ExitCode> {
-    if backend != "interp" {
-        return super::not_built_yet(
-            &format!("oracle jaxpr --backend {backend}"),
-            "Compile and run: lower the IR to StableHLO",
-        );
-    }
     if grads {
         return super::not_built_yet(
             "oracle jaxpr --grads",
             "Transformations: forward and reverse autodiff",
         );
     }
-    let report = tessera_ir::oracle::run_file(file).map_err(anyhow::Error::msg)?;
+    let report = match backend {
+        "interp" => tessera_ir::oracle::run_file(file),
+        "pjrt" => {
+            let client = tessera_pjrt::Client::cpu(1)?;
+            let evaluate = |program: &tessera_ir::ClosedJaxpr, inputs: &[tessera_ir::Array]| {
+                tessera::jit::run_on_device(&client, program, inputs, 0).map_err(|e| e.to_string())
+            };
+            tessera_ir::oracle::run_file_with(file, &evaluate)
+        }
+        other => anyhow::bail!("unknown backend `{other}`: use `interp` or `pjrt`"),
+    }
+    .map_err(anyhow::Error::msg)?;
     for (name, why) in &report.failures {
         println!("FAILED {name}: {why}");
     }
