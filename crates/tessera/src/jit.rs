@@ -128,3 +128,258 @@ pub fn run_on_device(
         .map(|(b, aval)| from_host(&b.to_host()?, aval.dtype))
         .collect()
 }
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use tessera_pjrt::Array as DeviceArray;
+use tessera_sharding::NamedSharding;
+
+/// A program with the shardings of its arguments and results: `jit(f)` with `in_shardings` and
+/// `out_shardings`. Lowering gives StableHLO whose entry carries `mhlo.sharding`s; compiling
+/// gives an executable over the mesh's devices that takes and returns [`DeviceArray`]s.
+#[derive(Debug, Clone)]
+pub struct Jit {
+    program: ClosedJaxpr,
+    in_shardings: Vec<NamedSharding>,
+    out_shardings: Vec<NamedSharding>,
+}
+
+/// A lowered [`Jit`]: the StableHLO module and its device assignment.
+#[derive(Debug, Clone)]
+pub struct Lowered {
+    jit: Jit,
+    module: tessera_stablehlo::EmittedModule,
+    devices: Vec<i64>,
+}
+
+/// A compiled [`Jit`].
+pub struct Compiled {
+    jit: Jit,
+    executable: LoadedExecutable,
+    devices: Vec<i64>,
+    text: String,
+}
+
+impl Jit {
+    /// `program` with one sharding per argument and per result (all on the same mesh).
+    pub fn new(
+        program: ClosedJaxpr,
+        in_shardings: Vec<NamedSharding>,
+        out_shardings: Vec<NamedSharding>,
+    ) -> Result<Jit, JitError> {
+        let (ins, outs) = (program.jaxpr.invars.len(), program.jaxpr.outvars.len());
+        if in_shardings.len() != ins || out_shardings.len() != outs {
+            return Err(JitError::Convert(format!(
+                "the program takes {ins} arguments and returns {outs} results, but {} input and {} output shardings were given",
+                in_shardings.len(),
+                out_shardings.len()
+            )));
+        }
+        Ok(Jit {
+            program,
+            in_shardings,
+            out_shardings,
+        })
+    }
+
+    fn devices(&self) -> Result<Vec<i64>, JitError> {
+        let first = self.in_shardings.iter().chain(&self.out_shardings).next();
+        let mesh = first
+            .and_then(|s| s.concrete_mesh())
+            .ok_or_else(|| JitError::Convert("jit needs shardings on a concrete mesh".into()))?;
+        let devices = mesh.device_ids().to_vec();
+        for s in self.in_shardings.iter().chain(&self.out_shardings) {
+            let other = s
+                .concrete_mesh()
+                .map(|m| m.device_ids().to_vec())
+                .unwrap_or_default();
+            if other != devices {
+                return Err(JitError::Convert(format!(
+                    "shardings are on different device assignments: {devices:?} and {other:?}; put every argument and result on one mesh"
+                )));
+            }
+        }
+        Ok(devices)
+    }
+
+    /// Lowers to StableHLO with `mhlo.sharding` on the entry's arguments and results.
+    pub fn lower(&self) -> Result<Lowered, JitError> {
+        let devices = self.devices()?;
+        let text = |s: &NamedSharding, rank: usize| {
+            s.to_hlo_sharding(rank)
+                .map(|h| Some(h.to_string()))
+                .map_err(|e| JitError::Convert(e.to_string()))
+        };
+        let jaxpr = &self.program.jaxpr;
+        let arg_shardings = self
+            .in_shardings
+            .iter()
+            .zip(jaxpr.in_avals())
+            .map(|(s, a)| text(s, a.rank()))
+            .collect::<Result<_, _>>()?;
+        let result_shardings = self
+            .out_shardings
+            .iter()
+            .zip(jaxpr.out_avals())
+            .map(|(s, a)| text(s, a.rank()))
+            .collect::<Result<_, _>>()?;
+        let options = LowerOptions {
+            num_partitions: devices.len(),
+            arg_shardings,
+            result_shardings,
+        };
+        let module = lower_closed(&self.program, &options)?;
+        Ok(Lowered {
+            jit: self.clone(),
+            module,
+            devices,
+        })
+    }
+}
+
+impl Lowered {
+    /// The StableHLO text.
+    pub fn as_text(&self) -> &str {
+        &self.module.text
+    }
+
+    /// Compiles for the mesh's devices.
+    pub fn compile(&self, client: &Client) -> Result<Compiled, JitError> {
+        let executable = client.compile(
+            self.module.text.as_bytes(),
+            &CompileOptions::spmd(&self.devices),
+        )?;
+        Ok(Compiled {
+            jit: self.jit.clone(),
+            executable,
+            devices: self.devices.clone(),
+            text: self.module.text.clone(),
+        })
+    }
+}
+
+impl Compiled {
+    /// The StableHLO the executable was compiled from.
+    pub fn as_text(&self) -> &str {
+        &self.text
+    }
+
+    /// Runs on arrays laid out by the input shardings; returns arrays laid out by the output
+    /// shardings. Types and device assignments are checked first.
+    pub fn call(&self, args: &[&DeviceArray]) -> Result<Vec<DeviceArray>, JitError> {
+        let jaxpr = &self.jit.program.jaxpr;
+        let in_avals = jaxpr.in_avals();
+        if args.len() != in_avals.len() {
+            return Err(JitError::Convert(format!(
+                "the program takes {} arguments, got {}",
+                in_avals.len(),
+                args.len()
+            )));
+        }
+        for (i, ((arg, aval), sharding)) in args
+            .iter()
+            .zip(&in_avals)
+            .zip(&self.jit.in_shardings)
+            .enumerate()
+        {
+            if arg.shape() != aval.shape.as_slice()
+                || arg.element_type() != element_type(aval.dtype)
+            {
+                return Err(JitError::Convert(format!(
+                    "argument {i} is {:?}{:?} but the program takes {aval}",
+                    arg.element_type(),
+                    arg.shape()
+                )));
+            }
+            let have = arg
+                .sharding()
+                .concrete_mesh()
+                .map(|m| m.device_ids().to_vec())
+                .unwrap_or_default();
+            if have != self.devices || arg.sharding().spec() != sharding.spec() {
+                return Err(JitError::Convert(format!(
+                    "argument {i} is laid out as {} on devices {have:?}, but the program was compiled for {} on devices {:?}; reshard it first",
+                    arg.sharding().spec(),
+                    sharding.spec(),
+                    self.devices
+                )));
+            }
+        }
+        let per_arg = args
+            .iter()
+            .map(|a| a.addressable_shards())
+            .collect::<Result<Vec<_>, _>>()?;
+        let lists: Vec<Vec<&Buffer>> = (0..self.devices.len())
+            .map(|d| per_arg.iter().map(|s| &s[d].buffer).collect())
+            .collect();
+        let mut per_device = self.executable.execute(&lists)?;
+        let out_avals = jaxpr.out_avals();
+        let mut outputs = Vec::with_capacity(out_avals.len());
+        for (k, (aval, sharding)) in out_avals
+            .iter()
+            .zip(&self.jit.out_shardings)
+            .enumerate()
+            .rev()
+        {
+            let buffers: Vec<Buffer> = per_device.iter_mut().map(|outs| outs.remove(k)).collect();
+            outputs.push(DeviceArray::from_shards(
+                &aval.shape,
+                element_type(aval.dtype),
+                sharding,
+                buffers,
+            )?);
+        }
+        outputs.reverse();
+        Ok(outputs)
+    }
+}
+
+/// Compiled executables by (program text, shardings), so a program is compiled once.
+#[derive(Default)]
+pub struct JitCache {
+    entries: Mutex<HashMap<String, std::sync::Arc<Compiled>>>,
+}
+
+impl JitCache {
+    /// Compiles `jit` on `client`, or returns the executable compiled before for the same program
+    /// and shardings.
+    pub fn get_or_compile(
+        &self,
+        client: &Client,
+        jit: &Jit,
+    ) -> Result<std::sync::Arc<Compiled>, JitError> {
+        let key = format!(
+            "{}|{:?}|{:?}",
+            tessera_ir::text::print_closed(&jit.program, 0),
+            jit.in_shardings
+                .iter()
+                .map(|s| (
+                    s.spec().to_string(),
+                    s.concrete_mesh().map(|m| m.device_ids().to_vec())
+                ))
+                .collect::<Vec<_>>(),
+            jit.out_shardings
+                .iter()
+                .map(|s| s.spec().to_string())
+                .collect::<Vec<_>>()
+        );
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hit) = entries.get(&key) {
+            return Ok(hit.clone());
+        }
+        let compiled = std::sync::Arc::new(jit.lower()?.compile(client)?);
+        entries.insert(key, compiled.clone());
+        Ok(compiled)
+    }
+
+    /// How many executables are cached.
+    pub fn len(&self) -> usize {
+        self.entries.lock().map(|e| e.len()).unwrap_or(0)
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
