@@ -103,7 +103,10 @@ pub(super) fn lower<'c, 'b>(
     Ok(vec![value])
 }
 
-fn padding(params: &Params) -> Result<(Vec<i64>, Vec<i64>, Vec<i64>), LowerError> {
+/// Low, high and interior padding per dimension.
+type Padding = (Vec<i64>, Vec<i64>, Vec<i64>);
+
+fn padding(params: &Params) -> Result<Padding, LowerError> {
     let bad =
         || LowerError::Build("pad: padding_config must hold (low, high, interior) triples".into());
     let seq = params
