@@ -54,3 +54,41 @@ fn every_jaxpr_case_compiles_and_runs_on_pjrt() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert_eq!(report.passed, 36);
 }
+
+#[test]
+fn gradients_match_jax_on_the_interpreter_and_on_pjrt() {
+    let interp = |program: &tessera_ir::ClosedJaxpr, inputs: &[tessera_ir::Array]| {
+        tessera_ir::interp::eval_closed(program, inputs).map_err(|e| e.to_string())
+    };
+    let client = tessera_pjrt::Client::cpu(1).unwrap();
+    let pjrt = |program: &tessera_ir::ClosedJaxpr, inputs: &[tessera_ir::Array]| {
+        tessera::jit::run_on_device(&client, program, inputs, 0).map_err(|e| e.to_string())
+    };
+    let backends: [&tessera_ir::oracle::Evaluate<'_>; 2] = [&interp, &pjrt];
+    for evaluate in backends {
+        let report = tessera_ir::oracle::run_file_with_grads(&oracle(), evaluate).unwrap();
+        let failures: Vec<String> = report
+            .failures
+            .iter()
+            .map(|(n, w)| format!("{n}: {w}"))
+            .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        assert_eq!(report.passed, 36);
+    }
+}
+
+#[test]
+fn the_cli_checks_gradients_on_pjrt() {
+    let out = Command::new(tessera_bin())
+        .args(["oracle", "jaxpr", "--backend", "pjrt", "--grads"])
+        .arg(oracle())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.lines().last(), Some("36 passed, 0 failed"));
+}

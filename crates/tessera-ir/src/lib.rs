@@ -8,6 +8,7 @@
 //! - [`interp`]: the reference interpreter over [`Array`]s.
 
 pub mod array;
+pub mod autodiff;
 pub mod aval;
 pub mod dtype;
 pub mod error;

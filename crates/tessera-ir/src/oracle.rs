@@ -46,6 +46,12 @@ pub struct Case {
     pub inputs: Vec<Tensor>,
     /// JAX's outputs.
     pub outputs: Vec<Tensor>,
+    /// Cotangents for the outputs.
+    #[serde(default)]
+    pub cotangents: Vec<Tensor>,
+    /// d/d input of `sum_k sum(outputs_k * cotangents_k)`, nested lists (null for integers).
+    #[serde(default)]
+    pub grads: Vec<Option<serde_json::Value>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -129,6 +135,68 @@ pub fn run_case_with(case: &Case, evaluate: &Evaluate<'_>) -> std::result::Resul
         compare(k, got, want, rtol)?;
     }
     Ok(())
+}
+
+/// Checks the gradients of a case: the VJP program, evaluated by `evaluate` on the inputs and
+/// cotangents, against JAX's `grads`.
+pub fn check_grads(case: &Case, evaluate: &Evaluate<'_>) -> std::result::Result<(), String> {
+    let program = parse_closed(&case.jaxpr).map_err(|e| format!("parse: {e}"))?;
+    let vjp = crate::autodiff::vjp(&program).map_err(|e| format!("vjp: {e}"))?;
+    crate::verify(&vjp).map_err(|e| format!("vjp program does not verify: {e}"))?;
+    let mut args = case
+        .inputs
+        .iter()
+        .map(Tensor::to_array)
+        .collect::<Result<Vec<_>>>()
+        .map_err(|e| e.to_string())?;
+    for ct in &case.cotangents {
+        args.push(ct.to_array().map_err(|e| e.to_string())?);
+    }
+    let grads = evaluate(&vjp, &args).map_err(|e| format!("evaluate the vjp: {e}"))?;
+    let rtol = if case.jaxpr.contains("bf16") {
+        1e-2
+    } else {
+        1e-4
+    };
+    for (k, (got, want)) in grads.iter().zip(&case.grads).enumerate() {
+        let Some(want) = want else { continue };
+        let mut flat = Vec::new();
+        flatten(want, &mut flat);
+        let expected = Tensor {
+            dtype: "float32".into(),
+            shape: got.shape(),
+            data: flat,
+        };
+        compare(k, got, &expected, rtol).map_err(|e| format!("gradient of input {k}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn flatten(value: &serde_json::Value, out: &mut Vec<f64>) {
+    match value {
+        serde_json::Value::Array(items) => items.iter().for_each(|v| flatten(v, out)),
+        serde_json::Value::Number(n) => out.push(n.as_f64().unwrap_or(f64::NAN)),
+        _ => out.push(f64::NAN),
+    }
+}
+
+/// Runs every case of `path` with its gradients (forward values and VJP), with `evaluate`.
+pub fn run_file_with_grads(
+    path: &Path,
+    evaluate: &Evaluate<'_>,
+) -> std::result::Result<Report, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file: File = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not a jaxpr oracle file: {e}", path.display()))?;
+    let mut report = Report::default();
+    for case in &file.cases {
+        match run_case_with(case, evaluate).and_then(|()| check_grads(case, evaluate)) {
+            Ok(()) => report.passed += 1,
+            Err(why) => report.failures.push((case.name.clone(), why)),
+        }
+    }
+    Ok(report)
 }
 
 /// Compares one output with JAX's.

@@ -88,6 +88,20 @@ impl Tensor {
         }
     }
 
+    /// A strongly typed scalar literal (for replaying a program's own literals).
+    pub(crate) fn literal_strong(&self, value: f64, dtype: crate::dtype::DType) -> Tensor {
+        let aval = ShapedArray::scalar(dtype);
+        let lit = Literal {
+            value: dtype.round(value),
+            aval: aval.clone(),
+        };
+        Tensor {
+            builder: self.builder.clone(),
+            atom: Atom::Lit(lit),
+            aval,
+        }
+    }
+
     /// Records `prim[params](inputs)` in the trace and returns its results. On an error (now or
     /// earlier in the trace) the results are placeholders of the best-known type.
     pub(crate) fn bind(prim: Prim, params: Params, inputs: &[&Tensor]) -> Vec<Tensor> {

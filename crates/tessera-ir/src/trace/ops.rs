@@ -137,7 +137,7 @@ impl Tensor {
         Tensor::bind1(prim, Params::new(), &[&lift(a), &lift(b)])
     }
 
-    fn unary(&self, prim: Prim) -> Tensor {
+    pub(crate) fn unary(&self, prim: Prim) -> Tensor {
         Tensor::bind1(prim, Params::new(), &[self])
     }
 
@@ -173,6 +173,10 @@ impl Tensor {
     /// `e^x - 1`.
     pub fn expm1(&self) -> Tensor {
         self.unary(Prim::Expm1)
+    }
+    /// Rounds down.
+    pub fn floor_(&self) -> Tensor {
+        self.unary(Prim::Floor)
     }
     /// Hyperbolic tangent.
     pub fn tanh(&self) -> Tensor {

@@ -62,22 +62,29 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn run_jaxpr(file: &std::path::Path, backend: &str, grads: bool) -> anyhow::Result<ExitCode> {
-    if grads {
-        return super::not_built_yet(
-            "oracle jaxpr --grads",
-            "Transformations: forward and reverse autodiff",
-        );
-    }
-    let report = match backend {
-        "interp" => tessera_ir::oracle::run_file(file),
-        "pjrt" => {
-            let client = tessera_pjrt::Client::cpu(1)?;
-            let evaluate = |program: &tessera_ir::ClosedJaxpr, inputs: &[tessera_ir::Array]| {
-                tessera::jit::run_on_device(&client, program, inputs, 0).map_err(|e| e.to_string())
-            };
-            tessera_ir::oracle::run_file_with(file, &evaluate)
+    let client = if backend == "pjrt" {
+        Some(tessera_pjrt::Client::cpu(1)?)
+    } else {
+        None
+    };
+    let interp = |program: &tessera_ir::ClosedJaxpr, inputs: &[tessera_ir::Array]| {
+        tessera_ir::interp::eval_closed(program, inputs).map_err(|e| e.to_string())
+    };
+    let pjrt = |program: &tessera_ir::ClosedJaxpr, inputs: &[tessera_ir::Array]| match &client {
+        Some(client) => {
+            tessera::jit::run_on_device(client, program, inputs, 0).map_err(|e| e.to_string())
         }
+        None => Err("no PJRT client".to_owned()),
+    };
+    let evaluate: &tessera_ir::oracle::Evaluate<'_> = match backend {
+        "interp" => &interp,
+        "pjrt" => &pjrt,
         other => anyhow::bail!("unknown backend `{other}`: use `interp` or `pjrt`"),
+    };
+    let report = if grads {
+        tessera_ir::oracle::run_file_with_grads(file, evaluate)
+    } else {
+        tessera_ir::oracle::run_file_with(file, evaluate)
     }
     .map_err(anyhow::Error::msg)?;
     for (name, why) in &report.failures {
