@@ -17,6 +17,46 @@ use crate::trace::{Tensor, trace};
 /// The VJP program of `program`: arguments `(x..., ct...)` with one cotangent per result,
 /// results the cotangent of each argument (zeros for integer and boolean arguments).
 pub fn vjp(program: &ClosedJaxpr) -> Result<ClosedJaxpr> {
+    vjp_program(program, false)
+}
+
+/// `value_and_grad`: for a program with one scalar float result, a program from the same
+/// arguments to `(value, grad_0, ..., grad_k)` for the arguments in `argnums`.
+pub fn value_and_grad(program: &ClosedJaxpr, argnums: &[usize]) -> Result<ClosedJaxpr> {
+    let outs = program.jaxpr.out_avals();
+    let n = program.jaxpr.invars.len();
+    if outs.len() != 1 || outs[0].rank() != 0 || !outs[0].dtype.is_float() {
+        return Err(crate::error::IrError::Type {
+            prim: "value_and_grad".into(),
+            message: format!(
+                "needs a program with one scalar float result, got ({})",
+                outs.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+    }
+    if let Some(&bad) = argnums.iter().find(|&&a| a >= n) {
+        return Err(crate::error::IrError::Type {
+            prim: "value_and_grad".into(),
+            message: format!("argnum {bad} is out of range for {n} arguments"),
+        });
+    }
+    let both = vjp_program(program, true)?;
+    let seeded = trace(&program.jaxpr.in_avals(), |args| {
+        let one = args[0].literal_strong(1.0, outs[0].dtype);
+        let mut operands: Vec<&Tensor> = args.iter().collect();
+        operands.push(&one);
+        let results = crate::trace::call_closed(&both, &operands);
+        let mut picked = vec![results[0].clone()];
+        picked.extend(argnums.iter().map(|&a| results[1 + a].clone()));
+        picked
+    })?;
+    Ok(eliminate_dead_code(&inline_calls(&seeded)))
+}
+
+fn vjp_program(program: &ClosedJaxpr, with_values: bool) -> Result<ClosedJaxpr> {
     if !program.consts.is_empty() {
         return Err(crate::error::IrError::Type {
             prim: "vjp".into(),
@@ -77,12 +117,17 @@ pub fn vjp(program: &ClosedJaxpr) -> Result<ClosedJaxpr> {
                 }
             }
         }
-        jaxpr
+        let values: Vec<Tensor> = if with_values {
+            jaxpr.outvars.iter().map(|a| read(&env, a)).collect()
+        } else {
+            Vec::new()
+        };
+        let grads = jaxpr
             .invars
             .iter()
             .zip(primals)
-            .map(|(v, x)| ct_env.remove(v).unwrap_or_else(|| rules::zeros_like(x)))
-            .collect()
+            .map(|(v, x)| ct_env.remove(v).unwrap_or_else(|| rules::zeros_like(x)));
+        values.into_iter().chain(grads).collect()
     })?;
     Ok(eliminate_dead_code(&out))
 }

@@ -262,3 +262,11 @@ pub fn jit(name: &str, args: &[&Tensor], f: impl FnOnce(&[Tensor]) -> Vec<Tensor
         Err(e) => vec![first.fail("jit", format!("in nested function `{name}`: {e}"))],
     }
 }
+
+/// Calls a closed program on traced operands as a nested `jit` equation.
+pub fn call_closed(program: &ClosedJaxpr, args: &[&Tensor]) -> Vec<Tensor> {
+    let params = Params::new()
+        .with("name", ParamValue::Name("call".into()))
+        .with("jaxpr", ParamValue::Jaxpr(Box::new(program.clone())));
+    Tensor::bind(Prim::Jit, params, args)
+}
