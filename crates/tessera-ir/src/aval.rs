@@ -1,11 +1,15 @@
-//! Abstract values: dtype, shape and weak type (JAX's `ShapedArray`).
+//! Abstract values: dtype, shape and weak type (JAX's `ShapedArray`), plus the sharding a value
+//! may carry and the manual mesh axes it varies over (JAX's `vma`, used inside `shard_map`).
 
+use std::collections::BTreeSet;
 use std::fmt;
+
+use tessera_sharding::NamedSharding;
 
 use crate::dtype::DType;
 
 /// The type of an IR value.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShapedArray {
     /// Element type.
     pub dtype: DType,
@@ -13,6 +17,10 @@ pub struct ShapedArray {
     pub shape: Vec<i64>,
     /// A weakly typed value (a Python scalar) that adopts its partner's dtype in binary ops.
     pub weak_type: bool,
+    /// The manual mesh axes the value varies over (empty outside `shard_map`).
+    pub vma: BTreeSet<String>,
+    /// The sharding the value is laid out by, where one is known.
+    pub sharding: Option<NamedSharding>,
 }
 
 impl ShapedArray {
@@ -22,6 +30,8 @@ impl ShapedArray {
             dtype,
             shape: shape.to_vec(),
             weak_type: false,
+            vma: Default::default(),
+            sharding: None,
         }
     }
 
@@ -46,6 +56,8 @@ impl ShapedArray {
             dtype,
             shape: self.shape.clone(),
             weak_type: false,
+            vma: Default::default(),
+            sharding: None,
         }
     }
 
@@ -65,5 +77,25 @@ impl fmt::Display for ShapedArray {
             write!(f, "{d}")?;
         }
         f.write_str("]")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tessera_sharding::{Mesh, PartitionSpec};
+
+    use super::*;
+
+    #[test]
+    fn avals_carry_a_sharding_and_varying_axes_without_changing_their_type() {
+        let mesh = Mesh::auto(&[("x", 2), ("y", 4)]).unwrap();
+        let sharding = NamedSharding::new(&mesh, PartitionSpec::parse("P('x')").unwrap()).unwrap();
+        let plain = ShapedArray::new(DType::F32, &[8, 4]);
+        let mut laid_out = plain.clone();
+        laid_out.sharding = Some(sharding);
+        laid_out.vma.insert("y".into());
+        assert!(laid_out.same_type(&plain));
+        assert_ne!(laid_out, plain);
+        assert_eq!(laid_out.to_string(), "f32[8,4]");
     }
 }

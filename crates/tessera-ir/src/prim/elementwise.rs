@@ -156,6 +156,8 @@ pub(super) fn abstract_eval(
                 dtype,
                 shape,
                 weak_type: weak,
+                vma: Default::default(),
+                sharding: None,
             }])
         }
         Prim::Clamp => {
@@ -167,6 +169,8 @@ pub(super) fn abstract_eval(
                 dtype,
                 shape,
                 weak_type: weak,
+                vma: Default::default(),
+                sharding: None,
             }])
         }
         Prim::ConvertElementType => {
@@ -180,6 +184,8 @@ pub(super) fn abstract_eval(
                 dtype,
                 shape: inputs[0].shape.clone(),
                 weak_type: weak,
+                vma: Default::default(),
+                sharding: None,
             }])
         }
         _ => {
@@ -201,6 +207,8 @@ pub(super) fn abstract_eval(
                 dtype: out,
                 shape,
                 weak_type: weak && !is_comparison(prim),
+                vma: Default::default(),
+                sharding: None,
             }])
         }
     }

@@ -61,6 +61,8 @@ pub(super) fn abstract_eval(
         dtype,
         shape,
         weak_type: false,
+        vma: Default::default(),
+        sharding: None,
     }])
 }
 

@@ -26,6 +26,8 @@ pub(super) fn abstract_eval(
             dtype,
             shape,
             weak_type: false,
+            vma: Default::default(),
+            sharding: None,
         }])
     };
     match prim {
@@ -69,6 +71,8 @@ pub(super) fn abstract_eval(
                 dtype: x.dtype,
                 shape,
                 weak_type: x.weak_type,
+                vma: Default::default(),
+                sharding: None,
             }])
         }
         Prim::Reshape => {
@@ -85,6 +89,8 @@ pub(super) fn abstract_eval(
                 dtype: x.dtype,
                 shape,
                 weak_type: x.weak_type,
+                vma: Default::default(),
+                sharding: None,
             }])
         }
         Prim::Squeeze => {

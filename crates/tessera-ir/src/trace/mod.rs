@@ -76,6 +76,8 @@ impl Tensor {
             dtype,
             shape: vec![],
             weak_type: true,
+            vma: Default::default(),
+            sharding: None,
         };
         let lit = Literal {
             value: dtype.round(value),

@@ -94,6 +94,8 @@ impl Tensor {
             dtype: self.dtype(),
             shape: shape.to_vec(),
             weak_type: self.aval().weak_type,
+            vma: Default::default(),
+            sharding: None,
         };
         Tensor::bind_typed(Prim::BroadcastInDim, params, &[self], Some(out)).remove(0)
     }
