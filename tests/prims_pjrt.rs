@@ -11,6 +11,38 @@ fn arg(dtype: DType, shape: &[i64], values: &[f64]) -> Array {
     Array::new(dtype, shape, values.to_vec()).unwrap()
 }
 
+/// `jax.make_jaxpr(jax.grad(lambda e, i: e[i].sum()))` as JAX prints it: a gather (with a
+/// dropped result `_`), then its transpose, a scatter-add with a one-line nested jaxpr.
+const EMBEDDING_GRAD: &str = "{ lambda ; a:f32[5,4] b:i32[3]. let
+    c:bool[3] = lt b 0:i32[]
+    d:i32[3] = add b 5:i32[]
+    e:i32[3] = select_n c b d
+    f:i32[3,1] = broadcast_in_dim[
+      broadcast_dimensions=(0,)
+      shape=(3, 1)
+      sharding=None
+    ] e
+    g:f32[3,4] = gather[
+      dimension_numbers=GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,), operand_batching_dims=(), start_indices_batching_dims=())
+      fill_value=None
+      indices_are_sorted=False
+      mode=GatherScatterMode.PROMISE_IN_BOUNDS
+      slice_sizes=(1, 4)
+      unique_indices=False
+    ] a f
+    _:f32[] = reduce_sum[axes=(0, 1) out_sharding=None] g
+    h:f32[3,4] = broadcast_in_dim[broadcast_dimensions=() shape=(3, 4) sharding=None] 1.0:f32[]
+    i:f32[5,4] = broadcast_in_dim[broadcast_dimensions=() shape=(5, 4) sharding=None] 0.0:f32[]
+    j:f32[5,4] = scatter-add[
+      dimension_numbers=ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,), operand_batching_dims=(), scatter_indices_batching_dims=())
+      indices_are_sorted=False
+      mode=GatherScatterMode.PROMISE_IN_BOUNDS
+      unique_indices=False
+      update_consts=()
+      update_jaxpr={ lambda ; k:f32[] l:f32[]. let m:f32[] = add k l in (m,) }
+    ] i f h
+  in (j,) }";
+
 const CASES: &[(&str, &str)] = &[
     (
         "pow rem exp2",
@@ -70,6 +102,15 @@ fn inputs(name: &str) -> Vec<Array> {
     let f = |v: &[f64]| arg(DType::F32, &[4], v);
     match name {
         "pow rem exp2" => vec![f(&[2.0, 3.0, 5.5, 0.5]), f(&[2.0, 0.5, 2.0, 3.0])],
+        "round to even" => vec![f(&[0.5, 1.5, 2.5, -0.5])],
+        "embedding gradient as JAX prints it" => vec![
+            arg(
+                DType::F32,
+                &[5, 4],
+                &(0..20).map(f64::from).collect::<Vec<_>>(),
+            ),
+            arg(DType::I32, &[3], &[1.0, -1.0, 1.0]),
+        ],
         "floor ceil round" | "clamp" | "integer_pow negative" | "convert to bool and back" => {
             vec![f(&[-1.5, -0.25, 0.0, 2.5])]
         }
@@ -124,4 +165,46 @@ fn interpreter_and_pjrt_agree_on_every_primitive() {
             }
         }
     }
+}
+
+#[test]
+fn the_embedding_gradient_counts_each_row_lookup() {
+    let program = parse_closed(EMBEDDING_GRAD).unwrap();
+    let out = eval_closed(&program, &inputs("embedding gradient as JAX prints it")).unwrap();
+    let mut expected = vec![0.0; 20];
+    expected[4..8].copy_from_slice(&[2.0; 4]);
+    expected[16..20].copy_from_slice(&[1.0; 4]);
+    assert_eq!(out[0].to_vec(), expected);
+}
+
+#[test]
+fn gradients_flow_through_embedding_lookups() {
+    use tessera_ir::ShapedArray;
+    use tessera_ir::autodiff::value_and_grad;
+    use tessera_ir::trace::trace;
+    let program = trace(
+        &[
+            ShapedArray::new(DType::F32, &[5, 4]),
+            ShapedArray::new(DType::I32, &[3]),
+        ],
+        |a| vec![a[0].take(&a[1]).integer_pow(2).sum(&[0, 1])],
+    )
+    .unwrap();
+    let grads = value_and_grad(&program, &[0]).unwrap();
+    let table: Vec<f64> = (0..20).map(f64::from).collect();
+    let args = vec![
+        arg(DType::F32, &[5, 4], &table),
+        arg(DType::I32, &[3], &[1.0, 4.0, 1.0]),
+    ];
+    let want = eval_closed(&grads, &args).unwrap();
+    let mut expected = vec![0.0; 20];
+    for (row, count) in [(1usize, 2.0), (4, 1.0)] {
+        for c in 0..4 {
+            expected[row * 4 + c] = 2.0 * table[row * 4 + c] * count;
+        }
+    }
+    assert_eq!(want[1].to_vec(), expected);
+    let client = tessera_pjrt::Client::cpu(1).unwrap();
+    let got = tessera::jit::run_on_device(&client, &grads, &args, 0).unwrap();
+    assert_eq!(got[1].to_vec(), expected, "PJRT agrees");
 }

@@ -27,6 +27,8 @@ pub enum ParamValue {
     List(Vec<ParamValue>),
     /// A nested jaxpr: `{ lambda ; ... }`.
     Jaxpr(Box<ClosedJaxpr>),
+    /// A named record: `GatherDimensionNumbers(offset_dims=(1,), ...)`.
+    Record(String, Vec<(String, ParamValue)>),
 }
 
 impl ParamValue {
@@ -54,6 +56,14 @@ impl ParamValue {
     /// A sequence of integers.
     pub fn as_ints(&self) -> Option<Vec<i64>> {
         self.as_seq()?.iter().map(ParamValue::as_int).collect()
+    }
+
+    /// A field of a record.
+    pub fn field(&self, name: &str) -> Option<&ParamValue> {
+        match self {
+            ParamValue::Record(_, fields) => fields.iter().find(|(k, _)| k == name).map(|(_, v)| v),
+            _ => None,
+        }
     }
 
     /// Whether this is the name `None`.
@@ -84,6 +94,16 @@ impl fmt::Display for ParamValue {
                 f.write_str("]")
             }
             ParamValue::Jaxpr(j) => write!(f, "{}", crate::text::print_closed(j, 0)),
+            ParamValue::Record(name, fields) => {
+                write!(f, "{name}(")?;
+                for (i, (k, v)) in fields.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{k}={v}")?;
+                }
+                f.write_str(")")
+            }
         }
     }
 }

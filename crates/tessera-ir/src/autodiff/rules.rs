@@ -259,8 +259,97 @@ pub(super) fn vjp_rule(
             out.extend(std::iter::repeat_n(None, x.len() - 2));
             out
         }
+        Gather => vec![Some(gather_vjp(params, &g, &x[0], &x[1])), None],
+        ScatterAdd => vec![
+            Some(g.clone()),
+            None,
+            Some(scatter_add_vjp(params, &g, &x[1], &x[2])),
+        ],
         Jit => vec![None; x.len()],
     }
+}
+
+fn record(name: &str, fields: &[(&str, &[i64])]) -> ParamValue {
+    ParamValue::Record(
+        name.into(),
+        fields
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), int_list(v)))
+            .collect(),
+    )
+}
+
+fn index_params(params: &Params, dims: ParamValue) -> Params {
+    let copy = |k: &str, default: ParamValue| params.get(k).cloned().unwrap_or(default);
+    Params::new()
+        .with("dimension_numbers", dims)
+        .with(
+            "indices_are_sorted",
+            copy("indices_are_sorted", ParamValue::Bool(false)),
+        )
+        .with(
+            "mode",
+            copy(
+                "mode",
+                ParamValue::Name("GatherScatterMode.PROMISE_IN_BOUNDS".into()),
+            ),
+        )
+        .with(
+            "unique_indices",
+            copy("unique_indices", ParamValue::Bool(false)),
+        )
+}
+
+/// Gather's cotangent: scatter-add the output cotangent into zeros at the gathered places.
+fn gather_vjp(params: &Params, g: &Tensor, operand: &Tensor, indices: &Tensor) -> Tensor {
+    let Ok(dn) = crate::prim::gather_dims(params) else {
+        return zeros_like(operand);
+    };
+    let dims = record(
+        "ScatterDimensionNumbers",
+        &[
+            ("update_window_dims", &dn.offset_dims),
+            ("inserted_window_dims", &dn.collapsed_slice_dims),
+            ("scatter_dims_to_operand_dims", &dn.start_index_map),
+            ("operand_batching_dims", &[]),
+            ("scatter_indices_batching_dims", &[]),
+        ],
+    );
+    let zeros = zeros_like(operand);
+    Tensor::bind1(
+        Prim::ScatterAdd,
+        index_params(params, dims),
+        &[&zeros, indices, g],
+    )
+}
+
+/// Scatter-add's cotangent for the updates: gather the output cotangent at the scattered places.
+fn scatter_add_vjp(params: &Params, g: &Tensor, indices: &Tensor, updates: &Tensor) -> Tensor {
+    let Ok(dn) = crate::prim::scatter_dims(params) else {
+        return zeros_like(updates);
+    };
+    let mut window = dn.update_window_dims.iter();
+    let sizes: Vec<i64> = (0..g.rank() as i64)
+        .map(|d| {
+            if dn.inserted_window_dims.contains(&d) {
+                1
+            } else {
+                window.next().map_or(1, |&w| updates.shape()[w as usize])
+            }
+        })
+        .collect();
+    let dims = record(
+        "GatherDimensionNumbers",
+        &[
+            ("offset_dims", &dn.update_window_dims),
+            ("collapsed_slice_dims", &dn.inserted_window_dims),
+            ("start_index_map", &dn.scatter_dims_to_operand_dims),
+            ("operand_batching_dims", &[]),
+            ("start_indices_batching_dims", &[]),
+        ],
+    );
+    let p = index_params(params, dims).with("slice_sizes", int_list(&sizes));
+    Tensor::bind1(Prim::Gather, p, &[g, indices])
 }
 
 fn pad_config(params: &Params) -> Vec<(i64, i64, i64)> {

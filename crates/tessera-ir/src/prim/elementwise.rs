@@ -320,6 +320,8 @@ fn unary(prim: Prim, x: f64, y: i64, dtype: DType) -> f64 {
         Rsqrt => 1.0 / x.sqrt(),
         Floor => x.floor(),
         Ceil => x.ceil(),
+        // rounding_method 0 rounds halves away from zero, 1 to even.
+        Round if y == 1 => x.round_ties_even(),
         Round => x.round(),
         Not => {
             if dtype == DType::Bool {

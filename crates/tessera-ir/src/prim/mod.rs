@@ -1,13 +1,16 @@
 //! The primitive table. Every primitive is a variant of [`Prim`]; its rules are reached through
 //! exhaustive matches here, each delegating to the family module that defines the primitive
-//! (`elementwise`, `structural`, `reduce`, `linalg`, `control`), so a primitive without a rule
+//! (`elementwise`, `structural`, `reduce`, `linalg`, `indexing`, `control`), so a primitive without a rule
 //! does not compile.
 
 mod control;
 mod elementwise;
+mod indexing;
 mod linalg;
 mod reduce;
 mod structural;
+
+pub use indexing::{GatherDims, ScatterDims, gather_dims, scatter_dims};
 
 use crate::array::Array;
 use crate::aval::ShapedArray;
@@ -61,7 +64,7 @@ prims! {
     ReduceSum => "reduce_sum", ReduceMax => "reduce_max", ReduceMin => "reduce_min",
     ReduceProd => "reduce_prod", ReduceAnd => "reduce_and", ReduceOr => "reduce_or",
     Argmax => "argmax", Argmin => "argmin", Cumsum => "cumsum",
-    DotGeneral => "dot_general",
+    DotGeneral => "dot_general", Gather => "gather", ScatterAdd => "scatter-add",
     StopGradient => "stop_gradient", Copy => "copy", Jit => "jit",
     PipelineEnterStage => "pipeline_enter_stage",
 }
@@ -69,6 +72,7 @@ prims! {
 /// Which family module holds a primitive's rules.
 enum Family {
     Elementwise,
+    Indexing,
     Structural,
     Reduce,
     Linalg,
@@ -88,6 +92,7 @@ impl Prim {
             ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr | Argmax
             | Argmin | Cumsum => Family::Reduce,
             DotGeneral => Family::Linalg,
+            Gather | ScatterAdd => Family::Indexing,
             StopGradient | Copy | Jit | PipelineEnterStage => Family::Control,
         }
     }
@@ -106,6 +111,7 @@ impl Prim {
             Family::Structural => structural::abstract_eval(self, params, inputs, outputs),
             Family::Reduce => reduce::abstract_eval(self, params, inputs),
             Family::Linalg => linalg::abstract_eval(self, params, inputs),
+            Family::Indexing => indexing::abstract_eval(self, params, inputs),
             Family::Control => control::abstract_eval(self, params, inputs),
         }
     }
@@ -122,6 +128,7 @@ impl Prim {
             Family::Structural => structural::eval(self, params, inputs, outputs),
             Family::Reduce => reduce::eval(self, params, inputs, outputs),
             Family::Linalg => linalg::eval(self, params, inputs, outputs),
+            Family::Indexing => indexing::eval(self, params, inputs, outputs),
             Family::Control => control::eval(self, params, inputs, outputs),
         }
     }

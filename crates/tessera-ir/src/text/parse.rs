@@ -107,6 +107,37 @@ impl Parser {
         self.chars[start..self.pos].iter().collect()
     }
 
+    /// A primitive name: letters, digits, `_` and `-` (`scatter-add`).
+    fn prim_word(&mut self) -> String {
+        self.skip_ws();
+        let start = self.pos;
+        while self
+            .peek()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-')
+        {
+            self.pos += 1;
+        }
+        self.chars[start..self.pos].iter().collect()
+    }
+
+    /// Whether the text ahead is the keyword `in` followed by `(` (the end of a jaxpr's body,
+    /// possibly on the same line as the last equation).
+    fn at_in_keyword(&self) -> bool {
+        let mut i = self.pos;
+        let chars = &self.chars;
+        if chars.get(i) != Some(&'i') || chars.get(i + 1) != Some(&'n') {
+            return false;
+        }
+        i += 2;
+        if !chars.get(i).is_some_and(|c| c.is_whitespace() || *c == '(') {
+            return false;
+        }
+        while chars.get(i).is_some_and(|c| c.is_whitespace()) {
+            i += 1;
+        }
+        chars.get(i) == Some(&'(')
+    }
+
     fn closed(&mut self) -> Result<ClosedJaxpr> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
@@ -211,7 +242,7 @@ impl Parser {
         }
         self.skip_ws();
         let prim_at = self.pos;
-        let prim_name = self.word();
+        let prim_name = self.prim_word();
         let prim =
             Prim::from_name(&prim_name).map_err(|e| self.error_at(prim_at, &e.to_string()))?;
         let params = if self.peek() == Some('[') {
@@ -222,7 +253,7 @@ impl Parser {
         let mut inputs = Vec::new();
         loop {
             self.skip_blank();
-            if matches!(self.peek(), None | Some('\n')) {
+            if matches!(self.peek(), None | Some('\n')) || self.at_in_keyword() {
                 break;
             }
             inputs.push(self.atom(names, false)?);
@@ -312,7 +343,7 @@ impl Parser {
                 match word.as_str() {
                     "True" => Ok(ParamValue::Bool(true)),
                     "False" => Ok(ParamValue::Bool(false)),
-                    _ if self.peek() == Some('(') => self.call(word),
+                    _ if self.peek() == Some('(') => self.record(word),
                     _ => Ok(ParamValue::Name(word)),
                 }
             }
@@ -320,27 +351,28 @@ impl Parser {
         }
     }
 
-    /// `Name(...)`: kept as raw text.
-    fn call(&mut self, name: String) -> Result<ParamValue> {
-        let start = self.pos;
-        let mut depth = 0usize;
-        loop {
-            match self.peek() {
-                Some('(') => depth += 1,
-                Some(')') => {
-                    depth -= 1;
-                    if depth == 0 {
-                        self.pos += 1;
-                        break;
-                    }
-                }
-                None => return Err(self.error("unclosed `(`")),
-                _ => {}
-            }
-            self.pos += 1;
+    /// `Name(key=value, ...)`: a record.
+    fn record(&mut self, name: String) -> Result<ParamValue> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self.error("parameters nested too deeply"));
         }
-        let raw: String = self.chars[start..self.pos].iter().collect();
-        Ok(ParamValue::Name(format!("{name}{raw}")))
+        self.expect("(")?;
+        let mut fields = Vec::new();
+        while !self.eat(")") {
+            let key = self.word();
+            if key.is_empty() {
+                return Err(self.error("expected `key=value` in a record"));
+            }
+            self.expect("=")?;
+            fields.push((key, self.value()?));
+            if !self.eat(",") {
+                self.expect(")")?;
+                break;
+            }
+        }
+        self.depth -= 1;
+        Ok(ParamValue::Record(name, fields))
     }
 
     fn sequence(&mut self, open: char, close: char) -> Result<Vec<ParamValue>> {

@@ -70,6 +70,41 @@ impl Tensor {
         Tensor::bind_nullary(Prim::Iota, params, self)
     }
 
+    /// Rows of this `[n, d]` table at integer `indices` of shape `[k]` (an embedding lookup,
+    /// `gather` with clamped indices): `[k, d]`.
+    pub fn take(&self, indices: &Tensor) -> Tensor {
+        if self.rank() != 2 || indices.rank() != 1 || !indices.dtype().is_int() {
+            return self.fail(
+                "take",
+                format!(
+                    "needs a [n, d] table and [k] integer indices, got {:?} and {:?}",
+                    self.shape(),
+                    indices.shape()
+                ),
+            );
+        }
+        let ints = |v: &[i64]| ParamValue::Tuple(v.iter().map(|&x| ParamValue::Int(x)).collect());
+        let dims = ParamValue::Record(
+            "GatherDimensionNumbers".into(),
+            vec![
+                ("offset_dims".into(), ints(&[1])),
+                ("collapsed_slice_dims".into(), ints(&[0])),
+                ("start_index_map".into(), ints(&[0])),
+                ("operand_batching_dims".into(), ints(&[])),
+                ("start_indices_batching_dims".into(), ints(&[])),
+            ],
+        );
+        let column = indices.reshape(&[indices.shape()[0], 1]);
+        let params = Params::new()
+            .with("dimension_numbers", dims)
+            .with("fill_value", ParamValue::Name("None".into()))
+            .with("indices_are_sorted", ParamValue::Bool(false))
+            .with("mode", ParamValue::Name("GatherScatterMode.CLIP".into()))
+            .with("slice_sizes", ints(&[1, self.shape()[1]]))
+            .with("unique_indices", ParamValue::Bool(false));
+        Tensor::bind1(Prim::Gather, params, &[self, &column])
+    }
+
     /// `iota(n)` in this tensor's trace and integer dtype.
     fn iota(&self, n: i64) -> Tensor {
         let params = Params::new()

@@ -76,6 +76,14 @@ pub(super) fn unary<'c, 'b>(
         Prim::Rsqrt => one("stablehlo.rsqrt", x)?,
         Prim::Floor => one("stablehlo.floor", x)?,
         Prim::Ceil => one("stablehlo.ceil", x)?,
+        Prim::Round
+            if params
+                .get("rounding_method")
+                .and_then(tessera_ir::ParamValue::as_int)
+                == Some(1) =>
+        {
+            one("stablehlo.round_nearest_even", x)?
+        }
         Prim::Round => one("stablehlo.round_nearest_afz", x)?,
         Prim::Not => one("stablehlo.not", x)?,
         Prim::IntegerPow => integer_pow(ctx, x, params.int("integer_pow", "y").map_err(ir)?)?,

@@ -4,6 +4,7 @@
 
 mod control;
 mod elementwise;
+mod indexing;
 mod reduce;
 mod structural;
 
@@ -275,6 +276,8 @@ fn lower_eqn<'c, 'b>(
         Argmax | Argmin => reduce::arg_reduce(ctx, eqn.prim, p, inputs),
         Cumsum => reduce::cumsum(ctx, p, inputs),
         DotGeneral => structural::dot_general(ctx, p, inputs),
+        Gather => indexing::gather(ctx, p, inputs),
+        ScatterAdd => indexing::scatter_add(ctx, p, inputs),
         StopGradient | Copy | PipelineEnterStage => Ok(inputs.to_vec()),
         Jit => control::call(ctx, p, inputs, functions),
     }
