@@ -20,7 +20,7 @@ pub struct ShapedArray {
     /// The manual mesh axes the value varies over (empty outside `shard_map`).
     pub vma: BTreeSet<String>,
     /// The sharding the value is laid out by, where one is known.
-    pub sharding: Option<NamedSharding>,
+    pub sharding: Option<Box<NamedSharding>>,
 }
 
 impl ShapedArray {
@@ -92,7 +92,7 @@ mod tests {
         let sharding = NamedSharding::new(&mesh, PartitionSpec::parse("P('x')").unwrap()).unwrap();
         let plain = ShapedArray::new(DType::F32, &[8, 4]);
         let mut laid_out = plain.clone();
-        laid_out.sharding = Some(sharding);
+        laid_out.sharding = Some(Box::new(sharding));
         laid_out.vma.insert("y".into());
         assert!(laid_out.same_type(&plain));
         assert_ne!(laid_out, plain);
