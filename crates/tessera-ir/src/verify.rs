@@ -1,168 +1,114 @@
-//! The verifier. Invariants of a well-formed jaxpr:
+//! The verifier. Invariants of a jaxpr:
+//! - every variable is defined once (constvars, invars, or one equation's outputs), before use;
+//! - every equation's result types are what its primitive's rule gives for its operand types;
+//! - nested jaxprs verify too, and a closed jaxpr has one constant per constvar of its type.
 //!
-//! 1. every variable used is in the jaxpr's arena;
-//! 2. SSA: each variable is bound once (constvar, invar or equation result);
-//! 3. every use comes after its definition;
-//! 4. literals are rank 0;
-//! 5. each equation's result avals equal (dtype and shape) what the primitive's shape rule gives
-//!    for its operands;
-//! 6. nested jaxprs satisfy all of this too, and a closed jaxpr has one constant of the right
-//!    type per constvar.
-//!
-//! Errors name the equation and show it with its printed neighbours (±3 equations).
+//! Errors show the offending equation with its printed neighbours.
 
-use crate::ir::{Atom, ClosedJaxpr, Jaxpr, Var};
-use crate::prims::{Primitive, abstract_eval};
-use crate::text::print::eqn_texts;
-use crate::types::ShapedArray;
+use crate::error::{IrError, Result};
+use crate::jaxpr::{Atom, ClosedJaxpr, Jaxpr};
+use crate::params::ParamValue;
 
-/// The jaxpr breaks an invariant.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{message}{}", context_text(.eqn, .context))]
-pub struct VerifyError {
-    /// What is wrong.
-    pub message: String,
-    /// The index of the offending equation, if one is to blame.
-    pub eqn: Option<usize>,
-    /// The printed equations around it (the offending one marked with `>>`).
-    pub context: String,
-}
-
-fn context_text(eqn: &Option<usize>, context: &str) -> String {
-    match eqn {
-        Some(i) => format!(" (equation {i}):\n{context}"),
-        None => String::new(),
-    }
-}
-
-fn fail(j: &Jaxpr, eqn: Option<usize>, message: String) -> VerifyError {
-    let context = match eqn {
-        Some(i) => {
-            let texts = eqn_texts(j);
-            let lo = i.saturating_sub(3);
-            let hi = (i + 4).min(texts.len());
-            (lo..hi)
-                .map(|k| {
-                    format!(
-                        "{}{}",
-                        if k == i { ">>" } else { "  " },
-                        texts[k].trim_start_matches("  ")
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-        }
-        None => String::new(),
-    };
-    VerifyError {
-        message,
-        eqn,
-        context,
-    }
-}
-
-/// Verifies a closed jaxpr (see the module docs for the invariants).
-pub fn verify_closed(cj: &ClosedJaxpr) -> Result<(), VerifyError> {
-    let j = &cj.jaxpr;
-    if cj.consts.len() != j.constvars.len() {
-        return Err(fail(
-            j,
-            None,
-            format!(
-                "{} constvars but {} constants",
-                j.constvars.len(),
-                cj.consts.len()
+/// Checks the invariants above.
+pub fn verify(closed: &ClosedJaxpr) -> Result<()> {
+    if closed.consts.len() != closed.jaxpr.constvars.len() {
+        return Err(IrError::Verify {
+            message: format!(
+                "{} constants for {} constvars",
+                closed.consts.len(),
+                closed.jaxpr.constvars.len()
             ),
-        ));
+            context: String::new(),
+        });
     }
-    for (v, c) in j.constvars.iter().zip(&cj.consts) {
-        if j.aval(*v).is_none_or(|a| !a.same_type(&c.aval())) {
+    verify_jaxpr(&closed.jaxpr)
+}
+
+fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
+    let mut defined = vec![false; jaxpr.vars.len()];
+    let fail = |index: usize, message: String| IrError::Verify {
+        message,
+        context: context(jaxpr, index),
+    };
+    for &v in jaxpr.constvars.iter().chain(&jaxpr.invars) {
+        if v.index() >= defined.len() || std::mem::replace(&mut defined[v.index()], true) {
             return Err(fail(
-                j,
-                None,
-                format!(
-                    "constant of type {} bound to constvar {v} of another type",
-                    c.aval()
-                ),
+                0,
+                format!("parameter {} is bound twice or does not exist", v.0),
             ));
         }
     }
-    verify_jaxpr(j)
-}
-
-/// Verifies an open jaxpr (see the module docs for the invariants).
-pub fn verify_jaxpr(j: &Jaxpr) -> Result<(), VerifyError> {
-    let mut defined = vec![false; j.vars.len()];
-    for v in j.constvars.iter().chain(&j.invars) {
-        define(j, &mut defined, *v, None)?;
-    }
-    for (i, e) in j.eqns.iter().enumerate() {
-        let ins = e
+    for (i, eqn) in jaxpr.eqns.iter().enumerate() {
+        for atom in &eqn.inputs {
+            if let Atom::Var(v) = atom
+                && !defined.get(v.index()).copied().unwrap_or(false)
+            {
+                return Err(fail(
+                    i,
+                    format!(
+                        "equation {i} ({}) uses a variable before it is defined",
+                        eqn.prim.name()
+                    ),
+                ));
+            }
+        }
+        let in_avals: Vec<_> = eqn
             .inputs
             .iter()
-            .map(|a| check_use(j, &defined, a, Some(i)))
-            .collect::<Result<Vec<_>, _>>()?;
-        if let Primitive::Jit { jaxpr, .. } = &e.prim {
-            verify_closed(jaxpr)
-                .map_err(|err| fail(j, Some(i), format!("in the body of this call: {err}")))?;
+            .map(|a| jaxpr.atom_aval(a).clone())
+            .collect();
+        let written: Vec<_> = eqn.outputs.iter().map(|&v| jaxpr.aval(v).clone()).collect();
+        let expected = eqn
+            .prim
+            .abstract_eval(&eqn.params, &in_avals, Some(&written))
+            .map_err(|e| fail(i, format!("equation {i}: {e}")))?;
+        if expected.len() != written.len()
+            || expected.iter().zip(&written).any(|(e, w)| !e.same_type(w))
+        {
+            let show = |v: &[crate::aval::ShapedArray]| {
+                v.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(fail(
+                i,
+                format!(
+                    "equation {i} ({}) produces ({}) but its results are typed ({})",
+                    eqn.prim.name(),
+                    show(&expected),
+                    show(&written)
+                ),
+            ));
         }
-        let want = abstract_eval(&e.prim, &ins).map_err(|err| fail(j, Some(i), err.to_string()))?;
-        if want.len() != e.outputs.len() {
-            let m = format!(
-                "{} results, the primitive gives {}",
-                e.outputs.len(),
-                want.len()
-            );
-            return Err(fail(j, Some(i), m));
-        }
-        for (v, w) in e.outputs.iter().zip(&want) {
-            if let Some(a) = j.aval(*v)
-                && !a.same_type(w)
-            {
-                let m = format!("a result has type {a} but the shape rule gives {w}");
-                return Err(fail(j, Some(i), m));
+        for &v in &eqn.outputs {
+            if std::mem::replace(&mut defined[v.index()], true) {
+                return Err(fail(i, format!("equation {i} redefines a variable")));
             }
-            define(j, &mut defined, *v, Some(i))?;
+        }
+        for (_, value) in &eqn.params.0 {
+            if let ParamValue::Jaxpr(inner) = value {
+                verify(inner)?;
+            }
         }
     }
-    for a in &j.outvars {
-        check_use(j, &defined, a, None)?;
+    for atom in &jaxpr.outvars {
+        if let Atom::Var(v) = atom
+            && !defined.get(v.index()).copied().unwrap_or(false)
+        {
+            return Err(fail(jaxpr.eqns.len(), "a result is never defined".into()));
+        }
     }
     Ok(())
 }
 
-fn define(j: &Jaxpr, defined: &mut [bool], v: Var, eqn: Option<usize>) -> Result<(), VerifyError> {
-    match defined.get_mut(v.index()) {
-        None => Err(fail(j, eqn, format!("variable {v} is not in the arena"))),
-        Some(true) => Err(fail(j, eqn, format!("variable {v} is bound twice"))),
-        Some(d) => {
-            *d = true;
-            Ok(())
-        }
-    }
-}
-
-fn check_use(
-    j: &Jaxpr,
-    defined: &[bool],
-    a: &Atom,
-    eqn: Option<usize>,
-) -> Result<ShapedArray, VerifyError> {
-    match a {
-        Atom::Lit(l) if l.aval.ndim() != 0 => Err(fail(
-            j,
-            eqn,
-            format!("literal of type {} is not rank 0", l.aval),
-        )),
-        Atom::Lit(l) => Ok(l.aval.clone()),
-        Atom::Var(v) => match (j.aval(*v), defined.get(v.index())) {
-            (Some(a), Some(true)) => Ok(a.clone()),
-            (Some(_), _) => Err(fail(
-                j,
-                eqn,
-                format!("variable {v} is used before it is defined"),
-            )),
-            (None, _) => Err(fail(j, eqn, format!("variable {v} is not in the arena"))),
-        },
-    }
+/// The printed equations around equation `index` (two on each side), the failing one marked.
+fn context(jaxpr: &Jaxpr, index: usize) -> String {
+    let lines = crate::text::print_eqn_lines(jaxpr);
+    let lo = index.saturating_sub(2);
+    let hi = (index + 3).min(lines.len());
+    (lo..hi)
+        .map(|i| format!("{} {}", if i == index { ">>" } else { "  " }, lines[i]))
+        .collect::<Vec<_>>()
+        .join("\n")
 }

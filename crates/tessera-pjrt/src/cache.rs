@@ -54,7 +54,9 @@ impl CompileCache {
         let path = self
             .dir
             .join(format!("{}.xla", self.key(client, module, options)?));
-        let cached = fs::read(&path).ok().and_then(|bytes| client.deserialize_executable(&bytes).ok());
+        let cached = fs::read(&path)
+            .ok()
+            .and_then(|bytes| client.deserialize_executable(&bytes).ok());
         if let Some(executable) = cached {
             return Ok((executable, CacheOutcome::Hit));
         }

@@ -9,6 +9,7 @@
 mod compose;
 mod context;
 mod emit;
+mod lower;
 
 pub use compose::{KeyTypes, Part, PartBody, compose_module};
 pub use context::{LowerError, new_context, verify_and_print};
@@ -16,5 +17,6 @@ pub use emit::{
     ArgSpec, Body, EmittedModule, ModuleEmitter, ResultSpec, parse_attr, parse_type, quote,
     tensor_type,
 };
+pub use lower::{LowerOptions, element_type, lower_closed, mlir_type};
 /// MLIR values, as the bodies given to [`compose_module`] and [`ModuleEmitter`] see them.
 pub use melior::ir::Value;

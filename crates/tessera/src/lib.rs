@@ -4,6 +4,8 @@
 //! `src/main.rs` and `src/cli/`) is the command-line front end. See `docs/ARCHITECTURE.md` for the
 //! code map.
 
+pub mod jit;
+
 pub use tessera_ir as ir;
 pub use tessera_mpmd as mpmd;
 pub use tessera_pjrt as pjrt;

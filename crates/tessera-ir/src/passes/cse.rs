@@ -1,37 +1,39 @@
-//! Common-subexpression elimination: an equation with the same primitive, params and operands
-//! as an earlier one is dropped and its results replaced by the earlier results.
+//! Common-subexpression elimination: an equation with the same primitive, parameters and
+//! operands as an earlier one reuses the earlier results.
 
-use super::Subst;
-use crate::ir::{Atom, Eqn, Jaxpr};
+use std::collections::HashMap;
 
-/// Replaces repeated equations by the results of their first occurrence.
-pub fn eliminate_common_subexpressions(j: &Jaxpr) -> Jaxpr {
-    let mut subst = Subst::default();
-    let mut seen: Vec<Eqn> = Vec::new();
-    let mut eqns = Vec::new();
-    for e in &j.eqns {
-        let mut e = e.clone();
-        subst.apply_all(&mut e.inputs);
-        let same = seen
-            .iter()
-            .find(|s| s.prim == e.prim && s.inputs == e.inputs);
-        match same {
-            Some(s) => {
-                for (v, w) in e.outputs.iter().zip(&s.outputs) {
-                    subst.insert(*v, Atom::Var(*w));
-                }
+use crate::jaxpr::{Atom, ClosedJaxpr};
+
+use super::Rebuild;
+
+/// Replaces repeated computations by their first occurrence.
+pub fn eliminate_common_subexpressions(closed: &ClosedJaxpr) -> ClosedJaxpr {
+    let jaxpr = &closed.jaxpr;
+    let mut rb = Rebuild::new(jaxpr);
+    let mut seen: HashMap<String, Vec<Atom>> = HashMap::new();
+    for eqn in &jaxpr.eqns {
+        let inputs: Vec<Atom> = eqn.inputs.iter().map(|a| rb.atom(a)).collect();
+        let key = format!("{:?}|{:?}|{:?}", eqn.prim, eqn.params, inputs);
+        let out_types: Vec<_> = eqn.outputs.iter().map(|&v| jaxpr.aval(v).clone()).collect();
+        let key = format!("{key}|{out_types:?}");
+        if let Some(previous) = seen.get(&key) {
+            for (&v, a) in eqn.outputs.iter().zip(previous) {
+                rb.map.insert(v, a.clone());
             }
-            None => {
-                seen.push(e.clone());
-                eqns.push(e);
-            }
+            continue;
         }
+        rb.copy(eqn);
+        seen.insert(
+            key,
+            eqn.outputs
+                .iter()
+                .map(|v| rb.atom(&Atom::Var(*v)))
+                .collect(),
+        );
     }
-    let mut outvars = j.outvars.clone();
-    subst.apply_all(&mut outvars);
-    Jaxpr {
-        eqns,
-        outvars,
-        ..j.clone()
+    ClosedJaxpr {
+        jaxpr: rb.finish(),
+        consts: closed.consts.clone(),
     }
 }

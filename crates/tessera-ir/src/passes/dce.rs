@@ -1,40 +1,47 @@
-//! Dead-code elimination: drops equations none of whose results is used (every primitive is
-//! pure), in nested bodies too.
+//! Dead-code elimination: drops equations none of whose results is used (all primitives are
+//! pure), inside nested jaxprs too.
 
-use crate::ir::{Atom, Jaxpr};
-use crate::prims::Primitive;
+use crate::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr};
+use crate::params::ParamValue;
 
-/// Removes the equations whose results are unused, walking backwards from the outputs.
-pub fn eliminate_dead_code(j: &Jaxpr) -> Jaxpr {
-    let mut live = vec![false; j.vars.len()];
-    let mark = |live: &mut Vec<bool>, atoms: &[Atom]| {
-        for a in atoms {
-            if let Some(l) = match a {
-                Atom::Var(v) => live.get_mut(v.index()),
-                Atom::Lit(_) => None,
-            } {
-                *l = true;
-            }
+use super::Rebuild;
+
+/// Removes every equation whose results are not needed for the outputs.
+pub fn eliminate_dead_code(closed: &ClosedJaxpr) -> ClosedJaxpr {
+    ClosedJaxpr {
+        jaxpr: dce_jaxpr(&closed.jaxpr),
+        consts: closed.consts.clone(),
+    }
+}
+
+fn dce_jaxpr(jaxpr: &Jaxpr) -> Jaxpr {
+    let mut live = vec![false; jaxpr.vars.len()];
+    let mark = |live: &mut Vec<bool>, a: &Atom| {
+        if let Atom::Var(v) = a {
+            live[v.index()] = true;
         }
     };
-    mark(&mut live, &j.outvars);
-    let mut kept = Vec::new();
-    for e in j.eqns.iter().rev() {
-        if e.outputs
-            .iter()
-            .any(|v| live.get(v.index()).copied().unwrap_or(false))
-        {
-            mark(&mut live, &e.inputs);
-            let mut e = e.clone();
-            if let Primitive::Jit { jaxpr, .. } = &mut e.prim {
-                jaxpr.jaxpr = eliminate_dead_code(&jaxpr.jaxpr);
-            }
-            kept.push(e);
+    jaxpr.outvars.iter().for_each(|a| mark(&mut live, a));
+    let mut keep = vec![false; jaxpr.eqns.len()];
+    for (i, eqn) in jaxpr.eqns.iter().enumerate().rev() {
+        if eqn.outputs.iter().any(|v| live[v.index()]) {
+            keep[i] = true;
+            eqn.inputs.iter().for_each(|a| mark(&mut live, a));
         }
     }
-    kept.reverse();
-    Jaxpr {
-        eqns: kept,
-        ..j.clone()
+    let mut rb = Rebuild::new(jaxpr);
+    for (eqn, _) in jaxpr.eqns.iter().zip(&keep).filter(|(_, k)| **k) {
+        rb.copy(&with_dce_params(eqn));
     }
+    rb.finish()
+}
+
+fn with_dce_params(eqn: &Eqn) -> Eqn {
+    let mut eqn = eqn.clone();
+    for (_, value) in eqn.params.0.iter_mut() {
+        if let ParamValue::Jaxpr(inner) = value {
+            **inner = eliminate_dead_code(inner);
+        }
+    }
+    eqn
 }

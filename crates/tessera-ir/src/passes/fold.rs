@@ -1,66 +1,42 @@
-//! Constant folding: an equation whose operands are all literals and whose single result is
-//! rank 0 is evaluated with the interpreter and its result becomes a literal.
+//! Constant folding of literals: an equation whose operands are all literals and whose single
+//! result is a scalar is evaluated now, and its uses read the literal instead.
 
-use super::Subst;
-use crate::interp::{Array, literal_array};
-use crate::ir::{Atom, Jaxpr, Literal, Scalar};
-use crate::prims::{Primitive, eval};
+use crate::array::Array;
+use crate::jaxpr::{Atom, ClosedJaxpr, Literal};
+use crate::prim::Prim;
 
-/// Evaluates scalar equations of literals and substitutes their results.
-pub fn fold_constants(j: &Jaxpr) -> Jaxpr {
-    let mut subst = Subst::default();
-    let mut eqns = Vec::new();
-    for e in &j.eqns {
-        let mut e = e.clone();
-        subst.apply_all(&mut e.inputs);
-        if let Some(lit) = fold_one(j, &e) {
-            subst.insert(e.outputs[0], Atom::Lit(lit));
-        } else {
-            eqns.push(e);
+use super::Rebuild;
+
+/// Folds scalar computations on literals.
+pub fn fold_constants(closed: &ClosedJaxpr) -> ClosedJaxpr {
+    let jaxpr = &closed.jaxpr;
+    let mut rb = Rebuild::new(jaxpr);
+    for eqn in &jaxpr.eqns {
+        let inputs: Vec<Atom> = eqn.inputs.iter().map(|a| rb.atom(a)).collect();
+        let literals: Option<Vec<Array>> = inputs
+            .iter()
+            .map(|a| match a {
+                Atom::Lit(l) => Some(Array::scalar(l.aval.dtype, l.value)),
+                Atom::Var(_) => None,
+            })
+            .collect();
+        let out_aval = (eqn.outputs.len() == 1).then(|| jaxpr.aval(eqn.outputs[0]).clone());
+        let foldable = eqn.prim != Prim::Jit && !inputs.is_empty();
+        if let (true, Some(args), Some(aval)) =
+            (foldable, literals, out_aval.filter(|a| a.rank() == 0))
+            && let Ok(mut out) = eqn
+                .prim
+                .eval(&eqn.params, &args, std::slice::from_ref(&aval))
+            && let Some(value) = out.pop().and_then(|a| a.data.iter().next().copied())
+        {
+            rb.map
+                .insert(eqn.outputs[0], Atom::Lit(Literal { value, aval }));
+            continue;
         }
+        rb.copy(eqn);
     }
-    let mut outvars = j.outvars.clone();
-    subst.apply_all(&mut outvars);
-    Jaxpr {
-        eqns,
-        outvars,
-        ..j.clone()
+    ClosedJaxpr {
+        jaxpr: rb.finish(),
+        consts: closed.consts.clone(),
     }
-}
-
-fn fold_one(j: &Jaxpr, e: &crate::ir::Eqn) -> Option<Literal> {
-    let [out] = e.outputs.as_slice() else {
-        return None;
-    };
-    let aval = j.aval(*out)?;
-    if aval.ndim() != 0
-        || matches!(
-            e.prim,
-            Primitive::Jit { .. } | Primitive::PipelineEnterStage { .. }
-        )
-    {
-        return None;
-    }
-    let args: Option<Vec<Array>> = e
-        .inputs
-        .iter()
-        .map(|a| match a {
-            Atom::Lit(l) => Some(literal_array(l)),
-            Atom::Var(_) => None,
-        })
-        .collect();
-    let args = args?;
-    let r = eval(&e.prim, &args).ok()?.into_iter().next()?;
-    let x = r.to_f64_vec().first().copied()?;
-    let value = if aval.dtype == crate::types::DType::Bool {
-        Scalar::Bool(x != 0.0)
-    } else if aval.dtype.is_float() {
-        Scalar::Float(x)
-    } else {
-        Scalar::Int(r.widen().to_i64().iter().next().copied()?)
-    };
-    Some(Literal {
-        value,
-        aval: aval.clone(),
-    })
 }

@@ -1,65 +1,66 @@
-//! Inlining: replaces each `jit` call by the equations of its body (recursively), with the
-//! body's variables copied into the caller's arena.
+//! Inlining: replaces each nested call (`jit`) by the equations of its jaxpr, recursively.
 
-use super::Subst;
-use crate::interp::Array;
-use crate::ir::{Atom, Eqn, Jaxpr, Var};
-use crate::prims::Primitive;
-use hashbrown::HashMap;
+use crate::jaxpr::{Atom, ClosedJaxpr, Eqn};
+use crate::prim::Prim;
 
-/// Inlines every nested call. Bodies with constants are kept as calls (their constants would
-/// need constvars of the caller).
-pub fn inline_calls(j: &Jaxpr) -> Jaxpr {
-    let mut out = Jaxpr {
-        eqns: Vec::new(),
-        ..j.clone()
-    };
-    let mut subst = Subst::default();
-    for e in &j.eqns {
-        let mut e = e.clone();
-        subst.apply_all(&mut e.inputs);
-        match &e.prim {
-            Primitive::Jit { jaxpr, .. } if jaxpr.consts.is_empty() => {
-                let body = inline_calls(&jaxpr.jaxpr);
-                let results = splice(&mut out, &body, &e.inputs, &jaxpr.consts);
-                for (v, r) in e.outputs.iter().zip(results) {
-                    subst.insert(*v, r);
-                }
-            }
-            _ => out.eqns.push(e),
+use super::Rebuild;
+
+/// Flattens every nested call into the calling jaxpr. Calls whose jaxpr has constants are kept.
+pub fn inline_calls(closed: &ClosedJaxpr) -> ClosedJaxpr {
+    let jaxpr = &closed.jaxpr;
+    let mut rb = Rebuild::new(jaxpr);
+    for eqn in &jaxpr.eqns {
+        match inlinable(eqn) {
+            Some(inner) => splice(&mut rb, eqn, &inline_calls(inner)),
+            None => rb.copy(eqn),
         }
     }
-    subst.apply_all(&mut out.outvars);
-    out
+    ClosedJaxpr {
+        jaxpr: rb.finish(),
+        consts: closed.consts.clone(),
+    }
 }
 
-/// Copies `body`'s equations into `out` with its invars bound to `args`; returns its results.
-fn splice(out: &mut Jaxpr, body: &Jaxpr, args: &[Atom], _consts: &[Array]) -> Vec<Atom> {
-    let mut map: HashMap<Var, Atom> = HashMap::new();
-    for (v, a) in body.invars.iter().zip(args) {
-        map.insert(*v, a.clone());
+fn inlinable(eqn: &Eqn) -> Option<&ClosedJaxpr> {
+    if eqn.prim != Prim::Jit {
+        return None;
     }
-    let tr = |map: &HashMap<Var, Atom>, a: &Atom| match a {
-        Atom::Var(v) => map.get(v).cloned().unwrap_or_else(|| a.clone()),
-        Atom::Lit(_) => a.clone(),
+    eqn.params
+        .jaxpr("jit", "jaxpr")
+        .ok()
+        .filter(|j| j.consts.is_empty())
+}
+
+/// Copies `inner`'s equations into `rb` with its invars bound to `eqn`'s operands.
+fn splice(rb: &mut Rebuild<'_>, eqn: &Eqn, inner: &ClosedJaxpr) {
+    let body = &inner.jaxpr;
+    let mut sub = std::collections::HashMap::new();
+    for (&iv, a) in body.invars.iter().zip(&eqn.inputs) {
+        sub.insert(iv, rb.atom(a));
+    }
+    let resolve = |sub: &std::collections::HashMap<_, Atom>, a: &Atom| match a {
+        Atom::Var(v) => sub.get(v).cloned().unwrap_or(Atom::Var(*v)),
+        lit => lit.clone(),
     };
     for e in &body.eqns {
-        let inputs = e.inputs.iter().map(|a| tr(&map, a)).collect();
-        let mut outputs = Vec::new();
-        for v in &e.outputs {
-            let aval = body
-                .aval(*v)
-                .cloned()
-                .unwrap_or_else(|| crate::types::ShapedArray::scalar(crate::types::DType::F32));
-            let nv = out.new_var(aval);
-            map.insert(*v, Atom::Var(nv));
-            outputs.push(nv);
-        }
-        out.eqns.push(Eqn {
-            prim: e.prim.clone(),
+        let inputs = e.inputs.iter().map(|a| resolve(&sub, a)).collect();
+        let outputs = e
+            .outputs
+            .iter()
+            .map(|&v| {
+                let nv = rb.new.new_var(body.aval(v).clone());
+                sub.insert(v, Atom::Var(nv));
+                nv
+            })
+            .collect();
+        rb.new.eqns.push(Eqn {
+            prim: e.prim,
+            params: e.params.clone(),
             inputs,
             outputs,
         });
     }
-    body.outvars.iter().map(|a| tr(&map, a)).collect()
+    for (&outer, inner_out) in eqn.outputs.iter().zip(&body.outvars) {
+        rb.map.insert(outer, resolve(&sub, inner_out));
+    }
 }

@@ -1,431 +1,412 @@
-//! The parser: jaxpr text to [`Jaxpr`]. Each nested jaxpr has its own name scope.
+//! A recursive-descent parser for jaxpr text. Errors carry the line and column.
 
-use super::lexer::{Spanned, Tok, lex};
-use super::params::{PValue, build_broadcast, build_primitive};
-use crate::ir::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Scalar, Var};
-use crate::types::{DType, ShapedArray};
-use hashbrown::HashMap;
+use std::collections::HashMap;
 
-/// The text is not a jaxpr; `line` and `col` (1-based) point at the offending token.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("line {line}, column {col}: {message}")]
-pub struct ParseError {
-    /// The line.
-    pub line: usize,
-    /// The column.
-    pub col: usize,
-    /// What was expected.
-    pub message: String,
-}
+use crate::aval::ShapedArray;
+use crate::dtype::DType;
+use crate::error::{IrError, Result};
+use crate::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Var};
+use crate::params::{ParamValue, Params};
+use crate::prim::Prim;
 
-/// Parses the text of `jax.make_jaxpr(f)(...)` (constvars become invalid without values: use
-/// [`parse_closed_jaxpr`] only for jaxprs without constvars).
-pub fn parse_jaxpr(text: &str) -> Result<Jaxpr, ParseError> {
-    let toks = lex(text)?;
+/// Parses the text of a closed jaxpr (no constants may be bound: JAX prints constvars' values
+/// nowhere, so a jaxpr with constvars parses with zero-filled constants).
+pub fn parse_closed(text: &str) -> Result<ClosedJaxpr> {
     let mut p = Parser {
-        toks,
+        chars: text.chars().collect(),
         pos: 0,
         depth: 0,
     };
-    let j = p.jaxpr()?;
-    p.expect_eof()?;
-    Ok(j)
-}
-
-/// Parses a jaxpr without constvars into a [`ClosedJaxpr`].
-pub fn parse_closed_jaxpr(text: &str) -> Result<ClosedJaxpr, ParseError> {
-    let j = parse_jaxpr(text)?;
-    if !j.constvars.is_empty() {
-        return Err(ParseError {
-            line: 1,
-            col: 1,
-            message: "the jaxpr has constvars but the text holds no values for them".into(),
-        });
+    let closed = p.closed()?;
+    p.skip_ws();
+    if p.pos < p.chars.len() {
+        return Err(p.error("unexpected text after the jaxpr"));
     }
-    Ok(ClosedJaxpr::new(j))
+    Ok(closed)
 }
 
-pub(crate) struct Parser {
-    toks: Vec<Spanned>,
+struct Parser {
+    chars: Vec<char>,
     pos: usize,
     depth: usize,
 }
 
-/// How deeply tuples, lists and jaxprs may nest (deeper text is rejected, not a stack overflow).
 const MAX_DEPTH: usize = 64;
 
-struct Scope {
-    jaxpr: Jaxpr,
-    names: HashMap<String, Var>,
-}
-
-impl Scope {
-    fn bind(&mut self, name: String, aval: ShapedArray, at: &Spanned) -> Result<Var, ParseError> {
-        if name != "_" && self.names.contains_key(&name) {
-            return Err(err_at(
-                at,
-                format!("`{name}` is bound twice; a jaxpr is in SSA form"),
-            ));
-        }
-        let v = self.jaxpr.new_var(aval);
-        if name != "_" {
-            self.names.insert(name, v);
-        }
-        Ok(v)
-    }
-}
-
-fn err_at(t: &Spanned, message: String) -> ParseError {
-    ParseError {
-        line: t.line,
-        col: t.col,
-        message,
-    }
-}
-
-fn describe(t: &Tok) -> String {
-    match t {
-        Tok::Ident(s) => format!("`{s}`"),
-        Tok::Num(s) => format!("number `{s}`"),
-        Tok::Punct(c) => format!("`{c}`"),
-        Tok::Eof => "the end of the text".into(),
-    }
-}
-
 impl Parser {
-    fn peek(&self) -> &Tok {
-        self.peek_at(0)
+    fn error(&self, message: &str) -> IrError {
+        self.error_at(self.pos, message)
     }
 
-    fn peek_at(&self, k: usize) -> &Tok {
-        let last = self.toks.len() - 1;
-        &self.toks[(self.pos + k).min(last)].tok
+    /// An error pointing at character `pos`.
+    fn error_at(&self, pos: usize, message: &str) -> IrError {
+        let before = &self.chars[..pos.min(self.chars.len())];
+        let line = before.iter().filter(|&&c| c == '\n').count() + 1;
+        let column = before.iter().rev().take_while(|&&c| c != '\n').count() + 1;
+        let found: String = self.chars[self.pos.min(self.chars.len())..]
+            .iter()
+            .take(12)
+            .collect();
+        IrError::Parse {
+            line,
+            column,
+            message: format!("{message} (found `{found}`)"),
+        }
     }
 
-    fn here(&self) -> Spanned {
-        self.toks[self.pos.min(self.toks.len() - 1)].clone()
+    fn peek(&self) -> Option<char> {
+        self.chars.get(self.pos).copied()
     }
 
-    fn bump(&mut self) -> Spanned {
-        let t = self.here();
-        if self.pos < self.toks.len() - 1 {
+    fn skip_ws(&mut self) {
+        while self.peek().is_some_and(char::is_whitespace) {
             self.pos += 1;
         }
-        t
     }
 
-    fn fail<T>(&self, expected: &str) -> Result<T, ParseError> {
-        let t = self.here();
-        Err(err_at(
-            &t,
-            format!("expected {expected}, found {}", describe(&t.tok)),
-        ))
-    }
-
-    fn is_punct(&self, c: char) -> bool {
-        *self.peek() == Tok::Punct(c)
-    }
-
-    fn punct(&mut self, c: char) -> Result<(), ParseError> {
-        if self.is_punct(c) {
-            self.bump();
-            Ok(())
-        } else {
-            self.fail(&format!("`{c}`"))
+    /// Skips spaces and tabs but not newlines.
+    fn skip_blank(&mut self) {
+        while matches!(self.peek(), Some(' ' | '\t' | '\r')) {
+            self.pos += 1;
         }
     }
 
-    fn keyword(&mut self, k: &str) -> Result<(), ParseError> {
-        if *self.peek() == Tok::Ident(k.into()) {
-            self.bump();
-            Ok(())
+    fn eat(&mut self, s: &str) -> bool {
+        self.skip_ws();
+        let n = s.chars().count();
+        if self.chars.len() >= self.pos + n
+            && self.chars[self.pos..self.pos + n]
+                .iter()
+                .copied()
+                .eq(s.chars())
+        {
+            self.pos += n;
+            true
         } else {
-            self.fail(&format!("`{k}`"))
+            false
         }
     }
 
-    fn ident(&mut self, what: &str) -> Result<String, ParseError> {
-        match self.peek().clone() {
-            Tok::Ident(s) => {
-                self.bump();
-                Ok(s)
+    fn expect(&mut self, s: &str) -> Result<()> {
+        if self.eat(s) {
+            Ok(())
+        } else {
+            Err(self.error(&format!("expected `{s}`")))
+        }
+    }
+
+    fn word(&mut self) -> String {
+        self.skip_ws();
+        let start = self.pos;
+        while self
+            .peek()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
+        {
+            self.pos += 1;
+        }
+        self.chars[start..self.pos].iter().collect()
+    }
+
+    /// A primitive name: letters, digits, `_` and `-` (`scatter-add`).
+    fn prim_word(&mut self) -> String {
+        self.skip_ws();
+        let start = self.pos;
+        while self
+            .peek()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-')
+        {
+            self.pos += 1;
+        }
+        self.chars[start..self.pos].iter().collect()
+    }
+
+    /// Whether the text ahead is the keyword `in` followed by `(` (the end of a jaxpr's body,
+    /// possibly on the same line as the last equation).
+    fn at_in_keyword(&self) -> bool {
+        let mut i = self.pos;
+        let chars = &self.chars;
+        if chars.get(i) != Some(&'i') || chars.get(i + 1) != Some(&'n') {
+            return false;
+        }
+        i += 2;
+        if !chars.get(i).is_some_and(|c| c.is_whitespace() || *c == '(') {
+            return false;
+        }
+        while chars.get(i).is_some_and(|c| c.is_whitespace()) {
+            i += 1;
+        }
+        chars.get(i) == Some(&'(')
+    }
+
+    fn closed(&mut self) -> Result<ClosedJaxpr> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self.error("jaxprs nested too deeply"));
+        }
+        self.expect("{")?;
+        if self.word() != "lambda" {
+            return Err(self.error("expected `lambda`"));
+        }
+        let mut jaxpr = Jaxpr::default();
+        let mut names: HashMap<String, Var> = HashMap::new();
+        while !self.eat(";") {
+            let v = self.binder(&mut jaxpr, &mut names)?;
+            jaxpr.constvars.push(v);
+        }
+        while !self.eat(".") {
+            let v = self.binder(&mut jaxpr, &mut names)?;
+            jaxpr.invars.push(v);
+        }
+        if self.word() != "let" {
+            return Err(self.error("expected `let`"));
+        }
+        loop {
+            self.skip_ws();
+            let save = self.pos;
+            if self.word() == "in" {
+                break;
             }
-            _ => self.fail(what),
+            self.pos = save;
+            let eqn = self.eqn(&mut jaxpr, &mut names)?;
+            jaxpr.eqns.push(eqn);
         }
+        self.expect("(")?;
+        while !self.eat(")") {
+            let atom = self.atom(&names, true)?;
+            jaxpr.outvars.push(atom);
+            self.eat(",");
+        }
+        self.expect("}")?;
+        self.depth -= 1;
+        let consts = jaxpr
+            .constvars
+            .iter()
+            .map(|&v| crate::array::Array::zeros(jaxpr.aval(v)))
+            .collect();
+        Ok(ClosedJaxpr { jaxpr, consts })
     }
 
-    fn expect_eof(&mut self) -> Result<(), ParseError> {
-        if *self.peek() == Tok::Eof {
-            Ok(())
-        } else {
-            self.fail("the end of the text")
+    fn binder(&mut self, jaxpr: &mut Jaxpr, names: &mut HashMap<String, Var>) -> Result<Var> {
+        let name = self.word();
+        if name.is_empty() {
+            return Err(self.error("expected a variable binder `name:type`"));
         }
-    }
-
-    /// `{ lambda consts ; invars . let eqns in ( outs ) }`
-    pub(crate) fn jaxpr(&mut self) -> Result<Jaxpr, ParseError> {
-        self.punct('{')?;
-        self.keyword("lambda")?;
-        let mut sc = Scope {
-            jaxpr: Jaxpr::default(),
-            names: HashMap::new(),
-        };
-        while !self.is_punct(';') {
-            let v = self.binder(&mut sc)?;
-            sc.jaxpr.constvars.push(v);
-        }
-        self.punct(';')?;
-        while !self.is_punct('.') {
-            let v = self.binder(&mut sc)?;
-            sc.jaxpr.invars.push(v);
-        }
-        self.punct('.')?;
-        self.keyword("let")?;
-        while *self.peek() != Tok::Ident("in".into()) {
-            let e = self.eqn(&mut sc)?;
-            sc.jaxpr.eqns.push(e);
-        }
-        self.keyword("in")?;
-        self.punct('(')?;
-        while !self.is_punct(')') {
-            let a = self.atom(&sc)?;
-            sc.jaxpr.outvars.push(a);
-            if !self.is_punct(')') {
-                self.punct(',')?;
-            }
-        }
-        self.punct(')')?;
-        self.punct('}')?;
-        Ok(sc.jaxpr)
-    }
-
-    /// `name:type`
-    fn binder(&mut self, sc: &mut Scope) -> Result<Var, ParseError> {
-        let at = self.here();
-        let name = self.ident("a variable `name:type`")?;
-        self.punct(':')?;
+        self.expect(":")?;
         let aval = self.aval()?;
-        sc.bind(name, aval, &at)
+        let var = jaxpr.new_var(aval);
+        if name != "_" && names.insert(name.clone(), var).is_some() {
+            return Err(self.error(&format!("variable `{name}` is bound twice")));
+        }
+        Ok(var)
     }
 
-    /// `f32[2,5]`
-    fn aval(&mut self) -> Result<ShapedArray, ParseError> {
-        let at = self.here();
-        let dn = self.ident("a dtype such as `f32`")?;
-        let dtype = DType::from_name(&dn).ok_or_else(|| {
-            err_at(
-                &at,
-                format!(
-                    "unknown dtype `{dn}`; expected bool, i8..i64, u8..u64, bf16, f16, f32 or f64"
-                ),
-            )
-        })?;
-        self.punct('[')?;
+    fn aval(&mut self) -> Result<ShapedArray> {
+        let dtype_name = self.word();
+        let dtype = DType::parse(&dtype_name)
+            .ok_or_else(|| self.error(&format!("unknown dtype `{dtype_name}`")))?;
+        self.expect("[")?;
         let mut shape = Vec::new();
-        while !self.is_punct(']') {
-            let t = self.here();
-            match self.peek().clone() {
-                Tok::Num(n) => {
-                    self.bump();
-                    shape.push(
-                        n.parse::<usize>()
-                            .map_err(|_| err_at(&t, format!("`{n}` is not a dimension size")))?,
-                    );
-                }
-                _ => return self.fail("a dimension size"),
+        while !self.eat("]") {
+            let d = self.integer()?;
+            if !(0..=1 << 40).contains(&d) {
+                return Err(self.error("dimension out of range"));
             }
-            if !self.is_punct(']') {
-                self.punct(',')?;
-            }
+            shape.push(d);
+            self.eat(",");
         }
-        self.punct(']')?;
         Ok(ShapedArray::new(dtype, &shape))
     }
 
-    fn is_binder_start(&self) -> bool {
-        matches!(self.peek(), Tok::Ident(_)) && *self.peek_at(1) == Tok::Punct(':')
+    fn integer(&mut self) -> Result<i64> {
+        self.skip_ws();
+        let start = self.pos;
+        if self.peek() == Some('-') {
+            self.pos += 1;
+        }
+        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+            self.pos += 1;
+        }
+        let text: String = self.chars[start..self.pos].iter().collect();
+        text.parse().map_err(|_| self.error("expected an integer"))
     }
 
-    /// `outs = prim[params] args`
-    fn eqn(&mut self, sc: &mut Scope) -> Result<Eqn, ParseError> {
-        let mut outs = Vec::new();
-        while !self.is_punct('=') {
-            if !self.is_binder_start() {
-                return self.fail("an equation `name:type = primitive operands` or `in`");
+    fn eqn(&mut self, jaxpr: &mut Jaxpr, names: &mut HashMap<String, Var>) -> Result<Eqn> {
+        let mut pending = Vec::new();
+        while !self.eat("=") {
+            let name = self.word();
+            if name.is_empty() {
+                return Err(self.error("expected an equation `outputs = primitive inputs`"));
             }
-            let at = self.here();
-            let name = self.ident("a variable")?;
-            self.punct(':')?;
-            let aval = self.aval()?;
-            outs.push((name, aval, at));
+            self.expect(":")?;
+            pending.push((name, self.aval()?));
         }
-        self.punct('=')?;
-        let at = self.here();
-        let prim_name = self.ident("a primitive name")?;
-        let mut params = Vec::new();
-        if self.is_punct('[') {
-            self.bump();
-            while !self.is_punct(']') {
-                let key = self.ident("a param `key=value`")?;
-                self.punct('=')?;
-                params.push((key, self.value()?));
-            }
-            self.punct(']')?;
-        }
-        let prim = if prim_name == "broadcast_in_dim" {
-            let shape = match outs.as_slice() {
-                [(_, a, _)] => Some(a.shape.as_slice()),
-                _ => None,
-            };
-            build_broadcast(params, shape)
+        self.skip_ws();
+        let prim_at = self.pos;
+        let prim_name = self.prim_word();
+        let prim =
+            Prim::from_name(&prim_name).map_err(|e| self.error_at(prim_at, &e.to_string()))?;
+        let params = if self.peek() == Some('[') {
+            self.params()?
         } else {
-            build_primitive(&prim_name, params)
+            Params::new()
         };
-        let prim = prim.map_err(|m| err_at(&at, m))?;
         let mut inputs = Vec::new();
-        while self.is_operand_start() {
-            inputs.push(self.atom(sc)?);
+        loop {
+            self.skip_blank();
+            if matches!(self.peek(), None | Some('\n')) || self.at_in_keyword() {
+                break;
+            }
+            inputs.push(self.atom(names, false)?);
         }
         let mut outputs = Vec::new();
-        for (name, aval, at) in outs {
-            outputs.push(sc.bind(name, aval, &at)?);
+        for (name, aval) in pending {
+            let var = jaxpr.new_var(aval);
+            if name != "_" && names.insert(name.clone(), var).is_some() {
+                return Err(self.error(&format!("variable `{name}` is bound twice")));
+            }
+            outputs.push(var);
         }
         Ok(Eqn {
             prim,
+            params,
             inputs,
             outputs,
         })
     }
 
-    fn is_operand_start(&self) -> bool {
+    fn atom(&mut self, names: &HashMap<String, Var>, in_tuple: bool) -> Result<Atom> {
+        self.skip_ws();
+        let start = self.pos;
+        while self.peek().is_some_and(|c| {
+            !c.is_whitespace() && c != ':' && !(in_tuple && (c == ',' || c == ')'))
+        }) {
+            self.pos += 1;
+        }
+        let text: String = self.chars[start..self.pos].iter().collect();
+        if self.peek() == Some(':') {
+            self.pos += 1;
+            let aval = self.aval()?;
+            let value = match text.as_str() {
+                "True" => 1.0,
+                "False" => 0.0,
+                other => other
+                    .parse::<f64>()
+                    .map_err(|_| self.error(&format!("bad literal `{other}`")))?,
+            };
+            if aval.rank() != 0 {
+                return Err(self.error("literals must be scalars"));
+            }
+            return Ok(Atom::Lit(Literal {
+                value: aval.dtype.round(value),
+                aval,
+            }));
+        }
+        names
+            .get(&text)
+            .map(|&v| Atom::Var(v))
+            .ok_or_else(|| self.error_at(start, &format!("unknown variable `{text}`")))
+    }
+
+    fn params(&mut self) -> Result<Params> {
+        self.expect("[")?;
+        let mut params = Params::new();
+        while !self.eat("]") {
+            let key = self.word();
+            if key.is_empty() {
+                return Err(self.error("expected `name=value`"));
+            }
+            self.expect("=")?;
+            let value = self.value()?;
+            params.0.push((key, value));
+        }
+        Ok(params)
+    }
+
+    fn value(&mut self) -> Result<ParamValue> {
+        self.skip_ws();
         match self.peek() {
-            Tok::Num(_) => true,
-            Tok::Ident(s) => {
-                s != "in" && *self.peek_at(1) != Tok::Punct(':')
-                    || matches!(s.as_str(), "True" | "False" | "inf" | "nan")
-            }
-            _ => false,
-        }
-    }
-
-    /// A variable name or a literal `value:type`.
-    fn atom(&mut self, sc: &Scope) -> Result<Atom, ParseError> {
-        let at = self.here();
-        match self.peek().clone() {
-            Tok::Ident(s) if *self.peek_at(1) != Tok::Punct(':') => {
-                self.bump();
-                let v = sc.names.get(&s).copied().ok_or_else(|| {
-                    err_at(
-                        &at,
-                        format!("`{s}` is not defined; every variable is bound before its use"),
-                    )
-                })?;
-                Ok(Atom::Var(v))
-            }
-            Tok::Ident(s) | Tok::Num(s) => {
-                self.bump();
-                self.punct(':')?;
-                let aval = self.aval()?;
-                if aval.ndim() != 0 {
-                    return Err(err_at(
-                        &at,
-                        "a literal must have a rank-0 type like `f32[]`".into(),
-                    ));
+            Some('(') => self.sequence('(', ')').map(ParamValue::Tuple),
+            Some('[') => self.sequence('[', ']').map(ParamValue::List),
+            Some('{') => self.closed().map(|j| ParamValue::Jaxpr(Box::new(j))),
+            Some(c) if c.is_ascii_digit() || c == '-' => self.number(),
+            Some(_) => {
+                let word = self.word();
+                if word.is_empty() {
+                    return Err(self.error("expected a parameter value"));
                 }
-                let value = literal_value(&s, aval.dtype)
-                    .ok_or_else(|| err_at(&at, format!("`{s}` is not a {} literal", aval.dtype)))?;
-                Ok(Atom::Lit(Literal {
-                    value,
-                    aval: aval.weak(true),
-                }))
+                if word == "np.int64" || word == "np.int32" {
+                    self.expect("(")?;
+                    let v = self.integer()?;
+                    self.expect(")")?;
+                    return Ok(ParamValue::NpInt(v));
+                }
+                match word.as_str() {
+                    "True" => Ok(ParamValue::Bool(true)),
+                    "False" => Ok(ParamValue::Bool(false)),
+                    _ if self.peek() == Some('(') => self.record(word),
+                    _ => Ok(ParamValue::Name(word)),
+                }
             }
-            _ => self.fail("an operand"),
+            None => Err(self.error("unexpected end of text in parameters")),
         }
     }
 
-    /// A param value: number, name, `np.int64(3)`, tuple, list or nested jaxpr.
-    fn value(&mut self) -> Result<PValue, ParseError> {
-        if self.depth >= MAX_DEPTH {
-            return self.fail(&format!("at most {MAX_DEPTH} levels of nesting"));
-        }
+    /// `Name(key=value, ...)`: a record.
+    fn record(&mut self, name: String) -> Result<ParamValue> {
         self.depth += 1;
-        let v = self.value_inner();
-        self.depth -= 1;
-        v
-    }
-
-    fn value_inner(&mut self) -> Result<PValue, ParseError> {
-        let at = self.here();
-        match self.peek().clone() {
-            Tok::Num(n) => {
-                self.bump();
-                number(&n).ok_or_else(|| err_at(&at, format!("`{n}` is not a number")))
-            }
-            Tok::Ident(s) => {
-                self.bump();
-                if self.is_punct('.') {
-                    self.bump();
-                    let attr = self.ident("a name after `.`")?;
-                    if !self.is_punct('(') {
-                        return Ok(PValue::Name(format!("{s}.{attr}")));
-                    }
-                    self.punct('(')?;
-                    let inner = self.value()?;
-                    self.punct(')')?;
-                    return Ok(PValue::Call(format!("{s}.{attr}"), Box::new(inner)));
-                }
-                if self.is_punct('(') {
-                    self.bump();
-                    let mut fields = Vec::new();
-                    while !self.is_punct(')') {
-                        let key = self.ident("a field `name=value`")?;
-                        self.punct('=')?;
-                        fields.push((key, self.value()?));
-                        if !self.is_punct(')') {
-                            self.punct(',')?;
-                        }
-                    }
-                    self.punct(')')?;
-                    return Ok(PValue::Struct(s, fields));
-                }
-                Ok(PValue::Name(s))
-            }
-            Tok::Punct(c @ ('(' | '[')) => {
-                self.bump();
-                let close = if c == '(' { ')' } else { ']' };
-                let mut items = Vec::new();
-                while !self.is_punct(close) {
-                    items.push(self.value()?);
-                    if !self.is_punct(close) {
-                        self.punct(',')?;
-                    }
-                }
-                self.punct(close)?;
-                Ok(if c == '(' {
-                    PValue::Tuple(items)
-                } else {
-                    PValue::List(items)
-                })
-            }
-            Tok::Punct('{') => Ok(PValue::Jaxpr(Box::new(self.jaxpr()?))),
-            _ => self.fail("a param value"),
+        if self.depth > MAX_DEPTH {
+            return Err(self.error("parameters nested too deeply"));
         }
+        self.expect("(")?;
+        let mut fields = Vec::new();
+        while !self.eat(")") {
+            let key = self.word();
+            if key.is_empty() {
+                return Err(self.error("expected `key=value` in a record"));
+            }
+            self.expect("=")?;
+            fields.push((key, self.value()?));
+            if !self.eat(",") {
+                self.expect(")")?;
+                break;
+            }
+        }
+        self.depth -= 1;
+        Ok(ParamValue::Record(name, fields))
     }
-}
 
-fn number(n: &str) -> Option<PValue> {
-    if let Ok(i) = n.parse::<i64>() {
-        return Some(PValue::Int(i));
+    fn sequence(&mut self, open: char, close: char) -> Result<Vec<ParamValue>> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self.error("parameters nested too deeply"));
+        }
+        self.expect(&open.to_string())?;
+        let mut items = Vec::new();
+        while !self.eat(&close.to_string()) {
+            items.push(self.value()?);
+            if !self.eat(",") {
+                self.expect(&close.to_string())?;
+                break;
+            }
+        }
+        self.depth -= 1;
+        Ok(items)
     }
-    n.parse::<f64>().ok().map(PValue::Float)
-}
 
-fn literal_value(s: &str, dtype: DType) -> Option<Scalar> {
-    match (s, dtype) {
-        ("True", DType::Bool) => Some(Scalar::Bool(true)),
-        ("False", DType::Bool) => Some(Scalar::Bool(false)),
-        (_, DType::Bool) => None,
-        (_, d) if d.is_float() => s.parse::<f64>().ok().map(Scalar::Float),
-        _ => s.parse::<i64>().ok().map(Scalar::Int),
+    fn number(&mut self) -> Result<ParamValue> {
+        let start = self.pos;
+        while self
+            .peek()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '+' | '.'))
+        {
+            self.pos += 1;
+        }
+        let text: String = self.chars[start..self.pos].iter().collect();
+        if let Ok(v) = text.parse::<i64>() {
+            return Ok(ParamValue::Int(v));
+        }
+        text.parse::<f64>()
+            .map(|v| ParamValue::Float(v, text.clone()))
+            .map_err(|_| self.error(&format!("bad number `{text}`")))
     }
 }

@@ -1,363 +1,274 @@
-//! Tracing: build jaxprs by running Rust closures on [`Tensor`] handles.
+//! Tracing: build jaxprs by running Rust code on [`Tensor`]s.
 //!
 //! ```
 //! use tessera_ir::trace::{trace, Tensor};
 //! use tessera_ir::{DType, ShapedArray};
-//! let f32_ = |s: &[usize]| ShapedArray::new(DType::F32, s);
-//! let cj = trace(&[f32_(&[2, 3]), f32_(&[3, 4])], |x: Tensor, w: Tensor| (x.matmul(&w) * 2.0).tanh()).unwrap();
-//! assert_eq!(cj.jaxpr.eqns.len(), 3);
+//!
+//! let x = ShapedArray::new(DType::F32, &[2, 3]);
+//! let w = ShapedArray::new(DType::F32, &[3, 4]);
+//! let program = trace(&[x, w], |args| {
+//!     let (x, w) = (&args[0], &args[1]);
+//!     vec![(x.matmul(w) + 1.0).tanh()]
+//! })?;
+//! assert_eq!(program.jaxpr.out_avals()[0].shape, vec![2, 4]);
+//! # Ok::<(), tessera_ir::IrError>(())
 //! ```
 //!
-//! A thread-local stack of trace frames holds the jaxprs being built; a [`Tensor`] is a handle
-//! `{trace id, var, aval}`. Operations never panic: the first error (shape mismatch, unknown
-//! axis, a tensor of another trace) is recorded in the frame and returned by [`trace`].
-//! Binary operators broadcast numpy-style (lower-rank operands get a `broadcast_in_dim` to the
-//! same rank, rank-0 operands stay scalar) and promote dtypes with JAX's weak-type rule: a Rust
-//! literal takes the dtype of the tensor it meets. Operators take `f64` and `i32` literals
-//! (`x * 2.0`, `x + 1`); the `*_scalar` methods take any [`IntoScalar`].
+//! Operations record equations in the trace that owns their operands. A misuse (shapes that do
+//! not broadcast, an unknown axis) is remembered as the trace's first error and returned by
+//! [`trace`]; later operations on the failed trace record nothing. Operator overloads follow
+//! numpy broadcasting (ranks aligned on the right) and JAX's dtype promotion (Rust numbers are
+//! weakly typed and take their partner's dtype).
 
+mod nn;
 mod ops;
 
-pub mod jnp;
+pub use nn::where_;
 
-pub use ops::{IntoScalar, concatenate, full, iota, select_n, where_};
+use std::cell::RefCell;
+use std::rc::Rc;
 
-use crate::ir::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Var};
-use crate::prims::{Primitive, TypeError, abstract_eval};
-use crate::types::ShapedArray;
-use std::cell::{Cell, RefCell};
+use crate::aval::ShapedArray;
+use crate::error::{IrError, Result};
+use crate::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal};
+use crate::params::{ParamValue, Params};
+use crate::prim::Prim;
 
-/// Tracing failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum TraceError {
-    /// A shape or dtype rule rejected an operation.
-    #[error(transparent)]
-    Type(#[from] TypeError),
-    /// An operation got arguments it cannot use (an axis out of range, a bad shape).
-    #[error("{op}: {message}")]
-    Op {
-        /// The operation.
-        op: String,
-        /// What was wrong, with the shapes.
-        message: String,
-    },
-    /// A tensor was used outside the trace that made it.
-    #[error(
-        "a tensor of another trace was used in `{op}`; pass values into nested functions as arguments"
-    )]
-    ForeignTensor {
-        /// The operation.
-        op: String,
-    },
-    /// The function's parameter count differs from the avals given.
-    #[error("the function takes {takes} arguments but {given} avals were given")]
-    Arity {
-        /// Parameters of the function.
-        takes: usize,
-        /// Avals given.
-        given: usize,
-    },
+/// The state of one trace.
+#[derive(Debug, Default)]
+pub(crate) struct Builder {
+    jaxpr: Jaxpr,
+    error: Option<IrError>,
 }
 
-/// A traced value: a handle to a variable of the jaxpr being built.
-#[derive(Clone, Debug, PartialEq)]
+/// A traced value.
+#[derive(Debug, Clone)]
 pub struct Tensor {
-    trace: u32,
-    var: Var,
+    builder: Rc<RefCell<Builder>>,
+    atom: Atom,
     aval: ShapedArray,
 }
 
 impl Tensor {
-    /// The abstract value.
+    /// The value's type.
     pub fn aval(&self) -> &ShapedArray {
         &self.aval
     }
 
     /// The shape.
-    pub fn shape(&self) -> &[usize] {
+    pub fn shape(&self) -> &[i64] {
         &self.aval.shape
     }
 
+    /// The rank.
+    pub fn rank(&self) -> usize {
+        self.aval.rank()
+    }
+
     /// The dtype.
-    pub fn dtype(&self) -> crate::types::DType {
+    pub fn dtype(&self) -> crate::dtype::DType {
         self.aval.dtype
     }
 
-    /// The rank.
-    pub fn ndim(&self) -> usize {
-        self.aval.ndim()
-    }
-}
-
-/// An operand of an operation: a tensor or a literal.
-#[derive(Clone, Debug)]
-pub(crate) enum Operand {
-    T(Tensor),
-    L(Literal),
-}
-
-impl Operand {
-    pub(crate) fn aval(&self) -> &ShapedArray {
-        match self {
-            Operand::T(t) => &t.aval,
-            Operand::L(l) => &l.aval,
-        }
-    }
-}
-
-struct Frame {
-    id: u32,
-    jaxpr: Jaxpr,
-    error: Option<TraceError>,
-}
-
-thread_local! {
-    static STACK: RefCell<Vec<Frame>> = const { RefCell::new(Vec::new()) };
-    static NEXT_ID: Cell<u32> = const { Cell::new(0) };
-}
-
-/// Records `e` as the current trace's error if it is the first.
-pub(crate) fn record(e: TraceError) {
-    STACK.with(|s| {
-        if let Some(f) = s.borrow_mut().last_mut() {
-            f.error.get_or_insert(e);
-        }
-    });
-}
-
-/// A tensor standing for a failed operation's result (its trace already holds the error).
-fn poison(aval: ShapedArray) -> Tensor {
-    STACK.with(|s| {
-        let mut s = s.borrow_mut();
-        match s.last_mut() {
-            Some(f) => Tensor {
-                trace: f.id,
-                var: f.jaxpr.new_var(aval.clone()),
-                aval,
-            },
-            None => Tensor {
-                trace: u32::MAX,
-                var: Var(0),
-                aval,
-            },
-        }
-    })
-}
-
-/// Appends `prim` applied to `ins` to the current trace and returns its results.
-pub(crate) fn bind(prim: Primitive, ins: &[Operand]) -> Vec<Tensor> {
-    let fallback = ins
-        .first()
-        .map(|o| o.aval().clone())
-        .unwrap_or_else(|| ShapedArray::scalar(crate::types::DType::F32));
-    let r = STACK.with(|s| {
-        let mut s = s.borrow_mut();
-        let Some(f) = s.last_mut() else {
-            return Err(None);
+    /// A weakly typed scalar literal in this tensor's trace.
+    pub(crate) fn literal(&self, value: f64, dtype: crate::dtype::DType) -> Tensor {
+        let aval = ShapedArray {
+            dtype,
+            shape: vec![],
+            weak_type: true,
+            vma: Default::default(),
+            sharding: None,
         };
-        if ins
-            .iter()
-            .any(|o| matches!(o, Operand::T(t) if t.trace != f.id))
-        {
-            return Err(Some(TraceError::ForeignTensor {
-                op: prim.name().into(),
-            }));
+        let lit = Literal {
+            value: dtype.round(value),
+            aval: ShapedArray::scalar(dtype),
+        };
+        Tensor {
+            builder: self.builder.clone(),
+            atom: Atom::Lit(lit),
+            aval,
         }
-        let avals: Vec<ShapedArray> = ins.iter().map(|o| o.aval().clone()).collect();
-        let outs = abstract_eval(&prim, &avals).map_err(|e| Some(e.into()))?;
-        let inputs = ins
-            .iter()
-            .map(|o| match o {
-                Operand::T(t) => Atom::Var(t.var),
-                Operand::L(l) => Atom::Lit(l.clone()),
-            })
-            .collect();
-        let vars: Vec<Var> = outs.iter().map(|a| f.jaxpr.new_var(a.clone())).collect();
-        f.jaxpr.eqns.push(Eqn {
-            prim,
-            inputs,
-            outputs: vars.clone(),
-        });
-        Ok(vars
+    }
+
+    /// A strongly typed scalar literal (for replaying a program's own literals).
+    pub(crate) fn literal_strong(&self, value: f64, dtype: crate::dtype::DType) -> Tensor {
+        let aval = ShapedArray::scalar(dtype);
+        let lit = Literal {
+            value: dtype.round(value),
+            aval: aval.clone(),
+        };
+        Tensor {
+            builder: self.builder.clone(),
+            atom: Atom::Lit(lit),
+            aval,
+        }
+    }
+
+    /// Records `prim[params](inputs)` in the trace and returns its results. On an error (now or
+    /// earlier in the trace) the results are placeholders of the best-known type.
+    pub(crate) fn bind(prim: Prim, params: Params, inputs: &[&Tensor]) -> Vec<Tensor> {
+        Tensor::bind_typed(prim, params, inputs, None)
+    }
+
+    /// Like [`Tensor::bind`], giving the result type for primitives whose printed parameters
+    /// leave it implied (JAX's `broadcast_in_dim` prints no `shape`).
+    pub(crate) fn bind_typed(
+        prim: Prim,
+        params: Params,
+        inputs: &[&Tensor],
+        out: Option<ShapedArray>,
+    ) -> Vec<Tensor> {
+        let builder = inputs[0].builder.clone();
+        let in_avals: Vec<ShapedArray> = inputs.iter().map(|t| t.aval.clone()).collect();
+        let mut b = builder.borrow_mut();
+        let result = if b.error.is_some() {
+            Err(())
+        } else {
+            match prim.abstract_eval(&params, &in_avals, out.as_ref().map(std::slice::from_ref)) {
+                Ok(avals) => Ok(avals),
+                Err(e) => {
+                    b.error = Some(e);
+                    Err(())
+                }
+            }
+        };
+        let avals = result.unwrap_or_else(|()| vec![in_avals[0].clone()]);
+        let outputs: Vec<_> = avals.iter().map(|a| b.jaxpr.new_var(a.clone())).collect();
+        if b.error.is_none() {
+            let eqn = Eqn {
+                prim,
+                params,
+                inputs: inputs.iter().map(|t| t.atom.clone()).collect(),
+                outputs: outputs.clone(),
+            };
+            b.jaxpr.eqns.push(eqn);
+        }
+        drop(b);
+        outputs
             .into_iter()
-            .zip(outs)
-            .map(|(var, aval)| Tensor {
-                trace: f.id,
-                var,
+            .zip(avals)
+            .map(|(v, aval)| Tensor {
+                builder: builder.clone(),
+                atom: Atom::Var(v),
                 aval,
             })
-            .collect())
-    });
-    match r {
-        Ok(ts) => ts,
-        Err(e) => {
-            if let Some(e) = e {
-                record(e);
+            .collect()
+    }
+
+    /// Records a primitive without operands (e.g. `iota`) in `like`'s trace.
+    pub(crate) fn bind_nullary(prim: Prim, params: Params, like: &Tensor) -> Tensor {
+        let builder = like.builder.clone();
+        let mut b = builder.borrow_mut();
+        let aval = match prim.abstract_eval(&params, &[], None) {
+            Ok(mut avals) if b.error.is_none() => avals.remove(0),
+            Ok(_) => like.aval.clone(),
+            Err(e) => {
+                b.error.get_or_insert(e);
+                like.aval.clone()
             }
-            vec![poison(fallback)]
+        };
+        let var = b.jaxpr.new_var(aval.clone());
+        if b.error.is_none() {
+            b.jaxpr.eqns.push(Eqn {
+                prim,
+                params,
+                inputs: Vec::new(),
+                outputs: vec![var],
+            });
+        }
+        drop(b);
+        Tensor {
+            builder,
+            atom: Atom::Var(var),
+            aval,
         }
     }
-}
 
-/// Like [`bind`] for single-result primitives.
-pub(crate) fn bind1(prim: Primitive, ins: &[Operand]) -> Tensor {
-    let fallback = ins
-        .first()
-        .map(|o| o.aval().clone())
-        .unwrap_or_else(|| ShapedArray::scalar(crate::types::DType::F32));
-    bind(prim, ins)
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| poison(fallback))
-}
-
-/// Results of a traced function.
-pub trait IntoOutputs {
-    /// The tensors returned.
-    fn into_outputs(self) -> Vec<Tensor>;
-}
-
-impl IntoOutputs for Tensor {
-    fn into_outputs(self) -> Vec<Tensor> {
-        vec![self]
+    /// Like [`Tensor::bind`] for a single result.
+    pub(crate) fn bind1(prim: Prim, params: Params, inputs: &[&Tensor]) -> Tensor {
+        Tensor::bind(prim, params, inputs).remove(0)
     }
-}
 
-impl IntoOutputs for Vec<Tensor> {
-    fn into_outputs(self) -> Vec<Tensor> {
-        self
-    }
-}
-
-impl IntoOutputs for (Tensor, Tensor) {
-    fn into_outputs(self) -> Vec<Tensor> {
-        vec![self.0, self.1]
-    }
-}
-
-/// A function of tensors that can be traced; `M` marks its arity.
-pub trait TraceFn<M> {
-    /// The number of parameters.
-    fn arity(&self) -> usize;
-    /// Calls it with exactly `arity` tensors.
-    fn call(self, args: Vec<Tensor>) -> Vec<Tensor>;
-}
-
-macro_rules! trace_fn {
-    ($n:expr; $($v:ident: $t:ty),*) => {
-        impl<F, R> TraceFn<($(TraceFnArg<$t>,)*)> for F
-        where
-            F: FnOnce($($t),*) -> R,
-            R: IntoOutputs,
-        {
-            fn arity(&self) -> usize {
-                $n
-            }
-            fn call(self, args: Vec<Tensor>) -> Vec<Tensor> {
-                let mut it = args.into_iter();
-                $(let Some($v) = it.next() else { return Vec::new() };)*
-                self($($v),*).into_outputs()
-            }
+    /// Records an error of operation `op` (the trace returns the first one).
+    pub(crate) fn fail(&self, op: &str, message: String) -> Tensor {
+        let mut b = self.builder.borrow_mut();
+        if b.error.is_none() {
+            b.error = Some(IrError::Type {
+                prim: op.to_owned(),
+                message,
+            });
         }
-    };
-}
-
-/// Marker type of [`TraceFn`] parameters.
-pub struct TraceFnArg<T>(std::marker::PhantomData<T>);
-
-trace_fn!(1; a: Tensor);
-trace_fn!(2; a: Tensor, b: Tensor);
-trace_fn!(3; a: Tensor, b: Tensor, c: Tensor);
-trace_fn!(4; a: Tensor, b: Tensor, c: Tensor, d: Tensor);
-trace_fn!(5; a: Tensor, b: Tensor, c: Tensor, d: Tensor, e: Tensor);
-
-impl<F, R> TraceFn<Vec<Tensor>> for (usize, F)
-where
-    F: FnOnce(Vec<Tensor>) -> R,
-    R: IntoOutputs,
-{
-    fn arity(&self) -> usize {
-        self.0
+        self.clone()
     }
-    fn call(self, args: Vec<Tensor>) -> Vec<Tensor> {
-        (self.1)(args).into_outputs()
+
+    /// Whether two tensors belong to the same trace.
+    pub(crate) fn same_trace(&self, other: &Tensor) -> bool {
+        Rc::ptr_eq(&self.builder, &other.builder)
     }
 }
 
-/// Traces `f` on parameters of avals `in_avals` into a closed jaxpr.
-pub fn trace<M>(in_avals: &[ShapedArray], f: impl TraceFn<M>) -> Result<ClosedJaxpr, TraceError> {
-    if f.arity() != in_avals.len() {
-        return Err(TraceError::Arity {
-            takes: f.arity(),
-            given: in_avals.len(),
-        });
-    }
-    let id = NEXT_ID.with(|n| {
-        let id = n.get();
-        n.set(id.wrapping_add(1));
-        id
-    });
-    let mut jaxpr = Jaxpr::default();
+/// Traces `f` on arguments of types `in_avals` into a closed jaxpr.
+pub fn trace(
+    in_avals: &[ShapedArray],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Result<ClosedJaxpr> {
+    let builder = Rc::new(RefCell::new(Builder::default()));
     let args: Vec<Tensor> = in_avals
         .iter()
-        .map(|a| {
-            let var = jaxpr.new_var(a.clone());
-            jaxpr.invars.push(var);
+        .map(|aval| {
+            let var = builder.borrow_mut().jaxpr.new_var(aval.clone());
+            builder.borrow_mut().jaxpr.invars.push(var);
             Tensor {
-                trace: id,
-                var,
-                aval: a.clone(),
+                builder: builder.clone(),
+                atom: Atom::Var(var),
+                aval: aval.clone(),
             }
         })
         .collect();
-    STACK.with(|s| {
-        s.borrow_mut().push(Frame {
-            id,
-            jaxpr,
-            error: None,
-        })
-    });
-    let outs = f.call(args);
-    let frame = STACK.with(|s| s.borrow_mut().pop());
-    let Some(mut frame) = frame else {
-        return Err(TraceError::Op {
-            op: "trace".into(),
-            message: "the trace stack was emptied".into(),
+    let outputs = f(&args);
+    drop(args);
+    if let Some(foreign) = outputs.iter().find(|t| !Rc::ptr_eq(&t.builder, &builder)) {
+        return Err(IrError::Type {
+            prim: "trace".into(),
+            message: format!(
+                "an output of type {} comes from another trace",
+                foreign.aval
+            ),
         });
-    };
-    if let Some(e) = frame.error {
-        return Err(e);
     }
-    for t in outs {
-        if t.trace != id {
-            return Err(TraceError::ForeignTensor {
-                op: "return".into(),
-            });
-        }
-        frame.jaxpr.outvars.push(Atom::Var(t.var));
+    let mut b = builder.borrow_mut();
+    if let Some(error) = b.error.take() {
+        return Err(error);
     }
-    Ok(ClosedJaxpr::new(frame.jaxpr))
+    b.jaxpr.outvars = outputs.iter().map(|t| t.atom.clone()).collect();
+    let jaxpr = std::mem::take(&mut b.jaxpr);
+    let closed = ClosedJaxpr::new(jaxpr);
+    crate::verify(&closed)?;
+    Ok(closed)
 }
 
-/// Calls `f` as a nested function named `name` (a `jit` equation with its own body).
-pub fn jit<M>(name: &str, args: &[&Tensor], f: impl TraceFn<M>) -> Vec<Tensor> {
+/// Calls `f` as a nested function named `name` (a `jit` equation holding its own jaxpr), so the
+/// program keeps the call structure.
+pub fn jit(name: &str, args: &[&Tensor], f: impl FnOnce(&[Tensor]) -> Vec<Tensor>) -> Vec<Tensor> {
+    let Some(first) = args.first() else {
+        return Vec::new();
+    };
     let avals: Vec<ShapedArray> = args.iter().map(|t| t.aval.clone()).collect();
     match trace(&avals, f) {
-        Ok(body) => {
-            let ins: Vec<Operand> = args.iter().map(|t| Operand::T((*t).clone())).collect();
-            bind(
-                Primitive::Jit {
-                    name: name.into(),
-                    jaxpr: Box::new(body),
-                },
-                &ins,
-            )
+        Ok(inner) => {
+            let params = Params::new()
+                .with("name", ParamValue::Name(name.to_owned()))
+                .with("jaxpr", ParamValue::Jaxpr(Box::new(inner)));
+            Tensor::bind(Prim::Jit, params, args)
         }
-        Err(e) => {
-            record(e);
-            vec![poison(avals.first().cloned().unwrap_or_else(|| {
-                ShapedArray::scalar(crate::types::DType::F32)
-            }))]
-        }
+        Err(e) => vec![first.fail("jit", format!("in nested function `{name}`: {e}"))],
     }
+}
+
+/// Calls a closed program on traced operands as a nested `jit` equation.
+pub fn call_closed(program: &ClosedJaxpr, args: &[&Tensor]) -> Vec<Tensor> {
+    let params = Params::new()
+        .with("name", ParamValue::Name("call".into()))
+        .with("jaxpr", ParamValue::Jaxpr(Box::new(program.clone())));
+    Tensor::bind(Prim::Jit, params, args)
 }

@@ -54,22 +54,41 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             file,
             backend,
             grads,
-        } => {
-            if grads {
-                anyhow::bail!("--grads: gradients need the autodiff work item");
-            }
-            let backend = match backend.as_str() {
-                "interp" => tessera_ir::oracle::Backend::Interp,
-                other => anyhow::bail!("unknown backend `{other}` for jaxpr cases; use `interp`"),
-            };
-            let report = tessera_ir::oracle::run_file(&file, backend)?;
-            for line in &report.failures {
-                println!("{line}");
-            }
-            Ok(super::report_summary(report.passed, report.failures.len()))
-        }
+        } => run_jaxpr(&file, &backend, grads),
         Kind::Collectives { .. } => {
             super::not_built_yet("oracle collectives", "Collectives and shard_map")
         }
     }
+}
+
+fn run_jaxpr(file: &std::path::Path, backend: &str, grads: bool) -> anyhow::Result<ExitCode> {
+    let client = if backend == "pjrt" {
+        Some(tessera_pjrt::Client::cpu(1)?)
+    } else {
+        None
+    };
+    let interp = |program: &tessera_ir::ClosedJaxpr, inputs: &[tessera_ir::Array]| {
+        tessera_ir::interp::eval_closed(program, inputs).map_err(|e| e.to_string())
+    };
+    let pjrt = |program: &tessera_ir::ClosedJaxpr, inputs: &[tessera_ir::Array]| match &client {
+        Some(client) => {
+            tessera::jit::run_on_device(client, program, inputs, 0).map_err(|e| e.to_string())
+        }
+        None => Err("no PJRT client".to_owned()),
+    };
+    let evaluate: &tessera_ir::oracle::Evaluate<'_> = match backend {
+        "interp" => &interp,
+        "pjrt" => &pjrt,
+        other => anyhow::bail!("unknown backend `{other}`: use `interp` or `pjrt`"),
+    };
+    let report = if grads {
+        tessera_ir::oracle::run_file_with_grads(file, evaluate)
+    } else {
+        tessera_ir::oracle::run_file_with(file, evaluate)
+    }
+    .map_err(anyhow::Error::msg)?;
+    for (name, why) in &report.failures {
+        println!("FAILED {name}: {why}");
+    }
+    Ok(super::report_summary(report.passed, report.failures.len()))
 }

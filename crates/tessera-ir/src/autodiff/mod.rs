@@ -1,0 +1,141 @@
+//! Reverse-mode differentiation: [`vjp`] turns a program into one that also takes cotangents for
+//! its results and returns the cotangents of its arguments. It replays the forward equations,
+//! then walks them backwards applying each primitive's rule (in [`rules`]), accumulating
+//! cotangents with `add_any`. Nested calls are inlined first. Integer and boolean values carry
+//! no cotangent (their gradients are zeros, JAX's float0).
+
+mod rules;
+
+use std::collections::HashMap;
+
+use crate::aval::ShapedArray;
+use crate::error::Result;
+use crate::jaxpr::{Atom, ClosedJaxpr, Var};
+use crate::passes::{eliminate_dead_code, inline_calls};
+use crate::trace::{Tensor, trace};
+
+/// The VJP program of `program`: arguments `(x..., ct...)` with one cotangent per result,
+/// results the cotangent of each argument (zeros for integer and boolean arguments).
+pub fn vjp(program: &ClosedJaxpr) -> Result<ClosedJaxpr> {
+    vjp_program(program, false)
+}
+
+/// `value_and_grad`: for a program with one scalar float result, a program from the same
+/// arguments to `(value, grad_0, ..., grad_k)` for the arguments in `argnums`.
+pub fn value_and_grad(program: &ClosedJaxpr, argnums: &[usize]) -> Result<ClosedJaxpr> {
+    let outs = program.jaxpr.out_avals();
+    let n = program.jaxpr.invars.len();
+    if outs.len() != 1 || outs[0].rank() != 0 || !outs[0].dtype.is_float() {
+        return Err(crate::error::IrError::Type {
+            prim: "value_and_grad".into(),
+            message: format!(
+                "needs a program with one scalar float result, got ({})",
+                outs.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+    }
+    if let Some(&bad) = argnums.iter().find(|&&a| a >= n) {
+        return Err(crate::error::IrError::Type {
+            prim: "value_and_grad".into(),
+            message: format!("argnum {bad} is out of range for {n} arguments"),
+        });
+    }
+    let both = vjp_program(program, true)?;
+    let seeded = trace(&program.jaxpr.in_avals(), |args| {
+        let one = args[0].literal_strong(1.0, outs[0].dtype);
+        let mut operands: Vec<&Tensor> = args.iter().collect();
+        operands.push(&one);
+        let results = crate::trace::call_closed(&both, &operands);
+        let mut picked = vec![results[0].clone()];
+        picked.extend(argnums.iter().map(|&a| results[1 + a].clone()));
+        picked
+    })?;
+    Ok(eliminate_dead_code(&inline_calls(&seeded)))
+}
+
+fn vjp_program(program: &ClosedJaxpr, with_values: bool) -> Result<ClosedJaxpr> {
+    if !program.consts.is_empty() {
+        return Err(crate::error::IrError::Type {
+            prim: "vjp".into(),
+            message: "programs with closed-over constants are not differentiable yet; pass the constants as arguments".into(),
+        });
+    }
+    let flat = inline_calls(program);
+    let jaxpr = &flat.jaxpr;
+    let mut avals: Vec<ShapedArray> = jaxpr.in_avals();
+    avals.extend(jaxpr.out_avals());
+    let n = jaxpr.invars.len();
+    let out = trace(&avals, |args| {
+        let (primals, cts) = args.split_at(n);
+        let mut env: HashMap<Var, Tensor> = HashMap::new();
+        for (&v, t) in jaxpr.invars.iter().zip(primals.iter().cloned()) {
+            env.insert(v, t);
+        }
+        let anchor = primals.first().or(cts.first()).cloned();
+        let Some(anchor) = anchor else {
+            return Vec::new();
+        };
+        let read = |env: &HashMap<Var, Tensor>, a: &Atom| match a {
+            Atom::Var(v) => env[v].clone(),
+            Atom::Lit(l) => anchor.literal_strong(l.value, l.aval.dtype),
+        };
+        for eqn in &jaxpr.eqns {
+            let inputs: Vec<Tensor> = eqn.inputs.iter().map(|a| read(&env, a)).collect();
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            let out_aval = eqn.outputs.first().map(|&v| jaxpr.aval(v).clone());
+            let outs = if refs.is_empty() {
+                vec![Tensor::bind_nullary(eqn.prim, eqn.params.clone(), &anchor)]
+            } else {
+                Tensor::bind_typed(eqn.prim, eqn.params.clone(), &refs, out_aval)
+            };
+            for (&v, t) in eqn.outputs.iter().zip(outs) {
+                env.insert(v, t);
+            }
+        }
+        let mut ct_env: HashMap<Var, Tensor> = HashMap::new();
+        for (atom, ct) in jaxpr.outvars.iter().zip(cts) {
+            if let Atom::Var(v) = atom {
+                accumulate(&mut ct_env, *v, ct.clone());
+            }
+        }
+        for eqn in jaxpr.eqns.iter().rev() {
+            let gs: Vec<Option<Tensor>> = eqn.outputs.iter().map(|v| ct_env.remove(v)).collect();
+            if gs.iter().all(Option::is_none) {
+                continue;
+            }
+            let inputs: Vec<Tensor> = eqn.inputs.iter().map(|a| read(&env, a)).collect();
+            let outputs: Vec<Tensor> = eqn.outputs.iter().map(|v| env[v].clone()).collect();
+            let grads = rules::vjp_rule(eqn.prim, &eqn.params, &inputs, &outputs, &gs);
+            for (atom, g) in eqn.inputs.iter().zip(grads) {
+                if let (Atom::Var(v), Some(g)) = (atom, g)
+                    && jaxpr.aval(*v).dtype.is_float()
+                {
+                    accumulate(&mut ct_env, *v, g);
+                }
+            }
+        }
+        let values: Vec<Tensor> = if with_values {
+            jaxpr.outvars.iter().map(|a| read(&env, a)).collect()
+        } else {
+            Vec::new()
+        };
+        let grads = jaxpr
+            .invars
+            .iter()
+            .zip(primals)
+            .map(|(v, x)| ct_env.remove(v).unwrap_or_else(|| rules::zeros_like(x)));
+        values.into_iter().chain(grads).collect()
+    })?;
+    Ok(eliminate_dead_code(&out))
+}
+
+fn accumulate(ct_env: &mut HashMap<Var, Tensor>, v: Var, g: Tensor) {
+    let next = match ct_env.remove(&v) {
+        Some(prev) => rules::add_any(&prev, &g),
+        None => g,
+    };
+    ct_env.insert(v, next);
+}

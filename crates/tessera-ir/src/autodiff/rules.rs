@@ -1,0 +1,505 @@
+//! The VJP rule of every primitive: given the operands, the results and the cotangents of the
+//! results, the cotangents of the operands (`None` where an operand gets none). One exhaustive
+//! `match`, so a primitive without a rule does not compile.
+
+use crate::dtype::DType;
+use crate::params::{ParamValue, Params};
+use crate::prim::Prim;
+use crate::trace::Tensor;
+
+/// `a + b` of two cotangents of the same type.
+pub(super) fn add_any(a: &Tensor, b: &Tensor) -> Tensor {
+    Tensor::bind1(Prim::AddAny, Params::new(), &[a, b])
+}
+
+/// Zeros of `x`'s type.
+pub(super) fn zeros_like(x: &Tensor) -> Tensor {
+    let zero = x.literal_strong(0.0, x.dtype());
+    if x.rank() == 0 {
+        Tensor::bind1(
+            Prim::ConvertElementType,
+            convert_params(x.dtype()),
+            &[&zero],
+        )
+    } else {
+        zero.broadcast_in_dim(x.shape(), &[])
+    }
+}
+
+fn convert_params(dtype: DType) -> Params {
+    Params::new()
+        .with("new_dtype", ParamValue::Name(dtype.numpy_name().into()))
+        .with("weak_type", ParamValue::Bool(false))
+}
+
+/// Sums `g` down to `shape` (undoing scalar and size-1 broadcasting of elementwise operands).
+fn unbroadcast(g: &Tensor, shape: &[i64]) -> Tensor {
+    if g.shape() == shape {
+        return g.clone();
+    }
+    if shape.is_empty() {
+        let axes: Vec<i64> = (0..g.rank() as i64).collect();
+        return g.sum(&axes);
+    }
+    let axes: Vec<i64> = (0..shape.len())
+        .filter(|&d| shape[d] == 1 && g.shape()[d] != 1)
+        .map(|d| d as i64)
+        .collect();
+    g.sum(&axes).reshape(shape)
+}
+
+fn int_list(v: &[i64]) -> ParamValue {
+    ParamValue::Tuple(v.iter().map(|&x| ParamValue::Int(x)).collect())
+}
+
+/// Computes the cotangents of an equation's operands.
+pub(super) fn vjp_rule(
+    prim: Prim,
+    params: &Params,
+    x: &[Tensor],
+    y: &[Tensor],
+    gs: &[Option<Tensor>],
+) -> Vec<Option<Tensor>> {
+    use Prim::*;
+    let Some(g) = gs
+        .first()
+        .cloned()
+        .flatten()
+        .or_else(|| gs.iter().flatten().next().cloned())
+    else {
+        return vec![None; x.len()];
+    };
+    let shape_of = |i: usize| x[i].shape().to_vec();
+    let float = |i: usize| x[i].dtype().is_float();
+    let keep = |i: usize, t: Tensor| float(i).then(|| unbroadcast(&t, &shape_of(i)));
+    match prim {
+        Add | AddAny => vec![keep(0, g.clone()), keep(1, g)],
+        Sub => vec![keep(0, g.clone()), keep(1, -&g)],
+        Mul => vec![keep(0, &g * &x[1]), keep(1, &g * &x[0])],
+        Div => vec![keep(0, &g / &x[1]), keep(1, -(&g * &y[0]) / &x[1])],
+        Max | Min => {
+            let pick = |a: &Tensor, b: &Tensor| {
+                let ours = a.eq(&y[0]).astype(g.dtype());
+                let theirs = b.eq(&y[0]).astype(g.dtype());
+                &g * &(&ours * &(1.0 - &theirs * 0.5))
+            };
+            vec![keep(0, pick(&x[0], &x[1])), keep(1, pick(&x[1], &x[0]))]
+        }
+        Pow => {
+            let dx = &(&g * &x[1]) * &x[0].binary(Pow, &(&x[1] - 1.0));
+            let dy = &(&g * &x[0].log()) * &y[0];
+            vec![keep(0, dx), keep(1, dy)]
+        }
+        Rem => {
+            let q = &x[0] / &x[1];
+            vec![
+                keep(0, g.clone()),
+                keep(1, -(&g * &(&q.sign() * &q.abs().floor_()))),
+            ]
+        }
+        Neg => vec![Some(-&g)],
+        Exp => vec![Some(&g * &y[0])],
+        Exp2 => vec![Some(&(&g * &y[0]) * std::f64::consts::LN_2)],
+        Log => vec![Some(&g / &x[0])],
+        Log1p => vec![Some(&g / &(&x[0] + 1.0))],
+        Expm1 => vec![Some(&g * &(&y[0] + 1.0))],
+        Tanh => vec![Some(&g * &(1.0 - &y[0] * &y[0]))],
+        Logistic => vec![Some(&(&g * &y[0]) * &(1.0 - &y[0]))],
+        Sin => vec![Some(&g * &x[0].cos())],
+        Cos => vec![Some(-(&g * &x[0].sin()))],
+        Sqrt => vec![Some(&g / &(&y[0] * 2.0))],
+        Rsqrt => vec![Some(&(&g * &y[0]) * &(-0.5 / &x[0]))],
+        Abs => vec![Some(&g * &x[0].sign())],
+        IntegerPow => {
+            let n = params.int("integer_pow", "y").unwrap_or(1);
+            let d = if n == 1 {
+                x[0].full_like_scalar(1.0)
+            } else {
+                x[0].integer_pow(n - 1) * n as f64
+            };
+            vec![Some(&g * &d)]
+        }
+        Sign | Floor | Ceil | Round => vec![Some(zeros_like(&x[0]))],
+        Not | And | Or | Xor | Eq | Ne | Lt | Le | Gt | Ge | Iota | Argmax | Argmin => {
+            vec![None; x.len()]
+        }
+        StopGradient => vec![None],
+        Copy | PipelineEnterStage => gs.to_vec(),
+        ConvertElementType => vec![float(0).then(|| g.astype(x[0].dtype()))],
+        SelectN => {
+            let mut out = vec![None];
+            for k in 1..x.len() {
+                let cases: Vec<Tensor> = (1..x.len())
+                    .map(|j| if j == k { g.clone() } else { zeros_like(&g) })
+                    .collect();
+                let mut operands: Vec<&Tensor> = vec![&x[0]];
+                operands.extend(cases.iter());
+                out.push(keep(k, Tensor::bind1(SelectN, Params::new(), &operands)));
+            }
+            out
+        }
+        Clamp => {
+            let inside = x[1].ge(&x[0]).astype(g.dtype()) * x[2].ge(&x[1]).astype(g.dtype());
+            let below = x[1].lt(&x[0]).astype(g.dtype());
+            let above = x[2].lt(&x[1]).astype(g.dtype());
+            vec![
+                keep(0, &g * &below),
+                Some(&g * &inside),
+                keep(2, &g * &above),
+            ]
+        }
+        BroadcastInDim => vec![Some(unbroadcast_in_dim(&g, &x[0], params))],
+        Reshape | Squeeze | ExpandDims => vec![Some(g.reshape(x[0].shape()))],
+        Transpose => {
+            let perm = params.ints("transpose", "permutation").unwrap_or_default();
+            let mut inv = vec![0i64; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inv[p as usize] = i as i64;
+            }
+            vec![Some(g.transpose(&inv))]
+        }
+        ReduceSum => {
+            let axes = params.ints("reduce_sum", "axes").unwrap_or_default();
+            vec![Some(
+                g.keep_dims(&axes, x[0].rank()).broadcast_to(x[0].shape()),
+            )]
+        }
+        ReduceMax | ReduceMin => {
+            let axes = params.ints(prim.name(), "axes").unwrap_or_default();
+            let rank = x[0].rank();
+            let full = |t: &Tensor| t.keep_dims(&axes, rank).broadcast_to(x[0].shape());
+            let mask = x[0].eq(&full(&y[0])).astype(g.dtype());
+            let count = full(&mask.sum(&axes));
+            vec![Some(&(&full(&g) * &mask) / &count)]
+        }
+        ReduceProd => {
+            let axes = params.ints("reduce_prod", "axes").unwrap_or_default();
+            let rank = x[0].rank();
+            let full = |t: &Tensor| t.keep_dims(&axes, rank).broadcast_to(x[0].shape());
+            vec![Some(&(&full(&g) * &full(&y[0])) / &x[0])]
+        }
+        ReduceAnd | ReduceOr => vec![None],
+        Cumsum => {
+            let reverse = matches!(params.get("reverse"), Some(ParamValue::Bool(true)));
+            let axis = params.get("axis").cloned().unwrap_or(ParamValue::Int(0));
+            let p = Params::new()
+                .with("axis", axis)
+                .with("reverse", ParamValue::Bool(!reverse));
+            vec![Some(Tensor::bind1(Cumsum, p, &[&g]))]
+        }
+        DotGeneral => dot_general_vjp(params, &g, &x[0], &x[1]),
+        Slice => {
+            let start = params.ints("slice", "start_indices").unwrap_or_default();
+            let strides = params
+                .opt_ints("slice", "strides")
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| vec![1; start.len()]);
+            let dims = x[0].shape();
+            let config: Vec<(i64, i64, i64)> = (0..dims.len())
+                .map(|d| {
+                    let n = g.shape()[d];
+                    let end = start[d] + if n == 0 { 0 } else { (n - 1) * strides[d] + 1 };
+                    (start[d], dims[d] - end, strides[d] - 1)
+                })
+                .collect();
+            vec![Some(pad(&g, &config))]
+        }
+        Pad => {
+            let config = pad_config(params);
+            let unpad: Vec<(i64, i64, i64)> =
+                config.iter().map(|&(lo, hi, _)| (-lo, -hi, 0)).collect();
+            let cropped = pad(&g, &unpad);
+            let strides: Vec<i64> = config.iter().map(|&(_, _, i)| i + 1).collect();
+            let limit = cropped.shape().to_vec();
+            let operand = slice(&cropped, &vec![0; limit.len()], &limit, &strides);
+            let axes: Vec<i64> = (0..g.rank() as i64).collect();
+            let pad_value = &g.sum(&axes) - &operand.sum(&axes);
+            vec![Some(operand), Some(pad_value)]
+        }
+        Concatenate => {
+            let dim = params.int("concatenate", "dimension").unwrap_or(0);
+            let dim = if dim < 0 { dim + g.rank() as i64 } else { dim } as usize;
+            let mut offset = 0;
+            x.iter()
+                .map(|xi| {
+                    let mut start = vec![0i64; g.rank()];
+                    let mut limit = g.shape().to_vec();
+                    start[dim] = offset;
+                    limit[dim] = offset + xi.shape()[dim];
+                    offset = limit[dim];
+                    xi.dtype()
+                        .is_float()
+                        .then(|| slice(&g, &start, &limit, &vec![1; g.rank()]))
+                })
+                .collect()
+        }
+        DynamicSlice => {
+            let zeros = zeros_like(&x[0]);
+            let mut operands: Vec<&Tensor> = vec![&zeros, &g];
+            operands.extend(x[1..].iter());
+            let mut out = vec![Some(Tensor::bind1(
+                DynamicUpdateSlice,
+                Params::new(),
+                &operands,
+            ))];
+            out.extend(std::iter::repeat_n(None, x.len() - 1));
+            out
+        }
+        DynamicUpdateSlice => {
+            let zeros = zeros_like(&x[1]);
+            let mut operands: Vec<&Tensor> = vec![&g, &zeros];
+            operands.extend(x[2..].iter());
+            let operand = Tensor::bind1(DynamicUpdateSlice, Params::new(), &operands);
+            let mut idx: Vec<&Tensor> = vec![&g];
+            idx.extend(x[2..].iter());
+            let sizes = Params::new().with("slice_sizes", int_list(x[1].shape()));
+            let update = Tensor::bind1(DynamicSlice, sizes, &idx);
+            let mut out = vec![Some(operand), Some(update)];
+            out.extend(std::iter::repeat_n(None, x.len() - 2));
+            out
+        }
+        Gather => vec![Some(gather_vjp(params, &g, &x[0], &x[1])), None],
+        ScatterAdd => vec![
+            Some(g.clone()),
+            None,
+            Some(scatter_add_vjp(params, &g, &x[1], &x[2])),
+        ],
+        Jit => vec![None; x.len()],
+    }
+}
+
+fn record(name: &str, fields: &[(&str, &[i64])]) -> ParamValue {
+    ParamValue::Record(
+        name.into(),
+        fields
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), int_list(v)))
+            .collect(),
+    )
+}
+
+fn index_params(params: &Params, dims: ParamValue) -> Params {
+    let copy = |k: &str, default: ParamValue| params.get(k).cloned().unwrap_or(default);
+    Params::new()
+        .with("dimension_numbers", dims)
+        .with(
+            "indices_are_sorted",
+            copy("indices_are_sorted", ParamValue::Bool(false)),
+        )
+        .with(
+            "mode",
+            copy(
+                "mode",
+                ParamValue::Name("GatherScatterMode.PROMISE_IN_BOUNDS".into()),
+            ),
+        )
+        .with(
+            "unique_indices",
+            copy("unique_indices", ParamValue::Bool(false)),
+        )
+}
+
+/// Gather's cotangent: scatter-add the output cotangent into zeros at the gathered places.
+fn gather_vjp(params: &Params, g: &Tensor, operand: &Tensor, indices: &Tensor) -> Tensor {
+    let Ok(dn) = crate::prim::gather_dims(params) else {
+        return zeros_like(operand);
+    };
+    let dims = record(
+        "ScatterDimensionNumbers",
+        &[
+            ("update_window_dims", &dn.offset_dims),
+            ("inserted_window_dims", &dn.collapsed_slice_dims),
+            ("scatter_dims_to_operand_dims", &dn.start_index_map),
+            ("operand_batching_dims", &[]),
+            ("scatter_indices_batching_dims", &[]),
+        ],
+    );
+    let zeros = zeros_like(operand);
+    Tensor::bind1(
+        Prim::ScatterAdd,
+        index_params(params, dims),
+        &[&zeros, indices, g],
+    )
+}
+
+/// Scatter-add's cotangent for the updates: gather the output cotangent at the scattered places.
+fn scatter_add_vjp(params: &Params, g: &Tensor, indices: &Tensor, updates: &Tensor) -> Tensor {
+    let Ok(dn) = crate::prim::scatter_dims(params) else {
+        return zeros_like(updates);
+    };
+    let mut window = dn.update_window_dims.iter();
+    let sizes: Vec<i64> = (0..g.rank() as i64)
+        .map(|d| {
+            if dn.inserted_window_dims.contains(&d) {
+                1
+            } else {
+                window.next().map_or(1, |&w| updates.shape()[w as usize])
+            }
+        })
+        .collect();
+    let dims = record(
+        "GatherDimensionNumbers",
+        &[
+            ("offset_dims", &dn.update_window_dims),
+            ("collapsed_slice_dims", &dn.inserted_window_dims),
+            ("start_index_map", &dn.scatter_dims_to_operand_dims),
+            ("operand_batching_dims", &[]),
+            ("start_indices_batching_dims", &[]),
+        ],
+    );
+    let p = index_params(params, dims).with("slice_sizes", int_list(&sizes));
+    Tensor::bind1(Prim::Gather, p, &[g, indices])
+}
+
+fn pad_config(params: &Params) -> Vec<(i64, i64, i64)> {
+    params
+        .get("padding_config")
+        .and_then(ParamValue::as_seq)
+        .map(|seq| {
+            seq.iter()
+                .filter_map(|t| match t.as_ints().as_deref() {
+                    Some(&[a, b, c]) => Some((a, b, c)),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn pad(g: &Tensor, config: &[(i64, i64, i64)]) -> Tensor {
+    let zero = g.literal_strong(0.0, g.dtype());
+    let cfg = ParamValue::Tuple(
+        config
+            .iter()
+            .map(|&(a, b, c)| int_list(&[a, b, c]))
+            .collect(),
+    );
+    Tensor::bind1(
+        Prim::Pad,
+        Params::new().with("padding_config", cfg),
+        &[g, &zero],
+    )
+}
+
+fn slice(g: &Tensor, start: &[i64], limit: &[i64], strides: &[i64]) -> Tensor {
+    let params = Params::new()
+        .with("limit_indices", int_list(limit))
+        .with("start_indices", int_list(start))
+        .with(
+            "strides",
+            if strides.iter().all(|&s| s == 1) {
+                ParamValue::Name("None".into())
+            } else {
+                int_list(strides)
+            },
+        );
+    Tensor::bind1(Prim::Slice, params, &[g])
+}
+
+/// The cotangent of `broadcast_in_dim`'s operand: sum over the dimensions it broadcast into.
+fn unbroadcast_in_dim(g: &Tensor, x: &Tensor, params: &Params) -> Tensor {
+    let bdims = params
+        .opt_ints("broadcast_in_dim", "broadcast_dimensions")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let mut axes: Vec<i64> = (0..g.rank() as i64)
+        .filter(|d| !bdims.contains(d))
+        .collect();
+    for (i, &d) in bdims.iter().enumerate() {
+        if x.shape()[i] == 1 && g.shape()[d as usize] != 1 {
+            axes.push(d);
+        }
+    }
+    axes.sort_unstable();
+    let summed = if axes.is_empty() {
+        g.clone()
+    } else {
+        g.sum(&axes)
+    };
+    if summed.shape() == x.shape() {
+        summed
+    } else {
+        summed.reshape(x.shape())
+    }
+}
+
+/// JAX's `_dot_general_transpose_lhs`/`_rhs`.
+fn dot_general_vjp(params: &Params, g: &Tensor, x: &Tensor, y: &Tensor) -> Vec<Option<Tensor>> {
+    let Some((xc, yc, xb, yb)) = dot_dims(params) else {
+        return vec![None, None];
+    };
+    let dx = x
+        .dtype()
+        .is_float()
+        .then(|| transpose_lhs(g, x.rank(), y, (&xc, &yc), (&xb, &yb), false));
+    let dy = y
+        .dtype()
+        .is_float()
+        .then(|| transpose_lhs(g, y.rank(), x, (&yc, &xc), (&yb, &xb), true));
+    vec![
+        dx.map(|t| t.astype(x.dtype())),
+        dy.map(|t| t.astype(y.dtype())),
+    ]
+}
+
+type Dims = Vec<i64>;
+
+fn dot_dims(params: &Params) -> Option<(Dims, Dims, Dims, Dims)> {
+    let seq = params.get("dimension_numbers")?.as_seq()?;
+    let [c, b] = seq else { return None };
+    let pair = |v: &ParamValue| -> Option<(Dims, Dims)> {
+        let [a, b] = v.as_seq()? else { return None };
+        Some((a.as_ints()?, b.as_ints()?))
+    };
+    let ((xc, yc), (xb, yb)) = (pair(c)?, pair(b)?);
+    Some((xc, yc, xb, yb))
+}
+
+fn remaining(rank: usize, a: &[i64], b: &[i64]) -> Vec<i64> {
+    (0..rank as i64)
+        .filter(|d| !a.contains(d) && !b.contains(d))
+        .collect()
+}
+
+fn transpose_lhs(
+    g: &Tensor,
+    x_rank: usize,
+    y: &Tensor,
+    contract: (&[i64], &[i64]),
+    batch: (&[i64], &[i64]),
+    swap_ans: bool,
+) -> Tensor {
+    let (x_contract, y_contract) = contract;
+    let (x_batch, y_batch) = batch;
+    let x_kept = remaining(x_rank, x_contract, x_batch);
+    let y_kept = remaining(y.rank(), y_contract, y_batch);
+    let nb = x_batch.len() as i64;
+    let range = |start: i64, n: usize| (start..start + n as i64).collect::<Vec<_>>();
+    let (ans_batch, ans_y) = if swap_ans {
+        (range(0, x_batch.len()), range(nb, y_kept.len()))
+    } else {
+        (
+            range(0, x_batch.len()),
+            range(nb + x_kept.len() as i64, y_kept.len()),
+        )
+    };
+    let mut order: Vec<usize> = (0..y_contract.len()).collect();
+    order.sort_by_key(|&i| y_contract[i]);
+    let x_contract_sorted_by_y: Vec<i64> = order.iter().map(|&i| x_contract[i]).collect();
+    let produced: Vec<i64> = x_batch
+        .iter()
+        .chain(&x_kept)
+        .chain(&x_contract_sorted_by_y)
+        .copied()
+        .collect();
+    let mut out_axes: Vec<i64> = (0..produced.len() as i64).collect();
+    out_axes.sort_by_key(|&i| produced[i as usize]);
+    let prod = g.dot_general(y, (&ans_y, &y_kept), (&ans_batch, y_batch));
+    if out_axes.iter().enumerate().all(|(i, &a)| i as i64 == a) {
+        prod
+    } else {
+        prod.transpose(&out_axes)
+    }
+}

@@ -1,0 +1,153 @@
+//! Element types: their jaxpr spellings (`f32`), numpy names (`float32`) and value rules.
+
+use std::fmt;
+
+/// An element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// Booleans.
+    Bool,
+    /// Signed integers.
+    I8,
+    /// Signed integers.
+    I16,
+    /// Signed integers.
+    I32,
+    /// Signed integers.
+    I64,
+    /// Unsigned integers.
+    U8,
+    /// Unsigned integers.
+    U16,
+    /// Unsigned integers.
+    U32,
+    /// Unsigned integers.
+    U64,
+    /// bfloat16.
+    BF16,
+    /// IEEE half.
+    F16,
+    /// IEEE single.
+    F32,
+    /// IEEE double.
+    F64,
+}
+
+impl DType {
+    /// Every dtype.
+    pub const ALL: [DType; 13] = [
+        DType::Bool,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+        DType::BF16,
+        DType::F16,
+        DType::F32,
+        DType::F64,
+    ];
+
+    /// The jaxpr spelling: `f32`, `i32`, `bool`, `bf16`.
+    pub fn short_name(self) -> &'static str {
+        use DType::*;
+        match self {
+            Bool => "bool",
+            I8 => "i8",
+            I16 => "i16",
+            I32 => "i32",
+            I64 => "i64",
+            U8 => "u8",
+            U16 => "u16",
+            U32 => "u32",
+            U64 => "u64",
+            BF16 => "bf16",
+            F16 => "f16",
+            F32 => "f32",
+            F64 => "f64",
+        }
+    }
+
+    /// The numpy name used in params and oracle files: `float32`, `int32`, `bool`, `bfloat16`.
+    pub fn numpy_name(self) -> &'static str {
+        use DType::*;
+        match self {
+            Bool => "bool",
+            I8 => "int8",
+            I16 => "int16",
+            I32 => "int32",
+            I64 => "int64",
+            U8 => "uint8",
+            U16 => "uint16",
+            U32 => "uint32",
+            U64 => "uint64",
+            BF16 => "bfloat16",
+            F16 => "float16",
+            F32 => "float32",
+            F64 => "float64",
+        }
+    }
+
+    /// Parses either spelling.
+    pub fn parse(text: &str) -> Option<DType> {
+        DType::ALL
+            .into_iter()
+            .find(|d| d.short_name() == text || d.numpy_name() == text)
+    }
+
+    /// Floating point?
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::BF16 | DType::F16 | DType::F32 | DType::F64)
+    }
+
+    /// Signed or unsigned integer?
+    pub fn is_int(self) -> bool {
+        !self.is_float() && self != DType::Bool
+    }
+
+    /// Unsigned integer?
+    pub fn is_unsigned(self) -> bool {
+        matches!(self, DType::U8 | DType::U16 | DType::U32 | DType::U64)
+    }
+
+    /// Bytes per element.
+    pub fn size_in_bytes(self) -> usize {
+        use DType::*;
+        match self {
+            Bool | I8 | U8 => 1,
+            I16 | U16 | BF16 | F16 => 2,
+            I32 | U32 | F32 => 4,
+            I64 | U64 | F64 => 8,
+        }
+    }
+
+    /// Rounds a value to what this dtype can hold (floats to their precision, integers by
+    /// truncation and wrap-around, booleans to 0/1).
+    pub fn round(self, x: f64) -> f64 {
+        use DType::*;
+        match self {
+            Bool => f64::from(u8::from(x != 0.0)),
+            F64 => x,
+            F32 => f64::from(x as f32),
+            F16 => f64::from(half::f16::from_f64(x)),
+            BF16 => f64::from(half::bf16::from_f64(x)),
+            I8 => f64::from(x as i64 as i8),
+            I16 => f64::from(x as i64 as i16),
+            I32 => f64::from(x as i64 as i32),
+            I64 => x.trunc(),
+            U8 => f64::from(x as i64 as u8),
+            U16 => f64::from(x as i64 as u16),
+            U32 => f64::from(x as i64 as u32),
+            U64 => (x as u64) as f64,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.short_name())
+    }
+}

@@ -1,0 +1,202 @@
+//! Equation parameters as JAX prints them: an ordered list of `name=value` pairs whose values are
+//! small trees (integers, `np.int64(..)`, floats, names, tuples, lists, nested jaxprs). Keeping
+//! them as printed makes print → parse → print exact; typed accessors read them for the rules.
+
+use std::fmt;
+
+use crate::dtype::DType;
+use crate::error::IrError;
+use crate::jaxpr::ClosedJaxpr;
+
+/// One parameter value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParamValue {
+    /// An integer: `2`.
+    Int(i64),
+    /// A numpy integer: `np.int64(0)`.
+    NpInt(i64),
+    /// A float, with the text it was written as (so it prints back the same).
+    Float(f64, String),
+    /// `True` / `False`.
+    Bool(bool),
+    /// A bare name: `float32`, `None`, `tril`.
+    Name(String),
+    /// A tuple: `(1, 0)`, `(0,)`, `()`.
+    Tuple(Vec<ParamValue>),
+    /// A list: `[1]`, `[]`.
+    List(Vec<ParamValue>),
+    /// A nested jaxpr: `{ lambda ; ... }`.
+    Jaxpr(Box<ClosedJaxpr>),
+    /// A named record: `GatherDimensionNumbers(offset_dims=(1,), ...)`.
+    Record(String, Vec<(String, ParamValue)>),
+}
+
+impl ParamValue {
+    /// A tuple of integers.
+    pub fn ints(values: &[i64]) -> ParamValue {
+        ParamValue::Tuple(values.iter().map(|&v| ParamValue::Int(v)).collect())
+    }
+
+    /// The integer, if this is one (plain or numpy).
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            ParamValue::Int(v) | ParamValue::NpInt(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The elements of a tuple or list.
+    pub fn as_seq(&self) -> Option<&[ParamValue]> {
+        match self {
+            ParamValue::Tuple(v) | ParamValue::List(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// A sequence of integers.
+    pub fn as_ints(&self) -> Option<Vec<i64>> {
+        self.as_seq()?.iter().map(ParamValue::as_int).collect()
+    }
+
+    /// A field of a record.
+    pub fn field(&self, name: &str) -> Option<&ParamValue> {
+        match self {
+            ParamValue::Record(_, fields) => fields.iter().find(|(k, _)| k == name).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    /// Whether this is the name `None`.
+    pub fn is_none(&self) -> bool {
+        matches!(self, ParamValue::Name(n) if n == "None")
+    }
+}
+
+impl fmt::Display for ParamValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamValue::Int(v) => write!(f, "{v}"),
+            ParamValue::NpInt(v) => write!(f, "np.int64({v})"),
+            ParamValue::Float(_, text) => f.write_str(text),
+            ParamValue::Bool(b) => f.write_str(if *b { "True" } else { "False" }),
+            ParamValue::Name(n) => f.write_str(n),
+            ParamValue::Tuple(items) => {
+                f.write_str("(")?;
+                write_items(f, items)?;
+                if items.len() == 1 {
+                    f.write_str(",")?;
+                }
+                f.write_str(")")
+            }
+            ParamValue::List(items) => {
+                f.write_str("[")?;
+                write_items(f, items)?;
+                f.write_str("]")
+            }
+            ParamValue::Jaxpr(j) => write!(f, "{}", crate::text::print_closed(j, 0)),
+            ParamValue::Record(name, fields) => {
+                write!(f, "{name}(")?;
+                for (i, (k, v)) in fields.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{k}={v}")?;
+                }
+                f.write_str(")")
+            }
+        }
+    }
+}
+
+fn write_items(f: &mut fmt::Formatter<'_>, items: &[ParamValue]) -> fmt::Result {
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        write!(f, "{item}")?;
+    }
+    Ok(())
+}
+
+/// The parameters of an equation, in print order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Params(pub Vec<(String, ParamValue)>);
+
+impl Params {
+    /// No parameters.
+    pub fn new() -> Self {
+        Params(Vec::new())
+    }
+
+    /// Adds one (builder style).
+    pub fn with(mut self, name: &str, value: ParamValue) -> Self {
+        self.0.push((name.to_owned(), value));
+        self
+    }
+
+    /// The value of `name`, if present.
+    pub fn get(&self, name: &str) -> Option<&ParamValue> {
+        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+    }
+
+    /// A required integer.
+    pub fn int(&self, prim: &str, name: &str) -> Result<i64, IrError> {
+        self.get(name)
+            .and_then(ParamValue::as_int)
+            .ok_or_else(|| missing(prim, name, "an integer"))
+    }
+
+    /// A required tuple of integers.
+    pub fn ints(&self, prim: &str, name: &str) -> Result<Vec<i64>, IrError> {
+        self.get(name)
+            .and_then(ParamValue::as_ints)
+            .ok_or_else(|| missing(prim, name, "a tuple of integers"))
+    }
+
+    /// An optional tuple of integers (`None` or absent gives `None`).
+    pub fn opt_ints(&self, prim: &str, name: &str) -> Result<Option<Vec<i64>>, IrError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) if v.is_none() => Ok(None),
+            Some(v) => v
+                .as_ints()
+                .map(Some)
+                .ok_or_else(|| missing(prim, name, "a tuple of integers or None")),
+        }
+    }
+
+    /// A required dtype (by numpy name).
+    pub fn dtype(&self, prim: &str, name: &str) -> Result<DType, IrError> {
+        match self.get(name) {
+            Some(ParamValue::Name(n)) => {
+                DType::parse(n).ok_or_else(|| missing(prim, name, "a dtype name"))
+            }
+            _ => Err(missing(prim, name, "a dtype name")),
+        }
+    }
+
+    /// An optional dtype (`None` or absent gives `None`).
+    pub fn opt_dtype(&self, prim: &str, name: &str) -> Result<Option<DType>, IrError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) if v.is_none() => Ok(None),
+            Some(_) => self.dtype(prim, name).map(Some),
+        }
+    }
+
+    /// A required nested jaxpr.
+    pub fn jaxpr(&self, prim: &str, name: &str) -> Result<&ClosedJaxpr, IrError> {
+        match self.get(name) {
+            Some(ParamValue::Jaxpr(j)) => Ok(j),
+            _ => Err(missing(prim, name, "a jaxpr")),
+        }
+    }
+}
+
+fn missing(prim: &str, name: &str, what: &str) -> IrError {
+    IrError::Param {
+        prim: prim.to_owned(),
+        param: name.to_owned(),
+        expected: what.to_owned(),
+    }
+}

@@ -1,0 +1,388 @@
+//! Elementwise primitives: unary math, binary arithmetic and comparisons (with scalar and
+//! size-1 broadcasting, as the printed jaxprs use), `select_n`, `clamp`, `convert_element_type`.
+
+use ndarray::{ArrayD, IxDyn, Zip};
+
+use super::{Prim, arity};
+use crate::array::Array;
+use crate::aval::ShapedArray;
+use crate::dtype::DType;
+use crate::error::{Result, type_error};
+use crate::params::Params;
+
+fn is_unary(prim: Prim) -> bool {
+    use Prim::*;
+    matches!(
+        prim,
+        Neg | Abs
+            | Sign
+            | Exp
+            | Exp2
+            | Log
+            | Log1p
+            | Expm1
+            | Tanh
+            | Logistic
+            | Sin
+            | Cos
+            | Sqrt
+            | Rsqrt
+            | Floor
+            | Ceil
+            | Round
+            | Not
+            | IntegerPow
+    )
+}
+
+fn is_comparison(prim: Prim) -> bool {
+    matches!(
+        prim,
+        Prim::Eq | Prim::Ne | Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge
+    )
+}
+
+fn needs_float(prim: Prim) -> bool {
+    use Prim::*;
+    matches!(
+        prim,
+        Exp | Exp2
+            | Log
+            | Log1p
+            | Expm1
+            | Tanh
+            | Logistic
+            | Sin
+            | Cos
+            | Sqrt
+            | Rsqrt
+            | Floor
+            | Ceil
+            | Round
+    )
+}
+
+/// The broadcast shape of two operands: equal shapes, a scalar, or equal rank with size-1 dims.
+pub(crate) fn broadcast_shapes(prim: Prim, a: &[i64], b: &[i64]) -> Result<Vec<i64>> {
+    if a == b || b.is_empty() {
+        return Ok(a.to_vec());
+    }
+    if a.is_empty() {
+        return Ok(b.to_vec());
+    }
+    if a.len() == b.len() {
+        let mut out = Vec::with_capacity(a.len());
+        for (&x, &y) in a.iter().zip(b) {
+            match (x, y) {
+                (x, y) if x == y => out.push(x),
+                (1, y) => out.push(y),
+                (x, 1) => out.push(x),
+                _ => return Err(shape_mismatch(prim, a, b)),
+            }
+        }
+        return Ok(out);
+    }
+    Err(shape_mismatch(prim, a, b))
+}
+
+fn shape_mismatch(prim: Prim, a: &[i64], b: &[i64]) -> crate::error::IrError {
+    type_error(
+        prim.name(),
+        format!("operand shapes {a:?} and {b:?} do not broadcast; give them equal shapes"),
+    )
+}
+
+/// The common dtype of operands: weak-typed ones adopt their partner's.
+fn common_dtype(prim: Prim, inputs: &[ShapedArray]) -> Result<(DType, bool)> {
+    let strong: Vec<&ShapedArray> = inputs.iter().filter(|a| !a.weak_type).collect();
+    let pick = if strong.is_empty() {
+        inputs.to_vec()
+    } else {
+        strong.into_iter().cloned().collect()
+    };
+    let dtype = pick[0].dtype;
+    if let Some(other) = pick.iter().find(|a| a.dtype != dtype) {
+        return Err(type_error(
+            prim.name(),
+            format!(
+                "operand dtypes {dtype} and {} differ; convert one with convert_element_type",
+                other.dtype
+            ),
+        ));
+    }
+    Ok((dtype, inputs.iter().all(|a| a.weak_type)))
+}
+
+pub(super) fn abstract_eval(
+    prim: Prim,
+    params: &Params,
+    inputs: &[ShapedArray],
+) -> Result<Vec<ShapedArray>> {
+    let name = prim.name();
+    if is_unary(prim) {
+        arity(prim, inputs.len(), 1)?;
+        let x = &inputs[0];
+        if needs_float(prim) && !x.dtype.is_float() {
+            return Err(type_error(
+                name,
+                format!("needs a floating-point operand, got {x}"),
+            ));
+        }
+        if prim == Prim::IntegerPow {
+            params.int(name, "y")?;
+        }
+        return Ok(vec![x.clone()]);
+    }
+    match prim {
+        Prim::SelectN => {
+            if inputs.len() < 2 {
+                return Err(type_error(name, "needs a predicate and at least one case"));
+            }
+            let pred = &inputs[0];
+            let cases = &inputs[1..];
+            if !matches!(pred.dtype, DType::Bool | DType::I32) {
+                return Err(type_error(
+                    name,
+                    format!("the predicate must be bool or int32, got {pred}"),
+                ));
+            }
+            let (dtype, weak) = common_dtype(prim, cases)?;
+            let mut shape = cases[0].shape.clone();
+            for c in cases {
+                shape = broadcast_shapes(prim, &shape, &c.shape)?;
+            }
+            shape = broadcast_shapes(prim, &shape, &pred.shape)?;
+            Ok(vec![ShapedArray {
+                dtype,
+                shape,
+                weak_type: weak,
+                vma: Default::default(),
+                sharding: None,
+            }])
+        }
+        Prim::Clamp => {
+            arity(prim, inputs.len(), 3)?;
+            let shape = broadcast_shapes(prim, &inputs[1].shape, &inputs[0].shape)?;
+            let shape = broadcast_shapes(prim, &shape, &inputs[2].shape)?;
+            let (dtype, weak) = common_dtype(prim, inputs)?;
+            Ok(vec![ShapedArray {
+                dtype,
+                shape,
+                weak_type: weak,
+                vma: Default::default(),
+                sharding: None,
+            }])
+        }
+        Prim::ConvertElementType => {
+            arity(prim, inputs.len(), 1)?;
+            let dtype = params.dtype(name, "new_dtype")?;
+            let weak = matches!(
+                params.get("weak_type"),
+                Some(crate::params::ParamValue::Bool(true))
+            );
+            Ok(vec![ShapedArray {
+                dtype,
+                shape: inputs[0].shape.clone(),
+                weak_type: weak,
+                vma: Default::default(),
+                sharding: None,
+            }])
+        }
+        _ => {
+            arity(prim, inputs.len(), 2)?;
+            let shape = broadcast_shapes(prim, &inputs[0].shape, &inputs[1].shape)?;
+            let (dtype, weak) = common_dtype(prim, inputs)?;
+            if matches!(prim, Prim::And | Prim::Or | Prim::Xor) && dtype.is_float() {
+                return Err(type_error(
+                    name,
+                    format!("needs boolean or integer operands, got {dtype}"),
+                ));
+            }
+            let out = if is_comparison(prim) {
+                DType::Bool
+            } else {
+                dtype
+            };
+            Ok(vec![ShapedArray {
+                dtype: out,
+                shape,
+                weak_type: weak && !is_comparison(prim),
+                vma: Default::default(),
+                sharding: None,
+            }])
+        }
+    }
+}
+
+pub(super) fn eval(
+    prim: Prim,
+    params: &Params,
+    inputs: &[Array],
+    outputs: &[ShapedArray],
+) -> Result<Vec<Array>> {
+    let out = &outputs[0];
+    let dims: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
+    let data = match prim {
+        Prim::SelectN => select_n(inputs, &dims)?,
+        Prim::Clamp => {
+            let (lo, x, hi) = (
+                bcast(&inputs[0], &dims)?,
+                bcast(&inputs[1], &dims)?,
+                bcast(&inputs[2], &dims)?,
+            );
+            Zip::from(&lo)
+                .and(&x)
+                .and(&hi)
+                .map_collect(|&l, &v, &h| v.max(l).min(h))
+        }
+        Prim::ConvertElementType => convert(&inputs[0], out.dtype),
+        p if is_unary(p) => {
+            let y = if p == Prim::IntegerPow {
+                params.int(p.name(), "y")?
+            } else {
+                0
+            };
+            let dtype = inputs[0].dtype;
+            inputs[0].data.mapv(|x| unary(p, x, y, dtype))
+        }
+        p => {
+            let (a, b) = (bcast(&inputs[0], &dims)?, bcast(&inputs[1], &dims)?);
+            let dtype = inputs[0].dtype;
+            Zip::from(&a)
+                .and(&b)
+                .map_collect(|&x, &y| binary(p, x, y, dtype))
+        }
+    };
+    Ok(vec![Array::from_data(out.dtype, data)])
+}
+
+fn bcast(a: &Array, dims: &[usize]) -> Result<ArrayD<f64>> {
+    a.data
+        .broadcast(IxDyn(dims))
+        .map(|v| v.to_owned())
+        .ok_or_else(|| {
+            crate::error::IrError::Eval(format!("cannot broadcast {:?} to {dims:?}", a.shape()))
+        })
+}
+
+fn select_n(inputs: &[Array], dims: &[usize]) -> Result<ArrayD<f64>> {
+    let pred = bcast(&inputs[0], dims)?;
+    let cases = inputs[1..]
+        .iter()
+        .map(|c| bcast(c, dims))
+        .collect::<Result<Vec<_>>>()?;
+    let mut out = cases[0].clone();
+    for (idx, value) in out.indexed_iter_mut() {
+        let which = (pred[&idx].max(0.0) as usize).min(cases.len() - 1);
+        *value = cases[which][&idx];
+    }
+    Ok(out)
+}
+
+fn convert(x: &Array, to: DType) -> ArrayD<f64> {
+    x.data.mapv(|v| {
+        if to == DType::Bool {
+            f64::from(u8::from(v != 0.0))
+        } else if to.is_int() && x.dtype.is_float() {
+            if v.is_nan() { 0.0 } else { v.trunc() }
+        } else {
+            v
+        }
+    })
+}
+
+fn unary(prim: Prim, x: f64, y: i64, dtype: DType) -> f64 {
+    use Prim::*;
+    match prim {
+        Neg => -x,
+        Abs => x.abs(),
+        Sign => {
+            if x.is_nan() {
+                x
+            } else if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }
+        Exp => x.exp(),
+        Exp2 => x.exp2(),
+        Log => x.ln(),
+        Log1p => x.ln_1p(),
+        Expm1 => x.exp_m1(),
+        Tanh => x.tanh(),
+        Logistic => 1.0 / (1.0 + (-x).exp()),
+        Sin => x.sin(),
+        Cos => x.cos(),
+        Sqrt => x.sqrt(),
+        Rsqrt => 1.0 / x.sqrt(),
+        Floor => x.floor(),
+        Ceil => x.ceil(),
+        // rounding_method 0 rounds halves away from zero, 1 to even.
+        Round if y == 1 => x.round_ties_even(),
+        Round => x.round(),
+        Not => {
+            if dtype == DType::Bool {
+                f64::from(u8::from(x == 0.0))
+            } else {
+                !(x as i64) as f64
+            }
+        }
+        IntegerPow => x.powi(y as i32),
+        _ => f64::NAN,
+    }
+}
+
+fn binary(prim: Prim, x: f64, y: f64, dtype: DType) -> f64 {
+    use Prim::*;
+    let int = dtype.is_int();
+    let b = |c: bool| f64::from(u8::from(c));
+    match prim {
+        Add | AddAny => x + y,
+        Sub => x - y,
+        Mul => x * y,
+        Div if int => {
+            if y == 0.0 {
+                0.0
+            } else {
+                (x / y).trunc()
+            }
+        }
+        Div => x / y,
+        Rem if int => {
+            if y == 0.0 {
+                0.0
+            } else {
+                x % y
+            }
+        }
+        Rem => x % y,
+        Pow => x.powf(y),
+        Max => {
+            if x.is_nan() || y.is_nan() {
+                f64::NAN
+            } else {
+                x.max(y)
+            }
+        }
+        Min => {
+            if x.is_nan() || y.is_nan() {
+                f64::NAN
+            } else {
+                x.min(y)
+            }
+        }
+        And => ((x as i64) & (y as i64)) as f64,
+        Or => ((x as i64) | (y as i64)) as f64,
+        Xor => ((x as i64) ^ (y as i64)) as f64,
+        Eq => b(x == y),
+        Ne => b(x != y),
+        Lt => b(x < y),
+        Le => b(x <= y),
+        Gt => b(x > y),
+        Ge => b(x >= y),
+        _ => f64::NAN,
+    }
+}

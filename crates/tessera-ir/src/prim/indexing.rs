@@ -1,0 +1,244 @@
+//! `gather` and `scatter-add` with XLA's dimension numbers, as JAX prints them
+//! (`GatherDimensionNumbers(...)`, `ScatterDimensionNumbers(...)`); the index vector is the last
+//! dimension of the indices. Out-of-bounds starts are clamped so the slice fits (XLA's gather);
+//! scatter updates that fall outside the operand are dropped.
+
+use ndarray::{ArrayD, Dimension, IxDyn};
+
+use super::{Prim, arity};
+use crate::array::Array;
+use crate::aval::ShapedArray;
+use crate::error::{Result, type_error};
+use crate::params::{ParamValue, Params};
+
+/// Gather's dimension numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatherDims {
+    /// Output dimensions that index into the slice.
+    pub offset_dims: Vec<i64>,
+    /// Operand dimensions of size 1 dropped from the slice.
+    pub collapsed_slice_dims: Vec<i64>,
+    /// Which operand dimension each index component addresses.
+    pub start_index_map: Vec<i64>,
+    /// Operand batching dimensions (must be empty here).
+    pub operand_batching_dims: Vec<i64>,
+}
+
+/// Scatter's dimension numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScatterDims {
+    /// Update dimensions that index into the window.
+    pub update_window_dims: Vec<i64>,
+    /// Operand dimensions of size 1 the window omits.
+    pub inserted_window_dims: Vec<i64>,
+    /// Which operand dimension each index component addresses.
+    pub scatter_dims_to_operand_dims: Vec<i64>,
+    /// Operand batching dimensions (must be empty here).
+    pub operand_batching_dims: Vec<i64>,
+}
+
+fn field(params: &Params, prim: &str, name: &str) -> Result<Vec<i64>> {
+    params
+        .get("dimension_numbers")
+        .and_then(|d| d.field(name))
+        .and_then(ParamValue::as_ints)
+        .ok_or_else(|| type_error(prim, format!("dimension_numbers needs `{name}`")))
+}
+
+/// Reads gather's dimension numbers.
+pub fn gather_dims(params: &Params) -> Result<GatherDims> {
+    Ok(GatherDims {
+        offset_dims: field(params, "gather", "offset_dims")?,
+        collapsed_slice_dims: field(params, "gather", "collapsed_slice_dims")?,
+        start_index_map: field(params, "gather", "start_index_map")?,
+        operand_batching_dims: field(params, "gather", "operand_batching_dims").unwrap_or_default(),
+    })
+}
+
+/// Reads scatter's dimension numbers.
+pub fn scatter_dims(params: &Params) -> Result<ScatterDims> {
+    Ok(ScatterDims {
+        update_window_dims: field(params, "scatter-add", "update_window_dims")?,
+        inserted_window_dims: field(params, "scatter-add", "inserted_window_dims")?,
+        scatter_dims_to_operand_dims: field(params, "scatter-add", "scatter_dims_to_operand_dims")?,
+        operand_batching_dims: field(params, "scatter-add", "operand_batching_dims")
+            .unwrap_or_default(),
+    })
+}
+
+pub(super) fn abstract_eval(
+    prim: Prim,
+    params: &Params,
+    inputs: &[ShapedArray],
+) -> Result<Vec<ShapedArray>> {
+    let name = prim.name();
+    match prim {
+        Prim::Gather => {
+            arity(prim, inputs.len(), 2)?;
+            let (operand, indices) = (&inputs[0], &inputs[1]);
+            let dn = gather_dims(params)?;
+            let sizes = params.ints(name, "slice_sizes")?;
+            let index_len = indices.shape.last().copied().unwrap_or(0);
+            let ok = indices.dtype.is_int()
+                && indices.rank() >= 1
+                && dn.operand_batching_dims.is_empty()
+                && sizes.len() == operand.rank()
+                && dn.start_index_map.len() as i64 == index_len
+                && dn
+                    .start_index_map
+                    .iter()
+                    .all(|&d| (0..operand.rank() as i64).contains(&d))
+                && dn
+                    .collapsed_slice_dims
+                    .iter()
+                    .all(|&d| (0..operand.rank() as i64).contains(&d) && sizes[d as usize] == 1)
+                && sizes
+                    .iter()
+                    .zip(&operand.shape)
+                    .all(|(&s, &d)| 0 <= s && s <= d);
+            if !ok {
+                return Err(type_error(
+                    name,
+                    format!(
+                        "dimension numbers {dn:?} and slice_sizes {sizes:?} do not fit operand {operand} and integer indices {indices}"
+                    ),
+                ));
+            }
+            let window: Vec<i64> = (0..operand.rank() as i64)
+                .filter(|d| !dn.collapsed_slice_dims.contains(d))
+                .map(|d| sizes[d as usize])
+                .collect();
+            let batch = &indices.shape[..indices.rank() - 1];
+            let rank = batch.len() + window.len();
+            if dn.offset_dims.len() != window.len()
+                || dn.offset_dims.iter().any(|&d| d < 0 || d as usize >= rank)
+            {
+                return Err(type_error(
+                    name,
+                    format!(
+                        "offset_dims {:?} must place {} window dimensions in a rank-{rank} result",
+                        dn.offset_dims,
+                        window.len()
+                    ),
+                ));
+            }
+            let (mut b, mut w) = (batch.iter(), window.iter());
+            let shape: Vec<i64> = (0..rank as i64)
+                .map(|d| {
+                    if dn.offset_dims.contains(&d) {
+                        *w.next().unwrap_or(&0)
+                    } else {
+                        *b.next().unwrap_or(&0)
+                    }
+                })
+                .collect();
+            Ok(vec![ShapedArray::new(operand.dtype, &shape)])
+        }
+        _ => {
+            arity(prim, inputs.len(), 3)?;
+            let (operand, indices, updates) = (&inputs[0], &inputs[1], &inputs[2]);
+            let dn = scatter_dims(params)?;
+            let ok = indices.dtype.is_int()
+                && indices.rank() >= 1
+                && dn.operand_batching_dims.is_empty()
+                && updates.dtype == operand.dtype
+                && dn.scatter_dims_to_operand_dims.len() as i64
+                    == indices.shape.last().copied().unwrap_or(0)
+                && dn.update_window_dims.len() + dn.inserted_window_dims.len() == operand.rank()
+                && updates.rank() == indices.rank() - 1 + dn.update_window_dims.len();
+            if !ok {
+                return Err(type_error(
+                    name,
+                    format!(
+                        "dimension numbers {dn:?} do not fit operand {operand}, indices {indices} and updates {updates}"
+                    ),
+                ));
+            }
+            Ok(vec![operand.clone()])
+        }
+    }
+}
+
+/// Splits an output (or update) index into its batch part and its window part.
+fn split(index: &[usize], window_dims: &[i64]) -> (Vec<usize>, Vec<usize>) {
+    let mut batch = Vec::new();
+    let mut window = Vec::new();
+    for (d, &i) in index.iter().enumerate() {
+        if window_dims.contains(&(d as i64)) {
+            window.push(i)
+        } else {
+            batch.push(i)
+        }
+    }
+    (batch, window)
+}
+
+/// The index vector at batch position `batch`.
+fn index_vector(indices: &Array, batch: &[usize]) -> Vec<i64> {
+    let n = indices.data.shape().last().copied().unwrap_or(0);
+    (0..n)
+        .map(|k| {
+            let mut at = batch.to_vec();
+            at.push(k);
+            indices.data[IxDyn(&at)] as i64
+        })
+        .collect()
+}
+
+pub(super) fn eval(
+    prim: Prim,
+    params: &Params,
+    inputs: &[Array],
+    outputs: &[ShapedArray],
+) -> Result<Vec<Array>> {
+    let operand = &inputs[0];
+    let op_shape: Vec<i64> = operand.shape();
+    let rank = op_shape.len();
+    if prim == Prim::Gather {
+        let dn = gather_dims(params)?;
+        let sizes = params.ints("gather", "slice_sizes")?;
+        let dims: Vec<usize> = outputs[0].shape.iter().map(|&d| d as usize).collect();
+        let kept: Vec<usize> = (0..rank)
+            .filter(|d| !dn.collapsed_slice_dims.contains(&(*d as i64)))
+            .collect();
+        let data = ArrayD::from_shape_fn(IxDyn(&dims), |idx| {
+            let idx: Vec<usize> = idx.slice().to_vec();
+            let (batch, window) = split(&idx, &dn.offset_dims);
+            let starts = index_vector(&inputs[1], &batch);
+            let mut at = vec![0i64; rank];
+            for (k, &d) in dn.start_index_map.iter().enumerate() {
+                let d = d as usize;
+                at[d] = starts[k].clamp(0, op_shape[d] - sizes[d]);
+            }
+            for (w, &d) in window.iter().zip(&kept) {
+                at[d] += *w as i64;
+            }
+            let at: Vec<usize> = at.iter().map(|&v| v as usize).collect();
+            operand.data[IxDyn(&at)]
+        });
+        return Ok(vec![Array::from_data(outputs[0].dtype, data)]);
+    }
+    let dn = scatter_dims(params)?;
+    let (indices, updates) = (&inputs[1], &inputs[2]);
+    let kept: Vec<usize> = (0..rank)
+        .filter(|d| !dn.inserted_window_dims.contains(&(*d as i64)))
+        .collect();
+    let mut data = operand.data.clone();
+    for (idx, &u) in updates.data.indexed_iter() {
+        let idx: Vec<usize> = idx.slice().to_vec();
+        let (batch, window) = split(&idx, &dn.update_window_dims);
+        let starts = index_vector(indices, &batch);
+        let mut at = vec![0i64; rank];
+        for (k, &d) in dn.scatter_dims_to_operand_dims.iter().enumerate() {
+            at[d as usize] = starts[k];
+        }
+        for (w, &d) in window.iter().zip(&kept) {
+            at[d] += *w as i64;
+        }
+        if at.iter().zip(&op_shape).all(|(&a, &n)| (0..n).contains(&a)) {
+            let at: Vec<usize> = at.iter().map(|&v| v as usize).collect();
+            data[IxDyn(&at)] = operand.dtype.round(data[IxDyn(&at)] + u);
+        }
+    }
+    Ok(vec![Array::from_data(outputs[0].dtype, data)])
+}

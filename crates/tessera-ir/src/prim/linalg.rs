@@ -1,0 +1,176 @@
+//! `dot_general`: contractions with batch dimensions, results ordered batch, lhs free, rhs free.
+
+use ndarray::{ArrayD, IxDyn};
+
+use super::{Prim, arity};
+use crate::array::Array;
+use crate::aval::ShapedArray;
+use crate::error::{IrError, Result, type_error};
+use crate::params::{ParamValue, Params};
+
+/// `((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))`.
+pub(crate) struct DotDims {
+    pub lhs_contract: Vec<usize>,
+    pub rhs_contract: Vec<usize>,
+    pub lhs_batch: Vec<usize>,
+    pub rhs_batch: Vec<usize>,
+}
+
+pub(crate) fn dot_dims(params: &Params) -> Result<DotDims> {
+    let bad = || {
+        type_error(
+            "dot_general",
+            "dimension_numbers must be ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))",
+        )
+    };
+    let seq = params
+        .get("dimension_numbers")
+        .and_then(ParamValue::as_seq)
+        .ok_or_else(bad)?;
+    let pair = |v: &ParamValue| -> Result<(Vec<usize>, Vec<usize>)> {
+        match v.as_seq() {
+            Some([a, b]) => {
+                let conv = |x: &ParamValue| {
+                    x.as_ints()
+                        .map(|v| v.iter().map(|&i| i as usize).collect::<Vec<_>>())
+                        .ok_or_else(bad)
+                };
+                Ok((conv(a)?, conv(b)?))
+            }
+            _ => Err(bad()),
+        }
+    };
+    match seq {
+        [c, b] => {
+            let (lhs_contract, rhs_contract) = pair(c)?;
+            let (lhs_batch, rhs_batch) = pair(b)?;
+            Ok(DotDims {
+                lhs_contract,
+                rhs_contract,
+                lhs_batch,
+                rhs_batch,
+            })
+        }
+        _ => Err(bad()),
+    }
+}
+
+fn free(rank: usize, used: &[usize]) -> Vec<usize> {
+    (0..rank).filter(|d| !used.contains(d)).collect()
+}
+
+pub(super) fn abstract_eval(
+    prim: Prim,
+    params: &Params,
+    inputs: &[ShapedArray],
+) -> Result<Vec<ShapedArray>> {
+    arity(prim, inputs.len(), 2)?;
+    let (l, r) = (&inputs[0], &inputs[1]);
+    let dd = dot_dims(params)?;
+    let in_range = |dims: &[usize], rank: usize| dims.iter().all(|&d| d < rank);
+    if !in_range(&dd.lhs_contract, l.rank())
+        || !in_range(&dd.lhs_batch, l.rank())
+        || !in_range(&dd.rhs_contract, r.rank())
+        || !in_range(&dd.rhs_batch, r.rank())
+    {
+        return Err(type_error(
+            prim.name(),
+            format!("dimension numbers out of range for {l} and {r}"),
+        ));
+    }
+    let sizes =
+        |a: &ShapedArray, dims: &[usize]| dims.iter().map(|&d| a.shape[d]).collect::<Vec<_>>();
+    if sizes(l, &dd.lhs_contract) != sizes(r, &dd.rhs_contract)
+        || sizes(l, &dd.lhs_batch) != sizes(r, &dd.rhs_batch)
+    {
+        return Err(type_error(
+            prim.name(),
+            format!("contracting or batch dimensions of {l} and {r} differ in size"),
+        ));
+    }
+    let used_l: Vec<usize> = dd
+        .lhs_contract
+        .iter()
+        .chain(&dd.lhs_batch)
+        .copied()
+        .collect();
+    let used_r: Vec<usize> = dd
+        .rhs_contract
+        .iter()
+        .chain(&dd.rhs_batch)
+        .copied()
+        .collect();
+    let mut shape = sizes(l, &dd.lhs_batch);
+    shape.extend(sizes(l, &free(l.rank(), &used_l)));
+    shape.extend(sizes(r, &free(r.rank(), &used_r)));
+    let dtype = params
+        .opt_dtype(prim.name(), "preferred_element_type")?
+        .unwrap_or(l.dtype);
+    Ok(vec![ShapedArray {
+        dtype,
+        shape,
+        weak_type: false,
+        vma: Default::default(),
+        sharding: None,
+    }])
+}
+
+/// Permutes `a` to `first ++ second ++ third` and reshapes it to a 3-D array.
+fn to_3d(
+    a: &ArrayD<f64>,
+    first: &[usize],
+    second: &[usize],
+    third: &[usize],
+) -> Result<ndarray::Array3<f64>> {
+    let perm: Vec<usize> = first.iter().chain(second).chain(third).copied().collect();
+    let size = |dims: &[usize]| dims.iter().map(|&d| a.shape()[d]).product::<usize>();
+    let (x, y, z) = (size(first), size(second), size(third));
+    let permuted = a
+        .view()
+        .permuted_axes(IxDyn(&perm))
+        .as_standard_layout()
+        .to_owned();
+    permuted
+        .into_shape_with_order((x, y, z))
+        .map_err(|e| IrError::Eval(e.to_string()))
+}
+
+pub(super) fn eval(
+    _prim: Prim,
+    params: &Params,
+    inputs: &[Array],
+    outputs: &[ShapedArray],
+) -> Result<Vec<Array>> {
+    let dd = dot_dims(params)?;
+    let (l, r) = (&inputs[0].data, &inputs[1].data);
+    let used_l: Vec<usize> = dd
+        .lhs_contract
+        .iter()
+        .chain(&dd.lhs_batch)
+        .copied()
+        .collect();
+    let used_r: Vec<usize> = dd
+        .rhs_contract
+        .iter()
+        .chain(&dd.rhs_batch)
+        .copied()
+        .collect();
+    let lhs = to_3d(l, &dd.lhs_batch, &free(l.ndim(), &used_l), &dd.lhs_contract)?;
+    let rhs = to_3d(r, &dd.rhs_batch, &dd.rhs_contract, &free(r.ndim(), &used_r))?;
+    let (b, m, k) = lhs.dim();
+    let n = rhs.dim().2;
+    let mut out = ndarray::Array3::<f64>::zeros((b, m, n));
+    for bi in 0..b {
+        for i in 0..m {
+            for j in 0..n {
+                out[[bi, i, j]] = (0..k).map(|t| lhs[[bi, i, t]] * rhs[[bi, t, j]]).sum();
+            }
+        }
+    }
+    let dims: Vec<usize> = outputs[0].shape.iter().map(|&d| d as usize).collect();
+    let data = out
+        .into_dyn()
+        .into_shape_with_order(IxDyn(&dims))
+        .map_err(|e| IrError::Eval(e.to_string()))?;
+    Ok(vec![Array::from_data(outputs[0].dtype, data)])
+}

@@ -1,0 +1,164 @@
+//! The primitive table. Every primitive is a variant of [`Prim`]; its rules are reached through
+//! exhaustive matches here, each delegating to the family module that defines the primitive
+//! (`elementwise`, `structural`, `reduce`, `linalg`, `indexing`, `control`), so a primitive without a rule
+//! does not compile.
+
+mod control;
+mod elementwise;
+mod indexing;
+mod linalg;
+mod reduce;
+mod structural;
+
+pub use indexing::{GatherDims, ScatterDims, gather_dims, scatter_dims};
+
+use crate::array::Array;
+use crate::aval::ShapedArray;
+use crate::error::{IrError, Result};
+use crate::params::Params;
+
+macro_rules! prims {
+    ($($variant:ident => $name:literal,)*) => {
+        /// A primitive of the IR.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Prim {
+            $(#[doc = concat!("`", $name, "`")] $variant,)*
+        }
+
+        impl Prim {
+            /// Every primitive.
+            pub const ALL: &'static [Prim] = &[$(Prim::$variant,)*];
+
+            /// The name JAX prints.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Prim::$variant => $name,)*
+                }
+            }
+
+            /// Looks a primitive up by its printed name.
+            pub fn from_name(name: &str) -> Result<Prim> {
+                match name {
+                    $($name => Ok(Prim::$variant),)*
+                    "pjit" | "closed_call" | "core_call" => Ok(Prim::Jit),
+                    other => Err(IrError::UnknownPrimitive(other.to_owned())),
+                }
+            }
+        }
+    };
+}
+
+prims! {
+    Neg => "neg", Abs => "abs", Sign => "sign", Exp => "exp", Exp2 => "exp2", Log => "log",
+    Log1p => "log1p", Expm1 => "expm1", Tanh => "tanh", Logistic => "logistic", Sin => "sin",
+    Cos => "cos", Sqrt => "sqrt", Rsqrt => "rsqrt", Floor => "floor", Ceil => "ceil",
+    Round => "round", Not => "not", IntegerPow => "integer_pow",
+    Add => "add", Sub => "sub", Mul => "mul", Div => "div", Rem => "rem", Pow => "pow",
+    Max => "max", Min => "min", And => "and", Or => "or", Xor => "xor",
+    Eq => "eq", Ne => "ne", Lt => "lt", Le => "le", Gt => "gt", Ge => "ge", AddAny => "add_any",
+    SelectN => "select_n", Clamp => "clamp", ConvertElementType => "convert_element_type",
+    Iota => "iota", BroadcastInDim => "broadcast_in_dim", Reshape => "reshape",
+    Squeeze => "squeeze", ExpandDims => "expand_dims", Transpose => "transpose",
+    Slice => "slice", DynamicSlice => "dynamic_slice",
+    DynamicUpdateSlice => "dynamic_update_slice", Concatenate => "concatenate", Pad => "pad",
+    ReduceSum => "reduce_sum", ReduceMax => "reduce_max", ReduceMin => "reduce_min",
+    ReduceProd => "reduce_prod", ReduceAnd => "reduce_and", ReduceOr => "reduce_or",
+    Argmax => "argmax", Argmin => "argmin", Cumsum => "cumsum",
+    DotGeneral => "dot_general", Gather => "gather", ScatterAdd => "scatter-add",
+    StopGradient => "stop_gradient", Copy => "copy", Jit => "jit",
+    PipelineEnterStage => "pipeline_enter_stage",
+}
+
+/// Which family module holds a primitive's rules.
+enum Family {
+    Elementwise,
+    Indexing,
+    Structural,
+    Reduce,
+    Linalg,
+    Control,
+}
+
+impl Prim {
+    fn family(self) -> Family {
+        use Prim::*;
+        match self {
+            Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
+            | Sqrt | Rsqrt | Floor | Ceil | Round | Not | IntegerPow | Add | Sub | Mul | Div
+            | Rem | Pow | Max | Min | And | Or | Xor | Eq | Ne | Lt | Le | Gt | Ge | AddAny
+            | SelectN | Clamp | ConvertElementType => Family::Elementwise,
+            Iota | BroadcastInDim | Reshape | Squeeze | ExpandDims | Transpose | Slice
+            | DynamicSlice | DynamicUpdateSlice | Concatenate | Pad => Family::Structural,
+            ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr | Argmax
+            | Argmin | Cumsum => Family::Reduce,
+            DotGeneral => Family::Linalg,
+            Gather | ScatterAdd => Family::Indexing,
+            StopGradient | Copy | Jit | PipelineEnterStage => Family::Control,
+        }
+    }
+
+    /// The shape/dtype rule: the result types for operands of types `inputs`. `outputs` are the
+    /// result types written in the program, if any: a few printed forms elide parameters that
+    /// the result type implies (e.g. `broadcast_in_dim`'s shape).
+    pub fn abstract_eval(
+        self,
+        params: &Params,
+        inputs: &[ShapedArray],
+        outputs: Option<&[ShapedArray]>,
+    ) -> Result<Vec<ShapedArray>> {
+        match self.family() {
+            Family::Elementwise => elementwise::abstract_eval(self, params, inputs),
+            Family::Structural => structural::abstract_eval(self, params, inputs, outputs),
+            Family::Reduce => reduce::abstract_eval(self, params, inputs),
+            Family::Linalg => linalg::abstract_eval(self, params, inputs),
+            Family::Indexing => indexing::abstract_eval(self, params, inputs),
+            Family::Control => control::abstract_eval(self, params, inputs),
+        }
+    }
+
+    /// Evaluates the primitive on host arrays; `outputs` are the result types.
+    pub fn eval(
+        self,
+        params: &Params,
+        inputs: &[Array],
+        outputs: &[ShapedArray],
+    ) -> Result<Vec<Array>> {
+        match self.family() {
+            Family::Elementwise => elementwise::eval(self, params, inputs, outputs),
+            Family::Structural => structural::eval(self, params, inputs, outputs),
+            Family::Reduce => reduce::eval(self, params, inputs, outputs),
+            Family::Linalg => linalg::eval(self, params, inputs, outputs),
+            Family::Indexing => indexing::eval(self, params, inputs, outputs),
+            Family::Control => control::eval(self, params, inputs, outputs),
+        }
+    }
+}
+
+/// Checks the operand count.
+pub(crate) fn arity(prim: Prim, inputs: usize, expected: usize) -> Result<()> {
+    if inputs == expected {
+        Ok(())
+    } else {
+        Err(crate::error::type_error(
+            prim.name(),
+            format!("takes {expected} operands, got {inputs}"),
+        ))
+    }
+}
+
+/// Normalises a possibly negative axis.
+pub(crate) fn axis(prim: Prim, axis: i64, rank: usize) -> Result<usize> {
+    let r = rank as i64;
+    if (-r..r).contains(&axis) {
+        Ok(if axis < 0 {
+            (axis + r) as usize
+        } else {
+            axis as usize
+        })
+    } else {
+        Err(crate::error::type_error(
+            prim.name(),
+            format!("axis {axis} is out of range for rank {rank}"),
+        ))
+    }
+}

@@ -1,0 +1,99 @@
+//! Constants and calls: literals and closed-over arrays become `stablehlo.constant`; a nested
+//! `jit` becomes a private function and a `func.call`.
+
+use melior::ir::Value;
+use tessera_ir::{Array, DType, Params, ShapedArray};
+
+use super::{Ctx, Functions, ir, mlir_type};
+use crate::context::LowerError;
+use crate::emit::Body;
+
+/// The MLIR text of one element value: integers in decimal, floats as exact hex bits.
+pub(crate) fn element_text(value: f64, dtype: DType) -> String {
+    match dtype {
+        DType::Bool => (if value != 0.0 { "true" } else { "false" }).into(),
+        d if d.is_int() => format!("{}", value as i64),
+        // Floats as exact bit patterns (MLIR accepts hex for every float type).
+        DType::F64 => format!("0x{:016X}", value.to_bits()),
+        DType::F32 => format!("0x{:08X}", (value as f32).to_bits()),
+        DType::F16 => format!("0x{:04X}", half::f16::from_f64(value).to_bits()),
+        _ => format!("0x{:04X}", half::bf16::from_f64(value).to_bits()),
+    }
+}
+
+/// A scalar constant of type `aval`.
+pub(crate) fn constant_scalar<'c, 'b>(
+    body: &Body<'c, 'b>,
+    value: f64,
+    aval: &ShapedArray,
+) -> Result<Value<'c, 'b>, LowerError> {
+    let ty = mlir_type(aval);
+    let attr = format!("dense<{}> : {ty}", element_text(value, aval.dtype));
+    Ok(body
+        .op("stablehlo.constant", &[], &[&ty], &[("value", attr)])?
+        .remove(0))
+}
+
+/// A splat constant `value` of type `aval` (any shape).
+pub(crate) fn splat<'c, 'b>(
+    body: &Body<'c, 'b>,
+    value: f64,
+    aval: &ShapedArray,
+) -> Result<Value<'c, 'b>, LowerError> {
+    constant_scalar(body, value, aval)
+}
+
+/// An array constant.
+pub(crate) fn constant_array<'c, 'b>(
+    body: &Body<'c, 'b>,
+    array: &Array,
+) -> Result<Value<'c, 'b>, LowerError> {
+    let aval = array.aval();
+    let ty = mlir_type(&aval);
+    let values = array.to_vec();
+    let text = nested(&values, &aval.shape, aval.dtype);
+    body.op(
+        "stablehlo.constant",
+        &[],
+        &[&ty],
+        &[("value", format!("dense<{text}> : {ty}"))],
+    )
+    .map(|mut v| v.remove(0))
+}
+
+fn nested(values: &[f64], shape: &[i64], dtype: DType) -> String {
+    match shape.split_first() {
+        None => values
+            .first()
+            .map_or_else(String::new, |&v| element_text(v, dtype)),
+        Some((&n, rest)) => {
+            let chunk = rest.iter().product::<i64>().max(0) as usize;
+            let parts: Vec<String> = (0..n as usize)
+                .map(|i| nested(&values[i * chunk..(i + 1) * chunk], rest, dtype))
+                .collect();
+            format!("[{}]", parts.join(", "))
+        }
+    }
+}
+
+/// `jit`: the nested jaxpr as a private function, called with `func.call`.
+pub(super) fn call<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    params: &Params,
+    inputs: &[Value<'c, 'b>],
+    functions: &mut Functions<'_, 'c>,
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    let inner = params.jaxpr("jit", "jaxpr").map_err(ir)?;
+    let name = match params.get("name") {
+        Some(tessera_ir::ParamValue::Name(n)) => n.clone(),
+        _ => "jit".into(),
+    };
+    let symbol = functions.add(&name, inner)?;
+    let outs: Vec<&ShapedArray> = ctx.out_avals.iter().collect();
+    ctx.op(
+        "func.call",
+        inputs,
+        &outs,
+        &[("callee", format!("@{symbol}"))],
+    )
+}

@@ -1,0 +1,90 @@
+//! `gather` and `scatter-add` as `stablehlo.gather` / `stablehlo.scatter` (with an add region);
+//! the index vector is the last dimension of the indices, as in JAX.
+
+use melior::ir::Value;
+use tessera_ir::prim::{gather_dims, scatter_dims};
+use tessera_ir::{ParamValue, Params, ShapedArray};
+
+use super::{Ctx, i64_array, ir, mlir_type};
+use crate::context::LowerError;
+
+fn list(values: &[i64]) -> String {
+    format!(
+        "[{}]",
+        values
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+fn check_mode(params: &Params) -> Result<(), LowerError> {
+    match params.get("mode") {
+        Some(ParamValue::Name(m)) if m.ends_with("FILL_OR_DROP") => Err(LowerError::Build(
+            "gather/scatter with mode FILL_OR_DROP is not lowered yet; use CLIP or PROMISE_IN_BOUNDS".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn gather<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    params: &Params,
+    inputs: &[Value<'c, 'b>],
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    check_mode(params)?;
+    let dn = gather_dims(params).map_err(ir)?;
+    let sizes = params.ints("gather", "slice_sizes").map_err(ir)?;
+    let index_vector_dim = ctx.in_avals[1].rank() as i64 - 1;
+    let attr = format!(
+        "#stablehlo.gather<offset_dims = {}, collapsed_slice_dims = {}, start_index_map = {}, index_vector_dim = {index_vector_dim}>",
+        list(&dn.offset_dims),
+        list(&dn.collapsed_slice_dims),
+        list(&dn.start_index_map)
+    );
+    let attrs = [
+        ("dimension_numbers", attr),
+        ("slice_sizes", i64_array(&sizes)),
+        ("indices_are_sorted", "false".into()),
+    ];
+    Ok(vec![ctx.op1(
+        "stablehlo.gather",
+        inputs,
+        &ctx.out_avals[0],
+        &attrs,
+    )?])
+}
+
+pub(super) fn scatter_add<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    params: &Params,
+    inputs: &[Value<'c, 'b>],
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    check_mode(params)?;
+    let dn = scatter_dims(params).map_err(ir)?;
+    let index_vector_dim = ctx.in_avals[1].rank() as i64 - 1;
+    let attr = format!(
+        "#stablehlo.scatter<update_window_dims = {}, inserted_window_dims = {}, scatter_dims_to_operand_dims = {}, index_vector_dim = {index_vector_dim}>",
+        list(&dn.update_window_dims),
+        list(&dn.inserted_window_dims),
+        list(&dn.scatter_dims_to_operand_dims)
+    );
+    let scalar = mlir_type(&ShapedArray::scalar(ctx.out_avals[0].dtype));
+    let region = ctx
+        .body
+        .region(&[&scalar, &scalar], "stablehlo.return", |b, xs| {
+            b.op("stablehlo.add", xs, &[&scalar], &[])
+        })?;
+    let attrs = [
+        ("scatter_dimension_numbers", attr),
+        ("indices_are_sorted", "false".into()),
+        ("unique_indices", "false".into()),
+    ];
+    let out = mlir_type(&ctx.out_avals[0]);
+    Ok(vec![
+        ctx.body
+            .op_with_regions("stablehlo.scatter", inputs, &[&out], &attrs, vec![region])?
+            .remove(0),
+    ])
+}

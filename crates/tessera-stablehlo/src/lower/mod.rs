@@ -1,0 +1,305 @@
+//! Lowering a closed jaxpr to a StableHLO module. Each primitive has one rule, reached through an
+//! exhaustive `match` in [`lower_eqn`], in the file of its family (mirroring `tessera-ir`'s
+//! `prim/` layout). Nested `jit` calls become private functions called with `func.call`.
+
+mod control;
+mod elementwise;
+mod indexing;
+mod reduce;
+mod structural;
+
+use std::collections::HashMap;
+
+use tessera_ir::{Atom, ClosedJaxpr, DType, Eqn, Jaxpr, Prim, ShapedArray, Var};
+
+use crate::context::LowerError;
+use crate::emit::{ArgSpec, Body, EmittedModule, ModuleEmitter, ResultSpec, tensor_type};
+use melior::ir::Value;
+
+/// How the entry function is laid out over devices.
+#[derive(Debug, Clone, Default)]
+pub struct LowerOptions {
+    /// SPMD partitions (devices) the module is compiled for.
+    pub num_partitions: usize,
+    /// `mhlo.sharding` text per argument (`None`: unsharded).
+    pub arg_shardings: Vec<Option<String>>,
+    /// `mhlo.sharding` text per result.
+    pub result_shardings: Vec<Option<String>>,
+}
+
+/// The MLIR element type of a dtype.
+pub fn element_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::Bool => "i1",
+        DType::I8 => "i8",
+        DType::I16 => "i16",
+        DType::I32 => "i32",
+        DType::I64 => "i64",
+        DType::U8 => "ui8",
+        DType::U16 => "ui16",
+        DType::U32 => "ui32",
+        DType::U64 => "ui64",
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        DType::F32 => "f32",
+        DType::F64 => "f64",
+    }
+}
+
+/// The MLIR tensor type of an aval.
+pub fn mlir_type(aval: &ShapedArray) -> String {
+    tensor_type(&aval.shape, element_type(aval.dtype))
+}
+
+/// Lowers `closed` (with its constants inlined as `stablehlo.constant`s) to a verified module
+/// whose public `main` takes the jaxpr's arguments and returns its results.
+pub fn lower_closed(
+    closed: &ClosedJaxpr,
+    options: &LowerOptions,
+) -> Result<EmittedModule, LowerError> {
+    let context = crate::new_context();
+    let emitter = ModuleEmitter::new(&context, "jit_main", options.num_partitions.max(1), 1)?;
+    let mut functions = Functions {
+        emitter: &emitter,
+        next: 0,
+    };
+    let jaxpr = &closed.jaxpr;
+    let args: Vec<ArgSpec> = jaxpr
+        .invars
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            ArgSpec::new(mlir_type(jaxpr.aval(v)))
+                .with_sharding(options.arg_shardings.get(i).cloned().flatten())
+        })
+        .collect();
+    let results: Vec<ResultSpec> = jaxpr
+        .out_avals()
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            ResultSpec::new(mlir_type(a))
+                .with_sharding(options.result_shardings.get(i).cloned().flatten())
+        })
+        .collect();
+    emitter.add_function("main", &args, &results, true, |body, params| {
+        let consts = closed
+            .consts
+            .iter()
+            .map(|c| control::constant_array(body, c))
+            .collect::<Result<Vec<_>, _>>()?;
+        lower_body(body, jaxpr, &consts, params, &mut functions)
+    })?;
+    emitter.finish()
+}
+
+/// Names and emits private functions for nested jaxprs.
+pub(crate) struct Functions<'e, 'c> {
+    emitter: &'e ModuleEmitter<'c>,
+    next: usize,
+}
+
+impl Functions<'_, '_> {
+    /// Emits `closed` as a private function and returns its symbol name.
+    pub(crate) fn add(&mut self, name: &str, closed: &ClosedJaxpr) -> Result<String, LowerError> {
+        let symbol = format!("{}_{}", sanitize(name), self.next);
+        self.next += 1;
+        let jaxpr = &closed.jaxpr;
+        let args: Vec<ArgSpec> = jaxpr
+            .invars
+            .iter()
+            .map(|&v| ArgSpec::new(mlir_type(jaxpr.aval(v))))
+            .collect();
+        let results: Vec<ResultSpec> = jaxpr
+            .out_avals()
+            .iter()
+            .map(|a| ResultSpec::new(mlir_type(a)))
+            .collect();
+        let emitter = self.emitter;
+        let mut nested = Functions {
+            emitter,
+            next: self.next + 1000,
+        };
+        emitter.add_function(&symbol, &args, &results, false, |body, params| {
+            let consts = closed
+                .consts
+                .iter()
+                .map(|c| control::constant_array(body, c))
+                .collect::<Result<Vec<_>, _>>()?;
+            lower_body(body, jaxpr, &consts, params, &mut nested)
+        })?;
+        self.next = nested.next.saturating_sub(1000).max(self.next);
+        Ok(symbol)
+    }
+}
+
+fn sanitize(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() { "f".into() } else { s }
+}
+
+/// Lowers the equations of `jaxpr` into `body`, given values for its constvars and invars.
+pub(crate) fn lower_body<'c, 'b>(
+    body: &Body<'c, 'b>,
+    jaxpr: &Jaxpr,
+    consts: &[Value<'c, 'b>],
+    args: &[Value<'c, 'b>],
+    functions: &mut Functions<'_, 'c>,
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    let mut env: HashMap<Var, Value<'c, 'b>> = HashMap::new();
+    for (&v, &value) in jaxpr
+        .constvars
+        .iter()
+        .zip(consts)
+        .chain(jaxpr.invars.iter().zip(args))
+    {
+        env.insert(v, value);
+    }
+    for eqn in &jaxpr.eqns {
+        let inputs = eqn
+            .inputs
+            .iter()
+            .map(|a| operand(body, jaxpr, &env, a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let in_avals: Vec<ShapedArray> = eqn
+            .inputs
+            .iter()
+            .map(|a| jaxpr.atom_aval(a).clone())
+            .collect();
+        let out_avals: Vec<ShapedArray> =
+            eqn.outputs.iter().map(|&v| jaxpr.aval(v).clone()).collect();
+        let ctx = Ctx {
+            body,
+            in_avals: &in_avals,
+            out_avals: &out_avals,
+        };
+        let results = lower_eqn(&ctx, eqn, &inputs, functions).map_err(|e| match e {
+            LowerError::Build(m) => LowerError::Build(format!("{}: {m}", eqn.prim.name())),
+            other => other,
+        })?;
+        for (&v, value) in eqn.outputs.iter().zip(results) {
+            env.insert(v, value);
+        }
+    }
+    jaxpr
+        .outvars
+        .iter()
+        .map(|a| operand(body, jaxpr, &env, a))
+        .collect()
+}
+
+fn operand<'c, 'b>(
+    body: &Body<'c, 'b>,
+    _jaxpr: &Jaxpr,
+    env: &HashMap<Var, Value<'c, 'b>>,
+    atom: &Atom,
+) -> Result<Value<'c, 'b>, LowerError> {
+    match atom {
+        Atom::Var(v) => env
+            .get(v)
+            .copied()
+            .ok_or_else(|| LowerError::Build(format!("variable {} has no value", v.0))),
+        Atom::Lit(l) => control::constant_scalar(body, l.value, &l.aval),
+    }
+}
+
+/// What a lowering rule sees besides its operands.
+pub(crate) struct Ctx<'a, 'c, 'b> {
+    pub body: &'a Body<'c, 'b>,
+    pub in_avals: &'a [ShapedArray],
+    pub out_avals: &'a [ShapedArray],
+}
+
+impl<'c, 'b> Ctx<'_, 'c, 'b> {
+    /// Emits one generic operation with result types given as avals.
+    pub fn op(
+        &self,
+        name: &str,
+        operands: &[Value<'c, 'b>],
+        results: &[&ShapedArray],
+        attrs: &[(&str, String)],
+    ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+        let types: Vec<String> = results.iter().map(|a| mlir_type(a)).collect();
+        let refs: Vec<&str> = types.iter().map(String::as_str).collect();
+        self.body.op(name, operands, &refs, attrs)
+    }
+
+    /// Like [`Ctx::op`] with one result.
+    pub fn op1(
+        &self,
+        name: &str,
+        operands: &[Value<'c, 'b>],
+        result: &ShapedArray,
+        attrs: &[(&str, String)],
+    ) -> Result<Value<'c, 'b>, LowerError> {
+        Ok(self.op(name, operands, &[result], attrs)?.remove(0))
+    }
+}
+
+/// The one place that maps every primitive to its lowering rule.
+fn lower_eqn<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    eqn: &Eqn,
+    inputs: &[Value<'c, 'b>],
+    functions: &mut Functions<'_, 'c>,
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    use Prim::*;
+    let p = &eqn.params;
+    match eqn.prim {
+        Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
+        | Sqrt | Rsqrt | Floor | Ceil | Round | Not | IntegerPow => {
+            elementwise::unary(ctx, eqn.prim, p, inputs)
+        }
+        Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Xor | AddAny => {
+            elementwise::binary(ctx, eqn.prim, inputs)
+        }
+        Eq | Ne | Lt | Le | Gt | Ge => elementwise::compare(ctx, eqn.prim, inputs),
+        SelectN => elementwise::select_n(ctx, inputs),
+        Clamp => elementwise::clamp(ctx, inputs),
+        ConvertElementType => elementwise::convert(ctx, inputs),
+        Iota | BroadcastInDim | Reshape | Squeeze | ExpandDims | Transpose | Slice
+        | DynamicSlice | DynamicUpdateSlice | Concatenate | Pad => {
+            structural::lower(ctx, eqn.prim, p, inputs)
+        }
+        ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr => {
+            reduce::reduce(ctx, eqn.prim, p, inputs)
+        }
+        Argmax | Argmin => reduce::arg_reduce(ctx, eqn.prim, p, inputs),
+        Cumsum => reduce::cumsum(ctx, p, inputs),
+        DotGeneral => structural::dot_general(ctx, p, inputs),
+        Gather => indexing::gather(ctx, p, inputs),
+        ScatterAdd => indexing::scatter_add(ctx, p, inputs),
+        StopGradient | Copy | PipelineEnterStage => Ok(inputs.to_vec()),
+        Jit => control::call(ctx, p, inputs, functions),
+    }
+}
+
+/// `array<i64: 1, 2>` text.
+pub(crate) fn i64_array(values: &[i64]) -> String {
+    if values.is_empty() {
+        "array<i64>".into()
+    } else {
+        format!(
+            "array<i64: {}>",
+            values
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+}
+
+/// Maps an IR error in a rule to a lowering error.
+pub(crate) fn ir(e: tessera_ir::IrError) -> LowerError {
+    LowerError::Build(e.to_string())
+}

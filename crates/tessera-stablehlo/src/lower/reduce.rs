@@ -1,0 +1,234 @@
+//! Reductions: `stablehlo.reduce` with a region per combiner, `argmax`/`argmin` as a two-operand
+//! reduce over (value, index), and `cumsum` as a `stablehlo.reduce_window`.
+
+use melior::ir::Value;
+use tessera_ir::{DType, ParamValue, Params, Prim, ShapedArray};
+
+use super::control::constant_scalar;
+use super::elementwise::compare_values;
+use super::{Ctx, i64_array, ir, mlir_type};
+use crate::context::LowerError;
+
+fn combiner(prim: Prim) -> &'static str {
+    match prim {
+        Prim::ReduceSum => "stablehlo.add",
+        Prim::ReduceProd => "stablehlo.multiply",
+        Prim::ReduceMax => "stablehlo.maximum",
+        Prim::ReduceMin => "stablehlo.minimum",
+        Prim::ReduceAnd => "stablehlo.and",
+        _ => "stablehlo.or",
+    }
+}
+
+fn identity(prim: Prim, dtype: DType) -> f64 {
+    let (lowest, highest) = if dtype.is_float() {
+        (f64::NEG_INFINITY, f64::INFINITY)
+    } else if dtype == DType::Bool {
+        (0.0, 1.0)
+    } else {
+        let bits = dtype.size_in_bytes() as u32 * 8;
+        if dtype.is_unsigned() {
+            (0.0, 2f64.powi(bits as i32) - 1.0)
+        } else {
+            (
+                -(2f64.powi(bits as i32 - 1)),
+                2f64.powi(bits as i32 - 1) - 1.0,
+            )
+        }
+    };
+    match prim {
+        Prim::ReduceSum | Prim::ReduceOr => 0.0,
+        Prim::ReduceProd => 1.0,
+        Prim::ReduceMax => lowest,
+        Prim::ReduceMin => highest,
+        _ => {
+            if dtype == DType::Bool {
+                1.0
+            } else {
+                -1.0
+            }
+        }
+    }
+}
+
+fn axes(params: &Params, name: &str, rank: usize) -> Result<Vec<i64>, LowerError> {
+    let mut axes: Vec<i64> = params
+        .ints(name, "axes")
+        .map_err(ir)?
+        .iter()
+        .map(|&a| if a < 0 { a + rank as i64 } else { a })
+        .collect();
+    axes.sort_unstable();
+    Ok(axes)
+}
+
+pub(super) fn reduce<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    prim: Prim,
+    params: &Params,
+    inputs: &[Value<'c, 'b>],
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    let x = &ctx.in_avals[0];
+    let out = &ctx.out_avals[0];
+    let axes = axes(params, prim.name(), x.rank())?;
+    let scalar = ShapedArray::scalar(x.dtype);
+    let init = constant_scalar(ctx.body, identity(prim, x.dtype), &scalar)?;
+    let st = mlir_type(&scalar);
+    let region = ctx.body.region(&[&st, &st], "stablehlo.return", |b, xs| {
+        b.op(combiner(prim), xs, &[&st], &[])
+    })?;
+    let attrs = [("dimensions", i64_array(&axes))];
+    Ok(vec![
+        ctx.body
+            .op_with_regions(
+                "stablehlo.reduce",
+                &[inputs[0], init],
+                &[&mlir_type(out)],
+                &attrs,
+                vec![region],
+            )?
+            .remove(0),
+    ])
+}
+
+/// `argmax`/`argmin`: reduces (value, iota) pairs; ties and NaNs pick the lowest index, a NaN
+/// wins over numbers (XLA's semantics).
+pub(super) fn arg_reduce<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    prim: Prim,
+    params: &Params,
+    inputs: &[Value<'c, 'b>],
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    let x = &ctx.in_avals[0];
+    let out = &ctx.out_avals[0];
+    let axes = axes(params, prim.name(), x.rank())?;
+    let axis = axes.first().copied().unwrap_or(0);
+    let index_dtype = out.dtype;
+    let iota_aval = ShapedArray::new(index_dtype, &x.shape);
+    let iota = ctx.op1(
+        "stablehlo.iota",
+        &[],
+        &iota_aval,
+        &[("iota_dimension", format!("{axis} : i64"))],
+    )?;
+    let (vs, is) = (
+        ShapedArray::scalar(x.dtype),
+        ShapedArray::scalar(index_dtype),
+    );
+    let worst = if prim == Prim::Argmax {
+        f64::NEG_INFINITY
+    } else {
+        f64::INFINITY
+    };
+    let worst = if x.dtype.is_float() {
+        worst
+    } else {
+        identity(
+            if prim == Prim::Argmax {
+                Prim::ReduceMax
+            } else {
+                Prim::ReduceMin
+            },
+            x.dtype,
+        )
+    };
+    let init_v = constant_scalar(ctx.body, worst, &vs)?;
+    let init_i = constant_scalar(ctx.body, 0.0, &is)?;
+    let (vt, it) = (mlir_type(&vs), mlir_type(&is));
+    let direction = if prim == Prim::Argmax { "GT" } else { "LT" };
+    let float = x.dtype.is_float();
+    let region = ctx
+        .body
+        .region(&[&vt, &it, &vt, &it], "stablehlo.return", |b, a| {
+            let inner = Ctx {
+                body: b,
+                in_avals: &[],
+                out_avals: &[],
+            };
+            let boolean = ShapedArray::scalar(DType::Bool);
+            let better = compare_values(&inner, a[0], a[2], vs.dtype, direction, &boolean)?;
+            let better = if float {
+                let nan = compare_values(&inner, a[0], a[0], vs.dtype, "NE", &boolean)?;
+                inner.op1("stablehlo.or", &[better, nan], &boolean, &[])?
+            } else {
+                better
+            };
+            let equal = compare_values(&inner, a[0], a[2], vs.dtype, "EQ", &boolean)?;
+            let lower = compare_values(&inner, a[1], a[3], is.dtype, "LT", &boolean)?;
+            let tie = inner.op1("stablehlo.and", &[equal, lower], &boolean, &[])?;
+            let take = inner.op1("stablehlo.or", &[better, tie], &boolean, &[])?;
+            let v = inner.op1("stablehlo.select", &[take, a[0], a[2]], &vs, &[])?;
+            let i = inner.op1("stablehlo.select", &[take, a[1], a[3]], &is, &[])?;
+            Ok(vec![v, i])
+        })?;
+    let results = [
+        mlir_type(&ShapedArray::new(x.dtype, &out.shape)),
+        mlir_type(out),
+    ];
+    let refs: Vec<&str> = results.iter().map(String::as_str).collect();
+    let outs = ctx.body.op_with_regions(
+        "stablehlo.reduce",
+        &[inputs[0], iota, init_v, init_i],
+        &refs,
+        &[("dimensions", i64_array(&[axis]))],
+        vec![region],
+    )?;
+    Ok(vec![outs[1]])
+}
+
+/// `cumsum` as a window sum over the axis with `n - 1` padding before (after when reversed).
+pub(super) fn cumsum<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    params: &Params,
+    inputs: &[Value<'c, 'b>],
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    let x = &ctx.in_avals[0];
+    let rank = x.rank() as i64;
+    let axis = params.int("cumsum", "axis").map_err(ir)?;
+    let axis = (if axis < 0 { axis + rank } else { axis }) as usize;
+    let reverse = matches!(params.get("reverse"), Some(ParamValue::Bool(true)));
+    let n = x.shape[axis];
+    let mut window = vec![1i64; x.rank()];
+    window[axis] = n;
+    let padding: Vec<String> = (0..x.rank())
+        .map(|d| {
+            if d == axis {
+                if reverse {
+                    format!("[0, {}]", n - 1)
+                } else {
+                    format!("[{}, 0]", n - 1)
+                }
+            } else {
+                "[0, 0]".into()
+            }
+        })
+        .collect();
+    let scalar = ShapedArray::scalar(x.dtype);
+    let init = constant_scalar(ctx.body, 0.0, &scalar)?;
+    let st = mlir_type(&scalar);
+    let region = ctx.body.region(&[&st, &st], "stablehlo.return", |b, xs| {
+        b.op("stablehlo.add", xs, &[&st], &[])
+    })?;
+    let attrs = [
+        ("window_dimensions", i64_array(&window)),
+        (
+            "padding",
+            format!(
+                "dense<[{}]> : tensor<{}x2xi64>",
+                padding.join(", "),
+                x.rank()
+            ),
+        ),
+    ];
+    Ok(vec![
+        ctx.body
+            .op_with_regions(
+                "stablehlo.reduce_window",
+                &[inputs[0], init],
+                &[&mlir_type(x)],
+                &attrs,
+                vec![region],
+            )?
+            .remove(0),
+    ])
+}

@@ -1,0 +1,385 @@
+//! Compiling and running IR programs through StableHLO and PJRT: the glue between
+//! `tessera-ir`, `tessera-stablehlo` and `tessera-pjrt`.
+
+use tessera_ir::{Array, ClosedJaxpr, DType};
+use tessera_pjrt::{Buffer, Client, CompileOptions, ElementType, HostArray, LoadedExecutable};
+use tessera_stablehlo::{LowerOptions, lower_closed};
+
+/// Errors of compiling or running a program.
+#[derive(Debug, thiserror::Error)]
+pub enum JitError {
+    /// Lowering to StableHLO failed.
+    #[error("lowering to StableHLO: {0}")]
+    Lower(#[from] tessera_stablehlo::LowerError),
+    /// PJRT failed.
+    #[error(transparent)]
+    Pjrt(#[from] tessera_pjrt::PjrtError),
+    /// An array could not be converted.
+    #[error("{0}")]
+    Convert(String),
+}
+
+/// The PJRT element type of an IR dtype.
+pub fn element_type(dtype: DType) -> ElementType {
+    match dtype {
+        DType::Bool => ElementType::Pred,
+        DType::I8 => ElementType::S8,
+        DType::I16 => ElementType::S16,
+        DType::I32 => ElementType::S32,
+        DType::I64 => ElementType::S64,
+        DType::U8 => ElementType::U8,
+        DType::U16 => ElementType::U16,
+        DType::U32 => ElementType::U32,
+        DType::U64 => ElementType::U64,
+        DType::BF16 => ElementType::BF16,
+        DType::F16 => ElementType::F16,
+        DType::F32 => ElementType::F32,
+        DType::F64 => ElementType::F64,
+    }
+}
+
+/// An interpreter array as host bytes.
+pub fn to_host(array: &Array) -> Result<HostArray, JitError> {
+    let mut bytes = Vec::with_capacity(array.data.len() * array.dtype.size_in_bytes());
+    for &v in array.data.iter() {
+        match array.dtype {
+            DType::Bool | DType::U8 => bytes.push(v as u8),
+            DType::I8 => bytes.extend((v as i8).to_ne_bytes()),
+            DType::I16 => bytes.extend((v as i16).to_ne_bytes()),
+            DType::I32 => bytes.extend((v as i32).to_ne_bytes()),
+            DType::I64 => bytes.extend((v as i64).to_ne_bytes()),
+            DType::U16 => bytes.extend((v as u16).to_ne_bytes()),
+            DType::U32 => bytes.extend((v as u32).to_ne_bytes()),
+            DType::U64 => bytes.extend((v as u64).to_ne_bytes()),
+            DType::BF16 => bytes.extend(half::bf16::from_f64(v).to_bits().to_ne_bytes()),
+            DType::F16 => bytes.extend(half::f16::from_f64(v).to_bits().to_ne_bytes()),
+            DType::F32 => bytes.extend((v as f32).to_ne_bytes()),
+            DType::F64 => bytes.extend(v.to_ne_bytes()),
+        }
+    }
+    Ok(HostArray::from_bytes(
+        element_type(array.dtype),
+        &array.shape(),
+        bytes,
+    )?)
+}
+
+/// Host bytes as an interpreter array of `dtype`.
+pub fn from_host(host: &HostArray, dtype: DType) -> Result<Array, JitError> {
+    let size = dtype.size_in_bytes();
+    let values: Vec<f64> = host
+        .bytes()
+        .chunks_exact(size)
+        .map(|c| {
+            let mut b8 = [0u8; 8];
+            b8[..size].copy_from_slice(c);
+            match dtype {
+                DType::Bool | DType::U8 => f64::from(c[0]),
+                DType::I8 => f64::from(c[0] as i8),
+                DType::I16 => f64::from(i16::from_ne_bytes([c[0], c[1]])),
+                DType::U16 => f64::from(u16::from_ne_bytes([c[0], c[1]])),
+                DType::I32 => f64::from(i32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
+                DType::U32 => f64::from(u32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
+                DType::F32 => f64::from(f32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
+                DType::I64 => i64::from_ne_bytes(b8) as f64,
+                DType::U64 => u64::from_ne_bytes(b8) as f64,
+                DType::F64 => f64::from_ne_bytes(b8),
+                DType::BF16 => f64::from(half::bf16::from_bits(u16::from_ne_bytes([c[0], c[1]]))),
+                DType::F16 => f64::from(half::f16::from_bits(u16::from_ne_bytes([c[0], c[1]]))),
+            }
+        })
+        .collect();
+    Array::new(dtype, host.dims(), values).map_err(|e| JitError::Convert(e.to_string()))
+}
+
+/// Lowers `program` and compiles it for one device.
+pub fn compile(
+    client: &Client,
+    program: &ClosedJaxpr,
+    device: i64,
+) -> Result<LoadedExecutable, JitError> {
+    let module = lower_closed(
+        program,
+        &LowerOptions {
+            num_partitions: 1,
+            ..LowerOptions::default()
+        },
+    )?;
+    Ok(client.compile(module.text.as_bytes(), &CompileOptions::spmd(&[device]))?)
+}
+
+/// Compiles `program` for one device and runs it on `inputs`.
+pub fn run_on_device(
+    client: &Client,
+    program: &ClosedJaxpr,
+    inputs: &[Array],
+    device: i32,
+) -> Result<Vec<Array>, JitError> {
+    let exe = compile(client, program, i64::from(device))?;
+    let buffers = inputs
+        .iter()
+        .map(|a| Ok(Buffer::from_host_to(client, &to_host(a)?, device)?))
+        .collect::<Result<Vec<_>, JitError>>()?;
+    let outputs = exe.execute(&[buffers.iter().collect()])?;
+    let out_avals = program.jaxpr.out_avals();
+    outputs[0]
+        .iter()
+        .zip(&out_avals)
+        .map(|(b, aval)| from_host(&b.to_host()?, aval.dtype))
+        .collect()
+}
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use tessera_pjrt::Array as DeviceArray;
+use tessera_sharding::NamedSharding;
+
+/// A program with the shardings of its arguments and results: `jit(f)` with `in_shardings` and
+/// `out_shardings`. Lowering gives StableHLO whose entry carries `mhlo.sharding`s; compiling
+/// gives an executable over the mesh's devices that takes and returns [`DeviceArray`]s.
+#[derive(Debug, Clone)]
+pub struct Jit {
+    program: ClosedJaxpr,
+    in_shardings: Vec<NamedSharding>,
+    out_shardings: Vec<NamedSharding>,
+}
+
+/// A lowered [`Jit`]: the StableHLO module and its device assignment.
+#[derive(Debug, Clone)]
+pub struct Lowered {
+    jit: Jit,
+    module: tessera_stablehlo::EmittedModule,
+    devices: Vec<i64>,
+}
+
+/// A compiled [`Jit`].
+pub struct Compiled {
+    jit: Jit,
+    executable: LoadedExecutable,
+    devices: Vec<i64>,
+    text: String,
+}
+
+impl Jit {
+    /// `program` with one sharding per argument and per result (all on the same mesh).
+    pub fn new(
+        program: ClosedJaxpr,
+        in_shardings: Vec<NamedSharding>,
+        out_shardings: Vec<NamedSharding>,
+    ) -> Result<Jit, JitError> {
+        let (ins, outs) = (program.jaxpr.invars.len(), program.jaxpr.outvars.len());
+        if in_shardings.len() != ins || out_shardings.len() != outs {
+            return Err(JitError::Convert(format!(
+                "the program takes {ins} arguments and returns {outs} results, but {} input and {} output shardings were given",
+                in_shardings.len(),
+                out_shardings.len()
+            )));
+        }
+        Ok(Jit {
+            program,
+            in_shardings,
+            out_shardings,
+        })
+    }
+
+    fn devices(&self) -> Result<Vec<i64>, JitError> {
+        let first = self.in_shardings.iter().chain(&self.out_shardings).next();
+        let mesh = first
+            .and_then(|s| s.concrete_mesh())
+            .ok_or_else(|| JitError::Convert("jit needs shardings on a concrete mesh".into()))?;
+        let devices = mesh.device_ids().to_vec();
+        for s in self.in_shardings.iter().chain(&self.out_shardings) {
+            let other = s
+                .concrete_mesh()
+                .map(|m| m.device_ids().to_vec())
+                .unwrap_or_default();
+            if other != devices {
+                return Err(JitError::Convert(format!(
+                    "shardings are on different device assignments: {devices:?} and {other:?}; put every argument and result on one mesh"
+                )));
+            }
+        }
+        Ok(devices)
+    }
+
+    /// Lowers to StableHLO with `mhlo.sharding` on the entry's arguments and results.
+    pub fn lower(&self) -> Result<Lowered, JitError> {
+        let devices = self.devices()?;
+        let text = |s: &NamedSharding, rank: usize| {
+            s.to_hlo_sharding(rank)
+                .map(|h| Some(h.to_string()))
+                .map_err(|e| JitError::Convert(e.to_string()))
+        };
+        let jaxpr = &self.program.jaxpr;
+        let arg_shardings = self
+            .in_shardings
+            .iter()
+            .zip(jaxpr.in_avals())
+            .map(|(s, a)| text(s, a.rank()))
+            .collect::<Result<_, _>>()?;
+        let result_shardings = self
+            .out_shardings
+            .iter()
+            .zip(jaxpr.out_avals())
+            .map(|(s, a)| text(s, a.rank()))
+            .collect::<Result<_, _>>()?;
+        let options = LowerOptions {
+            num_partitions: devices.len(),
+            arg_shardings,
+            result_shardings,
+        };
+        let module = lower_closed(&self.program, &options)?;
+        Ok(Lowered {
+            jit: self.clone(),
+            module,
+            devices,
+        })
+    }
+}
+
+impl Lowered {
+    /// The StableHLO text.
+    pub fn as_text(&self) -> &str {
+        &self.module.text
+    }
+
+    /// Compiles for the mesh's devices.
+    pub fn compile(&self, client: &Client) -> Result<Compiled, JitError> {
+        let executable = client.compile(
+            self.module.text.as_bytes(),
+            &CompileOptions::spmd(&self.devices),
+        )?;
+        Ok(Compiled {
+            jit: self.jit.clone(),
+            executable,
+            devices: self.devices.clone(),
+            text: self.module.text.clone(),
+        })
+    }
+}
+
+impl Compiled {
+    /// The StableHLO the executable was compiled from.
+    pub fn as_text(&self) -> &str {
+        &self.text
+    }
+
+    /// Runs on arrays laid out by the input shardings; returns arrays laid out by the output
+    /// shardings. Types and device assignments are checked first.
+    pub fn call(&self, args: &[&DeviceArray]) -> Result<Vec<DeviceArray>, JitError> {
+        let jaxpr = &self.jit.program.jaxpr;
+        let in_avals = jaxpr.in_avals();
+        if args.len() != in_avals.len() {
+            return Err(JitError::Convert(format!(
+                "the program takes {} arguments, got {}",
+                in_avals.len(),
+                args.len()
+            )));
+        }
+        for (i, ((arg, aval), sharding)) in args
+            .iter()
+            .zip(&in_avals)
+            .zip(&self.jit.in_shardings)
+            .enumerate()
+        {
+            if arg.shape() != aval.shape.as_slice()
+                || arg.element_type() != element_type(aval.dtype)
+            {
+                return Err(JitError::Convert(format!(
+                    "argument {i} is {:?}{:?} but the program takes {aval}",
+                    arg.element_type(),
+                    arg.shape()
+                )));
+            }
+            let have = arg
+                .sharding()
+                .concrete_mesh()
+                .map(|m| m.device_ids().to_vec())
+                .unwrap_or_default();
+            if have != self.devices || arg.sharding().spec() != sharding.spec() {
+                return Err(JitError::Convert(format!(
+                    "argument {i} is laid out as {} on devices {have:?}, but the program was compiled for {} on devices {:?}; reshard it first",
+                    arg.sharding().spec(),
+                    sharding.spec(),
+                    self.devices
+                )));
+            }
+        }
+        let per_arg = args
+            .iter()
+            .map(|a| a.addressable_shards())
+            .collect::<Result<Vec<_>, _>>()?;
+        let lists: Vec<Vec<&Buffer>> = (0..self.devices.len())
+            .map(|d| per_arg.iter().map(|s| &s[d].buffer).collect())
+            .collect();
+        let mut per_device = self.executable.execute(&lists)?;
+        let out_avals = jaxpr.out_avals();
+        let mut outputs = Vec::with_capacity(out_avals.len());
+        for (k, (aval, sharding)) in out_avals
+            .iter()
+            .zip(&self.jit.out_shardings)
+            .enumerate()
+            .rev()
+        {
+            let buffers: Vec<Buffer> = per_device.iter_mut().map(|outs| outs.remove(k)).collect();
+            outputs.push(DeviceArray::from_shards(
+                &aval.shape,
+                element_type(aval.dtype),
+                sharding,
+                buffers,
+            )?);
+        }
+        outputs.reverse();
+        Ok(outputs)
+    }
+}
+
+/// Compiled executables by (program text, shardings), so a program is compiled once.
+#[derive(Default)]
+pub struct JitCache {
+    entries: Mutex<HashMap<String, std::sync::Arc<Compiled>>>,
+}
+
+impl JitCache {
+    /// Compiles `jit` on `client`, or returns the executable compiled before for the same program
+    /// and shardings.
+    pub fn get_or_compile(
+        &self,
+        client: &Client,
+        jit: &Jit,
+    ) -> Result<std::sync::Arc<Compiled>, JitError> {
+        let key = format!(
+            "{}|{:?}|{:?}",
+            tessera_ir::text::print_closed(&jit.program, 0),
+            jit.in_shardings
+                .iter()
+                .map(|s| (
+                    s.spec().to_string(),
+                    s.concrete_mesh().map(|m| m.device_ids().to_vec())
+                ))
+                .collect::<Vec<_>>(),
+            jit.out_shardings
+                .iter()
+                .map(|s| s.spec().to_string())
+                .collect::<Vec<_>>()
+        );
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hit) = entries.get(&key) {
+            return Ok(hit.clone());
+        }
+        let compiled = std::sync::Arc::new(jit.lower()?.compile(client)?);
+        entries.insert(key, compiled.clone());
+        Ok(compiled)
+    }
+
+    /// How many executables are cached.
+    pub fn len(&self) -> usize {
+        self.entries.lock().map(|e| e.len()).unwrap_or(0)
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
