@@ -58,20 +58,46 @@ fn main() -> ExitCode {
     }
 }
 
-/// The main job: until pipelined training lands, list the PJRT CPU plugin's devices.
+/// The main job. Until pipelined training lands, the most complete end-to-end path: the devices
+/// of the PJRT CPU plugin; JAX's programs parsed, lowered to StableHLO, compiled by XLA and
+/// differentiated on PJRT; the sharding oracle; a pipeline schedule simulated and drawn.
 fn demo() -> anyhow::Result<ExitCode> {
     setup::run()?;
-    cmd::step("demo: listing the devices of the PJRT CPU plugin");
-    cmd::cargo(&[
-        "run",
-        "--quiet",
-        "--package",
-        "tessera",
-        "--",
-        "devices",
-        "--cpu-devices",
-        "8",
-    ])?;
+    let shared = cmd::workspace_root()
+        .join("..")
+        .join("shared")
+        .join("oracle");
+    let tessera = |args: &[&str]| {
+        let mut all = vec!["run", "--quiet", "--package", "tessera", "--"];
+        all.extend_from_slice(args);
+        cmd::cargo(&all)
+    };
+    cmd::step("demo: the devices of the PJRT CPU plugin");
+    tessera(&["devices", "--cpu-devices", "8"])?;
+    if shared.is_dir() {
+        let jaxpr = shared.join("jaxpr_cases.json");
+        let sharding = shared.join("sharding_cases.json");
+        cmd::step(
+            "demo: JAX's jaxprs, lowered to StableHLO, compiled by XLA and differentiated, on PJRT",
+        );
+        tessera(&[
+            "oracle",
+            "jaxpr",
+            "--backend",
+            "pjrt",
+            "--grads",
+            &jaxpr.to_string_lossy(),
+        ])?;
+        cmd::step("demo: the sharding algebra against JAX");
+        tessera(&["oracle", "sharding", &sharding.to_string_lossy()])?;
+    } else {
+        cmd::step(&format!(
+            "demo: {} is missing; skipping the oracle runs",
+            shared.display()
+        ));
+    }
+    cmd::step("demo: a 1F1B schedule over 4 groups, simulated");
+    tessera(&["schedule", "1f1b", "--stages", "4", "--microbatches", "8"])?;
     Ok(ExitCode::SUCCESS)
 }
 
