@@ -7,13 +7,8 @@ use std::process::Command;
 
 use tessera_tests::{shared_dir, tessera_bin};
 
-fn oracle() -> std::path::PathBuf {
-    shared_dir().join("oracle").join("jaxpr_cases.json")
-}
-
-#[test]
-fn every_jaxpr_case_evaluates_to_jaxs_outputs() {
-    let report = tessera_ir::oracle::run_file(&oracle()).unwrap();
+/// Every case passed, or the failures are listed.
+fn assert_all_36_pass(report: &tessera_ir::oracle::Report) {
     let failures: Vec<String> = report
         .failures
         .iter()
@@ -21,6 +16,16 @@ fn every_jaxpr_case_evaluates_to_jaxs_outputs() {
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert_eq!(report.passed, 36);
+}
+
+fn oracle() -> std::path::PathBuf {
+    shared_dir().join("oracle").join("jaxpr_cases.json")
+}
+
+#[test]
+fn every_jaxpr_case_evaluates_to_jaxs_outputs() {
+    let report = tessera_ir::oracle::run_file(&oracle()).unwrap();
+    assert_all_36_pass(&report);
 }
 
 #[test]
@@ -46,13 +51,7 @@ fn every_jaxpr_case_compiles_and_runs_on_pjrt() {
         tessera::jit::run_on_device(&client, program, inputs, 0).map_err(|e| e.to_string())
     };
     let report = tessera_ir::oracle::run_file_with(&oracle(), &evaluate).unwrap();
-    let failures: Vec<String> = report
-        .failures
-        .iter()
-        .map(|(n, w)| format!("{n}: {w}"))
-        .collect();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert_eq!(report.passed, 36);
+    assert_all_36_pass(&report);
 }
 
 #[test]
@@ -67,13 +66,7 @@ fn gradients_match_jax_on_the_interpreter_and_on_pjrt() {
     let backends: [&tessera_ir::oracle::Evaluate<'_>; 2] = [&interp, &pjrt];
     for evaluate in backends {
         let report = tessera_ir::oracle::run_file_with_grads(&oracle(), evaluate).unwrap();
-        let failures: Vec<String> = report
-            .failures
-            .iter()
-            .map(|(n, w)| format!("{n}: {w}"))
-            .collect();
-        assert!(failures.is_empty(), "{}", failures.join("\n"));
-        assert_eq!(report.passed, 36);
+        assert_all_36_pass(&report);
     }
 }
 

@@ -81,13 +81,21 @@ pub fn run_file(path: &Path) -> std::result::Result<Report, String> {
 
 /// Reads and runs every case of `path`, evaluating with `evaluate`.
 pub fn run_file_with(path: &Path, evaluate: &Evaluate<'_>) -> std::result::Result<Report, String> {
+    run_cases(path, |case| run_case_with(case, evaluate))
+}
+
+/// Reads `path` and runs `check` on each case, counting passes and collecting failures.
+fn run_cases(
+    path: &Path,
+    check: impl Fn(&Case) -> std::result::Result<(), String>,
+) -> std::result::Result<Report, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let file: File = serde_json::from_str(&text)
         .map_err(|e| format!("{} is not a jaxpr oracle file: {e}", path.display()))?;
     let mut report = Report::default();
     for case in &file.cases {
-        match run_case_with(case, evaluate) {
+        match check(case) {
             Ok(()) => report.passed += 1,
             Err(why) => report.failures.push((case.name.clone(), why)),
         }
@@ -185,18 +193,9 @@ pub fn run_file_with_grads(
     path: &Path,
     evaluate: &Evaluate<'_>,
 ) -> std::result::Result<Report, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let file: File = serde_json::from_str(&text)
-        .map_err(|e| format!("{} is not a jaxpr oracle file: {e}", path.display()))?;
-    let mut report = Report::default();
-    for case in &file.cases {
-        match run_case_with(case, evaluate).and_then(|()| check_grads(case, evaluate)) {
-            Ok(()) => report.passed += 1,
-            Err(why) => report.failures.push((case.name.clone(), why)),
-        }
-    }
-    Ok(report)
+    run_cases(path, |case| {
+        run_case_with(case, evaluate).and_then(|()| check_grads(case, evaluate))
+    })
 }
 
 /// Compares one output with JAX's.
