@@ -133,3 +133,87 @@ fn executables_are_cached_and_layout_mismatches_are_refused() {
     );
     assert!(Jit::new(mlp(), replicated(3), replicated(2)).is_err());
 }
+
+/// One SGD step of the MLP: `(x, w1, b1, w2) -> (w1', b1', w2', loss)`.
+fn mlp_training_step() -> tessera_ir::ClosedJaxpr {
+    use tessera_ir::autodiff::value_and_grad;
+    use tessera_ir::trace::{Tensor, call_closed};
+    let f32 = |s: &[i64]| ShapedArray::new(DType::F32, s);
+    let avals = [f32(&[8, 16]), f32(&[16, 32]), f32(&[32]), f32(&[32, 4])];
+    let loss = trace(&avals, |a| {
+        let hidden = (a[0].matmul(&a[1]) + &a[2]).tanh();
+        vec![hidden.matmul(&a[3]).integer_pow(2).mean(&[0, 1])]
+    })
+    .unwrap();
+    let grads = value_and_grad(&loss, &[1, 2, 3]).unwrap();
+    trace(&avals, |a| {
+        let refs: Vec<&Tensor> = a.iter().collect();
+        let out = call_closed(&grads, &refs);
+        vec![
+            &a[1] - &(&out[1] * 0.1),
+            &a[2] - &(&out[2] * 0.1),
+            &a[3] - &(&out[3] * 0.1),
+            out[0].clone(),
+        ]
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_data_and_tensor_parallel_training_step_matches_the_interpreter() {
+    let client = Client::cpu(8).unwrap();
+    let mesh = Mesh::auto(&[("data", 2), ("model", 4)]).unwrap();
+    let w = [
+        sharding(&mesh, "P(None, 'model')"),
+        sharding(&mesh, "P('model')"),
+        sharding(&mesh, "P('model', None)"),
+    ];
+    let mut ins = vec![sharding(&mesh, "P('data', None)")];
+    ins.extend(w.iter().cloned());
+    let mut outs: Vec<NamedSharding> = w.to_vec();
+    outs.push(sharding(&mesh, "P()"));
+    let program = mlp_training_step();
+    let lowered = Jit::new(program.clone(), ins.clone(), outs)
+        .unwrap()
+        .lower()
+        .unwrap();
+    let shardings: Vec<&str> = lowered
+        .as_text()
+        .lines()
+        .filter(|l| l.contains("func.func public @main"))
+        .collect();
+    expect![[r#"  func.func public @main(%arg0: tensor<8x16xf32> {mhlo.sharding = "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"}, %arg1: tensor<16x32xf32> {mhlo.sharding = "{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}, %arg2: tensor<32xf32> {mhlo.sharding = "{devices=[4,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}, %arg3: tensor<32x4xf32> {mhlo.sharding = "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}) -> (tensor<16x32xf32> {mhlo.sharding = "{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}, tensor<32xf32> {mhlo.sharding = "{devices=[4,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}, tensor<32x4xf32> {mhlo.sharding = "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}, tensor<f32> {mhlo.sharding = "{replicated}"}) {"#]]
+    .assert_eq(&shardings.join("\n"));
+    let compiled = lowered.compile(&client).unwrap();
+    let mut host: Vec<Array> = [vec![8, 16], vec![16, 32], vec![32], vec![32, 4]]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| values(s, i as f64))
+        .collect();
+    let mut device: Vec<DeviceArray> = host
+        .iter()
+        .zip(&ins)
+        .map(|(a, s)| DeviceArray::device_put(&client, &to_host(a).unwrap(), s).unwrap())
+        .collect();
+    let mut losses = Vec::new();
+    for _ in 0..3 {
+        let want = eval_closed(&program, &host).unwrap();
+        let got = compiled.call(&device.iter().collect::<Vec<_>>()).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            let g = from_host(&g.to_host().unwrap(), DType::F32).unwrap();
+            for (a, b) in g.to_vec().iter().zip(w.to_vec()) {
+                assert!(
+                    (a - b).abs() <= 1e-4 * b.abs().max(1e-2),
+                    "{a} vs interpreter {b}"
+                );
+            }
+        }
+        losses.push(want[3].to_vec()[0]);
+        host.splice(1.., want[..3].iter().cloned());
+        let mut next = got;
+        next.pop();
+        device.truncate(1);
+        device.extend(next);
+    }
+    assert!(losses[2] < losses[0], "the loss falls: {losses:?}");
+}
