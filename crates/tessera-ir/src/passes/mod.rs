@@ -6,11 +6,13 @@ mod cse;
 mod dce;
 mod fold;
 mod inline;
+mod split_stages;
 
 pub use cse::eliminate_common_subexpressions;
 pub use dce::eliminate_dead_code;
 pub use fold::fold_constants;
 pub use inline::inline_calls;
+pub use split_stages::{StageInput, StageProgram, StageSplit, split_stages};
 
 use std::collections::HashMap;
 
