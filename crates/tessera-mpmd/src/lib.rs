@@ -7,6 +7,7 @@ mod array;
 pub mod compose;
 mod error;
 mod mesh;
+pub mod partition;
 pub mod pipeline;
 mod reshard;
 pub mod runtime;

@@ -90,6 +90,11 @@ impl Tensor {
         }
     }
 
+    /// The scalar 1 of `dtype` in this tensor's trace (a loss's cotangent seed).
+    pub fn literal_one(&self, dtype: crate::dtype::DType) -> Tensor {
+        self.literal_strong(1.0, dtype)
+    }
+
     /// A strongly typed scalar literal (for replaying a program's own literals).
     pub(crate) fn literal_strong(&self, value: f64, dtype: crate::dtype::DType) -> Tensor {
         let aval = ShapedArray::scalar(dtype);
