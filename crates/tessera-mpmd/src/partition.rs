@@ -13,7 +13,7 @@ use tessera_ir::passes::{StageInput, eliminate_dead_code, inline_calls, split_st
 use tessera_ir::trace::{Tensor, call_closed, trace};
 use tessera_ir::{ClosedJaxpr, IrError, ShapedArray};
 
-use crate::pipeline::StageShape;
+use crate::pipeline::{Key, StageShape};
 
 /// One stage's programs, each following the contract's argument and result order.
 #[derive(Debug, Clone)]
@@ -193,4 +193,46 @@ fn stage_programs(
         data_args,
         shape,
     })
+}
+
+impl StagePrograms {
+    /// The program of one kind of task.
+    pub fn program(&self, kind: tessera_schedule::TaskKind) -> &ClosedJaxpr {
+        match kind {
+            tessera_schedule::TaskKind::Fwd => &self.fwd,
+            tessera_schedule::TaskKind::Bwd => &self.bwd,
+            tessera_schedule::TaskKind::BwdI => &self.bwd_i,
+            tessera_schedule::TaskKind::BwdW => &self.bwd_w,
+        }
+    }
+}
+
+/// The type of a pipeline value, read off the stage programs.
+pub fn key_aval(stages: &[StagePrograms], key: Key) -> Option<ShapedArray> {
+    let fwd_in = |s: u32| stages.get(s as usize).map(|p| p.fwd.jaxpr.in_avals());
+    let fwd_out = |s: u32| stages.get(s as usize).map(|p| p.fwd.jaxpr.out_avals());
+    match key {
+        Key::Param { stage, k } | Key::Acc { stage, k, .. } => fwd_in(stage)?.get(k).cloned(),
+        Key::Data { stage, k, .. } => {
+            let p = stages.get(stage as usize)?;
+            fwd_in(stage)?
+                .get(p.shape.params + usize::from(stage > 0) + k)
+                .cloned()
+        }
+        Key::Act { stage, .. } | Key::Cot { stage, .. } => {
+            fwd_out(stage.checked_sub(1)?)?.first().cloned()
+        }
+        Key::Loss { .. } => fwd_out(stages.len().checked_sub(1)? as u32)?
+            .first()
+            .cloned(),
+        Key::Resid { stage, k, .. } => fwd_out(stage)?.get(1 + k).cloned(),
+        Key::WResid { stage, k, .. } => {
+            let p = stages.get(stage as usize)?;
+            p.bwd_i
+                .jaxpr
+                .out_avals()
+                .get(usize::from(stage > 0) + k)
+                .cloned()
+        }
+    }
 }

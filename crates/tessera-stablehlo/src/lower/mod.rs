@@ -60,7 +60,7 @@ pub fn lower_closed(
     let context = crate::new_context();
     let emitter = ModuleEmitter::new(&context, "jit_main", options.num_partitions.max(1), 1)?;
     let mut functions = Functions {
-        emitter: &emitter,
+        emitter: Some(&emitter),
         next: 0,
     };
     let jaxpr = &closed.jaxpr;
@@ -95,7 +95,7 @@ pub fn lower_closed(
 
 /// Names and emits private functions for nested jaxprs.
 pub(crate) struct Functions<'e, 'c> {
-    emitter: &'e ModuleEmitter<'c>,
+    emitter: Option<&'e ModuleEmitter<'c>>,
     next: usize,
 }
 
@@ -115,9 +115,14 @@ impl Functions<'_, '_> {
             .iter()
             .map(|a| ResultSpec::new(mlir_type(a)))
             .collect();
-        let emitter = self.emitter;
+        let emitter = self.emitter.ok_or_else(|| {
+            LowerError::Build(
+                "nested calls cannot be lowered here; inline them first (passes::inline_calls)"
+                    .into(),
+            )
+        })?;
         let mut nested = Functions {
-            emitter,
+            emitter: Some(emitter),
             next: self.next + 1000,
         };
         emitter.add_function(&symbol, &args, &results, false, |body, params| {
@@ -145,6 +150,30 @@ fn sanitize(name: &str) -> String {
         })
         .collect();
     if s.is_empty() { "f".into() } else { s }
+}
+
+/// Lowers a program without nested calls into `body` (e.g. a part of a composed module), given
+/// values for its arguments; returns the values of its results.
+pub fn lower_flat<'c, 'b>(
+    body: &Body<'c, 'b>,
+    program: &ClosedJaxpr,
+    args: &[Value<'c, 'b>],
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    let consts = program
+        .consts
+        .iter()
+        .map(|c| control::constant_array(body, c))
+        .collect::<Result<Vec<_>, _>>()?;
+    lower_body(
+        body,
+        &program.jaxpr,
+        &consts,
+        args,
+        &mut Functions {
+            emitter: None,
+            next: 0,
+        },
+    )
 }
 
 /// Lowers the equations of `jaxpr` into `body`, given values for its constvars and invars.
