@@ -23,13 +23,13 @@ pub fn cargo(args: &[&str]) -> anyhow::Result<()> {
     run(&mut cargo_command(args))
 }
 
-/// `cargo ARGS` in the workspace root. XLA's informational log lines are quieted
-/// (`TF_CPP_MIN_LOG_LEVEL=1`) unless the caller set that variable.
+/// `cargo ARGS` in the workspace root. XLA's informational and warning log lines are quieted
+/// (`TF_CPP_MIN_LOG_LEVEL=2`; errors still print) unless the caller set that variable.
 pub fn cargo_command(args: &[&str]) -> Command {
     let mut command = Command::new(cargo_bin());
     command.args(args).current_dir(workspace_root());
     if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
-        command.env("TF_CPP_MIN_LOG_LEVEL", "1");
+        command.env("TF_CPP_MIN_LOG_LEVEL", "2");
     }
     command
 }

@@ -5,6 +5,7 @@
 
 mod array;
 pub mod compose;
+pub mod driver;
 mod error;
 mod mesh;
 pub mod partition;

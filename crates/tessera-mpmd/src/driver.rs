@@ -1,0 +1,286 @@
+//! A compiled pipelined training step: a traced loss (with stage markers) partitioned, every
+//! action of a schedule compiled for its MPMD group, and a `step` that runs the schedule over
+//! microbatches and returns the accumulated gradients and the per-microbatch losses.
+//!
+//! Values inside a group are replicated over the group's devices. The optimizer update is left to
+//! the caller (the `tessera train` command applies SGD on the host).
+
+use std::collections::HashMap;
+
+use tessera_ir::{ClosedJaxpr, DType};
+use tessera_pjrt::{Array as DeviceArray, Client, ElementType, HostArray};
+use tessera_schedule::Schedule;
+use tessera_sharding::{NamedSharding, PartitionSpec};
+use tessera_stablehlo::{KeyTypes, PartBody, lower_flat, mlir_type};
+
+use crate::compose::action_module;
+use crate::mesh::MpmdMesh;
+use crate::partition::{PartitionError, StagePrograms, key_aval, partition};
+use crate::pipeline::{Key, PartSignature, PipelinePlan, build_plan};
+use crate::runtime::{DeviceCopyTransport, OutputLayout, PjrtExecutor, RunError, Timings, run};
+
+/// Errors of building or running a pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The loss could not be partitioned.
+    #[error(transparent)]
+    Partition(#[from] PartitionError),
+    /// The schedule does not fit the model or the mesh.
+    #[error("{0}")]
+    Config(String),
+    /// Lowering a task failed.
+    #[error(transparent)]
+    Lower(#[from] tessera_stablehlo::LowerError),
+    /// A device operation failed.
+    #[error(transparent)]
+    Mpmd(#[from] crate::error::MpmdError),
+    /// The run failed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+impl From<tessera_pjrt::PjrtError> for DriverError {
+    fn from(e: tessera_pjrt::PjrtError) -> Self {
+        DriverError::Mpmd(e.into())
+    }
+}
+
+impl From<tessera_sharding::ShardingError> for DriverError {
+    fn from(e: tessera_sharding::ShardingError) -> Self {
+        DriverError::Mpmd(e.into())
+    }
+}
+
+impl From<tessera_schedule::ScheduleError> for DriverError {
+    fn from(e: tessera_schedule::ScheduleError) -> Self {
+        DriverError::Config(e.to_string())
+    }
+}
+
+/// What one pipelined step returns.
+#[derive(Debug)]
+pub struct StepOutput {
+    /// The gradient of each parameter argument (summed over microbatches), in `params` order.
+    pub grads: Vec<HostArray>,
+    /// Each microbatch's loss.
+    pub losses: Vec<f64>,
+    /// When each task ran.
+    pub timings: Timings,
+}
+
+/// A pipelined step ready to run.
+pub struct CompiledPipeline {
+    client: Client,
+    mesh: MpmdMesh,
+    parts: Vec<StagePrograms>,
+    built: PipelinePlan<usize>,
+    executor: PjrtExecutor,
+    params: Vec<usize>,
+    microbatches: u32,
+    schedule_plan: tessera_schedule::Plan,
+}
+
+struct Types<'a>(&'a [StagePrograms]);
+
+impl KeyTypes<Key> for Types<'_> {
+    fn mlir_type(&self, key: &Key) -> String {
+        key_aval(self.0, *key)
+            .map(|a| mlir_type(&a))
+            .unwrap_or_default()
+    }
+    fn sharding(&self, _key: &Key) -> Option<String> {
+        Some("{replicated}".into())
+    }
+}
+
+fn element_type(dtype: DType) -> Result<ElementType, DriverError> {
+    match dtype {
+        DType::F32 => Ok(ElementType::F32),
+        DType::F64 => Ok(ElementType::F64),
+        DType::I32 => Ok(ElementType::S32),
+        DType::BF16 => Ok(ElementType::BF16),
+        other => Err(DriverError::Config(format!(
+            "pipeline values of dtype {other} are not supported yet"
+        ))),
+    }
+}
+
+impl CompiledPipeline {
+    /// Partitions `loss` (arguments `params` are parameters, the others per-microbatch data),
+    /// builds `schedule`'s plan for `microbatches`, and compiles every action for its group.
+    pub fn new(
+        client: &Client,
+        mesh: &MpmdMesh,
+        loss: &ClosedJaxpr,
+        params: &[usize],
+        schedule: &dyn Schedule,
+        microbatches: u32,
+    ) -> Result<Self, DriverError> {
+        let schedule_plan = schedule.plan(microbatches)?;
+        tessera_schedule::validate(&schedule_plan)
+            .map_err(|e| DriverError::Config(e.to_string()))?;
+        if schedule_plan.actors.len() != mesh.mpmd_dim() {
+            return Err(DriverError::Config(format!(
+                "the schedule runs on {} MPMD groups but the mesh has {}; make --mpmd-dim match the mesh",
+                schedule_plan.actors.len(),
+                mesh.mpmd_dim()
+            )));
+        }
+        let parts = partition(loss, params)?;
+        if parts.len() != schedule_plan.num_stages as usize {
+            return Err(DriverError::Config(format!(
+                "the model has {} stages (its stage markers + 1) but the schedule has {}",
+                parts.len(),
+                schedule_plan.num_stages
+            )));
+        }
+        let shapes: Vec<_> = parts.iter().map(|p| p.shape).collect();
+        let mut executor = PjrtExecutor::new(client, mesh);
+        let group_size = mesh.lowering_mesh().device_ids().len();
+        let mut failure: Option<DriverError> = None;
+        let built = build_plan(&schedule_plan, &shapes, |sig| {
+            match compile_action(&parts, &mut executor, &schedule_plan, sig, group_size) {
+                Ok(index) => index,
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    0
+                }
+            }
+        })
+        .map_err(|e| DriverError::Config(e.to_string()))?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        Ok(CompiledPipeline {
+            client: client.clone(),
+            mesh: mesh.clone(),
+            parts,
+            built,
+            executor,
+            params: params.to_vec(),
+            microbatches,
+            schedule_plan,
+        })
+    }
+
+    /// The schedule's plan (for simulation and for checking the measured order).
+    pub fn schedule_plan(&self) -> &tessera_schedule::Plan {
+        &self.schedule_plan
+    }
+
+    /// Runs one step: `args[k]` is the value of loss argument `k` for parameters, and
+    /// `data[mb][k]` its value for microbatch `mb` for data arguments.
+    pub fn step(
+        &self,
+        args: &HashMap<usize, HostArray>,
+        data: &[HashMap<usize, HostArray>],
+    ) -> Result<StepOutput, DriverError> {
+        if data.len() != self.microbatches as usize {
+            return Err(DriverError::Config(format!(
+                "{} microbatches given, the pipeline runs {}",
+                data.len(),
+                self.microbatches
+            )));
+        }
+        let missing = |k: usize| DriverError::Config(format!("no value for loss argument {k}"));
+        let mut initial = Vec::new();
+        for &(key, group) in &self.built.inputs {
+            let host = match key {
+                Key::Param { stage, k } => args
+                    .get(&self.parts[stage as usize].param_args[k])
+                    .cloned()
+                    .ok_or_else(|| missing(k))?,
+                Key::Acc { stage, k, .. } => {
+                    let a =
+                        key_aval(&self.parts, Key::Param { stage, k }).ok_or_else(|| missing(k))?;
+                    HostArray::zeros(element_type(a.dtype)?, &a.shape)
+                }
+                Key::Data { stage, mb, k } => {
+                    let arg = self.parts[stage as usize].data_args[k];
+                    data[mb as usize]
+                        .get(&arg)
+                        .cloned()
+                        .ok_or_else(|| missing(arg))?
+                }
+                other => {
+                    return Err(DriverError::Config(format!(
+                        "unexpected pipeline input {other:?}"
+                    )));
+                }
+            };
+            let sharding =
+                NamedSharding::new(self.mesh.group(group)?, PartitionSpec::replicated())?;
+            initial.push((
+                self.built.ids[&key],
+                group,
+                DeviceArray::device_put(&self.client, &host, &sharding)?,
+            ));
+        }
+        let out = run(
+            &self.built.plan,
+            initial,
+            &self.executor,
+            &DeviceCopyTransport::new(&self.mesh),
+        )?;
+        let stages = self.parts.len();
+        let mut by_arg: HashMap<usize, HostArray> = HashMap::new();
+        let mut results = out.results.into_iter();
+        for s in 0..stages {
+            for k in 0..self.parts[s].shape.params {
+                let value = results
+                    .next()
+                    .ok_or_else(|| DriverError::Config("missing gradient".into()))?;
+                by_arg.insert(self.parts[s].param_args[k], value.to_host()?);
+            }
+        }
+        let losses = results
+            .map(|a| {
+                Ok(a.to_host()?
+                    .to_vec::<f32>()
+                    .and_then(|v| v.first().copied())
+                    .map_or(f64::NAN, f64::from))
+            })
+            .collect::<Result<Vec<_>, DriverError>>()?;
+        let grads = self
+            .params
+            .iter()
+            .map(|k| by_arg.remove(k).ok_or_else(|| missing(*k)))
+            .collect::<Result<_, _>>()?;
+        Ok(StepOutput {
+            grads,
+            losses,
+            timings: out.timings,
+        })
+    }
+}
+
+fn compile_action(
+    parts: &[StagePrograms],
+    executor: &mut PjrtExecutor,
+    plan: &tessera_schedule::Plan,
+    sig: &crate::pipeline::ActionSignature,
+    group_size: usize,
+) -> Result<usize, DriverError> {
+    let part_body = |part: &PartSignature| -> PartBody<'static> {
+        let program = parts[part.task.stage as usize]
+            .program(part.task.kind)
+            .clone();
+        Box::new(move |b, args| lower_flat(b, &program, args))
+    };
+    let module = action_module(sig, &Types(parts), group_size, &part_body)?;
+    let group = plan.placement.actor(sig.parts[0].task.stage).unwrap_or(0) as usize;
+    let layouts = sig
+        .outputs
+        .iter()
+        .map(|&k| {
+            let aval = key_aval(parts, k)
+                .ok_or_else(|| DriverError::Config(format!("no type for {k:?}")))?;
+            Ok(OutputLayout {
+                shape: aval.shape.clone(),
+                ty: element_type(aval.dtype)?,
+                spec: PartitionSpec::replicated(),
+            })
+        })
+        .collect::<Result<Vec<_>, DriverError>>()?;
+    Ok(executor.compile(module.text.as_bytes(), group, layouts)?)
+}
