@@ -131,13 +131,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let mpmd_dim = args.mpmd_dim.unwrap_or(args.stages);
-    if mpmd_dim == 0 || args.devices % mpmd_dim != 0 {
+    if mpmd_dim == 0 || !args.devices.is_multiple_of(mpmd_dim) {
         bail!(
             "--devices {} is not a multiple of the {mpmd_dim} MPMD groups; give each group the same number of devices",
             args.devices
         );
     }
-    if args.microbatches == 0 || args.batch % args.microbatches != 0 {
+    if args.microbatches == 0 || !args.batch.is_multiple_of(args.microbatches) {
         bail!(
             "--batch {} is not divisible by --microbatches {}; pick a batch that splits evenly",
             args.batch,
