@@ -90,6 +90,57 @@ fn bad_input_is_refused_before_device_work() {
         !out.status.success(),
         "DualPipeV needs stages = 2 x mpmd-dim"
     );
-    let out = train(&["--model", "gpt"]);
-    assert_eq!(out.status.code(), Some(2), "the GPT model is not built yet");
+    let out = train(&["--model", "bert"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown model `bert`"));
+    let out = train(&[
+        "--model",
+        "gpt",
+        "--stages",
+        "3",
+        "--mpmd-dim",
+        "3",
+        "--devices",
+        "6",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must divide them"));
+}
+
+#[test]
+fn the_byte_level_gpt_trains_pipelined_like_the_unpipelined_run() {
+    let s = summary(&[
+        "--model",
+        "gpt",
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "4",
+        "--microbatches",
+        "4",
+        "--batch",
+        "8",
+        "--steps",
+        "4",
+        "--json",
+    ]);
+    let losses: Vec<f64> = s["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let reference: Vec<f64> = s["reference_losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert!(
+        (losses[0] - 256f64.ln()).abs() < 0.05,
+        "an untrained byte model starts near ln 256: {}",
+        losses[0]
+    );
+    for (a, b) in losses.iter().zip(&reference) {
+        assert!((a - b).abs() <= 1e-4 * b.abs(), "{a} vs unpipelined {b}");
+    }
+    assert_eq!(s["order_matches_schedule"], true);
 }

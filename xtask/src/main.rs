@@ -58,8 +58,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// The main job: pipelined training of an MLP over 4 MPMD groups x 2 devices, checked against
-/// the unpipelined run (the GPT model comes next); before it, the devices of the PJRT CPU plugin,
+/// The main job: pipelined training of a byte-level GPT over 4 MPMD groups x 2 devices, checked
+/// step by step against the unpipelined run; before it, the devices of the PJRT CPU plugin,
 /// JAX's programs lowered, compiled and differentiated on PJRT, and the sharding oracle.
 fn demo() -> anyhow::Result<ExitCode> {
     setup::run()?;

@@ -319,6 +319,25 @@ impl Tensor {
         Tensor::bind1(Prim::Reshape, params, &[self])
     }
 
+    /// The slice `start..limit` along `axis` (other dimensions whole).
+    pub fn slice_axis(x: &Tensor, axis: usize, start: i64, limit: i64) -> Tensor {
+        if axis >= x.rank() {
+            return x.fail(
+                "slice",
+                format!("axis {axis} is out of range for shape {:?}", x.shape()),
+            );
+        }
+        let mut starts = vec![0i64; x.rank()];
+        let mut limits = x.shape().to_vec();
+        starts[axis] = start;
+        limits[axis] = limit;
+        let params = Params::new()
+            .with("limit_indices", ParamValue::ints(&limits))
+            .with("start_indices", ParamValue::ints(&starts))
+            .with("strides", ParamValue::Name("None".into()));
+        Tensor::bind1(Prim::Slice, params, &[x])
+    }
+
     /// Permutes dimensions.
     pub fn transpose(&self, permutation: &[i64]) -> Tensor {
         Tensor::bind1(

@@ -22,10 +22,88 @@ use tessera_pjrt::Client;
 use tessera_schedule::{Costs, Registry, ScheduleParams};
 use tessera_sharding::Mesh;
 
+/// A model to train: its loss program, which arguments are parameters, their initial values,
+/// and the data arguments of each microbatch.
+struct Model {
+    loss: ClosedJaxpr,
+    params: Vec<usize>,
+    init: Vec<Array>,
+    batches: Vec<HashMap<usize, Array>>,
+}
+
+fn mlp_model(stages: usize, rows: i64, microbatches: usize) -> anyhow::Result<Model> {
+    let loss = mlp_loss(stages, rows)?;
+    let init = (0..stages)
+        .map(|s| {
+            Array::new(
+                DType::F32,
+                &[WIDTH, WIDTH],
+                pseudo(s as f64 + 0.5, WIDTH * WIDTH, 0.5),
+            )
+        })
+        .collect::<Result<_, _>>()?;
+    let batches = dataset(microbatches, rows)?
+        .into_iter()
+        .map(|(x, y)| HashMap::from([(0, x), (stages + 1, y)]))
+        .collect();
+    Ok(Model {
+        loss,
+        params: (1..=stages).collect(),
+        init,
+        batches,
+    })
+}
+
+/// The byte-level GPT on the corpus shipped in `examples/data/corpus.txt`: each microbatch takes
+/// `rows` windows of `seq` bytes and predicts each next byte.
+fn gpt_model(stages: usize, rows: i64, microbatches: usize) -> anyhow::Result<Model> {
+    let config = super::gpt::GptConfig {
+        layers: 4,
+        d: 64,
+        heads: 4,
+        seq: 32,
+        rows,
+    };
+    if !config.layers.is_multiple_of(stages) {
+        bail!(
+            "the GPT has {} blocks; --stages must divide them (1, 2 or 4)",
+            config.layers
+        );
+    }
+    let loss = super::gpt::loss(&config, stages)?;
+    let init = super::gpt::init(&config)?;
+    let corpus = include_bytes!("../../../../examples/data/corpus.txt");
+    let n_params = init.len();
+    let window = config.seq as usize + 1;
+    let batches = (0..microbatches)
+        .map(|m| {
+            let mut tokens = Vec::new();
+            let mut targets = Vec::new();
+            for r in 0..rows as usize {
+                let start = ((m * rows as usize + r) * 97) % (corpus.len() - window);
+                let piece = &corpus[start..start + window];
+                tokens.extend(piece[..window - 1].iter().map(|&b| f64::from(b)));
+                targets.extend(piece[1..].iter().map(|&b| f64::from(b)));
+            }
+            let shape = [rows, config.seq];
+            Ok(HashMap::from([
+                (0, Array::new(DType::I32, &shape, tokens)?),
+                (n_params + 1, Array::new(DType::I32, &shape, targets)?),
+            ]))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(Model {
+        loss,
+        params: (1..=n_params).collect(),
+        init,
+        batches,
+    })
+}
+
 /// Arguments of `tessera train`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The model: `mlp` (`gpt` is not built yet).
+    /// The model: `mlp` or `gpt` (a byte-level GPT on the corpus in examples/data).
     #[arg(long, default_value = "mlp")]
     model: String,
     /// The schedule (any name `tessera schedule --list` shows).
@@ -49,9 +127,9 @@ pub struct Args {
     /// Examples per step (divided among the microbatches).
     #[arg(long, default_value_t = 64)]
     batch: u32,
-    /// SGD learning rate.
-    #[arg(long, default_value_t = 0.2)]
-    lr: f64,
+    /// SGD learning rate (default: 0.2 for the MLP, 0.1 for the GPT).
+    #[arg(long)]
+    lr: Option<f64>,
     /// Write a Chrome / Perfetto trace of the last step's tasks here.
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -110,6 +188,56 @@ fn dataset(microbatches: usize, rows: i64) -> anyhow::Result<Vec<(Array, Array)>
         .collect()
 }
 
+/// One unpipelined step: the compiled `value_and_grad` on each microbatch; the mean loss and the
+/// summed gradients.
+fn reference_step(
+    client: &Client,
+    exe: &tessera_pjrt::LoadedExecutable,
+    program: &ClosedJaxpr,
+    model: &Model,
+    weights: &[Array],
+) -> anyhow::Result<(f64, Vec<Array>)> {
+    let n_args = program.jaxpr.invars.len();
+    let out_avals = program.jaxpr.out_avals();
+    let mut total = 0.0;
+    let mut sums: Vec<Vec<f64>> = weights.iter().map(|w| vec![0.0; w.data.len()]).collect();
+    for batch in &model.batches {
+        let mut args: Vec<Option<Array>> = vec![None; n_args];
+        for (&k, w) in model.params.iter().zip(weights) {
+            args[k] = Some(w.clone());
+        }
+        for (&k, a) in batch {
+            args[k] = Some(a.clone());
+        }
+        let buffers = args
+            .iter()
+            .map(|a| {
+                let a = a.as_ref().context("a loss argument has no value")?;
+                Ok(tessera_pjrt::Buffer::from_host_to(client, &to_host(a)?, 0)?)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let outs = exe.execute(&[buffers.iter().collect()])?;
+        let values = outs[0]
+            .iter()
+            .zip(&out_avals)
+            .map(|(b, aval)| Ok(from_host(&b.to_host()?, aval.dtype)?))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        total += values[0].to_vec()[0];
+        // Accumulate in f32 in microbatch order, as the pipeline's accumulators do on device.
+        for (sum, g) in sums.iter_mut().zip(&values[1..]) {
+            for (s, v) in sum.iter_mut().zip(g.data.iter()) {
+                *s = f64::from(*s as f32 + *v as f32);
+            }
+        }
+    }
+    let grads = sums
+        .into_iter()
+        .zip(weights)
+        .map(|(v, w)| Array::new(DType::F32, &w.shape(), v))
+        .collect::<Result<_, _>>()?;
+    Ok((total / model.batches.len() as f64, grads))
+}
+
 fn sgd(params: &mut [Array], grads: &[Array], scale: f64) -> anyhow::Result<()> {
     for (p, g) in params.iter_mut().zip(grads) {
         let values = p
@@ -124,12 +252,6 @@ fn sgd(params: &mut [Array], grads: &[Array], scale: f64) -> anyhow::Result<()> 
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.model != "mlp" {
-        return super::not_built_yet(
-            &format!("train --model {}", args.model),
-            "tessera-mpmd: MPMD pipeline-parallel training (the GPT model)",
-        );
-    }
     let mpmd_dim = args.mpmd_dim.unwrap_or(args.stages);
     if mpmd_dim == 0 || !args.devices.is_multiple_of(mpmd_dim) {
         bail!(
@@ -155,8 +277,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let rows = i64::from(args.batch / args.microbatches);
     let stages = args.stages as usize;
-    let loss = mlp_loss(stages, rows)?;
-    let params: Vec<usize> = (1..=stages).collect();
+    let microbatches = args.microbatches as usize;
+    let model = match args.model.as_str() {
+        "mlp" => mlp_model(stages, rows, microbatches)?,
+        "gpt" => gpt_model(stages, rows, microbatches)?,
+        other => bail!("unknown model `{other}`: use `mlp` or `gpt`"),
+    };
     let client = Client::cpu(i64::from(args.devices))
         .context("the PJRT CPU plugin (run `cargo xtask setup`)")?;
     let group = i64::from(args.devices / mpmd_dim);
@@ -167,24 +293,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let pipeline = CompiledPipeline::new(
         &client,
         &mesh,
-        &loss,
-        &params,
+        &model.loss,
+        &model.params,
         schedule.as_ref(),
         args.microbatches,
     )?;
-    let data = dataset(args.microbatches as usize, rows)?;
-    let mut weights: Vec<Array> = (0..stages)
-        .map(|s| {
-            Array::new(
-                DType::F32,
-                &[WIDTH, WIDTH],
-                pseudo(s as f64 + 0.5, WIDTH * WIDTH, 0.5),
-            )
-        })
-        .collect::<Result<_, _>>()?;
-    let mut reference = weights.clone();
-    let reference_step = value_and_grad(&loss, &params)?;
-    let scale = args.lr / f64::from(args.microbatches);
+    // The reference: the whole loss differentiated and compiled for one device, with `jit`.
+    let reference_program = value_and_grad(&model.loss, &model.params)?;
+    let reference_exe = tessera::jit::compile(&client, &reference_program, 0)?;
+    let mut weights = model.init.clone();
+    let mut reference = model.init.clone();
+    let lr = args
+        .lr
+        .unwrap_or(if args.model == "gpt" { 0.1 } else { 0.2 });
+    let scale = lr / f64::from(args.microbatches);
     let bar = indicatif::ProgressBar::with_draw_target(
         Some(u64::from(args.steps)),
         indicatif::ProgressDrawTarget::stderr(),
@@ -196,12 +318,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (mut losses, mut reference_losses, mut last_timings) = (Vec::new(), Vec::new(), None);
     for _ in 0..args.steps {
         let mut by_arg = HashMap::new();
-        for (k, w) in weights.iter().enumerate() {
-            by_arg.insert(k + 1, to_host(w)?);
+        for (&k, w) in model.params.iter().zip(&weights) {
+            by_arg.insert(k, to_host(w)?);
         }
-        let batches = data
+        let batches = model
+            .batches
             .iter()
-            .map(|(x, y)| Ok(HashMap::from([(0, to_host(x)?), (stages + 1, to_host(y)?)])))
+            .map(|b| {
+                b.iter()
+                    .map(|(&k, a)| Ok((k, to_host(a)?)))
+                    .collect::<anyhow::Result<HashMap<_, _>>>()
+            })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let out = pipeline.step(&by_arg, &batches)?;
         let grads = out
@@ -211,25 +338,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .collect::<Result<Vec<_>, _>>()?;
         losses.push(out.losses.iter().sum::<f64>() / out.losses.len() as f64);
         sgd(&mut weights, &grads, scale)?;
-        // The same step, unpipelined.
-        let (mut ref_loss, mut ref_grads) = (0.0, vec![Array::zeros(&weights[0].aval()); stages]);
-        for (x, y) in &data {
-            let mut call = vec![x.clone()];
-            call.extend(reference.iter().cloned());
-            call.push(y.clone());
-            let r = eval_closed(&reference_step, &call)?;
-            ref_loss += r[0].to_vec()[0];
-            for (acc, g) in ref_grads.iter_mut().zip(&r[1..]) {
-                let sum = acc
-                    .to_vec()
-                    .iter()
-                    .zip(g.to_vec())
-                    .map(|(a, b)| a + b)
-                    .collect();
-                *acc = Array::new(DType::F32, &acc.shape(), sum)?;
-            }
-        }
-        reference_losses.push(ref_loss / data.len() as f64);
+        let (ref_loss, ref_grads) = reference_step(
+            &client,
+            &reference_exe,
+            &reference_program,
+            &model,
+            &reference,
+        )?;
+        reference_losses.push(ref_loss);
         sgd(&mut reference, &ref_grads, scale)?;
         bar.set_message(format!(
             "loss {:.5}",
