@@ -97,12 +97,12 @@ fn demo() -> anyhow::Result<ExitCode> {
         ));
     }
     cmd::step(
-        "demo: training an MLP pipelined over 4 MPMD groups x 2 devices with the 1F1B schedule",
+        "demo: training a byte-level GPT pipelined over 4 MPMD groups x 2 devices with the 1F1B schedule",
     );
     tessera(&[
         "train",
         "--model",
-        "mlp",
+        "gpt",
         "--schedule",
         "1f1b",
         "--stages",
@@ -112,7 +112,7 @@ fn demo() -> anyhow::Result<ExitCode> {
         "--devices",
         "8",
         "--steps",
-        "10",
+        "30",
     ])?;
     Ok(ExitCode::SUCCESS)
 }
