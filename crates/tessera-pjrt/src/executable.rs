@@ -8,6 +8,20 @@ use crate::error::{PjrtError, Result};
 use crate::plugin::api_call;
 use crate::sys;
 
+/// A process-unique, non-zero launch id.
+fn next_launch_id() -> i32 {
+    use std::sync::atomic::{AtomicI32, Ordering};
+    static NEXT: AtomicI32 = AtomicI32::new(1);
+    loop {
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        if id > 0 {
+            return id;
+        }
+        // Wrapped around: start again at 1.
+        let _ = NEXT.compare_exchange(id.wrapping_add(1), 1, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
 /// A compiled program loaded on its devices, destroyed on drop.
 pub struct LoadedExecutable {
     client: Client,
@@ -170,7 +184,12 @@ impl LoadedExecutable {
             .collect();
         let output_ptrs: Vec<*mut *mut sys::PJRT_Buffer> =
             outputs.iter_mut().map(|l| l.as_mut_ptr()).collect();
-        let mut options = args!(PJRT_ExecuteOptions {});
+        // XLA's CPU collectives meet in a process-wide rendezvous keyed by the launch id: every
+        // execution needs its own, or concurrent launches on the same devices would join each
+        // other's collectives.
+        let mut options = args!(PJRT_ExecuteOptions {
+            launch_id: next_launch_id()
+        });
         let mut args = args!(PJRT_LoadedExecutable_Execute_Args {
             executable: self.raw,
             options: &mut options,

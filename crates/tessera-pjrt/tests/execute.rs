@@ -216,3 +216,39 @@ fn cpu_devices_report_their_memories() {
     assert!(memories[0].is_default, "{memories:?}");
     assert!(memories.iter().all(|m| !m.kind.is_empty()), "{memories:?}");
 }
+
+#[test]
+fn concurrent_spmd_launches_on_the_same_devices_do_not_share_collectives() {
+    // Each launch needs its own rendezvous in XLA's CPU collectives; with a shared launch id,
+    // concurrent all-reduces over the same devices abort the process.
+    let devices: Vec<i64> = (0..8).collect();
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let devices = devices.clone();
+            scope.spawn(move || {
+                let client = client();
+                let exe = client
+                    .compile(SHARDED_SUM.as_bytes(), &CompileOptions::spmd(&devices))
+                    .unwrap();
+                let shards: Vec<Buffer> = (0..8)
+                    .map(|d| {
+                        Buffer::from_host_to(
+                            &client,
+                            &HostArray::from_slice(&[1], &[(t + 1) as f32]).unwrap(),
+                            d,
+                        )
+                        .unwrap()
+                    })
+                    .collect();
+                let args: Vec<Vec<&Buffer>> = shards.iter().map(|b| vec![b]).collect();
+                for _ in 0..200 {
+                    let out = exe.execute(&args).unwrap();
+                    assert_eq!(
+                        out[3][0].to_host().unwrap().to_vec::<f32>().unwrap(),
+                        [8.0 * (t + 1) as f32]
+                    );
+                }
+            });
+        }
+    });
+}
