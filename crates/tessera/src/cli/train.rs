@@ -376,6 +376,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     .unwrap_or(f64::NAN);
     let measured = timings.bubble_ratio(groups);
     println!("bubble ratio: measured {measured:.3}, simulator (F=1, B=2) {simulated:.3}");
+    let (makespan_ms, predicted_ms) = calibrate(&timings, pipeline.schedule_plan());
+    println!(
+        "step makespan: measured {makespan_ms:.3} ms, simulator with the measured task times {predicted_ms:.3} ms"
+    );
     let orders_match = timings
         .group_orders(groups)
         .iter()
@@ -409,6 +413,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "reference_loss": reference_losses.last(),
         "max_relative_difference": max_diff,
         "bubble_ratio_measured": measured,
+        "makespan_ms": makespan_ms,
+        "predicted_makespan_ms": predicted_ms,
         "bubble_ratio_simulated": simulated,
         "order_matches_schedule": orders_match,
     });
@@ -426,6 +432,93 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The measured makespan of a step and the simulator's prediction from the measured task times
+/// (F, B, W per stage; a fused action's time is split in the proportions of the unfused tasks;
+/// no transfer latency), both in milliseconds.
+fn calibrate(
+    timings: &tessera_mpmd::runtime::Timings,
+    plan: &tessera_schedule::Plan,
+) -> (f64, f64) {
+    let start = timings
+        .tasks
+        .iter()
+        .map(|t| t.start_us)
+        .fold(f64::INFINITY, f64::min);
+    let end = timings
+        .tasks
+        .iter()
+        .map(|t| t.start_us + t.duration_us)
+        .fold(0.0, f64::max);
+    let stages = plan.num_stages as usize;
+    // Mean time of each single task kind per stage.
+    let mut sums: HashMap<(char, usize), (f64, usize)> = HashMap::new();
+    let mut fused: Vec<(Vec<(char, usize)>, f64)> = Vec::new();
+    for t in &timings.tasks {
+        let parts: Vec<(char, usize)> = t
+            .name
+            .split(" + ")
+            .filter_map(|p| {
+                let mut words = p.split(' ');
+                let kind = words.next()?.chars().next()?;
+                let stage = words.next()?.strip_prefix('s')?.parse().ok()?;
+                Some((kind, stage))
+            })
+            .collect();
+        if parts.len() == 1 {
+            let e = sums.entry(parts[0]).or_insert((0.0, 0));
+            e.0 += t.duration_us / 1000.0;
+            e.1 += 1;
+        } else {
+            fused.push((parts, t.duration_us / 1000.0));
+        }
+    }
+    let mean = |k: (char, usize)| sums.get(&k).map(|&(s, n)| s / n as f64);
+    let typical = |kind: char| {
+        let v: Vec<f64> = (0..stages).filter_map(|s| mean((kind, s))).collect();
+        if v.is_empty() {
+            None
+        } else {
+            Some(v.iter().sum::<f64>() / v.len() as f64)
+        }
+    };
+    let mut f = vec![0.0; stages];
+    let mut b = vec![0.0; stages];
+    let mut w = vec![0.0; stages];
+    for s in 0..stages {
+        f[s] = mean(('F', s)).unwrap_or(0.0);
+        let (bi, bw) = (mean(('I', s)), mean(('W', s)));
+        b[s] = mean(('B', s))
+            .or(bi.zip(bw).map(|(i, w)| i + w))
+            .unwrap_or(0.0);
+        w[s] = bw.unwrap_or(0.0);
+    }
+    // Fused actions: split their time in the proportions of the typical unfused tasks.
+    for (parts, total) in &fused {
+        let weights: Vec<f64> = parts
+            .iter()
+            .map(|&(k, _)| typical(if k == 'I' { 'B' } else { k }).unwrap_or(1.0))
+            .collect();
+        let sum: f64 = weights.iter().sum::<f64>().max(1e-12);
+        for (&(kind, stage), wt) in parts.iter().zip(&weights) {
+            let share = total * wt / sum;
+            match kind {
+                'F' if f[stage] == 0.0 => f[stage] = share,
+                'B' if b[stage] == 0.0 => b[stage] = share,
+                'W' if w[stage] == 0.0 => w[stage] = share,
+                _ => {}
+            }
+        }
+    }
+    let costs = Costs {
+        forward: f,
+        backward: b,
+        weight: w,
+        latency: 0.0,
+    };
+    let predicted = tessera_schedule::simulate(plan, &costs).map_or(f64::NAN, |s| s.makespan);
+    ((end - start) / 1000.0, predicted)
 }
 
 /// Mean task times of the last step, per task kind and stage (microbatches pooled).
