@@ -483,34 +483,48 @@ fn calibrate(
             Some(v.iter().sum::<f64>() / v.len() as f64)
         }
     };
-    let mut f = vec![0.0; stages];
-    let mut b = vec![0.0; stages];
-    let mut w = vec![0.0; stages];
-    for s in 0..stages {
-        f[s] = mean(('F', s)).unwrap_or(0.0);
-        let (bi, bw) = (mean(('I', s)), mean(('W', s)));
-        b[s] = mean(('B', s))
-            .or(bi.zip(bw).map(|(i, w)| i + w))
-            .unwrap_or(0.0);
-        w[s] = bw.unwrap_or(0.0);
-    }
-    // Fused actions: split their time in the proportions of the typical unfused tasks.
+    // Per stage: F, the whole backward B, and its parts I and W, from unfused means; then the
+    // missing ones from fused actions, split in the proportions of the typical unfused tasks.
+    let part = |kind: char| -> Vec<f64> {
+        (0..stages)
+            .map(|s| mean((kind, s)).unwrap_or(0.0))
+            .collect()
+    };
+    let (mut f, mut b_whole, mut i, mut w) = (part('F'), part('B'), part('I'), part('W'));
+    let mut fused_sum: HashMap<(char, usize), (f64, usize)> = HashMap::new();
     for (parts, total) in &fused {
         let weights: Vec<f64> = parts
             .iter()
-            .map(|&(k, _)| typical(if k == 'I' { 'B' } else { k }).unwrap_or(1.0))
+            .map(|&(k, _)| typical(k).or_else(|| typical('B')).unwrap_or(1.0))
             .collect();
         let sum: f64 = weights.iter().sum::<f64>().max(1e-12);
-        for (&(kind, stage), wt) in parts.iter().zip(&weights) {
-            let share = total * wt / sum;
-            match kind {
-                'F' if f[stage] == 0.0 => f[stage] = share,
-                'B' if b[stage] == 0.0 => b[stage] = share,
-                'W' if w[stage] == 0.0 => w[stage] = share,
-                _ => {}
-            }
+        for (&key, wt) in parts.iter().zip(&weights) {
+            let e = fused_sum.entry(key).or_insert((0.0, 0));
+            e.0 += total * wt / sum;
+            e.1 += 1;
         }
     }
+    for (&(kind, stage), &(total, n)) in &fused_sum {
+        let share = total / n as f64;
+        let slot = match kind {
+            'F' => &mut f[stage],
+            'B' => &mut b_whole[stage],
+            'I' => &mut i[stage],
+            _ => &mut w[stage],
+        };
+        if *slot == 0.0 {
+            *slot = share;
+        }
+    }
+    let b: Vec<f64> = (0..stages)
+        .map(|s| {
+            if b_whole[s] > 0.0 {
+                b_whole[s].max(w[s])
+            } else {
+                i[s] + w[s]
+            }
+        })
+        .collect();
     let costs = Costs {
         forward: f,
         backward: b,
