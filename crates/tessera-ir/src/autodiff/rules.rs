@@ -427,79 +427,72 @@ fn unbroadcast_in_dim(g: &Tensor, x: &Tensor, params: &Params) -> Tensor {
 
 /// JAX's `_dot_general_transpose_lhs`/`_rhs`.
 fn dot_general_vjp(params: &Params, g: &Tensor, x: &Tensor, y: &Tensor) -> Vec<Option<Tensor>> {
-    let Some((xc, yc, xb, yb)) = dot_dims(params) else {
+    let Ok(dd) = crate::prim::dot_dims(params) else {
         return vec![None, None];
     };
+    let (xc, yc, xb, yb) = (
+        &dd.lhs_contract,
+        &dd.rhs_contract,
+        &dd.lhs_batch,
+        &dd.rhs_batch,
+    );
     let dx = x
         .dtype()
         .is_float()
-        .then(|| transpose_lhs(g, x.rank(), y, (&xc, &yc), (&xb, &yb), false));
+        .then(|| transpose_lhs(g, x.rank(), y, (xc, yc), (xb, yb), false));
     let dy = y
         .dtype()
         .is_float()
-        .then(|| transpose_lhs(g, y.rank(), x, (&yc, &xc), (&yb, &xb), true));
+        .then(|| transpose_lhs(g, y.rank(), x, (yc, xc), (yb, xb), true));
     vec![
         dx.map(|t| t.astype(x.dtype())),
         dy.map(|t| t.astype(y.dtype())),
     ]
 }
 
-type Dims = Vec<i64>;
-
-fn dot_dims(params: &Params) -> Option<(Dims, Dims, Dims, Dims)> {
-    let seq = params.get("dimension_numbers")?.as_seq()?;
-    let [c, b] = seq else { return None };
-    let pair = |v: &ParamValue| -> Option<(Dims, Dims)> {
-        let [a, b] = v.as_seq()? else { return None };
-        Some((a.as_ints()?, b.as_ints()?))
-    };
-    let ((xc, yc), (xb, yb)) = (pair(c)?, pair(b)?);
-    Some((xc, yc, xb, yb))
-}
-
-fn remaining(rank: usize, a: &[i64], b: &[i64]) -> Vec<i64> {
-    (0..rank as i64)
-        .filter(|d| !a.contains(d) && !b.contains(d))
-        .collect()
+fn as_i64(dims: &[usize]) -> Vec<i64> {
+    dims.iter().map(|&d| d as i64).collect()
 }
 
 fn transpose_lhs(
     g: &Tensor,
     x_rank: usize,
     y: &Tensor,
-    contract: (&[i64], &[i64]),
-    batch: (&[i64], &[i64]),
+    contract: (&[usize], &[usize]),
+    batch: (&[usize], &[usize]),
     swap_ans: bool,
 ) -> Tensor {
     let (x_contract, y_contract) = contract;
     let (x_batch, y_batch) = batch;
-    let x_kept = remaining(x_rank, x_contract, x_batch);
-    let y_kept = remaining(y.rank(), y_contract, y_batch);
-    let nb = x_batch.len() as i64;
-    let range = |start: i64, n: usize| (start..start + n as i64).collect::<Vec<_>>();
-    let (ans_batch, ans_y) = if swap_ans {
-        (range(0, x_batch.len()), range(nb, y_kept.len()))
+    let x_kept = crate::prim::free_dims(x_rank, x_contract, x_batch);
+    let y_kept = crate::prim::free_dims(y.rank(), y_contract, y_batch);
+    let nb = x_batch.len();
+    let range = |start: usize, n: usize| (start..start + n).collect::<Vec<_>>();
+    let ans_batch = range(0, nb);
+    let ans_y = if swap_ans {
+        range(nb, y_kept.len())
     } else {
-        (
-            range(0, x_batch.len()),
-            range(nb + x_kept.len() as i64, y_kept.len()),
-        )
+        range(nb + x_kept.len(), y_kept.len())
     };
     let mut order: Vec<usize> = (0..y_contract.len()).collect();
     order.sort_by_key(|&i| y_contract[i]);
-    let x_contract_sorted_by_y: Vec<i64> = order.iter().map(|&i| x_contract[i]).collect();
-    let produced: Vec<i64> = x_batch
+    let x_contract_sorted_by_y: Vec<usize> = order.iter().map(|&i| x_contract[i]).collect();
+    let produced: Vec<usize> = x_batch
         .iter()
         .chain(&x_kept)
         .chain(&x_contract_sorted_by_y)
         .copied()
         .collect();
-    let mut out_axes: Vec<i64> = (0..produced.len() as i64).collect();
-    out_axes.sort_by_key(|&i| produced[i as usize]);
-    let prod = g.dot_general(y, (&ans_y, &y_kept), (&ans_batch, y_batch));
-    if out_axes.iter().enumerate().all(|(i, &a)| i as i64 == a) {
+    let mut out_axes: Vec<usize> = (0..produced.len()).collect();
+    out_axes.sort_by_key(|&i| produced[i]);
+    let prod = g.dot_general(
+        y,
+        (&as_i64(&ans_y), &as_i64(&y_kept)),
+        (&as_i64(&ans_batch), &as_i64(y_batch)),
+    );
+    if out_axes.iter().enumerate().all(|(i, &a)| i == a) {
         prod
     } else {
-        prod.transpose(&out_axes)
+        prod.transpose(&as_i64(&out_axes))
     }
 }

@@ -8,15 +8,41 @@ use crate::aval::ShapedArray;
 use crate::error::{IrError, Result, type_error};
 use crate::params::{ParamValue, Params};
 
-/// `((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))`.
-pub(crate) struct DotDims {
+/// `dot_general`'s `dimension_numbers`: `((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))`.
+/// The one reader of that parameter; the shape rule, interpreter, autodiff and lowering use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DotDims {
+    /// Contracted dimensions of the left operand.
     pub lhs_contract: Vec<usize>,
+    /// Contracted dimensions of the right operand, pairwise with `lhs_contract`.
     pub rhs_contract: Vec<usize>,
+    /// Batch dimensions of the left operand.
     pub lhs_batch: Vec<usize>,
+    /// Batch dimensions of the right operand, pairwise with `lhs_batch`.
     pub rhs_batch: Vec<usize>,
 }
 
-pub(crate) fn dot_dims(params: &Params) -> Result<DotDims> {
+impl DotDims {
+    /// The left operand's dimensions that are neither contracted nor batch, in order.
+    pub fn lhs_free(&self, rank: usize) -> Vec<usize> {
+        free_dims(rank, &self.lhs_contract, &self.lhs_batch)
+    }
+
+    /// The right operand's dimensions that are neither contracted nor batch, in order.
+    pub fn rhs_free(&self, rank: usize) -> Vec<usize> {
+        free_dims(rank, &self.rhs_contract, &self.rhs_batch)
+    }
+}
+
+/// The dimensions of `0..rank` in neither `contract` nor `batch`, in order.
+pub fn free_dims(rank: usize, contract: &[usize], batch: &[usize]) -> Vec<usize> {
+    (0..rank)
+        .filter(|d| !contract.contains(d) && !batch.contains(d))
+        .collect()
+}
+
+/// Reads `dot_general`'s `dimension_numbers`.
+pub fn dot_dims(params: &Params) -> Result<DotDims> {
     let bad = || {
         type_error(
             "dot_general",
@@ -55,10 +81,6 @@ pub(crate) fn dot_dims(params: &Params) -> Result<DotDims> {
     }
 }
 
-fn free(rank: usize, used: &[usize]) -> Vec<usize> {
-    (0..rank).filter(|d| !used.contains(d)).collect()
-}
-
 pub(super) fn abstract_eval(
     prim: Prim,
     params: &Params,
@@ -88,21 +110,9 @@ pub(super) fn abstract_eval(
             format!("contracting or batch dimensions of {l} and {r} differ in size"),
         ));
     }
-    let used_l: Vec<usize> = dd
-        .lhs_contract
-        .iter()
-        .chain(&dd.lhs_batch)
-        .copied()
-        .collect();
-    let used_r: Vec<usize> = dd
-        .rhs_contract
-        .iter()
-        .chain(&dd.rhs_batch)
-        .copied()
-        .collect();
     let mut shape = sizes(l, &dd.lhs_batch);
-    shape.extend(sizes(l, &free(l.rank(), &used_l)));
-    shape.extend(sizes(r, &free(r.rank(), &used_r)));
+    shape.extend(sizes(l, &dd.lhs_free(l.rank())));
+    shape.extend(sizes(r, &dd.rhs_free(r.rank())));
     let dtype = params
         .opt_dtype(prim.name(), "preferred_element_type")?
         .unwrap_or(l.dtype);
@@ -143,20 +153,8 @@ pub(super) fn eval(
 ) -> Result<Vec<Array>> {
     let dd = dot_dims(params)?;
     let (l, r) = (&inputs[0].data, &inputs[1].data);
-    let used_l: Vec<usize> = dd
-        .lhs_contract
-        .iter()
-        .chain(&dd.lhs_batch)
-        .copied()
-        .collect();
-    let used_r: Vec<usize> = dd
-        .rhs_contract
-        .iter()
-        .chain(&dd.rhs_batch)
-        .copied()
-        .collect();
-    let lhs = to_3d(l, &dd.lhs_batch, &free(l.ndim(), &used_l), &dd.lhs_contract)?;
-    let rhs = to_3d(r, &dd.rhs_batch, &dd.rhs_contract, &free(r.ndim(), &used_r))?;
+    let lhs = to_3d(l, &dd.lhs_batch, &dd.lhs_free(l.ndim()), &dd.lhs_contract)?;
+    let rhs = to_3d(r, &dd.rhs_batch, &dd.rhs_contract, &dd.rhs_free(r.ndim()))?;
     let (b, m, k) = lhs.dim();
     let n = rhs.dim().2;
     let mut out = ndarray::Array3::<f64>::zeros((b, m, n));

@@ -11,6 +11,7 @@ mod reduce;
 mod structural;
 
 pub use indexing::{GatherDims, ScatterDims, gather_dims, scatter_dims};
+pub use linalg::{DotDims, dot_dims, free_dims};
 
 use crate::array::Array;
 use crate::aval::ShapedArray;

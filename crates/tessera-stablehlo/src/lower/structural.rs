@@ -127,10 +127,6 @@ fn padding(params: &Params) -> Result<Padding, LowerError> {
     Ok((lo, hi, interior))
 }
 
-fn dims_of(v: &ParamValue) -> Option<Vec<i64>> {
-    v.as_ints()
-}
-
 /// `dot_general` with `#stablehlo.dot<...>` dimension numbers; operands are first converted to the
 /// result type when `preferred_element_type` differs from theirs.
 pub(super) fn dot_general<'c, 'b>(
@@ -138,22 +134,14 @@ pub(super) fn dot_general<'c, 'b>(
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
-    let bad = || LowerError::Build("dot_general: bad dimension_numbers".into());
-    let dn = params
-        .get("dimension_numbers")
-        .and_then(ParamValue::as_seq)
-        .ok_or_else(bad)?;
-    let [contract, batch] = dn else {
-        return Err(bad());
-    };
-    let pair = |v: &ParamValue| -> Result<(Vec<i64>, Vec<i64>), LowerError> {
-        match v.as_seq() {
-            Some([a, b]) => Ok((dims_of(a).ok_or_else(bad)?, dims_of(b).ok_or_else(bad)?)),
-            _ => Err(bad()),
-        }
-    };
-    let ((lc, rc), (lb, rb)) = (pair(contract)?, pair(batch)?);
-    let list = |v: &[i64]| {
+    let dd = tessera_ir::prim::dot_dims(params).map_err(ir)?;
+    let (lc, rc, lb, rb) = (
+        &dd.lhs_contract,
+        &dd.rhs_contract,
+        &dd.lhs_batch,
+        &dd.rhs_batch,
+    );
+    let list = |v: &[usize]| {
         format!(
             "[{}]",
             v.iter()
@@ -166,14 +154,14 @@ pub(super) fn dot_general<'c, 'b>(
     if !lb.is_empty() {
         parts.push(format!(
             "lhs_batching_dimensions = {}, rhs_batching_dimensions = {}",
-            list(&lb),
-            list(&rb)
+            list(lb),
+            list(rb)
         ));
     }
     parts.push(format!(
         "lhs_contracting_dimensions = {}, rhs_contracting_dimensions = {}",
-        list(&lc),
-        list(&rc)
+        list(lc),
+        list(rc)
     ));
     let out = &ctx.out_avals[0];
     let operands = inputs
