@@ -28,6 +28,16 @@ fn summary(args: &[&str]) -> serde_json::Value {
     serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
 }
 
+/// A list of numbers from the summary.
+fn numbers(summary: &serde_json::Value, key: &str) -> Vec<f64> {
+    summary[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect()
+}
+
 #[test]
 fn pipelined_mlp_training_matches_the_unpipelined_run() {
     for (schedule, stages) in [("gpipe", "2"), ("1f1b", "4"), ("zero-bubble", "4")] {
@@ -44,18 +54,7 @@ fn pipelined_mlp_training_matches_the_unpipelined_run() {
             "6",
             "--json",
         ]);
-        let losses: Vec<f64> = s["losses"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .collect();
-        let reference: Vec<f64> = s["reference_losses"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .collect();
+        let (losses, reference) = (numbers(&s, "losses"), numbers(&s, "reference_losses"));
         assert_eq!(losses.len(), 6);
         for (a, b) in losses.iter().zip(&reference) {
             assert!(
@@ -122,18 +121,7 @@ fn the_byte_level_gpt_trains_pipelined_like_the_unpipelined_run() {
         "4",
         "--json",
     ]);
-    let losses: Vec<f64> = s["losses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect();
-    let reference: Vec<f64> = s["reference_losses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect();
+    let (losses, reference) = (numbers(&s, "losses"), numbers(&s, "reference_losses"));
     assert!(
         (losses[0] - 256f64.ln()).abs() < 0.05,
         "an untrained byte model starts near ln 256: {}",

@@ -9,32 +9,16 @@ use std::collections::HashMap;
 use tessera_ir::autodiff::value_and_grad;
 use tessera_ir::interp::eval_closed;
 use tessera_ir::trace::trace;
-use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
+use tessera_ir::{Array, DType, ShapedArray};
+mod common;
+
+use common::loss;
 use tessera_mpmd::partition::{StagePrograms, partition};
 use tessera_mpmd::pipeline::{ActionSignature, Key, action_name, build_plan};
 use tessera_mpmd::runtime::{Executor, TaskSpec, Transport, run};
 use tessera_schedule::{Registry, ScheduleParams, TaskKind};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// `x, w_0..w_{n-1}, y -> mean((tanh chain - y)^2)` with a stage marker before each layer > 0.
-fn loss(stages: usize) -> ClosedJaxpr {
-    let f = |s: &[i64]| ShapedArray::new(DType::F32, s);
-    let mut avals = vec![f(&[4, 6])];
-    avals.extend((0..stages).map(|_| f(&[6, 6])));
-    avals.push(f(&[4, 6]));
-    trace(&avals, |a| {
-        let mut h = a[0].clone();
-        for s in 0..stages {
-            if s > 0 {
-                h = h.enter_stage(s as i64);
-            }
-            h = h.matmul(&a[1 + s]).tanh();
-        }
-        vec![(&h - &a[stages + 1]).integer_pow(2).mean(&[0, 1])]
-    })
-    .unwrap()
-}
 
 struct Interp {
     stages: Vec<StagePrograms>,

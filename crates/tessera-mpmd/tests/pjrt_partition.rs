@@ -6,9 +6,11 @@
 
 use tessera_ir::autodiff::value_and_grad;
 use tessera_ir::interp::eval_closed;
-use tessera_ir::trace::trace;
-use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
+use tessera_ir::{Array, DType};
 use tessera_mpmd::MpmdMesh;
+mod common;
+
+use common::loss;
 use tessera_mpmd::compose::action_module;
 use tessera_mpmd::partition::{StagePrograms, key_aval, partition};
 use tessera_mpmd::pipeline::{Key, build_plan};
@@ -17,24 +19,6 @@ use tessera_pjrt::{Array as DeviceArray, Client, ElementType, HostArray};
 use tessera_schedule::{Registry, ScheduleParams};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
 use tessera_stablehlo::{KeyTypes, PartBody, lower_flat, mlir_type};
-
-fn loss(stages: usize) -> ClosedJaxpr {
-    let f = |s: &[i64]| ShapedArray::new(DType::F32, s);
-    let mut avals = vec![f(&[4, 6])];
-    avals.extend((0..stages).map(|_| f(&[6, 6])));
-    avals.push(f(&[4, 6]));
-    trace(&avals, |a| {
-        let mut h = a[0].clone();
-        for s in 0..stages {
-            if s > 0 {
-                h = h.enter_stage(s as i64);
-            }
-            h = h.matmul(&a[1 + s]).tanh();
-        }
-        vec![(&h - &a[stages + 1]).integer_pow(2).mean(&[0, 1])]
-    })
-    .unwrap()
-}
 
 struct Types<'a> {
     stages: &'a [StagePrograms],
