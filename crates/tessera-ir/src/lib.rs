@@ -10,15 +10,19 @@
 pub mod array;
 pub mod autodiff;
 pub mod aval;
+pub mod axis_env;
 pub mod dtype;
 pub mod error;
 pub mod interp;
 pub mod jaxpr;
 #[cfg(feature = "oracle")]
 pub mod oracle;
+#[cfg(feature = "oracle")]
+pub mod oracle_collectives;
 pub mod params;
 pub mod passes;
 pub mod prim;
+pub mod spmd;
 pub mod text;
 pub mod trace;
 mod verify;

@@ -128,9 +128,12 @@ impl Params {
         Params(Vec::new())
     }
 
-    /// Adds one (builder style).
+    /// Adds one (builder style), replacing a parameter of the same name.
     pub fn with(mut self, name: &str, value: ParamValue) -> Self {
-        self.0.push((name.to_owned(), value));
+        match self.0.iter_mut().find(|(k, _)| k == name) {
+            Some((_, slot)) => *slot = value,
+            None => self.0.push((name.to_owned(), value)),
+        }
         self
     }
 
@@ -181,6 +184,14 @@ impl Params {
             None => Ok(None),
             Some(v) if v.is_none() => Ok(None),
             Some(_) => self.dtype(prim, name).map(Some),
+        }
+    }
+
+    /// A boolean parameter, `default` where absent.
+    pub fn bool_or(&self, name: &str, default: bool) -> bool {
+        match self.get(name) {
+            Some(ParamValue::Bool(b)) => *b,
+            _ => default,
         }
     }
 

@@ -88,7 +88,12 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
         }
         for (_, value) in &eqn.params.0 {
             if let ParamValue::Jaxpr(inner) = value {
-                verify(inner)?;
+                if eqn.prim == crate::prim::Prim::ShardMap {
+                    let mesh = crate::prim::ShardMapParams::read(&eqn.params)?.mesh;
+                    crate::axis_env::with_mesh(&mesh, || verify(inner))?;
+                } else {
+                    verify(inner)?;
+                }
             }
         }
     }

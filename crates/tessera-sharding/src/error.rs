@@ -6,6 +6,12 @@ use thiserror::Error;
 /// Everything this crate can refuse.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ShardingError {
+    /// A collective's axes, groups or permutation do not fit the mesh.
+    #[error("invalid collective: {reason}")]
+    InvalidCollective {
+        /// What was wrong and how to fix it.
+        reason: String,
+    },
     /// A mesh could not be built (names, sizes, types or devices disagree).
     #[error("invalid mesh: {reason}")]
     InvalidMesh {

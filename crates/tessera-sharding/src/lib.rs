@@ -27,6 +27,7 @@
 //! (feature `oracle`: the runner of JAX-made test files).
 
 pub mod error;
+pub mod groups;
 pub mod hlo;
 pub mod mesh;
 pub mod named;

@@ -4,6 +4,7 @@
 //! cotangents with `add_any`. Nested calls are inlined first. Integer and boolean values carry
 //! no cotangent (their gradients are zeros, JAX's float0).
 
+mod parallel;
 mod rules;
 
 use std::collections::HashMap;

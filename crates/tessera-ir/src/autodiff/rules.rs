@@ -13,7 +13,7 @@ pub(super) fn add_any(a: &Tensor, b: &Tensor) -> Tensor {
 }
 
 /// Zeros of `x`'s type.
-pub(super) fn zeros_like(x: &Tensor) -> Tensor {
+pub(crate) fn zeros_like(x: &Tensor) -> Tensor {
     let zero = x.literal_strong(0.0, x.dtype());
     if x.rank() == 0 {
         Tensor::bind1(
@@ -266,6 +266,9 @@ pub(super) fn vjp_rule(
             Some(scatter_add_vjp(params, &g, &x[1], &x[2])),
         ],
         Jit => vec![None; x.len()],
+        Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
+        | Pvary | Pbroadcast => super::parallel::collective_vjp(prim, params, x, &g),
+        ShardMap => super::parallel::shard_map_vjp(params, x, y, gs),
     }
 }
 

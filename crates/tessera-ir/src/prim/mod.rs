@@ -3,15 +3,21 @@
 //! (`elementwise`, `structural`, `reduce`, `linalg`, `indexing`, `control`), so a primitive without a rule
 //! does not compile.
 
+mod collective;
 mod control;
 mod elementwise;
 mod indexing;
 mod linalg;
 mod reduce;
+mod shard_map;
 mod structural;
 
+pub use collective::{
+    axis_names, collective_axes, index_groups, permutation, replica_groups, scatter_shape, simulate,
+};
 pub use indexing::{GatherDims, ScatterDims, gather_dims, scatter_dims};
 pub use linalg::{DotDims, dot_dims, free_dims};
+pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
 
 use crate::array::Array;
 use crate::aval::ShapedArray;
@@ -42,6 +48,7 @@ macro_rules! prims {
                 match name {
                     $($name => Ok(Prim::$variant),)*
                     "pjit" | "closed_call" | "core_call" => Ok(Prim::Jit),
+                    "psum_invariant" => Ok(Prim::Psum),
                     other => Err(IrError::UnknownPrimitive(other.to_owned())),
                 }
             }
@@ -68,6 +75,10 @@ prims! {
     DotGeneral => "dot_general", Gather => "gather", ScatterAdd => "scatter-add",
     StopGradient => "stop_gradient", Copy => "copy", Jit => "jit",
     PipelineEnterStage => "pipeline_enter_stage",
+    Psum => "psum", Pmax => "pmax", Pmin => "pmin", AllGather => "all_gather",
+    ReduceScatter => "reduce_scatter", Ppermute => "ppermute", AllToAll => "all_to_all",
+    AxisIndex => "axis_index", Pvary => "pvary", Pbroadcast => "pbroadcast",
+    ShardMap => "shard_map",
 }
 
 /// Which family module holds a primitive's rules.
@@ -78,6 +89,8 @@ enum Family {
     Reduce,
     Linalg,
     Control,
+    Collective,
+    ShardMap,
 }
 
 impl Prim {
@@ -95,7 +108,15 @@ impl Prim {
             DotGeneral => Family::Linalg,
             Gather | ScatterAdd => Family::Indexing,
             StopGradient | Copy | Jit | PipelineEnterStage => Family::Control,
+            Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
+            | Pvary | Pbroadcast => Family::Collective,
+            ShardMap => Family::ShardMap,
         }
+    }
+
+    /// Whether the primitive communicates over named mesh axes (runs only inside `shard_map`).
+    pub fn is_collective(self) -> bool {
+        matches!(self.family(), Family::Collective)
     }
 
     /// The shape/dtype rule: the result types for operands of types `inputs`. `outputs` are the
@@ -107,14 +128,23 @@ impl Prim {
         inputs: &[ShapedArray],
         outputs: Option<&[ShapedArray]>,
     ) -> Result<Vec<ShapedArray>> {
-        match self.family() {
+        let mut outs = match self.family() {
             Family::Elementwise => elementwise::abstract_eval(self, params, inputs),
             Family::Structural => structural::abstract_eval(self, params, inputs, outputs),
             Family::Reduce => reduce::abstract_eval(self, params, inputs),
             Family::Linalg => linalg::abstract_eval(self, params, inputs),
             Family::Indexing => indexing::abstract_eval(self, params, inputs),
             Family::Control => control::abstract_eval(self, params, inputs),
+            Family::Collective => return collective::abstract_eval(self, params, inputs),
+            Family::ShardMap => return shard_map::abstract_eval(params, inputs),
+        }?;
+        // Inside shard_map, a local computation varies over every axis an operand varies over.
+        let vma: std::collections::BTreeSet<String> =
+            inputs.iter().flat_map(|a| a.vma.iter().cloned()).collect();
+        for out in &mut outs {
+            out.vma.clone_from(&vma);
         }
+        Ok(outs)
     }
 
     /// Evaluates the primitive on host arrays; `outputs` are the result types.
@@ -131,6 +161,8 @@ impl Prim {
             Family::Linalg => linalg::eval(self, params, inputs, outputs),
             Family::Indexing => indexing::eval(self, params, inputs, outputs),
             Family::Control => control::eval(self, params, inputs, outputs),
+            Family::Collective => collective::eval(self),
+            Family::ShardMap => shard_map::eval(params, inputs),
         }
     }
 }

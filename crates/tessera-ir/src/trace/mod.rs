@@ -20,9 +20,11 @@
 //! numpy broadcasting (ranks aligned on the right) and JAX's dtype promotion (Rust numbers are
 //! weakly typed and take their partner's dtype).
 
+mod collectives;
 mod nn;
 mod ops;
 
+pub use collectives::{pmap, shard_map, shard_map_program};
 pub use nn::where_;
 
 use std::cell::RefCell;
@@ -123,6 +125,9 @@ impl Tensor {
         inputs: &[&Tensor],
         out: Option<ShapedArray>,
     ) -> Vec<Tensor> {
+        let lifted = lift_to_common_vma(prim, inputs);
+        let inputs: Vec<&Tensor> = lifted.iter().collect();
+        let inputs = inputs.as_slice();
         let builder = inputs[0].builder.clone();
         let in_avals: Vec<ShapedArray> = inputs.iter().map(|t| t.aval.clone()).collect();
         let mut b = builder.borrow_mut();
@@ -210,6 +215,35 @@ impl Tensor {
     pub(crate) fn same_trace(&self, other: &Tensor) -> bool {
         Rc::ptr_eq(&self.builder, &other.builder)
     }
+}
+
+/// Inside `shard_map`, operands of a local primitive must vary over the same manual axes: as
+/// JAX does, a variable that varies over fewer axes than its partners is cast with `pvary`
+/// (whose transpose, `psum`, is what makes gradients of invariant values correct). Literals stay
+/// as they are: they carry no cotangent.
+fn lift_to_common_vma(prim: Prim, inputs: &[&Tensor]) -> Vec<Tensor> {
+    let plain = || inputs.iter().map(|t| (*t).clone()).collect();
+    if inputs.len() < 2 || prim.is_collective() || prim == Prim::ShardMap {
+        return plain();
+    }
+    let all: std::collections::BTreeSet<String> = inputs
+        .iter()
+        .flat_map(|t| t.aval.vma.iter().cloned())
+        .collect();
+    if inputs.iter().all(|t| t.aval.vma == all) {
+        return plain();
+    }
+    inputs
+        .iter()
+        .map(|t| {
+            let missing: Vec<String> = all.difference(&t.aval.vma).cloned().collect();
+            if missing.is_empty() || matches!(t.atom, Atom::Lit(_)) {
+                (*t).clone()
+            } else {
+                t.pvary(&missing)
+            }
+        })
+        .collect()
 }
 
 /// Traces `f` on arguments of types `in_avals` into a closed jaxpr.

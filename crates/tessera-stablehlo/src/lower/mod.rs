@@ -309,6 +309,11 @@ fn lower_eqn<'c, 'b>(
         ScatterAdd => indexing::scatter_add(ctx, p, inputs),
         StopGradient | Copy | PipelineEnterStage => Ok(inputs.to_vec()),
         Jit => control::call(ctx, p, inputs, functions),
+        Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
+        | Pvary | Pbroadcast | ShardMap => Err(LowerError::Build(format!(
+            "{} is not lowered yet",
+            eqn.prim.name()
+        ))),
     }
 }
 

@@ -44,12 +44,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// What a subcommand that is not built yet does: say so, and exit with status 2.
-pub fn not_built_yet(what: &str, issue: &str) -> anyhow::Result<ExitCode> {
-    eprintln!("tessera {what}: not built yet (see the issue \"{issue}\")");
-    Ok(ExitCode::from(2))
-}
-
 /// Prints the closing line of an oracle or test run and turns it into an exit status.
 #[allow(dead_code)]
 pub fn report_summary(passed: usize, failed: usize) -> ExitCode {

@@ -55,9 +55,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             backend,
             grads,
         } => run_jaxpr(&file, &backend, grads),
-        Kind::Collectives { .. } => {
-            super::not_built_yet("oracle collectives", "Collectives and shard_map")
-        }
+        Kind::Collectives {
+            file,
+            backend,
+            grads,
+        } => run_collectives(&file, &backend, grads),
     }
 }
 
@@ -87,6 +89,22 @@ fn run_jaxpr(file: &std::path::Path, backend: &str, grads: bool) -> anyhow::Resu
         tessera_ir::oracle::run_file_with(file, evaluate)
     }
     .map_err(anyhow::Error::msg)?;
+    for (name, why) in &report.failures {
+        println!("FAILED {name}: {why}");
+    }
+    Ok(super::report_summary(report.passed, report.failures.len()))
+}
+
+fn run_collectives(file: &std::path::Path, backend: &str, grads: bool) -> anyhow::Result<ExitCode> {
+    let interp = |program: &tessera_ir::ClosedJaxpr, inputs: &[tessera_ir::Array]| {
+        tessera_ir::interp::eval_closed(program, inputs).map_err(|e| e.to_string())
+    };
+    let evaluate: &tessera_ir::oracle::Evaluate<'_> = match backend {
+        "interp" => &interp,
+        other => anyhow::bail!("unknown backend `{other}`: use `interp` or `pjrt`"),
+    };
+    let report = tessera_ir::oracle_collectives::run_file(file, evaluate, grads)
+        .map_err(anyhow::Error::msg)?;
     for (name, why) in &report.failures {
         println!("FAILED {name}: {why}");
     }

@@ -1,0 +1,109 @@
+//! VJP rules of the collectives and of `shard_map`, as JAX transposes them: `psum` ↔ `pvary`,
+//! `all_gather` ↔ `psum_scatter`, `ppermute` ↔ the inverse permutation, `all_to_all` ↔ the
+//! same exchange with split and concat axes swapped, and `pbroadcast` sends the sum of the
+//! cotangents back to its source. `pmax` and `pmin` are not differentiable (nor in JAX). The VJP
+//! of a `shard_map` is a `shard_map` of its body's VJP, taking the primal blocks and the
+//! cotangent blocks (laid out by the out_specs) and returning the operands' cotangent blocks.
+
+use super::rules::zeros_like;
+use crate::axis_env;
+use crate::params::{ParamValue, Params};
+use crate::prim::{
+    Prim, ShardMapParams, collective_axes, index_groups, permutation, shard_map_params,
+};
+use crate::trace::{Tensor, where_};
+
+/// The cotangent of a collective's operand (`None` for `axis_index`, which has none).
+pub(super) fn collective_vjp(
+    prim: Prim,
+    params: &Params,
+    x: &[Tensor],
+    g: &Tensor,
+) -> Vec<Option<Tensor>> {
+    let axes = match collective_axes(prim, params) {
+        Ok(a) => a,
+        Err(e) => return vec![Some(g.fail(prim.name(), e.to_string()))],
+    };
+    let axes: Vec<&str> = axes.iter().map(String::as_str).collect();
+    let int = |k: &str| params.get(k).and_then(ParamValue::as_int).unwrap_or(0);
+    let tiled = params.bool_or("tiled", false);
+    let ct = match prim {
+        Prim::Psum => match index_groups(prim, params) {
+            Ok(Some(groups)) => g.psum_in_groups(&axes, &groups),
+            _ => g.pvary(&axes),
+        },
+        Prim::Pvary => g.psum(&axes),
+        Prim::AllGather => g.psum_scatter(axes[0], int("all_gather_dimension"), tiled),
+        Prim::ReduceScatter => g.all_gather(axes[0], int("scatter_dimension"), tiled),
+        Prim::Ppermute => {
+            let inverse: Vec<(i64, i64)> = permutation(params)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(s, t)| (t, s))
+                .collect();
+            g.ppermute(axes[0], &inverse)
+        }
+        Prim::AllToAll => {
+            let p = params
+                .clone()
+                .with("split_axis", ParamValue::Int(int("concat_axis")))
+                .with("concat_axis", ParamValue::Int(int("split_axis")));
+            Tensor::bind1(Prim::AllToAll, p, &[g])
+        }
+        Prim::Pbroadcast => {
+            let source = int("source");
+            let here = Tensor::axis_index(g, axes[0]).broadcast_to(g.shape());
+            let is_source = here.eq(&here.full_like_scalar(source as f64));
+            where_(&is_source, &g.psum(&axes), &zeros_like(g))
+        }
+        Prim::AxisIndex => return Vec::new(),
+        _ => g.fail(
+            prim.name(),
+            format!(
+                "{} is not differentiable (JAX defines no derivative for it); stop_gradient its \
+                 operand",
+                prim.name()
+            ),
+        ),
+    };
+    vec![
+        x.first()
+            .is_some_and(|x| x.dtype().is_float())
+            .then_some(ct),
+    ]
+}
+
+/// The VJP of a `shard_map` equation: a `shard_map` of the body's VJP.
+pub(super) fn shard_map_vjp(
+    params: &Params,
+    x: &[Tensor],
+    y: &[Tensor],
+    gs: &[Option<Tensor>],
+) -> Vec<Option<Tensor>> {
+    let anchor = &y[0];
+    let p = match ShardMapParams::read(params) {
+        Ok(p) => p,
+        Err(e) => return vec![Some(anchor.fail("shard_map", e.to_string())); x.len()],
+    };
+    let body_vjp = match axis_env::with_mesh(&p.mesh, || super::vjp(p.body)) {
+        Ok(b) => b,
+        Err(e) => {
+            let msg = format!("in the body's VJP: {e}");
+            return vec![Some(anchor.fail("shard_map", msg)); x.len()];
+        }
+    };
+    let cts: Vec<Tensor> = gs
+        .iter()
+        .zip(y)
+        .map(|(g, y)| g.clone().unwrap_or_else(|| zeros_like(y)))
+        .collect();
+    let mut operands: Vec<&Tensor> = x.iter().collect();
+    operands.extend(cts.iter());
+    let in_specs: Vec<_> = p.in_specs.iter().chain(&p.out_specs).cloned().collect();
+    let params = shard_map_params(&p.mesh, &in_specs, &p.in_specs, body_vjp);
+    Tensor::bind(Prim::ShardMap, params, &operands)
+        .into_iter()
+        .zip(x)
+        .map(|(ct, x)| x.dtype().is_float().then_some(ct))
+        .collect()
+}

@@ -1,0 +1,62 @@
+//! The named-axis environment: which mesh axes the enclosing `shard_map`s bind while a program
+//! is traced, checked or transformed. Collectives look their axes up here, so a collective over
+//! an axis no `shard_map` binds is refused when it is built ("unbound axis name"), as in JAX.
+//!
+//! The environment is a per-thread stack of meshes: [`with_mesh`] pushes one for the duration of
+//! a closure (the body of a `shard_map`) and pops it even if the closure unwinds.
+
+use std::cell::RefCell;
+
+use tessera_sharding::AbstractMesh;
+
+use crate::error::{IrError, Result};
+
+thread_local! {
+    static FRAMES: RefCell<Vec<AbstractMesh>> = const { RefCell::new(Vec::new()) };
+}
+
+struct Pop;
+
+impl Drop for Pop {
+    fn drop(&mut self) {
+        FRAMES.with(|f| f.borrow_mut().pop());
+    }
+}
+
+/// Runs `f` with the axes of `mesh` bound (inside a `shard_map` over `mesh`).
+pub fn with_mesh<T>(mesh: &AbstractMesh, f: impl FnOnce() -> T) -> T {
+    FRAMES.with(|frames| frames.borrow_mut().push(mesh.clone()));
+    let _pop = Pop;
+    f()
+}
+
+/// The innermost mesh, if any `shard_map` is being traced or checked.
+pub fn current_mesh() -> Option<AbstractMesh> {
+    FRAMES.with(|f| f.borrow().last().cloned())
+}
+
+/// The innermost mesh binding every axis of `axes`, or the "unbound axis name" error naming
+/// the first axis no enclosing `shard_map` binds.
+pub fn mesh_for<S: AsRef<str>>(prim: &str, axes: &[S]) -> Result<AbstractMesh> {
+    let mesh = current_mesh();
+    for axis in axes {
+        let axis = axis.as_ref();
+        if mesh.as_ref().and_then(|m| m.axis_index(axis)).is_none() {
+            let bound = mesh
+                .as_ref()
+                .map(|m| m.axis_names().join(", "))
+                .unwrap_or_default();
+            return Err(IrError::Type {
+                prim: prim.to_owned(),
+                message: format!(
+                    "unbound axis name: '{axis}' (bound axes: [{bound}]); collectives must run \
+                     inside a shard_map whose mesh has an axis named '{axis}'"
+                ),
+            });
+        }
+    }
+    mesh.ok_or_else(|| IrError::Type {
+        prim: prim.to_owned(),
+        message: "needs an enclosing shard_map".into(),
+    })
+}

@@ -1,0 +1,389 @@
+//! The parallel primitives of JAX's `lax.parallel` that run inside a `shard_map` body:
+//! `psum`, `pmax`, `pmin`, `all_gather`, `reduce_scatter` (`psum_scatter`), `ppermute`,
+//! `all_to_all`, `axis_index`, `pvary` and `pbroadcast`. Their axes are named mesh axes bound by
+//! the enclosing `shard_map` (looked up in [`crate::axis_env`]).
+//!
+//! Typing follows JAX with `check_vma`: each value records the manual axes it varies over
+//! (`vma`). Reductions take a value varying over their axes and return one invariant over them;
+//! gathers, scatters, permutations and all-to-alls keep the input's `vma`; `axis_index` varies
+//! over its axis; `pvary` casts an invariant value to a varying one.
+//!
+//! A single device cannot evaluate a collective: the SPMD interpreter ([`crate::spmd`]) runs
+//! every device of the mesh in lock step and calls [`simulate`] with all devices' operands.
+
+use std::collections::BTreeSet;
+
+use ndarray::{ArrayD, Axis};
+use tessera_sharding::{AbstractMesh, groups};
+
+use super::{Prim, arity};
+use crate::array::Array;
+use crate::aval::ShapedArray;
+use crate::axis_env;
+use crate::dtype::DType;
+use crate::error::{IrError, Result, type_error};
+use crate::params::{ParamValue, Params};
+
+/// A named-axis parameter: a single name or a tuple of names.
+pub fn axis_names(prim: Prim, params: &Params, key: &str) -> Result<Vec<String>> {
+    let bad = || {
+        type_error(
+            prim.name(),
+            format!("parameter `{key}` must name mesh axes"),
+        )
+    };
+    match params.get(key).ok_or_else(bad)? {
+        ParamValue::Name(n) => Ok(vec![n.clone()]),
+        v => v
+            .as_seq()
+            .ok_or_else(bad)?
+            .iter()
+            .map(|a| match a {
+                ParamValue::Name(n) => Ok(n.clone()),
+                _ => Err(bad()),
+            })
+            .collect(),
+    }
+}
+
+/// The axes a collective communicates over (`axes` for reductions and `pvary`, `axis_name` for
+/// the others).
+pub fn collective_axes(prim: Prim, params: &Params) -> Result<Vec<String>> {
+    match prim {
+        Prim::Psum | Prim::Pmax | Prim::Pmin | Prim::Pvary => axis_names(prim, params, "axes"),
+        _ => axis_names(prim, params, "axis_name"),
+    }
+}
+
+/// `axis_index_groups`, where given.
+pub fn index_groups(prim: Prim, params: &Params) -> Result<Option<Vec<Vec<i64>>>> {
+    match params.get("axis_index_groups") {
+        None => Ok(None),
+        Some(v) if v.is_none() => Ok(None),
+        Some(v) => v
+            .as_seq()
+            .and_then(|gs| {
+                gs.iter()
+                    .map(ParamValue::as_ints)
+                    .collect::<Option<Vec<_>>>()
+            })
+            .map(Some)
+            .ok_or_else(|| {
+                type_error(
+                    prim.name(),
+                    "axis_index_groups must be a tuple of integer tuples",
+                )
+            }),
+    }
+}
+
+/// A `ppermute`'s `(source, target)` index pairs.
+pub fn permutation(params: &Params) -> Result<Vec<(i64, i64)>> {
+    let bad = || type_error("ppermute", "perm must be a tuple of (source, target) pairs");
+    params
+        .get("perm")
+        .and_then(ParamValue::as_seq)
+        .ok_or_else(bad)?
+        .iter()
+        .map(|p| match p.as_ints().as_deref() {
+            Some(&[s, t]) => Ok((s, t)),
+            _ => Err(bad()),
+        })
+        .collect()
+}
+
+/// The replica groups (mesh positions) a collective communicates in, for `mesh`.
+pub fn replica_groups(prim: Prim, params: &Params, mesh: &AbstractMesh) -> Result<Vec<Vec<i64>>> {
+    let axes = collective_axes(prim, params)?;
+    let ig = index_groups(prim, params)?;
+    groups::replica_groups(mesh, &axes, ig.as_deref()).map_err(|e| sharding(prim, e))
+}
+
+fn sharding(prim: Prim, e: tessera_sharding::ShardingError) -> IrError {
+    type_error(prim.name(), e.to_string())
+}
+
+fn group_size(prim: Prim, params: &Params, mesh: &AbstractMesh) -> Result<i64> {
+    Ok(replica_groups(prim, params, mesh)?
+        .first()
+        .map_or(1, |g| g.len() as i64))
+}
+
+fn dim_param(prim: Prim, params: &Params, key: &str, rank: usize) -> Result<usize> {
+    super::axis(prim, params.int(prim.name(), key)?, rank)
+}
+
+/// The shape and `vma` rules.
+pub(super) fn abstract_eval(
+    prim: Prim,
+    params: &Params,
+    inputs: &[ShapedArray],
+) -> Result<Vec<ShapedArray>> {
+    let axes = collective_axes(prim, params)?;
+    let mesh = axis_env::mesh_for(prim.name(), &axes)?;
+    if prim == Prim::AxisIndex {
+        arity(prim, inputs.len(), 0)?;
+        let mut out = ShapedArray::scalar(DType::I32);
+        out.vma = axes.into_iter().collect();
+        return Ok(vec![out]);
+    }
+    arity(prim, inputs.len(), 1)?;
+    let x = &inputs[0];
+    let mut out = x.clone();
+    out.weak_type = false;
+    out.sharding = None;
+    if prim == Prim::Pvary {
+        if let Some(a) = axes.iter().find(|a| x.vma.contains(*a)) {
+            return Err(type_error(
+                prim.name(),
+                format!("the value already varies over '{a}'; pvary casts invariant values only"),
+            ));
+        }
+        out.vma.extend(axes);
+        return Ok(vec![out]);
+    }
+    if let Some(a) = axes.iter().find(|a| !x.vma.contains(*a)) {
+        return Err(type_error(
+            prim.name(),
+            format!(
+                "needs a value varying over '{a}', but {x} varies over {{{}}}; apply pvary \
+                 first (the tracing API does this for you)",
+                x.vma.iter().cloned().collect::<Vec<_>>().join(",")
+            ),
+        ));
+    }
+    let n = group_size(prim, params, &mesh)?;
+    match prim {
+        Prim::Psum | Prim::Pmax | Prim::Pmin if index_groups(prim, params)?.is_none() => {
+            out.vma = &x.vma - &axes.iter().cloned().collect::<BTreeSet<_>>();
+        }
+        Prim::AllGather => {
+            let tiled = params.bool_or("tiled", false);
+            let rank = x.rank() + usize::from(!tiled);
+            let d = dim_param(prim, params, "all_gather_dimension", rank)?;
+            check_size_param(prim, params, n)?;
+            if tiled {
+                out.shape[d] *= n;
+            } else {
+                out.shape.insert(d, n);
+            }
+        }
+        Prim::ReduceScatter => {
+            let d = dim_param(prim, params, "scatter_dimension", x.rank())?;
+            check_size_param(prim, params, n)?;
+            out.shape = scatter_shape(&x.shape, d, n, params.bool_or("tiled", false))?;
+        }
+        Prim::AllToAll => {
+            let split = dim_param(prim, params, "split_axis", x.rank())?;
+            let concat = dim_param(prim, params, "concat_axis", x.rank())?;
+            if x.shape[split] % n != 0 {
+                return Err(type_error(
+                    prim.name(),
+                    format!(
+                        "split_axis {split} has size {}, which the {n} devices of '{}' do not \
+                         divide",
+                        x.shape[split],
+                        axes.join(",")
+                    ),
+                ));
+            }
+            out.shape[split] /= n;
+            out.shape[concat] *= n;
+        }
+        Prim::Ppermute => {
+            groups::check_permutation(&permutation(params)?, n).map_err(|e| sharding(prim, e))?;
+        }
+        Prim::Pbroadcast => {
+            let source = params.int(prim.name(), "source")?;
+            if !(0..n).contains(&source) {
+                return Err(type_error(
+                    prim.name(),
+                    format!("source {source} is out of range for an axis of size {n}"),
+                ));
+            }
+        }
+        _ => {}
+    }
+    Ok(vec![out])
+}
+
+fn check_size_param(prim: Prim, params: &Params, n: i64) -> Result<()> {
+    match params.get("axis_size").and_then(ParamValue::as_int) {
+        Some(size) if size != n => Err(type_error(
+            prim.name(),
+            format!("axis_size={size}, but the axes have {n} devices"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `psum_scatter`'s result shape: dimension `d` divided by `n` (tiled) or removed (untiled,
+/// where it must equal `n`).
+pub fn scatter_shape(shape: &[i64], d: usize, n: i64, tiled: bool) -> Result<Vec<i64>> {
+    let mut out = shape.to_vec();
+    let size = shape[d];
+    if tiled {
+        if size % n != 0 {
+            return Err(type_error(
+                "psum_scatter",
+                format!(
+                    "scatter dimension {d} has size {size}, which is not divisible by the {n} \
+                     devices of the axis; pad it or scatter another dimension"
+                ),
+            ));
+        }
+        out[d] = size / n;
+    } else {
+        if size != n {
+            return Err(type_error(
+                "psum_scatter",
+                format!(
+                    "untiled scatter dimension {d} has size {size} but the axis has {n} \
+                     devices; they must be equal (or pass tiled=true)"
+                ),
+            ));
+        }
+        out.remove(d);
+    }
+    Ok(out)
+}
+
+/// Evaluation on one device is impossible: collectives need every device's operand.
+pub(super) fn eval(prim: Prim) -> Result<Vec<Array>> {
+    Err(IrError::Eval(format!(
+        "{} is a collective: it runs only inside shard_map, whose interpreter evaluates all \
+         devices together",
+        prim.name()
+    )))
+}
+
+/// Evaluates a collective on every device of `mesh` at once: `xs[p]` is the operand on mesh
+/// position `p` (empty for `axis_index`), the result is each position's value of type `out`.
+pub fn simulate(
+    prim: Prim,
+    params: &Params,
+    mesh: &AbstractMesh,
+    xs: &[Array],
+    out: &ShapedArray,
+) -> Result<Vec<Array>> {
+    let size = mesh.size() as usize;
+    if prim == Prim::AxisIndex {
+        let axes = collective_axes(prim, params)?;
+        return (0..size as i64)
+            .map(|p| {
+                let i = groups::axis_index_of(mesh, &axes, p).map_err(|e| sharding(prim, e))?;
+                Ok(Array::scalar(DType::I32, i as f64))
+            })
+            .collect();
+    }
+    if xs.len() != size {
+        return Err(IrError::Eval(format!(
+            "{} got {} device operands for a mesh of {size}",
+            prim.name(),
+            xs.len()
+        )));
+    }
+    let mut results: Vec<Option<Array>> = vec![None; size];
+    for group in replica_groups(prim, params, mesh)? {
+        let members: Vec<&Array> = group.iter().map(|&p| &xs[p as usize]).collect();
+        for (k, value) in exchange(prim, params, &members)?.into_iter().enumerate() {
+            results[group[k] as usize] = Some(Array::from_data(out.dtype, value));
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| {
+            r.ok_or_else(|| IrError::Eval(format!("{} left a device without a value", prim.name())))
+        })
+        .collect()
+}
+
+/// One group's exchange: the operands of its members in group order, their results in order.
+fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<f64>>> {
+    let n = xs.len();
+    let rank = xs[0].data.ndim();
+    let fold = |f: fn(f64, f64) -> f64| {
+        let mut acc = xs[0].data.clone();
+        for x in &xs[1..] {
+            acc.zip_mut_with(&x.data, |a, &b| *a = f(*a, b));
+        }
+        vec![acc; n]
+    };
+    Ok(match prim {
+        Prim::Psum => fold(|a, b| a + b),
+        Prim::Pmax => fold(f64::max),
+        Prim::Pmin => fold(f64::min),
+        Prim::Pvary => xs.iter().map(|x| x.data.clone()).collect(),
+        Prim::Pbroadcast => {
+            let s = params.int(prim.name(), "source")? as usize;
+            vec![xs[s].data.clone(); n]
+        }
+        Prim::Ppermute => {
+            let mut outs = vec![ArrayD::zeros(xs[0].data.raw_dim()); n];
+            for (s, t) in permutation(params)? {
+                outs[t as usize] = xs[s as usize].data.clone();
+            }
+            outs
+        }
+        Prim::AllGather => {
+            let tiled = params.bool_or("tiled", false);
+            let d = dim_param(
+                prim,
+                params,
+                "all_gather_dimension",
+                rank + usize::from(!tiled),
+            )?;
+            let views: Vec<_> = xs.iter().map(|x| x.data.view()).collect();
+            let joined = if tiled {
+                ndarray::concatenate(Axis(d), &views)
+            } else {
+                ndarray::stack(Axis(d), &views)
+            }
+            .map_err(|e| IrError::Eval(format!("all_gather: {e}")))?;
+            vec![joined; n]
+        }
+        Prim::ReduceScatter => {
+            let d = dim_param(prim, params, "scatter_dimension", rank)?;
+            let total = &fold(|a, b| a + b)[0];
+            let chunks = split(total, d, n);
+            if params.bool_or("tiled", false) {
+                chunks
+            } else {
+                chunks
+                    .into_iter()
+                    .map(|c| c.index_axis_move(Axis(d), 0))
+                    .collect()
+            }
+        }
+        Prim::AllToAll => {
+            let split_axis = dim_param(prim, params, "split_axis", rank)?;
+            let concat_axis = dim_param(prim, params, "concat_axis", rank)?;
+            let pieces: Vec<Vec<ArrayD<f64>>> =
+                xs.iter().map(|x| split(&x.data, split_axis, n)).collect();
+            (0..n)
+                .map(|k| {
+                    let views: Vec<_> = pieces.iter().map(|p| p[k].view()).collect();
+                    ndarray::concatenate(Axis(concat_axis), &views)
+                        .map_err(|e| IrError::Eval(format!("all_to_all: {e}")))
+                })
+                .collect::<Result<_>>()?
+        }
+        _ => {
+            return Err(IrError::Eval(format!(
+                "{} is not a collective",
+                prim.name()
+            )));
+        }
+    })
+}
+
+/// `n` equal chunks of `a` along `axis`.
+fn split(a: &ArrayD<f64>, axis: usize, n: usize) -> Vec<ArrayD<f64>> {
+    let step = a.shape()[axis] / n.max(1);
+    (0..n)
+        .map(|k| {
+            a.slice_axis(Axis(axis), ndarray::Slice::from(k * step..(k + 1) * step))
+                .to_owned()
+        })
+        .collect()
+}

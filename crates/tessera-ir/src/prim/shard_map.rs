@@ -1,0 +1,252 @@
+//! `shard_map`: a nested jaxpr run once per device of a mesh on that device's block of each
+//! operand, communicating through collectives over the mesh's (manual) axes.
+//!
+//! Parameters, as stored: `jaxpr` (the body, on block shapes), `mesh=Mesh(x=2, y=4)`,
+//! `in_specs` / `out_specs` (one partition spec per operand / result, written as a tuple of
+//! dimensions, each `None` or a tuple of axis names) and `check_vma`. The shape rule maps global
+//! operand shapes to the body's block shapes (each dimension divided by the sizes of the axes
+//! that split it) and the body's result blocks back to global shapes.
+
+use tessera_sharding::{AbstractMesh, DimSpec, PartitionSpec};
+
+use crate::array::Array;
+use crate::aval::ShapedArray;
+use crate::error::{Result, type_error};
+use crate::jaxpr::ClosedJaxpr;
+use crate::params::{ParamValue, Params};
+
+const NAME: &str = "shard_map";
+
+/// The typed view of a `shard_map` equation's parameters.
+#[derive(Debug, Clone)]
+pub struct ShardMapParams<'a> {
+    /// The mesh whose axes the body is manual over.
+    pub mesh: AbstractMesh,
+    /// One spec per operand.
+    pub in_specs: Vec<PartitionSpec>,
+    /// One spec per result.
+    pub out_specs: Vec<PartitionSpec>,
+    /// The per-device program.
+    pub body: &'a ClosedJaxpr,
+}
+
+impl<'a> ShardMapParams<'a> {
+    /// Reads the parameters of a `shard_map` equation.
+    pub fn read(params: &'a Params) -> Result<Self> {
+        Ok(ShardMapParams {
+            mesh: read_mesh(params)?,
+            in_specs: read_specs(params, "in_specs")?,
+            out_specs: read_specs(params, "out_specs")?,
+            body: params.jaxpr(NAME, "jaxpr")?,
+        })
+    }
+}
+
+/// Builds the parameters of a `shard_map` equation.
+pub fn shard_map_params(
+    mesh: &AbstractMesh,
+    in_specs: &[PartitionSpec],
+    out_specs: &[PartitionSpec],
+    body: ClosedJaxpr,
+) -> Params {
+    let mesh_record = ParamValue::Record(
+        "Mesh".into(),
+        mesh.axis_names()
+            .iter()
+            .zip(mesh.axis_sizes())
+            .map(|(n, &s)| (n.clone(), ParamValue::Int(s)))
+            .collect(),
+    );
+    let specs = |specs: &[PartitionSpec]| ParamValue::Tuple(specs.iter().map(spec_value).collect());
+    Params::new()
+        .with("check_vma", ParamValue::Bool(true))
+        .with("in_specs", specs(in_specs))
+        .with("jaxpr", ParamValue::Jaxpr(Box::new(body)))
+        .with("mesh", mesh_record)
+        .with("out_specs", specs(out_specs))
+}
+
+fn spec_value(spec: &PartitionSpec) -> ParamValue {
+    ParamValue::Tuple(
+        spec.dims()
+            .iter()
+            .map(|d| match d.axes() {
+                [] => ParamValue::Name("None".into()),
+                axes => {
+                    ParamValue::Tuple(axes.iter().map(|a| ParamValue::Name(a.clone())).collect())
+                }
+            })
+            .collect(),
+    )
+}
+
+fn read_mesh(params: &Params) -> Result<AbstractMesh> {
+    let bad = |why: String| type_error(NAME, format!("parameter `mesh` {why}"));
+    let Some(ParamValue::Record(_, fields)) = params.get("mesh") else {
+        return Err(bad("must be Mesh(name=size, ...)".into()));
+    };
+    let mut axes = Vec::new();
+    for (name, size) in fields {
+        let size = size
+            .as_int()
+            .ok_or_else(|| bad(format!("gives axis '{name}' no size")))?;
+        axes.push((name.as_str(), size));
+    }
+    AbstractMesh::auto(&axes).map_err(|e| bad(e.to_string()))
+}
+
+fn read_specs(params: &Params, key: &str) -> Result<Vec<PartitionSpec>> {
+    let bad = || {
+        type_error(
+            NAME,
+            format!("parameter `{key}` must be a tuple of partition specs"),
+        )
+    };
+    let specs = params
+        .get(key)
+        .and_then(ParamValue::as_seq)
+        .ok_or_else(bad)?;
+    specs
+        .iter()
+        .map(|spec| {
+            let dims = spec.as_seq().ok_or_else(bad)?;
+            let dims = dims
+                .iter()
+                .map(|d| match d {
+                    ParamValue::Name(n) if n == "None" => Ok(DimSpec::from_axes::<&str>(&[])),
+                    ParamValue::Name(n) => Ok(DimSpec::from_axes(&[n.as_str()])),
+                    v => {
+                        let names: Option<Vec<&str>> = v.as_seq().map(|s| {
+                            s.iter()
+                                .filter_map(|a| match a {
+                                    ParamValue::Name(n) => Some(n.as_str()),
+                                    _ => None,
+                                })
+                                .collect()
+                        });
+                        names.map(|n| DimSpec::from_axes(&n)).ok_or_else(bad)
+                    }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(PartitionSpec::new(dims))
+        })
+        .collect()
+}
+
+/// How many blocks `spec` cuts each dimension of a rank-`rank` array into on `mesh`.
+pub fn split_factors(spec: &PartitionSpec, mesh: &AbstractMesh, rank: usize) -> Result<Vec<i64>> {
+    if spec.len() > rank {
+        return Err(type_error(
+            NAME,
+            format!(
+                "spec {spec} has {} dimensions, more than the value's rank {rank}",
+                spec.len()
+            ),
+        ));
+    }
+    let mut factors = vec![1; rank];
+    for (d, dim) in spec.dims().iter().enumerate() {
+        for axis in dim.axes() {
+            factors[d] *= mesh.axis_size(axis).ok_or_else(|| {
+                type_error(
+                    NAME,
+                    format!(
+                        "spec {spec} names axis '{axis}', which the mesh ({}) lacks",
+                        mesh.axis_names().join(", ")
+                    ),
+                )
+            })?;
+        }
+    }
+    Ok(factors)
+}
+
+/// The per-device block type of a global value laid out by `spec`; its `vma` is the set of axes
+/// the spec names.
+pub fn block_aval(
+    global: &ShapedArray,
+    spec: &PartitionSpec,
+    mesh: &AbstractMesh,
+) -> Result<ShapedArray> {
+    let factors = split_factors(spec, mesh, global.rank())?;
+    let mut block = ShapedArray::new(global.dtype, &global.shape);
+    for (d, f) in factors.iter().enumerate() {
+        if block.shape[d] % f != 0 {
+            return Err(type_error(
+                NAME,
+                format!(
+                    "dimension {d} of {global} has size {}, which {spec} splits into {f} blocks; \
+                     the size must be divisible",
+                    block.shape[d]
+                ),
+            ));
+        }
+        block.shape[d] /= f;
+    }
+    block.vma = spec.used_axes().map(str::to_owned).collect();
+    Ok(block)
+}
+
+/// The global type assembled from per-device blocks laid out by `spec`.
+pub fn global_aval(
+    block: &ShapedArray,
+    spec: &PartitionSpec,
+    mesh: &AbstractMesh,
+) -> Result<ShapedArray> {
+    let factors = split_factors(spec, mesh, block.rank())?;
+    let shape: Vec<i64> = block
+        .shape
+        .iter()
+        .zip(&factors)
+        .map(|(s, f)| s * f)
+        .collect();
+    Ok(ShapedArray::new(block.dtype, &shape))
+}
+
+pub(super) fn abstract_eval(params: &Params, inputs: &[ShapedArray]) -> Result<Vec<ShapedArray>> {
+    let p = ShardMapParams::read(params)?;
+    let body_in = p.body.jaxpr.in_avals();
+    if inputs.len() != p.in_specs.len() || inputs.len() != body_in.len() {
+        return Err(type_error(
+            NAME,
+            format!(
+                "{} operands, {} in_specs and a body of {} parameters must agree",
+                inputs.len(),
+                p.in_specs.len(),
+                body_in.len()
+            ),
+        ));
+    }
+    for (i, (x, spec)) in inputs.iter().zip(&p.in_specs).enumerate() {
+        let block = block_aval(x, spec, &p.mesh)?;
+        if !block.same_type(&body_in[i]) {
+            return Err(type_error(
+                NAME,
+                format!(
+                    "operand {i} of type {x} has blocks {block} under {spec}, but the body takes {}",
+                    body_in[i]
+                ),
+            ));
+        }
+    }
+    let body_out = p.body.jaxpr.out_avals();
+    if body_out.len() != p.out_specs.len() {
+        return Err(type_error(
+            NAME,
+            format!(
+                "the body has {} results but there are {} out_specs",
+                body_out.len(),
+                p.out_specs.len()
+            ),
+        ));
+    }
+    body_out
+        .iter()
+        .zip(&p.out_specs)
+        .map(|(b, spec)| global_aval(b, spec, &p.mesh))
+        .collect()
+}
+
+pub(super) fn eval(params: &Params, inputs: &[Array]) -> Result<Vec<Array>> {
+    crate::spmd::eval_shard_map(&ShardMapParams::read(params)?, inputs)
+}

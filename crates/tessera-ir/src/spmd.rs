@@ -1,0 +1,186 @@
+//! The SPMD interpreter: runs a `shard_map` body on simulated devices. Each mesh position gets
+//! its block of every operand; all positions step through the body's equations together, local
+//! equations on each position's own values and collectives across positions (through
+//! [`crate::prim::simulate`], with the same replica groups the lowering emits). The blocks of the
+//! results are assembled into global arrays as the out_specs say, which is what a real
+//! multi-device run returns.
+
+use ndarray::{ArrayD, IxDyn, SliceInfoElem};
+use tessera_sharding::{AbstractMesh, PartitionSpec};
+
+use crate::array::Array;
+use crate::error::{IrError, Result};
+use crate::jaxpr::{Atom, ClosedJaxpr};
+use crate::passes::inline_calls;
+use crate::prim::{Prim, ShardMapParams, simulate, split_factors};
+
+/// Evaluates a `shard_map` on global operands, returning global results.
+pub fn eval_shard_map(p: &ShardMapParams<'_>, inputs: &[Array]) -> Result<Vec<Array>> {
+    let size = p.mesh.size();
+    let mut per_device: Vec<Vec<Array>> = vec![Vec::with_capacity(inputs.len()); size as usize];
+    for (x, spec) in inputs.iter().zip(&p.in_specs) {
+        for (pos, args) in per_device.iter_mut().enumerate() {
+            args.push(block_of(x, spec, &p.mesh, pos as i64)?);
+        }
+    }
+    let body = inline_calls(p.body);
+    let outs = crate::axis_env::with_mesh(&p.mesh, || eval_spmd(&body, &p.mesh, per_device))?;
+    p.out_specs
+        .iter()
+        .enumerate()
+        .map(|(k, spec)| {
+            let blocks: Vec<&Array> = outs.iter().map(|d| &d[k]).collect();
+            assemble(&blocks, spec, &p.mesh)
+        })
+        .collect()
+}
+
+/// Runs `closed` on every mesh position at once; `args[p]` are position `p`'s arguments.
+pub fn eval_spmd(
+    closed: &ClosedJaxpr,
+    mesh: &AbstractMesh,
+    args: Vec<Vec<Array>>,
+) -> Result<Vec<Vec<Array>>> {
+    let jaxpr = &closed.jaxpr;
+    let mut envs: Vec<Vec<Option<Array>>> = Vec::with_capacity(args.len());
+    for device_args in args {
+        let mut env = vec![None; jaxpr.vars.len()];
+        for (&v, c) in jaxpr.constvars.iter().zip(&closed.consts) {
+            env[v.index()] = Some(c.clone());
+        }
+        for (&v, a) in jaxpr.invars.iter().zip(device_args) {
+            env[v.index()] = Some(a);
+        }
+        envs.push(env);
+    }
+    for eqn in &jaxpr.eqns {
+        let out_avals: Vec<_> = eqn.outputs.iter().map(|&v| jaxpr.aval(v).clone()).collect();
+        let inputs: Vec<Vec<Array>> = envs
+            .iter()
+            .map(|env| eqn.inputs.iter().map(|a| read(env, a)).collect())
+            .collect::<Result<_>>()?;
+        let results: Vec<Vec<Array>> = if eqn.prim.is_collective() {
+            let xs: Vec<Array> = inputs.into_iter().filter_map(|mut i| i.pop()).collect();
+            simulate(eqn.prim, &eqn.params, mesh, &xs, &out_avals[0])?
+                .into_iter()
+                .map(|a| vec![a])
+                .collect()
+        } else if eqn.prim == Prim::ShardMap {
+            return Err(IrError::Eval(
+                "a shard_map nested inside another shard_map is not supported; merge the meshes \
+                 into one shard_map"
+                    .into(),
+            ));
+        } else {
+            inputs
+                .iter()
+                .map(|i| eqn.prim.eval(&eqn.params, i, &out_avals))
+                .collect::<Result<_>>()?
+        };
+        for (env, outs) in envs.iter_mut().zip(results) {
+            for (&v, value) in eqn.outputs.iter().zip(outs) {
+                env[v.index()] = Some(value);
+            }
+        }
+    }
+    envs.iter()
+        .map(|env| jaxpr.outvars.iter().map(|a| read(env, a)).collect())
+        .collect()
+}
+
+fn read(env: &[Option<Array>], atom: &Atom) -> Result<Array> {
+    match atom {
+        Atom::Var(v) => env[v.index()]
+            .clone()
+            .ok_or_else(|| IrError::Eval(format!("variable {} is used before it is defined", v.0))),
+        Atom::Lit(l) => Ok(Array::scalar(l.aval.dtype, l.value)),
+    }
+}
+
+/// For each dimension, the block index of mesh position `pos` under `spec` (row-major over the
+/// axes that split the dimension) and whether `pos` is the first replica (coordinate 0 on every
+/// axis the spec does not name).
+fn block_index(
+    spec: &PartitionSpec,
+    mesh: &AbstractMesh,
+    rank: usize,
+    pos: i64,
+) -> (Vec<i64>, bool) {
+    let coords = mesh.coords(pos);
+    let mut index = vec![0i64; rank];
+    for (d, dim) in spec.dims().iter().enumerate() {
+        for axis in dim.axes() {
+            if let (Some(a), Some(size)) = (mesh.axis_index(axis), mesh.axis_size(axis)) {
+                index[d] = index[d] * size + coords[a];
+            }
+        }
+    }
+    let named: Vec<&str> = spec.used_axes().collect();
+    let first = mesh
+        .axis_names()
+        .iter()
+        .zip(&coords)
+        .all(|(n, &c)| c == 0 || named.contains(&n.as_str()));
+    (index, first)
+}
+
+fn block_slices(index: &[i64], block: &[usize]) -> Vec<SliceInfoElem> {
+    index
+        .iter()
+        .zip(block)
+        .map(|(&i, &b)| {
+            let start = i as isize * b as isize;
+            SliceInfoElem::Slice {
+                start,
+                end: Some(start + b as isize),
+                step: 1,
+            }
+        })
+        .collect()
+}
+
+/// Position `pos`'s block of the global array `x` laid out by `spec`.
+fn block_of(x: &Array, spec: &PartitionSpec, mesh: &AbstractMesh, pos: i64) -> Result<Array> {
+    let rank = x.data.ndim();
+    let factors = split_factors(spec, mesh, rank)?;
+    let block: Vec<usize> = x
+        .data
+        .shape()
+        .iter()
+        .zip(&factors)
+        .map(|(&s, &f)| s / f as usize)
+        .collect();
+    let (index, _) = block_index(spec, mesh, rank, pos);
+    let view = x.data.slice(block_slices(&index, &block).as_slice());
+    Ok(Array {
+        dtype: x.dtype,
+        data: view.to_owned(),
+    })
+}
+
+/// The global array whose blocks (one per mesh position) are `blocks`, laid out by `spec`.
+fn assemble(blocks: &[&Array], spec: &PartitionSpec, mesh: &AbstractMesh) -> Result<Array> {
+    let first = blocks
+        .first()
+        .ok_or_else(|| IrError::Eval("shard_map over an empty mesh".into()))?;
+    let rank = first.data.ndim();
+    let factors = split_factors(spec, mesh, rank)?;
+    let block: Vec<usize> = first.data.shape().to_vec();
+    let global: Vec<usize> = block
+        .iter()
+        .zip(&factors)
+        .map(|(&b, &f)| b * f as usize)
+        .collect();
+    let mut out = ArrayD::<f64>::zeros(IxDyn(&global));
+    for (pos, b) in blocks.iter().enumerate() {
+        let (index, first_replica) = block_index(spec, mesh, rank, pos as i64);
+        if first_replica {
+            out.slice_mut(block_slices(&index, &block).as_slice())
+                .assign(&b.data);
+        }
+    }
+    Ok(Array {
+        dtype: first.dtype,
+        data: out,
+    })
+}

@@ -1,0 +1,374 @@
+//! The tracing API of `shard_map` and the collectives (JAX's `lax.parallel`): `psum`, `pmean`,
+//! `pmax`, `pmin`, `pargmax`, `pargmin`, `all_gather`, `psum_scatter`, `ppermute`,
+//! `all_to_all`, `axis_index`, `axis_size`, `pbroadcast`, `pvary`, and `pmap` as sugar over a
+//! one-axis `shard_map`.
+//!
+//! As in JAX with `check_vma`, a collective over axes its operand does not vary over first casts
+//! the operand with `pvary`, and a body result that varies over fewer axes than its out_spec
+//! names is cast too; a result that varies over an axis its out_spec leaves out is an error.
+
+use tessera_sharding::{AbstractMesh, DimSpec, PartitionSpec};
+
+use super::{Tensor, trace};
+use crate::aval::ShapedArray;
+use crate::axis_env;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::jaxpr::ClosedJaxpr;
+use crate::params::{ParamValue, Params};
+use crate::prim::{Prim, block_aval, shard_map_params};
+
+fn names(axes: &[impl AsRef<str>]) -> ParamValue {
+    ParamValue::Tuple(
+        axes.iter()
+            .map(|a| ParamValue::Name(a.as_ref().to_owned()))
+            .collect(),
+    )
+}
+
+fn none() -> ParamValue {
+    ParamValue::Name("None".into())
+}
+
+impl Tensor {
+    /// Casts an invariant value to one varying over `axes` (JAX's `pvary`); axes it already
+    /// varies over are skipped.
+    pub fn pvary(&self, axes: &[impl AsRef<str>]) -> Tensor {
+        let missing: Vec<&str> = axes
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|a| !self.aval().vma.contains(*a))
+            .collect();
+        if missing.is_empty() {
+            return self.clone();
+        }
+        Tensor::bind1(
+            Prim::Pvary,
+            Params::new().with("axes", names(&missing)),
+            &[self],
+        )
+    }
+
+    fn reduction(&self, prim: Prim, axes: &[&str], groups: Option<&[Vec<i64>]>) -> Tensor {
+        let x = if self.dtype() == DType::Bool {
+            self.astype(DType::I32)
+        } else {
+            self.clone()
+        };
+        let groups = groups.map_or_else(none, |g| {
+            ParamValue::Tuple(g.iter().map(|g| ParamValue::ints(g)).collect())
+        });
+        let params = Params::new()
+            .with("axes", names(axes))
+            .with("axis_index_groups", groups);
+        Tensor::bind1(prim, params, &[&x.pvary(axes)])
+    }
+
+    /// All-reduce sum over the named axes.
+    pub fn psum(&self, axes: &[&str]) -> Tensor {
+        self.reduction(Prim::Psum, axes, None)
+    }
+
+    /// All-reduce sum within `axis_index_groups` of the named axes.
+    pub fn psum_in_groups(&self, axes: &[&str], groups: &[Vec<i64>]) -> Tensor {
+        self.reduction(Prim::Psum, axes, Some(groups))
+    }
+
+    /// All-reduce mean over the named axes.
+    pub fn pmean(&self, axes: &[&str]) -> Tensor {
+        let n = axis_size(self, axes);
+        &self.psum(axes) / n as f64
+    }
+
+    /// All-reduce maximum over the named axes.
+    pub fn pmax(&self, axes: &[&str]) -> Tensor {
+        self.reduction(Prim::Pmax, axes, None)
+    }
+
+    /// All-reduce minimum over the named axes.
+    pub fn pmin(&self, axes: &[&str]) -> Tensor {
+        self.reduction(Prim::Pmin, axes, None)
+    }
+
+    /// The index along `axis` of the device holding the maximum (the lowest on ties).
+    pub fn pargmax(&self, axis: &str) -> Tensor {
+        self.index_of_value(&self.pmax(&[axis]), axis)
+    }
+
+    /// The index along `axis` of the device holding the minimum (the lowest on ties).
+    pub fn pargmin(&self, axis: &str) -> Tensor {
+        self.index_of_value(&self.pmin(&[axis]), axis)
+    }
+
+    fn index_of_value(&self, value: &Tensor, axis: &str) -> Tensor {
+        let idx = Tensor::axis_index(self, axis).broadcast_to(self.shape());
+        let big = idx.full_like_scalar(f64::from(i32::MAX));
+        super::where_(&value.eq(self), &idx, &big).pmin(&[axis])
+    }
+
+    /// The position of this device along the named axis, as an `i32` scalar. `like` names the
+    /// trace to record it in.
+    pub fn axis_index(like: &Tensor, axis: &str) -> Tensor {
+        let params = Params::new().with("axis_name", ParamValue::Name(axis.to_owned()));
+        Tensor::bind_nullary(Prim::AxisIndex, params, like)
+    }
+
+    /// Gathers the blocks of all devices along `axis_name`: stacked at a new dimension `axis`,
+    /// or concatenated along `axis` when `tiled`.
+    pub fn all_gather(&self, axis_name: &str, axis: i64, tiled: bool) -> Tensor {
+        let n = axis_size(self, &[axis_name]);
+        let params = Params::new()
+            .with("all_gather_dimension", ParamValue::Int(axis))
+            .with("axis_index_groups", none())
+            .with("axis_name", names(&[axis_name]))
+            .with("axis_size", ParamValue::Int(n))
+            .with("tiled", ParamValue::Bool(tiled));
+        Tensor::bind1(Prim::AllGather, params, &[&self.pvary(&[axis_name])])
+    }
+
+    /// Sums over `axis_name` and keeps this device's part of dimension `scatter_dimension`
+    /// (a block of it when `tiled`, one index of it otherwise).
+    pub fn psum_scatter(&self, axis_name: &str, scatter_dimension: i64, tiled: bool) -> Tensor {
+        let n = axis_size(self, &[axis_name]);
+        let params = Params::new()
+            .with("axis_index_groups", none())
+            .with("axis_name", names(&[axis_name]))
+            .with("axis_size", ParamValue::Int(n))
+            .with("scatter_dimension", ParamValue::Int(scatter_dimension))
+            .with("tiled", ParamValue::Bool(tiled));
+        Tensor::bind1(Prim::ReduceScatter, params, &[&self.pvary(&[axis_name])])
+    }
+
+    /// Sends this device's value to the device `perm` pairs it with (`(source, target)` indices
+    /// along `axis_name`); devices no pair targets receive zeros.
+    pub fn ppermute(&self, axis_name: &str, perm: &[(i64, i64)]) -> Tensor {
+        let perm = ParamValue::Tuple(
+            perm.iter()
+                .map(|&(s, t)| ParamValue::ints(&[s, t]))
+                .collect(),
+        );
+        let params = Params::new()
+            .with("axis_name", names(&[axis_name]))
+            .with("perm", perm);
+        Tensor::bind1(Prim::Ppermute, params, &[&self.pvary(&[axis_name])])
+    }
+
+    /// Splits `split_axis` into one chunk per device of `axis_name` and concatenates the chunks
+    /// received from every device along `concat_axis`. Untiled, `split_axis` must have one entry
+    /// per device; it is removed and a new dimension is inserted at `concat_axis`.
+    pub fn all_to_all(
+        &self,
+        axis_name: &str,
+        split_axis: i64,
+        concat_axis: i64,
+        tiled: bool,
+    ) -> Tensor {
+        let x = self.pvary(&[axis_name]);
+        let rank = x.rank() as i64;
+        let norm = |a: i64, r: i64| if a < 0 { a + r } else { a };
+        let (mut split, mut concat) = (
+            norm(split_axis, rank),
+            norm(concat_axis, rank + i64::from(!tiled)),
+        );
+        let mut operand = x.clone();
+        if !tiled {
+            let n = axis_size(self, &[axis_name]);
+            if !(0..rank).contains(&split) || x.shape()[split as usize] != n {
+                return self.fail(
+                    "all_to_all",
+                    format!("untiled all_to_all needs split_axis {split_axis} of size {n} (the devices of '{axis_name}'), got shape {:?}", x.shape()),
+                );
+            }
+            if split < concat {
+                concat += 1;
+                operand = insert_dim(&x, concat);
+            } else if concat < split {
+                operand = insert_dim(&x, concat);
+                split += 1;
+            }
+        }
+        let params = Params::new()
+            .with("axis_index_groups", none())
+            .with("axis_name", names(&[axis_name]))
+            .with("concat_axis", ParamValue::Int(concat))
+            .with("split_axis", ParamValue::Int(split))
+            .with("tiled", ParamValue::Bool(tiled));
+        let out = Tensor::bind1(Prim::AllToAll, params, &[&operand]);
+        if tiled || split == concat {
+            return out;
+        }
+        let mut shape = out.shape().to_vec();
+        shape.remove(split as usize);
+        out.reshape(&shape)
+    }
+
+    /// Copies the value of the device at index `source` along `axis_name` to every device.
+    pub fn pbroadcast(&self, axis_name: &str, source: i64) -> Tensor {
+        let params = Params::new()
+            .with("axis_name", names(&[axis_name]))
+            .with("source", ParamValue::Int(source));
+        Tensor::bind1(Prim::Pbroadcast, params, &[&self.pvary(&[axis_name])])
+    }
+}
+
+fn insert_dim(x: &Tensor, at: i64) -> Tensor {
+    let mut shape = x.shape().to_vec();
+    shape.insert(at as usize, 1);
+    x.reshape(&shape)
+}
+
+/// The number of devices along the named axes of the enclosing `shard_map` (1 and a recorded
+/// error outside one).
+pub fn axis_size(like: &Tensor, axes: &[&str]) -> i64 {
+    match axis_env::mesh_for("axis_size", axes) {
+        Ok(mesh) => axes.iter().filter_map(|a| mesh.axis_size(a)).product(),
+        Err(e) => {
+            like.fail("axis_size", e.to_string());
+            1
+        }
+    }
+}
+
+/// Applies `f` per device to the blocks of `args` laid out by `in_specs` on `mesh`; the
+/// results' blocks are laid out by `out_specs` (JAX's `shard_map`, all mesh axes manual).
+pub fn shard_map(
+    mesh: &AbstractMesh,
+    in_specs: &[PartitionSpec],
+    out_specs: &[PartitionSpec],
+    args: &[&Tensor],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    shard_map_with(mesh, in_specs, &|_| out_specs.to_vec(), args, f)
+}
+
+/// [`shard_map`] whose out_specs depend on the number of results (`out_specs(n)`).
+fn shard_map_with(
+    mesh: &AbstractMesh,
+    in_specs: &[PartitionSpec],
+    out_specs: &dyn Fn(usize) -> Vec<PartitionSpec>,
+    args: &[&Tensor],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    let Some(first) = args.first() else {
+        return Vec::new();
+    };
+    match body(mesh, in_specs, out_specs, args, f) {
+        Ok((body, out_specs)) => Tensor::bind(
+            Prim::ShardMap,
+            shard_map_params(mesh, in_specs, &out_specs, body),
+            args,
+        ),
+        Err(e) => vec![first.fail("shard_map", e.to_string())],
+    }
+}
+
+fn body(
+    mesh: &AbstractMesh,
+    in_specs: &[PartitionSpec],
+    out_specs: &dyn Fn(usize) -> Vec<PartitionSpec>,
+    args: &[&Tensor],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Result<(ClosedJaxpr, Vec<PartitionSpec>)> {
+    if in_specs.len() != args.len() {
+        return Err(crate::error::type_error(
+            "shard_map",
+            format!("{} in_specs for {} operands", in_specs.len(), args.len()),
+        ));
+    }
+    let blocks = args
+        .iter()
+        .zip(in_specs)
+        .map(|(a, s)| block_aval(a.aval(), s, mesh))
+        .collect::<Result<Vec<ShapedArray>>>()?;
+    let mut specs = Vec::new();
+    let program = axis_env::with_mesh(mesh, || {
+        trace(&blocks, |bargs| {
+            let outs = f(bargs);
+            specs = out_specs(outs.len());
+            if outs.len() != specs.len() {
+                let like = outs.first().unwrap_or(&bargs[0]);
+                return vec![like.fail(
+                    "shard_map",
+                    format!(
+                        "the body returns {} values but there are {} out_specs",
+                        outs.len(),
+                        specs.len()
+                    ),
+                )];
+            }
+            outs.iter()
+                .zip(&specs)
+                .map(|(o, s)| match_out_spec(o, s))
+                .collect()
+        })
+    })?;
+    Ok((program, specs))
+}
+
+/// Checks that `spec` names every axis `out` varies over, and casts `out` to vary over the
+/// axes it names.
+fn match_out_spec(out: &Tensor, spec: &PartitionSpec) -> Tensor {
+    let named: Vec<&str> = spec.used_axes().collect();
+    if let Some(axis) = out.aval().vma.iter().find(|a| !named.contains(&a.as_str())) {
+        return out.fail(
+            "shard_map",
+            format!(
+                "out_specs {spec} claim the result is replicated over '{axis}', but it varies over \
+                 '{axis}'; reduce it over '{axis}' (psum, pmean, all_gather) or name '{axis}' in \
+                 the out_spec"
+            ),
+        );
+    }
+    out.pvary(&named)
+}
+
+/// Traces `shard_map(f)` on global arguments of types `in_avals` into a program.
+pub fn shard_map_program(
+    mesh: &AbstractMesh,
+    in_specs: &[PartitionSpec],
+    out_specs: &[PartitionSpec],
+    in_avals: &[ShapedArray],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Result<ClosedJaxpr> {
+    trace(in_avals, |args| {
+        let refs: Vec<&Tensor> = args.iter().collect();
+        shard_map(mesh, in_specs, out_specs, &refs, f)
+    })
+}
+
+/// JAX's `pmap` as sugar: maps `f` over the leading dimension of every argument, one index per
+/// device of a one-axis mesh named `axis_name`; `f` sees each argument without that dimension,
+/// and its results are stacked along a new leading dimension.
+pub fn pmap(
+    axis_name: &str,
+    args: &[&Tensor],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    let Some(first) = args.first() else {
+        return Vec::new();
+    };
+    let n = first.shape().first().copied().unwrap_or(0);
+    let mesh = match AbstractMesh::auto(&[(axis_name, n)]) {
+        Ok(m) => m,
+        Err(e) => return vec![first.fail("pmap", e.to_string())],
+    };
+    let spec = PartitionSpec::new(vec![DimSpec::from_axes(&[axis_name])]);
+    let in_specs = vec![spec.clone(); args.len()];
+    shard_map_with(
+        &mesh,
+        &in_specs,
+        &|k| vec![spec.clone(); k],
+        args,
+        |blocks| {
+            let squeezed: Vec<Tensor> = blocks.iter().map(|b| b.reshape(&b.shape()[1..])).collect();
+            f(&squeezed)
+                .iter()
+                .map(|o| {
+                    let mut shape = vec![1];
+                    shape.extend_from_slice(o.shape());
+                    o.reshape(&shape)
+                })
+                .collect()
+        },
+    )
+}

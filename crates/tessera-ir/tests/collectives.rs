@@ -1,0 +1,220 @@
+//! Collectives inside `shard_map` on the SPMD interpreter: semantics the oracle file does not
+//! cover (`pmap`, `pargmax`, `pbroadcast`, groups, untiled all-to-all, gradients of replicated
+//! operands) and the errors a user sees for misuse.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use tessera_ir::autodiff::vjp;
+use tessera_ir::interp::eval_closed;
+use tessera_ir::trace::{Tensor, pmap, shard_map_program, trace};
+use tessera_ir::{Array, DType, ShapedArray};
+use tessera_sharding::{AbstractMesh, PartitionSpec};
+
+fn f32(shape: &[i64]) -> ShapedArray {
+    ShapedArray::new(DType::F32, shape)
+}
+
+fn iota(shape: &[i64]) -> Array {
+    let n: i64 = shape.iter().product();
+    Array::new(DType::F32, shape, (0..n).map(|v| v as f64).collect()).unwrap()
+}
+
+fn mesh(axes: &[(&str, i64)]) -> AbstractMesh {
+    AbstractMesh::auto(axes).unwrap()
+}
+
+fn spec(text: &str) -> PartitionSpec {
+    PartitionSpec::parse(text).unwrap()
+}
+
+/// `shard_map(f)` over a 1-D mesh `x` of `n` devices, blocks along dimension 0, run on `input`.
+fn run_1d(n: i64, input: &Array, out: &str, f: impl FnOnce(&Tensor) -> Tensor) -> Vec<f64> {
+    let program = shard_map_program(
+        &mesh(&[("x", n)]),
+        &[spec("P('x')")],
+        &[spec(out)],
+        &[input.aval()],
+        |a| vec![f(&a[0])],
+    )
+    .unwrap();
+    tessera_ir::verify(&program).unwrap();
+    eval_closed(&program, std::slice::from_ref(input)).unwrap()[0].to_vec()
+}
+
+fn error_of(result: tessera_ir::Result<tessera_ir::ClosedJaxpr>) -> String {
+    result.err().map(|e| e.to_string()).unwrap_or_default()
+}
+
+#[test]
+fn a_collective_outside_shard_map_names_the_unbound_axis() {
+    let err = error_of(trace(&[f32(&[4])], |a| vec![a[0].psum(&["x"])]));
+    assert!(err.contains("unbound axis name: 'x'"), "{err}");
+    let inner = shard_map_program(
+        &mesh(&[("x", 2)]),
+        &[spec("P('x')")],
+        &[spec("P('x')")],
+        &[f32(&[4])],
+        |a| vec![a[0].psum(&["y"])],
+    );
+    let err = error_of(inner);
+    assert!(
+        err.contains("unbound axis name: 'y'") && err.contains("bound axes: [x]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_ppermute_with_a_repeated_source_is_refused() {
+    let err = error_of(shard_map_program(
+        &mesh(&[("x", 4)]),
+        &[spec("P('x')")],
+        &[spec("P('x')")],
+        &[f32(&[4])],
+        |a| vec![a[0].ppermute("x", &[(0, 1), (0, 2)])],
+    ));
+    assert!(err.contains("sources must be unique"), "{err}");
+}
+
+#[test]
+fn a_psum_scatter_whose_dimension_does_not_divide_is_refused() {
+    let err = error_of(shard_map_program(
+        &mesh(&[("x", 2)]),
+        &[spec("P('x')")],
+        &[spec("P('x')")],
+        &[f32(&[2, 3])],
+        |a| vec![a[0].psum_scatter("x", 1, true)],
+    ));
+    assert!(
+        err.contains("size 3, which is not divisible by the 2 devices"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_out_spec_claiming_replication_of_a_varying_value_is_refused() {
+    let err = error_of(shard_map_program(
+        &mesh(&[("x", 2)]),
+        &[spec("P('x')")],
+        &[spec("P()")],
+        &[f32(&[4])],
+        |a| vec![a[0].clone()],
+    ));
+    assert!(
+        err.contains("claim the result is replicated over 'x'"),
+        "{err}"
+    );
+    // Reducing first makes it replicated, so the same out_spec is accepted.
+    let ok = run_1d(2, &iota(&[4]), "P()", |x| x.psum(&["x"]));
+    assert_eq!(ok, vec![2.0, 4.0]);
+}
+
+#[test]
+fn pmax_has_no_derivative() {
+    let program = shard_map_program(
+        &mesh(&[("x", 2)]),
+        &[spec("P('x')")],
+        &[spec("P('x')")],
+        &[f32(&[4])],
+        |a| vec![a[0].pmax(&["x"])],
+    )
+    .unwrap();
+    let err = vjp(&program).unwrap_err().to_string();
+    assert!(err.contains("pmax is not differentiable"), "{err}");
+}
+
+#[test]
+fn pmap_maps_over_the_leading_dimension() {
+    let program = trace(&[f32(&[4, 3])], |a| {
+        pmap("i", &[&a[0]], |rows| vec![&rows[0] / &rows[0].psum(&["i"])])
+    })
+    .unwrap();
+    let x = iota(&[4, 3]);
+    let got = eval_closed(&program, &[x]).unwrap()[0].to_vec();
+    let col_sums = [18.0, 22.0, 26.0];
+    let want: Vec<f64> = (0..12).map(|v| v as f64 / col_sums[v % 3]).collect();
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() < 1e-6, "{got:?} vs {want:?}");
+    }
+}
+
+#[test]
+fn pargmax_and_axis_index_name_devices_along_the_axis() {
+    let input = Array::new(DType::F32, &[4], vec![3.0, 9.0, 9.0, 1.0]).unwrap();
+    let got = run_1d(4, &input, "P('x')", |x| x.pargmax("x").astype(DType::F32));
+    assert_eq!(got, vec![1.0; 4], "ties go to the lowest index");
+    let got = run_1d(4, &input, "P('x')", |x| x.pargmin("x").astype(DType::F32));
+    assert_eq!(got, vec![3.0; 4]);
+}
+
+#[test]
+fn psum_within_index_groups_sums_each_group() {
+    let got = run_1d(4, &iota(&[4]), "P('x')", |x| {
+        x.psum_in_groups(&["x"], &[vec![0, 2], vec![1, 3]])
+    });
+    assert_eq!(got, vec![2.0, 4.0, 2.0, 4.0]);
+}
+
+#[test]
+fn pbroadcast_copies_the_source_and_sends_gradients_back_to_it() {
+    let got = run_1d(4, &iota(&[4]), "P('x')", |x| x.pbroadcast("x", 2));
+    assert_eq!(got, vec![2.0; 4]);
+    let program = shard_map_program(
+        &mesh(&[("x", 4)]),
+        &[spec("P('x')")],
+        &[spec("P('x')")],
+        &[f32(&[4])],
+        |a| vec![a[0].pbroadcast("x", 2)],
+    )
+    .unwrap();
+    let ct = Array::new(DType::F32, &[4], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+    let grad = eval_closed(&vjp(&program).unwrap(), &[iota(&[4]), ct]).unwrap();
+    assert_eq!(grad[0].to_vec(), vec![0.0, 0.0, 10.0, 0.0]);
+}
+
+#[test]
+fn untiled_all_to_all_moves_the_device_axis() {
+    // Each of 2 devices holds a [2, 3] block; untiled all_to_all splits dimension 0 (one row per
+    // device), removes it, and stacks the received rows at dimension 1: blocks of [3, 2].
+    let input = iota(&[4, 3]);
+    let program = shard_map_program(
+        &mesh(&[("x", 2)]),
+        &[spec("P('x')")],
+        &[spec("P('x')")],
+        &[input.aval()],
+        |a| vec![a[0].all_to_all("x", 0, 1, false)],
+    )
+    .unwrap();
+    let out = eval_closed(&program, &[input]).unwrap();
+    assert_eq!(out[0].shape(), vec![6, 2]);
+    // Device 0 gets row 0 of both devices ([0,1,2] and [6,7,8]) as columns; device 1 the rows 1.
+    assert_eq!(
+        out[0].to_vec(),
+        vec![0.0, 6.0, 1.0, 7.0, 2.0, 8.0, 3.0, 9.0, 4.0, 10.0, 5.0, 11.0]
+    );
+}
+
+#[test]
+fn a_replicated_operand_gets_the_sum_of_every_devices_gradient() {
+    // loss = sum_devices sum(x_block * w), w replicated: dloss/dw = sum of all blocks.
+    let m = mesh(&[("x", 2), ("y", 2)]);
+    let program = shard_map_program(
+        &m,
+        &[spec("P(('x', 'y'))"), spec("P()")],
+        &[spec("P()")],
+        &[f32(&[8, 3]), f32(&[3])],
+        |a| vec![(&a[0] * &a[1]).sum(&[0, 1]).psum(&["x", "y"])],
+    )
+    .unwrap();
+    let x = iota(&[8, 3]);
+    let w = Array::new(DType::F32, &[3], vec![1.0, -1.0, 2.0]).unwrap();
+    let loss = eval_closed(&program, &[x.clone(), w.clone()]).unwrap();
+    let col = |c: usize| (0..8).map(|r| (r * 3 + c) as f64).sum::<f64>();
+    assert_eq!(loss[0].to_vec(), vec![col(0) - col(1) + 2.0 * col(2)]);
+    let grads = eval_closed(
+        &vjp(&program).unwrap(),
+        &[x, w, Array::scalar(DType::F32, 1.0)],
+    )
+    .unwrap();
+    assert_eq!(grads[1].to_vec(), vec![col(0), col(1), col(2)]);
+    assert_eq!(grads[0].to_vec(), [1.0, -1.0, 2.0].repeat(8));
+}
