@@ -24,6 +24,7 @@ pub mod trace;
 mod verify;
 
 pub use array::Array;
+pub use autodiff::{jvp, value_and_grad, vjp};
 pub use aval::ShapedArray;
 pub use dtype::DType;
 pub use error::{IrError, Result};

@@ -3,8 +3,14 @@
 //! then walks them backwards applying each primitive's rule (in [`rules`]), accumulating
 //! cotangents with `add_any`. Nested calls are inlined first. Integer and boolean values carry
 //! no cotangent (their gradients are zeros, JAX's float0).
+//!
+//! Forward mode lives in [`jvp()`] (module `jvp`, rules in `jvp_rules`).
 
+mod jvp;
+mod jvp_rules;
 mod rules;
+
+pub use jvp::jvp;
 
 use std::collections::HashMap;
 
