@@ -134,15 +134,12 @@ fn linear(prim: Prim, params: &Params, x: &[Tensor], ts: &[Option<Tensor>], y: &
     apply(prim, params, &refs, y)
 }
 
-/// `clamp(lo, x, hi)`: the tangent of whichever operand the result equals (as the VJP splits it).
+/// `clamp(lo, x, hi)`: the tangent of whichever operand the result is.
 fn clamp_jvp(x: &[Tensor], t: &dyn Fn(usize) -> Option<Tensor>) -> Option<Tensor> {
-    let dtype = x[1].dtype();
-    let inside = || x[1].ge(&x[0]).astype(dtype) * x[2].ge(&x[1]).astype(dtype);
-    let below = || x[1].lt(&x[0]).astype(dtype);
-    let above = || x[2].lt(&x[1]).astype(dtype);
-    let lo = t(0).map(|t0| &t0 * &below());
-    let mid = t(1).map(|t1| &t1 * &inside());
-    let hi = t(2).map(|t2| &t2 * &above());
+    let [below, inside, above] = super::rules::clamp_masks(x, x[1].dtype());
+    let lo = t(0).map(|t0| &t0 * &below);
+    let mid = t(1).map(|t1| &t1 * &inside);
+    let hi = t(2).map(|t2| &t2 * &above);
     plus(plus(lo, mid), hi)
 }
 
