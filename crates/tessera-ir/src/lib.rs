@@ -6,10 +6,13 @@
 //! - [`text`]: printer and parser of `jax.make_jaxpr`'s syntax.
 //! - [`verify()`]: the invariants every pass preserves.
 //! - [`interp`]: the reference interpreter over [`Array`]s.
+//! - [`autodiff`]: [`vjp`], [`value_and_grad`] and forward-mode [`jvp()`].
+//! - [`batching`]: [`vmap`], JAX's batching with `in_axes`/`out_axes`.
 
 pub mod array;
 pub mod autodiff;
 pub mod aval;
+pub mod batching;
 pub mod dtype;
 pub mod error;
 pub mod interp;
@@ -26,6 +29,7 @@ mod verify;
 pub use array::Array;
 pub use autodiff::{jvp, value_and_grad, vjp};
 pub use aval::ShapedArray;
+pub use batching::vmap;
 pub use dtype::DType;
 pub use error::{IrError, Result};
 pub use jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Var};
