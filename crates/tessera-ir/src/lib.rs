@@ -6,7 +6,7 @@
 //! - [`text`]: printer and parser of `jax.make_jaxpr`'s syntax.
 //! - [`verify()`]: the invariants every pass preserves.
 //! - [`interp`]: the reference interpreter over [`Array`]s.
-//! - [`autodiff`]: [`vjp`], [`value_and_grad`] and forward-mode [`jvp()`].
+//! - [`autodiff`]: [`vjp`], [`value_and_grad`], forward-mode [`jvp()`] and [`linearize()`].
 //! - [`batching`]: [`vmap`], JAX's batching with `in_axes`/`out_axes`.
 
 pub mod array;
@@ -27,7 +27,7 @@ pub mod trace;
 mod verify;
 
 pub use array::Array;
-pub use autodiff::{jvp, value_and_grad, vjp};
+pub use autodiff::{jvp, linearize, value_and_grad, vjp};
 pub use aval::ShapedArray;
 pub use batching::vmap;
 pub use dtype::DType;

@@ -9,7 +9,7 @@ mod prims;
 
 use prims::{Rng, assert_close, axpy, dot, example, prog};
 use tessera_ir::interp::eval_closed;
-use tessera_ir::{Array, ClosedJaxpr, Prim, jvp, value_and_grad, verify, vjp};
+use tessera_ir::{Array, ClosedJaxpr, Prim, jvp, linearize, value_and_grad, verify, vjp};
 
 fn eval(p: &ClosedJaxpr, args: &[Array]) -> Vec<Array> {
     eval_closed(p, args).unwrap()
@@ -218,4 +218,62 @@ fn jvp_of_jvp_matches_finite_differences() {
     let j = jvp(&f).unwrap();
     let mut rng = Rng(3);
     check(&j, &mut rng);
+}
+
+#[test]
+fn linearize_splits_jvp_into_primal_and_linear_tangent_programs() {
+    for (i, &prim) in Prim::ALL.iter().enumerate() {
+        let f = example(prim);
+        let lin = linearize(&f).unwrap_or_else(|e| panic!("{}: {e}", prim.name()));
+        let j = jvp(&f).unwrap();
+        let mut rng = Rng(3000 + i as u64);
+        let x: Vec<Array> = f.jaxpr.in_avals().iter().map(|a| rng.array(a)).collect();
+        let t: Vec<Array> = f
+            .jaxpr
+            .in_avals()
+            .iter()
+            .map(|a| rng.direction(a))
+            .collect();
+        let u: Vec<Array> = f
+            .jaxpr
+            .in_avals()
+            .iter()
+            .map(|a| rng.direction(a))
+            .collect();
+        let n_out = f.jaxpr.outvars.len();
+        let primal = eval(&lin.primal, &x);
+        assert_eq!(primal.len(), n_out + lin.num_residuals);
+        let tangent = |t: &[Array]| -> Vec<Array> {
+            let args: Vec<Array> = primal[n_out..].iter().chain(t).cloned().collect();
+            eval(&lin.tangent, &args)
+        };
+        let args: Vec<Array> = x.iter().chain(&t).cloned().collect();
+        let want = eval(&j, &args);
+        let what = |k: usize| format!("{}: result {k}", prim.name());
+        for k in 0..n_out {
+            assert_close(&what(k), &primal[k], &want[k], 1e-12);
+            assert_close(&what(k), &tangent(&t)[k], &want[n_out + k], 1e-12);
+        }
+        // Linear in the tangents: T(2t + u) = 2 T(t) + T(u).
+        let mixed: Vec<Array> = u.iter().zip(&t).map(|(u, t)| axpy(u, 2.0, t)).collect();
+        let (tt, tu, tm) = (tangent(&t), tangent(&u), tangent(&mixed));
+        for k in 0..n_out {
+            assert_close(&what(k), &tm[k], &axpy(&tu[k], 2.0, &tt[k]), 1e-9);
+        }
+    }
+}
+
+#[test]
+fn linearized_tangent_program_has_no_nonlinear_work() {
+    let lin = linearize(&small_loss()).unwrap();
+    let names: Vec<&str> = lin
+        .tangent
+        .jaxpr
+        .eqns
+        .iter()
+        .map(|e| e.prim.name())
+        .collect();
+    for nonlinear in ["tanh", "sin", "cos"] {
+        assert!(!names.contains(&nonlinear), "{names:?}");
+    }
 }

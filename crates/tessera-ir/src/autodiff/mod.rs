@@ -4,13 +4,16 @@
 //! cotangents with `add_any`. Nested calls are inlined first. Integer and boolean values carry
 //! no cotangent (their gradients are zeros, JAX's float0).
 //!
-//! Forward mode lives in [`jvp()`] (module `jvp`, rules in `jvp_rules`).
+//! Forward mode lives in [`jvp()`] (module `jvp`, rules in `jvp_rules`); [`linearize()`] splits
+//! the JVP program into a primal and a linear tangent program.
 
 mod jvp;
 mod jvp_rules;
+mod linearize;
 mod rules;
 
 pub use jvp::jvp;
+pub use linearize::{Linearized, linearize};
 
 use std::collections::HashMap;
 
