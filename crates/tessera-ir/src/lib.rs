@@ -27,7 +27,7 @@ pub mod trace;
 mod verify;
 
 pub use array::Array;
-pub use autodiff::{jvp, linearize, value_and_grad, vjp};
+pub use autodiff::{jvp, linearize, value_and_grad, value_and_grad_with_aux, vjp};
 pub use aval::ShapedArray;
 pub use batching::vmap;
 pub use dtype::DType;
