@@ -229,3 +229,32 @@ fn vmap_of_vmap_batches_two_axes() {
     let mut rng = Rng(17);
     check(&inner, &[Some(0), Some(3)], &[1], &mut rng);
 }
+
+#[test]
+fn vmap_shifts_negative_axes() {
+    let f = prog(
+        "a:f64[2,1,3] b:f64[2,3]",
+        "c:f64[2,3] = squeeze[dimensions=(-2,)] a
+        d:f64[2,3,1] = expand_dims[dimensions=(-1,)] c
+        e:f64[2,3] = reduce_sum[axes=(-1,) out_sharding=None] d
+        f:f64[2,3] = cumsum[axis=-1 reverse=False] e
+        g:f64[2,6] = concatenate[dimension=-1] f b
+        h:i32[2] = argmax[axes=(-1,) index_dtype=int32] g",
+        "g, h",
+    );
+    let mut rng = Rng(23);
+    for (in_axes, out_axes) in variants(&f) {
+        check(&f, &in_axes, &out_axes, &mut rng);
+    }
+}
+
+#[test]
+fn vmap_reports_cases_it_cannot_batch() {
+    let f = prog(
+        "a:f64[2,3]",
+        "b:f64[3,2] = reshape[dimensions=(1, 0) new_sizes=(3, 2) sharding=None] a",
+        "b",
+    );
+    let err = vmap(&f, &[Some(0)], &[0], B).unwrap_err();
+    assert!(err.to_string().contains("reshape"), "{err}");
+}

@@ -31,6 +31,7 @@ pub fn jvp(program: &ClosedJaxpr) -> Result<ClosedJaxpr> {
             message: "the program takes no arguments; there is nothing to differentiate".into(),
         });
     }
+    crate::verify(program)?;
     let flat = inline_calls(program);
     let jaxpr = &flat.jaxpr;
     let mut avals: Vec<ShapedArray> = jaxpr.in_avals();
@@ -104,7 +105,7 @@ fn replay(jaxpr: &Jaxpr, anchor: &Tensor, env: &mut HashMap<Var, (Tensor, Option
 
 /// Gives a tangent its primal's dtype and shape (elementwise rules may leave a scalar or a
 /// size-1 dimension where the result broadcast).
-pub(super) fn fit(t: &Tensor, y: &Tensor) -> Tensor {
+fn fit(t: &Tensor, y: &Tensor) -> Tensor {
     let t = if t.dtype() == y.dtype() {
         t.clone()
     } else {

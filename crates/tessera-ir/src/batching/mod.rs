@@ -32,9 +32,10 @@ pub fn vmap(
     out_axes: &[usize],
     axis_size: i64,
 ) -> Result<ClosedJaxpr> {
+    check_axes(program, in_axes, out_axes, axis_size)?;
+    crate::verify(program)?;
     let flat = inline_calls(program);
     let jaxpr = &flat.jaxpr;
-    check_axes(program, in_axes, out_axes, axis_size)?;
     let avals: Vec<ShapedArray> = jaxpr
         .in_avals()
         .iter()

@@ -19,98 +19,33 @@ pub(super) fn batch_rule(
     out: &[ShapedArray],
 ) -> Vec<Batched> {
     use Prim::*;
-    let front = |i: usize| to_front(&args[i], size);
     let one = |t: Tensor| vec![(t, Some(0))];
-    let rank = || out.first().map_or(0, ShapedArray::rank);
+    let rank = out.first().map_or(0, ShapedArray::rank);
+    let in_rank = args[0]
+        .0
+        .rank()
+        .saturating_sub(usize::from(args[0].1.is_some()));
     match prim {
         Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
         | Sqrt | Rsqrt | Floor | Ceil | Round | Not | IntegerPow | ConvertElementType
-        | StopGradient | Copy => {
-            let (t, d) = &args[0];
-            vec![(Tensor::bind1(prim, params.clone(), &[t]), *d)]
-        }
-        PipelineEnterStage => {
-            let refs: Vec<&Tensor> = args.iter().map(|(t, _)| t).collect();
-            let outs = Tensor::bind(prim, params.clone(), &refs);
-            outs.into_iter()
-                .zip(args)
-                .map(|(t, (_, d))| (t, *d))
-                .collect()
-        }
+        | StopGradient | Copy | PipelineEnterStage => same_dims(prim, params, args),
         Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Xor | Eq | Ne | Lt | Le | Gt
-        | Ge | AddAny | SelectN | Clamp => one(elementwise(prim, params, args, size, rank())),
-        Iota => vec![(
-            unsupported(args, prim, "an iota has no operands to batch"),
-            None,
-        )],
-        BroadcastInDim => {
-            let bdims = params
-                .opt_ints(prim.name(), "broadcast_dimensions")
-                .ok()
-                .flatten()
-                .unwrap_or_default();
-            let shape = shifted_shape(size, out);
-            one(front(0).broadcast_in_dim(&shape, &shifted(&bdims, Some(0))))
-        }
-        Reshape => {
-            let dims = params.get("dimensions").filter(|d| !d.is_none());
-            if dims.is_some() {
-                return vec![(
-                    unsupported(args, prim, "reshape with `dimensions`"),
-                    Some(0),
-                )];
-            }
-            let p = with_param(
-                params,
-                "new_sizes",
-                ParamValue::ints(&shifted_shape(size, out)),
-            );
-            one(Tensor::bind1(prim, p, &[&front(0)]))
-        }
-        Squeeze | ExpandDims => {
-            let r = if prim == Squeeze {
-                args[0].0.rank() - 1
-            } else {
-                rank()
-            };
-            let dims = norm_axes(
-                params.ints(prim.name(), "dimensions").unwrap_or_default(),
-                r,
-            );
-            let p = with_param(
-                params,
-                "dimensions",
-                ParamValue::ints(&shifted(&dims, None)),
-            );
-            one(Tensor::bind1(prim, p, &[&front(0)]))
-        }
+        | Ge | AddAny | SelectN | Clamp => one(elementwise(prim, params, args, size, rank)),
+        Iota => vec![(unsupported(args, prim, "an iota with operands"), None)],
+        BroadcastInDim => one(broadcast_in_dim(params, args, size, out)),
+        Reshape => one(reshape(params, args, size, out)),
+        Squeeze => one(shift_axes(prim, params, args, size, "dimensions", in_rank)),
+        ExpandDims => one(shift_axes(prim, params, args, size, "dimensions", rank)),
         Transpose => {
             let perm = params.ints(prim.name(), "permutation").unwrap_or_default();
-            one(front(0).transpose(&shifted(&perm, Some(0))))
+            one(to_front(&args[0], size).transpose(&shifted(&perm, Some(0))))
         }
-        Slice => one(slice(params, &front(0), size)),
+        Slice => one(slice(params, &to_front(&args[0], size), size)),
         ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr | Argmax | Argmin => {
-            let axes = norm_axes(
-                params.ints(prim.name(), "axes").unwrap_or_default(),
-                args[0].0.rank() - 1,
-            );
-            let p = with_param(params, "axes", ParamValue::ints(&shifted(&axes, None)));
-            one(Tensor::bind1(prim, p, &[&front(0)]))
+            one(shift_axes(prim, params, args, size, "axes", in_rank))
         }
-        Cumsum => {
-            let axis = params.int(prim.name(), "axis").unwrap_or(0);
-            let axis = norm_axes(vec![axis], rank());
-            let p = with_param(params, "axis", ParamValue::Int(axis[0] + 1));
-            one(Tensor::bind1(prim, p, &[&front(0)]))
-        }
-        Concatenate => {
-            let dim = params.int(prim.name(), "dimension").unwrap_or(0);
-            let dim = norm_axes(vec![dim], rank())[0];
-            let ops: Vec<Tensor> = (0..args.len()).map(front).collect();
-            let refs: Vec<&Tensor> = ops.iter().collect();
-            let p = with_param(params, "dimension", ParamValue::Int(dim + 1));
-            one(Tensor::bind1(prim, p, &refs))
-        }
+        Cumsum => one(shift_axis(prim, params, args, size, "axis", rank)),
+        Concatenate => one(shift_axis(prim, params, args, size, "dimension", rank)),
         Pad => one(pad(params, args, size)),
         DotGeneral => vec![dot_general(params, args)],
         DynamicSlice => one(indexing::dynamic_slice(params, args, size)),
@@ -127,6 +62,67 @@ pub(super) fn batch_rule(
             })
             .collect(),
     }
+}
+
+/// Primitives that act on each element or pass values through: the same equation on the
+/// batched operands, each result keeping its operand's batch dimension.
+fn same_dims(prim: Prim, params: &Params, args: &[Batched]) -> Vec<Batched> {
+    let refs: Vec<&Tensor> = args.iter().map(|(t, _)| t).collect();
+    let outs = Tensor::bind(prim, params.clone(), &refs);
+    outs.into_iter()
+        .zip(args)
+        .map(|(t, (_, d))| (t, *d))
+        .collect()
+}
+
+fn broadcast_in_dim(params: &Params, args: &[Batched], size: i64, out: &[ShapedArray]) -> Tensor {
+    let bdims = params
+        .opt_ints("broadcast_in_dim", "broadcast_dimensions")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let x = to_front(&args[0], size);
+    x.broadcast_in_dim(&shifted_shape(size, out), &shifted(&bdims, Some(0)))
+}
+
+fn reshape(params: &Params, args: &[Batched], size: i64, out: &[ShapedArray]) -> Tensor {
+    if params.get("dimensions").is_some_and(|d| !d.is_none()) {
+        return unsupported(args, Prim::Reshape, "reshape with `dimensions`");
+    }
+    let sizes = ParamValue::ints(&shifted_shape(size, out));
+    let p = with_param(params, "new_sizes", sizes);
+    Tensor::bind1(Prim::Reshape, p, &[&to_front(&args[0], size)])
+}
+
+/// Operands with the batch dimension in front and the axes in parameter `key` (normalised
+/// against `rank`) shifted past it.
+fn shift_axes(
+    prim: Prim,
+    params: &Params,
+    args: &[Batched],
+    size: i64,
+    key: &str,
+    rank: usize,
+) -> Tensor {
+    let axes = norm_axes(params.ints(prim.name(), key).unwrap_or_default(), rank);
+    let p = with_param(params, key, ParamValue::ints(&shifted(&axes, None)));
+    Tensor::bind1(prim, p, &[&to_front(&args[0], size)])
+}
+
+/// Like [`shift_axes`] for a single-axis parameter, over all operands.
+fn shift_axis(
+    prim: Prim,
+    params: &Params,
+    args: &[Batched],
+    size: i64,
+    key: &str,
+    rank: usize,
+) -> Tensor {
+    let axis = norm_axes(vec![params.int(prim.name(), key).unwrap_or(0)], rank)[0];
+    let ops: Vec<Tensor> = args.iter().map(|a| to_front(a, size)).collect();
+    let refs: Vec<&Tensor> = ops.iter().collect();
+    let p = with_param(params, key, ParamValue::Int(axis + 1));
+    Tensor::bind1(prim, p, &refs)
 }
 
 /// Records that `prim` cannot be batched in `case` (the trace returns it as an error).
