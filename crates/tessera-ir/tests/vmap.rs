@@ -258,3 +258,17 @@ fn vmap_reports_cases_it_cannot_batch() {
     let err = vmap(&f, &[Some(0)], &[0], B).unwrap_err();
     assert!(err.to_string().contains("reshape"), "{err}");
 }
+
+#[test]
+fn vmap_broadcasts_unbatched_and_literal_results() {
+    let f = prog(
+        "a:f64[2] b:f64[3]",
+        "c:f64[2] = sin a\nd:f64[3] = cos b",
+        "c, d, a, 2.0:f64[]",
+    );
+    let mut rng = Rng(29);
+    check(&f, &[Some(0), None], &[1, 1, 0, 0], &mut rng);
+    let j = jvp(&f).unwrap();
+    verify(&j).unwrap();
+    assert_eq!(j.jaxpr.outvars.len(), 8);
+}
