@@ -3,7 +3,7 @@
 //!
 //! Each value of the replayed program is either unbatched (the same for every batch element) or
 //! carries its batch dimension at some position. Equations whose operands are all unbatched are
-//! copied as they are; the others go through their primitive's batching rule (in [`rules`],
+//! copied as they are; the others go through their primitive's batching rule (in `rules`,
 //! one exhaustive match), which usually moves the batch dimension to the front and shifts the
 //! primitive's axis parameters. Unbatched results are broadcast at the end, so every result has
 //! its batch dimension at the requested `out_axes` position. Nested calls are inlined first.
