@@ -6,11 +6,14 @@
 //! - [`text`]: printer and parser of `jax.make_jaxpr`'s syntax.
 //! - [`verify()`]: the invariants every pass preserves.
 //! - [`interp`]: the reference interpreter over [`Array`]s.
+//! - [`autodiff`]: [`vjp`], [`value_and_grad`], forward-mode [`jvp()`] and [`linearize()`].
+//! - [`batching`]: [`vmap`], JAX's batching with `in_axes`/`out_axes`.
 
 pub mod array;
 pub mod autodiff;
 pub mod aval;
 pub mod axis_env;
+pub mod batching;
 pub mod dtype;
 pub mod error;
 pub mod interp;
@@ -28,7 +31,9 @@ pub mod trace;
 mod verify;
 
 pub use array::Array;
+pub use autodiff::{jvp, linearize, value_and_grad, value_and_grad_with_aux, vjp};
 pub use aval::ShapedArray;
+pub use batching::vmap;
 pub use dtype::DType;
 pub use error::{IrError, Result};
 pub use jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Var};

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use expect_test::expect;
-use tessera_ir::autodiff::value_and_grad;
+use tessera_ir::autodiff::{value_and_grad, value_and_grad_with_aux};
 use tessera_ir::interp::eval_closed;
 use tessera_ir::passes::eliminate_dead_code;
 use tessera_ir::text::print_closed;
@@ -143,6 +143,37 @@ fn mlp_backward_is_printed_free_of_dead_code_and_correct() {
 #[test]
 fn value_and_grad_needs_a_scalar_loss() {
     let program = trace(&[ShapedArray::new(DType::F32, &[3])], |a| vec![a[0].tanh()]).unwrap();
+    let err = value_and_grad(&program, &[0]).unwrap_err();
+    assert!(err.to_string().contains("one scalar float result"), "{err}");
+}
+
+#[test]
+fn value_and_grad_with_aux_returns_the_aux_results_undifferentiated() {
+    let f = |s: &[i64]| ShapedArray::new(DType::F64, s);
+    let program = trace(&[f(&[3]), f(&[3])], |a| {
+        let prod = &a[0] * &a[1];
+        let loss = prod.sum(&[0]);
+        vec![loss, prod.tanh(), a[0].ge(&a[1])]
+    });
+    let program = program.unwrap();
+    let both = value_and_grad_with_aux(&program, &[0, 1]).unwrap();
+    tessera_ir::verify(&both).unwrap();
+    let x = Array::new(DType::F64, &[3], vec![0.5, -1.0, 2.0]).unwrap();
+    let y = Array::new(DType::F64, &[3], vec![1.5, 0.25, -3.0]).unwrap();
+    let out = eval_closed(&both, &[x.clone(), y.clone()]).unwrap();
+    assert_eq!(out.len(), 5);
+    assert_eq!(out[0].to_vec(), vec![0.75 - 0.25 - 6.0]);
+    assert_eq!(
+        out[1].to_vec(),
+        vec![0.75f64.tanh(), (-0.25f64).tanh(), (-6.0f64).tanh()]
+    );
+    assert_eq!(out[2].to_vec(), vec![0.0, 0.0, 1.0]);
+    assert_eq!(
+        out[3].to_vec(),
+        y.to_vec(),
+        "d loss / dx = y: the aux results add nothing"
+    );
+    assert_eq!(out[4].to_vec(), x.to_vec());
     let err = value_and_grad(&program, &[0]).unwrap_err();
     assert!(err.to_string().contains("one scalar float result"), "{err}");
 }

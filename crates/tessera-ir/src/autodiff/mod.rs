@@ -3,9 +3,18 @@
 //! then walks them backwards applying each primitive's rule (in [`rules`]), accumulating
 //! cotangents with `add_any`. Nested calls are inlined first. Integer and boolean values carry
 //! no cotangent (their gradients are zeros, JAX's float0).
+//!
+//! Forward mode lives in [`jvp()`] (module `jvp`, rules in `jvp_rules`); [`linearize()`] splits
+//! the JVP program into a primal and a linear tangent program.
 
+mod jvp;
+mod jvp_rules;
+mod linearize;
 mod parallel;
 mod rules;
+
+pub use jvp::jvp;
+pub use linearize::{Linearized, linearize};
 
 use std::collections::HashMap;
 
@@ -25,18 +34,20 @@ pub fn vjp(program: &ClosedJaxpr) -> Result<ClosedJaxpr> {
 /// arguments to `(value, grad_0, ..., grad_k)` for the arguments in `argnums`.
 pub fn value_and_grad(program: &ClosedJaxpr, argnums: &[usize]) -> Result<ClosedJaxpr> {
     let outs = program.jaxpr.out_avals();
-    let n = program.jaxpr.invars.len();
     if outs.len() != 1 || outs[0].rank() != 0 || !outs[0].dtype.is_float() {
-        return Err(crate::error::IrError::Type {
-            prim: "value_and_grad".into(),
-            message: format!(
-                "needs a program with one scalar float result, got ({})",
-                outs.iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        });
+        return Err(loss_error(program, "one scalar float result"));
+    }
+    value_and_grad_with_aux(program, argnums)
+}
+
+/// `value_and_grad(has_aux=True)`: for a program whose first result is a scalar float loss and
+/// whose other results are auxiliary values (not differentiated), a program from the same
+/// arguments to `(loss, aux..., grad_0, ..., grad_k)` for the arguments in `argnums`.
+pub fn value_and_grad_with_aux(program: &ClosedJaxpr, argnums: &[usize]) -> Result<ClosedJaxpr> {
+    let outs = program.jaxpr.out_avals();
+    let n = program.jaxpr.invars.len();
+    if outs.is_empty() || outs[0].rank() != 0 || !outs[0].dtype.is_float() {
+        return Err(loss_error(program, "a scalar float first result"));
     }
     if let Some(&bad) = argnums.iter().find(|&&a| a >= n) {
         return Err(crate::error::IrError::Type {
@@ -47,14 +58,43 @@ pub fn value_and_grad(program: &ClosedJaxpr, argnums: &[usize]) -> Result<Closed
     let both = vjp_program(program, true)?;
     let seeded = trace(&program.jaxpr.in_avals(), |args| {
         let one = args[0].literal_strong(1.0, outs[0].dtype);
+        let zeros: Vec<Tensor> = outs[1..]
+            .iter()
+            .map(|a| {
+                let zero = args[0].literal_strong(0.0, a.dtype);
+                if a.rank() == 0 {
+                    zero
+                } else {
+                    zero.broadcast_in_dim(&a.shape, &[])
+                }
+            })
+            .collect();
         let mut operands: Vec<&Tensor> = args.iter().collect();
         operands.push(&one);
+        operands.extend(zeros.iter());
         let results = crate::trace::call_closed(&both, &operands);
-        let mut picked = vec![results[0].clone()];
-        picked.extend(argnums.iter().map(|&a| results[1 + a].clone()));
+        let k = outs.len();
+        let mut picked = results[..k].to_vec();
+        picked.extend(argnums.iter().map(|&a| results[k + a].clone()));
         picked
     })?;
     Ok(eliminate_dead_code(&inline_calls(&seeded)))
+}
+
+fn loss_error(program: &ClosedJaxpr, needs: &str) -> crate::error::IrError {
+    crate::error::IrError::Type {
+        prim: "value_and_grad".into(),
+        message: format!(
+            "needs a program with {needs}, got ({})",
+            program
+                .jaxpr
+                .out_avals()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 fn vjp_program(program: &ClosedJaxpr, with_values: bool) -> Result<ClosedJaxpr> {

@@ -107,3 +107,70 @@ pub(super) fn shard_map_vjp(
         .map(|(ct, x)| x.dtype().is_float().then_some(ct))
         .collect()
 }
+
+/// The tangent of a collective's result: the linear collectives apply themselves to the
+/// tangent (cast to vary like the operand first); `pmax`/`pmin` have no derivative.
+pub(super) fn collective_jvp(
+    prim: Prim,
+    params: &Params,
+    x: &[Tensor],
+    y: &[Tensor],
+    t: Option<Tensor>,
+) -> Vec<Option<Tensor>> {
+    if prim == Prim::AxisIndex {
+        return vec![None];
+    }
+    let Some(t) = t else {
+        return vec![None];
+    };
+    let axes = collective_axes(prim, params).unwrap_or_default();
+    match prim {
+        Prim::Pmax | Prim::Pmin => vec![Some(y[0].fail(
+            prim.name(),
+            format!(
+                "{} is not differentiable (JAX defines no derivative for it)",
+                prim.name()
+            ),
+        ))],
+        Prim::Pvary => vec![Some(t.pvary(&axes))],
+        _ => {
+            let varying: Vec<&String> = x[0].aval().vma.iter().collect();
+            let t = t.pvary(&varying);
+            vec![Some(Tensor::bind1(prim, params.clone(), &[&t]))]
+        }
+    }
+}
+
+/// The JVP of a `shard_map` equation: a `shard_map` of its body's JVP, taking primal and tangent
+/// blocks (both laid out by the in_specs) and returning result and tangent blocks.
+pub(super) fn shard_map_jvp(
+    params: &Params,
+    x: &[Tensor],
+    y: &[Tensor],
+    ts: &[Option<Tensor>],
+) -> Vec<Option<Tensor>> {
+    let anchor = &y[0];
+    let fail = |msg: String| vec![Some(anchor.fail("shard_map", msg)); y.len()];
+    let p = match ShardMapParams::read(params) {
+        Ok(p) => p,
+        Err(e) => return fail(e.to_string()),
+    };
+    let body_jvp = match axis_env::with_mesh(&p.mesh, || super::jvp(p.body)) {
+        Ok(b) => b,
+        Err(e) => return fail(format!("in the body's JVP: {e}")),
+    };
+    let tangents: Vec<Tensor> = x
+        .iter()
+        .zip(ts)
+        .map(|(x, t)| t.clone().unwrap_or_else(|| zeros_like(x)))
+        .collect();
+    let operands: Vec<&Tensor> = x.iter().chain(tangents.iter()).collect();
+    let in_specs: Vec<_> = p.in_specs.iter().chain(&p.in_specs).cloned().collect();
+    let out_specs: Vec<_> = p.out_specs.iter().chain(&p.out_specs).cloned().collect();
+    let params = shard_map_params(&p.mesh, &in_specs, &out_specs, body_jvp);
+    Tensor::bind(Prim::ShardMap, params, &operands)
+        .into_iter()
+        .skip(y.len())
+        .map(Some)
+        .collect()
+}

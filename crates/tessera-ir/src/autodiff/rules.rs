@@ -26,6 +26,17 @@ pub(crate) fn zeros_like(x: &Tensor) -> Tensor {
     }
 }
 
+/// Which operand `clamp(lo, x, hi) = min(max(x, lo), hi)` returns, as 0/1 masks of `dtype`:
+/// `[lo, x, hi]` (`hi` wins where it is below `max(x, lo)`, then `lo` where it is above `x`).
+pub(super) fn clamp_masks(x: &[Tensor], dtype: DType) -> [Tensor; 3] {
+    let raised = x[1].maximum(&x[0]);
+    let above = x[2].lt(&raised).astype(dtype);
+    let not_above = 1.0 - &above;
+    let below = &x[1].lt(&x[0]).astype(dtype) * &not_above;
+    let inside = &x[1].ge(&x[0]).astype(dtype) * &not_above;
+    [below, inside, above]
+}
+
 fn convert_params(dtype: DType) -> Params {
     Params::new()
         .with("new_dtype", ParamValue::Name(dtype.numpy_name().into()))
@@ -139,9 +150,7 @@ pub(super) fn vjp_rule(
             out
         }
         Clamp => {
-            let inside = x[1].ge(&x[0]).astype(g.dtype()) * x[2].ge(&x[1]).astype(g.dtype());
-            let below = x[1].lt(&x[0]).astype(g.dtype());
-            let above = x[2].lt(&x[1]).astype(g.dtype());
+            let [below, inside, above] = clamp_masks(x, g.dtype());
             vec![
                 keep(0, &g * &below),
                 Some(&g * &inside),

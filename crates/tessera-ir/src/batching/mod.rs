@@ -1,0 +1,214 @@
+//! Batching: [`vmap`] turns a program into one that maps it over an extra axis of its
+//! arguments (JAX's `jax.vmap` with `in_axes`/`out_axes`).
+//!
+//! Each value of the replayed program is either unbatched (the same for every batch element) or
+//! carries its batch dimension at some position. Equations whose operands are all unbatched are
+//! copied as they are; the others go through their primitive's batching rule (in `rules`,
+//! one exhaustive match), which usually moves the batch dimension to the front and shifts the
+//! primitive's axis parameters. Unbatched results are broadcast at the end, so every result has
+//! its batch dimension at the requested `out_axes` position. Nested calls are inlined first.
+
+mod indexing;
+mod parallel;
+mod rules;
+
+use std::collections::HashMap;
+
+use crate::aval::ShapedArray;
+use crate::error::{IrError, Result};
+use crate::jaxpr::{Atom, ClosedJaxpr, Jaxpr, Var};
+use crate::params::{ParamValue, Params};
+use crate::passes::{eliminate_dead_code, inline_calls};
+use crate::trace::{Tensor, trace};
+
+/// A value of the batched program and where its batch dimension is (`None`: unbatched).
+pub(crate) type Batched = (Tensor, Option<usize>);
+
+/// The batched program of `program`: argument `i` gets an extra dimension of size `axis_size`
+/// at position `in_axes[i]` (`None`: the argument is shared by every batch element), and result
+/// `j` has its batch dimension at position `out_axes[j]`.
+pub fn vmap(
+    program: &ClosedJaxpr,
+    in_axes: &[Option<usize>],
+    out_axes: &[usize],
+    axis_size: i64,
+) -> Result<ClosedJaxpr> {
+    check_axes(program, in_axes, out_axes, axis_size)?;
+    crate::verify(program)?;
+    let flat = inline_calls(program);
+    let jaxpr = &flat.jaxpr;
+    let avals: Vec<ShapedArray> = jaxpr
+        .in_avals()
+        .iter()
+        .zip(in_axes)
+        .map(|(a, &ax)| match ax {
+            Some(ax) => {
+                // Keep the manual axes the value varies over (inside a shard_map body).
+                let mut batched = ShapedArray::new(a.dtype, &a.shape);
+                batched.shape.insert(ax, axis_size);
+                batched.vma.clone_from(&a.vma);
+                batched
+            }
+            None => a.clone(),
+        })
+        .collect();
+    let out = trace(&avals, |args| {
+        let Some(anchor) = args.first().cloned() else {
+            return Vec::new();
+        };
+        let mut env: HashMap<Var, Batched> = HashMap::new();
+        for ((&v, t), &ax) in jaxpr.invars.iter().zip(args).zip(in_axes) {
+            env.insert(v, (t.clone(), ax));
+        }
+        replay(jaxpr, &anchor, axis_size, &mut env);
+        jaxpr
+            .outvars
+            .iter()
+            .zip(out_axes)
+            .map(|(a, &ax)| {
+                let (t, bdim) = read_atom(&env, &anchor, a);
+                match bdim {
+                    Some(d) => move_axis(&t, d, ax),
+                    None => broadcast_batch(&t, axis_size, ax),
+                }
+            })
+            .collect()
+    })?;
+    Ok(eliminate_dead_code(&out))
+}
+
+fn vmap_error(message: String) -> IrError {
+    IrError::Type {
+        prim: "vmap".into(),
+        message,
+    }
+}
+
+fn check_axes(
+    program: &ClosedJaxpr,
+    in_axes: &[Option<usize>],
+    out_axes: &[usize],
+    axis_size: i64,
+) -> Result<()> {
+    let jaxpr = &program.jaxpr;
+    if !program.consts.is_empty() {
+        return Err(vmap_error(
+            "programs with closed-over constants are not supported; pass the constants as arguments".into(),
+        ));
+    }
+    if jaxpr.invars.is_empty() || axis_size < 0 {
+        return Err(vmap_error(format!(
+            "needs a program with arguments and a non-negative axis size, got {} arguments and size {axis_size}",
+            jaxpr.invars.len()
+        )));
+    }
+    if in_axes.len() != jaxpr.invars.len() || out_axes.len() != jaxpr.outvars.len() {
+        return Err(vmap_error(format!(
+            "in_axes has {} entries for {} arguments and out_axes {} for {} results",
+            in_axes.len(),
+            jaxpr.invars.len(),
+            out_axes.len(),
+            jaxpr.outvars.len()
+        )));
+    }
+    for (a, ax) in jaxpr.in_avals().iter().zip(in_axes) {
+        if ax.is_some_and(|ax| ax > a.rank()) {
+            return Err(vmap_error(format!(
+                "in_axis {ax:?} is out of range for {a}"
+            )));
+        }
+    }
+    for (a, &ax) in jaxpr.out_avals().iter().zip(out_axes) {
+        if ax > a.rank() {
+            return Err(vmap_error(format!("out_axis {ax} is out of range for {a}")));
+        }
+    }
+    Ok(())
+}
+
+fn read_atom(env: &HashMap<Var, Batched>, anchor: &Tensor, a: &Atom) -> Batched {
+    match a {
+        Atom::Var(v) => env.get(v).cloned().unwrap_or_else(|| {
+            let t = anchor.fail("vmap", format!("variable {} is undefined", v.0));
+            (t, None)
+        }),
+        Atom::Lit(l) => (anchor.literal_strong(l.value, l.aval.dtype), None),
+    }
+}
+
+/// Replays `jaxpr`'s equations on batched values.
+fn replay(jaxpr: &Jaxpr, anchor: &Tensor, size: i64, env: &mut HashMap<Var, Batched>) {
+    for eqn in &jaxpr.eqns {
+        let args: Vec<Batched> = eqn
+            .inputs
+            .iter()
+            .map(|a| read_atom(env, anchor, a))
+            .collect();
+        let out_avals: Vec<ShapedArray> =
+            eqn.outputs.iter().map(|&v| jaxpr.aval(v).clone()).collect();
+        let results: Vec<Batched> = if args.iter().all(|(_, b)| b.is_none()) {
+            let refs: Vec<&Tensor> = args.iter().map(|(t, _)| t).collect();
+            let outs = if refs.is_empty() {
+                vec![Tensor::bind_nullary(eqn.prim, eqn.params.clone(), anchor)]
+            } else {
+                Tensor::bind_typed(
+                    eqn.prim,
+                    eqn.params.clone(),
+                    &refs,
+                    out_avals.first().cloned(),
+                )
+            };
+            outs.into_iter().map(|t| (t, None)).collect()
+        } else {
+            rules::batch_rule(eqn.prim, &eqn.params, &args, size, &out_avals)
+        };
+        for (&v, r) in eqn.outputs.iter().zip(results) {
+            env.insert(v, r);
+        }
+    }
+}
+
+/// Moves dimension `from` of `t` to position `to`.
+pub(crate) fn move_axis(t: &Tensor, from: usize, to: usize) -> Tensor {
+    if from == to {
+        return t.clone();
+    }
+    let mut perm: Vec<i64> = (0..t.rank() as i64).filter(|&d| d != from as i64).collect();
+    perm.insert(to, from as i64);
+    t.transpose(&perm)
+}
+
+/// An unbatched value broadcast to `size` copies along a new dimension at `at`.
+pub(crate) fn broadcast_batch(t: &Tensor, size: i64, at: usize) -> Tensor {
+    let mut shape = t.shape().to_vec();
+    shape.insert(at, size);
+    let dims: Vec<i64> = (0..t.rank())
+        .map(|d| if d < at { d as i64 } else { d as i64 + 1 })
+        .collect();
+    t.broadcast_in_dim(&shape, &dims)
+}
+
+/// The value with its batch dimension first (broadcast when unbatched).
+pub(crate) fn to_front(v: &Batched, size: i64) -> Tensor {
+    match v.1 {
+        Some(d) => move_axis(&v.0, d, 0),
+        None => broadcast_batch(&v.0, size, 0),
+    }
+}
+
+/// `params` with `name` set to `value` (replaced in place, or appended).
+pub(crate) fn with_param(params: &Params, name: &str, value: ParamValue) -> Params {
+    let mut out = params.clone();
+    match out.0.iter_mut().find(|(k, _)| k == name) {
+        Some(slot) => slot.1 = value,
+        None => out.0.push((name.to_owned(), value)),
+    }
+    out
+}
+
+/// Integers shifted by one (for the leading batch dimension), optionally after a leading `0`.
+pub(crate) fn shifted(values: &[i64], lead: Option<i64>) -> Vec<i64> {
+    lead.into_iter()
+        .chain(values.iter().map(|v| v + 1))
+        .collect()
+}

@@ -1,0 +1,103 @@
+//! Batching rules of the collectives and of `shard_map`. The batch dimension of `vmap` is a
+//! positional dimension, distinct from the mesh axes the collectives name, so a collective
+//! batches like JAX's non-frame batchers: elementwise collectives keep the batch dimension where
+//! it is, and those with dimension parameters get the batch dimension in front and their
+//! dimensions shifted by one. A `shard_map` batches its body (under the mesh's axes), with an
+//! unsplit leading dimension added to the specs of batched operands and of every result.
+
+use tessera_sharding::{DimSpec, PartitionSpec};
+
+use super::{Batched, to_front, with_param};
+use crate::axis_env;
+use crate::params::{ParamValue, Params};
+use crate::prim::{Prim, ShardMapParams, shard_map_params};
+use crate::trace::Tensor;
+
+/// Batches a collective; `size` is the batch size.
+pub(super) fn collective(prim: Prim, params: &Params, args: &[Batched], size: i64) -> Vec<Batched> {
+    let shift = |keys: &[&str]| {
+        let mut p = params.clone();
+        for key in keys {
+            let v = params.get(key).and_then(ParamValue::as_int).unwrap_or(0);
+            p = with_param(&p, key, ParamValue::Int(v + 1));
+        }
+        p
+    };
+    let front = |p: Params| {
+        let x = to_front(&args[0], size);
+        vec![(Tensor::bind1(prim, p, &[&x]), Some(0))]
+    };
+    match prim {
+        Prim::AllGather => front(shift(&["all_gather_dimension"])),
+        Prim::ReduceScatter => front(shift(&["scatter_dimension"])),
+        Prim::AllToAll => front(shift(&["split_axis", "concat_axis"])),
+        Prim::AxisIndex => vec![(
+            args[0]
+                .0
+                .fail("axis_index", "axis_index takes no operands to batch".into()),
+            None,
+        )],
+        _ => {
+            let (x, d) = &args[0];
+            vec![(Tensor::bind1(prim, params.clone(), &[x]), *d)]
+        }
+    }
+}
+
+fn with_leading_none(spec: &PartitionSpec) -> PartitionSpec {
+    let dims = std::iter::once(DimSpec::from_axes::<&str>(&[]))
+        .chain(spec.dims().iter().cloned())
+        .collect();
+    PartitionSpec::new(dims)
+}
+
+/// Batches a `shard_map`: batched operands get their batch dimension in front, unsplit.
+pub(super) fn shard_map(
+    params: &Params,
+    args: &[Batched],
+    size: i64,
+    results: usize,
+) -> Vec<Batched> {
+    let anchor = &args[0].0;
+    let fail = |msg: String| vec![(anchor.fail("shard_map", msg), None); results];
+    let p = match ShardMapParams::read(params) {
+        Ok(p) => p,
+        Err(e) => return fail(e.to_string()),
+    };
+    let in_axes: Vec<Option<usize>> = args.iter().map(|(_, d)| d.map(|_| 0)).collect();
+    let out_axes = vec![0; results];
+    let body = match axis_env::with_mesh(&p.mesh, || super::vmap(p.body, &in_axes, &out_axes, size))
+    {
+        Ok(b) => b,
+        Err(e) => return fail(format!("in the batched body: {e}")),
+    };
+    let operands: Vec<Tensor> = args
+        .iter()
+        .map(|a| match a.1 {
+            Some(_) => to_front(a, size),
+            None => a.0.clone(),
+        })
+        .collect();
+    let in_specs: Vec<PartitionSpec> = p
+        .in_specs
+        .iter()
+        .zip(args)
+        .map(|(s, a)| {
+            if a.1.is_some() {
+                with_leading_none(s)
+            } else {
+                s.clone()
+            }
+        })
+        .collect();
+    let out_specs: Vec<PartitionSpec> = p.out_specs.iter().map(with_leading_none).collect();
+    let refs: Vec<&Tensor> = operands.iter().collect();
+    Tensor::bind(
+        Prim::ShardMap,
+        shard_map_params(&p.mesh, &in_specs, &out_specs, body),
+        &refs,
+    )
+    .into_iter()
+    .map(|t| (t, Some(0)))
+    .collect()
+}

@@ -1,0 +1,294 @@
+//! The batching rule of every primitive: given operands with their batch dimensions (at least
+//! one batched), the batched results and their batch dimensions. One exhaustive `match`, so a
+//! primitive without a rule does not compile. Most rules move the batch dimension to the front
+//! and shift the primitive's axis parameters by one.
+
+use super::indexing;
+use super::{Batched, move_axis, shifted, to_front, with_param};
+use crate::aval::ShapedArray;
+use crate::params::{ParamValue, Params};
+use crate::prim::Prim;
+use crate::trace::Tensor;
+
+/// Batches one equation. `out` are the unbatched result types.
+pub(super) fn batch_rule(
+    prim: Prim,
+    params: &Params,
+    args: &[Batched],
+    size: i64,
+    out: &[ShapedArray],
+) -> Vec<Batched> {
+    use Prim::*;
+    let one = |t: Tensor| vec![(t, Some(0))];
+    let rank = out.first().map_or(0, ShapedArray::rank);
+    let in_rank = args[0]
+        .0
+        .rank()
+        .saturating_sub(usize::from(args[0].1.is_some()));
+    match prim {
+        Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
+        | Sqrt | Rsqrt | Floor | Ceil | Round | Not | IntegerPow | ConvertElementType
+        | StopGradient | Copy | PipelineEnterStage => same_dims(prim, params, args),
+        Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Xor | Eq | Ne | Lt | Le | Gt
+        | Ge | AddAny | SelectN | Clamp => one(elementwise(prim, params, args, size, rank)),
+        Iota => vec![(unsupported(args, prim, "an iota with operands"), None)],
+        BroadcastInDim => one(broadcast_in_dim(params, args, size, out)),
+        Reshape => one(reshape(params, args, size, out)),
+        Squeeze => one(shift_axes(prim, params, args, size, "dimensions", in_rank)),
+        ExpandDims => one(shift_axes(prim, params, args, size, "dimensions", rank)),
+        Transpose => {
+            let perm = params.ints(prim.name(), "permutation").unwrap_or_default();
+            one(to_front(&args[0], size).transpose(&shifted(&perm, Some(0))))
+        }
+        Slice => one(slice(params, &to_front(&args[0], size), size)),
+        ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr | Argmax | Argmin => {
+            one(shift_axes(prim, params, args, size, "axes", in_rank))
+        }
+        Cumsum => one(shift_axis(prim, params, args, size, "axis", rank)),
+        Concatenate => one(shift_axis(prim, params, args, size, "dimension", rank)),
+        Pad => one(pad(params, args, size)),
+        DotGeneral => vec![dot_general(params, args)],
+        DynamicSlice => one(indexing::dynamic_slice(params, args, size)),
+        DynamicUpdateSlice => one(indexing::dynamic_update_slice(params, args, size)),
+        Gather => one(indexing::gather(params, args, size)),
+        ScatterAdd => one(indexing::scatter_add(params, args, size)),
+        Jit => out
+            .iter()
+            .map(|_| {
+                (
+                    unsupported(args, prim, "a nested call with constants"),
+                    None,
+                )
+            })
+            .collect(),
+        Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
+        | Pvary | Pbroadcast => super::parallel::collective(prim, params, args, size),
+        ShardMap => super::parallel::shard_map(params, args, size, out.len()),
+    }
+}
+
+/// Primitives that act on each element or pass values through: the same equation on the
+/// batched operands, each result keeping its operand's batch dimension.
+fn same_dims(prim: Prim, params: &Params, args: &[Batched]) -> Vec<Batched> {
+    let refs: Vec<&Tensor> = args.iter().map(|(t, _)| t).collect();
+    let outs = Tensor::bind(prim, params.clone(), &refs);
+    outs.into_iter()
+        .zip(args)
+        .map(|(t, (_, d))| (t, *d))
+        .collect()
+}
+
+fn broadcast_in_dim(params: &Params, args: &[Batched], size: i64, out: &[ShapedArray]) -> Tensor {
+    let bdims = params
+        .opt_ints("broadcast_in_dim", "broadcast_dimensions")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let x = to_front(&args[0], size);
+    x.broadcast_in_dim(&shifted_shape(size, out), &shifted(&bdims, Some(0)))
+}
+
+fn reshape(params: &Params, args: &[Batched], size: i64, out: &[ShapedArray]) -> Tensor {
+    if params.get("dimensions").is_some_and(|d| !d.is_none()) {
+        return unsupported(args, Prim::Reshape, "reshape with `dimensions`");
+    }
+    let sizes = ParamValue::ints(&shifted_shape(size, out));
+    let p = with_param(params, "new_sizes", sizes);
+    Tensor::bind1(Prim::Reshape, p, &[&to_front(&args[0], size)])
+}
+
+/// Operands with the batch dimension in front and the axes in parameter `key` (normalised
+/// against `rank`) shifted past it.
+fn shift_axes(
+    prim: Prim,
+    params: &Params,
+    args: &[Batched],
+    size: i64,
+    key: &str,
+    rank: usize,
+) -> Tensor {
+    let axes = norm_axes(params.ints(prim.name(), key).unwrap_or_default(), rank);
+    let p = with_param(params, key, ParamValue::ints(&shifted(&axes, None)));
+    Tensor::bind1(prim, p, &[&to_front(&args[0], size)])
+}
+
+/// Like [`shift_axes`] for a single-axis parameter, over all operands.
+fn shift_axis(
+    prim: Prim,
+    params: &Params,
+    args: &[Batched],
+    size: i64,
+    key: &str,
+    rank: usize,
+) -> Tensor {
+    let axis = norm_axes(vec![params.int(prim.name(), key).unwrap_or(0)], rank)[0];
+    let ops: Vec<Tensor> = args.iter().map(|a| to_front(a, size)).collect();
+    let refs: Vec<&Tensor> = ops.iter().collect();
+    let p = with_param(params, key, ParamValue::Int(axis + 1));
+    Tensor::bind1(prim, p, &refs)
+}
+
+/// Records that `prim` cannot be batched in `case` (the trace returns it as an error).
+pub(super) fn unsupported(args: &[Batched], prim: Prim, case: &str) -> Tensor {
+    let first = &args[0].0;
+    first.fail(prim.name(), format!("vmap does not support {case} yet"))
+}
+
+/// The unbatched result shape with the batch dimension in front.
+fn shifted_shape(size: i64, out: &[ShapedArray]) -> Vec<i64> {
+    let shape = out.first().map(|a| a.shape.clone()).unwrap_or_default();
+    std::iter::once(size).chain(shape).collect()
+}
+
+/// Axes normalised against `rank` (negative ones count from the end).
+pub(super) fn norm_axes(axes: Vec<i64>, rank: usize) -> Vec<i64> {
+    axes.into_iter()
+        .map(|a| if a < 0 { a + rank as i64 } else { a })
+        .collect()
+}
+
+/// Elementwise primitives: batched operands get their batch dimension in front (a batched
+/// scalar becomes `[B, 1, ..]`); unbatched operands keep their values, lifted by a leading
+/// size-1 dimension unless scalar, so size-1 broadcasting lines everything up.
+fn elementwise(prim: Prim, params: &Params, args: &[Batched], size: i64, rank: usize) -> Tensor {
+    let ops: Vec<Tensor> = args
+        .iter()
+        .map(|(t, d)| match d {
+            Some(d) => {
+                let front = move_axis(t, *d, 0);
+                if t.rank() - 1 == rank {
+                    front
+                } else {
+                    let mut shape = vec![size];
+                    shape.extend(std::iter::repeat_n(1, rank));
+                    front.reshape(&shape)
+                }
+            }
+            None if t.rank() == 0 || rank == 0 => t.clone(),
+            None => {
+                let mut shape = vec![1];
+                shape.extend_from_slice(t.shape());
+                t.reshape(&shape)
+            }
+        })
+        .collect();
+    let refs: Vec<&Tensor> = ops.iter().collect();
+    Tensor::bind1(prim, params.clone(), &refs)
+}
+
+fn slice(params: &Params, x: &Tensor, size: i64) -> Tensor {
+    let name = "slice";
+    let start = params.ints(name, "start_indices").unwrap_or_default();
+    let limit = params.ints(name, "limit_indices").unwrap_or_default();
+    let start: Vec<i64> = std::iter::once(0).chain(start).collect();
+    let mut p = with_param(params, "start_indices", ParamValue::ints(&start));
+    p = with_param(&p, "limit_indices", {
+        let v: Vec<i64> = std::iter::once(size).chain(limit).collect();
+        ParamValue::ints(&v)
+    });
+    if let Ok(Some(strides)) = params.opt_ints(name, "strides") {
+        let v: Vec<i64> = std::iter::once(1).chain(strides).collect();
+        p = with_param(&p, "strides", ParamValue::ints(&v));
+    }
+    Tensor::bind1(Prim::Slice, p, &[x])
+}
+
+/// `pad(x, v)` with a batched padding value `v` is `pad(x, 0) + v * pad(zeros, 1)`: the second
+/// term marks the padding (edges and interior).
+fn pad(params: &Params, args: &[Batched], size: i64) -> Tensor {
+    let config = params
+        .get("padding_config")
+        .and_then(ParamValue::as_seq)
+        .map(<[ParamValue]>::to_vec)
+        .unwrap_or_default();
+    let mut batched = vec![ParamValue::ints(&[0, 0, 0])];
+    batched.extend(config.iter().cloned());
+    let p = with_param(params, "padding_config", ParamValue::Tuple(batched));
+    let x = to_front(&args[0], size);
+    let (v, vdim) = &args[1];
+    if vdim.is_none() {
+        return Tensor::bind1(Prim::Pad, p, &[&x, v]);
+    }
+    let dtype = x.dtype();
+    if dtype == crate::dtype::DType::Bool {
+        return unsupported(args, Prim::Pad, "a batched boolean padding value");
+    }
+    let zero = x.literal_strong(0.0, dtype);
+    let padded = Tensor::bind1(Prim::Pad, p, &[&x, &zero]);
+    let x0 = &args[0].0;
+    let unbatched_shape = match args[0].1 {
+        Some(d) => {
+            let mut s = x0.shape().to_vec();
+            s.remove(d);
+            s
+        }
+        None => x0.shape().to_vec(),
+    };
+    let zeros = zero.broadcast_in_dim(&unbatched_shape, &[]);
+    let one = x.literal_strong(1.0, dtype);
+    let marks = Tensor::bind1(
+        Prim::Pad,
+        Params::new().with("padding_config", ParamValue::Tuple(config)),
+        &[&zeros, &one],
+    );
+    let mut vshape = vec![size];
+    vshape.extend(std::iter::repeat_n(1, marks.rank()));
+    let v = v.reshape(&vshape);
+    let mut mshape = vec![1];
+    mshape.extend_from_slice(marks.shape());
+    let marks = marks.reshape(&mshape);
+    let fill = Tensor::bind1(Prim::Mul, Params::new(), &[&v, &marks]);
+    Tensor::bind1(Prim::Add, Params::new(), &[&padded, &fill])
+}
+
+/// `dot_general`: a batch dimension on both sides, or a free dimension on the batched side.
+fn dot_general(params: &Params, args: &[Batched]) -> Batched {
+    let Ok(dd) = crate::prim::dot_dims(params) else {
+        return (
+            unsupported(args, Prim::DotGeneral, "unreadable dimension numbers"),
+            None,
+        );
+    };
+    let i = |v: &[usize]| v.iter().map(|&d| d as i64).collect::<Vec<_>>();
+    let (mut lc, mut rc, mut lb, mut rb) = (
+        i(&dd.lhs_contract),
+        i(&dd.rhs_contract),
+        i(&dd.lhs_batch),
+        i(&dd.rhs_batch),
+    );
+    let nb = lb.len();
+    let (l, ld) = &args[0];
+    let (r, rd) = &args[1];
+    let (lhs, rhs, bdim) = match (ld, rd) {
+        (Some(a), Some(b)) => {
+            (lc, rc, lb, rb) = (
+                shifted(&lc, None),
+                shifted(&rc, None),
+                shifted(&lb, Some(0)),
+                shifted(&rb, Some(0)),
+            );
+            (move_axis(l, *a, 0), move_axis(r, *b, 0), 0)
+        }
+        (Some(a), None) => {
+            (lc, lb) = (shifted(&lc, None), shifted(&lb, None));
+            (move_axis(l, *a, 0), r.clone(), nb)
+        }
+        (None, Some(b)) => {
+            let lhs_free = l.rank() - lc.len() - nb;
+            (rc, rb) = (shifted(&rc, None), shifted(&rb, None));
+            (l.clone(), move_axis(r, *b, 0), nb + lhs_free)
+        }
+        (None, None) => (l.clone(), r.clone(), 0),
+    };
+    let list = |v: &[i64]| ParamValue::List(v.iter().map(|&x| ParamValue::Int(x)).collect());
+    let dims = ParamValue::Tuple(vec![
+        ParamValue::Tuple(vec![list(&lc), list(&rc)]),
+        ParamValue::Tuple(vec![list(&lb), list(&rb)]),
+    ]);
+    let p = with_param(params, "dimension_numbers", dims);
+    let batched = ld.is_some() || rd.is_some();
+    (
+        Tensor::bind1(Prim::DotGeneral, p, &[&lhs, &rhs]),
+        batched.then_some(bdim),
+    )
+}

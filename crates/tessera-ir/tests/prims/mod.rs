@@ -1,0 +1,345 @@
+//! Shared by the transformation tests: one small example program per primitive (an exhaustive
+//! match, so a new primitive without an example does not compile), seeded random inputs, and
+//! array helpers.
+
+#![allow(dead_code)]
+
+use ndarray::{ArrayD, Axis, IxDyn};
+use tessera_ir::text::parse_closed;
+use tessera_ir::trace::{Tensor, shard_map_program};
+use tessera_ir::{Array, ClosedJaxpr, DType, Prim, ShapedArray};
+use tessera_sharding::{AbstractMesh, PartitionSpec};
+
+/// The collectives that have no derivative (as in JAX).
+pub const NOT_DIFFERENTIABLE: &[Prim] = &[Prim::Pmax, Prim::Pmin];
+
+/// `shard_map(f)` over a 2×2 mesh (`x`, `y`) on f64 arguments of `shapes`, operand `i` laid
+/// out by `in_specs[i]`, one result laid out by `out_spec`.
+fn on_mesh(
+    shapes: &[&[i64]],
+    in_specs: &[&str],
+    out_spec: &str,
+    f: impl FnOnce(&[Tensor]) -> Tensor,
+) -> ClosedJaxpr {
+    let mesh = AbstractMesh::auto(&[("x", 2), ("y", 2)]).unwrap_or_else(|e| panic!("{e}"));
+    let spec = |t: &str| PartitionSpec::parse(t).unwrap_or_else(|e| panic!("{e}"));
+    let avals: Vec<ShapedArray> = shapes
+        .iter()
+        .map(|s| ShapedArray::new(DType::F64, s))
+        .collect();
+    let in_specs: Vec<PartitionSpec> = in_specs.iter().map(|t| spec(t)).collect();
+    shard_map_program(&mesh, &in_specs, &[spec(out_spec)], &avals, |a| vec![f(a)])
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A collective's example: `shard_map` over the 2×2 mesh with blocks of a `[4, 4]` array.
+fn collective(prim: Prim) -> ClosedJaxpr {
+    let both = "P('x', 'y')";
+    let single = |f: fn(&Tensor) -> Tensor| on_mesh(&[&[4, 4]], &[both], both, |a| f(&a[0]));
+    match prim {
+        Prim::Psum => single(|a| &a.psum(&["x"]) * a),
+        Prim::Pmax => single(|a| a.pmax(&["y"])),
+        Prim::Pmin => single(|a| a.pmin(&["x", "y"])),
+        Prim::AllGather => single(|a| {
+            a.all_gather("x", 1, true)
+                .all_gather("y", 0, false)
+                .sum(&[0])
+        }),
+        Prim::ReduceScatter => single(|a| a.psum_scatter("y", 1, true).all_gather("y", 1, true)),
+        Prim::Ppermute => {
+            single(|a| &a.ppermute("x", &[(0, 1), (1, 0)]) + &a.ppermute("y", &[(0, 1)]))
+        }
+        Prim::AllToAll => single(|a| a.all_to_all("x", 1, 0, true).all_to_all("y", 0, 1, true)),
+        Prim::AxisIndex => single(|a| a * &Tensor::axis_index(a, "y").astype(DType::F64)),
+        Prim::Pvary => on_mesh(&[&[4, 4], &[2]], &[both, "P()"], both, |a| {
+            &a[0] * &a[1].pvary(&["x", "y"])
+        }),
+        Prim::Pbroadcast => single(|a| &a.pbroadcast("x", 1) * &a.sin()),
+        _ => on_mesh(
+            &[&[4, 4], &[2, 4]],
+            &[both, "P(None, 'y')"],
+            "P('x')",
+            |a| {
+                let h = a[0].sin().matmul(&a[1]);
+                h.psum(&["y"])
+            },
+        ),
+    }
+}
+
+/// A program from its arguments, equations (one per line) and results.
+pub fn prog(args: &str, body: &str, outs: &str) -> ClosedJaxpr {
+    let eqns: Vec<String> = body
+        .lines()
+        .map(|l| format!("    {}\n", l.trim()))
+        .collect();
+    let text = format!(
+        "{{ lambda ; {args}. let\n{}  in ({outs},) }}",
+        eqns.concat()
+    );
+    parse_closed(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+fn unary(name: &str) -> ClosedJaxpr {
+    prog("a:f64[2,3]", &format!("b:f64[2,3] = {name} a"), "b")
+}
+
+/// A binary op with size-1 broadcasting, then with a scalar literal.
+fn binary(name: &str) -> ClosedJaxpr {
+    prog(
+        "a:f64[2,3] b:f64[1,3]",
+        &format!("c:f64[2,3] = {name} a b\nd:f64[2,3] = {name} c 1.5:f64[]"),
+        "d",
+    )
+}
+
+fn logical(name: &str) -> ClosedJaxpr {
+    prog(
+        "a:bool[2,3] b:bool[2,3]",
+        &format!("c:bool[2,3] = {name} a b"),
+        "c",
+    )
+}
+
+fn compare(name: &str) -> ClosedJaxpr {
+    prog(
+        "a:f64[2,3] b:f64[2,3]",
+        &format!(
+            "c:bool[2,3] = {name} a b\nd:bool[2,3] = {name} a 1.0:f64[]\ne:bool[2,3] = and c d"
+        ),
+        "e",
+    )
+}
+
+fn reduce(name: &str) -> ClosedJaxpr {
+    prog(
+        "a:f64[2,3]",
+        &format!("b:f64[2] = {name}[axes=(1,)] a"),
+        "b",
+    )
+}
+
+const GATHER_DIMS: &str = "dimension_numbers=GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,), operand_batching_dims=(), start_indices_batching_dims=())";
+const SCATTER_DIMS: &str = "dimension_numbers=ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,), operand_batching_dims=(), scatter_indices_batching_dims=())";
+
+/// The example program of `prim`.
+pub fn example(prim: Prim) -> ClosedJaxpr {
+    use Prim::*;
+    let name = prim.name();
+    match prim {
+        Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
+        | Sqrt | Rsqrt | Floor | Ceil | Round | Copy | StopGradient => unary(name),
+        Not => prog("a:bool[2,3]", "b:bool[2,3] = not a", "b"),
+        IntegerPow => prog("a:f64[2,3]", "b:f64[2,3] = integer_pow[y=3] a", "b"),
+        Add | Sub | Mul | Div | Rem | Pow | Max | Min | AddAny => binary(name),
+        And | Or | Xor => logical(name),
+        Eq | Ne | Lt | Le | Gt | Ge => compare(name),
+        SelectN => prog(
+            "p:bool[2,3] a:f64[2,3] b:f64[2,3] q:bool[]",
+            "c:f64[2,3] = select_n p a b\nd:f64[2,3] = select_n q c a",
+            "d",
+        ),
+        Clamp => prog(
+            "lo:f64[] x:f64[2,3] hi:f64[2,3]",
+            "y:f64[2,3] = clamp lo x hi",
+            "y",
+        ),
+        ConvertElementType => prog(
+            "a:f64[2,3] b:i32[2,3]",
+            "c:f64[2,3] = convert_element_type[new_dtype=float64 weak_type=False] b\nd:f64[2,3] = mul a c\ne:i32[2,3] = convert_element_type[new_dtype=int32 weak_type=False] d",
+            "d, e",
+        ),
+        Iota => prog(
+            "a:f64[2,3]",
+            "b:i32[2,3] = iota[dimension=1 dtype=int32 shape=(2, 3) sharding=None]\nc:f64[2,3] = convert_element_type[new_dtype=float64 weak_type=False] b\nd:f64[2,3] = mul a c",
+            "d",
+        ),
+        BroadcastInDim => prog(
+            "a:f64[3] b:f64[1,3]",
+            "c:f64[2,3] = broadcast_in_dim[broadcast_dimensions=(1,) shape=(2, 3) sharding=None] a\nd:f64[2,3] = broadcast_in_dim[broadcast_dimensions=(0, 1)] b\ne:f64[2,3] = mul c d",
+            "e",
+        ),
+        Reshape => prog(
+            "a:f64[2,3]",
+            "b:f64[3,2] = reshape[dimensions=None new_sizes=(3, 2) sharding=None] a",
+            "b",
+        ),
+        Squeeze => prog(
+            "a:f64[2,1,3]",
+            "b:f64[2,3] = squeeze[dimensions=(1,)] a",
+            "b",
+        ),
+        ExpandDims => prog(
+            "a:f64[2,3]",
+            "b:f64[2,1,3] = expand_dims[dimensions=(1,)] a",
+            "b",
+        ),
+        Transpose => prog(
+            "a:f64[2,3,4]",
+            "b:f64[4,2,3] = transpose[permutation=(2, 0, 1)] a",
+            "b",
+        ),
+        Slice => prog(
+            "a:f64[4,5]",
+            "b:f64[2,3] = slice[limit_indices=(3, 5) start_indices=(1, 0) strides=(1, 2)] a",
+            "b",
+        ),
+        DynamicSlice => prog(
+            "a:f64[4,5] i:i32[] j:i32[]",
+            "b:f64[2,3] = dynamic_slice[slice_sizes=(2, 3)] a i j",
+            "b",
+        ),
+        DynamicUpdateSlice => prog(
+            "a:f64[4,5] u:f64[2,3] i:i32[] j:i32[]",
+            "b:f64[4,5] = dynamic_update_slice a u i j",
+            "b",
+        ),
+        Concatenate => prog(
+            "a:f64[2,3] b:f64[2,2]",
+            "c:f64[2,5] = concatenate[dimension=1] a b",
+            "c",
+        ),
+        Pad => prog(
+            "a:f64[2,3] v:f64[]",
+            "b:f64[3,7] = pad[padding_config=((1, 0, 0), (0, 2, 1))] a v",
+            "b",
+        ),
+        ReduceSum => prog(
+            "a:f64[2,3,4]",
+            "b:f64[3] = reduce_sum[axes=(0, 2) out_sharding=None] a",
+            "b",
+        ),
+        ReduceMax | ReduceMin | ReduceProd => reduce(name),
+        ReduceAnd | ReduceOr => prog(
+            "a:bool[2,3]",
+            &format!("b:bool[2] = {name}[axes=(1,)] a"),
+            "b",
+        ),
+        Argmax | Argmin => prog(
+            "a:f64[2,3]",
+            &format!("b:i32[2] = {name}[axes=(1,) index_dtype=int32] a"),
+            "b",
+        ),
+        Cumsum => prog(
+            "a:f64[2,3]",
+            "b:f64[2,3] = cumsum[axis=1 reverse=False] a\nc:f64[2,3] = cumsum[axis=0 reverse=True] b",
+            "c",
+        ),
+        DotGeneral => prog(
+            "a:f64[2,3,4] b:f64[2,4,5]",
+            "c:f64[2,3,5] = dot_general[dimension_numbers=(([2], [1]), ([0], [0])) preferred_element_type=float64] a b",
+            "c",
+        ),
+        Gather => prog(
+            "a:f64[5,3] i:i32[4,1]",
+            &format!(
+                "b:f64[4,3] = gather[{GATHER_DIMS} fill_value=None indices_are_sorted=False mode=GatherScatterMode.CLIP slice_sizes=(1, 3) unique_indices=False] a i"
+            ),
+            "b",
+        ),
+        ScatterAdd => prog(
+            "a:f64[5,3] i:i32[4,1] u:f64[4,3]",
+            &format!(
+                "b:f64[5,3] = scatter-add[{SCATTER_DIMS} indices_are_sorted=False mode=GatherScatterMode.FILL_OR_DROP unique_indices=False] a i u"
+            ),
+            "b",
+        ),
+        Jit => prog(
+            "a:f64[2,3] b:f64[2,3]",
+            "c:f64[2,3] = jit[\nname=inner\njaxpr={ lambda ; x:f64[2,3] y:f64[2,3]. let\nz:f64[2,3] = mul x y\nw:f64[2,3] = sin z\nin (w,) }\n] a b",
+            "c",
+        ),
+        Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
+        | Pvary | Pbroadcast | ShardMap => collective(prim),
+        PipelineEnterStage => prog(
+            "a:f64[2,3] b:f64[3]",
+            "c:f64[2,3] d:f64[3] = pipeline_enter_stage[stage=1] a b\ne:f64[3] = sin d",
+            "c, e",
+        ),
+    }
+}
+
+/// A small deterministic generator (SplitMix64).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A uniform number in `[0, 1)`.
+    pub fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// A random value of `aval`: floats in `[0.3, 1.7)`, integers in `0..=3`, booleans.
+    pub fn array(&mut self, aval: &ShapedArray) -> Array {
+        let values = (0..aval.size())
+            .map(|_| match aval.dtype {
+                DType::Bool => (self.next() < 0.5) as i64 as f64,
+                d if d.is_float() => 0.3 + 1.4 * self.next(),
+                _ => (self.next() * 4.0).floor(),
+            })
+            .collect();
+        Array::new(aval.dtype, &aval.shape, values).unwrap()
+    }
+
+    /// A random direction (floats in `[-1, 1)`; zeros for integers and booleans).
+    pub fn direction(&mut self, aval: &ShapedArray) -> Array {
+        let values = (0..aval.size())
+            .map(|_| {
+                if aval.dtype.is_float() {
+                    2.0 * self.next() - 1.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        Array::new(aval.dtype, &aval.shape, values).unwrap()
+    }
+}
+
+/// `a + s * b` elementwise (for floats; others are returned unchanged).
+pub fn axpy(a: &Array, s: f64, b: &Array) -> Array {
+    if !a.dtype.is_float() {
+        return a.clone();
+    }
+    Array::from_data(a.dtype, &a.data + &(&b.data * s))
+}
+
+/// The sum of elementwise products.
+pub fn dot(a: &Array, b: &Array) -> f64 {
+    a.data.iter().zip(b.data.iter()).map(|(x, y)| x * y).sum()
+}
+
+/// Element `i` along `axis`.
+pub fn index_axis(a: &Array, axis: usize, i: usize) -> Array {
+    Array::from_data(a.dtype, a.data.index_axis(Axis(axis), i).to_owned())
+}
+
+/// Stacks arrays along a new `axis`.
+pub fn stack(parts: &[Array], axis: usize, aval: &ShapedArray) -> Array {
+    if parts.is_empty() {
+        let mut dims: Vec<usize> = aval.shape.iter().map(|&d| d as usize).collect();
+        dims.insert(axis, 0);
+        return Array::from_data(aval.dtype, ArrayD::zeros(IxDyn(&dims)));
+    }
+    let views: Vec<_> = parts.iter().map(|p| p.data.view()).collect();
+    Array::from_data(parts[0].dtype, ndarray::stack(Axis(axis), &views).unwrap())
+}
+
+/// Asserts two arrays are equal up to `tol` relative to their magnitude.
+pub fn assert_close(what: &str, got: &Array, want: &Array, tol: f64) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shapes differ");
+    assert_eq!(got.dtype, want.dtype, "{what}: dtypes differ");
+    for (i, (g, w)) in got.data.iter().zip(want.data.iter()).enumerate() {
+        let ok = (g - w).abs() <= tol * (1.0 + w.abs()) || (g.is_nan() && w.is_nan());
+        assert!(
+            ok,
+            "{what}: element {i}: got {g}, want {w}\ngot  {:?}\nwant {:?}",
+            got.to_vec(),
+            want.to_vec()
+        );
+    }
+}
