@@ -60,7 +60,8 @@ fn main() -> ExitCode {
 
 /// The main job: pipelined training of a byte-level GPT over 4 MPMD groups x 2 devices, checked
 /// step by step against the unpipelined run; before it, the devices of the PJRT CPU plugin,
-/// JAX's programs lowered, compiled and differentiated on PJRT, and the sharding oracle.
+/// JAX's programs lowered, compiled and differentiated on PJRT, JAX's collectives inside
+/// shard_map on 8 devices, and the sharding oracle.
 fn demo() -> anyhow::Result<ExitCode> {
     setup::run()?;
     let shared = cmd::workspace_root()
@@ -87,6 +88,16 @@ fn demo() -> anyhow::Result<ExitCode> {
             "pjrt",
             "--grads",
             &jaxpr.to_string_lossy(),
+        ])?;
+        cmd::step("demo: JAX's shard_map collectives with gradients, SPMD on 8 PJRT devices");
+        let collectives = shared.join("collectives_cases.json");
+        tessera(&[
+            "oracle",
+            "collectives",
+            "--backend",
+            "pjrt",
+            "--grads",
+            &collectives.to_string_lossy(),
         ])?;
         cmd::step("demo: the sharding algebra against JAX");
         tessera(&["oracle", "sharding", &sharding.to_string_lossy()])?;

@@ -383,3 +383,50 @@ impl JitCache {
         self.len() == 0
     }
 }
+
+/// Compiles a program that contains `shard_map`s for the devices of their mesh (positions
+/// `0..n` of `client`'s devices, all `shard_map`s on one mesh) and runs it on host `inputs`,
+/// which are replicated in and gathered out (the `shard_map`s split and assemble the blocks,
+/// as `jax.jit(shard_map(f))` does with unspecified shardings).
+pub fn run_spmd(
+    client: &Client,
+    program: &ClosedJaxpr,
+    inputs: &[Array],
+) -> Result<Vec<Array>, JitError> {
+    let mesh = program
+        .jaxpr
+        .eqns
+        .iter()
+        .find(|e| e.prim == tessera_ir::Prim::ShardMap)
+        .map(|e| tessera_ir::prim::ShardMapParams::read(&e.params).map(|p| p.mesh))
+        .transpose()
+        .map_err(|e| JitError::Convert(e.to_string()))?
+        .ok_or_else(|| {
+            JitError::Convert("the program has no shard_map; use run_on_device".into())
+        })?;
+    let mesh = tessera_sharding::Mesh::iota(mesh);
+    let replicated = |n: usize| {
+        NamedSharding::new(&mesh, tessera_sharding::PartitionSpec::replicated())
+            .map(|s| vec![s; n])
+            .map_err(|e| JitError::Convert(e.to_string()))
+    };
+    let jaxpr = &program.jaxpr;
+    let (ins, outs) = (
+        replicated(jaxpr.invars.len())?,
+        replicated(jaxpr.outvars.len())?,
+    );
+    let compiled = Jit::new(program.clone(), ins.clone(), outs)?
+        .lower()?
+        .compile(client)?;
+    let args = inputs
+        .iter()
+        .zip(&ins)
+        .map(|(a, s)| Ok(DeviceArray::device_put(client, &to_host(a)?, s)?))
+        .collect::<Result<Vec<_>, JitError>>()?;
+    let results = compiled.call(&args.iter().collect::<Vec<_>>())?;
+    results
+        .iter()
+        .zip(jaxpr.out_avals())
+        .map(|(r, aval)| from_host(&r.to_host()?, aval.dtype))
+        .collect()
+}

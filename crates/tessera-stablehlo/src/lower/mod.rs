@@ -5,6 +5,7 @@
 mod control;
 mod elementwise;
 mod indexing;
+mod parallel;
 mod reduce;
 mod structural;
 
@@ -310,10 +311,8 @@ fn lower_eqn<'c, 'b>(
         StopGradient | Copy | PipelineEnterStage => Ok(inputs.to_vec()),
         Jit => control::call(ctx, p, inputs, functions),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pvary | Pbroadcast | ShardMap => Err(LowerError::Build(format!(
-            "{} is not lowered yet",
-            eqn.prim.name()
-        ))),
+        | Pvary | Pbroadcast => parallel::collective(ctx, eqn.prim, p, inputs),
+        ShardMap => parallel::shard_map(ctx, p, inputs, functions),
     }
 }
 

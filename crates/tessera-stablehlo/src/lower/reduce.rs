@@ -10,11 +10,16 @@ use super::{Ctx, i64_array, ir, mlir_type};
 use crate::context::LowerError;
 
 fn combiner(prim: Prim) -> &'static str {
+    combiner_for(prim)
+}
+
+/// The scalar combiner of a reduction (or of the all-reduce of `psum`/`pmax`/`pmin`).
+pub(super) fn combiner_for(prim: Prim) -> &'static str {
     match prim {
-        Prim::ReduceSum => "stablehlo.add",
+        Prim::ReduceSum | Prim::Psum => "stablehlo.add",
         Prim::ReduceProd => "stablehlo.multiply",
-        Prim::ReduceMax => "stablehlo.maximum",
-        Prim::ReduceMin => "stablehlo.minimum",
+        Prim::ReduceMax | Prim::Pmax => "stablehlo.maximum",
+        Prim::ReduceMin | Prim::Pmin => "stablehlo.minimum",
         Prim::ReduceAnd => "stablehlo.and",
         _ => "stablehlo.or",
     }

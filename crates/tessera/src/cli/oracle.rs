@@ -99,8 +99,18 @@ fn run_collectives(file: &std::path::Path, backend: &str, grads: bool) -> anyhow
     let interp = |program: &tessera_ir::ClosedJaxpr, inputs: &[tessera_ir::Array]| {
         tessera_ir::interp::eval_closed(program, inputs).map_err(|e| e.to_string())
     };
+    let client = if backend == "pjrt" {
+        Some(tessera_pjrt::Client::cpu(8)?)
+    } else {
+        None
+    };
+    let pjrt = |program: &tessera_ir::ClosedJaxpr, inputs: &[tessera_ir::Array]| match &client {
+        Some(client) => tessera::jit::run_spmd(client, program, inputs).map_err(|e| e.to_string()),
+        None => Err("no PJRT client".to_owned()),
+    };
     let evaluate: &tessera_ir::oracle::Evaluate<'_> = match backend {
         "interp" => &interp,
+        "pjrt" => &pjrt,
         other => anyhow::bail!("unknown backend `{other}`: use `interp` or `pjrt`"),
     };
     let report = tessera_ir::oracle_collectives::run_file(file, evaluate, grads)

@@ -1,0 +1,357 @@
+//! `shard_map` and the collectives, lowered as JAX lowers them for SPMD partitioning: a
+//! `shard_map` wraps each operand in `@Sharding` + `@SPMDFullToShardShape` custom calls (the
+//! body then works on manual per-device blocks) and each result in `@Sharding` +
+//! `@SPMDShardToFullShape`. Collectives become `all_reduce`, `all_gather`, `reduce_scatter`,
+//! `all_to_all` and `collective_permute` over global device ids, with the replica groups and
+//! source–target pairs that `tessera-ir` computes (the interpreter uses the same ones), and
+//! `axis_index` reads `partition_id`.
+
+use melior::ir::Value;
+use tessera_ir::passes::inline_calls;
+use tessera_ir::prim::{ShardMapParams, collective_axes, permutation, replica_groups};
+use tessera_ir::{DType, Params, Prim, ShapedArray, axis_env};
+use tessera_sharding::{AbstractMesh, Mesh, NamedSharding, PartitionSpec, groups};
+
+use super::control::constant_scalar;
+use super::reduce::combiner_for;
+use super::{Ctx, Functions, ir, lower_body, mlir_type};
+use crate::context::LowerError;
+use crate::emit::quote;
+
+const CHANNEL: &str = "#stablehlo.channel_handle<handle = 1, type = 1>";
+
+fn custom_call<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    target: &str,
+    x: Value<'c, 'b>,
+    sharding: &str,
+    out: &ShapedArray,
+) -> Result<Value<'c, 'b>, LowerError> {
+    let attrs = [
+        ("call_target_name", quote(target)),
+        ("mhlo.sharding", quote(sharding)),
+    ];
+    Ok(ctx
+        .body
+        .op("stablehlo.custom_call", &[x], &[&mlir_type(out)], &attrs)?
+        .remove(0))
+}
+
+fn hlo_sharding(
+    mesh: &AbstractMesh,
+    spec: &PartitionSpec,
+    rank: usize,
+) -> Result<String, LowerError> {
+    let mesh = Mesh::iota(mesh.clone());
+    NamedSharding::new(&mesh, spec.clone())
+        .and_then(|s| s.to_hlo_sharding(rank))
+        .map(|h| h.to_string())
+        .map_err(|e| LowerError::Build(e.to_string()))
+}
+
+/// `shard_map`: the body inlined between full-to-shard and shard-to-full conversions.
+pub(super) fn shard_map<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    params: &Params,
+    inputs: &[Value<'c, 'b>],
+    functions: &mut Functions<'_, 'c>,
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    let p = ShardMapParams::read(params).map_err(ir)?;
+    let body = inline_calls(p.body);
+    let block_avals = body.jaxpr.in_avals();
+    let mut blocks = Vec::with_capacity(inputs.len());
+    for (i, &x) in inputs.iter().enumerate() {
+        let global = &ctx.in_avals[i];
+        let sharding = hlo_sharding(&p.mesh, &p.in_specs[i], global.rank())?;
+        let s = custom_call(ctx, "Sharding", x, &sharding, global)?;
+        blocks.push(custom_call(
+            ctx,
+            "SPMDFullToShardShape",
+            s,
+            "{manual}",
+            &block_avals[i],
+        )?);
+    }
+    let consts = body
+        .consts
+        .iter()
+        .map(|c| super::control::constant_array(ctx.body, c))
+        .collect::<Result<Vec<_>, _>>()?;
+    let outs = axis_env::with_mesh(&p.mesh, || {
+        lower_body(ctx.body, &body.jaxpr, &consts, &blocks, functions)
+    })?;
+    let out_blocks = body.jaxpr.out_avals();
+    outs.iter()
+        .enumerate()
+        .map(|(k, &o)| {
+            let global = &ctx.out_avals[k];
+            let s = custom_call(ctx, "Sharding", o, "{manual}", &out_blocks[k])?;
+            let sharding = hlo_sharding(&p.mesh, &p.out_specs[k], global.rank())?;
+            custom_call(ctx, "SPMDShardToFullShape", s, &sharding, global)
+        })
+        .collect()
+}
+
+fn mesh(prim: Prim, params: &Params) -> Result<AbstractMesh, LowerError> {
+    let axes = collective_axes(prim, params).map_err(ir)?;
+    axis_env::mesh_for(prim.name(), &axes).map_err(ir)
+}
+
+/// `dense<[[...]]> : tensor<GxNxi64>`, uneven groups padded with -1 as JAX does.
+fn groups_attr(groups: &[Vec<i64>]) -> String {
+    let width = groups.iter().map(Vec::len).max().unwrap_or(0);
+    let rows: Vec<String> = groups
+        .iter()
+        .map(|g| {
+            let cells: Vec<String> = (0..width)
+                .map(|i| g.get(i).copied().unwrap_or(-1).to_string())
+                .collect();
+            format!("[{}]", cells.join(", "))
+        })
+        .collect();
+    format!(
+        "dense<[{}]> : tensor<{}x{}xi64>",
+        rows.join(", "),
+        groups.len(),
+        width
+    )
+}
+
+/// Every collective (and `pvary`, a no-op once lowered).
+pub(super) fn collective<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    prim: Prim,
+    params: &Params,
+    inputs: &[Value<'c, 'b>],
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    let mesh = mesh(prim, params)?;
+    let int = |k: &str| params.int(prim.name(), k).map_err(ir);
+    let out = &ctx.out_avals[0];
+    let groups = || replica_groups(prim, params, &mesh).map_err(ir);
+    let value = match prim {
+        Prim::Pvary => inputs[0],
+        Prim::AxisIndex => {
+            let axes = collective_axes(prim, params).map_err(ir)?;
+            axis_index(ctx, &mesh, &axes)?
+        }
+        Prim::Psum | Prim::Pmax | Prim::Pmin => all_reduce(ctx, prim, inputs[0], &groups()?)?,
+        Prim::Pbroadcast => {
+            let axes = collective_axes(prim, params).map_err(ir)?;
+            pbroadcast(ctx, inputs[0], &mesh, &axes, int("source")?, &groups()?)?
+        }
+        Prim::AllGather => {
+            let d = int("all_gather_dimension")?;
+            let mut x = inputs[0];
+            if !params.bool_or("tiled", false) {
+                let mut unit = ctx.in_avals[0].clone();
+                unit.shape.insert(d as usize, 1);
+                let dims: Vec<i64> = (0..unit.rank() as i64).filter(|&i| i != d).collect();
+                x = ctx.body.op(
+                    "stablehlo.broadcast_in_dim",
+                    &[x],
+                    &[&mlir_type(&unit)],
+                    &[("broadcast_dimensions", super::i64_array(&dims))],
+                )?[0];
+            }
+            let attrs = [
+                ("all_gather_dim", format!("{d} : i64")),
+                ("channel_handle", CHANNEL.into()),
+                ("replica_groups", groups_attr(&groups()?)),
+                ("use_global_device_ids", "unit".into()),
+            ];
+            ctx.body
+                .op("stablehlo.all_gather", &[x], &[&mlir_type(out)], &attrs)?[0]
+        }
+        Prim::ReduceScatter => reduce_scatter(ctx, params, inputs[0], &groups()?)?,
+        Prim::AllToAll => {
+            let groups = groups()?;
+            let n = groups.first().map_or(1, Vec::len);
+            if n == 1 {
+                inputs[0]
+            } else {
+                let attrs = [
+                    ("channel_handle", CHANNEL.into()),
+                    ("concat_dimension", format!("{} : i64", int("concat_axis")?)),
+                    ("replica_groups", groups_attr(&groups)),
+                    ("split_count", format!("{n} : i64")),
+                    ("split_dimension", format!("{} : i64", int("split_axis")?)),
+                ];
+                ctx.body.op(
+                    "stablehlo.all_to_all",
+                    &[inputs[0]],
+                    &[&mlir_type(out)],
+                    &attrs,
+                )?[0]
+            }
+        }
+        Prim::Ppermute => {
+            let axes = collective_axes(prim, params).map_err(ir)?;
+            let perm = permutation(params).map_err(ir)?;
+            let pairs = groups::permute_pairs(&mesh, &axes, &perm)
+                .map_err(|e| LowerError::Build(e.to_string()))?;
+            let pairs: Vec<Vec<i64>> = pairs.iter().map(|&(s, t)| vec![s, t]).collect();
+            let attrs = [
+                ("channel_handle", CHANNEL.into()),
+                ("source_target_pairs", groups_attr(&pairs)),
+            ];
+            ctx.body.op(
+                "stablehlo.collective_permute",
+                &[inputs[0]],
+                &[&mlir_type(out)],
+                &attrs,
+            )?[0]
+        }
+        other => {
+            return Err(LowerError::Build(format!(
+                "{} is not a collective",
+                other.name()
+            )));
+        }
+    };
+    Ok(vec![value])
+}
+
+fn reducer_region<'c>(
+    ctx: &Ctx<'_, 'c, '_>,
+    prim: Prim,
+    dtype: DType,
+) -> Result<melior::ir::Region<'c>, LowerError> {
+    let st = mlir_type(&ShapedArray::scalar(dtype));
+    let combiner = combiner_for(prim);
+    ctx.body.region(&[&st, &st], "stablehlo.return", |b, xs| {
+        b.op(combiner, xs, &[&st], &[])
+    })
+}
+
+fn all_reduce<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    prim: Prim,
+    x: Value<'c, 'b>,
+    groups: &[Vec<i64>],
+) -> Result<Value<'c, 'b>, LowerError> {
+    let aval = &ctx.out_avals[0];
+    let attrs = [
+        ("channel_handle", CHANNEL.into()),
+        ("replica_groups", groups_attr(groups)),
+        ("use_global_device_ids", "unit".into()),
+    ];
+    let region = reducer_region(ctx, prim, aval.dtype)?;
+    Ok(ctx
+        .body
+        .op_with_regions(
+            "stablehlo.all_reduce",
+            &[x],
+            &[&mlir_type(aval)],
+            &attrs,
+            vec![region],
+        )?
+        .remove(0))
+}
+
+fn reduce_scatter<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    params: &Params,
+    x: Value<'c, 'b>,
+    groups: &[Vec<i64>],
+) -> Result<Value<'c, 'b>, LowerError> {
+    let input = &ctx.in_avals[0];
+    let d = params
+        .int("reduce_scatter", "scatter_dimension")
+        .map_err(ir)?;
+    let n = groups.first().map_or(1, Vec::len) as i64;
+    let mut tiled = input.clone();
+    tiled.shape[d as usize] /= n;
+    let attrs = [
+        ("channel_handle", CHANNEL.into()),
+        ("replica_groups", groups_attr(groups)),
+        ("scatter_dimension", format!("{d} : i64")),
+        ("use_global_device_ids", "unit".into()),
+    ];
+    let region = reducer_region(ctx, Prim::Psum, input.dtype)?;
+    let y = ctx
+        .body
+        .op_with_regions(
+            "stablehlo.reduce_scatter",
+            &[x],
+            &[&mlir_type(&tiled)],
+            &attrs,
+            vec![region],
+        )?
+        .remove(0);
+    let out = &ctx.out_avals[0];
+    if out.shape == tiled.shape {
+        return Ok(y);
+    }
+    Ok(ctx
+        .body
+        .op("stablehlo.reshape", &[y], &[&mlir_type(out)], &[])?
+        .remove(0))
+}
+
+/// This device's index along `axes` (one axis): `partition_id / stride % size` as `i32`.
+fn axis_index<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    mesh: &AbstractMesh,
+    axes: &[String],
+) -> Result<Value<'c, 'b>, LowerError> {
+    let [axis] = axes else {
+        return Err(LowerError::Build(
+            "axis_index over several axes is not supported; take one axis at a time".into(),
+        ));
+    };
+    let pos = mesh
+        .axis_index(axis)
+        .ok_or_else(|| LowerError::Build(format!("unbound axis name: {axis}")))?;
+    let stride: i64 = mesh.axis_sizes()[pos + 1..].iter().product();
+    let size = mesh.axis_sizes()[pos];
+    let u32 = ShapedArray::scalar(DType::U32);
+    let ty = mlir_type(&u32);
+    let id = ctx.body.op("stablehlo.partition_id", &[], &[&ty], &[])?[0];
+    let stride = constant_scalar(ctx.body, stride as f64, &u32)?;
+    let size = constant_scalar(ctx.body, size as f64, &u32)?;
+    let q = ctx
+        .body
+        .op("stablehlo.divide", &[id, stride], &[&ty], &[])?[0];
+    let r = ctx
+        .body
+        .op("stablehlo.remainder", &[q, size], &[&ty], &[])?[0];
+    let i32 = mlir_type(&ShapedArray::scalar(DType::I32));
+    Ok(ctx.body.op("stablehlo.convert", &[r], &[&i32], &[])?[0])
+}
+
+/// `pbroadcast` as JAX defines it: the source's value masked in, zeros elsewhere, summed.
+fn pbroadcast<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    x: Value<'c, 'b>,
+    mesh: &AbstractMesh,
+    axes: &[String],
+    source: i64,
+    groups: &[Vec<i64>],
+) -> Result<Value<'c, 'b>, LowerError> {
+    let aval = &ctx.in_avals[0];
+    let idx = axis_index(ctx, mesh, axes)?;
+    let i32s = ShapedArray::scalar(DType::I32);
+    let src = constant_scalar(ctx.body, source as f64, &i32s)?;
+    let pred = mlir_type(&ShapedArray::scalar(DType::Bool));
+    let here = ctx.body.op(
+        "stablehlo.compare",
+        &[idx, src],
+        &[&pred],
+        &[(
+            "comparison_direction",
+            "#stablehlo<comparison_direction EQ>".into(),
+        )],
+    )?[0];
+    let zeros = constant_scalar(ctx.body, 0.0, &ShapedArray::scalar(aval.dtype))?;
+    let ty = mlir_type(aval);
+    let zeros = ctx.body.op(
+        "stablehlo.broadcast_in_dim",
+        &[zeros],
+        &[&ty],
+        &[("broadcast_dimensions", super::i64_array(&[]))],
+    )?[0];
+    let masked = ctx
+        .body
+        .op("stablehlo.select", &[here, x, zeros], &[&ty], &[])?[0];
+    all_reduce(ctx, Prim::Psum, masked, groups)
+}
