@@ -11,7 +11,7 @@ use tessera_sharding::{AbstractMesh, PartitionSpec};
 use crate::array::Array;
 use crate::error::{IrError, Result};
 use crate::jaxpr::{Atom, ClosedJaxpr};
-use crate::passes::inline_calls;
+use crate::passes::inline_all;
 use crate::prim::{Prim, ShardMapParams, simulate, split_factors};
 
 /// Evaluates a `shard_map` on global operands, returning global results.
@@ -23,7 +23,7 @@ pub fn eval_shard_map(p: &ShardMapParams<'_>, inputs: &[Array]) -> Result<Vec<Ar
             args.push(block_of(x, spec, &p.mesh, pos as i64)?);
         }
     }
-    let body = inline_calls(p.body);
+    let body = inline_all(p.body);
     let outs = crate::axis_env::with_mesh(&p.mesh, || eval_spmd(&body, &p.mesh, per_device))?;
     p.out_specs
         .iter()

@@ -97,7 +97,7 @@ pub(super) fn jvp_rule(
         SelectN | BroadcastInDim | Reshape | Squeeze | ExpandDims | Transpose | Slice
         | DynamicSlice | DynamicUpdateSlice | Concatenate | Pad | ReduceSum | Cumsum | Gather
         | ScatterAdd => one(Some(linear(prim, params, x, ts, &y[0]))),
-        Jit => jit_jvp(params, x, ts, y),
+        Jit | Checkpoint => jit_jvp(params, x, ts, y),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_jvp(prim, params, x, y, t(0)),
         ShardMap => super::parallel::shard_map_jvp(params, x, y, ts),

@@ -11,6 +11,7 @@ mod jvp;
 mod jvp_rules;
 mod linearize;
 mod parallel;
+mod remat;
 mod rules;
 
 pub use jvp::jvp;

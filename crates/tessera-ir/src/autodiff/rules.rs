@@ -275,6 +275,7 @@ pub(super) fn vjp_rule(
             Some(scatter_add_vjp(params, &g, &x[1], &x[2])),
         ],
         Jit => vec![None; x.len()],
+        Checkpoint => super::remat::checkpoint_vjp(params, x, y, gs),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_vjp(prim, params, x, &g),
         ShardMap => super::parallel::shard_map_vjp(params, x, y, gs),

@@ -3,7 +3,8 @@
 //! batches like JAX's non-frame batchers: elementwise collectives keep the batch dimension where
 //! it is, and those with dimension parameters get the batch dimension in front and their
 //! dimensions shifted by one. A `shard_map` batches its body (under the mesh's axes), with an
-//! unsplit leading dimension added to the specs of batched operands and of every result.
+//! unsplit leading dimension added to the specs of batched operands and of every result; a
+//! `checkpoint` region batches its body the same way.
 
 use tessera_sharding::{DimSpec, PartitionSpec};
 
@@ -100,4 +101,38 @@ pub(super) fn shard_map(
     .into_iter()
     .map(|t| (t, Some(0)))
     .collect()
+}
+
+/// Batches a `checkpoint` region: the same region around its batched body.
+pub(super) fn checkpoint(
+    params: &Params,
+    args: &[Batched],
+    size: i64,
+    results: usize,
+) -> Vec<Batched> {
+    let anchor = &args[0].0;
+    let body = params.jaxpr("checkpoint", "jaxpr").and_then(|b| {
+        let in_axes: Vec<Option<usize>> = args.iter().map(|(_, d)| d.map(|_| 0)).collect();
+        super::vmap(b, &in_axes, &vec![0; results], size)
+    });
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return vec![(anchor.fail("checkpoint", e.to_string()), None); results],
+    };
+    let operands: Vec<Tensor> = args
+        .iter()
+        .map(|a| {
+            if a.1.is_some() {
+                to_front(a, size)
+            } else {
+                a.0.clone()
+            }
+        })
+        .collect();
+    let refs: Vec<&Tensor> = operands.iter().collect();
+    let params = with_param(params, "jaxpr", ParamValue::Jaxpr(Box::new(body)));
+    Tensor::bind(Prim::Checkpoint, params, &refs)
+        .into_iter()
+        .map(|t| (t, Some(0)))
+        .collect()
 }

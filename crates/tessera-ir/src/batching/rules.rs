@@ -52,6 +52,7 @@ pub(super) fn batch_rule(
         DynamicUpdateSlice => one(indexing::dynamic_update_slice(params, args, size)),
         Gather => one(indexing::gather(params, args, size)),
         ScatterAdd => one(indexing::scatter_add(params, args, size)),
+        Checkpoint => super::parallel::checkpoint(params, args, size, out.len()),
         Jit => out
             .iter()
             .map(|_| {

@@ -21,7 +21,9 @@ pub fn fold_constants(closed: &ClosedJaxpr) -> ClosedJaxpr {
             })
             .collect();
         let out_aval = (eqn.outputs.len() == 1).then(|| jaxpr.aval(eqn.outputs[0]).clone());
-        let foldable = eqn.prim != Prim::Jit && !inputs.is_empty();
+        let foldable = !matches!(eqn.prim, Prim::Jit | Prim::Checkpoint | Prim::ShardMap)
+            && !eqn.prim.is_collective()
+            && !inputs.is_empty();
         if let (true, Some(args), Some(aval)) =
             (foldable, literals, out_aval.filter(|a| a.rank() == 0))
             && let Ok(mut out) = eqn

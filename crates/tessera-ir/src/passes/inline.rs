@@ -1,4 +1,6 @@
 //! Inlining: replaces each nested call (`jit`) by the equations of its jaxpr, recursively.
+//! `checkpoint` regions are kept by [`inline_calls`] (autodiff needs their boundary to recompute
+//! them) and flattened too by [`inline_all`] (for evaluators that want one flat program).
 
 use crate::jaxpr::{Atom, ClosedJaxpr, Eqn};
 use crate::prim::Prim;
@@ -7,11 +9,20 @@ use super::Rebuild;
 
 /// Flattens every nested call into the calling jaxpr. Calls whose jaxpr has constants are kept.
 pub fn inline_calls(closed: &ClosedJaxpr) -> ClosedJaxpr {
+    inline_where(closed, &[Prim::Jit])
+}
+
+/// Flattens nested calls and `checkpoint` regions alike.
+pub fn inline_all(closed: &ClosedJaxpr) -> ClosedJaxpr {
+    inline_where(closed, &[Prim::Jit, Prim::Checkpoint])
+}
+
+fn inline_where(closed: &ClosedJaxpr, prims: &[Prim]) -> ClosedJaxpr {
     let jaxpr = &closed.jaxpr;
     let mut rb = Rebuild::new(jaxpr);
     for eqn in &jaxpr.eqns {
-        match inlinable(eqn) {
-            Some(inner) => splice(&mut rb, eqn, &inline_calls(inner)),
+        match inlinable(eqn, prims) {
+            Some(inner) => splice(&mut rb, eqn, &inline_where(inner, prims)),
             None => rb.copy(eqn),
         }
     }
@@ -21,8 +32,8 @@ pub fn inline_calls(closed: &ClosedJaxpr) -> ClosedJaxpr {
     }
 }
 
-fn inlinable(eqn: &Eqn) -> Option<&ClosedJaxpr> {
-    if eqn.prim != Prim::Jit {
+fn inlinable<'a>(eqn: &'a Eqn, prims: &[Prim]) -> Option<&'a ClosedJaxpr> {
+    if !prims.contains(&eqn.prim) {
         return None;
     }
     eqn.params

@@ -11,7 +11,7 @@ mod split_stages;
 pub use cse::eliminate_common_subexpressions;
 pub use dce::eliminate_dead_code;
 pub use fold::fold_constants;
-pub use inline::inline_calls;
+pub use inline::{inline_all, inline_calls};
 pub use split_stages::{StageInput, StageProgram, StageSplit, split_stages};
 
 use std::collections::HashMap;

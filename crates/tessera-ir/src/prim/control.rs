@@ -1,5 +1,7 @@
 //! Identity-like and call primitives: `stop_gradient`, `copy`, `pipeline_enter_stage` (a stage
-//! boundary marker, identity on values) and `jit` (a nested call of a closed jaxpr).
+//! boundary marker, identity on values), `jit` (a nested call of a closed jaxpr) and `checkpoint`
+//! (a nested call whose forward autodiff recomputes in the backward pass instead of saving its
+//! intermediate values: JAX's `remat`).
 
 use super::{Prim, arity};
 use crate::array::Array;
@@ -13,7 +15,7 @@ pub(super) fn abstract_eval(
     inputs: &[ShapedArray],
 ) -> Result<Vec<ShapedArray>> {
     match prim {
-        Prim::Jit => {
+        Prim::Jit | Prim::Checkpoint => {
             let inner = params.jaxpr(prim.name(), "jaxpr")?;
             let expected = inner.jaxpr.in_avals();
             if expected.len() != inputs.len()
@@ -54,7 +56,9 @@ pub(super) fn eval(
     _outputs: &[ShapedArray],
 ) -> Result<Vec<Array>> {
     match prim {
-        Prim::Jit => crate::interp::eval_closed(params.jaxpr(prim.name(), "jaxpr")?, inputs),
+        Prim::Jit | Prim::Checkpoint => {
+            crate::interp::eval_closed(params.jaxpr(prim.name(), "jaxpr")?, inputs)
+        }
         _ => Ok(inputs.to_vec()),
     }
 }

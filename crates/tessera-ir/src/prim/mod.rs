@@ -49,6 +49,7 @@ macro_rules! prims {
                     $($name => Ok(Prim::$variant),)*
                     "pjit" | "closed_call" | "core_call" => Ok(Prim::Jit),
                     "psum_invariant" => Ok(Prim::Psum),
+                    "remat" | "remat2" => Ok(Prim::Checkpoint),
                     other => Err(IrError::UnknownPrimitive(other.to_owned())),
                 }
             }
@@ -78,7 +79,7 @@ prims! {
     Psum => "psum", Pmax => "pmax", Pmin => "pmin", AllGather => "all_gather",
     ReduceScatter => "reduce_scatter", Ppermute => "ppermute", AllToAll => "all_to_all",
     AxisIndex => "axis_index", Pvary => "pvary", Pbroadcast => "pbroadcast",
-    ShardMap => "shard_map",
+    ShardMap => "shard_map", Checkpoint => "checkpoint",
 }
 
 /// Which family module holds a primitive's rules.
@@ -107,7 +108,7 @@ impl Prim {
             | Argmin | Cumsum => Family::Reduce,
             DotGeneral => Family::Linalg,
             Gather | ScatterAdd => Family::Indexing,
-            StopGradient | Copy | Jit | PipelineEnterStage => Family::Control,
+            StopGradient | Copy | Jit | Checkpoint | PipelineEnterStage => Family::Control,
             Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
             | Pvary | Pbroadcast => Family::Collective,
             ShardMap => Family::ShardMap,

@@ -304,6 +304,26 @@ pub fn jit(name: &str, args: &[&Tensor], f: impl FnOnce(&[Tensor]) -> Vec<Tensor
     }
 }
 
+/// Calls `f` as a `checkpoint` region (JAX's `jax.checkpoint`/`remat`): the values it computes
+/// are not kept for the backward pass; differentiation recomputes them from its operands.
+pub fn checkpoint(args: &[&Tensor], f: impl FnOnce(&[Tensor]) -> Vec<Tensor>) -> Vec<Tensor> {
+    let Some(first) = args.first() else {
+        return Vec::new();
+    };
+    let avals: Vec<ShapedArray> = args.iter().map(|t| t.aval.clone()).collect();
+    match trace(&avals, f) {
+        Ok(inner) => {
+            let params = Params::new()
+                .with("jaxpr", ParamValue::Jaxpr(Box::new(inner)))
+                .with("prevent_cse", ParamValue::Bool(true))
+                .with("differentiated", ParamValue::Bool(false))
+                .with("policy", ParamValue::Name("None".into()));
+            Tensor::bind(Prim::Checkpoint, params, args)
+        }
+        Err(e) => vec![first.fail("checkpoint", format!("in the checkpointed function: {e}"))],
+    }
+}
+
 /// Calls a closed program on traced operands as a nested `jit` equation.
 pub fn call_closed(program: &ClosedJaxpr, args: &[&Tensor]) -> Vec<Tensor> {
     let params = Params::new()

@@ -251,6 +251,13 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
         ),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast | ShardMap => collective(prim),
+        Checkpoint => {
+            let aval = ShapedArray::new(DType::F64, &[2, 3]);
+            tessera_ir::trace::trace(&[aval.clone(), aval], |a| {
+                tessera_ir::trace::checkpoint(&[&a[0], &a[1]], |b| vec![&b[0].sin() * &b[1]])
+            })
+            .unwrap_or_else(|e| panic!("{e}"))
+        }
         PipelineEnterStage => prog(
             "a:f64[2,3] b:f64[3]",
             "c:f64[2,3] d:f64[3] = pipeline_enter_stage[stage=1] a b\ne:f64[3] = sin d",

@@ -309,7 +309,7 @@ fn lower_eqn<'c, 'b>(
         Gather => indexing::gather(ctx, p, inputs),
         ScatterAdd => indexing::scatter_add(ctx, p, inputs),
         StopGradient | Copy | PipelineEnterStage => Ok(inputs.to_vec()),
-        Jit => control::call(ctx, p, inputs, functions),
+        Jit | Checkpoint => control::call(ctx, p, inputs, functions),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => parallel::collective(ctx, eqn.prim, p, inputs),
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),

@@ -7,7 +7,7 @@
 //! `axis_index` reads `partition_id`.
 
 use melior::ir::Value;
-use tessera_ir::passes::inline_calls;
+use tessera_ir::passes::inline_all;
 use tessera_ir::prim::{ShardMapParams, collective_axes, permutation, replica_groups};
 use tessera_ir::{DType, Params, Prim, ShapedArray, axis_env};
 use tessera_sharding::{AbstractMesh, Mesh, NamedSharding, PartitionSpec, groups};
@@ -57,7 +57,7 @@ pub(super) fn shard_map<'c, 'b>(
     functions: &mut Functions<'_, 'c>,
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     let p = ShardMapParams::read(params).map_err(ir)?;
-    let body = inline_calls(p.body);
+    let body = inline_all(p.body);
     let block_avals = body.jaxpr.in_avals();
     let mut blocks = Vec::with_capacity(inputs.len());
     for (i, &x) in inputs.iter().enumerate() {
