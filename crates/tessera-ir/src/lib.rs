@@ -8,6 +8,8 @@
 //! - [`interp`]: the reference interpreter over [`Array`]s.
 //! - [`autodiff`]: [`vjp`], [`value_and_grad`], forward-mode [`jvp()`] and [`linearize()`].
 //! - [`batching`]: [`vmap`], JAX's batching with `in_axes`/`out_axes`.
+//! - [`axis_env`], [`spmd`]: the named axes `shard_map` binds for its collectives, and the SPMD
+//!   interpreter that runs a `shard_map` on simulated devices.
 
 pub mod array;
 pub mod autodiff;

@@ -92,11 +92,7 @@ pub(super) fn shard_map_vjp(
             return vec![Some(anchor.fail("shard_map", msg)); x.len()];
         }
     };
-    let cts: Vec<Tensor> = gs
-        .iter()
-        .zip(y)
-        .map(|(g, y)| g.clone().unwrap_or_else(|| zeros_like(y)))
-        .collect();
+    let cts = super::rules::cotangents_or_zeros(gs, y);
     let mut operands: Vec<&Tensor> = x.iter().collect();
     operands.extend(cts.iter());
     let in_specs: Vec<_> = p.in_specs.iter().chain(&p.out_specs).cloned().collect();

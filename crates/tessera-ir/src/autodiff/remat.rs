@@ -2,7 +2,6 @@
 //! results; the backward pass calls the region's own VJP program, which recomputes the region's
 //! intermediate values from its operands. Memory traded for compute, as pipeline stages want.
 
-use super::rules::zeros_like;
 use crate::params::Params;
 use crate::trace::{Tensor, call_closed};
 
@@ -21,11 +20,7 @@ pub(super) fn checkpoint_vjp(
             return vec![Some(anchor.fail("checkpoint", msg)); x.len()];
         }
     };
-    let cts: Vec<Tensor> = gs
-        .iter()
-        .zip(y)
-        .map(|(g, y)| g.clone().unwrap_or_else(|| zeros_like(y)))
-        .collect();
+    let cts = super::rules::cotangents_or_zeros(gs, y);
     let operands: Vec<&Tensor> = x.iter().chain(cts.iter()).collect();
     call_closed(&body_vjp, &operands)
         .into_iter()

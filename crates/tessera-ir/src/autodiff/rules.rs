@@ -12,6 +12,14 @@ pub(super) fn add_any(a: &Tensor, b: &Tensor) -> Tensor {
     Tensor::bind1(Prim::AddAny, Params::new(), &[a, b])
 }
 
+/// The cotangent of each result, zeros of the result's type where it has none.
+pub(super) fn cotangents_or_zeros(gs: &[Option<Tensor>], y: &[Tensor]) -> Vec<Tensor> {
+    gs.iter()
+        .zip(y)
+        .map(|(g, y)| g.clone().unwrap_or_else(|| zeros_like(y)))
+        .collect()
+}
+
 /// Zeros of `x`'s type.
 pub(crate) fn zeros_like(x: &Tensor) -> Tensor {
     let zero = x.literal_strong(0.0, x.dtype());
