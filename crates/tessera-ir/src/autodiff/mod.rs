@@ -1,6 +1,6 @@
 //! Reverse-mode differentiation: [`vjp`] turns a program into one that also takes cotangents for
 //! its results and returns the cotangents of its arguments. It replays the forward equations,
-//! then walks them backwards applying each primitive's rule (in [`rules`]), accumulating
+//! then walks them backwards applying each primitive's rule (in the private module `rules`), accumulating
 //! cotangents with `add_any`. Nested calls are inlined first. Integer and boolean values carry
 //! no cotangent (their gradients are zeros, JAX's float0).
 //!
