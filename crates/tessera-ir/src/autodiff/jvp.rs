@@ -32,7 +32,7 @@ pub fn jvp(program: &ClosedJaxpr) -> Result<ClosedJaxpr> {
         });
     }
     crate::verify(program)?;
-    let flat = inline_calls(program);
+    let flat = inline_calls(&crate::passes::unroll_treduce(program)?);
     let jaxpr = &flat.jaxpr;
     let mut avals: Vec<ShapedArray> = jaxpr.in_avals();
     avals.extend(jaxpr.in_avals());

@@ -98,6 +98,15 @@ pub(super) fn jvp_rule(
         | DynamicSlice | DynamicUpdateSlice | Concatenate | Pad | ReduceSum | Cumsum | Gather
         | ScatterAdd => one(Some(linear(prim, params, x, ts, &y[0]))),
         Jit | Checkpoint => jit_jvp(params, x, ts, y),
+        Treduce => vec![
+            Some(y[0].fail(
+            "treduce",
+            "jvp reaches treduce only through its entry point, which unrolls the loop first; \
+             call jvp on the whole program"
+                .into(),
+        ));
+            y.len()
+        ],
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_jvp(prim, params, x, y, t(0)),
         ShardMap => super::parallel::shard_map_jvp(params, x, y, ts),

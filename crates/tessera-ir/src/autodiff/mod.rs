@@ -105,7 +105,7 @@ fn vjp_program(program: &ClosedJaxpr, with_values: bool) -> Result<ClosedJaxpr> 
             message: "programs with closed-over constants are not differentiable yet; pass the constants as arguments".into(),
         });
     }
-    let flat = inline_calls(program);
+    let flat = inline_calls(&crate::passes::unroll_treduce(program)?);
     let jaxpr = &flat.jaxpr;
     let mut avals: Vec<ShapedArray> = jaxpr.in_avals();
     avals.extend(jaxpr.out_avals());

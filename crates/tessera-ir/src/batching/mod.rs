@@ -35,7 +35,7 @@ pub fn vmap(
 ) -> Result<ClosedJaxpr> {
     check_axes(program, in_axes, out_axes, axis_size)?;
     crate::verify(program)?;
-    let flat = inline_calls(program);
+    let flat = inline_calls(&crate::passes::unroll_treduce(program)?);
     let jaxpr = &flat.jaxpr;
     let avals: Vec<ShapedArray> = jaxpr
         .in_avals()

@@ -53,6 +53,19 @@ pub(super) fn batch_rule(
         Gather => one(indexing::gather(params, args, size)),
         ScatterAdd => one(indexing::scatter_add(params, args, size)),
         Checkpoint => super::parallel::checkpoint(params, args, size, out.len()),
+        Treduce => out
+            .iter()
+            .map(|_| {
+                (
+                    unsupported(
+                        args,
+                        prim,
+                        "treduce here; vmap unrolls loops at its entry point",
+                    ),
+                    None,
+                )
+            })
+            .collect(),
         Jit => out
             .iter()
             .map(|_| {

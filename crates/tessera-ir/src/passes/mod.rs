@@ -7,12 +7,14 @@ mod dce;
 mod fold;
 mod inline;
 mod split_stages;
+mod unroll;
 
 pub use cse::eliminate_common_subexpressions;
 pub use dce::eliminate_dead_code;
 pub use fold::fold_constants;
 pub use inline::{inline_all, inline_calls};
 pub use split_stages::{StageInput, StageProgram, StageSplit, split_stages};
+pub use unroll::unroll_treduce;
 
 use std::collections::HashMap;
 

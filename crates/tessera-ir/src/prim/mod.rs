@@ -11,6 +11,7 @@ mod linalg;
 mod reduce;
 mod shard_map;
 mod structural;
+mod treduce;
 
 pub use collective::{
     axis_names, collective_axes, index_groups, permutation, replica_groups, scatter_shape, simulate,
@@ -18,6 +19,7 @@ pub use collective::{
 pub use indexing::{GatherDims, ScatterDims, gather_dims, scatter_dims};
 pub use linalg::{DotDims, dot_dims, free_dims};
 pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
+pub use treduce::{ReduceOp, TreduceParams, combined_aval, treduce_params};
 
 use crate::array::Array;
 use crate::aval::ShapedArray;
@@ -79,7 +81,7 @@ prims! {
     Psum => "psum", Pmax => "pmax", Pmin => "pmin", AllGather => "all_gather",
     ReduceScatter => "reduce_scatter", Ppermute => "ppermute", AllToAll => "all_to_all",
     AxisIndex => "axis_index", Pvary => "pvary", Pbroadcast => "pbroadcast",
-    ShardMap => "shard_map", Checkpoint => "checkpoint",
+    ShardMap => "shard_map", Checkpoint => "checkpoint", Treduce => "treduce",
 }
 
 /// Which family module holds a primitive's rules.
@@ -92,6 +94,7 @@ enum Family {
     Control,
     Collective,
     ShardMap,
+    Treduce,
 }
 
 impl Prim {
@@ -112,6 +115,7 @@ impl Prim {
             Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
             | Pvary | Pbroadcast => Family::Collective,
             ShardMap => Family::ShardMap,
+            Treduce => Family::Treduce,
         }
     }
 
@@ -138,6 +142,7 @@ impl Prim {
             Family::Control => control::abstract_eval(self, params, inputs),
             Family::Collective => return collective::abstract_eval(self, params, inputs),
             Family::ShardMap => return shard_map::abstract_eval(params, inputs),
+            Family::Treduce => treduce::abstract_eval(params, inputs),
         }?;
         // Inside shard_map, a local computation varies over every axis an operand varies over.
         let vma: std::collections::BTreeSet<String> =
@@ -164,6 +169,7 @@ impl Prim {
             Family::Control => control::eval(self, params, inputs, outputs),
             Family::Collective => collective::eval(self),
             Family::ShardMap => shard_map::eval(params, inputs),
+            Family::Treduce => treduce::eval(params, inputs),
         }
     }
 }

@@ -21,10 +21,12 @@
 //! weakly typed and take their partner's dtype).
 
 mod collectives;
+mod loops;
 mod nn;
 mod ops;
 
 pub use collectives::{pmap, shard_map, shard_map_program};
+pub use loops::{default_ops, treduce, treduce_i, value_and_grad_call};
 pub use nn::where_;
 
 use std::cell::RefCell;

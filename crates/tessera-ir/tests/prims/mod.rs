@@ -251,6 +251,19 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
         ),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast | ShardMap => collective(prim),
+        Treduce => {
+            let f64 = |s: &[i64]| ShapedArray::new(DType::F64, s);
+            tessera_ir::trace::trace(&[f64(&[3]), f64(&[4, 3])], |a| {
+                let ops = [
+                    tessera_ir::prim::ReduceOp::Add,
+                    tessera_ir::prim::ReduceOp::Concat(1),
+                ];
+                tessera_ir::trace::treduce(&[&a[0]], &[&a[1]], 0, "1f1b", &ops, |w, x| {
+                    vec![&x[0] * &w[0], x[0].sin()]
+                })
+            })
+            .unwrap_or_else(|e| panic!("{e}"))
+        }
         Checkpoint => {
             let aval = ShapedArray::new(DType::F64, &[2, 3]);
             tessera_ir::trace::trace(&[aval.clone(), aval], |a| {

@@ -58,6 +58,8 @@ pub fn lower_closed(
     closed: &ClosedJaxpr,
     options: &LowerOptions,
 ) -> Result<EmittedModule, LowerError> {
+    let unrolled = tessera_ir::passes::unroll_treduce(closed).map_err(ir)?;
+    let closed = &unrolled;
     let context = crate::new_context();
     let emitter = ModuleEmitter::new(&context, "jit_main", options.num_partitions.max(1), 1)?;
     let mut functions = Functions {
@@ -313,6 +315,12 @@ fn lower_eqn<'c, 'b>(
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => parallel::collective(ctx, eqn.prim, p, inputs),
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),
+        // `lower_closed` unrolls loops first; a loop reaching here came through `lower_flat`.
+        Treduce => Err(LowerError::Build(
+            "treduce must be unrolled before lowering (passes::unroll_treduce), or pipelined \
+             with mpmd_jit"
+                .into(),
+        )),
     }
 }
 
