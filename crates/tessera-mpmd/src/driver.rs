@@ -68,6 +68,18 @@ pub struct StepOutput {
     pub timings: Timings,
 }
 
+/// What one pipelined step returns, with the gradients left on their groups' devices.
+#[derive(Debug)]
+pub struct DeviceStepOutput {
+    /// The gradient of each parameter argument (summed over microbatches), in `params` order,
+    /// on the group that owns the parameter.
+    pub grads: Vec<DeviceArray>,
+    /// Each microbatch's loss.
+    pub losses: Vec<f64>,
+    /// When each task ran.
+    pub timings: Timings,
+}
+
 /// A pipelined step ready to run.
 pub struct CompiledPipeline {
     client: Client,
@@ -175,6 +187,37 @@ impl CompiledPipeline {
         args: &HashMap<usize, HostArray>,
         data: &[HashMap<usize, HostArray>],
     ) -> Result<StepOutput, DriverError> {
+        let out = self.step_on_device(args, data)?;
+        Ok(StepOutput {
+            grads: out
+                .grads
+                .iter()
+                .map(DeviceArray::to_host)
+                .collect::<Result<_, _>>()?,
+            losses: out.losses,
+            timings: out.timings,
+        })
+    }
+
+    /// The group that runs `stage` (and holds its parameters).
+    pub fn group_of_stage(&self, stage: usize) -> Option<usize> {
+        self.schedule_plan
+            .placement
+            .actor(stage as u32)
+            .map(|a| a as usize)
+    }
+
+    /// The stage whose parameter loss argument `arg` is.
+    pub fn stage_of_param(&self, arg: usize) -> Option<usize> {
+        self.parts.iter().position(|p| p.param_args.contains(&arg))
+    }
+
+    /// Like [`CompiledPipeline::step`], leaving the gradients on device.
+    pub fn step_on_device(
+        &self,
+        args: &HashMap<usize, HostArray>,
+        data: &[HashMap<usize, HostArray>],
+    ) -> Result<DeviceStepOutput, DriverError> {
         if data.len() != self.microbatches as usize {
             return Err(DriverError::Config(format!(
                 "{} microbatches given, the pipeline runs {}",
@@ -223,14 +266,14 @@ impl CompiledPipeline {
             &DeviceCopyTransport::new(&self.mesh),
         )?;
         let stages = self.parts.len();
-        let mut by_arg: HashMap<usize, HostArray> = HashMap::new();
+        let mut by_arg: HashMap<usize, DeviceArray> = HashMap::new();
         let mut results = out.results.into_iter();
         for s in 0..stages {
             for k in 0..self.parts[s].shape.params {
                 let value = results
                     .next()
                     .ok_or_else(|| DriverError::Config("missing gradient".into()))?;
-                by_arg.insert(self.parts[s].param_args[k], value.to_host()?);
+                by_arg.insert(self.parts[s].param_args[k], value);
             }
         }
         let losses = results
@@ -246,7 +289,7 @@ impl CompiledPipeline {
             .iter()
             .map(|k| by_arg.remove(k).ok_or_else(|| missing(*k)))
             .collect::<Result<_, _>>()?;
-        Ok(StepOutput {
+        Ok(DeviceStepOutput {
             grads,
             losses,
             timings: out.timings,

@@ -1,13 +1,17 @@
 //! MPMD pipeline parallelism (NVIDIA JAXPP's model in Rust): an [`MpmdMesh`] splits a mesh into
 //! groups along one axis; each group runs its own SPMD programs (pipeline stages) on its devices;
 //! [`MpmdArray`]s live on the groups that use them; the reshards move arrays between the SPMD and
-//! MPMD layouts. The pipelined `treduce` runtime builds on these.
+//! MPMD layouts. [`mpmd_jit`] runs a training step whose micro-batch loop is a `treduce`:
+//! the loop pipelined over the groups under its schedule, the rest (the optimizer update) on the
+//! groups that hold the parameters.
 
 mod array;
 pub mod compose;
 pub mod driver;
 mod error;
+pub mod host;
 mod mesh;
+pub mod mpmd_jit;
 pub mod partition;
 pub mod pipeline;
 mod reshard;
@@ -17,6 +21,7 @@ mod sharding;
 pub use array::MpmdArray;
 pub use error::{MpmdError, Result};
 pub use mesh::MpmdMesh;
+pub use mpmd_jit::{MpmdJit, mpmd_jit};
 pub use reshard::{
     group_by_size_threshold, interleaved_order, mpmd_to_spmd_reshard, spmd_to_mpmd_reshard,
 };

@@ -6,10 +6,10 @@
 use std::collections::HashMap;
 
 use crate::error::Result;
-use crate::jaxpr::{Atom, ClosedJaxpr, Var};
+use crate::jaxpr::{ClosedJaxpr, Var};
 use crate::params::{ParamValue, Params};
 use crate::prim::{Prim, ReduceOp, TreduceParams};
-use crate::trace::{Tensor, call_closed, trace};
+use crate::trace::{Tensor, call_closed, replay, replay_atom, trace};
 
 use super::{eliminate_dead_code, inline_calls};
 
@@ -36,26 +36,26 @@ pub fn unroll_treduce(closed: &ClosedJaxpr) -> Result<ClosedJaxpr> {
             .copied()
             .zip(args.iter().cloned())
             .collect();
-        let read = |env: &HashMap<Var, Tensor>, a: &Atom| match a {
-            Atom::Var(v) => env[v].clone(),
-            Atom::Lit(l) => anchor.literal_strong(l.value, l.aval.dtype),
-        };
         for eqn in &jaxpr.eqns {
-            let inputs: Vec<Tensor> = eqn.inputs.iter().map(|a| read(&env, a)).collect();
+            let inputs: Vec<Tensor> = eqn
+                .inputs
+                .iter()
+                .map(|a| replay_atom(&env, &anchor, a))
+                .collect();
             let outs = if eqn.prim == Prim::Treduce {
                 unrolled(&eqn.params, &inputs, &anchor)
-            } else if inputs.is_empty() {
-                vec![Tensor::bind_nullary(eqn.prim, eqn.params.clone(), &anchor)]
             } else {
-                let refs: Vec<&Tensor> = inputs.iter().collect();
-                let out_aval = eqn.outputs.first().map(|&v| jaxpr.aval(v).clone());
-                Tensor::bind_typed(eqn.prim, eqn.params.clone(), &refs, out_aval)
+                replay(eqn, jaxpr, &inputs, &anchor)
             };
             for (&v, t) in eqn.outputs.iter().zip(outs) {
                 env.insert(v, t);
             }
         }
-        jaxpr.outvars.iter().map(|a| read(&env, a)).collect()
+        jaxpr
+            .outvars
+            .iter()
+            .map(|a| replay_atom(&env, &anchor, a))
+            .collect()
     })?;
     Ok(eliminate_dead_code(&inline_calls(&out)))
 }

@@ -248,6 +248,34 @@ fn lift_to_common_vma(prim: Prim, inputs: &[&Tensor]) -> Vec<Tensor> {
         .collect()
 }
 
+/// Records equation `eqn` of `jaxpr` again on traced `operands` (in `anchor`'s trace when it
+/// has none), with its own parameters and result types: how passes and program splitters copy
+/// equations into a new trace.
+pub fn replay(eqn: &Eqn, jaxpr: &Jaxpr, operands: &[Tensor], anchor: &Tensor) -> Vec<Tensor> {
+    if operands.is_empty() {
+        return vec![Tensor::bind_nullary(eqn.prim, eqn.params.clone(), anchor)];
+    }
+    let refs: Vec<&Tensor> = operands.iter().collect();
+    let out = eqn.outputs.first().map(|&v| jaxpr.aval(v).clone());
+    Tensor::bind_typed(eqn.prim, eqn.params.clone(), &refs, out)
+}
+
+/// The value of `atom` of a program being replayed: its tensor in `env`, or its literal in
+/// `anchor`'s trace.
+pub fn replay_atom(
+    env: &std::collections::HashMap<crate::jaxpr::Var, Tensor>,
+    anchor: &Tensor,
+    atom: &Atom,
+) -> Tensor {
+    match atom {
+        Atom::Var(v) => env
+            .get(v)
+            .cloned()
+            .unwrap_or_else(|| anchor.fail("replay", format!("variable {} has no value", v.0))),
+        Atom::Lit(l) => anchor.literal_strong(l.value, l.aval.dtype),
+    }
+}
+
 /// Traces `f` on arguments of types `in_avals` into a closed jaxpr.
 pub fn trace(
     in_avals: &[ShapedArray],

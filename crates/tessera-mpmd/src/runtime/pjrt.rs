@@ -79,7 +79,8 @@ impl PjrtExecutor {
         &self.programs
     }
 
-    fn execute(&self, program: usize, inputs: &[&Array]) -> Result<Vec<Array>, BoxError> {
+    /// Runs compiled program `program` on arrays laid out on its group.
+    pub fn execute(&self, program: usize, inputs: &[&Array]) -> Result<Vec<Array>, BoxError> {
         let compiled = self
             .programs
             .get(program)

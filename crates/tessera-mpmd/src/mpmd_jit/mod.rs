@@ -1,0 +1,507 @@
+//! `mpmd_jit(step)`: a traced training step whose micro-batch loop is a `treduce` of
+//! `value_and_grad_call(loss, argnums, ...)` runs as JAXPP runs it. The loss (with its
+//! `pipeline_enter_stage` markers) is partitioned into stage tasks and pipelined over the MPMD
+//! groups under the loop's schedule; the step's remaining code (the optimizer update) is split
+//! by the groups whose parameters and gradients it reads and compiled for those groups, so the
+//! update runs where the parameters live; what reads no parameter (the mean loss) runs on the
+//! host interpreter.
+//!
+//! What the loop may hold, for now: one `value_and_grad_call` whose results are the loop's
+//! results, combined by `Concat(0)` or `Add` for the loss and `Add` for the gradients; its
+//! parameters are loop invariants, its data the sliced arrays; the loop's operands are
+//! arguments of the step.
+
+mod update;
+
+use std::collections::HashMap;
+
+use tessera_ir::prim::{ReduceOp, TreduceParams};
+use tessera_ir::{Array, Atom, ClosedJaxpr, Eqn, Jaxpr, ParamValue, Prim, ShapedArray};
+use tessera_pjrt::{Array as DeviceArray, Client, HostArray};
+use tessera_schedule::{Registry, ScheduleParams};
+use tessera_sharding::{NamedSharding, PartitionSpec};
+use tessera_stablehlo::{LowerOptions, lower_closed};
+
+use crate::driver::{CompiledPipeline, DriverError};
+use crate::host::{element_type, from_host, to_host};
+use crate::mesh::MpmdMesh;
+use crate::runtime::{OutputLayout, PjrtExecutor, Timings};
+use update::{Piece, Place};
+
+/// Where a loss argument's value comes from in the step.
+#[derive(Debug, Clone, Copy)]
+enum LossInput {
+    /// A parameter: step argument `i`, the same for every micro-batch.
+    Param(usize),
+    /// Loop-invariant data: step argument `i`, the same for every micro-batch.
+    Invariant(usize),
+    /// Sliced data: micro-batch `mb` of step argument `i`.
+    Sliced(usize),
+}
+
+/// A compiled step.
+pub struct MpmdJit {
+    client: Client,
+    mesh: MpmdMesh,
+    pipeline: CompiledPipeline,
+    loss_inputs: Vec<LossInput>,
+    axis: usize,
+    length: usize,
+    loss_op: ReduceOp,
+    in_avals: Vec<ShapedArray>,
+    num_outputs: usize,
+    num_args: usize,
+    updates: PjrtExecutor,
+    pieces: Vec<(Piece, Option<usize>)>,
+}
+
+/// What one call returns besides the step's results.
+#[derive(Debug)]
+pub struct StepRun {
+    /// The step's results, on the host.
+    pub outputs: Vec<HostArray>,
+    /// Each micro-batch's loss.
+    pub losses: Vec<f64>,
+    /// When each pipeline task ran.
+    pub timings: Timings,
+}
+
+fn config(message: impl Into<String>) -> DriverError {
+    DriverError::Config(message.into())
+}
+
+/// Compiles `step` for `mesh`'s groups (see the module docs for what the step may hold).
+pub fn mpmd_jit(
+    client: &Client,
+    mesh: &MpmdMesh,
+    step: &ClosedJaxpr,
+) -> Result<MpmdJit, DriverError> {
+    MpmdJit::new(client, mesh, step)
+}
+
+/// The loop equation and the step argument behind each of its operands.
+fn find_loop(jaxpr: &Jaxpr) -> Result<(usize, Vec<usize>), DriverError> {
+    let loops: Vec<usize> = (0..jaxpr.eqns.len())
+        .filter(|&i| jaxpr.eqns[i].prim == Prim::Treduce)
+        .collect();
+    let [index] = loops[..] else {
+        return Err(config(format!(
+            "mpmd_jit needs exactly one treduce in the step, found {}",
+            loops.len()
+        )));
+    };
+    let operands = jaxpr.eqns[index]
+        .inputs
+        .iter()
+        .map(|a| match a {
+            Atom::Var(v) => jaxpr.invars.iter().position(|i| i == v),
+            Atom::Lit(_) => None,
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| config("every operand of the treduce must be an argument of the step; compute the micro-batches outside the step"))?;
+    Ok((index, operands))
+}
+
+/// The loss, its parameter argnums, and the step argument of each loss argument.
+fn read_body(
+    p: &TreduceParams<'_>,
+    operands: &[usize],
+) -> Result<(ClosedJaxpr, Vec<usize>, Vec<LossInput>), DriverError> {
+    let body = &p.body.jaxpr;
+    let shape_error = || {
+        config(
+            "the treduce body must be one value_and_grad_call(loss, argnums, args) whose results are the body's results",
+        )
+    };
+    let [call] = &body.eqns[..] else {
+        return Err(shape_error());
+    };
+    let is_vag = call.prim == Prim::Jit
+        && matches!(call.params.get("name"), Some(ParamValue::Name(n)) if n == "value_and_grad");
+    let same_outputs = body.outvars.len() == call.outputs.len()
+        && body
+            .outvars
+            .iter()
+            .zip(&call.outputs)
+            .all(|(a, v)| *a == Atom::Var(*v));
+    if !is_vag || !same_outputs {
+        return Err(shape_error());
+    }
+    let loss = match call.params.get("primal") {
+        Some(ParamValue::Jaxpr(j)) => (**j).clone(),
+        _ => return Err(shape_error()),
+    };
+    let argnums: Vec<usize> = call
+        .params
+        .get("argnums")
+        .and_then(ParamValue::as_ints)
+        .ok_or_else(shape_error)?
+        .into_iter()
+        .map(|a| a as usize)
+        .collect();
+    let inputs = loss_inputs(call, body, p, operands, &argnums)?;
+    Ok((loss, argnums, inputs))
+}
+
+fn loss_inputs(
+    call: &Eqn,
+    body: &Jaxpr,
+    p: &TreduceParams<'_>,
+    operands: &[usize],
+    argnums: &[usize],
+) -> Result<Vec<LossInput>, DriverError> {
+    call.inputs
+        .iter()
+        .enumerate()
+        .map(|(a, atom)| {
+            let b = match atom {
+                Atom::Var(v) => body.invars.iter().position(|i| i == v),
+                Atom::Lit(_) => None,
+            }
+            .ok_or_else(|| config(format!("argument {a} of the loss must be a parameter of the loop body")))?;
+            let arg = operands[b];
+            let invariant = b < p.num_invariants;
+            match (argnums.contains(&a), invariant) {
+                (true, true) => Ok(LossInput::Param(arg)),
+                (true, false) => Err(config(format!("loss argument {a} is differentiated but sliced per micro-batch; pass parameters as loop invariants"))),
+                (false, true) => Ok(LossInput::Invariant(arg)),
+                (false, false) => Ok(LossInput::Sliced(arg)),
+            }
+        })
+        .collect()
+}
+
+/// The step without its loop: arguments `(step args..., loop results...)`, the step's results.
+fn update_program(step: &ClosedJaxpr, index: usize) -> Result<ClosedJaxpr, DriverError> {
+    let jaxpr = &step.jaxpr;
+    let looped = &jaxpr.eqns[index];
+    let mut avals = jaxpr.in_avals();
+    avals.extend(looped.outputs.iter().map(|&v| jaxpr.aval(v).clone()));
+    tessera_ir::trace::trace(&avals, |args| {
+        let mut env: HashMap<_, _> = jaxpr
+            .invars
+            .iter()
+            .copied()
+            .zip(args.iter().cloned())
+            .collect();
+        env.extend(
+            looped
+                .outputs
+                .iter()
+                .copied()
+                .zip(args[jaxpr.invars.len()..].iter().cloned()),
+        );
+        let Some(anchor) = args.first().cloned() else {
+            return Vec::new();
+        };
+        for (i, eqn) in jaxpr.eqns.iter().enumerate() {
+            if i == index {
+                continue;
+            }
+            let operands: Vec<_> = eqn
+                .inputs
+                .iter()
+                .map(|a| tessera_ir::trace::replay_atom(&env, &anchor, a))
+                .collect();
+            let outs = tessera_ir::trace::replay(eqn, jaxpr, &operands, &anchor);
+            env.extend(eqn.outputs.iter().copied().zip(outs));
+        }
+        jaxpr
+            .outvars
+            .iter()
+            .map(|a| tessera_ir::trace::replay_atom(&env, &anchor, a))
+            .collect()
+    })
+    .map_err(|e| config(format!("the code after the treduce: {e}")))
+}
+
+impl MpmdJit {
+    /// Partitions and compiles `step`.
+    pub fn new(client: &Client, mesh: &MpmdMesh, step: &ClosedJaxpr) -> Result<Self, DriverError> {
+        tessera_ir::verify(step).map_err(|e| config(e.to_string()))?;
+        let jaxpr = &step.jaxpr;
+        let (index, operands) = find_loop(jaxpr)?;
+        let p =
+            TreduceParams::read(&jaxpr.eqns[index].params).map_err(|e| config(e.to_string()))?;
+        let (loss, argnums, loss_inputs) = read_body(&p, &operands)?;
+        let loss_op = p.ops[0];
+        if !matches!(loss_op, ReduceOp::Concat(0) | ReduceOp::Add)
+            || p.ops[1..].iter().any(|&o| o != ReduceOp::Add)
+        {
+            return Err(config(format!(
+                "the loop combines its results by {:?}; mpmd_jit pipelines (Concat(0) or Add, Add, ...): losses stacked or summed, gradients summed",
+                p.ops
+            )));
+        }
+        let stages = crate::partition::partition(&loss, &argnums)?.len() as u32;
+        let schedule = Registry::with_builtins()
+            .create(
+                &p.schedule,
+                ScheduleParams {
+                    stages,
+                    mpmd_dim: mesh.mpmd_dim() as u32,
+                },
+            )
+            .map_err(|e| config(e.to_string()))?;
+        let length = p.length as usize;
+        let pipeline = CompiledPipeline::new(
+            client,
+            mesh,
+            &loss,
+            &argnums,
+            schedule.as_ref(),
+            length as u32,
+        )?;
+        let update = update_program(step, index)?;
+        let n_args = jaxpr.invars.len();
+        let group_of_arg = |arg: usize| {
+            pipeline
+                .stage_of_param(arg)
+                .and_then(|s| pipeline.group_of_stage(s))
+        };
+        let mut place_of_input: Vec<Option<usize>> = vec![None; n_args];
+        for (a, input) in loss_inputs.iter().enumerate() {
+            if let LossInput::Param(i) = input {
+                place_of_input[*i] = group_of_arg(a);
+            }
+        }
+        place_of_input.push(None); // the losses
+        place_of_input.extend(argnums.iter().map(|&a| group_of_arg(a)));
+        let mut updates = PjrtExecutor::new(client, mesh);
+        let mut pieces = Vec::new();
+        for piece in update::split(&update, &place_of_input)? {
+            let compiled = match piece.place {
+                Place::Group(g) => Some(compile_piece(&mut updates, mesh, &piece, g)?),
+                Place::Host => None,
+            };
+            pieces.push((piece, compiled));
+        }
+        Ok(MpmdJit {
+            client: client.clone(),
+            mesh: mesh.clone(),
+            pipeline,
+            loss_inputs,
+            axis: p.axis,
+            length,
+            loss_op,
+            in_avals: jaxpr.in_avals(),
+            num_outputs: jaxpr.outvars.len(),
+            num_args: n_args,
+            updates,
+            pieces,
+        })
+    }
+
+    /// The pipeline that runs the loop.
+    pub fn pipeline(&self) -> &CompiledPipeline {
+        &self.pipeline
+    }
+
+    /// Where the code after the loop runs: for each piece, its group (`None`: the host) and the
+    /// step results it computes.
+    pub fn update_places(&self) -> Vec<(Option<usize>, Vec<usize>)> {
+        self.pieces
+            .iter()
+            .map(|(piece, _)| {
+                let group = match piece.place {
+                    Place::Group(g) => Some(g),
+                    Place::Host => None,
+                };
+                (group, piece.outputs.clone())
+            })
+            .collect()
+    }
+
+    /// Runs the step on host arguments (one per step argument).
+    pub fn call(&self, args: &[HostArray]) -> Result<StepRun, DriverError> {
+        self.check_args(args)?;
+        let mut params = HashMap::new();
+        let mut data: Vec<HashMap<usize, HostArray>> = vec![HashMap::new(); self.length];
+        for (a, input) in self.loss_inputs.iter().enumerate() {
+            match *input {
+                LossInput::Param(i) => {
+                    params.insert(a, args[i].clone());
+                }
+                LossInput::Invariant(i) => data.iter_mut().for_each(|d| {
+                    d.insert(a, args[i].clone());
+                }),
+                LossInput::Sliced(i) => {
+                    for (mb, d) in data.iter_mut().enumerate() {
+                        d.insert(a, micro_batch(&args[i], self.axis, mb)?);
+                    }
+                }
+            }
+        }
+        let out = self.pipeline.step_on_device(&params, &data)?;
+        let losses = self.loop_losses(&out.losses)?;
+        let mut outputs: Vec<Option<HostArray>> = vec![None; self.num_outputs];
+        for (piece, compiled) in &self.pieces {
+            let values = match (piece.place, compiled) {
+                (Place::Group(g), Some(index)) => {
+                    self.run_on_group(piece, *index, g, args, &losses, &out.grads)?
+                }
+                _ => self.run_on_host(piece, args, &losses, &out.grads)?,
+            };
+            for (&k, v) in piece.outputs.iter().zip(values) {
+                outputs[k] = Some(v);
+            }
+        }
+        let outputs = outputs
+            .into_iter()
+            .map(|o| o.ok_or_else(|| config("a result of the step was not computed")))
+            .collect::<Result<_, _>>()?;
+        Ok(StepRun {
+            outputs,
+            losses: out.losses,
+            timings: out.timings,
+        })
+    }
+
+    fn check_args(&self, args: &[HostArray]) -> Result<(), DriverError> {
+        if args.len() != self.in_avals.len() {
+            return Err(config(format!(
+                "the step takes {} arguments, got {}",
+                self.in_avals.len(),
+                args.len()
+            )));
+        }
+        for (i, (a, aval)) in args.iter().zip(&self.in_avals).enumerate() {
+            if a.dims() != aval.shape.as_slice() || a.element_type() != element_type(aval.dtype) {
+                return Err(config(format!(
+                    "argument {i} is {:?}{:?}, the step takes {aval}",
+                    a.element_type(),
+                    a.dims()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The loop's loss result: the per-micro-batch losses stacked, or summed.
+    fn loop_losses(&self, losses: &[f64]) -> Result<HostArray, DriverError> {
+        let values: Vec<f32> = losses.iter().map(|&l| l as f32).collect();
+        let host = match self.loss_op {
+            ReduceOp::Add => HostArray::from_slice(&[], &[values.iter().sum::<f32>()]),
+            _ => HostArray::from_slice(&[values.len() as i64], &values),
+        };
+        Ok(host?)
+    }
+
+    fn run_on_group(
+        &self,
+        piece: &Piece,
+        index: usize,
+        group: usize,
+        args: &[HostArray],
+        losses: &HostArray,
+        grads: &[DeviceArray],
+    ) -> Result<Vec<HostArray>, DriverError> {
+        let replicated = NamedSharding::new(self.mesh.group(group)?, PartitionSpec::replicated())?;
+        let mut owned = Vec::new();
+        let mut order = Vec::new();
+        for &i in &piece.inputs {
+            if i < self.num_args {
+                owned.push(DeviceArray::device_put(
+                    &self.client,
+                    &args[i],
+                    &replicated,
+                )?);
+                order.push((true, owned.len() - 1));
+            } else if i == self.num_args {
+                owned.push(DeviceArray::device_put(&self.client, losses, &replicated)?);
+                order.push((true, owned.len() - 1));
+            } else {
+                order.push((false, i - self.num_args - 1));
+            }
+        }
+        let inputs: Vec<&DeviceArray> = order
+            .iter()
+            .map(|&(mine, k)| if mine { &owned[k] } else { &grads[k] })
+            .collect();
+        let outs = self
+            .updates
+            .execute(index, &inputs)
+            .map_err(|e| config(e.to_string()))?;
+        outs.iter().map(|o| Ok(o.to_host()?)).collect()
+    }
+
+    fn run_on_host(
+        &self,
+        piece: &Piece,
+        args: &[HostArray],
+        losses: &HostArray,
+        grads: &[DeviceArray],
+    ) -> Result<Vec<HostArray>, DriverError> {
+        let avals = piece.program.jaxpr.in_avals();
+        let inputs = piece
+            .inputs
+            .iter()
+            .zip(&avals)
+            .map(|(&i, aval)| {
+                let host = if i < self.num_args {
+                    args[i].clone()
+                } else if i == self.num_args {
+                    losses.clone()
+                } else {
+                    grads[i - self.num_args - 1].to_host()?
+                };
+                from_host(&host, aval.dtype).map_err(|e| config(e.0))
+            })
+            .collect::<Result<Vec<Array>, DriverError>>()?;
+        let outs = tessera_ir::interp::eval_closed(&piece.program, &inputs)
+            .map_err(|e| config(e.to_string()))?;
+        outs.iter()
+            .map(|o| to_host(o).map_err(|e| config(e.0)))
+            .collect()
+    }
+}
+
+fn compile_piece(
+    executor: &mut PjrtExecutor,
+    mesh: &MpmdMesh,
+    piece: &Piece,
+    group: usize,
+) -> Result<usize, DriverError> {
+    let devices = mesh.group(group)?.device_ids().len();
+    let jaxpr = &piece.program.jaxpr;
+    let options = LowerOptions {
+        num_partitions: devices,
+        arg_shardings: vec![Some("{replicated}".into()); jaxpr.invars.len()],
+        result_shardings: vec![Some("{replicated}".into()); jaxpr.outvars.len()],
+    };
+    let module = lower_closed(&piece.program, &options)?;
+    let layouts = jaxpr
+        .out_avals()
+        .iter()
+        .map(|a| OutputLayout {
+            shape: a.shape.clone(),
+            ty: element_type(a.dtype),
+            spec: PartitionSpec::replicated(),
+        })
+        .collect();
+    Ok(executor.compile(module.text.as_bytes(), group, layouts)?)
+}
+
+/// Micro-batch `mb` of `x` along `axis`, without that dimension.
+fn micro_batch(x: &HostArray, axis: usize, mb: usize) -> Result<HostArray, DriverError> {
+    let block: Vec<(i64, i64)> = x
+        .dims()
+        .iter()
+        .enumerate()
+        .map(|(d, &n)| {
+            if d == axis {
+                (mb as i64, mb as i64 + 1)
+            } else {
+                (0, n)
+            }
+        })
+        .collect();
+    let slice = x.block(&block)?;
+    let mut dims = x.dims().to_vec();
+    dims.remove(axis);
+    Ok(HostArray::from_bytes(
+        slice.element_type(),
+        &dims,
+        slice.bytes().to_vec(),
+    )?)
+}

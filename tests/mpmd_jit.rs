@@ -1,0 +1,165 @@
+//! `mpmd_jit`: a training step written with `treduce` (micro-batch loop of `value_and_grad_call`)
+//! and an SGD update runs pipelined over MPMD groups, the update on the groups holding the
+//! parameters, and gives the step's own (interpreted, sequential) results.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use tessera::jit::{from_host, to_host};
+use tessera_ir::interp::eval_closed;
+use tessera_ir::trace::{trace, treduce, value_and_grad_call};
+use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
+use tessera_mpmd::{MpmdMesh, mpmd_jit};
+use tessera_pjrt::Client;
+use tessera_sharding::Mesh;
+
+const WIDTH: i64 = 8;
+
+fn f32(shape: &[i64]) -> ShapedArray {
+    ShapedArray::new(DType::F32, shape)
+}
+
+/// `x, w_0..w_{S-1}, y -> mean((tanh(... tanh(x w_0) ...) - y)^2)`, a stage marker per layer.
+fn loss(stages: usize, rows: i64) -> ClosedJaxpr {
+    let mut avals = vec![f32(&[rows, WIDTH])];
+    avals.extend((0..stages).map(|_| f32(&[WIDTH, WIDTH])));
+    avals.push(f32(&[rows, WIDTH]));
+    trace(&avals, |a| {
+        let mut h = a[0].clone();
+        for s in 0..stages {
+            if s > 0 {
+                h = h.enter_stage(s as i64);
+            }
+            h = h.matmul(&a[1 + s]).tanh();
+        }
+        vec![(&h - &a[stages + 1]).integer_pow(2).mean(&[0, 1])]
+    })
+    .unwrap()
+}
+
+/// `step(w_0..w_{S-1}, lr, xs, ys) -> (w'_0.., mean loss)` with `xs`, `ys` holding `mbs`
+/// micro-batches along axis 0.
+fn step(stages: usize, mbs: i64, rows: i64, schedule: &str) -> ClosedJaxpr {
+    let loss = loss(stages, rows);
+    let mut avals: Vec<ShapedArray> = (0..stages).map(|_| f32(&[WIDTH, WIDTH])).collect();
+    avals.push(f32(&[]));
+    avals.push(f32(&[mbs, rows, WIDTH]));
+    avals.push(f32(&[mbs, rows, WIDTH]));
+    let argnums: Vec<usize> = (1..=stages).collect();
+    trace(&avals, |a| {
+        let weights: Vec<&_> = a[..stages].iter().collect();
+        let xs = [&a[stages + 1], &a[stages + 2]];
+        let outs = treduce(&weights, &xs, 0, schedule, &[], |w, mb| {
+            let mut args = vec![&mb[0]];
+            args.extend(w.iter());
+            args.push(&mb[1]);
+            value_and_grad_call(&loss, &argnums, &args)
+        });
+        let lr = &a[stages];
+        let mut results: Vec<_> = (0..stages)
+            .map(|s| &a[s] - &(&(lr * &outs[1 + s]) / mbs as f64))
+            .collect();
+        results.push(outs[0].mean(&[0]));
+        results
+    })
+    .unwrap()
+}
+
+fn values(shape: &[i64], seed: f64) -> Array {
+    let n: i64 = shape.iter().product();
+    Array::new(
+        DType::F32,
+        shape,
+        (0..n)
+            .map(|i| ((i as f64 + 1.0) * 0.618 + seed).sin() * 0.5)
+            .collect(),
+    )
+    .unwrap()
+}
+
+fn check(stages: usize, schedule: &str) {
+    let (mbs, rows) = (4, 2);
+    let program = step(stages, mbs, rows, schedule);
+    let client = Client::cpu(8).unwrap();
+    let mesh = MpmdMesh::new(
+        Mesh::auto(&[("stage", stages as i64), ("data", 8 / stages as i64)]).unwrap(),
+        "stage",
+    )
+    .unwrap();
+    let jit = mpmd_jit(&client, &mesh, &program).unwrap();
+    // Each weight is updated on the group running its stage; the mean loss on the host.
+    let mut places = jit.update_places();
+    places.sort();
+    let mut want: Vec<(Option<usize>, Vec<usize>)> = vec![(None, vec![stages])];
+    for s in 0..stages {
+        let group = jit.pipeline().group_of_stage(s);
+        want.push((group, vec![s]));
+    }
+    want.sort();
+    assert_eq!(places, want);
+    let mut args: Vec<Array> = (0..stages)
+        .map(|s| values(&[WIDTH, WIDTH], s as f64))
+        .collect();
+    args.push(Array::scalar(DType::F32, 0.5));
+    args.push(values(&[mbs, rows, WIDTH], 10.0));
+    args.push(values(&[mbs, rows, WIDTH], 20.0));
+    let want = eval_closed(&program, &args).unwrap();
+    let host: Vec<_> = args.iter().map(|a| to_host(a).unwrap()).collect();
+    let run = jit.call(&host).unwrap();
+    assert_eq!(run.outputs.len(), want.len());
+    for (k, (got, want)) in run.outputs.iter().zip(&want).enumerate() {
+        let got = from_host(got, DType::F32).unwrap();
+        for (a, b) in got.to_vec().iter().zip(want.to_vec()) {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                "result {k}: {a} vs interpreter {b}"
+            );
+        }
+    }
+    assert_eq!(run.losses.len(), mbs as usize);
+    // Every action of the schedule ran, each group in the schedule's order.
+    let plan = jit.pipeline().schedule_plan();
+    let actions: usize = plan.actors.iter().map(Vec::len).sum();
+    assert_eq!(run.timings.tasks.len(), actions);
+    let orders = run.timings.group_orders(plan.actors.len());
+    for (got, want) in orders.iter().zip(&plan.actors) {
+        let want: Vec<String> = want
+            .iter()
+            .map(tessera_mpmd::pipeline::action_name)
+            .collect();
+        assert_eq!(got, &want);
+    }
+}
+
+#[test]
+fn a_treduce_step_runs_pipelined_over_two_and_four_groups() {
+    check(2, "1f1b");
+    check(4, "gpipe");
+}
+
+#[test]
+fn an_update_mixing_groups_is_refused() {
+    // A global sum over every gradient cannot run on one group.
+    let stages = 2;
+    let loss = loss(stages, 2);
+    let argnums = vec![1, 2];
+    let mut avals: Vec<ShapedArray> = (0..stages).map(|_| f32(&[WIDTH, WIDTH])).collect();
+    avals.push(f32(&[4, 2, WIDTH]));
+    avals.push(f32(&[4, 2, WIDTH]));
+    let program = trace(&avals, |a| {
+        let outs = treduce(&[&a[0], &a[1]], &[&a[2], &a[3]], 0, "1f1b", &[], |w, mb| {
+            value_and_grad_call(&loss, &argnums, &[&mb[0], &w[0], &w[1], &mb[1]])
+        });
+        vec![&outs[1].sum(&[0, 1]) + &outs[2].sum(&[0, 1])]
+    })
+    .unwrap();
+    let client = Client::cpu(8).unwrap();
+    let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 2), ("data", 4)]).unwrap(), "stage").unwrap();
+    let err = mpmd_jit(&client, &mesh, &program)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("combines parameters or gradients of the groups"),
+        "{err}"
+    );
+}
