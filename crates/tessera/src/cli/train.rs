@@ -1,10 +1,11 @@
 //! `tessera train`: pipelined training over MPMD groups of the PJRT CPU plugin's devices, checked
 //! step by step against the same training run unpipelined.
 //!
-//! The model is traced with stage markers, partitioned into stage programs, and every action of
-//! the schedule is compiled for its group; each step runs the schedule over the microbatches,
-//! then SGD updates the parameters (on the host, for now). The reference run differentiates the
-//! whole loss with `value_and_grad` on the reference interpreter and applies the same update.
+//! The training step is one traced program: a `treduce` over the micro-batches of
+//! `value_and_grad_call(loss)` (the loss carries stage markers), then SGD. `mpmd_jit` partitions
+//! the loss into stage programs, compiles every action of the schedule for its group, and runs
+//! the update on the groups that hold the parameters. The reference run is the same step
+//! unpipelined (the loop unrolled) under `jit` on one device.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -12,13 +13,11 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use tessera::jit::{from_host, to_host};
-use tessera_ir::autodiff::value_and_grad;
 use tessera_ir::interp::eval_closed;
-use tessera_ir::trace::trace;
+use tessera_ir::trace::{Tensor, trace, treduce, value_and_grad_call};
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
 use tessera_mpmd::MpmdMesh;
-use tessera_mpmd::driver::CompiledPipeline;
-use tessera_pjrt::Client;
+use tessera_pjrt::{Client, HostArray};
 use tessera_schedule::{Costs, Registry, ScheduleParams};
 use tessera_sharding::Mesh;
 
@@ -188,67 +187,94 @@ fn dataset(microbatches: usize, rows: i64) -> anyhow::Result<Vec<(Array, Array)>
         .collect()
 }
 
-/// One unpipelined step: the compiled `value_and_grad` on each microbatch; the mean loss and the
-/// summed gradients.
+/// The training step as one program: `(params..., lr, data...) -> (params'..., mean loss)`, each
+/// data argument holding every micro-batch along a leading axis. The micro-batch loop is a
+/// `treduce` of `value_and_grad_call(loss)` under `schedule`; SGD follows it.
+fn training_step(model: &Model, schedule: &str) -> anyhow::Result<(ClosedJaxpr, Vec<Array>)> {
+    let n_args = model.loss.jaxpr.invars.len();
+    let data_args: Vec<usize> = (0..n_args).filter(|k| !model.params.contains(k)).collect();
+    let mbs = model.batches.len();
+    let data = data_args
+        .iter()
+        .map(|k| {
+            let parts: Vec<&Array> = model
+                .batches
+                .iter()
+                .map(|b| b.get(k).context("a micro-batch lacks a data argument"))
+                .collect::<anyhow::Result<_>>()?;
+            let mut shape = vec![mbs as i64];
+            shape.extend(parts[0].shape());
+            let values: Vec<f64> = parts.iter().flat_map(|p| p.to_vec()).collect();
+            Ok(Array::new(parts[0].dtype, &shape, values)?)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut avals: Vec<ShapedArray> = model.init.iter().map(Array::aval).collect();
+    avals.push(ShapedArray::new(DType::F32, &[]));
+    avals.extend(data.iter().map(Array::aval));
+    let n_params = model.params.len();
+    let step = trace(&avals, |a| {
+        let (weights, rest) = a.split_at(n_params);
+        let weights: Vec<&Tensor> = weights.iter().collect();
+        let xs: Vec<&Tensor> = rest[1..].iter().collect();
+        let outs = treduce(&weights, &xs, 0, schedule, &[], |w, mb| {
+            let args: Vec<&Tensor> = (0..n_args)
+                .map(|k| match model.params.iter().position(|&p| p == k) {
+                    Some(i) => &w[i],
+                    None => &mb[data_args.iter().position(|&d| d == k).unwrap_or(0)],
+                })
+                .collect();
+            value_and_grad_call(&model.loss, &model.params, &args)
+        });
+        let scale = &rest[0] / mbs as f64;
+        let mut results: Vec<Tensor> = (0..n_params)
+            .map(|i| &a[i] - &(&scale * &outs[1 + i]))
+            .collect();
+        results.push(outs[0].mean(&[0]));
+        results
+    })?;
+    Ok((step, data))
+}
+
+/// The step's arguments as host arrays.
+fn step_args(weights: &[Array], lr: f64, data: &[Array]) -> anyhow::Result<Vec<HostArray>> {
+    let lr = Array::scalar(DType::F32, lr);
+    weights
+        .iter()
+        .chain(std::iter::once(&lr))
+        .chain(data)
+        .map(|a| Ok(to_host(a)?))
+        .collect()
+}
+
+/// The step's results: the mean loss and the updated parameters.
+fn split_outputs(outputs: &[HostArray]) -> anyhow::Result<(f64, Vec<Array>)> {
+    let (loss, weights) = outputs.split_last().context("the step returned nothing")?;
+    let loss = from_host(loss, DType::F32)?.to_vec()[0];
+    let weights = weights
+        .iter()
+        .map(|w| Ok(from_host(w, DType::F32)?))
+        .collect::<anyhow::Result<_>>()?;
+    Ok((loss, weights))
+}
+
+/// One unpipelined step: the whole step compiled for one device.
 fn reference_step(
     client: &Client,
     exe: &tessera_pjrt::LoadedExecutable,
-    program: &ClosedJaxpr,
-    model: &Model,
-    weights: &[Array],
+    step: &ClosedJaxpr,
+    args: &[HostArray],
 ) -> anyhow::Result<(f64, Vec<Array>)> {
-    let n_args = program.jaxpr.invars.len();
-    let out_avals = program.jaxpr.out_avals();
-    let mut total = 0.0;
-    let mut sums: Vec<Vec<f64>> = weights.iter().map(|w| vec![0.0; w.data.len()]).collect();
-    for batch in &model.batches {
-        let mut args: Vec<Option<Array>> = vec![None; n_args];
-        for (&k, w) in model.params.iter().zip(weights) {
-            args[k] = Some(w.clone());
-        }
-        for (&k, a) in batch {
-            args[k] = Some(a.clone());
-        }
-        let buffers = args
-            .iter()
-            .map(|a| {
-                let a = a.as_ref().context("a loss argument has no value")?;
-                Ok(tessera_pjrt::Buffer::from_host_to(client, &to_host(a)?, 0)?)
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let outs = exe.execute(&[buffers.iter().collect()])?;
-        let values = outs[0]
-            .iter()
-            .zip(&out_avals)
-            .map(|(b, aval)| Ok(from_host(&b.to_host()?, aval.dtype)?))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        total += values[0].to_vec()[0];
-        // Accumulate in f32 in microbatch order, as the pipeline's accumulators do on device.
-        for (sum, g) in sums.iter_mut().zip(&values[1..]) {
-            for (s, v) in sum.iter_mut().zip(g.data.iter()) {
-                *s = f64::from(*s as f32 + *v as f32);
-            }
-        }
-    }
-    let grads = sums
-        .into_iter()
-        .zip(weights)
-        .map(|(v, w)| Array::new(DType::F32, &w.shape(), v))
-        .collect::<Result<_, _>>()?;
-    Ok((total / model.batches.len() as f64, grads))
-}
-
-fn sgd(params: &mut [Array], grads: &[Array], scale: f64) -> anyhow::Result<()> {
-    for (p, g) in params.iter_mut().zip(grads) {
-        let values = p
-            .to_vec()
-            .iter()
-            .zip(g.to_vec())
-            .map(|(a, b)| a - scale * b)
-            .collect();
-        *p = Array::new(p.dtype, &p.shape(), values)?;
-    }
-    Ok(())
+    let buffers = args
+        .iter()
+        .map(|a| Ok(tessera_pjrt::Buffer::from_host_to(client, a, 0)?))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let outs = exe.execute(&[buffers.iter().collect()])?;
+    let hosts = outs[0]
+        .iter()
+        .map(|b| Ok(b.to_host()?))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    debug_assert_eq!(hosts.len(), step.jaxpr.outvars.len());
+    split_outputs(&hosts)
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -266,7 +292,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.microbatches
         );
     }
-    let schedule = Registry::with_builtins()
+    // Checked here, before any device work; mpmd_jit makes it again from the step's treduce.
+    Registry::with_builtins()
         .create(
             &args.schedule,
             ScheduleParams {
@@ -290,23 +317,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Mesh::auto(&[("stage", i64::from(mpmd_dim)), ("data", group)])?,
         "stage",
     )?;
-    let pipeline = CompiledPipeline::new(
-        &client,
-        &mesh,
-        &model.loss,
-        &model.params,
-        schedule.as_ref(),
-        args.microbatches,
-    )?;
-    // The reference: the whole loss differentiated and compiled for one device, with `jit`.
-    let reference_program = value_and_grad(&model.loss, &model.params)?;
-    let reference_exe = tessera::jit::compile(&client, &reference_program, 0)?;
-    let mut weights = model.init.clone();
-    let mut reference = model.init.clone();
     let lr = args
         .lr
         .unwrap_or(if args.model == "gpt" { 0.1 } else { 0.2 });
-    let scale = lr / f64::from(args.microbatches);
+    let (step, data) = training_step(&model, &args.schedule)?;
+    let jit = tessera_mpmd::mpmd_jit(&client, &mesh, &step)?;
+    let pipeline = jit.pipeline();
+    // The reference: the same step unpipelined (its treduce unrolled) under `jit`, one device.
+    let reference_exe = tessera::jit::compile(&client, &step, 0)?;
+    let mut weights = model.init.clone();
+    let mut reference = model.init.clone();
     let bar = indicatif::ProgressBar::with_draw_target(
         Some(u64::from(args.steps)),
         indicatif::ProgressDrawTarget::stderr(),
@@ -317,36 +337,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     let (mut losses, mut reference_losses, mut last_timings) = (Vec::new(), Vec::new(), None);
     for _ in 0..args.steps {
-        let mut by_arg = HashMap::new();
-        for (&k, w) in model.params.iter().zip(&weights) {
-            by_arg.insert(k, to_host(w)?);
-        }
-        let batches = model
-            .batches
-            .iter()
-            .map(|b| {
-                b.iter()
-                    .map(|(&k, a)| Ok((k, to_host(a)?)))
-                    .collect::<anyhow::Result<HashMap<_, _>>>()
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let out = pipeline.step(&by_arg, &batches)?;
-        let grads = out
-            .grads
-            .iter()
-            .map(|g| from_host(g, DType::F32))
-            .collect::<Result<Vec<_>, _>>()?;
-        losses.push(out.losses.iter().sum::<f64>() / out.losses.len() as f64);
-        sgd(&mut weights, &grads, scale)?;
-        let (ref_loss, ref_grads) = reference_step(
+        let run = jit.call(&step_args(&weights, lr, &data)?)?;
+        let (loss, next) = split_outputs(&run.outputs)?;
+        losses.push(loss);
+        weights = next;
+        let (ref_loss, ref_next) = reference_step(
             &client,
             &reference_exe,
-            &reference_program,
-            &model,
-            &reference,
+            &step,
+            &step_args(&reference, lr, &data)?,
         )?;
         reference_losses.push(ref_loss);
-        sgd(&mut reference, &ref_grads, scale)?;
+        reference = ref_next;
         bar.set_message(format!(
             "loss {:.5}",
             losses.last().copied().unwrap_or(f64::NAN)
@@ -362,7 +364,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 )
             });
         }
-        last_timings = Some(out.timings);
+        last_timings = Some(run.timings);
     }
     bar.finish_and_clear();
     let timings = last_timings.context("no steps were run")?;
