@@ -163,3 +163,46 @@ fn an_update_mixing_groups_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn per_micro_batch_values_are_split_over_the_group_and_parameters_replicated() {
+    use tessera_mpmd::driver::key_spec;
+    use tessera_mpmd::pipeline::Key;
+    let parts = tessera_mpmd::partition::partition(&loss(2, 4), &[1, 2]).unwrap();
+    let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 2), ("data", 4)]).unwrap(), "stage").unwrap();
+    let group = mesh.lowering_mesh();
+    let spec = |key| key_spec(&parts, key, group).to_string();
+    assert_eq!(
+        spec(Key::Data {
+            stage: 0,
+            mb: 0,
+            k: 0
+        }),
+        "P('data',)"
+    );
+    assert_eq!(spec(Key::Act { stage: 1, mb: 3 }), "P('data',)");
+    assert_eq!(spec(Key::Param { stage: 1, k: 0 }), "P()");
+    assert_eq!(
+        spec(Key::Acc {
+            stage: 0,
+            step: 2,
+            k: 0
+        }),
+        "P()"
+    );
+    // Rows that the group's 4 devices do not divide stay whole.
+    let odd = tessera_mpmd::partition::partition(&loss(2, 3), &[1, 2]).unwrap();
+    assert_eq!(
+        key_spec(
+            &odd,
+            Key::Data {
+                stage: 0,
+                mb: 0,
+                k: 0
+            },
+            group
+        )
+        .to_string(),
+        "P()"
+    );
+}

@@ -2,8 +2,11 @@
 //! action of a schedule compiled for its MPMD group, and a `step` that runs the schedule over
 //! microbatches and returns the accumulated gradients and the per-microbatch losses.
 //!
-//! Values inside a group are replicated over the group's devices. The optimizer update is left to
-//! the caller (the `tessera train` command applies SGD on the host).
+//! Inside a group, programs run SPMD over the group's devices: per-micro-batch values (data,
+//! activations, their cotangents and the residuals) are split along their leading (batch)
+//! dimension over the group's axes where it divides, and parameters, gradient accumulators and
+//! losses are replicated; XLA's partitioner adds the reductions the gradients need. The optimizer
+//! update is left to the caller (`mpmd_jit` runs it on the groups).
 
 use std::collections::HashMap;
 
@@ -92,16 +95,56 @@ pub struct CompiledPipeline {
     schedule_plan: tessera_schedule::Plan,
 }
 
-struct Types<'a>(&'a [StagePrograms]);
+struct Types<'a> {
+    parts: &'a [StagePrograms],
+    mesh: &'a tessera_sharding::Mesh,
+}
 
 impl KeyTypes<Key> for Types<'_> {
     fn mlir_type(&self, key: &Key) -> String {
-        key_aval(self.0, *key)
+        key_aval(self.parts, *key)
             .map(|a| mlir_type(&a))
             .unwrap_or_default()
     }
-    fn sharding(&self, _key: &Key) -> Option<String> {
-        Some("{replicated}".into())
+    fn sharding(&self, key: &Key) -> Option<String> {
+        let rank = key_aval(self.parts, *key).map_or(0, |a| a.rank());
+        let spec = key_spec(self.parts, *key, self.mesh);
+        NamedSharding::new(self.mesh, spec)
+            .and_then(|s| s.to_hlo_sharding(rank))
+            .map(|h| h.to_string())
+            .ok()
+            .or_else(|| Some("{replicated}".into()))
+    }
+}
+
+/// How value `key` is laid out over a group's mesh: per-micro-batch values split along their
+/// leading dimension over every axis of the group (where the size divides), the rest replicated.
+pub fn key_spec(
+    parts: &[StagePrograms],
+    key: Key,
+    group: &tessera_sharding::Mesh,
+) -> PartitionSpec {
+    let per_micro_batch = matches!(
+        key,
+        Key::Data { .. }
+            | Key::Act { .. }
+            | Key::Cot { .. }
+            | Key::Resid { .. }
+            | Key::WResid { .. }
+    );
+    let axes: Vec<&str> = group
+        .abstract_mesh()
+        .axis_names()
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let devices = group.device_ids().len() as i64;
+    let leading = key_aval(parts, key).and_then(|a| a.shape.first().copied());
+    match leading {
+        Some(n) if per_micro_batch && devices > 1 && n % devices == 0 => {
+            PartitionSpec::new(vec![tessera_sharding::DimSpec::from_axes(&axes)])
+        }
+        _ => PartitionSpec::replicated(),
     }
 }
 
@@ -148,10 +191,9 @@ impl CompiledPipeline {
         }
         let shapes: Vec<_> = parts.iter().map(|p| p.shape).collect();
         let mut executor = PjrtExecutor::new(client, mesh);
-        let group_size = mesh.lowering_mesh().device_ids().len();
         let mut failure: Option<DriverError> = None;
         let built = build_plan(&schedule_plan, &shapes, |sig| {
-            match compile_action(&parts, &mut executor, &schedule_plan, sig, group_size) {
+            match compile_action(&parts, &mut executor, &schedule_plan, sig, mesh) {
                 Ok(index) => index,
                 Err(e) => {
                     failure.get_or_insert(e);
@@ -251,8 +293,8 @@ impl CompiledPipeline {
                     )));
                 }
             };
-            let sharding =
-                NamedSharding::new(self.mesh.group(group)?, PartitionSpec::replicated())?;
+            let mesh = self.mesh.group(group)?;
+            let sharding = NamedSharding::new(mesh, key_spec(&self.parts, key, mesh))?;
             initial.push((
                 self.built.ids[&key],
                 group,
@@ -302,15 +344,21 @@ fn compile_action(
     executor: &mut PjrtExecutor,
     plan: &tessera_schedule::Plan,
     sig: &crate::pipeline::ActionSignature,
-    group_size: usize,
+    mesh: &MpmdMesh,
 ) -> Result<usize, DriverError> {
+    let lowering = mesh.lowering_mesh();
+    let group_size = lowering.device_ids().len();
     let part_body = |part: &PartSignature| -> PartBody<'static> {
         let program = parts[part.task.stage as usize]
             .program(part.task.kind)
             .clone();
         Box::new(move |b, args| lower_flat(b, &program, args))
     };
-    let module = action_module(sig, &Types(parts), group_size, &part_body)?;
+    let types = Types {
+        parts,
+        mesh: lowering,
+    };
+    let module = action_module(sig, &types, group_size, &part_body)?;
     let group = plan.placement.actor(sig.parts[0].task.stage).unwrap_or(0) as usize;
     let layouts = sig
         .outputs
@@ -321,7 +369,7 @@ fn compile_action(
             Ok(OutputLayout {
                 shape: aval.shape.clone(),
                 ty: element_type(aval.dtype)?,
-                spec: PartitionSpec::replicated(),
+                spec: key_spec(parts, k, lowering),
             })
         })
         .collect::<Result<Vec<_>, DriverError>>()?;
