@@ -95,7 +95,13 @@ fn a_pipeline_runs_in_order_and_moves_values_between_groups() {
     assert!(out.timings.bubble_ratio(3) > 0.0 && out.timings.bubble_ratio(3) < 1.0);
     let trace = out.timings.to_chrome_trace();
     let parsed: serde_json::Value = serde_json::from_str(&trace).unwrap();
-    assert_eq!(parsed["traceEvents"].as_array().unwrap().len(), 7 + 3);
+    // 7 tasks, one row name per group, and the transfers on their senders' rows.
+    let transfers = out.timings.transfers.len();
+    assert_eq!(transfers, transport.0.lock().unwrap().len());
+    assert_eq!(
+        parsed["traceEvents"].as_array().unwrap().len(),
+        7 + 3 + transfers
+    );
 }
 
 #[test]

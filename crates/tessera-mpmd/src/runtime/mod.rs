@@ -16,5 +16,5 @@ mod worker;
 
 pub use pjrt::{CompiledTask, DeviceCopyTransport, OutputLayout, PjrtExecutor};
 pub use plan::{Plan, PlanError, TaskSpec, ValueId};
-pub use trace::{TaskTiming, Timings};
+pub use trace::{TaskTiming, Timings, TransferTiming};
 pub use worker::{Executor, RunError, RunOutput, Transport, run};

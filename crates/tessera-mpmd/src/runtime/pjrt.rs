@@ -1,6 +1,7 @@
 //! The runtime's PJRT back end: tasks are SPMD executables compiled for one group's devices, and
 //! values are [`Array`]s moved between groups by device-to-device copies (shard `i` of the source
-//! group goes to the device at the same mesh position in the destination group).
+//! group goes to the device at the same mesh position in the destination group). A task returns
+//! once its outputs are computed, so task times are compute times, not dispatch times.
 
 use tessera_pjrt::{Array, Buffer, Client, CompileOptions, ElementType, LoadedExecutable};
 use tessera_sharding::NamedSharding;
@@ -119,6 +120,11 @@ impl PjrtExecutor {
             )?);
         }
         outputs.reverse();
+        // PJRT runs executables asynchronously: without waiting, a task's time would be its
+        // dispatch and its computation would be charged to whoever next touches the buffers.
+        for output in &outputs {
+            output.block_until_ready()?;
+        }
         Ok(outputs)
     }
 }

@@ -16,11 +16,26 @@ pub struct TaskTiming {
     pub duration_us: f64,
 }
 
-/// The timings of one run, in the order tasks finished.
+/// When one transfer of a value between groups ran (on the sending group's worker).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransferTiming {
+    /// The sending group.
+    pub from: usize,
+    /// The receiving group.
+    pub to: usize,
+    /// Start, in microseconds since the run began.
+    pub start_us: f64,
+    /// Duration in microseconds (issuing the copy; the devices may finish it later).
+    pub duration_us: f64,
+}
+
+/// The timings of one run: tasks (by start) and transfers.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Timings {
     /// Every task run.
     pub tasks: Vec<TaskTiming>,
+    /// Every transfer between groups.
+    pub transfers: Vec<TransferTiming>,
 }
 
 impl Timings {
@@ -52,6 +67,14 @@ impl Timings {
             .collect()
     }
 
+    /// The mean time a transfer took to issue, in microseconds (0 without transfers).
+    pub fn mean_transfer_us(&self) -> f64 {
+        if self.transfers.is_empty() {
+            return 0.0;
+        }
+        self.transfers.iter().map(|t| t.duration_us).sum::<f64>() / self.transfers.len() as f64
+    }
+
     /// The fraction of group-time spent idle between the first start and the last end.
     pub fn bubble_ratio(&self, groups: usize) -> f64 {
         let start = self
@@ -79,6 +102,12 @@ impl Timings {
                 t.group,
                 t.start_us,
                 t.duration_us
+            ));
+        }
+        for t in &self.transfers {
+            events.push(format!(
+                "{{\"name\":\"send to group {}\",\"cat\":\"transfer\",\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{:.3},\"dur\":{:.3}}}",
+                t.to, t.from, t.start_us, t.duration_us
             ));
         }
         let groups: std::collections::BTreeSet<usize> =

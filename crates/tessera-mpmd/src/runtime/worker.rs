@@ -7,7 +7,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use super::plan::{Plan, PlanError, TaskSpec, ValueId};
-use super::trace::{TaskTiming, Timings};
+use super::trace::{TaskTiming, Timings, TransferTiming};
 
 /// An error from an executor or a transport.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -111,6 +111,7 @@ struct Shared<'p, T, V> {
     waiting: AtomicUsize,
     in_flight: AtomicUsize,
     timings: Mutex<Vec<TaskTiming>>,
+    transfers: Mutex<Vec<TransferTiming>>,
     start: Instant,
 }
 
@@ -154,6 +155,7 @@ pub fn run<T: Sync, V: Send>(
         waiting: AtomicUsize::new(0),
         in_flight: AtomicUsize::new(0),
         timings: Mutex::new(Vec::new()),
+        transfers: Mutex::new(Vec::new()),
         start: Instant::now(),
     };
     let finished: Vec<Option<HashMap<ValueId, V>>> = std::thread::scope(|scope| {
@@ -212,9 +214,14 @@ pub fn run<T: Sync, V: Send>(
         .into_inner()
         .unwrap_or_else(|e| e.into_inner());
     tasks.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+    let mut transfers = shared
+        .transfers
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
+    transfers.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
     Ok(RunOutput {
         results,
-        timings: Timings { tasks },
+        timings: Timings { tasks, transfers },
     })
 }
 
@@ -298,6 +305,7 @@ impl<T, V> Worker<'_, '_, T, V> {
             return Ok(());
         };
         for &to in groups {
+            let began = Instant::now();
             let copy = self
                 .transport
                 .transfer(v, self.group, to)
@@ -307,6 +315,17 @@ impl<T, V> Worker<'_, '_, T, V> {
                     to,
                     source,
                 })?;
+            let timing = TransferTiming {
+                from: self.group,
+                to,
+                start_us: began.duration_since(self.shared.start).as_secs_f64() * 1e6,
+                duration_us: began.elapsed().as_secs_f64() * 1e6,
+            };
+            self.shared
+                .transfers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(timing);
             self.shared.in_flight.fetch_add(1, Ordering::SeqCst);
             // A closed inbox means that worker has stopped; the abort flag tells everyone why.
             if self.shared.inboxes[to].send((value, copy)).is_err() {

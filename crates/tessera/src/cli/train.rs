@@ -336,8 +336,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let (mut losses, mut reference_losses, mut last_timings) = (Vec::new(), Vec::new(), None);
+    let mut step_ms: Vec<f64> = Vec::new();
     for _ in 0..args.steps {
-        let run = jit.call(&step_args(&weights, lr, &data)?)?;
+        let call_args = step_args(&weights, lr, &data)?;
+        let began = std::time::Instant::now();
+        let run = jit.call(&call_args)?;
+        step_ms.push(began.elapsed().as_secs_f64() * 1000.0);
         let (loss, next) = split_outputs(&run.outputs)?;
         losses.push(loss);
         weights = next;
@@ -380,7 +384,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     println!("bubble ratio: measured {measured:.3}, simulator (F=1, B=2) {simulated:.3}");
     let (makespan_ms, predicted_ms) = calibrate(&timings, pipeline.schedule_plan());
     println!(
-        "step makespan: measured {makespan_ms:.3} ms, simulator with the measured task times {predicted_ms:.3} ms"
+        "step makespan: measured {makespan_ms:.3} ms, simulator with the measured task and transfer times {predicted_ms:.3} ms"
     );
     let orders_match = timings
         .group_orders(groups)
@@ -393,6 +397,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .collect::<Vec<_>>()
         });
     println!("each group ran its actions in the schedule's order: {orders_match}");
+    let wall_ms = step_ms.last().copied().unwrap_or(f64::NAN);
+    println!(
+        "step wall time (last step, host to host, update included): {wall_ms:.3} ms; transfers: {} issued in {:.3} ms",
+        timings.transfers.len(),
+        timings.transfers.iter().map(|t| t.duration_us).sum::<f64>() / 1000.0
+    );
     if let Some(path) = &args.trace {
         std::fs::write(path, timings.to_chrome_trace())
             .with_context(|| format!("writing {}", path.display()))?;
@@ -416,6 +426,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "max_relative_difference": max_diff,
         "bubble_ratio_measured": measured,
         "makespan_ms": makespan_ms,
+        "step_wall_ms": wall_ms,
         "predicted_makespan_ms": predicted_ms,
         "bubble_ratio_simulated": simulated,
         "order_matches_schedule": orders_match,
@@ -438,7 +449,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// The measured makespan of a step and the simulator's prediction from the measured task times
 /// (F, B, W per stage; a fused action's time is split in the proportions of the unfused tasks;
-/// no transfer latency), both in milliseconds.
+/// the mean measured transfer time as the latency between stages), both in milliseconds.
 fn calibrate(
     timings: &tessera_mpmd::runtime::Timings,
     plan: &tessera_schedule::Plan,
@@ -531,7 +542,7 @@ fn calibrate(
         forward: f,
         backward: b,
         weight: w,
-        latency: 0.0,
+        latency: timings.mean_transfer_us() / 1000.0,
     };
     let predicted = tessera_schedule::simulate(plan, &costs).map_or(f64::NAN, |s| s.makespan);
     ((end - start) / 1000.0, predicted)
