@@ -710,10 +710,11 @@ pub fn render(report: &Report) -> String {
          per-round medians. Tessera's loss picks the label's log-probability with a one-hot \
          product (its IR has gather, but this keeps the step to dense ops); JAX's uses \
          `take_along_axis`. Pipelined rows: the byte-level GPT of `tessera train --model gpt` (4 \
-         blocks, d=64, 8 microbatches, 8 devices), the last of 5 steps; a task's time runs from \
-         its dispatch until its outputs are computed (PJRT runs asynchronously, so timing the \
-         dispatch alone would hide the computation); the prediction feeds that step's measured \
-         per-task times (F, B, W per stage) and mean transfer time into the schedule simulator."
+         blocks, d=64, 8 microbatches, 8 devices), medians over steps 2 to 5 of 5; a task's time \
+         runs from its dispatch until its outputs are computed (PJRT runs asynchronously, so \
+         timing the dispatch alone would hide the computation); each step's prediction feeds its \
+         measured per-task times (F, B, W per stage) and mean transfer time into the schedule \
+         simulator. Where the time goes: docs/profiling.md."
     );
     let _ = writeln!(md);
     let _ = writeln!(

@@ -336,6 +336,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let (mut losses, mut reference_losses, mut last_timings) = (Vec::new(), Vec::new(), None);
+    let mut per_step: Vec<(f64, f64)> = Vec::new();
     let mut step_ms: Vec<f64> = Vec::new();
     for _ in 0..args.steps {
         let call_args = step_args(&weights, lr, &data)?;
@@ -368,6 +369,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 )
             });
         }
+        per_step.push(calibrate(&run.timings, pipeline.schedule_plan()));
         last_timings = Some(run.timings);
     }
     bar.finish_and_clear();
@@ -382,9 +384,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     .unwrap_or(f64::NAN);
     let measured = timings.bubble_ratio(groups);
     println!("bubble ratio: measured {measured:.3}, simulator (F=1, B=2) {simulated:.3}");
-    let (makespan_ms, predicted_ms) = calibrate(&timings, pipeline.schedule_plan());
+    // Medians over the steps after the first (which warms caches up), when there are any.
+    let settled = if per_step.len() > 1 {
+        &per_step[1..]
+    } else {
+        &per_step[..]
+    };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let makespan_ms = median(settled.iter().map(|s| s.0).collect());
+    let predicted_ms = median(settled.iter().map(|s| s.1).collect());
     println!(
-        "step makespan: measured {makespan_ms:.3} ms, simulator with the measured task and transfer times {predicted_ms:.3} ms"
+        "step makespan (median over steps): measured {makespan_ms:.3} ms, simulator with the measured task and transfer times {predicted_ms:.3} ms"
     );
     let orders_match = timings
         .group_orders(groups)
