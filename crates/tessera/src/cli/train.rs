@@ -460,9 +460,35 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// How long each task (in `timings.tasks` order) kept its group busy: its own time plus the
+/// transfers of its outputs, which its group's worker issues before the next task.
+fn busy_times_us(timings: &tessera_mpmd::runtime::Timings) -> Vec<f64> {
+    timings
+        .tasks
+        .iter()
+        .map(|t| {
+            let end = t.start_us + t.duration_us;
+            let next = timings
+                .tasks
+                .iter()
+                .filter(|o| o.group == t.group && o.start_us >= end)
+                .map(|o| o.start_us)
+                .fold(f64::INFINITY, f64::min);
+            let sent: f64 = timings
+                .transfers
+                .iter()
+                .filter(|x| x.from == t.group && x.start_us >= end && x.start_us < next)
+                .map(|x| x.duration_us)
+                .sum();
+            t.duration_us + sent
+        })
+        .collect()
+}
+
 /// The measured makespan of a step and the simulator's prediction from the measured task times
-/// (F, B, W per stage; a fused action's time is split in the proportions of the unfused tasks;
-/// the mean measured transfer time as the latency between stages), both in milliseconds.
+/// (F, B, W per stage, each including the transfers of its outputs, which the runtime issues on
+/// the sending group; a fused action's time is split in the proportions of the unfused tasks),
+/// both in milliseconds.
 fn calibrate(
     timings: &tessera_mpmd::runtime::Timings,
     plan: &tessera_schedule::Plan,
@@ -481,7 +507,8 @@ fn calibrate(
     // Mean time of each single task kind per stage.
     let mut sums: HashMap<(char, usize), (f64, usize)> = HashMap::new();
     let mut fused: Vec<(Vec<(char, usize)>, f64)> = Vec::new();
-    for t in &timings.tasks {
+    let busy = busy_times_us(timings);
+    for (t, &busy_us) in timings.tasks.iter().zip(&busy) {
         let parts: Vec<(char, usize)> = t
             .name
             .split(" + ")
@@ -494,10 +521,10 @@ fn calibrate(
             .collect();
         if parts.len() == 1 {
             let e = sums.entry(parts[0]).or_insert((0.0, 0));
-            e.0 += t.duration_us / 1000.0;
+            e.0 += busy_us / 1000.0;
             e.1 += 1;
         } else {
-            fused.push((parts, t.duration_us / 1000.0));
+            fused.push((parts, busy_us / 1000.0));
         }
     }
     let mean = |k: (char, usize)| sums.get(&k).map(|&(s, n)| s / n as f64);
@@ -555,7 +582,7 @@ fn calibrate(
         forward: f,
         backward: b,
         weight: w,
-        latency: timings.mean_transfer_us() / 1000.0,
+        latency: 0.0,
     };
     let predicted = tessera_schedule::simulate(plan, &costs).map_or(f64::NAN, |s| s.makespan);
     ((end - start) / 1000.0, predicted)
