@@ -13,9 +13,11 @@ mod linearize;
 mod parallel;
 mod remat;
 mod rules;
+mod transpose;
 
 pub use jvp::jvp;
 pub use linearize::{Linearized, linearize};
+pub use transpose::{VjpSplit, transpose, vjp_split};
 
 use std::collections::HashMap;
 
