@@ -76,7 +76,13 @@ impl fmt::Display for ShapedArray {
             }
             write!(f, "{d}")?;
         }
-        f.write_str("]")
+        f.write_str("]")?;
+        // Inside shard_map, the manual axes the value varies over, as JAX prints them.
+        if !self.vma.is_empty() {
+            let axes: Vec<&str> = self.vma.iter().map(String::as_str).collect();
+            write!(f, "{{V:{}}}", axes.join(","))?;
+        }
+        Ok(())
     }
 }
 
@@ -96,6 +102,7 @@ mod tests {
         laid_out.vma.insert("y".into());
         assert!(laid_out.same_type(&plain));
         assert_ne!(laid_out, plain);
-        assert_eq!(laid_out.to_string(), "f32[8,4]");
+        assert_eq!(plain.to_string(), "f32[8,4]");
+        assert_eq!(laid_out.to_string(), "f32[8,4]{V:y}");
     }
 }

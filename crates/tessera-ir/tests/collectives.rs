@@ -218,3 +218,26 @@ fn a_replicated_operand_gets_the_sum_of_every_devices_gradient() {
     assert_eq!(grads[1].to_vec(), vec![col(0), col(1), col(2)]);
     assert_eq!(grads[0].to_vec(), [1.0, -1.0, 2.0].repeat(8));
 }
+
+#[test]
+fn a_shard_map_program_prints_and_parses_back_with_its_varying_axes() {
+    use tessera_ir::text::{parse_closed, print_closed};
+    let program = shard_map_program(
+        &mesh(&[("x", 2), ("y", 2)]),
+        &[spec("P('x', 'y')")],
+        &[spec("P('x')")],
+        &[f32(&[4, 4])],
+        |a| vec![a[0].sin().psum(&["y"])],
+    )
+    .unwrap();
+    let text = print_closed(&program, 0);
+    assert!(text.contains("f32[2,2]{V:x,y}"), "{text}");
+    let parsed = parse_closed(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    tessera_ir::verify(&parsed).unwrap();
+    assert_eq!(print_closed(&parsed, 0), text);
+    let x = iota(&[4, 4]);
+    assert_eq!(
+        eval_closed(&parsed, std::slice::from_ref(&x)).unwrap(),
+        eval_closed(&program, &[x]).unwrap()
+    );
+}

@@ -214,7 +214,22 @@ impl Parser {
             shape.push(d);
             self.eat(",");
         }
-        Ok(ShapedArray::new(dtype, &shape))
+        let mut aval = ShapedArray::new(dtype, &shape);
+        // `{V:x,y}` right after the shape: the manual mesh axes a value inside shard_map varies
+        // over. Whitespace is not skipped first: a newline here ends an equation.
+        let marker: Vec<char> = "{V:".chars().collect();
+        if self.chars[self.pos..].starts_with(&marker) {
+            self.pos += marker.len();
+            while !self.eat("}") {
+                let axis = self.word();
+                if axis.is_empty() {
+                    return Err(self.error("expected a mesh axis name in `{V:...}`"));
+                }
+                aval.vma.insert(axis);
+                self.eat(",");
+            }
+        }
+        Ok(aval)
     }
 
     fn integer(&mut self) -> Result<i64> {
