@@ -206,3 +206,63 @@ fn per_micro_batch_values_are_split_over_the_group_and_parameters_replicated() {
         "P()"
     );
 }
+
+#[test]
+fn parameters_stay_on_their_groups_between_steps() {
+    use tessera_mpmd::{StepArg, StepResult};
+    let (stages, mbs, rows) = (2, 4, 2);
+    let program = step(stages, mbs, rows, "1f1b");
+    let client = Client::cpu(8).unwrap();
+    let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 2), ("data", 4)]).unwrap(), "stage").unwrap();
+    let jit = mpmd_jit(&client, &mesh, &program).unwrap();
+    let mut args: Vec<Array> = (0..stages)
+        .map(|s| values(&[WIDTH, WIDTH], s as f64))
+        .collect();
+    args.push(Array::scalar(DType::F32, 0.5));
+    args.push(values(&[mbs, rows, WIDTH], 10.0));
+    args.push(values(&[mbs, rows, WIDTH], 20.0));
+    // Two steps in the interpreter.
+    let mut want_args = args.clone();
+    let mut want = Vec::new();
+    for _ in 0..2 {
+        want = eval_closed(&program, &want_args).unwrap();
+        want_args[..stages].clone_from_slice(&want[..stages]);
+    }
+    // Two steps with mpmd_jit, the weights fed back from the groups.
+    let mut call_args: Vec<StepArg> = args
+        .iter()
+        .map(|a| StepArg::Host(to_host(a).unwrap()))
+        .collect();
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        got = jit.call_mpmd(&call_args).unwrap().outputs;
+        for (s, out) in got.iter().take(stages).enumerate() {
+            let StepResult::Mpmd(weights) = out else {
+                panic!("weight {s} came back to the host");
+            };
+            assert_eq!(
+                weights.mpmd_idxs(),
+                vec![jit.pipeline().group_of_stage(s).unwrap()]
+            );
+            call_args[s] = out.clone().into_arg();
+        }
+    }
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        let g = from_host(&g.to_host().unwrap(), DType::F32).unwrap();
+        for (a, b) in g.to_vec().iter().zip(w.to_vec()) {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                "result {k}: {a} vs {b}"
+            );
+        }
+    }
+    // A weight on the wrong group is refused with a clear error.
+    let mut wrong = call_args.clone();
+    wrong.swap(0, 1);
+    let err = jit
+        .call_mpmd(&wrong)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("lives on groups"), "{err}");
+}

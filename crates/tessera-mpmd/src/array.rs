@@ -8,8 +8,9 @@ use tessera_pjrt::{Array, ElementType};
 use crate::error::{MpmdError, Result};
 use crate::sharding::{MpmdSharding, filter_axis};
 
-/// A logical array living on a subset of the MPMD groups of a mesh.
-#[derive(Debug)]
+/// A logical array living on a subset of the MPMD groups of a mesh. Clones share the device
+/// buffers.
+#[derive(Debug, Clone)]
 pub struct MpmdArray {
     sharding: MpmdSharding,
     shape: Vec<i64>,

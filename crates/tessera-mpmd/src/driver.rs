@@ -83,6 +83,16 @@ pub struct DeviceStepOutput {
     pub timings: Timings,
 }
 
+/// A parameter's value for a step: on the host, or already on its group's devices (laid out
+/// replicated over the group, as an update on the group leaves it).
+#[derive(Debug, Clone)]
+pub enum Placed {
+    /// Copied to the group at the start of the step.
+    Host(HostArray),
+    /// Used where it is; it must lie on the group that runs the parameter's stage.
+    Device(Box<DeviceArray>),
+}
+
 /// A pipelined step ready to run.
 pub struct CompiledPipeline {
     client: Client,
@@ -229,7 +239,11 @@ impl CompiledPipeline {
         args: &HashMap<usize, HostArray>,
         data: &[HashMap<usize, HostArray>],
     ) -> Result<StepOutput, DriverError> {
-        let out = self.step_on_device(args, data)?;
+        let placed = args
+            .iter()
+            .map(|(&k, h)| (k, Placed::Host(h.clone())))
+            .collect();
+        let out = self.step_on_device(&placed, data)?;
         Ok(StepOutput {
             grads: out
                 .grads
@@ -254,10 +268,11 @@ impl CompiledPipeline {
         self.parts.iter().position(|p| p.param_args.contains(&arg))
     }
 
-    /// Like [`CompiledPipeline::step`], leaving the gradients on device.
+    /// Like [`CompiledPipeline::step`], with parameters that may already be on their groups,
+    /// leaving the gradients on device.
     pub fn step_on_device(
         &self,
-        args: &HashMap<usize, HostArray>,
+        args: &HashMap<usize, Placed>,
         data: &[HashMap<usize, HostArray>],
     ) -> Result<DeviceStepOutput, DriverError> {
         if data.len() != self.microbatches as usize {
@@ -270,11 +285,18 @@ impl CompiledPipeline {
         let missing = |k: usize| DriverError::Config(format!("no value for loss argument {k}"));
         let mut initial = Vec::new();
         for &(key, group) in &self.built.inputs {
+            let mesh = self.mesh.group(group)?;
             let host = match key {
-                Key::Param { stage, k } => args
-                    .get(&self.parts[stage as usize].param_args[k])
-                    .cloned()
-                    .ok_or_else(|| missing(k))?,
+                Key::Param { stage, k } => {
+                    let arg = self.parts[stage as usize].param_args[k];
+                    match args.get(&arg).ok_or_else(|| missing(arg))? {
+                        Placed::Host(h) => h.clone(),
+                        Placed::Device(a) => {
+                            initial.push((self.built.ids[&key], group, on_group(a, mesh, arg)?));
+                            continue;
+                        }
+                    }
+                }
                 Key::Acc { stage, k, .. } => {
                     let a =
                         key_aval(&self.parts, Key::Param { stage, k }).ok_or_else(|| missing(k))?;
@@ -293,7 +315,6 @@ impl CompiledPipeline {
                     )));
                 }
             };
-            let mesh = self.mesh.group(group)?;
             let sharding = NamedSharding::new(mesh, key_spec(&self.parts, key, mesh))?;
             initial.push((
                 self.built.ids[&key],
@@ -337,6 +358,28 @@ impl CompiledPipeline {
             timings: out.timings,
         })
     }
+}
+
+/// A parameter already on device, checked to lie replicated on `group`'s devices.
+fn on_group(
+    array: &DeviceArray,
+    group: &tessera_sharding::Mesh,
+    arg: usize,
+) -> Result<DeviceArray, DriverError> {
+    let devices = array.sharding().device_set()?;
+    let mut want = group.device_ids().to_vec();
+    want.sort_unstable();
+    let mut have = devices.clone();
+    have.sort_unstable();
+    if have != want || array.sharding().spec().used_axes().next().is_some() {
+        return Err(DriverError::Config(format!(
+            "parameter argument {arg} is on devices {devices:?} as {}, but its stage runs \
+             replicated on devices {:?}; pass it from the host or from this step's own results",
+            array.sharding().spec(),
+            group.device_ids()
+        )));
+    }
+    Ok(array.clone())
 }
 
 fn compile_action(

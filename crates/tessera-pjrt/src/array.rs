@@ -9,20 +9,21 @@ use crate::element_type::ElementType;
 use crate::error::{PjrtError, Result};
 use crate::host::HostArray;
 
-/// One device's piece of an [`Array`].
-#[derive(Debug)]
+/// One device's piece of an [`Array`]. Clones share the device buffer.
+#[derive(Debug, Clone)]
 pub struct Shard {
     /// The device holding it.
     pub device: i32,
     /// The block of the global array it holds, `[start, stop)` per dimension.
     pub block: Vec<(i64, i64)>,
-    /// The data.
-    pub buffer: Buffer,
+    /// The data (shared by the clones of the array).
+    pub buffer: std::sync::Arc<Buffer>,
 }
 
 /// A global array sharded over devices. Shards are kept in mesh order (the device order that
-/// SPMD executables compiled for the same mesh take their arguments in).
-#[derive(Debug)]
+/// SPMD executables compiled for the same mesh take their arguments in). Cloning is cheap: the
+/// clones share the device buffers, which are freed when the last clone lets go of them.
+#[derive(Debug, Clone)]
 pub struct Array {
     shape: Vec<i64>,
     ty: ElementType,
@@ -47,7 +48,7 @@ impl Array {
             let piece = host.block(&block)?;
             shards.push(Shard {
                 device,
-                buffer: Buffer::from_host_to(client, &piece, device)?,
+                buffer: std::sync::Arc::new(Buffer::from_host_to(client, &piece, device)?),
                 block,
             });
         }
@@ -81,7 +82,7 @@ impl Array {
             .map(|((device, block), buffer)| Shard {
                 device: device as i32,
                 block,
-                buffer,
+                buffer: std::sync::Arc::new(buffer),
             })
             .collect();
         Ok(Array {
@@ -133,7 +134,8 @@ impl Array {
         Ok(out)
     }
 
-    /// Frees the device buffers; later use is an error.
+    /// Lets go of the device buffers (freed unless a clone still holds them); later use of this
+    /// array is an error.
     pub fn delete(&mut self) {
         self.shards = None;
     }
@@ -172,7 +174,7 @@ impl Array {
             out.push(Shard {
                 device,
                 block,
-                buffer,
+                buffer: std::sync::Arc::new(buffer),
             });
         }
         Ok(Array {

@@ -251,7 +251,7 @@ impl Compiled {
             .map(|a| a.addressable_shards())
             .collect::<Result<Vec<_>, _>>()?;
         let lists: Vec<Vec<&Buffer>> = (0..self.devices.len())
-            .map(|d| per_arg.iter().map(|s| &s[d].buffer).collect())
+            .map(|d| per_arg.iter().map(|s| s[d].buffer.as_ref()).collect())
             .collect();
         let mut per_device = self.executable.execute(&lists)?;
         let out_avals = jaxpr.out_avals();

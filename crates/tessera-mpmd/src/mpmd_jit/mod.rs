@@ -22,10 +22,12 @@ use tessera_schedule::{Registry, ScheduleParams};
 use tessera_sharding::{NamedSharding, PartitionSpec};
 use tessera_stablehlo::{LowerOptions, lower_closed};
 
-use crate::driver::{CompiledPipeline, DriverError};
+use crate::array::MpmdArray;
+use crate::driver::{CompiledPipeline, DriverError, Placed};
 use crate::host::{element_type, from_host, to_host};
 use crate::mesh::MpmdMesh;
 use crate::runtime::{OutputLayout, PjrtExecutor, Timings};
+use crate::sharding::MpmdSharding;
 use update::{Piece, Place};
 
 /// Where a loss argument's value comes from in the step.
@@ -312,35 +314,65 @@ impl MpmdJit {
             .collect()
     }
 
-    /// Runs the step on host arguments (one per step argument).
+    /// Runs the step on host arguments (one per step argument); results come back to the host.
     pub fn call(&self, args: &[HostArray]) -> Result<StepRun, DriverError> {
+        let args: Vec<StepArg> = args.iter().cloned().map(StepArg::Host).collect();
+        let run = self.call_mpmd(&args)?;
+        let outputs = run
+            .outputs
+            .iter()
+            .map(StepResult::to_host)
+            .collect::<Result<_, _>>()?;
+        Ok(StepRun {
+            outputs,
+            losses: run.losses,
+            timings: run.timings,
+        })
+    }
+
+    /// Runs the step. Arguments may be host arrays or arrays already on the MPMD groups (a
+    /// parameter on the group of its stage, e.g. this step's own result from the last call);
+    /// results computed on a group stay there as [`MpmdArray`]s, the others come back to the
+    /// host. Micro-batch data must be host arrays.
+    pub fn call_mpmd(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
         self.check_args(args)?;
         let mut params = HashMap::new();
         let mut data: Vec<HashMap<usize, HostArray>> = vec![HashMap::new(); self.length];
         for (a, input) in self.loss_inputs.iter().enumerate() {
             match *input {
                 LossInput::Param(i) => {
-                    params.insert(a, args[i].clone());
+                    let group = self.param_group(a)?;
+                    params.insert(a, args[i].placed(group)?);
                 }
-                LossInput::Invariant(i) => data.iter_mut().for_each(|d| {
-                    d.insert(a, args[i].clone());
-                }),
+                LossInput::Invariant(i) => {
+                    let host = args[i].host("loop-invariant data")?;
+                    data.iter_mut().for_each(|d| {
+                        d.insert(a, host.clone());
+                    });
+                }
                 LossInput::Sliced(i) => {
+                    let host = args[i].host("micro-batch data")?;
                     for (mb, d) in data.iter_mut().enumerate() {
-                        d.insert(a, micro_batch(&args[i], self.axis, mb)?);
+                        d.insert(a, micro_batch(&host, self.axis, mb)?);
                     }
                 }
             }
         }
         let out = self.pipeline.step_on_device(&params, &data)?;
         let losses = self.loop_losses(&out.losses)?;
-        let mut outputs: Vec<Option<HostArray>> = vec![None; self.num_outputs];
+        let mut outputs: Vec<Option<StepResult>> = vec![None; self.num_outputs];
         for (piece, compiled) in &self.pieces {
             let values = match (piece.place, compiled) {
-                (Place::Group(g), Some(index)) => {
-                    self.run_on_group(piece, *index, g, args, &losses, &out.grads)?
-                }
-                _ => self.run_on_host(piece, args, &losses, &out.grads)?,
+                (Place::Group(g), Some(index)) => self
+                    .run_on_group(piece, *index, g, args, &losses, &out.grads)?
+                    .into_iter()
+                    .map(|m| StepResult::Mpmd(Box::new(m)))
+                    .collect(),
+                _ => self
+                    .run_on_host(piece, args, &losses, &out.grads)?
+                    .into_iter()
+                    .map(StepResult::Host)
+                    .collect::<Vec<_>>(),
             };
             for (&k, v) in piece.outputs.iter().zip(values) {
                 outputs[k] = Some(v);
@@ -350,14 +382,22 @@ impl MpmdJit {
             .into_iter()
             .map(|o| o.ok_or_else(|| config("a result of the step was not computed")))
             .collect::<Result<_, _>>()?;
-        Ok(StepRun {
+        Ok(MpmdStepRun {
             outputs,
             losses: out.losses,
             timings: out.timings,
         })
     }
 
-    fn check_args(&self, args: &[HostArray]) -> Result<(), DriverError> {
+    /// The group holding loss argument `a` (a parameter).
+    fn param_group(&self, a: usize) -> Result<usize, DriverError> {
+        self.pipeline
+            .stage_of_param(a)
+            .and_then(|s| self.pipeline.group_of_stage(s))
+            .ok_or_else(|| config(format!("loss argument {a} belongs to no stage")))
+    }
+
+    fn check_args(&self, args: &[StepArg]) -> Result<(), DriverError> {
         if args.len() != self.in_avals.len() {
             return Err(config(format!(
                 "the step takes {} arguments, got {}",
@@ -366,11 +406,10 @@ impl MpmdJit {
             )));
         }
         for (i, (a, aval)) in args.iter().zip(&self.in_avals).enumerate() {
-            if a.dims() != aval.shape.as_slice() || a.element_type() != element_type(aval.dtype) {
+            let (dims, ty) = a.signature();
+            if dims != aval.shape.as_slice() || ty != element_type(aval.dtype) {
                 return Err(config(format!(
-                    "argument {i} is {:?}{:?}, the step takes {aval}",
-                    a.element_type(),
-                    a.dims()
+                    "argument {i} is {ty:?}{dims:?}, the step takes {aval}"
                 )));
             }
         }
@@ -392,43 +431,45 @@ impl MpmdJit {
         piece: &Piece,
         index: usize,
         group: usize,
-        args: &[HostArray],
+        args: &[StepArg],
         losses: &HostArray,
         grads: &[DeviceArray],
-    ) -> Result<Vec<HostArray>, DriverError> {
-        let replicated = NamedSharding::new(self.mesh.group(group)?, PartitionSpec::replicated())?;
-        let mut owned = Vec::new();
-        let mut order = Vec::new();
-        for &i in &piece.inputs {
-            if i < self.num_args {
-                owned.push(DeviceArray::device_put(
-                    &self.client,
-                    &args[i],
-                    &replicated,
-                )?);
-                order.push((true, owned.len() - 1));
-            } else if i == self.num_args {
-                owned.push(DeviceArray::device_put(&self.client, losses, &replicated)?);
-                order.push((true, owned.len() - 1));
-            } else {
-                order.push((false, i - self.num_args - 1));
-            }
-        }
-        let inputs: Vec<&DeviceArray> = order
+    ) -> Result<Vec<MpmdArray>, DriverError> {
+        let mesh = self.mesh.group(group)?;
+        let replicated = NamedSharding::new(mesh, PartitionSpec::replicated())?;
+        let inputs = piece
+            .inputs
             .iter()
-            .map(|&(mine, k)| if mine { &owned[k] } else { &grads[k] })
-            .collect();
+            .map(|&i| {
+                if i < self.num_args {
+                    match args[i].placed(group)? {
+                        Placed::Host(h) => {
+                            Ok(DeviceArray::device_put(&self.client, &h, &replicated)?)
+                        }
+                        Placed::Device(a) => Ok(*a),
+                    }
+                } else if i == self.num_args {
+                    Ok(DeviceArray::device_put(&self.client, losses, &replicated)?)
+                } else {
+                    Ok(grads[i - self.num_args - 1].clone())
+                }
+            })
+            .collect::<Result<Vec<_>, DriverError>>()?;
+        let refs: Vec<&DeviceArray> = inputs.iter().collect();
         let outs = self
             .updates
-            .execute(index, &inputs)
+            .execute(index, &refs)
             .map_err(|e| config(e.to_string()))?;
-        outs.iter().map(|o| Ok(o.to_host()?)).collect()
+        let sharding = MpmdSharding::new(&self.mesh, [group], &PartitionSpec::replicated())?;
+        outs.into_iter()
+            .map(|o| Ok(MpmdArray::new(vec![o], sharding.clone())?))
+            .collect()
     }
 
     fn run_on_host(
         &self,
         piece: &Piece,
-        args: &[HostArray],
+        args: &[StepArg],
         losses: &HostArray,
         grads: &[DeviceArray],
     ) -> Result<Vec<HostArray>, DriverError> {
@@ -439,7 +480,7 @@ impl MpmdJit {
             .zip(&avals)
             .map(|(&i, aval)| {
                 let host = if i < self.num_args {
-                    args[i].clone()
+                    args[i].to_host()?
                 } else if i == self.num_args {
                     losses.clone()
                 } else {
@@ -454,6 +495,98 @@ impl MpmdJit {
             .map(|o| to_host(o).map_err(|e| config(e.0)))
             .collect()
     }
+}
+
+/// An argument of [`MpmdJit::call_mpmd`].
+#[derive(Debug, Clone)]
+pub enum StepArg {
+    /// On the host.
+    Host(HostArray),
+    /// On one or more MPMD groups.
+    Mpmd(Box<MpmdArray>),
+}
+
+impl StepArg {
+    fn signature(&self) -> (Vec<i64>, tessera_pjrt::ElementType) {
+        match self {
+            StepArg::Host(h) => (h.dims().to_vec(), h.element_type()),
+            StepArg::Mpmd(m) => (m.shape().to_vec(), m.dtype()),
+        }
+    }
+
+    /// The value for group `group`: the host array, or this group's device array.
+    fn placed(&self, group: usize) -> Result<Placed, DriverError> {
+        match self {
+            StepArg::Host(h) => Ok(Placed::Host(h.clone())),
+            StepArg::Mpmd(m) => m
+                .to_mpmd_local_arrays()?
+                .get(&group)
+                .cloned()
+                .map(|a| Placed::Device(Box::new(a)))
+                .ok_or_else(|| {
+                    config(format!(
+                        "an argument lives on groups {:?}, but group {group} uses it; reshard \
+                         it there or pass it from the host",
+                        m.mpmd_idxs()
+                    ))
+                }),
+        }
+    }
+
+    fn host(&self, what: &str) -> Result<HostArray, DriverError> {
+        match self {
+            StepArg::Host(h) => Ok(h.clone()),
+            StepArg::Mpmd(_) => Err(config(format!(
+                "{what} must be a host array for now (mpmd_jit slices it into micro-batches on \
+                 the host)"
+            ))),
+        }
+    }
+
+    fn to_host(&self) -> Result<HostArray, DriverError> {
+        match self {
+            StepArg::Host(h) => Ok(h.clone()),
+            StepArg::Mpmd(m) => Ok(m.first_mpmd_replica()?.to_host()?),
+        }
+    }
+}
+
+/// A result of [`MpmdJit::call_mpmd`].
+#[derive(Debug, Clone)]
+pub enum StepResult {
+    /// Computed on the host.
+    Host(HostArray),
+    /// Computed on an MPMD group, and left there.
+    Mpmd(Box<MpmdArray>),
+}
+
+impl StepResult {
+    /// The value on the host (copied from its group if it is on one).
+    pub fn to_host(&self) -> Result<HostArray, DriverError> {
+        match self {
+            StepResult::Host(h) => Ok(h.clone()),
+            StepResult::Mpmd(m) => Ok(m.first_mpmd_replica()?.to_host()?),
+        }
+    }
+
+    /// As an argument of the next call.
+    pub fn into_arg(self) -> StepArg {
+        match self {
+            StepResult::Host(h) => StepArg::Host(h),
+            StepResult::Mpmd(m) => StepArg::Mpmd(m),
+        }
+    }
+}
+
+/// What [`MpmdJit::call_mpmd`] returns.
+#[derive(Debug)]
+pub struct MpmdStepRun {
+    /// The step's results.
+    pub outputs: Vec<StepResult>,
+    /// Each micro-batch's loss.
+    pub losses: Vec<f64>,
+    /// When each pipeline task ran.
+    pub timings: Timings,
 }
 
 fn compile_piece(

@@ -105,7 +105,12 @@ impl PjrtExecutor {
             .into());
         }
         let args: Vec<Vec<&Buffer>> = (0..devices)
-            .map(|d| per_input.iter().map(|shards| &shards[d].buffer).collect())
+            .map(|d| {
+                per_input
+                    .iter()
+                    .map(|shards| shards[d].buffer.as_ref())
+                    .collect()
+            })
             .collect();
         let mut per_device = compiled.executable.execute(&args)?;
         let mut outputs = Vec::with_capacity(compiled.outputs.len());
