@@ -6,10 +6,14 @@
 //! one activation from stage `s - 1`, and pass one activation to stage `s + 1` (the last stage
 //! returns the loss). Backward programs recompute their stage's forward from the saved inputs
 //! (rematerialisation: the residuals are the stage's activation and data), then apply `vjp`.
-//! The split backward passes everything the weight gradient needs from `BwdI` to `BwdW`.
+//! The split backward is one backward pass cut in two by its results (`split_outputs`): `BwdI`
+//! computes the input cotangent and hands on the values the weight gradients still need, and
+//! `BwdW` finishes the weight gradients from those alone, recomputing nothing.
 
 use tessera_ir::autodiff::vjp;
-use tessera_ir::passes::{StageInput, eliminate_dead_code, inline_calls, split_stages};
+use tessera_ir::passes::{
+    StageInput, eliminate_dead_code, inline_calls, split_outputs, split_stages,
+};
 use tessera_ir::trace::{Tensor, call_closed, trace};
 use tessera_ir::{ClosedJaxpr, IrError, ShapedArray};
 
@@ -163,26 +167,37 @@ fn stage_programs(
             .map(|(k, &i)| &a[np + nr + n_ct + k] + &g[i]);
         ct_in(&g).into_iter().chain(accs).collect()
     })?;
-    let bwd_i = trace(&bwd_avals, |a| {
+    // The backward pass split by its results: BwdI computes the input cotangent and hands on
+    // what the weight gradients still need; BwdW finishes them from that alone.
+    let whole = trace(&bwd_avals, |a| {
         let g = stage_grads(&a[..np + nr], seed(a));
-        ct_in(&g).into_iter().chain(a.iter().cloned()).collect()
-    })?;
-    let mut w_avals = bwd_avals.clone();
-    w_avals.extend(acc_avals.iter().cloned());
-    let bwd_w = trace(&w_avals, |a| {
-        let g = stage_grads(&a[..np + nr], seed(a));
-        p_pos
-            .iter()
-            .enumerate()
-            .map(|(k, &i)| &a[np + nr + n_ct + k] + &g[i])
+        ct_in(&g)
+            .into_iter()
+            .chain(p_pos.iter().map(|&i| g[i].clone()))
             .collect()
+    })?;
+    let first: Vec<usize> = if act_pos.is_some() {
+        vec![0]
+    } else {
+        Vec::new()
+    };
+    let split = split_outputs(&whole, &first)?;
+    let bwd_i = split.first;
+    let mut w_avals = split.second.jaxpr.in_avals();
+    w_avals.extend(acc_avals.iter().cloned());
+    let handed = split.handed_on;
+    let weight_grads = split.second;
+    let bwd_w = trace(&w_avals, |a| {
+        let refs: Vec<&Tensor> = a[..handed].iter().collect();
+        let g = call_closed(&weight_grads, &refs);
+        g.iter().zip(&a[handed..]).map(|(g, acc)| acc + g).collect()
     })?;
     let clean = |p: ClosedJaxpr| eliminate_dead_code(&inline_calls(&p));
     let shape = StageShape {
         params: np,
         data: d_pos.len(),
         residuals: nr,
-        weight_residuals: bwd_avals.len(),
+        weight_residuals: handed,
     };
     Ok(StagePrograms {
         fwd: clean(fwd),

@@ -6,6 +6,7 @@ mod cse;
 mod dce;
 mod fold;
 mod inline;
+mod split_outputs;
 mod split_stages;
 mod unroll;
 
@@ -13,6 +14,7 @@ pub use cse::eliminate_common_subexpressions;
 pub use dce::eliminate_dead_code;
 pub use fold::fold_constants;
 pub use inline::{inline_all, inline_calls};
+pub use split_outputs::{OutputSplit, split_outputs};
 pub use split_stages::{StageInput, StageProgram, StageSplit, split_stages};
 pub use unroll::unroll_treduce;
 

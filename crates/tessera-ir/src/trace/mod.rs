@@ -354,8 +354,13 @@ pub fn checkpoint(args: &[&Tensor], f: impl FnOnce(&[Tensor]) -> Vec<Tensor>) ->
     }
 }
 
-/// Calls a closed program on traced operands as a nested `jit` equation.
+/// Calls a closed program on traced operands as a nested `jit` equation. With no operands there
+/// is no trace to record in: a program of no arguments must be inlined by its caller, and is
+/// returned as no results.
 pub fn call_closed(program: &ClosedJaxpr, args: &[&Tensor]) -> Vec<Tensor> {
+    if args.is_empty() {
+        return Vec::new();
+    }
     let params = Params::new()
         .with("name", ParamValue::Name("call".into()))
         .with("jaxpr", ParamValue::Jaxpr(Box::new(program.clone())));
