@@ -154,3 +154,48 @@ fn inlining_and_folding_flatten_the_program() {
           in (g,) }"#]],
     );
 }
+
+#[test]
+fn split_outputs_hands_on_shared_values_and_recomputes_nothing() {
+    use tessera_ir::passes::split_outputs;
+    use tessera_ir::trace::trace;
+    let f32 = |s: &[i64]| tessera_ir::ShapedArray::new(tessera_ir::DType::F32, s);
+    // a = tanh(x @ w); first result a @ v, second result sum(a) * 2.
+    let program = trace(&[f32(&[2, 3]), f32(&[3, 3]), f32(&[3, 1])], |t| {
+        let a = t[0].matmul(&t[1]).tanh();
+        vec![a.matmul(&t[2]), &a.sum(&[0, 1]) * 2.0]
+    })
+    .unwrap();
+    let split = split_outputs(&program, &[0]).unwrap();
+    tessera_ir::verify(&split.first).unwrap();
+    tessera_ir::verify(&split.second).unwrap();
+    assert_eq!(split.handed_on, 1, "only `a` crosses");
+    let count = |p: &tessera_ir::ClosedJaxpr, name: &str| {
+        p.jaxpr
+            .eqns
+            .iter()
+            .filter(|e| e.prim.name() == name)
+            .count()
+    };
+    assert_eq!(
+        count(&split.second, "tanh") + count(&split.second, "dot_general"),
+        0
+    );
+    let args: Vec<tessera_ir::Array> = [vec![2, 3], vec![3, 3], vec![3, 1]]
+        .iter()
+        .map(|s| {
+            let n: i64 = s.iter().product();
+            tessera_ir::Array::new(
+                tessera_ir::DType::F32,
+                s,
+                (0..n).map(|i| (i as f64 * 0.3).sin()).collect(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let want = eval_closed(&program, &args).unwrap();
+    let first = eval_closed(&split.first, &args).unwrap();
+    let second = eval_closed(&split.second, &first[1..]).unwrap();
+    assert_eq!(first[0], want[0]);
+    assert_eq!(second[0], want[1]);
+}
