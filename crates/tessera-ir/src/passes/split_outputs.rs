@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::error::Result;
 use crate::jaxpr::{Atom, ClosedJaxpr, Jaxpr, Var};
-use crate::trace::{Tensor, replay, replay_atom, trace};
+use crate::trace::{Tensor, replay_atom, replay_into, trace};
 
 use super::{eliminate_dead_code, inline_calls};
 
@@ -139,14 +139,7 @@ fn run(
     anchor: &Tensor,
 ) -> HashMap<Var, Tensor> {
     for &i in eqns {
-        let eqn = &jaxpr.eqns[i];
-        let operands: Vec<Tensor> = eqn
-            .inputs
-            .iter()
-            .map(|a| replay_atom(&env, anchor, a))
-            .collect();
-        let outs = replay(eqn, jaxpr, &operands, anchor);
-        env.extend(eqn.outputs.iter().copied().zip(outs));
+        replay_into(&mut env, jaxpr, &jaxpr.eqns[i], anchor);
     }
     env
 }

@@ -260,6 +260,23 @@ pub fn replay(eqn: &Eqn, jaxpr: &Jaxpr, operands: &[Tensor], anchor: &Tensor) ->
     Tensor::bind_typed(eqn.prim, eqn.params.clone(), &refs, out)
 }
 
+/// Replays `eqn` of `jaxpr` with operands read from `env` (literals in `anchor`'s trace) and
+/// binds its results in `env`.
+pub fn replay_into(
+    env: &mut std::collections::HashMap<crate::jaxpr::Var, Tensor>,
+    jaxpr: &Jaxpr,
+    eqn: &Eqn,
+    anchor: &Tensor,
+) {
+    let operands: Vec<Tensor> = eqn
+        .inputs
+        .iter()
+        .map(|a| replay_atom(env, anchor, a))
+        .collect();
+    let outs = replay(eqn, jaxpr, &operands, anchor);
+    env.extend(eqn.outputs.iter().copied().zip(outs));
+}
+
 /// The value of `atom` of a program being replayed: its tensor in `env`, or its literal in
 /// `anchor`'s trace.
 pub fn replay_atom(

@@ -200,13 +200,7 @@ fn update_program(step: &ClosedJaxpr, index: usize) -> Result<ClosedJaxpr, Drive
             if i == index {
                 continue;
             }
-            let operands: Vec<_> = eqn
-                .inputs
-                .iter()
-                .map(|a| tessera_ir::trace::replay_atom(&env, &anchor, a))
-                .collect();
-            let outs = tessera_ir::trace::replay(eqn, jaxpr, &operands, &anchor);
-            env.extend(eqn.outputs.iter().copied().zip(outs));
+            tessera_ir::trace::replay_into(&mut env, jaxpr, eqn, &anchor);
         }
         jaxpr
             .outvars

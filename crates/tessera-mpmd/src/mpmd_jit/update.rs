@@ -6,7 +6,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use tessera_ir::passes::eliminate_dead_code;
-use tessera_ir::trace::{Tensor, replay, replay_atom, trace};
+use tessera_ir::trace::{Tensor, replay_atom, replay_into, trace};
 use tessera_ir::{Atom, ClosedJaxpr, Jaxpr, ShapedArray, Var};
 
 use crate::driver::DriverError;
@@ -130,13 +130,7 @@ fn restrict(
                 continue;
             }
             let Some(anchor) = &anchor else { break };
-            let operands: Vec<Tensor> = eqn
-                .inputs
-                .iter()
-                .map(|a| replay_atom(&env, anchor, a))
-                .collect();
-            let outs = replay(eqn, jaxpr, &operands, anchor);
-            env.extend(eqn.outputs.iter().copied().zip(outs));
+            replay_into(&mut env, jaxpr, eqn, anchor);
         }
         outputs
             .iter()
