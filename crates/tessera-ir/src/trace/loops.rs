@@ -1,14 +1,9 @@
 //! The tracing API of JAXPP's temporal reduction: [`treduce`] and [`treduce_i`] record a
-//! `treduce` equation whose body is traced once on one micro-batch, and
-//! [`value_and_grad_call`] records a differentiated call whose undifferentiated loss stays
-//! visible, so `mpmd_jit` can partition the loss into pipeline stages.
+//! `treduce` equation whose body is traced once on one micro-batch.
 
 use super::{Tensor, trace};
-use crate::autodiff::value_and_grad;
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
-use crate::jaxpr::ClosedJaxpr;
-use crate::params::{ParamValue, Params};
 use crate::prim::{Prim, ReduceOp, treduce_params};
 
 /// JAXPP's default operations for `n` results: the first concatenated along a new dimension 0
@@ -95,26 +90,4 @@ pub fn treduce_i(
     treduce(invariants, &[&index], 0, schedule, ops, |inv, i| {
         f(inv, &i[0])
     })
-}
-
-/// Calls `value_and_grad(loss, argnums)` on `args`, recording the loss itself next to its
-/// derivative: results `(loss, grad_0, ..., grad_k)`.
-pub fn value_and_grad_call(loss: &ClosedJaxpr, argnums: &[usize], args: &[&Tensor]) -> Vec<Tensor> {
-    let Some(first) = args.first() else {
-        return Vec::new();
-    };
-    match value_and_grad(loss, argnums) {
-        Ok(vag) => {
-            let params = Params::new()
-                .with("name", ParamValue::Name("value_and_grad".into()))
-                .with("jaxpr", ParamValue::Jaxpr(Box::new(vag)))
-                .with("primal", ParamValue::Jaxpr(Box::new(loss.clone())))
-                .with(
-                    "argnums",
-                    ParamValue::ints(&argnums.iter().map(|&a| a as i64).collect::<Vec<_>>()),
-                );
-            Tensor::bind(Prim::Jit, params, args)
-        }
-        Err(e) => vec![first.fail("value_and_grad", e.to_string())],
-    }
 }

@@ -24,10 +24,12 @@ mod collectives;
 mod loops;
 mod nn;
 mod ops;
+mod transforms;
 
 pub use collectives::{pmap, shard_map, shard_map_program};
-pub use loops::{default_ops, treduce, treduce_i, value_and_grad_call};
+pub use loops::{default_ops, treduce, treduce_i};
 pub use nn::where_;
+pub use transforms::{grad_call, jvp_call, value_and_grad_call, vjp_call, vmap_call};
 
 use std::cell::RefCell;
 use std::rc::Rc;
