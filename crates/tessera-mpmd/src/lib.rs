@@ -1,7 +1,7 @@
 //! MPMD pipeline parallelism (NVIDIA JAXPP's model in Rust): an [`MpmdMesh`] splits a mesh into
 //! groups along one axis; each group runs its own SPMD programs (pipeline stages) on its devices;
 //! [`MpmdArray`]s live on the groups that use them; the reshards move arrays between the SPMD and
-//! MPMD layouts. [`mpmd_jit`] runs a training step whose micro-batch loop is a `treduce`:
+//! MPMD layouts. [`mpmd_jit()`] runs a training step whose micro-batch loop is a `treduce`:
 //! the loop pipelined over the groups under its schedule, the rest (the optimizer update) on the
 //! groups that hold the parameters.
 
