@@ -11,12 +11,14 @@
 //! parameters are loop invariants, its data the sliced arrays; the loop's operands are
 //! arguments of the step.
 
+mod analyze;
+mod args;
 mod update;
 
 use std::collections::HashMap;
 
 use tessera_ir::prim::{ReduceOp, TreduceParams};
-use tessera_ir::{Array, Atom, ClosedJaxpr, Eqn, Jaxpr, ParamValue, Prim, ShapedArray};
+use tessera_ir::{Array, ClosedJaxpr, ShapedArray};
 use tessera_pjrt::{Array as DeviceArray, Client, HostArray};
 use tessera_schedule::{Registry, ScheduleParams};
 use tessera_sharding::{NamedSharding, PartitionSpec};
@@ -28,18 +30,9 @@ use crate::host::{element_type, from_host, to_host};
 use crate::mesh::MpmdMesh;
 use crate::runtime::{OutputLayout, PjrtExecutor, Timings};
 use crate::sharding::MpmdSharding;
+use analyze::{LossInput, find_loop, read_body, update_program};
+pub use args::{MpmdStepRun, StepArg, StepResult};
 use update::{Piece, Place};
-
-/// Where a loss argument's value comes from in the step.
-#[derive(Debug, Clone, Copy)]
-enum LossInput {
-    /// A parameter: step argument `i`, the same for every micro-batch.
-    Param(usize),
-    /// Loop-invariant data: step argument `i`, the same for every micro-batch.
-    Invariant(usize),
-    /// Sliced data: micro-batch `mb` of step argument `i`.
-    Sliced(usize),
-}
 
 /// A compiled step.
 pub struct MpmdJit {
@@ -68,7 +61,7 @@ pub struct StepRun {
     pub timings: Timings,
 }
 
-fn config(message: impl Into<String>) -> DriverError {
+pub(super) fn config(message: impl Into<String>) -> DriverError {
     DriverError::Config(message.into())
 }
 
@@ -79,136 +72,6 @@ pub fn mpmd_jit(
     step: &ClosedJaxpr,
 ) -> Result<MpmdJit, DriverError> {
     MpmdJit::new(client, mesh, step)
-}
-
-/// The loop equation and the step argument behind each of its operands.
-fn find_loop(jaxpr: &Jaxpr) -> Result<(usize, Vec<usize>), DriverError> {
-    let loops: Vec<usize> = (0..jaxpr.eqns.len())
-        .filter(|&i| jaxpr.eqns[i].prim == Prim::Treduce)
-        .collect();
-    let [index] = loops[..] else {
-        return Err(config(format!(
-            "mpmd_jit needs exactly one treduce in the step, found {}",
-            loops.len()
-        )));
-    };
-    let operands = jaxpr.eqns[index]
-        .inputs
-        .iter()
-        .map(|a| match a {
-            Atom::Var(v) => jaxpr.invars.iter().position(|i| i == v),
-            Atom::Lit(_) => None,
-        })
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| config("every operand of the treduce must be an argument of the step; compute the micro-batches outside the step"))?;
-    Ok((index, operands))
-}
-
-/// The loss, its parameter argnums, and the step argument of each loss argument.
-fn read_body(
-    p: &TreduceParams<'_>,
-    operands: &[usize],
-) -> Result<(ClosedJaxpr, Vec<usize>, Vec<LossInput>), DriverError> {
-    let body = &p.body.jaxpr;
-    let shape_error = || {
-        config(
-            "the treduce body must be one value_and_grad_call(loss, argnums, args) whose results are the body's results",
-        )
-    };
-    let [call] = &body.eqns[..] else {
-        return Err(shape_error());
-    };
-    let is_vag = call.prim == Prim::Jit
-        && matches!(call.params.get("name"), Some(ParamValue::Name(n)) if n == "value_and_grad");
-    let same_outputs = body.outvars.len() == call.outputs.len()
-        && body
-            .outvars
-            .iter()
-            .zip(&call.outputs)
-            .all(|(a, v)| *a == Atom::Var(*v));
-    if !is_vag || !same_outputs {
-        return Err(shape_error());
-    }
-    let loss = match call.params.get("primal") {
-        Some(ParamValue::Jaxpr(j)) => (**j).clone(),
-        _ => return Err(shape_error()),
-    };
-    let argnums: Vec<usize> = call
-        .params
-        .get("argnums")
-        .and_then(ParamValue::as_ints)
-        .ok_or_else(shape_error)?
-        .into_iter()
-        .map(|a| a as usize)
-        .collect();
-    let inputs = loss_inputs(call, body, p, operands, &argnums)?;
-    Ok((loss, argnums, inputs))
-}
-
-fn loss_inputs(
-    call: &Eqn,
-    body: &Jaxpr,
-    p: &TreduceParams<'_>,
-    operands: &[usize],
-    argnums: &[usize],
-) -> Result<Vec<LossInput>, DriverError> {
-    call.inputs
-        .iter()
-        .enumerate()
-        .map(|(a, atom)| {
-            let b = match atom {
-                Atom::Var(v) => body.invars.iter().position(|i| i == v),
-                Atom::Lit(_) => None,
-            }
-            .ok_or_else(|| config(format!("argument {a} of the loss must be a parameter of the loop body")))?;
-            let arg = operands[b];
-            let invariant = b < p.num_invariants;
-            match (argnums.contains(&a), invariant) {
-                (true, true) => Ok(LossInput::Param(arg)),
-                (true, false) => Err(config(format!("loss argument {a} is differentiated but sliced per micro-batch; pass parameters as loop invariants"))),
-                (false, true) => Ok(LossInput::Invariant(arg)),
-                (false, false) => Ok(LossInput::Sliced(arg)),
-            }
-        })
-        .collect()
-}
-
-/// The step without its loop: arguments `(step args..., loop results...)`, the step's results.
-fn update_program(step: &ClosedJaxpr, index: usize) -> Result<ClosedJaxpr, DriverError> {
-    let jaxpr = &step.jaxpr;
-    let looped = &jaxpr.eqns[index];
-    let mut avals = jaxpr.in_avals();
-    avals.extend(looped.outputs.iter().map(|&v| jaxpr.aval(v).clone()));
-    tessera_ir::trace::trace(&avals, |args| {
-        let mut env: HashMap<_, _> = jaxpr
-            .invars
-            .iter()
-            .copied()
-            .zip(args.iter().cloned())
-            .collect();
-        env.extend(
-            looped
-                .outputs
-                .iter()
-                .copied()
-                .zip(args[jaxpr.invars.len()..].iter().cloned()),
-        );
-        let Some(anchor) = args.first().cloned() else {
-            return Vec::new();
-        };
-        for (i, eqn) in jaxpr.eqns.iter().enumerate() {
-            if i == index {
-                continue;
-            }
-            tessera_ir::trace::replay_into(&mut env, jaxpr, eqn, &anchor);
-        }
-        jaxpr
-            .outvars
-            .iter()
-            .map(|a| tessera_ir::trace::replay_atom(&env, &anchor, a))
-            .collect()
-    })
-    .map_err(|e| config(format!("the code after the treduce: {e}")))
 }
 
 impl MpmdJit {
@@ -489,98 +352,6 @@ impl MpmdJit {
             .map(|o| to_host(o).map_err(|e| config(e.0)))
             .collect()
     }
-}
-
-/// An argument of [`MpmdJit::call_mpmd`].
-#[derive(Debug, Clone)]
-pub enum StepArg {
-    /// On the host.
-    Host(HostArray),
-    /// On one or more MPMD groups.
-    Mpmd(Box<MpmdArray>),
-}
-
-impl StepArg {
-    fn signature(&self) -> (Vec<i64>, tessera_pjrt::ElementType) {
-        match self {
-            StepArg::Host(h) => (h.dims().to_vec(), h.element_type()),
-            StepArg::Mpmd(m) => (m.shape().to_vec(), m.dtype()),
-        }
-    }
-
-    /// The value for group `group`: the host array, or this group's device array.
-    fn placed(&self, group: usize) -> Result<Placed, DriverError> {
-        match self {
-            StepArg::Host(h) => Ok(Placed::Host(h.clone())),
-            StepArg::Mpmd(m) => m
-                .to_mpmd_local_arrays()?
-                .get(&group)
-                .cloned()
-                .map(|a| Placed::Device(Box::new(a)))
-                .ok_or_else(|| {
-                    config(format!(
-                        "an argument lives on groups {:?}, but group {group} uses it; reshard \
-                         it there or pass it from the host",
-                        m.mpmd_idxs()
-                    ))
-                }),
-        }
-    }
-
-    fn host(&self, what: &str) -> Result<HostArray, DriverError> {
-        match self {
-            StepArg::Host(h) => Ok(h.clone()),
-            StepArg::Mpmd(_) => Err(config(format!(
-                "{what} must be a host array for now (mpmd_jit slices it into micro-batches on \
-                 the host)"
-            ))),
-        }
-    }
-
-    fn to_host(&self) -> Result<HostArray, DriverError> {
-        match self {
-            StepArg::Host(h) => Ok(h.clone()),
-            StepArg::Mpmd(m) => Ok(m.first_mpmd_replica()?.to_host()?),
-        }
-    }
-}
-
-/// A result of [`MpmdJit::call_mpmd`].
-#[derive(Debug, Clone)]
-pub enum StepResult {
-    /// Computed on the host.
-    Host(HostArray),
-    /// Computed on an MPMD group, and left there.
-    Mpmd(Box<MpmdArray>),
-}
-
-impl StepResult {
-    /// The value on the host (copied from its group if it is on one).
-    pub fn to_host(&self) -> Result<HostArray, DriverError> {
-        match self {
-            StepResult::Host(h) => Ok(h.clone()),
-            StepResult::Mpmd(m) => Ok(m.first_mpmd_replica()?.to_host()?),
-        }
-    }
-
-    /// As an argument of the next call.
-    pub fn into_arg(self) -> StepArg {
-        match self {
-            StepResult::Host(h) => StepArg::Host(h),
-            StepResult::Mpmd(m) => StepArg::Mpmd(m),
-        }
-    }
-}
-
-/// What [`MpmdJit::call_mpmd`] returns.
-#[derive(Debug)]
-pub struct MpmdStepRun {
-    /// The step's results.
-    pub outputs: Vec<StepResult>,
-    /// Each micro-batch's loss.
-    pub losses: Vec<f64>,
-    /// When each pipeline task ran.
-    pub timings: Timings,
 }
 
 fn compile_piece(

@@ -5,6 +5,7 @@ mod gpt;
 mod oracle;
 mod schedule;
 mod sharding;
+mod timing;
 mod train;
 
 use std::process::ExitCode;

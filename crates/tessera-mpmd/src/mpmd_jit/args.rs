@@ -1,0 +1,101 @@
+//! The arguments and results of [`super::MpmdJit::call_mpmd`]: host arrays, or arrays living
+//! on the MPMD groups.
+
+use tessera_pjrt::HostArray;
+
+use super::config;
+use crate::array::MpmdArray;
+use crate::driver::{DriverError, Placed};
+use crate::runtime::Timings;
+
+/// An argument of [`super::MpmdJit::call_mpmd`].
+#[derive(Debug, Clone)]
+pub enum StepArg {
+    /// On the host.
+    Host(HostArray),
+    /// On one or more MPMD groups.
+    Mpmd(Box<MpmdArray>),
+}
+
+impl StepArg {
+    pub(super) fn signature(&self) -> (Vec<i64>, tessera_pjrt::ElementType) {
+        match self {
+            StepArg::Host(h) => (h.dims().to_vec(), h.element_type()),
+            StepArg::Mpmd(m) => (m.shape().to_vec(), m.dtype()),
+        }
+    }
+
+    /// The value for group `group`: the host array, or this group's device array.
+    pub(super) fn placed(&self, group: usize) -> Result<Placed, DriverError> {
+        match self {
+            StepArg::Host(h) => Ok(Placed::Host(h.clone())),
+            StepArg::Mpmd(m) => m
+                .to_mpmd_local_arrays()?
+                .get(&group)
+                .cloned()
+                .map(|a| Placed::Device(Box::new(a)))
+                .ok_or_else(|| {
+                    config(format!(
+                        "an argument lives on groups {:?}, but group {group} uses it; reshard \
+                         it there or pass it from the host",
+                        m.mpmd_idxs()
+                    ))
+                }),
+        }
+    }
+
+    pub(super) fn host(&self, what: &str) -> Result<HostArray, DriverError> {
+        match self {
+            StepArg::Host(h) => Ok(h.clone()),
+            StepArg::Mpmd(_) => Err(config(format!(
+                "{what} must be a host array for now (mpmd_jit slices it into micro-batches on \
+                 the host)"
+            ))),
+        }
+    }
+
+    pub(super) fn to_host(&self) -> Result<HostArray, DriverError> {
+        match self {
+            StepArg::Host(h) => Ok(h.clone()),
+            StepArg::Mpmd(m) => Ok(m.first_mpmd_replica()?.to_host()?),
+        }
+    }
+}
+
+/// A result of [`super::MpmdJit::call_mpmd`].
+#[derive(Debug, Clone)]
+pub enum StepResult {
+    /// Computed on the host.
+    Host(HostArray),
+    /// Computed on an MPMD group, and left there.
+    Mpmd(Box<MpmdArray>),
+}
+
+impl StepResult {
+    /// The value on the host (copied from its group if it is on one).
+    pub fn to_host(&self) -> Result<HostArray, DriverError> {
+        match self {
+            StepResult::Host(h) => Ok(h.clone()),
+            StepResult::Mpmd(m) => Ok(m.first_mpmd_replica()?.to_host()?),
+        }
+    }
+
+    /// As an argument of the next call.
+    pub fn into_arg(self) -> StepArg {
+        match self {
+            StepResult::Host(h) => StepArg::Host(h),
+            StepResult::Mpmd(m) => StepArg::Mpmd(m),
+        }
+    }
+}
+
+/// What [`super::MpmdJit::call_mpmd`] returns.
+#[derive(Debug)]
+pub struct MpmdStepRun {
+    /// The step's results.
+    pub outputs: Vec<StepResult>,
+    /// Each micro-batch's loss.
+    pub losses: Vec<f64>,
+    /// When each pipeline task ran.
+    pub timings: Timings,
+}
