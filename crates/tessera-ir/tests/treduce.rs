@@ -99,3 +99,43 @@ fn arrays_of_different_lengths_are_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn the_vjp_of_a_loop_is_a_loop_with_the_unrolled_gradients() {
+    use tessera_ir::autodiff::vjp;
+    // Micro-batches along axis 1; one result summed, one stacked at dimension 1.
+    let program = trace(&[f32(&[4]), f32(&[2, 3, 4])], |a| {
+        let ops = [ReduceOp::Add, ReduceOp::Concat(1)];
+        treduce(&[&a[0]], &[&a[1]], 1, "1f1b", &ops, |w, x| {
+            let y = (&x[0] * &w[0]).tanh();
+            vec![y.sum(&[0, 1]), &y * 2.0]
+        })
+    })
+    .unwrap();
+    let looped = vjp(&program).unwrap();
+    let treduces = looped
+        .jaxpr
+        .eqns
+        .iter()
+        .filter(|e| e.prim == Prim::Treduce)
+        .count();
+    // The backward loop recomputes each micro-batch's forward, so the forward loop (whose
+    // results the VJP does not return) is dead code and removed.
+    assert_eq!(treduces, 1, "one backward loop");
+    let unrolled = vjp(&unroll_treduce(&program).unwrap()).unwrap();
+    assert!(unrolled.jaxpr.eqns.iter().all(|e| e.prim != Prim::Treduce));
+    let args = [
+        values(&[4]),
+        values(&[2, 3, 4]),
+        values(&[]),
+        values(&[2, 3, 4]),
+    ];
+    let got = eval_closed(&looped, &args).unwrap();
+    let want = eval_closed(&unrolled, &args).unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.shape(), w.shape());
+        for (a, b) in g.to_vec().iter().zip(w.to_vec()) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+    }
+}

@@ -10,6 +10,7 @@
 mod jvp;
 mod jvp_rules;
 mod linearize;
+mod loops;
 mod parallel;
 mod remat;
 mod rules;
@@ -25,6 +26,7 @@ use crate::aval::ShapedArray;
 use crate::error::Result;
 use crate::jaxpr::{Atom, ClosedJaxpr, Var};
 use crate::passes::{eliminate_dead_code, inline_calls};
+use crate::prim::ReduceOp;
 use crate::trace::{Tensor, trace};
 
 /// The VJP program of `program`: arguments `(x..., ct...)` with one cotangent per result,
@@ -107,7 +109,10 @@ fn vjp_program(program: &ClosedJaxpr, with_values: bool) -> Result<ClosedJaxpr> 
             message: "programs with closed-over constants are not differentiable yet; pass the constants as arguments".into(),
         });
     }
-    let flat = inline_calls(&crate::passes::unroll_treduce(program)?);
+    // Loops stay loops (their VJP is a loop), except those combining by `Max`.
+    let flat = inline_calls(&crate::passes::unroll_treduce_if(program, |p| {
+        p.ops.contains(&ReduceOp::Max)
+    })?);
     let jaxpr = &flat.jaxpr;
     let mut avals: Vec<ShapedArray> = jaxpr.in_avals();
     avals.extend(jaxpr.out_avals());

@@ -284,15 +284,7 @@ pub(super) fn vjp_rule(
         ],
         Jit => vec![None; x.len()],
         Checkpoint => super::remat::checkpoint_vjp(params, x, y, gs),
-        Treduce => vec![
-            Some(g.fail(
-            "treduce",
-            "vjp reaches treduce only through its entry point, which unrolls the loop first; \
-             call vjp on the whole program"
-                .into(),
-        ));
-            x.len()
-        ],
+        Treduce => super::loops::treduce_vjp(params, x, y, gs),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_vjp(prim, params, x, &g),
         ShardMap => super::parallel::shard_map_vjp(params, x, y, gs),

@@ -16,7 +16,7 @@ pub use fold::fold_constants;
 pub use inline::{inline_all, inline_calls};
 pub use split_outputs::{OutputSplit, split_outputs};
 pub use split_stages::{StageInput, StageProgram, StageSplit, split_stages};
-pub use unroll::unroll_treduce;
+pub use unroll::{unroll_treduce, unroll_treduce_if};
 
 use std::collections::HashMap;
 

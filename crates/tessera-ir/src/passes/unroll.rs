@@ -15,8 +15,20 @@ use super::{eliminate_dead_code, inline_calls};
 
 /// `closed` with every `treduce` unrolled (nested calls are inlined first).
 pub fn unroll_treduce(closed: &ClosedJaxpr) -> Result<ClosedJaxpr> {
+    unroll_treduce_if(closed, |_| true)
+}
+
+/// `closed` with the `treduce`s for which `which` holds unrolled (nested calls are inlined
+/// first).
+pub fn unroll_treduce_if(
+    closed: &ClosedJaxpr,
+    which: impl Fn(&TreduceParams<'_>) -> bool,
+) -> Result<ClosedJaxpr> {
     let flat = inline_calls(closed);
-    if !flat.jaxpr.eqns.iter().any(|e| e.prim == Prim::Treduce) {
+    let chosen = |e: &crate::jaxpr::Eqn| {
+        e.prim == Prim::Treduce && TreduceParams::read(&e.params).is_ok_and(|p| which(&p))
+    };
+    if !flat.jaxpr.eqns.iter().any(chosen) {
         return Ok(closed.clone());
     }
     if !flat.consts.is_empty() {
@@ -42,7 +54,7 @@ pub fn unroll_treduce(closed: &ClosedJaxpr) -> Result<ClosedJaxpr> {
                 .iter()
                 .map(|a| replay_atom(&env, &anchor, a))
                 .collect();
-            let outs = if eqn.prim == Prim::Treduce {
+            let outs = if chosen(eqn) {
                 unrolled(&eqn.params, &inputs, &anchor)
             } else {
                 replay(eqn, jaxpr, &inputs, &anchor)
