@@ -3,22 +3,10 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::process::Command;
-
-use tessera_tests::{shared_dir, tessera_bin};
+use tessera_tests::{assert_all_pass, shared_dir, tessera_last_line};
 
 fn oracle() -> std::path::PathBuf {
     shared_dir().join("oracle").join("collectives_cases.json")
-}
-
-fn assert_all_40_pass(report: &tessera_ir::oracle::Report) {
-    let failures: Vec<String> = report
-        .failures
-        .iter()
-        .map(|(n, w)| format!("{n}: {w}"))
-        .collect();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert_eq!(report.passed, 40);
 }
 
 #[test]
@@ -27,24 +15,19 @@ fn every_collective_case_matches_jax_with_gradients_on_the_interpreter() {
         tessera_ir::interp::eval_closed(program, inputs).map_err(|e| e.to_string())
     };
     let report = tessera_ir::oracle_collectives::run_file(&oracle(), &interp, true).unwrap();
-    assert_all_40_pass(&report);
+    assert_all_pass(&report, 40);
 }
 
 #[test]
 fn the_cli_prints_the_collectives_summary_line() {
-    let out = Command::new(tessera_bin())
-        .args(["oracle", "collectives"])
-        .arg(oracle())
-        .arg("--grads")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(stdout.lines().last(), Some("40 passed, 0 failed"));
+    let path = oracle();
+    let line = tessera_last_line(&[
+        "oracle".as_ref(),
+        "collectives".as_ref(),
+        path.as_os_str(),
+        "--grads".as_ref(),
+    ]);
+    assert_eq!(line, "40 passed, 0 failed");
 }
 
 #[test]
@@ -54,7 +37,7 @@ fn every_collective_case_matches_jax_with_gradients_on_eight_pjrt_devices() {
         tessera::jit::run_spmd(&client, program, inputs).map_err(|e| e.to_string())
     };
     let report = tessera_ir::oracle_collectives::run_file(&oracle(), &pjrt, true).unwrap();
-    assert_all_40_pass(&report);
+    assert_all_pass(&report, 40);
 }
 
 #[test]

@@ -3,20 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::process::Command;
-
-use tessera_tests::{shared_dir, tessera_bin};
-
-/// Every case passed, or the failures are listed.
-fn assert_all_36_pass(report: &tessera_ir::oracle::Report) {
-    let failures: Vec<String> = report
-        .failures
-        .iter()
-        .map(|(n, w)| format!("{n}: {w}"))
-        .collect();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert_eq!(report.passed, 36);
-}
+use tessera_tests::{assert_all_pass, shared_dir, tessera_last_line};
 
 fn oracle() -> std::path::PathBuf {
     shared_dir().join("oracle").join("jaxpr_cases.json")
@@ -25,23 +12,13 @@ fn oracle() -> std::path::PathBuf {
 #[test]
 fn every_jaxpr_case_evaluates_to_jaxs_outputs() {
     let report = tessera_ir::oracle::run_file(&oracle()).unwrap();
-    assert_all_36_pass(&report);
+    assert_all_pass(&report, 36);
 }
 
 #[test]
 fn the_cli_prints_the_summary_line() {
-    let out = Command::new(tessera_bin())
-        .args(["oracle", "jaxpr"])
-        .arg(oracle())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(stdout.lines().last(), Some("36 passed, 0 failed"));
+    let line = tessera_last_line(&["oracle".as_ref(), "jaxpr".as_ref(), oracle().as_os_str()]);
+    assert_eq!(line, "36 passed, 0 failed");
 }
 
 #[test]
@@ -51,7 +28,7 @@ fn every_jaxpr_case_compiles_and_runs_on_pjrt() {
         tessera::jit::run_on_device(&client, program, inputs, 0).map_err(|e| e.to_string())
     };
     let report = tessera_ir::oracle::run_file_with(&oracle(), &evaluate).unwrap();
-    assert_all_36_pass(&report);
+    assert_all_pass(&report, 36);
 }
 
 #[test]
@@ -66,22 +43,15 @@ fn gradients_match_jax_on_the_interpreter_and_on_pjrt() {
     let backends: [&tessera_ir::oracle::Evaluate<'_>; 2] = [&interp, &pjrt];
     for evaluate in backends {
         let report = tessera_ir::oracle::run_file_with_grads(&oracle(), evaluate).unwrap();
-        assert_all_36_pass(&report);
+        assert_all_pass(&report, 36);
     }
 }
 
 #[test]
 fn the_cli_checks_gradients_on_pjrt() {
-    let out = Command::new(tessera_bin())
-        .args(["oracle", "jaxpr", "--backend", "pjrt", "--grads"])
-        .arg(oracle())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(stdout.lines().last(), Some("36 passed, 0 failed"));
+    let path = oracle();
+    let args = ["oracle", "jaxpr", "--backend", "pjrt", "--grads"];
+    let mut all: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+    all.push(path.as_os_str());
+    assert_eq!(tessera_last_line(&all), "36 passed, 0 failed");
 }

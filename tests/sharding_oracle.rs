@@ -44,14 +44,12 @@ fn cli_oracle_sharding_reports_every_case_passed() {
     let path = tessera_tests::shared_dir()
         .join("oracle")
         .join("sharding_cases.json");
-    let out = tessera(&["oracle", "sharding", &path.to_string_lossy()]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(stdout.lines().last(), Some("600 passed, 0 failed"));
+    let line = tessera_tests::tessera_last_line(&[
+        "oracle".as_ref(),
+        "sharding".as_ref(),
+        path.as_os_str(),
+    ]);
+    assert_eq!(line, "600 passed, 0 failed");
 }
 
 #[test]
