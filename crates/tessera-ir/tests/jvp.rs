@@ -7,7 +7,9 @@
 
 mod prims;
 
-use prims::{NOT_DIFFERENTIABLE, Rng, assert_close, axpy, dot, example, prog};
+use prims::{
+    NOT_DIFFERENTIABLE, Rng, assert_close, axpy, dot, example, failures_per_primitive, prog,
+};
 use tessera_ir::interp::eval_closed;
 use tessera_ir::{Array, ClosedJaxpr, Prim, jvp, linearize, value_and_grad, verify, vjp};
 
@@ -84,31 +86,20 @@ fn check_with(f: &ClosedJaxpr, rng: &mut Rng, finite_differences: bool) {
 
 #[test]
 fn jvp_matches_finite_differences_and_vjp_for_every_primitive() {
-    let mut failures = Vec::new();
-    for (i, &prim) in Prim::ALL.iter().enumerate() {
-        let f = example(prim);
+    let failures = failures_per_primitive(|i, prim, f| {
         if NOT_DIFFERENTIABLE.contains(&prim) {
-            let err = jvp(&f).err().map(|e| e.to_string()).unwrap_or_default();
-            if !err.contains("not differentiable") {
-                failures.push(format!("{}: jvp must refuse it, got {err:?}", prim.name()));
-            }
-            continue;
+            let err = jvp(f).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                err.contains("not differentiable"),
+                "jvp must refuse it, got {err:?}"
+            );
+            return;
         }
-        let result = std::panic::catch_unwind(|| {
-            let mut rng = Rng(1000 + i as u64);
-            for _ in 0..3 {
-                check_with(&f, &mut rng, prim != Prim::StopGradient);
-            }
-        });
-        if let Err(e) = result {
-            let message = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_default();
-            failures.push(format!("{}: {message}", prim.name()));
+        let mut rng = Rng(1000 + i as u64);
+        for _ in 0..3 {
+            check_with(f, &mut rng, prim != Prim::StopGradient);
         }
-    }
+    });
     assert!(
         failures.is_empty(),
         "jvp checks failed for\n{}",

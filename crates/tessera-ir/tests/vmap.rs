@@ -7,7 +7,7 @@
 
 mod prims;
 
-use prims::{Rng, assert_close, example, index_axis, prog, stack};
+use prims::{Rng, assert_close, example, failures_per_primitive, index_axis, prog, stack};
 use tessera_ir::interp::eval_closed;
 use tessera_ir::trace::{call_closed, trace};
 use tessera_ir::{Array, ClosedJaxpr, Prim, ShapedArray, jvp, value_and_grad, verify, vmap};
@@ -78,24 +78,12 @@ fn variants(f: &ClosedJaxpr) -> Vec<(Vec<Option<usize>>, Vec<usize>)> {
 
 #[test]
 fn vmap_matches_a_loop_for_every_primitive() {
-    let mut failures = Vec::new();
-    for (i, &prim) in Prim::ALL.iter().enumerate() {
-        let f = example(prim);
-        let result = std::panic::catch_unwind(|| {
-            let mut rng = Rng(2000 + i as u64);
-            for (in_axes, out_axes) in variants(&f) {
-                check(&f, &in_axes, &out_axes, &mut rng);
-            }
-        });
-        if let Err(e) = result {
-            let message = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_default();
-            failures.push(format!("{}: {message}", prim.name()));
+    let failures = failures_per_primitive(|i, _, f| {
+        let mut rng = Rng(2000 + i as u64);
+        for (in_axes, out_axes) in variants(f) {
+            check(f, &in_axes, &out_axes, &mut rng);
         }
-    }
+    });
     assert!(
         failures.is_empty(),
         "vmap checks failed for\n{}",

@@ -363,3 +363,22 @@ pub fn assert_close(what: &str, got: &Array, want: &Array, tol: f64) {
         );
     }
 }
+
+/// Runs `check(index, primitive, example)` for every primitive and returns one line per
+/// primitive whose check panicked, naming it and giving the panic's message.
+pub fn failures_per_primitive(check: impl Fn(usize, Prim, &ClosedJaxpr)) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (i, &prim) in Prim::ALL.iter().enumerate() {
+        let f = example(prim);
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(i, prim, &f)));
+        if let Err(e) = result {
+            let message = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            failures.push(format!("{}: {message}", prim.name()));
+        }
+    }
+    failures
+}
