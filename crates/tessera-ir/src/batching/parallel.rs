@@ -52,6 +52,17 @@ fn with_leading_none(spec: &PartitionSpec) -> PartitionSpec {
     PartitionSpec::new(dims)
 }
 
+/// How a nested body is batched: each operand's batch dimension moved to the front (unbatched
+/// operands as they are), with the matching `in_axes` for `vmap` of the body.
+fn batched_in_front(args: &[Batched], size: i64) -> (Vec<Tensor>, Vec<Option<usize>>) {
+    args.iter()
+        .map(|a| match a.1 {
+            Some(_) => (to_front(a, size), Some(0)),
+            None => (a.0.clone(), None),
+        })
+        .unzip()
+}
+
 /// Batches a `shard_map`: batched operands get their batch dimension in front, unsplit.
 pub(super) fn shard_map(
     params: &Params,
@@ -65,20 +76,13 @@ pub(super) fn shard_map(
         Ok(p) => p,
         Err(e) => return fail(e.to_string()),
     };
-    let in_axes: Vec<Option<usize>> = args.iter().map(|(_, d)| d.map(|_| 0)).collect();
+    let (operands, in_axes) = batched_in_front(args, size);
     let out_axes = vec![0; results];
     let body = match axis_env::with_mesh(&p.mesh, || super::vmap(p.body, &in_axes, &out_axes, size))
     {
         Ok(b) => b,
         Err(e) => return fail(format!("in the batched body: {e}")),
     };
-    let operands: Vec<Tensor> = args
-        .iter()
-        .map(|a| match a.1 {
-            Some(_) => to_front(a, size),
-            None => a.0.clone(),
-        })
-        .collect();
     let in_specs: Vec<PartitionSpec> = p
         .in_specs
         .iter()
@@ -111,24 +115,14 @@ pub(super) fn checkpoint(
     results: usize,
 ) -> Vec<Batched> {
     let anchor = &args[0].0;
-    let body = params.jaxpr("checkpoint", "jaxpr").and_then(|b| {
-        let in_axes: Vec<Option<usize>> = args.iter().map(|(_, d)| d.map(|_| 0)).collect();
-        super::vmap(b, &in_axes, &vec![0; results], size)
-    });
+    let (operands, in_axes) = batched_in_front(args, size);
+    let body = params
+        .jaxpr("checkpoint", "jaxpr")
+        .and_then(|b| super::vmap(b, &in_axes, &vec![0; results], size));
     let body = match body {
         Ok(b) => b,
         Err(e) => return vec![(anchor.fail("checkpoint", e.to_string()), None); results],
     };
-    let operands: Vec<Tensor> = args
-        .iter()
-        .map(|a| {
-            if a.1.is_some() {
-                to_front(a, size)
-            } else {
-                a.0.clone()
-            }
-        })
-        .collect();
     let refs: Vec<&Tensor> = operands.iter().collect();
     let params = with_param(params, "jaxpr", ParamValue::Jaxpr(Box::new(body)));
     Tensor::bind(Prim::Checkpoint, params, &refs)

@@ -335,42 +335,57 @@ pub fn trace(
     Ok(closed)
 }
 
-/// Calls `f` as a nested function named `name` (a `jit` equation holding its own jaxpr), so the
-/// program keeps the call structure.
-pub fn jit(name: &str, args: &[&Tensor], f: impl FnOnce(&[Tensor]) -> Vec<Tensor>) -> Vec<Tensor> {
+/// Traces `f` on the types of `args` and records `prim` on `args`, its parameters made from the
+/// traced program by `params`; a failure inside `f` is reported as `what`'s.
+fn bind_traced(
+    prim: Prim,
+    what: &str,
+    args: &[&Tensor],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+    params: impl FnOnce(ClosedJaxpr) -> Params,
+) -> Vec<Tensor> {
     let Some(first) = args.first() else {
         return Vec::new();
     };
     let avals: Vec<ShapedArray> = args.iter().map(|t| t.aval.clone()).collect();
     match trace(&avals, f) {
-        Ok(inner) => {
-            let params = Params::new()
-                .with("name", ParamValue::Name(name.to_owned()))
-                .with("jaxpr", ParamValue::Jaxpr(Box::new(inner)));
-            Tensor::bind(Prim::Jit, params, args)
-        }
-        Err(e) => vec![first.fail("jit", format!("in nested function `{name}`: {e}"))],
+        Ok(inner) => Tensor::bind(prim, params(inner), args),
+        Err(e) => vec![first.fail(prim.name(), format!("in {what}: {e}"))],
     }
+}
+
+/// Calls `f` as a nested function named `name` (a `jit` equation holding its own jaxpr), so the
+/// program keeps the call structure.
+pub fn jit(name: &str, args: &[&Tensor], f: impl FnOnce(&[Tensor]) -> Vec<Tensor>) -> Vec<Tensor> {
+    bind_traced(
+        Prim::Jit,
+        &format!("nested function `{name}`"),
+        args,
+        f,
+        |inner| {
+            Params::new()
+                .with("name", ParamValue::Name(name.to_owned()))
+                .with("jaxpr", ParamValue::Jaxpr(Box::new(inner)))
+        },
+    )
 }
 
 /// Calls `f` as a `checkpoint` region (JAX's `jax.checkpoint`/`remat`): the values it computes
 /// are not kept for the backward pass; differentiation recomputes them from its operands.
 pub fn checkpoint(args: &[&Tensor], f: impl FnOnce(&[Tensor]) -> Vec<Tensor>) -> Vec<Tensor> {
-    let Some(first) = args.first() else {
-        return Vec::new();
-    };
-    let avals: Vec<ShapedArray> = args.iter().map(|t| t.aval.clone()).collect();
-    match trace(&avals, f) {
-        Ok(inner) => {
-            let params = Params::new()
+    bind_traced(
+        Prim::Checkpoint,
+        "the checkpointed function",
+        args,
+        f,
+        |inner| {
+            Params::new()
                 .with("jaxpr", ParamValue::Jaxpr(Box::new(inner)))
                 .with("prevent_cse", ParamValue::Bool(true))
                 .with("differentiated", ParamValue::Bool(false))
-                .with("policy", ParamValue::Name("None".into()));
-            Tensor::bind(Prim::Checkpoint, params, args)
-        }
-        Err(e) => vec![first.fail("checkpoint", format!("in the checkpointed function: {e}"))],
-    }
+                .with("policy", ParamValue::Name("None".into()))
+        },
+    )
 }
 
 /// Calls a closed program on traced operands as a nested `jit` equation. With no operands there
