@@ -4,8 +4,10 @@
 use std::env;
 use std::path::PathBuf;
 
-/// Where `cargo xtask setup` puts the plugin and its header (kept in step with `xtask`).
-const PLUGIN_DIR: &str = "pjrt/xla-cpu-pjrt-0.0.1";
+/// The table of plugins `cargo xtask setup` installs (the header comes from `XLA_CPU_PJRT`).
+#[allow(dead_code)]
+#[path = "src/known_plugins.rs"]
+mod known_plugins;
 
 fn cache_dir() -> Option<PathBuf> {
     if let Some(dir) = env::var_os("TESSERA_CACHE_DIR") {
@@ -22,7 +24,11 @@ fn header_path() -> PathBuf {
         return PathBuf::from(path);
     }
     cache_dir()
-        .map(|dir| dir.join(PLUGIN_DIR).join("include").join("pjrt_c_api.h"))
+        .map(|dir| {
+            dir.join(known_plugins::XLA_CPU_PJRT.cache_subdir())
+                .join("include")
+                .join("pjrt_c_api.h")
+        })
         .unwrap_or_else(|| PathBuf::from("pjrt_c_api.h"))
 }
 

@@ -15,20 +15,16 @@ use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
 
 use crate::cmd::{self, step};
+use crate::known_plugins::DEFAULT_CPU_PLUGIN;
 
-/// The pinned JAX release. jaxlib 0.8.1 is the release whose XLA is closest to the PJRT plugin's
-/// (`xla-cpu-pjrt` 0.0.1, published on PyPI in November 2025, which carries no XLA commit): when
-/// jaxlib loads that plugin, it logs "The PJRT plugin has PJRT API version 0.81. The framework
-/// PJRT API version is X": X is 0.81 for jaxlib 0.8.1 (its wheels are of 18 November 2025),
-/// 0.80 for 0.8.0 and 0.85 for 0.8.2. The same PJRT C API version means both were built from
+/// The JAX release Tessera is compared with: the one whose XLA is nearest to the default CPU
+/// plugin's among those that run on this Python (`known_plugins.rs` records, per plugin, the
+/// jaxlib and its own PJRT C API version, as jaxlib logs them when it loads the plugin: "The
+/// PJRT plugin has PJRT API version A. The framework PJRT API version is B"). Near versions mean
 /// XLA of the same weeks, so the comparison measures Tessera rather than two XLA versions.
-pub const JAX_VERSION: &str = "0.8.1";
+pub const JAX_VERSION: &str = DEFAULT_CPU_PLUGIN.compare_jax;
 /// The jaxlib matching [`JAX_VERSION`] (see there for why).
-pub const JAXLIB_VERSION: &str = "0.8.1";
-/// The PJRT plugin Tessera compiles with (kept in step with `plugin.rs`).
-const PLUGIN_NAME: &str = "xla-cpu-pjrt 0.0.1";
-/// The plugin folder under Tessera's cache (kept in step with `plugin.rs`).
-const PLUGIN_DIR: &str = "pjrt/xla-cpu-pjrt-0.0.1";
+pub const JAXLIB_VERSION: &str = DEFAULT_CPU_PLUGIN.compare_jax;
 /// The virtual environment, under the git-ignored `target/`.
 const VENV_DIR: &str = "target/jax-venv";
 /// JAX's benchmark script.
@@ -564,27 +560,25 @@ fn machine() -> String {
     format!("{model}, {cpus} CPUs (nproc)")
 }
 
-/// "xla-cpu-pjrt 0.0.1 (PJRT C API 0.81)", the API version read from the cached header.
+/// "fastatomstruct-xla-cpu 2026.6.23 (`zml-cpu`, PJRT C API 0.106)": the default CPU plugin.
 fn plugin_version() -> String {
-    let header = crate::plugin::cache_dir()
-        .ok()
-        .map(|dir| dir.join(PLUGIN_DIR).join("include").join("pjrt_c_api.h"))
-        .and_then(|path| fs::read_to_string(path).ok());
-    let define = |text: &str, name: &str| {
-        text.lines()
-            .filter_map(|line| line.trim().strip_prefix("#define "))
-            .find_map(|rest| rest.strip_prefix(name))
-            .map(|value| value.trim().to_owned())
-    };
-    match header.as_deref().and_then(|text| {
-        Some((
-            define(text, "PJRT_API_MAJOR ")?,
-            define(text, "PJRT_API_MINOR ")?,
-        ))
-    }) {
-        Some((major, minor)) => format!("{PLUGIN_NAME} (PJRT C API {major}.{minor})"),
-        None => PLUGIN_NAME.to_owned(),
-    }
+    let plugin = DEFAULT_CPU_PLUGIN;
+    format!(
+        "{} {} (`{}`, PJRT C API {}.{})",
+        plugin.package, plugin.version, plugin.name, plugin.api.0, plugin.api.1
+    )
+}
+
+/// Why this jaxlib: its PJRT C API version beside the plugin's.
+fn version_match() -> String {
+    let plugin = DEFAULT_CPU_PLUGIN;
+    let (jax_major, jax_minor) = plugin.compare_jax_api;
+    let (major, minor) = plugin.api;
+    format!(
+        "jaxlib {} (PJRT C API {jax_major}.{jax_minor}) against the plugin's {major}.{minor}: the \
+         nearest XLA among the jaxlib releases that run on this Python",
+        plugin.compare_jax
+    )
 }
 
 /// A duration in s, ms, µs or ns, three significant digits or so.
@@ -655,6 +649,7 @@ pub fn render(report: &Report) -> String {
         "| Tessera's PJRT plugin | {}, 8 virtual CPU devices |",
         report.plugin
     );
+    let _ = writeln!(md, "| JAX–plugin match | {} |", version_match());
     let _ = writeln!(md, "| Model | {MODEL} |");
     let _ = writeln!(md);
     let _ = writeln!(
@@ -731,10 +726,11 @@ pub fn render(report: &Report) -> String {
     let _ = writeln!(md);
     let _ = writeln!(
         md,
-        "JAX's version: jaxlib {JAXLIB_VERSION} is the release whose XLA is closest to the \
-         plugin's. Loading the plugin, jaxlib logs both PJRT C API versions: 0.8.1's is the \
-         plugin's own (0.81), 0.8.0's is 0.80 and 0.8.2's is 0.85; so the comparison measures \
-         Tessera rather than two XLA versions."
+        "JAX's version: {}. jaxlib logs both versions when it loads the plugin (\"The PJRT plugin \
+         has PJRT API version A. The framework PJRT API version is B\"); for the CPU plugins \
+         Tessera knows, crates/tessera-pjrt/src/known_plugins.rs records the pairs and the reason \
+         for each choice.",
+        version_match()
     );
     md
 }

@@ -5,6 +5,9 @@
 
 mod cmd;
 mod jax;
+#[allow(dead_code)]
+#[path = "../../crates/tessera-pjrt/src/known_plugins.rs"]
+mod known_plugins;
 mod plugin;
 mod setup;
 mod test;
@@ -23,8 +26,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Install what the build and the tests need (MLIR 22 from Debian, the PJRT CPU plugin).
-    Setup,
+    /// Install what the build and the tests need (MLIR 22 from Debian, the PJRT CPU plugins).
+    Setup(setup::Args),
     /// Run `setup`, then every test of the workspace, ending with `N passed, M failed`.
     Test {
         /// Extra arguments passed to `cargo test` (e.g. a test name filter after `--`).
@@ -44,7 +47,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Setup => setup::run().map(|_| ExitCode::SUCCESS),
+        Command::Setup(args) => setup::run_with(&args).map(|_| ExitCode::SUCCESS),
         Command::Test { args } => test::run(&args),
         Command::Demo => demo(),
         Command::Bench { compare_jax } => bench(compare_jax),

@@ -1,7 +1,8 @@
-//! The PJRT CPU plugin: downloaded as the `xla-cpu-pjrt` wheel from PyPI with pip into Tessera's
-//! cache, checked against pinned SHA-256 sums, and unpacked there (never into the repository).
-//!
-//! The cache layout is shared with `tessera-pjrt` (`discovery.rs`) and its build script.
+//! PJRT plugins: each downloaded as its wheel from PyPI with pip into Tessera's cache, checked
+//! against pinned SHA-256 sums, and unpacked there (never into the repository). Which wheels,
+//! which sums and which folders: `tessera-pjrt`'s `known_plugins.rs`, included here, so the
+//! installer, the loader and the build script (which takes the header from `xla-cpu-pjrt`) read
+//! one table.
 
 use std::fs;
 use std::io::{self, Read};
@@ -12,25 +13,10 @@ use anyhow::{Context, anyhow, bail};
 use sha2::{Digest, Sha256};
 
 use crate::cmd::{self, step};
-
-const PACKAGE: &str = "xla-cpu-pjrt==0.0.1";
-const WHEEL: &str = "xla_cpu_pjrt-0.0.1-py3-none-manylinux_2_27_x86_64.whl";
-const WHEEL_SHA256: &str = "55837b6b7b47daa717f2d9a5a03563ea0ceaa338d06a81a1e2d3f060d960decc";
-/// Files taken from the wheel: (path in the wheel, path in the plugin folder, SHA-256).
-const FILES: &[(&str, &str, &str)] = &[
-    (
-        "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so",
-        "xla_cpu_pjrt.so",
-        "88c3f28c5900f48ad4a82cab9e79bba9537809743395e341485f8794268820dc",
-    ),
-    (
-        "xla_plugins/xla_cpu_pjrt/include/pjrt_c_api.h",
-        "include/pjrt_c_api.h",
-        "c85bb95cb1743c2a353a555b3ab35f065e5f17007c7f182ad68d23754950235c",
-    ),
-];
-/// The plugin folder under the cache (kept in step with `tessera_pjrt::CPU_PLUGIN_DIR`).
-const PLUGIN_DIR: &str = "pjrt/xla-cpu-pjrt-0.0.1";
+use crate::known_plugins::{
+    CPU_PLUGINS, CUDA_LIBRARY_WHEELS, DEFAULT_CPU_PLUGIN, JAX_CUDA12, KnownPlugin, XLA_CPU_PJRT,
+    known_plugin, known_plugin_names,
+};
 
 /// Tessera's cache folder (the same rule as `tessera_pjrt::cache_dir`).
 pub fn cache_dir() -> anyhow::Result<PathBuf> {
@@ -45,24 +31,45 @@ pub fn cache_dir() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(home).join(".cache").join("tessera"))
 }
 
-/// Makes sure the plugin and its header are in the cache with the pinned checksums.
-pub fn install() -> anyhow::Result<()> {
+/// Installs the plugins every build needs: `xla-cpu-pjrt` (its wheel carries the header the
+/// bindings are generated from) and the default CPU plugin, then the `extra` ones named.
+pub fn install(extra: &[String]) -> anyhow::Result<()> {
+    install_plugin(&XLA_CPU_PJRT)?;
+    install_plugin(&DEFAULT_CPU_PLUGIN)?;
+    for name in extra {
+        let plugin = known_plugin(name)
+            .filter(|plugin| CPU_PLUGINS.iter().any(|cpu| cpu.name == plugin.name))
+            .ok_or_else(|| {
+                anyhow!(
+                    "unknown CPU plugin `{name}`: name one of {} (the CUDA plugin is installed \
+                     with --cuda)",
+                    known_plugin_names().join(", ")
+                )
+            })?;
+        install_plugin(&plugin)?;
+    }
+    Ok(())
+}
+
+/// Makes sure one plugin's files are in the cache with the pinned checksums.
+fn install_plugin(plugin: &KnownPlugin) -> anyhow::Result<()> {
     let cache = cache_dir()?;
-    let plugin_dir = cache.join(PLUGIN_DIR);
-    if installed(&plugin_dir)? {
+    let plugin_dir = cache.join(plugin.cache_subdir());
+    let label = format!("{} {} (`{}`)", plugin.package, plugin.version, plugin.name);
+    if installed(plugin, &plugin_dir)? {
         step(&format!(
-            "setup: PJRT CPU plugin is installed in {} (skipped)",
+            "setup: PJRT plugin {label} is installed in {} (skipped)",
             plugin_dir.display()
         ));
         return Ok(());
     }
-    let wheel = download_wheel(&cache.join("pjrt").join("wheels"))?;
+    let wheel = download_wheel(plugin, &cache.join("pjrt").join("wheels"))?;
     step(&format!(
-        "setup: unpacking the plugin and its header into {}",
+        "setup: unpacking {label} into {}",
         plugin_dir.display()
     ));
-    unpack(&wheel, &plugin_dir)?;
-    if !installed(&plugin_dir)? {
+    unpack(plugin, &wheel, &plugin_dir)?;
+    if !installed(plugin, &plugin_dir)? {
         bail!(
             "unpacked {} but its files do not match the pinned checksums",
             wheel.display()
@@ -71,17 +78,65 @@ pub fn install() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `cargo xtask setup --cuda`: JAX's CUDA 12 plugin and the NVIDIA library wheels it loads, as
+/// `jax[cuda12]` installs them, with pip into one folder of the cache (the plugin's wheel is
+/// pinned by its checksum; the libraries by pip's resolution of `jax-cuda12-plugin[with-cuda]`).
+/// Where there is no network but a Python with JAX's CUDA plugin, `--plugin cuda` finds that one
+/// instead.
+pub fn install_cuda() -> anyhow::Result<()> {
+    let dir = cache_dir()?.join(JAX_CUDA12.cache_subdir());
+    let library = dir
+        .join("jax_plugins/xla_cuda12")
+        .join(JAX_CUDA12.library());
+    if library.is_file() && sha256_file(&library)? == JAX_CUDA12.files[0].sha256 {
+        step(&format!(
+            "setup: the CUDA plugin {} {} is installed in {} (skipped)",
+            JAX_CUDA12.package,
+            JAX_CUDA12.version,
+            dir.display()
+        ));
+        return Ok(());
+    }
+    ensure_pip()?;
+    let requirement = format!("jax-cuda12-plugin[with-cuda]=={}", JAX_CUDA12.version);
+    step(&format!(
+        "setup: installing {requirement} (the CUDA plugin and {} NVIDIA library wheels, several \
+         GB) with pip into {}",
+        CUDA_LIBRARY_WHEELS.len(),
+        dir.display()
+    ));
+    cmd::run(
+        Command::new("python3")
+            .args(["-m", "pip", "install", "--quiet", "--upgrade", "--target"])
+            .arg(&dir)
+            .arg(&requirement),
+    )?;
+    let actual = sha256_file(&library)?;
+    if actual != JAX_CUDA12.files[0].sha256 {
+        bail!(
+            "{} has SHA-256 {actual}, expected {}. Fix: delete {} and run `cargo xtask setup \
+             --cuda` again",
+            library.display(),
+            JAX_CUDA12.files[0].sha256,
+            dir.display()
+        );
+    }
+    step("setup: the CUDA plugin is installed; try it with `tessera devices --plugin cuda`");
+    Ok(())
+}
+
 /// True when every file is present with its pinned checksum. A present file with a wrong sum is
 /// an error naming the file and the fix.
-fn installed(plugin_dir: &Path) -> anyhow::Result<bool> {
-    for (_, rel, sha) in FILES {
+fn installed(plugin: &KnownPlugin, plugin_dir: &Path) -> anyhow::Result<bool> {
+    for file in plugin.files {
+        let (rel, sha) = (file.in_cache, file.sha256);
         let path = plugin_dir.join(rel);
         if !path.is_file() {
             return Ok(false);
         }
         if !stamp_matches(&path, sha) {
             let actual = sha256_file(&path)?;
-            if actual != *sha {
+            if actual != sha {
                 bail!(
                     "{} has SHA-256 {actual}, expected {sha}: the file is damaged or not the \
                      pinned plugin. Fix: delete {} and run `cargo xtask setup` again",
@@ -127,9 +182,10 @@ fn write_stamp(path: &Path, sha: &str) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", stamp_path(path).display()))
 }
 
-fn download_wheel(wheels: &Path) -> anyhow::Result<PathBuf> {
-    let wheel = wheels.join(WHEEL);
-    if wheel.is_file() && sha256_file(&wheel)? == WHEEL_SHA256 {
+fn download_wheel(plugin: &KnownPlugin, wheels: &Path) -> anyhow::Result<PathBuf> {
+    let wheel = wheels.join(plugin.wheel);
+    let package = format!("{}=={}", plugin.package, plugin.version);
+    if wheel.is_file() && sha256_file(&wheel)? == plugin.wheel_sha256 {
         step(&format!(
             "setup: using the cached wheel {}",
             wheel.display()
@@ -145,7 +201,7 @@ fn download_wheel(wheels: &Path) -> anyhow::Result<PathBuf> {
     }
     ensure_pip()?;
     step(&format!(
-        "setup: downloading {PACKAGE} from PyPI with pip into {}",
+        "setup: downloading {package} from PyPI with pip into {}",
         wheels.display()
     ));
     fs::create_dir_all(wheels)?;
@@ -157,11 +213,11 @@ fn download_wheel(wheels: &Path) -> anyhow::Result<PathBuf> {
                 "--platform",
                 "manylinux_2_27_x86_64",
                 "--python-version",
-                "3",
+                "3.11",
                 "--dest",
             ])
             .arg(wheels)
-            .arg(PACKAGE),
+            .arg(&package),
     )?;
     if !wheel.is_file() {
         bail!(
@@ -170,11 +226,12 @@ fn download_wheel(wheels: &Path) -> anyhow::Result<PathBuf> {
         );
     }
     let actual = sha256_file(&wheel)?;
-    if actual != WHEEL_SHA256 {
+    if actual != plugin.wheel_sha256 {
         bail!(
-            "{} has SHA-256 {actual}, expected {WHEEL_SHA256}. Fix: delete it and run `cargo xtask \
+            "{} has SHA-256 {actual}, expected {}. Fix: delete it and run `cargo xtask \
              setup` again; if it persists, PyPI serves a different file than the one pinned",
-            wheel.display()
+            wheel.display(),
+            plugin.wheel_sha256
         );
     }
     Ok(wheel)
@@ -190,7 +247,7 @@ fn ensure_pip() -> anyhow::Result<()> {
     )
 }
 
-fn unpack(wheel: &Path, plugin_dir: &Path) -> anyhow::Result<()> {
+fn unpack(plugin: &KnownPlugin, wheel: &Path, plugin_dir: &Path) -> anyhow::Result<()> {
     let file = fs::File::open(wheel).with_context(|| format!("opening {}", wheel.display()))?;
     let mut archive = zip::ZipArchive::new(file)
         .with_context(|| format!("{} is not a readable wheel (zip)", wheel.display()))?;
@@ -198,11 +255,11 @@ fn unpack(wheel: &Path, plugin_dir: &Path) -> anyhow::Result<()> {
     if staging.exists() {
         fs::remove_dir_all(&staging)?;
     }
-    for (inner, rel, _) in FILES {
+    for file in plugin.files {
         let mut entry = archive
-            .by_name(inner)
-            .with_context(|| format!("{} has no {inner}", wheel.display()))?;
-        let dest = staging.join(rel);
+            .by_name(file.in_wheel)
+            .with_context(|| format!("{} has no {}", wheel.display(), file.in_wheel))?;
+        let dest = staging.join(file.in_cache);
         if let Some(parent) = dest.parent() {
             fs::create_dir_all(parent)?;
         }

@@ -1,4 +1,4 @@
-//! `cargo xtask setup`: MLIR 22 from Debian's packages, then the PJRT CPU plugin from PyPI.
+//! `cargo xtask setup`: MLIR 22 from Debian's packages, then the PJRT plugins from PyPI.
 
 use std::process::Command;
 
@@ -22,10 +22,30 @@ const APT_PACKAGES: &[&str] = &[
 /// The LLVM prefix that `.cargo/config.toml` names in `MLIR_SYS_220_PREFIX`.
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 
-/// Installs everything, skipping what is already there.
+/// Options of `cargo xtask setup`.
+#[derive(Debug, Default, clap::Args)]
+pub struct Args {
+    /// Also install this CPU plugin by name (`xla-cpu-pjrt`, `zml-cpu`, `jax-0.11-cpu`);
+    /// may be repeated. The default CPU plugin and `xla-cpu-pjrt` are always installed.
+    #[arg(long = "plugin", value_name = "NAME")]
+    plugins: Vec<String>,
+    /// Also install JAX's CUDA 12 plugin and the NVIDIA libraries it needs (several GB).
+    #[arg(long)]
+    cuda: bool,
+}
+
+/// Installs what every build needs, skipping what is already there.
 pub fn run() -> anyhow::Result<()> {
+    run_with(&Args::default())
+}
+
+/// Installs what every build needs and what `args` ask for.
+pub fn run_with(args: &Args) -> anyhow::Result<()> {
     install_mlir()?;
-    crate::plugin::install()?;
+    crate::plugin::install(&args.plugins)?;
+    if args.cuda {
+        crate::plugin::install_cuda()?;
+    }
     step("setup: done");
     Ok(())
 }

@@ -4,7 +4,9 @@ use std::ffi::CString;
 use std::sync::Arc;
 
 use crate::device::Device;
-use crate::error::{PjrtError, Result};
+use crate::discovery::{PluginChoice, resolve_plugin};
+use crate::error::{ErrorCode, PjrtError, Result};
+use crate::known_plugins::PluginPlatform;
 use crate::plugin::{Plugin, api_call};
 use crate::sys;
 use crate::util::string_from_raw;
@@ -36,11 +38,32 @@ pub enum OptionValue {
     Bool(bool),
 }
 
-/// Options passed to `PJRT_Client_Create`, e.g. `cpu_device_count = 8` for the CPU plugin.
+/// Options passed to `PJRT_Client_Create`. Each platform takes its own names: the CPU plugin
+/// `cpu_device_count`, the CUDA plugin those of [`CudaOptions`]; a plugin refuses names it does
+/// not know, so build them with [`ClientOptions::cpu`], [`ClientOptions::cuda`] or
+/// [`ClientOptions::for_platform`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClientOptions {
     /// The named options, in order.
     pub named: Vec<(String, OptionValue)>,
+}
+
+/// Options of XLA's CUDA client, named as the plugin expects them. `None` leaves the plugin's
+/// default.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CudaOptions {
+    /// The GPUs this client uses (`visible_devices`), by CUDA ordinal.
+    pub visible_devices: Option<Vec<i64>>,
+    /// This process's index among the processes of a multi-process job (`node_id`).
+    pub node_id: Option<i64>,
+    /// The number of processes of the job (`num_nodes`).
+    pub num_nodes: Option<i64>,
+    /// The fraction of GPU memory the allocator may take (`memory_fraction`, 0 to 1).
+    pub memory_fraction: Option<f32>,
+    /// Whether the allocator takes its memory up front (`preallocate`).
+    pub preallocate: Option<bool>,
+    /// `default`, `platform`, `bfc` or `cuda_async` (`allocator`).
+    pub allocator: Option<String>,
 }
 
 impl ClientOptions {
@@ -49,11 +72,90 @@ impl ClientOptions {
         Self::default().with("cpu_device_count", OptionValue::Int(count))
     }
 
+    /// Options for the CUDA plugin.
+    pub fn cuda(options: &CudaOptions) -> Self {
+        let mut out = Self::default();
+        if let Some(devices) = &options.visible_devices {
+            out = out.with("visible_devices", OptionValue::IntList(devices.clone()));
+        }
+        if let Some(id) = options.node_id {
+            out = out.with("node_id", OptionValue::Int(id));
+        }
+        if let Some(n) = options.num_nodes {
+            out = out.with("num_nodes", OptionValue::Int(n));
+        }
+        if let Some(fraction) = options.memory_fraction {
+            out = out.with("memory_fraction", OptionValue::Float(fraction));
+        }
+        if let Some(preallocate) = options.preallocate {
+            out = out.with("preallocate", OptionValue::Bool(preallocate));
+        }
+        if let Some(allocator) = &options.allocator {
+            out = out.with("allocator", OptionValue::Str(allocator.clone()));
+        }
+        out
+    }
+
+    /// The options of `platform` for a client of `devices` devices: the CPU plugin creates that
+    /// many virtual devices; GPU plugins use the GPUs there are (`devices` is then checked by the
+    /// caller against what the client reports); an unknown platform gets no options.
+    pub fn for_platform(platform: Option<PluginPlatform>, devices: i64) -> Self {
+        match platform {
+            Some(PluginPlatform::Cpu) => Self::cpu(devices),
+            Some(PluginPlatform::Cuda) => Self::cuda(&CudaOptions::default()),
+            None => Self::default(),
+        }
+    }
+
     /// Adds one option.
     pub fn with(mut self, name: &str, value: OptionValue) -> Self {
         self.named.push((name.to_owned(), value));
         self
     }
+}
+
+/// Turns a failed `PJRT_Client_Create` into the error that says what to fix: an option the
+/// plugin does not take, or a GPU plugin on a machine without a GPU or driver.
+fn explain_create_error(err: PjrtError, plugin: &Plugin, options: &ClientOptions) -> PjrtError {
+    let PjrtError::Call { code, message, .. } = &err else {
+        return err;
+    };
+    let rejected = options
+        .named
+        .iter()
+        .find(|(name, _)| message.contains(name.as_str()) && message.contains("option"));
+    if let Some((name, _)) = rejected {
+        return PjrtError::OptionRejected {
+            plugin: plugin.path().to_path_buf(),
+            platform: plugin_platform_label(plugin),
+            option: name.clone(),
+            message: message.clone(),
+        };
+    }
+    let lower = message.to_lowercase();
+    let no_gpu = [
+        "no visible gpu",
+        "no visible device",
+        "cuda_error_no_device",
+        "cuinit",
+        "cuda driver",
+    ]
+    .iter()
+    .any(|needle| lower.contains(needle))
+        || (*code == ErrorCode::Internal && lower.contains("cuda"));
+    if no_gpu {
+        return PjrtError::NoGpu {
+            plugin: plugin.path().to_path_buf(),
+            message: format!("no GPU or no CUDA driver; the plugin reports \"{message}\""),
+        };
+    }
+    err
+}
+
+fn plugin_platform_label(plugin: &Plugin) -> String {
+    crate::discovery::platform_from_file_name(plugin.path())
+        .map_or("unknown", PluginPlatform::label)
+        .into()
 }
 
 /// Keeps the C strings and arrays that `PJRT_NamedValue`s point into alive during a call.
@@ -134,14 +236,16 @@ unsafe impl Send for ClientInner {}
 unsafe impl Sync for ClientInner {}
 
 impl Client {
-    /// Creates a client of `plugin` with `options`.
+    /// Creates a client of `plugin` with `options`. An option the plugin refuses is a
+    /// [`PjrtError::OptionRejected`] naming it and the plugin.
     pub fn new(plugin: &'static Plugin, options: &ClientOptions) -> Result<Client> {
         let raw_opts = raw_options(options)?;
         let mut args = args!(PJRT_Client_Create_Args {
             create_options: raw_opts.values.as_ptr(),
             num_options: raw_opts.values.len(),
         });
-        api_call!(plugin, PJRT_Client_Create, &mut args)?;
+        api_call!(plugin, PJRT_Client_Create, &mut args)
+            .map_err(|err| explain_create_error(err, plugin, options))?;
         Ok(Client {
             inner: Arc::new(ClientInner {
                 plugin,
@@ -154,6 +258,46 @@ impl Client {
     /// [`crate::find_plugin`]).
     pub fn cpu(count: i64) -> Result<Client> {
         Client::new(Plugin::discover(None)?, &ClientOptions::cpu(count))
+    }
+
+    /// Creates a client of the plugin `request` names (a known name such as `cpu` or `cuda`, or
+    /// a path; `None`: `$TESSERA_PJRT_PLUGIN`, else the default CPU plugin) with the options of
+    /// its platform for `devices` devices (see [`ClientOptions::for_platform`]).
+    pub fn open(request: Option<&str>, devices: i64) -> Result<Client> {
+        Client::open_choice(&resolve_plugin(request)?, devices)
+    }
+
+    /// [`Client::open`] for an already resolved plugin.
+    pub fn open_choice(choice: &PluginChoice, devices: i64) -> Result<Client> {
+        Client::open_with(
+            choice,
+            &ClientOptions::for_platform(choice.platform, devices),
+        )
+    }
+
+    /// Creates a client of a resolved plugin with `options`, first checking them against the
+    /// options of the plugin's platform (where it is known): a name of another platform is a
+    /// [`PjrtError::OptionRejected`], since some plugins ignore what they do not know.
+    pub fn open_with(choice: &PluginChoice, options: &ClientOptions) -> Result<Client> {
+        if let Some(platform) = choice.platform {
+            let known = platform.option_names();
+            if let Some((name, _)) = options
+                .named
+                .iter()
+                .find(|(n, _)| !known.contains(&n.as_str()))
+            {
+                return Err(PjrtError::OptionRejected {
+                    plugin: choice.path.clone(),
+                    platform: platform.label().into(),
+                    option: name.clone(),
+                    message: format!("it is not an option of this platform, which takes {known:?}"),
+                });
+            }
+        }
+        if choice.platform == Some(PluginPlatform::Cuda) {
+            crate::cuda::prepare(&choice.path);
+        }
+        Client::new(Plugin::load(&choice.path)?, options)
     }
 
     /// The plugin this client came from.

@@ -203,6 +203,60 @@ pub enum PjrtError {
     /// A program text contains a NUL byte or is otherwise unusable.
     #[error("invalid program: {0}")]
     InvalidProgram(String),
+    /// A plugin was named that Tessera does not know, and it does not look like a path.
+    #[error(
+        "unknown PJRT plugin `{name}`. Fix: name one of {known}, or give the path of a plugin \
+         library (.so)"
+    )]
+    UnknownPluginName {
+        /// The name given.
+        name: String,
+        /// The names Tessera knows, comma separated.
+        known: String,
+    },
+    /// A known plugin was named but is not in the cache.
+    #[error("the PJRT plugin `{name}` is not installed ({path} does not exist). Fix: {fix}")]
+    PluginNotInstalled {
+        /// The name given.
+        name: String,
+        /// Where it would be.
+        path: PathBuf,
+        /// The command that installs it.
+        fix: String,
+    },
+    /// `cuda` was asked for and no CUDA plugin is installed.
+    #[error(
+        "no CUDA PJRT plugin is installed. Fix: run `cargo xtask setup --cuda` (it installs \
+         jax-cuda12-pjrt and the NVIDIA libraries from PyPI into the Tessera cache), or install \
+         `jax[cuda12]` for the python3 on PATH"
+    )]
+    CudaPluginNotInstalled,
+    /// A CUDA plugin was asked for on a machine without a GPU or without its driver.
+    #[error(
+        "no usable NVIDIA GPU on this machine: {message} (plugin: {plugin}). Fix: run on a \
+         machine with an NVIDIA GPU and its driver, or use a CPU plugin (`--plugin cpu`)"
+    )]
+    NoGpu {
+        /// The plugin's path.
+        plugin: PathBuf,
+        /// What the plugin said.
+        message: String,
+    },
+    /// The plugin refused a client create option.
+    #[error(
+        "the PJRT plugin {plugin} (platform {platform}) rejected the client option `{option}`: \
+         {message}. Fix: pass only the options of its platform (see tessera_pjrt::ClientOptions)"
+    )]
+    OptionRejected {
+        /// The plugin's path.
+        plugin: PathBuf,
+        /// The platform Tessera took it for.
+        platform: String,
+        /// The option's name.
+        option: String,
+        /// What the plugin said.
+        message: String,
+    },
     /// A client create option could not be passed to PJRT.
     #[error("invalid PJRT create option `{name}`: {reason}")]
     InvalidOption {

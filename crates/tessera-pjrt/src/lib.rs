@@ -18,6 +18,7 @@ mod buffer;
 mod cache;
 mod client;
 mod compile_options;
+mod cuda;
 mod device;
 mod discovery;
 mod element_type;
@@ -25,6 +26,7 @@ mod error;
 mod event;
 mod executable;
 mod host;
+pub mod known_plugins;
 mod plugin;
 mod sys;
 mod util;
@@ -32,17 +34,18 @@ mod util;
 pub use array::{Array, Shard};
 pub use buffer::Buffer;
 pub use cache::{CacheOutcome, CompileCache};
-pub use client::{Client, ClientOptions, OptionValue};
+pub use client::{Client, ClientOptions, CudaOptions, OptionValue};
 pub use compile_options::CompileOptions;
 pub use device::{Device, DeviceInfo, MemoryInfo};
 pub use discovery::{
-    CPU_PLUGIN_DIR, CPU_PLUGIN_FILE, PLUGIN_ENV, cache_dir, cached_cpu_plugin, find_cuda_plugin,
-    find_plugin,
+    PLUGIN_ENV, PluginChoice, cache_dir, cached_cpu_plugin, cached_plugin, find_cuda_plugin,
+    find_plugin, nvidia_driver_present, resolve_plugin,
 };
 pub use element_type::ElementType;
 pub use error::{ErrorCode, PjrtError, Result};
 pub use executable::LoadedExecutable;
 pub use host::{Block, Element, HostArray, element_count};
+pub use known_plugins::{DEFAULT_CPU_PLUGIN, KnownPlugin, PluginPlatform};
 pub use plugin::Plugin;
 
 /// The PJRT C API version of the header these bindings were generated from, as `(major, minor)`.

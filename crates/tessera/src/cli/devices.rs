@@ -1,20 +1,16 @@
 //! `tessera devices`: load a PJRT plugin, create a client and list its devices.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tessera_pjrt::{Client, ClientOptions, DeviceInfo, Plugin};
+use tessera_pjrt::{Client, DeviceInfo, resolve_plugin};
 
 /// Arguments of `tessera devices`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The PJRT plugin to load (default: $TESSERA_PJRT_PLUGIN, then the cached CPU plugin).
+    /// Use the CUDA plugin (the same as `--plugin cuda`).
     #[arg(long)]
-    plugin: Option<PathBuf>,
-    /// Use the CUDA plugin of an installed `jax-cuda13-pjrt` package.
-    #[arg(long, conflicts_with = "plugin")]
     gpu: bool,
-    /// How many virtual devices the CPU plugin should create.
+    /// How many virtual devices a CPU plugin should create (GPU plugins use the GPUs there are).
     #[arg(long, default_value_t = 8)]
     cpu_devices: i64,
     /// Print JSON instead of a table.
@@ -31,19 +27,13 @@ struct Report {
     devices: Vec<DeviceInfo>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (plugin, options) = if args.gpu {
-        let path = tessera_pjrt::find_cuda_plugin().ok_or_else(|| {
-            anyhow::anyhow!("no CUDA PJRT plugin found: install one with `pip install jax-cuda13-pjrt` (on a machine with an NVIDIA GPU), or pass --plugin PATH")
-        })?;
-        (Plugin::load(&path)?, ClientOptions::default())
-    } else {
-        (
-            Plugin::discover(args.plugin.as_deref())?,
-            ClientOptions::cpu(args.cpu_devices),
-        )
-    };
-    let client = Client::new(plugin, &options)?;
+pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
+    if args.gpu && plugin.is_some_and(|name| name != "cuda") {
+        anyhow::bail!("--gpu means `--plugin cuda`; drop one of --gpu and --plugin");
+    }
+    let choice = resolve_plugin(if args.gpu { Some("cuda") } else { plugin })?;
+    let client = Client::open_choice(&choice, args.cpu_devices)?;
+    let plugin = client.plugin();
     let (major, minor) = plugin.api_version();
     let devices = client
         .addressable_devices()?

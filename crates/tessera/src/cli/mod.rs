@@ -16,13 +16,18 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "tessera", version, about)]
 pub struct Cli {
+    /// The PJRT plugin: a name (`cpu`, the default CPU plugin; `zml-cpu`, `jax-0.11-cpu`,
+    /// `xla-cpu-pjrt`; `cuda`) or the path of a plugin library. Default: $TESSERA_PJRT_PLUGIN,
+    /// else `cpu`.
+    #[arg(long, global = true, value_name = "NAME|PATH")]
+    plugin: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// List the devices of a PJRT plugin (the cached CPU plugin by default).
+    /// List the devices of a PJRT plugin (the default CPU plugin unless --plugin names another).
     Devices(devices::Args),
     /// Explain shardings: HloSharding and Shardy text, shard shapes, device blocks.
     Sharding(sharding::Args),
@@ -37,11 +42,11 @@ enum Command {
 /// Runs one parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Devices(args) => devices::run(args),
+        Command::Devices(args) => devices::run(args, cli.plugin.as_deref()),
         Command::Sharding(args) => sharding::run(args),
-        Command::Oracle(args) => oracle::run(args),
+        Command::Oracle(args) => oracle::run(args, cli.plugin.as_deref()),
         Command::Schedule(args) => schedule::run(args),
-        Command::Train(args) => train::run(args),
+        Command::Train(args) => train::run(args, cli.plugin.as_deref()),
     }
 }
 

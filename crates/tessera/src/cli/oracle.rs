@@ -41,7 +41,7 @@ enum Kind {
     },
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     match args.kind {
         Kind::Sharding { file } => {
             let report = tessera_sharding::oracle::run_file(&file)?;
@@ -54,18 +54,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             file,
             backend,
             grads,
-        } => run_jaxpr(&file, &backend, grads),
+        } => run_jaxpr(&file, &backend, grads, plugin),
         Kind::Collectives {
             file,
             backend,
             grads,
-        } => run_collectives(&file, &backend, grads),
+        } => run_collectives(&file, &backend, grads, plugin),
     }
 }
 
-fn run_jaxpr(file: &std::path::Path, backend: &str, grads: bool) -> anyhow::Result<ExitCode> {
+fn run_jaxpr(
+    file: &std::path::Path,
+    backend: &str,
+    grads: bool,
+    plugin: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let client = if backend == "pjrt" {
-        Some(tessera_pjrt::Client::cpu(1)?)
+        Some(tessera_pjrt::Client::open(plugin, 1)?)
     } else {
         None
     };
@@ -95,12 +100,17 @@ fn run_jaxpr(file: &std::path::Path, backend: &str, grads: bool) -> anyhow::Resu
     Ok(super::report_summary(report.passed, report.failures.len()))
 }
 
-fn run_collectives(file: &std::path::Path, backend: &str, grads: bool) -> anyhow::Result<ExitCode> {
+fn run_collectives(
+    file: &std::path::Path,
+    backend: &str,
+    grads: bool,
+    plugin: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let interp = |program: &tessera_ir::ClosedJaxpr, inputs: &[tessera_ir::Array]| {
         tessera_ir::interp::eval_closed(program, inputs).map_err(|e| e.to_string())
     };
     let client = if backend == "pjrt" {
-        Some(tessera_pjrt::Client::cpu(8)?)
+        Some(tessera_pjrt::Client::open(plugin, 8)?)
     } else {
         None
     };

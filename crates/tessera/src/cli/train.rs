@@ -277,7 +277,7 @@ fn reference_step(
     split_outputs(&hosts)
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     let mpmd_dim = args.mpmd_dim.unwrap_or(args.stages);
     if mpmd_dim == 0 || !args.devices.is_multiple_of(mpmd_dim) {
         bail!(
@@ -310,8 +310,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "gpt" => gpt_model(stages, rows, microbatches)?,
         other => bail!("unknown model `{other}`: use `mlp` or `gpt`"),
     };
-    let client = Client::cpu(i64::from(args.devices))
-        .context("the PJRT CPU plugin (run `cargo xtask setup`)")?;
+    let client = Client::open(plugin, i64::from(args.devices))?;
+    let available = client.addressable_devices()?.len();
+    if available != args.devices as usize {
+        bail!(
+            "--devices {} but the {} client has {available} devices; pass --devices {available}",
+            args.devices,
+            client.platform_name()?
+        );
+    }
     let group = i64::from(args.devices / mpmd_dim);
     let mesh = MpmdMesh::new(
         Mesh::auto(&[("stage", i64::from(mpmd_dim)), ("data", group)])?,
