@@ -44,8 +44,21 @@ pub fn compose_module<K: Copy + Eq + Hash + Debug>(
     parts: &[Part<'_, K>],
     types: &dyn KeyTypes<K>,
 ) -> Result<EmittedModule, LowerError> {
-    let context = crate::new_context();
-    let emitter = ModuleEmitter::new(&context, name, num_partitions, 1)?;
+    crate::with_context(|context| {
+        compose_in(context, name, num_partitions, inputs, outputs, parts, types)
+    })
+}
+
+fn compose_in<K: Copy + Eq + Hash + Debug>(
+    context: &melior::Context,
+    name: &str,
+    num_partitions: usize,
+    inputs: &[K],
+    outputs: &[K],
+    parts: &[Part<'_, K>],
+    types: &dyn KeyTypes<K>,
+) -> Result<EmittedModule, LowerError> {
+    let emitter = ModuleEmitter::new(context, name, num_partitions, 1)?;
     for (i, part) in parts.iter().enumerate() {
         let args: Vec<ArgSpec> = part
             .inputs

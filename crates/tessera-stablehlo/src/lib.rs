@@ -12,7 +12,7 @@ mod emit;
 mod lower;
 
 pub use compose::{KeyTypes, Part, PartBody, compose_module};
-pub use context::{LowerError, new_context, verify_and_print};
+pub use context::{LowerError, new_context, verify_and_print, with_context};
 pub use emit::{
     ArgSpec, Body, EmittedModule, ModuleEmitter, ResultSpec, parse_attr, parse_type, quote,
     tensor_type,

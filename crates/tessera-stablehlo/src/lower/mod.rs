@@ -59,9 +59,15 @@ pub fn lower_closed(
     options: &LowerOptions,
 ) -> Result<EmittedModule, LowerError> {
     let unrolled = tessera_ir::passes::unroll_treduce(closed).map_err(ir)?;
-    let closed = &unrolled;
-    let context = crate::new_context();
-    let emitter = ModuleEmitter::new(&context, "jit_main", options.num_partitions.max(1), 1)?;
+    crate::with_context(|context| lower_in(context, &unrolled, options))
+}
+
+fn lower_in(
+    context: &melior::Context,
+    closed: &ClosedJaxpr,
+    options: &LowerOptions,
+) -> Result<EmittedModule, LowerError> {
+    let emitter = ModuleEmitter::new(context, "jit_main", options.num_partitions.max(1), 1)?;
     let mut functions = Functions {
         emitter: Some(&emitter),
         next: 0,
