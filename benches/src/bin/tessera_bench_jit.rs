@@ -3,6 +3,11 @@
 //! cross-entropy, SGD), data parallel on 8 CPU devices (batch on `data`, parameters replicated).
 //! The loss picks the label's log-probability with a one-hot product (JAX's script uses
 //! `take_along_axis`; gather is not in the IR yet). Prints one JSON object with medians.
+//!
+//! `--losses` instead trains the 120 steps and prints every step's loss (`{"losses": [...]}`);
+//! `--losses --nudge` does the same with every weight of the first layer first moved by one unit
+//! in the last place (up at even indices, down at odd ones); `--lr X` sets the learning rate.
+//! docs/profiling.md uses them to show how plugins' rounding differences grow during training.
 
 use std::time::Instant;
 
@@ -43,7 +48,7 @@ fn loss(args: &[Tensor]) -> Vec<Tensor> {
 }
 
 /// Traces the training step: `(params..., x, y) -> (new params..., loss)`.
-fn step_program() -> anyhow::Result<ClosedJaxpr> {
+fn step_program(lr: f64) -> anyhow::Result<ClosedJaxpr> {
     let mut avals = param_avals();
     avals.push(ShapedArray::new(DType::F32, &[BATCH, DIMS[0]]));
     avals.push(ShapedArray::new(DType::I32, &[BATCH]));
@@ -53,7 +58,7 @@ fn step_program() -> anyhow::Result<ClosedJaxpr> {
         let refs: Vec<&Tensor> = args.iter().collect();
         let out = call_closed(&grads, &refs);
         let mut results: Vec<Tensor> = (0..6)
-            .map(|k| &args[k] - &(&out[1 + k] * LEARNING_RATE))
+            .map(|k| &args[k] - &(&out[1 + k] * lr))
             .collect();
         results.push(out[0].clone());
         results
@@ -72,7 +77,44 @@ fn timed<T>(f: impl FnOnce() -> T) -> (f64, T) {
     (start.elapsed().as_secs_f64(), out)
 }
 
+/// `w` with every non-zero element moved to the neighbouring float32, away from zero at even
+/// indices and towards it at odd ones.
+fn nudged(
+    client: &Client,
+    w: &DeviceArray,
+    sharding: &NamedSharding,
+) -> anyhow::Result<DeviceArray> {
+    let host = w.to_host()?;
+    let values: Vec<f32> = host
+        .to_vec::<f32>()
+        .context("float32 weights")?
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match (i % 2, v.to_bits()) {
+            (_, 0) => *v,
+            (0, bits) => f32::from_bits(bits + 1),
+            (_, bits) => f32::from_bits(bits - 1),
+        })
+        .collect();
+    let dims: Vec<i64> = host.dims().to_vec();
+    Ok(DeviceArray::device_put(
+        client,
+        &HostArray::from_slice(&dims, &values)?,
+        sharding,
+    )?)
+}
+
 fn main() -> anyhow::Result<()> {
+    let flags: Vec<String> = std::env::args().skip(1).collect();
+    let losses_only = flags.iter().any(|f| f == "--losses");
+    let nudge = flags.iter().any(|f| f == "--nudge");
+    let lr = match flags.iter().position(|f| f == "--lr") {
+        Some(i) => flags
+            .get(i + 1)
+            .and_then(|v| v.parse::<f64>().ok())
+            .context("--lr takes a number")?,
+        None => LEARNING_RATE,
+    };
     let client = Client::cpu(8).context("the PJRT CPU plugin (run `cargo xtask setup`)")?;
     let mesh = Mesh::auto(&[("data", 8)])?;
     let sharding =
@@ -85,9 +127,10 @@ fn main() -> anyhow::Result<()> {
 
     let (mut trace_lower, mut compile) = (Vec::new(), Vec::new());
     let mut lowered = None;
-    for i in 0..12 {
+    let rounds = if losses_only { 1 } else { 12 };
+    for i in 0..rounds {
         let (dt, l) = timed(|| -> anyhow::Result<_> {
-            Ok(Jit::new(step_program()?, ins.clone(), outs.clone())?.lower()?)
+            Ok(Jit::new(step_program(lr)?, ins.clone(), outs.clone())?.lower()?)
         });
         let l = l?;
         let (dc, _) = timed(|| {
@@ -139,7 +182,11 @@ fn main() -> anyhow::Result<()> {
     )?;
     let x = DeviceArray::device_put(&client, &to_host(&x)?, &ins[6])?;
     let y = DeviceArray::device_put(&client, &to_host(&y)?, &ins[7])?;
+    if nudge {
+        params[0] = nudged(&client, &params[0], &replicated)?;
+    }
     let mut step_samples = Vec::new();
+    let mut losses = Vec::new();
     let mut last_loss = f64::NAN;
     for i in 0..120 {
         let (dt, out) = timed(|| -> anyhow::Result<Vec<DeviceArray>> {
@@ -161,9 +208,14 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or(f32::NAN),
         );
         params = out;
+        losses.push(last_loss);
         if i >= 20 {
             step_samples.push(dt);
         }
+    }
+    if losses_only {
+        println!("{}", serde_json::json!({ "losses": losses }));
+        return Ok(());
     }
 
     let tiny = trace(&[ShapedArray::new(DType::F32, &[4])], |a| vec![&a[0] + 1.0])?;
