@@ -31,11 +31,45 @@ fn devices_json_lists_the_eight_cpu_devices() {
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["platform"], "cpu");
-    assert_eq!(report["pjrt_api_version"], "0.81");
+    let (major, minor) = tessera::pjrt::DEFAULT_CPU_PLUGIN.api;
+    assert_eq!(report["pjrt_api_version"], format!("{major}.{minor}"));
     let devices = report["devices"].as_array().unwrap();
     let ids: Vec<i64> = devices.iter().map(|d| d["id"].as_i64().unwrap()).collect();
     assert_eq!(ids, (0..8).collect::<Vec<_>>());
     assert!(devices.iter().all(|d| d["kind"] == "cpu"), "{devices:?}");
+}
+
+/// `--plugin` (before or after the subcommand) and `TESSERA_PJRT_PLUGIN` pick another plugin by
+/// name; an unknown name is refused with the known ones listed.
+#[test]
+fn the_plugin_is_chosen_by_name() {
+    let api = |args: &[&str], env: &[(&str, &str)]| {
+        let out = tessera(args, env);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["pjrt_api_version"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(
+        api(&["--plugin", "xla-cpu-pjrt", "devices", "--json"], &[]),
+        "0.81"
+    );
+    assert_eq!(
+        api(&["devices", "--json", "--plugin", "xla-cpu-pjrt"], &[]),
+        "0.81"
+    );
+    let env = [("TESSERA_PJRT_PLUGIN", "xla-cpu-pjrt")];
+    assert_eq!(api(&["devices", "--json"], &env), "0.81");
+    let out = tessera(&["devices", "--plugin", "tpu-v9"], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("unknown PJRT plugin `tpu-v9`") && stderr.contains("zml-cpu"),
+        "{stderr}"
+    );
 }
 
 #[test]

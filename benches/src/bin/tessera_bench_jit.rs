@@ -57,9 +57,7 @@ fn step_program(lr: f64) -> anyhow::Result<ClosedJaxpr> {
     Ok(trace(&avals, |args| {
         let refs: Vec<&Tensor> = args.iter().collect();
         let out = call_closed(&grads, &refs);
-        let mut results: Vec<Tensor> = (0..6)
-            .map(|k| &args[k] - &(&out[1 + k] * lr))
-            .collect();
+        let mut results: Vec<Tensor> = (0..6).map(|k| &args[k] - &(&out[1 + k] * lr)).collect();
         results.push(out[0].clone());
         results
     })?)

@@ -83,7 +83,10 @@ mod tests {
         let other = std::thread::spawn(|| with_context(|c| c.allow_unregistered_dialects()))
             .join()
             .unwrap();
-        assert!(other, "each thread's context allows StableHLO's unregistered operations");
+        assert!(
+            other,
+            "each thread's context allows StableHLO's unregistered operations"
+        );
     }
 
     /// A module with one generic `stablehlo.add` verifies and prints as MLIR text.
