@@ -8,6 +8,7 @@ pub mod jit;
 
 pub use tessera_ir as ir;
 pub use tessera_mpmd as mpmd;
+pub use tessera_nn as nn;
 pub use tessera_pjrt as pjrt;
 pub use tessera_schedule as schedule;
 pub use tessera_sharding as sharding;

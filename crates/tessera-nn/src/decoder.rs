@@ -1,0 +1,365 @@
+//! Decoder-only transformers in two styles, their parameters and their loss program.
+//!
+//! - GPT-2: learned token and position embeddings, pre-LayerNorm blocks (attention with biases,
+//!   a GELU MLP of width `4 d`), a final LayerNorm and an untied head.
+//! - Llama: token embeddings only, pre-RMSNorm blocks (attention with rotary position
+//!   embeddings and no biases, a SwiGLU MLP), a final RMSNorm and an untied head.
+//!
+//! The loss program takes `(tokens, parameters..., targets)` and returns the mean cross-entropy of
+//! predicting each target; it marks a pipeline stage boundary before each layer a [`StagePlan`]
+//! names, so any depth is pipelined without hand-placed markers.
+
+use tessera_ir::trace::{Tensor, trace};
+use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
+
+use crate::error::{NnError, Result};
+use crate::init::{Init, Rng};
+use crate::layers::{Attention, Embedding, LayerNorm, Linear, Mlp, ParamSpec, RmsNorm, SwiGlu};
+use crate::tree::Tree;
+
+/// Which decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecoderKind {
+    /// GPT-2 style.
+    Gpt2,
+    /// Llama style.
+    Llama,
+}
+
+/// A decoder's sizes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecoderConfig {
+    /// The style.
+    pub kind: DecoderKind,
+    /// Vocabulary size (256 for bytes).
+    pub vocab: i64,
+    /// Transformer blocks.
+    pub layers: usize,
+    /// Model width.
+    pub d_model: i64,
+    /// Attention heads.
+    pub heads: i64,
+    /// Tokens per sequence.
+    pub seq_len: i64,
+    /// MLP hidden width (GPT-2: `4 d`; Llama: about `8 d / 3`, rounded up to a multiple of 8).
+    pub ffn: i64,
+}
+
+impl DecoderConfig {
+    /// A GPT-2 style decoder.
+    pub fn gpt2(vocab: i64, layers: usize, d_model: i64, heads: i64, seq_len: i64) -> Self {
+        DecoderConfig {
+            kind: DecoderKind::Gpt2,
+            vocab,
+            layers,
+            d_model,
+            heads,
+            seq_len,
+            ffn: 4 * d_model,
+        }
+    }
+
+    /// A Llama style decoder.
+    pub fn llama(vocab: i64, layers: usize, d_model: i64, heads: i64, seq_len: i64) -> Self {
+        DecoderConfig {
+            kind: DecoderKind::Llama,
+            vocab,
+            layers,
+            d_model,
+            heads,
+            seq_len,
+            ffn: ((8 * d_model + 2) / 3 + 7) / 8 * 8,
+        }
+    }
+
+    /// Checks the sizes, saying which is wrong and how to fix it.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(NnError::Config(what));
+        if self.vocab < 1 || self.d_model < 1 || self.heads < 1 || self.seq_len < 1 || self.ffn < 1
+        {
+            return bad(format!("every size must be at least 1 (got {self:?})"));
+        }
+        if self.layers == 0 {
+            return bad("layers must be at least 1".into());
+        }
+        if self.d_model % self.heads != 0 {
+            return bad(format!(
+                "heads ({}) must divide d_model ({}); pick heads among the divisors of d_model",
+                self.heads, self.d_model
+            ));
+        }
+        if self.kind == DecoderKind::Llama && (self.d_model / self.heads) % 2 != 0 {
+            return bad(format!(
+                "rotary embeddings need an even head width, but d_model / heads = {}",
+                self.d_model / self.heads
+            ));
+        }
+        Ok(())
+    }
+
+    fn attention(&self) -> Attention {
+        Attention {
+            d: self.d_model,
+            heads: self.heads,
+            bias: self.kind == DecoderKind::Gpt2,
+            rope_base: (self.kind == DecoderKind::Llama).then_some(10_000.0),
+        }
+    }
+
+    fn embedding(&self) -> Embedding {
+        Embedding {
+            vocab: self.vocab,
+            d: self.d_model,
+            std: 0.02,
+        }
+    }
+
+    fn norm_spec(&self) -> Tree<ParamSpec> {
+        match self.kind {
+            DecoderKind::Gpt2 => LayerNorm {
+                d: self.d_model,
+                eps: 1e-5,
+            }
+            .spec(),
+            DecoderKind::Llama => RmsNorm {
+                d: self.d_model,
+                eps: 1e-5,
+            }
+            .spec(),
+        }
+    }
+
+    fn norm(&self, p: &Tree<Tensor>, x: &Tensor) -> Result<Tensor> {
+        match self.kind {
+            DecoderKind::Gpt2 => LayerNorm {
+                d: self.d_model,
+                eps: 1e-5,
+            }
+            .apply(p, x),
+            DecoderKind::Llama => RmsNorm {
+                d: self.d_model,
+                eps: 1e-5,
+            }
+            .apply(p, x),
+        }
+    }
+
+    fn mlp_spec(&self) -> Tree<ParamSpec> {
+        match self.kind {
+            DecoderKind::Gpt2 => Mlp {
+                d: self.d_model,
+                hidden: self.ffn,
+            }
+            .spec(),
+            DecoderKind::Llama => SwiGlu {
+                d: self.d_model,
+                hidden: self.ffn,
+            }
+            .spec(),
+        }
+    }
+
+    fn mlp(&self, p: &Tree<Tensor>, x: &Tensor) -> Result<Tensor> {
+        match self.kind {
+            DecoderKind::Gpt2 => Mlp {
+                d: self.d_model,
+                hidden: self.ffn,
+            }
+            .apply(p, x),
+            DecoderKind::Llama => SwiGlu {
+                d: self.d_model,
+                hidden: self.ffn,
+            }
+            .apply(p, x),
+        }
+    }
+
+    /// The output head starts small (standard deviation 0.02, as GPT-2's weights), so the
+    /// initial prediction is near uniform and the loss near `ln(vocab)`.
+    fn head(&self) -> Linear {
+        Linear {
+            std: 0.02,
+            ..Linear::new(self.d_model, self.vocab).no_bias()
+        }
+    }
+
+    /// The parameters: `embed` (`tokens`, and `positions` for GPT-2), `blocks.<i>` (`norm1`,
+    /// `attn`, `norm2`, `mlp`), `final_norm`, `head`.
+    pub fn spec(&self) -> Tree<ParamSpec> {
+        let mut embed = vec![("tokens", self.embedding().spec())];
+        if self.kind == DecoderKind::Gpt2 {
+            let positions = ParamSpec::new(&[self.seq_len, self.d_model], Init::Normal(0.01));
+            embed.push(("positions", positions));
+        }
+        let block = Tree::node([
+            ("norm1", self.norm_spec()),
+            ("attn", self.attention().spec()),
+            ("norm2", self.norm_spec()),
+            ("mlp", self.mlp_spec()),
+        ]);
+        let blocks = Tree::node((0..self.layers).map(|i| (i.to_string(), block.clone())));
+        Tree::node([
+            ("embed", Tree::node(embed)),
+            ("blocks", blocks),
+            ("final_norm", self.norm_spec()),
+            ("head", self.head().spec()),
+        ])
+    }
+
+    /// The number of parameters.
+    pub fn param_count(&self) -> i64 {
+        self.spec()
+            .leaves()
+            .iter()
+            .map(|p| p.shape.iter().product::<i64>())
+            .sum()
+    }
+
+    /// The parameters' types, in argument order.
+    pub fn avals(&self) -> Tree<ShapedArray> {
+        self.spec().map(&mut |_, p| p.aval())
+    }
+
+    /// Initial parameters from `seed`.
+    pub fn init(&self, seed: u64) -> Result<Tree<Array>> {
+        self.validate()?;
+        let mut rng = Rng::new(seed);
+        self.spec()
+            .try_map(&mut |_, p| p.init.array(&p.shape, &mut rng))
+    }
+
+    /// Model FLOPs per token of a training step (forward and backward): `6 N` for the weights
+    /// plus the attention scores and values, as in the PaLM paper's appendix.
+    pub fn train_flops_per_token(&self) -> f64 {
+        let weights = (self.param_count() - self.vocab * self.d_model) as f64;
+        let attention = 12.0 * self.layers as f64 * self.d_model as f64 * self.seq_len as f64;
+        6.0 * weights + attention
+    }
+
+    /// The loss program for `rows` sequences: `(tokens [rows, seq] i32, parameters...,
+    /// targets [rows, seq] i32) -> mean cross-entropy`, with a stage marker before each layer
+    /// where `plan` starts a stage.
+    pub fn loss(&self, rows: i64, plan: &StagePlan) -> Result<ClosedJaxpr> {
+        self.validate()?;
+        plan.check(self.layers)?;
+        let tokens = ShapedArray::new(DType::I32, &[rows, self.seq_len]);
+        let spec = self.avals();
+        let mut avals = vec![tokens.clone()];
+        avals.extend(spec.flatten());
+        avals.push(tokens);
+        let mut failure = None;
+        let program = trace(&avals, |args| {
+            let n = args.len();
+            let params = match spec.unflatten(args[1..n - 1].to_vec()) {
+                Ok(params) => params,
+                Err(err) => {
+                    failure = Some(err);
+                    return vec![args[0].clone()];
+                }
+            };
+            match self.loss_body(&args[0], &params, &args[n - 1], plan) {
+                Ok(loss) => vec![loss],
+                Err(err) => {
+                    failure = Some(err);
+                    vec![args[0].clone()]
+                }
+            }
+        });
+        match failure {
+            Some(err) => Err(err),
+            None => Ok(program?),
+        }
+    }
+
+    fn loss_body(
+        &self,
+        tokens: &Tensor,
+        p: &Tree<Tensor>,
+        targets: &Tensor,
+        plan: &StagePlan,
+    ) -> Result<Tensor> {
+        let (rows, t) = (tokens.shape()[0], self.seq_len);
+        let mut h = self.embedding().apply(p.get("embed.tokens")?, tokens)?;
+        if self.kind == DecoderKind::Gpt2 {
+            h = &h + p.leaf("embed.positions")?;
+        }
+        for layer in 0..self.layers {
+            if let Some(stage) = plan.stage_starting_at(layer) {
+                h = h.enter_stage(stage as i64);
+            }
+            let block = p.get(&format!("blocks.{layer}"))?;
+            let normed = self.norm(block.get("norm1")?, &h)?;
+            h = &h + &self.attention().apply(block.get("attn")?, &normed)?;
+            let normed = self.norm(block.get("norm2")?, &h)?;
+            h = &h + &self.mlp(block.get("mlp")?, &normed)?;
+        }
+        let h = self.norm(p.get("final_norm")?, &h)?;
+        let logits = self
+            .head()
+            .apply(p.get("head")?, &h)?
+            .reshape(&[rows * t, self.vocab]);
+        let onehot = targets.reshape(&[rows * t]).one_hot(self.vocab, DType::F32);
+        let picked = (logits.log_softmax(1) * onehot).sum(&[1]);
+        Ok(-picked.mean(&[0]))
+    }
+}
+
+/// Where pipeline stages begin: the index of the first layer of each stage after the first.
+/// Stage 0 holds the embeddings and the layers before `starts[0]`; the last stage also holds
+/// the final norm, the head and the loss.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagePlan {
+    starts: Vec<usize>,
+}
+
+impl StagePlan {
+    /// One stage: no boundaries.
+    pub fn single() -> Self {
+        StagePlan { starts: Vec::new() }
+    }
+
+    /// Stages beginning at the layers `starts` (increasing, each in `1..layers`).
+    pub fn at_layers(starts: &[usize]) -> Self {
+        StagePlan {
+            starts: starts.to_vec(),
+        }
+    }
+
+    /// `stages` stages of `layers.div_ceil(stages)` layers (the last may have fewer).
+    pub fn even(stages: usize, layers: usize) -> Result<Self> {
+        if stages == 0 || stages > layers {
+            return Err(NnError::Config(format!(
+                "{stages} stages cannot split {layers} layers; use 1 to {layers} stages"
+            )));
+        }
+        let per = layers.div_ceil(stages);
+        Ok(StagePlan {
+            starts: (1..stages)
+                .map(|s| s * per)
+                .filter(|&l| l < layers)
+                .collect(),
+        })
+    }
+
+    /// The number of stages.
+    pub fn stages(&self) -> usize {
+        self.starts.len() + 1
+    }
+
+    fn check(&self, layers: usize) -> Result<()> {
+        let increasing = self.starts.windows(2).all(|w| w[0] < w[1]);
+        let inside = self.starts.iter().all(|&l| (1..layers).contains(&l));
+        if increasing && inside {
+            Ok(())
+        } else {
+            Err(NnError::Config(format!(
+                "stage boundaries {:?} must be increasing layer indices in 1..{layers}",
+                self.starts
+            )))
+        }
+    }
+
+    fn stage_starting_at(&self, layer: usize) -> Option<usize> {
+        self.starts.iter().position(|&l| l == layer).map(|i| i + 1)
+    }
+}

@@ -1,0 +1,36 @@
+//! Errors of the model library; each says what was wrong and how to fix it.
+
+/// Everything that can go wrong in `tessera-nn`.
+#[derive(Debug, thiserror::Error)]
+pub enum NnError {
+    /// A model configuration that cannot be built.
+    #[error("invalid model configuration: {0}")]
+    Config(String),
+    /// Leaves given for a tree do not fit its structure.
+    #[error(
+        "a parameter tree with {expected} leaves was given {actual} values; pass one per leaf, in `Tree::paths` order"
+    )]
+    LeafCount {
+        /// Leaves in the tree.
+        expected: usize,
+        /// Values given.
+        actual: usize,
+    },
+    /// A path that names no node of the tree.
+    #[error("no parameter `{path}` in the tree (it has: {known})")]
+    NoSuchPath {
+        /// The path asked for.
+        path: String,
+        /// The tree's leaf paths, comma separated.
+        known: String,
+    },
+    /// Two trees that should have the same structure do not.
+    #[error("parameter trees differ: {0}")]
+    Structure(String),
+    /// Tracing or evaluating a program failed.
+    #[error(transparent)]
+    Ir(#[from] tessera_ir::IrError),
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = NnError> = std::result::Result<T, E>;

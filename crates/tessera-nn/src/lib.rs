@@ -1,0 +1,27 @@
+//! Models as a library on Tessera's tracing API.
+//!
+//! - [`Tree`]: parameters as nested, named trees (JAX's pytrees), flattened to and from the
+//!   argument lists that traced programs take, in one fixed depth-first order.
+//! - [`layers`]: Linear, Embedding, LayerNorm, RMSNorm, causal multi-head attention with optional
+//!   rotary position embeddings, a GELU MLP and SwiGLU; each declares its parameters as a tree of
+//!   shapes and applies itself to a tree of traced tensors.
+//! - [`DecoderConfig`]: GPT-2 style and Llama style decoders, their initial parameters and their
+//!   loss program, split into pipeline stages at the layer indices the caller names.
+//! - [`optim`]: SGD with momentum and AdamW as traced updates, gradient clipping by global norm;
+//!   [`lr`]: learning-rate schedules (constant, linear warm-up then cosine).
+//!
+//! Everything here builds programs with `tessera_ir::trace`; running them (interpreted, under
+//! `jit`, or pipelined by `mpmd_jit`) is the caller's choice.
+
+mod decoder;
+mod error;
+mod init;
+pub mod layers;
+pub mod lr;
+pub mod optim;
+mod tree;
+
+pub use decoder::{DecoderConfig, DecoderKind, StagePlan};
+pub use error::{NnError, Result};
+pub use init::{Init, Rng};
+pub use tree::Tree;

@@ -1,0 +1,70 @@
+//! Learning-rate schedules, evaluated on the host for each step (the step program takes the
+//! learning rate as an argument, so one compiled step serves every step of a run).
+
+/// A learning rate per step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LrSchedule {
+    /// The same rate at every step.
+    Constant(f64),
+    /// Linear warm-up from `init` to `peak` over `warmup` steps, then cosine decay to `end` at
+    /// step `decay_steps` (and `end` after it), as optax's `warmup_cosine_decay_schedule`.
+    WarmupCosine {
+        /// The rate at step 0.
+        init: f64,
+        /// The rate at the end of the warm-up.
+        peak: f64,
+        /// Warm-up steps.
+        warmup: u64,
+        /// The step where the decay ends (warm-up included).
+        decay_steps: u64,
+        /// The final rate.
+        end: f64,
+    },
+}
+
+impl LrSchedule {
+    /// The rate at `step` (counted from 0).
+    pub fn at(&self, step: u64) -> f64 {
+        match *self {
+            LrSchedule::Constant(lr) => lr,
+            LrSchedule::WarmupCosine {
+                init,
+                peak,
+                warmup,
+                decay_steps,
+                end,
+            } => {
+                if step < warmup {
+                    return init + (peak - init) * step as f64 / warmup as f64;
+                }
+                let span = decay_steps.saturating_sub(warmup).max(1);
+                let progress = (step - warmup).min(span) as f64 / span as f64;
+                let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress).cos());
+                end + (peak - end) * cosine
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warmup_then_cosine() {
+        let s = LrSchedule::WarmupCosine {
+            init: 0.0,
+            peak: 1e-3,
+            warmup: 10,
+            decay_steps: 110,
+            end: 1e-4,
+        };
+        assert_eq!(s.at(0), 0.0);
+        assert!((s.at(5) - 5e-4).abs() < 1e-12);
+        assert!((s.at(10) - 1e-3).abs() < 1e-12);
+        assert!((s.at(60) - (1e-4 + 0.9e-3 * 0.5)).abs() < 1e-12);
+        assert!((s.at(110) - 1e-4).abs() < 1e-12);
+        assert!((s.at(500) - 1e-4).abs() < 1e-12);
+        assert_eq!(LrSchedule::Constant(0.1).at(7), 0.1);
+    }
+}
