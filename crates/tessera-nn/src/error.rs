@@ -27,6 +27,23 @@ pub enum NnError {
     /// Two trees that should have the same structure do not.
     #[error("parameter trees differ: {0}")]
     Structure(String),
+    /// A checkpoint could not be written or read.
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
+    /// A checkpoint's tensor does not fit the model it is loaded into.
+    #[error(
+        "the checkpoint {file} does not fit this model: tensor `{tensor}` {problem}. Fix: resume \
+         with the configuration the checkpoint was written with, or start a new checkpoint \
+         directory"
+    )]
+    CheckpointMismatch {
+        /// The file.
+        file: std::path::PathBuf,
+        /// The tensor's path.
+        tensor: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// Tracing or evaluating a program failed.
     #[error(transparent)]
     Ir(#[from] tessera_ir::IrError),

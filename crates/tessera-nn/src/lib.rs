@@ -9,10 +9,13 @@
 //!   loss program, split into pipeline stages at the layer indices the caller names.
 //! - [`optim`]: SGD with momentum and AdamW as traced updates, gradient clipping by global norm;
 //!   [`lr`]: learning-rate schedules (constant, linear warm-up then cosine).
+//! - [`checkpoint`]: parameters and optimizer state in `safetensors` files with a manifest,
+//!   written atomically (a crash mid-write never leaves a torn checkpoint).
 //!
 //! Everything here builds programs with `tessera_ir::trace`; running them (interpreted, under
 //! `jit`, or pipelined by `mpmd_jit`) is the caller's choice.
 
+pub mod checkpoint;
 mod decoder;
 mod error;
 mod init;

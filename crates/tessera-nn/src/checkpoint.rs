@@ -1,0 +1,283 @@
+//! Checkpoints: parameters and optimizer state in `safetensors` files, named by their tree paths,
+//! plus a small JSON manifest (step, seed, data position, model). Each checkpoint is a folder
+//! `step-NNNNNNNN` of a checkpoint directory.
+//!
+//! A checkpoint is written to a hidden temporary folder, every file synced, then the folder is
+//! renamed into place and the directory synced: a crash mid-write leaves the previous checkpoints
+//! as they were and a temporary folder that [`latest`] ignores and the next [`save`] removes.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use tessera_ir::{Array, DType, ShapedArray};
+
+use crate::error::{NnError, Result};
+use crate::tree::Tree;
+
+/// What a checkpoint records besides its tensors.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Manifest {
+    /// The number of steps taken before it was written.
+    pub step: u64,
+    /// The run's seed.
+    pub seed: u64,
+    /// Where the data loader stands (e.g. the next window's offset).
+    pub data_position: u64,
+    /// A description of the model (its configuration), checked on resume.
+    pub model: String,
+}
+
+/// A loaded checkpoint.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    /// Its manifest.
+    pub manifest: Manifest,
+    /// The parameters.
+    pub params: Tree<Array>,
+    /// The optimizer state.
+    pub opt_state: Tree<Array>,
+}
+
+const PARAMS_FILE: &str = "params.safetensors";
+const STATE_FILE: &str = "optimizer.safetensors";
+const MANIFEST_FILE: &str = "manifest.json";
+
+fn io_error(path: &Path, what: &str, err: std::io::Error) -> NnError {
+    NnError::Checkpoint(format!("{what} {}: {err}", path.display()))
+}
+
+/// Writes a checkpoint into `dir` (created if missing) and returns its folder.
+pub fn save(
+    dir: &Path,
+    manifest: &Manifest,
+    params: &Tree<Array>,
+    opt_state: &Tree<Array>,
+) -> Result<PathBuf> {
+    fs::create_dir_all(dir).map_err(|e| {
+        io_error(
+            dir,
+            "cannot create the checkpoint directory (is it writable?)",
+            e,
+        )
+    })?;
+    remove_partials(dir)?;
+    let name = format!("step-{:08}", manifest.step);
+    let partial = dir.join(format!(".{name}.partial-{}", std::process::id()));
+    fs::create_dir(&partial).map_err(|e| io_error(&partial, "cannot create", e))?;
+    write_synced(&partial.join(PARAMS_FILE), &encode(params)?)?;
+    write_synced(&partial.join(STATE_FILE), &encode(opt_state)?)?;
+    let text = serde_json::to_vec_pretty(manifest)
+        .map_err(|e| NnError::Checkpoint(format!("cannot encode the manifest: {e}")))?;
+    write_synced(&partial.join(MANIFEST_FILE), &text)?;
+    sync_dir(&partial)?;
+    let target = dir.join(&name);
+    if target.exists() {
+        fs::remove_dir_all(&target).map_err(|e| io_error(&target, "cannot replace", e))?;
+    }
+    fs::rename(&partial, &target).map_err(|e| io_error(&target, "cannot rename into", e))?;
+    sync_dir(dir)?;
+    Ok(target)
+}
+
+/// The newest complete checkpoint folder in `dir`, if any.
+pub fn latest(dir: &Path) -> Result<Option<PathBuf>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(dir, "cannot read", e)),
+    };
+    let newest = entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let step: u64 = name.strip_prefix("step-")?.parse().ok()?;
+            entry
+                .path()
+                .join(MANIFEST_FILE)
+                .is_file()
+                .then(|| (step, entry.path()))
+        })
+        .max_by_key(|(step, _)| *step);
+    Ok(newest.map(|(_, path)| path))
+}
+
+/// Loads the checkpoint in `folder`, checking its tensors against the expected trees: a missing
+/// or extra tensor, or one of another shape or dtype, is an error naming it.
+pub fn load(
+    folder: &Path,
+    params: &Tree<ShapedArray>,
+    opt_state: &Tree<ShapedArray>,
+) -> Result<Checkpoint> {
+    let manifest_path = folder.join(MANIFEST_FILE);
+    let text = fs::read(&manifest_path).map_err(|e| io_error(&manifest_path, "cannot read", e))?;
+    let manifest: Manifest = serde_json::from_slice(&text).map_err(|e| {
+        NnError::Checkpoint(format!(
+            "{} is not a manifest: {e}",
+            manifest_path.display()
+        ))
+    })?;
+    Ok(Checkpoint {
+        manifest,
+        params: decode(&folder.join(PARAMS_FILE), params)?,
+        opt_state: decode(&folder.join(STATE_FILE), opt_state)?,
+    })
+}
+
+fn remove_partials(dir: &Path) -> Result<()> {
+    let entries = fs::read_dir(dir).map_err(|e| io_error(dir, "cannot read", e))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".step-") && name.contains(".partial-") {
+            fs::remove_dir_all(entry.path())
+                .map_err(|e| io_error(&entry.path(), "cannot remove the torn checkpoint", e))?;
+        }
+    }
+    Ok(())
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = File::create(path).map_err(|e| io_error(path, "cannot create", e))?;
+    file.write_all(bytes)
+        .map_err(|e| io_error(path, "cannot write", e))?;
+    file.sync_all()
+        .map_err(|e| io_error(path, "cannot sync", e))
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_error(dir, "cannot sync", e))
+}
+
+fn unsupported(dtype: DType) -> NnError {
+    NnError::Checkpoint(format!(
+        "{dtype:?} tensors cannot be checkpointed yet (supported: f32, f64, bf16, f16, i32, i64)"
+    ))
+}
+
+/// The safetensors dtype of a Tessera dtype, where checkpoints support it.
+fn st_dtype(dtype: DType) -> Result<Dtype> {
+    Ok(match dtype {
+        DType::F32 => Dtype::F32,
+        DType::F64 => Dtype::F64,
+        DType::BF16 => Dtype::BF16,
+        DType::F16 => Dtype::F16,
+        DType::I32 => Dtype::I32,
+        DType::I64 => Dtype::I64,
+        other => return Err(unsupported(other)),
+    })
+}
+
+fn to_bytes(array: &Array) -> Result<Vec<u8>> {
+    let values = array.to_vec();
+    let values = values.iter();
+    Ok(match array.aval().dtype {
+        DType::F32 => values.flat_map(|v| (*v as f32).to_le_bytes()).collect(),
+        DType::F64 => values.flat_map(|v| v.to_le_bytes()).collect(),
+        DType::BF16 => values
+            .flat_map(|v| half::bf16::from_f64(*v).to_le_bytes())
+            .collect(),
+        DType::F16 => values
+            .flat_map(|v| half::f16::from_f64(*v).to_le_bytes())
+            .collect(),
+        DType::I32 => values.flat_map(|v| (*v as i32).to_le_bytes()).collect(),
+        DType::I64 => values.flat_map(|v| (*v as i64).to_le_bytes()).collect(),
+        other => return Err(unsupported(other)),
+    })
+}
+
+fn from_bytes(dtype: DType, bytes: &[u8]) -> Vec<f64> {
+    fn chunks<const N: usize>(bytes: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+        bytes.chunks_exact(N).map(|c| {
+            let mut out = [0u8; N];
+            out.copy_from_slice(c);
+            out
+        })
+    }
+    match dtype {
+        DType::F64 => chunks::<8>(bytes).map(f64::from_le_bytes).collect(),
+        DType::I64 => chunks::<8>(bytes)
+            .map(|b| i64::from_le_bytes(b) as f64)
+            .collect(),
+        DType::I32 => chunks::<4>(bytes)
+            .map(|b| f64::from(i32::from_le_bytes(b)))
+            .collect(),
+        DType::BF16 => chunks::<2>(bytes)
+            .map(|b| half::bf16::from_le_bytes(b).to_f64())
+            .collect(),
+        DType::F16 => chunks::<2>(bytes)
+            .map(|b| half::f16::from_le_bytes(b).to_f64())
+            .collect(),
+        _ => chunks::<4>(bytes)
+            .map(|b| f64::from(f32::from_le_bytes(b)))
+            .collect(),
+    }
+}
+
+fn encode(tree: &Tree<Array>) -> Result<Vec<u8>> {
+    let buffers: Vec<(String, DType, Vec<usize>, Vec<u8>)> = tree
+        .paths()
+        .into_iter()
+        .zip(tree.leaves())
+        .map(|(path, a)| {
+            let shape = a.shape().iter().map(|&d| d as usize).collect();
+            Ok((path, a.aval().dtype, shape, to_bytes(a)?))
+        })
+        .collect::<Result<_>>()?;
+    let views = buffers
+        .iter()
+        .map(|(path, dtype, shape, bytes)| {
+            let view = TensorView::new(st_dtype(*dtype)?, shape.clone(), bytes)
+                .map_err(|e| NnError::Checkpoint(format!("tensor `{path}`: {e}")))?;
+            Ok((path.clone(), view))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    safetensors::serialize(views, None)
+        .map_err(|e| NnError::Checkpoint(format!("cannot encode the tensors: {e}")))
+}
+
+fn decode(path: &Path, expected: &Tree<ShapedArray>) -> Result<Tree<Array>> {
+    let bytes = fs::read(path).map_err(|e| io_error(path, "cannot read", e))?;
+    let file = SafeTensors::deserialize(&bytes).map_err(|e| {
+        NnError::Checkpoint(format!("{} is not a safetensors file: {e}", path.display()))
+    })?;
+    let wanted = expected.paths();
+    if let Some(extra) = file
+        .names()
+        .into_iter()
+        .find(|n| !wanted.iter().any(|w| w == n))
+    {
+        return Err(NnError::CheckpointMismatch {
+            file: path.to_path_buf(),
+            tensor: extra.to_owned(),
+            problem: "is in the checkpoint but not in this model".into(),
+        });
+    }
+    expected.try_map(&mut |name, aval| {
+        let mismatch = |problem: String| NnError::CheckpointMismatch {
+            file: path.to_path_buf(),
+            tensor: name.to_owned(),
+            problem,
+        };
+        let view = file
+            .tensor(name)
+            .map_err(|_| mismatch("is missing from the checkpoint".into()))?;
+        let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
+        let dtype = st_dtype(aval.dtype)?;
+        if shape != aval.shape || view.dtype() != dtype {
+            return Err(mismatch(format!(
+                "is {:?}{shape:?} in the checkpoint but {:?}{:?} in this model",
+                view.dtype(),
+                aval.dtype,
+                aval.shape
+            )));
+        }
+        Ok(Array::new(
+            aval.dtype,
+            &shape,
+            from_bytes(aval.dtype, view.data()),
+        )?)
+    })
+}
