@@ -27,6 +27,9 @@ pub enum NnError {
     /// Two trees that should have the same structure do not.
     #[error("parameter trees differ: {0}")]
     Structure(String),
+    /// Training data that cannot be used.
+    #[error("{0}")]
+    Data(String),
     /// A checkpoint could not be written or read.
     #[error("checkpoint: {0}")]
     Checkpoint(String),

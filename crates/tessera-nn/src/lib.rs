@@ -9,6 +9,8 @@
 //!   loss program, split into pipeline stages at the layer indices the caller names.
 //! - [`optim`]: SGD with momentum and AdamW as traced updates, gradient clipping by global norm;
 //!   [`lr`]: learning-rate schedules (constant, linear warm-up then cosine).
+//! - [`data`]: byte-level data from any file, with a held-out split and batches that are a pure
+//!   function of a position (so a resumed run sees the same batches).
 //! - [`checkpoint`]: parameters and optimizer state in `safetensors` files with a manifest,
 //!   written atomically (a crash mid-write never leaves a torn checkpoint).
 //!
@@ -16,6 +18,7 @@
 //! `jit`, or pipelined by `mpmd_jit`) is the caller's choice.
 
 pub mod checkpoint;
+pub mod data;
 mod decoder;
 mod error;
 mod init;

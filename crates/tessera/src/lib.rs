@@ -5,6 +5,7 @@
 //! code map.
 
 pub mod jit;
+pub mod plot;
 
 pub use tessera_ir as ir;
 pub use tessera_mpmd as mpmd;

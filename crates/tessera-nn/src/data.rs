@@ -1,0 +1,155 @@
+//! Byte-level training data: any file's bytes are tokens (vocabulary 256), split into a training
+//! part and a held-out tail for the eval loss, and cut into windows of `seq_len + 1` bytes
+//! (the tokens and, shifted by one, the targets). Batches are a pure function of a position, so a
+//! run resumed from a checkpoint's `data_position` sees the same batches as an uninterrupted one.
+
+use std::path::{Path, PathBuf};
+
+use tessera_ir::{Array, DType};
+
+use crate::error::{NnError, Result};
+
+/// Which part of the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    /// The training part (the head of the file).
+    Train,
+    /// The held-out part (the tail of the file).
+    Eval,
+}
+
+/// A file's bytes, split for training and evaluation.
+#[derive(Debug, Clone)]
+pub struct ByteCorpus {
+    source: PathBuf,
+    train: Vec<u8>,
+    eval: Vec<u8>,
+    seq_len: usize,
+}
+
+impl ByteCorpus {
+    /// Reads `path` and holds out its last `eval_fraction` (0 to 0.5) for evaluation. Each part
+    /// must hold at least one window of `seq_len + 1` bytes.
+    pub fn from_file(path: &Path, seq_len: usize, eval_fraction: f64) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| {
+            NnError::Data(format!("cannot read the data file {}: {e}", path.display()))
+        })?;
+        Self::from_bytes(path, bytes, seq_len, eval_fraction)
+    }
+
+    /// As [`ByteCorpus::from_file`], for bytes already in memory (`source` names them in errors).
+    pub fn from_bytes(
+        source: &Path,
+        bytes: Vec<u8>,
+        seq_len: usize,
+        eval_fraction: f64,
+    ) -> Result<Self> {
+        if !(0.0..=0.5).contains(&eval_fraction) {
+            return Err(NnError::Data(format!(
+                "the held-out fraction must be between 0 and 0.5, not {eval_fraction}"
+            )));
+        }
+        let window = seq_len + 1;
+        let eval_len = (bytes.len() as f64 * eval_fraction) as usize;
+        let needed = if eval_fraction > 0.0 {
+            2 * window
+        } else {
+            window
+        };
+        if seq_len == 0 || bytes.len() < needed || (eval_fraction > 0.0 && eval_len < window) {
+            return Err(NnError::Data(format!(
+                "the data file {} has {} bytes, fewer than {needed} (one window of seq_len + 1 = \
+                 {window} bytes{}). Fix: use a longer file or a shorter --seq-len",
+                source.display(),
+                bytes.len(),
+                if eval_fraction > 0.0 {
+                    " for training and one for the held-out part"
+                } else {
+                    ""
+                }
+            )));
+        }
+        let split = bytes.len() - eval_len;
+        Ok(ByteCorpus {
+            source: source.to_path_buf(),
+            eval: bytes[split..].to_vec(),
+            train: bytes[..split].to_vec(),
+            seq_len,
+        })
+    }
+
+    /// Where the bytes came from.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    /// The number of bytes in a part.
+    pub fn len(&self, split: Split) -> usize {
+        self.part(split).len()
+    }
+
+    fn part(&self, split: Split) -> &[u8] {
+        match split {
+            Split::Train => &self.train,
+            Split::Eval => &self.eval,
+        }
+    }
+
+    /// `rows` windows starting at window number `position` (wrapping around the part): tokens
+    /// and targets, both `i32 [rows, seq_len]`. Consecutive positions tile the part with
+    /// consecutive windows, so a run advances its position by `rows` each step.
+    pub fn batch(&self, split: Split, position: u64, rows: usize) -> Result<(Array, Array)> {
+        let data = self.part(split);
+        let (seq, window) = (self.seq_len, self.seq_len + 1);
+        let starts = (data.len() - window) as u64 + 1;
+        let (mut tokens, mut targets) = (Vec::new(), Vec::new());
+        for row in 0..rows as u64 {
+            let start = ((position + row) * seq as u64 % starts) as usize;
+            let w = &data[start..start + window];
+            tokens.extend(w[..seq].iter().map(|&b| f64::from(b)));
+            targets.extend(w[1..].iter().map(|&b| f64::from(b)));
+        }
+        let shape = [rows as i64, seq as i64];
+        Ok((
+            Array::new(DType::I32, &shape, tokens)?,
+            Array::new(DType::I32, &shape, targets)?,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corpus(len: usize, seq: usize, eval: f64) -> Result<ByteCorpus> {
+        let bytes = (0..len).map(|i| (i % 251) as u8).collect();
+        ByteCorpus::from_bytes(Path::new("mem.txt"), bytes, seq, eval)
+    }
+
+    #[test]
+    fn targets_are_the_tokens_shifted_by_one_and_batches_repeat_by_position() {
+        let c = corpus(1000, 8, 0.1).unwrap();
+        assert_eq!((c.len(Split::Train), c.len(Split::Eval)), (900, 100));
+        let (tokens, targets) = c.batch(Split::Train, 3, 2).unwrap();
+        let (t, y) = (tokens.to_vec(), targets.to_vec());
+        assert_eq!(&t[1..8], &y[..7]);
+        assert_eq!(t[0], 24.0); // window 3 starts at byte 3 * 8
+        assert_eq!(t[8], 32.0); // the next row is window 4
+        let again = c.batch(Split::Train, 3, 2).unwrap();
+        assert_eq!(again.0.to_vec(), t);
+        let (eval, _) = c.batch(Split::Eval, 0, 1).unwrap();
+        assert_eq!(eval.to_vec()[0], (900 % 251) as f64);
+    }
+
+    #[test]
+    fn a_file_shorter_than_a_window_is_refused_with_the_fix() {
+        let err = corpus(10, 16, 0.0).unwrap_err().to_string();
+        assert!(
+            err.contains("mem.txt has 10 bytes") && err.contains("--seq-len"),
+            "{err}"
+        );
+        let err = corpus(40, 16, 0.1).unwrap_err().to_string();
+        assert!(err.contains("held-out"), "{err}");
+        assert!(corpus(100, 8, 0.9).is_err());
+    }
+}
