@@ -131,3 +131,49 @@ fn a_library_without_the_pjrt_entry_point_is_refused() {
         "{stderr}"
     );
 }
+
+/// Sizes that start at 0, a learning rate that is not one, and pipelines too large to build are
+/// refused at once, saying why; a loss that becomes NaN stops the run naming the step.
+#[test]
+fn bad_training_input_is_refused_with_the_reason() {
+    let refused = |args: &[&str], expected: &str| {
+        let out = tessera(args, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    };
+    refused(
+        &["train", "--microbatches", "0"],
+        "micro-batches start at 1",
+    );
+    refused(&["train", "--lr", "nan"], "--lr NaN is not a learning rate");
+    refused(&["train", "--lr=-1"], "give a finite number above 0");
+    refused(&["schedule", "gpipe", "--stages", "0"], "at least 1 stage");
+    refused(
+        &[
+            "schedule",
+            "1f1b",
+            "--stages",
+            "100000",
+            "--microbatches",
+            "100000",
+        ],
+        "above the limit of 262144",
+    );
+    let diverged = [
+        "train",
+        "--model",
+        "gpt",
+        "--stages",
+        "2",
+        "--microbatches",
+        "2",
+        "--devices",
+        "2",
+        "--lr",
+        "1e30",
+        "--steps",
+        "4",
+    ];
+    refused(&diverged, "the loss of step 2 is NaN");
+}

@@ -50,6 +50,29 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The largest `stages × micro-batches` a pipeline may have: plans, simulations and traces
+/// grow with it, and 128 stages × 2048 micro-batches builds and simulates in seconds.
+pub const MAX_PIPELINE_CELLS: u64 = 1 << 18;
+
+/// Refuses pipeline sizes that start at 0 or that cannot be built in reasonable time and memory.
+pub fn check_pipeline_size(stages: u32, microbatches: u32) -> anyhow::Result<()> {
+    if stages == 0 {
+        anyhow::bail!("--stages 0: a pipeline has at least 1 stage");
+    }
+    if microbatches == 0 {
+        anyhow::bail!("--microbatches 0: micro-batches start at 1");
+    }
+    let cells = u64::from(stages) * u64::from(microbatches);
+    if cells > MAX_PIPELINE_CELLS {
+        anyhow::bail!(
+            "--stages {stages} × --microbatches {microbatches} = {cells} is above the limit of \
+             {MAX_PIPELINE_CELLS} stage-micro-batch pairs (the plan and its simulation grow with \
+             it); use fewer stages or micro-batches"
+        );
+    }
+    Ok(())
+}
+
 /// Prints the closing line of an oracle or test run and turns it into an exit status.
 #[allow(dead_code)]
 pub fn report_summary(passed: usize, failed: usize) -> ExitCode {

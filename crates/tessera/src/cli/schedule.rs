@@ -50,6 +50,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     };
+    super::check_pipeline_size(args.stages, args.microbatches)?;
     let params = ScheduleParams {
         stages: args.stages,
         mpmd_dim: args.mpmd_dim.unwrap_or(args.stages),

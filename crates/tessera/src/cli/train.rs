@@ -135,6 +135,9 @@ pub struct Args {
     /// Print a JSON summary as the last line.
     #[arg(long)]
     json: bool,
+    /// Go on when the loss becomes NaN or infinite (by default the run stops with an error).
+    #[arg(long)]
+    allow_nonfinite: bool,
 }
 
 const WIDTH: i64 = 16;
@@ -285,7 +288,11 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
             args.devices
         );
     }
-    if args.microbatches == 0 || !args.batch.is_multiple_of(args.microbatches) {
+    super::check_pipeline_size(args.stages, args.microbatches)?;
+    if let Some(lr) = args.lr.filter(|lr| !lr.is_finite() || *lr <= 0.0) {
+        bail!("--lr {lr} is not a learning rate: give a finite number above 0, e.g. --lr 0.1");
+    }
+    if !args.batch.is_multiple_of(args.microbatches) {
         bail!(
             "--batch {} is not divisible by --microbatches {}; pick a batch that splits evenly",
             args.batch,
@@ -368,7 +375,16 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
             .pop()
             .context("the step returned nothing")?
             .to_host()?;
-        losses.push(from_host(&loss, DType::F32)?.to_vec()[0]);
+        let loss = from_host(&loss, DType::F32)?.to_vec()[0];
+        if !loss.is_finite() && !args.allow_nonfinite {
+            bar.finish_and_clear();
+            bail!(
+                "the loss of step {} is {loss}: training diverged. Fix: lower --lr, or pass \
+                 --allow-nonfinite to train on",
+                losses.len() + 1
+            );
+        }
+        losses.push(loss);
         weights = outputs.into_iter().map(StepResult::into_arg).collect();
         let (ref_loss, ref_next) = reference_step(
             &client,
