@@ -227,3 +227,42 @@ fn rust_numbers_are_weakly_typed_and_promotion_follows_jax() {
           in (e,) }"#]],
     );
 }
+
+/// Operators take owned and borrowed tensors on either side, and Rust integers as weak scalars:
+/// `int + 1` stays int32, `float * 2` stays float32 (as JAX's weak types).
+#[test]
+fn operators_read_like_the_math() {
+    let avals = [
+        ShapedArray::new(DType::F32, &[2]),
+        ShapedArray::new(DType::F32, &[2]),
+        ShapedArray::new(DType::I32, &[2]),
+    ];
+    let program = trace(&avals, |a| {
+        let (x, y, i) = (&a[0], &a[1], &a[2]);
+        vec![x - y * 2 + 1.5, 3 * (x + y), i + 1, 2 - i]
+    })
+    .unwrap();
+    check(
+        &program,
+        expect![[r#"
+            { lambda ; a:f32[2] b:f32[2] c:i32[2]. let
+                d:f32[2] = mul b 2.0:f32[]
+                e:f32[2] = sub a d
+                f:f32[2] = add e 1.5:f32[]
+                g:f32[2] = add a b
+                h:f32[2] = mul 3.0:f32[] g
+                i:i32[2] = add c 1:i32[]
+                j:i32[2] = sub 2:i32[] c
+              in (f, h, i, j) }"#]],
+    );
+    let args = [
+        Array::new(DType::F32, &[2], vec![1.0, 2.0]).unwrap(),
+        Array::new(DType::F32, &[2], vec![0.5, 0.25]).unwrap(),
+        Array::new(DType::I32, &[2], vec![7.0, -3.0]).unwrap(),
+    ];
+    let out = eval_closed(&program, &args).unwrap();
+    assert_eq!(out[0].to_vec(), vec![1.5, 3.0]);
+    assert_eq!(out[1].to_vec(), vec![4.5, 6.75]);
+    assert_eq!(out[2].to_vec(), vec![8.0, -2.0]);
+    assert_eq!(out[3].to_vec(), vec![-5.0, 5.0]);
+}

@@ -152,7 +152,7 @@ impl LayerNorm {
         let centred = x - &mean_last(x);
         let var = mean_last(&centred.integer_pow(2));
         let normed = &centred * &(var + self.eps).rsqrt();
-        Ok(&(&normed * p.leaf("gain")?) + p.leaf("bias")?)
+        Ok(normed * p.leaf("gain")? + p.leaf("bias")?)
     }
 }
 
@@ -174,19 +174,19 @@ impl RmsNorm {
     /// Normalises `x` over its last dimension.
     pub fn apply(&self, p: &Tree<Tensor>, x: &Tensor) -> Result<Tensor> {
         let ms = mean_last(&x.integer_pow(2));
-        Ok(&(x * &(ms + self.eps).rsqrt()) * p.leaf("gain")?)
+        Ok(x * (ms + self.eps).rsqrt() * p.leaf("gain")?)
     }
 }
 
 /// GELU, tanh approximation (GPT-2's).
 pub fn gelu(x: &Tensor) -> Tensor {
-    let inner = (x + &(x.integer_pow(3) * 0.044_715)) * 0.797_884_560_802_865_4;
-    &(x * 0.5) * &(inner.tanh() + 1.0)
+    let inner = (x + x.integer_pow(3) * 0.044_715) * 0.797_884_560_802_865_4;
+    x * 0.5 * (inner.tanh() + 1.0)
 }
 
 /// SiLU (swish): `x * sigmoid(x)`.
 pub fn silu(x: &Tensor) -> Tensor {
-    x * &x.logistic()
+    x * x.logistic()
 }
 
 /// The transformer MLP of GPT-2: `fc` to `hidden`, GELU, `proj` back.
@@ -251,7 +251,7 @@ impl SwiGlu {
     /// Applies it to the last dimension of `x`.
     pub fn apply(&self, p: &Tree<Tensor>, x: &Tensor) -> Result<Tensor> {
         let (gate, up, down) = self.layers();
-        let h = &silu(&gate.apply(p.get("gate")?, x)?) * &up.apply(p.get("up")?, x)?;
+        let h = silu(&gate.apply(p.get("gate")?, x)?) * up.apply(p.get("up")?, x)?;
         down.apply(p.get("down")?, &h)
     }
 }
@@ -332,9 +332,9 @@ pub fn rotary(x: &Tensor, base: f64) -> Tensor {
     // rotate_half(x) = concat(-x2, x1) = x @ R, with R[j + half, j] = -1 and R[j, j + half] = 1.
     let r_rows = x.iota_along(&[dh, dh], 0).astype(DType::F32);
     let r_cols = x.iota_along(&[dh, dh], 1).astype(DType::F32);
-    let minus = r_rows.eq(&(&r_cols + half as f64)).astype(DType::F32);
-    let plus = r_cols.eq(&(&r_rows + half as f64)).astype(DType::F32);
+    let minus = r_rows.eq(&(&r_cols + half)).astype(DType::F32);
+    let plus = r_cols.eq(&(&r_rows + half)).astype(DType::F32);
     let rotation = plus - minus;
     let rotated = x.dot_general(&rotation, (&[3], &[0]), (&[], &[]));
-    &(x * &angle.cos()) + &(rotated * angle.sin())
+    x * angle.cos() + rotated * angle.sin()
 }

@@ -98,8 +98,8 @@ impl Optimizer for Sgd {
         let velocity = state.get("velocity")?;
         let m = self.momentum;
         let [new, v] = zip_map(&[params, grads, velocity], |a| {
-            let v = &(a[2] * m) + a[1];
-            [a[0] - &(&v * lr), v]
+            let v = a[2] * m + a[1];
+            [a[0] - &v * lr, v]
         })?;
         Ok((new, Tree::node([("velocity", v)])))
     }

@@ -160,6 +160,17 @@ impl Tensor {
         )
     }
 
+    /// A Rust integer operand: weakly typed, of this tensor's dtype unless that is boolean
+    /// (then `int32`).
+    fn weak_int(&self, value: f64) -> Tensor {
+        let dtype = if self.dtype() == DType::Bool {
+            DType::I32
+        } else {
+            self.dtype()
+        };
+        self.literal(value, dtype)
+    }
+
     /// `e^x`.
     pub fn exp(&self) -> Tensor {
         self.unary(Prim::Exp)
@@ -395,6 +406,37 @@ impl Tensor {
     }
 }
 
+/// A Rust integer operand: weakly typed, of the tensor's dtype (`int_array + 1` stays an int
+/// array, `float_array * 2` a float array, as in JAX); booleans take `int32`.
+macro_rules! int_scalar_binop {
+    ($trait:ident, $method:ident, $prim:expr, $int:ty) => {
+        impl ops::$trait<$int> for &Tensor {
+            type Output = Tensor;
+            fn $method(self, rhs: $int) -> Tensor {
+                self.binary($prim, &self.weak_int(rhs as f64))
+            }
+        }
+        impl ops::$trait<$int> for Tensor {
+            type Output = Tensor;
+            fn $method(self, rhs: $int) -> Tensor {
+                (&self).binary($prim, &self.weak_int(rhs as f64))
+            }
+        }
+        impl ops::$trait<&Tensor> for $int {
+            type Output = Tensor;
+            fn $method(self, rhs: &Tensor) -> Tensor {
+                rhs.weak_int(self as f64).binary($prim, rhs)
+            }
+        }
+        impl ops::$trait<Tensor> for $int {
+            type Output = Tensor;
+            fn $method(self, rhs: Tensor) -> Tensor {
+                rhs.weak_int(self as f64).binary($prim, &rhs)
+            }
+        }
+    };
+}
+
 macro_rules! binop {
     ($trait:ident, $method:ident, $prim:expr) => {
         impl ops::$trait<&Tensor> for &Tensor {
@@ -415,6 +457,14 @@ macro_rules! binop {
                 (&self).binary($prim, rhs)
             }
         }
+        impl ops::$trait<Tensor> for &Tensor {
+            type Output = Tensor;
+            fn $method(self, rhs: Tensor) -> Tensor {
+                self.binary($prim, &rhs)
+            }
+        }
+        int_scalar_binop!($trait, $method, $prim, i32);
+        int_scalar_binop!($trait, $method, $prim, i64);
         impl ops::$trait<f64> for &Tensor {
             type Output = Tensor;
             fn $method(self, rhs: f64) -> Tensor {
