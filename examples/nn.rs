@@ -11,14 +11,13 @@
 //! a second run resumes from it and gives the same losses, bit for bit. The loss curve is drawn
 //! to `target/nn-loss.svg`.
 
-use tessera::ir::trace::{call_closed, trace};
-use tessera::ir::{Array, ClosedJaxpr, DType, ShapedArray, value_and_grad};
+use tessera::ir::{Array, ClosedJaxpr, DType, ShapedArray};
 use tessera::jit::{Jit, from_host, to_host};
 use tessera::nn::checkpoint::{self, Manifest};
 use tessera::nn::data::{ByteCorpus, Split};
 use tessera::nn::lr::LrSchedule;
 use tessera::nn::optim::{AdamW, Optimizer};
-use tessera::nn::{DecoderConfig, StagePlan, Tree};
+use tessera::nn::{DecoderConfig, NnError, StagePlan, Tree, trace_trees, value_and_grad_tree};
 use tessera::pjrt::{Array as DeviceArray, Client};
 use tessera::sharding::{AbstractMesh, Mesh, NamedSharding, PartitionSpec};
 
@@ -26,44 +25,26 @@ const ROWS: i64 = 8;
 const STEPS: u64 = 30;
 const SEED: u64 = 0;
 
-/// `(lr, tokens, params..., state..., targets) -> (loss, params..., state...)`.
+/// `(lr, tokens, params, state, targets) -> (loss, params, state)`, trees in and out; as a
+/// program, each tree is its leaves in order.
 fn training_step(config: &DecoderConfig, opt: &AdamW) -> anyhow::Result<ClosedJaxpr> {
     let loss = config.loss(ROWS, &StagePlan::single())?;
     let params = config.avals();
+    let tokens = Tree::Leaf(ShapedArray::new(DType::I32, &[ROWS, config.seq_len]));
+    let lr = Tree::Leaf(ShapedArray::new(DType::F32, &[]));
     let state = opt.state_avals(&params);
-    let (np, ns) = (params.len(), state.len());
-    let grads = value_and_grad(&loss, &(1..=np).collect::<Vec<_>>())?;
-    let tokens = ShapedArray::new(DType::I32, &[ROWS, config.seq_len]);
-    let mut avals = vec![ShapedArray::new(DType::F32, &[]), tokens.clone()];
-    avals.extend(params.flatten());
-    avals.extend(state.flatten());
-    avals.push(tokens);
-    let mut failure = None;
-    let step = trace(&avals, |a| {
-        let (lr, tokens, targets) = (&a[0], &a[1], &a[2 + np + ns]);
-        let mut loss_args = vec![tokens];
-        loss_args.extend(&a[2..2 + np]);
-        loss_args.push(targets);
-        let out = call_closed(&grads, &loss_args);
-        let update = || -> tessera::nn::Result<Vec<_>> {
-            let p = params.unflatten(a[2..2 + np].to_vec())?;
-            let s = state.unflatten(a[2 + np..2 + np + ns].to_vec())?;
-            let g = params.unflatten(out[1..].to_vec())?;
-            let (p, s) = opt.update(lr, &p, &g, &s)?;
-            let mut results = vec![out[0].clone()];
-            results.extend(p.flatten());
-            results.extend(s.flatten());
-            Ok(results)
+    let inputs = [lr, tokens.clone(), params, state, tokens];
+    let (step, _outputs) = trace_trees(&inputs, |trees| {
+        let [lr, tokens, params, state, targets] = trees else {
+            return Err(NnError::Structure(
+                "expected the step's five input trees".into(),
+            ));
         };
-        update().unwrap_or_else(|err| {
-            failure = Some(err);
-            vec![out[0].clone()]
-        })
-    });
-    match failure {
-        Some(err) => Err(err.into()),
-        None => Ok(step?),
-    }
+        let (loss, grads) = value_and_grad_tree(&loss, &[tokens, params, targets], 1)?;
+        let (params, state) = opt.update(lr.leaf("")?, params, &grads, state)?;
+        Ok(vec![Tree::Leaf(loss), params, state])
+    })?;
+    Ok(step)
 }
 
 /// The model, optimizer and learning rates of the run.

@@ -5,6 +5,8 @@
 //! - [`layers`]: Linear, Embedding, LayerNorm, RMSNorm, causal multi-head attention with optional
 //!   rotary position embeddings, a GELU MLP and SwiGLU; each declares its parameters as a tree of
 //!   shapes and applies itself to a tree of traced tensors.
+//! - [`trace_trees`] and [`value_and_grad_tree`]: tracing and differentiation with trees in and
+//!   out, instead of positional argument lists.
 //! - [`DecoderConfig`]: GPT-2 style and Llama style decoders, their initial parameters and their
 //!   loss program, split into pipeline stages at the layer indices the caller names.
 //! - [`optim`]: SGD with momentum and AdamW as traced updates, gradient clipping by global norm;
@@ -26,8 +28,10 @@ pub mod layers;
 pub mod lr;
 pub mod optim;
 mod tree;
+mod trees;
 
 pub use decoder::{DecoderConfig, DecoderKind, StagePlan};
 pub use error::{NnError, Result};
 pub use init::{Init, Rng};
 pub use tree::Tree;
+pub use trees::{trace_trees, value_and_grad_tree};
