@@ -5,6 +5,7 @@
 //! code map.
 
 pub mod jit;
+pub mod perf;
 pub mod plot;
 
 pub use tessera_ir as ir;
