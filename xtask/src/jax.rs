@@ -86,7 +86,7 @@ impl Metric {
     pub fn target(self) -> Option<f64> {
         match self {
             Metric::JitStep | Metric::Dispatch => Some(1.0),
-            Metric::TraceLower => Some(0.2),
+            Metric::TraceLower => Some(0.1),
             Metric::Compile => None,
         }
     }
