@@ -806,8 +806,8 @@ mod tests {
         );
         assert_eq!(
             row(&md, Metric::TraceLower.label()),
-            "| trace + lower (no XLA compile) | 50.0 ms (n=7) | 15.0 ms | 0.30× | ≤ 0.2× \
-             | missed (0.30× > 0.20×) |"
+            "| trace + lower (no XLA compile) | 50.0 ms (n=7) | 15.0 ms | 0.30× | ≤ 0.1× \
+             | missed (0.30× > 0.10×) |"
         );
         assert_eq!(
             row(&md, Metric::Compile.label()),
