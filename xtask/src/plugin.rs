@@ -14,8 +14,8 @@ use sha2::{Digest, Sha256};
 
 use crate::cmd::{self, step};
 use crate::known_plugins::{
-    CPU_PLUGINS, CUDA_LIBRARY_WHEELS, DEFAULT_CPU_PLUGIN, JAX_CUDA12, KnownPlugin, XLA_CPU_PJRT,
-    known_plugin, known_plugin_names,
+    CPU_PLUGINS, CUDA_LIBRARY_WHEELS, CUDA_PLUGIN_LIBRARY, DEFAULT_CPU_PLUGIN, JAX_CUDA12,
+    KnownPlugin, PYTHON_CUDA_PLUGIN_QUERY, XLA_CPU_PJRT, known_plugin, known_plugin_names,
 };
 
 /// Tessera's cache folder (the same rule as `tessera_pjrt::cache_dir`).
@@ -97,6 +97,14 @@ pub fn install_cuda() -> anyhow::Result<()> {
         ));
         return Ok(());
     }
+    if let Some(found) = python_cuda_plugin() {
+        step(&format!(
+            "setup: python3 already has JAX's CUDA plugin at {}; Tessera uses it (nothing to \
+             download; `--plugin cuda` finds it)",
+            found.display()
+        ));
+        return Ok(());
+    }
     ensure_pip()?;
     let requirement = format!("jax-cuda12-plugin[with-cuda]=={}", JAX_CUDA12.version);
     step(&format!(
@@ -123,6 +131,17 @@ pub fn install_cuda() -> anyhow::Result<()> {
     }
     step("setup: the CUDA plugin is installed; try it with `tessera devices --plugin cuda`");
     Ok(())
+}
+
+/// JAX's CUDA plugin in the `python3` on PATH, where there is one (a GPU machine may have it and
+/// no network).
+fn python_cuda_plugin() -> Option<PathBuf> {
+    let dir = cmd::output("python3", &["-c", PYTHON_CUDA_PLUGIN_QUERY])?;
+    if dir.is_empty() {
+        return None;
+    }
+    let path = PathBuf::from(dir).join(CUDA_PLUGIN_LIBRARY);
+    path.is_file().then_some(path)
 }
 
 /// True when every file is present with its pinned checksum. A present file with a wrong sum is

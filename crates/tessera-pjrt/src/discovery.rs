@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{PjrtError, Result};
 use crate::known_plugins::{
-    DEFAULT_CPU_PLUGIN, JAX_CUDA12, KnownPlugin, PluginPlatform, known_plugin, known_plugin_names,
+    CUDA_PLUGIN_LIBRARY, DEFAULT_CPU_PLUGIN, JAX_CUDA12, KnownPlugin, PYTHON_CUDA_PLUGIN_QUERY,
+    PluginPlatform, known_plugin, known_plugin_names,
 };
 
 /// The environment variable naming the plugin to use (a name or a path) when none is given.
@@ -165,20 +166,12 @@ pub(crate) fn platform_from_file_name(path: &Path) -> Option<PluginPlatform> {
 /// The CUDA plugin of the `jax-cuda13-pjrt` (or `jax-cuda12-pjrt`) Python package, where one is
 /// installed for the `python3` on `PATH`. `None` when there is none (no GPU stack here).
 pub fn find_cuda_plugin() -> Option<PathBuf> {
-    const QUERY: &str = "import importlib.util as u\n\
-for m in ('jax_plugins.xla_cuda13', 'jax_plugins.xla_cuda12'):\n\
-    try:\n\
-        s = u.find_spec(m)\n\
-    except Exception:\n\
-        s = None\n\
-    if s and s.submodule_search_locations:\n\
-        print(list(s.submodule_search_locations)[0]); break\n";
     let out = std::process::Command::new("python3")
-        .args(["-c", QUERY])
+        .args(["-c", PYTHON_CUDA_PLUGIN_QUERY])
         .output()
         .ok()?;
     let dir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    let path = PathBuf::from(dir).join("xla_cuda_plugin.so");
+    let path = PathBuf::from(dir).join(CUDA_PLUGIN_LIBRARY);
     (out.status.success() && path.is_file()).then_some(path)
 }
 
@@ -195,6 +188,23 @@ mod tests {
                 path.display()
             );
         }
+    }
+
+    /// The query is valid Python (indentation included) and exits cleanly with or without a
+    /// CUDA plugin installed.
+    #[test]
+    fn the_python_query_for_the_cuda_plugin_runs() {
+        let Ok(out) = std::process::Command::new("python3")
+            .args(["-c", PYTHON_CUDA_PLUGIN_QUERY])
+            .output()
+        else {
+            return eprintln!("skipped: no python3 on PATH");
+        };
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[test]

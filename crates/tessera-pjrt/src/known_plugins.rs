@@ -197,6 +197,22 @@ pub const CUDA_LIBRARY_WHEELS: &[&str] = &[
     "nvidia-nvjitlink-cu12",
 ];
 
+/// A Python program printing the folder of JAX's CUDA plugin package (`jax_plugins.xla_cuda13`
+/// or `jax_plugins.xla_cuda12`) when `python3` has one installed, and nothing otherwise.
+pub const PYTHON_CUDA_PLUGIN_QUERY: &str = concat!(
+    "import importlib.util as u\n",
+    "for m in ('jax_plugins.xla_cuda13', 'jax_plugins.xla_cuda12'):\n",
+    "    try:\n",
+    "        s = u.find_spec(m)\n",
+    "    except Exception:\n",
+    "        s = None\n",
+    "    if s and s.submodule_search_locations:\n",
+    "        print(list(s.submodule_search_locations)[0]); break\n",
+);
+
+/// The library's file name inside JAX's CUDA plugin packages.
+pub const CUDA_PLUGIN_LIBRARY: &str = "xla_cuda_plugin.so";
+
 /// Every CPU plugin Tessera can install and load by name.
 pub const CPU_PLUGINS: &[KnownPlugin] = &[XLA_CPU_PJRT, ZML_CPU, JAX_0_11_CPU];
 
