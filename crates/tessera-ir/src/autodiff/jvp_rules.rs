@@ -4,7 +4,7 @@
 //! operands (indices, predicates) are passed through as primals.
 
 use super::rules::zeros_like;
-use crate::params::Params;
+use crate::params::{ParamValue, Params};
 use crate::prim::Prim;
 use crate::trace::Tensor;
 
@@ -95,8 +95,15 @@ pub(super) fn jvp_rule(
             }
         })),
         SelectN | BroadcastInDim | Reshape | Squeeze | ExpandDims | Transpose | Slice
-        | DynamicSlice | DynamicUpdateSlice | Concatenate | Pad | ReduceSum | Cumsum | Gather
+        | DynamicSlice | DynamicUpdateSlice | Concatenate | Pad | ReduceSum | Cumsum
         | ScatterAdd => one(Some(linear(prim, params, x, ts, &y[0]))),
+        // JAX's gather JVP: the same gather of the tangent, filling with zeros out of bounds.
+        Gather => {
+            let zero_fill = params
+                .clone()
+                .with("fill_value", ParamValue::Float(0.0, "0.0".into()));
+            one(Some(linear(prim, &zero_fill, x, ts, &y[0])))
+        }
         Jit | Checkpoint => jit_jvp(params, x, ts, y),
         Treduce => vec![
             Some(y[0].fail(

@@ -3,8 +3,9 @@
 //! `match`, so a primitive without a rule does not compile.
 
 use crate::dtype::DType;
+use crate::error::IrError;
 use crate::params::{ParamValue, Params};
-use crate::prim::Prim;
+use crate::prim::{GatherScatterMode, Prim};
 use crate::trace::Tensor;
 
 /// `a + b` of two cotangents of the same type.
@@ -282,8 +283,8 @@ pub(super) fn vjp_rule(
             None,
             Some(scatter_add_vjp(params, &g, &x[1], &x[2])),
         ],
-        Jit => vec![None; x.len()],
-        Checkpoint => super::remat::checkpoint_vjp(params, x, y, gs),
+        // `inline_calls` keeps only calls with constants; they are differentiated whole.
+        Jit | Checkpoint => super::remat::call_vjp(prim, params, x, y, gs),
         Treduce => super::loops::treduce_vjp(params, x, y, gs),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_vjp(prim, params, x, &g),
@@ -301,31 +302,32 @@ fn record(name: &str, fields: &[(&str, &[i64])]) -> ParamValue {
     )
 }
 
-fn index_params(params: &Params, dims: ParamValue) -> Params {
-    let copy = |k: &str, default: ParamValue| params.get(k).cloned().unwrap_or(default);
-    Params::new()
+/// The parameters of the transposed indexing primitive: new dimension numbers, the same mode
+/// and index flags (JAX's transpose rules keep them).
+fn index_params(params: &Params, dims: ParamValue) -> Result<Params, IrError> {
+    let mode = GatherScatterMode::from_params("gather", params)?;
+    let flag = |k: &str| match params.get(k) {
+        Some(ParamValue::Bool(b)) => Ok(ParamValue::Bool(*b)),
+        _ => Err(IrError::Param {
+            prim: "gather".into(),
+            param: k.into(),
+            expected: "True or False".into(),
+        }),
+    };
+    Ok(Params::new()
         .with("dimension_numbers", dims)
-        .with(
-            "indices_are_sorted",
-            copy("indices_are_sorted", ParamValue::Bool(false)),
-        )
-        .with(
-            "mode",
-            copy(
-                "mode",
-                ParamValue::Name("GatherScatterMode.PROMISE_IN_BOUNDS".into()),
-            ),
-        )
-        .with(
-            "unique_indices",
-            copy("unique_indices", ParamValue::Bool(false)),
-        )
+        .with("indices_are_sorted", flag("indices_are_sorted")?)
+        .with("mode", mode.param())
+        .with("unique_indices", flag("unique_indices")?))
 }
 
-/// Gather's cotangent: scatter-add the output cotangent into zeros at the gathered places.
+/// Gather's cotangent: scatter-add the output cotangent into zeros at the gathered places, with
+/// the gather's mode (clamped places get the cotangent of every index clamped there; dropped
+/// ones, nothing).
 fn gather_vjp(params: &Params, g: &Tensor, operand: &Tensor, indices: &Tensor) -> Tensor {
-    let Ok(dn) = crate::prim::gather_dims(params) else {
-        return zeros_like(operand);
+    let dn = match crate::prim::gather_dims(params) {
+        Ok(dn) => dn,
+        Err(e) => return g.fail("gather", format!("in its VJP: {e}")),
     };
     let dims = record(
         "ScatterDimensionNumbers",
@@ -337,29 +339,22 @@ fn gather_vjp(params: &Params, g: &Tensor, operand: &Tensor, indices: &Tensor) -
             ("scatter_indices_batching_dims", &[]),
         ],
     );
+    let p = match index_params(params, dims) {
+        Ok(p) => p,
+        Err(e) => return g.fail("gather", format!("in its VJP: {e}")),
+    };
     let zeros = zeros_like(operand);
-    Tensor::bind1(
-        Prim::ScatterAdd,
-        index_params(params, dims),
-        &[&zeros, indices, g],
-    )
+    Tensor::bind1(Prim::ScatterAdd, p, &[&zeros, indices, g])
 }
 
-/// Scatter-add's cotangent for the updates: gather the output cotangent at the scattered places.
+/// Scatter-add's cotangent for the updates: gather the output cotangent at the scattered places
+/// with the scatter's mode, zeros for dropped windows (JAX's `fill_value=0`).
 fn scatter_add_vjp(params: &Params, g: &Tensor, indices: &Tensor, updates: &Tensor) -> Tensor {
-    let Ok(dn) = crate::prim::scatter_dims(params) else {
-        return zeros_like(updates);
+    let dn = match crate::prim::scatter_dims(params) {
+        Ok(dn) => dn,
+        Err(e) => return g.fail("scatter-add", format!("in its VJP: {e}")),
     };
-    let mut window = dn.update_window_dims.iter();
-    let sizes: Vec<i64> = (0..g.rank() as i64)
-        .map(|d| {
-            if dn.inserted_window_dims.contains(&d) {
-                1
-            } else {
-                window.next().map_or(1, |&w| updates.shape()[w as usize])
-            }
-        })
-        .collect();
+    let sizes = crate::prim::scatter_window_sizes(&dn, updates.shape(), g.rank());
     let dims = record(
         "GatherDimensionNumbers",
         &[
@@ -370,7 +365,12 @@ fn scatter_add_vjp(params: &Params, g: &Tensor, indices: &Tensor, updates: &Tens
             ("start_indices_batching_dims", &[]),
         ],
     );
-    let p = index_params(params, dims).with("slice_sizes", int_list(&sizes));
+    let p = match index_params(params, dims) {
+        Ok(p) => p
+            .with("fill_value", ParamValue::Float(0.0, "0.0".into()))
+            .with("slice_sizes", int_list(&sizes)),
+        Err(e) => return g.fail("scatter-add", format!("in its VJP: {e}")),
+    };
     Tensor::bind1(Prim::Gather, p, &[g, indices])
 }
 

@@ -6,6 +6,7 @@
 mod collective;
 mod control;
 mod elementwise;
+mod index_modes;
 mod indexing;
 mod linalg;
 mod reduce;
@@ -15,6 +16,10 @@ mod treduce;
 
 pub use collective::{
     axis_names, collective_axes, index_groups, permutation, replica_groups, scatter_shape, simulate,
+};
+pub use index_modes::{
+    GatherScatterMode, gather_fill_program, gather_fill_value, scatter_clip_program,
+    scatter_window_sizes,
 };
 pub use indexing::{GatherDims, ScatterDims, gather_dims, scatter_dims};
 pub use linalg::{DotDims, dot_dims, free_dims};

@@ -1,11 +1,17 @@
 //! `gather` and `scatter-add` as `stablehlo.gather` / `stablehlo.scatter` (with an add region);
-//! the index vector is the last dimension of the indices, as in JAX.
+//! the index vector is the last dimension of the indices, as in JAX. Out-of-bounds modes as JAX
+//! lowers them: XLA's gather clamps (CLIP, PROMISE_IN_BOUNDS) and its scatter drops windows that
+//! do not fit (FILL_OR_DROP, PROMISE_IN_BOUNDS); a FILL_OR_DROP gather and a CLIP scatter are
+//! lowered from their expansion programs (`tessera_ir::prim::gather_fill_program`,
+//! `scatter_clip_program`).
 
 use melior::ir::Value;
-use tessera_ir::prim::{gather_dims, scatter_dims};
-use tessera_ir::{ParamValue, Params, ShapedArray};
+use tessera_ir::prim::{
+    GatherScatterMode, gather_dims, gather_fill_program, scatter_clip_program, scatter_dims,
+};
+use tessera_ir::{Params, ShapedArray};
 
-use super::{Ctx, i64_array, ir, mlir_type};
+use super::{Ctx, i64_array, ir, lower_flat, mlir_type};
 use crate::context::LowerError;
 
 fn list(values: &[i64]) -> String {
@@ -19,21 +25,20 @@ fn list(values: &[i64]) -> String {
     )
 }
 
-fn check_mode(params: &Params) -> Result<(), LowerError> {
-    match params.get("mode") {
-        Some(ParamValue::Name(m)) if m.ends_with("FILL_OR_DROP") => Err(LowerError::Build(
-            "gather/scatter with mode FILL_OR_DROP is not lowered yet; use CLIP or PROMISE_IN_BOUNDS".into(),
-        )),
-        _ => Ok(()),
-    }
-}
-
 pub(super) fn gather<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
-    check_mode(params)?;
+    match GatherScatterMode::from_params("gather", params).map_err(ir)? {
+        GatherScatterMode::Clip | GatherScatterMode::PromiseInBounds => {}
+        GatherScatterMode::FillOrDrop => {
+            let (operand, indices) = (&ctx.in_avals[0], &ctx.in_avals[1]);
+            let program =
+                gather_fill_program(params, operand, indices, &ctx.out_avals[0]).map_err(ir)?;
+            return lower_flat(ctx.body, &program, inputs);
+        }
+    }
     let dn = gather_dims(params).map_err(ir)?;
     let sizes = params.ints("gather", "slice_sizes").map_err(ir)?;
     let index_vector_dim = ctx.in_avals[1].rank() as i64 - 1;
@@ -61,7 +66,16 @@ pub(super) fn scatter_add<'c, 'b>(
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
-    check_mode(params)?;
+    match GatherScatterMode::from_params("scatter-add", params).map_err(ir)? {
+        GatherScatterMode::FillOrDrop | GatherScatterMode::PromiseInBounds => {}
+        GatherScatterMode::Clip => {
+            let [operand, indices, updates] = ctx.in_avals else {
+                return Err(LowerError::Build("scatter-add takes 3 operands".into()));
+            };
+            let program = scatter_clip_program(params, operand, indices, updates).map_err(ir)?;
+            return lower_flat(ctx.body, &program, inputs);
+        }
+    }
     let dn = scatter_dims(params).map_err(ir)?;
     let index_vector_dim = ctx.in_avals[1].rank() as i64 - 1;
     let attr = format!(
