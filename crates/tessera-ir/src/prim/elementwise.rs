@@ -294,7 +294,9 @@ fn convert(x: &Array, to: DType) -> ArrayD<f64> {
 fn unary(prim: Prim, x: f64, y: i64, dtype: DType) -> f64 {
     use Prim::*;
     match prim {
+        Neg if dtype.is_int() => dtype.wrap(-(x as i128)),
         Neg => -x,
+        Abs if dtype.is_int() => dtype.wrap((x as i128).abs()),
         Abs => x.abs(),
         Sign => {
             if x.is_nan() {
@@ -327,37 +329,54 @@ fn unary(prim: Prim, x: f64, y: i64, dtype: DType) -> f64 {
             if dtype == DType::Bool {
                 f64::from(u8::from(x == 0.0))
             } else {
-                !(x as i64) as f64
+                dtype.wrap(!(x as i128))
             }
         }
+        IntegerPow if dtype.is_int() => int_pow(x, y, dtype),
         IntegerPow => x.powi(y as i32),
         _ => f64::NAN,
     }
+}
+
+/// `x ** n` for integers: repeated wrapping multiplication, as XLA computes it.
+fn int_pow(x: f64, n: i64, dtype: DType) -> f64 {
+    if n < 0 {
+        // 1 / x^|n| truncated: 1 for x = 1, +-1 for x = -1, 0 otherwise (XLA's integer division).
+        let x = x as i128;
+        return dtype.wrap(match x {
+            1 => 1,
+            -1 if n % 2 == 0 => 1,
+            -1 => -1,
+            _ => 0,
+        });
+    }
+    let mut acc: i128 = 1;
+    for _ in 0..n.min(128) {
+        acc = (dtype.wrap(acc.wrapping_mul(x as i128))) as i128;
+    }
+    dtype.wrap(acc)
 }
 
 fn binary(prim: Prim, x: f64, y: f64, dtype: DType) -> f64 {
     use Prim::*;
     let int = dtype.is_int();
     let b = |c: bool| f64::from(u8::from(c));
+    // Integers: exact in i128, wrapped to the dtype (XLA's two's-complement arithmetic).
+    let (i, j) = (x as i128, y as i128);
     match prim {
+        Add | AddAny if int => dtype.wrap(i.wrapping_add(j)),
         Add | AddAny => x + y,
+        Sub if int => dtype.wrap(i.wrapping_sub(j)),
         Sub => x - y,
+        Mul if int => dtype.wrap(i.wrapping_mul(j)),
         Mul => x * y,
-        Div if int => {
-            if y == 0.0 {
-                0.0
-            } else {
-                (x / y).trunc()
-            }
-        }
+        // XLA: x / 0 is -1 (all bits set: the maximum of unsigned types); MIN / -1 wraps to MIN.
+        Div if int && j == 0 => dtype.wrap(-1),
+        Div if int => dtype.wrap(i / j),
         Div => x / y,
-        Rem if int => {
-            if y == 0.0 {
-                0.0
-            } else {
-                x % y
-            }
-        }
+        // XLA: x % 0 is x; the remainder has the dividend's sign.
+        Rem if int && j == 0 => x,
+        Rem if int => dtype.wrap(i % j),
         Rem => x % y,
         Pow => x.powf(y),
         Max => {
@@ -374,9 +393,9 @@ fn binary(prim: Prim, x: f64, y: f64, dtype: DType) -> f64 {
                 x.min(y)
             }
         }
-        And => ((x as i64) & (y as i64)) as f64,
-        Or => ((x as i64) | (y as i64)) as f64,
-        Xor => ((x as i64) ^ (y as i64)) as f64,
+        And => dtype.wrap(i & j),
+        Or => dtype.wrap(i | j),
+        Xor => dtype.wrap(i ^ j),
         Eq => b(x == y),
         Ne => b(x != y),
         Lt => b(x < y),

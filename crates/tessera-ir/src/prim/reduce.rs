@@ -111,8 +111,15 @@ fn reduce_axis(prim: Prim, data: &ArrayD<f64>, ax: usize, dtype: DType) -> Resul
         .map(|lane| {
             let it = lane.iter().copied();
             match prim {
-                Prim::ReduceSum => it.fold(0.0, |a, b| dtype.round(a + b)),
-                Prim::ReduceProd => it.fold(1.0, |a, b| dtype.round(a * b)),
+                // Integers exactly, wrapped; low-precision floats accumulated in f32.
+                Prim::ReduceSum if dtype.is_int() => {
+                    dtype.wrap(it.fold(0i128, |a, b| a.wrapping_add(b as i128)))
+                }
+                Prim::ReduceSum => it.fold(0.0, |a, b| dtype.accumulation().round(a + b)),
+                Prim::ReduceProd if dtype.is_int() => {
+                    it.fold(1.0, |a, b| dtype.wrap((a as i128).wrapping_mul(b as i128)))
+                }
+                Prim::ReduceProd => it.fold(1.0, |a, b| dtype.accumulation().round(a * b)),
                 Prim::ReduceMax => it.fold(f64::NEG_INFINITY, |a, b| {
                     if a.is_nan() || b.is_nan() {
                         f64::NAN
