@@ -62,11 +62,14 @@ pub(super) fn jvp_rule(
         Rsqrt => scaled(&|t0| &(t0 * &y[0]) * &(-0.5 / &x[0])),
         Abs => scaled(&|t0| t0 * &x[0].sign()),
         IntegerPow => {
-            let n = params.int("integer_pow", "y").unwrap_or(1);
+            let n = match params.int("integer_pow", "y") {
+                Ok(n) => n,
+                Err(e) => return one(Some(x[0].fail("integer_pow", e.to_string()))),
+            };
             match n {
                 0 => one(None),
                 1 => one(t(0)),
-                _ => scaled(&|t0| t0 * &(x[0].integer_pow(n - 1) * n as f64)),
+                n => scaled(&|t0| t0 * &(x[0].integer_pow(n - 1) * n as f64)),
             }
         }
         Sign | Floor | Ceil | Round | StopGradient => one(None),

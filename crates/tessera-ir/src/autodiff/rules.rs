@@ -306,13 +306,16 @@ fn record(name: &str, fields: &[(&str, &[i64])]) -> ParamValue {
 /// and index flags (JAX's transpose rules keep them).
 fn index_params(params: &Params, dims: ParamValue) -> Result<Params, IrError> {
     let mode = GatherScatterMode::from_params("gather", params)?;
-    let flag = |k: &str| match params.get(k) {
-        Some(ParamValue::Bool(b)) => Ok(ParamValue::Bool(*b)),
-        _ => Err(IrError::Param {
-            prim: "gather".into(),
-            param: k.into(),
-            expected: "True or False".into(),
-        }),
+    let flag = |k: &str| {
+        if let Some(ParamValue::Bool(b)) = params.get(k) {
+            Ok(ParamValue::Bool(*b))
+        } else {
+            Err(IrError::Param {
+                prim: "gather".into(),
+                param: k.into(),
+                expected: "True or False".into(),
+            })
+        }
     };
     Ok(Params::new()
         .with("dimension_numbers", dims)
@@ -380,9 +383,12 @@ fn pad_config(params: &Params) -> Vec<(i64, i64, i64)> {
         .and_then(ParamValue::as_seq)
         .map(|seq| {
             seq.iter()
-                .filter_map(|t| match t.as_ints().as_deref() {
-                    Some(&[a, b, c]) => Some((a, b, c)),
-                    _ => None,
+                .filter_map(|t| {
+                    if let Some(&[a, b, c]) = t.as_ints().as_deref() {
+                        Some((a, b, c))
+                    } else {
+                        None
+                    }
                 })
                 .collect()
         })

@@ -61,8 +61,13 @@ impl GatherScatterMode {
                 .find(|m| {
                     m.name() == name || m.name().strip_prefix("GatherScatterMode.") == Some(name)
                 })
-                .ok_or_else(|| param_error(prim, "mode", expected)),
-            _ => Err(param_error(prim, "mode", expected)),
+                .ok_or_else(|| param_error(prim, "mode", &format!("{expected}, got {name}"))),
+            Some(other) => Err(param_error(
+                prim,
+                "mode",
+                &format!("{expected}, got {other}"),
+            )),
+            None => Err(param_error(prim, "mode", expected)),
         }
     }
 }
@@ -84,22 +89,13 @@ pub fn gather_fill_value(params: &Params, dtype: DType) -> Result<f64> {
         Some(ParamValue::Int(v) | ParamValue::NpInt(v)) => Some(*v as f64),
         Some(ParamValue::Float(v, _)) => Some(*v),
         Some(ParamValue::Bool(b)) => Some(f64::from(u8::from(*b))),
-        Some(ParamValue::Name(n)) => match n.as_str() {
-            "nan" => Some(f64::NAN),
-            "inf" => Some(f64::INFINITY),
-            _ => {
-                return Err(param_error(
-                    "gather",
-                    "fill_value",
-                    "None, a number, nan or inf",
-                ));
-            }
-        },
-        Some(_) => {
+        Some(ParamValue::Name(n)) if n == "nan" => Some(f64::NAN),
+        Some(ParamValue::Name(n)) if n == "inf" => Some(f64::INFINITY),
+        Some(other) => {
             return Err(param_error(
                 "gather",
                 "fill_value",
-                "None, a number, nan or inf",
+                &format!("None, a number, nan or inf, got {other}"),
             ));
         }
     };
@@ -249,14 +245,14 @@ pub fn scatter_clip_program(
                 column.maximum(&zero).minimum(&top)
             })
             .collect();
-        let clamped = match columns.as_slice() {
-            [] => idx.clone(),
-            [one] => one.clone(),
-            _ => {
-                let refs: Vec<&Tensor> = columns.iter().collect();
-                let p = Params::new().with("dimension", ParamValue::Int(last as i64));
-                Tensor::bind1(Prim::Concatenate, p, &refs)
-            }
+        let clamped = if columns.is_empty() {
+            idx.clone()
+        } else if columns.len() == 1 {
+            columns[0].clone()
+        } else {
+            let refs: Vec<&Tensor> = columns.iter().collect();
+            let p = Params::new().with("dimension", ParamValue::Int(last as i64));
+            Tensor::bind1(Prim::Concatenate, p, &refs)
         };
         vec![Tensor::bind1(
             Prim::ScatterAdd,

@@ -8,7 +8,7 @@
 use ndarray::{ArrayD, Dimension, IxDyn};
 
 use super::index_modes::{GatherScatterMode, gather_fill_value, scatter_window_sizes};
-use super::{Prim, arity};
+use super::{IndexingOp, Prim, arity};
 use crate::array::Array;
 use crate::aval::ShapedArray;
 use crate::error::{Result, type_error};
@@ -71,12 +71,13 @@ pub fn scatter_dims(params: &Params) -> Result<ScatterDims> {
 
 pub(super) fn abstract_eval(
     prim: Prim,
+    op: IndexingOp,
     params: &Params,
     inputs: &[ShapedArray],
 ) -> Result<Vec<ShapedArray>> {
     let name = prim.name();
-    match prim {
-        Prim::Gather => {
+    match op {
+        IndexingOp::Gather => {
             arity(prim, inputs.len(), 2)?;
             let (operand, indices) = (&inputs[0], &inputs[1]);
             let dn = gather_dims(params)?;
@@ -139,7 +140,7 @@ pub(super) fn abstract_eval(
                 .collect();
             Ok(vec![ShapedArray::new(operand.dtype, &shape)])
         }
-        _ => {
+        IndexingOp::ScatterAdd => {
             arity(prim, inputs.len(), 3)?;
             let (operand, indices, updates) = (&inputs[0], &inputs[1], &inputs[2]);
             let dn = scatter_dims(params)?;
@@ -192,7 +193,7 @@ fn index_vector(indices: &Array, batch: &[usize]) -> Vec<i64> {
 }
 
 pub(super) fn eval(
-    prim: Prim,
+    op: IndexingOp,
     params: &Params,
     inputs: &[Array],
     outputs: &[ShapedArray],
@@ -200,7 +201,7 @@ pub(super) fn eval(
     let operand = &inputs[0];
     let op_shape: Vec<i64> = operand.shape();
     let rank = op_shape.len();
-    if prim == Prim::Gather {
+    if op == IndexingOp::Gather {
         let dn = gather_dims(params)?;
         let sizes = params.ints("gather", "slice_sizes")?;
         let mode = GatherScatterMode::from_params("gather", params)?;

@@ -87,12 +87,13 @@ impl<'a> TreduceParams<'a> {
             .collect::<Result<_>>()?;
         let schedule = match params.get("schedule") {
             Some(ParamValue::Name(n)) => n.clone(),
-            _ => {
+            Some(other) => {
                 return Err(type_error(
                     NAME,
-                    "parameter `schedule` must name a schedule",
+                    format!("parameter `schedule` must name a schedule, got {other}"),
                 ));
             }
+            None => return Err(type_error(NAME, "parameter `schedule` is missing")),
         };
         Ok(TreduceParams {
             body: params.jaxpr(NAME, "jaxpr")?,

@@ -288,25 +288,15 @@ fn lower_eqn<'c, 'b>(
     let p = &eqn.params;
     match eqn.prim {
         Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
-        | Sqrt | Rsqrt | Floor | Ceil | Round | Not | IntegerPow => {
-            elementwise::unary(ctx, eqn.prim, p, inputs)
-        }
-        Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Xor | AddAny => {
-            elementwise::binary(ctx, eqn.prim, inputs)
-        }
-        Eq | Ne | Lt | Le | Gt | Ge => elementwise::compare(ctx, eqn.prim, inputs),
-        SelectN => elementwise::select_n(ctx, inputs),
-        Clamp => elementwise::clamp(ctx, inputs),
-        ConvertElementType => elementwise::convert(ctx, inputs),
+        | Sqrt | Rsqrt | Floor | Ceil | Round | Not | IntegerPow | Add | Sub | Mul | Div | Rem
+        | Pow | Max | Min | And | Or | Xor | AddAny | Eq | Ne | Lt | Le | Gt | Ge | SelectN
+        | Clamp | ConvertElementType => elementwise::lower(ctx, eqn.prim, p, inputs),
         Iota | BroadcastInDim | Reshape | Squeeze | ExpandDims | Transpose | Slice
         | DynamicSlice | DynamicUpdateSlice | Concatenate | Pad => {
             structural::lower(ctx, eqn.prim, p, inputs)
         }
-        ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr => {
-            reduce::reduce(ctx, eqn.prim, p, inputs)
-        }
-        Argmax | Argmin => reduce::arg_reduce(ctx, eqn.prim, p, inputs),
-        Cumsum => reduce::cumsum(ctx, p, inputs),
+        ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr | Argmax | Argmin
+        | Cumsum => reduce::lower(ctx, eqn.prim, p, inputs),
         DotGeneral => structural::dot_general(ctx, p, inputs),
         Gather => indexing::gather(ctx, p, inputs),
         ScatterAdd => indexing::scatter_add(ctx, p, inputs),
