@@ -5,6 +5,7 @@
 mod control;
 mod elementwise;
 mod indexing;
+mod loops;
 mod parallel;
 mod reduce;
 mod structural;
@@ -53,13 +54,26 @@ pub fn mlir_type(aval: &ShapedArray) -> String {
 }
 
 /// Lowers `closed` (with its constants inlined as `stablehlo.constant`s) to a verified module
-/// whose public `main` takes the jaxpr's arguments and returns its results.
+/// whose public `main` takes the jaxpr's arguments and returns its results. A `treduce` becomes
+/// one `stablehlo.while` (see [`lower_closed_unrolled`] for the unrolled form).
 pub fn lower_closed(
     closed: &ClosedJaxpr,
     options: &LowerOptions,
 ) -> Result<EmittedModule, LowerError> {
+    lower_module(closed, options)
+}
+
+/// Like [`lower_closed`] with every `treduce` unrolled first (`passes::unroll_treduce`): one
+/// copy of the body per micro-batch, so module size and compile time grow with their number.
+pub fn lower_closed_unrolled(
+    closed: &ClosedJaxpr,
+    options: &LowerOptions,
+) -> Result<EmittedModule, LowerError> {
     let unrolled = tessera_ir::passes::unroll_treduce(closed).map_err(ir)?;
-    let closed = &unrolled;
+    lower_module(&unrolled, options)
+}
+
+fn lower_module(closed: &ClosedJaxpr, options: &LowerOptions) -> Result<EmittedModule, LowerError> {
     let context = crate::new_context();
     let emitter = ModuleEmitter::new(&context, "jit_main", options.num_partitions.max(1), 1)?;
     let mut functions = Functions {
@@ -305,12 +319,7 @@ fn lower_eqn<'c, 'b>(
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => parallel::collective(ctx, eqn.prim, p, inputs),
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),
-        // `lower_closed` unrolls loops first; a loop reaching here came through `lower_flat`.
-        Treduce => Err(LowerError::Build(
-            "treduce must be unrolled before lowering (passes::unroll_treduce), or pipelined \
-             with mpmd_jit"
-                .into(),
-        )),
+        Treduce => loops::treduce(ctx, p, inputs, functions),
     }
 }
 

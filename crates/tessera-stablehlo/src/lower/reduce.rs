@@ -41,7 +41,7 @@ pub(super) fn lower<'c, 'b>(
 }
 
 /// The identity of a reduction of `dtype` values.
-fn identity(kind: ReduceKind, dtype: DType) -> f64 {
+pub(super) fn identity(kind: ReduceKind, dtype: DType) -> f64 {
     let (lowest, highest) = if dtype.is_float() {
         (f64::NEG_INFINITY, f64::INFINITY)
     } else if dtype == DType::Bool {
