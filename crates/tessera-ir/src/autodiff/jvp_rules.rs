@@ -79,7 +79,10 @@ pub(super) fn jvp_rule(
         Clamp => one(clamp_jvp(x, &t)),
         ReduceMax | ReduceMin => one(t(0).map(|t0| reduce_chosen_jvp(prim, params, &t0, x, y))),
         ReduceProd => one(t(0).map(|t0| {
-            let axes = params.ints("reduce_prod", "axes").unwrap_or_default();
+            let axes = match params.ints("reduce_prod", "axes") {
+                Ok(axes) => axes,
+                Err(e) => return t0.fail("reduce_prod", e.to_string()),
+            };
             let full = y[0]
                 .keep_dims(&axes, x[0].rank())
                 .broadcast_to(x[0].shape());
@@ -173,7 +176,10 @@ fn reduce_chosen_jvp(
     x: &[Tensor],
     y: &[Tensor],
 ) -> Tensor {
-    let axes = params.ints(prim.name(), "axes").unwrap_or_default();
+    let axes = match params.ints(prim.name(), "axes") {
+        Ok(axes) => axes,
+        Err(e) => return t.fail(prim.name(), e.to_string()),
+    };
     let full = y[0]
         .keep_dims(&axes, x[0].rank())
         .broadcast_to(x[0].shape());

@@ -89,6 +89,15 @@ pub(super) fn vjp_rule(
     else {
         return vec![None; x.len()];
     };
+    // A parameter the rule reads; a malformed one fails the trace, never a default.
+    macro_rules! read {
+        ($e:expr) => {
+            match $e {
+                Ok(v) => v,
+                Err(e) => return vec![Some(g.fail(prim.name(), e.to_string())); x.len()],
+            }
+        };
+    }
     let shape_of = |i: usize| x[i].shape().to_vec();
     let float = |i: usize| x[i].dtype().is_float();
     let keep = |i: usize, t: Tensor| float(i).then(|| unbroadcast(&t, &shape_of(i)));
@@ -131,7 +140,7 @@ pub(super) fn vjp_rule(
         Rsqrt => vec![Some(&(&g * &y[0]) * &(-0.5 / &x[0]))],
         Abs => vec![Some(&g * &x[0].sign())],
         IntegerPow => {
-            let n = params.int("integer_pow", "y").unwrap_or(1);
+            let n = read!(params.int("integer_pow", "y"));
             let d = if n == 1 {
                 x[0].full_like_scalar(1.0)
             } else {
@@ -169,7 +178,7 @@ pub(super) fn vjp_rule(
         BroadcastInDim => vec![Some(unbroadcast_in_dim(&g, &x[0], params))],
         Reshape | Squeeze | ExpandDims => vec![Some(g.reshape(x[0].shape()))],
         Transpose => {
-            let perm = params.ints("transpose", "permutation").unwrap_or_default();
+            let perm = read!(params.ints("transpose", "permutation"));
             let mut inv = vec![0i64; perm.len()];
             for (i, &p) in perm.iter().enumerate() {
                 inv[p as usize] = i as i64;
@@ -177,13 +186,13 @@ pub(super) fn vjp_rule(
             vec![Some(g.transpose(&inv))]
         }
         ReduceSum => {
-            let axes = params.ints("reduce_sum", "axes").unwrap_or_default();
+            let axes = read!(params.ints("reduce_sum", "axes"));
             vec![Some(
                 g.keep_dims(&axes, x[0].rank()).broadcast_to(x[0].shape()),
             )]
         }
         ReduceMax | ReduceMin => {
-            let axes = params.ints(prim.name(), "axes").unwrap_or_default();
+            let axes = read!(params.ints(prim.name(), "axes"));
             let rank = x[0].rank();
             let full = |t: &Tensor| t.keep_dims(&axes, rank).broadcast_to(x[0].shape());
             let mask = x[0].eq(&full(&y[0])).astype(g.dtype());
@@ -191,7 +200,7 @@ pub(super) fn vjp_rule(
             vec![Some(&(&full(&g) * &mask) / &count)]
         }
         ReduceProd => {
-            let axes = params.ints("reduce_prod", "axes").unwrap_or_default();
+            let axes = read!(params.ints("reduce_prod", "axes"));
             let rank = x[0].rank();
             let full = |t: &Tensor| t.keep_dims(&axes, rank).broadcast_to(x[0].shape());
             vec![Some(&(&full(&g) * &full(&y[0])) / &x[0])]
@@ -199,7 +208,7 @@ pub(super) fn vjp_rule(
         ReduceAnd | ReduceOr => vec![None],
         Cumsum => {
             let reverse = matches!(params.get("reverse"), Some(ParamValue::Bool(true)));
-            let axis = params.get("axis").cloned().unwrap_or(ParamValue::Int(0));
+            let axis = ParamValue::Int(read!(params.int("cumsum", "axis")));
             let p = Params::new()
                 .with("axis", axis)
                 .with("reverse", ParamValue::Bool(!reverse));
@@ -207,12 +216,9 @@ pub(super) fn vjp_rule(
         }
         DotGeneral => dot_general_vjp(params, &g, &x[0], &x[1]),
         Slice => {
-            let start = params.ints("slice", "start_indices").unwrap_or_default();
-            let strides = params
-                .opt_ints("slice", "strides")
-                .ok()
-                .flatten()
-                .unwrap_or_else(|| vec![1; start.len()]);
+            let start = read!(params.ints("slice", "start_indices"));
+            let strides =
+                read!(params.opt_ints("slice", "strides")).unwrap_or_else(|| vec![1; start.len()]);
             let dims = x[0].shape();
             let config: Vec<(i64, i64, i64)> = (0..dims.len())
                 .map(|d| {
@@ -236,7 +242,7 @@ pub(super) fn vjp_rule(
             vec![Some(operand), Some(pad_value)]
         }
         Concatenate => {
-            let dim = params.int("concatenate", "dimension").unwrap_or(0);
+            let dim = read!(params.int("concatenate", "dimension"));
             let dim = if dim < 0 { dim + g.rank() as i64 } else { dim } as usize;
             let mut offset = 0;
             x.iter()
@@ -455,8 +461,9 @@ fn unbroadcast_in_dim(g: &Tensor, x: &Tensor, params: &Params) -> Tensor {
 
 /// JAX's `_dot_general_transpose_lhs`/`_rhs`.
 fn dot_general_vjp(params: &Params, g: &Tensor, x: &Tensor, y: &Tensor) -> Vec<Option<Tensor>> {
-    let Ok(dd) = crate::prim::dot_dims(params) else {
-        return vec![None, None];
+    let dd = match crate::prim::dot_dims(params) {
+        Ok(dd) => dd,
+        Err(e) => return vec![Some(g.fail("dot_general", format!("in its VJP: {e}"))); 2],
     };
     let (xc, yc, xb, yb) = (
         &dd.lhs_contract,
