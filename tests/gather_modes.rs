@@ -228,3 +228,75 @@ fn jaxs_take_modes_cases_match_on_the_interpreter_and_on_pjrt() {
     let report = named_real_cases(&["take_modes_0", "take_modes_1"]);
     assert_eq!(report, 2 * 2);
 }
+
+/// Windows of two rows: a start of 4 in 5 rows does not fit. XLA's scatter drops the whole
+/// window (FILL_OR_DROP, PROMISE_IN_BOUNDS) and CLIP moves it to start 3; a FILL_OR_DROP gather
+/// fills the whole window, the others clamp it. Interpreter and PJRT agree on each.
+#[test]
+fn partial_windows_are_dropped_filled_or_clamped_whole() {
+    let zeros = Array::new(DType::F32, &[5, 3], vec![0.0; 15]).unwrap();
+    let starts = Array::new(DType::I32, &[3, 1], vec![3.0, 4.0, -1.0]).unwrap();
+    let updates = Array::new(DType::F32, &[3, 2, 3], (1..=18).map(f64::from).collect()).unwrap();
+    for (mode, rows) in [
+        ("CLIP", [3usize, 3, 0]),
+        ("FILL_OR_DROP", [3, 99, 99]),
+        ("PROMISE_IN_BOUNDS", [3, 99, 99]),
+    ] {
+        let scatter = parse_closed(&format!(
+            "{{ lambda ; a:f32[5,3] b:i32[3,1] u:f32[3,2,3]. let
+    d:f32[5,3] = scatter-add[
+      dimension_numbers=ScatterDimensionNumbers(update_window_dims=(1, 2), inserted_window_dims=(), scatter_dims_to_operand_dims=(0,), operand_batching_dims=(), scatter_indices_batching_dims=())
+      indices_are_sorted=False
+      mode=GatherScatterMode.{mode}
+      unique_indices=False
+      update_consts=()
+      update_jaxpr=None
+    ] a b u
+  in (d,) }}"
+        ))
+        .unwrap();
+        let got = both(&scatter, &[zeros.clone(), starts.clone(), updates.clone()]).remove(0);
+        let mut want = [0.0; 15];
+        let u = updates.to_vec();
+        for (k, &r) in rows.iter().enumerate() {
+            if r == 99 {
+                continue; // dropped
+            }
+            for w in 0..2 {
+                for c in 0..3 {
+                    want[(r + w) * 3 + c] += u[k * 6 + w * 3 + c];
+                }
+            }
+        }
+        assert_eq!(got, want, "scatter {mode}");
+        let gather = parse_closed(&format!(
+            "{{ lambda ; a:f32[5,3] b:i32[3,1]. let
+    d:f32[3,2,3] = gather[
+      dimension_numbers=GatherDimensionNumbers(offset_dims=(1, 2), collapsed_slice_dims=(), start_index_map=(0,), operand_batching_dims=(), start_indices_batching_dims=())
+      fill_value=None
+      indices_are_sorted=False
+      mode=GatherScatterMode.{mode}
+      slice_sizes=(2, 3)
+      unique_indices=False
+    ] a b
+  in (d,) }}"
+        ))
+        .unwrap();
+        let got = both(&gather, &[table(), starts.clone()]).remove(0);
+        let t = table().to_vec();
+        let fill = mode == "FILL_OR_DROP";
+        for (k, &start) in [3i64, 4, -1].iter().enumerate() {
+            for w in 0..2 {
+                for c in 0..3 {
+                    let v = got[k * 6 + w * 3 + c];
+                    if fill && !(0..=3).contains(&start) {
+                        assert!(v.is_nan(), "gather {mode}: {k} {w} {c} = {v}");
+                    } else {
+                        let r = start.clamp(0, 3) as usize + w;
+                        assert_eq!(v, t[r * 3 + c], "gather {mode}: {k} {w} {c}");
+                    }
+                }
+            }
+        }
+    }
+}
