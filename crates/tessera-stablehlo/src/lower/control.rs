@@ -77,22 +77,25 @@ fn nested(values: &[f64], shape: &[i64], dtype: DType) -> String {
     }
 }
 
-/// `jit`: the nested jaxpr as a private function, called with `func.call`.
+/// `jit` (and `checkpoint`, which has no `name`: give it as `fixed_name`): the nested jaxpr as
+/// a private function, called with `func.call`.
 pub(super) fn call<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     params: &Params,
     inputs: &[Value<'c, 'b>],
     functions: &mut Functions<'_, 'c>,
+    fixed_name: Option<&str>,
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     let inner = params.jaxpr("jit", "jaxpr").map_err(ir)?;
-    let name = match params.get("name") {
-        Some(tessera_ir::ParamValue::Name(n)) => n.clone(),
-        Some(other) => {
+    let name = match (fixed_name, params.get("name")) {
+        (Some(fixed), _) => fixed.to_owned(),
+        (None, Some(tessera_ir::ParamValue::Name(n))) => n.clone(),
+        (None, Some(other)) => {
             return Err(LowerError::Build(format!(
                 "jit: parameter `name` must be a name, got {other}"
             )));
         }
-        None => return Err(LowerError::Build("jit: parameter `name` is missing".into())),
+        (None, None) => return Err(LowerError::Build("jit: parameter `name` is missing".into())),
     };
     let symbol = functions.add(&name, inner)?;
     let outs: Vec<&ShapedArray> = ctx.out_avals.iter().collect();

@@ -315,7 +315,8 @@ fn lower_eqn<'c, 'b>(
         Gather => indexing::gather(ctx, p, inputs),
         ScatterAdd => indexing::scatter_add(ctx, p, inputs),
         StopGradient | Copy | PipelineEnterStage => Ok(inputs.to_vec()),
-        Jit | Checkpoint => control::call(ctx, p, inputs, functions),
+        Jit => control::call(ctx, p, inputs, functions, None),
+        Checkpoint => control::call(ctx, p, inputs, functions, Some("checkpoint")),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => parallel::collective(ctx, eqn.prim, p, inputs),
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),
