@@ -176,6 +176,32 @@ fn meshes_of_other_axis_sizes_get_their_own_executables() {
     );
 }
 
+/// Two programs that print the same but close over different constants get two executables.
+#[test]
+fn programs_differing_only_in_constants_get_their_own_executables() {
+    let client = Client::cpu(8).unwrap();
+    let mesh = Mesh::auto(&[("x", 8)]).unwrap();
+    let s = sharding(&mesh, "P('x')");
+    let text = "{ lambda c:f32[8]; a:f32[8]. let b:f32[8] = add a c in (b,) }";
+    let cache = JitCache::default();
+    let x = DeviceArray::device_put(&client, &to_host(&values(&[8], 0.0)).unwrap(), &s).unwrap();
+    for k in 1..=2 {
+        let c = Array::new(DType::F32, &[8], vec![f64::from(k); 8]).unwrap();
+        let program =
+            tessera_ir::text::parse_closed_with_consts(text, std::slice::from_ref(&c)).unwrap();
+        let jit = Jit::new(program.clone(), vec![s.clone()], vec![s.clone()]).unwrap();
+        let out = cache
+            .get_or_compile(&client, &jit)
+            .unwrap()
+            .call(&[&x])
+            .unwrap();
+        let got = from_host(&out[0].to_host().unwrap(), DType::F32).unwrap();
+        let want = eval_closed(&program, &[values(&[8], 0.0)]).unwrap();
+        assert_eq!(got.to_vec(), want[0].to_vec(), "constant {k}");
+    }
+    assert_eq!(cache.len(), 2);
+}
+
 /// One SGD step of the MLP: `(x, w1, b1, w2) -> (w1', b1', w2', loss)`.
 fn mlp_training_step() -> tessera_ir::ClosedJaxpr {
     use tessera_ir::autodiff::value_and_grad;

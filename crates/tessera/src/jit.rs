@@ -290,15 +290,20 @@ fn describe_mesh(sharding: &NamedSharding) -> String {
     format!("{{{}}} over devices {devices:?}", axes.join(", "))
 }
 
-/// Everything that changes the executable of a [`Jit`]: the program text, and every input and
-/// output sharding in full (spec, mesh axis names, sizes and types, device order, memory kind,
-/// logical device ids). The compile options are `CompileOptions::spmd` of the mesh's device
-/// order, which the shardings hold; a field that `Jit` gains (e.g. donated arguments) must join
-/// this key.
+/// Everything that changes the executable of a [`Jit`]: the program text, the values of its
+/// constants (nested ones included, which the text does not show: a hash of the whole program),
+/// and every input and output sharding in full (spec, mesh axis names, sizes and types, device
+/// order, memory kind, logical device ids). The compile options are `CompileOptions::spmd` of
+/// the mesh's device order, which the shardings hold; a field that `Jit` gains (e.g. donated
+/// arguments) must join this key.
 fn cache_key(jit: &Jit) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    format!("{:?}", jit.program).hash(&mut hasher);
     format!(
-        "{}|in {:?}|out {:?}",
+        "{}|program {:016x}|in {:?}|out {:?}",
         tessera_ir::text::print_closed(&jit.program, 0),
+        hasher.finish(),
         jit.in_shardings,
         jit.out_shardings
     )
