@@ -3,9 +3,8 @@
 //! `match`, so a primitive without a rule does not compile.
 
 use crate::dtype::DType;
-use crate::error::IrError;
 use crate::params::{ParamValue, Params};
-use crate::prim::{GatherScatterMode, Prim};
+use crate::prim::{GatherDims, GatherParams, Prim, ScatterDims, ScatterParams};
 use crate::trace::Tensor;
 
 /// `a + b` of two cotangents of the same type.
@@ -298,89 +297,51 @@ pub(super) fn vjp_rule(
     }
 }
 
-fn record(name: &str, fields: &[(&str, &[i64])]) -> ParamValue {
-    ParamValue::Record(
-        name.into(),
-        fields
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), int_list(v)))
-            .collect(),
-    )
-}
-
-/// The parameters of the transposed indexing primitive: new dimension numbers, the same mode
-/// and index flags (JAX's transpose rules keep them).
-fn index_params(params: &Params, dims: ParamValue) -> Result<Params, IrError> {
-    let mode = GatherScatterMode::from_params("gather", params)?;
-    let flag = |k: &str| {
-        if let Some(ParamValue::Bool(b)) = params.get(k) {
-            Ok(ParamValue::Bool(*b))
-        } else {
-            Err(IrError::Param {
-                prim: "gather".into(),
-                param: k.into(),
-                expected: "True or False".into(),
-            })
-        }
-    };
-    Ok(Params::new()
-        .with("dimension_numbers", dims)
-        .with("indices_are_sorted", flag("indices_are_sorted")?)
-        .with("mode", mode.param())
-        .with("unique_indices", flag("unique_indices")?))
-}
-
 /// Gather's cotangent: scatter-add the output cotangent into zeros at the gathered places, with
-/// the gather's mode (clamped places get the cotangent of every index clamped there; dropped
-/// ones, nothing).
+/// the gather's mode and index hints (clamped places get the cotangent of every index clamped
+/// there; dropped ones, nothing), as JAX's transpose rule does.
 fn gather_vjp(params: &Params, g: &Tensor, operand: &Tensor, indices: &Tensor) -> Tensor {
-    let dn = match crate::prim::gather_dims(params) {
-        Ok(dn) => dn,
-        Err(e) => return g.fail("gather", format!("in its VJP: {e}")),
-    };
-    let dims = record(
-        "ScatterDimensionNumbers",
-        &[
-            ("update_window_dims", &dn.offset_dims),
-            ("inserted_window_dims", &dn.collapsed_slice_dims),
-            ("scatter_dims_to_operand_dims", &dn.start_index_map),
-            ("operand_batching_dims", &[]),
-            ("scatter_indices_batching_dims", &[]),
-        ],
-    );
-    let p = match index_params(params, dims) {
+    let p = match GatherParams::read(params) {
         Ok(p) => p,
         Err(e) => return g.fail("gather", format!("in its VJP: {e}")),
     };
+    let scatter = ScatterParams {
+        dims: ScatterDims {
+            update_window_dims: p.dims.offset_dims,
+            inserted_window_dims: p.dims.collapsed_slice_dims,
+            scatter_dims_to_operand_dims: p.dims.start_index_map,
+            operand_batching_dims: p.dims.operand_batching_dims,
+        },
+        mode: p.mode,
+        indices_are_sorted: p.indices_are_sorted,
+        unique_indices: p.unique_indices,
+    };
     let zeros = zeros_like(operand);
-    Tensor::bind1(Prim::ScatterAdd, p, &[&zeros, indices, g])
+    Tensor::bind1(Prim::ScatterAdd, scatter.to_params(), &[&zeros, indices, g])
 }
 
 /// Scatter-add's cotangent for the updates: gather the output cotangent at the scattered places
 /// with the scatter's mode, zeros for dropped windows (JAX's `fill_value=0`).
 fn scatter_add_vjp(params: &Params, g: &Tensor, indices: &Tensor, updates: &Tensor) -> Tensor {
-    let dn = match crate::prim::scatter_dims(params) {
-        Ok(dn) => dn,
+    let p = match ScatterParams::read(params) {
+        Ok(p) => p,
         Err(e) => return g.fail("scatter-add", format!("in its VJP: {e}")),
     };
-    let sizes = crate::prim::scatter_window_sizes(&dn, updates.shape(), g.rank());
-    let dims = record(
-        "GatherDimensionNumbers",
-        &[
-            ("offset_dims", &dn.update_window_dims),
-            ("collapsed_slice_dims", &dn.inserted_window_dims),
-            ("start_index_map", &dn.scatter_dims_to_operand_dims),
-            ("operand_batching_dims", &[]),
-            ("start_indices_batching_dims", &[]),
-        ],
-    );
-    let p = match index_params(params, dims) {
-        Ok(p) => p
-            .with("fill_value", ParamValue::Float(0.0, "0.0".into()))
-            .with("slice_sizes", int_list(&sizes)),
-        Err(e) => return g.fail("scatter-add", format!("in its VJP: {e}")),
+    let slice_sizes = crate::prim::scatter_window_sizes(&p.dims, updates.shape(), g.rank());
+    let gather = GatherParams {
+        dims: GatherDims {
+            offset_dims: p.dims.update_window_dims,
+            collapsed_slice_dims: p.dims.inserted_window_dims,
+            start_index_map: p.dims.scatter_dims_to_operand_dims,
+            operand_batching_dims: p.dims.operand_batching_dims,
+        },
+        slice_sizes,
+        mode: p.mode,
+        fill_value: Some(0.0),
+        indices_are_sorted: p.indices_are_sorted,
+        unique_indices: p.unique_indices,
     };
-    Tensor::bind1(Prim::Gather, p, &[g, indices])
+    Tensor::bind1(Prim::Gather, gather.to_params(), &[g, indices])
 }
 
 fn pad_config(params: &Params) -> Vec<(i64, i64, i64)> {

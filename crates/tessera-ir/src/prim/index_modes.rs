@@ -15,7 +15,7 @@ use crate::dtype::DType;
 use crate::error::{IrError, Result, type_error};
 use crate::jaxpr::ClosedJaxpr;
 use crate::params::{ParamValue, Params};
-use crate::prim::{Prim, ScatterDims, gather_dims, scatter_dims};
+use crate::prim::{GatherParams, Prim, ScatterDims, ScatterParams};
 use crate::trace::{Tensor, trace, where_};
 
 /// JAX's `GatherScatterMode`.
@@ -80,30 +80,8 @@ fn param_error(prim: &str, param: &str, expected: &str) -> IrError {
     }
 }
 
-/// The value a `FILL_OR_DROP` gather of `dtype` gives out of bounds: `fill_value`, or JAX's
-/// default for the dtype when it is `None` or absent.
-pub fn gather_fill_value(params: &Params, dtype: DType) -> Result<f64> {
-    let value = match params.get("fill_value") {
-        None => None,
-        Some(v) if v.is_none() => None,
-        Some(ParamValue::Int(v) | ParamValue::NpInt(v)) => Some(*v as f64),
-        Some(ParamValue::Float(v, _)) => Some(*v),
-        Some(ParamValue::Bool(b)) => Some(f64::from(u8::from(*b))),
-        Some(ParamValue::Name(n)) if n == "nan" => Some(f64::NAN),
-        Some(ParamValue::Name(n)) if n == "inf" => Some(f64::INFINITY),
-        Some(other) => {
-            return Err(param_error(
-                "gather",
-                "fill_value",
-                &format!("None, a number, nan or inf, got {other}"),
-            ));
-        }
-    };
-    Ok(dtype.round(value.unwrap_or_else(|| default_fill(dtype))))
-}
-
 /// JAX's default fill of a `FILL_OR_DROP` gather.
-fn default_fill(dtype: DType) -> f64 {
+pub(super) fn default_fill(dtype: DType) -> f64 {
     match dtype {
         DType::Bool => 1.0,
         DType::I8 => f64::from(i8::MIN),
@@ -154,12 +132,14 @@ pub fn gather_fill_program(
     indices: &ShapedArray,
     out: &ShapedArray,
 ) -> Result<ClosedJaxpr> {
-    let dn = gather_dims(params)?;
-    let sizes = params.ints("gather", "slice_sizes")?;
-    let fill = gather_fill_value(params, operand.dtype)?;
-    let inner = params
-        .clone()
-        .with("mode", GatherScatterMode::PromiseInBounds.param());
+    let typed = GatherParams::read(params)?;
+    let (dn, sizes) = (&typed.dims, &typed.slice_sizes);
+    let fill = typed.fill(operand.dtype);
+    let inner = GatherParams {
+        mode: GatherScatterMode::PromiseInBounds,
+        ..typed.clone()
+    }
+    .to_params();
     let bounds: Vec<i64> = dn
         .start_index_map
         .iter()
@@ -213,9 +193,10 @@ pub fn scatter_clip_program(
     indices: &ShapedArray,
     updates: &ShapedArray,
 ) -> Result<ClosedJaxpr> {
-    let dn = scatter_dims(params)?;
-    let sizes = scatter_window_sizes(&dn, &updates.shape, operand.rank());
-    let bounds: Vec<i64> = dn
+    let typed = ScatterParams::read(params)?;
+    let sizes = scatter_window_sizes(&typed.dims, &updates.shape, operand.rank());
+    let bounds: Vec<i64> = typed
+        .dims
         .scatter_dims_to_operand_dims
         .iter()
         .map(|&d| {
@@ -229,9 +210,11 @@ pub fn scatter_clip_program(
             format!("a window of sizes {sizes:?} does not fit operand {operand}"),
         ));
     }
-    let inner = params
-        .clone()
-        .with("mode", GatherScatterMode::PromiseInBounds.param());
+    let inner = ScatterParams {
+        mode: GatherScatterMode::PromiseInBounds,
+        ..typed
+    }
+    .to_params();
     trace(&plain(&[operand, indices, updates]), |a| {
         let idx = &a[1];
         let last = idx.rank().saturating_sub(1);

@@ -7,7 +7,8 @@
 
 use ndarray::{ArrayD, Dimension, IxDyn};
 
-use super::index_modes::{GatherScatterMode, gather_fill_value, scatter_window_sizes};
+use super::index_modes::{GatherScatterMode, scatter_window_sizes};
+use super::index_params::{GatherParams, ScatterParams};
 use super::{IndexingOp, Prim, arity};
 use crate::array::Array;
 use crate::aval::ShapedArray;
@@ -80,10 +81,8 @@ pub(super) fn abstract_eval(
         IndexingOp::Gather => {
             arity(prim, inputs.len(), 2)?;
             let (operand, indices) = (&inputs[0], &inputs[1]);
-            let dn = gather_dims(params)?;
-            let sizes = params.ints(name, "slice_sizes")?;
-            GatherScatterMode::from_params(name, params)?;
-            gather_fill_value(params, operand.dtype)?;
+            let typed = GatherParams::read(params)?;
+            let (dn, sizes) = (&typed.dims, &typed.slice_sizes);
             let index_len = indices.shape.last().copied().unwrap_or(0);
             let ok = indices.dtype.is_int()
                 && indices.rank() >= 1
@@ -143,8 +142,7 @@ pub(super) fn abstract_eval(
         IndexingOp::ScatterAdd => {
             arity(prim, inputs.len(), 3)?;
             let (operand, indices, updates) = (&inputs[0], &inputs[1], &inputs[2]);
-            let dn = scatter_dims(params)?;
-            GatherScatterMode::from_params(name, params)?;
+            let dn = ScatterParams::read(params)?.dims;
             let ok = indices.dtype.is_int()
                 && indices.rank() >= 1
                 && dn.operand_batching_dims.is_empty()
@@ -202,10 +200,9 @@ pub(super) fn eval(
     let op_shape: Vec<i64> = operand.shape();
     let rank = op_shape.len();
     if op == IndexingOp::Gather {
-        let dn = gather_dims(params)?;
-        let sizes = params.ints("gather", "slice_sizes")?;
-        let mode = GatherScatterMode::from_params("gather", params)?;
-        let fill = gather_fill_value(params, operand.dtype)?;
+        let typed = GatherParams::read(params)?;
+        let (dn, sizes, mode) = (&typed.dims, &typed.slice_sizes, typed.mode);
+        let fill = typed.fill(operand.dtype);
         let dims: Vec<usize> = outputs[0].shape.iter().map(|&d| d as usize).collect();
         let kept: Vec<usize> = (0..rank)
             .filter(|d| !dn.collapsed_slice_dims.contains(&(*d as i64)))
@@ -231,8 +228,7 @@ pub(super) fn eval(
         });
         return Ok(vec![Array::from_data(outputs[0].dtype, data)]);
     }
-    let dn = scatter_dims(params)?;
-    let mode = GatherScatterMode::from_params("scatter-add", params)?;
+    let ScatterParams { dims: dn, mode, .. } = ScatterParams::read(params)?;
     let (indices, updates) = (&inputs[1], &inputs[2]);
     let sizes = scatter_window_sizes(&dn, &updates.shape(), rank);
     let kept: Vec<usize> = (0..rank)

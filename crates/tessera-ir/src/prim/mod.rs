@@ -7,6 +7,7 @@ mod collective;
 mod control;
 mod elementwise;
 mod index_modes;
+mod index_params;
 mod indexing;
 mod linalg;
 mod ops;
@@ -19,9 +20,9 @@ pub use collective::{
     axis_names, collective_axes, index_groups, permutation, replica_groups, scatter_shape, simulate,
 };
 pub use index_modes::{
-    GatherScatterMode, gather_fill_program, gather_fill_value, scatter_clip_program,
-    scatter_window_sizes,
+    GatherScatterMode, gather_fill_program, scatter_clip_program, scatter_window_sizes,
 };
+pub use index_params::{GatherParams, ScatterParams};
 pub use indexing::{GatherDims, ScatterDims, gather_dims, scatter_dims};
 pub use linalg::{DotDims, dot_dims, free_dims};
 pub use ops::{

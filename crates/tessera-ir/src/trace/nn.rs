@@ -4,7 +4,7 @@
 use super::Tensor;
 use crate::dtype::DType;
 use crate::params::{ParamValue, Params};
-use crate::prim::{GatherScatterMode, Prim};
+use crate::prim::{GatherDims, GatherParams, GatherScatterMode, Prim};
 
 impl Tensor {
     /// Mean over `axes`.
@@ -111,23 +111,20 @@ impl Tensor {
         column_shape.push(1);
         let mut sizes = self.shape().to_vec();
         sizes[axis as usize] = 1;
-        let dims = ParamValue::Record(
-            "GatherDimensionNumbers".into(),
-            vec![
-                ("offset_dims".into(), ParamValue::ints(&offset)),
-                ("collapsed_slice_dims".into(), ParamValue::ints(&[axis])),
-                ("start_index_map".into(), ParamValue::ints(&[axis])),
-                ("operand_batching_dims".into(), ParamValue::ints(&[])),
-                ("start_indices_batching_dims".into(), ParamValue::ints(&[])),
-            ],
-        );
-        let params = Params::new()
-            .with("dimension_numbers", dims)
-            .with("fill_value", ParamValue::Name("None".into()))
-            .with("indices_are_sorted", ParamValue::Bool(false))
-            .with("mode", mode.param())
-            .with("slice_sizes", ParamValue::ints(&sizes))
-            .with("unique_indices", ParamValue::Bool(false));
+        let params = GatherParams {
+            dims: GatherDims {
+                offset_dims: offset,
+                collapsed_slice_dims: vec![axis],
+                start_index_map: vec![axis],
+                operand_batching_dims: Vec::new(),
+            },
+            slice_sizes: sizes,
+            mode,
+            fill_value: None,
+            indices_are_sorted: false,
+            unique_indices: false,
+        }
+        .to_params();
         Tensor::bind1(
             Prim::Gather,
             params,

@@ -7,7 +7,7 @@
 
 use melior::ir::Value;
 use tessera_ir::prim::{
-    GatherScatterMode, gather_dims, gather_fill_program, scatter_clip_program, scatter_dims,
+    GatherParams, GatherScatterMode, ScatterParams, gather_fill_program, scatter_clip_program,
 };
 use tessera_ir::{Params, ShapedArray};
 
@@ -30,7 +30,8 @@ pub(super) fn gather<'c, 'b>(
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
-    match GatherScatterMode::from_params("gather", params).map_err(ir)? {
+    let typed = GatherParams::read(params).map_err(ir)?;
+    match typed.mode {
         GatherScatterMode::Clip | GatherScatterMode::PromiseInBounds => {}
         GatherScatterMode::FillOrDrop => {
             let (operand, indices) = (&ctx.in_avals[0], &ctx.in_avals[1]);
@@ -39,8 +40,7 @@ pub(super) fn gather<'c, 'b>(
             return lower_flat(ctx.body, &program, inputs);
         }
     }
-    let dn = gather_dims(params).map_err(ir)?;
-    let sizes = params.ints("gather", "slice_sizes").map_err(ir)?;
+    let (dn, sizes) = (&typed.dims, &typed.slice_sizes);
     let index_vector_dim = ctx.in_avals[1].rank() as i64 - 1;
     let attr = format!(
         "#stablehlo.gather<offset_dims = {}, collapsed_slice_dims = {}, start_index_map = {}, index_vector_dim = {index_vector_dim}>",
@@ -50,7 +50,7 @@ pub(super) fn gather<'c, 'b>(
     );
     let attrs = [
         ("dimension_numbers", attr),
-        ("slice_sizes", i64_array(&sizes)),
+        ("slice_sizes", i64_array(sizes)),
         ("indices_are_sorted", "false".into()),
     ];
     Ok(vec![ctx.op1(
@@ -66,7 +66,8 @@ pub(super) fn scatter_add<'c, 'b>(
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
-    match GatherScatterMode::from_params("scatter-add", params).map_err(ir)? {
+    let typed = ScatterParams::read(params).map_err(ir)?;
+    match typed.mode {
         GatherScatterMode::FillOrDrop | GatherScatterMode::PromiseInBounds => {}
         GatherScatterMode::Clip => {
             let [operand, indices, updates] = ctx.in_avals else {
@@ -76,7 +77,7 @@ pub(super) fn scatter_add<'c, 'b>(
             return lower_flat(ctx.body, &program, inputs);
         }
     }
-    let dn = scatter_dims(params).map_err(ir)?;
+    let dn = &typed.dims;
     let index_vector_dim = ctx.in_avals[1].rank() as i64 - 1;
     let attr = format!(
         "#stablehlo.scatter<update_window_dims = {}, inserted_window_dims = {}, scatter_dims_to_operand_dims = {}, index_vector_dim = {index_vector_dim}>",
