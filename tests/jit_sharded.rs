@@ -134,6 +134,74 @@ fn executables_are_cached_and_layout_mismatches_are_refused() {
     assert!(Jit::new(mlp(), replicated(3), replicated(2)).is_err());
 }
 
+/// `P('x')` on meshes `x:2,y:4` and `x:4,y:2` over the same eight devices lays data out
+/// differently: the cache keeps two executables, each gives the right values on arrays laid out
+/// for its own mesh, and refuses an array laid out for the other one.
+#[test]
+fn meshes_of_other_axis_sizes_get_their_own_executables() {
+    let client = Client::cpu(8).unwrap();
+    let program = trace(&[ShapedArray::new(DType::F32, &[8, 4])], |a| {
+        vec![(&a[0] * 2.0 + 1.0).tanh()]
+    })
+    .unwrap();
+    let host = values(&[8, 4], 0.5);
+    let want = eval_closed(&program, std::slice::from_ref(&host)).unwrap();
+    let cache = JitCache::default();
+    let meshes = [
+        Mesh::auto(&[("x", 2), ("y", 4)]).unwrap(),
+        Mesh::auto(&[("x", 4), ("y", 2)]).unwrap(),
+    ];
+    let mut compiled = Vec::new();
+    let mut arrays = Vec::new();
+    for mesh in &meshes {
+        let s = sharding(mesh, "P('x')");
+        let jit = Jit::new(program.clone(), vec![s.clone()], vec![s.clone()]).unwrap();
+        let exe = cache.get_or_compile(&client, &jit).unwrap();
+        let x = DeviceArray::device_put(&client, &to_host(&host).unwrap(), &s).unwrap();
+        let out = exe.call(&[&x]).unwrap();
+        assert_eq!(out[0].sharding(), &s);
+        let got = from_host(&out[0].to_host().unwrap(), DType::F32).unwrap();
+        for (g, w) in got.to_vec().iter().zip(want[0].to_vec()) {
+            assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+        }
+        compiled.push(exe);
+        arrays.push(x);
+    }
+    assert_eq!(cache.len(), 2, "one executable per mesh");
+    assert!(!std::sync::Arc::ptr_eq(&compiled[0], &compiled[1]));
+    let err = compiled[0].call(&[&arrays[1]]).err().unwrap().to_string();
+    assert!(
+        err.contains("x:4") && err.contains("x:2") && err.contains("reshard"),
+        "{err}"
+    );
+}
+
+/// Two programs that print the same but close over different constants get two executables.
+#[test]
+fn programs_differing_only_in_constants_get_their_own_executables() {
+    let client = Client::cpu(8).unwrap();
+    let mesh = Mesh::auto(&[("x", 8)]).unwrap();
+    let s = sharding(&mesh, "P('x')");
+    let text = "{ lambda c:f32[8]; a:f32[8]. let b:f32[8] = add a c in (b,) }";
+    let cache = JitCache::default();
+    let x = DeviceArray::device_put(&client, &to_host(&values(&[8], 0.0)).unwrap(), &s).unwrap();
+    for k in 1..=2 {
+        let c = Array::new(DType::F32, &[8], vec![f64::from(k); 8]).unwrap();
+        let program =
+            tessera_ir::text::parse_closed_with_consts(text, std::slice::from_ref(&c)).unwrap();
+        let jit = Jit::new(program.clone(), vec![s.clone()], vec![s.clone()]).unwrap();
+        let out = cache
+            .get_or_compile(&client, &jit)
+            .unwrap()
+            .call(&[&x])
+            .unwrap();
+        let got = from_host(&out[0].to_host().unwrap(), DType::F32).unwrap();
+        let want = eval_closed(&program, &[values(&[8], 0.0)]).unwrap();
+        assert_eq!(got.to_vec(), want[0].to_vec(), "constant {k}");
+    }
+    assert_eq!(cache.len(), 2);
+}
+
 /// One SGD step of the MLP: `(x, w1, b1, w2) -> (w1', b1', w2', loss)`.
 fn mlp_training_step() -> tessera_ir::ClosedJaxpr {
     use tessera_ir::autodiff::value_and_grad;

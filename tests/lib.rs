@@ -54,3 +54,40 @@ pub fn assert_all_pass(report: &tessera_ir::oracle::Report, cases: usize) {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert_eq!(report.passed, cases);
 }
+
+/// Runs the named cases of `jaxpr_real_cases.json` (the file another issue brings into the
+/// oracle runners whole) with their gradients on the interpreter and on PJRT; returns how many
+/// (case, backend) pairs passed, panicking with the first failure.
+pub fn named_real_cases(names: &[&str]) -> usize {
+    let path = shared_dir().join("oracle").join("jaxpr_real_cases.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let file: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let client = tessera_pjrt::Client::cpu(1).unwrap_or_else(|e| panic!("no PJRT CPU client: {e}"));
+    let interp = |p: &tessera_ir::ClosedJaxpr, x: &[tessera_ir::Array]| {
+        tessera_ir::interp::eval_closed(p, x).map_err(|e| e.to_string())
+    };
+    let on_pjrt = |p: &tessera_ir::ClosedJaxpr, x: &[tessera_ir::Array]| {
+        tessera::jit::run_on_device(&client, p, x, 0).map_err(|e| e.to_string())
+    };
+    let backends: [(&str, &tessera_ir::oracle::Evaluate<'_>); 2] =
+        [("interpreter", &interp), ("pjrt", &on_pjrt)];
+    let cases = file["cases"].as_array().cloned().unwrap_or_default();
+    let mut passed = 0;
+    for name in names {
+        let case = cases
+            .iter()
+            .find(|c| c["name"] == *name)
+            .unwrap_or_else(|| panic!("no case {name} in {}", path.display()));
+        let case: tessera_ir::oracle::Case =
+            serde_json::from_value(case.clone()).unwrap_or_else(|e| panic!("case {name}: {e}"));
+        for (backend, evaluate) in backends {
+            tessera_ir::oracle::run_case_with(&case, evaluate)
+                .and_then(|()| tessera_ir::oracle::check_grads(&case, evaluate))
+                .unwrap_or_else(|e| panic!("{name} on the {backend}: {e}"));
+            passed += 1;
+        }
+    }
+    passed
+}

@@ -187,7 +187,7 @@ fn gradients_flow_through_embedding_lookups() {
             ShapedArray::new(DType::F32, &[5, 4]),
             ShapedArray::new(DType::I32, &[3]),
         ],
-        |a| vec![a[0].take(&a[1]).integer_pow(2).sum(&[0, 1])],
+        |a| vec![a[0].take(&a[1], 0).integer_pow(2).sum(&[0, 1])],
     )
     .unwrap();
     let grads = value_and_grad(&program, &[0]).unwrap();

@@ -33,6 +33,10 @@ const SCRIPT: &str = "benches/jax/bench_jax.py";
 const RAW_JSON: &str = "target/bench-jax.json";
 /// The generated table.
 const OUTPUT: &str = "docs/benchmarks.md";
+/// Where the sections of `docs/benchmarks.md` that other commands measure begin; the
+/// regeneration keeps them.
+const KEPT_MARKER: &str =
+    "<!-- measured by other commands: kept by cargo xtask bench --compare-jax -->";
 /// What a cell says while Tessera's side is missing.
 const NOT_MEASURED: &str = "not measured yet";
 /// The model both sides run, as the table states it.
@@ -255,7 +259,17 @@ pub fn compare() -> anyhow::Result<()> {
     println!("{markdown}");
     let out = root.join(OUTPUT);
     step(&format!("bench: writing {}", out.display()));
-    fs::write(&out, markdown).with_context(|| format!("could not write {}", out.display()))?;
+    // Sections measured by other commands (after KEPT_MARKER) survive a regeneration.
+    let kept = fs::read_to_string(&out)
+        .ok()
+        .and_then(|old| old.find(KEPT_MARKER).map(|at| old[at..].to_owned()))
+        .unwrap_or_default();
+    let text = if kept.is_empty() {
+        markdown
+    } else {
+        format!("{}\n\n{kept}", markdown.trim_end())
+    };
+    fs::write(&out, text).with_context(|| format!("could not write {}", out.display()))?;
     Ok(())
 }
 

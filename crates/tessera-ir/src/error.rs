@@ -42,6 +42,10 @@ pub enum IrError {
         /// The printed equations around the failure.
         context: String,
     },
+    /// A program's constants and the values given for them disagree (jaxpr text carries no
+    /// constant values: the caller gives them).
+    #[error("constants: {0}")]
+    Consts(String),
     /// Evaluation failed (wrong inputs, an out-of-range value).
     #[error("evaluation: {0}")]
     Eval(String),

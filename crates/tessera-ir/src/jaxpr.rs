@@ -114,4 +114,27 @@ impl ClosedJaxpr {
             consts: Vec::new(),
         }
     }
+
+    /// The same program with its constvars as leading arguments and no constants (how
+    /// transformations treat constants: as arguments they do not differentiate or batch).
+    pub fn consts_as_args(&self) -> ClosedJaxpr {
+        let mut jaxpr = self.jaxpr.clone();
+        let mut invars = std::mem::take(&mut jaxpr.constvars);
+        invars.append(&mut jaxpr.invars);
+        jaxpr.invars = invars;
+        ClosedJaxpr::new(jaxpr)
+    }
+
+    /// The inverse of [`ClosedJaxpr::consts_as_args`]: the first `consts.len()` arguments become
+    /// constvars holding `consts` (after any constants the program already has).
+    pub fn close_leading_args(&self, consts: &[Array]) -> ClosedJaxpr {
+        let mut jaxpr = self.jaxpr.clone();
+        let k = consts.len().min(jaxpr.invars.len());
+        let rest = jaxpr.invars.split_off(k);
+        let leading = std::mem::replace(&mut jaxpr.invars, rest);
+        jaxpr.constvars.extend(leading);
+        let mut all = self.consts.clone();
+        all.extend_from_slice(&consts[..k]);
+        ClosedJaxpr { jaxpr, consts: all }
+    }
 }

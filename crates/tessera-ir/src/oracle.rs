@@ -13,7 +13,7 @@ use crate::array::Array;
 use crate::dtype::DType;
 use crate::error::{IrError, Result};
 use crate::interp::eval_closed;
-use crate::text::{parse_closed, print_closed};
+use crate::text::{parse_closed_with_consts, print_closed};
 
 /// One tensor in the file: dtype, shape, row-major data as float64.
 #[derive(Debug, Clone, Deserialize)]
@@ -42,6 +42,9 @@ pub struct Case {
     pub name: String,
     /// The jaxpr text.
     pub jaxpr: String,
+    /// The values of the program's constvars, in order (the text carries none).
+    #[serde(default)]
+    pub consts: Vec<Tensor>,
     /// Inputs.
     pub inputs: Vec<Tensor>,
     /// JAX's outputs.
@@ -52,6 +55,19 @@ pub struct Case {
     /// d/d input of `sum_k sum(outputs_k * cotangents_k)`, nested lists (null for integers).
     #[serde(default)]
     pub grads: Vec<Option<serde_json::Value>>,
+}
+
+impl Case {
+    /// The parsed program, closed over the case's constants.
+    pub fn program(&self) -> std::result::Result<crate::jaxpr::ClosedJaxpr, String> {
+        let consts = self
+            .consts
+            .iter()
+            .map(Tensor::to_array)
+            .collect::<Result<Vec<_>>>()
+            .map_err(|e| format!("constants: {e}"))?;
+        parse_closed_with_consts(&self.jaxpr, &consts).map_err(|e| format!("parse: {e}"))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -112,11 +128,11 @@ pub fn run_case(case: &Case) -> std::result::Result<(), String> {
 
 /// Runs one case with a backend.
 pub fn run_case_with(case: &Case, evaluate: &Evaluate<'_>) -> std::result::Result<(), String> {
-    let closed = parse_closed(&case.jaxpr).map_err(|e| format!("parse: {e}"))?;
+    let closed = case.program()?;
     crate::verify(&closed).map_err(|e| format!("verify: {e}"))?;
     let printed = print_closed(&closed, 0);
-    let again =
-        parse_closed(&printed).map_err(|e| format!("re-parse of our print: {e}\n{printed}"))?;
+    let again = parse_closed_with_consts(&printed, &closed.consts)
+        .map_err(|e| format!("re-parse of our print: {e}\n{printed}"))?;
     if again != closed {
         return Err(format!("print -> parse changed the program:\n{printed}"));
     }
@@ -148,7 +164,7 @@ pub fn run_case_with(case: &Case, evaluate: &Evaluate<'_>) -> std::result::Resul
 /// Checks the gradients of a case: the VJP program, evaluated by `evaluate` on the inputs and
 /// cotangents, against JAX's `grads`.
 pub fn check_grads(case: &Case, evaluate: &Evaluate<'_>) -> std::result::Result<(), String> {
-    let program = parse_closed(&case.jaxpr).map_err(|e| format!("parse: {e}"))?;
+    let program = case.program()?;
     let vjp = crate::autodiff::vjp(&program).map_err(|e| format!("vjp: {e}"))?;
     crate::verify(&vjp).map_err(|e| format!("vjp program does not verify: {e}"))?;
     let mut args = case
@@ -157,8 +173,10 @@ pub fn check_grads(case: &Case, evaluate: &Evaluate<'_>) -> std::result::Result<
         .map(Tensor::to_array)
         .collect::<Result<Vec<_>>>()
         .map_err(|e| e.to_string())?;
-    for ct in &case.cotangents {
-        args.push(ct.to_array().map_err(|e| e.to_string())?);
+    // A cotangent has its result's dtype (the file may spell a bf16 result's as float32).
+    for (ct, aval) in case.cotangents.iter().zip(program.jaxpr.out_avals()) {
+        let ct = ct.to_array().map_err(|e| e.to_string())?;
+        args.push(Array::from_data(aval.dtype, ct.data));
     }
     let grads = evaluate(&vjp, &args).map_err(|e| format!("evaluate the vjp: {e}"))?;
     let rtol = if case.jaxpr.contains("bf16") {

@@ -146,17 +146,25 @@ fn untouched_values_carry_no_tangent_work() {
     assert_close("d sin(x)", &outs[2], &want, 1e-12);
 }
 
+/// Constants take no tangent: `d/da (sin(a) * c) = cos(a) * c` along `t`.
 #[test]
-fn jvp_rejects_programs_with_constants() {
-    let mut f = prog("a:f64[2]", "b:f64[2] = sin a", "b");
-    let c = f
-        .jaxpr
-        .new_var(tessera_ir::ShapedArray::new(tessera_ir::DType::F64, &[2]));
-    f.jaxpr.constvars.push(c);
-    f.consts
-        .push(Array::new(tessera_ir::DType::F64, &[2], vec![1.0, 2.0]).unwrap());
-    let err = jvp(&f).unwrap_err();
-    assert!(err.to_string().contains("constants"), "{err}");
+fn jvp_treats_constants_as_fixed_values() {
+    let c = Array::new(tessera_ir::DType::F64, &[2], vec![3.0, -2.0]).unwrap();
+    let f = tessera_ir::text::parse_closed_with_consts(
+        "{ lambda c:f64[2]; a:f64[2]. let b:f64[2] = sin a\n d:f64[2] = mul b c in (d,) }",
+        std::slice::from_ref(&c),
+    )
+    .unwrap();
+    let j = jvp(&f).unwrap();
+    assert_eq!(j.consts, vec![c.clone()]);
+    let x = Array::new(tessera_ir::DType::F64, &[2], vec![0.5, 1.5]).unwrap();
+    let t = Array::new(tessera_ir::DType::F64, &[2], vec![1.0, 0.25]).unwrap();
+    let outs = eval(&j, &[x.clone(), t.clone()]);
+    let want = Array::from_data(
+        tessera_ir::DType::F64,
+        &t.data * &x.data.mapv(f64::cos) * &c.data,
+    );
+    assert_close("d (sin(a) c)", &outs[1], &want, 1e-12);
 }
 
 /// `f(x, w) = sum(tanh(x . w) * x[:, :1]) + sum(sin(w))` on small shapes.

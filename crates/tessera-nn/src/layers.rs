@@ -116,10 +116,7 @@ impl Embedding {
 
     /// The rows of `ids` (any shape, integer): the result has shape `ids.shape + [d]`.
     pub fn apply(&self, p: &Tree<Tensor>, ids: &Tensor) -> Result<Tensor> {
-        let n: i64 = ids.shape().iter().product();
-        let mut shape = ids.shape().to_vec();
-        shape.push(self.d);
-        Ok(p.leaf("table")?.take(&ids.reshape(&[n])).reshape(&shape))
+        Ok(p.leaf("table")?.take(ids, 0))
     }
 }
 

@@ -17,6 +17,8 @@ pub use emit::{
     ArgSpec, Body, EmittedModule, ModuleEmitter, ResultSpec, parse_attr, parse_type, quote,
     tensor_type,
 };
-pub use lower::{LowerOptions, element_type, lower_closed, lower_flat, mlir_type};
+pub use lower::{
+    LowerOptions, element_type, lower_closed, lower_closed_unrolled, lower_flat, mlir_type,
+};
 /// MLIR values, as the bodies given to [`compose_module`] and [`ModuleEmitter`] see them.
 pub use melior::ir::Value;

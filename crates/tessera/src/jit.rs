@@ -232,17 +232,15 @@ impl Compiled {
                     arg.shape()
                 )));
             }
-            let have = arg
-                .sharding()
-                .concrete_mesh()
-                .map(|m| m.device_ids().to_vec())
-                .unwrap_or_default();
-            if have != self.devices || arg.sharding().spec() != sharding.spec() {
+            let have = arg.sharding();
+            if have.concrete_mesh() != sharding.concrete_mesh() || have.spec() != sharding.spec() {
                 return Err(JitError::Convert(format!(
-                    "argument {i} is laid out as {} on devices {have:?}, but the program was compiled for {} on devices {:?}; reshard it first",
-                    arg.sharding().spec(),
+                    "argument {i} is laid out as {} on mesh {}, but the program was compiled for \
+                     {} on mesh {}; reshard it first",
+                    have.spec(),
+                    describe_mesh(have),
                     sharding.spec(),
-                    self.devices
+                    describe_mesh(sharding),
                 )));
             }
         }
@@ -275,7 +273,44 @@ impl Compiled {
     }
 }
 
-/// Compiled executables by (program text, shardings), so a program is compiled once.
+/// The mesh of a sharding in words: axes with sizes and types, and the device order.
+fn describe_mesh(sharding: &NamedSharding) -> String {
+    let mesh = sharding.mesh();
+    let axes: Vec<String> = mesh
+        .axis_names()
+        .iter()
+        .zip(mesh.axis_sizes())
+        .zip(mesh.axis_types())
+        .map(|((n, s), t)| format!("{n}:{s} ({t:?})"))
+        .collect();
+    let devices = sharding
+        .concrete_mesh()
+        .map(|m| m.device_ids().to_vec())
+        .unwrap_or_default();
+    format!("{{{}}} over devices {devices:?}", axes.join(", "))
+}
+
+/// Everything that changes the executable of a [`Jit`]: the program text, the values of its
+/// constants (nested ones included, which the text does not show: a hash of the whole program),
+/// and every input and output sharding in full (spec, mesh axis names, sizes and types, device
+/// order, memory kind, logical device ids). The compile options are `CompileOptions::spmd` of
+/// the mesh's device order, which the shardings hold; a field that `Jit` gains (e.g. donated
+/// arguments) must join this key.
+fn cache_key(jit: &Jit) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    format!("{:?}", jit.program).hash(&mut hasher);
+    format!(
+        "{}|program {:016x}|in {:?}|out {:?}",
+        tessera_ir::text::print_closed(&jit.program, 0),
+        hasher.finish(),
+        jit.in_shardings,
+        jit.out_shardings
+    )
+}
+
+/// Compiled executables by everything that changes them ([`cache_key`]), so a program is
+/// compiled once per layout.
 #[derive(Default)]
 pub struct JitCache {
     entries: Mutex<HashMap<String, std::sync::Arc<Compiled>>>,
@@ -289,21 +324,7 @@ impl JitCache {
         client: &Client,
         jit: &Jit,
     ) -> Result<std::sync::Arc<Compiled>, JitError> {
-        let key = format!(
-            "{}|{:?}|{:?}",
-            tessera_ir::text::print_closed(&jit.program, 0),
-            jit.in_shardings
-                .iter()
-                .map(|s| (
-                    s.spec().to_string(),
-                    s.concrete_mesh().map(|m| m.device_ids().to_vec())
-                ))
-                .collect::<Vec<_>>(),
-            jit.out_shardings
-                .iter()
-                .map(|s| s.spec().to_string())
-                .collect::<Vec<_>>()
-        );
+        let key = cache_key(jit);
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(hit) = entries.get(&key) {
             return Ok(hit.clone());

@@ -19,12 +19,6 @@ use crate::trace::{Tensor, trace};
 /// argument's type; tangents of integer and boolean arguments are ignored), results
 /// `(y..., dy...)` with one tangent per result (zeros for integer and boolean results).
 pub fn jvp(program: &ClosedJaxpr) -> Result<ClosedJaxpr> {
-    if !program.consts.is_empty() {
-        return Err(IrError::Type {
-            prim: "jvp".into(),
-            message: "programs with closed-over constants are not differentiable yet; pass the constants as arguments".into(),
-        });
-    }
     if program.jaxpr.invars.is_empty() {
         return Err(IrError::Type {
             prim: "jvp".into(),
@@ -32,10 +26,21 @@ pub fn jvp(program: &ClosedJaxpr) -> Result<ClosedJaxpr> {
         });
     }
     crate::verify(program)?;
+    if program.consts.is_empty() {
+        return jvp_open(program, 0);
+    }
+    // Constants are leading arguments without tangents.
+    let open = jvp_open(&program.consts_as_args(), program.consts.len())?;
+    Ok(open.close_leading_args(&program.consts))
+}
+
+/// The JVP program of a program whose first `fixed` arguments take no tangent (and have no
+/// tangent argument).
+fn jvp_open(program: &ClosedJaxpr, fixed: usize) -> Result<ClosedJaxpr> {
     let flat = inline_calls(&crate::passes::unroll_treduce(program)?);
     let jaxpr = &flat.jaxpr;
     let mut avals: Vec<ShapedArray> = jaxpr.in_avals();
-    avals.extend(jaxpr.in_avals());
+    avals.extend(jaxpr.in_avals().into_iter().skip(fixed));
     let n = jaxpr.invars.len();
     let out = trace(&avals, |args| {
         let (primals, tangents) = args.split_at(n);
@@ -43,8 +48,9 @@ pub fn jvp(program: &ClosedJaxpr) -> Result<ClosedJaxpr> {
             return Vec::new();
         };
         let mut env: HashMap<Var, (Tensor, Option<Tensor>)> = HashMap::new();
+        let tangents = std::iter::repeat_n(None, fixed).chain(tangents.iter().map(Some));
         for ((&v, x), t) in jaxpr.invars.iter().zip(primals).zip(tangents) {
-            let t = x.dtype().is_float().then(|| t.clone());
+            let t = t.filter(|_| x.dtype().is_float()).cloned();
             env.insert(v, (x.clone(), t));
         }
         replay(jaxpr, &anchor, &mut env);

@@ -4,7 +4,7 @@
 //! operands (indices, predicates) are passed through as primals.
 
 use super::rules::zeros_like;
-use crate::params::Params;
+use crate::params::{ParamValue, Params};
 use crate::prim::Prim;
 use crate::trace::Tensor;
 
@@ -62,11 +62,14 @@ pub(super) fn jvp_rule(
         Rsqrt => scaled(&|t0| &(t0 * &y[0]) * &(-0.5 / &x[0])),
         Abs => scaled(&|t0| t0 * &x[0].sign()),
         IntegerPow => {
-            let n = params.int("integer_pow", "y").unwrap_or(1);
+            let n = match params.int("integer_pow", "y") {
+                Ok(n) => n,
+                Err(e) => return one(Some(x[0].fail("integer_pow", e.to_string()))),
+            };
             match n {
                 0 => one(None),
                 1 => one(t(0)),
-                _ => scaled(&|t0| t0 * &(x[0].integer_pow(n - 1) * n as f64)),
+                n => scaled(&|t0| t0 * &(x[0].integer_pow(n - 1) * n as f64)),
             }
         }
         Sign | Floor | Ceil | Round | StopGradient => one(None),
@@ -76,7 +79,10 @@ pub(super) fn jvp_rule(
         Clamp => one(clamp_jvp(x, &t)),
         ReduceMax | ReduceMin => one(t(0).map(|t0| reduce_chosen_jvp(prim, params, &t0, x, y))),
         ReduceProd => one(t(0).map(|t0| {
-            let axes = params.ints("reduce_prod", "axes").unwrap_or_default();
+            let axes = match params.ints("reduce_prod", "axes") {
+                Ok(axes) => axes,
+                Err(e) => return t0.fail("reduce_prod", e.to_string()),
+            };
             let full = y[0]
                 .keep_dims(&axes, x[0].rank())
                 .broadcast_to(x[0].shape());
@@ -95,8 +101,15 @@ pub(super) fn jvp_rule(
             }
         })),
         SelectN | BroadcastInDim | Reshape | Squeeze | ExpandDims | Transpose | Slice
-        | DynamicSlice | DynamicUpdateSlice | Concatenate | Pad | ReduceSum | Cumsum | Gather
+        | DynamicSlice | DynamicUpdateSlice | Concatenate | Pad | ReduceSum | Cumsum
         | ScatterAdd => one(Some(linear(prim, params, x, ts, &y[0]))),
+        // JAX's gather JVP: the same gather of the tangent, filling with zeros out of bounds.
+        Gather => {
+            let zero_fill = params
+                .clone()
+                .with("fill_value", ParamValue::Float(0.0, "0.0".into()));
+            one(Some(linear(prim, &zero_fill, x, ts, &y[0])))
+        }
         Jit | Checkpoint => jit_jvp(params, x, ts, y),
         Treduce => vec![
             Some(y[0].fail(
@@ -163,7 +176,10 @@ fn reduce_chosen_jvp(
     x: &[Tensor],
     y: &[Tensor],
 ) -> Tensor {
-    let axes = params.ints(prim.name(), "axes").unwrap_or_default();
+    let axes = match params.ints(prim.name(), "axes") {
+        Ok(axes) => axes,
+        Err(e) => return t.fail(prim.name(), e.to_string()),
+    };
     let full = y[0]
         .keep_dims(&axes, x[0].rank())
         .broadcast_to(x[0].shape());

@@ -104,10 +104,17 @@ fn loss_error(program: &ClosedJaxpr, needs: &str) -> crate::error::IrError {
 
 fn vjp_program(program: &ClosedJaxpr, with_values: bool) -> Result<ClosedJaxpr> {
     if !program.consts.is_empty() {
-        return Err(crate::error::IrError::Type {
-            prim: "vjp".into(),
-            message: "programs with closed-over constants are not differentiable yet; pass the constants as arguments".into(),
-        });
+        // Constants are differentiated as leading arguments whose cotangents are dropped.
+        let k = program.consts.len();
+        let open = vjp_program(&program.consts_as_args(), with_values)?;
+        let mut closed = open.close_leading_args(&program.consts);
+        let values = if with_values {
+            program.jaxpr.outvars.len()
+        } else {
+            0
+        };
+        closed.jaxpr.outvars.drain(values..values + k);
+        return Ok(eliminate_dead_code(&closed));
     }
     // Loops stay loops (their VJP is a loop), except those combining by `Max`.
     let flat = inline_calls(&crate::passes::unroll_treduce_if(program, |p| {

@@ -7,9 +7,11 @@
 
 use super::rules::zeros_like;
 use crate::axis_env;
+use crate::error::IrError;
 use crate::params::{ParamValue, Params};
 use crate::prim::{
-    Prim, ShardMapParams, collective_axes, index_groups, permutation, shard_map_params,
+    CollectiveOp, Prim, ShardMapParams, collective_axes, index_groups, permutation,
+    shard_map_params,
 };
 use crate::trace::{Tensor, where_};
 
@@ -25,52 +27,70 @@ pub(super) fn collective_vjp(
         Err(e) => return vec![Some(g.fail(prim.name(), e.to_string()))],
     };
     let axes: Vec<&str> = axes.iter().map(String::as_str).collect();
-    let int = |k: &str| params.get(k).and_then(ParamValue::as_int).unwrap_or(0);
-    let tiled = params.bool_or("tiled", false);
-    let ct = match prim {
-        Prim::Psum => match index_groups(prim, params) {
-            Ok(Some(groups)) => g.psum_in_groups(&axes, &groups),
-            _ => g.pvary(&axes),
-        },
-        Prim::Pvary => g.psum(&axes),
-        Prim::AllGather => g.psum_scatter(axes[0], int("all_gather_dimension"), tiled),
-        Prim::ReduceScatter => g.all_gather(axes[0], int("scatter_dimension"), tiled),
-        Prim::Ppermute => {
-            let inverse: Vec<(i64, i64)> = permutation(params)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(s, t)| (t, s))
-                .collect();
-            g.ppermute(axes[0], &inverse)
-        }
-        Prim::AllToAll => {
-            let p = params
-                .clone()
-                .with("split_axis", ParamValue::Int(int("concat_axis")))
-                .with("concat_axis", ParamValue::Int(int("split_axis")));
-            Tensor::bind1(Prim::AllToAll, p, &[g])
-        }
-        Prim::Pbroadcast => {
-            let source = int("source");
-            let here = Tensor::axis_index(g, axes[0]).broadcast_to(g.shape());
-            let is_source = here.eq(&here.full_like_scalar(source as f64));
-            where_(&is_source, &g.psum(&axes), &zeros_like(g))
-        }
-        Prim::AxisIndex => return Vec::new(),
-        _ => g.fail(
-            prim.name(),
-            format!(
-                "{} is not differentiable (JAX defines no derivative for it); stop_gradient its \
-                 operand",
-                prim.name()
-            ),
-        ),
+    let Some(op) = prim.collective() else {
+        return vec![Some(g.fail(prim.name(), "is not a collective".into()))];
     };
+    if op == CollectiveOp::AxisIndex {
+        return Vec::new();
+    }
+    let ct = collective_transpose(prim, op, params, g, &axes)
+        .unwrap_or_else(|e| g.fail(prim.name(), e.to_string()));
     vec![
         x.first()
             .is_some_and(|x| x.dtype().is_float())
             .then_some(ct),
     ]
+}
+
+/// The transpose of a collective applied to the cotangent `g` (`axis_index` has none).
+fn collective_transpose(
+    prim: Prim,
+    op: CollectiveOp,
+    params: &Params,
+    g: &Tensor,
+    axes: &[&str],
+) -> Result<Tensor, IrError> {
+    let int = |k: &str| params.int(prim.name(), k);
+    let tiled = params.bool_or("tiled", false);
+    Ok(match op {
+        CollectiveOp::Psum => match index_groups(prim, params)? {
+            Some(groups) => g.psum_in_groups(axes, &groups),
+            None => g.pvary(axes),
+        },
+        CollectiveOp::Pvary => g.psum(axes),
+        CollectiveOp::AllGather => g.psum_scatter(axes[0], int("all_gather_dimension")?, tiled),
+        CollectiveOp::ReduceScatter => g.all_gather(axes[0], int("scatter_dimension")?, tiled),
+        CollectiveOp::Ppermute => {
+            let inverse: Vec<(i64, i64)> = permutation(params)?
+                .into_iter()
+                .map(|(s, t)| (t, s))
+                .collect();
+            g.ppermute(axes[0], &inverse)
+        }
+        CollectiveOp::AllToAll => {
+            let p = params
+                .clone()
+                .with("split_axis", ParamValue::Int(int("concat_axis")?))
+                .with("concat_axis", ParamValue::Int(int("split_axis")?));
+            Tensor::bind1(Prim::AllToAll, p, &[g])
+        }
+        CollectiveOp::Pbroadcast => {
+            let source = int("source")?;
+            let here = Tensor::axis_index(g, axes[0]).broadcast_to(g.shape());
+            let is_source = here.eq(&here.full_like_scalar(source as f64));
+            where_(&is_source, &g.psum(axes), &zeros_like(g))
+        }
+        CollectiveOp::Pmax | CollectiveOp::Pmin | CollectiveOp::AxisIndex => {
+            return Err(IrError::Type {
+                prim: prim.name().into(),
+                message: format!(
+                    "{} is not differentiable (JAX defines no derivative for it); stop_gradient \
+                     its operand",
+                    prim.name()
+                ),
+            });
+        }
+    })
 }
 
 /// The VJP of a `shard_map` equation: a `shard_map` of the body's VJP.
@@ -113,23 +133,36 @@ pub(super) fn collective_jvp(
     y: &[Tensor],
     t: Option<Tensor>,
 ) -> Vec<Option<Tensor>> {
-    if prim == Prim::AxisIndex {
+    let Some(op) = prim.collective() else {
+        return vec![Some(y[0].fail(prim.name(), "is not a collective".into()))];
+    };
+    if op == CollectiveOp::AxisIndex {
         return vec![None];
     }
     let Some(t) = t else {
         return vec![None];
     };
-    let axes = collective_axes(prim, params).unwrap_or_default();
-    match prim {
-        Prim::Pmax | Prim::Pmin => vec![Some(y[0].fail(
-            prim.name(),
-            format!(
-                "{} is not differentiable (JAX defines no derivative for it)",
-                prim.name()
-            ),
-        ))],
-        Prim::Pvary => vec![Some(t.pvary(&axes))],
-        _ => {
+    let axes = match collective_axes(prim, params) {
+        Ok(axes) => axes,
+        Err(e) => return vec![Some(y[0].fail(prim.name(), e.to_string()))],
+    };
+    match op {
+        CollectiveOp::Pmax | CollectiveOp::Pmin | CollectiveOp::AxisIndex => {
+            vec![Some(y[0].fail(
+                prim.name(),
+                format!(
+                    "{} is not differentiable (JAX defines no derivative for it)",
+                    prim.name()
+                ),
+            ))]
+        }
+        CollectiveOp::Pvary => vec![Some(t.pvary(&axes))],
+        CollectiveOp::Psum
+        | CollectiveOp::AllGather
+        | CollectiveOp::ReduceScatter
+        | CollectiveOp::Ppermute
+        | CollectiveOp::AllToAll
+        | CollectiveOp::Pbroadcast => {
             let varying: Vec<&String> = x[0].aval().vma.iter().collect();
             let t = t.pvary(&varying);
             vec![Some(Tensor::bind1(prim, params.clone(), &[&t]))]

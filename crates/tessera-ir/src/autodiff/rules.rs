@@ -4,7 +4,7 @@
 
 use crate::dtype::DType;
 use crate::params::{ParamValue, Params};
-use crate::prim::Prim;
+use crate::prim::{GatherDims, GatherParams, Prim, ScatterDims, ScatterParams};
 use crate::trace::Tensor;
 
 /// `a + b` of two cotangents of the same type.
@@ -88,6 +88,15 @@ pub(super) fn vjp_rule(
     else {
         return vec![None; x.len()];
     };
+    // A parameter the rule reads; a malformed one fails the trace, never a default.
+    macro_rules! read {
+        ($e:expr) => {
+            match $e {
+                Ok(v) => v,
+                Err(e) => return vec![Some(g.fail(prim.name(), e.to_string())); x.len()],
+            }
+        };
+    }
     let shape_of = |i: usize| x[i].shape().to_vec();
     let float = |i: usize| x[i].dtype().is_float();
     let keep = |i: usize, t: Tensor| float(i).then(|| unbroadcast(&t, &shape_of(i)));
@@ -130,7 +139,7 @@ pub(super) fn vjp_rule(
         Rsqrt => vec![Some(&(&g * &y[0]) * &(-0.5 / &x[0]))],
         Abs => vec![Some(&g * &x[0].sign())],
         IntegerPow => {
-            let n = params.int("integer_pow", "y").unwrap_or(1);
+            let n = read!(params.int("integer_pow", "y"));
             let d = if n == 1 {
                 x[0].full_like_scalar(1.0)
             } else {
@@ -168,7 +177,7 @@ pub(super) fn vjp_rule(
         BroadcastInDim => vec![Some(unbroadcast_in_dim(&g, &x[0], params))],
         Reshape | Squeeze | ExpandDims => vec![Some(g.reshape(x[0].shape()))],
         Transpose => {
-            let perm = params.ints("transpose", "permutation").unwrap_or_default();
+            let perm = read!(params.ints("transpose", "permutation"));
             let mut inv = vec![0i64; perm.len()];
             for (i, &p) in perm.iter().enumerate() {
                 inv[p as usize] = i as i64;
@@ -176,13 +185,13 @@ pub(super) fn vjp_rule(
             vec![Some(g.transpose(&inv))]
         }
         ReduceSum => {
-            let axes = params.ints("reduce_sum", "axes").unwrap_or_default();
+            let axes = read!(params.ints("reduce_sum", "axes"));
             vec![Some(
                 g.keep_dims(&axes, x[0].rank()).broadcast_to(x[0].shape()),
             )]
         }
         ReduceMax | ReduceMin => {
-            let axes = params.ints(prim.name(), "axes").unwrap_or_default();
+            let axes = read!(params.ints(prim.name(), "axes"));
             let rank = x[0].rank();
             let full = |t: &Tensor| t.keep_dims(&axes, rank).broadcast_to(x[0].shape());
             let mask = x[0].eq(&full(&y[0])).astype(g.dtype());
@@ -190,7 +199,7 @@ pub(super) fn vjp_rule(
             vec![Some(&(&full(&g) * &mask) / &count)]
         }
         ReduceProd => {
-            let axes = params.ints("reduce_prod", "axes").unwrap_or_default();
+            let axes = read!(params.ints("reduce_prod", "axes"));
             let rank = x[0].rank();
             let full = |t: &Tensor| t.keep_dims(&axes, rank).broadcast_to(x[0].shape());
             vec![Some(&(&full(&g) * &full(&y[0])) / &x[0])]
@@ -198,7 +207,7 @@ pub(super) fn vjp_rule(
         ReduceAnd | ReduceOr => vec![None],
         Cumsum => {
             let reverse = matches!(params.get("reverse"), Some(ParamValue::Bool(true)));
-            let axis = params.get("axis").cloned().unwrap_or(ParamValue::Int(0));
+            let axis = ParamValue::Int(read!(params.int("cumsum", "axis")));
             let p = Params::new()
                 .with("axis", axis)
                 .with("reverse", ParamValue::Bool(!reverse));
@@ -206,12 +215,9 @@ pub(super) fn vjp_rule(
         }
         DotGeneral => dot_general_vjp(params, &g, &x[0], &x[1]),
         Slice => {
-            let start = params.ints("slice", "start_indices").unwrap_or_default();
-            let strides = params
-                .opt_ints("slice", "strides")
-                .ok()
-                .flatten()
-                .unwrap_or_else(|| vec![1; start.len()]);
+            let start = read!(params.ints("slice", "start_indices"));
+            let strides =
+                read!(params.opt_ints("slice", "strides")).unwrap_or_else(|| vec![1; start.len()]);
             let dims = x[0].shape();
             let config: Vec<(i64, i64, i64)> = (0..dims.len())
                 .map(|d| {
@@ -235,7 +241,7 @@ pub(super) fn vjp_rule(
             vec![Some(operand), Some(pad_value)]
         }
         Concatenate => {
-            let dim = params.int("concatenate", "dimension").unwrap_or(0);
+            let dim = read!(params.int("concatenate", "dimension"));
             let dim = if dim < 0 { dim + g.rank() as i64 } else { dim } as usize;
             let mut offset = 0;
             x.iter()
@@ -282,8 +288,8 @@ pub(super) fn vjp_rule(
             None,
             Some(scatter_add_vjp(params, &g, &x[1], &x[2])),
         ],
-        Jit => vec![None; x.len()],
-        Checkpoint => super::remat::checkpoint_vjp(params, x, y, gs),
+        // `inline_calls` keeps only calls with constants; they are differentiated whole.
+        Jit | Checkpoint => super::remat::call_vjp(prim, params, x, y, gs),
         Treduce => super::loops::treduce_vjp(params, x, y, gs),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_vjp(prim, params, x, &g),
@@ -291,87 +297,51 @@ pub(super) fn vjp_rule(
     }
 }
 
-fn record(name: &str, fields: &[(&str, &[i64])]) -> ParamValue {
-    ParamValue::Record(
-        name.into(),
-        fields
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), int_list(v)))
-            .collect(),
-    )
-}
-
-fn index_params(params: &Params, dims: ParamValue) -> Params {
-    let copy = |k: &str, default: ParamValue| params.get(k).cloned().unwrap_or(default);
-    Params::new()
-        .with("dimension_numbers", dims)
-        .with(
-            "indices_are_sorted",
-            copy("indices_are_sorted", ParamValue::Bool(false)),
-        )
-        .with(
-            "mode",
-            copy(
-                "mode",
-                ParamValue::Name("GatherScatterMode.PROMISE_IN_BOUNDS".into()),
-            ),
-        )
-        .with(
-            "unique_indices",
-            copy("unique_indices", ParamValue::Bool(false)),
-        )
-}
-
-/// Gather's cotangent: scatter-add the output cotangent into zeros at the gathered places.
+/// Gather's cotangent: scatter-add the output cotangent into zeros at the gathered places, with
+/// the gather's mode and index hints (clamped places get the cotangent of every index clamped
+/// there; dropped ones, nothing), as JAX's transpose rule does.
 fn gather_vjp(params: &Params, g: &Tensor, operand: &Tensor, indices: &Tensor) -> Tensor {
-    let Ok(dn) = crate::prim::gather_dims(params) else {
-        return zeros_like(operand);
+    let p = match GatherParams::read(params) {
+        Ok(p) => p,
+        Err(e) => return g.fail("gather", format!("in its VJP: {e}")),
     };
-    let dims = record(
-        "ScatterDimensionNumbers",
-        &[
-            ("update_window_dims", &dn.offset_dims),
-            ("inserted_window_dims", &dn.collapsed_slice_dims),
-            ("scatter_dims_to_operand_dims", &dn.start_index_map),
-            ("operand_batching_dims", &[]),
-            ("scatter_indices_batching_dims", &[]),
-        ],
-    );
+    let scatter = ScatterParams {
+        dims: ScatterDims {
+            update_window_dims: p.dims.offset_dims,
+            inserted_window_dims: p.dims.collapsed_slice_dims,
+            scatter_dims_to_operand_dims: p.dims.start_index_map,
+            operand_batching_dims: p.dims.operand_batching_dims,
+        },
+        mode: p.mode,
+        indices_are_sorted: p.indices_are_sorted,
+        unique_indices: p.unique_indices,
+    };
     let zeros = zeros_like(operand);
-    Tensor::bind1(
-        Prim::ScatterAdd,
-        index_params(params, dims),
-        &[&zeros, indices, g],
-    )
+    Tensor::bind1(Prim::ScatterAdd, scatter.to_params(), &[&zeros, indices, g])
 }
 
-/// Scatter-add's cotangent for the updates: gather the output cotangent at the scattered places.
+/// Scatter-add's cotangent for the updates: gather the output cotangent at the scattered places
+/// with the scatter's mode, zeros for dropped windows (JAX's `fill_value=0`).
 fn scatter_add_vjp(params: &Params, g: &Tensor, indices: &Tensor, updates: &Tensor) -> Tensor {
-    let Ok(dn) = crate::prim::scatter_dims(params) else {
-        return zeros_like(updates);
+    let p = match ScatterParams::read(params) {
+        Ok(p) => p,
+        Err(e) => return g.fail("scatter-add", format!("in its VJP: {e}")),
     };
-    let mut window = dn.update_window_dims.iter();
-    let sizes: Vec<i64> = (0..g.rank() as i64)
-        .map(|d| {
-            if dn.inserted_window_dims.contains(&d) {
-                1
-            } else {
-                window.next().map_or(1, |&w| updates.shape()[w as usize])
-            }
-        })
-        .collect();
-    let dims = record(
-        "GatherDimensionNumbers",
-        &[
-            ("offset_dims", &dn.update_window_dims),
-            ("collapsed_slice_dims", &dn.inserted_window_dims),
-            ("start_index_map", &dn.scatter_dims_to_operand_dims),
-            ("operand_batching_dims", &[]),
-            ("start_indices_batching_dims", &[]),
-        ],
-    );
-    let p = index_params(params, dims).with("slice_sizes", int_list(&sizes));
-    Tensor::bind1(Prim::Gather, p, &[g, indices])
+    let slice_sizes = crate::prim::scatter_window_sizes(&p.dims, updates.shape(), g.rank());
+    let gather = GatherParams {
+        dims: GatherDims {
+            offset_dims: p.dims.update_window_dims,
+            collapsed_slice_dims: p.dims.inserted_window_dims,
+            start_index_map: p.dims.scatter_dims_to_operand_dims,
+            operand_batching_dims: p.dims.operand_batching_dims,
+        },
+        slice_sizes,
+        mode: p.mode,
+        fill_value: Some(0.0),
+        indices_are_sorted: p.indices_are_sorted,
+        unique_indices: p.unique_indices,
+    };
+    Tensor::bind1(Prim::Gather, gather.to_params(), &[g, indices])
 }
 
 fn pad_config(params: &Params) -> Vec<(i64, i64, i64)> {
@@ -380,9 +350,12 @@ fn pad_config(params: &Params) -> Vec<(i64, i64, i64)> {
         .and_then(ParamValue::as_seq)
         .map(|seq| {
             seq.iter()
-                .filter_map(|t| match t.as_ints().as_deref() {
-                    Some(&[a, b, c]) => Some((a, b, c)),
-                    _ => None,
+                .filter_map(|t| {
+                    if let Some(&[a, b, c]) = t.as_ints().as_deref() {
+                        Some((a, b, c))
+                    } else {
+                        None
+                    }
                 })
                 .collect()
         })
@@ -449,8 +422,9 @@ fn unbroadcast_in_dim(g: &Tensor, x: &Tensor, params: &Params) -> Tensor {
 
 /// JAX's `_dot_general_transpose_lhs`/`_rhs`.
 fn dot_general_vjp(params: &Params, g: &Tensor, x: &Tensor, y: &Tensor) -> Vec<Option<Tensor>> {
-    let Ok(dd) = crate::prim::dot_dims(params) else {
-        return vec![None, None];
+    let dd = match crate::prim::dot_dims(params) {
+        Ok(dd) => dd,
+        Err(e) => return vec![Some(g.fail("dot_general", format!("in its VJP: {e}"))); 2],
     };
     let (xc, yc, xb, yb) = (
         &dd.lhs_contract,

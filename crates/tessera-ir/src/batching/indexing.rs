@@ -14,9 +14,10 @@ use crate::trace::Tensor;
 
 /// `dynamic_slice`: a leading zero index when the indices are shared, else a `gather`.
 pub(super) fn dynamic_slice(params: &Params, args: &[Batched], size: i64) -> Tensor {
-    let sizes = params
-        .ints("dynamic_slice", "slice_sizes")
-        .unwrap_or_default();
+    let sizes = match params.ints("dynamic_slice", "slice_sizes") {
+        Ok(sizes) => sizes,
+        Err(e) => return super::rules::malformed(args, Prim::DynamicSlice, &e),
+    };
     let x = to_front(&args[0], size);
     let idx = &args[1..];
     if idx.iter().all(|(_, d)| d.is_none()) {

@@ -11,7 +11,7 @@ use tessera_sharding::{DimSpec, PartitionSpec};
 use super::{Batched, to_front, with_param};
 use crate::axis_env;
 use crate::params::{ParamValue, Params};
-use crate::prim::{Prim, ShardMapParams, shard_map_params};
+use crate::prim::{CollectiveOp, Prim, ShardMapParams, shard_map_params};
 use crate::trace::Tensor;
 
 /// Batches a collective; `size` is the batch size.
@@ -19,26 +19,38 @@ pub(super) fn collective(prim: Prim, params: &Params, args: &[Batched], size: i6
     let shift = |keys: &[&str]| {
         let mut p = params.clone();
         for key in keys {
-            let v = params.get(key).and_then(ParamValue::as_int).unwrap_or(0);
+            let v = params.int(prim.name(), key)?;
             p = with_param(&p, key, ParamValue::Int(v + 1));
         }
-        p
+        Ok::<Params, crate::error::IrError>(p)
     };
-    let front = |p: Params| {
+    let front = |p: Result<Params, crate::error::IrError>| {
         let x = to_front(&args[0], size);
-        vec![(Tensor::bind1(prim, p, &[&x]), Some(0))]
+        match p {
+            Ok(p) => vec![(Tensor::bind1(prim, p, &[&x]), Some(0))],
+            Err(e) => vec![(x.fail(prim.name(), e.to_string()), Some(0))],
+        }
     };
-    match prim {
-        Prim::AllGather => front(shift(&["all_gather_dimension"])),
-        Prim::ReduceScatter => front(shift(&["scatter_dimension"])),
-        Prim::AllToAll => front(shift(&["split_axis", "concat_axis"])),
-        Prim::AxisIndex => vec![(
+    let Some(op) = prim.collective() else {
+        let x = &args[0].0;
+        return vec![(x.fail(prim.name(), "is not a collective".into()), None)];
+    };
+    match op {
+        CollectiveOp::AllGather => front(shift(&["all_gather_dimension"])),
+        CollectiveOp::ReduceScatter => front(shift(&["scatter_dimension"])),
+        CollectiveOp::AllToAll => front(shift(&["split_axis", "concat_axis"])),
+        CollectiveOp::AxisIndex => vec![(
             args[0]
                 .0
                 .fail("axis_index", "axis_index takes no operands to batch".into()),
             None,
         )],
-        _ => {
+        CollectiveOp::Psum
+        | CollectiveOp::Pmax
+        | CollectiveOp::Pmin
+        | CollectiveOp::Ppermute
+        | CollectiveOp::Pvary
+        | CollectiveOp::Pbroadcast => {
             let (x, d) = &args[0];
             vec![(Tensor::bind1(prim, params.clone(), &[x]), *d)]
         }

@@ -36,10 +36,10 @@ pub(super) fn batch_rule(
         Reshape => one(reshape(params, args, size, out)),
         Squeeze => one(shift_axes(prim, params, args, size, "dimensions", in_rank)),
         ExpandDims => one(shift_axes(prim, params, args, size, "dimensions", rank)),
-        Transpose => {
-            let perm = params.ints(prim.name(), "permutation").unwrap_or_default();
-            one(to_front(&args[0], size).transpose(&shifted(&perm, Some(0))))
-        }
+        Transpose => match params.ints(prim.name(), "permutation") {
+            Ok(perm) => one(to_front(&args[0], size).transpose(&shifted(&perm, Some(0)))),
+            Err(e) => one(malformed(args, prim, &e)),
+        },
         Slice => one(slice(params, &to_front(&args[0], size), size)),
         ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr | Argmax | Argmin => {
             one(shift_axes(prim, params, args, size, "axes", in_rank))
@@ -93,11 +93,10 @@ fn same_dims(prim: Prim, params: &Params, args: &[Batched]) -> Vec<Batched> {
 }
 
 fn broadcast_in_dim(params: &Params, args: &[Batched], size: i64, out: &[ShapedArray]) -> Tensor {
-    let bdims = params
-        .opt_ints("broadcast_in_dim", "broadcast_dimensions")
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let bdims = match params.opt_ints("broadcast_in_dim", "broadcast_dimensions") {
+        Ok(dims) => dims.unwrap_or_default(),
+        Err(e) => return malformed(args, Prim::BroadcastInDim, &e),
+    };
     let x = to_front(&args[0], size);
     x.broadcast_in_dim(&shifted_shape(size, out), &shifted(&bdims, Some(0)))
 }
@@ -121,7 +120,10 @@ fn shift_axes(
     key: &str,
     rank: usize,
 ) -> Tensor {
-    let axes = norm_axes(params.ints(prim.name(), key).unwrap_or_default(), rank);
+    let axes = match params.ints(prim.name(), key) {
+        Ok(axes) => norm_axes(axes, rank),
+        Err(e) => return malformed(args, prim, &e),
+    };
     let p = with_param(params, key, ParamValue::ints(&shifted(&axes, None)));
     Tensor::bind1(prim, p, &[&to_front(&args[0], size)])
 }
@@ -135,11 +137,19 @@ fn shift_axis(
     key: &str,
     rank: usize,
 ) -> Tensor {
-    let axis = norm_axes(vec![params.int(prim.name(), key).unwrap_or(0)], rank)[0];
+    let axis = match params.int(prim.name(), key) {
+        Ok(axis) => norm_axes(vec![axis], rank)[0],
+        Err(e) => return malformed(args, prim, &e),
+    };
     let ops: Vec<Tensor> = args.iter().map(|a| to_front(a, size)).collect();
     let refs: Vec<&Tensor> = ops.iter().collect();
     let p = with_param(params, key, ParamValue::Int(axis + 1));
     Tensor::bind1(prim, p, &refs)
+}
+
+/// Records a malformed parameter of `prim` (the trace returns it as an error).
+pub(super) fn malformed(args: &[Batched], prim: Prim, e: &crate::error::IrError) -> Tensor {
+    args[0].0.fail(prim.name(), e.to_string())
 }
 
 /// Records that `prim` cannot be batched in `case` (the trace returns it as an error).
@@ -192,8 +202,13 @@ fn elementwise(prim: Prim, params: &Params, args: &[Batched], size: i64, rank: u
 
 fn slice(params: &Params, x: &Tensor, size: i64) -> Tensor {
     let name = "slice";
-    let start = params.ints(name, "start_indices").unwrap_or_default();
-    let limit = params.ints(name, "limit_indices").unwrap_or_default();
+    let (start, limit) = match (
+        params.ints(name, "start_indices"),
+        params.ints(name, "limit_indices"),
+    ) {
+        (Ok(start), Ok(limit)) => (start, limit),
+        (Err(e), _) | (_, Err(e)) => return x.fail(name, e.to_string()),
+    };
     let start: Vec<i64> = std::iter::once(0).chain(start).collect();
     let mut p = with_param(params, "start_indices", ParamValue::ints(&start));
     p = with_param(&p, "limit_indices", {
@@ -210,11 +225,10 @@ fn slice(params: &Params, x: &Tensor, size: i64) -> Tensor {
 /// `pad(x, v)` with a batched padding value `v` is `pad(x, 0) + v * pad(zeros, 1)`: the second
 /// term marks the padding (edges and interior).
 fn pad(params: &Params, args: &[Batched], size: i64) -> Tensor {
-    let config = params
-        .get("padding_config")
-        .and_then(ParamValue::as_seq)
-        .map(<[ParamValue]>::to_vec)
-        .unwrap_or_default();
+    let Some(config) = params.get("padding_config").and_then(ParamValue::as_seq) else {
+        let message = "parameter `padding_config` must be a tuple of triples".to_owned();
+        return args[0].0.fail("pad", message);
+    };
     let mut batched = vec![ParamValue::ints(&[0, 0, 0])];
     batched.extend(config.iter().cloned());
     let p = with_param(params, "padding_config", ParamValue::Tuple(batched));
@@ -242,7 +256,7 @@ fn pad(params: &Params, args: &[Batched], size: i64) -> Tensor {
     let one = x.literal_strong(1.0, dtype);
     let marks = Tensor::bind1(
         Prim::Pad,
-        Params::new().with("padding_config", ParamValue::Tuple(config)),
+        Params::new().with("padding_config", ParamValue::Tuple(config.to_vec())),
         &[&zeros, &one],
     );
     let mut vshape = vec![size];

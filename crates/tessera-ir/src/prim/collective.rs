@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use ndarray::{ArrayD, Axis};
 use tessera_sharding::{AbstractMesh, groups};
 
-use super::{Prim, arity};
+use super::{CollectiveOp, Prim, arity};
 use crate::array::Array;
 use crate::aval::ShapedArray;
 use crate::axis_env;
@@ -38,9 +38,12 @@ pub fn axis_names(prim: Prim, params: &Params, key: &str) -> Result<Vec<String>>
             .as_seq()
             .ok_or_else(bad)?
             .iter()
-            .map(|a| match a {
-                ParamValue::Name(n) => Ok(n.clone()),
-                _ => Err(bad()),
+            .map(|a| {
+                if let ParamValue::Name(n) = a {
+                    Ok(n.clone())
+                } else {
+                    Err(bad())
+                }
             })
             .collect(),
     }
@@ -49,10 +52,18 @@ pub fn axis_names(prim: Prim, params: &Params, key: &str) -> Result<Vec<String>>
 /// The axes a collective communicates over (`axes` for reductions and `pvary`, `axis_name` for
 /// the others).
 pub fn collective_axes(prim: Prim, params: &Params) -> Result<Vec<String>> {
-    match prim {
-        Prim::Psum | Prim::Pmax | Prim::Pmin | Prim::Pvary => axis_names(prim, params, "axes"),
-        _ => axis_names(prim, params, "axis_name"),
+    use CollectiveOp::*;
+    match prim.collective() {
+        Some(Psum | Pmax | Pmin | Pvary) => axis_names(prim, params, "axes"),
+        Some(AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex | Pbroadcast) => {
+            axis_names(prim, params, "axis_name")
+        }
+        None => Err(not_collective(prim)),
     }
+}
+
+fn not_collective(prim: Prim) -> IrError {
+    type_error(prim.name(), "is not a collective")
 }
 
 /// `axis_index_groups`, where given.
@@ -85,9 +96,12 @@ pub fn permutation(params: &Params) -> Result<Vec<(i64, i64)>> {
         .and_then(ParamValue::as_seq)
         .ok_or_else(bad)?
         .iter()
-        .map(|p| match p.as_ints().as_deref() {
-            Some(&[s, t]) => Ok((s, t)),
-            _ => Err(bad()),
+        .map(|p| {
+            if let Some(&[s, t]) = p.as_ints().as_deref() {
+                Ok((s, t))
+            } else {
+                Err(bad())
+            }
         })
         .collect()
 }
@@ -116,6 +130,7 @@ fn dim_param(prim: Prim, params: &Params, key: &str, rank: usize) -> Result<usiz
 /// The shape and `vma` rules.
 pub(super) fn abstract_eval(
     prim: Prim,
+    op: CollectiveOp,
     params: &Params,
     inputs: &[ShapedArray],
 ) -> Result<Vec<ShapedArray>> {
@@ -153,11 +168,13 @@ pub(super) fn abstract_eval(
         ));
     }
     let n = group_size(prim, params, &mesh)?;
-    match prim {
-        Prim::Psum | Prim::Pmax | Prim::Pmin if index_groups(prim, params)?.is_none() => {
-            out.vma = &x.vma - &axes.iter().cloned().collect::<BTreeSet<_>>();
+    match op {
+        CollectiveOp::Psum | CollectiveOp::Pmax | CollectiveOp::Pmin => {
+            if index_groups(prim, params)?.is_none() {
+                out.vma = &x.vma - &axes.iter().cloned().collect::<BTreeSet<_>>();
+            }
         }
-        Prim::AllGather => {
+        CollectiveOp::AllGather => {
             let tiled = params.bool_or("tiled", false);
             let rank = x.rank() + usize::from(!tiled);
             let d = dim_param(prim, params, "all_gather_dimension", rank)?;
@@ -168,12 +185,12 @@ pub(super) fn abstract_eval(
                 out.shape.insert(d, n);
             }
         }
-        Prim::ReduceScatter => {
+        CollectiveOp::ReduceScatter => {
             let d = dim_param(prim, params, "scatter_dimension", x.rank())?;
             check_size_param(prim, params, n)?;
             out.shape = scatter_shape(&x.shape, d, n, params.bool_or("tiled", false))?;
         }
-        Prim::AllToAll => {
+        CollectiveOp::AllToAll => {
             let split = dim_param(prim, params, "split_axis", x.rank())?;
             let concat = dim_param(prim, params, "concat_axis", x.rank())?;
             if x.shape[split] % n != 0 {
@@ -190,10 +207,10 @@ pub(super) fn abstract_eval(
             out.shape[split] /= n;
             out.shape[concat] *= n;
         }
-        Prim::Ppermute => {
+        CollectiveOp::Ppermute => {
             groups::check_permutation(&permutation(params)?, n).map_err(|e| sharding(prim, e))?;
         }
-        Prim::Pbroadcast => {
+        CollectiveOp::Pbroadcast => {
             let source = params.int(prim.name(), "source")?;
             if !(0..n).contains(&source) {
                 return Err(type_error(
@@ -202,19 +219,21 @@ pub(super) fn abstract_eval(
                 ));
             }
         }
-        _ => {}
+        // Handled above.
+        CollectiveOp::AxisIndex | CollectiveOp::Pvary => {}
     }
     Ok(vec![out])
 }
 
 fn check_size_param(prim: Prim, params: &Params, n: i64) -> Result<()> {
-    match params.get("axis_size").and_then(ParamValue::as_int) {
-        Some(size) if size != n => Err(type_error(
+    let size = params.get("axis_size").and_then(ParamValue::as_int);
+    if let Some(size) = size.filter(|&s| s != n) {
+        return Err(type_error(
             prim.name(),
             format!("axis_size={size}, but the axes have {n} devices"),
-        )),
-        _ => Ok(()),
+        ));
     }
+    Ok(())
 }
 
 /// `psum_scatter`'s result shape: dimension `d` divided by `n` (tiled) or removed (untiled,
@@ -309,23 +328,24 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<f64
         }
         vec![acc; n]
     };
-    Ok(match prim {
-        Prim::Psum => fold(|a, b| a + b),
-        Prim::Pmax => fold(f64::max),
-        Prim::Pmin => fold(f64::min),
-        Prim::Pvary => xs.iter().map(|x| x.data.clone()).collect(),
-        Prim::Pbroadcast => {
+    let op = prim.collective().ok_or_else(|| not_collective(prim))?;
+    Ok(match op {
+        CollectiveOp::Psum => fold(|a, b| a + b),
+        CollectiveOp::Pmax => fold(f64::max),
+        CollectiveOp::Pmin => fold(f64::min),
+        CollectiveOp::Pvary => xs.iter().map(|x| x.data.clone()).collect(),
+        CollectiveOp::Pbroadcast => {
             let s = params.int(prim.name(), "source")? as usize;
             vec![xs[s].data.clone(); n]
         }
-        Prim::Ppermute => {
+        CollectiveOp::Ppermute => {
             let mut outs = vec![ArrayD::zeros(xs[0].data.raw_dim()); n];
             for (s, t) in permutation(params)? {
                 outs[t as usize] = xs[s as usize].data.clone();
             }
             outs
         }
-        Prim::AllGather => {
+        CollectiveOp::AllGather => {
             let tiled = params.bool_or("tiled", false);
             let d = dim_param(
                 prim,
@@ -342,7 +362,7 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<f64
             .map_err(|e| IrError::Eval(format!("all_gather: {e}")))?;
             vec![joined; n]
         }
-        Prim::ReduceScatter => {
+        CollectiveOp::ReduceScatter => {
             let d = dim_param(prim, params, "scatter_dimension", rank)?;
             let total = &fold(|a, b| a + b)[0];
             let chunks = split(total, d, n);
@@ -355,7 +375,7 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<f64
                     .collect()
             }
         }
-        Prim::AllToAll => {
+        CollectiveOp::AllToAll => {
             let split_axis = dim_param(prim, params, "split_axis", rank)?;
             let concat_axis = dim_param(prim, params, "concat_axis", rank)?;
             let pieces: Vec<Vec<ArrayD<f64>>> =
@@ -368,11 +388,10 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<f64
                 })
                 .collect::<Result<_>>()?
         }
-        _ => {
-            return Err(IrError::Eval(format!(
-                "{} is not a collective",
-                prim.name()
-            )));
+        CollectiveOp::AxisIndex => {
+            return Err(IrError::Eval(
+                "axis_index exchanges nothing; simulate gives each position its index".into(),
+            ));
         }
     })
 }

@@ -3,7 +3,7 @@
 //! (a nested call whose forward autodiff recomputes in the backward pass instead of saving its
 //! intermediate values: JAX's `remat`).
 
-use super::{Prim, arity};
+use super::{ControlOp, Prim, arity};
 use crate::array::Array;
 use crate::aval::ShapedArray;
 use crate::error::{Result, type_error};
@@ -11,11 +11,12 @@ use crate::params::Params;
 
 pub(super) fn abstract_eval(
     prim: Prim,
+    op: ControlOp,
     params: &Params,
     inputs: &[ShapedArray],
 ) -> Result<Vec<ShapedArray>> {
-    match prim {
-        Prim::Jit | Prim::Checkpoint => {
+    match op {
+        ControlOp::Jit | ControlOp::Checkpoint => {
             let inner = params.jaxpr(prim.name(), "jaxpr")?;
             let expected = inner.jaxpr.in_avals();
             if expected.len() != inputs.len()
@@ -38,11 +39,11 @@ pub(super) fn abstract_eval(
             }
             Ok(inner.jaxpr.out_avals())
         }
-        Prim::PipelineEnterStage => {
+        ControlOp::PipelineEnterStage => {
             params.int(prim.name(), "stage")?;
             Ok(inputs.to_vec())
         }
-        _ => {
+        ControlOp::StopGradient | ControlOp::Copy => {
             arity(prim, inputs.len(), 1)?;
             Ok(inputs.to_vec())
         }
@@ -51,14 +52,17 @@ pub(super) fn abstract_eval(
 
 pub(super) fn eval(
     prim: Prim,
+    op: ControlOp,
     params: &Params,
     inputs: &[Array],
     _outputs: &[ShapedArray],
 ) -> Result<Vec<Array>> {
-    match prim {
-        Prim::Jit | Prim::Checkpoint => {
+    match op {
+        ControlOp::Jit | ControlOp::Checkpoint => {
             crate::interp::eval_closed(params.jaxpr(prim.name(), "jaxpr")?, inputs)
         }
-        _ => Ok(inputs.to_vec()),
+        ControlOp::StopGradient | ControlOp::Copy | ControlOp::PipelineEnterStage => {
+            Ok(inputs.to_vec())
+        }
     }
 }

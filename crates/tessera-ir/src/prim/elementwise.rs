@@ -3,63 +3,21 @@
 
 use ndarray::{ArrayD, IxDyn, Zip};
 
-use super::{Prim, arity};
+use super::{BinaryOp, ElementwiseOp, Prim, UnaryOp, arity};
 use crate::array::Array;
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::error::{Result, type_error};
 use crate::params::Params;
 
-fn is_unary(prim: Prim) -> bool {
-    use Prim::*;
-    matches!(
-        prim,
-        Neg | Abs
-            | Sign
-            | Exp
-            | Exp2
-            | Log
-            | Log1p
-            | Expm1
-            | Tanh
-            | Logistic
-            | Sin
-            | Cos
-            | Sqrt
-            | Rsqrt
-            | Floor
-            | Ceil
-            | Round
-            | Not
-            | IntegerPow
-    )
-}
-
-fn is_comparison(prim: Prim) -> bool {
-    matches!(
-        prim,
-        Prim::Eq | Prim::Ne | Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge
-    )
-}
-
-fn needs_float(prim: Prim) -> bool {
-    use Prim::*;
-    matches!(
-        prim,
-        Exp | Exp2
-            | Log
-            | Log1p
-            | Expm1
-            | Tanh
-            | Logistic
-            | Sin
-            | Cos
-            | Sqrt
-            | Rsqrt
-            | Floor
-            | Ceil
-            | Round
-    )
+/// Whether a unary operation is defined on floating-point operands only.
+fn needs_float(op: UnaryOp) -> bool {
+    use UnaryOp::*;
+    match op {
+        Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos | Sqrt | Rsqrt | Floor
+        | Ceil | Round => true,
+        Neg | Abs | Sign | Not | IntegerPow => false,
+    }
 }
 
 /// The broadcast shape of two operands: equal shapes, a scalar, or equal rank with size-1 dims.
@@ -73,11 +31,12 @@ pub(crate) fn broadcast_shapes(prim: Prim, a: &[i64], b: &[i64]) -> Result<Vec<i
     if a.len() == b.len() {
         let mut out = Vec::with_capacity(a.len());
         for (&x, &y) in a.iter().zip(b) {
-            match (x, y) {
-                (x, y) if x == y => out.push(x),
-                (1, y) => out.push(y),
-                (x, 1) => out.push(x),
-                _ => return Err(shape_mismatch(prim, a, b)),
+            if x == y || y == 1 {
+                out.push(x);
+            } else if x == 1 {
+                out.push(y);
+            } else {
+                return Err(shape_mismatch(prim, a, b));
             }
         }
         return Ok(out);
@@ -115,26 +74,27 @@ fn common_dtype(prim: Prim, inputs: &[ShapedArray]) -> Result<(DType, bool)> {
 
 pub(super) fn abstract_eval(
     prim: Prim,
+    op: ElementwiseOp,
     params: &Params,
     inputs: &[ShapedArray],
 ) -> Result<Vec<ShapedArray>> {
     let name = prim.name();
-    if is_unary(prim) {
-        arity(prim, inputs.len(), 1)?;
-        let x = &inputs[0];
-        if needs_float(prim) && !x.dtype.is_float() {
-            return Err(type_error(
-                name,
-                format!("needs a floating-point operand, got {x}"),
-            ));
+    match op {
+        ElementwiseOp::Unary(u) => {
+            arity(prim, inputs.len(), 1)?;
+            let x = &inputs[0];
+            if needs_float(u) && !x.dtype.is_float() {
+                return Err(type_error(
+                    name,
+                    format!("needs a floating-point operand, got {x}"),
+                ));
+            }
+            if u == UnaryOp::IntegerPow {
+                params.int(name, "y")?;
+            }
+            Ok(vec![x.clone()])
         }
-        if prim == Prim::IntegerPow {
-            params.int(name, "y")?;
-        }
-        return Ok(vec![x.clone()]);
-    }
-    match prim {
-        Prim::SelectN => {
+        ElementwiseOp::SelectN => {
             if inputs.len() < 2 {
                 return Err(type_error(name, "needs a predicate and at least one case"));
             }
@@ -160,7 +120,7 @@ pub(super) fn abstract_eval(
                 sharding: None,
             }])
         }
-        Prim::Clamp => {
+        ElementwiseOp::Clamp => {
             arity(prim, inputs.len(), 3)?;
             let shape = broadcast_shapes(prim, &inputs[1].shape, &inputs[0].shape)?;
             let shape = broadcast_shapes(prim, &shape, &inputs[2].shape)?;
@@ -173,7 +133,7 @@ pub(super) fn abstract_eval(
                 sharding: None,
             }])
         }
-        Prim::ConvertElementType => {
+        ElementwiseOp::Convert => {
             arity(prim, inputs.len(), 1)?;
             let dtype = params.dtype(name, "new_dtype")?;
             let weak = matches!(
@@ -188,25 +148,25 @@ pub(super) fn abstract_eval(
                 sharding: None,
             }])
         }
-        _ => {
+        ElementwiseOp::Binary(_) | ElementwiseOp::Compare(_) => {
             arity(prim, inputs.len(), 2)?;
             let shape = broadcast_shapes(prim, &inputs[0].shape, &inputs[1].shape)?;
             let (dtype, weak) = common_dtype(prim, inputs)?;
-            if matches!(prim, Prim::And | Prim::Or | Prim::Xor) && dtype.is_float() {
+            let logical = matches!(
+                op,
+                ElementwiseOp::Binary(BinaryOp::And | BinaryOp::Or | BinaryOp::Xor)
+            );
+            if logical && dtype.is_float() {
                 return Err(type_error(
                     name,
                     format!("needs boolean or integer operands, got {dtype}"),
                 ));
             }
-            let out = if is_comparison(prim) {
-                DType::Bool
-            } else {
-                dtype
-            };
+            let comparison = matches!(op, ElementwiseOp::Compare(_));
             Ok(vec![ShapedArray {
-                dtype: out,
+                dtype: if comparison { DType::Bool } else { dtype },
                 shape,
-                weak_type: weak && !is_comparison(prim),
+                weak_type: weak && !comparison,
                 vma: Default::default(),
                 sharding: None,
             }])
@@ -215,16 +175,16 @@ pub(super) fn abstract_eval(
 }
 
 pub(super) fn eval(
-    prim: Prim,
+    op: ElementwiseOp,
     params: &Params,
     inputs: &[Array],
     outputs: &[ShapedArray],
 ) -> Result<Vec<Array>> {
     let out = &outputs[0];
     let dims: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
-    let data = match prim {
-        Prim::SelectN => select_n(inputs, &dims)?,
-        Prim::Clamp => {
+    let data = match op {
+        ElementwiseOp::SelectN => select_n(inputs, &dims)?,
+        ElementwiseOp::Clamp => {
             let (lo, x, hi) = (
                 bcast(&inputs[0], &dims)?,
                 bcast(&inputs[1], &dims)?,
@@ -235,22 +195,28 @@ pub(super) fn eval(
                 .and(&hi)
                 .map_collect(|&l, &v, &h| v.max(l).min(h))
         }
-        Prim::ConvertElementType => convert(&inputs[0], out.dtype),
-        p if is_unary(p) => {
-            let y = if p == Prim::IntegerPow {
-                params.int(p.name(), "y")?
+        ElementwiseOp::Convert => convert(&inputs[0], out.dtype),
+        ElementwiseOp::Unary(u) => {
+            let y = if u == UnaryOp::IntegerPow {
+                params.int("integer_pow", "y")?
             } else {
                 0
             };
             let dtype = inputs[0].dtype;
-            inputs[0].data.mapv(|x| unary(p, x, y, dtype))
+            inputs[0].data.mapv(|x| unary(u, x, y, dtype))
         }
-        p => {
-            let (a, b) = (bcast(&inputs[0], &dims)?, bcast(&inputs[1], &dims)?);
+        ElementwiseOp::Binary(b) => {
+            let (x, y) = (bcast(&inputs[0], &dims)?, bcast(&inputs[1], &dims)?);
             let dtype = inputs[0].dtype;
-            Zip::from(&a)
-                .and(&b)
-                .map_collect(|&x, &y| binary(p, x, y, dtype))
+            Zip::from(&x)
+                .and(&y)
+                .map_collect(|&x, &y| binary(b, x, y, dtype))
+        }
+        ElementwiseOp::Compare(c) => {
+            let (x, y) = (bcast(&inputs[0], &dims)?, bcast(&inputs[1], &dims)?);
+            Zip::from(&x)
+                .and(&y)
+                .map_collect(|&x, &y| f64::from(u8::from(c.holds(x, y))))
         }
     };
     Ok(vec![Array::from_data(out.dtype, data)])
@@ -291,10 +257,12 @@ fn convert(x: &Array, to: DType) -> ArrayD<f64> {
     })
 }
 
-fn unary(prim: Prim, x: f64, y: i64, dtype: DType) -> f64 {
-    use Prim::*;
-    match prim {
+fn unary(op: UnaryOp, x: f64, y: i64, dtype: DType) -> f64 {
+    use UnaryOp::*;
+    match op {
+        Neg if dtype.is_int() => dtype.wrap(-(x as i128)),
         Neg => -x,
+        Abs if dtype.is_int() => dtype.wrap((x as i128).abs()),
         Abs => x.abs(),
         Sign => {
             if x.is_nan() {
@@ -327,37 +295,54 @@ fn unary(prim: Prim, x: f64, y: i64, dtype: DType) -> f64 {
             if dtype == DType::Bool {
                 f64::from(u8::from(x == 0.0))
             } else {
-                !(x as i64) as f64
+                dtype.wrap(!(x as i128))
             }
         }
+        IntegerPow if dtype.is_int() => int_pow(x, y, dtype),
         IntegerPow => x.powi(y as i32),
-        _ => f64::NAN,
     }
 }
 
-fn binary(prim: Prim, x: f64, y: f64, dtype: DType) -> f64 {
-    use Prim::*;
+/// `x ** n` for integers: repeated wrapping multiplication, as XLA computes it.
+fn int_pow(x: f64, n: i64, dtype: DType) -> f64 {
+    if n < 0 {
+        // 1 / x^|n| truncated: 1 for x = 1, +-1 for x = -1, 0 otherwise (XLA's integer division).
+        let x = x as i128;
+        let inverse = if x == 1 || (x == -1 && n % 2 == 0) {
+            1
+        } else if x == -1 {
+            -1
+        } else {
+            0
+        };
+        return dtype.wrap(inverse);
+    }
+    let mut acc: i128 = 1;
+    for _ in 0..n.min(128) {
+        acc = (dtype.wrap(acc.wrapping_mul(x as i128))) as i128;
+    }
+    dtype.wrap(acc)
+}
+
+fn binary(op: BinaryOp, x: f64, y: f64, dtype: DType) -> f64 {
+    use BinaryOp::*;
     let int = dtype.is_int();
-    let b = |c: bool| f64::from(u8::from(c));
-    match prim {
+    // Integers: exact in i128, wrapped to the dtype (XLA's two's-complement arithmetic).
+    let (i, j) = (x as i128, y as i128);
+    match op {
+        Add | AddAny if int => dtype.wrap(i.wrapping_add(j)),
         Add | AddAny => x + y,
+        Sub if int => dtype.wrap(i.wrapping_sub(j)),
         Sub => x - y,
+        Mul if int => dtype.wrap(i.wrapping_mul(j)),
         Mul => x * y,
-        Div if int => {
-            if y == 0.0 {
-                0.0
-            } else {
-                (x / y).trunc()
-            }
-        }
+        // XLA: x / 0 is -1 (all bits set: the maximum of unsigned types); MIN / -1 wraps to MIN.
+        Div if int && j == 0 => dtype.wrap(-1),
+        Div if int => dtype.wrap(i / j),
         Div => x / y,
-        Rem if int => {
-            if y == 0.0 {
-                0.0
-            } else {
-                x % y
-            }
-        }
+        // XLA: x % 0 is x; the remainder has the dividend's sign.
+        Rem if int && j == 0 => x,
+        Rem if int => dtype.wrap(i % j),
         Rem => x % y,
         Pow => x.powf(y),
         Max => {
@@ -374,15 +359,8 @@ fn binary(prim: Prim, x: f64, y: f64, dtype: DType) -> f64 {
                 x.min(y)
             }
         }
-        And => ((x as i64) & (y as i64)) as f64,
-        Or => ((x as i64) | (y as i64)) as f64,
-        Xor => ((x as i64) ^ (y as i64)) as f64,
-        Eq => b(x == y),
-        Ne => b(x != y),
-        Lt => b(x < y),
-        Le => b(x <= y),
-        Gt => b(x > y),
-        Ge => b(x >= y),
-        _ => f64::NAN,
+        And => dtype.wrap(i & j),
+        Or => dtype.wrap(i | j),
+        Xor => dtype.wrap(i ^ j),
     }
 }

@@ -1,11 +1,15 @@
 //! `gather` and `scatter-add` with XLA's dimension numbers, as JAX prints them
 //! (`GatherDimensionNumbers(...)`, `ScatterDimensionNumbers(...)`); the index vector is the last
-//! dimension of the indices. Out-of-bounds starts are clamped so the slice fits (XLA's gather);
-//! scatter updates that fall outside the operand are dropped.
+//! dimension of the indices. Out-of-bounds indices follow the `mode` parameter
+//! ([`GatherScatterMode`](super::GatherScatterMode)): clamped starts (CLIP, and XLA's own gather),
+//! the fill value for a slice that does not fit (FILL_OR_DROP gather), a window that does not fit
+//! dropped whole (FILL_OR_DROP and PROMISE_IN_BOUNDS scatter, as XLA's scatter does).
 
 use ndarray::{ArrayD, Dimension, IxDyn};
 
-use super::{Prim, arity};
+use super::index_modes::{GatherScatterMode, scatter_window_sizes};
+use super::index_params::{GatherParams, ScatterParams};
+use super::{IndexingOp, Prim, arity};
 use crate::array::Array;
 use crate::aval::ShapedArray;
 use crate::error::{Result, type_error};
@@ -68,16 +72,17 @@ pub fn scatter_dims(params: &Params) -> Result<ScatterDims> {
 
 pub(super) fn abstract_eval(
     prim: Prim,
+    op: IndexingOp,
     params: &Params,
     inputs: &[ShapedArray],
 ) -> Result<Vec<ShapedArray>> {
     let name = prim.name();
-    match prim {
-        Prim::Gather => {
+    match op {
+        IndexingOp::Gather => {
             arity(prim, inputs.len(), 2)?;
             let (operand, indices) = (&inputs[0], &inputs[1]);
-            let dn = gather_dims(params)?;
-            let sizes = params.ints(name, "slice_sizes")?;
+            let typed = GatherParams::read(params)?;
+            let (dn, sizes) = (&typed.dims, &typed.slice_sizes);
             let index_len = indices.shape.last().copied().unwrap_or(0);
             let ok = indices.dtype.is_int()
                 && indices.rank() >= 1
@@ -134,10 +139,10 @@ pub(super) fn abstract_eval(
                 .collect();
             Ok(vec![ShapedArray::new(operand.dtype, &shape)])
         }
-        _ => {
+        IndexingOp::ScatterAdd => {
             arity(prim, inputs.len(), 3)?;
             let (operand, indices, updates) = (&inputs[0], &inputs[1], &inputs[2]);
-            let dn = scatter_dims(params)?;
+            let dn = ScatterParams::read(params)?.dims;
             let ok = indices.dtype.is_int()
                 && indices.rank() >= 1
                 && dn.operand_batching_dims.is_empty()
@@ -186,7 +191,7 @@ fn index_vector(indices: &Array, batch: &[usize]) -> Vec<i64> {
 }
 
 pub(super) fn eval(
-    prim: Prim,
+    op: IndexingOp,
     params: &Params,
     inputs: &[Array],
     outputs: &[ShapedArray],
@@ -194,9 +199,10 @@ pub(super) fn eval(
     let operand = &inputs[0];
     let op_shape: Vec<i64> = operand.shape();
     let rank = op_shape.len();
-    if prim == Prim::Gather {
-        let dn = gather_dims(params)?;
-        let sizes = params.ints("gather", "slice_sizes")?;
+    if op == IndexingOp::Gather {
+        let typed = GatherParams::read(params)?;
+        let (dn, sizes, mode) = (&typed.dims, &typed.slice_sizes, typed.mode);
+        let fill = typed.fill(operand.dtype);
         let dims: Vec<usize> = outputs[0].shape.iter().map(|&d| d as usize).collect();
         let kept: Vec<usize> = (0..rank)
             .filter(|d| !dn.collapsed_slice_dims.contains(&(*d as i64)))
@@ -208,7 +214,11 @@ pub(super) fn eval(
             let mut at = vec![0i64; rank];
             for (k, &d) in dn.start_index_map.iter().enumerate() {
                 let d = d as usize;
-                at[d] = starts[k].clamp(0, op_shape[d] - sizes[d]);
+                let hi = op_shape[d] - sizes[d];
+                if mode == GatherScatterMode::FillOrDrop && !(0..=hi).contains(&starts[k]) {
+                    return fill;
+                }
+                at[d] = starts[k].clamp(0, hi);
             }
             for (w, &d) in window.iter().zip(&kept) {
                 at[d] += *w as i64;
@@ -218,8 +228,9 @@ pub(super) fn eval(
         });
         return Ok(vec![Array::from_data(outputs[0].dtype, data)]);
     }
-    let dn = scatter_dims(params)?;
+    let ScatterParams { dims: dn, mode, .. } = ScatterParams::read(params)?;
     let (indices, updates) = (&inputs[1], &inputs[2]);
+    let sizes = scatter_window_sizes(&dn, &updates.shape(), rank);
     let kept: Vec<usize> = (0..rank)
         .filter(|d| !dn.inserted_window_dims.contains(&(*d as i64)))
         .collect();
@@ -229,13 +240,23 @@ pub(super) fn eval(
         let (batch, window) = split(&idx, &dn.update_window_dims);
         let starts = index_vector(indices, &batch);
         let mut at = vec![0i64; rank];
+        let mut fits = true;
         for (k, &d) in dn.scatter_dims_to_operand_dims.iter().enumerate() {
-            at[d as usize] = starts[k];
+            let d = d as usize;
+            let hi = op_shape[d] - sizes[d];
+            at[d] = match mode {
+                GatherScatterMode::Clip => starts[k].clamp(0, hi.max(0)),
+                GatherScatterMode::FillOrDrop | GatherScatterMode::PromiseInBounds => {
+                    fits &= (0..=hi).contains(&starts[k]);
+                    starts[k]
+                }
+            };
         }
         for (w, &d) in window.iter().zip(&kept) {
             at[d] += *w as i64;
         }
-        if at.iter().zip(&op_shape).all(|(&a, &n)| (0..n).contains(&a)) {
+        // A window that does not fit is dropped whole, as XLA's scatter does.
+        if fits && at.iter().zip(&op_shape).all(|(&a, &n)| (0..n).contains(&a)) {
             let at: Vec<usize> = at.iter().map(|&v| v as usize).collect();
             data[IxDyn(&at)] = operand.dtype.round(data[IxDyn(&at)] + u);
         }

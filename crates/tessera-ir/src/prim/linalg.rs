@@ -54,31 +54,27 @@ pub fn dot_dims(params: &Params) -> Result<DotDims> {
         .and_then(ParamValue::as_seq)
         .ok_or_else(bad)?;
     let pair = |v: &ParamValue| -> Result<(Vec<usize>, Vec<usize>)> {
-        match v.as_seq() {
-            Some([a, b]) => {
-                let conv = |x: &ParamValue| {
-                    x.as_ints()
-                        .map(|v| v.iter().map(|&i| i as usize).collect::<Vec<_>>())
-                        .ok_or_else(bad)
-                };
-                Ok((conv(a)?, conv(b)?))
-            }
-            _ => Err(bad()),
-        }
+        let Some([a, b]) = v.as_seq() else {
+            return Err(bad());
+        };
+        let conv = |x: &ParamValue| {
+            x.as_ints()
+                .map(|v| v.iter().map(|&i| i as usize).collect::<Vec<_>>())
+                .ok_or_else(bad)
+        };
+        Ok((conv(a)?, conv(b)?))
     };
-    match seq {
-        [c, b] => {
-            let (lhs_contract, rhs_contract) = pair(c)?;
-            let (lhs_batch, rhs_batch) = pair(b)?;
-            Ok(DotDims {
-                lhs_contract,
-                rhs_contract,
-                lhs_batch,
-                rhs_batch,
-            })
-        }
-        _ => Err(bad()),
-    }
+    let [c, b] = seq else {
+        return Err(bad());
+    };
+    let (lhs_contract, rhs_contract) = pair(c)?;
+    let (lhs_batch, rhs_batch) = pair(b)?;
+    Ok(DotDims {
+        lhs_contract,
+        rhs_contract,
+        lhs_batch,
+        rhs_batch,
+    })
 }
 
 pub(super) fn abstract_eval(

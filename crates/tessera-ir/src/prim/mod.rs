@@ -6,8 +6,11 @@
 mod collective;
 mod control;
 mod elementwise;
+mod index_modes;
+mod index_params;
 mod indexing;
 mod linalg;
+mod ops;
 mod reduce;
 mod shard_map;
 mod structural;
@@ -16,8 +19,16 @@ mod treduce;
 pub use collective::{
     axis_names, collective_axes, index_groups, permutation, replica_groups, scatter_shape, simulate,
 };
+pub use index_modes::{
+    GatherScatterMode, gather_fill_program, scatter_clip_program, scatter_window_sizes,
+};
+pub use index_params::{GatherParams, ScatterParams};
 pub use indexing::{GatherDims, ScatterDims, gather_dims, scatter_dims};
 pub use linalg::{DotDims, dot_dims, free_dims};
+pub use ops::{
+    BinaryOp, CollectiveOp, CompareOp, ControlOp, ElementwiseOp, IndexingOp, ReduceKind,
+    ReductionOp, StructuralOp, UnaryOp,
+};
 pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
 pub use treduce::{ReduceOp, TreduceParams, combined_aval, treduce_params};
 
@@ -84,15 +95,16 @@ prims! {
     ShardMap => "shard_map", Checkpoint => "checkpoint", Treduce => "treduce",
 }
 
-/// Which family module holds a primitive's rules.
+/// Which family module holds a primitive's rules, with the typed kind of the elementwise and
+/// reduction primitives.
 enum Family {
-    Elementwise,
-    Indexing,
-    Structural,
-    Reduce,
+    Elementwise(ElementwiseOp),
+    Indexing(IndexingOp),
+    Structural(StructuralOp),
+    Reduce(ReductionOp),
     Linalg,
-    Control,
-    Collective,
+    Control(ControlOp),
+    Collective(CollectiveOp),
     ShardMap,
     Treduce,
 }
@@ -100,28 +112,145 @@ enum Family {
 impl Prim {
     fn family(self) -> Family {
         use Prim::*;
+        use ops::{
+            BinaryOp as B, CompareOp as C, ElementwiseOp as E, ReduceKind as K, UnaryOp as U,
+        };
+        let unary = |u| Family::Elementwise(E::Unary(u));
+        let binary = |b| Family::Elementwise(E::Binary(b));
+        let compare = |c| Family::Elementwise(E::Compare(c));
+        let reduce = |k| Family::Reduce(ReductionOp::Reduce(k));
         match self {
-            Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
-            | Sqrt | Rsqrt | Floor | Ceil | Round | Not | IntegerPow | Add | Sub | Mul | Div
-            | Rem | Pow | Max | Min | And | Or | Xor | Eq | Ne | Lt | Le | Gt | Ge | AddAny
-            | SelectN | Clamp | ConvertElementType => Family::Elementwise,
-            Iota | BroadcastInDim | Reshape | Squeeze | ExpandDims | Transpose | Slice
-            | DynamicSlice | DynamicUpdateSlice | Concatenate | Pad => Family::Structural,
-            ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr | Argmax
-            | Argmin | Cumsum => Family::Reduce,
+            Neg => unary(U::Neg),
+            Abs => unary(U::Abs),
+            Sign => unary(U::Sign),
+            Exp => unary(U::Exp),
+            Exp2 => unary(U::Exp2),
+            Log => unary(U::Log),
+            Log1p => unary(U::Log1p),
+            Expm1 => unary(U::Expm1),
+            Tanh => unary(U::Tanh),
+            Logistic => unary(U::Logistic),
+            Sin => unary(U::Sin),
+            Cos => unary(U::Cos),
+            Sqrt => unary(U::Sqrt),
+            Rsqrt => unary(U::Rsqrt),
+            Floor => unary(U::Floor),
+            Ceil => unary(U::Ceil),
+            Round => unary(U::Round),
+            Not => unary(U::Not),
+            IntegerPow => unary(U::IntegerPow),
+            Add => binary(B::Add),
+            AddAny => binary(B::AddAny),
+            Sub => binary(B::Sub),
+            Mul => binary(B::Mul),
+            Div => binary(B::Div),
+            Rem => binary(B::Rem),
+            Pow => binary(B::Pow),
+            Max => binary(B::Max),
+            Min => binary(B::Min),
+            And => binary(B::And),
+            Or => binary(B::Or),
+            Xor => binary(B::Xor),
+            Eq => compare(C::Eq),
+            Ne => compare(C::Ne),
+            Lt => compare(C::Lt),
+            Le => compare(C::Le),
+            Gt => compare(C::Gt),
+            Ge => compare(C::Ge),
+            SelectN => Family::Elementwise(E::SelectN),
+            Clamp => Family::Elementwise(E::Clamp),
+            ConvertElementType => Family::Elementwise(E::Convert),
+            Iota => Family::Structural(StructuralOp::Iota),
+            BroadcastInDim => Family::Structural(StructuralOp::BroadcastInDim),
+            Reshape => Family::Structural(StructuralOp::Reshape),
+            Squeeze => Family::Structural(StructuralOp::Squeeze),
+            ExpandDims => Family::Structural(StructuralOp::ExpandDims),
+            Transpose => Family::Structural(StructuralOp::Transpose),
+            Slice => Family::Structural(StructuralOp::Slice),
+            DynamicSlice => Family::Structural(StructuralOp::DynamicSlice),
+            DynamicUpdateSlice => Family::Structural(StructuralOp::DynamicUpdateSlice),
+            Concatenate => Family::Structural(StructuralOp::Concatenate),
+            Pad => Family::Structural(StructuralOp::Pad),
+            ReduceSum => reduce(K::Sum),
+            ReduceMax => reduce(K::Max),
+            ReduceMin => reduce(K::Min),
+            ReduceProd => reduce(K::Prod),
+            ReduceAnd => reduce(K::And),
+            ReduceOr => reduce(K::Or),
+            Argmax => Family::Reduce(ReductionOp::Argmax),
+            Argmin => Family::Reduce(ReductionOp::Argmin),
+            Cumsum => Family::Reduce(ReductionOp::Cumsum),
             DotGeneral => Family::Linalg,
-            Gather | ScatterAdd => Family::Indexing,
-            StopGradient | Copy | Jit | Checkpoint | PipelineEnterStage => Family::Control,
-            Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
-            | Pvary | Pbroadcast => Family::Collective,
+            Gather => Family::Indexing(IndexingOp::Gather),
+            ScatterAdd => Family::Indexing(IndexingOp::ScatterAdd),
+            StopGradient => Family::Control(ControlOp::StopGradient),
+            Copy => Family::Control(ControlOp::Copy),
+            Jit => Family::Control(ControlOp::Jit),
+            Checkpoint => Family::Control(ControlOp::Checkpoint),
+            PipelineEnterStage => Family::Control(ControlOp::PipelineEnterStage),
+            Psum => Family::Collective(CollectiveOp::Psum),
+            Pmax => Family::Collective(CollectiveOp::Pmax),
+            Pmin => Family::Collective(CollectiveOp::Pmin),
+            AllGather => Family::Collective(CollectiveOp::AllGather),
+            ReduceScatter => Family::Collective(CollectiveOp::ReduceScatter),
+            Ppermute => Family::Collective(CollectiveOp::Ppermute),
+            AllToAll => Family::Collective(CollectiveOp::AllToAll),
+            AxisIndex => Family::Collective(CollectiveOp::AxisIndex),
+            Pvary => Family::Collective(CollectiveOp::Pvary),
+            Pbroadcast => Family::Collective(CollectiveOp::Pbroadcast),
             ShardMap => Family::ShardMap,
             Treduce => Family::Treduce,
         }
     }
 
+    /// The typed kind of an elementwise primitive (`None` for the other families).
+    pub fn elementwise(self) -> Option<ElementwiseOp> {
+        match self.family() {
+            Family::Elementwise(op) => Some(op),
+            Family::Indexing(_)
+            | Family::Structural(_)
+            | Family::Reduce(_)
+            | Family::Linalg
+            | Family::Control(_)
+            | Family::Collective(_)
+            | Family::ShardMap
+            | Family::Treduce => None,
+        }
+    }
+
+    /// The typed kind of a reduction primitive (`None` for the other families).
+    pub fn reduction(self) -> Option<ReductionOp> {
+        match self.family() {
+            Family::Reduce(op) => Some(op),
+            Family::Elementwise(_)
+            | Family::Indexing(_)
+            | Family::Structural(_)
+            | Family::Linalg
+            | Family::Control(_)
+            | Family::Collective(_)
+            | Family::ShardMap
+            | Family::Treduce => None,
+        }
+    }
+
+    /// The typed kind of a collective (`None` for the other families).
+    pub fn collective(self) -> Option<CollectiveOp> {
+        match self.family() {
+            Family::Collective(op) => Some(op),
+            Family::Elementwise(_)
+            | Family::Indexing(_)
+            | Family::Structural(_)
+            | Family::Reduce(_)
+            | Family::Linalg
+            | Family::Control(_)
+            | Family::ShardMap
+            | Family::Treduce => None,
+        }
+    }
+
     /// Whether the primitive communicates over named mesh axes (runs only inside `shard_map`).
     pub fn is_collective(self) -> bool {
-        matches!(self.family(), Family::Collective)
+        matches!(self.family(), Family::Collective(_))
     }
 
     /// The shape/dtype rule: the result types for operands of types `inputs`. `outputs` are the
@@ -134,13 +263,13 @@ impl Prim {
         outputs: Option<&[ShapedArray]>,
     ) -> Result<Vec<ShapedArray>> {
         let mut outs = match self.family() {
-            Family::Elementwise => elementwise::abstract_eval(self, params, inputs),
-            Family::Structural => structural::abstract_eval(self, params, inputs, outputs),
-            Family::Reduce => reduce::abstract_eval(self, params, inputs),
+            Family::Elementwise(op) => elementwise::abstract_eval(self, op, params, inputs),
+            Family::Structural(op) => structural::abstract_eval(self, op, params, inputs, outputs),
+            Family::Reduce(op) => reduce::abstract_eval(self, op, params, inputs),
             Family::Linalg => linalg::abstract_eval(self, params, inputs),
-            Family::Indexing => indexing::abstract_eval(self, params, inputs),
-            Family::Control => control::abstract_eval(self, params, inputs),
-            Family::Collective => return collective::abstract_eval(self, params, inputs),
+            Family::Indexing(op) => indexing::abstract_eval(self, op, params, inputs),
+            Family::Control(op) => control::abstract_eval(self, op, params, inputs),
+            Family::Collective(op) => return collective::abstract_eval(self, op, params, inputs),
             Family::ShardMap => return shard_map::abstract_eval(params, inputs),
             Family::Treduce => treduce::abstract_eval(params, inputs),
         }?;
@@ -161,13 +290,13 @@ impl Prim {
         outputs: &[ShapedArray],
     ) -> Result<Vec<Array>> {
         match self.family() {
-            Family::Elementwise => elementwise::eval(self, params, inputs, outputs),
-            Family::Structural => structural::eval(self, params, inputs, outputs),
-            Family::Reduce => reduce::eval(self, params, inputs, outputs),
+            Family::Elementwise(op) => elementwise::eval(op, params, inputs, outputs),
+            Family::Structural(op) => structural::eval(self, op, params, inputs, outputs),
+            Family::Reduce(op) => reduce::eval(self, op, params, inputs, outputs),
             Family::Linalg => linalg::eval(self, params, inputs, outputs),
-            Family::Indexing => indexing::eval(self, params, inputs, outputs),
-            Family::Control => control::eval(self, params, inputs, outputs),
-            Family::Collective => collective::eval(self),
+            Family::Indexing(op) => indexing::eval(op, params, inputs, outputs),
+            Family::Control(op) => control::eval(self, op, params, inputs, outputs),
+            Family::Collective(_) => collective::eval(self),
             Family::ShardMap => shard_map::eval(params, inputs),
             Family::Treduce => treduce::eval(params, inputs),
         }

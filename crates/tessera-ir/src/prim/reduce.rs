@@ -2,7 +2,7 @@
 
 use ndarray::{ArrayD, Axis, IxDyn};
 
-use super::{Prim, arity, axis};
+use super::{Prim, ReduceKind, ReductionOp, arity, axis};
 use crate::array::Array;
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
@@ -22,12 +22,13 @@ fn axes(prim: Prim, params: &Params, rank: usize) -> Result<Vec<usize>> {
 
 pub(super) fn abstract_eval(
     prim: Prim,
+    op: ReductionOp,
     params: &Params,
     inputs: &[ShapedArray],
 ) -> Result<Vec<ShapedArray>> {
     arity(prim, inputs.len(), 1)?;
     let x = &inputs[0];
-    if prim == Prim::Cumsum {
+    if op == ReductionOp::Cumsum {
         axis(prim, params.int(prim.name(), "axis")?, x.rank())?;
         return Ok(vec![x.clone()]);
     }
@@ -39,8 +40,8 @@ pub(super) fn abstract_eval(
         .filter(|(i, _)| !axes.contains(i))
         .map(|(_, &d)| d)
         .collect();
-    let dtype = match prim {
-        Prim::Argmax | Prim::Argmin => {
+    let dtype = match op {
+        ReductionOp::Argmax | ReductionOp::Argmin => {
             if axes.len() != 1 {
                 return Err(type_error(
                     prim.name(),
@@ -49,13 +50,13 @@ pub(super) fn abstract_eval(
             }
             params.dtype(prim.name(), "index_dtype")?
         }
-        Prim::ReduceAnd | Prim::ReduceOr if x.dtype.is_float() => {
+        ReductionOp::Reduce(ReduceKind::And | ReduceKind::Or) if x.dtype.is_float() => {
             return Err(type_error(
                 prim.name(),
                 format!("needs boolean or integer operands, got {x}"),
             ));
         }
-        _ => x.dtype,
+        ReductionOp::Reduce(_) | ReductionOp::Cumsum => x.dtype,
     };
     Ok(vec![ShapedArray {
         dtype,
@@ -68,13 +69,14 @@ pub(super) fn abstract_eval(
 
 pub(super) fn eval(
     prim: Prim,
+    op: ReductionOp,
     params: &Params,
     inputs: &[Array],
     outputs: &[ShapedArray],
 ) -> Result<Vec<Array>> {
     let x = &inputs[0];
     let out = &outputs[0];
-    if prim == Prim::Cumsum {
+    if op == ReductionOp::Cumsum {
         let ax = axis(prim, params.int(prim.name(), "axis")?, x.data.ndim())?;
         let reverse = matches!(
             params.get("reverse"),
@@ -95,7 +97,7 @@ pub(super) fn eval(
     let axes = axes(prim, params, x.data.ndim())?;
     let mut data = x.data.clone();
     for &ax in axes.iter().rev() {
-        data = reduce_axis(prim, &data, ax, x.dtype)?;
+        data = reduce_axis(op, &data, ax, x.dtype)?;
     }
     let dims: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
     let data = data
@@ -104,34 +106,55 @@ pub(super) fn eval(
     Ok(vec![Array::from_data(out.dtype, data)])
 }
 
-fn reduce_axis(prim: Prim, data: &ArrayD<f64>, ax: usize, dtype: DType) -> Result<ArrayD<f64>> {
+fn reduce_axis(
+    op: ReductionOp,
+    data: &ArrayD<f64>,
+    ax: usize,
+    dtype: DType,
+) -> Result<ArrayD<f64>> {
     let lanes = data.lanes(Axis(ax));
     let values: Vec<f64> = lanes
         .into_iter()
         .map(|lane| {
             let it = lane.iter().copied();
-            match prim {
-                Prim::ReduceSum => it.fold(0.0, |a, b| dtype.round(a + b)),
-                Prim::ReduceProd => it.fold(1.0, |a, b| dtype.round(a * b)),
-                Prim::ReduceMax => it.fold(f64::NEG_INFINITY, |a, b| {
+            match op {
+                // Integers exactly, wrapped; low-precision floats accumulated in f32.
+                ReductionOp::Reduce(ReduceKind::Sum) if dtype.is_int() => {
+                    dtype.wrap(it.fold(0i128, |a, b| a.wrapping_add(b as i128)))
+                }
+                ReductionOp::Reduce(ReduceKind::Sum) => {
+                    it.fold(0.0, |a, b| dtype.accumulation().round(a + b))
+                }
+                ReductionOp::Reduce(ReduceKind::Prod) if dtype.is_int() => {
+                    it.fold(1.0, |a, b| dtype.wrap((a as i128).wrapping_mul(b as i128)))
+                }
+                ReductionOp::Reduce(ReduceKind::Prod) => {
+                    it.fold(1.0, |a, b| dtype.accumulation().round(a * b))
+                }
+                ReductionOp::Reduce(ReduceKind::Max) => it.fold(f64::NEG_INFINITY, |a, b| {
                     if a.is_nan() || b.is_nan() {
                         f64::NAN
                     } else {
                         a.max(b)
                     }
                 }),
-                Prim::ReduceMin => it.fold(f64::INFINITY, |a, b| {
+                ReductionOp::Reduce(ReduceKind::Min) => it.fold(f64::INFINITY, |a, b| {
                     if a.is_nan() || b.is_nan() {
                         f64::NAN
                     } else {
                         a.min(b)
                     }
                 }),
-                Prim::ReduceAnd => it.fold(1.0, |a, b| ((a as i64) & (b as i64)) as f64),
-                Prim::ReduceOr => it.fold(0.0, |a, b| ((a as i64) | (b as i64)) as f64),
-                Prim::Argmax => arg_best(lane.iter().copied(), |a, b| a > b),
-                Prim::Argmin => arg_best(lane.iter().copied(), |a, b| a < b),
-                _ => f64::NAN,
+                ReductionOp::Reduce(ReduceKind::And) => {
+                    dtype.wrap(it.fold(-1i128, |a, b| a & (b as i128)))
+                }
+                ReductionOp::Reduce(ReduceKind::Or) => {
+                    dtype.wrap(it.fold(0i128, |a, b| a | (b as i128)))
+                }
+                ReductionOp::Argmax => arg_best(lane.iter().copied(), |a, b| a > b),
+                ReductionOp::Argmin => arg_best(lane.iter().copied(), |a, b| a < b),
+                // `eval` handles cumsum before reducing axes.
+                ReductionOp::Cumsum => f64::NAN,
             }
         })
         .collect();

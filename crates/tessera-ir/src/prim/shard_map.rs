@@ -116,11 +116,14 @@ fn read_specs(params: &Params, key: &str) -> Result<Vec<PartitionSpec>> {
                     ParamValue::Name(n) if n == "None" => Ok(DimSpec::from_axes::<&str>(&[])),
                     ParamValue::Name(n) => Ok(DimSpec::from_axes(&[n.as_str()])),
                     v => {
-                        let names: Option<Vec<&str>> = v.as_seq().map(|s| {
+                        let names: Option<Vec<&str>> = v.as_seq().and_then(|s| {
                             s.iter()
-                                .filter_map(|a| match a {
-                                    ParamValue::Name(n) => Some(n.as_str()),
-                                    _ => None,
+                                .map(|a| {
+                                    if let ParamValue::Name(n) = a {
+                                        Some(n.as_str())
+                                    } else {
+                                        None
+                                    }
                                 })
                                 .collect()
                         });

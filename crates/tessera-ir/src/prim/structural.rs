@@ -3,7 +3,7 @@
 
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
 
-use super::{Prim, arity, axis};
+use super::{Prim, StructuralOp, arity, axis};
 use crate::array::Array;
 use crate::aval::ShapedArray;
 use crate::error::{IrError, Result, type_error};
@@ -15,6 +15,7 @@ fn dims_of(shape: &[i64]) -> Vec<usize> {
 
 pub(super) fn abstract_eval(
     prim: Prim,
+    op: StructuralOp,
     params: &Params,
     inputs: &[ShapedArray],
     outputs: Option<&[ShapedArray]>,
@@ -30,14 +31,14 @@ pub(super) fn abstract_eval(
             sharding: None,
         }])
     };
-    match prim {
-        Prim::Iota => {
+    match op {
+        StructuralOp::Iota => {
             arity(prim, inputs.len(), 0)?;
             let shape = params.ints(name, "shape")?;
             axis(prim, params.int(name, "dimension")?, shape.len())?;
             out(params.dtype(name, "dtype")?, shape)
         }
-        Prim::BroadcastInDim => {
+        StructuralOp::BroadcastInDim => {
             arity(prim, inputs.len(), 1)?;
             let x = &inputs[0];
             let shape = match params.opt_ints(name, "shape")? {
@@ -75,7 +76,7 @@ pub(super) fn abstract_eval(
                 sharding: None,
             }])
         }
-        Prim::Reshape => {
+        StructuralOp::Reshape => {
             arity(prim, inputs.len(), 1)?;
             let x = &inputs[0];
             let shape = params.ints(name, "new_sizes")?;
@@ -93,7 +94,7 @@ pub(super) fn abstract_eval(
                 sharding: None,
             }])
         }
-        Prim::Squeeze => {
+        StructuralOp::Squeeze => {
             arity(prim, inputs.len(), 1)?;
             let x = &inputs[0];
             let drop = params
@@ -113,7 +114,7 @@ pub(super) fn abstract_eval(
                 .collect();
             out(x.dtype, shape)
         }
-        Prim::ExpandDims => {
+        StructuralOp::ExpandDims => {
             arity(prim, inputs.len(), 1)?;
             let x = &inputs[0];
             let mut shape = x.shape.clone();
@@ -125,7 +126,7 @@ pub(super) fn abstract_eval(
             }
             out(x.dtype, shape)
         }
-        Prim::Transpose => {
+        StructuralOp::Transpose => {
             arity(prim, inputs.len(), 1)?;
             let x = &inputs[0];
             let perm = params.ints(name, "permutation")?;
@@ -139,7 +140,7 @@ pub(super) fn abstract_eval(
             }
             out(x.dtype, perm.iter().map(|&p| x.shape[p as usize]).collect())
         }
-        Prim::Slice => {
+        StructuralOp::Slice => {
             arity(prim, inputs.len(), 1)?;
             let x = &inputs[0];
             let (start, limit) = (
@@ -171,7 +172,7 @@ pub(super) fn abstract_eval(
             }
             out(x.dtype, shape)
         }
-        Prim::DynamicSlice => {
+        StructuralOp::DynamicSlice => {
             let x = &inputs[0];
             arity(prim, inputs.len(), 1 + x.rank())?;
             let sizes = params.ints(name, "slice_sizes")?;
@@ -184,7 +185,7 @@ pub(super) fn abstract_eval(
             }
             out(x.dtype, sizes)
         }
-        Prim::DynamicUpdateSlice => {
+        StructuralOp::DynamicUpdateSlice => {
             let (x, u) = (&inputs[0], &inputs[1]);
             arity(prim, inputs.len(), 2 + x.rank())?;
             if u.rank() != x.rank() || u.shape.iter().zip(&x.shape).any(|(a, b)| a > b) {
@@ -192,7 +193,7 @@ pub(super) fn abstract_eval(
             }
             out(x.dtype, x.shape.clone())
         }
-        Prim::Concatenate => {
+        StructuralOp::Concatenate => {
             let first = inputs
                 .first()
                 .ok_or_else(|| type_error(name, "needs at least one operand"))?;
@@ -211,7 +212,7 @@ pub(super) fn abstract_eval(
             }
             out(first.dtype, shape)
         }
-        Prim::Pad => {
+        StructuralOp::Pad => {
             arity(prim, inputs.len(), 2)?;
             let x = &inputs[0];
             let config = padding_config(params)?;
@@ -229,7 +230,6 @@ pub(super) fn abstract_eval(
                 .collect();
             out(x.dtype, shape)
         }
-        _ => Err(IrError::UnknownPrimitive(name.to_owned())),
     }
 }
 
@@ -245,15 +245,19 @@ fn padding_config(params: &Params) -> Result<Vec<(i64, i64, i64)>> {
         .and_then(ParamValue::as_seq)
         .ok_or_else(bad)?;
     seq.iter()
-        .map(|t| match t.as_ints().as_deref() {
-            Some(&[lo, hi, int]) => Ok((lo, hi, int)),
-            _ => Err(bad()),
+        .map(|t| {
+            if let Some(&[lo, hi, int]) = t.as_ints().as_deref() {
+                Ok((lo, hi, int))
+            } else {
+                Err(bad())
+            }
         })
         .collect()
 }
 
 pub(super) fn eval(
     prim: Prim,
+    op: StructuralOp,
     params: &Params,
     inputs: &[Array],
     outputs: &[ShapedArray],
@@ -261,12 +265,12 @@ pub(super) fn eval(
     let name = prim.name();
     let out = &outputs[0];
     let dims = dims_of(&out.shape);
-    let data: ArrayD<f64> = match prim {
-        Prim::Iota => {
+    let data: ArrayD<f64> = match op {
+        StructuralOp::Iota => {
             let d = params.int(name, "dimension")? as usize;
             ArrayD::from_shape_fn(IxDyn(&dims), |idx| idx[d] as f64)
         }
-        Prim::BroadcastInDim => {
+        StructuralOp::BroadcastInDim => {
             let x = &inputs[0];
             let bdims = params
                 .opt_ints(name, "broadcast_dimensions")?
@@ -286,11 +290,11 @@ pub(super) fn eval(
                 x.data[IxDyn(&src)]
             })
         }
-        Prim::Reshape | Prim::Squeeze | Prim::ExpandDims => {
+        StructuralOp::Reshape | StructuralOp::Squeeze | StructuralOp::ExpandDims => {
             let flat: Vec<f64> = inputs[0].data.iter().copied().collect();
             ArrayD::from_shape_vec(IxDyn(&dims), flat).map_err(|e| IrError::Eval(e.to_string()))?
         }
-        Prim::Transpose => {
+        StructuralOp::Transpose => {
             let perm: Vec<usize> = params
                 .ints(name, "permutation")?
                 .iter()
@@ -303,7 +307,7 @@ pub(super) fn eval(
                 .as_standard_layout()
                 .to_owned()
         }
-        Prim::Slice => {
+        StructuralOp::Slice => {
             let (start, limit) = (
                 params.ints(name, "start_indices")?,
                 params.ints(name, "limit_indices")?,
@@ -324,7 +328,7 @@ pub(super) fn eval(
             }
             view.to_owned()
         }
-        Prim::DynamicSlice => {
+        StructuralOp::DynamicSlice => {
             let x = &inputs[0];
             let starts = clamped_starts(x, &inputs[1..], &out.shape);
             let mut view = x.data.view();
@@ -333,7 +337,7 @@ pub(super) fn eval(
             }
             view.to_owned()
         }
-        Prim::DynamicUpdateSlice => {
+        StructuralOp::DynamicUpdateSlice => {
             let (x, u) = (&inputs[0], &inputs[1]);
             let starts = clamped_starts(x, &inputs[2..], &u.shape());
             let mut data = x.data.clone();
@@ -344,18 +348,17 @@ pub(super) fn eval(
             view.assign(&u.data);
             data
         }
-        Prim::Concatenate => {
+        StructuralOp::Concatenate => {
             let dim = axis(prim, params.int(name, "dimension")?, out.rank())?;
             let views: Vec<_> = inputs.iter().map(|a| a.data.view()).collect();
             ndarray::concatenate(Axis(dim), &views).map_err(|e| IrError::Eval(e.to_string()))?
         }
-        Prim::Pad => pad(
+        StructuralOp::Pad => pad(
             &inputs[0],
             inputs[1].data.iter().next().copied().unwrap_or(0.0),
             &padding_config(params)?,
             &dims,
         ),
-        _ => return Err(IrError::UnknownPrimitive(name.to_owned())),
     };
     Ok(vec![Array::from_data(out.dtype, data)])
 }

@@ -44,12 +44,11 @@ impl ReduceOp {
         match value {
             ParamValue::Name(n) if n == "Add" => Ok(ReduceOp::Add),
             ParamValue::Name(n) if n == "Max" => Ok(ReduceOp::Max),
-            ParamValue::Record(n, _) if n == "Concat" => Ok(ReduceOp::Concat(
-                value
-                    .field("axis")
-                    .and_then(ParamValue::as_int)
-                    .unwrap_or(0),
-            )),
+            ParamValue::Record(n, _) if n == "Concat" => value
+                .field("axis")
+                .and_then(ParamValue::as_int)
+                .map(ReduceOp::Concat)
+                .ok_or_else(|| type_error(NAME, format!("{value} needs an integer `axis`"))),
             other => Err(type_error(
                 NAME,
                 format!("unknown operation {other}; use Concat(axis=a), Add or Max"),
@@ -87,12 +86,13 @@ impl<'a> TreduceParams<'a> {
             .collect::<Result<_>>()?;
         let schedule = match params.get("schedule") {
             Some(ParamValue::Name(n)) => n.clone(),
-            _ => {
+            Some(other) => {
                 return Err(type_error(
                     NAME,
-                    "parameter `schedule` must name a schedule",
+                    format!("parameter `schedule` must name a schedule, got {other}"),
                 ));
             }
+            None => return Err(type_error(NAME, "parameter `schedule` is missing")),
         };
         Ok(TreduceParams {
             body: params.jaxpr(NAME, "jaxpr")?,

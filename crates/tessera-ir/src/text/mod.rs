@@ -4,7 +4,7 @@
 
 mod parse;
 
-pub use parse::parse_closed;
+pub use parse::{parse_closed, parse_closed_with_consts};
 
 use std::collections::HashMap;
 

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use crate::array::Array;
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::error::{IrError, Result};
@@ -9,26 +10,73 @@ use crate::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Var};
 use crate::params::{ParamValue, Params};
 use crate::prim::Prim;
 
-/// Parses the text of a closed jaxpr (no constants may be bound: JAX prints constvars' values
-/// nowhere, so a jaxpr with constvars parses with zero-filled constants).
+/// Parses the text of a closed jaxpr without constants. JAX prints constvars' values nowhere, so
+/// a program with constvars is refused here: give their values to
+/// [`parse_closed_with_consts`].
 pub fn parse_closed(text: &str) -> Result<ClosedJaxpr> {
+    parse_closed_with_consts(text, &[])
+}
+
+/// Parses the text of a closed jaxpr whose constvars take `consts`, in order (one value of the
+/// constvar's type each). Sub-jaxprs defined before the program (`let NAME = { lambda ... } in`,
+/// as JAX 0.10 prints jaxprs used more than once) are inlined where `jaxpr=NAME` refers to them.
+/// A nested jaxpr with constvars is refused: nothing could give their values.
+pub fn parse_closed_with_consts(text: &str, consts: &[Array]) -> Result<ClosedJaxpr> {
     let mut p = Parser {
         chars: text.chars().collect(),
         pos: 0,
         depth: 0,
+        definitions: HashMap::new(),
+        defined: HashMap::new(),
     };
-    let closed = p.closed()?;
+    p.definitions()?;
+    let jaxpr = p.closed()?.jaxpr;
     p.skip_ws();
     if p.pos < p.chars.len() {
         return Err(p.error("unexpected text after the jaxpr"));
     }
-    Ok(closed)
+    with_consts(jaxpr, consts)
+}
+
+/// Closes `jaxpr` over `consts`, checking their number and types.
+fn with_consts(jaxpr: Jaxpr, consts: &[Array]) -> Result<ClosedJaxpr> {
+    let wanted: Vec<String> = jaxpr
+        .constvars
+        .iter()
+        .map(|&v| jaxpr.aval(v).to_string())
+        .collect();
+    if wanted.len() != consts.len() {
+        return Err(IrError::Consts(format!(
+            "the program has {} constvars ({}) but {} values were given; jaxpr text carries no \
+             constant values, so pass them (in order) to parse_closed_with_consts",
+            wanted.len(),
+            wanted.join(", "),
+            consts.len()
+        )));
+    }
+    for (k, (&v, c)) in jaxpr.constvars.iter().zip(consts).enumerate() {
+        let aval = jaxpr.aval(v);
+        if aval.dtype != c.dtype || aval.shape != c.shape() {
+            return Err(IrError::Consts(format!(
+                "constvar {k} has type {aval} but its value is {}",
+                c.aval()
+            )));
+        }
+    }
+    Ok(ClosedJaxpr {
+        jaxpr,
+        consts: consts.to_vec(),
+    })
 }
 
 struct Parser {
     chars: Vec<char>,
     pos: usize,
     depth: usize,
+    /// Where each `let NAME = {` definition's jaxpr starts.
+    definitions: HashMap<String, usize>,
+    /// Definitions already parsed.
+    defined: HashMap<String, ClosedJaxpr>,
 }
 
 const MAX_DEPTH: usize = 64;
@@ -177,13 +225,83 @@ impl Parser {
             self.eat(",");
         }
         self.expect("}")?;
+        if self.depth > 1 && !jaxpr.constvars.is_empty() {
+            return Err(self.error(
+                "a nested jaxpr has constvars, whose values jaxpr text does not carry; make them \
+                 arguments of the nested jaxpr",
+            ));
+        }
         self.depth -= 1;
-        let consts = jaxpr
-            .constvars
-            .iter()
-            .map(|&v| crate::array::Array::zeros(jaxpr.aval(v)))
-            .collect();
-        Ok(ClosedJaxpr { jaxpr, consts })
+        Ok(ClosedJaxpr {
+            jaxpr,
+            consts: Vec::new(),
+        })
+    }
+
+    /// Records the `let NAME = { lambda ... } in` definitions before the program (their text is
+    /// parsed when a `jaxpr=NAME` parameter refers to them).
+    fn definitions(&mut self) -> Result<()> {
+        loop {
+            self.skip_ws();
+            let save = self.pos;
+            if self.word() != "let" {
+                self.pos = save;
+                return Ok(());
+            }
+            let name = self.word();
+            if name.is_empty() {
+                return Err(self.error("expected a name after `let`"));
+            }
+            self.expect("=")?;
+            self.skip_ws();
+            if self.peek() != Some('{') {
+                return Err(self.error("expected `{` starting the definition's jaxpr"));
+            }
+            self.definitions.insert(name, self.pos);
+            self.skip_braces()?;
+            if self.word() != "in" {
+                return Err(self.error("expected `in` after a definition"));
+            }
+        }
+    }
+
+    /// Moves past the balanced `{ ... }` starting here.
+    fn skip_braces(&mut self) -> Result<()> {
+        let mut depth = 0usize;
+        while let Some(c) = self.peek() {
+            self.pos += 1;
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Ok(());
+                    }
+                }
+                _ => {}
+            }
+        }
+        Err(self.error("unbalanced `{` in a definition"))
+    }
+
+    /// A parameter holding a jaxpr: inline text, or the name of a definition.
+    fn jaxpr_value(&mut self) -> Result<ParamValue> {
+        self.skip_ws();
+        let save = self.pos;
+        let name = self.word();
+        let Some(&start) = self.definitions.get(&name) else {
+            self.pos = save;
+            return self.value();
+        };
+        if let Some(done) = self.defined.get(&name) {
+            return Ok(ParamValue::Jaxpr(Box::new(done.clone())));
+        }
+        let back = self.pos;
+        self.pos = start;
+        let parsed = self.closed()?;
+        self.pos = back;
+        self.defined.insert(name, parsed.clone());
+        Ok(ParamValue::Jaxpr(Box::new(parsed)))
     }
 
     fn binder(&mut self, jaxpr: &mut Jaxpr, names: &mut HashMap<String, Var>) -> Result<Var> {
@@ -331,7 +449,11 @@ impl Parser {
                 return Err(self.error("expected `name=value`"));
             }
             self.expect("=")?;
-            let value = self.value()?;
+            let value = if key.ends_with("jaxpr") {
+                self.jaxpr_value()?
+            } else {
+                self.value()?
+            };
             params.0.push((key, value));
         }
         Ok(params)

@@ -9,7 +9,7 @@
 
 use tessera_sharding::{AbstractMesh, DimSpec, PartitionSpec};
 
-use super::{Tensor, trace};
+use super::{Tensor, trace, trace_counted};
 use crate::aval::ShapedArray;
 use crate::axis_env;
 use crate::dtype::DType;
@@ -249,60 +249,76 @@ fn shard_map_with(
     args: &[&Tensor],
     f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
 ) -> Vec<Tensor> {
-    let Some(first) = args.first() else {
-        return Vec::new();
-    };
-    match body(mesh, in_specs, out_specs, args, f) {
-        Ok((body, out_specs)) => Tensor::bind(
+    let (traced, outs) = body(mesh, in_specs, out_specs, args, f);
+    match (traced, args.first()) {
+        (Ok((body, out_specs)), Some(_)) => Tensor::bind(
             Prim::ShardMap,
             shard_map_params(mesh, in_specs, &out_specs, body),
             args,
         ),
-        Err(e) => vec![first.fail("shard_map", e.to_string())],
+        (Ok(_), None) => super::failure::fail_innermost(
+            "shard_map",
+            "shard_map needs at least one operand".into(),
+            &outs,
+        ),
+        (Err(e), Some(first)) => first.fail_with("shard_map", e.to_string(), &outs),
+        (Err(e), None) => super::failure::fail_innermost("shard_map", e.to_string(), &outs),
     }
 }
 
+/// The body traced on the operands' blocks with its out_specs, and the types of the values
+/// the body returned (known even when it failed; the body is traced on the global types when
+/// the operands do not fit the in_specs, only to count them).
 fn body(
     mesh: &AbstractMesh,
     in_specs: &[PartitionSpec],
     out_specs: &dyn Fn(usize) -> Vec<PartitionSpec>,
     args: &[&Tensor],
     f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
-) -> Result<(ClosedJaxpr, Vec<PartitionSpec>)> {
-    if in_specs.len() != args.len() {
-        return Err(crate::error::type_error(
+) -> (Result<(ClosedJaxpr, Vec<PartitionSpec>)>, Vec<ShapedArray>) {
+    let blocks = if in_specs.len() == args.len() {
+        args.iter()
+            .zip(in_specs)
+            .map(|(a, s)| block_aval(a.aval(), s, mesh))
+            .collect::<Result<Vec<ShapedArray>>>()
+    } else {
+        Err(crate::error::type_error(
             "shard_map",
             format!("{} in_specs for {} operands", in_specs.len(), args.len()),
-        ));
-    }
-    let blocks = args
-        .iter()
-        .zip(in_specs)
-        .map(|(a, s)| block_aval(a.aval(), s, mesh))
-        .collect::<Result<Vec<ShapedArray>>>()?;
+        ))
+    };
+    let avals = match &blocks {
+        Ok(b) => b.clone(),
+        Err(_) => args.iter().map(|a| a.aval().clone()).collect(),
+    };
     let mut specs = Vec::new();
-    let program = axis_env::with_mesh(mesh, || {
-        trace(&blocks, |bargs| {
+    let (program, outs) = axis_env::with_mesh(mesh, || {
+        trace_counted(&avals, |bargs| {
             let outs = f(bargs);
             specs = out_specs(outs.len());
             if outs.len() != specs.len() {
-                let like = outs.first().unwrap_or(&bargs[0]);
-                return vec![like.fail(
-                    "shard_map",
-                    format!(
-                        "the body returns {} values but there are {} out_specs",
-                        outs.len(),
-                        specs.len()
-                    ),
-                )];
+                let message = format!(
+                    "the body returns {} values but there are {} out_specs",
+                    outs.len(),
+                    specs.len()
+                );
+                return match outs.first().or(bargs.first()) {
+                    Some(like) => {
+                        let avals: Vec<ShapedArray> =
+                            outs.iter().map(|o| o.aval().clone()).collect();
+                        like.fail_with("shard_map", message, &avals)
+                    }
+                    None => outs,
+                };
             }
             outs.iter()
                 .zip(&specs)
                 .map(|(o, s)| match_out_spec(o, s))
                 .collect()
         })
-    })?;
-    Ok((program, specs))
+    });
+    let traced = blocks.and(program).map(|p| (p, specs));
+    (traced, outs)
 }
 
 /// Checks that `spec` names every axis `out` varies over, and casts `out` to vary over the
@@ -350,7 +366,12 @@ pub fn pmap(
     let n = first.shape().first().copied().unwrap_or(0);
     let mesh = match AbstractMesh::auto(&[(axis_name, n)]) {
         Ok(m) => m,
-        Err(e) => return vec![first.fail("pmap", e.to_string())],
+        Err(e) => {
+            // Traced anyway, only to stand in for as many results as the function gives.
+            let avals: Vec<ShapedArray> = args.iter().map(|a| a.aval().clone()).collect();
+            let (_, outs) = trace_counted(&avals, |a| f(a));
+            return first.fail_with("pmap", e.to_string(), &outs);
+        }
     };
     let spec = PartitionSpec::new(vec![DimSpec::from_axes(&[axis_name])]);
     let in_specs = vec![spec.clone(); args.len()];

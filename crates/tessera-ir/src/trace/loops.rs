@@ -1,10 +1,11 @@
 //! The tracing API of JAXPP's temporal reduction: [`treduce`] and [`treduce_i`] record a
 //! `treduce` equation whose body is traced once on one micro-batch.
 
-use super::{Tensor, trace};
+use super::failure::fail_innermost;
+use super::{Tensor, trace_counted};
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
-use crate::prim::{Prim, ReduceOp, treduce_params};
+use crate::prim::{Prim, ReduceOp, combined_aval, treduce_params};
 
 /// JAXPP's default operations for `n` results: the first concatenated along a new dimension 0
 /// (a loss per micro-batch), the others summed (gradients).
@@ -31,49 +32,61 @@ pub fn treduce(
     ops: &[ReduceOp],
     f: impl FnOnce(&[Tensor], &[Tensor]) -> Vec<Tensor>,
 ) -> Vec<Tensor> {
-    let Some(first) = xs.first() else {
-        let msg = "treduce needs at least one array to reduce over".to_owned();
-        return invariants
-            .first()
-            .map(|t| vec![t.fail("treduce", msg)])
-            .unwrap_or_default();
-    };
-    let Some(&length) = first.shape().get(axis) else {
-        return vec![first.fail(
-            "treduce",
-            format!("axis {axis} is out of range for {}", first.aval()),
-        )];
-    };
+    let length = xs.first().and_then(|x| x.shape().get(axis).copied());
+    let problem = loop_problem(xs, axis, length);
+    // The body is traced even when the loop is malformed, to know how many results to give.
     let mut avals: Vec<ShapedArray> = invariants.iter().map(|t| t.aval().clone()).collect();
-    for x in xs {
-        if x.shape().get(axis) != Some(&length) {
-            return vec![first.fail(
-                "treduce",
-                format!(
-                    "every array must have {length} micro-batches along axis {axis}, got {}",
-                    x.aval()
-                ),
-            )];
-        }
+    avals.extend(xs.iter().map(|x| {
         let mut slice = ShapedArray::new(x.dtype(), x.shape());
-        slice.shape.remove(axis);
-        avals.push(slice);
-    }
+        if axis < slice.rank() {
+            slice.shape.remove(axis);
+        }
+        slice
+    }));
     let n_inv = invariants.len();
-    let body = trace(&avals, |args| f(&args[..n_inv], &args[n_inv..]));
-    let body = match body {
-        Ok(b) => b,
-        Err(e) => return vec![first.fail("treduce", format!("in the loop body: {e}"))],
-    };
-    let n_out = body.jaxpr.outvars.len();
+    let (body, outs) = trace_counted(&avals, |args| f(&args[..n_inv], &args[n_inv..]));
     let ops = if ops.is_empty() {
-        default_ops(n_out)
+        default_ops(outs.len())
     } else {
         ops.to_vec()
     };
-    let params = treduce_params(body, axis, length, n_inv, &ops, schedule);
-    let operands: Vec<&Tensor> = invariants.iter().chain(xs.iter()).copied().collect();
-    Tensor::bind(Prim::Treduce, params, &operands)
+    let expected: Vec<ShapedArray> = outs
+        .iter()
+        .zip(ops.iter().copied().chain(std::iter::repeat(ReduceOp::Add)))
+        .map(|(a, op)| combined_aval(a, op, length.unwrap_or(1)).unwrap_or_else(|_| a.clone()))
+        .collect();
+    let anchor = xs.first().or(invariants.first());
+    let failure = match (problem, body) {
+        (Some(problem), _) => problem,
+        (None, Err(e)) => format!("in the loop body: {e}"),
+        (None, Ok(body)) => {
+            let params = treduce_params(body, axis, length.unwrap_or(0), n_inv, &ops, schedule);
+            let operands: Vec<&Tensor> = invariants.iter().chain(xs.iter()).copied().collect();
+            return Tensor::bind(Prim::Treduce, params, &operands);
+        }
+    };
+    match anchor {
+        Some(anchor) => anchor.fail_with("treduce", failure, &expected),
+        None => fail_innermost("treduce", failure, &expected),
+    }
+}
+
+/// What is wrong with a loop over `xs` along `axis`, if anything.
+fn loop_problem(xs: &[&Tensor], axis: usize, length: Option<i64>) -> Option<String> {
+    let Some(first) = xs.first() else {
+        return Some("treduce needs at least one array to reduce over".into());
+    };
+    let Some(length) = length else {
+        return Some(format!("axis {axis} is out of range for {}", first.aval()));
+    };
+    xs.iter()
+        .find(|x| x.shape().get(axis) != Some(&length))
+        .map(|x| {
+            format!(
+                "every array must have {length} micro-batches along axis {axis}, got {}",
+                x.aval()
+            )
+        })
 }
 
 /// [`treduce`] over the indices `0..length`: `f(invariants, i)` gets the micro-batch index as an

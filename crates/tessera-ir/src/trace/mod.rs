@@ -15,12 +15,15 @@
 //! ```
 //!
 //! Operations record equations in the trace that owns their operands. A misuse (shapes that do
-//! not broadcast, an unknown axis) is remembered as the trace's first error and returned by
-//! [`trace`]; later operations on the failed trace record nothing. Operator overloads follow
+//! not broadcast, an unknown axis, a failed nested function, loop or transform, a `Tensor` of
+//! another trace) is remembered as the trace's first error and returned by [`trace`]; later
+//! operations on the failed trace record nothing but still return as many results as expected
+//! (module `failure`). Operator overloads follow
 //! numpy broadcasting (ranks aligned on the right) and JAX's dtype promotion (Rust numbers are
 //! weakly typed and take their partner's dtype).
 
 mod collectives;
+mod failure;
 mod loops;
 mod nn;
 mod ops;
@@ -129,6 +132,7 @@ impl Tensor {
         inputs: &[&Tensor],
         out: Option<ShapedArray>,
     ) -> Vec<Tensor> {
+        Tensor::check_captured(prim.name(), inputs);
         let lifted = lift_to_common_vma(prim, inputs);
         let inputs: Vec<&Tensor> = lifted.iter().collect();
         let inputs = inputs.as_slice();
@@ -146,7 +150,7 @@ impl Tensor {
                 }
             }
         };
-        let avals = result.unwrap_or_else(|()| vec![in_avals[0].clone()]);
+        let avals = result.unwrap_or_else(|()| failed_results(&params, &in_avals, out));
         let outputs: Vec<_> = avals.iter().map(|a| b.jaxpr.new_var(a.clone())).collect();
         if b.error.is_none() {
             let eqn = Eqn {
@@ -171,6 +175,7 @@ impl Tensor {
 
     /// Records a primitive without operands (e.g. `iota`) in `like`'s trace.
     pub(crate) fn bind_nullary(prim: Prim, params: Params, like: &Tensor) -> Tensor {
+        Tensor::check_captured(prim.name(), &[like]);
         let builder = like.builder.clone();
         let mut b = builder.borrow_mut();
         let aval = match prim.abstract_eval(&params, &[], None) {
@@ -300,6 +305,16 @@ pub fn trace(
     in_avals: &[ShapedArray],
     f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
 ) -> Result<ClosedJaxpr> {
+    trace_counted(in_avals, f).0
+}
+
+/// Like [`trace`], also giving the types of the values `f` returned, known even when tracing
+/// failed: a caller stands in for the results of a failed nested trace with that many
+/// placeholders.
+pub(crate) fn trace_counted(
+    in_avals: &[ShapedArray],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> (Result<ClosedJaxpr>, Vec<ShapedArray>) {
     let builder = Rc::new(RefCell::new(Builder::default()));
     let args: Vec<Tensor> = in_avals
         .iter()
@@ -313,13 +328,23 @@ pub fn trace(
             }
         })
         .collect();
-    let outputs = f(&args);
+    let outputs = {
+        let _active = failure::Active::enter(&builder);
+        f(&args)
+    };
     drop(args);
-    if let Some(foreign) = outputs.iter().find(|t| !Rc::ptr_eq(&t.builder, &builder)) {
+    let out_avals: Vec<ShapedArray> = outputs.iter().map(|t| t.aval.clone()).collect();
+    (close(&builder, &outputs), out_avals)
+}
+
+/// The traced program with `outputs` as its results, or the trace's first error.
+fn close(builder: &Rc<RefCell<Builder>>, outputs: &[Tensor]) -> Result<ClosedJaxpr> {
+    if let Some(foreign) = outputs.iter().find(|t| !Rc::ptr_eq(&t.builder, builder)) {
         return Err(IrError::Type {
             prim: "trace".into(),
             message: format!(
-                "an output of type {} comes from another trace",
+                "an output of type {} comes from another trace (a Tensor captured from an outer \
+                 trace, returned by the inner function); pass it as an argument instead",
                 foreign.aval
             ),
         });
@@ -335,6 +360,20 @@ pub fn trace(
     Ok(closed)
 }
 
+/// The result types a failed operation stands in for: those of its nested program when it has
+/// one (`jit`, `checkpoint`, `treduce`, `shard_map`), else the given or first operand's type.
+fn failed_results(
+    params: &Params,
+    in_avals: &[ShapedArray],
+    out: Option<ShapedArray>,
+) -> Vec<ShapedArray> {
+    match (params.get("jaxpr"), out) {
+        (Some(ParamValue::Jaxpr(j)), _) => j.jaxpr.out_avals(),
+        (None | Some(_), Some(out)) => vec![out],
+        (None | Some(_), None) => in_avals.first().cloned().into_iter().collect(),
+    }
+}
+
 /// Traces `f` on the types of `args` and records `prim` on `args`, its parameters made from the
 /// traced program by `params`; a failure inside `f` is reported as `what`'s.
 fn bind_traced(
@@ -348,9 +387,9 @@ fn bind_traced(
         return Vec::new();
     };
     let avals: Vec<ShapedArray> = args.iter().map(|t| t.aval.clone()).collect();
-    match trace(&avals, f) {
-        Ok(inner) => Tensor::bind(prim, params(inner), args),
-        Err(e) => vec![first.fail(prim.name(), format!("in {what}: {e}"))],
+    match trace_counted(&avals, f) {
+        (Ok(inner), _) => Tensor::bind(prim, params(inner), args),
+        (Err(e), outs) => first.fail_with(prim.name(), format!("in {what}: {e}"), &outs),
     }
 }
 

@@ -1,10 +1,10 @@
 //! `jax.numpy`-like helpers built from the operations: `mean`, `softmax`, `log_softmax`,
-//! `logsumexp`, `one_hot`, `where_`.
+//! `logsumexp`, `one_hot`, `take`, `where_`.
 
 use super::Tensor;
 use crate::dtype::DType;
 use crate::params::{ParamValue, Params};
-use crate::prim::Prim;
+use crate::prim::{GatherDims, GatherParams, GatherScatterMode, Prim};
 
 impl Tensor {
     /// Mean over `axes`.
@@ -70,39 +70,66 @@ impl Tensor {
         Tensor::bind_nullary(Prim::Iota, params, self)
     }
 
-    /// Rows of this `[n, d]` table at integer `indices` of shape `[k]` (an embedding lookup,
-    /// `gather` with clamped indices): `[k, d]`.
-    pub fn take(&self, indices: &Tensor) -> Tensor {
-        if self.rank() != 2 || indices.rank() != 1 || !indices.dtype().is_int() {
+    /// `jnp.take(self, indices, axis)` in JAX's default mode ("fill"): the slices of this array
+    /// at integer `indices` (any shape) along `axis`, of shape
+    /// `shape[..axis] ++ indices.shape ++ shape[axis + 1..]`. Negative indices count from the
+    /// end; indices still out of range give the dtype's fill value (NaN for floats) and pass no
+    /// gradient back.
+    pub fn take(&self, indices: &Tensor, axis: i64) -> Tensor {
+        self.take_with(indices, axis, GatherScatterMode::FillOrDrop)
+    }
+
+    /// [`Tensor::take`] with an explicit mode: `FillOrDrop` (JAX's "fill", negative indices
+    /// wrapped once), `Clip` (JAX's "clip": clamped into range) or `PromiseInBounds`.
+    pub fn take_with(&self, indices: &Tensor, axis: i64, mode: GatherScatterMode) -> Tensor {
+        let rank = self.rank() as i64;
+        if !indices.dtype().is_int() || !(-rank..rank).contains(&axis) {
             return self.fail(
                 "take",
                 format!(
-                    "needs a [n, d] table and [k] integer indices, got {:?} and {:?}",
+                    "needs integer indices and an axis of the array, got an array {:?}, indices \
+                     {} and axis {axis}",
                     self.shape(),
-                    indices.shape()
+                    indices.aval()
                 ),
             );
         }
-        let ints = |v: &[i64]| ParamValue::Tuple(v.iter().map(|&x| ParamValue::Int(x)).collect());
-        let dims = ParamValue::Record(
-            "GatherDimensionNumbers".into(),
-            vec![
-                ("offset_dims".into(), ints(&[1])),
-                ("collapsed_slice_dims".into(), ints(&[0])),
-                ("start_index_map".into(), ints(&[0])),
-                ("operand_batching_dims".into(), ints(&[])),
-                ("start_indices_batching_dims".into(), ints(&[])),
-            ],
-        );
-        let column = indices.reshape(&[indices.shape()[0], 1]);
-        let params = Params::new()
-            .with("dimension_numbers", dims)
-            .with("fill_value", ParamValue::Name("None".into()))
-            .with("indices_are_sorted", ParamValue::Bool(false))
-            .with("mode", ParamValue::Name("GatherScatterMode.CLIP".into()))
-            .with("slice_sizes", ints(&[1, self.shape()[1]]))
-            .with("unique_indices", ParamValue::Bool(false));
-        Tensor::bind1(Prim::Gather, params, &[self, &column])
+        let axis = if axis < 0 { axis + rank } else { axis };
+        let n = self.shape()[axis as usize];
+        let index_dtype = indices.dtype();
+        let indices = match mode {
+            GatherScatterMode::FillOrDrop => {
+                let negative = indices.lt(&indices.literal(0.0, index_dtype));
+                let wrapped = indices.binary(Prim::Add, &indices.literal(n as f64, index_dtype));
+                where_(&negative, &wrapped, indices)
+            }
+            GatherScatterMode::Clip | GatherScatterMode::PromiseInBounds => indices.clone(),
+        };
+        let k = indices.rank() as i64;
+        let offset: Vec<i64> = (0..axis).chain(axis + k..rank + k - 1).collect();
+        let mut column_shape = indices.shape().to_vec();
+        column_shape.push(1);
+        let mut sizes = self.shape().to_vec();
+        sizes[axis as usize] = 1;
+        let params = GatherParams {
+            dims: GatherDims {
+                offset_dims: offset,
+                collapsed_slice_dims: vec![axis],
+                start_index_map: vec![axis],
+                operand_batching_dims: Vec::new(),
+            },
+            slice_sizes: sizes,
+            mode,
+            fill_value: None,
+            indices_are_sorted: false,
+            unique_indices: false,
+        }
+        .to_params();
+        Tensor::bind1(
+            Prim::Gather,
+            params,
+            &[self, &indices.reshape(&column_shape)],
+        )
     }
 
     /// `iota(n)` in this tensor's trace and integer dtype.

@@ -6,32 +6,45 @@
 
 use super::{Tensor, call_closed};
 use crate::autodiff::{jvp, value_and_grad, vjp};
+use crate::aval::ShapedArray;
 use crate::batching::vmap;
 use crate::error::Result;
 use crate::jaxpr::ClosedJaxpr;
 use crate::params::{ParamValue, Params};
 use crate::prim::Prim;
 
-fn call_transformed(what: &str, transformed: Result<ClosedJaxpr>, args: &[&Tensor]) -> Vec<Tensor> {
-    let Some(first) = args.first() else {
-        return Vec::new();
-    };
-    match transformed {
-        Ok(program) => call_closed(&program, args),
-        Err(e) => vec![first.fail(what, e.to_string())],
+/// Calls the transformed program on `args`; when the transformation failed, fails the trace
+/// and stands in for the `expected` results.
+fn call_transformed(
+    what: &str,
+    transformed: Result<ClosedJaxpr>,
+    args: &[&Tensor],
+    expected: &[ShapedArray],
+) -> Vec<Tensor> {
+    match (transformed, args.first()) {
+        (Ok(program), Some(_)) => call_closed(&program, args),
+        (Err(e), Some(first)) => first.fail_with(what, e.to_string(), expected),
+        (Ok(_), None) => super::failure::fail_innermost(
+            what,
+            "the transformed program is called on no operands; give it at least one".into(),
+            expected,
+        ),
+        (Err(e), None) => super::failure::fail_innermost(what, e.to_string(), expected),
     }
 }
 
 /// `jvp(program)` on `(primals..., tangents...)`: results `(outputs..., output tangents...)`.
 pub fn jvp_call(program: &ClosedJaxpr, primals: &[&Tensor], tangents: &[&Tensor]) -> Vec<Tensor> {
     let args: Vec<&Tensor> = primals.iter().chain(tangents).copied().collect();
-    call_transformed("jvp", jvp(program), &args)
+    let outs = program.jaxpr.out_avals();
+    let expected: Vec<ShapedArray> = outs.iter().chain(&outs).cloned().collect();
+    call_transformed("jvp", jvp(program), &args, &expected)
 }
 
 /// `vjp(program)` on `(primals..., cotangents...)`: the cotangent of every argument.
 pub fn vjp_call(program: &ClosedJaxpr, primals: &[&Tensor], cotangents: &[&Tensor]) -> Vec<Tensor> {
     let args: Vec<&Tensor> = primals.iter().chain(cotangents).copied().collect();
-    call_transformed("vjp", vjp(program), &args)
+    call_transformed("vjp", vjp(program), &args, &program.jaxpr.in_avals())
 }
 
 /// `vmap(program, in_axes, out_axes)` on `args` (the batch size read from the first batched
@@ -46,18 +59,33 @@ pub fn vmap_call(
         .iter()
         .zip(in_axes)
         .find_map(|(t, ax)| ax.and_then(|a| t.shape().get(a).copied()));
+    let expected: Vec<ShapedArray> = program
+        .jaxpr
+        .out_avals()
+        .iter()
+        .enumerate()
+        .map(|(k, a)| {
+            let mut out = a.clone();
+            let at = out_axes.get(k).copied().unwrap_or(0).min(out.rank());
+            out.shape.insert(at, size.unwrap_or(1));
+            out
+        })
+        .collect();
     let Some(size) = size else {
-        return args
-            .first()
-            .map(|t| {
-                vec![t.fail(
-                    "vmap",
-                    "no argument is batched (every in_axes entry is None)".into(),
-                )]
-            })
-            .unwrap_or_default();
+        let none = "no argument is batched (every in_axes entry is None)".to_owned();
+        return call_transformed(
+            "vmap",
+            Err(crate::error::type_error("vmap", none)),
+            args,
+            &expected,
+        );
     };
-    call_transformed("vmap", vmap(program, in_axes, out_axes, size), args)
+    call_transformed(
+        "vmap",
+        vmap(program, in_axes, out_axes, size),
+        args,
+        &expected,
+    )
 }
 
 /// The gradients of a scalar `loss` program with respect to `argnums`, at `args`.
@@ -72,8 +100,12 @@ pub fn grad_call(loss: &ClosedJaxpr, argnums: &[usize], args: &[&Tensor]) -> Vec
 /// Calls `value_and_grad(loss, argnums)` on `args`, recording the loss itself next to its
 /// derivative: results `(loss, grad_0, ..., grad_k)`.
 pub fn value_and_grad_call(loss: &ClosedJaxpr, argnums: &[usize], args: &[&Tensor]) -> Vec<Tensor> {
+    let mut expected: Vec<ShapedArray> = loss.jaxpr.out_avals().into_iter().take(1).collect();
+    let inputs = loss.jaxpr.in_avals();
+    expected.extend(argnums.iter().filter_map(|&a| inputs.get(a).cloned()));
     let Some(first) = args.first() else {
-        return Vec::new();
+        let e = "the gradient is taken at no operands; give it at least one".to_owned();
+        return super::failure::fail_innermost("value_and_grad", e, &expected);
     };
     match value_and_grad(loss, argnums) {
         Ok(vag) => {
@@ -87,6 +119,6 @@ pub fn value_and_grad_call(loss: &ClosedJaxpr, argnums: &[usize], args: &[&Tenso
                 );
             Tensor::bind(Prim::Jit, params, args)
         }
-        Err(e) => vec![first.fail("value_and_grad", e.to_string())],
+        Err(e) => first.fail_with("value_and_grad", e.to_string(), &expected),
     }
 }

@@ -12,12 +12,13 @@ use crate::emit::Body;
 pub(crate) fn element_text(value: f64, dtype: DType) -> String {
     match dtype {
         DType::Bool => (if value != 0.0 { "true" } else { "false" }).into(),
-        d if d.is_int() => format!("{}", value as i64),
+        DType::I8 | DType::I16 | DType::I32 | DType::I64 => format!("{}", value as i64),
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 => format!("{}", value as u64),
         // Floats as exact bit patterns (MLIR accepts hex for every float type).
         DType::F64 => format!("0x{:016X}", value.to_bits()),
         DType::F32 => format!("0x{:08X}", (value as f32).to_bits()),
         DType::F16 => format!("0x{:04X}", half::f16::from_f64(value).to_bits()),
-        _ => format!("0x{:04X}", half::bf16::from_f64(value).to_bits()),
+        DType::BF16 => format!("0x{:04X}", half::bf16::from_f64(value).to_bits()),
     }
 }
 
@@ -76,17 +77,25 @@ fn nested(values: &[f64], shape: &[i64], dtype: DType) -> String {
     }
 }
 
-/// `jit`: the nested jaxpr as a private function, called with `func.call`.
+/// `jit` (and `checkpoint`, which has no `name`: give it as `fixed_name`): the nested jaxpr as
+/// a private function, called with `func.call`.
 pub(super) fn call<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     params: &Params,
     inputs: &[Value<'c, 'b>],
     functions: &mut Functions<'_, 'c>,
+    fixed_name: Option<&str>,
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     let inner = params.jaxpr("jit", "jaxpr").map_err(ir)?;
-    let name = match params.get("name") {
-        Some(tessera_ir::ParamValue::Name(n)) => n.clone(),
-        _ => "jit".into(),
+    let name = match (fixed_name, params.get("name")) {
+        (Some(fixed), _) => fixed.to_owned(),
+        (None, Some(tessera_ir::ParamValue::Name(n))) => n.clone(),
+        (None, Some(other)) => {
+            return Err(LowerError::Build(format!(
+                "jit: parameter `name` must be a name, got {other}"
+            )));
+        }
+        (None, None) => return Err(LowerError::Build("jit: parameter `name` is missing".into())),
     };
     let symbol = functions.add(&name, inner)?;
     let outs: Vec<&ShapedArray> = ctx.out_avals.iter().collect();

@@ -2,6 +2,7 @@
 //! size-1 dimensions; StableHLO wants equal shapes).
 
 use melior::ir::Value;
+use tessera_ir::prim::{BinaryOp, CompareOp, ElementwiseOp, UnaryOp};
 use tessera_ir::{DType, Params, Prim, ShapedArray};
 
 use super::control::splat;
@@ -46,37 +47,57 @@ fn broadcast_all<'c, 'b>(
         .collect()
 }
 
-pub(super) fn unary<'c, 'b>(
+/// Every elementwise primitive, by its kind.
+pub(super) fn lower<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     prim: Prim,
+    params: &Params,
+    inputs: &[Value<'c, 'b>],
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    let op = prim
+        .elementwise()
+        .ok_or_else(|| LowerError::Build(format!("{} is not elementwise", prim.name())))?;
+    match op {
+        ElementwiseOp::Unary(u) => unary(ctx, u, params, inputs),
+        ElementwiseOp::Binary(b) => binary(ctx, b, inputs),
+        ElementwiseOp::Compare(c) => compare(ctx, c, inputs),
+        ElementwiseOp::SelectN => select_n(ctx, inputs),
+        ElementwiseOp::Clamp => clamp(ctx, inputs),
+        ElementwiseOp::Convert => convert(ctx, inputs),
+    }
+}
+
+fn unary<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    op: UnaryOp,
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     let out = &ctx.out_avals[0];
     let x = inputs[0];
     let one = |name: &str, v: Value<'c, 'b>| ctx.op1(name, &[v], out, &[]);
-    let value = match prim {
-        Prim::Neg => one("stablehlo.negate", x)?,
-        Prim::Abs => one("stablehlo.abs", x)?,
-        Prim::Sign => one("stablehlo.sign", x)?,
-        Prim::Exp => one("stablehlo.exponential", x)?,
-        Prim::Exp2 => {
+    let value = match op {
+        UnaryOp::Neg => one("stablehlo.negate", x)?,
+        UnaryOp::Abs => one("stablehlo.abs", x)?,
+        UnaryOp::Sign => one("stablehlo.sign", x)?,
+        UnaryOp::Exp => one("stablehlo.exponential", x)?,
+        UnaryOp::Exp2 => {
             let ln2 = splat(ctx.body, std::f64::consts::LN_2, out)?;
             let scaled = ctx.op1("stablehlo.multiply", &[x, ln2], out, &[])?;
             one("stablehlo.exponential", scaled)?
         }
-        Prim::Log => one("stablehlo.log", x)?,
-        Prim::Log1p => one("stablehlo.log_plus_one", x)?,
-        Prim::Expm1 => one("stablehlo.exponential_minus_one", x)?,
-        Prim::Tanh => one("stablehlo.tanh", x)?,
-        Prim::Logistic => one("stablehlo.logistic", x)?,
-        Prim::Sin => one("stablehlo.sine", x)?,
-        Prim::Cos => one("stablehlo.cosine", x)?,
-        Prim::Sqrt => one("stablehlo.sqrt", x)?,
-        Prim::Rsqrt => one("stablehlo.rsqrt", x)?,
-        Prim::Floor => one("stablehlo.floor", x)?,
-        Prim::Ceil => one("stablehlo.ceil", x)?,
-        Prim::Round
+        UnaryOp::Log => one("stablehlo.log", x)?,
+        UnaryOp::Log1p => one("stablehlo.log_plus_one", x)?,
+        UnaryOp::Expm1 => one("stablehlo.exponential_minus_one", x)?,
+        UnaryOp::Tanh => one("stablehlo.tanh", x)?,
+        UnaryOp::Logistic => one("stablehlo.logistic", x)?,
+        UnaryOp::Sin => one("stablehlo.sine", x)?,
+        UnaryOp::Cos => one("stablehlo.cosine", x)?,
+        UnaryOp::Sqrt => one("stablehlo.sqrt", x)?,
+        UnaryOp::Rsqrt => one("stablehlo.rsqrt", x)?,
+        UnaryOp::Floor => one("stablehlo.floor", x)?,
+        UnaryOp::Ceil => one("stablehlo.ceil", x)?,
+        UnaryOp::Round
             if params
                 .get("rounding_method")
                 .and_then(tessera_ir::ParamValue::as_int)
@@ -84,10 +105,9 @@ pub(super) fn unary<'c, 'b>(
         {
             one("stablehlo.round_nearest_even", x)?
         }
-        Prim::Round => one("stablehlo.round_nearest_afz", x)?,
-        Prim::Not => one("stablehlo.not", x)?,
-        Prim::IntegerPow => integer_pow(ctx, x, params.int("integer_pow", "y").map_err(ir)?)?,
-        other => return Err(LowerError::Build(format!("{} is not unary", other.name()))),
+        UnaryOp::Round => one("stablehlo.round_nearest_afz", x)?,
+        UnaryOp::Not => one("stablehlo.not", x)?,
+        UnaryOp::IntegerPow => integer_pow(ctx, x, params.int("integer_pow", "y").map_err(ir)?)?,
     };
     Ok(vec![value])
 }
@@ -126,26 +146,25 @@ fn integer_pow<'c, 'b>(
     Ok(value)
 }
 
-pub(super) fn binary<'c, 'b>(
+fn binary<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
-    prim: Prim,
+    op: BinaryOp,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     let out = &ctx.out_avals[0];
     let args = broadcast_all(ctx, inputs, &out.shape)?;
-    let name = match prim {
-        Prim::Add | Prim::AddAny => "stablehlo.add",
-        Prim::Sub => "stablehlo.subtract",
-        Prim::Mul => "stablehlo.multiply",
-        Prim::Div => "stablehlo.divide",
-        Prim::Rem => "stablehlo.remainder",
-        Prim::Pow => "stablehlo.power",
-        Prim::Max => "stablehlo.maximum",
-        Prim::Min => "stablehlo.minimum",
-        Prim::And => "stablehlo.and",
-        Prim::Or => "stablehlo.or",
-        Prim::Xor => "stablehlo.xor",
-        other => return Err(LowerError::Build(format!("{} is not binary", other.name()))),
+    let name = match op {
+        BinaryOp::Add | BinaryOp::AddAny => "stablehlo.add",
+        BinaryOp::Sub => "stablehlo.subtract",
+        BinaryOp::Mul => "stablehlo.multiply",
+        BinaryOp::Div => "stablehlo.divide",
+        BinaryOp::Rem => "stablehlo.remainder",
+        BinaryOp::Pow => "stablehlo.power",
+        BinaryOp::Max => "stablehlo.maximum",
+        BinaryOp::Min => "stablehlo.minimum",
+        BinaryOp::And => "stablehlo.and",
+        BinaryOp::Or => "stablehlo.or",
+        BinaryOp::Xor => "stablehlo.xor",
     };
     Ok(vec![ctx.op1(name, &args, out, &[])?])
 }
@@ -183,21 +202,14 @@ pub(crate) fn compare_values<'c, 'b>(
     ctx.op1("stablehlo.compare", &[a, b], out, &attrs)
 }
 
-pub(super) fn compare<'c, 'b>(
+fn compare<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
-    prim: Prim,
+    op: CompareOp,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     let out = &ctx.out_avals[0];
     let args = broadcast_all(ctx, inputs, &out.shape)?;
-    let direction = match prim {
-        Prim::Eq => "EQ",
-        Prim::Ne => "NE",
-        Prim::Lt => "LT",
-        Prim::Le => "LE",
-        Prim::Gt => "GT",
-        _ => "GE",
-    };
+    let direction = op.direction();
     Ok(vec![compare_values(
         ctx,
         args[0],
@@ -209,7 +221,7 @@ pub(super) fn compare<'c, 'b>(
 }
 
 /// `select_n(which, *cases)`: a chain of `stablehlo.select`s on `which == k`.
-pub(super) fn select_n<'c, 'b>(
+fn select_n<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
@@ -235,7 +247,7 @@ pub(super) fn select_n<'c, 'b>(
     Ok(vec![acc])
 }
 
-pub(super) fn clamp<'c, 'b>(
+fn clamp<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
@@ -245,7 +257,7 @@ pub(super) fn clamp<'c, 'b>(
 }
 
 /// `convert_element_type`; conversion to bool compares with zero, as XLA's convert would not.
-pub(super) fn convert<'c, 'b>(
+fn convert<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {

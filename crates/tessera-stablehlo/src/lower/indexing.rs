@@ -1,11 +1,17 @@
 //! `gather` and `scatter-add` as `stablehlo.gather` / `stablehlo.scatter` (with an add region);
-//! the index vector is the last dimension of the indices, as in JAX.
+//! the index vector is the last dimension of the indices, as in JAX. Out-of-bounds modes as JAX
+//! lowers them: XLA's gather clamps (CLIP, PROMISE_IN_BOUNDS) and its scatter drops windows that
+//! do not fit (FILL_OR_DROP, PROMISE_IN_BOUNDS); a FILL_OR_DROP gather and a CLIP scatter are
+//! lowered from their expansion programs (`tessera_ir::prim::gather_fill_program`,
+//! `scatter_clip_program`).
 
 use melior::ir::Value;
-use tessera_ir::prim::{gather_dims, scatter_dims};
-use tessera_ir::{ParamValue, Params, ShapedArray};
+use tessera_ir::prim::{
+    GatherParams, GatherScatterMode, ScatterParams, gather_fill_program, scatter_clip_program,
+};
+use tessera_ir::{Params, ShapedArray};
 
-use super::{Ctx, i64_array, ir, mlir_type};
+use super::{Ctx, i64_array, ir, lower_flat, mlir_type};
 use crate::context::LowerError;
 
 fn list(values: &[i64]) -> String {
@@ -19,23 +25,22 @@ fn list(values: &[i64]) -> String {
     )
 }
 
-fn check_mode(params: &Params) -> Result<(), LowerError> {
-    match params.get("mode") {
-        Some(ParamValue::Name(m)) if m.ends_with("FILL_OR_DROP") => Err(LowerError::Build(
-            "gather/scatter with mode FILL_OR_DROP is not lowered yet; use CLIP or PROMISE_IN_BOUNDS".into(),
-        )),
-        _ => Ok(()),
-    }
-}
-
 pub(super) fn gather<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
-    check_mode(params)?;
-    let dn = gather_dims(params).map_err(ir)?;
-    let sizes = params.ints("gather", "slice_sizes").map_err(ir)?;
+    let typed = GatherParams::read(params).map_err(ir)?;
+    match typed.mode {
+        GatherScatterMode::Clip | GatherScatterMode::PromiseInBounds => {}
+        GatherScatterMode::FillOrDrop => {
+            let (operand, indices) = (&ctx.in_avals[0], &ctx.in_avals[1]);
+            let program =
+                gather_fill_program(params, operand, indices, &ctx.out_avals[0]).map_err(ir)?;
+            return lower_flat(ctx.body, &program, inputs);
+        }
+    }
+    let (dn, sizes) = (&typed.dims, &typed.slice_sizes);
     let index_vector_dim = ctx.in_avals[1].rank() as i64 - 1;
     let attr = format!(
         "#stablehlo.gather<offset_dims = {}, collapsed_slice_dims = {}, start_index_map = {}, index_vector_dim = {index_vector_dim}>",
@@ -45,7 +50,7 @@ pub(super) fn gather<'c, 'b>(
     );
     let attrs = [
         ("dimension_numbers", attr),
-        ("slice_sizes", i64_array(&sizes)),
+        ("slice_sizes", i64_array(sizes)),
         ("indices_are_sorted", "false".into()),
     ];
     Ok(vec![ctx.op1(
@@ -61,8 +66,18 @@ pub(super) fn scatter_add<'c, 'b>(
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
-    check_mode(params)?;
-    let dn = scatter_dims(params).map_err(ir)?;
+    let typed = ScatterParams::read(params).map_err(ir)?;
+    match typed.mode {
+        GatherScatterMode::FillOrDrop | GatherScatterMode::PromiseInBounds => {}
+        GatherScatterMode::Clip => {
+            let [operand, indices, updates] = ctx.in_avals else {
+                return Err(LowerError::Build("scatter-add takes 3 operands".into()));
+            };
+            let program = scatter_clip_program(params, operand, indices, updates).map_err(ir)?;
+            return lower_flat(ctx.body, &program, inputs);
+        }
+    }
+    let dn = &typed.dims;
     let index_vector_dim = ctx.in_avals[1].rank() as i64 - 1;
     let attr = format!(
         "#stablehlo.scatter<update_window_dims = {}, inserted_window_dims = {}, scatter_dims_to_operand_dims = {}, index_vector_dim = {index_vector_dim}>",

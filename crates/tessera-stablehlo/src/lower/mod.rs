@@ -5,6 +5,7 @@
 mod control;
 mod elementwise;
 mod indexing;
+mod loops;
 mod parallel;
 mod reduce;
 mod structural;
@@ -53,13 +54,27 @@ pub fn mlir_type(aval: &ShapedArray) -> String {
 }
 
 /// Lowers `closed` (with its constants inlined as `stablehlo.constant`s) to a verified module
-/// whose public `main` takes the jaxpr's arguments and returns its results.
+/// whose public `main` takes the jaxpr's arguments and returns its results. A `treduce` becomes
+/// one `stablehlo.while` (see [`lower_closed_unrolled`] for the unrolled form).
 pub fn lower_closed(
     closed: &ClosedJaxpr,
     options: &LowerOptions,
 ) -> Result<EmittedModule, LowerError> {
+    lower_module(closed, options)
+}
+
+/// Like [`lower_closed`] with every `treduce` unrolled first (`passes::unroll_treduce`): one
+/// copy of the body per micro-batch, so module size and compile time grow with their number.
+pub fn lower_closed_unrolled(
+    closed: &ClosedJaxpr,
+    options: &LowerOptions,
+) -> Result<EmittedModule, LowerError> {
     let unrolled = tessera_ir::passes::unroll_treduce(closed).map_err(ir)?;
-    crate::with_context(|context| lower_in(context, &unrolled, options))
+    lower_module(&unrolled, options)
+}
+
+fn lower_module(closed: &ClosedJaxpr, options: &LowerOptions) -> Result<EmittedModule, LowerError> {
+    crate::with_context(|context| lower_in(context, closed, options))
 }
 
 fn lower_in(
@@ -294,39 +309,25 @@ fn lower_eqn<'c, 'b>(
     let p = &eqn.params;
     match eqn.prim {
         Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
-        | Sqrt | Rsqrt | Floor | Ceil | Round | Not | IntegerPow => {
-            elementwise::unary(ctx, eqn.prim, p, inputs)
-        }
-        Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Xor | AddAny => {
-            elementwise::binary(ctx, eqn.prim, inputs)
-        }
-        Eq | Ne | Lt | Le | Gt | Ge => elementwise::compare(ctx, eqn.prim, inputs),
-        SelectN => elementwise::select_n(ctx, inputs),
-        Clamp => elementwise::clamp(ctx, inputs),
-        ConvertElementType => elementwise::convert(ctx, inputs),
+        | Sqrt | Rsqrt | Floor | Ceil | Round | Not | IntegerPow | Add | Sub | Mul | Div | Rem
+        | Pow | Max | Min | And | Or | Xor | AddAny | Eq | Ne | Lt | Le | Gt | Ge | SelectN
+        | Clamp | ConvertElementType => elementwise::lower(ctx, eqn.prim, p, inputs),
         Iota | BroadcastInDim | Reshape | Squeeze | ExpandDims | Transpose | Slice
         | DynamicSlice | DynamicUpdateSlice | Concatenate | Pad => {
             structural::lower(ctx, eqn.prim, p, inputs)
         }
-        ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr => {
-            reduce::reduce(ctx, eqn.prim, p, inputs)
-        }
-        Argmax | Argmin => reduce::arg_reduce(ctx, eqn.prim, p, inputs),
-        Cumsum => reduce::cumsum(ctx, p, inputs),
+        ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr | Argmax | Argmin
+        | Cumsum => reduce::lower(ctx, eqn.prim, p, inputs),
         DotGeneral => structural::dot_general(ctx, p, inputs),
         Gather => indexing::gather(ctx, p, inputs),
         ScatterAdd => indexing::scatter_add(ctx, p, inputs),
         StopGradient | Copy | PipelineEnterStage => Ok(inputs.to_vec()),
-        Jit | Checkpoint => control::call(ctx, p, inputs, functions),
+        Jit => control::call(ctx, p, inputs, functions, None),
+        Checkpoint => control::call(ctx, p, inputs, functions, Some("checkpoint")),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => parallel::collective(ctx, eqn.prim, p, inputs),
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),
-        // `lower_closed` unrolls loops first; a loop reaching here came through `lower_flat`.
-        Treduce => Err(LowerError::Build(
-            "treduce must be unrolled before lowering (passes::unroll_treduce), or pipelined \
-             with mpmd_jit"
-                .into(),
-        )),
+        Treduce => loops::treduce(ctx, p, inputs, functions),
     }
 }
 

@@ -13,10 +13,11 @@ use tessera_ir::{DType, Params, Prim, ShapedArray, axis_env};
 use tessera_sharding::{AbstractMesh, Mesh, NamedSharding, PartitionSpec, groups};
 
 use super::control::constant_scalar;
-use super::reduce::combiner_for;
+use super::reduce::combiner;
 use super::{Ctx, Functions, ir, lower_body, mlir_type};
 use crate::context::LowerError;
 use crate::emit::quote;
+use tessera_ir::prim::ReduceKind;
 
 const CHANNEL: &str = "#stablehlo.channel_handle<handle = 1, type = 1>";
 
@@ -134,7 +135,9 @@ pub(super) fn collective<'c, 'b>(
             let axes = collective_axes(prim, params).map_err(ir)?;
             axis_index(ctx, &mesh, &axes)?
         }
-        Prim::Psum | Prim::Pmax | Prim::Pmin => all_reduce(ctx, prim, inputs[0], &groups()?)?,
+        Prim::Psum => all_reduce(ctx, ReduceKind::Sum, inputs[0], &groups()?)?,
+        Prim::Pmax => all_reduce(ctx, ReduceKind::Max, inputs[0], &groups()?)?,
+        Prim::Pmin => all_reduce(ctx, ReduceKind::Min, inputs[0], &groups()?)?,
         Prim::Pbroadcast => {
             let axes = collective_axes(prim, params).map_err(ir)?;
             pbroadcast(ctx, inputs[0], &mesh, &axes, int("source")?, &groups()?)?
@@ -213,11 +216,11 @@ pub(super) fn collective<'c, 'b>(
 
 fn reducer_region<'c>(
     ctx: &Ctx<'_, 'c, '_>,
-    prim: Prim,
+    kind: ReduceKind,
     dtype: DType,
 ) -> Result<melior::ir::Region<'c>, LowerError> {
     let st = mlir_type(&ShapedArray::scalar(dtype));
-    let combiner = combiner_for(prim);
+    let combiner = combiner(kind);
     ctx.body.region(&[&st, &st], "stablehlo.return", |b, xs| {
         b.op(combiner, xs, &[&st], &[])
     })
@@ -225,7 +228,7 @@ fn reducer_region<'c>(
 
 fn all_reduce<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
-    prim: Prim,
+    kind: ReduceKind,
     x: Value<'c, 'b>,
     groups: &[Vec<i64>],
 ) -> Result<Value<'c, 'b>, LowerError> {
@@ -235,7 +238,7 @@ fn all_reduce<'c, 'b>(
         ("replica_groups", groups_attr(groups)),
         ("use_global_device_ids", "unit".into()),
     ];
-    let region = reducer_region(ctx, prim, aval.dtype)?;
+    let region = reducer_region(ctx, kind, aval.dtype)?;
     Ok(ctx
         .body
         .op_with_regions(
@@ -267,7 +270,7 @@ fn reduce_scatter<'c, 'b>(
         ("scatter_dimension", format!("{d} : i64")),
         ("use_global_device_ids", "unit".into()),
     ];
-    let region = reducer_region(ctx, Prim::Psum, input.dtype)?;
+    let region = reducer_region(ctx, ReduceKind::Sum, input.dtype)?;
     let y = ctx
         .body
         .op_with_regions(
@@ -353,5 +356,5 @@ fn pbroadcast<'c, 'b>(
     let masked = ctx
         .body
         .op("stablehlo.select", &[here, x, zeros], &[&ty], &[])?[0];
-    all_reduce(ctx, Prim::Psum, masked, groups)
+    all_reduce(ctx, ReduceKind::Sum, masked, groups)
 }

@@ -2,6 +2,7 @@
 //! reduce over (value, index), and `cumsum` as a `stablehlo.reduce_window`.
 
 use melior::ir::Value;
+use tessera_ir::prim::{ReduceKind, ReductionOp};
 use tessera_ir::{DType, ParamValue, Params, Prim, ShapedArray};
 
 use super::control::constant_scalar;
@@ -9,23 +10,38 @@ use super::elementwise::compare_values;
 use super::{Ctx, i64_array, ir, mlir_type};
 use crate::context::LowerError;
 
-fn combiner(prim: Prim) -> &'static str {
-    combiner_for(prim)
-}
-
 /// The scalar combiner of a reduction (or of the all-reduce of `psum`/`pmax`/`pmin`).
-pub(super) fn combiner_for(prim: Prim) -> &'static str {
-    match prim {
-        Prim::ReduceSum | Prim::Psum => "stablehlo.add",
-        Prim::ReduceProd => "stablehlo.multiply",
-        Prim::ReduceMax | Prim::Pmax => "stablehlo.maximum",
-        Prim::ReduceMin | Prim::Pmin => "stablehlo.minimum",
-        Prim::ReduceAnd => "stablehlo.and",
-        _ => "stablehlo.or",
+pub(super) fn combiner(kind: ReduceKind) -> &'static str {
+    match kind {
+        ReduceKind::Sum => "stablehlo.add",
+        ReduceKind::Prod => "stablehlo.multiply",
+        ReduceKind::Max => "stablehlo.maximum",
+        ReduceKind::Min => "stablehlo.minimum",
+        ReduceKind::And => "stablehlo.and",
+        ReduceKind::Or => "stablehlo.or",
     }
 }
 
-fn identity(prim: Prim, dtype: DType) -> f64 {
+/// Every reduction, by its kind.
+pub(super) fn lower<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    prim: Prim,
+    params: &Params,
+    inputs: &[Value<'c, 'b>],
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    let op = prim
+        .reduction()
+        .ok_or_else(|| LowerError::Build(format!("{} is not a reduction", prim.name())))?;
+    match op {
+        ReductionOp::Reduce(kind) => reduce(ctx, prim, kind, params, inputs),
+        ReductionOp::Argmax => arg_reduce(ctx, prim, true, params, inputs),
+        ReductionOp::Argmin => arg_reduce(ctx, prim, false, params, inputs),
+        ReductionOp::Cumsum => cumsum(ctx, params, inputs),
+    }
+}
+
+/// The identity of a reduction of `dtype` values.
+pub(super) fn identity(kind: ReduceKind, dtype: DType) -> f64 {
     let (lowest, highest) = if dtype.is_float() {
         (f64::NEG_INFINITY, f64::INFINITY)
     } else if dtype == DType::Bool {
@@ -41,18 +57,14 @@ fn identity(prim: Prim, dtype: DType) -> f64 {
             )
         }
     };
-    match prim {
-        Prim::ReduceSum | Prim::ReduceOr => 0.0,
-        Prim::ReduceProd => 1.0,
-        Prim::ReduceMax => lowest,
-        Prim::ReduceMin => highest,
-        _ => {
-            if dtype == DType::Bool {
-                1.0
-            } else {
-                -1.0
-            }
-        }
+    match kind {
+        ReduceKind::Sum | ReduceKind::Or => 0.0,
+        ReduceKind::Prod => 1.0,
+        ReduceKind::Max => lowest,
+        ReduceKind::Min => highest,
+        // All bits set.
+        ReduceKind::And if dtype == DType::Bool => 1.0,
+        ReduceKind::And => -1.0,
     }
 }
 
@@ -67,9 +79,10 @@ fn axes(params: &Params, name: &str, rank: usize) -> Result<Vec<i64>, LowerError
     Ok(axes)
 }
 
-pub(super) fn reduce<'c, 'b>(
+fn reduce<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     prim: Prim,
+    kind: ReduceKind,
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
@@ -77,10 +90,10 @@ pub(super) fn reduce<'c, 'b>(
     let out = &ctx.out_avals[0];
     let axes = axes(params, prim.name(), x.rank())?;
     let scalar = ShapedArray::scalar(x.dtype);
-    let init = constant_scalar(ctx.body, identity(prim, x.dtype), &scalar)?;
+    let init = constant_scalar(ctx.body, identity(kind, x.dtype), &scalar)?;
     let st = mlir_type(&scalar);
     let region = ctx.body.region(&[&st, &st], "stablehlo.return", |b, xs| {
-        b.op(combiner(prim), xs, &[&st], &[])
+        b.op(combiner(kind), xs, &[&st], &[])
     })?;
     let attrs = [("dimensions", i64_array(&axes))];
     Ok(vec![
@@ -98,9 +111,10 @@ pub(super) fn reduce<'c, 'b>(
 
 /// `argmax`/`argmin`: reduces (value, iota) pairs; ties and NaNs pick the lowest index, a NaN
 /// wins over numbers (XLA's semantics).
-pub(super) fn arg_reduce<'c, 'b>(
+fn arg_reduce<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     prim: Prim,
+    is_max: bool,
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
@@ -120,27 +134,16 @@ pub(super) fn arg_reduce<'c, 'b>(
         ShapedArray::scalar(x.dtype),
         ShapedArray::scalar(index_dtype),
     );
-    let worst = if prim == Prim::Argmax {
-        f64::NEG_INFINITY
+    let kind = if is_max {
+        ReduceKind::Max
     } else {
-        f64::INFINITY
+        ReduceKind::Min
     };
-    let worst = if x.dtype.is_float() {
-        worst
-    } else {
-        identity(
-            if prim == Prim::Argmax {
-                Prim::ReduceMax
-            } else {
-                Prim::ReduceMin
-            },
-            x.dtype,
-        )
-    };
+    let worst = identity(kind, x.dtype);
     let init_v = constant_scalar(ctx.body, worst, &vs)?;
     let init_i = constant_scalar(ctx.body, 0.0, &is)?;
     let (vt, it) = (mlir_type(&vs), mlir_type(&is));
-    let direction = if prim == Prim::Argmax { "GT" } else { "LT" };
+    let direction = if is_max { "GT" } else { "LT" };
     let float = x.dtype.is_float();
     let region = ctx
         .body
@@ -182,7 +185,7 @@ pub(super) fn arg_reduce<'c, 'b>(
 }
 
 /// `cumsum` as a window sum over the axis with `n - 1` padding before (after when reversed).
-pub(super) fn cumsum<'c, 'b>(
+fn cumsum<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     params: &Params,
     inputs: &[Value<'c, 'b>],

@@ -115,14 +115,12 @@ fn padding(params: &Params) -> Result<Padding, LowerError> {
         .ok_or_else(bad)?;
     let (mut lo, mut hi, mut interior) = (Vec::new(), Vec::new(), Vec::new());
     for t in seq {
-        match t.as_ints().as_deref() {
-            Some(&[l, h, i]) => {
-                lo.push(l);
-                hi.push(h);
-                interior.push(i);
-            }
-            _ => return Err(bad()),
-        }
+        let Some(&[l, h, i]) = t.as_ints().as_deref() else {
+            return Err(bad());
+        };
+        lo.push(l);
+        hi.push(h);
+        interior.push(i);
     }
     Ok((lo, hi, interior))
 }

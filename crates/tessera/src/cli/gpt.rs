@@ -103,7 +103,7 @@ pub fn loss(c: &GptConfig, stages: usize) -> Result<ClosedJaxpr, tessera_ir::IrE
         let n = a.len();
         let (tok, p, targets) = (&a[0], &a[1..n - 1], &a[n - 1]);
         let (r, t, d) = (c.rows, c.seq, c.d);
-        let emb = p[0].take(&tok.reshape(&[r * t])).reshape(&[r, t, d]);
+        let emb = p[0].take(tok, 0);
         let mut h = &emb + &p[1];
         for l in 0..c.layers {
             if l > 0 && l % per_stage == 0 {

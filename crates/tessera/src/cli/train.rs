@@ -5,7 +5,7 @@
 //! `value_and_grad_call(loss)` (the loss carries stage markers), then SGD. `mpmd_jit` partitions
 //! the loss into stage programs, compiles every action of the schedule for its group, and runs
 //! the update on the groups that hold the parameters. The reference run is the same step
-//! unpipelined (the loop unrolled) under `jit` on one device.
+//! unpipelined (the loop as a `stablehlo.while`) under `jit` on one device.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -337,7 +337,7 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     let (step, data) = training_step(&model, &args.schedule)?;
     let jit = tessera_mpmd::mpmd_jit(&client, &mesh, &step)?;
     let pipeline = jit.pipeline();
-    // The reference: the same step unpipelined (its treduce unrolled) under `jit`, one device.
+    // The reference: the same step unpipelined (its treduce a while loop) under `jit`, one device.
     let reference_exe = tessera::jit::compile(&client, &step, 0)?;
     // The pipelined run keeps its weights on their groups between steps: each step's update
     // leaves them there and the next step takes them from there.
