@@ -182,8 +182,12 @@ impl CompiledPipeline {
         microbatches: u32,
     ) -> Result<Self, DriverError> {
         let schedule_plan = schedule.plan(microbatches)?;
-        tessera_schedule::validate(&schedule_plan)
-            .map_err(|e| DriverError::Config(e.to_string()))?;
+        tessera_schedule::validate(&schedule_plan).map_err(|e| {
+            DriverError::Config(format!(
+                "schedule '{}' does not validate for {} stages and {microbatches} micro-batches: {e}",
+                schedule_plan.name, schedule_plan.num_stages
+            ))
+        })?;
         if schedule_plan.actors.len() != mesh.mpmd_dim() {
             return Err(DriverError::Config(format!(
                 "the schedule runs on {} MPMD groups but the mesh has {}; make --mpmd-dim match the mesh",

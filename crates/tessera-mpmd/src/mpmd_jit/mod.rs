@@ -13,6 +13,7 @@
 
 mod analyze;
 mod args;
+mod options;
 mod update;
 
 use std::collections::HashMap;
@@ -20,7 +21,7 @@ use std::collections::HashMap;
 use tessera_ir::prim::{ReduceOp, TreduceParams};
 use tessera_ir::{Array, ClosedJaxpr, ShapedArray};
 use tessera_pjrt::{Array as DeviceArray, Client, HostArray};
-use tessera_schedule::{Registry, ScheduleParams};
+use tessera_schedule::ScheduleParams;
 use tessera_sharding::{NamedSharding, PartitionSpec};
 use tessera_stablehlo::{LowerOptions, lower_closed};
 
@@ -32,6 +33,7 @@ use crate::runtime::{OutputLayout, PjrtExecutor, Timings};
 use crate::sharding::MpmdSharding;
 use analyze::{LossInput, find_loop, read_body, update_program};
 pub use args::{MpmdStepRun, StepArg, StepResult};
+pub use options::MpmdJitOptions;
 use update::{Piece, Place};
 
 /// A compiled step.
@@ -65,18 +67,35 @@ pub(super) fn config(message: impl Into<String>) -> DriverError {
     DriverError::Config(message.into())
 }
 
-/// Compiles `step` for `mesh`'s groups (see the module docs for what the step may hold).
+/// Compiles `step` for `mesh`'s groups (see the module docs for what the step may hold), under
+/// the built-in schedule its `treduce` names.
 pub fn mpmd_jit(
     client: &Client,
     mesh: &MpmdMesh,
     step: &ClosedJaxpr,
 ) -> Result<MpmdJit, DriverError> {
-    MpmdJit::new(client, mesh, step)
+    MpmdJit::new(client, mesh, step, &MpmdJitOptions::default())
+}
+
+/// Compiles `step` like [`mpmd_jit`], with the schedule (a user's own, or a registry the user
+/// extended) and run options in `options`.
+pub fn mpmd_jit_with(
+    client: &Client,
+    mesh: &MpmdMesh,
+    step: &ClosedJaxpr,
+    options: &MpmdJitOptions,
+) -> Result<MpmdJit, DriverError> {
+    MpmdJit::new(client, mesh, step, options)
 }
 
 impl MpmdJit {
     /// Partitions and compiles `step`.
-    pub fn new(client: &Client, mesh: &MpmdMesh, step: &ClosedJaxpr) -> Result<Self, DriverError> {
+    pub fn new(
+        client: &Client,
+        mesh: &MpmdMesh,
+        step: &ClosedJaxpr,
+        options: &MpmdJitOptions,
+    ) -> Result<Self, DriverError> {
         tessera_ir::verify(step).map_err(|e| config(e.to_string()))?;
         let jaxpr = &step.jaxpr;
         let (index, operands) = find_loop(jaxpr)?;
@@ -93,22 +112,18 @@ impl MpmdJit {
             )));
         }
         let stages = crate::partition::partition(&loss, &argnums)?.len() as u32;
-        let schedule = Registry::with_builtins()
-            .create(
-                &p.schedule,
-                ScheduleParams {
-                    stages,
-                    mpmd_dim: mesh.mpmd_dim() as u32,
-                },
-            )
-            .map_err(|e| config(e.to_string()))?;
+        let params = ScheduleParams {
+            stages,
+            mpmd_dim: mesh.mpmd_dim() as u32,
+        };
+        let schedule = options.resolve(&p.schedule, params)?;
         let length = p.length as usize;
         let pipeline = CompiledPipeline::new(
             client,
             mesh,
             &loss,
             &argnums,
-            schedule.as_ref(),
+            schedule.as_dyn(),
             length as u32,
         )?;
         let update = update_program(step, index)?;
