@@ -241,6 +241,43 @@ fn a_user_schedule_that_does_not_fit_the_step_is_refused_with_the_validators_mes
 }
 
 #[test]
+fn a_step_that_passes_its_deadline_fails_and_the_next_step_runs() {
+    use tessera_mpmd::runtime::{RunError, RunOptions};
+    let (stages, mbs, rows) = (2, 4, 2);
+    let program = step(stages, mbs, rows, "1f1b");
+    let client = Client::cpu(8).unwrap();
+    let options = MpmdJitOptions {
+        timeout: Some(std::time::Duration::from_nanos(1)),
+        ..MpmdJitOptions::default()
+    };
+    let mut jit = mpmd_jit_with(&client, &mesh(stages), &program, &options).unwrap();
+    let mut args: Vec<Array> = (0..stages)
+        .map(|s| values(&[WIDTH, WIDTH], s as f64))
+        .collect();
+    args.push(Array::scalar(DType::F32, 0.5));
+    args.push(values(&[mbs, rows, WIDTH], 10.0));
+    args.push(values(&[mbs, rows, WIDTH], 20.0));
+    let host: Vec<_> = args.iter().map(|a| to_host(a).unwrap()).collect();
+    match jit.call(&host) {
+        Err(tessera_mpmd::driver::DriverError::Run(RunError::Timeout { task, .. })) => {
+            assert!(!task.is_empty());
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    jit.set_run_options(RunOptions::default());
+    let want = eval_closed(&program, &args).unwrap();
+    for _ in 0..2 {
+        let run = jit.call(&host).unwrap();
+        for (got, want) in run.outputs.iter().zip(&want) {
+            let got = from_host(got, DType::F32).unwrap();
+            for (a, b) in got.to_vec().iter().zip(want.to_vec()) {
+                assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
+            }
+        }
+    }
+}
+
+#[test]
 fn an_update_mixing_groups_is_refused() {
     // A global sum over every gradient cannot run on one group.
     let stages = 2;

@@ -9,6 +9,7 @@
 //! update is left to the caller (`mpmd_jit` runs it on the groups).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tessera_ir::{ClosedJaxpr, DType};
 use tessera_pjrt::{Array as DeviceArray, Client, ElementType, HostArray};
@@ -20,7 +21,9 @@ use crate::compose::action_module;
 use crate::mesh::MpmdMesh;
 use crate::partition::{PartitionError, StagePrograms, key_aval, partition};
 use crate::pipeline::{Key, PartSignature, PipelinePlan, build_plan};
-use crate::runtime::{DeviceCopyTransport, OutputLayout, PjrtExecutor, RunError, Timings, run};
+use crate::runtime::{
+    DeviceCopyTransport, OutputLayout, PjrtExecutor, Plan, RunError, RunOptions, Timings, run,
+};
 
 /// Errors of building or running a pipeline.
 #[derive(Debug, thiserror::Error)]
@@ -99,7 +102,9 @@ pub struct CompiledPipeline {
     mesh: MpmdMesh,
     parts: Vec<StagePrograms>,
     built: PipelinePlan<usize>,
-    executor: PjrtExecutor,
+    run_plan: Arc<Plan<usize>>,
+    executor: Arc<PjrtExecutor>,
+    run_options: RunOptions,
     params: Vec<usize>,
     microbatches: u32,
     schedule_plan: tessera_schedule::Plan,
@@ -223,12 +228,25 @@ impl CompiledPipeline {
             client: client.clone(),
             mesh: mesh.clone(),
             parts,
+            run_plan: Arc::new(built.plan.clone()),
             built,
-            executor,
+            executor: Arc::new(executor),
+            run_options: RunOptions::from_env()?,
             params: params.to_vec(),
             microbatches,
             schedule_plan,
         })
+    }
+
+    /// How each step's run is bounded (its deadline); from `TESSERA_TIMEOUT_S` or the default
+    /// until set.
+    pub fn run_options(&self) -> RunOptions {
+        self.run_options
+    }
+
+    /// Sets how each step's run is bounded.
+    pub fn set_run_options(&mut self, options: RunOptions) {
+        self.run_options = options;
     }
 
     /// The schedule's plan (for simulation and for checking the measured order).
@@ -327,10 +345,11 @@ impl CompiledPipeline {
             ));
         }
         let out = run(
-            &self.built.plan,
+            self.run_plan.clone(),
             initial,
-            &self.executor,
-            &DeviceCopyTransport::new(&self.mesh),
+            self.executor.clone(),
+            Arc::new(DeviceCopyTransport::new(&self.mesh)),
+            &self.run_options,
         )?;
         let stages = self.parts.len();
         let mut by_arg: HashMap<usize, DeviceArray> = HashMap::new();

@@ -3,8 +3,12 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+use std::sync::Arc;
 use tessera_mpmd::MpmdMesh;
-use tessera_mpmd::runtime::{DeviceCopyTransport, OutputLayout, PjrtExecutor, Plan, TaskSpec, run};
+
+use tessera_mpmd::runtime::{
+    DeviceCopyTransport, OutputLayout, PjrtExecutor, Plan, RunOptions, TaskSpec, run,
+};
 use tessera_pjrt::{Array, Client, ElementType, HostArray};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
 
@@ -76,7 +80,14 @@ fn four_stage_pipeline_runs_on_eight_cpu_devices() {
         .enumerate()
         .map(|(m, host)| (m, 0, Array::device_put(&client, host, &group0).unwrap()))
         .collect();
-    let out = run(&plan, initial, &executor, &DeviceCopyTransport::new(&mesh)).unwrap();
+    let out = run(
+        Arc::new(plan),
+        initial,
+        Arc::new(executor),
+        Arc::new(DeviceCopyTransport::new(&mesh)),
+        &RunOptions::default(),
+    )
+    .unwrap();
     for (m, result) in out.results.iter().enumerate() {
         // Four times x -> 2x + 1 is 16x + 15.
         let expected: Vec<f32> = inputs[m]

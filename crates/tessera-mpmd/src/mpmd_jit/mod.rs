@@ -29,7 +29,7 @@ use crate::array::MpmdArray;
 use crate::driver::{CompiledPipeline, DriverError, Placed};
 use crate::host::{element_type, from_host, to_host};
 use crate::mesh::MpmdMesh;
-use crate::runtime::{OutputLayout, PjrtExecutor, Timings};
+use crate::runtime::{OutputLayout, PjrtExecutor, RunOptions, Timings};
 use crate::sharding::MpmdSharding;
 use analyze::{LossInput, find_loop, read_body, update_program};
 pub use args::{MpmdStepRun, StepArg, StepResult};
@@ -118,7 +118,7 @@ impl MpmdJit {
         };
         let schedule = options.resolve(&p.schedule, params)?;
         let length = p.length as usize;
-        let pipeline = CompiledPipeline::new(
+        let mut pipeline = CompiledPipeline::new(
             client,
             mesh,
             &loss,
@@ -126,6 +126,9 @@ impl MpmdJit {
             schedule.as_dyn(),
             length as u32,
         )?;
+        if let Some(timeout) = options.timeout {
+            pipeline.set_run_options(RunOptions { timeout });
+        }
         let update = update_program(step, index)?;
         let n_args = jaxpr.invars.len();
         let group_of_arg = |arg: usize| {
@@ -169,6 +172,12 @@ impl MpmdJit {
     /// The pipeline that runs the loop.
     pub fn pipeline(&self) -> &CompiledPipeline {
         &self.pipeline
+    }
+
+    /// Sets how the pipeline's runs are bounded (the deadline of every wait) from the next call
+    /// on.
+    pub fn set_run_options(&mut self, options: RunOptions) {
+        self.pipeline.set_run_options(options);
     }
 
     /// Where the code after the loop runs: for each piece, its group (`None`: the host) and the

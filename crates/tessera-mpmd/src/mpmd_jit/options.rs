@@ -5,9 +5,12 @@
 //! a [`Registry`] of their own, or hands the schedule object itself, which then replaces the
 //! named one. Either way the schedule's plan is validated for the step's stages and micro-batch
 //! count, and a plan that does not validate is refused with the validator's message.
+//!
+//! `timeout` bounds every wait of a step's pipeline (see [`crate::runtime::RunOptions`]).
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tessera_schedule::{Registry, Schedule, ScheduleParams};
 
@@ -23,6 +26,9 @@ pub struct MpmdJitOptions {
     /// Where the `treduce`'s schedule name is looked up when `schedule` is `None`; `None` means
     /// the built-ins ([`Registry::with_builtins`]).
     pub registry: Option<Arc<Registry>>,
+    /// The deadline of every wait in a step; `None`: `TESSERA_TIMEOUT_S`, or
+    /// [`crate::runtime::DEFAULT_TIMEOUT`].
+    pub timeout: Option<Duration>,
 }
 
 impl fmt::Debug for MpmdJitOptions {
@@ -30,6 +36,7 @@ impl fmt::Debug for MpmdJitOptions {
         f.debug_struct("MpmdJitOptions")
             .field("schedule", &self.schedule.as_ref().map(|s| s.name()))
             .field("registry", &self.registry.as_ref().map(|r| r.names()))
+            .field("timeout", &self.timeout)
             .finish()
     }
 }

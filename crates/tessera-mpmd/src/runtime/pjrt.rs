@@ -1,13 +1,18 @@
 //! The runtime's PJRT back end: tasks are SPMD executables compiled for one group's devices, and
 //! values are [`Array`]s moved between groups by device-to-device copies (shard `i` of the source
 //! group goes to the device at the same mesh position in the destination group). A task returns
-//! once its outputs are computed, so task times are compute times, not dispatch times.
+//! once its outputs are computed, so task times are compute times, not dispatch times. A send
+//! issues the copies, which PJRT runs asynchronously (after the source is ready), and leaves the
+//! new array in a mailbox: the sender never waits for a copy, and a task reading the copy waits
+//! for it inside PJRT.
 
 use tessera_pjrt::{Array, Buffer, Client, CompileOptions, ElementType, LoadedExecutable};
 use tessera_sharding::NamedSharding;
 
-use super::plan::TaskSpec;
-use super::worker::{BoxError, Executor, Transport};
+use super::error::BoxError;
+use super::plan::{TaskSpec, ValueId};
+use super::transport::{Mailbox, Transport};
+use super::worker::Executor;
 use crate::error::Result;
 use crate::mesh::MpmdMesh;
 
@@ -140,20 +145,24 @@ impl Executor<usize, Array> for PjrtExecutor {
     }
 }
 
-/// Moves arrays between groups with device-to-device copies.
+/// Moves arrays between groups with device-to-device copies. Serves one run (see
+/// [`Transport`]).
 pub struct DeviceCopyTransport {
     mesh: MpmdMesh,
+    mailbox: Mailbox<Array>,
 }
 
 impl DeviceCopyTransport {
     /// A transport for `mesh`'s groups.
     pub fn new(mesh: &MpmdMesh) -> Self {
-        DeviceCopyTransport { mesh: mesh.clone() }
+        DeviceCopyTransport {
+            mesh: mesh.clone(),
+            mailbox: Mailbox::new(),
+        }
     }
-}
 
-impl Transport<Array> for DeviceCopyTransport {
-    fn transfer(&self, value: &Array, _from: usize, to: usize) -> Result<Array, BoxError> {
+    /// A copy of `value` on group `to`'s devices, issued (not finished).
+    fn copy(&self, value: &Array, to: usize) -> Result<Array, BoxError> {
         let target = self.mesh.group(to)?;
         let sharding = NamedSharding::new(target, value.sharding().spec().clone())?;
         let buffers = value
@@ -168,5 +177,22 @@ impl Transport<Array> for DeviceCopyTransport {
             &sharding,
             buffers,
         )?)
+    }
+}
+
+impl Transport<Array> for DeviceCopyTransport {
+    fn send(&self, id: ValueId, value: &Array, _from: usize, to: usize) -> Result<(), BoxError> {
+        let copy = self.copy(value, to)?;
+        self.mailbox.put(to, id, copy, std::time::Instant::now());
+        Ok(())
+    }
+
+    fn recv(
+        &self,
+        id: ValueId,
+        to: usize,
+        deadline: std::time::Instant,
+    ) -> Result<Option<Array>, BoxError> {
+        Ok(self.mailbox.take(to, id, deadline))
     }
 }
