@@ -249,6 +249,13 @@ impl CompiledPipeline {
         self.run_options = options;
     }
 
+    /// The memory of a step from its timings: measured per group and stage, and what the
+    /// schedule predicts from the measured activation bytes.
+    pub fn memory_report(&self, timings: &Timings) -> crate::memory::MemoryReport {
+        let keys: HashMap<_, _> = self.built.ids.iter().map(|(&k, &v)| (v, k)).collect();
+        crate::memory::report(&self.schedule_plan, &keys, timings)
+    }
+
     /// The schedule's plan (for simulation and for checking the measured order).
     pub fn schedule_plan(&self) -> &tessera_schedule::Plan {
         &self.schedule_plan

@@ -10,6 +10,7 @@ pub mod compose;
 pub mod driver;
 mod error;
 pub mod host;
+pub mod memory;
 mod mesh;
 pub mod mpmd_jit;
 pub mod partition;

@@ -37,6 +37,10 @@ impl Executor<f64, f64> for Adder {
         let sum: f64 = inputs.iter().copied().sum::<f64>() + task.payload;
         Ok(task.outputs.iter().map(|_| sum).collect())
     }
+
+    fn value_bytes(&self, _value: &f64) -> u64 {
+        8
+    }
 }
 
 /// What a [`Recorder`] does with one value.
@@ -174,17 +178,55 @@ fn a_pipeline_runs_in_order_and_moves_values_between_groups() {
     assert!(out.timings.bubble_ratio(3) > 0.0 && out.timings.bubble_ratio(3) < 1.0);
     let trace = out.timings.to_chrome_trace();
     let parsed: serde_json::Value = serde_json::from_str(&trace).unwrap();
-    // 7 tasks, one row name per group, and the transfers on their senders' rows.
+    // 7 tasks, one row name per group, the transfers on their senders' rows, and a live-bytes
+    // counter sample at each value's start and end.
     let transfers = out.timings.transfers.len();
     assert_eq!(transfers, transport.sends.lock().unwrap().len());
     assert!(
         transport.mailbox.is_empty(),
         "every sent value was received"
     );
+    let counters = 2 * out.timings.values.len();
     assert_eq!(
         parsed["traceEvents"].as_array().unwrap().len(),
-        7 + 3 + transfers
+        7 + 3 + transfers + counters
     );
+}
+
+#[test]
+fn values_are_freed_after_their_last_reader_and_results_are_kept() {
+    let out = start(
+        pipeline(),
+        vec![(0, 0, 1.0), (1, 0, 2.0)],
+        &Arc::new(Adder::default()),
+        &Arc::new(Recorder::default()),
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    // Holding everything, group 2 would peak at 5 values (20, 21, 30, 31, 40); freeing each
+    // after its last reader, no group holds more than 3 at once.
+    assert_eq!(out.timings.peak_live_bytes(3), [24, 24, 24]);
+    // Every span is closed: the accounting ends at zero on every group.
+    for group in 0..3 {
+        let end = out.timings.live_bytes(group).last().unwrap().1;
+        assert_eq!(end, 0, "group {group} ends with {end} bytes accounted");
+    }
+    // Value 10 is returned from group 1: held there from its arrival to the end of the list.
+    let on_1: Vec<_> = out
+        .timings
+        .values
+        .iter()
+        .filter(|v| v.value == 10 && v.group == 1)
+        .collect();
+    assert_eq!(on_1.len(), 1);
+    let last_task_end = out
+        .timings
+        .tasks
+        .iter()
+        .filter(|t| t.group == 1)
+        .map(|t| t.start_us + t.duration_us)
+        .fold(0.0, f64::max);
+    assert!(on_1[0].end_us >= last_task_end);
 }
 
 #[test]

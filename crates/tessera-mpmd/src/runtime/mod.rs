@@ -20,9 +20,9 @@ mod worker;
 
 pub use error::{BoxError, RunError, Stuck};
 pub use options::{DEFAULT_TIMEOUT, RunOptions, TIMEOUT_ENV, parse_timeout};
-pub use pjrt::{CompiledTask, DeviceCopyTransport, OutputLayout, PjrtExecutor};
+pub use pjrt::{CompiledTask, DeviceCopyTransport, OutputLayout, PjrtExecutor, array_bytes};
 pub use plan::{Plan, PlanError, TaskSpec, ValueId};
 pub use run::{RunOutput, run};
-pub use trace::{TaskTiming, Timings, TransferTiming};
+pub use trace::{TaskTiming, Timings, TransferTiming, ValueSpan};
 pub use transport::{CopyFn, LocalTransport, Mailbox, Transport};
 pub use worker::Executor;

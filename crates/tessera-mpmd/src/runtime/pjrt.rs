@@ -143,6 +143,20 @@ impl Executor<usize, Array> for PjrtExecutor {
     fn run(&self, task: &TaskSpec<usize>, inputs: &[&Array]) -> Result<Vec<Array>, BoxError> {
         self.execute(task.payload, inputs)
     }
+
+    fn value_bytes(&self, value: &Array) -> u64 {
+        array_bytes(value)
+    }
+}
+
+/// The bytes an array's shards occupy on their devices (0 for a deleted array).
+pub fn array_bytes(array: &Array) -> u64 {
+    array.addressable_shards().map_or(0, |shards| {
+        shards
+            .iter()
+            .map(|s| s.buffer.on_device_size().unwrap_or(0))
+            .sum()
+    })
 }
 
 /// Moves arrays between groups with device-to-device copies. Serves one run (see

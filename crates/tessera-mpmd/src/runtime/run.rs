@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::error::{RunError, Stuck};
 use super::options::RunOptions;
 use super::plan::{Plan, PlanError, ValueId};
-use super::trace::{TaskTiming, Timings, TransferTiming};
+use super::trace::{TaskTiming, Timings, TransferTiming, ValueSpan};
 use super::transport::Transport;
 use super::worker::{Executor, Worker};
 
@@ -47,12 +47,15 @@ pub(super) struct Shared<T, V> {
     pub(super) transport: Arc<dyn Transport<V>>,
     pub(super) consumers: HashMap<ValueId, BTreeSet<usize>>,
     pub(super) producer: HashMap<ValueId, usize>,
+    /// `(value, group)` pairs the run returns: never dropped.
+    pub(super) kept: HashSet<(ValueId, usize)>,
     pub(super) timeout: Duration,
     pub(super) abort: AtomicBool,
     error: Mutex<Option<RunError>>,
     coord: Mutex<Coord>,
     timings: Mutex<Vec<TaskTiming>>,
     transfers: Mutex<Vec<TransferTiming>>,
+    values: Mutex<Vec<ValueSpan>>,
     start: Instant,
 }
 
@@ -84,6 +87,10 @@ impl<T, V> Shared<T, V> {
 
     pub(super) fn record_transfer(&self, timing: TransferTiming) {
         lock(&self.transfers).push(timing);
+    }
+
+    pub(super) fn record_value(&self, span: ValueSpan) {
+        lock(&self.values).push(span);
     }
 
     /// Every running worker waits for a value nobody has sent: nothing can ever arrive.
@@ -153,7 +160,7 @@ where
 {
     plan.check()?;
     let groups = plan.order.len();
-    let mut stores: Vec<HashMap<ValueId, V>> = (0..groups).map(|_| HashMap::new()).collect();
+    let mut stores: Vec<Vec<(ValueId, V)>> = (0..groups).map(|_| Vec::new()).collect();
     for (value, group, v) in initial {
         let store = stores.get_mut(group).ok_or(PlanError::UnknownGroup {
             value,
@@ -161,11 +168,12 @@ where
             group,
             groups,
         })?;
-        store.insert(value, v);
+        store.push((value, v));
     }
     let shared = Arc::new(Shared {
         consumers: plan.remote_consumers(),
         producer: plan.producers(),
+        kept: plan.results.iter().copied().collect(),
         plan,
         executor,
         transport,
@@ -180,15 +188,12 @@ where
         }),
         timings: Mutex::new(Vec::new()),
         transfers: Mutex::new(Vec::new()),
+        values: Mutex::new(Vec::new()),
         start: Instant::now(),
     });
     let (done, finished) = mpsc::channel();
     for (group, store) in stores.into_iter().enumerate() {
-        let worker = Worker {
-            group,
-            store,
-            shared: shared.clone(),
-        };
+        let worker = Worker::new(group, store, shared.clone());
         let (done, shared_here) = (done.clone(), shared.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("tessera-group-{group}"))
@@ -230,9 +235,15 @@ where
     tasks.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
     let mut transfers = std::mem::take(&mut *lock(&shared.transfers));
     transfers.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+    let mut values = std::mem::take(&mut *lock(&shared.values));
+    values.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
     Ok(RunOutput {
         results,
-        timings: Timings { tasks, transfers },
+        timings: Timings {
+            tasks,
+            transfers,
+            values,
+        },
     })
 }
 

@@ -1,7 +1,10 @@
 //! One group's worker: runs the group's task list in order. Before a task it receives the inputs
 //! other groups produce (each wait bounded by the run's deadline, and given up as soon as another
 //! group fails); after it, it sends each output to the groups that read it, without waiting for
-//! the copies.
+//! the copies. A value is dropped from the group's store (freeing its device buffers) right after
+//! its last reader on the group has run and it has been handed to the transport for every other
+//! group; values the run returns from the group are kept. The store's bytes are accounted: each
+//! value's span on the group becomes a [`ValueSpan`] of the run's timings.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -10,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::error::{BoxError, RunError, Stuck};
 use super::plan::{TaskSpec, ValueId};
 use super::run::Shared;
-use super::trace::{TaskTiming, TransferTiming};
+use super::trace::{TaskTiming, TransferTiming, ValueSpan};
 
 /// Runs tasks: compiled programs on a group's devices, or anything else in tests.
 pub trait Executor<T, V>: Send + Sync {
@@ -18,23 +21,64 @@ pub trait Executor<T, V>: Send + Sync {
     /// A call that does not return within the run's deadline fails the run; its thread is left
     /// to finish in the background.
     fn run(&self, task: &TaskSpec<T>, inputs: &[&V]) -> Result<Vec<V>, BoxError>;
+
+    /// The device bytes `value` occupies, for the run's memory accounting (0 by default).
+    fn value_bytes(&self, value: &V) -> u64 {
+        let _ = value;
+        0
+    }
 }
 
 /// How often a waiting worker looks at the abort flag and for a deadlock.
 const POLL: Duration = Duration::from_millis(5);
 
+/// A value held by a group, with its size and since when.
+pub(super) struct Held<V> {
+    value: V,
+    bytes: u64,
+    since_us: f64,
+}
+
 /// One group's worker.
 pub(super) struct Worker<T, V> {
     pub(super) group: usize,
-    pub(super) store: HashMap<ValueId, V>,
+    pub(super) store: HashMap<ValueId, Held<V>>,
     pub(super) shared: std::sync::Arc<Shared<T, V>>,
+    /// For each value read on this group, the position in the group's order of its last reader.
+    last_read: HashMap<ValueId, usize>,
 }
 
 impl<T, V> Worker<T, V> {
-    /// Runs the group's list; returns its store, or `None` after a failure anywhere.
+    /// A worker for `group` holding `initial`.
+    pub(super) fn new(
+        group: usize,
+        initial: Vec<(ValueId, V)>,
+        shared: std::sync::Arc<Shared<T, V>>,
+    ) -> Self {
+        let plan = &shared.plan;
+        let mut last_read = HashMap::new();
+        for (position, &index) in plan.order[group].iter().enumerate() {
+            for &value in &plan.tasks[index].inputs {
+                last_read.insert(value, position);
+            }
+        }
+        let mut worker = Worker {
+            group,
+            store: HashMap::new(),
+            shared,
+            last_read,
+        };
+        for (id, value) in initial {
+            worker.hold(id, value);
+        }
+        worker
+    }
+
+    /// Runs the group's list; returns the values it keeps (the run's results from this group),
+    /// or `None` after a failure anywhere.
     pub(super) fn run(mut self) -> Option<HashMap<ValueId, V>> {
         let shared = self.shared.clone();
-        for &index in &shared.plan.order[self.group] {
+        for (position, &index) in shared.plan.order[self.group].iter().enumerate() {
             if shared.abort.load(Ordering::SeqCst) {
                 return None;
             }
@@ -42,8 +86,65 @@ impl<T, V> Worker<T, V> {
                 shared.fail(error);
                 return None;
             }
+            self.release_after(position, index);
         }
-        Some(self.store)
+        let end = shared.since_start(Instant::now());
+        let kept = std::mem::take(&mut self.store);
+        Some(
+            kept.into_iter()
+                .map(|(id, held)| {
+                    self.account(id, &held, end);
+                    (id, held.value)
+                })
+                .collect(),
+        )
+    }
+
+    fn hold(&mut self, id: ValueId, value: V) {
+        let bytes = self.shared.executor.value_bytes(&value);
+        let since_us = self.shared.since_start(Instant::now());
+        let held = Held {
+            value,
+            bytes,
+            since_us,
+        };
+        if let Some(old) = self.store.insert(id, held) {
+            self.account(id, &old, since_us);
+        }
+    }
+
+    fn account(&self, id: ValueId, held: &Held<V>, end_us: f64) {
+        self.shared.record_value(ValueSpan {
+            value: id,
+            group: self.group,
+            bytes: held.bytes,
+            start_us: held.since_us,
+            end_us,
+        });
+    }
+
+    /// Drops the values whose last reader on this group was the task at `position` (or which
+    /// it produced for other groups only), unless the run returns them from this group.
+    fn release_after(&mut self, position: usize, index: usize) {
+        let shared = self.shared.clone();
+        let task = &shared.plan.tasks[index];
+        let done = |v: &ValueId| {
+            self.last_read.get(v).is_none_or(|&last| last <= position)
+                && !shared.kept.contains(&(*v, self.group))
+        };
+        let free: Vec<ValueId> = task
+            .inputs
+            .iter()
+            .chain(&task.outputs)
+            .copied()
+            .filter(done)
+            .collect();
+        let now = shared.since_start(Instant::now());
+        for id in free {
+            if let Some(held) = self.store.remove(&id) {
+                self.account(id, &held, now);
+            }
+        }
     }
 
     fn run_task(&mut self, index: usize) -> Result<(), RunError> {
@@ -55,7 +156,7 @@ impl<T, V> Worker<T, V> {
         let inputs: Vec<&V> = task
             .inputs
             .iter()
-            .filter_map(|v| self.store.get(v))
+            .filter_map(|v| self.store.get(v).map(|h| &h.value))
             .collect();
         let began = Instant::now();
         shared.coord().running[self.group] = Some((index, began));
@@ -82,7 +183,7 @@ impl<T, V> Worker<T, V> {
         });
         for (&value, v) in task.outputs.iter().zip(outputs) {
             self.send(value, &v, task)?;
-            self.store.insert(value, v);
+            self.hold(value, v);
         }
         Ok(())
     }
@@ -127,7 +228,7 @@ impl<T, V> Worker<T, V> {
         let outcome = self.receive(value, task);
         shared.coord().waiting[self.group] = None;
         let v = outcome?;
-        self.store.insert(value, v);
+        self.hold(value, v);
         Ok(())
     }
 

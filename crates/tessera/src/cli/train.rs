@@ -436,6 +436,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         timings.transfers.len(),
         timings.transfers.iter().map(|t| t.duration_us).sum::<f64>() / 1000.0
     );
+    let memory = pipeline.memory_report(&timings);
+    println!(
+        "peak live bytes per group: measured {:?}, predicted {:?}; peak in-flight micro-batches per stage: measured {:?}, schedule {:?}",
+        memory.peak_live_bytes,
+        memory.predicted_peak_live_bytes,
+        memory.peak_inflight_microbatches,
+        memory.predicted_inflight_microbatches
+    );
     if let Some(path) = &args.trace {
         std::fs::write(path, timings.to_chrome_trace())
             .with_context(|| format!("writing {}", path.display()))?;
@@ -463,6 +471,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "predicted_makespan_ms": predicted_ms,
         "bubble_ratio_simulated": simulated,
         "order_matches_schedule": orders_match,
+        "memory": memory_json(&pipeline.memory_report(&timings), pipeline.schedule_plan()),
     });
     if args.json {
         println!("{summary}");
@@ -478,4 +487,38 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The step's memory, per group (its stages' in-flight micro-batches with it) and per stage.
+fn memory_json(
+    memory: &tessera_mpmd::memory::MemoryReport,
+    plan: &tessera_schedule::Plan,
+) -> serde_json::Value {
+    let groups: Vec<_> = (0..memory.peak_live_bytes.len())
+        .map(|g| {
+            let stages = plan.placement.stages_of(g as u32);
+            let inflight: Vec<_> = stages
+                .iter()
+                .map(|&s| memory.peak_inflight_microbatches.get(s as usize))
+                .collect();
+            serde_json::json!({
+                "group": g,
+                "stages": stages,
+                "peak_live_bytes": memory.peak_live_bytes[g],
+                "predicted_peak_live_bytes": memory.predicted_peak_live_bytes.get(g),
+                "peak_inflight_microbatches": inflight,
+            })
+        })
+        .collect();
+    let stages: Vec<_> = (0..memory.peak_inflight_microbatches.len())
+        .map(|s| {
+            serde_json::json!({
+                "stage": s,
+                "peak_inflight_microbatches": memory.peak_inflight_microbatches[s],
+                "predicted_inflight_microbatches": memory.predicted_inflight_microbatches.get(s),
+                "activation_bytes": memory.activation_bytes.get(s),
+            })
+        })
+        .collect();
+    serde_json::json!({ "groups": groups, "stages": stages })
 }
