@@ -116,6 +116,10 @@ struct Types<'a> {
 }
 
 impl KeyTypes<Key> for Types<'_> {
+    fn aliased_output(&self, key: &Key, outputs: &[Key]) -> Option<usize> {
+        accumulator_output(key, outputs)
+    }
+
     fn mlir_type(&self, key: &Key) -> String {
         key_aval(self.parts, *key)
             .map(|a| mlir_type(&a))
@@ -130,6 +134,27 @@ impl KeyTypes<Key> for Types<'_> {
             .ok()
             .or_else(|| Some("{replicated}".into()))
     }
+}
+
+/// The output a gradient accumulator input is updated into (the same accumulator after the most
+/// steps), so the compiled action donates the input's buffer to it: accumulation holds one copy.
+pub fn accumulator_output(key: &Key, outputs: &[Key]) -> Option<usize> {
+    let Key::Acc { stage, step, k } = *key else {
+        return None;
+    };
+    outputs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| match *o {
+            Key::Acc {
+                stage: s,
+                step: t,
+                k: j,
+            } if s == stage && j == k && t > step => Some((t, i)),
+            _ => None,
+        })
+        .max()
+        .map(|(_, i)| i)
 }
 
 /// How value `key` is laid out over a group's mesh: per-micro-batch values split along their
@@ -446,5 +471,12 @@ fn compile_action(
             })
         })
         .collect::<Result<Vec<_>, DriverError>>()?;
-    Ok(executor.compile(module.text.as_bytes(), group, layouts)?)
+    let donated = sig
+        .inputs
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| accumulator_output(k, &sig.outputs).is_some())
+        .map(|(i, _)| i)
+        .collect();
+    Ok(executor.compile_donating(module.text.as_bytes(), group, layouts, donated)?)
 }

@@ -60,18 +60,17 @@ pub(crate) fn report(
         let kind = match keys.get(&v.value) {
             Some(Key::Resid { stage, mb, .. }) => (*stage as usize, *mb, 0),
             Some(Key::WResid { stage, mb, .. }) => (*stage as usize, *mb, 1),
-            // What a backward allocates besides activations: the next gradient accumulator.
-            Some(Key::Acc { stage, step: 1, .. }) => (*stage as usize, 0, 2),
             _ => continue,
         };
         *per_mb.entry(kind).or_default() += v.bytes;
     }
     let mut stage_bytes = vec![StageBytes::default(); stages];
     for (&(s, _, kind), &bytes) in &per_mb {
-        let slot = match kind {
-            0 => &mut stage_bytes[s].activation,
-            1 => &mut stage_bytes[s].weight_residual,
-            _ => &mut stage_bytes[s].backward,
+        // A backward allocates no accumulator: the compiled action updates it in place.
+        let slot = if kind == 0 {
+            &mut stage_bytes[s].activation
+        } else {
+            &mut stage_bytes[s].weight_residual
         };
         *slot = (*slot).max(bytes);
     }

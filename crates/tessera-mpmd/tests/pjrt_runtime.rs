@@ -107,3 +107,38 @@ fn four_stage_pipeline_runs_on_eight_cpu_devices() {
     }
     assert_eq!(out.timings.group_orders(4)[2], ["fwd s2 mb0", "fwd s2 mb1"]);
 }
+
+#[test]
+fn a_donated_input_is_consumed_by_the_program() {
+    let client = Client::cpu(8).unwrap();
+    let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 4), ("data", 2)]).unwrap(), "stage").unwrap();
+    let spec = PartitionSpec::parse("P('data')").unwrap();
+    let text = stage_module(mesh.lowering_mesh(), &spec).replace(
+        "%x: tensor<4xf32> {mhlo.sharding",
+        "%x: tensor<4xf32> {tf.aliasing_output = 0 : i32, mhlo.sharding",
+    );
+    assert!(text.contains("tf.aliasing_output"));
+    let mut executor = PjrtExecutor::new(&client, &mesh);
+    let layout = OutputLayout {
+        shape: vec![4],
+        ty: ElementType::F32,
+        spec: spec.clone(),
+    };
+    let program = executor
+        .compile_donating(text.as_bytes(), 0, vec![layout], vec![0])
+        .unwrap();
+    let sharding = NamedSharding::new(mesh.group(0).unwrap(), spec).unwrap();
+    let host = HostArray::from_slice(&[4], &[0f32, 1., 2., 3.]).unwrap();
+    let input = Array::device_put(&client, &host, &sharding).unwrap();
+    let out = executor.execute(program, &[&input]).unwrap();
+    assert_eq!(
+        out[0].to_host().unwrap().to_vec::<f32>().unwrap(),
+        [1., 3., 5., 7.]
+    );
+    let err = input
+        .to_host()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("deleted or donated"), "{err}");
+}

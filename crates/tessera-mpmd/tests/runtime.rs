@@ -41,6 +41,15 @@ impl Executor<f64, f64> for Adder {
     fn value_bytes(&self, _value: &f64) -> u64 {
         8
     }
+
+    /// "donate" tasks consume their first input.
+    fn donated_inputs(&self, task: &TaskSpec<f64>) -> Vec<usize> {
+        if task.name.starts_with("donate") {
+            vec![0]
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 /// What a [`Recorder`] does with one value.
@@ -379,4 +388,43 @@ fn the_deadline_reads_positive_seconds_and_refuses_anything_else() {
         let err = parse_timeout(bad).unwrap_err().to_string();
         assert!(err.contains("TESSERA_TIMEOUT_S"), "{bad}: {err}");
     }
+}
+
+#[test]
+fn a_donated_input_stops_counting_when_its_task_starts_and_only_a_last_use_is_donated() {
+    let mut plan = pipeline();
+    plan.tasks[6].name = "donate sum".into();
+    let out = start(
+        plan,
+        vec![(0, 0, 1.0), (1, 0, 2.0)],
+        &Arc::new(Adder::default()),
+        &Arc::new(Recorder::default()),
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    assert_eq!(out.results[0], (1.0 + 111.0) + (2.0 + 111.0));
+    let sum = out
+        .timings
+        .tasks
+        .iter()
+        .find(|t| t.name == "donate sum")
+        .unwrap();
+    let donated = out.timings.values.iter().find(|v| v.value == 30).unwrap();
+    assert_eq!(donated.end_us, sum.start_us);
+    // Value 10 is returned from group 1: it may not be donated there.
+    let mut plan = pipeline();
+    plan.tasks[2].name = "donate s1 mb0".into();
+    let err = go(plan, vec![(0, 0, 1.0), (1, 0, 2.0)]).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            RunError::Donation {
+                value: 10,
+                group: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("the run returns it"), "{err}");
 }

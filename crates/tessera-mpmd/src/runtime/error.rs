@@ -85,6 +85,20 @@ pub enum RunError {
         /// The deadline.
         timeout: Duration,
     },
+    /// A task would consume (donate) a value that is still needed.
+    #[error(
+        "task '{task}' on group {group} donates value {value}, but {why}; donate only a value's last use"
+    )]
+    Donation {
+        /// The group.
+        group: usize,
+        /// The task.
+        task: String,
+        /// The value.
+        value: ValueId,
+        /// Why the value is still needed.
+        why: &'static str,
+    },
     /// Every worker is waiting and nothing is in flight.
     #[error(
         "deadlock: group {group} waits for value {value} before task '{task}', and no group can still produce it (check the schedule's order)"

@@ -33,6 +33,7 @@ pub struct CompiledTask {
     group: usize,
     executable: LoadedExecutable,
     outputs: Vec<OutputLayout>,
+    donated: Vec<usize>,
 }
 
 /// Compiles programs for groups and runs them.
@@ -63,6 +64,19 @@ impl PjrtExecutor {
         group: usize,
         outputs: Vec<OutputLayout>,
     ) -> Result<usize> {
+        self.compile_donating(module, group, outputs, Vec::new())
+    }
+
+    /// Like [`PjrtExecutor::compile`], for a module whose inputs at positions `donated` alias
+    /// outputs (`tf.aliasing_output`): running it consumes those inputs' buffers, so the runtime
+    /// must hand over their last use ([`Executor::donated_inputs`]).
+    pub fn compile_donating(
+        &mut self,
+        module: &[u8],
+        group: usize,
+        outputs: Vec<OutputLayout>,
+        donated: Vec<usize>,
+    ) -> Result<usize> {
         if let Some(&index) = self.by_text.get(&(module.to_vec(), group)) {
             return Ok(index);
         }
@@ -74,6 +88,7 @@ impl PjrtExecutor {
             group,
             executable,
             outputs,
+            donated,
         });
         self.by_text
             .insert((module.to_vec(), group), self.programs.len() - 1);
@@ -146,6 +161,13 @@ impl Executor<usize, Array> for PjrtExecutor {
 
     fn value_bytes(&self, value: &Array) -> u64 {
         array_bytes(value)
+    }
+
+    fn donated_inputs(&self, task: &TaskSpec<usize>) -> Vec<usize> {
+        self.programs
+            .get(task.payload)
+            .map(|p| p.donated.clone())
+            .unwrap_or_default()
     }
 }
 

@@ -22,6 +22,14 @@ pub trait Executor<T, V>: Send + Sync {
     /// to finish in the background.
     fn run(&self, task: &TaskSpec<T>, inputs: &[&V]) -> Result<Vec<V>, BoxError>;
 
+    /// The positions of `task`'s inputs whose buffers running it consumes (donated to its
+    /// outputs). The runtime hands over only a value's last use on its group (never a value the
+    /// run returns or sends) and stops accounting for it when the task starts. None by default.
+    fn donated_inputs(&self, task: &TaskSpec<T>) -> Vec<usize> {
+        let _ = task;
+        Vec::new()
+    }
+
     /// The device bytes `value` occupies, for the run's memory accounting (0 by default).
     fn value_bytes(&self, value: &V) -> u64 {
         let _ = value;
@@ -82,7 +90,7 @@ impl<T, V> Worker<T, V> {
             if shared.abort.load(Ordering::SeqCst) {
                 return None;
             }
-            if let Err(error) = self.run_task(index) {
+            if let Err(error) = self.run_task(position, index) {
                 shared.fail(error);
                 return None;
             }
@@ -147,12 +155,13 @@ impl<T, V> Worker<T, V> {
         }
     }
 
-    fn run_task(&mut self, index: usize) -> Result<(), RunError> {
+    fn run_task(&mut self, position: usize, index: usize) -> Result<(), RunError> {
         let shared = self.shared.clone();
         let task = &shared.plan.tasks[index];
         for &value in &task.inputs {
             self.wait_for(value, task)?;
         }
+        let donated = self.check_donated(position, task)?;
         let inputs: Vec<&V> = task
             .inputs
             .iter()
@@ -168,6 +177,13 @@ impl<T, V> Worker<T, V> {
             source,
         })?;
         let duration = began.elapsed();
+        // The donated inputs' buffers now belong to the outputs.
+        let began_us = shared.since_start(began);
+        for value in donated {
+            if let Some(held) = self.store.remove(&value) {
+                self.account(value, &held, began_us);
+            }
+        }
         if outputs.len() != task.outputs.len() {
             return Err(RunError::OutputArity {
                 task: task.name.clone(),
@@ -186,6 +202,39 @@ impl<T, V> Worker<T, V> {
             self.hold(value, v);
         }
         Ok(())
+    }
+
+    /// The values `task` (at `position` in the group's list) donates, checked to be their last
+    /// use: read by no later task here, not returned, not sent elsewhere.
+    fn check_donated(&self, position: usize, task: &TaskSpec<T>) -> Result<Vec<ValueId>, RunError> {
+        let shared = &self.shared;
+        let mut values = Vec::new();
+        for p in shared.executor.donated_inputs(task) {
+            let Some(&value) = task.inputs.get(p) else {
+                continue;
+            };
+            let why = if self.last_read.get(&value).is_some_and(|&l| l > position) {
+                Some("a later task of the group reads it")
+            } else if shared.kept.contains(&(value, self.group)) {
+                Some("the run returns it")
+            } else if shared.consumers.contains_key(&value)
+                && shared.producer.get(&value) == Some(&self.group)
+            {
+                Some("it is sent to other groups")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(RunError::Donation {
+                    group: self.group,
+                    task: task.name.clone(),
+                    value,
+                    why,
+                });
+            }
+            values.push(value);
+        }
+        Ok(values)
     }
 
     /// Hands `v` to the transport for every other group that reads it.
