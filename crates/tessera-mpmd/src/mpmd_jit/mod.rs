@@ -390,6 +390,7 @@ fn compile_piece(
         num_partitions: devices,
         arg_shardings: vec![Some("{replicated}".into()); jaxpr.invars.len()],
         result_shardings: vec![Some("{replicated}".into()); jaxpr.outvars.len()],
+        aliased_outputs: Vec::new(),
     };
     let module = lower_closed(&piece.program, &options)?;
     let layouts = jaxpr
