@@ -407,3 +407,93 @@ fn parameters_stay_on_their_groups_between_steps() {
         .unwrap_or_default();
     assert!(err.contains("lives on groups"), "{err}");
 }
+
+#[test]
+fn a_step_donating_its_parameters_updates_them_in_place() {
+    use tessera_mpmd::{StepArg, StepResult};
+    let (stages, mbs, rows) = (2, 4, 2);
+    let program = step(stages, mbs, rows, "1f1b");
+    let client = Client::cpu(8).unwrap();
+    let options = MpmdJitOptions {
+        donate_argnums: vec![0, 1],
+        ..MpmdJitOptions::default()
+    };
+    let jit = mpmd_jit_with(&client, &mesh(stages), &program, &options).unwrap();
+    let mut args: Vec<Array> = (0..stages)
+        .map(|s| values(&[WIDTH, WIDTH], s as f64))
+        .collect();
+    args.push(Array::scalar(DType::F32, 0.5));
+    args.push(values(&[mbs, rows, WIDTH], 10.0));
+    args.push(values(&[mbs, rows, WIDTH], 20.0));
+    let mut want_args = args.clone();
+    let mut want = Vec::new();
+    for _ in 0..3 {
+        want = eval_closed(&program, &want_args).unwrap();
+        want_args[..stages].clone_from_slice(&want[..stages]);
+    }
+    let mut call_args: Vec<StepArg> = args
+        .iter()
+        .map(|a| StepArg::Host(to_host(a).unwrap()))
+        .collect();
+    // Host weights: their device copies are donated.
+    let mut got = jit.call_mpmd_donated(&mut call_args).unwrap().outputs;
+    for _ in 0..2 {
+        for s in 0..stages {
+            call_args[s] = got[s].clone().into_arg();
+        }
+        let before: Vec<StepArg> = call_args[..stages].to_vec();
+        // Weights on their groups are consumed only by the donating call.
+        let err = jit.call_mpmd(&call_args).err().map(|e| e.to_string());
+        assert!(err.unwrap_or_default().contains("call_mpmd_donated"));
+        got = jit.call_mpmd_donated(&mut call_args).unwrap().outputs;
+        for s in 0..stages {
+            let StepArg::Mpmd(m) = &call_args[s] else {
+                panic!("weight {s} is not on its group");
+            };
+            assert!(m.is_deleted(), "weight {s} was not deleted");
+            // Another handle on the donated buffers reads nothing stale.
+            let stale = before[s].clone();
+            let StepArg::Mpmd(old) = stale else { panic!() };
+            let err = old
+                .first_mpmd_replica()
+                .unwrap()
+                .to_host()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.contains("deleted or donated"), "{err}");
+        }
+    }
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        let g = from_host(&StepResult::to_host(g).unwrap(), DType::F32).unwrap();
+        for (a, b) in g.to_vec().iter().zip(w.to_vec()) {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                "result {k}: {a} vs {b}"
+            );
+        }
+    }
+    // The donated (deleted) weights passed again are named.
+    let err = jit
+        .call_mpmd_donated(&mut call_args)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("argument 0") && err.contains("deleted"),
+        "{err}"
+    );
+    // What no update on a group reuses cannot be donated.
+    let lr = MpmdJitOptions {
+        donate_argnums: vec![stages],
+        ..MpmdJitOptions::default()
+    };
+    let err = mpmd_jit_with(&client, &mesh(stages), &program, &lr)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains(&format!("argument {stages} is donated")),
+        "{err}"
+    );
+}

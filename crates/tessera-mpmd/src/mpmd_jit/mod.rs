@@ -13,6 +13,7 @@
 
 mod analyze;
 mod args;
+mod donation;
 mod options;
 mod update;
 
@@ -50,6 +51,7 @@ pub struct MpmdJit {
     num_args: usize,
     updates: PjrtExecutor,
     pieces: Vec<(Piece, Option<usize>)>,
+    donated: Vec<usize>,
 }
 
 /// What one call returns besides the step's results.
@@ -146,9 +148,11 @@ impl MpmdJit {
         place_of_input.extend(argnums.iter().map(|&a| group_of_arg(a)));
         let mut updates = PjrtExecutor::new(client, mesh);
         let mut pieces = Vec::new();
-        for piece in update::split(&update, &place_of_input)? {
+        let split = update::split(&update, &place_of_input)?;
+        let aliases = donation::aliases(&split, &options.donate_argnums, n_args)?;
+        for (piece, aliased) in split.into_iter().zip(aliases) {
             let compiled = match piece.place {
-                Place::Group(g) => Some(compile_piece(&mut updates, mesh, &piece, g)?),
+                Place::Group(g) => Some(compile_piece(&mut updates, mesh, &piece, g, aliased)?),
                 Place::Host => None,
             };
             pieces.push((piece, compiled));
@@ -166,6 +170,7 @@ impl MpmdJit {
             num_args: n_args,
             updates,
             pieces,
+            donated: options.donate_argnums.clone(),
         })
     }
 
@@ -198,7 +203,8 @@ impl MpmdJit {
     /// Runs the step on host arguments (one per step argument); results come back to the host.
     pub fn call(&self, args: &[HostArray]) -> Result<StepRun, DriverError> {
         let args: Vec<StepArg> = args.iter().cloned().map(StepArg::Host).collect();
-        let run = self.call_mpmd(&args)?;
+        // Host arguments are copied to the groups, so donating those copies is harmless.
+        let run = self.run(&args)?;
         let outputs = run
             .outputs
             .iter()
@@ -216,6 +222,32 @@ impl MpmdJit {
     /// results computed on a group stay there as [`MpmdArray`]s, the others come back to the
     /// host. Micro-batch data must be host arrays.
     pub fn call_mpmd(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
+        if let Some(&a) = self
+            .donated
+            .iter()
+            .find(|&&a| matches!(args.get(a), Some(StepArg::Mpmd(_))))
+        {
+            return Err(config(format!(
+                "the step donates argument {a}, an array on the groups; run it with call_mpmd_donated, which takes the donated arrays and deletes them"
+            )));
+        }
+        self.run(args)
+    }
+
+    /// Runs a step that donates arguments ([`MpmdJitOptions::donate_argnums`]): like
+    /// [`MpmdJit::call_mpmd`], then deletes the donated arrays on the groups (their buffers now
+    /// hold results). Passing a deleted array again is an error naming the argument.
+    pub fn call_mpmd_donated(&self, args: &mut [StepArg]) -> Result<MpmdStepRun, DriverError> {
+        let run = self.run(args)?;
+        for &a in &self.donated {
+            if let Some(StepArg::Mpmd(m)) = args.get_mut(a) {
+                m.delete();
+            }
+        }
+        Ok(run)
+    }
+
+    fn run(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
         self.check_args(args)?;
         let mut params = HashMap::new();
         let mut data: Vec<HashMap<usize, HostArray>> = vec![HashMap::new(); self.length];
@@ -287,6 +319,11 @@ impl MpmdJit {
             )));
         }
         for (i, (a, aval)) in args.iter().zip(&self.in_avals).enumerate() {
+            if matches!(a, StepArg::Mpmd(m) if m.is_deleted()) {
+                return Err(config(format!(
+                    "argument {i} of the step ({aval}) is a deleted array (donated to an earlier call, or deleted); pass a live array"
+                )));
+            }
             let (dims, ty) = a.signature();
             if dims != aval.shape.as_slice() || ty != element_type(aval.dtype) {
                 return Err(config(format!(
@@ -383,6 +420,7 @@ fn compile_piece(
     mesh: &MpmdMesh,
     piece: &Piece,
     group: usize,
+    aliased_outputs: Vec<Option<usize>>,
 ) -> Result<usize, DriverError> {
     let devices = mesh.group(group)?.device_ids().len();
     let jaxpr = &piece.program.jaxpr;
@@ -390,7 +428,7 @@ fn compile_piece(
         num_partitions: devices,
         arg_shardings: vec![Some("{replicated}".into()); jaxpr.invars.len()],
         result_shardings: vec![Some("{replicated}".into()); jaxpr.outvars.len()],
-        aliased_outputs: Vec::new(),
+        aliased_outputs,
     };
     let module = lower_closed(&piece.program, &options)?;
     let layouts = jaxpr

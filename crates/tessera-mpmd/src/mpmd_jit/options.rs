@@ -29,6 +29,11 @@ pub struct MpmdJitOptions {
     /// The deadline of every wait in a step; `None`: `TESSERA_TIMEOUT_S`, or
     /// [`crate::runtime::DEFAULT_TIMEOUT`].
     pub timeout: Option<Duration>,
+    /// Step arguments whose device buffers the update reuses for its results (JAX's
+    /// `donate_argnums`, e.g. the parameters): each must be read by one update piece on a
+    /// group, which returns a result of its type. Run with
+    /// [`super::MpmdJit::call_mpmd_donated`], which deletes the donated arrays.
+    pub donate_argnums: Vec<usize>,
 }
 
 impl fmt::Debug for MpmdJitOptions {
@@ -37,6 +42,7 @@ impl fmt::Debug for MpmdJitOptions {
             .field("schedule", &self.schedule.as_ref().map(|s| s.name()))
             .field("registry", &self.registry.as_ref().map(|r| r.names()))
             .field("timeout", &self.timeout)
+            .field("donate_argnums", &self.donate_argnums)
             .finish()
     }
 }

@@ -321,7 +321,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .lr
         .unwrap_or(if args.model == "gpt" { 0.1 } else { 0.2 });
     let (step, data) = training_step(&model, &args.schedule)?;
-    let jit = tessera_mpmd::mpmd_jit(&client, &mesh, &step)?;
+    // The update writes each parameter into its old buffers (donated): one copy per group.
+    let options = tessera_mpmd::MpmdJitOptions {
+        donate_argnums: (0..model.init.len()).collect(),
+        ..tessera_mpmd::MpmdJitOptions::default()
+    };
+    let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, &step, &options)?;
     let pipeline = jit.pipeline();
     // The reference: the same step unpipelined (its treduce unrolled) under `jit`, one device.
     let reference_exe = tessera::jit::compile(&client, &step, 0)?;
@@ -352,9 +357,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut per_step: Vec<(f64, f64)> = Vec::new();
     let mut step_ms: Vec<f64> = Vec::new();
     for _ in 0..args.steps {
-        let call_args: Vec<StepArg> = weights.iter().chain(&rest).cloned().collect();
+        let mut call_args: Vec<StepArg> = weights.drain(..).chain(rest.iter().cloned()).collect();
         let began = std::time::Instant::now();
-        let run = jit.call_mpmd(&call_args)?;
+        let run = jit.call_mpmd_donated(&mut call_args)?;
         step_ms.push(began.elapsed().as_secs_f64() * 1000.0);
         let mut outputs = run.outputs;
         let loss = outputs
