@@ -7,6 +7,7 @@ mod cmd;
 mod jax;
 mod plugin;
 mod setup;
+mod synthetic;
 mod test;
 
 use std::process::ExitCode;

@@ -18,6 +18,7 @@ pub mod pipeline;
 mod reshard;
 pub mod runtime;
 mod sharding;
+pub mod synthetic;
 
 pub use array::MpmdArray;
 pub use error::{MpmdError, Result};

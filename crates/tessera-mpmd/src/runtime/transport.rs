@@ -12,7 +12,7 @@
 //! mailbox with a copy function and an optional latency, for tests and synthetic runs.
 
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::error::BoxError;
@@ -32,17 +32,18 @@ pub trait Transport<V>: Send + Sync {
     fn recv(&self, id: ValueId, to: usize, deadline: Instant) -> Result<Option<V>, BoxError>;
 }
 
-/// Values in transit within one process, keyed by destination group and value id.
+/// Values in transit within one process, keyed by destination group and value id. A value put
+/// for a group wakes only that group's receiver.
 pub struct Mailbox<V> {
     slots: Mutex<HashMap<(usize, ValueId), (Instant, V)>>,
-    changed: Condvar,
+    arrived: Mutex<HashMap<usize, Arc<Condvar>>>,
 }
 
 impl<V> Default for Mailbox<V> {
     fn default() -> Self {
         Mailbox {
             slots: Mutex::new(HashMap::new()),
-            changed: Condvar::new(),
+            arrived: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -53,16 +54,24 @@ impl<V> Mailbox<V> {
         Self::default()
     }
 
+    /// The condition variable group `to`'s receiver waits on.
+    fn arrived(&self, to: usize) -> Arc<Condvar> {
+        let mut map = self.arrived.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(to).or_default().clone()
+    }
+
     /// Leaves `value` for group `to` under `id`, available from `ready_at` on.
     pub fn put(&self, to: usize, id: ValueId, value: V, ready_at: Instant) {
+        let arrived = self.arrived(to);
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         slots.insert((to, id), (ready_at, value));
-        self.changed.notify_all();
+        arrived.notify_all();
     }
 
     /// Takes value `id` for group `to` once it is there and available, waiting at most until
     /// `deadline`.
     pub fn take(&self, to: usize, id: ValueId, deadline: Instant) -> Option<V> {
+        let arrived = self.arrived(to);
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let now = Instant::now();
@@ -76,8 +85,7 @@ impl<V> Mailbox<V> {
             if now >= deadline {
                 return None;
             }
-            slots = self
-                .changed
+            slots = arrived
                 .wait_timeout(slots, wake.saturating_duration_since(now))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
