@@ -9,6 +9,7 @@
 //! ([`RunOptions`], `TESSERA_TIMEOUT_S`); the first error stops every worker; and a worker that
 //! waits for a value no running worker can still produce reports a deadlock naming the value.
 
+mod device_copy;
 mod error;
 mod options;
 mod pjrt;
@@ -20,7 +21,8 @@ mod worker;
 
 pub use error::{BoxError, RunError, Stuck};
 pub use options::{DEFAULT_TIMEOUT, RunOptions, TIMEOUT_ENV, parse_timeout};
-pub use pjrt::{CompiledTask, DeviceCopyTransport, OutputLayout, PjrtExecutor, array_bytes};
+pub use device_copy::DeviceCopyTransport;
+pub use pjrt::{CompiledTask, OutputLayout, PjrtExecutor, array_bytes};
 pub use plan::{Plan, PlanError, TaskSpec, ValueId};
 pub use run::{RunOutput, run};
 pub use trace::{TaskTiming, Timings, TransferTiming, ValueSpan};

@@ -1,17 +1,14 @@
 //! The runtime's PJRT back end: tasks are SPMD executables compiled for one group's devices, and
 //! values are [`Array`]s moved between groups by device-to-device copies (shard `i` of the source
 //! group goes to the device at the same mesh position in the destination group). A task returns
-//! once its outputs are computed, so task times are compute times, not dispatch times. A send
-//! issues the copies, which PJRT runs asynchronously (after the source is ready), and leaves the
-//! new array in a mailbox: the sender never waits for a copy, and a task reading the copy waits
-//! for it inside PJRT.
+//! once its outputs are computed, so task times are compute times, not dispatch times. The
+//! device-copy transport is in `device_copy.rs`.
 
 use tessera_pjrt::{Array, Buffer, Client, CompileOptions, ElementType, LoadedExecutable};
 use tessera_sharding::NamedSharding;
 
 use super::error::BoxError;
-use super::plan::{TaskSpec, ValueId};
-use super::transport::{Mailbox, Transport};
+use super::plan::TaskSpec;
 use super::worker::Executor;
 use crate::error::Result;
 use crate::mesh::MpmdMesh;
@@ -179,56 +176,4 @@ pub fn array_bytes(array: &Array) -> u64 {
             .map(|s| s.buffer.on_device_size().unwrap_or(0))
             .sum()
     })
-}
-
-/// Moves arrays between groups with device-to-device copies. Serves one run (see
-/// [`Transport`]).
-pub struct DeviceCopyTransport {
-    mesh: MpmdMesh,
-    mailbox: Mailbox<Array>,
-}
-
-impl DeviceCopyTransport {
-    /// A transport for `mesh`'s groups.
-    pub fn new(mesh: &MpmdMesh) -> Self {
-        DeviceCopyTransport {
-            mesh: mesh.clone(),
-            mailbox: Mailbox::new(),
-        }
-    }
-
-    /// A copy of `value` on group `to`'s devices, issued (not finished).
-    fn copy(&self, value: &Array, to: usize) -> Result<Array, BoxError> {
-        let target = self.mesh.group(to)?;
-        let sharding = NamedSharding::new(target, value.sharding().spec().clone())?;
-        let buffers = value
-            .addressable_shards()?
-            .iter()
-            .zip(target.device_ids())
-            .map(|(shard, &device)| shard.buffer.copy_to(device as i32))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Array::from_shards(
-            value.shape(),
-            value.element_type(),
-            &sharding,
-            buffers,
-        )?)
-    }
-}
-
-impl Transport<Array> for DeviceCopyTransport {
-    fn send(&self, id: ValueId, value: &Array, _from: usize, to: usize) -> Result<(), BoxError> {
-        let copy = self.copy(value, to)?;
-        self.mailbox.put(to, id, copy, std::time::Instant::now());
-        Ok(())
-    }
-
-    fn recv(
-        &self,
-        id: ValueId,
-        to: usize,
-        deadline: std::time::Instant,
-    ) -> Result<Option<Array>, BoxError> {
-        Ok(self.mailbox.take(to, id, deadline))
-    }
 }
