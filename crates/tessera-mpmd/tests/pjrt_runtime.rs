@@ -142,3 +142,36 @@ fn a_donated_input_is_consumed_by_the_program() {
         .unwrap_or_default();
     assert!(err.contains("deleted or donated"), "{err}");
 }
+
+#[test]
+fn the_device_copy_transport_sends_without_waiting_and_reports_a_failed_copy_to_the_receiver() {
+    use tessera_mpmd::runtime::Transport;
+    let client = Client::cpu(8).unwrap();
+    let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 4), ("data", 2)]).unwrap(), "stage").unwrap();
+    let spec = PartitionSpec::parse("P('data')").unwrap();
+    let sharding = NamedSharding::new(mesh.group(0).unwrap(), spec).unwrap();
+    let host = HostArray::from_slice(&[4], &[0f32, 1., 2., 3.]).unwrap();
+    let value = Array::device_put(&client, &host, &sharding).unwrap();
+    let transport = DeviceCopyTransport::new(&mesh);
+    let deadline = || std::time::Instant::now() + std::time::Duration::from_secs(30);
+    transport.send(7, &value, 0, 3).unwrap();
+    let copy = transport.recv(7, 3, deadline()).unwrap().unwrap();
+    assert_eq!(
+        copy.to_host().unwrap().to_vec::<f32>().unwrap(),
+        [0., 1., 2., 3.]
+    );
+    let devices: Vec<i32> = copy
+        .addressable_shards()
+        .unwrap()
+        .iter()
+        .map(|s| s.device)
+        .collect();
+    assert_eq!(devices, [6, 7]);
+    // A group the mesh does not have: the send is queued, the receiver gets the copy's error.
+    transport.send(8, &value, 0, 9).unwrap();
+    let err = transport.recv(8, 9, deadline()).unwrap_err().to_string();
+    assert!(!err.is_empty());
+    // Nothing arrives for a value never sent: the deadline passes.
+    let soon = std::time::Instant::now() + std::time::Duration::from_millis(20);
+    assert!(transport.recv(9, 3, soon).unwrap().is_none());
+}

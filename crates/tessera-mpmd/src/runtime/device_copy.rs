@@ -7,7 +7,6 @@
 
 use std::sync::Mutex;
 use std::sync::mpsc::{self, Sender};
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use tessera_pjrt::Array;
@@ -26,7 +25,6 @@ type Job = (ValueId, Array, usize);
 pub struct DeviceCopyTransport {
     queue: Mutex<Option<Sender<Job>>>,
     mailbox: std::sync::Arc<Mailbox<Result<Array, String>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl DeviceCopyTransport {
@@ -45,9 +43,8 @@ impl DeviceCopyTransport {
             })
             .ok();
         DeviceCopyTransport {
-            queue: Mutex::new(thread.as_ref().map(|_| queue)),
+            queue: Mutex::new(thread.map(|_| queue)),
             mailbox,
-            thread: Mutex::new(thread),
         }
     }
 }
@@ -92,10 +89,8 @@ impl Transport<Array> for DeviceCopyTransport {
 
 impl Drop for DeviceCopyTransport {
     fn drop(&mut self) {
-        // Closing the queue ends the copy thread once it has issued what was queued.
+        // Closing the queue ends the copy thread once it has issued what was queued; it is not
+        // waited for, so dropping the transport never blocks.
         drop(self.queue.lock().unwrap_or_else(|e| e.into_inner()).take());
-        if let Some(thread) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = thread.join();
-        }
     }
 }

@@ -19,9 +19,9 @@ mod trace;
 mod transport;
 mod worker;
 
+pub use device_copy::DeviceCopyTransport;
 pub use error::{BoxError, RunError, Stuck};
 pub use options::{DEFAULT_TIMEOUT, RunOptions, TIMEOUT_ENV, parse_timeout};
-pub use device_copy::DeviceCopyTransport;
 pub use pjrt::{CompiledTask, OutputLayout, PjrtExecutor, array_bytes};
 pub use plan::{Plan, PlanError, TaskSpec, ValueId};
 pub use run::{RunOutput, run};
