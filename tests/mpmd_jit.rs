@@ -8,8 +8,9 @@ use tessera::jit::{from_host, to_host};
 use tessera_ir::interp::eval_closed;
 use tessera_ir::trace::{trace, treduce, value_and_grad_call};
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
-use tessera_mpmd::{MpmdMesh, mpmd_jit};
+use tessera_mpmd::{MpmdJitOptions, MpmdMesh, mpmd_jit, mpmd_jit_with};
 use tessera_pjrt::Client;
+use tessera_schedule::{Action, Placement, Registry, Schedule, ScheduleError, Task};
 use tessera_sharding::Mesh;
 
 const WIDTH: i64 = 8;
@@ -77,15 +78,25 @@ fn values(shape: &[i64], seed: f64) -> Array {
 }
 
 fn check(stages: usize, schedule: &str) {
-    let (mbs, rows) = (4, 2);
-    let program = step(stages, mbs, rows, schedule);
-    let client = Client::cpu(8).unwrap();
-    let mesh = MpmdMesh::new(
+    check_with(stages, schedule, &MpmdJitOptions::default());
+}
+
+fn mesh(stages: usize) -> MpmdMesh {
+    MpmdMesh::new(
         Mesh::auto(&[("stage", stages as i64), ("data", 8 / stages as i64)]).unwrap(),
         "stage",
     )
-    .unwrap();
-    let jit = mpmd_jit(&client, &mesh, &program).unwrap();
+    .unwrap()
+}
+
+/// Runs the `stages`-stage step under `schedule` (a name, resolved by `options`) and checks its
+/// results against the interpreter and its order against the schedule's plan.
+fn check_with(stages: usize, schedule: &str, options: &MpmdJitOptions) {
+    let (mbs, rows) = (4, 2);
+    let program = step(stages, mbs, rows, schedule);
+    let client = Client::cpu(8).unwrap();
+    let mesh = mesh(stages);
+    let jit = mpmd_jit_with(&client, &mesh, &program, options).unwrap();
     // Each weight is updated on the group running its stage; the mean loss on the host.
     let mut places = jit.update_places();
     places.sort();
@@ -134,6 +145,136 @@ fn check(stages: usize, schedule: &str) {
 fn a_treduce_step_runs_pipelined_over_two_and_four_groups() {
     check(2, "1f1b");
     check(4, "gpipe");
+}
+
+/// GPipe whose backwards run last micro-batch first: no built-in makes this plan.
+struct LifoDrain(u32);
+
+impl Schedule for LifoDrain {
+    fn name(&self) -> String {
+        "lifo-drain".into()
+    }
+    fn placement(&self) -> Placement {
+        Placement::plain(self.0)
+    }
+    fn actions(&self, m: u32) -> Result<Vec<Vec<Action>>, ScheduleError> {
+        Ok((0..self.0)
+            .map(|s| {
+                (0..m)
+                    .map(|mb| Task::fwd(s, mb))
+                    .chain((0..m).rev().map(|mb| Task::bwd(s, mb)))
+                    .map(Action::from)
+                    .collect()
+            })
+            .collect())
+    }
+}
+
+/// Every actor runs its backwards before its forwards: never valid.
+struct BackwardsFirst(u32);
+
+impl Schedule for BackwardsFirst {
+    fn name(&self) -> String {
+        "backwards-first".into()
+    }
+    fn placement(&self) -> Placement {
+        Placement::plain(self.0)
+    }
+    fn actions(&self, m: u32) -> Result<Vec<Vec<Action>>, ScheduleError> {
+        Ok((0..self.0)
+            .map(|s| {
+                (0..m)
+                    .map(|mb| Task::bwd(s, mb))
+                    .chain((0..m).map(|mb| Task::fwd(s, mb)))
+                    .map(Action::from)
+                    .collect()
+            })
+            .collect())
+    }
+}
+
+#[test]
+fn a_user_schedule_trains_as_an_object_or_from_an_extended_registry() {
+    check_with(
+        2,
+        "lifo-drain",
+        &MpmdJitOptions::with_schedule(LifoDrain(2)),
+    );
+    let mut registry = Registry::with_builtins();
+    registry.register("lifo-drain", "GPipe draining LIFO", |p| {
+        Ok(Box::new(LifoDrain(p.stages)) as Box<dyn Schedule>)
+    });
+    check_with(4, "lifo-drain", &MpmdJitOptions::with_registry(registry));
+}
+
+#[test]
+fn a_user_schedule_that_does_not_fit_the_step_is_refused_with_the_validators_message() {
+    let client = Client::cpu(8).unwrap();
+    let program = step(2, 4, 2, "backwards-first");
+    let compile = |options: &MpmdJitOptions| {
+        mpmd_jit_with(&client, &mesh(2), &program, options)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let invalid = BackwardsFirst(2);
+    let why = tessera_schedule::validate(&invalid.plan(4).unwrap())
+        .unwrap_err()
+        .to_string();
+    let err = compile(&MpmdJitOptions::with_schedule(invalid));
+    assert!(
+        err.contains("schedule 'backwards-first' does not validate") && err.contains(&why),
+        "{err}"
+    );
+    // A valid schedule for another stage count (and so another group count).
+    let err = compile(&MpmdJitOptions::with_schedule(LifoDrain(4)));
+    assert!(
+        err.contains("the schedule runs on 4 MPMD groups but the mesh has 2"),
+        "{err}"
+    );
+    // A name the registry does not know.
+    let err = compile(&MpmdJitOptions::default());
+    assert!(
+        err.contains("the treduce's schedule 'backwards-first'") && err.contains("gpipe"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_step_that_passes_its_deadline_fails_and_the_next_step_runs() {
+    use tessera_mpmd::runtime::{RunError, RunOptions};
+    let (stages, mbs, rows) = (2, 4, 2);
+    let program = step(stages, mbs, rows, "1f1b");
+    let client = Client::cpu(8).unwrap();
+    let options = MpmdJitOptions {
+        timeout: Some(std::time::Duration::from_nanos(1)),
+        ..MpmdJitOptions::default()
+    };
+    let mut jit = mpmd_jit_with(&client, &mesh(stages), &program, &options).unwrap();
+    let mut args: Vec<Array> = (0..stages)
+        .map(|s| values(&[WIDTH, WIDTH], s as f64))
+        .collect();
+    args.push(Array::scalar(DType::F32, 0.5));
+    args.push(values(&[mbs, rows, WIDTH], 10.0));
+    args.push(values(&[mbs, rows, WIDTH], 20.0));
+    let host: Vec<_> = args.iter().map(|a| to_host(a).unwrap()).collect();
+    match jit.call(&host) {
+        Err(tessera_mpmd::driver::DriverError::Run(RunError::Timeout { task, .. })) => {
+            assert!(!task.is_empty());
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    jit.set_run_options(RunOptions::default());
+    let want = eval_closed(&program, &args).unwrap();
+    for _ in 0..2 {
+        let run = jit.call(&host).unwrap();
+        for (got, want) in run.outputs.iter().zip(&want) {
+            let got = from_host(got, DType::F32).unwrap();
+            for (a, b) in got.to_vec().iter().zip(want.to_vec()) {
+                assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
+            }
+        }
+    }
 }
 
 #[test]
@@ -265,4 +406,94 @@ fn parameters_stay_on_their_groups_between_steps() {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(err.contains("lives on groups"), "{err}");
+}
+
+#[test]
+fn a_step_donating_its_parameters_updates_them_in_place() {
+    use tessera_mpmd::{StepArg, StepResult};
+    let (stages, mbs, rows) = (2, 4, 2);
+    let program = step(stages, mbs, rows, "1f1b");
+    let client = Client::cpu(8).unwrap();
+    let options = MpmdJitOptions {
+        donate_argnums: vec![0, 1],
+        ..MpmdJitOptions::default()
+    };
+    let jit = mpmd_jit_with(&client, &mesh(stages), &program, &options).unwrap();
+    let mut args: Vec<Array> = (0..stages)
+        .map(|s| values(&[WIDTH, WIDTH], s as f64))
+        .collect();
+    args.push(Array::scalar(DType::F32, 0.5));
+    args.push(values(&[mbs, rows, WIDTH], 10.0));
+    args.push(values(&[mbs, rows, WIDTH], 20.0));
+    let mut want_args = args.clone();
+    let mut want = Vec::new();
+    for _ in 0..3 {
+        want = eval_closed(&program, &want_args).unwrap();
+        want_args[..stages].clone_from_slice(&want[..stages]);
+    }
+    let mut call_args: Vec<StepArg> = args
+        .iter()
+        .map(|a| StepArg::Host(to_host(a).unwrap()))
+        .collect();
+    // Host weights: their device copies are donated.
+    let mut got = jit.call_mpmd_donated(&mut call_args).unwrap().outputs;
+    for _ in 0..2 {
+        for s in 0..stages {
+            call_args[s] = got[s].clone().into_arg();
+        }
+        let before: Vec<StepArg> = call_args[..stages].to_vec();
+        // Weights on their groups are consumed only by the donating call.
+        let err = jit.call_mpmd(&call_args).err().map(|e| e.to_string());
+        assert!(err.unwrap_or_default().contains("call_mpmd_donated"));
+        got = jit.call_mpmd_donated(&mut call_args).unwrap().outputs;
+        for s in 0..stages {
+            let StepArg::Mpmd(m) = &call_args[s] else {
+                panic!("weight {s} is not on its group");
+            };
+            assert!(m.is_deleted(), "weight {s} was not deleted");
+            // Another handle on the donated buffers reads nothing stale.
+            let stale = before[s].clone();
+            let StepArg::Mpmd(old) = stale else { panic!() };
+            let err = old
+                .first_mpmd_replica()
+                .unwrap()
+                .to_host()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.contains("deleted or donated"), "{err}");
+        }
+    }
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        let g = from_host(&StepResult::to_host(g).unwrap(), DType::F32).unwrap();
+        for (a, b) in g.to_vec().iter().zip(w.to_vec()) {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                "result {k}: {a} vs {b}"
+            );
+        }
+    }
+    // The donated (deleted) weights passed again are named.
+    let err = jit
+        .call_mpmd_donated(&mut call_args)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("argument 0") && err.contains("deleted"),
+        "{err}"
+    );
+    // What no update on a group reuses cannot be donated.
+    let lr = MpmdJitOptions {
+        donate_argnums: vec![stages],
+        ..MpmdJitOptions::default()
+    };
+    let err = mpmd_jit_with(&client, &mesh(stages), &program, &lr)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains(&format!("argument {stages} is donated")),
+        "{err}"
+    );
 }

@@ -132,3 +132,69 @@ fn the_byte_level_gpt_trains_pipelined_like_the_unpipelined_run() {
     }
     assert_eq!(s["order_matches_schedule"], true);
 }
+
+/// `tessera train --model gpt` for one step of 16 micro-batches under `schedule` on `stages`
+/// stages over `groups` groups: its memory report.
+fn gpt_memory(schedule: &str, stages: &str, groups: &str) -> serde_json::Value {
+    let s = summary(&[
+        "--model",
+        "gpt",
+        "--schedule",
+        schedule,
+        "--stages",
+        stages,
+        "--mpmd-dim",
+        groups,
+        "--microbatches",
+        "16",
+        "--batch",
+        "64",
+        "--steps",
+        "1",
+        "--json",
+    ]);
+    s["memory"].clone()
+}
+
+/// Every group's measured peak live bytes is within 10% of the schedule's prediction.
+fn assert_bytes_predicted(schedule: &str, memory: &serde_json::Value) {
+    for group in memory["groups"].as_array().unwrap() {
+        let measured = group["peak_live_bytes"].as_f64().unwrap();
+        let predicted = group["predicted_peak_live_bytes"].as_f64().unwrap();
+        assert!(
+            measured > 0.0 && (measured - predicted).abs() <= 0.1 * measured,
+            "{schedule}, group {}: measured {measured} bytes, predicted {predicted}",
+            group["group"]
+        );
+    }
+}
+
+#[test]
+fn gpt_in_flight_micro_batches_follow_the_schedule_and_bytes_its_prediction() {
+    for (schedule, first_stage) in [("1f1b", 4), ("gpipe", 16)] {
+        let memory = gpt_memory(schedule, "4", "4");
+        let stages = memory["stages"].as_array().unwrap();
+        assert_eq!(
+            stages[0]["peak_inflight_microbatches"], first_stage,
+            "{schedule}"
+        );
+        for stage in stages {
+            assert_eq!(
+                stage["peak_inflight_microbatches"], stage["predicted_inflight_microbatches"],
+                "{schedule}: {stage}"
+            );
+        }
+        assert_bytes_predicted(schedule, &memory);
+    }
+}
+
+#[test]
+fn gpt_peak_live_bytes_follow_the_prediction_under_split_and_interleaved_schedules() {
+    for (schedule, groups) in [
+        ("zero-bubble", "4"),
+        ("interleaved-1f1b", "2"),
+        ("dualpipev", "2"),
+    ] {
+        assert_bytes_predicted(schedule, &gpt_memory(schedule, "4", groups));
+    }
+}

@@ -228,6 +228,8 @@ pub struct Report {
     pub jax: JaxResults,
     /// Tessera's side.
     pub tessera: TesseraResults,
+    /// The runtime's synthetic runs, one row per schedule.
+    pub synthetic: Vec<crate::synthetic::SyntheticRow>,
 }
 
 /// `cargo xtask bench --compare-jax`: JAX's side now; Tessera's side joins through
@@ -247,6 +249,7 @@ pub fn compare() -> anyhow::Result<()> {
     let jax = average_jax(&jax_rounds);
     let mut tessera = average_tessera(&tessera_rounds);
     tessera.pipelined = run_pipelined(&root)?;
+    let synthetic = crate::synthetic::run(&root)?;
     let report = Report {
         machine: machine(),
         date: cmd::output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
@@ -254,6 +257,7 @@ pub fn compare() -> anyhow::Result<()> {
         plugin: plugin_version(),
         jax,
         tessera,
+        synthetic,
     };
     let markdown = render(&report);
     println!("{markdown}");
@@ -725,6 +729,7 @@ pub fn render(report: &Report) -> String {
         );
     }
     let _ = writeln!(md);
+    crate::synthetic::render(&mut md, &report.synthetic);
     let _ = writeln!(
         md,
         "Method: {ROUNDS} rounds alternating JAX and Tessera; each figure is the mean of the \
@@ -806,6 +811,7 @@ mod tests {
                     predicted_s: 0.010,
                 }],
             },
+            synthetic: Vec::new(),
         };
         let md = render(&report);
         assert!(md.contains("| Machine | Test CPU, 2 CPUs (nproc) |"));
@@ -856,6 +862,7 @@ mod tests {
             plugin: "xla-cpu-pjrt 0.0.1".into(),
             jax: fake_jax(),
             tessera: TesseraResults::default(),
+            synthetic: Vec::new(),
         };
         let md = render(&report);
         for metric in Metric::ALL {

@@ -10,6 +10,7 @@ mod jax;
 mod known_plugins;
 mod plugin;
 mod setup;
+mod synthetic;
 mod test;
 
 use std::process::ExitCode;

@@ -9,6 +9,7 @@
 //! update is left to the caller (`mpmd_jit` runs it on the groups).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tessera_ir::{ClosedJaxpr, DType};
 use tessera_pjrt::{Array as DeviceArray, Client, ElementType, HostArray};
@@ -20,7 +21,9 @@ use crate::compose::action_module;
 use crate::mesh::MpmdMesh;
 use crate::partition::{PartitionError, StagePrograms, key_aval, partition};
 use crate::pipeline::{Key, PartSignature, PipelinePlan, build_plan};
-use crate::runtime::{DeviceCopyTransport, OutputLayout, PjrtExecutor, RunError, Timings, run};
+use crate::runtime::{
+    DeviceCopyTransport, OutputLayout, PjrtExecutor, Plan, RunError, RunOptions, Timings, run,
+};
 
 /// Errors of building or running a pipeline.
 #[derive(Debug, thiserror::Error)]
@@ -99,7 +102,9 @@ pub struct CompiledPipeline {
     mesh: MpmdMesh,
     parts: Vec<StagePrograms>,
     built: PipelinePlan<usize>,
-    executor: PjrtExecutor,
+    run_plan: Arc<Plan<usize>>,
+    executor: Arc<PjrtExecutor>,
+    run_options: RunOptions,
     params: Vec<usize>,
     microbatches: u32,
     schedule_plan: tessera_schedule::Plan,
@@ -111,6 +116,10 @@ struct Types<'a> {
 }
 
 impl KeyTypes<Key> for Types<'_> {
+    fn aliased_output(&self, key: &Key, outputs: &[Key]) -> Option<usize> {
+        accumulator_output(key, outputs)
+    }
+
     fn mlir_type(&self, key: &Key) -> String {
         key_aval(self.parts, *key)
             .map(|a| mlir_type(&a))
@@ -125,6 +134,27 @@ impl KeyTypes<Key> for Types<'_> {
             .ok()
             .or_else(|| Some("{replicated}".into()))
     }
+}
+
+/// The output a gradient accumulator input is updated into (the same accumulator after the most
+/// steps), so the compiled action donates the input's buffer to it: accumulation holds one copy.
+pub fn accumulator_output(key: &Key, outputs: &[Key]) -> Option<usize> {
+    let Key::Acc { stage, step, k } = *key else {
+        return None;
+    };
+    outputs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| match *o {
+            Key::Acc {
+                stage: s,
+                step: t,
+                k: j,
+            } if s == stage && j == k && t > step => Some((t, i)),
+            _ => None,
+        })
+        .max()
+        .map(|(_, i)| i)
 }
 
 /// How value `key` is laid out over a group's mesh: per-micro-batch values split along their
@@ -182,8 +212,12 @@ impl CompiledPipeline {
         microbatches: u32,
     ) -> Result<Self, DriverError> {
         let schedule_plan = schedule.plan(microbatches)?;
-        tessera_schedule::validate(&schedule_plan)
-            .map_err(|e| DriverError::Config(e.to_string()))?;
+        tessera_schedule::validate(&schedule_plan).map_err(|e| {
+            DriverError::Config(format!(
+                "schedule '{}' does not validate for {} stages and {microbatches} micro-batches: {e}",
+                schedule_plan.name, schedule_plan.num_stages
+            ))
+        })?;
         if schedule_plan.actors.len() != mesh.mpmd_dim() {
             return Err(DriverError::Config(format!(
                 "the schedule runs on {} MPMD groups but the mesh has {}; make --mpmd-dim match the mesh",
@@ -219,12 +253,32 @@ impl CompiledPipeline {
             client: client.clone(),
             mesh: mesh.clone(),
             parts,
+            run_plan: Arc::new(built.plan.clone()),
             built,
-            executor,
+            executor: Arc::new(executor),
+            run_options: RunOptions::from_env()?,
             params: params.to_vec(),
             microbatches,
             schedule_plan,
         })
+    }
+
+    /// How each step's run is bounded (its deadline); from `TESSERA_TIMEOUT_S` or the default
+    /// until set.
+    pub fn run_options(&self) -> RunOptions {
+        self.run_options
+    }
+
+    /// Sets how each step's run is bounded.
+    pub fn set_run_options(&mut self, options: RunOptions) {
+        self.run_options = options;
+    }
+
+    /// The memory of a step from its timings: measured per group and stage, and what the
+    /// schedule predicts from the measured activation bytes.
+    pub fn memory_report(&self, timings: &Timings) -> crate::memory::MemoryReport {
+        let keys: HashMap<_, _> = self.built.ids.iter().map(|(&k, &v)| (v, k)).collect();
+        crate::memory::report(&self.schedule_plan, &keys, timings)
     }
 
     /// The schedule's plan (for simulation and for checking the measured order).
@@ -323,10 +377,11 @@ impl CompiledPipeline {
             ));
         }
         let out = run(
-            &self.built.plan,
+            self.run_plan.clone(),
             initial,
-            &self.executor,
-            &DeviceCopyTransport::new(&self.mesh),
+            self.executor.clone(),
+            Arc::new(DeviceCopyTransport::new(&self.mesh)),
+            &self.run_options,
         )?;
         let stages = self.parts.len();
         let mut by_arg: HashMap<usize, DeviceArray> = HashMap::new();
@@ -416,5 +471,12 @@ fn compile_action(
             })
         })
         .collect::<Result<Vec<_>, DriverError>>()?;
-    Ok(executor.compile(module.text.as_bytes(), group, layouts)?)
+    let donated = sig
+        .inputs
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| accumulator_output(k, &sig.outputs).is_some())
+        .map(|(i, _)| i)
+        .collect();
+    Ok(executor.compile_donating(module.text.as_bytes(), group, layouts, donated)?)
 }

@@ -10,6 +10,7 @@ pub mod compose;
 pub mod driver;
 mod error;
 pub mod host;
+pub mod memory;
 mod mesh;
 pub mod mpmd_jit;
 pub mod partition;
@@ -17,11 +18,14 @@ pub mod pipeline;
 mod reshard;
 pub mod runtime;
 mod sharding;
+pub mod synthetic;
 
 pub use array::MpmdArray;
 pub use error::{MpmdError, Result};
 pub use mesh::MpmdMesh;
-pub use mpmd_jit::{MpmdJit, MpmdStepRun, StepArg, StepResult, mpmd_jit};
+pub use mpmd_jit::{
+    MpmdJit, MpmdJitOptions, MpmdStepRun, StepArg, StepResult, mpmd_jit, mpmd_jit_with,
+};
 pub use reshard::{
     group_by_size_threshold, interleaved_order, mpmd_to_spmd_reshard, spmd_to_mpmd_reshard,
 };

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tessera_ir::autodiff::value_and_grad;
 use tessera_ir::interp::eval_closed;
@@ -15,7 +16,7 @@ mod common;
 use common::loss;
 use tessera_mpmd::partition::{StagePrograms, partition};
 use tessera_mpmd::pipeline::{ActionSignature, Key, action_name, build_plan};
-use tessera_mpmd::runtime::{Executor, TaskSpec, Transport, run};
+use tessera_mpmd::runtime::{Executor, LocalTransport, RunOptions, TaskSpec, run};
 use tessera_schedule::{Registry, ScheduleParams, TaskKind};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -50,14 +51,6 @@ impl Executor<ActionSignature, Array> for Interp {
             env.extend(part.outputs.iter().copied().zip(outs));
         }
         Ok(sig.outputs.iter().map(|k| env[k].clone()).collect())
-    }
-}
-
-struct Copy;
-
-impl Transport<Array> for Copy {
-    fn transfer(&self, value: &Array, _from: usize, _to: usize) -> Result<Array, BoxError> {
-        Ok(value.clone())
     }
 }
 
@@ -130,12 +123,13 @@ fn check(name: &str, stages: usize, mpmd_dim: u32, microbatches: u32) {
         })
         .collect();
     let out = run(
-        &built.plan,
+        Arc::new(built.plan.clone()),
         initial,
-        &Interp {
+        Arc::new(Interp {
             stages: parts.clone(),
-        },
-        &Copy,
+        }),
+        Arc::new(LocalTransport::cloning()),
+        &RunOptions::default(),
     )
     .unwrap_or_else(|e| panic!("{name}: {e}"));
     // The reference: value_and_grad of the whole loss, summed over microbatches.

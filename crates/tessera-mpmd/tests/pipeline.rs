@@ -5,9 +5,10 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tessera_mpmd::pipeline::{ActionSignature, Key, StageShape, action_name, build_plan};
-use tessera_mpmd::runtime::{Executor, TaskSpec, Transport, run};
+use tessera_mpmd::runtime::{Executor, LocalTransport, RunOptions, TaskSpec, run};
 use tessera_schedule::{Registry, ScheduleParams, TaskKind};
 
 /// Stage `s` computes `x * w_s`; the last stage's loss is `0.5 * (x * w - t)^2`.
@@ -64,14 +65,6 @@ fn with_ct(s: usize, ct: f64, rest: Vec<f64>) -> Vec<f64> {
         std::iter::once(ct).chain(rest).collect()
     } else {
         rest
-    }
-}
-
-struct Copy;
-
-impl Transport<f64> for Copy {
-    fn transfer(&self, value: &f64, _from: usize, _to: usize) -> Result<f64, BoxError> {
-        Ok(*value)
     }
 }
 
@@ -137,8 +130,14 @@ fn check(name: &str, stages: u32, mpmd_dim: u32, microbatches: u32) {
             (built.ids[&key], group, value)
         })
         .collect();
-    let out = run(&built.plan, initial, &Chain { stages: n }, &Copy)
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let out = run(
+        Arc::new(built.plan.clone()),
+        initial,
+        Arc::new(Chain { stages: n }),
+        Arc::new(LocalTransport::cloning()),
+        &RunOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{name}: {e}"));
     let (losses, grads) = reference(&w, &data);
     let (got_grads, got_losses) = out.results.split_at(n);
     for (a, b) in got_grads

@@ -11,10 +11,12 @@ use tessera_mpmd::MpmdMesh;
 mod common;
 
 use common::loss;
+use std::sync::Arc;
 use tessera_mpmd::compose::action_module;
 use tessera_mpmd::partition::{StagePrograms, key_aval, partition};
 use tessera_mpmd::pipeline::{Key, build_plan};
-use tessera_mpmd::runtime::{DeviceCopyTransport, OutputLayout, PjrtExecutor, run};
+
+use tessera_mpmd::runtime::{DeviceCopyTransport, OutputLayout, PjrtExecutor, RunOptions, run};
 use tessera_pjrt::{Array as DeviceArray, Client, ElementType, HostArray};
 use tessera_schedule::{Registry, ScheduleParams};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
@@ -133,10 +135,11 @@ fn check(client: &Client, name: &str, stages: usize, microbatches: u32) {
         })
         .collect();
     let out = run(
-        &built.plan,
+        Arc::new(built.plan.clone()),
         initial,
-        &executor,
-        &DeviceCopyTransport::new(&mesh),
+        Arc::new(executor),
+        Arc::new(DeviceCopyTransport::new(&mesh)),
+        &RunOptions::default(),
     )
     .unwrap_or_else(|e| panic!("{name}: {e}"));
     let vg = value_and_grad(&program, &params).unwrap();

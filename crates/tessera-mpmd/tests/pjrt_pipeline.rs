@@ -6,11 +6,12 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tessera_mpmd::MpmdMesh;
 use tessera_mpmd::compose::action_module;
 use tessera_mpmd::pipeline::{Key, PartSignature, StageShape, action_name, build_plan};
-use tessera_mpmd::runtime::{DeviceCopyTransport, OutputLayout, PjrtExecutor, run};
+use tessera_mpmd::runtime::{DeviceCopyTransport, OutputLayout, PjrtExecutor, RunOptions, run};
 use tessera_pjrt::{Array, Client, ElementType, HostArray};
 use tessera_schedule::{Registry, ScheduleParams, TaskKind};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
@@ -236,10 +237,11 @@ fn check(client: &Client, name: &str, stages: u32, microbatches: u32) {
         })
         .collect();
     let out = run(
-        &built.plan,
+        Arc::new(built.plan.clone()),
         initial,
-        &executor,
-        &DeviceCopyTransport::new(&mesh),
+        Arc::new(executor),
+        Arc::new(DeviceCopyTransport::new(&mesh)),
+        &RunOptions::default(),
     )
     .unwrap_or_else(|e| panic!("{name}: {e}"));
     let (losses, grads) = reference(&w, &data);

@@ -3,8 +3,12 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+use std::sync::Arc;
 use tessera_mpmd::MpmdMesh;
-use tessera_mpmd::runtime::{DeviceCopyTransport, OutputLayout, PjrtExecutor, Plan, TaskSpec, run};
+
+use tessera_mpmd::runtime::{
+    DeviceCopyTransport, OutputLayout, PjrtExecutor, Plan, RunOptions, TaskSpec, run,
+};
 use tessera_pjrt::{Array, Client, ElementType, HostArray};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
 
@@ -76,7 +80,14 @@ fn four_stage_pipeline_runs_on_eight_cpu_devices() {
         .enumerate()
         .map(|(m, host)| (m, 0, Array::device_put(&client, host, &group0).unwrap()))
         .collect();
-    let out = run(&plan, initial, &executor, &DeviceCopyTransport::new(&mesh)).unwrap();
+    let out = run(
+        Arc::new(plan),
+        initial,
+        Arc::new(executor),
+        Arc::new(DeviceCopyTransport::new(&mesh)),
+        &RunOptions::default(),
+    )
+    .unwrap();
     for (m, result) in out.results.iter().enumerate() {
         // Four times x -> 2x + 1 is 16x + 15.
         let expected: Vec<f32> = inputs[m]
@@ -95,4 +106,72 @@ fn four_stage_pipeline_runs_on_eight_cpu_devices() {
         assert_eq!(devices, [6, 7], "the last stage's output lives on group 3");
     }
     assert_eq!(out.timings.group_orders(4)[2], ["fwd s2 mb0", "fwd s2 mb1"]);
+}
+
+#[test]
+fn a_donated_input_is_consumed_by_the_program() {
+    let client = Client::cpu(8).unwrap();
+    let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 4), ("data", 2)]).unwrap(), "stage").unwrap();
+    let spec = PartitionSpec::parse("P('data')").unwrap();
+    let text = stage_module(mesh.lowering_mesh(), &spec).replace(
+        "%x: tensor<4xf32> {mhlo.sharding",
+        "%x: tensor<4xf32> {tf.aliasing_output = 0 : i32, mhlo.sharding",
+    );
+    assert!(text.contains("tf.aliasing_output"));
+    let mut executor = PjrtExecutor::new(&client, &mesh);
+    let layout = OutputLayout {
+        shape: vec![4],
+        ty: ElementType::F32,
+        spec: spec.clone(),
+    };
+    let program = executor
+        .compile_donating(text.as_bytes(), 0, vec![layout], vec![0])
+        .unwrap();
+    let sharding = NamedSharding::new(mesh.group(0).unwrap(), spec).unwrap();
+    let host = HostArray::from_slice(&[4], &[0f32, 1., 2., 3.]).unwrap();
+    let input = Array::device_put(&client, &host, &sharding).unwrap();
+    let out = executor.execute(program, &[&input]).unwrap();
+    assert_eq!(
+        out[0].to_host().unwrap().to_vec::<f32>().unwrap(),
+        [1., 3., 5., 7.]
+    );
+    let err = input
+        .to_host()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("deleted or donated"), "{err}");
+}
+
+#[test]
+fn the_device_copy_transport_sends_without_waiting_and_reports_a_failed_copy_to_the_receiver() {
+    use tessera_mpmd::runtime::Transport;
+    let client = Client::cpu(8).unwrap();
+    let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 4), ("data", 2)]).unwrap(), "stage").unwrap();
+    let spec = PartitionSpec::parse("P('data')").unwrap();
+    let sharding = NamedSharding::new(mesh.group(0).unwrap(), spec).unwrap();
+    let host = HostArray::from_slice(&[4], &[0f32, 1., 2., 3.]).unwrap();
+    let value = Array::device_put(&client, &host, &sharding).unwrap();
+    let transport = DeviceCopyTransport::new(&mesh);
+    let deadline = || std::time::Instant::now() + std::time::Duration::from_secs(30);
+    transport.send(7, &value, 0, 3).unwrap();
+    let copy = transport.recv(7, 3, deadline()).unwrap().unwrap();
+    assert_eq!(
+        copy.to_host().unwrap().to_vec::<f32>().unwrap(),
+        [0., 1., 2., 3.]
+    );
+    let devices: Vec<i32> = copy
+        .addressable_shards()
+        .unwrap()
+        .iter()
+        .map(|s| s.device)
+        .collect();
+    assert_eq!(devices, [6, 7]);
+    // A group the mesh does not have: the send is queued, the receiver gets the copy's error.
+    transport.send(8, &value, 0, 9).unwrap();
+    let err = transport.recv(8, 9, deadline()).unwrap_err().to_string();
+    assert!(!err.is_empty());
+    // Nothing arrives for a value never sent: the deadline passes.
+    let soon = std::time::Instant::now() + std::time::Duration::from_millis(20);
+    assert!(transport.recv(9, 3, soon).unwrap().is_none());
 }

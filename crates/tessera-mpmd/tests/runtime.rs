@@ -1,45 +1,136 @@
 //! The MPMD runtime on host values: a 3-group pipeline with cross-group transfers, order and
-//! timings, error propagation without hangs, and deadlock detection.
+//! timings, error propagation without hangs, deadlock detection, and deadlines: an executor
+//! that never returns and a transport that fails or loses values give an error naming group,
+//! task and value within the deadline, with every worker stopped.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use tessera_mpmd::runtime::{Executor, Plan, RunError, TaskSpec, Transport, run};
+use tessera_mpmd::runtime::{
+    BoxError, Executor, Mailbox, Plan, RunError, RunOptions, Stuck, TaskSpec, Transport, ValueId,
+    parse_timeout, run,
+};
 
-/// Tasks add their payload to the sum of their inputs; "fail" tasks fail.
-struct Adder;
+/// Tasks add their payload to the sum of their inputs; "fail" tasks fail and "hang" tasks never
+/// return. Counts the tasks it started.
+#[derive(Default)]
+struct Adder {
+    started: AtomicUsize,
+}
 
 impl Executor<f64, f64> for Adder {
-    fn run(
-        &self,
-        task: &TaskSpec<f64>,
-        inputs: &[&f64],
-    ) -> Result<Vec<f64>, Box<dyn std::error::Error + Send + Sync>> {
+    fn run(&self, task: &TaskSpec<f64>, inputs: &[&f64]) -> Result<Vec<f64>, BoxError> {
+        self.started.fetch_add(1, Ordering::SeqCst);
         if task.name.starts_with("fail") {
             return Err("the device ran out of memory".into());
         }
-        std::thread::sleep(std::time::Duration::from_millis(2));
+        if task.name.starts_with("hang") {
+            loop {
+                std::thread::park();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
         let sum: f64 = inputs.iter().copied().sum::<f64>() + task.payload;
         Ok(task.outputs.iter().map(|_| sum).collect())
     }
+
+    fn value_bytes(&self, _value: &f64) -> u64 {
+        8
+    }
+
+    /// "donate" tasks consume their first input.
+    fn donated_inputs(&self, task: &TaskSpec<f64>) -> Vec<usize> {
+        if task.name.starts_with("donate") {
+            vec![0]
+        } else {
+            Vec::new()
+        }
+    }
 }
 
-/// Copies values and records every transfer.
+/// What a [`Recorder`] does with one value.
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    /// Refuses to send it.
+    FailSend,
+    /// Sends it but fails when it is received.
+    FailRecv,
+    /// Accepts it and never delivers it.
+    Lose,
+}
+
+/// Copies values through a mailbox and records every send; may mistreat one value.
 #[derive(Default)]
-struct Recorder(Mutex<Vec<(usize, usize)>>);
+struct Recorder {
+    sends: Mutex<Vec<(usize, usize)>>,
+    mailbox: Mailbox<f64>,
+    fault: Option<(ValueId, Fault)>,
+}
+
+impl Recorder {
+    fn faulty(value: ValueId, fault: Fault) -> Self {
+        Recorder {
+            fault: Some((value, fault)),
+            ..Recorder::default()
+        }
+    }
+
+    fn fault(&self, id: ValueId) -> Option<Fault> {
+        self.fault.filter(|&(v, _)| v == id).map(|(_, f)| f)
+    }
+}
 
 impl Transport<f64> for Recorder {
-    fn transfer(
-        &self,
-        value: &f64,
-        from: usize,
-        to: usize,
-    ) -> Result<f64, Box<dyn std::error::Error + Send + Sync>> {
-        self.0.lock().unwrap().push((from, to));
-        Ok(*value)
+    fn send(&self, id: ValueId, value: &f64, from: usize, to: usize) -> Result<(), BoxError> {
+        self.sends.lock().unwrap().push((from, to));
+        match self.fault(id) {
+            Some(Fault::FailSend) => Err("the link is down".into()),
+            Some(Fault::Lose) => Ok(()),
+            _ => {
+                self.mailbox.put(to, id, *value, Instant::now());
+                Ok(())
+            }
+        }
     }
+
+    fn recv(&self, id: ValueId, to: usize, deadline: Instant) -> Result<Option<f64>, BoxError> {
+        if self.fault(id) == Some(Fault::FailRecv) {
+            return Err("the packet was corrupted".into());
+        }
+        Ok(self.mailbox.take(to, id, deadline))
+    }
+}
+
+fn start(
+    plan: Plan<f64>,
+    initial: Vec<(usize, usize, f64)>,
+    executor: &Arc<Adder>,
+    transport: &Arc<Recorder>,
+    timeout: Duration,
+) -> Result<tessera_mpmd::runtime::RunOutput<f64>, RunError> {
+    run(
+        Arc::new(plan),
+        initial,
+        executor.clone(),
+        transport.clone(),
+        &RunOptions { timeout },
+    )
+}
+
+fn go(plan: Plan<f64>, initial: Vec<(usize, usize, f64)>) -> Result<Vec<f64>, RunError> {
+    let transport = Arc::new(Recorder::default());
+    start(
+        plan,
+        initial,
+        &Arc::new(Adder::default()),
+        &transport,
+        Duration::from_secs(60),
+    )
+    .map(|out| out.results)
 }
 
 fn task(
@@ -78,16 +169,17 @@ fn pipeline() -> Plan<f64> {
 
 #[test]
 fn a_pipeline_runs_in_order_and_moves_values_between_groups() {
-    let transport = Recorder::default();
-    let out = run(
-        &pipeline(),
+    let transport = Arc::new(Recorder::default());
+    let out = start(
+        pipeline(),
         vec![(0, 0, 1.0), (1, 0, 2.0)],
-        &Adder,
+        &Arc::new(Adder::default()),
         &transport,
+        Duration::from_secs(60),
     )
     .unwrap();
     assert_eq!(out.results, [(1.0 + 111.0) + (2.0 + 111.0), 2.0]);
-    let moves: HashSet<(usize, usize)> = transport.0.lock().unwrap().iter().copied().collect();
+    let moves: HashSet<(usize, usize)> = transport.sends.lock().unwrap().iter().copied().collect();
     assert_eq!(moves, HashSet::from([(0, 1), (1, 2)]));
     let orders = out.timings.group_orders(3);
     assert_eq!(orders[2], ["fwd s2 mb0", "fwd s2 mb1", "sum"]);
@@ -95,26 +187,62 @@ fn a_pipeline_runs_in_order_and_moves_values_between_groups() {
     assert!(out.timings.bubble_ratio(3) > 0.0 && out.timings.bubble_ratio(3) < 1.0);
     let trace = out.timings.to_chrome_trace();
     let parsed: serde_json::Value = serde_json::from_str(&trace).unwrap();
-    // 7 tasks, one row name per group, and the transfers on their senders' rows.
+    // 7 tasks, one row name per group, the transfers on their senders' rows, and a live-bytes
+    // counter sample at each value's start and end.
     let transfers = out.timings.transfers.len();
-    assert_eq!(transfers, transport.0.lock().unwrap().len());
+    assert_eq!(transfers, transport.sends.lock().unwrap().len());
+    assert!(
+        transport.mailbox.is_empty(),
+        "every sent value was received"
+    );
+    let counters = 2 * out.timings.values.len();
     assert_eq!(
         parsed["traceEvents"].as_array().unwrap().len(),
-        7 + 3 + transfers
+        7 + 3 + transfers + counters
     );
+}
+
+#[test]
+fn values_are_freed_after_their_last_reader_and_results_are_kept() {
+    let out = start(
+        pipeline(),
+        vec![(0, 0, 1.0), (1, 0, 2.0)],
+        &Arc::new(Adder::default()),
+        &Arc::new(Recorder::default()),
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    // Holding everything, group 2 would peak at 5 values (20, 21, 30, 31, 40); freeing each
+    // after its last reader, no group holds more than 3 at once.
+    assert_eq!(out.timings.peak_live_bytes(3), [24, 24, 24]);
+    // Every span is closed: the accounting ends at zero on every group.
+    for group in 0..3 {
+        let end = out.timings.live_bytes(group).last().unwrap().1;
+        assert_eq!(end, 0, "group {group} ends with {end} bytes accounted");
+    }
+    // Value 10 is returned from group 1: held there from its arrival to the end of the list.
+    let on_1: Vec<_> = out
+        .timings
+        .values
+        .iter()
+        .filter(|v| v.value == 10 && v.group == 1)
+        .collect();
+    assert_eq!(on_1.len(), 1);
+    let last_task_end = out
+        .timings
+        .tasks
+        .iter()
+        .filter(|t| t.group == 1)
+        .map(|t| t.start_us + t.duration_us)
+        .fold(0.0, f64::max);
+    assert!(on_1[0].end_us >= last_task_end);
 }
 
 #[test]
 fn a_failing_task_stops_every_group_with_its_error() {
     let mut plan = pipeline();
     plan.tasks[2].name = "fail s1 mb0".into();
-    let err = run(
-        &plan,
-        vec![(0, 0, 1.0), (1, 0, 2.0)],
-        &Adder,
-        &Recorder::default(),
-    )
-    .unwrap_err();
+    let err = go(plan, vec![(0, 0, 1.0), (1, 0, 2.0)]).unwrap_err();
     match err {
         RunError::Task {
             task,
@@ -137,7 +265,7 @@ fn a_schedule_that_waits_in_a_cycle_is_reported_as_a_deadlock() {
         order: vec![vec![0], vec![1]],
         results: vec![],
     };
-    let err = run(&plan, vec![], &Adder, &Recorder::default()).unwrap_err();
+    let err = go(plan, vec![]).unwrap_err();
     assert!(matches!(err, RunError::Deadlock { .. }), "{err}");
 }
 
@@ -145,7 +273,7 @@ fn a_schedule_that_waits_in_a_cycle_is_reported_as_a_deadlock() {
 fn malformed_plans_are_refused_before_running() {
     let mut plan = pipeline();
     plan.order[1].push(0);
-    let err = run(&plan, vec![], &Adder, &Recorder::default()).unwrap_err();
+    let err = go(plan, vec![]).unwrap_err();
     assert!(
         err.to_string().contains("belongs to another group"),
         "{err}"
@@ -153,9 +281,150 @@ fn malformed_plans_are_refused_before_running() {
     let mut plan = pipeline();
     plan.order[2].pop();
     assert!(
-        run(&plan, vec![], &Adder, &Recorder::default())
+        go(plan, vec![])
             .unwrap_err()
             .to_string()
             .contains("in no group's order")
     );
+}
+
+/// Runs `pipeline()` with a deadline of 300 ms and returns the error, checking that it came
+/// within a few deadlines and that no task started after the run returned.
+fn fails_in_time(plan: Plan<f64>, transport: Recorder) -> RunError {
+    let timeout = Duration::from_millis(300);
+    let executor = Arc::new(Adder::default());
+    let began = Instant::now();
+    let err = start(
+        plan,
+        vec![(0, 0, 1.0), (1, 0, 2.0)],
+        &executor,
+        &Arc::new(transport),
+        timeout,
+    )
+    .unwrap_err();
+    let took = began.elapsed();
+    assert!(took < timeout * 10, "the error took {took:?}");
+    let started = executor.started.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        executor.started.load(Ordering::SeqCst),
+        started,
+        "a worker ran a task after the run failed"
+    );
+    err
+}
+
+#[test]
+fn a_task_that_never_returns_fails_the_run_at_the_deadline() {
+    let mut plan = pipeline();
+    plan.tasks[3].name = "hang s1 mb1".into();
+    match fails_in_time(plan, Recorder::default()) {
+        RunError::Timeout {
+            group, task, stuck, ..
+        } => {
+            assert_eq!((group, task.as_str()), (1, "hang s1 mb1"));
+            assert_eq!(stuck, Stuck::Running(vec![21]));
+        }
+        other => panic!("expected a timeout, got {other}"),
+    }
+}
+
+#[test]
+fn a_value_the_transport_loses_fails_the_run_at_the_deadline() {
+    let err = fails_in_time(pipeline(), Recorder::faulty(20, Fault::Lose));
+    match &err {
+        RunError::Timeout {
+            group, task, stuck, ..
+        } => {
+            assert_eq!((*group, task.as_str()), (2, "fwd s2 mb0"));
+            assert_eq!(*stuck, Stuck::Input(20));
+        }
+        other => panic!("expected a timeout, got {other}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("group 2") && text.contains("'fwd s2 mb0'") && text.contains("value 20"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_failing_transport_names_the_value_the_group_and_the_task() {
+    match fails_in_time(pipeline(), Recorder::faulty(11, Fault::FailSend)) {
+        RunError::Transfer {
+            value,
+            from,
+            to,
+            group,
+            task,
+            source,
+        } => {
+            assert_eq!((value, from, to, group), (11, 0, 1, 0));
+            assert_eq!(task, "fwd s0 mb1");
+            assert!(source.to_string().contains("link is down"));
+        }
+        other => panic!("expected a transfer error, got {other}"),
+    }
+    match fails_in_time(pipeline(), Recorder::faulty(21, Fault::FailRecv)) {
+        RunError::Transfer {
+            value,
+            from,
+            to,
+            group,
+            task,
+            ..
+        } => {
+            assert_eq!((value, from, to, group), (21, 1, 2, 2));
+            assert_eq!(task, "fwd s2 mb1");
+        }
+        other => panic!("expected a transfer error, got {other}"),
+    }
+}
+
+#[test]
+fn the_deadline_reads_positive_seconds_and_refuses_anything_else() {
+    assert_eq!(parse_timeout("2.5").unwrap(), Duration::from_millis(2500));
+    for bad in ["", "0", "-3", "soon", "inf", "NaN"] {
+        let err = parse_timeout(bad).unwrap_err().to_string();
+        assert!(err.contains("TESSERA_TIMEOUT_S"), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn a_donated_input_stops_counting_when_its_task_starts_and_only_a_last_use_is_donated() {
+    let mut plan = pipeline();
+    plan.tasks[6].name = "donate sum".into();
+    let out = start(
+        plan,
+        vec![(0, 0, 1.0), (1, 0, 2.0)],
+        &Arc::new(Adder::default()),
+        &Arc::new(Recorder::default()),
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    assert_eq!(out.results[0], (1.0 + 111.0) + (2.0 + 111.0));
+    let sum = out
+        .timings
+        .tasks
+        .iter()
+        .find(|t| t.name == "donate sum")
+        .unwrap();
+    let donated = out.timings.values.iter().find(|v| v.value == 30).unwrap();
+    assert_eq!(donated.end_us, sum.start_us);
+    // Value 10 is returned from group 1: it may not be donated there.
+    let mut plan = pipeline();
+    plan.tasks[2].name = "donate s1 mb0".into();
+    let err = go(plan, vec![(0, 0, 1.0), (1, 0, 2.0)]).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            RunError::Donation {
+                value: 10,
+                group: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("the run returns it"), "{err}");
 }

@@ -84,6 +84,17 @@ impl Buffer {
         Device::new(&self.client, args.device).id()
     }
 
+    /// The bytes the buffer occupies on its device (PJRT's own count, padding included).
+    pub fn on_device_size(&self) -> Result<u64> {
+        let mut args = args!(PJRT_Buffer_OnDeviceSizeInBytes_Args { buffer: self.raw });
+        api_call!(
+            self.client.plugin(),
+            PJRT_Buffer_OnDeviceSizeInBytes,
+            &mut args
+        )?;
+        Ok(args.on_device_size_in_bytes as u64)
+    }
+
     /// Blocks until the buffer's contents are computed.
     pub fn block_until_ready(&self) -> Result<()> {
         let mut args = args!(PJRT_Buffer_ReadyEvent_Args { buffer: self.raw });

@@ -33,6 +33,8 @@
 //! - [`simulate()`]: discrete-event simulation with per-stage costs `F`, `B`, `W` and a transfer
 //!   latency: makespan, idle time, bubble ratio, peak live activations.
 //! - [`render`]: ASCII timeline, SVG timeline, JSON.
+//! - [`memory`]: per-stage peak in-flight micro-batches between actions, and a predicted peak
+//!   of live bytes per actor from each stage's activation bytes.
 //!
 //! # Published formulas the tests pin (p actors, m ≥ p microbatches, zero latency)
 //! - GPipe (Huang et al. 2019, "GPipe: Efficient Training of Giant Neural Networks using
@@ -58,6 +60,7 @@
 
 pub mod builtins;
 pub mod error;
+pub mod memory;
 pub mod placement;
 pub mod render;
 pub mod schedule;

@@ -164,3 +164,32 @@ fn peak_memory_does_not_depend_on_costs() {
     assert_eq!(sim.makespan, 0.0);
     assert_eq!(sim.peak_activations, vec![4, 3, 2, 1]);
 }
+
+#[test]
+fn in_flight_micro_batches_follow_the_schedules_memory_bound() {
+    use tessera_schedule::memory::{StageBytes, peak_inflight, predict_peak_bytes};
+    let params = ScheduleParams {
+        stages: 4,
+        mpmd_dim: 4,
+    };
+    let plan = |name: &str| {
+        Registry::with_builtins()
+            .create(name, params)
+            .unwrap()
+            .plan(16)
+            .unwrap()
+    };
+    // GPipe holds every micro-batch before the first backward; 1F1B holds p - s on stage s
+    // (the last stage's forward and backward are fused, so nothing stays in flight there).
+    assert_eq!(peak_inflight(&plan("gpipe")), [16, 16, 16, 16]);
+    assert_eq!(peak_inflight(&plan("1f1b")), [4, 3, 2, 0]);
+    // Stage 0 peaks in its first backward: 4 activations and a new accumulator; the last
+    // stage's fused action holds one activation and its accumulator.
+    let stage = StageBytes {
+        activation: 10,
+        weight_residual: 0,
+        backward: 5,
+    };
+    let bytes = predict_peak_bytes(&plan("1f1b"), &[100; 4], &[stage; 4]);
+    assert_eq!(bytes, [145, 135, 125, 115]);
+}

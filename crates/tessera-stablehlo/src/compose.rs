@@ -33,6 +33,12 @@ pub trait KeyTypes<K> {
     fn mlir_type(&self, key: &K) -> String;
     /// The sharding of the value in `main`'s signature, if any.
     fn sharding(&self, key: &K) -> Option<String>;
+    /// The result of `main` (an index into `outputs`) that input `key` is donated to
+    /// (`tf.aliasing_output`: its buffer is reused for that result), if any. None by default.
+    fn aliased_output(&self, key: &K, outputs: &[K]) -> Option<usize> {
+        let _ = (key, outputs);
+        None
+    }
 }
 
 /// Builds a module whose public `main(inputs) -> outputs` calls `parts` in order.
@@ -76,7 +82,11 @@ fn compose_in<K: Copy + Eq + Hash + Debug>(
     }
     let args: Vec<ArgSpec> = inputs
         .iter()
-        .map(|k| ArgSpec::new(types.mlir_type(k)).with_sharding(types.sharding(k)))
+        .map(|k| {
+            let mut arg = ArgSpec::new(types.mlir_type(k)).with_sharding(types.sharding(k));
+            arg.aliased_output = types.aliased_output(k, outputs);
+            arg
+        })
         .collect();
     let results: Vec<ResultSpec> = outputs
         .iter()

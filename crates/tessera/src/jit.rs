@@ -83,6 +83,8 @@ pub struct Jit {
     program: ClosedJaxpr,
     in_shardings: Vec<NamedSharding>,
     out_shardings: Vec<NamedSharding>,
+    /// `(argument, result)` pairs: the argument's buffers are donated to the result.
+    donated: Vec<(usize, usize)>,
 }
 
 /// A lowered [`Jit`]: the StableHLO module and its device assignment.
@@ -120,7 +122,55 @@ impl Jit {
             program,
             in_shardings,
             out_shardings,
+            donated: Vec::new(),
         })
+    }
+
+    /// The same program donating arguments `argnums` (JAX's `donate_argnums`): each donated
+    /// argument's buffers are reused for a result of the same type and sharding, and the array
+    /// passed for it is deleted by [`Compiled::call_donated`]; using it afterwards is an error
+    /// naming it. An argument no result can reuse is refused.
+    pub fn donate_argnums(mut self, argnums: &[usize]) -> Result<Jit, JitError> {
+        let jaxpr = &self.program.jaxpr;
+        let (in_avals, out_avals) = (jaxpr.in_avals(), jaxpr.out_avals());
+        let mut taken = vec![false; out_avals.len()];
+        let mut donated = Vec::new();
+        for &arg in argnums {
+            let aval = in_avals.get(arg).ok_or_else(|| {
+                JitError::Convert(format!(
+                    "donate_argnums names argument {arg}, but the program takes {}",
+                    in_avals.len()
+                ))
+            })?;
+            if donated.iter().any(|&(a, _)| a == arg) {
+                continue;
+            }
+            let output = (0..out_avals.len())
+                .find(|&o| {
+                    !taken[o]
+                        && out_avals[o].shape == aval.shape
+                        && out_avals[o].dtype == aval.dtype
+                        && self.out_shardings[o].spec() == self.in_shardings[arg].spec()
+                })
+                .ok_or_else(|| {
+                    JitError::Convert(format!(
+                        "argument {arg} ({aval}) is donated, but no result left has its type and sharding, so nothing could reuse its buffers; donate only arguments a result can replace"
+                    ))
+                })?;
+            taken[output] = true;
+            donated.push((arg, output));
+        }
+        self.donated = donated;
+        Ok(self)
+    }
+
+    /// Per argument, the result it is donated to.
+    fn aliased_outputs(&self) -> Vec<Option<usize>> {
+        let mut aliases = vec![None; self.program.jaxpr.invars.len()];
+        for &(arg, output) in &self.donated {
+            aliases[arg] = Some(output);
+        }
+        aliases
     }
 
     fn devices(&self) -> Result<Vec<i64>, JitError> {
@@ -168,6 +218,7 @@ impl Jit {
             num_partitions: devices.len(),
             arg_shardings,
             result_shardings,
+            aliased_outputs: self.aliased_outputs(),
         };
         let module = lower_closed(&self.program, &options)?;
         Ok(Lowered {
@@ -206,8 +257,34 @@ impl Compiled {
     }
 
     /// Runs on arrays laid out by the input shardings; returns arrays laid out by the output
-    /// shardings. Types and device assignments are checked first.
+    /// shardings. Types and device assignments are checked first. A program that donates
+    /// arguments runs with [`Compiled::call_donated`] only.
     pub fn call(&self, args: &[&DeviceArray]) -> Result<Vec<DeviceArray>, JitError> {
+        if let Some(&(arg, _)) = self.jit.donated.first() {
+            return Err(JitError::Convert(format!(
+                "the program donates argument {arg}; run it with call_donated, which takes the donated arrays and deletes them"
+            )));
+        }
+        self.run(args)
+    }
+
+    /// Runs a program that donates arguments: like [`Compiled::call`], then deletes the arrays
+    /// passed for donated arguments (their buffers now hold results). Passing a deleted array
+    /// again is an error naming the argument.
+    pub fn call_donated(&self, args: &mut [DeviceArray]) -> Result<Vec<DeviceArray>, JitError> {
+        let outputs = {
+            let refs: Vec<&DeviceArray> = args.iter().collect();
+            self.run(&refs)?
+        };
+        for &(arg, _) in &self.jit.donated {
+            if let Some(a) = args.get_mut(arg) {
+                a.delete();
+            }
+        }
+        Ok(outputs)
+    }
+
+    fn run(&self, args: &[&DeviceArray]) -> Result<Vec<DeviceArray>, JitError> {
         let jaxpr = &self.jit.program.jaxpr;
         let in_avals = jaxpr.in_avals();
         if args.len() != in_avals.len() {
@@ -223,6 +300,17 @@ impl Compiled {
             .zip(&self.jit.in_shardings)
             .enumerate()
         {
+            if arg.is_deleted() {
+                let donated = self.jit.donated.iter().any(|&(a, _)| a == i);
+                return Err(JitError::Convert(format!(
+                    "argument {i} ({aval}) is a deleted array{}; pass a live array",
+                    if donated {
+                        " (donated to an earlier call of this program)"
+                    } else {
+                        " (donated to an earlier call, or deleted)"
+                    }
+                )));
+            }
             if arg.shape() != aval.shape.as_slice()
                 || arg.element_type() != element_type(aval.dtype)
             {
@@ -293,19 +381,20 @@ fn describe_mesh(sharding: &NamedSharding) -> String {
 /// Everything that changes the executable of a [`Jit`]: the program text, the values of its
 /// constants (nested ones included, which the text does not show: a hash of the whole program),
 /// and every input and output sharding in full (spec, mesh axis names, sizes and types, device
-/// order, memory kind, logical device ids). The compile options are `CompileOptions::spmd` of
-/// the mesh's device order, which the shardings hold; a field that `Jit` gains (e.g. donated
-/// arguments) must join this key.
+/// order, memory kind, logical device ids), and the donated arguments (they alias outputs in the
+/// module). The compile options are `CompileOptions::spmd` of the mesh's device order, which the
+/// shardings hold; a field that `Jit` gains must join this key.
 fn cache_key(jit: &Jit) -> String {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     format!("{:?}", jit.program).hash(&mut hasher);
     format!(
-        "{}|program {:016x}|in {:?}|out {:?}",
+        "{}|program {:016x}|in {:?}|out {:?}|donated {:?}",
         tessera_ir::text::print_closed(&jit.program, 0),
         hasher.finish(),
         jit.in_shardings,
-        jit.out_shardings
+        jit.out_shardings,
+        jit.donated
     )
 }
 

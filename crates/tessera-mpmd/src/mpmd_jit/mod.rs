@@ -13,6 +13,8 @@
 
 mod analyze;
 mod args;
+mod donation;
+mod options;
 mod update;
 
 use std::collections::HashMap;
@@ -20,7 +22,7 @@ use std::collections::HashMap;
 use tessera_ir::prim::{ReduceOp, TreduceParams};
 use tessera_ir::{Array, ClosedJaxpr, ShapedArray};
 use tessera_pjrt::{Array as DeviceArray, Client, HostArray};
-use tessera_schedule::{Registry, ScheduleParams};
+use tessera_schedule::ScheduleParams;
 use tessera_sharding::{NamedSharding, PartitionSpec};
 use tessera_stablehlo::{LowerOptions, lower_closed};
 
@@ -28,10 +30,11 @@ use crate::array::MpmdArray;
 use crate::driver::{CompiledPipeline, DriverError, Placed};
 use crate::host::{element_type, from_host, to_host};
 use crate::mesh::MpmdMesh;
-use crate::runtime::{OutputLayout, PjrtExecutor, Timings};
+use crate::runtime::{OutputLayout, PjrtExecutor, RunOptions, Timings};
 use crate::sharding::MpmdSharding;
 use analyze::{LossInput, find_loop, read_body, update_program};
 pub use args::{MpmdStepRun, StepArg, StepResult};
+pub use options::MpmdJitOptions;
 use update::{Piece, Place};
 
 /// A compiled step.
@@ -48,6 +51,7 @@ pub struct MpmdJit {
     num_args: usize,
     updates: PjrtExecutor,
     pieces: Vec<(Piece, Option<usize>)>,
+    donated: Vec<usize>,
 }
 
 /// What one call returns besides the step's results.
@@ -65,18 +69,35 @@ pub(super) fn config(message: impl Into<String>) -> DriverError {
     DriverError::Config(message.into())
 }
 
-/// Compiles `step` for `mesh`'s groups (see the module docs for what the step may hold).
+/// Compiles `step` for `mesh`'s groups (see the module docs for what the step may hold), under
+/// the built-in schedule its `treduce` names.
 pub fn mpmd_jit(
     client: &Client,
     mesh: &MpmdMesh,
     step: &ClosedJaxpr,
 ) -> Result<MpmdJit, DriverError> {
-    MpmdJit::new(client, mesh, step)
+    MpmdJit::new(client, mesh, step, &MpmdJitOptions::default())
+}
+
+/// Compiles `step` like [`mpmd_jit`], with the schedule (a user's own, or a registry the user
+/// extended) and run options in `options`.
+pub fn mpmd_jit_with(
+    client: &Client,
+    mesh: &MpmdMesh,
+    step: &ClosedJaxpr,
+    options: &MpmdJitOptions,
+) -> Result<MpmdJit, DriverError> {
+    MpmdJit::new(client, mesh, step, options)
 }
 
 impl MpmdJit {
     /// Partitions and compiles `step`.
-    pub fn new(client: &Client, mesh: &MpmdMesh, step: &ClosedJaxpr) -> Result<Self, DriverError> {
+    pub fn new(
+        client: &Client,
+        mesh: &MpmdMesh,
+        step: &ClosedJaxpr,
+        options: &MpmdJitOptions,
+    ) -> Result<Self, DriverError> {
         tessera_ir::verify(step).map_err(|e| config(e.to_string()))?;
         let jaxpr = &step.jaxpr;
         let (index, operands) = find_loop(jaxpr)?;
@@ -93,24 +114,23 @@ impl MpmdJit {
             )));
         }
         let stages = crate::partition::partition(&loss, &argnums)?.len() as u32;
-        let schedule = Registry::with_builtins()
-            .create(
-                &p.schedule,
-                ScheduleParams {
-                    stages,
-                    mpmd_dim: mesh.mpmd_dim() as u32,
-                },
-            )
-            .map_err(|e| config(e.to_string()))?;
+        let params = ScheduleParams {
+            stages,
+            mpmd_dim: mesh.mpmd_dim() as u32,
+        };
+        let schedule = options.resolve(&p.schedule, params)?;
         let length = p.length as usize;
-        let pipeline = CompiledPipeline::new(
+        let mut pipeline = CompiledPipeline::new(
             client,
             mesh,
             &loss,
             &argnums,
-            schedule.as_ref(),
+            schedule.as_dyn(),
             length as u32,
         )?;
+        if let Some(timeout) = options.timeout {
+            pipeline.set_run_options(RunOptions { timeout });
+        }
         let update = update_program(step, index)?;
         let n_args = jaxpr.invars.len();
         let group_of_arg = |arg: usize| {
@@ -128,9 +148,11 @@ impl MpmdJit {
         place_of_input.extend(argnums.iter().map(|&a| group_of_arg(a)));
         let mut updates = PjrtExecutor::new(client, mesh);
         let mut pieces = Vec::new();
-        for piece in update::split(&update, &place_of_input)? {
+        let split = update::split(&update, &place_of_input)?;
+        let aliases = donation::aliases(&split, &options.donate_argnums, n_args)?;
+        for (piece, aliased) in split.into_iter().zip(aliases) {
             let compiled = match piece.place {
-                Place::Group(g) => Some(compile_piece(&mut updates, mesh, &piece, g)?),
+                Place::Group(g) => Some(compile_piece(&mut updates, mesh, &piece, g, aliased)?),
                 Place::Host => None,
             };
             pieces.push((piece, compiled));
@@ -148,12 +170,19 @@ impl MpmdJit {
             num_args: n_args,
             updates,
             pieces,
+            donated: options.donate_argnums.clone(),
         })
     }
 
     /// The pipeline that runs the loop.
     pub fn pipeline(&self) -> &CompiledPipeline {
         &self.pipeline
+    }
+
+    /// Sets how the pipeline's runs are bounded (the deadline of every wait) from the next call
+    /// on.
+    pub fn set_run_options(&mut self, options: RunOptions) {
+        self.pipeline.set_run_options(options);
     }
 
     /// Where the code after the loop runs: for each piece, its group (`None`: the host) and the
@@ -174,7 +203,8 @@ impl MpmdJit {
     /// Runs the step on host arguments (one per step argument); results come back to the host.
     pub fn call(&self, args: &[HostArray]) -> Result<StepRun, DriverError> {
         let args: Vec<StepArg> = args.iter().cloned().map(StepArg::Host).collect();
-        let run = self.call_mpmd(&args)?;
+        // Host arguments are copied to the groups, so donating those copies is harmless.
+        let run = self.run(&args)?;
         let outputs = run
             .outputs
             .iter()
@@ -192,6 +222,32 @@ impl MpmdJit {
     /// results computed on a group stay there as [`MpmdArray`]s, the others come back to the
     /// host. Micro-batch data must be host arrays.
     pub fn call_mpmd(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
+        if let Some(&a) = self
+            .donated
+            .iter()
+            .find(|&&a| matches!(args.get(a), Some(StepArg::Mpmd(_))))
+        {
+            return Err(config(format!(
+                "the step donates argument {a}, an array on the groups; run it with call_mpmd_donated, which takes the donated arrays and deletes them"
+            )));
+        }
+        self.run(args)
+    }
+
+    /// Runs a step that donates arguments ([`MpmdJitOptions::donate_argnums`]): like
+    /// [`MpmdJit::call_mpmd`], then deletes the donated arrays on the groups (their buffers now
+    /// hold results). Passing a deleted array again is an error naming the argument.
+    pub fn call_mpmd_donated(&self, args: &mut [StepArg]) -> Result<MpmdStepRun, DriverError> {
+        let run = self.run(args)?;
+        for &a in &self.donated {
+            if let Some(StepArg::Mpmd(m)) = args.get_mut(a) {
+                m.delete();
+            }
+        }
+        Ok(run)
+    }
+
+    fn run(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
         self.check_args(args)?;
         let mut params = HashMap::new();
         let mut data: Vec<HashMap<usize, HostArray>> = vec![HashMap::new(); self.length];
@@ -263,6 +319,11 @@ impl MpmdJit {
             )));
         }
         for (i, (a, aval)) in args.iter().zip(&self.in_avals).enumerate() {
+            if matches!(a, StepArg::Mpmd(m) if m.is_deleted()) {
+                return Err(config(format!(
+                    "argument {i} of the step ({aval}) is a deleted array (donated to an earlier call, or deleted); pass a live array"
+                )));
+            }
             let (dims, ty) = a.signature();
             if dims != aval.shape.as_slice() || ty != element_type(aval.dtype) {
                 return Err(config(format!(
@@ -359,6 +420,7 @@ fn compile_piece(
     mesh: &MpmdMesh,
     piece: &Piece,
     group: usize,
+    aliased_outputs: Vec<Option<usize>>,
 ) -> Result<usize, DriverError> {
     let devices = mesh.group(group)?.device_ids().len();
     let jaxpr = &piece.program.jaxpr;
@@ -366,6 +428,7 @@ fn compile_piece(
         num_partitions: devices,
         arg_shardings: vec![Some("{replicated}".into()); jaxpr.invars.len()],
         result_shardings: vec![Some("{replicated}".into()); jaxpr.outvars.len()],
+        aliased_outputs,
     };
     let module = lower_closed(&piece.program, &options)?;
     let layouts = jaxpr

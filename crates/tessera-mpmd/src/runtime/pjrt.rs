@@ -1,13 +1,15 @@
 //! The runtime's PJRT back end: tasks are SPMD executables compiled for one group's devices, and
 //! values are [`Array`]s moved between groups by device-to-device copies (shard `i` of the source
 //! group goes to the device at the same mesh position in the destination group). A task returns
-//! once its outputs are computed, so task times are compute times, not dispatch times.
+//! once its outputs are computed, so task times are compute times, not dispatch times. The
+//! device-copy transport is in `device_copy.rs`.
 
 use tessera_pjrt::{Array, Buffer, Client, CompileOptions, ElementType, LoadedExecutable};
 use tessera_sharding::NamedSharding;
 
+use super::error::BoxError;
 use super::plan::TaskSpec;
-use super::worker::{BoxError, Executor, Transport};
+use super::worker::Executor;
 use crate::error::Result;
 use crate::mesh::MpmdMesh;
 
@@ -28,6 +30,7 @@ pub struct CompiledTask {
     group: usize,
     executable: LoadedExecutable,
     outputs: Vec<OutputLayout>,
+    donated: Vec<usize>,
 }
 
 /// Compiles programs for groups and runs them.
@@ -58,6 +61,19 @@ impl PjrtExecutor {
         group: usize,
         outputs: Vec<OutputLayout>,
     ) -> Result<usize> {
+        self.compile_donating(module, group, outputs, Vec::new())
+    }
+
+    /// Like [`PjrtExecutor::compile`], for a module whose inputs at positions `donated` alias
+    /// outputs (`tf.aliasing_output`): running it consumes those inputs' buffers, so the runtime
+    /// must hand over their last use ([`Executor::donated_inputs`]).
+    pub fn compile_donating(
+        &mut self,
+        module: &[u8],
+        group: usize,
+        outputs: Vec<OutputLayout>,
+        donated: Vec<usize>,
+    ) -> Result<usize> {
         if let Some(&index) = self.by_text.get(&(module.to_vec(), group)) {
             return Ok(index);
         }
@@ -69,6 +85,7 @@ impl PjrtExecutor {
             group,
             executable,
             outputs,
+            donated,
         });
         self.by_text
             .insert((module.to_vec(), group), self.programs.len() - 1);
@@ -138,35 +155,25 @@ impl Executor<usize, Array> for PjrtExecutor {
     fn run(&self, task: &TaskSpec<usize>, inputs: &[&Array]) -> Result<Vec<Array>, BoxError> {
         self.execute(task.payload, inputs)
     }
-}
 
-/// Moves arrays between groups with device-to-device copies.
-pub struct DeviceCopyTransport {
-    mesh: MpmdMesh,
-}
+    fn value_bytes(&self, value: &Array) -> u64 {
+        array_bytes(value)
+    }
 
-impl DeviceCopyTransport {
-    /// A transport for `mesh`'s groups.
-    pub fn new(mesh: &MpmdMesh) -> Self {
-        DeviceCopyTransport { mesh: mesh.clone() }
+    fn donated_inputs(&self, task: &TaskSpec<usize>) -> Vec<usize> {
+        self.programs
+            .get(task.payload)
+            .map(|p| p.donated.clone())
+            .unwrap_or_default()
     }
 }
 
-impl Transport<Array> for DeviceCopyTransport {
-    fn transfer(&self, value: &Array, _from: usize, to: usize) -> Result<Array, BoxError> {
-        let target = self.mesh.group(to)?;
-        let sharding = NamedSharding::new(target, value.sharding().spec().clone())?;
-        let buffers = value
-            .addressable_shards()?
+/// The bytes an array's shards occupy on their devices (0 for a deleted array).
+pub fn array_bytes(array: &Array) -> u64 {
+    array.addressable_shards().map_or(0, |shards| {
+        shards
             .iter()
-            .zip(target.device_ids())
-            .map(|(shard, &device)| shard.buffer.copy_to(device as i32))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Array::from_shards(
-            value.shape(),
-            value.element_type(),
-            &sharding,
-            buffers,
-        )?)
-    }
+            .map(|s| s.buffer.on_device_size().unwrap_or(0))
+            .sum()
+    })
 }

@@ -126,13 +126,17 @@ impl<T> Plan<T> {
         Ok(())
     }
 
-    /// For each value, the groups other than its producer's that read it (or collect it).
-    pub(crate) fn remote_consumers(&self) -> HashMap<ValueId, BTreeSet<usize>> {
-        let producer: HashMap<ValueId, usize> = self
-            .tasks
+    /// The group producing each value.
+    pub(crate) fn producers(&self) -> HashMap<ValueId, usize> {
+        self.tasks
             .iter()
             .flat_map(|t| t.outputs.iter().map(move |&v| (v, t.group)))
-            .collect();
+            .collect()
+    }
+
+    /// For each value, the groups other than its producer's that read it (or collect it).
+    pub(crate) fn remote_consumers(&self) -> HashMap<ValueId, BTreeSet<usize>> {
+        let producer = self.producers();
         let mut consumers: HashMap<ValueId, BTreeSet<usize>> = HashMap::new();
         let reads = self
             .tasks

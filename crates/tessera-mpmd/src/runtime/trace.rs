@@ -1,5 +1,6 @@
-//! Task timings: per-task durations (JAXPP's `collect_task_times_ms`) and a Chrome / Perfetto
-//! trace of the run.
+//! Task timings: per-task durations (JAXPP's `collect_task_times_ms`), when each value was held
+//! by each group and the live bytes that follow, and a Chrome / Perfetto trace of the run with
+//! one memory counter track per group.
 
 use std::collections::BTreeMap;
 
@@ -29,13 +30,30 @@ pub struct TransferTiming {
     pub duration_us: f64,
 }
 
-/// The timings of one run: tasks (by start) and transfers.
+/// When a group held a value, and its device bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValueSpan {
+    /// The value.
+    pub value: super::plan::ValueId,
+    /// The group holding it.
+    pub group: usize,
+    /// Its device bytes (as the executor counts them).
+    pub bytes: u64,
+    /// Since when, in microseconds since the run began (0 for values placed before the run).
+    pub start_us: f64,
+    /// Until when (the end of its group's list for values held to the end).
+    pub end_us: f64,
+}
+
+/// The timings of one run: tasks (by start), transfers, and the values each group held.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Timings {
     /// Every task run.
     pub tasks: Vec<TaskTiming>,
     /// Every transfer between groups.
     pub transfers: Vec<TransferTiming>,
+    /// Every value each group held, by start.
+    pub values: Vec<ValueSpan>,
 }
 
 impl Timings {
@@ -92,7 +110,41 @@ impl Timings {
         if span > 0.0 { 1.0 - busy / span } else { 0.0 }
     }
 
-    /// The run as a Chrome trace (`chrome://tracing`, Perfetto): one thread row per group.
+    /// Group `group`'s live bytes over the run: `(time in microseconds, bytes)` after each
+    /// change, in time order (a value freed and another allocated at the same instant count
+    /// the free first).
+    pub fn live_bytes(&self, group: usize) -> Vec<(f64, u64)> {
+        let mut changes: Vec<(f64, i128)> = Vec::new();
+        for v in self.values.iter().filter(|v| v.group == group) {
+            changes.push((v.start_us, i128::from(v.bytes)));
+            changes.push((v.end_us, -i128::from(v.bytes)));
+        }
+        changes.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut live: i128 = 0;
+        changes
+            .into_iter()
+            .map(|(t, d)| {
+                live += d;
+                (t, u64::try_from(live).unwrap_or(0))
+            })
+            .collect()
+    }
+
+    /// Each of `groups` groups' peak live bytes.
+    pub fn peak_live_bytes(&self, groups: usize) -> Vec<u64> {
+        (0..groups)
+            .map(|g| {
+                self.live_bytes(g)
+                    .into_iter()
+                    .map(|(_, b)| b)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect()
+    }
+
+    /// The run as a Chrome trace (`chrome://tracing`, Perfetto): one thread row per group and
+    /// one `live bytes` counter track per group.
     pub fn to_chrome_trace(&self) -> String {
         let mut events = Vec::with_capacity(self.tasks.len());
         for t in &self.tasks {
@@ -110,8 +162,19 @@ impl Timings {
                 t.to, t.from, t.start_us, t.duration_us
             ));
         }
-        let groups: std::collections::BTreeSet<usize> =
-            self.tasks.iter().map(|t| t.group).collect();
+        let groups: std::collections::BTreeSet<usize> = self
+            .tasks
+            .iter()
+            .map(|t| t.group)
+            .chain(self.values.iter().map(|v| v.group))
+            .collect();
+        for &g in &groups {
+            for (t, bytes) in self.live_bytes(g) {
+                events.push(format!(
+                    "{{\"name\":\"live bytes, group {g}\",\"ph\":\"C\",\"pid\":0,\"ts\":{t:.3},\"args\":{{\"bytes\":{bytes}}}}}"
+                ));
+            }
+        }
         for g in groups {
             events.push(format!(
                 "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":{g},\"args\":{{\"name\":\"group {g}\"}}}}"

@@ -1,276 +1,189 @@
-//! Running a plan: the workers, their inboxes, error propagation and deadlock detection.
+//! One group's worker: runs the group's task list in order. Before a task it receives the inputs
+//! other groups produce (each wait bounded by the run's deadline, and given up as soon as another
+//! group fails); after it, it sends each output to the groups that read it, without waiting for
+//! the copies. A value is dropped from the group's store (freeing its device buffers) right after
+//! its last reader on the group has run and it has been handed to the transport for every other
+//! group; values the run returns from the group are kept. The store's bytes are accounted: each
+//! value's span on the group becomes a [`ValueSpan`] of the run's timings.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::plan::{Plan, PlanError, TaskSpec, ValueId};
-use super::trace::{TaskTiming, Timings, TransferTiming};
-
-/// An error from an executor or a transport.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use super::error::{BoxError, RunError, Stuck};
+use super::plan::{TaskSpec, ValueId};
+use super::run::Shared;
+use super::trace::{TaskTiming, TransferTiming, ValueSpan};
 
 /// Runs tasks: compiled programs on a group's devices, or anything else in tests.
-pub trait Executor<T, V>: Sync {
+pub trait Executor<T, V>: Send + Sync {
     /// Runs `task` on `inputs` (in the task's input order) and returns its outputs in order.
+    /// A call that does not return within the run's deadline fails the run; its thread is left
+    /// to finish in the background.
     fn run(&self, task: &TaskSpec<T>, inputs: &[&V]) -> Result<Vec<V>, BoxError>;
-}
 
-/// Moves a value from one group's devices to another's.
-pub trait Transport<V>: Sync {
-    /// A copy of `value` (held by group `from`) on group `to`.
-    fn transfer(&self, value: &V, from: usize, to: usize) -> Result<V, BoxError>;
-}
+    /// The positions of `task`'s inputs whose buffers running it consumes (donated to its
+    /// outputs). The runtime hands over only a value's last use on its group (never a value the
+    /// run returns or sends) and stops accounting for it when the task starts. None by default.
+    fn donated_inputs(&self, task: &TaskSpec<T>) -> Vec<usize> {
+        let _ = task;
+        Vec::new()
+    }
 
-/// Why a run failed. The first failure stops every worker.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// The plan is malformed.
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    /// A task failed.
-    #[error("task '{task}' on group {group} failed: {source}")]
-    Task {
-        /// The task.
-        task: String,
-        /// Its group.
-        group: usize,
-        /// The executor's error.
-        source: BoxError,
-    },
-    /// A task returned the wrong number of outputs.
-    #[error("task '{task}' returned {actual} outputs but the plan expects {expected}")]
-    OutputArity {
-        /// The task.
-        task: String,
-        /// Outputs the plan lists.
-        expected: usize,
-        /// Outputs returned.
-        actual: usize,
-    },
-    /// A transfer failed.
-    #[error("moving value {value} from group {from} to group {to} failed: {source}")]
-    Transfer {
-        /// The value.
-        value: ValueId,
-        /// Source group.
-        from: usize,
-        /// Destination group.
-        to: usize,
-        /// The transport's error.
-        source: BoxError,
-    },
-    /// Every worker is waiting and nothing is in flight.
-    #[error(
-        "deadlock: group {group} waits for value {value} before task '{task}', and no group can still produce it (check the schedule's order)"
-    )]
-    Deadlock {
-        /// The waiting group.
-        group: usize,
-        /// The task it wants to run.
-        task: String,
-        /// The value it waits for.
-        value: ValueId,
-    },
-    /// A result value was never produced on the group it is collected from.
-    #[error("result value {value} is not on group {group} at the end of the run")]
-    MissingResult {
-        /// The value.
-        value: ValueId,
-        /// The group.
-        group: usize,
-    },
-    /// The group stopped because another group failed (never the error a run returns: the
-    /// first failure is).
-    #[error("group {0} stopped because another group failed")]
-    Stopped(usize),
-    /// A worker thread panicked (a bug in an executor).
-    #[error("the worker of group {0} panicked")]
-    Panicked(usize),
-}
-
-/// What a run returns: the result values in `plan.results` order, and the task timings.
-#[derive(Debug)]
-pub struct RunOutput<V> {
-    /// The results.
-    pub results: Vec<V>,
-    /// When each task ran.
-    pub timings: Timings,
-}
-
-/// State shared by the workers of one run.
-struct Shared<'p, T, V> {
-    plan: &'p Plan<T>,
-    consumers: HashMap<ValueId, std::collections::BTreeSet<usize>>,
-    inboxes: Vec<Sender<(ValueId, V)>>,
-    abort: AtomicBool,
-    error: Mutex<Option<RunError>>,
-    active: AtomicUsize,
-    waiting: AtomicUsize,
-    in_flight: AtomicUsize,
-    timings: Mutex<Vec<TaskTiming>>,
-    transfers: Mutex<Vec<TransferTiming>>,
-    start: Instant,
-}
-
-impl<T, V> Shared<'_, T, V> {
-    fn fail(&self, error: RunError) {
-        let mut slot = self.error.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_none() {
-            *slot = Some(error);
-        }
-        self.abort.store(true, Ordering::SeqCst);
+    /// The device bytes `value` occupies, for the run's memory accounting (0 by default).
+    fn value_bytes(&self, value: &V) -> u64 {
+        let _ = value;
+        0
     }
 }
 
-/// Runs `plan`: `initial` places values on groups before any task starts.
-pub fn run<T: Sync, V: Send>(
-    plan: &Plan<T>,
-    initial: Vec<(ValueId, usize, V)>,
-    executor: &dyn Executor<T, V>,
-    transport: &dyn Transport<V>,
-) -> Result<RunOutput<V>, RunError> {
-    plan.check()?;
-    let groups = plan.order.len();
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..groups).map(|_| mpsc::channel()).unzip();
-    let mut stores: Vec<HashMap<ValueId, V>> = (0..groups).map(|_| HashMap::new()).collect();
-    for (value, group, v) in initial {
-        let store = stores.get_mut(group).ok_or(PlanError::UnknownGroup {
-            value,
-            what: "placed on",
-            group,
-            groups,
-        })?;
-        store.insert(value, v);
-    }
-    let shared = Shared {
-        plan,
-        consumers: plan.remote_consumers(),
-        inboxes: senders,
-        abort: AtomicBool::new(false),
-        error: Mutex::new(None),
-        active: AtomicUsize::new(groups),
-        waiting: AtomicUsize::new(0),
-        in_flight: AtomicUsize::new(0),
-        timings: Mutex::new(Vec::new()),
-        transfers: Mutex::new(Vec::new()),
-        start: Instant::now(),
-    };
-    let finished: Vec<Option<HashMap<ValueId, V>>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = stores
-            .into_iter()
-            .zip(receivers)
-            .enumerate()
-            .map(|(group, (store, inbox))| {
-                let shared = &shared;
-                scope.spawn(move || {
-                    let result = Worker {
-                        group,
-                        store,
-                        inbox,
-                        shared,
-                        executor,
-                        transport,
-                    }
-                    .run();
-                    shared.active.fetch_sub(1, Ordering::SeqCst);
-                    result
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(group, h)| match h.join() {
-                Ok(store) => store,
-                Err(_) => {
-                    shared.fail(RunError::Panicked(group));
-                    None
-                }
-            })
-            .collect()
-    });
-    if let Some(error) = shared.error.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return Err(error);
-    }
-    let mut stores: Vec<HashMap<ValueId, V>> = finished
-        .into_iter()
-        .map(Option::unwrap_or_default)
-        .collect();
-    let results = plan
-        .results
-        .iter()
-        .map(|&(value, group)| {
-            stores
-                .get_mut(group)
-                .and_then(|s| s.remove(&value))
-                .ok_or(RunError::MissingResult { value, group })
-        })
-        .collect::<Result<_, _>>()?;
-    let mut tasks = shared
-        .timings
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner());
-    tasks.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
-    let mut transfers = shared
-        .transfers
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner());
-    transfers.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
-    Ok(RunOutput {
-        results,
-        timings: Timings { tasks, transfers },
-    })
+/// How often a waiting worker looks at the abort flag and for a deadlock.
+const POLL: Duration = Duration::from_millis(5);
+
+/// A value held by a group, with its size and since when.
+pub(super) struct Held<V> {
+    value: V,
+    bytes: u64,
+    since_us: f64,
 }
 
 /// One group's worker.
-struct Worker<'s, 'p, T, V> {
-    group: usize,
-    store: HashMap<ValueId, V>,
-    inbox: Receiver<(ValueId, V)>,
-    shared: &'s Shared<'p, T, V>,
-    executor: &'s dyn Executor<T, V>,
-    transport: &'s dyn Transport<V>,
+pub(super) struct Worker<T, V> {
+    pub(super) group: usize,
+    pub(super) store: HashMap<ValueId, Held<V>>,
+    pub(super) shared: std::sync::Arc<Shared<T, V>>,
+    /// For each value read on this group, the position in the group's order of its last reader.
+    last_read: HashMap<ValueId, usize>,
 }
 
-impl<T, V> Worker<'_, '_, T, V> {
-    /// Runs the group's list; returns its store, or `None` after a failure anywhere.
-    fn run(mut self) -> Option<HashMap<ValueId, V>> {
-        let plan = self.shared.plan;
-        for &index in &plan.order[self.group] {
-            let task = &plan.tasks[index];
-            if let Err(error) = self.run_task(task) {
-                self.shared.fail(error);
-                return None;
-            }
-            if self.shared.abort.load(Ordering::SeqCst) {
-                return None;
+impl<T, V> Worker<T, V> {
+    /// A worker for `group` holding `initial`.
+    pub(super) fn new(
+        group: usize,
+        initial: Vec<(ValueId, V)>,
+        shared: std::sync::Arc<Shared<T, V>>,
+    ) -> Self {
+        let plan = &shared.plan;
+        let mut last_read = HashMap::new();
+        for (position, &index) in plan.order[group].iter().enumerate() {
+            for &value in &plan.tasks[index].inputs {
+                last_read.insert(value, position);
             }
         }
-        Some(self.store)
+        let mut worker = Worker {
+            group,
+            store: HashMap::new(),
+            shared,
+            last_read,
+        };
+        for (id, value) in initial {
+            worker.hold(id, value);
+        }
+        worker
     }
 
-    fn run_task(&mut self, task: &TaskSpec<T>) -> Result<(), RunError> {
+    /// Runs the group's list; returns the values it keeps (the run's results from this group),
+    /// or `None` after a failure anywhere.
+    pub(super) fn run(mut self) -> Option<HashMap<ValueId, V>> {
+        let shared = self.shared.clone();
+        for (position, &index) in shared.plan.order[self.group].iter().enumerate() {
+            if shared.abort.load(Ordering::SeqCst) {
+                return None;
+            }
+            if let Err(error) = self.run_task(position, index) {
+                shared.fail(error);
+                return None;
+            }
+            self.release_after(position, index);
+        }
+        let end = shared.since_start(Instant::now());
+        let kept = std::mem::take(&mut self.store);
+        Some(
+            kept.into_iter()
+                .map(|(id, held)| {
+                    self.account(id, &held, end);
+                    (id, held.value)
+                })
+                .collect(),
+        )
+    }
+
+    fn hold(&mut self, id: ValueId, value: V) {
+        let bytes = self.shared.executor.value_bytes(&value);
+        let since_us = self.shared.since_start(Instant::now());
+        let held = Held {
+            value,
+            bytes,
+            since_us,
+        };
+        if let Some(old) = self.store.insert(id, held) {
+            self.account(id, &old, since_us);
+        }
+    }
+
+    fn account(&self, id: ValueId, held: &Held<V>, end_us: f64) {
+        self.shared.record_value(ValueSpan {
+            value: id,
+            group: self.group,
+            bytes: held.bytes,
+            start_us: held.since_us,
+            end_us,
+        });
+    }
+
+    /// Drops the values whose last reader on this group was the task at `position` (or which
+    /// it produced for other groups only), unless the run returns them from this group.
+    fn release_after(&mut self, position: usize, index: usize) {
+        let shared = self.shared.clone();
+        let task = &shared.plan.tasks[index];
+        let done = |v: &ValueId| {
+            self.last_read.get(v).is_none_or(|&last| last <= position)
+                && !shared.kept.contains(&(*v, self.group))
+        };
+        let free: Vec<ValueId> = task
+            .inputs
+            .iter()
+            .chain(&task.outputs)
+            .copied()
+            .filter(done)
+            .collect();
+        let now = shared.since_start(Instant::now());
+        for id in free {
+            if let Some(held) = self.store.remove(&id) {
+                self.account(id, &held, now);
+            }
+        }
+    }
+
+    fn run_task(&mut self, position: usize, index: usize) -> Result<(), RunError> {
+        let shared = self.shared.clone();
+        let task = &shared.plan.tasks[index];
         for &value in &task.inputs {
             self.wait_for(value, task)?;
         }
+        let donated = self.check_donated(position, task)?;
         let inputs: Vec<&V> = task
             .inputs
             .iter()
-            .filter_map(|v| self.store.get(v))
+            .filter_map(|v| self.store.get(v).map(|h| &h.value))
             .collect();
         let began = Instant::now();
-        let outputs = self
-            .executor
-            .run(task, &inputs)
-            .map_err(|source| RunError::Task {
-                task: task.name.clone(),
-                group: self.group,
-                source,
-            })?;
+        shared.coord().running[self.group] = Some((index, began));
+        let outputs = shared.executor.run(task, &inputs);
+        shared.coord().running[self.group] = None;
+        let outputs = outputs.map_err(|source| RunError::Task {
+            task: task.name.clone(),
+            group: self.group,
+            source,
+        })?;
         let duration = began.elapsed();
+        // The donated inputs' buffers now belong to the outputs.
+        let began_us = shared.since_start(began);
+        for value in donated {
+            if let Some(held) = self.store.remove(&value) {
+                self.account(value, &held, began_us);
+            }
+        }
         if outputs.len() != task.outputs.len() {
             return Err(RunError::OutputArity {
                 task: task.name.clone(),
@@ -278,109 +191,135 @@ impl<T, V> Worker<'_, '_, T, V> {
                 actual: outputs.len(),
             });
         }
-        self.record(task, began, duration);
+        shared.record(TaskTiming {
+            name: task.name.clone(),
+            group: self.group,
+            start_us: shared.since_start(began),
+            duration_us: duration.as_secs_f64() * 1e6,
+        });
         for (&value, v) in task.outputs.iter().zip(outputs) {
-            self.send(value, &v)?;
-            self.store.insert(value, v);
+            self.send(value, &v, task)?;
+            self.hold(value, v);
         }
         Ok(())
     }
 
-    fn record(&self, task: &TaskSpec<T>, began: Instant, duration: Duration) {
-        let timing = TaskTiming {
-            name: task.name.clone(),
-            group: self.group,
-            start_us: began.duration_since(self.shared.start).as_secs_f64() * 1e6,
-            duration_us: duration.as_secs_f64() * 1e6,
-        };
-        self.shared
-            .timings
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(timing);
+    /// The values `task` (at `position` in the group's list) donates, checked to be their last
+    /// use: read by no later task here, not returned, not sent elsewhere.
+    fn check_donated(&self, position: usize, task: &TaskSpec<T>) -> Result<Vec<ValueId>, RunError> {
+        let shared = &self.shared;
+        let mut values = Vec::new();
+        for p in shared.executor.donated_inputs(task) {
+            let Some(&value) = task.inputs.get(p) else {
+                continue;
+            };
+            let why = if self.last_read.get(&value).is_some_and(|&l| l > position) {
+                Some("a later task of the group reads it")
+            } else if shared.kept.contains(&(value, self.group)) {
+                Some("the run returns it")
+            } else if shared.consumers.contains_key(&value)
+                && shared.producer.get(&value) == Some(&self.group)
+            {
+                Some("it is sent to other groups")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(RunError::Donation {
+                    group: self.group,
+                    task: task.name.clone(),
+                    value,
+                    why,
+                });
+            }
+            values.push(value);
+        }
+        Ok(values)
     }
 
-    fn send(&self, value: ValueId, v: &V) -> Result<(), RunError> {
-        let Some(groups) = self.shared.consumers.get(&value) else {
+    /// Hands `v` to the transport for every other group that reads it.
+    fn send(&self, value: ValueId, v: &V, task: &TaskSpec<T>) -> Result<(), RunError> {
+        let shared = &self.shared;
+        let Some(groups) = shared.consumers.get(&value) else {
             return Ok(());
         };
         for &to in groups {
+            shared.coord().sent.insert((to, value));
             let began = Instant::now();
-            let copy = self
+            shared
                 .transport
-                .transfer(v, self.group, to)
+                .send(value, v, self.group, to)
                 .map_err(|source| RunError::Transfer {
                     value,
                     from: self.group,
                     to,
+                    group: self.group,
+                    task: task.name.clone(),
                     source,
                 })?;
-            let timing = TransferTiming {
+            shared.record_transfer(TransferTiming {
                 from: self.group,
                 to,
-                start_us: began.duration_since(self.shared.start).as_secs_f64() * 1e6,
+                start_us: shared.since_start(began),
                 duration_us: began.elapsed().as_secs_f64() * 1e6,
-            };
-            self.shared
-                .transfers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(timing);
-            self.shared.in_flight.fetch_add(1, Ordering::SeqCst);
-            // A closed inbox means that worker has stopped; the abort flag tells everyone why.
-            if self.shared.inboxes[to].send((value, copy)).is_err() {
-                self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
-            }
+            });
         }
         Ok(())
     }
 
-    /// Blocks until `value` is in the store, receiving whatever arrives meanwhile.
+    /// Receives `value` (an input of `task` produced elsewhere) unless it is already here.
     fn wait_for(&mut self, value: ValueId, task: &TaskSpec<T>) -> Result<(), RunError> {
         if self.store.contains_key(&value) {
             return Ok(());
         }
-        let shared = self.shared;
-        shared.waiting.fetch_add(1, Ordering::SeqCst);
-        let mut stalled_polls = 0;
-        let outcome = loop {
-            match self.inbox.recv_timeout(Duration::from_millis(5)) {
-                Ok((id, v)) => {
-                    self.store.insert(id, v);
-                    let found = id == value;
-                    if found {
-                        shared.waiting.fetch_sub(1, Ordering::SeqCst);
-                    }
-                    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
-                    stalled_polls = 0;
-                    if found {
-                        return Ok(());
-                    }
-                }
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
-                    if shared.abort.load(Ordering::SeqCst) {
-                        break Err(None);
-                    }
-                    let stuck = shared.waiting.load(Ordering::SeqCst)
-                        == shared.active.load(Ordering::SeqCst)
-                        && shared.in_flight.load(Ordering::SeqCst) == 0;
-                    stalled_polls = if stuck { stalled_polls + 1 } else { 0 };
-                    if stalled_polls >= 3 {
-                        break Err(Some(RunError::Deadlock {
-                            group: self.group,
-                            task: task.name.clone(),
-                            value,
-                        }));
-                    }
+        let shared = self.shared.clone();
+        shared.coord().waiting[self.group] = Some(value);
+        let outcome = self.receive(value, task);
+        shared.coord().waiting[self.group] = None;
+        let v = outcome?;
+        self.hold(value, v);
+        Ok(())
+    }
+
+    fn receive(&self, value: ValueId, task: &TaskSpec<T>) -> Result<V, RunError> {
+        let shared = &self.shared;
+        let deadline = Instant::now() + shared.timeout;
+        loop {
+            let slice = (Instant::now() + POLL).min(deadline);
+            match shared.transport.recv(value, self.group, slice) {
+                Ok(Some(v)) => return Ok(v),
+                Ok(None) => {}
+                Err(source) => {
+                    return Err(RunError::Transfer {
+                        value,
+                        from: shared.producer.get(&value).copied().unwrap_or(self.group),
+                        to: self.group,
+                        group: self.group,
+                        task: task.name.clone(),
+                        source,
+                    });
                 }
             }
-        };
-        shared.waiting.fetch_sub(1, Ordering::SeqCst);
-        match outcome {
-            Ok(()) => Ok(()),
-            Err(Some(error)) => Err(error),
-            // Another worker failed first; its error is the one reported.
-            Err(None) => Err(RunError::Stopped(self.group)),
+            if shared.abort.load(Ordering::SeqCst) {
+                return Err(RunError::Stopped(self.group));
+            }
+            if Instant::now() >= deadline {
+                // A producer stuck in a task since before this wait is the cause to report.
+                let cause = shared.stuck_producer(value, deadline - shared.timeout);
+                return Err(cause.unwrap_or_else(|| RunError::Timeout {
+                    group: self.group,
+                    task: task.name.clone(),
+                    stuck: Stuck::Input(value),
+                    timeout: shared.timeout,
+                }));
+            }
+            if shared.deadlocked() {
+                return Err(RunError::Deadlock {
+                    group: self.group,
+                    task: task.name.clone(),
+                    value,
+                });
+            }
         }
     }
 }

@@ -27,6 +27,9 @@ pub struct LowerOptions {
     pub arg_shardings: Vec<Option<String>>,
     /// `mhlo.sharding` text per result.
     pub result_shardings: Vec<Option<String>>,
+    /// Per argument, the result its buffer is donated to (`tf.aliasing_output`); missing
+    /// entries donate nothing.
+    pub aliased_outputs: Vec<Option<usize>>,
 }
 
 /// The MLIR element type of a dtype.
@@ -93,8 +96,10 @@ fn lower_in(
         .iter()
         .enumerate()
         .map(|(i, &v)| {
-            ArgSpec::new(mlir_type(jaxpr.aval(v)))
-                .with_sharding(options.arg_shardings.get(i).cloned().flatten())
+            let mut arg = ArgSpec::new(mlir_type(jaxpr.aval(v)))
+                .with_sharding(options.arg_shardings.get(i).cloned().flatten());
+            arg.aliased_output = options.aliased_outputs.get(i).copied().flatten();
+            arg
         })
         .collect();
     let results: Vec<ResultSpec> = jaxpr

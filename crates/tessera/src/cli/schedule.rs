@@ -1,8 +1,11 @@
 //! `tessera schedule`: build, validate, simulate and draw a pipeline schedule.
 //!
 //! `tessera schedule NAME --stages S --microbatches M [--mpmd-dim D] [--costs F,B,W]
-//! [--latency L] [--json] [--svg FILE]`. NAME is any schedule of the registry (`--list` shows
-//! them). Without `--json` it prints the ASCII timeline and the statistics.
+//! [--latency L] [--json] [--svg FILE] [--execute-synthetic --time-unit-ms U]`. NAME is any
+//! schedule of the registry (`--list` shows them). Without `--json` it prints the ASCII
+//! timeline and the statistics. `--execute-synthetic` also runs the plan through the MPMD
+//! runtime with tasks that sleep for their costs (`U` milliseconds a unit) and a transport with
+//! the latency, and reports `measured_makespan_ms` next to `simulated_makespan_ms`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,6 +43,13 @@ pub struct Args {
     /// List the known schedules and exit.
     #[arg(long)]
     list: bool,
+    /// Run the plan through the MPMD runtime with sleeping tasks and compare its makespan with
+    /// the simulator's.
+    #[arg(long)]
+    execute_synthetic: bool,
+    /// Milliseconds per cost unit in a synthetic run.
+    #[arg(long, default_value_t = 1.0)]
+    time_unit_ms: f64,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -64,6 +74,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         std::fs::write(path, render::svg(&plan, &costs, &sim))
             .with_context(|| format!("writing the SVG timeline to {}", path.display()))?;
     }
+    if args.execute_synthetic {
+        return synthetic(&args, name, &plan, &costs);
+    }
     if args.json {
         println!("{}", render::json(&plan, &costs, &sim));
     } else {
@@ -73,6 +86,53 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if let Some(path) = &args.svg {
             println!("svg:              {}", path.display());
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--execute-synthetic`: the plan run with sleeping tasks, its makespan next to the
+/// simulator's.
+fn synthetic(
+    args: &Args,
+    name: &str,
+    plan: &tessera_schedule::Plan,
+    costs: &Costs,
+) -> anyhow::Result<ExitCode> {
+    if !(args.time_unit_ms.is_finite() && args.time_unit_ms > 0.0) {
+        anyhow::bail!(
+            "--time-unit-ms is {}; give a positive number of milliseconds",
+            args.time_unit_ms
+        );
+    }
+    let unit = std::time::Duration::from_secs_f64(args.time_unit_ms / 1000.0);
+    let options = tessera_mpmd::runtime::RunOptions::from_env()?;
+    let run = tessera_mpmd::synthetic::run_synthetic(plan, costs, unit, &options)?;
+    let ratio = run.measured_makespan_ms / run.simulated_makespan_ms;
+    if args.json {
+        let report = serde_json::json!({
+            "schedule": name,
+            "stages": plan.num_stages,
+            "microbatches": plan.num_microbatches,
+            "mpmd_dim": plan.num_actors(),
+            "costs": args.costs,
+            "latency": costs.latency,
+            "time_unit_ms": args.time_unit_ms,
+            "measured_makespan_ms": run.measured_makespan_ms,
+            "simulated_makespan_ms": run.simulated_makespan_ms,
+            "ratio": ratio,
+        });
+        println!("{report}");
+    } else {
+        println!(
+            "{name}: {} stages on {} actors, {} microbatches, {} ms per unit",
+            plan.num_stages,
+            plan.num_actors(),
+            plan.num_microbatches,
+            args.time_unit_ms
+        );
+        println!("measured makespan:  {:.3} ms", run.measured_makespan_ms);
+        println!("simulated makespan: {:.3} ms", run.simulated_makespan_ms);
+        println!("measured / simulated: {ratio:.4}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -139,5 +199,56 @@ mod tests {
         assert!(err.to_string().contains("--mpmd-dim 3"), "{err}");
         let err = tessera(&["schedule", "1f1b", "--costs", "1;2"]).expect_err("rejected");
         assert!(err.to_string().contains("is not F,B,W"), "{err}");
+    }
+
+    #[test]
+    fn a_synthetic_run_goes_through_the_runtime_and_is_never_faster_than_the_simulator() {
+        use tessera_schedule::{Costs, Registry, ScheduleParams};
+        let params = ScheduleParams {
+            stages: 4,
+            mpmd_dim: 2,
+        };
+        let registry = Registry::with_builtins();
+        for name in ["interleaved-1f1b", "dualpipev"] {
+            let plan = registry
+                .create(name, params)
+                .and_then(|s| s.plan(8))
+                .expect(name);
+            let costs = Costs::uniform(4, 1.0, 2.0, 1.0).with_latency(0.5);
+            let unit = std::time::Duration::from_micros(200);
+            let run = tessera_mpmd::synthetic::run_synthetic(
+                &plan,
+                &costs,
+                unit,
+                &tessera_mpmd::runtime::RunOptions::default(),
+            )
+            .expect(name);
+            // Every action ran, in the schedule's order on each group.
+            let orders = run.timings.group_orders(2);
+            for (got, want) in orders.iter().zip(&plan.actors) {
+                let want: Vec<String> = want
+                    .iter()
+                    .map(tessera_mpmd::pipeline::action_name)
+                    .collect();
+                assert_eq!(got, &want, "{name}");
+            }
+            // Tasks sleep at least their cost and wait for their inputs, so the run cannot beat
+            // the simulated critical path.
+            assert!(
+                run.measured_makespan_ms >= run.simulated_makespan_ms * 0.999,
+                "{name}: {} < {}",
+                run.measured_makespan_ms,
+                run.simulated_makespan_ms
+            );
+        }
+        let err = tessera(&[
+            "schedule",
+            "1f1b",
+            "--execute-synthetic",
+            "--time-unit-ms",
+            "0",
+        ])
+        .expect_err("rejected");
+        assert!(err.to_string().contains("--time-unit-ms"), "{err}");
     }
 }

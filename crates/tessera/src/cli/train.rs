@@ -335,7 +335,12 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         .lr
         .unwrap_or(if args.model == "gpt" { 0.1 } else { 0.2 });
     let (step, data) = training_step(&model, &args.schedule)?;
-    let jit = tessera_mpmd::mpmd_jit(&client, &mesh, &step)?;
+    // The update writes each parameter into its old buffers (donated): one copy per group.
+    let options = tessera_mpmd::MpmdJitOptions {
+        donate_argnums: (0..model.init.len()).collect(),
+        ..tessera_mpmd::MpmdJitOptions::default()
+    };
+    let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, &step, &options)?;
     let pipeline = jit.pipeline();
     // The reference: the same step unpipelined (its treduce a while loop) under `jit`, one device.
     let reference_exe = tessera::jit::compile(&client, &step, 0)?;
@@ -366,9 +371,9 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     let mut per_step: Vec<(f64, f64)> = Vec::new();
     let mut step_ms: Vec<f64> = Vec::new();
     for _ in 0..args.steps {
-        let call_args: Vec<StepArg> = weights.iter().chain(&rest).cloned().collect();
+        let mut call_args: Vec<StepArg> = weights.drain(..).chain(rest.iter().cloned()).collect();
         let began = std::time::Instant::now();
-        let run = jit.call_mpmd(&call_args)?;
+        let run = jit.call_mpmd_donated(&mut call_args)?;
         step_ms.push(began.elapsed().as_secs_f64() * 1000.0);
         let mut outputs = run.outputs;
         let loss = outputs
@@ -459,6 +464,14 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         timings.transfers.len(),
         timings.transfers.iter().map(|t| t.duration_us).sum::<f64>() / 1000.0
     );
+    let memory = pipeline.memory_report(&timings);
+    println!(
+        "peak live bytes per group: measured {:?}, predicted {:?}; peak in-flight micro-batches per stage: measured {:?}, schedule {:?}",
+        memory.peak_live_bytes,
+        memory.predicted_peak_live_bytes,
+        memory.peak_inflight_microbatches,
+        memory.predicted_inflight_microbatches
+    );
     if let Some(path) = &args.trace {
         std::fs::write(path, timings.to_chrome_trace())
             .with_context(|| format!("writing {}", path.display()))?;
@@ -486,6 +499,7 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         "predicted_makespan_ms": predicted_ms,
         "bubble_ratio_simulated": simulated,
         "order_matches_schedule": orders_match,
+        "memory": memory_json(&pipeline.memory_report(&timings), pipeline.schedule_plan()),
     });
     if args.json {
         println!("{summary}");
@@ -501,4 +515,38 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The step's memory, per group (its stages' in-flight micro-batches with it) and per stage.
+fn memory_json(
+    memory: &tessera_mpmd::memory::MemoryReport,
+    plan: &tessera_schedule::Plan,
+) -> serde_json::Value {
+    let groups: Vec<_> = (0..memory.peak_live_bytes.len())
+        .map(|g| {
+            let stages = plan.placement.stages_of(g as u32);
+            let inflight: Vec<_> = stages
+                .iter()
+                .map(|&s| memory.peak_inflight_microbatches.get(s as usize))
+                .collect();
+            serde_json::json!({
+                "group": g,
+                "stages": stages,
+                "peak_live_bytes": memory.peak_live_bytes[g],
+                "predicted_peak_live_bytes": memory.predicted_peak_live_bytes.get(g),
+                "peak_inflight_microbatches": inflight,
+            })
+        })
+        .collect();
+    let stages: Vec<_> = (0..memory.peak_inflight_microbatches.len())
+        .map(|s| {
+            serde_json::json!({
+                "stage": s,
+                "peak_inflight_microbatches": memory.peak_inflight_microbatches[s],
+                "predicted_inflight_microbatches": memory.predicted_inflight_microbatches.get(s),
+                "activation_bytes": memory.activation_bytes.get(s),
+            })
+        })
+        .collect();
+    serde_json::json!({ "groups": groups, "stages": stages })
 }

@@ -1,0 +1,66 @@
+//! Donation in the update (JAX's `donate_argnums` for a step): each donated step argument must be
+//! read by exactly one update piece, running on a group, which returns a result of the same type;
+//! that piece's module aliases the argument to the result (`tf.aliasing_output`), so the update
+//! writes the new parameter into the old one's buffers.
+
+use super::config;
+use super::update::{Piece, Place};
+use crate::driver::DriverError;
+
+/// For each piece, per input, the result it is donated to.
+pub(super) fn aliases(
+    pieces: &[Piece],
+    donate: &[usize],
+    num_args: usize,
+) -> Result<Vec<Vec<Option<usize>>>, DriverError> {
+    let mut aliases: Vec<Vec<Option<usize>>> =
+        pieces.iter().map(|p| vec![None; p.inputs.len()]).collect();
+    let mut taken: Vec<Vec<bool>> = pieces
+        .iter()
+        .map(|p| vec![false; p.outputs.len()])
+        .collect();
+    for &arg in donate {
+        if arg >= num_args {
+            return Err(config(format!(
+                "donate_argnums names argument {arg}, but the step takes {num_args}"
+            )));
+        }
+        let readers: Vec<(usize, usize)> = pieces
+            .iter()
+            .enumerate()
+            .flat_map(|(p, piece)| {
+                piece
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .filter(move |&(_, &i)| i == arg)
+                    .map(move |(j, _)| (p, j))
+            })
+            .collect();
+        let [(p, j)] = readers[..] else {
+            return Err(config(format!(
+                "argument {arg} is donated but {} pieces of the update read it; donate an argument only one update on a group reads (a parameter)",
+                readers.len()
+            )));
+        };
+        let piece = &pieces[p];
+        if piece.place == Place::Host {
+            return Err(config(format!(
+                "argument {arg} is donated but the update reading it runs on the host; donate parameters"
+            )));
+        }
+        let jaxpr = &piece.program.jaxpr;
+        let want = jaxpr.aval(jaxpr.invars[j]);
+        let out_avals = jaxpr.out_avals();
+        let output = (0..out_avals.len())
+            .find(|&o| !taken[p][o] && out_avals[o].shape == want.shape && out_avals[o].dtype == want.dtype)
+            .ok_or_else(|| {
+                config(format!(
+                    "argument {arg} ({want}) is donated, but its update returns no result of its type left to reuse its buffers"
+                ))
+            })?;
+        taken[p][output] = true;
+        aliases[p][j] = Some(output);
+    }
+    Ok(aliases)
+}

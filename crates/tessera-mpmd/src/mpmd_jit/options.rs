@@ -1,0 +1,103 @@
+//! What [`super::mpmd_jit_with`] takes besides the step: where the loop's schedule comes from.
+//!
+//! A `treduce` names its schedule. By default the name is looked up among the built-ins; a user
+//! who wrote a schedule with the public [`Schedule`] trait either registers it under that name in
+//! a [`Registry`] of their own, or hands the schedule object itself, which then replaces the
+//! named one. Either way the schedule's plan is validated for the step's stages and micro-batch
+//! count, and a plan that does not validate is refused with the validator's message.
+//!
+//! `timeout` bounds every wait of a step's pipeline (see [`crate::runtime::RunOptions`]).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tessera_schedule::{Registry, Schedule, ScheduleParams};
+
+use super::config;
+use crate::driver::DriverError;
+
+/// Options of [`super::mpmd_jit_with`].
+#[derive(Clone, Default)]
+pub struct MpmdJitOptions {
+    /// The loop's schedule, replacing the one its `treduce` names. Its placement fixes the stage
+    /// count, which must be the model's.
+    pub schedule: Option<Arc<dyn Schedule + Send + Sync>>,
+    /// Where the `treduce`'s schedule name is looked up when `schedule` is `None`; `None` means
+    /// the built-ins ([`Registry::with_builtins`]).
+    pub registry: Option<Arc<Registry>>,
+    /// The deadline of every wait in a step; `None`: `TESSERA_TIMEOUT_S`, or
+    /// [`crate::runtime::DEFAULT_TIMEOUT`].
+    pub timeout: Option<Duration>,
+    /// Step arguments whose device buffers the update reuses for its results (JAX's
+    /// `donate_argnums`, e.g. the parameters): each must be read by one update piece on a
+    /// group, which returns a result of its type. Run with
+    /// [`super::MpmdJit::call_mpmd_donated`], which deletes the donated arrays.
+    pub donate_argnums: Vec<usize>,
+}
+
+impl fmt::Debug for MpmdJitOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MpmdJitOptions")
+            .field("schedule", &self.schedule.as_ref().map(|s| s.name()))
+            .field("registry", &self.registry.as_ref().map(|r| r.names()))
+            .field("timeout", &self.timeout)
+            .field("donate_argnums", &self.donate_argnums)
+            .finish()
+    }
+}
+
+impl MpmdJitOptions {
+    /// Options that run the loop under `schedule`.
+    pub fn with_schedule(schedule: impl Schedule + Send + Sync + 'static) -> Self {
+        MpmdJitOptions {
+            schedule: Some(Arc::new(schedule)),
+            ..Self::default()
+        }
+    }
+
+    /// Options that look the `treduce`'s schedule name up in `registry`.
+    pub fn with_registry(registry: Registry) -> Self {
+        MpmdJitOptions {
+            registry: Some(Arc::new(registry)),
+            ..Self::default()
+        }
+    }
+
+    /// The schedule the loop runs under: the given object, or `name` made by the registry for
+    /// `params`.
+    pub(super) fn resolve(
+        &self,
+        name: &str,
+        params: ScheduleParams,
+    ) -> Result<Resolved, DriverError> {
+        if let Some(schedule) = &self.schedule {
+            return Ok(Resolved::Given(schedule.clone()));
+        }
+        let made = match &self.registry {
+            Some(registry) => registry.create(name, params),
+            None => Registry::with_builtins().create(name, params),
+        };
+        made.map(Resolved::Made).map_err(|e| {
+            config(format!(
+                "the treduce's schedule '{name}' for {} stages on {} groups: {e}",
+                params.stages, params.mpmd_dim
+            ))
+        })
+    }
+}
+
+/// A resolved schedule: the user's object, or one a registry made.
+pub(super) enum Resolved {
+    Given(Arc<dyn Schedule + Send + Sync>),
+    Made(Box<dyn Schedule>),
+}
+
+impl Resolved {
+    pub(super) fn as_dyn(&self) -> &dyn Schedule {
+        match self {
+            Resolved::Given(s) => s.as_ref(),
+            Resolved::Made(s) => s.as_ref(),
+        }
+    }
+}

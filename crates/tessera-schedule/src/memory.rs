@@ -1,0 +1,103 @@
+//! What a plan implies for memory: per stage, the peak number of micro-batches in flight (whose
+//! forward has run and whose backward has not finished), and per actor a predicted peak of live
+//! bytes from each stage's activation bytes per micro-batch and what its backward allocates.
+//!
+//! Counts are taken between actions, as a runtime that frees a value after its last reader sees
+//! them: a micro-batch is in flight at a stage from the end of the action holding its forward to
+//! the end of the action holding its backward (`Bwd`, or `BwdW` when split). A forward and its
+//! backward fused into one action never leave an activation behind.
+
+use crate::schedule::Plan;
+use crate::task::{Action, TaskKind};
+
+/// Per stage, the peak number of micro-batches in flight (see the module docs).
+pub fn peak_inflight(plan: &Plan) -> Vec<u32> {
+    let stages = plan.num_stages as usize;
+    let mut peak = vec![0_u32; stages];
+    for list in &plan.actors {
+        let mut live = vec![0_i64; stages];
+        for action in list {
+            step(&mut live, action);
+            for (p, &l) in peak.iter_mut().zip(&live) {
+                *p = (*p).max(l.max(0) as u32);
+            }
+        }
+    }
+    peak
+}
+
+/// What one micro-batch of a stage holds, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StageBytes {
+    /// The activations (residuals) a forward leaves for the backward, live from the forward to
+    /// the backward (`Bwd`, or `BwdI` when split).
+    pub activation: u64,
+    /// The residuals `BwdI` leaves for `BwdW`, live between the two.
+    pub weight_residual: u64,
+    /// What a backward allocates besides those while it runs (a new gradient accumulator).
+    pub backward: u64,
+}
+
+/// Per actor, the predicted peak live bytes: `resident[a]` (what the actor holds from the start:
+/// parameters, accumulators, inputs) plus, at each action, its stages' live micro-batch bytes
+/// ([`StageBytes`]). During an action its forwards' activations are already live and its
+/// backwards' inputs not yet freed.
+pub fn predict_peak_bytes(plan: &Plan, resident: &[u64], bytes: &[StageBytes]) -> Vec<u64> {
+    let stages = plan.num_stages as usize;
+    let per = |s: usize| bytes.get(s).copied().unwrap_or_default();
+    let total = |fwd: &[i64], wgt: &[i64]| -> u64 {
+        (0..stages)
+            .map(|s| {
+                fwd[s].max(0) as u64 * per(s).activation
+                    + wgt[s].max(0) as u64 * per(s).weight_residual
+            })
+            .sum()
+    };
+    plan.actors
+        .iter()
+        .enumerate()
+        .map(|(a, list)| {
+            let (mut fwd, mut wgt) = (vec![0_i64; stages], vec![0_i64; stages]);
+            let mut peak = 0_u64;
+            for action in list {
+                let (mut during, mut extra) = (fwd.clone(), 0);
+                for task in action.tasks() {
+                    let s = task.stage as usize;
+                    match task.kind {
+                        TaskKind::Fwd => during[s] += 1,
+                        TaskKind::Bwd | TaskKind::BwdW => extra += per(s).backward,
+                        TaskKind::BwdI => extra += per(s).weight_residual,
+                    }
+                }
+                peak = peak.max(total(&during, &wgt) + extra);
+                for task in action.tasks() {
+                    let s = task.stage as usize;
+                    match task.kind {
+                        TaskKind::Fwd => fwd[s] += 1,
+                        TaskKind::Bwd => fwd[s] -= 1,
+                        TaskKind::BwdI => {
+                            fwd[s] -= 1;
+                            wgt[s] += 1;
+                        }
+                        TaskKind::BwdW => wgt[s] -= 1,
+                    }
+                }
+            }
+            resident.get(a).copied().unwrap_or(0) + peak
+        })
+        .collect()
+}
+
+/// Applies one action's forwards and backwards to the per-stage in-flight counts.
+fn step(live: &mut [i64], action: &Action) {
+    for task in action.tasks() {
+        let Some(n) = live.get_mut(task.stage as usize) else {
+            continue;
+        };
+        match task.kind {
+            TaskKind::Fwd => *n += 1,
+            TaskKind::Bwd | TaskKind::BwdW => *n -= 1,
+            TaskKind::BwdI => {}
+        }
+    }
+}
