@@ -66,7 +66,8 @@ pub mod task;
 pub mod validate;
 
 pub use builtins::{
-    DualPipeV, Eager1F1B, GPipe, Interleaved1F1B, InterleavedGPipe, Std1F1B, ZeroBubble,
+    DualPipeV, DualPipeVDeepSeek, Eager1F1B, GPipe, Interleaved1F1B, InterleavedGPipe, KimiK2,
+    Std1F1B, ZeroBubble,
 };
 pub use error::{CostError, ScheduleError, SimulateError, ValidationError};
 pub use placement::Placement;
