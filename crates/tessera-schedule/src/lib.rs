@@ -60,7 +60,8 @@
 //!   crate's half-size stages and non-overlapped `F&B = F+B`, `D` devices: bubble
 //!   `(D-1)(F+2B-3W)` and peak `2D+1` stage-microbatches. The bubble is exact when a forward
 //!   takes as long as an input-gradient backward (`F = B-W`, as in the table's figure); other
-//!   cost ratios shift it slightly either way.
+//!   cost ratios shift it slightly either way. JAXPP's order (`dualpipev`) idles a few units
+//!   more, independent of the microbatch count (docs/schedules.md).
 //!
 //! With a transfer latency `L` the schedules above pay `L` on every hop of their critical path;
 //! the simulator models that, the formulas do not.
