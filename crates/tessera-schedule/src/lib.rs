@@ -11,8 +11,16 @@
 //! plans as they are: it never special-cases a schedule.
 //!
 //! A [`Schedule`] makes plans; the built-ins mirror JAXPP's (`GPipe`, `InterleavedGPipe`,
-//! `Std1F1B`, `Eager1F1B`, `Interleaved1F1B`, `ZeroBubble`, `DualPipeV`) and a [`Registry`]
-//! maps command-line names to constructors, built-in or user-written.
+//! `Std1F1B`, `Eager1F1B`, `Interleaved1F1B`, `KimiK2`, `ZeroBubble`, `DualPipeV`) and a
+//! [`Registry`] maps command-line names to constructors, built-in or user-written. Where JAXPP
+//! has the schedule, each actor's actions (tasks, order, fusion) equal what JAXPP's `tasks()`
+//! returns (`tests/jaxpp_orders.rs`, against `tests/data/jaxpp_orders.json`): JAXPP fuses only
+//! in Interleaved1F1B and KimiK2 (the last stage's forward and backward, or every steady-state
+//! pair with `fuse_steady_state`) and in DualPipeV. Tessera's own variants: `1f1b-fuse-last`,
+//! `eager-1f1b-fuse-last`, `zero-bubble-fuse-ends` (fusions JAXPP does not do) and
+//! `dualpipev-deepseek` ([`DualPipeVDeepSeek`], DeepSeek's reference order). Tessera accepts
+//! more than JAXPP in two places: interleaved microbatch counts that do not split into equal
+//! rounds (the rounds are balanced) and ZeroBubble on one stage.
 //!
 //! ```
 //! use tessera_schedule::{Costs, Registry, ScheduleParams, render, simulate, validate};
@@ -47,13 +55,15 @@
 //!   is `(p-1)(F+B)`, a `v`-th of that of the same work on `p` stages.
 //! - ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): bubble `(p-1)(F+B-2W)` in
 //!   DualPipe's notation (`B` the whole backward, `W` its weight part) with 1F1B's peak memory.
-//! - DualPipeV (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", and the table in
+//! - DualPipeV in DeepSeek's order, `dualpipev-deepseek` (DeepSeek-AI 2024, "DeepSeek-V3
+//!   Technical Report", and the table in
 //!   github.com/deepseek-ai/DualPipe): bubble `(PP/2-1)(F&B+B-3W)` for `PP = 2D` stages and
 //!   `PP+1` live activations per device, in units of a `PP`-stage model's stage; with this
 //!   crate's half-size stages and non-overlapped `F&B = F+B`, `D` devices: bubble
 //!   `(D-1)(F+2B-3W)` and peak `2D+1` stage-microbatches. The bubble is exact when a forward
 //!   takes as long as an input-gradient backward (`F = B-W`, as in the table's figure); other
-//!   cost ratios shift it slightly either way.
+//!   cost ratios shift it slightly either way. JAXPP's order (`dualpipev`) idles a few units
+//!   more, independent of the microbatch count (docs/schedules.md).
 //!
 //! With a transfer latency `L` the schedules above pay `L` on every hop of their critical path;
 //! the simulator models that, the formulas do not.
@@ -69,7 +79,8 @@ pub mod task;
 pub mod validate;
 
 pub use builtins::{
-    DualPipeV, Eager1F1B, GPipe, Interleaved1F1B, InterleavedGPipe, Std1F1B, ZeroBubble,
+    DualPipeV, DualPipeVDeepSeek, Eager1F1B, GPipe, Interleaved1F1B, InterleavedGPipe, KimiK2,
+    Std1F1B, ZeroBubble,
 };
 pub use error::{CostError, ScheduleError, SimulateError, ValidationError};
 pub use placement::Placement;

@@ -5,8 +5,9 @@
 //! backward: input gradients ([`TaskKind::BwdI`]) and weight gradients ([`TaskKind::BwdW`]).
 //!
 //! An [`Action`] is what an actor runs as one program: a single task, or several tasks fused
-//! into one (JAXPP fuses the last stage's forward and backward, and the first stage's `BwdI` and
-//! `BwdW` in zero-bubble schedules; DualPipeV fuses a forward with another stage's backward). The
+//! into one (JAXPP fuses the last stage's forward and backward in Interleaved1F1B and KimiK2, and
+//! DualPipeV fuses a forward with another stage's `BwdI` and `BwdW`; Tessera can also fuse the
+//! last stage in 1F1B and the first stage's `BwdI` and `BwdW` in ZeroBubble, as options). The
 //! tasks of a fused action run in the order listed, and their results become visible to other
 //! actors when the whole action ends.
 

@@ -168,7 +168,7 @@ fn plans_round_trip_through_json() {
 fn transfers_name_the_actions_that_send_and_receive() {
     let plan = registry()
         .create(
-            "1f1b",
+            "1f1b-fuse-last",
             ScheduleParams {
                 stages: 2,
                 mpmd_dim: 2,

@@ -64,7 +64,7 @@ fn parameter_errors() {
     check(
         params_error("pipedream", 2, 2, 2),
         expect![[
-            r#"unknown schedule "pipedream"; known schedules: 1f1b, dualpipev, eager-1f1b, gpipe, interleaved-1f1b, interleaved-1f1b-fused, interleaved-gpipe, zero-bubble"#
+            r#"unknown schedule "pipedream"; known schedules: 1f1b, 1f1b-fuse-last, dualpipev, dualpipev-deepseek, eager-1f1b, eager-1f1b-fuse-last, gpipe, interleaved-1f1b, interleaved-1f1b-fused, interleaved-gpipe, kimi-k2, kimi-k2-fused, zero-bubble, zero-bubble-fuse-ends"#
         ]],
     );
 }

@@ -108,7 +108,8 @@ fn dualpipev_bubble_and_memory() {
     // DualPipe's table: bubble (PP/2-1)(F&B+B-3W) with PP = 2D stages, F&B = F+B here, and
     // PP+1 activations of a PP-stage model's stage per device, i.e. 2D+1 of our half stages.
     // The table's figure has a forward as long as an input-gradient backward (F = B-W); the
-    // bubble formula is exact there.
+    // bubble formula is exact there. DeepSeek's order; JAXPP's (`dualpipev`) pays more, see
+    // docs/schedules.md.
     for d in 1..=6 {
         for m in 2 * d..=2 * d + 6 {
             for (f, b, w) in [
@@ -117,8 +118,8 @@ fn dualpipev_bubble_and_memory() {
                 (2.0, 4.0, 2.0),
                 (1.5, 2.5, 1.0),
             ] {
-                let ctx = format!("dualpipev D={d} m={m} F={f} B={b} W={w}");
-                let (_, sim) = run("dualpipev", 2 * d, d, m, (f, b, w));
+                let ctx = format!("dualpipev-deepseek D={d} m={m} F={f} B={b} W={w}");
+                let (_, sim) = run("dualpipev-deepseek", 2 * d, d, m, (f, b, w));
                 let bubble = f64::from(d - 1) * (f + b + b - 3.0 * w);
                 assert_bubble(&sim, bubble, &ctx);
                 assert_eq!(sim.makespan, f64::from(2 * m) * (f + b) + bubble, "{ctx}");

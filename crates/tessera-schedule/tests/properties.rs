@@ -39,15 +39,21 @@ fn check(name: &str, stages: u32, mpmd_dim: u32, m: u32) -> Result<bool, TestCas
     Ok(true)
 }
 
-const NAMES: [&str; 8] = [
+const NAMES: [&str; 14] = [
     "gpipe",
     "interleaved-gpipe",
     "1f1b",
+    "1f1b-fuse-last",
     "eager-1f1b",
+    "eager-1f1b-fuse-last",
     "interleaved-1f1b",
     "interleaved-1f1b-fused",
+    "kimi-k2",
+    "kimi-k2-fused",
     "zero-bubble",
+    "zero-bubble-fuse-ends",
     "dualpipev",
+    "dualpipev-deepseek",
 ];
 
 proptest! {

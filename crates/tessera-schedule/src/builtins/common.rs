@@ -106,8 +106,10 @@ pub(crate) struct OneFOneB {
     pub warmup: Warmup,
     /// Steady-state pairs run the backward first (`B F`, Std1F1B) or the forward first (`F B`).
     pub backward_first: bool,
-    /// Fuse every steady-state pair into one action (otherwise only pairs whose forward is of
-    /// the last stage are fused).
+    /// Fuse forward-first steady-state pairs whose forward is of the last stage into one
+    /// action (JAXPP does in Interleaved1F1B and KimiK2, not in Eager1F1B).
+    pub fuse_last_stage: bool,
+    /// Fuse every forward-first steady-state pair into one action.
     pub fuse_steady_state: bool,
 }
 
@@ -134,7 +136,8 @@ impl OneFOneB {
         for (f, b) in fwd[warmup..].iter().zip(&bwd) {
             if self.backward_first {
                 out.extend([Action::from(*b), Action::from(*f)]);
-            } else if self.fuse_steady_state || f.stage == self.stages - 1 {
+            } else if self.fuse_steady_state || (self.fuse_last_stage && f.stage == self.stages - 1)
+            {
                 out.push(Action::fuse(*f, *b));
             } else {
                 out.extend([Action::from(*f), Action::from(*b)]);
@@ -146,7 +149,8 @@ impl OneFOneB {
 }
 
 /// Fuses the last stage's forward with the backward (or input-gradient backward) of the same
-/// microbatch when they are adjacent in an actor's list, as JAXPP compiles them as one program.
+/// microbatch when they are adjacent in an actor's list (Tessera's opt-in fusion for Std1F1B and
+/// ZeroBubble; JAXPP does not fuse there).
 pub(crate) fn fuse_last_stage(lists: &mut [Vec<Action>], last: StageId) {
     fuse_adjacent(lists, |a, b| {
         a.kind == TaskKind::Fwd
@@ -157,7 +161,8 @@ pub(crate) fn fuse_last_stage(lists: &mut [Vec<Action>], last: StageId) {
 }
 
 /// Fuses the first stage's `BwdI` with the adjacent `BwdW` of the same microbatch: the first
-/// stage has no input gradient to hand on, so its backward is never worth splitting.
+/// stage has no input gradient to hand on, so its backward is never worth splitting (Tessera's
+/// opt-in fusion for ZeroBubble; JAXPP's `tasks()` keeps them apart).
 pub(crate) fn fuse_first_stage_backward(lists: &mut [Vec<Action>]) {
     fuse_adjacent(lists, |a, b| {
         a.kind == TaskKind::BwdI

@@ -1,16 +1,19 @@
-//! DualPipeV: DeepSeek's V-shaped cut of DualPipe (DeepSeek-V3 report; the DualPipe
-//! repository's `dualpipev.py`, after Sea AI Lab's "cut-in-half").
+//! DualPipeV in JAXPP's order: DeepSeek's V-shaped cut of DualPipe (DeepSeek-V3 report) as
+//! JAXPP's `dualpipev_tasks` writes it.
 //!
-//! `2D` stages on `D` actors: actor `r` runs stage `r` (going down) and stage `2D-1-r` (coming
-//! back up), so the first and last stages share actor 0. Each actor runs eight phases (see
-//! [`actor_list`]); in the main phase a forward of one stage runs fused with a backward of the
-//! other, so their compute and communication overlap. Some backwards are split (zero-bubble
-//! style) and their `BwdW` deferred, FIFO, to fill bubbles. Bubble `(D-1)(F&B + B - 3W)` and
-//! `2D+1` live stage-microbatches per actor, where `F&B` is the time of a fused forward and
-//! backward (`F + B` when they do not overlap, as this crate's simulator assumes). As in JAXPP,
-//! stage 0's backward is never split.
-
-use std::collections::VecDeque;
+//! `2D` stages on `D` actors: actor `r` runs stage `s0 = r` (going down) and `s1 = 2D-1-r`
+//! (coming back up), so the first and last stages share actor 0. Each actor runs eight phases
+//! (see [`actor_list`]). How JAXPP's order differs from DeepSeek's reference (kept as
+//! [`super::DualPipeVDeepSeek`], `dualpipev-deepseek`):
+//! - a whole backward is one action of two tasks, `BwdI` then `BwdW` (never a `Bwd` task), and a
+//!   main-phase step is one action of three: a forward, then another stage's `BwdI` and `BwdW`;
+//! - in the cool-down, which backwards are split (their `BwdW` deferred) depends on the actor's
+//!   parity: odd actors split the second half of their `s1` backwards, even actors (other than
+//!   actor 0, whose `s0` is stage 0) the second half of their `s0` backwards;
+//! - no deferred `BwdW` runs between the split backwards of phase 7; every remaining `BwdW` runs
+//!   at the end, sorted by (microbatch, stage).
+//!
+//! `docs/schedules.md` compares the two orders with the simulator.
 
 use super::common::{Counters, check_microbatches, check_stages};
 use crate::error::ScheduleError;
@@ -18,7 +21,7 @@ use crate::placement::Placement;
 use crate::schedule::Schedule;
 use crate::task::{Action, ActorId, StageId, Task, TaskKind};
 
-/// The DualPipeV schedule: `stages = 2 × mpmd_dim`, V-shaped placement.
+/// The DualPipeV schedule in JAXPP's order: `stages = 2 × mpmd_dim`, V-shaped placement.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DualPipeV {
     mpmd_dim: u32,
@@ -27,12 +30,28 @@ pub struct DualPipeV {
 impl DualPipeV {
     /// DualPipeV over `stages` stages on `mpmd_dim` actors; `stages` must be `2 × mpmd_dim`.
     pub fn new(stages: u32, mpmd_dim: u32) -> Result<DualPipeV, ScheduleError> {
-        check_stages("dualpipev", stages, mpmd_dim.max(1))?;
-        if mpmd_dim == 0 || stages != 2 * mpmd_dim {
-            return Err(ScheduleError::DualPipeVStages { stages, mpmd_dim });
-        }
+        check_v_stages(stages, mpmd_dim)?;
         Ok(DualPipeV { mpmd_dim })
     }
+}
+
+/// Rejects anything but two stages per actor.
+pub(crate) fn check_v_stages(stages: u32, mpmd_dim: u32) -> Result<(), ScheduleError> {
+    check_stages("dualpipev", stages, mpmd_dim.max(1))?;
+    if mpmd_dim == 0 || stages != 2 * mpmd_dim {
+        return Err(ScheduleError::DualPipeVStages { stages, mpmd_dim });
+    }
+    Ok(())
+}
+
+/// Rejects fewer microbatches than stages.
+pub(crate) fn check_microbatches_v(name: &str, mpmd_dim: u32, m: u32) -> Result<(), ScheduleError> {
+    check_microbatches(
+        name,
+        m,
+        2 * mpmd_dim,
+        "at least the number of stages, 2 × mpmd_dim",
+    )
 }
 
 impl Schedule for DualPipeV {
@@ -46,111 +65,101 @@ impl Schedule for DualPipeV {
 
     fn actions(&self, m: u32) -> Result<Vec<Vec<Action>>, ScheduleError> {
         let d = self.mpmd_dim;
-        check_microbatches(
-            "dualpipev",
-            m,
-            2 * d,
-            "at least the number of stages, 2 × mpmd_dim",
-        )?;
+        check_microbatches_v("dualpipev", d, m)?;
         Ok((0..d).map(|r| actor_list(d, r, m)).collect())
     }
 }
 
-/// One actor's list, tracking its deferred weight gradients.
+/// One actor's list under construction.
+#[derive(Default)]
 struct Builder {
     it: Counters,
-    deferred: VecDeque<Task>,
     out: Vec<Action>,
 }
 
 impl Builder {
-    fn fwd(&mut self, stage: StageId) -> Task {
-        self.it.next(TaskKind::Fwd, stage)
+    fn next(&mut self, kind: TaskKind, stage: StageId) -> Task {
+        self.it.next(kind, stage)
     }
 
-    /// A backward of `stage`; with `split` (and not stage 0) only its `BwdI`, deferring `BwdW`.
-    fn bwd(&mut self, stage: StageId, split: bool) -> Task {
-        if split && stage != 0 {
-            let task = self.it.next(TaskKind::BwdI, stage);
-            self.deferred.push_back(Task::bwd_w(stage, task.mb));
-            return task;
-        }
-        let task = self.it.next(TaskKind::BwdI, stage);
-        Task::bwd(stage, task.mb)
-    }
-
-    fn push(&mut self, task: Task) {
+    fn single(&mut self, kind: TaskKind, stage: StageId) {
+        let task = self.next(kind, stage);
         self.out.push(task.into());
     }
 
-    fn fused(&mut self, f: Task, b: Task) {
-        self.out.push(Action::fuse(f, b));
+    /// A whole backward: `BwdI` and `BwdW` of `stage` as one action.
+    fn whole(&mut self, stage: StageId) {
+        let (i, w) = (
+            self.next(TaskKind::BwdI, stage),
+            self.next(TaskKind::BwdW, stage),
+        );
+        self.out.push(Action::Fused(vec![i, w]));
     }
 
-    /// Runs the oldest deferred weight gradient, if any.
-    fn weight(&mut self) {
-        if let Some(w) = self.deferred.pop_front() {
-            self.push(w);
-        }
+    /// A forward of `f` and a whole backward of `b` as one action.
+    fn fwd_bwd(&mut self, f: StageId, b: StageId) {
+        let fwd = self.next(TaskKind::Fwd, f);
+        let (i, w) = (self.next(TaskKind::BwdI, b), self.next(TaskKind::BwdW, b));
+        self.out.push(Action::Fused(vec![fwd, i, w]));
     }
 }
 
 /// The eight phases of actor `r` of `d`, with `s0 = r` and `s1 = 2d-1-r`.
 fn actor_list(d: u32, r: ActorId, m: u32) -> Vec<Action> {
+    use TaskKind::{BwdI, BwdW, Fwd};
     let (s0, s1) = (r, 2 * d - 1 - r);
-    let mut b = Builder {
-        it: Counters::default(),
-        deferred: VecDeque::new(),
-        out: Vec::new(),
-    };
+    let mut b = Builder::default();
     for _ in 0..2 * (d - r - 1) {
-        let f = b.fwd(s0); // 1: forwards of the first leg
-        b.push(f);
+        b.single(Fwd, s0); // 1: forwards of the first leg
     }
-    for _ in 0..r + 1 {
-        let (f0, f1) = (b.fwd(s0), b.fwd(s1)); // 2: both legs
-        b.push(f0);
-        b.push(f1);
+    for _ in 0..=r {
+        b.single(Fwd, s0); // 2: both legs
+        b.single(Fwd, s1);
     }
     for _ in 0..d - r - 1 {
-        let i1 = b.bwd(s1, true); // 3: zero-bubble backward, its weight, a forward
-        b.push(i1);
-        b.weight();
-        let f1 = b.fwd(s1);
-        b.push(f1);
+        b.single(BwdI, s1); // 3: zero-bubble backward, its weight, a forward
+        b.single(BwdW, s1);
+        b.single(Fwd, s1);
     }
     for i in 0..m - 2 * d + r + 1 {
-        let (f0, b1) = (b.fwd(s0), b.bwd(s1, false)); // 4: main phase, F&B fused
         if i == 0 && r == d - 1 {
-            b.push(f0);
-            b.push(b1);
+            b.single(Fwd, s0); // 4: main phase, F&B fused (not the last actor's first)
+            b.whole(s1);
         } else {
-            b.fused(f0, b1);
+            b.fwd_bwd(s0, s1);
         }
-        let (f1, b0) = (b.fwd(s1), b.bwd(s0, false));
-        b.fused(f1, b0);
+        b.fwd_bwd(s1, s0);
     }
     for _ in 0..d - r - 1 {
-        let b1 = b.bwd(s1, false); // 5: drain the second leg's forwards
-        b.push(b1);
-        let (f1, b0) = (b.fwd(s1), b.bwd(s0, false));
-        b.fused(f1, b0);
+        b.whole(s1); // 5: drain the second leg's forwards
+        b.fwd_bwd(s1, s0);
     }
     let half = r.div_ceil(2);
-    for i in 0..r + 1 {
-        let split1 = i > half || (i == half && r % 2 == 1); // 6: backwards, second half split
-        let b1 = b.bwd(s1, split1);
-        b.push(b1);
-        let b0 = b.bwd(s0, i >= half);
-        b.push(b0);
+    for i in 0..=r {
+        let late = i >= half; // 6: backwards; the second half split by the actor's parity
+        if late && r % 2 == 1 {
+            b.single(BwdI, s1);
+        } else {
+            b.whole(s1);
+        }
+        if late && r.is_multiple_of(2) && s0 != 0 {
+            b.single(BwdI, s0);
+        } else {
+            b.whole(s0);
+        }
     }
     for _ in 0..d - r - 1 {
-        b.weight(); // 7: a deferred weight, a split backward
-        let b0 = b.bwd(s0, true);
-        b.push(b0);
+        if s0 == 0 {
+            b.whole(s0); // 7: split backwards (stage 0's stays whole)
+        } else {
+            b.single(BwdI, s0);
+        }
     }
-    while !b.deferred.is_empty() {
-        b.weight(); // 8: the remaining weights
-    }
+    let mut weights: Vec<Task> = [s0, s1]
+        .into_iter()
+        .flat_map(|s| (b.it.count(BwdW, s)..m).map(move |mb| Task::bwd_w(s, mb)))
+        .collect();
+    weights.sort_by_key(|t| (t.mb, t.stage)); // 8: the remaining weights
+    b.out.extend(weights.into_iter().map(Action::from));
     b.out
 }

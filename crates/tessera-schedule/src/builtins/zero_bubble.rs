@@ -6,8 +6,11 @@
 //! the cool-down bubble: the bubble falls to `(p-1)(F+B-2W)` (DualPipe's notation, `B` the
 //! whole backward) with 1F1B's peak of `p` live microbatches.
 //!
-//! As in JAXPP, the last stage's forward and `BwdI` run fused, and the first stage's `BwdI` and
-//! `BwdW` run fused (the first stage hands no input gradient on, so splitting gains nothing).
+//! As in JAXPP's `tasks()`, no tasks are fused by default. [`ZeroBubble::fusing_ends`]
+//! (registered as `zero-bubble-fuse-ends`) runs the last stage's forward and `BwdI` as one
+//! action, and the first stage's `BwdI` and `BwdW` as one (the first stage hands no input
+//! gradient on, so splitting gains nothing): Tessera's option. JAXPP merges the first stage's
+//! pair only later, when it compiles the schedule.
 
 use super::common::{
     Counters, check_microbatches, check_one_per_actor, fuse_first_stage_backward, fuse_last_stage,
@@ -21,6 +24,7 @@ use crate::task::{Action, ActorId, StageId, TaskKind};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ZeroBubble {
     stages: u32,
+    fuse_ends: bool,
 }
 
 impl ZeroBubble {
@@ -32,13 +36,29 @@ impl ZeroBubble {
     /// As [`ZeroBubble::new`], checking that `mpmd_dim` equals `stages`.
     pub fn with_mpmd_dim(stages: u32, mpmd_dim: u32) -> Result<ZeroBubble, ScheduleError> {
         check_one_per_actor("zero-bubble", stages, mpmd_dim)?;
-        Ok(ZeroBubble { stages })
+        Ok(ZeroBubble {
+            stages,
+            fuse_ends: false,
+        })
+    }
+
+    /// The same order with the last stage's forward and `BwdI`, and the first stage's `BwdI`
+    /// and `BwdW`, of each microbatch fused into one action where adjacent (Tessera's option).
+    pub fn fusing_ends(self) -> ZeroBubble {
+        ZeroBubble {
+            fuse_ends: true,
+            ..self
+        }
     }
 }
 
 impl Schedule for ZeroBubble {
     fn name(&self) -> String {
-        "zero-bubble".into()
+        if self.fuse_ends {
+            "zero-bubble-fuse-ends".into()
+        } else {
+            "zero-bubble".into()
+        }
     }
 
     fn placement(&self) -> Placement {
@@ -55,8 +75,10 @@ impl Schedule for ZeroBubble {
         let mut lists: Vec<Vec<Action>> = (0..self.stages)
             .map(|r| actor_list(self.stages, r, m))
             .collect();
-        fuse_last_stage(&mut lists, self.stages - 1);
-        fuse_first_stage_backward(&mut lists);
+        if self.fuse_ends {
+            fuse_last_stage(&mut lists, self.stages - 1);
+            fuse_first_stage_backward(&mut lists);
+        }
         Ok(lists)
     }
 }
