@@ -56,47 +56,39 @@ fn devices_on_cuda_list_gpus_or_say_there_are_none() {
     }
 }
 
-#[test]
-fn jax_jaxprs_and_their_gradients_run_on_cuda() {
-    let Ok(_) = gpus().map_err(|why| eprintln!("skipped: {why}")) else {
-        return;
-    };
-    let file = shared_dir().join("oracle").join("jaxpr_cases.json");
+/// Runs an oracle file of `../shared/oracle/` on the CUDA plugin with gradients; all must pass.
+fn oracle_passes_on_cuda(kind: &str, file: &str) {
+    let file = shared_dir().join("oracle").join(file);
     let file = file.to_string_lossy();
-    let line = tessera_last_line(&[
+    let args = [
         "--plugin",
         "cuda",
         "oracle",
-        "jaxpr",
+        kind,
         "--backend",
         "pjrt",
         "--grads",
         &file,
-    ]);
-    assert!(line.ends_with(" passed, 0 failed"), "{line}");
+    ];
+    let line = tessera_last_line(&args);
+    assert!(line.ends_with(" passed, 0 failed"), "{kind}: {line}");
+}
+
+#[test]
+fn jax_jaxprs_and_their_gradients_run_on_cuda() {
+    match gpus() {
+        Ok(_) => oracle_passes_on_cuda("jaxpr", "jaxpr_cases.json"),
+        Err(why) => eprintln!("skipped: {why}"),
+    }
 }
 
 #[test]
 fn collectives_run_on_eight_gpus() {
-    let n = match gpus() {
-        Ok(n) if n >= 8 => n,
-        Ok(n) => return eprintln!("skipped: the collectives cases need 8 GPUs, this has {n}"),
-        Err(why) => return eprintln!("skipped: {why}"),
-    };
-    assert!(n >= 8);
-    let file = shared_dir().join("oracle").join("collectives_cases.json");
-    let file = file.to_string_lossy();
-    let line = tessera_last_line(&[
-        "--plugin",
-        "cuda",
-        "oracle",
-        "collectives",
-        "--backend",
-        "pjrt",
-        "--grads",
-        &file,
-    ]);
-    assert!(line.ends_with(" passed, 0 failed"), "{line}");
+    match gpus() {
+        Ok(n) if n >= 8 => oracle_passes_on_cuda("collectives", "collectives_cases.json"),
+        Ok(n) => eprintln!("skipped: the collectives cases need 8 GPUs, this has {n}"),
+        Err(why) => eprintln!("skipped: {why}"),
+    }
 }
 
 #[test]

@@ -34,6 +34,24 @@ pub fn cargo_command(args: &[&str]) -> Command {
     command
 }
 
+/// Runs the release `tessera` program with `args` in `root` (its stderr shown) and reads the JSON
+/// object it prints as its last line; `what` names the run in errors.
+pub fn tessera_json(root: &Path, args: &[&str], what: &str) -> anyhow::Result<serde_json::Value> {
+    let mut all = vec!["run", "--release", "--quiet", "--package", "tessera", "--"];
+    all.extend_from_slice(args);
+    let mut command = cargo_command(&all);
+    command
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+    let out = command
+        .output()
+        .with_context(|| format!("could not start {command:?}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().unwrap_or_default())
+        .with_context(|| format!("{what} printed no JSON summary"))
+}
+
 /// The cargo that runs this xtask.
 pub fn cargo_bin() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())

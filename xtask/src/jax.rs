@@ -295,13 +295,7 @@ fn run_pipelined(root: &Path) -> anyhow::Result<Vec<PipelinedRow>> {
         step(&format!(
             "bench: pipelined GPT step under {schedule} ({stages} stages on {groups} groups)"
         ));
-        let mut command = cmd::cargo_command(&[
-            "run",
-            "--release",
-            "--quiet",
-            "--package",
-            "tessera",
-            "--",
+        let args = [
             "train",
             "--model",
             "gpt",
@@ -318,17 +312,8 @@ fn run_pipelined(root: &Path) -> anyhow::Result<Vec<PipelinedRow>> {
             "--steps",
             "5",
             "--json",
-        ]);
-        command
-            .current_dir(root)
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit());
-        let out = command
-            .output()
-            .with_context(|| format!("could not start {command:?}"))?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let summary: Value = serde_json::from_str(text.lines().last().unwrap_or_default())
-            .with_context(|| format!("tessera train under {schedule} printed no JSON summary"))?;
+        ];
+        let summary = cmd::tessera_json(root, &args, &format!("tessera train under {schedule}"))?;
         let ms = |key: &str| {
             summary
                 .get(key)

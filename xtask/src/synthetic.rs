@@ -5,9 +5,8 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Stdio;
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use serde_json::Value;
 
 use crate::cmd::{self, step};
@@ -77,13 +76,7 @@ pub fn run(root: &Path) -> anyhow::Result<Vec<SyntheticRow>> {
 }
 
 fn run_once(root: &Path, schedule: &str, stages: &str, groups: &str) -> anyhow::Result<Value> {
-    let mut command = cmd::cargo_command(&[
-        "run",
-        "--release",
-        "--quiet",
-        "--package",
-        "tessera",
-        "--",
+    let args = [
         "schedule",
         schedule,
         "--stages",
@@ -98,17 +91,8 @@ fn run_once(root: &Path, schedule: &str, stages: &str, groups: &str) -> anyhow::
         "--time-unit-ms",
         UNIT_MS,
         "--json",
-    ]);
-    command
-        .current_dir(root)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit());
-    let out = command
-        .output()
-        .with_context(|| format!("could not start {command:?}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(text.lines().last().unwrap_or_default())
-        .with_context(|| format!("the synthetic run of {schedule} printed no JSON report"))
+    ];
+    cmd::tessera_json(root, &args, &format!("the synthetic run of {schedule}"))
 }
 
 /// The section of docs/benchmarks.md.
