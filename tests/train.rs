@@ -133,6 +133,40 @@ fn the_byte_level_gpt_trains_pipelined_like_the_unpipelined_run() {
     assert_eq!(s["order_matches_schedule"], true);
 }
 
+/// The model library's decoders (`--model llama`, `--model gpt2`) train pipelined over 4 groups
+/// with their stages split at evenly spaced layers, equal to the unpipelined run, the loss
+/// falling from near ln 256.
+#[test]
+fn library_decoders_train_pipelined_like_the_unpipelined_run() {
+    for (model, schedule) in [("llama", "zero-bubble"), ("gpt2", "1f1b")] {
+        let s = summary(&[
+            "--model",
+            model,
+            "--schedule",
+            schedule,
+            "--stages",
+            "4",
+            "--microbatches",
+            "4",
+            "--batch",
+            "8",
+            "--steps",
+            "3",
+            "--json",
+        ]);
+        let (losses, reference) = (numbers(&s, "losses"), numbers(&s, "reference_losses"));
+        assert!((losses[0] - 256f64.ln()).abs() < 0.2, "{model}: {losses:?}");
+        assert!(losses[2] < losses[0], "{model}: {losses:?}");
+        for (a, b) in losses.iter().zip(&reference) {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs(),
+                "{model}: {a} vs unpipelined {b}"
+            );
+        }
+        assert_eq!(s["order_matches_schedule"], true, "{model}");
+    }
+}
+
 /// `tessera train --model gpt` for one step of 16 micro-batches under `schedule` on `stages`
 /// stages over `groups` groups: its memory report.
 fn gpt_memory(schedule: &str, stages: &str, groups: &str) -> serde_json::Value {

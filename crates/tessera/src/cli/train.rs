@@ -17,6 +17,8 @@ use tessera_ir::interp::eval_closed;
 use tessera_ir::trace::{Tensor, trace, treduce, value_and_grad_call};
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
 use tessera_mpmd::{MpmdMesh, StepArg, StepResult};
+use tessera_nn::data::{ByteCorpus, Split};
+use tessera_nn::{DecoderConfig, StagePlan};
 use tessera_pjrt::{Client, HostArray};
 use tessera_schedule::{Costs, Registry, ScheduleParams};
 use tessera_sharding::Mesh;
@@ -99,10 +101,44 @@ fn gpt_model(stages: usize, rows: i64, microbatches: usize) -> anyhow::Result<Mo
     })
 }
 
+/// A decoder of the model library (`tessera-nn`): Llama or GPT-2 style, 4 layers of width 64 with
+/// 4 heads over 32-byte windows of the corpus, its stages starting at evenly spaced layers.
+fn library_model(
+    kind: &str,
+    stages: usize,
+    rows: i64,
+    microbatches: usize,
+) -> anyhow::Result<Model> {
+    let config = match kind {
+        "llama" => DecoderConfig::llama(256, 4, 64, 4, 32),
+        _ => DecoderConfig::gpt2(256, 4, 64, 4, 32),
+    };
+    let loss = config.loss(rows, &StagePlan::even(stages, config.layers)?)?;
+    let init = config.init(0)?.flatten();
+    let corpus = include_bytes!("../../../../examples/data/corpus.txt").to_vec();
+    let source = std::path::Path::new("examples/data/corpus.txt");
+    let data = ByteCorpus::from_bytes(source, corpus, config.seq_len as usize, 0.0)?;
+    let n_params = init.len();
+    let batches = (0..microbatches)
+        .map(|m| {
+            let (tokens, targets) =
+                data.batch(Split::Train, (m as i64 * rows) as u64, rows as usize)?;
+            Ok(HashMap::from([(0, tokens), (n_params + 1, targets)]))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(Model {
+        loss,
+        params: (1..=n_params).collect(),
+        init,
+        batches,
+    })
+}
+
 /// Arguments of `tessera train`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The model: `mlp` or `gpt` (a byte-level GPT on the corpus in examples/data).
+    /// The model: `mlp`; `gpt` (the CLI's byte-level GPT on the corpus in examples/data); or
+    /// `llama` / `gpt2` (the model library's decoders, 4 layers of width 64, on the same corpus).
     #[arg(long, default_value = "mlp")]
     model: String,
     /// The schedule (any name `tessera schedule --list` shows).
@@ -315,7 +351,8 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     let model = match args.model.as_str() {
         "mlp" => mlp_model(stages, rows, microbatches)?,
         "gpt" => gpt_model(stages, rows, microbatches)?,
-        other => bail!("unknown model `{other}`: use `mlp` or `gpt`"),
+        "llama" | "gpt2" => library_model(&args.model, stages, rows, microbatches)?,
+        other => bail!("unknown model `{other}`: use `mlp`, `gpt`, `llama` or `gpt2`"),
     };
     let client = Client::open(plugin, i64::from(args.devices))?;
     let available = client.addressable_devices()?.len();
@@ -333,7 +370,7 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     )?;
     let lr = args
         .lr
-        .unwrap_or(if args.model == "gpt" { 0.1 } else { 0.2 });
+        .unwrap_or(if args.model == "mlp" { 0.2 } else { 0.1 });
     let (step, data) = training_step(&model, &args.schedule)?;
     // The update writes each parameter into its old buffers (donated): one copy per group.
     let options = tessera_mpmd::MpmdJitOptions {
