@@ -183,7 +183,8 @@ fn main() -> anyhow::Result<()> {
         config.spec().len(),
         config.spec().paths()[1]
     );
-    let target = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../target"));
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target = root.parent().unwrap_or(root).join("target");
     let dir = target.join("nn-checkpoints");
     let (losses, evals) = train(Start::Fresh, &dir, STEPS / 2)?;
     let folder = checkpoint::latest(&dir)?.ok_or_else(|| anyhow::anyhow!("no checkpoint"))?;

@@ -116,7 +116,14 @@ fn demo() -> anyhow::Result<ExitCode> {
          cosine under jit, a checkpoint halfway, a resumed run equal to the uninterrupted one, \
          the loss curve as SVG",
     );
-    cmd::cargo(&["run", "--quiet", "--package", "tessera-examples", "--example", "nn"])?;
+    cmd::cargo(&[
+        "run",
+        "--quiet",
+        "--package",
+        "tessera-examples",
+        "--example",
+        "nn",
+    ])?;
     cmd::step(
         "demo: training a byte-level GPT pipelined over 4 MPMD groups x 2 devices with the 1F1B schedule",
     );
