@@ -134,12 +134,16 @@ fn the_byte_level_gpt_trains_pipelined_like_the_unpipelined_run() {
 }
 
 /// The model library's decoders (`--model llama`, `--model gpt2`) train pipelined over 4 groups
-/// with their stages split at evenly spaced layers, equal to the unpipelined run, the loss
-/// falling from near ln 256.
+/// with their stages split at evenly spaced layers, with AdamW (its state kept on the groups
+/// with the parameters) or SGD, equal to the unpipelined run, the loss falling from near ln 256.
 #[test]
 fn library_decoders_train_pipelined_like_the_unpipelined_run() {
-    for (model, schedule) in [("llama", "zero-bubble"), ("gpt2", "1f1b")] {
-        let s = summary(&[
+    let runs = [
+        ("llama", "zero-bubble", "adamw", "0.003"),
+        ("gpt2", "1f1b", "sgd", "0.1"),
+    ];
+    for (model, schedule, optimizer, lr) in runs {
+        let args = [
             "--model",
             model,
             "--schedule",
@@ -152,8 +156,13 @@ fn library_decoders_train_pipelined_like_the_unpipelined_run() {
             "8",
             "--steps",
             "3",
+            "--optimizer",
+            optimizer,
+            "--lr",
+            lr,
             "--json",
-        ]);
+        ];
+        let s = summary(&args);
         let (losses, reference) = (numbers(&s, "losses"), numbers(&s, "reference_losses"));
         assert!((losses[0] - 256f64.ln()).abs() < 0.2, "{model}: {losses:?}");
         assert!(losses[2] < losses[0], "{model}: {losses:?}");

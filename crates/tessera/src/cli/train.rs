@@ -18,7 +18,8 @@ use tessera_ir::trace::{Tensor, trace, treduce, value_and_grad_call};
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
 use tessera_mpmd::{MpmdMesh, StepArg, StepResult};
 use tessera_nn::data::{ByteCorpus, Split};
-use tessera_nn::{DecoderConfig, StagePlan};
+use tessera_nn::optim::{AdamW, Optimizer, Sgd};
+use tessera_nn::{DecoderConfig, StagePlan, Tree};
 use tessera_pjrt::{Client, HostArray};
 use tessera_schedule::{Costs, Registry, ScheduleParams};
 use tessera_sharding::Mesh;
@@ -171,6 +172,10 @@ pub struct Args {
     /// Print a JSON summary as the last line.
     #[arg(long)]
     json: bool,
+    /// The optimizer: `sgd` (plain) or `adamw` (optax's defaults: b1 0.9, b2 0.999, eps 1e-8,
+    /// weight decay 1e-4), from the model library.
+    #[arg(long, default_value = "sgd")]
+    optimizer: String,
     /// Go on when the loss becomes NaN or infinite (by default the run stops with an error).
     #[arg(long)]
     allow_nonfinite: bool,
@@ -226,10 +231,16 @@ fn dataset(microbatches: usize, rows: i64) -> anyhow::Result<Vec<(Array, Array)>
         .collect()
 }
 
-/// The training step as one program: `(params..., lr, data...) -> (params'..., mean loss)`, each
-/// data argument holding every micro-batch along a leading axis. The micro-batch loop is a
-/// `treduce` of `value_and_grad_call(loss)` under `schedule`; SGD follows it.
-fn training_step(model: &Model, schedule: &str) -> anyhow::Result<(ClosedJaxpr, Vec<Array>)> {
+/// The training step as one program: `(params..., optimizer state..., lr, data...) ->
+/// (params'..., state'..., mean loss)`, each data argument holding every micro-batch along a
+/// leading axis. The micro-batch loop is a `treduce` of `value_and_grad_call(loss)` under
+/// `schedule`; the optimizer's update (`tessera_nn::optim`) of the mean gradients follows it.
+/// Also returns the data and the optimizer's initial state.
+fn training_step(
+    model: &Model,
+    schedule: &str,
+    opt: &dyn Optimizer,
+) -> anyhow::Result<(ClosedJaxpr, Vec<Array>, Vec<Array>)> {
     let n_args = model.loss.jaxpr.invars.len();
     let data_args: Vec<usize> = (0..n_args).filter(|k| !model.params.contains(k)).collect();
     let mbs = model.batches.len();
@@ -247,15 +258,32 @@ fn training_step(model: &Model, schedule: &str) -> anyhow::Result<(ClosedJaxpr, 
             Ok(Array::new(parts[0].dtype, &shape, values)?)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let mut avals: Vec<ShapedArray> = model.init.iter().map(Array::aval).collect();
+    // The parameters as a tree named by position, for the optimizer.
+    let as_tree = |leaves: Vec<ShapedArray>| {
+        Tree::node(
+            leaves
+                .into_iter()
+                .enumerate()
+                .map(|(i, a)| (i.to_string(), Tree::Leaf(a))),
+        )
+    };
+    let param_avals = as_tree(model.init.iter().map(Array::aval).collect());
+    let state_avals = opt.state_avals(&param_avals);
+    let init_state = opt
+        .init_state(&param_avals.unflatten(model.init.clone())?)?
+        .flatten();
+    let mut avals = param_avals.flatten();
+    avals.extend(state_avals.flatten());
     avals.push(ShapedArray::new(DType::F32, &[]));
     avals.extend(data.iter().map(Array::aval));
-    let n_params = model.params.len();
+    let (n_params, n_state) = (model.params.len(), state_avals.len());
+    let mut failure = None;
     let step = trace(&avals, |a| {
         let (weights, rest) = a.split_at(n_params);
-        let weights: Vec<&Tensor> = weights.iter().collect();
+        let (state, rest) = rest.split_at(n_state);
+        let weight_refs: Vec<&Tensor> = weights.iter().collect();
         let xs: Vec<&Tensor> = rest[1..].iter().collect();
-        let outs = treduce(&weights, &xs, 0, schedule, &[], |w, mb| {
+        let outs = treduce(&weight_refs, &xs, 0, schedule, &[], |w, mb| {
             let args: Vec<&Tensor> = (0..n_args)
                 .map(|k| match model.params.iter().position(|&p| p == k) {
                     Some(i) => &w[i],
@@ -264,14 +292,29 @@ fn training_step(model: &Model, schedule: &str) -> anyhow::Result<(ClosedJaxpr, 
                 .collect();
             value_and_grad_call(&model.loss, &model.params, &args)
         });
-        let scale = &rest[0] / mbs as f64;
-        let mut results: Vec<Tensor> = (0..n_params)
-            .map(|i| &a[i] - &(&scale * &outs[1 + i]))
-            .collect();
-        results.push(outs[0].mean(&[0]));
-        results
-    })?;
-    Ok((step, data))
+        // The mean of the micro-batches' gradients, then the optimizer's update.
+        let update = || -> tessera_nn::Result<Vec<Tensor>> {
+            let grads: Vec<Tensor> = outs[1..=n_params].iter().map(|g| g / mbs as f64).collect();
+            let (params, state) = opt.update(
+                &rest[0],
+                &param_avals.unflatten(weights.to_vec())?,
+                &param_avals.unflatten(grads)?,
+                &state_avals.unflatten(state.to_vec())?,
+            )?;
+            let mut results = params.flatten();
+            results.extend(state.flatten());
+            results.push(outs[0].mean(&[0]));
+            Ok(results)
+        };
+        update().unwrap_or_else(|err| {
+            failure = Some(err);
+            vec![outs[0].clone()]
+        })
+    });
+    if let Some(err) = failure {
+        return Err(err.into());
+    }
+    Ok((step?, data, init_state))
 }
 
 /// The step's arguments as host arrays.
@@ -371,7 +414,14 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     let lr = args
         .lr
         .unwrap_or(if args.model == "mlp" { 0.2 } else { 0.1 });
-    let (step, data) = training_step(&model, &args.schedule)?;
+    let opt: Box<dyn Optimizer> = match args.optimizer.as_str() {
+        "sgd" => Box::new(Sgd { momentum: 0.0 }),
+        "adamw" => Box::new(AdamW::default()),
+        other => bail!("unknown optimizer `{other}`: use `sgd` or `adamw`"),
+    };
+    let (step, data, init_state) = training_step(&model, &args.schedule, opt.as_ref())?;
+    // What each step takes and gives back: the parameters, then the optimizer's state.
+    let carried: Vec<Array> = model.init.iter().cloned().chain(init_state).collect();
     // The update writes each parameter into its old buffers (donated): one copy per group.
     let options = tessera_mpmd::MpmdJitOptions {
         donate_argnums: (0..model.init.len()).collect(),
@@ -383,19 +433,19 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     let reference_exe = tessera::jit::compile(&client, &step, 0)?;
     // The pipelined run keeps its weights on their groups between steps: each step's update
     // leaves them there and the next step takes them from there.
-    let host_args = step_args(&model.init, lr, &data)?;
-    let n_params = model.init.len();
-    let mut weights: Vec<StepArg> = host_args[..n_params]
+    let host_args = step_args(&carried, lr, &data)?;
+    let n_carried = carried.len();
+    let mut weights: Vec<StepArg> = host_args[..n_carried]
         .iter()
         .cloned()
         .map(StepArg::Host)
         .collect();
-    let rest: Vec<StepArg> = host_args[n_params..]
+    let rest: Vec<StepArg> = host_args[n_carried..]
         .iter()
         .cloned()
         .map(StepArg::Host)
         .collect();
-    let mut reference = model.init.clone();
+    let mut reference = carried;
     let bar = indicatif::ProgressBar::with_draw_target(
         Some(u64::from(args.steps)),
         indicatif::ProgressDrawTarget::stderr(),
