@@ -149,6 +149,22 @@ fn bad_training_input_is_refused_with_the_reason() {
     refused(&["train", "--lr", "nan"], "--lr NaN is not a learning rate");
     refused(&["train", "--lr=-1"], "give a finite number above 0");
     refused(&["schedule", "gpipe", "--stages", "0"], "at least 1 stage");
+    let tiny = std::env::temp_dir().join(format!("tessera-tiny-{}.txt", std::process::id()));
+    std::fs::write(&tiny, b"tiny").unwrap();
+    let tiny_arg = tiny.to_string_lossy().into_owned();
+    refused(
+        &["train", "--model", "llama", "--data", &tiny_arg],
+        &format!("the data file {tiny_arg} has 4 bytes"),
+    );
+    refused(
+        &["train", "--model", "mlp", "--data", &tiny_arg],
+        "--data trains --model llama",
+    );
+    std::fs::remove_file(&tiny).unwrap();
+    refused(
+        &["train", "--warmup", "20", "--steps", "5"],
+        "longer than the run's 5 --steps",
+    );
     refused(
         &[
             "schedule",

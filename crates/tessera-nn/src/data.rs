@@ -59,7 +59,7 @@ impl ByteCorpus {
         if seq_len == 0 || bytes.len() < needed || (eval_fraction > 0.0 && eval_len < window) {
             return Err(NnError::Data(format!(
                 "the data file {} has {} bytes, fewer than {needed} (one window of seq_len + 1 = \
-                 {window} bytes{}). Fix: use a longer file or a shorter --seq-len",
+                 {window} bytes{}). Fix: use a longer file or a shorter sequence length",
                 source.display(),
                 bytes.len(),
                 if eval_fraction > 0.0 {
@@ -145,7 +145,7 @@ mod tests {
     fn a_file_shorter_than_a_window_is_refused_with_the_fix() {
         let err = corpus(10, 16, 0.0).unwrap_err().to_string();
         assert!(
-            err.contains("mem.txt has 10 bytes") && err.contains("--seq-len"),
+            err.contains("mem.txt has 10 bytes") && err.contains("longer file"),
             "{err}"
         );
         let err = corpus(40, 16, 0.1).unwrap_err().to_string();

@@ -18,6 +18,7 @@ use tessera_ir::trace::{Tensor, trace, treduce, value_and_grad_call};
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
 use tessera_mpmd::{MpmdMesh, StepArg, StepResult};
 use tessera_nn::data::{ByteCorpus, Split};
+use tessera_nn::lr::LrSchedule;
 use tessera_nn::optim::{AdamW, Optimizer, Sgd};
 use tessera_nn::{DecoderConfig, StagePlan, Tree};
 use tessera_pjrt::{Client, HostArray};
@@ -109,6 +110,7 @@ fn library_model(
     stages: usize,
     rows: i64,
     microbatches: usize,
+    data_file: Option<&std::path::Path>,
 ) -> anyhow::Result<Model> {
     let config = match kind {
         "llama" => DecoderConfig::llama(256, 4, 64, 4, 32),
@@ -116,9 +118,15 @@ fn library_model(
     };
     let loss = config.loss(rows, &StagePlan::even(stages, config.layers)?)?;
     let init = config.init(0)?.flatten();
-    let corpus = include_bytes!("../../../../examples/data/corpus.txt").to_vec();
-    let source = std::path::Path::new("examples/data/corpus.txt");
-    let data = ByteCorpus::from_bytes(source, corpus, config.seq_len as usize, 0.0)?;
+    let seq = config.seq_len as usize;
+    let data = match data_file {
+        Some(path) => ByteCorpus::from_file(path, seq, 0.0)?,
+        None => {
+            let corpus = include_bytes!("../../../../examples/data/corpus.txt").to_vec();
+            let source = std::path::Path::new("examples/data/corpus.txt");
+            ByteCorpus::from_bytes(source, corpus, seq, 0.0)?
+        }
+    };
     let n_params = init.len();
     let batches = (0..microbatches)
         .map(|m| {
@@ -176,6 +184,13 @@ pub struct Args {
     /// weight decay 1e-4), from the model library.
     #[arg(long, default_value = "sgd")]
     optimizer: String,
+    /// Warm the learning rate up linearly from 0 to --lr over this many steps, then decay it
+    /// along a cosine to --lr / 10 at the last step (default: a constant --lr).
+    #[arg(long)]
+    warmup: Option<u64>,
+    /// Train `--model llama|gpt2` on the bytes of this file instead of examples/data/corpus.txt.
+    #[arg(long)]
+    data: Option<PathBuf>,
     /// Go on when the loss becomes NaN or infinite (by default the run stops with an error).
     #[arg(long)]
     allow_nonfinite: bool,
@@ -391,10 +406,28 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     let rows = i64::from(args.batch / args.microbatches);
     let stages = args.stages as usize;
     let microbatches = args.microbatches as usize;
+    if args.data.is_some() && !matches!(args.model.as_str(), "llama" | "gpt2") {
+        bail!(
+            "--data trains --model llama or gpt2; the {} model has its own data",
+            args.model
+        );
+    }
+    if let Some(warmup) = args.warmup.filter(|&w| w > u64::from(args.steps)) {
+        bail!(
+            "--warmup {warmup} is longer than the run's {} --steps",
+            args.steps
+        );
+    }
     let model = match args.model.as_str() {
         "mlp" => mlp_model(stages, rows, microbatches)?,
         "gpt" => gpt_model(stages, rows, microbatches)?,
-        "llama" | "gpt2" => library_model(&args.model, stages, rows, microbatches)?,
+        "llama" | "gpt2" => library_model(
+            &args.model,
+            stages,
+            rows,
+            microbatches,
+            args.data.as_deref(),
+        )?,
         other => bail!("unknown model `{other}`: use `mlp`, `gpt`, `llama` or `gpt2`"),
     };
     let client = Client::open(plugin, i64::from(args.devices))?;
@@ -433,6 +466,16 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     let reference_exe = tessera::jit::compile(&client, &step, 0)?;
     // The pipelined run keeps its weights on their groups between steps: each step's update
     // leaves them there and the next step takes them from there.
+    let schedule = match args.warmup {
+        Some(warmup) => LrSchedule::WarmupCosine {
+            init: 0.0,
+            peak: lr,
+            warmup,
+            decay_steps: u64::from(args.steps),
+            end: lr / 10.0,
+        },
+        None => LrSchedule::Constant(lr),
+    };
     let host_args = step_args(&carried, lr, &data)?;
     let n_carried = carried.len();
     let mut weights: Vec<StepArg> = host_args[..n_carried]
@@ -440,7 +483,7 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         .cloned()
         .map(StepArg::Host)
         .collect();
-    let rest: Vec<StepArg> = host_args[n_carried..]
+    let mut rest: Vec<StepArg> = host_args[n_carried..]
         .iter()
         .cloned()
         .map(StepArg::Host)
@@ -457,7 +500,9 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     let (mut losses, mut reference_losses, mut last_timings) = (Vec::new(), Vec::new(), None);
     let mut per_step: Vec<(f64, f64)> = Vec::new();
     let mut step_ms: Vec<f64> = Vec::new();
-    for _ in 0..args.steps {
+    for step_index in 0..u64::from(args.steps) {
+        let lr = schedule.at(step_index);
+        rest[0] = StepArg::Host(to_host(&Array::scalar(DType::F32, lr))?);
         let mut call_args: Vec<StepArg> = weights.drain(..).chain(rest.iter().cloned()).collect();
         let began = std::time::Instant::now();
         let run = jit.call_mpmd_donated(&mut call_args)?;
