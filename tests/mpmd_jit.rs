@@ -77,6 +77,33 @@ fn values(shape: &[i64], seed: f64) -> Array {
     .unwrap()
 }
 
+/// The step's arguments: one weight per stage, the learning rate 0.5, inputs and targets.
+fn step_args(stages: usize, mbs: i64, rows: i64) -> Vec<Array> {
+    let mut args: Vec<Array> = (0..stages)
+        .map(|s| values(&[WIDTH, WIDTH], s as f64))
+        .collect();
+    args.push(Array::scalar(DType::F32, 0.5));
+    args.push(values(&[mbs, rows, WIDTH], 10.0));
+    args.push(values(&[mbs, rows, WIDTH], 20.0));
+    args
+}
+
+/// The results of the last of `steps` interpreted steps, each fed the previous step's weights.
+fn interpreted_steps(
+    program: &ClosedJaxpr,
+    args: &[Array],
+    stages: usize,
+    steps: usize,
+) -> Vec<Array> {
+    let mut args = args.to_vec();
+    let mut results = Vec::new();
+    for _ in 0..steps {
+        results = eval_closed(program, &args).unwrap();
+        args[..stages].clone_from_slice(&results[..stages]);
+    }
+    results
+}
+
 fn check(stages: usize, schedule: &str) {
     check_with(stages, schedule, &MpmdJitOptions::default());
 }
@@ -107,12 +134,7 @@ fn check_with(stages: usize, schedule: &str, options: &MpmdJitOptions) {
     }
     want.sort();
     assert_eq!(places, want);
-    let mut args: Vec<Array> = (0..stages)
-        .map(|s| values(&[WIDTH, WIDTH], s as f64))
-        .collect();
-    args.push(Array::scalar(DType::F32, 0.5));
-    args.push(values(&[mbs, rows, WIDTH], 10.0));
-    args.push(values(&[mbs, rows, WIDTH], 20.0));
+    let args = step_args(stages, mbs, rows);
     let want = eval_closed(&program, &args).unwrap();
     let host: Vec<_> = args.iter().map(|a| to_host(a).unwrap()).collect();
     let run = jit.call(&host).unwrap();
@@ -251,12 +273,7 @@ fn a_step_that_passes_its_deadline_fails_and_the_next_step_runs() {
         ..MpmdJitOptions::default()
     };
     let mut jit = mpmd_jit_with(&client, &mesh(stages), &program, &options).unwrap();
-    let mut args: Vec<Array> = (0..stages)
-        .map(|s| values(&[WIDTH, WIDTH], s as f64))
-        .collect();
-    args.push(Array::scalar(DType::F32, 0.5));
-    args.push(values(&[mbs, rows, WIDTH], 10.0));
-    args.push(values(&[mbs, rows, WIDTH], 20.0));
+    let args = step_args(stages, mbs, rows);
     let host: Vec<_> = args.iter().map(|a| to_host(a).unwrap()).collect();
     match jit.call(&host) {
         Err(tessera_mpmd::driver::DriverError::Run(RunError::Timeout { task, .. })) => {
@@ -356,19 +373,9 @@ fn parameters_stay_on_their_groups_between_steps() {
     let client = Client::cpu(8).unwrap();
     let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 2), ("data", 4)]).unwrap(), "stage").unwrap();
     let jit = mpmd_jit(&client, &mesh, &program).unwrap();
-    let mut args: Vec<Array> = (0..stages)
-        .map(|s| values(&[WIDTH, WIDTH], s as f64))
-        .collect();
-    args.push(Array::scalar(DType::F32, 0.5));
-    args.push(values(&[mbs, rows, WIDTH], 10.0));
-    args.push(values(&[mbs, rows, WIDTH], 20.0));
+    let args = step_args(stages, mbs, rows);
     // Two steps in the interpreter.
-    let mut want_args = args.clone();
-    let mut want = Vec::new();
-    for _ in 0..2 {
-        want = eval_closed(&program, &want_args).unwrap();
-        want_args[..stages].clone_from_slice(&want[..stages]);
-    }
+    let want = interpreted_steps(&program, &args, stages, 2);
     // Two steps with mpmd_jit, the weights fed back from the groups.
     let mut call_args: Vec<StepArg> = args
         .iter()
@@ -419,18 +426,8 @@ fn a_step_donating_its_parameters_updates_them_in_place() {
         ..MpmdJitOptions::default()
     };
     let jit = mpmd_jit_with(&client, &mesh(stages), &program, &options).unwrap();
-    let mut args: Vec<Array> = (0..stages)
-        .map(|s| values(&[WIDTH, WIDTH], s as f64))
-        .collect();
-    args.push(Array::scalar(DType::F32, 0.5));
-    args.push(values(&[mbs, rows, WIDTH], 10.0));
-    args.push(values(&[mbs, rows, WIDTH], 20.0));
-    let mut want_args = args.clone();
-    let mut want = Vec::new();
-    for _ in 0..3 {
-        want = eval_closed(&program, &want_args).unwrap();
-        want_args[..stages].clone_from_slice(&want[..stages]);
-    }
+    let args = step_args(stages, mbs, rows);
+    let want = interpreted_steps(&program, &args, stages, 3);
     let mut call_args: Vec<StepArg> = args
         .iter()
         .map(|a| StepArg::Host(to_host(a).unwrap()))
