@@ -91,17 +91,8 @@ fn bad_input_is_refused_before_device_work() {
     );
     let out = train(&["--model", "bert"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown model `bert`"));
-    let out = train(&[
-        "--model",
-        "gpt",
-        "--stages",
-        "3",
-        "--mpmd-dim",
-        "3",
-        "--devices",
-        "6",
-    ]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("must divide them"));
+    let out = train(&["--model", "gpt", "--stages", "8"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("8 stages cannot split 4 layers"));
 }
 
 #[test]
@@ -171,7 +162,21 @@ fn library_decoders_train_pipelined_like_the_unpipelined_run() {
         let (losses, reference) = (numbers(&s, "losses"), numbers(&s, "reference_losses"));
         assert!((losses[0] - 256f64.ln()).abs() < 0.2, "{model}: {losses:?}");
         assert!(losses[2] < losses[0], "{model}: {losses:?}");
-        assert_eq!(losses[1] == losses[0], warmup == "1", "{model}: {losses:?}");
+        if warmup == "1" {
+            // The first step's learning rate is 0: the second loss is that of the initial
+            // parameters on the second batch, whatever the peak rate.
+            let doubled: Vec<&str> = args
+                .iter()
+                .zip(std::iter::once(&"").chain(&args))
+                .map(|(&arg, &flag)| match flag {
+                    "--lr" => "0.006",
+                    "--steps" => "2",
+                    _ => arg,
+                })
+                .collect();
+            let again = numbers(&summary(&doubled), "losses");
+            assert_eq!(again[1], losses[1], "{model}: {losses:?} vs {again:?}");
+        }
         for (a, b) in losses.iter().zip(&reference) {
             assert!(
                 (a - b).abs() <= 1e-5 * b.abs(),

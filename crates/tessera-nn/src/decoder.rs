@@ -325,19 +325,16 @@ impl StagePlan {
         }
     }
 
-    /// `stages` stages of `layers.div_ceil(stages)` layers (the last may have fewer).
+    /// `stages` stages of as equal a number of layers as can be (the earlier ones take the
+    /// extra layers): stage `s` begins at layer `ceil(s × layers / stages)`.
     pub fn even(stages: usize, layers: usize) -> Result<Self> {
         if stages == 0 || stages > layers {
             return Err(NnError::Config(format!(
                 "{stages} stages cannot split {layers} layers; use 1 to {layers} stages"
             )));
         }
-        let per = layers.div_ceil(stages);
         Ok(StagePlan {
-            starts: (1..stages)
-                .map(|s| s * per)
-                .filter(|&l| l < layers)
-                .collect(),
+            starts: (1..stages).map(|s| (s * layers).div_ceil(stages)).collect(),
         })
     }
 

@@ -15,6 +15,7 @@
 //!   function of a position (so a resumed run sees the same batches).
 //! - [`checkpoint`]: parameters and optimizer state in `safetensors` files with a manifest,
 //!   written atomically (a crash mid-write never leaves a torn checkpoint).
+//! - [`toy`]: a small teacher-student `tanh` network for trying pipelines quickly.
 //!
 //! Everything here builds programs with `tessera_ir::trace`; running them (interpreted, under
 //! `jit`, or pipelined by `mpmd_jit`) is the caller's choice.
@@ -27,6 +28,7 @@ mod init;
 pub mod layers;
 pub mod lr;
 pub mod optim;
+pub mod toy;
 mod tree;
 mod trees;
 

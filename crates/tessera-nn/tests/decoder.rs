@@ -97,6 +97,8 @@ fn stage_plans_place_one_marker_per_boundary() {
     for (plan, markers) in [
         (StagePlan::even(2, 4).unwrap(), vec![1]),
         (StagePlan::even(4, 4).unwrap(), vec![1, 2, 3]),
+        // Three stages of four layers: 2 + 1 + 1, never fewer stages than asked.
+        (StagePlan::even(3, 4).unwrap(), vec![1, 2]),
         (StagePlan::at_layers(&[1, 3]), vec![1, 2]),
     ] {
         let program = c.loss(ROWS, &plan).unwrap();
@@ -131,4 +133,8 @@ fn bad_configurations_say_what_to_fix() {
         "{err}"
     );
     assert!(StagePlan::even(5, 4).is_err());
+    assert_eq!(
+        StagePlan::even(3, 4).unwrap(),
+        StagePlan::at_layers(&[2, 3])
+    );
 }

@@ -1,7 +1,6 @@
 //! Subcommands of the `tessera` program, one module each.
 
 mod devices;
-mod gpt;
 mod oracle;
 mod schedule;
 mod sharding;
@@ -36,7 +35,7 @@ enum Command {
     /// Build, validate, simulate and draw a pipeline schedule.
     Schedule(schedule::Args),
     /// Train a model pipelined over MPMD groups of devices.
-    Train(train::Args),
+    Train(Box<train::Args>),
 }
 
 /// Runs one parsed command line.
@@ -46,7 +45,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sharding(args) => sharding::run(args),
         Command::Oracle(args) => oracle::run(args, cli.plugin.as_deref()),
         Command::Schedule(args) => schedule::run(args),
-        Command::Train(args) => train::run(args, cli.plugin.as_deref()),
+        Command::Train(args) => train::run(*args, cli.plugin.as_deref()),
     }
 }
 

@@ -1,0 +1,104 @@
+//! The command line of `tessera train`.
+
+use std::path::PathBuf;
+
+/// Arguments of `tessera train`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The model: `mlp` (a toy teacher-student tanh network, one layer per stage), or the model
+    /// library's decoders `llama` and `gpt2` (`gpt` is `gpt2`), byte-level on
+    /// examples/data/corpus.txt or --data. Default: the config file's `model`, else `mlp`.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// A TOML file with the decoder's sizes: `model`, `layers`, `d_model`, `heads`, `seq_len`
+    /// and optionally `ffn` (see docs/training.md). Flags given as well override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Decoder layers (default 4).
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Decoder width (default 64).
+    #[arg(long)]
+    pub d_model: Option<i64>,
+    /// Attention heads (default 4); they must divide --d-model.
+    #[arg(long)]
+    pub heads: Option<i64>,
+    /// Tokens per sequence (default 32).
+    #[arg(long)]
+    pub seq_len: Option<i64>,
+    /// The schedule (any name `tessera schedule --list` shows).
+    #[arg(long, default_value = "1f1b")]
+    pub schedule: String,
+    /// Pipeline stages (the model gets one stage marker per stage boundary).
+    #[arg(long, default_value_t = 4)]
+    pub stages: u32,
+    /// MPMD groups (defaults to the number of stages).
+    #[arg(long)]
+    pub mpmd_dim: Option<u32>,
+    /// Microbatches per step.
+    #[arg(long, default_value_t = 8)]
+    pub microbatches: u32,
+    /// Devices of the CPU plugin; each group gets devices / mpmd-dim of them.
+    #[arg(long, default_value_t = 8)]
+    pub devices: u32,
+    /// Training steps of the whole run (a resumed run stops at the same step as an
+    /// uninterrupted one).
+    #[arg(long, default_value_t = 10)]
+    pub steps: u32,
+    /// End this invocation after step N, as if interrupted there (the learning-rate schedule
+    /// still spans --steps); continue later with --resume.
+    #[arg(long, value_name = "N")]
+    pub stop_after: Option<u32>,
+    /// Examples (sequences) per step, divided among the microbatches.
+    #[arg(long, default_value_t = 64)]
+    pub batch: u32,
+    /// Peak learning rate (default: 0.2 for the MLP, 0.1 for the decoders).
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// The optimizer: `sgd` (plain) or `adamw` (optax's defaults: b1 0.9, b2 0.999, eps 1e-8,
+    /// weight decay 1e-4), from the model library.
+    #[arg(long, default_value = "sgd")]
+    pub optimizer: String,
+    /// Warm the learning rate up linearly from 0 to --lr over this many steps, then decay it
+    /// along a cosine to --lr / 10 at the last step (default: a constant --lr).
+    #[arg(long)]
+    pub warmup: Option<u64>,
+    /// Train the decoders on the bytes of this file instead of examples/data/corpus.txt; its
+    /// last tenth is held out for the eval loss.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Compute the eval loss on the held-out data every N steps and at the last step (0: never).
+    #[arg(long, default_value_t = 10)]
+    pub eval_every: u64,
+    /// Save parameters and optimizer state here (safetensors and a manifest per checkpoint).
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Save a checkpoint every N steps (and always after the last step); needs
+    /// --checkpoint-dir or --resume.
+    #[arg(long, value_name = "N")]
+    pub checkpoint_every: Option<u64>,
+    /// Continue the run from the newest checkpoint in DIR (and keep saving there unless
+    /// --checkpoint-dir names another directory).
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
+    /// Write the loss curve (train and eval) as SVG here (default: loss.svg in the checkpoint
+    /// directory when there is one).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// The seed of the initial parameters.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Skip the unpipelined reference step that checks every pipelined step (about halves the
+    /// time of a step).
+    #[arg(long)]
+    pub no_reference: bool,
+    /// Go on when the loss becomes NaN or infinite (by default the run stops with an error).
+    #[arg(long)]
+    pub allow_nonfinite: bool,
+    /// Write a Chrome / Perfetto trace of the last step's tasks here.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Print a JSON summary as the last line.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,100 @@
+//! Saving and resuming a run: the checkpoint directory is checked before any training, a
+//! resumed run must be of the same model, and checkpoints are written atomically by
+//! `tessera_nn::checkpoint`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::bail;
+use tessera_ir::{Array, ShapedArray};
+use tessera_nn::Tree;
+use tessera_nn::checkpoint::{self, Manifest};
+
+/// Where a run saves its checkpoints, and how often.
+pub struct Saver {
+    dir: PathBuf,
+    every: Option<u64>,
+}
+
+impl Saver {
+    /// Checks that `dir` is a directory Tessera can write (creating it if needed) before any
+    /// training starts, so a run never trains for an hour and then fails to save.
+    pub fn new(dir: &Path, every: Option<u64>) -> anyhow::Result<Saver> {
+        if every == Some(0) {
+            bail!("--checkpoint-every 0: save every N steps with N at least 1");
+        }
+        let probe = dir.join(format!(".tessera-write-test-{}", std::process::id()));
+        let writable = std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&probe, b"probe"))
+            .and_then(|()| std::fs::remove_file(&probe));
+        if let Err(err) = writable {
+            bail!(
+                "cannot write checkpoints to {}: {err}. Fix: pass a --checkpoint-dir that is a \
+                 writable directory (or can be created)",
+                dir.display()
+            );
+        }
+        Ok(Saver {
+            dir: dir.to_path_buf(),
+            every,
+        })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether to save after step `step` (counted from 1) of an invocation that stops after step
+    /// `last`.
+    pub fn due(&self, step: u64, last: u64) -> bool {
+        step == last || self.every.is_some_and(|n| step.is_multiple_of(n))
+    }
+
+    /// Saves a checkpoint and returns its folder.
+    pub fn save(
+        &self,
+        manifest: &Manifest,
+        params: &Tree<Array>,
+        state: &Tree<Array>,
+    ) -> anyhow::Result<PathBuf> {
+        Ok(checkpoint::save(&self.dir, manifest, params, state)?)
+    }
+}
+
+/// Loads the newest checkpoint of `dir` for a run of `model` (its description), checking that
+/// it holds that model: an empty directory, another model, or a tensor of another shape or
+/// dtype is an error that names it.
+pub fn resume(
+    dir: &Path,
+    model: &str,
+    params: &Tree<ShapedArray>,
+    state: &Tree<ShapedArray>,
+) -> anyhow::Result<checkpoint::Checkpoint> {
+    let Some(folder) = checkpoint::latest(dir)? else {
+        bail!(
+            "--resume {}: there is no checkpoint there (no step-NNNNNNNN folder with a \
+             manifest). Fix: train with --checkpoint-dir {} first, or drop --resume",
+            dir.display(),
+            dir.display()
+        );
+    };
+    let manifest_path = folder.join("manifest.json");
+    let text = std::fs::read(&manifest_path)?;
+    let manifest: Manifest = serde_json::from_slice(&text)?;
+    if manifest.model != model {
+        bail!(
+            "--resume {}: the checkpoint {} holds a run of `{}`, but this run is `{model}`. \
+             Fix: resume with the same model, sizes and optimizer, or use another directory",
+            dir.display(),
+            folder.display(),
+            manifest.model
+        );
+    }
+    checkpoint::load(&folder, params, state).map_err(|err| {
+        anyhow::anyhow!(
+            "--resume {}: the checkpoint {} does not fit this model: {err}",
+            dir.display(),
+            folder.display()
+        )
+    })
+}

@@ -1,0 +1,109 @@
+//! The model a run trains: the `--model` name and the decoder's sizes from `--config FILE`
+//! (TOML) and the size flags, flags winning over the file.
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use tessera_nn::DecoderConfig;
+
+use super::args::Args;
+
+/// The sizes a config file may set; anything else in it is refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    model: Option<String>,
+    layers: Option<usize>,
+    d_model: Option<i64>,
+    heads: Option<i64>,
+    seq_len: Option<i64>,
+    ffn: Option<i64>,
+}
+
+/// What to train.
+#[derive(Debug, Clone)]
+pub enum ModelChoice {
+    /// The toy tanh network.
+    Mlp,
+    /// A decoder of the model library.
+    Decoder(DecoderConfig),
+}
+
+fn read_config(path: &Path) -> anyhow::Result<ConfigFile> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the config file {}", path.display()))?;
+    toml::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "the config file {} is not a model config: {e}\nIt takes `model`, `layers`, \
+             `d_model`, `heads`, `seq_len` and `ffn`, e.g.\n  model = \"llama\"\n  layers = 4\n  \
+             d_model = 128\n  heads = 4\n  seq_len = 64",
+            path.display()
+        )
+    })
+}
+
+/// The model the arguments name, its sizes checked (an error names the config file, if any).
+pub fn choose_model(args: &Args) -> anyhow::Result<ModelChoice> {
+    let file = match &args.config {
+        Some(path) => read_config(path)?,
+        None => ConfigFile::default(),
+    };
+    let name = args
+        .model
+        .clone()
+        .or(file.model.clone())
+        .unwrap_or_else(|| "mlp".into());
+    let sized = args.config.is_some()
+        || args.layers.is_some()
+        || args.d_model.is_some()
+        || args.heads.is_some()
+        || args.seq_len.is_some();
+    let make = match name.as_str() {
+        "mlp" if sized => bail!(
+            "--config and the size flags (--layers --d-model --heads --seq-len) shape the \
+             decoders; use them with --model llama or gpt2"
+        ),
+        "mlp" => return Ok(ModelChoice::Mlp),
+        "llama" => DecoderConfig::llama,
+        "gpt2" | "gpt" => DecoderConfig::gpt2,
+        other => bail!("unknown model `{other}`: use `mlp`, `llama` or `gpt2` (`gpt` is `gpt2`)"),
+    };
+    let mut config = make(
+        256,
+        args.layers.or(file.layers).unwrap_or(4),
+        args.d_model.or(file.d_model).unwrap_or(64),
+        args.heads.or(file.heads).unwrap_or(4),
+        args.seq_len.or(file.seq_len).unwrap_or(32),
+    );
+    if let Some(ffn) = file.ffn {
+        config.ffn = ffn;
+    }
+    if let Err(err) = config.validate() {
+        match &args.config {
+            Some(path) => bail!("the model in {} does not work: {err}", path.display()),
+            None => bail!("the model's sizes do not work: {err}"),
+        }
+    }
+    Ok(ModelChoice::Decoder(config))
+}
+
+/// A one-line description of the model, recorded in checkpoints and checked on resume.
+pub fn describe(choice: &ModelChoice, optimizer: &str) -> String {
+    match choice {
+        ModelChoice::Mlp => format!("mlp optimizer={optimizer}"),
+        ModelChoice::Decoder(c) => format!(
+            "{} vocab={} layers={} d_model={} heads={} seq_len={} ffn={} optimizer={optimizer}",
+            match c.kind {
+                tessera_nn::DecoderKind::Llama => "llama",
+                tessera_nn::DecoderKind::Gpt2 => "gpt2",
+            },
+            c.vocab,
+            c.layers,
+            c.d_model,
+            c.heads,
+            c.seq_len,
+            c.ffn
+        ),
+    }
+}

@@ -1,0 +1,426 @@
+//! `tessera train`: pipelined training over MPMD groups of the PJRT plugin's devices, checked
+//! step by step against the same training run unpipelined.
+//!
+//! - [`args`]: the command line; [`config`]: which model and its sizes (`--config` TOML or flags).
+//! - [`model`]: the model library's decoders (or the toy MLP) with stage markers, and their data.
+//! - [`step`]: the training step as one traced program (a `treduce` over micro-batches of
+//!   `value_and_grad_call(loss)`, then the optimizer), and the unpipelined reference.
+//! - [`checkpoints`]: saving and resuming; [`progress`]: the progress bar; [`report`]: the
+//!   figures printed at the end.
+//!
+//! `mpmd_jit` partitions the step into stage programs, compiles every action of the schedule for
+//! its group and runs the update on the groups that hold the parameters, which stay there from
+//! step to step. The reference is the same step unpipelined under `jit` on one device.
+
+mod args;
+mod checkpoints;
+mod config;
+mod model;
+mod progress;
+mod report;
+mod step;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use tessera::jit::{from_host, to_host};
+use tessera_ir::{Array, DType};
+use tessera_mpmd::{MpmdMesh, StepArg, StepResult};
+use tessera_nn::checkpoint::Manifest;
+use tessera_nn::lr::LrSchedule;
+use tessera_nn::optim::{AdamW, Optimizer, Sgd};
+use tessera_pjrt::Client;
+use tessera_schedule::{Registry, ScheduleParams};
+use tessera_sharding::Mesh;
+
+pub use args::Args;
+use model::Model;
+use progress::Progress;
+
+/// Checks the arguments that need no model or device, before any work.
+fn check_args(args: &Args, mpmd_dim: u32) -> anyhow::Result<()> {
+    if mpmd_dim == 0 || !args.devices.is_multiple_of(mpmd_dim) {
+        bail!(
+            "--devices {} is not a multiple of the {mpmd_dim} MPMD groups; give each group the \
+             same number of devices",
+            args.devices
+        );
+    }
+    super::check_pipeline_size(args.stages, args.microbatches)?;
+    if let Some(lr) = args.lr.filter(|lr| !lr.is_finite() || *lr <= 0.0) {
+        bail!("--lr {lr} is not a learning rate: give a finite number above 0, e.g. --lr 0.1");
+    }
+    if !args.batch.is_multiple_of(args.microbatches) {
+        bail!(
+            "--batch {} is not divisible by --microbatches {}; pick a batch that splits evenly",
+            args.batch,
+            args.microbatches
+        );
+    }
+    // Checked here, before any device work; mpmd_jit makes it again from the step's treduce.
+    Registry::with_builtins()
+        .create(
+            &args.schedule,
+            ScheduleParams {
+                stages: args.stages,
+                mpmd_dim,
+            },
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(warmup) = args.warmup.filter(|&w| w > u64::from(args.steps)) {
+        bail!(
+            "--warmup {warmup} is longer than the run's {} --steps",
+            args.steps
+        );
+    }
+    if let Some(stop) = args.stop_after.filter(|&s| s == 0) {
+        bail!("--stop-after {stop}: stop after step 1 or later");
+    }
+    if args.checkpoint_every.is_some() && args.checkpoint_dir.is_none() && args.resume.is_none() {
+        bail!("--checkpoint-every needs --checkpoint-dir DIR (where to save)");
+    }
+    Ok(())
+}
+
+fn optimizer(name: &str) -> anyhow::Result<Box<dyn Optimizer>> {
+    match name {
+        "sgd" => Ok(Box::new(Sgd { momentum: 0.0 })),
+        "adamw" => Ok(Box::new(AdamW::default())),
+        other => bail!("unknown optimizer `{other}`: use `sgd` or `adamw`"),
+    }
+}
+
+/// Where a run starts: the number of steps already taken and the carried values (parameters,
+/// then optimizer state).
+fn starting_point(
+    args: &Args,
+    model: &Model,
+    training: &step::TrainingStep,
+    description: &str,
+) -> anyhow::Result<(u64, Vec<Array>)> {
+    let Some(dir) = &args.resume else {
+        let carried = model.init.iter().chain(&training.init_state).cloned();
+        return Ok((0, carried.collect()));
+    };
+    let checkpoint =
+        checkpoints::resume(dir, description, &model.param_avals, &training.state_avals)?;
+    let step = checkpoint.manifest.step;
+    if step >= u64::from(args.steps) {
+        bail!(
+            "--resume {}: the newest checkpoint is after step {step}, and --steps {} counts all \
+             steps of the run; pass --steps above {step} to train on",
+            dir.display(),
+            args.steps
+        );
+    }
+    let mut carried = checkpoint.params.flatten();
+    carried.extend(checkpoint.opt_state.flatten());
+    Ok((step, carried))
+}
+
+/// The carried values (parameters, then optimizer state) of a step's results, on the host.
+fn carried_on_host(outputs: &[StepResult], like: &[Array]) -> anyhow::Result<Vec<Array>> {
+    outputs
+        .iter()
+        .zip(like)
+        .map(|(o, a)| Ok(from_host(&o.to_host()?, a.dtype)?))
+        .collect()
+}
+
+pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
+    let mpmd_dim = args.mpmd_dim.unwrap_or(args.stages);
+    check_args(&args, mpmd_dim)?;
+    let choice = config::choose_model(&args)?;
+    if args.data.is_some() && matches!(choice, config::ModelChoice::Mlp) {
+        bail!("--data trains --model llama or gpt2; the mlp model has its own data");
+    }
+    let opt = optimizer(&args.optimizer)?;
+    let description = config::describe(&choice, &args.optimizer);
+    let rows = i64::from(args.batch / args.microbatches);
+    let model = Model::new(
+        &choice,
+        args.stages as usize,
+        rows,
+        args.microbatches as usize,
+        args.data.as_deref(),
+        args.seed,
+    )?;
+    let save_dir = args.checkpoint_dir.clone().or(args.resume.clone());
+    let saver = save_dir
+        .as_deref()
+        .map(|dir| checkpoints::Saver::new(dir, args.checkpoint_every))
+        .transpose()?;
+    let training = step::training_step(
+        &model,
+        &args.schedule,
+        opt.as_ref(),
+        &step::stack(&model, &model.batches(0)?)?,
+    )?;
+    let (start, carried) = starting_point(&args, &model, &training, &description)?;
+    let client = Client::open(plugin, i64::from(args.devices))?;
+    let available = client.addressable_devices()?.len();
+    if available != args.devices as usize {
+        bail!(
+            "--devices {} but the {} client has {available} devices; pass --devices {available}",
+            args.devices,
+            client.platform_name()?
+        );
+    }
+    let group = i64::from(args.devices / mpmd_dim);
+    let mesh = MpmdMesh::new(
+        Mesh::auto(&[("stage", i64::from(mpmd_dim)), ("data", group)])?,
+        "stage",
+    )?;
+    let lr = args.lr.unwrap_or(match choice {
+        config::ModelChoice::Mlp => 0.2,
+        config::ModelChoice::Decoder(_) => 0.1,
+    });
+    // The update writes each parameter into its old buffers (donated): one copy per group.
+    let options = tessera_mpmd::MpmdJitOptions {
+        donate_argnums: (0..model.init.len()).collect(),
+        ..tessera_mpmd::MpmdJitOptions::default()
+    };
+    let program = &training.program;
+    let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
+    let reference_exe = match args.no_reference {
+        true => None,
+        false => Some(tessera::jit::compile(&client, program, 0)?),
+    };
+    let eval_exe = match (&model.eval_loss, args.eval_every) {
+        (Some(loss), every) if every > 0 => Some(tessera::jit::compile(&client, loss, 0)?),
+        _ => None,
+    };
+    let schedule = match args.warmup {
+        Some(warmup) => LrSchedule::WarmupCosine {
+            init: 0.0,
+            peak: lr,
+            warmup,
+            decay_steps: u64::from(args.steps),
+            end: lr / 10.0,
+        },
+        None => LrSchedule::Constant(lr),
+    };
+    let last = u64::from(args.steps);
+    // Where this invocation stops: the run's last step, or --stop-after.
+    let stop = args.stop_after.map_or(last, |s| u64::from(s).min(last));
+    let tokens_per_step = u64::from(args.batch) * model.tokens_per_example;
+    let mut weights: Vec<StepArg> = carried
+        .iter()
+        .map(|a| Ok(StepArg::Host(to_host(a)?)))
+        .collect::<anyhow::Result<_>>()?;
+    let mut reference = carried.clone();
+    let mut log = RunLog::default();
+    let mut progress = Progress::new(start + 1, last);
+    for step_index in start..stop {
+        let step_number = step_index + 1;
+        let lr = schedule.at(step_index);
+        let data = step::stack(&model, &model.batches(step_index)?)?;
+        let host = step::step_args(&[], lr, &data)?;
+        let mut call_args: Vec<StepArg> = weights
+            .drain(..)
+            .chain(host.iter().cloned().map(StepArg::Host))
+            .collect();
+        let began = std::time::Instant::now();
+        let run = jit.call_mpmd_donated(&mut call_args)?;
+        let seconds = began.elapsed().as_secs_f64();
+        let mut outputs = run.outputs;
+        let loss = outputs
+            .pop()
+            .context("the step returned nothing")?
+            .to_host()?;
+        let loss = from_host(&loss, DType::F32)?.to_vec()[0];
+        if !loss.is_finite() && !args.allow_nonfinite {
+            progress.finish();
+            bail!(
+                "the loss of step {step_number} is {loss}: training diverged{}. Fix: lower --lr, \
+                 or pass --allow-nonfinite to train on",
+                log.checkpoints
+                    .last()
+                    .map(|c| format!(" (the last checkpoint, {}, is kept)", c.display()))
+                    .unwrap_or_default()
+            );
+        }
+        log.steps.push(step_number);
+        log.losses.push(loss);
+        log.step_ms.push(seconds * 1000.0);
+        if let Some(exe) = &reference_exe {
+            let args_now = step::step_args(&reference, lr, &data)?;
+            let (ref_loss, next) = step::reference_step(&client, exe, program, &args_now)?;
+            log.reference_losses.push(ref_loss);
+            reference = next;
+        }
+        progress.step(loss, tokens_per_step as f64 / seconds);
+        if !args.json {
+            let reference = log
+                .reference_losses
+                .last()
+                .map(|r| format!("  (unpipelined {r:.6})"))
+                .unwrap_or_default();
+            progress.println(&format!("step {step_number:>4}  loss {loss:.6}{reference}"));
+        }
+        let eval_due = args.eval_every > 0
+            && (step_number.is_multiple_of(args.eval_every) || step_number == stop);
+        let save_due = saver.as_ref().is_some_and(|s| s.due(step_number, stop));
+        if (eval_due && eval_exe.is_some()) || save_due {
+            let now = carried_on_host(&outputs, &carried)?;
+            if let (true, Some(exe)) = (eval_due, &eval_exe) {
+                let eval = eval_loss(&client, exe, &model, &now)?;
+                progress.eval(eval);
+                log.eval_losses.push((step_number, eval));
+                if !args.json {
+                    progress.println(&format!("step {step_number:>4}  eval loss {eval:.6}"));
+                }
+            }
+            if let (true, Some(saver)) = (save_due, &saver) {
+                let manifest = Manifest {
+                    step: step_number,
+                    seed: args.seed,
+                    data_position: model.data_position(step_number),
+                    model: description.clone(),
+                };
+                let n = model.init.len();
+                let params = model.param_avals.unflatten(now[..n].to_vec())?;
+                let state = training.state_avals.unflatten(now[n..].to_vec())?;
+                log.checkpoints
+                    .push(saver.save(&manifest, &params, &state)?);
+            }
+        }
+        log.per_step.push(super::timing::calibrate(
+            &run.timings,
+            jit.pipeline().schedule_plan(),
+        ));
+        log.timings = Some(run.timings);
+        weights = outputs.into_iter().map(StepResult::into_arg).collect();
+    }
+    progress.finish();
+    finish(&args, &client, &model, &jit, log, saver.as_ref())
+}
+
+/// The mean loss of the current parameters on the held-out batches.
+fn eval_loss(
+    client: &Client,
+    exe: &tessera_pjrt::LoadedExecutable,
+    model: &Model,
+    carried: &[Array],
+) -> anyhow::Result<f64> {
+    let params = &carried[..model.init.len()];
+    let batches = model.eval_batches()?;
+    let mut total = 0.0;
+    for (tokens, targets) in &batches {
+        let args: Vec<_> = std::iter::once(tokens)
+            .chain(params)
+            .chain(std::iter::once(targets))
+            .map(to_host)
+            .collect::<Result<_, _>>()?;
+        let out = step::run_on_one_device(client, exe, &args, &[DType::F32])?;
+        total += out
+            .first()
+            .context("the eval loss returned nothing")?
+            .to_vec()[0];
+    }
+    Ok(total / batches.len().max(1) as f64)
+}
+
+/// What the steps of a run recorded.
+#[derive(Default)]
+struct RunLog {
+    steps: Vec<u64>,
+    losses: Vec<f64>,
+    reference_losses: Vec<f64>,
+    eval_losses: Vec<(u64, f64)>,
+    step_ms: Vec<f64>,
+    per_step: Vec<(f64, f64)>,
+    checkpoints: Vec<PathBuf>,
+    timings: Option<tessera_mpmd::runtime::Timings>,
+}
+
+/// Prints the run's figures, writes the loss curve, and gives the exit status: success when
+/// every pipelined step equals its unpipelined reference within 1e-4 and every group ran the
+/// schedule's order.
+fn finish(
+    args: &Args,
+    client: &Client,
+    model: &Model,
+    jit: &tessera_mpmd::MpmdJit,
+    log: RunLog,
+    saver: Option<&checkpoints::Saver>,
+) -> anyhow::Result<ExitCode> {
+    let timings = log.timings.as_ref().context("no steps were run")?;
+    let figures = report::pipeline_figures(jit.pipeline(), timings, &log.per_step, args.stages);
+    let tokens_per_step = f64::from(args.batch) * model.tokens_per_example as f64;
+    let tokens_per_second = tokens_per_step / (report::settled_median(&log.step_ms) / 1000.0);
+    let throughput = report::throughput(client, tokens_per_second, model.flops_per_token);
+    let plot = args
+        .plot
+        .clone()
+        .or_else(|| saver.map(|s| s.dir().join("loss.svg")));
+    if let Some(path) = &plot {
+        let train: Vec<(u64, f64)> = log.steps.iter().copied().zip(log.losses.clone()).collect();
+        let title = format!(
+            "tessera train --model {}",
+            args.model.as_deref().unwrap_or("mlp")
+        );
+        tessera::plot::loss_curve_svg(path, &title, &train, &log.eval_losses)?;
+        println!("loss curve: {}", path.display());
+    }
+    if let Some(path) = &args.trace {
+        std::fs::write(path, timings.to_chrome_trace())
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("trace: {}", path.display());
+    }
+    let max_diff = (!log.reference_losses.is_empty()).then(|| {
+        log.losses
+            .iter()
+            .zip(&log.reference_losses)
+            .map(|(a, b)| (a - b).abs() / b.abs().max(1e-12))
+            .fold(0.0, f64::max)
+    });
+    let summary = serde_json::json!({
+        "model": args.model.as_deref().unwrap_or("mlp"),
+        "schedule": args.schedule,
+        "stages": args.stages,
+        "microbatches": args.microbatches,
+        "devices": args.devices,
+        "parameters": model.init.iter().map(|a| a.shape().iter().product::<i64>()).sum::<i64>(),
+        "first_step": log.steps.first(),
+        "steps": log.steps,
+        "losses": log.losses,
+        "reference_losses": log.reference_losses,
+        "eval_losses": log.eval_losses,
+        "final_loss": log.losses.last(),
+        "reference_loss": log.reference_losses.last(),
+        "max_relative_difference": max_diff,
+        "bubble_ratio_measured": figures.bubble_measured,
+        "bubble_ratio_simulated": figures.bubble_simulated,
+        "makespan_ms": figures.makespan_ms,
+        "predicted_makespan_ms": figures.predicted_ms,
+        "step_wall_ms": log.step_ms.last(),
+        "order_matches_schedule": figures.orders_match,
+        "tokens_per_second": throughput.tokens_per_second,
+        "model_flops_per_token": throughput.flops_per_token,
+        "peak_flops_per_second": throughput.peak_flops_per_second,
+        "mfu": throughput.mfu,
+        "checkpoints": log.checkpoints,
+        "plot": plot,
+        "memory": figures.memory,
+    });
+    if args.json {
+        println!("{summary}");
+    } else {
+        let last = |v: &[f64]| v.last().map_or("-".into(), |l| format!("{l:.6}"));
+        println!(
+            "final loss {} (unpipelined {}); largest relative difference over the steps {}",
+            last(&log.losses),
+            last(&log.reference_losses),
+            max_diff.map_or("- (--no-reference)".into(), |d| format!("{d:.2e}"))
+        );
+    }
+    Ok(
+        if max_diff.is_none_or(|d| d <= 1e-4) && figures.orders_match {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        },
+    )
+}

@@ -1,0 +1,164 @@
+//! What a run prints at its end: the pipeline's measured figures against the simulator's, the
+//! memory per group, throughput and MFU, and the JSON summary's parts.
+
+use tessera_mpmd::driver::CompiledPipeline;
+use tessera_mpmd::runtime::Timings;
+use tessera_schedule::Costs;
+
+/// The pipeline's figures over the run.
+pub struct PipelineFigures {
+    pub bubble_measured: f64,
+    pub bubble_simulated: f64,
+    pub makespan_ms: f64,
+    pub predicted_ms: f64,
+    pub orders_match: bool,
+    pub memory: serde_json::Value,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The median of `values` after the first (which warms caches up), when there are more.
+pub fn settled_median(values: &[f64]) -> f64 {
+    median(
+        if values.len() > 1 {
+            &values[1..]
+        } else {
+            values
+        }
+        .to_vec(),
+    )
+}
+
+/// Prints the last step's task table and the pipeline's figures, measured against simulated.
+pub fn pipeline_figures(
+    pipeline: &CompiledPipeline,
+    timings: &Timings,
+    per_step: &[(f64, f64)],
+    stages: u32,
+) -> PipelineFigures {
+    super::super::timing::print_task_table(timings);
+    let plan = pipeline.schedule_plan();
+    let groups = plan.actors.len();
+    let bubble_simulated = tessera_schedule::simulate(plan, &Costs::uniform(stages, 1.0, 2.0, 0.0))
+        .map(|s| s.bubble_ratio)
+        .unwrap_or(f64::NAN);
+    let bubble_measured = timings.bubble_ratio(groups);
+    println!(
+        "bubble ratio: measured {bubble_measured:.3}, simulator (F=1, B=2) {bubble_simulated:.3}"
+    );
+    let makespan_ms = settled_median(&per_step.iter().map(|s| s.0).collect::<Vec<_>>());
+    let predicted_ms = settled_median(&per_step.iter().map(|s| s.1).collect::<Vec<_>>());
+    println!(
+        "step makespan (median over steps): measured {makespan_ms:.3} ms, simulator with the \
+         measured task and transfer times {predicted_ms:.3} ms"
+    );
+    let orders_match = timings
+        .group_orders(groups)
+        .iter()
+        .zip(&plan.actors)
+        .all(|(got, want)| {
+            got == &want
+                .iter()
+                .map(tessera_mpmd::pipeline::action_name)
+                .collect::<Vec<_>>()
+        });
+    println!("each group ran its actions in the schedule's order: {orders_match}");
+    println!(
+        "transfers in the last step: {} issued in {:.3} ms",
+        timings.transfers.len(),
+        timings.transfers.iter().map(|t| t.duration_us).sum::<f64>() / 1000.0
+    );
+    let memory = pipeline.memory_report(timings);
+    println!(
+        "peak live bytes per group: measured {:?}, predicted {:?}; peak in-flight micro-batches \
+         per stage: measured {:?}, schedule {:?}",
+        memory.peak_live_bytes,
+        memory.predicted_peak_live_bytes,
+        memory.peak_inflight_microbatches,
+        memory.predicted_inflight_microbatches
+    );
+    PipelineFigures {
+        bubble_measured,
+        bubble_simulated,
+        makespan_ms,
+        predicted_ms,
+        orders_match,
+        memory: memory_json(&memory, plan),
+    }
+}
+
+/// The step's memory, per group (its stages' in-flight micro-batches with it) and per stage.
+fn memory_json(
+    memory: &tessera_mpmd::memory::MemoryReport,
+    plan: &tessera_schedule::Plan,
+) -> serde_json::Value {
+    let groups: Vec<_> = (0..memory.peak_live_bytes.len())
+        .map(|g| {
+            let stages = plan.placement.stages_of(g as u32);
+            let inflight: Vec<_> = stages
+                .iter()
+                .map(|&s| memory.peak_inflight_microbatches.get(s as usize))
+                .collect();
+            serde_json::json!({
+                "group": g,
+                "stages": stages,
+                "peak_live_bytes": memory.peak_live_bytes[g],
+                "predicted_peak_live_bytes": memory.predicted_peak_live_bytes.get(g),
+                "peak_inflight_microbatches": inflight,
+            })
+        })
+        .collect();
+    let stages: Vec<_> = (0..memory.peak_inflight_microbatches.len())
+        .map(|s| {
+            serde_json::json!({
+                "stage": s,
+                "peak_inflight_microbatches": memory.peak_inflight_microbatches[s],
+                "predicted_inflight_microbatches": memory.predicted_inflight_microbatches.get(s),
+                "activation_bytes": memory.activation_bytes.get(s),
+            })
+        })
+        .collect();
+    serde_json::json!({ "groups": groups, "stages": stages })
+}
+
+/// Throughput: tokens per second of the pipelined step, and for models whose FLOPs per token
+/// are known, the model FLOP/s as a fraction of the matmul peak measured on device 0 (MFU).
+pub struct Throughput {
+    pub tokens_per_second: f64,
+    pub flops_per_token: Option<f64>,
+    pub peak_flops_per_second: Option<f64>,
+    pub mfu: Option<f64>,
+}
+
+/// Measures the peak and prints the throughput line.
+pub fn throughput(
+    client: &tessera_pjrt::Client,
+    tokens_per_second: f64,
+    flops_per_token: Option<f64>,
+) -> Throughput {
+    let peak = flops_per_token
+        .and_then(|_| tessera::perf::matmul_peak(client, 0, 256, 5).ok())
+        .map(|p| p.flops_per_second);
+    let mfu = flops_per_token
+        .zip(peak)
+        .map(|(f, p)| tessera::perf::mfu(f, tokens_per_second, p));
+    match (flops_per_token, peak, mfu) {
+        (Some(f), Some(p), Some(m)) => println!(
+            "throughput: {tokens_per_second:.0} tokens/s; {:.3} GFLOP/s of model FLOPs ({f:.0} per \
+             token) = MFU {:.1}% of the {:.2} GFLOP/s matmul peak of one device",
+            f * tokens_per_second / 1e9,
+            m * 100.0,
+            p / 1e9
+        ),
+        _ => println!("throughput: {tokens_per_second:.0} examples/s"),
+    }
+    Throughput {
+        tokens_per_second,
+        flops_per_token,
+        peak_flops_per_second: peak,
+        mfu,
+    }
+}

@@ -1,0 +1,162 @@
+//! The training step as one traced program, and running it unpipelined for reference.
+//!
+//! The step is `(params..., optimizer state..., lr, data...) -> (params'..., state'..., mean
+//! loss)`, each data argument holding every micro-batch along a leading axis. The micro-batch
+//! loop is a `treduce` of `value_and_grad_call(loss)` under the schedule; the optimizer's update
+//! (`tessera_nn::optim`) of the mean gradients follows it. `mpmd_jit` pipelines it; the
+//! reference is the same program unpipelined (its `treduce` a while loop) on one device.
+
+use std::collections::HashMap;
+
+use anyhow::Context;
+use tessera::jit::{from_host, to_host};
+use tessera_ir::trace::{Tensor, trace, treduce, value_and_grad_call};
+use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
+use tessera_nn::Tree;
+use tessera_nn::optim::Optimizer;
+use tessera_pjrt::{Client, HostArray};
+
+use super::model::Model;
+
+/// The step program and the optimizer state it carries.
+pub struct TrainingStep {
+    /// The program.
+    pub program: ClosedJaxpr,
+    /// The optimizer state's names and types.
+    pub state_avals: Tree<ShapedArray>,
+    /// The optimizer state before the first step.
+    pub init_state: Vec<Array>,
+}
+
+/// The loss's data argument positions (those that are not parameters), in order.
+fn data_args(model: &Model) -> Vec<usize> {
+    let n_args = model.loss.jaxpr.invars.len();
+    (0..n_args).filter(|k| !model.params.contains(k)).collect()
+}
+
+/// Each data argument of the micro-batches stacked along a new leading axis.
+pub fn stack(model: &Model, batches: &[HashMap<usize, Array>]) -> anyhow::Result<Vec<Array>> {
+    data_args(model)
+        .iter()
+        .map(|k| {
+            let parts: Vec<&Array> = batches
+                .iter()
+                .map(|b| b.get(k).context("a micro-batch lacks a data argument"))
+                .collect::<anyhow::Result<_>>()?;
+            let first = parts.first().context("a step has no micro-batches")?;
+            let mut shape = vec![parts.len() as i64];
+            shape.extend(first.shape());
+            let values: Vec<f64> = parts.iter().flat_map(|p| p.to_vec()).collect();
+            Ok(Array::new(first.dtype, &shape, values)?)
+        })
+        .collect()
+}
+
+/// Traces the training step of `model` under `schedule` with `opt`; `data` fixes the data
+/// arguments' types (one step's stacked micro-batches).
+pub fn training_step(
+    model: &Model,
+    schedule: &str,
+    opt: &dyn Optimizer,
+    data: &[Array],
+) -> anyhow::Result<TrainingStep> {
+    let n_args = model.loss.jaxpr.invars.len();
+    let data_args = data_args(model);
+    let mbs = data.first().map_or(1, |d| d.shape()[0]);
+    let param_avals = &model.param_avals;
+    let state_avals = opt.state_avals(param_avals);
+    let init_state = opt
+        .init_state(&param_avals.unflatten(model.init.clone())?)?
+        .flatten();
+    let mut avals = param_avals.flatten();
+    avals.extend(state_avals.flatten());
+    avals.push(ShapedArray::new(DType::F32, &[]));
+    avals.extend(data.iter().map(Array::aval));
+    let (n_params, n_state) = (model.params.len(), state_avals.len());
+    let mut failure = None;
+    let step = trace(&avals, |a| {
+        let (weights, rest) = a.split_at(n_params);
+        let (state, rest) = rest.split_at(n_state);
+        let weight_refs: Vec<&Tensor> = weights.iter().collect();
+        let xs: Vec<&Tensor> = rest[1..].iter().collect();
+        let outs = treduce(&weight_refs, &xs, 0, schedule, &[], |w, mb| {
+            let args: Vec<&Tensor> = (0..n_args)
+                .map(|k| match model.params.iter().position(|&p| p == k) {
+                    Some(i) => &w[i],
+                    None => &mb[data_args.iter().position(|&d| d == k).unwrap_or(0)],
+                })
+                .collect();
+            value_and_grad_call(&model.loss, &model.params, &args)
+        });
+        // The mean of the micro-batches' gradients, then the optimizer's update.
+        let update = || -> tessera_nn::Result<Vec<Tensor>> {
+            let grads: Vec<Tensor> = outs[1..=n_params].iter().map(|g| g / mbs as f64).collect();
+            let (params, state) = opt.update(
+                &rest[0],
+                &param_avals.unflatten(weights.to_vec())?,
+                &param_avals.unflatten(grads)?,
+                &state_avals.unflatten(state.to_vec())?,
+            )?;
+            let mut results = params.flatten();
+            results.extend(state.flatten());
+            results.push(outs[0].mean(&[0]));
+            Ok(results)
+        };
+        update().unwrap_or_else(|err| {
+            failure = Some(err);
+            vec![outs[0].clone()]
+        })
+    });
+    if let Some(err) = failure {
+        return Err(err.into());
+    }
+    Ok(TrainingStep {
+        program: step?,
+        state_avals,
+        init_state,
+    })
+}
+
+/// The step's arguments as host arrays: the carried values, the learning rate, the data.
+pub fn step_args(carried: &[Array], lr: f64, data: &[Array]) -> anyhow::Result<Vec<HostArray>> {
+    let lr = Array::scalar(DType::F32, lr);
+    carried
+        .iter()
+        .chain(std::iter::once(&lr))
+        .chain(data)
+        .map(|a| Ok(to_host(a)?))
+        .collect()
+}
+
+/// Runs a compiled program on device 0 of `client` and returns its outputs.
+pub fn run_on_one_device(
+    client: &Client,
+    exe: &tessera_pjrt::LoadedExecutable,
+    args: &[HostArray],
+    dtypes: &[DType],
+) -> anyhow::Result<Vec<Array>> {
+    let buffers = args
+        .iter()
+        .map(|a| Ok(tessera_pjrt::Buffer::from_host_to(client, a, 0)?))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let outs = exe.execute(&[buffers.iter().collect()])?;
+    let first = outs.first().context("the program returned nothing")?;
+    first
+        .iter()
+        .zip(dtypes)
+        .map(|(b, &dtype)| Ok(from_host(&b.to_host()?, dtype)?))
+        .collect()
+}
+
+/// One unpipelined step: the carried values after it, and its mean loss.
+pub fn reference_step(
+    client: &Client,
+    exe: &tessera_pjrt::LoadedExecutable,
+    step: &ClosedJaxpr,
+    args: &[HostArray],
+) -> anyhow::Result<(f64, Vec<Array>)> {
+    let dtypes: Vec<DType> = step.jaxpr.out_avals().iter().map(|a| a.dtype).collect();
+    let mut outs = run_on_one_device(client, exe, args, &dtypes)?;
+    let loss = outs.pop().context("the step returned nothing")?;
+    Ok((loss.to_vec()[0], outs))
+}
