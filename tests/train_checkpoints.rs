@@ -148,6 +148,12 @@ fn checkpoints_of_another_model_or_none_at_all_are_refused() {
 
     let dir = scratch.path("ckpt");
     summary(&["--checkpoint-dir", &dir, "--stop-after", "1"]);
+    // A new run would overwrite that run's checkpoints.
+    let err = refusal(&["--checkpoint-dir", &dir]);
+    assert!(
+        err.contains("already holds checkpoints") && err.contains("--resume"),
+        "{err}"
+    );
     let err = refusal(&["--resume", &dir, "--d-model", "64", "--seq-len", "16"]);
     assert!(
         err.contains("holds a run of") && err.contains("d_model=32"),

@@ -4,6 +4,7 @@
 //! installed and skips it.
 
 mod cmd;
+mod demo;
 mod jax;
 #[allow(dead_code)]
 #[path = "../../crates/tessera-pjrt/src/known_plugins.rs"]
@@ -50,7 +51,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Setup(args) => setup::run_with(&args).map(|_| ExitCode::SUCCESS),
         Command::Test { args } => test::run(&args),
-        Command::Demo => demo(),
+        Command::Demo => demo::run(),
         Command::Bench { compare_jax } => bench(compare_jax),
     };
     match result {
@@ -60,89 +61,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// The main job: pipelined training of a byte-level GPT over 4 MPMD groups x 2 devices, checked
-/// step by step against the unpipelined run; before it, the devices of the PJRT CPU plugin,
-/// JAX's programs lowered, compiled and differentiated on PJRT, JAX's collectives inside
-/// shard_map on 8 devices, and the sharding oracle.
-fn demo() -> anyhow::Result<ExitCode> {
-    setup::run()?;
-    let shared = cmd::workspace_root()
-        .join("..")
-        .join("shared")
-        .join("oracle");
-    let tessera = |args: &[&str]| {
-        let mut all = vec!["run", "--quiet", "--package", "tessera", "--"];
-        all.extend_from_slice(args);
-        cmd::cargo(&all)
-    };
-    cmd::step("demo: the devices of the PJRT CPU plugin");
-    tessera(&["devices", "--cpu-devices", "8"])?;
-    if shared.is_dir() {
-        let jaxpr = shared.join("jaxpr_cases.json");
-        let sharding = shared.join("sharding_cases.json");
-        cmd::step(
-            "demo: JAX's jaxprs, lowered to StableHLO, compiled by XLA and differentiated, on PJRT",
-        );
-        tessera(&[
-            "oracle",
-            "jaxpr",
-            "--backend",
-            "pjrt",
-            "--grads",
-            &jaxpr.to_string_lossy(),
-        ])?;
-        cmd::step("demo: JAX's shard_map collectives with gradients, SPMD on 8 PJRT devices");
-        let collectives = shared.join("collectives_cases.json");
-        tessera(&[
-            "oracle",
-            "collectives",
-            "--backend",
-            "pjrt",
-            "--grads",
-            &collectives.to_string_lossy(),
-        ])?;
-        cmd::step("demo: the sharding algebra against JAX");
-        tessera(&["oracle", "sharding", &sharding.to_string_lossy()])?;
-    } else {
-        cmd::step(&format!(
-            "demo: {} is missing; skipping the oracle runs",
-            shared.display()
-        ));
-    }
-    cmd::step(
-        "demo: the model library (examples/nn.rs): a Llama-style decoder with AdamW and warm-up + \
-         cosine under jit, a checkpoint halfway, a resumed run equal to the uninterrupted one, \
-         the loss curve as SVG",
-    );
-    cmd::cargo(&[
-        "run",
-        "--quiet",
-        "--package",
-        "tessera-examples",
-        "--example",
-        "nn",
-    ])?;
-    cmd::step(
-        "demo: training a byte-level GPT pipelined over 4 MPMD groups x 2 devices with the 1F1B schedule",
-    );
-    tessera(&[
-        "train",
-        "--model",
-        "gpt",
-        "--schedule",
-        "1f1b",
-        "--stages",
-        "4",
-        "--microbatches",
-        "8",
-        "--devices",
-        "8",
-        "--steps",
-        "30",
-    ])?;
-    Ok(ExitCode::SUCCESS)
 }
 
 fn bench(compare_jax: bool) -> anyhow::Result<ExitCode> {

@@ -39,6 +39,22 @@ impl Saver {
         })
     }
 
+    /// Refuses to start a new run in a directory that holds another run's checkpoints, which
+    /// the new run would overwrite step by step.
+    pub fn refuse_earlier_run(&self) -> anyhow::Result<()> {
+        if let Some(newest) = checkpoint::latest(&self.dir)? {
+            bail!(
+                "--checkpoint-dir {} already holds checkpoints (the newest is {}), which a new run \
+                 would overwrite. Fix: pass --resume {} to continue that run, or pick an empty \
+                 directory",
+                self.dir.display(),
+                newest.display(),
+                self.dir.display()
+            );
+        }
+        Ok(())
+    }
+
     /// The directory.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -88,16 +88,24 @@ pub fn choose_model(args: &Args) -> anyhow::Result<ModelChoice> {
     Ok(ModelChoice::Decoder(config))
 }
 
+/// The model's name: `mlp`, `llama` or `gpt2`.
+pub fn name(choice: &ModelChoice) -> &'static str {
+    match choice {
+        ModelChoice::Mlp => "mlp",
+        ModelChoice::Decoder(c) => match c.kind {
+            tessera_nn::DecoderKind::Llama => "llama",
+            tessera_nn::DecoderKind::Gpt2 => "gpt2",
+        },
+    }
+}
+
 /// A one-line description of the model, recorded in checkpoints and checked on resume.
 pub fn describe(choice: &ModelChoice, optimizer: &str) -> String {
     match choice {
         ModelChoice::Mlp => format!("mlp optimizer={optimizer}"),
         ModelChoice::Decoder(c) => format!(
             "{} vocab={} layers={} d_model={} heads={} seq_len={} ffn={} optimizer={optimizer}",
-            match c.kind {
-                tessera_nn::DecoderKind::Llama => "llama",
-                tessera_nn::DecoderKind::Gpt2 => "gpt2",
-            },
+            name(choice),
             c.vocab,
             c.layers,
             c.d_model,

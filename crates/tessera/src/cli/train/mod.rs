@@ -151,6 +151,9 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(|dir| checkpoints::Saver::new(dir, args.checkpoint_every))
         .transpose()?;
+    if let (Some(saver), None) = (&saver, &args.resume) {
+        saver.refuse_earlier_run()?;
+    }
     let training = step::training_step(
         &model,
         &args.schedule,
@@ -294,7 +297,13 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         weights = outputs.into_iter().map(StepResult::into_arg).collect();
     }
     progress.finish();
-    finish(&args, &client, &model, &jit, log, saver.as_ref())
+    let name = format!(
+        "{} ({} parameters, {})",
+        config::name(&choice),
+        model.param_count(),
+        args.optimizer
+    );
+    finish(&args, &name, &client, &model, &jit, log, saver.as_ref())
 }
 
 /// The mean loss of the current parameters on the held-out batches.
@@ -340,6 +349,7 @@ struct RunLog {
 /// schedule's order.
 fn finish(
     args: &Args,
+    name: &str,
     client: &Client,
     model: &Model,
     jit: &tessera_mpmd::MpmdJit,
@@ -377,12 +387,12 @@ fn finish(
             .fold(0.0, f64::max)
     });
     let summary = serde_json::json!({
-        "model": args.model.as_deref().unwrap_or("mlp"),
+        "model": name,
         "schedule": args.schedule,
         "stages": args.stages,
         "microbatches": args.microbatches,
         "devices": args.devices,
-        "parameters": model.init.iter().map(|a| a.shape().iter().product::<i64>()).sum::<i64>(),
+        "parameters": model.param_count(),
         "first_step": log.steps.first(),
         "steps": log.steps,
         "losses": log.losses,

@@ -103,6 +103,14 @@ impl Model {
         }
     }
 
+    /// The number of parameters.
+    pub fn param_count(&self) -> i64 {
+        self.init
+            .iter()
+            .map(|a| a.shape().iter().product::<i64>())
+            .sum()
+    }
+
     /// Where the data of step `step` (counted from 0) begins: the number of windows read
     /// before it. Recorded in checkpoints.
     pub fn data_position(&self, step: u64) -> u64 {
