@@ -21,18 +21,49 @@ fn f32(shape: &[i64]) -> ShapedArray {
 
 /// `x, w_0..w_{S-1}, y -> mean((tanh(... tanh(x w_0) ...) - y)^2)`, a stage marker per layer.
 fn loss(stages: usize, rows: i64) -> ClosedJaxpr {
+    loss_of(Values::Chain, stages, rows)
+}
+
+/// What crosses the stage boundaries of a test model.
+#[derive(Clone, Copy)]
+enum Values {
+    /// One activation from each stage to the next.
+    Chain,
+    /// Also each stage's output into the stage after next (a skip connection).
+    Skips,
+    /// Two values at every boundary.
+    TwoStreams,
+}
+
+/// The test model: a stage marker before each layer `s > 0`, values crossing as `kind` says.
+fn loss_of(kind: Values, stages: usize, rows: i64) -> ClosedJaxpr {
     let mut avals = vec![f32(&[rows, WIDTH])];
     avals.extend((0..stages).map(|_| f32(&[WIDTH, WIDTH])));
     avals.push(f32(&[rows, WIDTH]));
     trace(&avals, |a| {
-        let mut h = a[0].clone();
+        let (mut h, mut older) = (a[0].clone(), a[0].clone());
+        let mut g = a[0].sin();
         for s in 0..stages {
-            if s > 0 {
-                h = h.enter_stage(s as i64);
+            let (x, y) = match s {
+                0 => (h.clone(), g.clone()),
+                _ => (h.enter_stage(s as i64), g.enter_stage(s as i64)),
+            };
+            let next = match kind {
+                Values::Chain => x.matmul(&a[1 + s]).tanh(),
+                Values::Skips => &x.matmul(&a[1 + s]).tanh() + &(&older * 0.5),
+                Values::TwoStreams => (&x.matmul(&a[1 + s]) + &y).tanh(),
+            };
+            if let Values::TwoStreams = kind {
+                g = &(&y * 0.5) + &x.cos();
             }
-            h = h.matmul(&a[1 + s]).tanh();
+            older = h;
+            h = next;
         }
-        vec![(&h - &a[stages + 1]).integer_pow(2).mean(&[0, 1])]
+        let out = match kind {
+            Values::TwoStreams => &h + &g,
+            _ => h,
+        };
+        vec![(&out - &a[stages + 1]).integer_pow(2).mean(&[0, 1])]
     })
     .unwrap()
 }
@@ -40,7 +71,12 @@ fn loss(stages: usize, rows: i64) -> ClosedJaxpr {
 /// `step(w_0..w_{S-1}, lr, xs, ys) -> (w'_0.., mean loss)` with `xs`, `ys` holding `mbs`
 /// micro-batches along axis 0.
 fn step(stages: usize, mbs: i64, rows: i64, schedule: &str) -> ClosedJaxpr {
-    let loss = loss(stages, rows);
+    step_of(Values::Chain, stages, mbs, rows, schedule)
+}
+
+/// As [`step`], for the model `kind`.
+fn step_of(kind: Values, stages: usize, mbs: i64, rows: i64, schedule: &str) -> ClosedJaxpr {
+    let loss = loss_of(kind, stages, rows);
     let mut avals: Vec<ShapedArray> = (0..stages).map(|_| f32(&[WIDTH, WIDTH])).collect();
     avals.push(f32(&[]));
     avals.push(f32(&[mbs, rows, WIDTH]));
@@ -119,8 +155,13 @@ fn mesh(stages: usize) -> MpmdMesh {
 /// Runs the `stages`-stage step under `schedule` (a name, resolved by `options`) and checks its
 /// results against the interpreter and its order against the schedule's plan.
 fn check_with(stages: usize, schedule: &str, options: &MpmdJitOptions) {
+    check_model(Values::Chain, stages, schedule, options);
+}
+
+/// As [`check_with`], for the model `kind`.
+fn check_model(kind: Values, stages: usize, schedule: &str, options: &MpmdJitOptions) {
     let (mbs, rows) = (4, 2);
-    let program = step(stages, mbs, rows, schedule);
+    let program = step_of(kind, stages, mbs, rows, schedule);
     let client = Client::cpu(8).unwrap();
     let mesh = mesh(stages);
     let jit = mpmd_jit_with(&client, &mesh, &program, options).unwrap();
@@ -213,6 +254,16 @@ impl Schedule for BackwardsFirst {
             })
             .collect())
     }
+}
+
+#[test]
+fn values_skipping_stages_or_crossing_in_pairs_train_like_the_unpipelined_step() {
+    let default = MpmdJitOptions::default();
+    for schedule in ["1f1b", "zero-bubble"] {
+        check_model(Values::Skips, 4, schedule, &default);
+        check_model(Values::TwoStreams, 4, schedule, &default);
+    }
+    check_model(Values::Skips, 4, "interleaved-1f1b", &default);
 }
 
 #[test]
@@ -338,7 +389,14 @@ fn per_micro_batch_values_are_split_over_the_group_and_parameters_replicated() {
         }),
         "P('data',)"
     );
-    assert_eq!(spec(Key::Act { stage: 1, mb: 3 }), "P('data',)");
+    assert_eq!(
+        spec(Key::Act {
+            stage: 0,
+            mb: 3,
+            k: 0
+        }),
+        "P('data',)"
+    );
     assert_eq!(spec(Key::Param { stage: 1, k: 0 }), "P()");
     assert_eq!(
         spec(Key::Acc {

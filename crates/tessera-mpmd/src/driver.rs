@@ -233,7 +233,7 @@ impl CompiledPipeline {
                 schedule_plan.num_stages
             )));
         }
-        let shapes: Vec<_> = parts.iter().map(|p| p.shape).collect();
+        let shapes: Vec<_> = parts.iter().map(|p| p.shape.clone()).collect();
         let mut executor = PjrtExecutor::new(client, mesh);
         let mut failure: Option<DriverError> = None;
         let built = build_plan(&schedule_plan, &shapes, |sig| {

@@ -18,6 +18,7 @@ pub mod pipeline;
 mod reshard;
 pub mod runtime;
 mod sharding;
+pub mod stage_graph;
 pub mod synthetic;
 
 pub use array::MpmdArray;

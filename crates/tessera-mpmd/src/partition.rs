@@ -2,13 +2,16 @@
 //! contract ([`crate::pipeline`]): `Fwd`, `Bwd`, and the split `BwdI`/`BwdW` of every stage.
 //!
 //! The loss takes parameters and per-microbatch data and returns one scalar. It is split with
-//! `tessera_ir::passes::split_stages`; stage `s` must read only its own parameters, its data and
-//! one activation from stage `s - 1`, and pass one activation to stage `s + 1` (the last stage
-//! returns the loss). Backward programs recompute their stage's forward from the saved inputs
-//! (rematerialisation: the residuals are the stage's activation and data), then apply `vjp`.
-//! The split backward is one backward pass cut in two by its results (`split_outputs`): `BwdI`
-//! computes the input cotangent and hands on the values the weight gradients still need, and
-//! `BwdW` finishes the weight gradients from those alone, recomputing nothing.
+//! `tessera_ir::passes::split_stages`; stage `s` reads its own parameters, its data and any values
+//! of earlier stages (a residual may skip stages, several values may cross one boundary), and
+//! exports the values later stages read (the last stage returns the loss). The
+//! [`StageGraph`] checks that values flow forward and names each export's consumers.
+//! Backward programs recompute their stage's forward from the saved inputs (rematerialisation:
+//! the residuals are the stage's imported values and data), take one cotangent per export and
+//! consumer and sum them, then apply `vjp`. The split backward is one backward pass cut in two
+//! by its results (`split_outputs`): `BwdI` computes the imported values' cotangents and hands on
+//! the values the weight gradients still need, and `BwdW` finishes the weight gradients from
+//! those alone, recomputing nothing.
 
 use tessera_ir::autodiff::vjp;
 use tessera_ir::passes::{
@@ -17,7 +20,8 @@ use tessera_ir::passes::{
 use tessera_ir::trace::{Tensor, call_closed, trace};
 use tessera_ir::{ClosedJaxpr, IrError, ShapedArray};
 
-use crate::pipeline::{Key, StageShape};
+use crate::pipeline::{ActRef, Key, StageShape};
+use crate::stage_graph::{StageGraph, StageGraphError};
 
 /// One stage's programs, each following the contract's argument and result order.
 #[derive(Debug, Clone)]
@@ -44,7 +48,10 @@ pub enum PartitionError {
     /// An IR error (tracing, splitting, differentiation).
     #[error(transparent)]
     Ir(#[from] IrError),
-    /// The stages do not form a chain the contract can express.
+    /// The values between the stages do not flow forward.
+    #[error(transparent)]
+    Graph(#[from] StageGraphError),
+    /// The stages do not form a pipeline the contract can express.
     #[error("stage {stage}: {message}")]
     Shape {
         /// The stage.
@@ -71,56 +78,108 @@ pub fn partition(
                 .into(),
         });
     }
+    let reads: Vec<Vec<ActRef>> = split
+        .stages
+        .iter()
+        .map(|stage| {
+            stage
+                .inputs
+                .iter()
+                .filter_map(|input| match *input {
+                    StageInput::Stage { stage, index } => Some(ActRef {
+                        stage: stage as u32,
+                        k: index,
+                    }),
+                    StageInput::Arg(_) => None,
+                })
+                .collect()
+        })
+        .collect();
+    let exports: Vec<usize> = (0..count)
+        .map(|s| match s + 1 == count {
+            true => 0,
+            false => split.stages[s].program.jaxpr.outvars.len(),
+        })
+        .collect();
+    let graph = StageGraph::new(&reads, &exports)?;
     (0..count)
-        .map(|s| stage_programs(&split, s, params))
+        .map(|s| {
+            let consumers = graph.consumers(s as u32);
+            if let Some(k) = consumers.iter().position(Vec::is_empty) {
+                return Err(PartitionError::Shape {
+                    stage: s,
+                    message: format!(
+                        "its value {k} is a result of the program, but only the loss (in the \
+                         last stage) may be one"
+                    ),
+                });
+            }
+            stage_programs(&split, s, params, &reads[s], consumers)
+        })
         .collect()
+}
+
+/// Where a stage program's arguments go in the contract: parameters, imported values, data.
+struct Roles {
+    params: Vec<usize>,
+    acts: Vec<usize>,
+    data: Vec<usize>,
+    param_args: Vec<usize>,
+    data_args: Vec<usize>,
+}
+
+fn roles(inputs: &[StageInput], params: &[usize]) -> Roles {
+    let mut r = Roles {
+        params: Vec::new(),
+        acts: Vec::new(),
+        data: Vec::new(),
+        param_args: Vec::new(),
+        data_args: Vec::new(),
+    };
+    for (i, src) in inputs.iter().enumerate() {
+        match *src {
+            StageInput::Arg(k) if params.contains(&k) => {
+                r.params.push(i);
+                r.param_args.push(k);
+            }
+            StageInput::Arg(k) => {
+                r.data.push(i);
+                r.data_args.push(k);
+            }
+            StageInput::Stage { .. } => r.acts.push(i),
+        }
+    }
+    r
 }
 
 fn stage_programs(
     split: &tessera_ir::passes::StageSplit,
     s: usize,
     params: &[usize],
+    reads: &[ActRef],
+    consumers: Vec<Vec<u32>>,
 ) -> Result<StagePrograms, PartitionError> {
     let stage = &split.stages[s];
     let last = s + 1 == split.stages.len();
-    let bad = |message: String| PartitionError::Shape { stage: s, message };
-    // Positions of the stage program's arguments by role.
-    let (mut p_pos, mut d_pos, mut act_pos) = (Vec::new(), Vec::new(), None);
-    let (mut param_args, mut data_args) = (Vec::new(), Vec::new());
-    for (i, src) in stage.inputs.iter().enumerate() {
-        match *src {
-            StageInput::Arg(k) if params.contains(&k) => {
-                p_pos.push(i);
-                param_args.push(k);
-            }
-            StageInput::Arg(k) => {
-                d_pos.push(i);
-                data_args.push(k);
-            }
-            StageInput::Stage { stage: from, .. } if from + 1 == s && act_pos.is_none() => {
-                act_pos = Some(i)
-            }
-            StageInput::Stage { stage: from, .. } => {
-                return Err(bad(format!(
-                    "reads a second value, or one from stage {from}; only one activation from the previous stage is supported"
-                )));
-            }
-        }
-    }
-    if (s > 0) != act_pos.is_some() || stage.program.jaxpr.outvars.len() != 1 {
-        return Err(bad("must take one activation from the previous stage (none for stage 0) and produce one value".into()));
-    }
     let program = &stage.program;
+    let r = roles(&stage.inputs, params);
+    if last && program.jaxpr.outvars.len() != 1 {
+        return Err(PartitionError::Shape {
+            stage: s,
+            message: "the last stage must return the loss alone".into(),
+        });
+    }
     let avals = program.jaxpr.in_avals();
-    let order: Vec<usize> = p_pos
+    let order: Vec<usize> = r
+        .params
         .iter()
+        .chain(&r.acts)
+        .chain(&r.data)
         .copied()
-        .chain(act_pos)
-        .chain(d_pos.iter().copied())
         .collect();
     let contract_avals: Vec<ShapedArray> = order.iter().map(|&i| avals[i].clone()).collect();
-    let out_aval = program.jaxpr.out_avals()[0].clone();
-    let (np, nr) = (p_pos.len(), order.len() - p_pos.len());
+    let out_avals = program.jaxpr.out_avals();
+    let (np, nr) = (r.params.len(), order.len() - r.params.len());
     // Arguments of the stage program, from contract-ordered tensors.
     let reorder = |contract: &[Tensor]| -> Vec<Tensor> {
         let mut args = vec![contract[0].clone(); order.len()];
@@ -133,54 +192,60 @@ fn stage_programs(
     let fwd = trace(&contract_avals, |a| {
         let refs: Vec<Tensor> = reorder(a);
         let out = call_closed(program, &refs.iter().collect::<Vec<_>>());
-        std::iter::once(out[0].clone())
-            .chain(a[np..].iter().cloned())
-            .collect()
+        out.into_iter().chain(a[np..].iter().cloned()).collect()
     })?;
-    // The stage's gradients (per program argument) from contract-ordered inputs and a cotangent.
-    let stage_grads = |a: &[Tensor], ct: Tensor| -> Vec<Tensor> {
-        let mut operands = reorder(a);
-        operands.push(ct);
+    // One cotangent per export and consumer; the last stage seeds its loss with 1.
+    let ct_avals: Vec<ShapedArray> = consumers
+        .iter()
+        .zip(&out_avals)
+        .flat_map(|(users, aval)| std::iter::repeat_n(aval.clone(), users.len()))
+        .collect();
+    let n_ct = ct_avals.len();
+    let seeds = |a: &[Tensor], cts: &[Tensor]| -> Vec<Tensor> {
+        if last {
+            return vec![a[0].literal_one(out_avals[0].dtype)];
+        }
+        let mut next = 0;
+        consumers
+            .iter()
+            .map(|users| {
+                let parts = &cts[next..next + users.len()];
+                next += users.len();
+                parts[1..].iter().fold(parts[0].clone(), |sum, p| &sum + p)
+            })
+            .collect()
+    };
+    // The stage's gradients (per program argument) from contract-ordered inputs and cotangents.
+    let stage_grads = |a: &[Tensor]| -> Vec<Tensor> {
+        let mut operands = reorder(&a[..np + nr]);
+        operands.extend(seeds(a, &a[np + nr..np + nr + n_ct]));
         call_closed(&grads, &operands.iter().collect::<Vec<_>>())
     };
-    let seed = |a: &[Tensor]| {
-        if last {
-            a[0].literal_one(out_aval.dtype)
-        } else {
-            a[np + nr].clone()
-        }
-    };
-    let ct_in = |g: &[Tensor]| act_pos.map(|i| g[i].clone());
+    let ct_out = |g: &[Tensor]| r.acts.iter().map(|&i| g[i].clone()).collect::<Vec<_>>();
     let mut bwd_avals = contract_avals.clone();
-    if !last {
-        bwd_avals.push(out_aval.clone());
-    }
-    let acc_avals: Vec<ShapedArray> = p_pos.iter().map(|&i| avals[i].clone()).collect();
+    bwd_avals.extend(ct_avals);
+    let acc_avals: Vec<ShapedArray> = r.params.iter().map(|&i| avals[i].clone()).collect();
     let mut full_avals = bwd_avals.clone();
     full_avals.extend(acc_avals.iter().cloned());
-    let n_ct = usize::from(!last);
     let bwd = trace(&full_avals, |a| {
-        let g = stage_grads(&a[..np + nr], seed(a));
-        let accs = p_pos
+        let g = stage_grads(a);
+        let accs = r
+            .params
             .iter()
             .enumerate()
             .map(|(k, &i)| &a[np + nr + n_ct + k] + &g[i]);
-        ct_in(&g).into_iter().chain(accs).collect()
+        ct_out(&g).into_iter().chain(accs).collect()
     })?;
-    // The backward pass split by its results: BwdI computes the input cotangent and hands on
-    // what the weight gradients still need; BwdW finishes them from that alone.
+    // The backward pass split by its results: BwdI computes the imported values' cotangents and
+    // hands on what the weight gradients still need; BwdW finishes them from that alone.
     let whole = trace(&bwd_avals, |a| {
-        let g = stage_grads(&a[..np + nr], seed(a));
-        ct_in(&g)
+        let g = stage_grads(a);
+        ct_out(&g)
             .into_iter()
-            .chain(p_pos.iter().map(|&i| g[i].clone()))
+            .chain(r.params.iter().map(|&i| g[i].clone()))
             .collect()
     })?;
-    let first: Vec<usize> = if act_pos.is_some() {
-        vec![0]
-    } else {
-        Vec::new()
-    };
+    let first: Vec<usize> = (0..r.acts.len()).collect();
     let split = split_outputs(&whole, &first)?;
     let bwd_i = split.first;
     let mut w_avals = split.second.jaxpr.in_avals();
@@ -195,17 +260,19 @@ fn stage_programs(
     let clean = |p: ClosedJaxpr| eliminate_dead_code(&inline_calls(&p));
     let shape = StageShape {
         params: np,
-        data: d_pos.len(),
+        data: r.data.len(),
         residuals: nr,
         weight_residuals: handed,
+        inputs: reads.to_vec(),
+        consumers,
     };
     Ok(StagePrograms {
         fwd: clean(fwd),
         bwd: clean(bwd),
         bwd_i: clean(bwd_i),
         bwd_w: clean(bwd_w),
-        param_args,
-        data_args,
+        param_args: r.param_args,
+        data_args: r.data_args,
         shape,
     })
 }
@@ -224,29 +291,30 @@ impl StagePrograms {
 
 /// The type of a pipeline value, read off the stage programs.
 pub fn key_aval(stages: &[StagePrograms], key: Key) -> Option<ShapedArray> {
-    let fwd_in = |s: u32| stages.get(s as usize).map(|p| p.fwd.jaxpr.in_avals());
-    let fwd_out = |s: u32| stages.get(s as usize).map(|p| p.fwd.jaxpr.out_avals());
+    let stage_of = |s: u32| stages.get(s as usize);
+    let fwd_in = |s: u32| stage_of(s).map(|p| p.fwd.jaxpr.in_avals());
+    let fwd_out = |s: u32| stage_of(s).map(|p| p.fwd.jaxpr.out_avals());
+    // The forward's results before the residuals: its exports, or the loss.
+    let heads = |s: u32| stage_of(s).map(|p| p.shape.consumers.len().max(1));
     match key {
         Key::Param { stage, k } | Key::Acc { stage, k, .. } => fwd_in(stage)?.get(k).cloned(),
         Key::Data { stage, k, .. } => {
-            let p = stages.get(stage as usize)?;
+            let p = stage_of(stage)?;
             fwd_in(stage)?
-                .get(p.shape.params + usize::from(stage > 0) + k)
+                .get(p.shape.params + p.shape.inputs.len() + k)
                 .cloned()
         }
-        Key::Act { stage, .. } | Key::Cot { stage, .. } => {
-            fwd_out(stage.checked_sub(1)?)?.first().cloned()
-        }
+        Key::Act { stage, k, .. } | Key::Cot { stage, k, .. } => fwd_out(stage)?.get(k).cloned(),
         Key::Loss { .. } => fwd_out(stages.len().checked_sub(1)? as u32)?
             .first()
             .cloned(),
-        Key::Resid { stage, k, .. } => fwd_out(stage)?.get(1 + k).cloned(),
+        Key::Resid { stage, k, .. } => fwd_out(stage)?.get(heads(stage)? + k).cloned(),
         Key::WResid { stage, k, .. } => {
-            let p = stages.get(stage as usize)?;
+            let p = stage_of(stage)?;
             p.bwd_i
                 .jaxpr
                 .out_avals()
-                .get(usize::from(stage > 0) + k)
+                .get(p.shape.inputs.len() + k)
                 .cloned()
         }
     }

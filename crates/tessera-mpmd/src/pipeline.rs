@@ -1,22 +1,27 @@
 //! From a schedule to a runtime plan: the dataflow contract between pipeline stage programs.
 //!
-//! A pipelined training step splits a model into `S` stages. For stage `s` and microbatch `m`
-//! the stage partitioner produces programs whose arguments and results follow this contract
-//! (lists in this order; `P_s` parameters, `R_s` residuals, `W_s` weight-gradient residuals):
+//! A pipelined training step splits a model into `S` stages. Stage `s` reads values that earlier
+//! stages export (any number, from any earlier stage: a residual may skip stages) and exports
+//! values to later stages; `inputs(s)` lists the `(stage, k)` values it reads, `consumers(s,k)`
+//! the stages that read its export `k`. For stage `s` and microbatch `m` the stage partitioner
+//! produces programs whose arguments and results follow this contract (lists in this order;
+//! `P_s` parameters, `R_s` residuals, `W_s` weight-gradient residuals):
 //!
 //! | task | inputs | outputs |
 //! |---|---|---|
-//! | `Fwd(s,m)` | params(s), x(s,m), data(s,m) | x(s+1,m) if `s < S-1`, else loss(m); residuals(s,m) |
-//! | `Bwd(s,m)` | params(s), residuals(s,m), ct(s+1,m) if `s < S-1`; acc(s,i) | ct(s,m) if `s > 0`; acc(s,i+1) |
-//! | `BwdI(s,m)` | params(s), residuals(s,m), ct(s+1,m) if `s < S-1` | ct(s,m) if `s > 0`; wres(s,m) |
+//! | `Fwd(s,m)` | params(s), x(p,m,k) for (p,k) in inputs(s), data(s,m) | x(s,m,k) for every export k if `s < S-1`, else loss(m); residuals(s,m) |
+//! | `Bwd(s,m)` | params(s), residuals(s,m), ct(s,m,k→c) for every export k and consumer c; acc(s,i) | ct(p,m,k→s) for (p,k) in inputs(s); acc(s,i+1) |
+//! | `BwdI(s,m)` | params(s), residuals(s,m), ct(s,m,k→c) as `Bwd` | ct(p,m,k→s) as `Bwd`; wres(s,m) |
 //! | `BwdW(s,m)` | wres(s,m), acc(s,i) | acc(s,i+1) |
 //!
-//! `x(0,m)` does not exist: stage 0 reads the microbatch only through `data(0,m)`, the data
-//! inputs assigned to it (e.g. the tokens; the last stage reads the labels). `ct(s,m)` is the
-//! cotangent of `x(s,m)`. `acc(s,i)` are the `P_s` gradient accumulators after the `i`-th weight
-//! gradient of stage `s` (in the order its actor runs them): `acc(s,0)` is placed (zeros) before
-//! the run and `acc(s,M)` is a result, as is every `loss(m)` — gradients accumulate on the
-//! devices that own the parameters, as in JAXPP.
+//! Stage 0 reads no exports: it reads the microbatch only through `data(0,m)`, the data inputs
+//! assigned to it (e.g. the tokens; the last stage reads the labels). `ct(p,m,k→c)` is stage
+//! `c`'s part of the cotangent of export `k` of stage `p`; the producer's backward sums the parts
+//! of every consumer (one cotangent per use, summed where they meet). Each export is sent once
+//! to each consuming stage's group. `acc(s,i)` are the `P_s` gradient accumulators after the
+//! `i`-th weight gradient of stage `s` (in the order its actor runs them): `acc(s,0)` is placed
+//! (zeros) before the run and `acc(s,M)` is a result, as is every `loss(m)` — gradients
+//! accumulate on the devices that own the parameters, as in JAXPP.
 //!
 //! A fused action is one program: its inputs are its tasks' inputs that no earlier task of the
 //! action produces, its outputs are its tasks' outputs that no later task of the action consumes.
@@ -27,8 +32,17 @@ use tessera_schedule::{Action, Task, TaskKind};
 
 use crate::runtime::{Plan, TaskSpec, ValueId};
 
-/// The sizes of the contract for one stage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An export of an earlier stage that a stage reads: export `k` of stage `stage`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ActRef {
+    /// The producing stage.
+    pub stage: u32,
+    /// Its export's index.
+    pub k: usize,
+}
+
+/// The sizes of the contract for one stage, and how its values flow to and from other stages.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StageShape {
     /// Number of parameters (and so of gradient accumulators).
     pub params: usize,
@@ -38,6 +52,65 @@ pub struct StageShape {
     pub residuals: usize,
     /// Number of residuals its input-gradient backward saves for its weight-gradient backward.
     pub weight_residuals: usize,
+    /// The earlier stages' exports it reads, in argument order.
+    pub inputs: Vec<ActRef>,
+    /// For each of its exports (none for the last stage, which returns the loss), the stages
+    /// that read it, in increasing order.
+    pub consumers: Vec<Vec<u32>>,
+}
+
+impl StageShape {
+    /// Stage `stage` of a chain of `stages` stages, each passing one activation to the next.
+    pub fn chain(
+        stage: u32,
+        stages: u32,
+        params: usize,
+        data: usize,
+        residuals: usize,
+        weight_residuals: usize,
+    ) -> StageShape {
+        StageShape {
+            params,
+            data,
+            residuals,
+            weight_residuals,
+            inputs: stage
+                .checked_sub(1)
+                .map(|previous| ActRef {
+                    stage: previous,
+                    k: 0,
+                })
+                .into_iter()
+                .collect(),
+            consumers: if stage + 1 < stages {
+                vec![vec![stage + 1]]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// The cotangents its backward reads: one per export and consumer.
+    fn cotangents_in(&self, stage: u32, mb: u32) -> Vec<Key> {
+        self.consumers
+            .iter()
+            .enumerate()
+            .flat_map(|(k, users)| users.iter().map(move |&to| Key::Cot { stage, mb, k, to }))
+            .collect()
+    }
+
+    /// The cotangents its backward produces: one per value it reads.
+    fn cotangents_out(&self, stage: u32, mb: u32) -> Vec<Key> {
+        self.inputs
+            .iter()
+            .map(|r| Key::Cot {
+                stage: r.stage,
+                mb,
+                k: r.k,
+                to: stage,
+            })
+            .collect()
+    }
 }
 
 /// A named value of the pipeline. Fields: `stage`, microbatch `mb`, index `k` within a list,
@@ -49,16 +122,21 @@ pub enum Key {
     Param { stage: u32, k: usize },
     /// Data input `k` of stage `s` for microbatch `mb`.
     Data { stage: u32, mb: u32, k: usize },
-    /// The activation entering stage `stage` for microbatch `mb` (`stage ≥ 1`).
-    Act { stage: u32, mb: u32 },
+    /// Export `k` of stage `stage` for microbatch `mb` (a value later stages read).
+    Act { stage: u32, mb: u32, k: usize },
     /// The loss of microbatch `mb`.
     Loss { mb: u32 },
     /// Residual `k` of stage `stage`, microbatch `mb`.
     Resid { stage: u32, mb: u32, k: usize },
     /// Weight-gradient residual `k`.
     WResid { stage: u32, mb: u32, k: usize },
-    /// The cotangent of `Act { stage, mb }`.
-    Cot { stage: u32, mb: u32 },
+    /// Stage `to`'s part of the cotangent of `Act { stage, mb, k }`.
+    Cot {
+        stage: u32,
+        mb: u32,
+        k: usize,
+        to: u32,
+    },
     /// Gradient accumulator `k` of stage `stage` after `step` microbatches.
     Acc { stage: u32, step: u32, k: usize },
 }
@@ -241,45 +319,40 @@ fn task_keys(
     steps: &mut BTreeMap<u32, u32>,
 ) -> (Vec<Key>, Vec<Key>) {
     let (s, mb) = (task.stage, task.mb);
-    let shape = stages[s as usize];
+    let shape = &stages[s as usize];
     let last = s as usize + 1 == num_stages;
     let params = (0..shape.params).map(|k| Key::Param { stage: s, k });
     let resid = (0..shape.residuals).map(|k| Key::Resid { stage: s, mb, k });
     let wres = (0..shape.weight_residuals).map(|k| Key::WResid { stage: s, mb, k });
-    let ct_in = (!last).then_some(Key::Cot { stage: s + 1, mb });
-    let ct_out = (s > 0).then_some(Key::Cot { stage: s, mb });
+    let (ct_in, ct_out) = (shape.cotangents_in(s, mb), shape.cotangents_out(s, mb));
     let accumulate = |steps: &mut BTreeMap<u32, u32>| {
         let step = steps.entry(s).or_insert(0);
         *step += 1;
-        let before = (0..shape.params)
-            .map(|k| Key::Acc {
-                stage: s,
-                step: *step - 1,
-                k,
-            })
-            .collect::<Vec<_>>();
-        let after = (0..shape.params)
-            .map(|k| Key::Acc {
-                stage: s,
-                step: *step,
-                k,
-            })
-            .collect::<Vec<_>>();
-        (before, after)
+        let acc = |step: u32| {
+            (0..shape.params)
+                .map(|k| Key::Acc { stage: s, step, k })
+                .collect::<Vec<_>>()
+        };
+        (acc(*step - 1), acc(*step))
     };
     match task.kind {
         TaskKind::Fwd => {
             let mut inputs: Vec<Key> = params.collect();
-            if s > 0 {
-                inputs.push(Key::Act { stage: s, mb });
-            }
+            inputs.extend(shape.inputs.iter().map(|r| Key::Act {
+                stage: r.stage,
+                mb,
+                k: r.k,
+            }));
             inputs.extend((0..shape.data).map(|k| Key::Data { stage: s, mb, k }));
-            let head = if last {
-                Key::Loss { mb }
+            let mut outputs: Vec<Key> = if last {
+                vec![Key::Loss { mb }]
             } else {
-                Key::Act { stage: s + 1, mb }
+                (0..shape.consumers.len())
+                    .map(|k| Key::Act { stage: s, mb, k })
+                    .collect()
             };
-            (inputs, std::iter::once(head).chain(resid).collect())
+            outputs.extend(resid);
+            (inputs, outputs)
         }
         TaskKind::Bwd => {
             let (before, after) = accumulate(steps);

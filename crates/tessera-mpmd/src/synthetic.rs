@@ -64,13 +64,10 @@ pub fn run_synthetic(
     options: &RunOptions,
 ) -> Result<SyntheticRun, DriverError> {
     let simulated = simulate(plan, costs).map_err(|e| DriverError::Config(e.to_string()))?;
-    let shape = StageShape {
-        params: 1,
-        data: 1,
-        residuals: 1,
-        weight_residuals: 1,
-    };
-    let shapes = vec![shape; plan.num_stages as usize];
+    let n = plan.num_stages;
+    let shapes: Vec<StageShape> = (0..n)
+        .map(|s| StageShape::chain(s, n, 1, 1, 1, 1))
+        .collect();
     let built = build_plan(plan, &shapes, |sig| {
         let units: f64 = sig.parts.iter().map(|p| costs.task(&p.task)).sum();
         unit.mul_f64(units)

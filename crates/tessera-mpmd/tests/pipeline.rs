@@ -97,12 +97,9 @@ fn check(name: &str, stages: u32, mpmd_dim: u32, microbatches: u32) {
     let shapes: Vec<StageShape> = (0..n)
         .map(|s| {
             let last = s + 1 == n;
-            StageShape {
-                params: 1,
-                data: if s == 0 { 1 } else { 0 } + usize::from(last),
-                residuals: if last { 2 } else { 1 },
-                weight_residuals: 2,
-            }
+            let data = usize::from(s == 0) + usize::from(last);
+            let residuals = if last { 2 } else { 1 };
+            StageShape::chain(s as u32, stages, 1, data, residuals, 2)
         })
         .collect();
     let built = build_plan(&sched_plan, &shapes, Clone::clone).unwrap();
@@ -184,15 +181,9 @@ fn a_stage_count_mismatch_is_refused() {
             },
         )
         .unwrap();
-    let shapes = vec![
-        StageShape {
-            params: 1,
-            data: 1,
-            residuals: 1,
-            weight_residuals: 0
-        };
-        3
-    ];
+    let shapes: Vec<StageShape> = (0..3)
+        .map(|s| StageShape::chain(s, 3, 1, 1, 1, 0))
+        .collect();
     let err = build_plan(&schedule.plan(4).unwrap(), &shapes, |_| ()).unwrap_err();
     assert!(
         err.to_string().contains("4 stages but the model has 3"),

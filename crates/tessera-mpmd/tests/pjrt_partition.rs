@@ -59,7 +59,7 @@ fn check(client: &Client, name: &str, stages: usize, microbatches: u32) {
         )
         .unwrap();
     let plan = schedule.plan(microbatches).unwrap();
-    let shapes: Vec<_> = parts.iter().map(|p| p.shape).collect();
+    let shapes: Vec<_> = parts.iter().map(|p| p.shape.clone()).collect();
     let types = Types { stages: &parts };
     let mut executor = PjrtExecutor::new(client, &mesh);
     let built = build_plan(&plan, &shapes, |sig| {

@@ -166,12 +166,9 @@ fn check(client: &Client, name: &str, stages: u32, microbatches: u32) {
     let shapes: Vec<StageShape> = (0..n)
         .map(|s| {
             let last = s + 1 == n;
-            StageShape {
-                params: 1,
-                data: usize::from(s == 0) + usize::from(last),
-                residuals: if last { 2 } else { 1 },
-                weight_residuals: 2,
-            }
+            let data = usize::from(s == 0) + usize::from(last);
+            let residuals = if last { 2 } else { 1 };
+            StageShape::chain(s as u32, stages, 1, data, residuals, 2)
         })
         .collect();
     let mut executor = PjrtExecutor::new(client, &mesh);
