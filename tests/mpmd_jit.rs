@@ -33,6 +33,8 @@ enum Values {
     Skips,
     /// Two values at every boundary.
     TwoStreams,
+    /// The first stage's weight used again by the last stage (a tied embedding and head).
+    Tied,
 }
 
 /// The test model: a stage marker before each layer `s > 0`, values crossing as `kind` says.
@@ -49,7 +51,7 @@ fn loss_of(kind: Values, stages: usize, rows: i64) -> ClosedJaxpr {
                 _ => (h.enter_stage(s as i64), g.enter_stage(s as i64)),
             };
             let next = match kind {
-                Values::Chain => x.matmul(&a[1 + s]).tanh(),
+                Values::Chain | Values::Tied => x.matmul(&a[1 + s]).tanh(),
                 Values::Skips => &x.matmul(&a[1 + s]).tanh() + &(&older * 0.5),
                 Values::TwoStreams => (&x.matmul(&a[1 + s]) + &y).tanh(),
             };
@@ -61,6 +63,7 @@ fn loss_of(kind: Values, stages: usize, rows: i64) -> ClosedJaxpr {
         }
         let out = match kind {
             Values::TwoStreams => &h + &g,
+            Values::Tied => h.matmul(&a[1].transpose(&[1, 0])).tanh(),
             _ => h,
         };
         vec![(&out - &a[stages + 1]).integer_pow(2).mean(&[0, 1])]
@@ -71,11 +74,18 @@ fn loss_of(kind: Values, stages: usize, rows: i64) -> ClosedJaxpr {
 /// `step(w_0..w_{S-1}, lr, xs, ys) -> (w'_0.., mean loss)` with `xs`, `ys` holding `mbs`
 /// micro-batches along axis 0.
 fn step(stages: usize, mbs: i64, rows: i64, schedule: &str) -> ClosedJaxpr {
-    step_of(Values::Chain, stages, mbs, rows, schedule)
+    step_of(Values::Chain, None, stages, mbs, rows, schedule)
 }
 
-/// As [`step`], for the model `kind`.
-fn step_of(kind: Values, stages: usize, mbs: i64, rows: i64, schedule: &str) -> ClosedJaxpr {
+/// As [`step`], for the model `kind`, its gradients clipped to the global norm `clip` if given.
+fn step_of(
+    kind: Values,
+    clip: Option<f64>,
+    stages: usize,
+    mbs: i64,
+    rows: i64,
+    schedule: &str,
+) -> ClosedJaxpr {
     let loss = loss_of(kind, stages, rows);
     let mut avals: Vec<ShapedArray> = (0..stages).map(|_| f32(&[WIDTH, WIDTH])).collect();
     avals.push(f32(&[]));
@@ -92,8 +102,25 @@ fn step_of(kind: Values, stages: usize, mbs: i64, rows: i64, schedule: &str) -> 
             value_and_grad_call(&loss, &argnums, &args)
         });
         let lr = &a[stages];
+        // Scale every gradient by min(1, clip / global norm): one scalar over all the groups.
+        let scale = clip.map(|c| {
+            let squares = (0..stages)
+                .map(|s| outs[1 + s].integer_pow(2).sum(&[0, 1]))
+                .reduce(|x, y| &x + &y)
+                .unwrap();
+            let norm = &squares.sqrt() / mbs as f64;
+            let bound = norm.full_like_scalar(c);
+            &bound / &norm.maximum(&bound)
+        });
         let mut results: Vec<_> = (0..stages)
-            .map(|s| &a[s] - &(&(lr * &outs[1 + s]) / mbs as f64))
+            .map(|s| {
+                let g = &outs[1 + s] / mbs as f64;
+                let g = match &scale {
+                    Some(k) => &g * k,
+                    None => g,
+                };
+                &a[s] - &(lr * &g)
+            })
             .collect();
         results.push(outs[0].mean(&[0]));
         results
@@ -161,7 +188,7 @@ fn check_with(stages: usize, schedule: &str, options: &MpmdJitOptions) {
 /// As [`check_with`], for the model `kind`.
 fn check_model(kind: Values, stages: usize, schedule: &str, options: &MpmdJitOptions) {
     let (mbs, rows) = (4, 2);
-    let program = step_of(kind, stages, mbs, rows, schedule);
+    let program = step_of(kind, None, stages, mbs, rows, schedule);
     let client = Client::cpu(8).unwrap();
     let mesh = mesh(stages);
     let jit = mpmd_jit_with(&client, &mesh, &program, options).unwrap();
@@ -345,32 +372,83 @@ fn a_step_that_passes_its_deadline_fails_and_the_next_step_runs() {
     }
 }
 
-#[test]
-fn an_update_mixing_groups_is_refused() {
-    // A global sum over every gradient cannot run on one group.
-    let stages = 2;
-    let loss = loss(stages, 2);
-    let argnums = vec![1, 2];
-    let mut avals: Vec<ShapedArray> = (0..stages).map(|_| f32(&[WIDTH, WIDTH])).collect();
-    avals.push(f32(&[4, 2, WIDTH]));
-    avals.push(f32(&[4, 2, WIDTH]));
-    let program = trace(&avals, |a| {
-        let outs = treduce(&[&a[0], &a[1]], &[&a[2], &a[3]], 0, "1f1b", &[], |w, mb| {
-            value_and_grad_call(&loss, &argnums, &[&mb[0], &w[0], &w[1], &mb[1]])
-        });
-        vec![&outs[1].sum(&[0, 1]) + &outs[2].sum(&[0, 1])]
-    })
-    .unwrap();
+/// Two steps of `program` with mpmd_jit, each step's weights fed back from the groups, against
+/// two interpreted steps; the weights of each step, with the groups each one lives on.
+fn two_steps(program: &ClosedJaxpr, stages: usize, schedule_groups: i64) -> Vec<Vec<usize>> {
+    use tessera_mpmd::{StepArg, StepResult};
+    let (mbs, rows) = (4, 2);
     let client = Client::cpu(8).unwrap();
-    let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 2), ("data", 4)]).unwrap(), "stage").unwrap();
-    let err = mpmd_jit(&client, &mesh, &program)
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
-    assert!(
-        err.contains("combines parameters or gradients of the groups"),
-        "{err}"
-    );
+    let mesh = MpmdMesh::new(
+        Mesh::auto(&[("stage", schedule_groups), ("data", 8 / schedule_groups)]).unwrap(),
+        "stage",
+    )
+    .unwrap();
+    let jit = mpmd_jit(&client, &mesh, program).unwrap();
+    let args = step_args(stages, mbs, rows);
+    let want = interpreted_steps(program, &args, stages, 2);
+    let mut call_args: Vec<StepArg> = args
+        .iter()
+        .map(|a| StepArg::Host(to_host(a).unwrap()))
+        .collect();
+    let mut got = Vec::new();
+    let mut homes = Vec::new();
+    for _ in 0..2 {
+        got = jit.call_mpmd(&call_args).unwrap().outputs;
+        homes.clear();
+        for (s, out) in got.iter().take(stages).enumerate() {
+            let StepResult::Mpmd(weights) = out else {
+                panic!("weight {s} came back to the host");
+            };
+            homes.push(weights.mpmd_idxs());
+            call_args[s] = out.clone().into_arg();
+        }
+    }
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        let g = from_host(&g.to_host().unwrap(), DType::F32).unwrap();
+        for (a, b) in g.to_vec().iter().zip(w.to_vec()) {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                "result {k}: {a} vs {b}"
+            );
+        }
+    }
+    homes
+}
+
+#[test]
+fn a_tied_weight_gets_the_sum_of_its_stages_gradients_and_lives_on_both_groups() {
+    for schedule in ["1f1b", "zero-bubble"] {
+        let program = step_of(Values::Tied, None, 4, 4, 2, schedule);
+        let homes = two_steps(&program, 4, 4);
+        // w0 is read by stage 0 and by the last stage: updated once, copied to both groups.
+        assert_eq!(
+            homes,
+            vec![vec![0, 3], vec![1], vec![2], vec![3]],
+            "{schedule}"
+        );
+    }
+}
+
+#[test]
+fn global_norm_clipping_mixes_the_groups_and_trains_like_the_unpipelined_step() {
+    for (kind, schedule, groups) in [
+        (Values::Chain, "1f1b", 4),
+        (Values::Chain, "interleaved-1f1b", 2),
+        (Values::Tied, "zero-bubble", 4),
+    ] {
+        let stages = 4;
+        // A small bound, so the clipping scales every gradient.
+        let program = step_of(kind, Some(0.001), stages, 4, 2, schedule);
+        let unclipped = step_of(kind, None, stages, 4, 2, schedule);
+        let args = step_args(stages, 4, 2);
+        let (a, b) = (
+            eval_closed(&program, &args).unwrap(),
+            eval_closed(&unclipped, &args).unwrap(),
+        );
+        assert_ne!(a[0].to_vec(), b[0].to_vec(), "the bound does not clip");
+        let homes = two_steps(&program, stages, groups);
+        assert_eq!(homes.len(), stages);
+    }
 }
 
 #[test]

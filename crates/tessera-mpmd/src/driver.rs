@@ -94,6 +94,9 @@ pub enum Placed {
     Host(HostArray),
     /// Used where it is; it must lie on the group that runs the parameter's stage.
     Device(Box<DeviceArray>),
+    /// One array per group holding it (an `MpmdArray`'s local arrays). A parameter used by
+    /// several stages (a tied weight) is copied to a using group that lacks it.
+    PerGroup(std::collections::BTreeMap<usize, DeviceArray>),
 }
 
 /// A pipelined step ready to run.
@@ -317,9 +320,50 @@ impl CompiledPipeline {
             .map(|a| a as usize)
     }
 
-    /// The stage whose parameter loss argument `arg` is.
+    /// The first stage whose parameter loss argument `arg` is.
     pub fn stage_of_param(&self, arg: usize) -> Option<usize> {
         self.parts.iter().position(|p| p.param_args.contains(&arg))
+    }
+
+    /// The groups running a stage that reads parameter `arg` (more than one for a tied
+    /// weight), in increasing order.
+    pub fn groups_of_param(&self, arg: usize) -> Vec<usize> {
+        let mut groups: Vec<usize> = (0..self.parts.len())
+            .filter(|&s| self.parts[s].param_args.contains(&arg))
+            .filter_map(|s| self.group_of_stage(s))
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        groups
+    }
+
+    /// Parameter `arg`'s value on `group` (which runs a stage reading it).
+    fn param_on_group(
+        &self,
+        placed: &Placed,
+        arg: usize,
+        group: usize,
+    ) -> Result<Option<DeviceArray>, DriverError> {
+        let mesh = self.mesh.group(group)?;
+        let tied = self.groups_of_param(arg).len() > 1;
+        match placed {
+            Placed::Host(_) => Ok(None),
+            Placed::Device(a) if tied => {
+                Ok(Some(crate::cross_group::onto_group(&self.client, a, mesh)?))
+            }
+            Placed::Device(a) => Ok(Some(on_group(a, mesh, arg)?)),
+            Placed::PerGroup(arrays) => match (arrays.get(&group), arrays.values().next()) {
+                (Some(a), _) => Ok(Some(on_group(a, mesh, arg)?)),
+                (None, Some(a)) if tied => {
+                    Ok(Some(crate::cross_group::onto_group(&self.client, a, mesh)?))
+                }
+                _ => Err(DriverError::Config(format!(
+                    "parameter argument {arg} lives on groups {:?}, but group {group} runs a \
+                     stage that reads it; reshard it there or pass it from the host",
+                    arrays.keys().collect::<Vec<_>>()
+                ))),
+            },
+        }
     }
 
     /// Like [`CompiledPipeline::step`], with parameters that may already be on their groups,
@@ -343,12 +387,14 @@ impl CompiledPipeline {
             let host = match key {
                 Key::Param { stage, k } => {
                     let arg = self.parts[stage as usize].param_args[k];
-                    match args.get(&arg).ok_or_else(|| missing(arg))? {
-                        Placed::Host(h) => h.clone(),
-                        Placed::Device(a) => {
-                            initial.push((self.built.ids[&key], group, on_group(a, mesh, arg)?));
+                    let placed = args.get(&arg).ok_or_else(|| missing(arg))?;
+                    match (self.param_on_group(placed, arg, group)?, placed) {
+                        (Some(a), _) => {
+                            initial.push((self.built.ids[&key], group, a));
                             continue;
                         }
+                        (None, Placed::Host(h)) => h.clone(),
+                        (None, _) => return Err(missing(arg)),
                     }
                 }
                 Key::Acc { stage, k, .. } => {
@@ -391,7 +437,18 @@ impl CompiledPipeline {
                 let value = results
                     .next()
                     .ok_or_else(|| DriverError::Config("missing gradient".into()))?;
-                by_arg.insert(self.parts[s].param_args[k], value);
+                let arg = self.parts[s].param_args[k];
+                // A tied weight's gradient is the sum of the parts of every stage using it,
+                // kept on the first of them.
+                let value = match by_arg.remove(&arg) {
+                    Some(earlier) => {
+                        let dtype = key_aval(&self.parts, Key::Param { stage: s as u32, k })
+                            .map_or(DType::F32, |a| a.dtype);
+                        crate::cross_group::add(&self.client, &earlier, &value, dtype)?
+                    }
+                    None => value,
+                };
+                by_arg.insert(arg, value);
             }
         }
         let losses = results

@@ -7,6 +7,7 @@
 
 mod array;
 pub mod compose;
+pub mod cross_group;
 pub mod driver;
 mod error;
 pub mod host;

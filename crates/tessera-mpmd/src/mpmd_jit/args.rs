@@ -25,22 +25,12 @@ impl StepArg {
         }
     }
 
-    /// The value for group `group`: the host array, or this group's device array.
-    pub(super) fn placed(&self, group: usize) -> Result<Placed, DriverError> {
+    /// The value as the pipeline takes it: the host array, or the device array of each group
+    /// holding it.
+    pub(super) fn placed(&self) -> Result<Placed, DriverError> {
         match self {
             StepArg::Host(h) => Ok(Placed::Host(h.clone())),
-            StepArg::Mpmd(m) => m
-                .to_mpmd_local_arrays()?
-                .get(&group)
-                .cloned()
-                .map(|a| Placed::Device(Box::new(a)))
-                .ok_or_else(|| {
-                    config(format!(
-                        "an argument lives on groups {:?}, but group {group} uses it; reshard \
-                         it there or pass it from the host",
-                        m.mpmd_idxs()
-                    ))
-                }),
+            StepArg::Mpmd(m) => Ok(Placed::PerGroup(m.to_mpmd_local_arrays()?.clone())),
         }
     }
 

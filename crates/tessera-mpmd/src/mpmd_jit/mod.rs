@@ -27,7 +27,7 @@ use tessera_sharding::{NamedSharding, PartitionSpec};
 use tessera_stablehlo::{LowerOptions, lower_closed};
 
 use crate::array::MpmdArray;
-use crate::driver::{CompiledPipeline, DriverError, Placed};
+use crate::driver::{CompiledPipeline, DriverError};
 use crate::host::{element_type, from_host, to_host};
 use crate::mesh::MpmdMesh;
 use crate::runtime::{OutputLayout, PjrtExecutor, RunOptions, Timings};
@@ -52,6 +52,9 @@ pub struct MpmdJit {
     updates: PjrtExecutor,
     pieces: Vec<(Piece, Option<usize>)>,
     donated: Vec<usize>,
+    /// For each step result, the groups it lives on (those of the parameter it updates; empty:
+    /// where its update runs).
+    homes: Vec<Vec<usize>>,
 }
 
 /// What one call returns besides the step's results.
@@ -146,6 +149,20 @@ impl MpmdJit {
         }
         place_of_input.push(None); // the losses
         place_of_input.extend(argnums.iter().map(|&a| group_of_arg(a)));
+        // Result k updates step argument k when that is a parameter of the same type: it lives on
+        // the groups of the stages reading that parameter.
+        let out_avals = jaxpr.out_avals();
+        let homes: Vec<Vec<usize>> = (0..jaxpr.outvars.len())
+            .map(|k| {
+                let same_type = jaxpr.in_avals().get(k) == out_avals.get(k);
+                loss_inputs
+                    .iter()
+                    .position(|input| matches!(input, LossInput::Param(i) if *i == k))
+                    .filter(|_| same_type)
+                    .map(|a| pipeline.groups_of_param(a))
+                    .unwrap_or_default()
+            })
+            .collect();
         let mut updates = PjrtExecutor::new(client, mesh);
         let mut pieces = Vec::new();
         let split = update::split(&update, &place_of_input)?;
@@ -171,6 +188,7 @@ impl MpmdJit {
             updates,
             pieces,
             donated: options.donate_argnums.clone(),
+            homes,
         })
     }
 
@@ -254,8 +272,7 @@ impl MpmdJit {
         for (a, input) in self.loss_inputs.iter().enumerate() {
             match *input {
                 LossInput::Param(i) => {
-                    let group = self.param_group(a)?;
-                    params.insert(a, args[i].placed(group)?);
+                    params.insert(a, args[i].placed()?);
                 }
                 LossInput::Invariant(i) => {
                     let host = args[i].host("loop-invariant data")?;
@@ -300,14 +317,6 @@ impl MpmdJit {
             losses: out.losses,
             timings: out.timings,
         })
-    }
-
-    /// The group holding loss argument `a` (a parameter).
-    fn param_group(&self, a: usize) -> Result<usize, DriverError> {
-        self.pipeline
-            .stage_of_param(a)
-            .and_then(|s| self.pipeline.group_of_stage(s))
-            .ok_or_else(|| config(format!("loss argument {a} belongs to no stage")))
     }
 
     fn check_args(&self, args: &[StepArg]) -> Result<(), DriverError> {
@@ -359,17 +368,25 @@ impl MpmdJit {
             .inputs
             .iter()
             .map(|&i| {
+                // An update mixing groups reads other groups' values: copied here.
+                let onto = |a: &DeviceArray| crate::cross_group::onto_group(&self.client, a, mesh);
                 if i < self.num_args {
-                    match args[i].placed(group)? {
-                        Placed::Host(h) => {
-                            Ok(DeviceArray::device_put(&self.client, &h, &replicated)?)
+                    match &args[i] {
+                        StepArg::Host(h) => {
+                            Ok(DeviceArray::device_put(&self.client, h, &replicated)?)
                         }
-                        Placed::Device(a) => Ok(*a),
+                        StepArg::Mpmd(m) => {
+                            let arrays = m.to_mpmd_local_arrays()?;
+                            match arrays.get(&group).or(arrays.values().next()) {
+                                Some(a) => onto(a),
+                                None => Err(config(format!("argument {i} holds no array"))),
+                            }
+                        }
                     }
                 } else if i == self.num_args {
                     Ok(DeviceArray::device_put(&self.client, losses, &replicated)?)
                 } else {
-                    Ok(grads[i - self.num_args - 1].clone())
+                    onto(&grads[i - self.num_args - 1])
                 }
             })
             .collect::<Result<Vec<_>, DriverError>>()?;
@@ -378,9 +395,28 @@ impl MpmdJit {
             .updates
             .execute(index, &refs)
             .map_err(|e| config(e.to_string()))?;
-        let sharding = MpmdSharding::new(&self.mesh, [group], &PartitionSpec::replicated())?;
+        // Each result goes to the groups of the parameter it updates (all of them for a tied
+        // weight), the others stay here.
         outs.into_iter()
-            .map(|o| Ok(MpmdArray::new(vec![o], sharding.clone())?))
+            .zip(&piece.outputs)
+            .map(|(o, &k)| {
+                let homes = match self.homes.get(k) {
+                    Some(h) if !h.is_empty() => h.clone(),
+                    _ => vec![group],
+                };
+                let arrays = homes
+                    .iter()
+                    .map(|&h| match h == group {
+                        true => Ok(o.clone()),
+                        false => {
+                            let mesh = self.mesh.group(h)?;
+                            crate::cross_group::onto_group(&self.client, &o, mesh)
+                        }
+                    })
+                    .collect::<Result<Vec<_>, DriverError>>()?;
+                let sharding = MpmdSharding::new(&self.mesh, homes, &PartitionSpec::replicated())?;
+                Ok(MpmdArray::new(arrays, sharding)?)
+            })
             .collect()
     }
 

@@ -1,7 +1,8 @@
 //! The code of a step outside its `treduce` (the optimizer update): one program from the step's
 //! arguments and the loop's results to the step's results, split by where each result can run.
 //! A result that reads a parameter or a gradient runs on the group holding it; one that reads
-//! neither (the mean loss) runs on the host; one that mixes groups is refused.
+//! neither (the mean loss) runs on the host; one that mixes groups (e.g. clipping by the global
+//! gradient norm) runs on the lowest of them, the other groups' values copied there.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -70,16 +71,9 @@ pub(super) fn split(
             .iter()
             .filter_map(|&i| place_of_input[i])
             .collect();
-        let place = match groups.len() {
-            0 => Place::Host,
-            1 => Place::Group(groups.into_iter().next().unwrap_or_default()),
-            _ => {
-                return Err(DriverError::Config(format!(
-                    "result {k} of the step combines parameters or gradients of the groups \
-                     {groups:?}; the code after the treduce must update each group's parameters \
-                     from that group's values only (e.g. no global gradient norm yet)"
-                )));
-            }
+        let place = match groups.first() {
+            None => Place::Host,
+            Some(&lowest) => Place::Group(lowest),
         };
         by_place.entry(place).or_default().push(k);
     }
