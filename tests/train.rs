@@ -252,3 +252,79 @@ fn gpt_peak_live_bytes_follow_the_prediction_under_split_and_interleaved_schedul
         assert_bytes_predicted(schedule, &gpt_memory(schedule, "4", groups));
     }
 }
+
+#[test]
+fn tied_embeddings_and_global_norm_clipping_train_like_the_unpipelined_step_under_every_schedule() {
+    let list = Command::new(tessera_bin())
+        .args(["schedule", "--list"])
+        .output()
+        .unwrap();
+    let names: Vec<String> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect();
+    assert!(names.len() >= 10, "{names:?}");
+    for name in &names {
+        // One stage per group, or two (interleaved and V-shaped schedules).
+        let several = ["interleaved", "kimi", "dualpipev"]
+            .iter()
+            .any(|p| name.starts_with(p));
+        let groups = if several { "2" } else { "4" };
+        let s = summary(&[
+            "--model",
+            "gpt",
+            "--tie-embeddings",
+            "--clip-grad-norm",
+            "0.5",
+            "--optimizer",
+            "adamw",
+            "--lr",
+            "0.003",
+            "--schedule",
+            name,
+            "--stages",
+            "4",
+            "--mpmd-dim",
+            groups,
+            "--microbatches",
+            "4",
+            "--batch",
+            "8",
+            "--steps",
+            "2",
+            "--eval-every",
+            "0",
+            "--json",
+        ]);
+        let (losses, reference) = (numbers(&s, "losses"), numbers(&s, "reference_losses"));
+        assert_eq!(losses.len(), 2, "{name}");
+        for (a, b) in losses.iter().zip(&reference) {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs(),
+                "{name}: {a} vs unpipelined {b}"
+            );
+        }
+        assert_eq!(s["order_matches_schedule"], true, "{name}");
+    }
+    // Tied: no head parameter (256 x 64 fewer), so the model is smaller than untied.
+    let untied = summary(&["--model", "gpt", "--steps", "1", "--json"]);
+    let tied = summary(&[
+        "--model",
+        "gpt",
+        "--tie-embeddings",
+        "--steps",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(
+        untied["parameters"].as_i64().unwrap() - tied["parameters"].as_i64().unwrap(),
+        256 * 64
+    );
+    assert!(
+        !train(&["--model", "mlp", "--tie-embeddings"])
+            .status
+            .success()
+    );
+    let out = train(&["--clip-grad-norm", "0"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--clip-grad-norm 0"));
+}

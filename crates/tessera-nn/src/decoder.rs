@@ -43,6 +43,9 @@ pub struct DecoderConfig {
     pub seq_len: i64,
     /// MLP hidden width (GPT-2: `4 d`; Llama: about `8 d / 3`, rounded up to a multiple of 8).
     pub ffn: i64,
+    /// Whether the output head is the token embedding's table, transposed (no `head`
+    /// parameter). Pipelined, the table is then read by the first and the last stage.
+    pub tie_embeddings: bool,
 }
 
 impl DecoderConfig {
@@ -56,6 +59,7 @@ impl DecoderConfig {
             heads,
             seq_len,
             ffn: 4 * d_model,
+            tie_embeddings: false,
         }
     }
 
@@ -69,6 +73,15 @@ impl DecoderConfig {
             heads,
             seq_len,
             ffn: ((8 * d_model + 2) / 3 + 7) / 8 * 8,
+            tie_embeddings: false,
+        }
+    }
+
+    /// The same decoder with its head tied to the token embedding.
+    pub fn tied(self) -> Self {
+        DecoderConfig {
+            tie_embeddings: true,
+            ..self
         }
     }
 
@@ -184,7 +197,7 @@ impl DecoderConfig {
     }
 
     /// The parameters: `embed` (`tokens`, and `positions` for GPT-2), `blocks.<i>` (`norm1`,
-    /// `attn`, `norm2`, `mlp`), `final_norm`, `head`.
+    /// `attn`, `norm2`, `mlp`), `final_norm`, and `head` unless the embeddings are tied.
     pub fn spec(&self) -> Tree<ParamSpec> {
         let mut embed = vec![("tokens", self.embedding().spec())];
         if self.kind == DecoderKind::Gpt2 {
@@ -198,12 +211,15 @@ impl DecoderConfig {
             ("mlp", self.mlp_spec()),
         ]);
         let blocks = Tree::node((0..self.layers).map(|i| (i.to_string(), block.clone())));
-        Tree::node([
+        let mut parts = vec![
             ("embed", Tree::node(embed)),
             ("blocks", blocks),
             ("final_norm", self.norm_spec()),
-            ("head", self.head().spec()),
-        ])
+        ];
+        if !self.tie_embeddings {
+            parts.push(("head", self.head().spec()));
+        }
+        Tree::node(parts)
     }
 
     /// The number of parameters.
@@ -231,7 +247,13 @@ impl DecoderConfig {
     /// Model FLOPs per token of a training step (forward and backward): `6 N` for the weights
     /// plus the attention scores and values, as in the PaLM paper's appendix.
     pub fn train_flops_per_token(&self) -> f64 {
-        let weights = (self.param_count() - self.vocab * self.d_model) as f64;
+        // The embedding lookup costs no FLOPs; a tied table still does the head's work.
+        let lookup = if self.tie_embeddings {
+            0
+        } else {
+            self.vocab * self.d_model
+        };
+        let weights = (self.param_count() - lookup) as f64;
         let attention = 12.0 * self.layers as f64 * self.d_model as f64 * self.seq_len as f64;
         6.0 * weights + attention
     }
@@ -294,10 +316,15 @@ impl DecoderConfig {
             h = &h + &self.mlp(block.get("mlp")?, &normed)?;
         }
         let h = self.norm(p.get("final_norm")?, &h)?;
-        let logits = self
-            .head()
-            .apply(p.get("head")?, &h)?
-            .reshape(&[rows * t, self.vocab]);
+        let logits = if self.tie_embeddings {
+            let table = p.leaf("embed.tokens.table")?;
+            h.reshape(&[rows * t, self.d_model])
+                .matmul(&table.transpose(&[1, 0]))
+        } else {
+            self.head()
+                .apply(p.get("head")?, &h)?
+                .reshape(&[rows * t, self.vocab])
+        };
         let onehot = targets.reshape(&[rows * t]).one_hot(self.vocab, DType::F32);
         let picked = (logits.log_softmax(1) * onehot).sum(&[1]);
         Ok(-picked.mean(&[0]))

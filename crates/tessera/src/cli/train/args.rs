@@ -26,6 +26,14 @@ pub struct Args {
     /// Tokens per sequence (default 32).
     #[arg(long)]
     pub seq_len: Option<i64>,
+    /// Tie the decoder's output head to its token embedding (one table, read by the first and
+    /// the last stage; its gradient is the sum of both uses).
+    #[arg(long)]
+    pub tie_embeddings: bool,
+    /// Clip the mean gradients to this global norm (over every stage's gradients) before the
+    /// optimizer's update.
+    #[arg(long, value_name = "NORM")]
+    pub clip_grad_norm: Option<f64>,
     /// The schedule (any name `tessera schedule --list` shows).
     #[arg(long, default_value = "1f1b")]
     pub schedule: String,

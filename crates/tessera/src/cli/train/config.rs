@@ -60,6 +60,9 @@ pub fn choose_model(args: &Args) -> anyhow::Result<ModelChoice> {
         || args.heads.is_some()
         || args.seq_len.is_some();
     let make = match name.as_str() {
+        "mlp" if args.tie_embeddings => {
+            bail!("--tie-embeddings ties a decoder's head; use it with --model llama or gpt2")
+        }
         "mlp" if sized => bail!(
             "--config and the size flags (--layers --d-model --heads --seq-len) shape the \
              decoders; use them with --model llama or gpt2"
@@ -79,6 +82,7 @@ pub fn choose_model(args: &Args) -> anyhow::Result<ModelChoice> {
     if let Some(ffn) = file.ffn {
         config.ffn = ffn;
     }
+    config.tie_embeddings = args.tie_embeddings;
     if let Err(err) = config.validate() {
         match &args.config {
             Some(path) => bail!("the model in {} does not work: {err}", path.display()),
@@ -104,8 +108,9 @@ pub fn describe(choice: &ModelChoice, optimizer: &str) -> String {
     match choice {
         ModelChoice::Mlp => format!("mlp optimizer={optimizer}"),
         ModelChoice::Decoder(c) => format!(
-            "{} vocab={} layers={} d_model={} heads={} seq_len={} ffn={} optimizer={optimizer}",
+            "{}{} vocab={} layers={} d_model={} heads={} seq_len={} ffn={} optimizer={optimizer}",
             name(choice),
+            if c.tie_embeddings { " tied" } else { "" },
             c.vocab,
             c.layers,
             c.d_model,

@@ -74,6 +74,9 @@ fn check_args(args: &Args, mpmd_dim: u32) -> anyhow::Result<()> {
             args.steps
         );
     }
+    if let Some(norm) = args.clip_grad_norm.filter(|n| !n.is_finite() || *n <= 0.0) {
+        bail!("--clip-grad-norm {norm}: give a finite norm above 0, e.g. --clip-grad-norm 1.0");
+    }
     if let Some(stop) = args.stop_after.filter(|&s| s == 0) {
         bail!("--stop-after {stop}: stop after step 1 or later");
     }
@@ -158,6 +161,7 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         &model,
         &args.schedule,
         opt.as_ref(),
+        args.clip_grad_norm,
         &step::stack(&model, &model.batches(0)?)?,
     )?;
     let (start, carried) = starting_point(&args, &model, &training, &description)?;

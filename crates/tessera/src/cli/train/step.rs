@@ -13,7 +13,7 @@ use tessera::jit::{from_host, to_host};
 use tessera_ir::trace::{Tensor, trace, treduce, value_and_grad_call};
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
 use tessera_nn::Tree;
-use tessera_nn::optim::Optimizer;
+use tessera_nn::optim::{Optimizer, clip_by_global_norm};
 use tessera_pjrt::{Client, HostArray};
 
 use super::model::Model;
@@ -52,12 +52,14 @@ pub fn stack(model: &Model, batches: &[HashMap<usize, Array>]) -> anyhow::Result
         .collect()
 }
 
-/// Traces the training step of `model` under `schedule` with `opt`; `data` fixes the data
-/// arguments' types (one step's stacked micro-batches).
+/// Traces the training step of `model` under `schedule` with `opt`, the mean gradients clipped
+/// to the global norm `clip` if given; `data` fixes the data arguments' types (one step's
+/// stacked micro-batches).
 pub fn training_step(
     model: &Model,
     schedule: &str,
     opt: &dyn Optimizer,
+    clip: Option<f64>,
     data: &[Array],
 ) -> anyhow::Result<TrainingStep> {
     let n_args = model.loss.jaxpr.invars.len();
@@ -91,10 +93,15 @@ pub fn training_step(
         // The mean of the micro-batches' gradients, then the optimizer's update.
         let update = || -> tessera_nn::Result<Vec<Tensor>> {
             let grads: Vec<Tensor> = outs[1..=n_params].iter().map(|g| g / mbs as f64).collect();
+            let grads = param_avals.unflatten(grads)?;
+            let grads = match clip {
+                Some(max_norm) => clip_by_global_norm(&grads, max_norm),
+                None => grads,
+            };
             let (params, state) = opt.update(
                 &rest[0],
                 &param_avals.unflatten(weights.to_vec())?,
-                &param_avals.unflatten(grads)?,
+                &grads,
                 &state_avals.unflatten(state.to_vec())?,
             )?;
             let mut results = params.flatten();
