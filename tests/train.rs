@@ -273,6 +273,12 @@ fn tied_embeddings_and_global_norm_clipping_train_like_the_unpipelined_step_unde
         let s = summary(&[
             "--model",
             "gpt",
+            "--d-model",
+            "16",
+            "--heads",
+            "2",
+            "--seq-len",
+            "8",
             "--tie-embeddings",
             "--clip-grad-norm",
             "0.5",
@@ -306,19 +312,22 @@ fn tied_embeddings_and_global_norm_clipping_train_like_the_unpipelined_step_unde
         }
         assert_eq!(s["order_matches_schedule"], true, "{name}");
     }
-    // Tied: no head parameter (256 x 64 fewer), so the model is smaller than untied.
-    let untied = summary(&["--model", "gpt", "--steps", "1", "--json"]);
-    let tied = summary(&[
+    // Tied: no head parameter (256 x 16 fewer), so the model is smaller than untied.
+    let small = [
         "--model",
         "gpt",
-        "--tie-embeddings",
+        "--d-model",
+        "16",
+        "--heads",
+        "2",
         "--steps",
         "1",
-        "--json",
-    ]);
+    ];
+    let untied = summary(&[&small[..], &["--json"]].concat());
+    let tied = summary(&[&small[..], &["--tie-embeddings", "--json"]].concat());
     assert_eq!(
         untied["parameters"].as_i64().unwrap() - tied["parameters"].as_i64().unwrap(),
-        256 * 64
+        256 * 16
     );
     assert!(
         !train(&["--model", "mlp", "--tie-embeddings"])
