@@ -11,6 +11,7 @@ mod jvp;
 mod jvp_rules;
 mod linearize;
 mod loops;
+mod numeric;
 mod parallel;
 mod remat;
 mod rules;

@@ -26,6 +26,7 @@ mod collectives;
 mod failure;
 mod loops;
 mod nn;
+mod numeric;
 mod ops;
 mod transforms;
 

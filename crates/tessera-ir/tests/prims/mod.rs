@@ -276,6 +276,40 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             "c:f64[2,3] d:f64[3] = pipeline_enter_stage[stage=1] a b\ne:f64[3] = sin d",
             "c, e",
         ),
+        // issue 20 B
+        Erf | Erfc | Lgamma | Digamma | Atan | Sinh | Cosh | Asinh | Cbrt | Square => unary(name),
+        ErfInv | Asin | Acos | Atanh | Tan => prog(
+            "a:f64[2,3]",
+            &format!("b:f64[2,3] = mul a 0.5:f64[]\nc:f64[2,3] = {name} b"),
+            "c",
+        ),
+        Acosh => prog(
+            "a:f64[2,3]",
+            "b:f64[2,3] = add a 1.0:f64[]\nc:f64[2,3] = acosh b",
+            "c",
+        ),
+        Polygamma => prog(
+            "a:f64[2,3]",
+            "b:f64[2,3] = polygamma 1.0:f64[] a\nc:f64[2,3] = polygamma 2.0:f64[] a\nd:f64[2,3] = add b c",
+            "d",
+        ),
+        IsFinite => prog(
+            "a:f64[2,3]",
+            "e:f64[2,3] = sub a 1.0:f64[]\nb:f64[2,3] = log e\nc:bool[2,3] = is_finite b\nd:f64[2,3] = select_n c a b",
+            "d, c",
+        ),
+        Atan2 => binary(name),
+        ShiftLeft | ShiftRightLogical | ShiftRightArithmetic => prog(
+            "a:i32[2,3] b:i32[1,3]",
+            &format!("c:i32[2,3] = {name} a b\nd:i32[2,3] = {name} c 1:i32[]"),
+            "d",
+        ),
+        BitcastConvertType => prog(
+            "a:f32[2,3] u:u32[2,3]",
+            "b:i32[2,3] = bitcast_convert_type[new_dtype=int32] a\nc:f32[2,3] = bitcast_convert_type[new_dtype=float32] u\nd:f32[2,3] = mul a c",
+            "b, d",
+        ),
+        PopulationCount => prog("a:i32[2,3]", "b:i32[2,3] = population_count a", "b"),
     }
 }
 

@@ -6,6 +6,7 @@ mod control;
 mod elementwise;
 mod indexing;
 mod loops;
+mod numeric;
 mod parallel;
 mod reduce;
 mod structural;
@@ -333,6 +334,12 @@ fn lower_eqn<'c, 'b>(
         | Pvary | Pbroadcast => parallel::collective(ctx, eqn.prim, p, inputs),
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),
         Treduce => loops::treduce(ctx, p, inputs, functions),
+        // issue 20 B
+        Erf | Erfc | ErfInv | Lgamma | Digamma | Polygamma | Tan | Asin | Acos | Atan | Sinh
+        | Cosh | Asinh | Acosh | Atanh | Cbrt | Square | IsFinite | Atan2 | ShiftLeft
+        | ShiftRightLogical | ShiftRightArithmetic | BitcastConvertType | PopulationCount => {
+            numeric::lower(ctx, eqn.prim, inputs)
+        }
     }
 }
 
