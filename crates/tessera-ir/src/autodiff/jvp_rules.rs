@@ -129,6 +129,9 @@ pub(super) fn jvp_rule(
         | ShiftRightLogical | ShiftRightArithmetic | BitcastConvertType | PopulationCount => {
             super::numeric::jvp(prim, x, y, ts)
         }
+        // Keys and bits carry no tangent.
+        RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
+        | Threefry2x32 => vec![None; y.len()],
     }
 }
 

@@ -300,6 +300,9 @@ pub(super) fn vjp_rule(
         | ShiftRightLogical | ShiftRightArithmetic | BitcastConvertType | PopulationCount => {
             super::numeric::vjp(prim, x, y, &g)
         }
+        // Keys and bits carry no cotangent.
+        RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
+        | Threefry2x32 => vec![None; x.len()],
     }
 }
 

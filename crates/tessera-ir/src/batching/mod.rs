@@ -10,6 +10,7 @@
 
 mod indexing;
 mod parallel;
+mod random;
 mod rules;
 
 use std::collections::HashMap;

@@ -86,6 +86,8 @@ pub(super) fn batch_rule(
         Polygamma | Atan2 | ShiftLeft | ShiftRightLogical | ShiftRightArithmetic => {
             one(elementwise(prim, params, args, size, rank))
         }
+        RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
+        | Threefry2x32 => super::random::random(prim, params, args, size, rank),
     }
 }
 

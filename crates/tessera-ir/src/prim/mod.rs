@@ -12,10 +12,12 @@ mod indexing;
 mod linalg;
 mod numeric;
 mod ops;
+mod random;
 mod reduce;
 mod shard_map;
 mod special_fns;
 mod structural;
+mod threefry;
 mod treduce;
 
 pub use collective::{
@@ -32,7 +34,9 @@ pub use ops::{
     BinaryOp, CollectiveOp, CompareOp, ControlOp, ElementwiseOp, IndexingOp, ReduceKind,
     ReductionOp, StructuralOp, UnaryOp,
 };
+pub use random::RandomOp;
 pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
+pub use threefry::{PARITY, counter, pack_key, threefry2x32, unpack_key};
 pub use treduce::{ReduceOp, TreduceParams, combined_aval, treduce_params};
 
 use crate::array::Array;
@@ -104,6 +108,9 @@ prims! {
     ShiftLeft => "shift_left", ShiftRightLogical => "shift_right_logical",
     ShiftRightArithmetic => "shift_right_arithmetic",
     BitcastConvertType => "bitcast_convert_type", PopulationCount => "population_count",
+    RandomSeed => "random_seed", RandomWrap => "random_wrap", RandomUnwrap => "random_unwrap",
+    RandomBits => "random_bits", RandomSplit => "random_split", RandomFoldIn => "random_fold_in",
+    Threefry2x32 => "threefry2x32",
 }
 
 /// Which family module holds a primitive's rules, with the typed kind of the elementwise and
@@ -119,6 +126,7 @@ enum Family {
     ShardMap,
     Treduce,
     Numeric(NumericOp),
+    Random(RandomOp),
 }
 
 impl Prim {
@@ -236,6 +244,13 @@ impl Prim {
             ShiftRightArithmetic => Family::Numeric(NumericOp::ShiftRightArithmetic),
             BitcastConvertType => Family::Numeric(NumericOp::BitcastConvertType),
             PopulationCount => Family::Numeric(NumericOp::PopulationCount),
+            RandomSeed => Family::Random(RandomOp::Seed),
+            RandomWrap => Family::Random(RandomOp::Wrap),
+            RandomUnwrap => Family::Random(RandomOp::Unwrap),
+            RandomBits => Family::Random(RandomOp::Bits),
+            RandomSplit => Family::Random(RandomOp::Split),
+            RandomFoldIn => Family::Random(RandomOp::FoldIn),
+            Threefry2x32 => Family::Random(RandomOp::Threefry2x32),
         }
     }
 
@@ -251,7 +266,8 @@ impl Prim {
             | Family::Collective(_)
             | Family::ShardMap
             | Family::Treduce
-            | Family::Numeric(_) => None,
+            | Family::Numeric(_)
+            | Family::Random(_) => None,
         }
     }
 
@@ -267,7 +283,8 @@ impl Prim {
             | Family::Collective(_)
             | Family::ShardMap
             | Family::Treduce
-            | Family::Numeric(_) => None,
+            | Family::Numeric(_)
+            | Family::Random(_) => None,
         }
     }
 
@@ -283,7 +300,8 @@ impl Prim {
             | Family::Control(_)
             | Family::ShardMap
             | Family::Treduce
-            | Family::Numeric(_) => None,
+            | Family::Numeric(_)
+            | Family::Random(_) => None,
         }
     }
 
@@ -299,7 +317,25 @@ impl Prim {
             | Family::Control(_)
             | Family::Collective(_)
             | Family::ShardMap
-            | Family::Treduce => None,
+            | Family::Treduce
+            | Family::Random(_) => None,
+        }
+    }
+
+    /// The typed kind of a PRNG primitive (`None` for the others).
+    pub fn random(self) -> Option<RandomOp> {
+        match self.family() {
+            Family::Random(op) => Some(op),
+            Family::Elementwise(_)
+            | Family::Indexing(_)
+            | Family::Structural(_)
+            | Family::Reduce(_)
+            | Family::Linalg
+            | Family::Control(_)
+            | Family::Collective(_)
+            | Family::ShardMap
+            | Family::Treduce
+            | Family::Numeric(_) => None,
         }
     }
 
@@ -328,6 +364,7 @@ impl Prim {
             Family::ShardMap => return shard_map::abstract_eval(params, inputs),
             Family::Treduce => treduce::abstract_eval(params, inputs),
             Family::Numeric(op) => numeric::abstract_eval(self, op, params, inputs),
+            Family::Random(op) => random::abstract_eval(self, op, params, inputs),
         }?;
         // Inside shard_map, a local computation varies over every axis an operand varies over.
         let vma: std::collections::BTreeSet<String> =
@@ -356,6 +393,7 @@ impl Prim {
             Family::ShardMap => shard_map::eval(params, inputs),
             Family::Treduce => treduce::eval(params, inputs),
             Family::Numeric(op) => numeric::eval(op, inputs, outputs),
+            Family::Random(op) => random::eval(op, inputs, outputs),
         }
     }
 }

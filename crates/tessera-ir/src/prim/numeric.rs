@@ -129,12 +129,12 @@ pub(super) fn abstract_eval(
 /// changes the shape, is not supported).
 fn bitcast_target(prim: Prim, params: &Params, x: &ShapedArray) -> Result<DType> {
     let to = params.dtype(prim.name(), "new_dtype")?;
-    if to.size_in_bytes() != x.dtype.size_in_bytes() || to == DType::Bool || x.dtype == DType::Bool
-    {
+    let plain = |d: DType| !matches!(d, DType::Bool | DType::KeyFry);
+    if to.size_in_bytes() != x.dtype.size_in_bytes() || !plain(to) || !plain(x.dtype) {
         return Err(type_error(
             prim.name(),
             format!(
-                "converts between dtypes of one width (not bool); got {} to {to}",
+                "converts between dtypes of one width (not bool or keys); got {} to {to}",
                 x.dtype
             ),
         ));
@@ -243,7 +243,7 @@ pub(crate) fn bits_of(x: f64, dtype: DType) -> u64 {
         BF16 => u64::from(half::bf16::from_f64(x).to_bits()),
         F16 => u64::from(half::f16::from_f64(x).to_bits()),
         F32 => u64::from((x as f32).to_bits()),
-        F64 => x.to_bits(),
+        F64 | KeyFry => x.to_bits(),
     }
 }
 
@@ -260,6 +260,6 @@ pub(crate) fn from_bits(bits: u64, dtype: DType) -> f64 {
         BF16 => f64::from(half::bf16::from_bits(bits as u16)),
         F16 => f64::from(half::f16::from_bits(bits as u16)),
         F32 => f64::from(f32::from_bits(bits as u32)),
-        F64 => f64::from_bits(bits),
+        F64 | KeyFry => f64::from_bits(bits),
     }
 }

@@ -28,6 +28,7 @@ mod loops;
 mod nn;
 mod numeric;
 mod ops;
+pub mod random;
 mod transforms;
 
 pub use collectives::{pmap, shard_map, shard_map_program};

@@ -310,6 +310,16 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             "b, d",
         ),
         PopulationCount => prog("a:i32[2,3]", "b:i32[2,3] = population_count a", "b"),
+        RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn => prog(
+            "a:u32[2] s:i32[] x:f64[3]",
+            "k:key<fry>[] = random_wrap[impl=fry] a\nj:key<fry>[] = random_seed[impl=fry] s\nks:key<fry>[2] = random_split[shape=(2,)] k\nf:key<fry>[] = random_fold_in j 3:u32[]\nb:u32[3] = random_bits[bit_width=32 shape=(3,)] f\nd:u32[2,2] = random_unwrap ks\nc:f64[3] = convert_element_type[new_dtype=float64 weak_type=False] b\ny:f64[3] = mul x c",
+            "y, d",
+        ),
+        Threefry2x32 => prog(
+            "a:u32[2,3] b:u32[1,3] c:u32[2,3] d:u32[2,3]",
+            "e:u32[2,3] f:u32[2,3] = threefry2x32 a b c d",
+            "e, f",
+        ),
     }
 }
 
