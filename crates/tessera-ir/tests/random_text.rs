@@ -26,7 +26,11 @@ const WRAPPED: &str = "{ lambda ; o:u32[2]. let
 fn keys_and_wrapped_operands_round_trip() {
     let program = parse_closed(WRAPPED).unwrap();
     assert_eq!(program.jaxpr.eqns.len(), 3);
-    assert_eq!(program.jaxpr.eqns[1].inputs.len(), 3, "the wrapped operand is read");
+    assert_eq!(
+        program.jaxpr.eqns[1].inputs.len(),
+        3,
+        "the wrapped operand is read"
+    );
     let printed = print_closed(&program, 0);
     assert!(printed.contains("key<fry>[]"), "{printed}");
     let again = parse_closed(&printed).unwrap();

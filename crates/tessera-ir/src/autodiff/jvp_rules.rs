@@ -132,6 +132,7 @@ pub(super) fn jvp_rule(
         // Keys and bits carry no tangent.
         RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
         | Threefry2x32 => vec![None; y.len()],
+        Sort | TopK => super::sort::jvp(prim, params, x, y, ts),
     }
 }
 

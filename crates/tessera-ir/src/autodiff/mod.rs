@@ -15,6 +15,7 @@ mod numeric;
 mod parallel;
 mod remat;
 mod rules;
+mod sort;
 mod transpose;
 
 pub use jvp::jvp;

@@ -303,6 +303,7 @@ pub(super) fn vjp_rule(
         // Keys and bits carry no cotangent.
         RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
         | Threefry2x32 => vec![None; x.len()],
+        Sort | TopK => super::sort::vjp(prim, params, x, gs),
     }
 }
 

@@ -12,6 +12,7 @@ mod indexing;
 mod parallel;
 mod random;
 mod rules;
+mod sort;
 
 use std::collections::HashMap;
 

@@ -88,6 +88,7 @@ pub(super) fn batch_rule(
         }
         RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
         | Threefry2x32 => super::random::random(prim, params, args, size, rank),
+        Sort | TopK => super::sort::sort(prim, params, args, size),
     }
 }
 

@@ -15,6 +15,7 @@ mod ops;
 mod random;
 mod reduce;
 mod shard_map;
+mod sort;
 mod special_fns;
 mod structural;
 mod threefry;
@@ -36,6 +37,7 @@ pub use ops::{
 };
 pub use random::RandomOp;
 pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
+pub use sort::{SortOp, sort_order, sort_params, top_k_params};
 pub use threefry::{PARITY, counter, pack_key, threefry2x32, unpack_key};
 pub use treduce::{ReduceOp, TreduceParams, combined_aval, treduce_params};
 
@@ -110,7 +112,7 @@ prims! {
     BitcastConvertType => "bitcast_convert_type", PopulationCount => "population_count",
     RandomSeed => "random_seed", RandomWrap => "random_wrap", RandomUnwrap => "random_unwrap",
     RandomBits => "random_bits", RandomSplit => "random_split", RandomFoldIn => "random_fold_in",
-    Threefry2x32 => "threefry2x32",
+    Threefry2x32 => "threefry2x32", Sort => "sort", TopK => "top_k",
 }
 
 /// Which family module holds a primitive's rules, with the typed kind of the elementwise and
@@ -127,6 +129,7 @@ enum Family {
     Treduce,
     Numeric(NumericOp),
     Random(RandomOp),
+    Sort(SortOp),
 }
 
 impl Prim {
@@ -251,6 +254,8 @@ impl Prim {
             RandomSplit => Family::Random(RandomOp::Split),
             RandomFoldIn => Family::Random(RandomOp::FoldIn),
             Threefry2x32 => Family::Random(RandomOp::Threefry2x32),
+            Sort => Family::Sort(SortOp::Sort),
+            TopK => Family::Sort(SortOp::TopK),
         }
     }
 
@@ -267,7 +272,8 @@ impl Prim {
             | Family::ShardMap
             | Family::Treduce
             | Family::Numeric(_)
-            | Family::Random(_) => None,
+            | Family::Random(_)
+            | Family::Sort(_) => None,
         }
     }
 
@@ -284,7 +290,8 @@ impl Prim {
             | Family::ShardMap
             | Family::Treduce
             | Family::Numeric(_)
-            | Family::Random(_) => None,
+            | Family::Random(_)
+            | Family::Sort(_) => None,
         }
     }
 
@@ -301,7 +308,8 @@ impl Prim {
             | Family::ShardMap
             | Family::Treduce
             | Family::Numeric(_)
-            | Family::Random(_) => None,
+            | Family::Random(_)
+            | Family::Sort(_) => None,
         }
     }
 
@@ -318,7 +326,8 @@ impl Prim {
             | Family::Collective(_)
             | Family::ShardMap
             | Family::Treduce
-            | Family::Random(_) => None,
+            | Family::Random(_)
+            | Family::Sort(_) => None,
         }
     }
 
@@ -335,7 +344,26 @@ impl Prim {
             | Family::Collective(_)
             | Family::ShardMap
             | Family::Treduce
-            | Family::Numeric(_) => None,
+            | Family::Numeric(_)
+            | Family::Sort(_) => None,
+        }
+    }
+
+    /// The typed kind of `sort` and `top_k` (`None` for the others).
+    pub fn sort_op(self) -> Option<SortOp> {
+        match self.family() {
+            Family::Sort(op) => Some(op),
+            Family::Elementwise(_)
+            | Family::Indexing(_)
+            | Family::Structural(_)
+            | Family::Reduce(_)
+            | Family::Linalg
+            | Family::Control(_)
+            | Family::Collective(_)
+            | Family::ShardMap
+            | Family::Treduce
+            | Family::Numeric(_)
+            | Family::Random(_) => None,
         }
     }
 
@@ -365,6 +393,7 @@ impl Prim {
             Family::Treduce => treduce::abstract_eval(params, inputs),
             Family::Numeric(op) => numeric::abstract_eval(self, op, params, inputs),
             Family::Random(op) => random::abstract_eval(self, op, params, inputs),
+            Family::Sort(op) => sort::abstract_eval(self, op, params, inputs),
         }?;
         // Inside shard_map, a local computation varies over every axis an operand varies over.
         let vma: std::collections::BTreeSet<String> =
@@ -394,6 +423,7 @@ impl Prim {
             Family::Treduce => treduce::eval(params, inputs),
             Family::Numeric(op) => numeric::eval(op, inputs, outputs),
             Family::Random(op) => random::eval(op, inputs, outputs),
+            Family::Sort(op) => sort::eval(op, params, inputs, outputs),
         }
     }
 }

@@ -320,6 +320,16 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             "e:u32[2,3] f:u32[2,3] = threefry2x32 a b c d",
             "e, f",
         ),
+        Sort => prog(
+            "a:f64[2,3] b:f64[2,3] i:i32[2,3]",
+            "c:f64[2,3] d:f64[2,3] = sort[dimension=1 is_stable=True num_keys=1] a b\ne:i32[2,3] f:f64[2,3] = sort[dimension=0 is_stable=True num_keys=2] i c\ng:f64[2,3] = mul d f",
+            "g, e",
+        ),
+        TopK => prog(
+            "a:f64[2,4]",
+            "b:f64[2,2] c:i32[2,2] = top_k[axis=1 k=2] a\nd:f64[1,4] e:i32[1,4] = top_k[axis=0 k=1] a\nf:f64[2,4] = sin a\ng:f64[2,2] h:i32[2,2] = top_k[k=2] f",
+            "b, c, d, g",
+        ),
     }
 }
 

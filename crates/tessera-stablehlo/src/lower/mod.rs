@@ -10,6 +10,7 @@ mod numeric;
 mod parallel;
 mod random;
 mod reduce;
+mod sort;
 mod structural;
 
 use std::collections::HashMap;
@@ -352,6 +353,8 @@ fn lower_eqn<'c, 'b>(
         }
         RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
         | Threefry2x32 => random::lower(ctx, eqn.prim, p, inputs),
+        Sort => sort::sort(ctx, p, inputs),
+        TopK => sort::top_k(ctx, p, inputs),
     }
 }
 
