@@ -231,3 +231,38 @@ fn key_arrays_are_sliced_broadcast_and_transposed_on_both_backends() {
     assert_eq!(keys[0..2], keys[2..4], "split key 0 of copies 0 and 1");
     assert_ne!(keys[0..2], keys[6..8], "split keys 0 and 1 of copy 0");
 }
+
+#[test]
+fn keys_cross_the_device_boundary_as_their_two_words() {
+    // A key argument and a key result: PJRT sees `u32[..., 2]`, the caller key arrays.
+    let text = "{ lambda ; k:key<fry>[2]. let
+    a:key<fry>[2,2] = random_split[shape=(2,)] k
+    b:u32[2,3] = random_bits[bit_width=32 shape=(3,)] k
+  in (a, b) }";
+    let program = tessera_ir::text::parse_closed(text).unwrap();
+    let keys = Array::new(
+        DType::KeyFry,
+        &[2],
+        vec![
+            tessera_ir::prim::pack_key([0, 0]),
+            tessera_ir::prim::pack_key([0, 5]),
+        ],
+    )
+    .unwrap();
+    let [here, there] = both(&program, &[keys]);
+    assert_eq!(there[0].dtype, DType::KeyFry);
+    assert_eq!(there[0].shape(), [2, 2]);
+    for k in 0..2 {
+        let bits = |a: &Array| a.to_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&here[k]), bits(&there[k]), "output {k}");
+    }
+    // jax.random.split(jax.random.PRNGKey(0))[1] and split(PRNGKey(5), 2)[0] (see above).
+    let words: Vec<[u32; 2]> = here[0]
+        .to_vec()
+        .iter()
+        .map(|&v| tessera_ir::prim::unpack_key(v))
+        .collect();
+    assert_eq!(words[1], [928981903, 3453687069]);
+    assert_eq!(words[0], [1797259609, 2579123966]);
+    assert_ne!(words[2], words[0]);
+}
