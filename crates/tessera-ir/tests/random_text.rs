@@ -78,3 +78,20 @@ fn ill_typed_prng_and_bit_equations_are_refused() {
         assert!(err.contains(want), "{text}\ngot {err:?}, want {want:?}");
     }
 }
+
+#[test]
+fn constant_folding_keeps_keys_as_equations() {
+    // A key has no literal form: `random_seed` of a literal stays an equation.
+    let text = "{ lambda ; . let
+    k:key<fry>[] = random_seed[impl=fry] 7:i32[]
+    b:u32[2] = random_unwrap k
+  in (b,) }";
+    let program = parse_closed(text).unwrap();
+    let folded = tessera_ir::passes::fold_constants(&program);
+    tessera_ir::verify(&folded).unwrap();
+    let printed = print_closed(&folded, 0);
+    assert!(printed.contains("random_seed"), "{printed}");
+    parse_closed(&printed).unwrap();
+    let out = tessera_ir::interp::eval_closed(&folded, &[]).unwrap();
+    assert_eq!(out[0].to_vec(), [0.0, 7.0]);
+}
