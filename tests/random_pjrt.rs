@@ -150,16 +150,18 @@ fn a_key_from_a_seed_is_prng_key_data() {
 }
 
 #[test]
-fn narrow_bits_keep_the_low_bits_of_each_draw() {
+fn narrow_bits_keep_the_low_bits_of_each_draw_and_64_bits_both_words() {
     // jax.random.bits(jax.random.PRNGKey(1), (4,), dtype=jnp.uint8) and (2, 2) of uint16.
     let text = "{ lambda ; a:u32[2]. let
     b:key<fry>[] = random_wrap[impl=fry] a
     c:u8[4] = random_bits[bit_width=8 shape=(4,)] b
     d:u16[2,2] = random_bits[bit_width=16 shape=(2, 2)] b
-  in (c, d) }";
+    e:u64[2] = random_bits[bit_width=64 shape=(2,)] b
+  in (c, d, e) }";
     let program = tessera_ir::text::parse_closed(text).unwrap();
     let key = Array::new(DType::U32, &[2], vec![0.0, 1.0]).unwrap();
-    for (backend, outs) in ["interpreter", "PJRT"].iter().zip(both(&program, &[key])) {
+    let [here, there] = both(&program, &[key]);
+    for (backend, outs) in ["interpreter", "PJRT"].iter().zip([&here, &there]) {
         assert_eq!(outs[0].to_vec(), [183.0, 62.0, 122.0, 241.0], "{backend}");
         assert_eq!(
             outs[1].to_vec(),
@@ -167,6 +169,10 @@ fn narrow_bits_keep_the_low_bits_of_each_draw() {
             "{backend}"
         );
     }
+    // 64 bits are both words, high first (the interpreter rounds them to f64, as does the
+    // conversion of PJRT's exact u64 result).
+    assert_eq!(here[2].to_vec(), there[2].to_vec());
+    assert!(here[2].to_vec().iter().all(|&v| v > f64::from(u32::MAX)));
 }
 
 #[test]
