@@ -31,11 +31,15 @@ pub enum DType {
     F32,
     /// IEEE double.
     F64,
+    /// A threefry PRNG key (`key<fry>`, issue 20 B): physically two `u32` words. The
+    /// interpreter holds each key as one value whose 64 bits are the two words (`DType::round`
+    /// leaves it alone); lowering gives a key array of shape `S` the type `tensor<S x 2 x ui32>`.
+    KeyFry,
 }
 
 impl DType {
     /// Every dtype.
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 14] = [
         DType::Bool,
         DType::I8,
         DType::I16,
@@ -49,6 +53,7 @@ impl DType {
         DType::F16,
         DType::F32,
         DType::F64,
+        DType::KeyFry,
     ];
 
     /// The jaxpr spelling: `f32`, `i32`, `bool`, `bf16`.
@@ -68,6 +73,7 @@ impl DType {
             F16 => "f16",
             F32 => "f32",
             F64 => "f64",
+            KeyFry => "key<fry>",
         }
     }
 
@@ -88,6 +94,7 @@ impl DType {
             F16 => "float16",
             F32 => "float32",
             F64 => "float64",
+            KeyFry => "key<fry>",
         }
     }
 
@@ -105,7 +112,12 @@ impl DType {
 
     /// Signed or unsigned integer?
     pub fn is_int(self) -> bool {
-        !self.is_float() && self != DType::Bool
+        !self.is_float() && !matches!(self, DType::Bool | DType::KeyFry)
+    }
+
+    /// A PRNG key type?
+    pub fn is_key(self) -> bool {
+        matches!(self, DType::KeyFry)
     }
 
     /// Unsigned integer?
@@ -120,7 +132,7 @@ impl DType {
             Bool | I8 | U8 => 1,
             I16 | U16 | BF16 | F16 => 2,
             I32 | U32 | F32 => 4,
-            I64 | U64 | F64 => 8,
+            I64 | U64 | F64 | KeyFry => 8,
         }
     }
 
@@ -142,6 +154,7 @@ impl DType {
             U16 => f64::from(x as i64 as u16),
             U32 => f64::from(x as i64 as u32),
             U64 => (x as u64) as f64,
+            KeyFry => x,
         }
     }
 }
@@ -161,7 +174,7 @@ impl DType {
             U16 => f64::from(v as u16),
             U32 => f64::from(v as u32),
             U64 => v as u64 as f64,
-            BF16 | F16 | F32 | F64 => self.round(v as f64),
+            BF16 | F16 | F32 | F64 | KeyFry => self.round(v as f64),
         }
     }
 

@@ -25,6 +25,8 @@ pub fn element_type(dtype: DType) -> ElementType {
         DType::F16 => ElementType::F16,
         DType::F32 => ElementType::F32,
         DType::F64 => ElementType::F64,
+        // A key's two words.
+        DType::KeyFry => ElementType::U32,
     }
 }
 
@@ -45,9 +47,18 @@ pub fn to_host(array: &Array) -> Result<HostArray, ConvertError> {
             DType::F16 => bytes.extend(half::f16::from_f64(v).to_bits().to_ne_bytes()),
             DType::F32 => bytes.extend((v as f32).to_ne_bytes()),
             DType::F64 => bytes.extend(v.to_ne_bytes()),
+            DType::KeyFry => {
+                let words = v.to_bits();
+                bytes.extend(((words >> 32) as u32).to_ne_bytes());
+                bytes.extend((words as u32).to_ne_bytes());
+            }
         }
     }
-    HostArray::from_bytes(element_type(array.dtype), &array.shape(), bytes)
+    let mut shape = array.shape();
+    if array.dtype.is_key() {
+        shape.push(2);
+    }
+    HostArray::from_bytes(element_type(array.dtype), &shape, bytes)
         .map_err(|e| ConvertError(e.to_string()))
 }
 
@@ -73,8 +84,20 @@ pub fn from_host(host: &HostArray, dtype: DType) -> Result<Array, ConvertError> 
                 DType::F64 => f64::from_ne_bytes(b8),
                 DType::BF16 => f64::from(half::bf16::from_bits(u16::from_ne_bytes([c[0], c[1]]))),
                 DType::F16 => f64::from(half::f16::from_bits(u16::from_ne_bytes([c[0], c[1]]))),
+                // The two words of a key: 8 bytes, high word first.
+                DType::KeyFry => {
+                    let hi = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
+                    let lo = u32::from_ne_bytes([c[4], c[5], c[6], c[7]]);
+                    f64::from_bits((u64::from(hi) << 32) | u64::from(lo))
+                }
             }
         })
         .collect();
-    Array::new(dtype, host.dims(), values).map_err(|e| ConvertError(e.to_string()))
+    let dims = host.dims();
+    let dims = if dtype.is_key() {
+        dims.split_last().map_or(dims, |(_, lead)| lead)
+    } else {
+        dims
+    };
+    Array::new(dtype, dims, values).map_err(|e| ConvertError(e.to_string()))
 }

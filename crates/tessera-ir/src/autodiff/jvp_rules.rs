@@ -123,6 +123,16 @@ pub(super) fn jvp_rule(
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_jvp(prim, params, x, y, t(0)),
         ShardMap => super::parallel::shard_map_jvp(params, x, y, ts),
+        // issue 20 B
+        Erf | Erfc | ErfInv | Lgamma | Digamma | Polygamma | Tan | Asin | Acos | Atan | Sinh
+        | Cosh | Asinh | Acosh | Atanh | Cbrt | Square | IsFinite | Atan2 | ShiftLeft
+        | ShiftRightLogical | ShiftRightArithmetic | BitcastConvertType | PopulationCount => {
+            super::numeric::jvp(prim, x, y, ts)
+        }
+        // Keys and bits carry no tangent.
+        RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
+        | Threefry2x32 => vec![None; y.len()],
+        Sort | TopK => super::sort::jvp(prim, params, x, y, ts),
     }
 }
 

@@ -11,9 +11,11 @@ mod jvp;
 mod jvp_rules;
 mod linearize;
 mod loops;
+mod numeric;
 mod parallel;
 mod remat;
 mod rules;
+mod sort;
 mod transpose;
 
 pub use jvp::jvp;

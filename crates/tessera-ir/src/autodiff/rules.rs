@@ -52,7 +52,7 @@ fn convert_params(dtype: DType) -> Params {
 }
 
 /// Sums `g` down to `shape` (undoing scalar and size-1 broadcasting of elementwise operands).
-fn unbroadcast(g: &Tensor, shape: &[i64]) -> Tensor {
+pub(super) fn unbroadcast(g: &Tensor, shape: &[i64]) -> Tensor {
     if g.shape() == shape {
         return g.clone();
     }
@@ -294,6 +294,16 @@ pub(super) fn vjp_rule(
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_vjp(prim, params, x, &g),
         ShardMap => super::parallel::shard_map_vjp(params, x, y, gs),
+        // issue 20 B
+        Erf | Erfc | ErfInv | Lgamma | Digamma | Polygamma | Tan | Asin | Acos | Atan | Sinh
+        | Cosh | Asinh | Acosh | Atanh | Cbrt | Square | IsFinite | Atan2 | ShiftLeft
+        | ShiftRightLogical | ShiftRightArithmetic | BitcastConvertType | PopulationCount => {
+            super::numeric::vjp(prim, x, y, &g)
+        }
+        // Keys and bits carry no cotangent.
+        RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
+        | Threefry2x32 => vec![None; x.len()],
+        Sort | TopK => super::sort::vjp(prim, params, x, gs),
     }
 }
 

@@ -10,7 +10,9 @@
 
 mod indexing;
 mod parallel;
+mod random;
 mod rules;
+mod sort;
 
 use std::collections::HashMap;
 

@@ -78,6 +78,17 @@ pub(super) fn batch_rule(
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective(prim, params, args, size),
         ShardMap => super::parallel::shard_map(params, args, size, out.len()),
+        // issue 20 B
+        Erf | Erfc | ErfInv | Lgamma | Digamma | Tan | Asin | Acos | Atan | Sinh | Cosh | Asinh
+        | Acosh | Atanh | Cbrt | Square | IsFinite | BitcastConvertType | PopulationCount => {
+            same_dims(prim, params, args)
+        }
+        Polygamma | Atan2 | ShiftLeft | ShiftRightLogical | ShiftRightArithmetic => {
+            one(elementwise(prim, params, args, size, rank))
+        }
+        RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
+        | Threefry2x32 => super::random::random(prim, params, args, size, rank),
+        Sort | TopK => super::sort::sort(prim, params, args, size),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Constant folding of literals: an equation whose operands are all literals and whose single
-//! result is a scalar is evaluated now, and its uses read the literal instead.
+//! result is a scalar (not a PRNG key, which has no literal form) is evaluated now, and its uses
+//! read the literal instead.
 
 use crate::array::Array;
 use crate::jaxpr::{Atom, ClosedJaxpr, Literal};
@@ -24,11 +25,13 @@ pub fn fold_constants(closed: &ClosedJaxpr) -> ClosedJaxpr {
         let foldable = !matches!(eqn.prim, Prim::Jit | Prim::Checkpoint | Prim::ShardMap)
             && !eqn.prim.is_collective()
             && !inputs.is_empty();
-        if let (true, Some(args), Some(aval)) =
-            (foldable, literals, out_aval.filter(|a| a.rank() == 0))
-            && let Ok(mut out) = eqn
-                .prim
-                .eval(&eqn.params, &args, std::slice::from_ref(&aval))
+        if let (true, Some(args), Some(aval)) = (
+            foldable,
+            literals,
+            out_aval.filter(|a| a.rank() == 0 && !a.dtype.is_key()),
+        ) && let Ok(mut out) = eqn
+            .prim
+            .eval(&eqn.params, &args, std::slice::from_ref(&aval))
             && let Some(value) = out.pop().and_then(|a| a.data.iter().next().copied())
         {
             rb.map

@@ -52,7 +52,7 @@ fn shape_mismatch(prim: Prim, a: &[i64], b: &[i64]) -> crate::error::IrError {
 }
 
 /// The common dtype of operands: weak-typed ones adopt their partner's.
-fn common_dtype(prim: Prim, inputs: &[ShapedArray]) -> Result<(DType, bool)> {
+pub(crate) fn common_dtype(prim: Prim, inputs: &[ShapedArray]) -> Result<(DType, bool)> {
     let strong: Vec<&ShapedArray> = inputs.iter().filter(|a| !a.weak_type).collect();
     let pick = if strong.is_empty() {
         inputs.to_vec()

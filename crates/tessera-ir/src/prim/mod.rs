@@ -10,10 +10,15 @@ mod index_modes;
 mod index_params;
 mod indexing;
 mod linalg;
+mod numeric;
 mod ops;
+mod random;
 mod reduce;
 mod shard_map;
+mod sort;
+mod special_fns;
 mod structural;
+mod threefry;
 mod treduce;
 
 pub use collective::{
@@ -25,11 +30,15 @@ pub use index_modes::{
 pub use index_params::{GatherParams, ScatterParams};
 pub use indexing::{GatherDims, ScatterDims, gather_dims, scatter_dims};
 pub use linalg::{DotDims, dot_dims, free_dims};
+pub use numeric::NumericOp;
 pub use ops::{
     BinaryOp, CollectiveOp, CompareOp, ControlOp, ElementwiseOp, IndexingOp, ReduceKind,
     ReductionOp, StructuralOp, UnaryOp,
 };
+pub use random::RandomOp;
 pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
+pub use sort::{SortOp, sort_order, sort_params, top_k_params};
+pub use threefry::{PARITY, counter, pack_key, threefry2x32, unpack_key};
 pub use treduce::{ReduceOp, TreduceParams, combined_aval, treduce_params};
 
 use crate::array::Array;
@@ -93,6 +102,17 @@ prims! {
     ReduceScatter => "reduce_scatter", Ppermute => "ppermute", AllToAll => "all_to_all",
     AxisIndex => "axis_index", Pvary => "pvary", Pbroadcast => "pbroadcast",
     ShardMap => "shard_map", Checkpoint => "checkpoint", Treduce => "treduce",
+    // issue 20 B
+    Erf => "erf", Erfc => "erfc", ErfInv => "erf_inv", Lgamma => "lgamma", Digamma => "digamma",
+    Polygamma => "polygamma", Tan => "tan", Asin => "asin", Acos => "acos", Atan => "atan",
+    Sinh => "sinh", Cosh => "cosh", Asinh => "asinh", Acosh => "acosh", Atanh => "atanh",
+    Cbrt => "cbrt", Square => "square", IsFinite => "is_finite", Atan2 => "atan2",
+    ShiftLeft => "shift_left", ShiftRightLogical => "shift_right_logical",
+    ShiftRightArithmetic => "shift_right_arithmetic",
+    BitcastConvertType => "bitcast_convert_type", PopulationCount => "population_count",
+    RandomSeed => "random_seed", RandomWrap => "random_wrap", RandomUnwrap => "random_unwrap",
+    RandomBits => "random_bits", RandomSplit => "random_split", RandomFoldIn => "random_fold_in",
+    Threefry2x32 => "threefry2x32", Sort => "sort", TopK => "top_k",
 }
 
 /// Which family module holds a primitive's rules, with the typed kind of the elementwise and
@@ -107,6 +127,9 @@ enum Family {
     Collective(CollectiveOp),
     ShardMap,
     Treduce,
+    Numeric(NumericOp),
+    Random(RandomOp),
+    Sort(SortOp),
 }
 
 impl Prim {
@@ -200,6 +223,39 @@ impl Prim {
             Pbroadcast => Family::Collective(CollectiveOp::Pbroadcast),
             ShardMap => Family::ShardMap,
             Treduce => Family::Treduce,
+            Erf => Family::Numeric(NumericOp::Erf),
+            Erfc => Family::Numeric(NumericOp::Erfc),
+            ErfInv => Family::Numeric(NumericOp::ErfInv),
+            Lgamma => Family::Numeric(NumericOp::Lgamma),
+            Digamma => Family::Numeric(NumericOp::Digamma),
+            Polygamma => Family::Numeric(NumericOp::Polygamma),
+            Tan => Family::Numeric(NumericOp::Tan),
+            Asin => Family::Numeric(NumericOp::Asin),
+            Acos => Family::Numeric(NumericOp::Acos),
+            Atan => Family::Numeric(NumericOp::Atan),
+            Sinh => Family::Numeric(NumericOp::Sinh),
+            Cosh => Family::Numeric(NumericOp::Cosh),
+            Asinh => Family::Numeric(NumericOp::Asinh),
+            Acosh => Family::Numeric(NumericOp::Acosh),
+            Atanh => Family::Numeric(NumericOp::Atanh),
+            Cbrt => Family::Numeric(NumericOp::Cbrt),
+            Square => Family::Numeric(NumericOp::Square),
+            IsFinite => Family::Numeric(NumericOp::IsFinite),
+            Atan2 => Family::Numeric(NumericOp::Atan2),
+            ShiftLeft => Family::Numeric(NumericOp::ShiftLeft),
+            ShiftRightLogical => Family::Numeric(NumericOp::ShiftRightLogical),
+            ShiftRightArithmetic => Family::Numeric(NumericOp::ShiftRightArithmetic),
+            BitcastConvertType => Family::Numeric(NumericOp::BitcastConvertType),
+            PopulationCount => Family::Numeric(NumericOp::PopulationCount),
+            RandomSeed => Family::Random(RandomOp::Seed),
+            RandomWrap => Family::Random(RandomOp::Wrap),
+            RandomUnwrap => Family::Random(RandomOp::Unwrap),
+            RandomBits => Family::Random(RandomOp::Bits),
+            RandomSplit => Family::Random(RandomOp::Split),
+            RandomFoldIn => Family::Random(RandomOp::FoldIn),
+            Threefry2x32 => Family::Random(RandomOp::Threefry2x32),
+            Sort => Family::Sort(SortOp::Sort),
+            TopK => Family::Sort(SortOp::TopK),
         }
     }
 
@@ -214,7 +270,10 @@ impl Prim {
             | Family::Control(_)
             | Family::Collective(_)
             | Family::ShardMap
-            | Family::Treduce => None,
+            | Family::Treduce
+            | Family::Numeric(_)
+            | Family::Random(_)
+            | Family::Sort(_) => None,
         }
     }
 
@@ -229,7 +288,10 @@ impl Prim {
             | Family::Control(_)
             | Family::Collective(_)
             | Family::ShardMap
-            | Family::Treduce => None,
+            | Family::Treduce
+            | Family::Numeric(_)
+            | Family::Random(_)
+            | Family::Sort(_) => None,
         }
     }
 
@@ -244,7 +306,64 @@ impl Prim {
             | Family::Linalg
             | Family::Control(_)
             | Family::ShardMap
-            | Family::Treduce => None,
+            | Family::Treduce
+            | Family::Numeric(_)
+            | Family::Random(_)
+            | Family::Sort(_) => None,
+        }
+    }
+
+    /// The typed kind of a primitive of issue 20 B's numeric family (`None` for the others).
+    pub fn numeric(self) -> Option<NumericOp> {
+        match self.family() {
+            Family::Numeric(op) => Some(op),
+            Family::Elementwise(_)
+            | Family::Indexing(_)
+            | Family::Structural(_)
+            | Family::Reduce(_)
+            | Family::Linalg
+            | Family::Control(_)
+            | Family::Collective(_)
+            | Family::ShardMap
+            | Family::Treduce
+            | Family::Random(_)
+            | Family::Sort(_) => None,
+        }
+    }
+
+    /// The typed kind of a PRNG primitive (`None` for the others).
+    pub fn random(self) -> Option<RandomOp> {
+        match self.family() {
+            Family::Random(op) => Some(op),
+            Family::Elementwise(_)
+            | Family::Indexing(_)
+            | Family::Structural(_)
+            | Family::Reduce(_)
+            | Family::Linalg
+            | Family::Control(_)
+            | Family::Collective(_)
+            | Family::ShardMap
+            | Family::Treduce
+            | Family::Numeric(_)
+            | Family::Sort(_) => None,
+        }
+    }
+
+    /// The typed kind of `sort` and `top_k` (`None` for the others).
+    pub fn sort_op(self) -> Option<SortOp> {
+        match self.family() {
+            Family::Sort(op) => Some(op),
+            Family::Elementwise(_)
+            | Family::Indexing(_)
+            | Family::Structural(_)
+            | Family::Reduce(_)
+            | Family::Linalg
+            | Family::Control(_)
+            | Family::Collective(_)
+            | Family::ShardMap
+            | Family::Treduce
+            | Family::Numeric(_)
+            | Family::Random(_) => None,
         }
     }
 
@@ -272,6 +391,9 @@ impl Prim {
             Family::Collective(op) => return collective::abstract_eval(self, op, params, inputs),
             Family::ShardMap => return shard_map::abstract_eval(params, inputs),
             Family::Treduce => treduce::abstract_eval(params, inputs),
+            Family::Numeric(op) => numeric::abstract_eval(self, op, params, inputs),
+            Family::Random(op) => random::abstract_eval(self, op, params, inputs),
+            Family::Sort(op) => sort::abstract_eval(self, op, params, inputs),
         }?;
         // Inside shard_map, a local computation varies over every axis an operand varies over.
         let vma: std::collections::BTreeSet<String> =
@@ -299,6 +421,9 @@ impl Prim {
             Family::Collective(_) => collective::eval(self),
             Family::ShardMap => shard_map::eval(params, inputs),
             Family::Treduce => treduce::eval(params, inputs),
+            Family::Numeric(op) => numeric::eval(op, inputs, outputs),
+            Family::Random(op) => random::eval(op, inputs, outputs),
+            Family::Sort(op) => sort::eval(op, params, inputs, outputs),
         }
     }
 }

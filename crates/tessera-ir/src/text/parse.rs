@@ -170,6 +170,22 @@ impl Parser {
 
     /// Whether the text ahead is the keyword `in` followed by `(` (the end of a jaxpr's body,
     /// possibly on the same line as the last equation).
+    /// At a newline inside an equation's operands: whether the next line goes on with them
+    /// (JAX wraps long operand lists). A new equation has an `=` on its line; the `in` line
+    /// ends the program.
+    fn operands_continue(&self) -> bool {
+        let mut i = self.pos + 1;
+        while self.chars.get(i).is_some_and(|c| *c == ' ' || *c == '\t') {
+            i += 1;
+        }
+        let line: String = self.chars[i.min(self.chars.len())..]
+            .iter()
+            .take_while(|c| **c != '\n')
+            .collect();
+        let starts_in = line == "in" || line.starts_with("in ") || line.starts_with("in(");
+        !line.is_empty() && !starts_in && !line.contains('=') && !line.starts_with(['}', ']'])
+    }
+
     fn at_in_keyword(&self) -> bool {
         let mut i = self.pos;
         let chars = &self.chars;
@@ -319,7 +335,17 @@ impl Parser {
     }
 
     fn aval(&mut self) -> Result<ShapedArray> {
-        let dtype_name = self.word();
+        let mut dtype_name = self.word();
+        // A typed key: `key<fry>`.
+        if dtype_name == "key" && self.peek() == Some('<') {
+            while let Some(c) = self.peek() {
+                self.pos += 1;
+                dtype_name.push(c);
+                if c == '>' {
+                    break;
+                }
+            }
+        }
         let dtype = DType::parse(&dtype_name)
             .ok_or_else(|| self.error(&format!("unknown dtype `{dtype_name}`")))?;
         self.expect("[")?;
@@ -386,6 +412,9 @@ impl Parser {
         let mut inputs = Vec::new();
         loop {
             self.skip_blank();
+            if self.peek() == Some('\n') && self.operands_continue() {
+                self.skip_ws();
+            }
             if matches!(self.peek(), None | Some('\n')) || self.at_in_keyword() {
                 break;
             }

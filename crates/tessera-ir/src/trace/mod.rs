@@ -26,12 +26,16 @@ mod collectives;
 mod failure;
 mod loops;
 mod nn;
+mod numeric;
 mod ops;
+pub mod random;
+mod sort;
 mod transforms;
 
 pub use collectives::{pmap, shard_map, shard_map_program};
 pub use loops::{default_ops, treduce, treduce_i};
 pub use nn::where_;
+pub use sort::sort;
 pub use transforms::{grad_call, jvp_call, value_and_grad_call, vjp_call, vmap_call};
 
 use std::cell::RefCell;

@@ -276,6 +276,60 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             "c:f64[2,3] d:f64[3] = pipeline_enter_stage[stage=1] a b\ne:f64[3] = sin d",
             "c, e",
         ),
+        // issue 20 B
+        Erf | Erfc | Lgamma | Digamma | Atan | Sinh | Cosh | Asinh | Cbrt | Square => unary(name),
+        ErfInv | Asin | Acos | Atanh | Tan => prog(
+            "a:f64[2,3]",
+            &format!("b:f64[2,3] = mul a 0.5:f64[]\nc:f64[2,3] = {name} b"),
+            "c",
+        ),
+        Acosh => prog(
+            "a:f64[2,3]",
+            "b:f64[2,3] = add a 1.0:f64[]\nc:f64[2,3] = acosh b",
+            "c",
+        ),
+        Polygamma => prog(
+            "a:f64[2,3]",
+            "b:f64[2,3] = polygamma 1.0:f64[] a\nc:f64[2,3] = polygamma 2.0:f64[] a\nd:f64[2,3] = add b c",
+            "d",
+        ),
+        IsFinite => prog(
+            "a:f64[2,3]",
+            "e:f64[2,3] = sub a 1.0:f64[]\nb:f64[2,3] = log e\nc:bool[2,3] = is_finite b\nd:f64[2,3] = select_n c a b",
+            "d, c",
+        ),
+        Atan2 => binary(name),
+        ShiftLeft | ShiftRightLogical | ShiftRightArithmetic => prog(
+            "a:i32[2,3] b:i32[1,3]",
+            &format!("c:i32[2,3] = {name} a b\nd:i32[2,3] = {name} c 1:i32[]"),
+            "d",
+        ),
+        BitcastConvertType => prog(
+            "a:f32[2,3] u:u32[2,3]",
+            "b:i32[2,3] = bitcast_convert_type[new_dtype=int32] a\nc:f32[2,3] = bitcast_convert_type[new_dtype=float32] u\nd:f32[2,3] = mul a c",
+            "b, d",
+        ),
+        PopulationCount => prog("a:i32[2,3]", "b:i32[2,3] = population_count a", "b"),
+        RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn => prog(
+            "a:u32[2] s:i32[] x:f64[3]",
+            "k:key<fry>[] = random_wrap[impl=fry] a\nj:key<fry>[] = random_seed[impl=fry] s\nks:key<fry>[2] = random_split[shape=(2,)] k\nf:key<fry>[] = random_fold_in j 3:u32[]\nb:u32[3] = random_bits[bit_width=32 shape=(3,)] f\nd:u32[2,2] = random_unwrap ks\nc:f64[3] = convert_element_type[new_dtype=float64 weak_type=False] b\ny:f64[3] = mul x c",
+            "y, d",
+        ),
+        Threefry2x32 => prog(
+            "a:u32[2,3] b:u32[1,3] c:u32[2,3] d:u32[2,3]",
+            "e:u32[2,3] f:u32[2,3] = threefry2x32 a b c d",
+            "e, f",
+        ),
+        Sort => prog(
+            "a:f64[2,3] b:f64[2,3] i:i32[2,3]",
+            "c:f64[2,3] d:f64[2,3] = sort[dimension=1 is_stable=True num_keys=1] a b\ne:i32[2,3] f:f64[2,3] = sort[dimension=0 is_stable=True num_keys=2] i c\ng:f64[2,3] = mul d f",
+            "g, e",
+        ),
+        TopK => prog(
+            "a:f64[2,4]",
+            "b:f64[2,2] c:i32[2,2] = top_k[axis=1 k=2] a\nd:f64[1,4] e:i32[1,4] = top_k[axis=0 k=1] a\nf:f64[2,4] = sin a\ng:f64[2,2] h:i32[2,2] = top_k[k=2] f",
+            "b, c, d, g",
+        ),
     }
 }
 

@@ -19,7 +19,20 @@ pub(crate) fn element_text(value: f64, dtype: DType) -> String {
         DType::F32 => format!("0x{:08X}", (value as f32).to_bits()),
         DType::F16 => format!("0x{:04X}", half::f16::from_f64(value).to_bits()),
         DType::BF16 => format!("0x{:04X}", half::bf16::from_f64(value).to_bits()),
+        // Never reached: `refuse_key` stops key constants before their text is built.
+        DType::KeyFry => format!("{}", value.to_bits() & 0xFFFF_FFFF),
     }
+}
+
+/// Key constants are not lowered (a key is two `u32` words in a trailing dimension).
+fn refuse_key(aval: &ShapedArray) -> Result<(), LowerError> {
+    if aval.dtype.is_key() {
+        return Err(LowerError::Build(format!(
+            "a constant of type {aval} cannot be lowered yet; pass the key's data (u32[..., 2]) \
+             and wrap it with random_wrap in the program"
+        )));
+    }
+    Ok(())
 }
 
 /// A scalar constant of type `aval`.
@@ -28,6 +41,7 @@ pub(crate) fn constant_scalar<'c, 'b>(
     value: f64,
     aval: &ShapedArray,
 ) -> Result<Value<'c, 'b>, LowerError> {
+    refuse_key(aval)?;
     let ty = mlir_type(aval);
     let attr = format!("dense<{}> : {ty}", element_text(value, aval.dtype));
     Ok(body
@@ -50,6 +64,7 @@ pub(crate) fn constant_array<'c, 'b>(
     array: &Array,
 ) -> Result<Value<'c, 'b>, LowerError> {
     let aval = array.aval();
+    refuse_key(&aval)?;
     let ty = mlir_type(&aval);
     let values = array.to_vec();
     let text = nested(&values, &aval.shape, aval.dtype);

@@ -6,8 +6,11 @@ mod control;
 mod elementwise;
 mod indexing;
 mod loops;
+mod numeric;
 mod parallel;
+mod random;
 mod reduce;
+mod sort;
 mod structural;
 
 use std::collections::HashMap;
@@ -48,11 +51,18 @@ pub fn element_type(dtype: DType) -> &'static str {
         DType::F16 => "f16",
         DType::F32 => "f32",
         DType::F64 => "f64",
+        DType::KeyFry => "ui32",
     }
 }
 
 /// The MLIR tensor type of an aval.
 pub fn mlir_type(aval: &ShapedArray) -> String {
+    if aval.dtype.is_key() {
+        // A key array's physical type: its two `u32` words in a trailing dimension.
+        let mut dims = aval.shape.clone();
+        dims.push(2);
+        return tensor_type(&dims, element_type(aval.dtype));
+    }
     tensor_type(&aval.shape, element_type(aval.dtype))
 }
 
@@ -311,7 +321,9 @@ fn lower_eqn<'c, 'b>(
     functions: &mut Functions<'_, 'c>,
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     use Prim::*;
-    let p = &eqn.params;
+    // issue 20 B: structural rules on key arrays read their physical parameters.
+    let physical = random::physical_params(eqn.prim, &eqn.params, ctx.in_avals, ctx.out_avals)?;
+    let p = physical.as_ref().unwrap_or(&eqn.params);
     match eqn.prim {
         Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
         | Sqrt | Rsqrt | Floor | Ceil | Round | Not | IntegerPow | Add | Sub | Mul | Div | Rem
@@ -333,6 +345,16 @@ fn lower_eqn<'c, 'b>(
         | Pvary | Pbroadcast => parallel::collective(ctx, eqn.prim, p, inputs),
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),
         Treduce => loops::treduce(ctx, p, inputs, functions),
+        // issue 20 B
+        Erf | Erfc | ErfInv | Lgamma | Digamma | Polygamma | Tan | Asin | Acos | Atan | Sinh
+        | Cosh | Asinh | Acosh | Atanh | Cbrt | Square | IsFinite | Atan2 | ShiftLeft
+        | ShiftRightLogical | ShiftRightArithmetic | BitcastConvertType | PopulationCount => {
+            numeric::lower(ctx, eqn.prim, inputs)
+        }
+        RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
+        | Threefry2x32 => random::lower(ctx, eqn.prim, p, inputs),
+        Sort => sort::sort(ctx, p, inputs),
+        TopK => sort::top_k(ctx, p, inputs),
     }
 }
 

@@ -1,0 +1,263 @@
+//! JAX's PRNG primitives over typed `key<fry>` keys (issue 20 B): `random_seed`, `random_wrap`,
+//! `random_unwrap`, `random_bits`, `random_split`, `random_fold_in`, and the raw
+//! `threefry2x32`. Values are bit for bit JAX's with `jax_threefry_partitionable` (the default
+//! since JAX 0.5): element `i` of a block drawn from a key is Threefry of the key at the
+//! counter `(i >> 32, i & 0xFFFFFFFF)`; `random_bits` XORs the two output words, `random_split`
+//! keeps both as the new key, `random_fold_in` hashes the counter `(0, data)`. A key array's
+//! draws are the concatenation of each key's (the block's shape after the keys' shape).
+
+use super::threefry::{counter, pack_key, threefry2x32, unpack_key};
+use super::{Prim, arity};
+use crate::array::Array;
+use crate::aval::ShapedArray;
+use crate::dtype::DType;
+use crate::error::{IrError, Result, type_error};
+use crate::params::Params;
+
+/// The primitives of this family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)] // each is the primitive of the same name
+pub enum RandomOp {
+    Seed,
+    Wrap,
+    Unwrap,
+    Bits,
+    Split,
+    FoldIn,
+    Threefry2x32,
+}
+
+fn need_key(prim: Prim, x: &ShapedArray) -> Result<()> {
+    if x.dtype.is_key() {
+        Ok(())
+    } else {
+        Err(type_error(
+            prim.name(),
+            format!("needs a key<fry> operand, got {x}; make one with random_wrap or random_seed"),
+        ))
+    }
+}
+
+fn need_u32(prim: Prim, x: &ShapedArray) -> Result<()> {
+    if x.dtype == DType::U32 {
+        Ok(())
+    } else {
+        Err(type_error(
+            prim.name(),
+            format!("needs uint32 operands, got {x}"),
+        ))
+    }
+}
+
+/// Only the threefry implementation exists: `impl=fry`.
+fn check_impl(prim: Prim, params: &Params) -> Result<()> {
+    match params.get("impl") {
+        Some(v) if v.to_string() == "fry" => Ok(()),
+        other => Err(IrError::Param {
+            prim: prim.name().into(),
+            param: "impl".into(),
+            expected: format!(
+                "`fry` (threefry2x32, the only PRNG implemented), got {}",
+                other.map_or("nothing".into(), ToString::to_string)
+            ),
+        }),
+    }
+}
+
+/// The key's shape followed by the `shape` parameter.
+fn block_shape(prim: Prim, params: &Params, key: &ShapedArray) -> Result<Vec<i64>> {
+    let mut shape = key.shape.clone();
+    shape.extend(params.ints(prim.name(), "shape")?);
+    Ok(shape)
+}
+
+/// `random_bits`'s result dtype.
+fn bits_dtype(prim: Prim, params: &Params) -> Result<DType> {
+    match params.int(prim.name(), "bit_width")? {
+        8 => Ok(DType::U8),
+        16 => Ok(DType::U16),
+        32 => Ok(DType::U32),
+        64 => Ok(DType::U64),
+        other => Err(type_error(
+            prim.name(),
+            format!("bit_width must be 8, 16, 32 or 64, got {other}"),
+        )),
+    }
+}
+
+pub(super) fn abstract_eval(
+    prim: Prim,
+    op: RandomOp,
+    params: &Params,
+    inputs: &[ShapedArray],
+) -> Result<Vec<ShapedArray>> {
+    let one = |dtype: DType, shape: &[i64]| Ok(vec![ShapedArray::new(dtype, shape)]);
+    match op {
+        RandomOp::Seed => {
+            arity(prim, inputs.len(), 1)?;
+            check_impl(prim, params)?;
+            if !inputs[0].dtype.is_int() {
+                return Err(type_error(
+                    prim.name(),
+                    format!("needs an integer seed, got {}", inputs[0]),
+                ));
+            }
+            one(DType::KeyFry, &inputs[0].shape)
+        }
+        RandomOp::Wrap => {
+            arity(prim, inputs.len(), 1)?;
+            check_impl(prim, params)?;
+            let x = &inputs[0];
+            need_u32(prim, x)?;
+            if let Some((2, lead)) = x.shape.split_last() {
+                one(DType::KeyFry, lead)
+            } else {
+                Err(type_error(
+                    prim.name(),
+                    format!("needs key data whose last dimension is 2, got {x}"),
+                ))
+            }
+        }
+        RandomOp::Unwrap => {
+            arity(prim, inputs.len(), 1)?;
+            need_key(prim, &inputs[0])?;
+            let mut shape = inputs[0].shape.clone();
+            shape.push(2);
+            one(DType::U32, &shape)
+        }
+        RandomOp::Bits => {
+            arity(prim, inputs.len(), 1)?;
+            need_key(prim, &inputs[0])?;
+            one(
+                bits_dtype(prim, params)?,
+                &block_shape(prim, params, &inputs[0])?,
+            )
+        }
+        RandomOp::Split => {
+            arity(prim, inputs.len(), 1)?;
+            need_key(prim, &inputs[0])?;
+            one(DType::KeyFry, &block_shape(prim, params, &inputs[0])?)
+        }
+        RandomOp::FoldIn => {
+            arity(prim, inputs.len(), 2)?;
+            need_key(prim, &inputs[0])?;
+            need_u32(prim, &inputs[1])?;
+            let shape =
+                super::elementwise::broadcast_shapes(prim, &inputs[0].shape, &inputs[1].shape)?;
+            one(DType::KeyFry, &shape)
+        }
+        RandomOp::Threefry2x32 => {
+            arity(prim, inputs.len(), 4)?;
+            let mut shape: Vec<i64> = Vec::new();
+            for x in inputs {
+                need_u32(prim, x)?;
+                shape = super::elementwise::broadcast_shapes(prim, &shape, &x.shape)?;
+            }
+            let out = ShapedArray::new(DType::U32, &shape);
+            Ok(vec![out.clone(), out])
+        }
+    }
+}
+
+pub(super) fn eval(op: RandomOp, inputs: &[Array], outputs: &[ShapedArray]) -> Result<Vec<Array>> {
+    let out = &outputs[0];
+    let values: Vec<f64> = match op {
+        RandomOp::Seed => inputs[0]
+            .data
+            .iter()
+            .map(|&s| seed_key(s, inputs[0].dtype))
+            .collect(),
+        RandomOp::Wrap => {
+            let words: Vec<u32> = inputs[0].data.iter().map(|&w| w as u32).collect();
+            words
+                .chunks_exact(2)
+                .map(|w| pack_key([w[0], w[1]]))
+                .collect()
+        }
+        RandomOp::Unwrap => inputs[0]
+            .data
+            .iter()
+            .flat_map(|&k| unpack_key(k).map(f64::from))
+            .collect(),
+        RandomOp::Bits | RandomOp::Split => {
+            let keys = inputs[0].data.len().max(1);
+            let per_key = (out.size() / keys) as u64;
+            let mut values = Vec::with_capacity(out.size());
+            for &k in &inputs[0].data {
+                for i in 0..per_key {
+                    let y = threefry2x32(unpack_key(k), counter(i));
+                    values.push(if op == RandomOp::Split {
+                        pack_key(y)
+                    } else {
+                        bits_value(y, out.dtype)
+                    });
+                }
+            }
+            values
+        }
+        RandomOp::FoldIn => {
+            let dims: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
+            let keys = broadcast(&inputs[0], &dims)?;
+            let data = broadcast(&inputs[1], &dims)?;
+            keys.iter()
+                .zip(data.iter())
+                .map(|(&k, &d)| pack_key(threefry2x32(unpack_key(k), [0, d as u32])))
+                .collect()
+        }
+        RandomOp::Threefry2x32 => {
+            let dims: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
+            let args = inputs
+                .iter()
+                .map(|a| broadcast(a, &dims))
+                .collect::<Result<Vec<_>>>()?;
+            let ys: Vec<[u32; 2]> = (0..out.size())
+                .map(|i| {
+                    let w = |a: usize| args[a][i] as u32;
+                    threefry2x32([w(0), w(1)], [w(2), w(3)])
+                })
+                .collect();
+            let first = ys.iter().map(|y| f64::from(y[0])).collect();
+            let second = ys.iter().map(|y| f64::from(y[1])).collect();
+            return Ok(vec![
+                Array::new(DType::U32, &out.shape, first)?,
+                Array::new(DType::U32, &out.shape, second)?,
+            ]);
+        }
+    };
+    Ok(vec![Array::new(out.dtype, &out.shape, values)?])
+}
+
+/// `random_seed` of threefry (JAX's `threefry_seed`): the words `(seed >> 32, seed & 0xFFFFFFFF)`
+/// of the seed's bits (the high word is 0 for seeds of 32 bits or fewer).
+fn seed_key(seed: f64, dtype: DType) -> f64 {
+    let bits = super::numeric::bits_of(seed, dtype);
+    let high = if dtype.size_in_bytes() == 8 {
+        (bits >> 32) as u32
+    } else {
+        0
+    };
+    pack_key([high, bits as u32])
+}
+
+/// `random_bits`' value of one draw: the XOR of Threefry's two words, truncated to 8 or 16
+/// bits, or both words for 64 (high first).
+fn bits_value(y: [u32; 2], dtype: DType) -> f64 {
+    let x = y[0] ^ y[1];
+    if dtype == DType::U8 {
+        f64::from(x as u8)
+    } else if dtype == DType::U16 {
+        f64::from(x as u16)
+    } else if dtype == DType::U64 {
+        ((u64::from(y[0]) << 32) | u64::from(y[1])) as f64
+    } else {
+        f64::from(x)
+    }
+}
+
+/// The values of `a` broadcast to `dims`, row-major.
+fn broadcast(a: &Array, dims: &[usize]) -> Result<Vec<f64>> {
+    a.data
+        .broadcast(ndarray::IxDyn(dims))
+        .map(|v| v.iter().copied().collect())
+        .ok_or_else(|| IrError::Eval(format!("cannot broadcast {:?} to {dims:?}", a.shape())))
+}

@@ -1,0 +1,192 @@
+//! Sorting and selection (issue 20 B): `sort` (several operands of one shape sorted together
+//! along `dimension` by the first `num_keys` of them, lexicographically; floats ascending in
+//! JAX's order: `-0.0` equal to `0.0`, NaN last) and `top_k` (the `k` largest along `axis`,
+//! ties to the lower index, with their `int32` indices). Both interpretations are stable.
+
+use std::cmp::Ordering;
+
+use ndarray::{ArrayD, Axis, IxDyn};
+
+use super::Prim;
+use crate::array::Array;
+use crate::aval::ShapedArray;
+use crate::dtype::DType;
+use crate::error::{Result, type_error};
+use crate::params::Params;
+
+/// The primitives of this family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)] // each is the primitive of the same name
+pub enum SortOp {
+    Sort,
+    TopK,
+}
+
+/// `sort`'s parameters: the dimension (normalised) and the number of key operands.
+pub fn sort_params(params: &Params, rank: usize) -> Result<(usize, usize)> {
+    let dim = params.int("sort", "dimension")?;
+    let dim = super::axis(Prim::Sort, dim, rank)?;
+    let keys = params.int("sort", "num_keys")?;
+    Ok((dim, keys.max(0) as usize))
+}
+
+/// `top_k`'s parameters: `k` and the axis (normalised; the last when not printed).
+pub fn top_k_params(params: &Params, rank: usize) -> Result<(i64, usize)> {
+    let k = params.int("top_k", "k")?;
+    let axis = match params.get("axis") {
+        Some(_) => params.int("top_k", "axis")?,
+        None => -1,
+    };
+    Ok((k, super::axis(Prim::TopK, axis, rank)?))
+}
+
+pub(super) fn abstract_eval(
+    prim: Prim,
+    op: SortOp,
+    params: &Params,
+    inputs: &[ShapedArray],
+) -> Result<Vec<ShapedArray>> {
+    let name = prim.name();
+    let Some(first) = inputs.first() else {
+        return Err(type_error(name, "needs at least one operand"));
+    };
+    match op {
+        SortOp::Sort => {
+            let (_, keys) = sort_params(params, first.rank())?;
+            if keys == 0 || keys > inputs.len() {
+                return Err(type_error(
+                    name,
+                    format!("num_keys must be in 1..={}, got {keys}", inputs.len()),
+                ));
+            }
+            if let Some(other) = inputs.iter().find(|a| a.shape != first.shape) {
+                return Err(type_error(
+                    name,
+                    format!("operands must share one shape, got {first} and {other}"),
+                ));
+            }
+            Ok(inputs
+                .iter()
+                .map(|a| ShapedArray::new(a.dtype, &a.shape))
+                .collect())
+        }
+        SortOp::TopK => {
+            super::arity(prim, inputs.len(), 1)?;
+            let (k, axis) = top_k_params(params, first.rank())?;
+            let n = first.shape[axis];
+            if !(0..=n).contains(&k) {
+                return Err(type_error(
+                    name,
+                    format!("k must be in 0..={n} (the size of axis {axis}), got {k}"),
+                ));
+            }
+            let mut shape = first.shape.clone();
+            shape[axis] = k;
+            Ok(vec![
+                ShapedArray::new(first.dtype, &shape),
+                ShapedArray::new(DType::I32, &shape),
+            ])
+        }
+    }
+}
+
+/// JAX's sort order of two values: NaN after everything, `-0.0 == 0.0`.
+pub fn sort_order(a: f64, b: f64) -> Ordering {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        (false, false) => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
+    }
+}
+
+pub(super) fn eval(
+    op: SortOp,
+    params: &Params,
+    inputs: &[Array],
+    outputs: &[ShapedArray],
+) -> Result<Vec<Array>> {
+    let rank = inputs[0].data.ndim();
+    match op {
+        SortOp::Sort => {
+            let (dim, keys) = sort_params(params, rank)?;
+            let perm = permutations(&inputs[..keys], dim, sort_order);
+            Ok(inputs
+                .iter()
+                .map(|x| {
+                    Array::from_data(
+                        x.dtype,
+                        permuted(&x.data, dim, &perm, x.data.len_of(Axis(dim))),
+                    )
+                })
+                .collect())
+        }
+        SortOp::TopK => {
+            let (k, axis) = top_k_params(params, rank)?;
+            let perm = permutations(&inputs[..1], axis, |a, b| sort_order(b, a));
+            let values = permuted(&inputs[0].data, axis, &perm, k as usize);
+            let mut indices = ArrayD::zeros(IxDyn(values.shape()));
+            for (lane, p) in indices.lanes_mut(Axis(axis)).into_iter().zip(&perm) {
+                for (slot, &i) in lane.into_iter().zip(p) {
+                    *slot = i as f64;
+                }
+            }
+            Ok(vec![
+                Array::from_data(outputs[0].dtype, values),
+                Array::from_data(DType::I32, indices),
+            ])
+        }
+    }
+}
+
+/// For each lane along `dim` (in `lanes` order), the stable order of its positions by the
+/// keys' values compared lexicographically with `order`.
+fn permutations(
+    keys: &[Array],
+    dim: usize,
+    order: impl Fn(f64, f64) -> Ordering,
+) -> Vec<Vec<usize>> {
+    let lanes: Vec<Vec<Vec<f64>>> = keys
+        .iter()
+        .map(|k| {
+            k.data
+                .lanes(Axis(dim))
+                .into_iter()
+                .map(|l| l.to_vec())
+                .collect()
+        })
+        .collect();
+    let count = lanes.first().map_or(0, Vec::len);
+    (0..count)
+        .map(|lane| {
+            let n = lanes[0][lane].len();
+            let mut idx: Vec<usize> = (0..n).collect();
+            idx.sort_by(|&i, &j| {
+                lanes
+                    .iter()
+                    .map(|key| order(key[lane][i], key[lane][j]))
+                    .find(|o| *o != Ordering::Equal)
+                    .unwrap_or(Ordering::Equal)
+            });
+            idx
+        })
+        .collect()
+}
+
+/// `x` with each lane along `dim` replaced by its first `keep` elements in `perm`'s order.
+fn permuted(x: &ArrayD<f64>, dim: usize, perm: &[Vec<usize>], keep: usize) -> ArrayD<f64> {
+    let mut shape = x.shape().to_vec();
+    shape[dim] = keep;
+    let mut out = ArrayD::zeros(IxDyn(&shape));
+    for ((src, dst), p) in x
+        .lanes(Axis(dim))
+        .into_iter()
+        .zip(out.lanes_mut(Axis(dim)))
+        .zip(perm)
+    {
+        for (slot, &i) in dst.into_iter().zip(p) {
+            *slot = src[i];
+        }
+    }
+    out
+}
