@@ -123,6 +123,10 @@ pub(super) fn jvp_rule(
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_jvp(prim, params, x, y, t(0)),
         ShardMap => super::parallel::shard_map_jvp(params, x, y, ts),
+        // issue 20 C
+        Cumprod | Cummax | Cummin | Cumlogsumexp => {
+            super::windowed::cumulative_jvp(prim, params, x, y, ts)
+        }
     }
 }
 

@@ -15,6 +15,7 @@ mod parallel;
 mod remat;
 mod rules;
 mod transpose;
+mod windowed;
 
 pub use jvp::jvp;
 pub use linearize::{Linearized, linearize};

@@ -294,6 +294,10 @@ pub(super) fn vjp_rule(
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_vjp(prim, params, x, &g),
         ShardMap => super::parallel::shard_map_vjp(params, x, y, gs),
+        // issue 20 C
+        Cumprod | Cummax | Cummin | Cumlogsumexp => {
+            super::windowed::cumulative_vjp(prim, params, x, y, gs)
+        }
     }
 }
 

@@ -44,7 +44,9 @@ pub(super) fn batch_rule(
         ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr | Argmax | Argmin => {
             one(shift_axes(prim, params, args, size, "axes", in_rank))
         }
-        Cumsum => one(shift_axis(prim, params, args, size, "axis", rank)),
+        Cumsum | Cumprod | Cummax | Cummin | Cumlogsumexp => {
+            one(shift_axis(prim, params, args, size, "axis", rank))
+        }
         Concatenate => one(shift_axis(prim, params, args, size, "dimension", rank)),
         Pad => one(pad(params, args, size)),
         DotGeneral => vec![dot_general(params, args)],

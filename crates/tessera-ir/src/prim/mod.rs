@@ -5,6 +5,7 @@
 
 mod collective;
 mod control;
+mod cumulative;
 mod elementwise;
 mod index_modes;
 mod index_params;
@@ -19,6 +20,7 @@ mod treduce;
 pub use collective::{
     axis_names, collective_axes, index_groups, permutation, replica_groups, scatter_shape, simulate,
 };
+pub use cumulative::{CumulativeOp, cumulative_program};
 pub use index_modes::{
     GatherScatterMode, gather_fill_program, scatter_clip_program, scatter_window_sizes,
 };
@@ -93,6 +95,9 @@ prims! {
     ReduceScatter => "reduce_scatter", Ppermute => "ppermute", AllToAll => "all_to_all",
     AxisIndex => "axis_index", Pvary => "pvary", Pbroadcast => "pbroadcast",
     ShardMap => "shard_map", Checkpoint => "checkpoint", Treduce => "treduce",
+    // issue 20 C
+    Cumprod => "cumprod", Cummax => "cummax", Cummin => "cummin",
+    Cumlogsumexp => "cumlogsumexp",
 }
 
 /// Which family module holds a primitive's rules, with the typed kind of the elementwise and
@@ -200,6 +205,11 @@ impl Prim {
             Pbroadcast => Family::Collective(CollectiveOp::Pbroadcast),
             ShardMap => Family::ShardMap,
             Treduce => Family::Treduce,
+            // issue 20 C
+            Cumprod => Family::Reduce(ReductionOp::Cumulative(CumulativeOp::Prod)),
+            Cummax => Family::Reduce(ReductionOp::Cumulative(CumulativeOp::Max)),
+            Cummin => Family::Reduce(ReductionOp::Cumulative(CumulativeOp::Min)),
+            Cumlogsumexp => Family::Reduce(ReductionOp::Cumulative(CumulativeOp::LogSumExp)),
         }
     }
 

@@ -124,6 +124,8 @@ pub enum ReductionOp {
     Argmin,
     /// `cumsum`.
     Cumsum,
+    /// `cumprod`, `cummax`, `cummin`, `cumlogsumexp`.
+    Cumulative(super::CumulativeOp),
 }
 
 /// The structural family (shapes and layouts).

@@ -28,6 +28,7 @@ mod loops;
 mod nn;
 mod ops;
 mod transforms;
+mod windowed;
 
 pub use collectives::{pmap, shard_map, shard_map_program};
 pub use loops::{default_ops, treduce, treduce_i};

@@ -276,6 +276,14 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             "c:f64[2,3] d:f64[3] = pipeline_enter_stage[stage=1] a b\ne:f64[3] = sin d",
             "c, e",
         ),
+        // issue 20 C
+        Cumprod | Cummax | Cummin | Cumlogsumexp => prog(
+            "a:f64[3,5]",
+            &format!(
+                "b:f64[3,5] = {name}[axis=1 reverse=False] a\nc:f64[3,5] = {name}[axis=0 reverse=True] b\nd:f64[3,5] = {name}[axis=1 reverse=True] a\ne:f64[3,5] = mul c d"
+            ),
+            "e",
+        ),
     }
 }
 

@@ -322,7 +322,9 @@ fn lower_eqn<'c, 'b>(
             structural::lower(ctx, eqn.prim, p, inputs)
         }
         ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr | Argmax | Argmin
-        | Cumsum => reduce::lower(ctx, eqn.prim, p, inputs),
+        | Cumsum | Cumprod | Cummax | Cummin | Cumlogsumexp => {
+            reduce::lower(ctx, eqn.prim, p, inputs)
+        }
         DotGeneral => structural::dot_general(ctx, p, inputs),
         Gather => indexing::gather(ctx, p, inputs),
         ScatterAdd => indexing::scatter_add(ctx, p, inputs),
