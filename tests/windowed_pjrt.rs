@@ -54,6 +54,28 @@ fn agree(what: &str, program: &ClosedJaxpr, client: &tessera_pjrt::Client) {
     }
 }
 
+const SCATTER_DIMS: &str = "dimension_numbers=ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,), operand_batching_dims=(), scatter_indices_batching_dims=()) indices_are_sorted=False unique_indices=False update_consts=() update_jaxpr=None";
+
+/// Each scatter in each mode, on indices with duplicates and out-of-range entries.
+fn scatter_programs() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for prim in [
+        "scatter",
+        "scatter-mul",
+        "scatter-min",
+        "scatter-max",
+        "scatter-add",
+    ] {
+        for mode in ["CLIP", "FILL_OR_DROP", "PROMISE_IN_BOUNDS"] {
+            let text = format!(
+                "{{ lambda ; a:f32[4,3] i:i32[6,1] u:f32[6,3]. let b:f32[4,3] = {prim}[{SCATTER_DIMS} mode=GatherScatterMode.{mode}] a i u\n c:f32[4,3] = sin b\n in (c,) }}"
+            );
+            out.push((format!("{prim} {mode}"), text));
+        }
+    }
+    out
+}
+
 const PROGRAMS: &[(&str, &str)] = &[(
     "cumulative",
     "{ lambda ; a:f32[4,5]. let b:f32[4,5] = cumprod[axis=1 reverse=False] a
@@ -69,7 +91,12 @@ const PROGRAMS: &[(&str, &str)] = &[(
 #[test]
 fn new_primitives_and_their_derivatives_agree_on_pjrt() {
     let client = tessera_pjrt::Client::cpu(1).unwrap();
-    for &(name, text) in PROGRAMS {
+    let owned: Vec<(String, String)> = PROGRAMS
+        .iter()
+        .map(|&(n, t)| (n.to_owned(), t.to_owned()))
+        .chain(scatter_programs())
+        .collect();
+    for (name, text) in &owned {
         let program = parse_closed(text).unwrap_or_else(|e| panic!("{name}: {e}"));
         agree(name, &program, &client);
         agree(&format!("{name} (jvp)"), &jvp(&program).unwrap(), &client);
@@ -78,8 +105,15 @@ fn new_primitives_and_their_derivatives_agree_on_pjrt() {
 }
 
 #[test]
-fn jaxs_cumulative_cases_match_on_both_backends() {
-    let names = ["cumulative_0", "cumulative_1"];
+fn jaxs_cumulative_and_scatter_cases_match_on_both_backends() {
+    let names = [
+        "cumulative_0",
+        "cumulative_1",
+        "scatter_set_0",
+        "scatter_set_1",
+        "take_modes_0",
+        "take_modes_1",
+    ];
     assert_eq!(named_real_cases(&names), 2 * names.len());
 }
 

@@ -127,6 +127,9 @@ pub(super) fn jvp_rule(
         Cumprod | Cummax | Cummin | Cumlogsumexp => {
             super::windowed::cumulative_jvp(prim, params, x, y, ts)
         }
+        Scatter | ScatterMul | ScatterMin | ScatterMax => {
+            super::scatter::scatter_jvp(prim, params, x, y, ts)
+        }
     }
 }
 

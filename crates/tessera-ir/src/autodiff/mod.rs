@@ -14,6 +14,7 @@ mod loops;
 mod parallel;
 mod remat;
 mod rules;
+mod scatter;
 mod transpose;
 mod windowed;
 

@@ -298,6 +298,9 @@ pub(super) fn vjp_rule(
         Cumprod | Cummax | Cummin | Cumlogsumexp => {
             super::windowed::cumulative_vjp(prim, params, x, y, gs)
         }
+        Scatter | ScatterMul | ScatterMin | ScatterMax => {
+            super::scatter::scatter_vjp(prim, params, x, y, &g)
+        }
     }
 }
 

@@ -53,7 +53,9 @@ pub(super) fn batch_rule(
         DynamicSlice => one(indexing::dynamic_slice(params, args, size)),
         DynamicUpdateSlice => one(indexing::dynamic_update_slice(params, args, size)),
         Gather => one(indexing::gather(params, args, size)),
-        ScatterAdd => one(indexing::scatter_add(params, args, size)),
+        ScatterAdd | Scatter | ScatterMul | ScatterMin | ScatterMax => {
+            one(indexing::scatter(prim, params, args, size))
+        }
         Checkpoint => super::parallel::checkpoint(params, args, size, out.len()),
         Treduce => out
             .iter()

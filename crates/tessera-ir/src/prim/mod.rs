@@ -13,6 +13,7 @@ mod indexing;
 mod linalg;
 mod ops;
 mod reduce;
+mod scatter;
 mod shard_map;
 mod structural;
 mod treduce;
@@ -22,7 +23,8 @@ pub use collective::{
 };
 pub use cumulative::{CumulativeOp, cumulative_program};
 pub use index_modes::{
-    GatherScatterMode, gather_fill_program, scatter_clip_program, scatter_window_sizes,
+    GatherScatterMode, gather_fill_program, scatter_clip_program, scatter_clip_program_for,
+    scatter_window_sizes,
 };
 pub use index_params::{GatherParams, ScatterParams};
 pub use indexing::{GatherDims, ScatterDims, gather_dims, scatter_dims};
@@ -31,6 +33,7 @@ pub use ops::{
     BinaryOp, CollectiveOp, CompareOp, ControlOp, ElementwiseOp, IndexingOp, ReduceKind,
     ReductionOp, StructuralOp, UnaryOp,
 };
+pub use scatter::ScatterKind;
 pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
 pub use treduce::{ReduceOp, TreduceParams, combined_aval, treduce_params};
 
@@ -98,6 +101,8 @@ prims! {
     // issue 20 C
     Cumprod => "cumprod", Cummax => "cummax", Cummin => "cummin",
     Cumlogsumexp => "cumlogsumexp",
+    Scatter => "scatter", ScatterMul => "scatter-mul", ScatterMin => "scatter-min",
+    ScatterMax => "scatter-max",
 }
 
 /// Which family module holds a primitive's rules, with the typed kind of the elementwise and
@@ -210,6 +215,10 @@ impl Prim {
             Cummax => Family::Reduce(ReductionOp::Cumulative(CumulativeOp::Max)),
             Cummin => Family::Reduce(ReductionOp::Cumulative(CumulativeOp::Min)),
             Cumlogsumexp => Family::Reduce(ReductionOp::Cumulative(CumulativeOp::LogSumExp)),
+            Scatter => Family::Indexing(IndexingOp::Scatter(ScatterKind::Replace)),
+            ScatterMul => Family::Indexing(IndexingOp::Scatter(ScatterKind::Mul)),
+            ScatterMin => Family::Indexing(IndexingOp::Scatter(ScatterKind::Min)),
+            ScatterMax => Family::Indexing(IndexingOp::Scatter(ScatterKind::Max)),
         }
     }
 

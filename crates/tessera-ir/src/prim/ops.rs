@@ -151,6 +151,8 @@ pub enum StructuralOp {
 pub enum IndexingOp {
     Gather,
     ScatterAdd,
+    /// `scatter` (replace), `scatter-mul`, `scatter-min`, `scatter-max`.
+    Scatter(super::ScatterKind),
 }
 
 /// The control family (identities and nested calls).

@@ -3,7 +3,7 @@
 
 use super::Tensor;
 use crate::params::{ParamValue, Params};
-use crate::prim::Prim;
+use crate::prim::{Prim, ScatterParams};
 
 impl Tensor {
     fn cumulative(&self, prim: Prim, axis: i64, reverse: bool) -> Tensor {
@@ -36,5 +36,63 @@ impl Tensor {
     /// `lax.cumlogsumexp(x, axis, reverse)`: running `log(sum(exp(x)))`.
     pub fn cumlogsumexp(&self, axis: i64, reverse: bool) -> Tensor {
         self.cumulative(Prim::Cumlogsumexp, axis, reverse)
+    }
+}
+
+impl Tensor {
+    fn scatter_with(
+        &self,
+        prim: Prim,
+        indices: &Tensor,
+        updates: &Tensor,
+        params: &ScatterParams,
+    ) -> Tensor {
+        Tensor::bind1(prim, params.to_params(), &[self, indices, updates])
+    }
+
+    /// `lax.scatter`: this array with `updates` written at `indices` (dimension numbers and
+    /// mode in `params`; with duplicate indices one of the updates wins).
+    pub fn scatter(&self, indices: &Tensor, updates: &Tensor, params: &ScatterParams) -> Tensor {
+        self.scatter_with(Prim::Scatter, indices, updates, params)
+    }
+
+    /// `lax.scatter_add`: `updates` added at `indices`.
+    pub fn scatter_add(
+        &self,
+        indices: &Tensor,
+        updates: &Tensor,
+        params: &ScatterParams,
+    ) -> Tensor {
+        self.scatter_with(Prim::ScatterAdd, indices, updates, params)
+    }
+
+    /// `lax.scatter_mul`: multiplied by `updates` at `indices`.
+    pub fn scatter_mul(
+        &self,
+        indices: &Tensor,
+        updates: &Tensor,
+        params: &ScatterParams,
+    ) -> Tensor {
+        self.scatter_with(Prim::ScatterMul, indices, updates, params)
+    }
+
+    /// `lax.scatter_min`: the minimum with `updates` at `indices`.
+    pub fn scatter_min(
+        &self,
+        indices: &Tensor,
+        updates: &Tensor,
+        params: &ScatterParams,
+    ) -> Tensor {
+        self.scatter_with(Prim::ScatterMin, indices, updates, params)
+    }
+
+    /// `lax.scatter_max`: the maximum with `updates` at `indices`.
+    pub fn scatter_max(
+        &self,
+        indices: &Tensor,
+        updates: &Tensor,
+        params: &ScatterParams,
+    ) -> Tensor {
+        self.scatter_with(Prim::ScatterMax, indices, updates, params)
     }
 }

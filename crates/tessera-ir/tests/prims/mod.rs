@@ -284,6 +284,20 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             ),
             "e",
         ),
+        Scatter | ScatterMul | ScatterMin | ScatterMax => {
+            let mode = match prim {
+                Scatter => "FILL_OR_DROP",
+                ScatterMul => "CLIP",
+                _ => "PROMISE_IN_BOUNDS",
+            };
+            prog(
+                "a:f64[5,3] i:i32[4,1] u:f64[4,3]",
+                &format!(
+                    "b:f64[5,3] = {name}[{SCATTER_DIMS} indices_are_sorted=False mode=GatherScatterMode.{mode} unique_indices=False update_consts=() update_jaxpr=None] a i u\nc:f64[5,3] = sin b"
+                ),
+                "c",
+            )
+        }
     }
 }
 

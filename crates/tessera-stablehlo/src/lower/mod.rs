@@ -327,7 +327,9 @@ fn lower_eqn<'c, 'b>(
         }
         DotGeneral => structural::dot_general(ctx, p, inputs),
         Gather => indexing::gather(ctx, p, inputs),
-        ScatterAdd => indexing::scatter_add(ctx, p, inputs),
+        ScatterAdd | Scatter | ScatterMul | ScatterMin | ScatterMax => {
+            indexing::scatter(ctx, eqn.prim, p, inputs)
+        }
         StopGradient | Copy | PipelineEnterStage => Ok(inputs.to_vec()),
         Jit => control::call(ctx, p, inputs, functions, None),
         Checkpoint => control::call(ctx, p, inputs, functions, Some("checkpoint")),
