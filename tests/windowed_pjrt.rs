@@ -86,7 +86,29 @@ const PROGRAMS: &[(&str, &str)] = &[(
     g:f32[4,5] = add d e
     h:f32[4,5] = mul f g
   in (h,) }",
-)];
+    ),
+    (
+        "reduce windows",
+        "{ lambda ; a:f32[4,5]. let b:f32[7,2] = reduce_window_sum[base_dilation=(2, 1) padding=((1, 0), (1, 1)) window_dilation=(1, 2) window_dimensions=(2, 3) window_strides=(1, 2)] a
+    c:f32[2,3] = reduce_window_max[base_dilation=(1, 1) padding=((0, 1), (1, 1)) window_dilation=(1, 1) window_dimensions=(2, 2) window_strides=(2, 2)] a
+    d:f32[6,4] = reduce_window_min[base_dilation=(2, 1) padding=((0, 0), (0, 0)) window_dilation=(1, 1) window_dimensions=(2, 2) window_strides=(1, 1)] a
+    e:f32[3,2] = reduce_window[base_dilation=(1, 1) consts=() jaxpr={ lambda ; x:f32[] y:f32[]. let z:f32[] = mul x y in (z,) } padding=((0, 0), (1, 0)) window_dilation=(1, 1) window_dimensions=(2, 3) window_strides=(1, 2)] a 1.0:f32[]
+    f:f32[] = reduce_sum[axes=(0, 1)] b
+    g:f32[] = reduce_sum[axes=(0, 1)] c
+    h:f32[] = reduce_sum[axes=(0, 1)] d
+    i:f32[3,2] = mul e f
+    j:f32[3,2] = mul i g
+    k:f32[3,2] = mul j h
+  in (k,) }",
+    ),
+    (
+        "select_and_scatter_add",
+        "{ lambda ; s:f32[2,3] a:f32[4,5]. let b:f32[4,5] = select_and_scatter_add[padding=((0, 1), (1, 1)) select_prim=ge window_dimensions=(2, 2) window_strides=(2, 2)] s a
+    c:f32[4,5] = select_and_scatter_add[padding=((0, 0), (0, 0)) select_prim=le window_dimensions=(2, 3) window_strides=(2, 1)] s a
+    d:f32[4,5] = add b c
+  in (d,) }",
+    ),
+];
 
 #[test]
 fn new_primitives_and_their_derivatives_agree_on_pjrt() {
@@ -105,7 +127,7 @@ fn new_primitives_and_their_derivatives_agree_on_pjrt() {
 }
 
 #[test]
-fn jaxs_cumulative_and_scatter_cases_match_on_both_backends() {
+fn jaxs_cumulative_scatter_and_pooling_cases_match_on_both_backends() {
     let names = [
         "cumulative_0",
         "cumulative_1",
@@ -113,6 +135,8 @@ fn jaxs_cumulative_and_scatter_cases_match_on_both_backends() {
         "scatter_set_1",
         "take_modes_0",
         "take_modes_1",
+        "max_pool_0",
+        "max_pool_1",
     ];
     assert_eq!(named_real_cases(&names), 2 * names.len());
 }
@@ -138,5 +162,86 @@ fn the_tracing_api_records_the_cumulative_primitives() {
         "cumsum",
     ] {
         assert!(text.contains(prim), "{prim} missing from\n{text}");
+    }
+}
+
+/// The windowed tracing API: a generic `reduce_window` of `add` equals `reduce_window_sum`,
+/// and `scatter` places updates where `scatter-add` adds them into zeros.
+#[test]
+fn the_tracing_api_records_windows_and_scatters() {
+    use tessera_ir::prim::{GatherScatterMode, ScatterDims, ScatterParams, WindowParams};
+    let window = WindowParams {
+        dimensions: vec![2, 2],
+        strides: vec![1, 2],
+        padding: vec![(1, 0), (0, 1)],
+        base_dilation: vec![1, 1],
+        window_dilation: vec![1, 1],
+    };
+    let scatter = ScatterParams {
+        dims: ScatterDims {
+            update_window_dims: vec![1],
+            inserted_window_dims: vec![0],
+            scatter_dims_to_operand_dims: vec![0],
+            operand_batching_dims: vec![],
+        },
+        mode: GatherScatterMode::FillOrDrop,
+        indices_are_sorted: false,
+        unique_indices: true,
+    };
+    let f32 = |s: &[i64]| ShapedArray::new(DType::F32, s);
+    let program = tessera_ir::trace::trace(
+        &[
+            f32(&[3, 4]),
+            ShapedArray::new(DType::I32, &[2, 1]),
+            f32(&[2, 4]),
+        ],
+        |a| {
+            let x = &a[0];
+            let zero = a[0].sum(&[0, 1]) * 0.0;
+            let generic = x.reduce_window(&zero, |p, q| p + q, &window);
+            let sum = x.reduce_window_sum(&window);
+            let zeros = x * 0.0;
+            let set = zeros.scatter(&a[1], &a[2], &scatter);
+            let added = zeros.scatter_add(&a[1], &a[2], &scatter);
+            vec![
+                &generic - &sum,
+                &set - &added,
+                x.reduce_window_max(&window),
+                x.reduce_window_min(&window),
+                x.scatter_mul(&a[1], &a[2], &scatter),
+                x.scatter_min(&a[1], &a[2], &scatter),
+                x.scatter_max(&a[1], &a[2], &scatter),
+            ]
+        },
+    )
+    .unwrap();
+    let text = tessera_ir::text::print_closed(&program, 0);
+    for prim in [
+        "reduce_window[",
+        "reduce_window_sum",
+        "reduce_window_max",
+        "scatter-mul",
+    ] {
+        assert!(text.contains(prim), "{prim} missing from\n{text}");
+    }
+    let args: Vec<Array> = program
+        .jaxpr
+        .in_avals()
+        .iter()
+        .enumerate()
+        .map(|(i, a)| values(a, 3 + i as u64))
+        .collect();
+    let args = vec![
+        args[0].clone(),
+        Array::new(DType::I32, &[2, 1], vec![2.0, 0.0]).unwrap(),
+        args[2].clone(),
+    ];
+    let out = eval_closed(&program, &args).unwrap();
+    for k in 0..2 {
+        assert!(
+            out[k].to_vec().iter().all(|v| v.abs() < 1e-6),
+            "{:?}",
+            out[k].to_vec()
+        );
     }
 }

@@ -130,6 +130,8 @@ pub(super) fn jvp_rule(
         Scatter | ScatterMul | ScatterMin | ScatterMax => {
             super::scatter::scatter_jvp(prim, params, x, y, ts)
         }
+        ReduceWindowSum | ReduceWindowMax | ReduceWindowMin | ReduceWindow
+        | SelectAndScatterAdd => super::window::window_jvp(prim, params, x, y, ts),
     }
 }
 

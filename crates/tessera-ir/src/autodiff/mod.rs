@@ -16,6 +16,7 @@ mod remat;
 mod rules;
 mod scatter;
 mod transpose;
+mod window;
 mod windowed;
 
 pub use jvp::jvp;

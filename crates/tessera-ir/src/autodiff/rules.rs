@@ -301,6 +301,8 @@ pub(super) fn vjp_rule(
         Scatter | ScatterMul | ScatterMin | ScatterMax => {
             super::scatter::scatter_vjp(prim, params, x, y, &g)
         }
+        ReduceWindowSum | ReduceWindowMax | ReduceWindowMin | ReduceWindow
+        | SelectAndScatterAdd => super::window::window_vjp(prim, params, x, y, gs, &g),
     }
 }
 

@@ -11,6 +11,7 @@
 mod indexing;
 mod parallel;
 mod rules;
+mod window;
 
 use std::collections::HashMap;
 

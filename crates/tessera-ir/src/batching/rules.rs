@@ -82,6 +82,9 @@ pub(super) fn batch_rule(
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective(prim, params, args, size),
         ShardMap => super::parallel::shard_map(params, args, size, out.len()),
+        // issue 20 C
+        ReduceWindowSum | ReduceWindowMax | ReduceWindowMin | ReduceWindow
+        | SelectAndScatterAdd => vec![super::window::window(prim, params, args, size)],
     }
 }
 

@@ -17,6 +17,7 @@ mod scatter;
 mod shard_map;
 mod structural;
 mod treduce;
+mod window;
 
 pub use collective::{
     axis_names, collective_axes, index_groups, permutation, replica_groups, scatter_shape, simulate,
@@ -36,6 +37,7 @@ pub use ops::{
 pub use scatter::ScatterKind;
 pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
 pub use treduce::{ReduceOp, TreduceParams, combined_aval, treduce_params};
+pub use window::{WindowOp, WindowParams, highest, lowest, reduce_window_jaxpr, select_is_ge};
 
 use crate::array::Array;
 use crate::aval::ShapedArray;
@@ -103,6 +105,9 @@ prims! {
     Cumlogsumexp => "cumlogsumexp",
     Scatter => "scatter", ScatterMul => "scatter-mul", ScatterMin => "scatter-min",
     ScatterMax => "scatter-max",
+    ReduceWindowSum => "reduce_window_sum", ReduceWindowMax => "reduce_window_max",
+    ReduceWindowMin => "reduce_window_min", ReduceWindow => "reduce_window",
+    SelectAndScatterAdd => "select_and_scatter_add",
 }
 
 /// Which family module holds a primitive's rules, with the typed kind of the elementwise and
@@ -117,6 +122,7 @@ enum Family {
     Collective(CollectiveOp),
     ShardMap,
     Treduce,
+    Window(WindowOp),
 }
 
 impl Prim {
@@ -219,6 +225,11 @@ impl Prim {
             ScatterMul => Family::Indexing(IndexingOp::Scatter(ScatterKind::Mul)),
             ScatterMin => Family::Indexing(IndexingOp::Scatter(ScatterKind::Min)),
             ScatterMax => Family::Indexing(IndexingOp::Scatter(ScatterKind::Max)),
+            ReduceWindowSum => Family::Window(WindowOp::Sum),
+            ReduceWindowMax => Family::Window(WindowOp::Max),
+            ReduceWindowMin => Family::Window(WindowOp::Min),
+            ReduceWindow => Family::Window(WindowOp::Generic),
+            SelectAndScatterAdd => Family::Window(WindowOp::SelectAndScatterAdd),
         }
     }
 
@@ -233,7 +244,8 @@ impl Prim {
             | Family::Control(_)
             | Family::Collective(_)
             | Family::ShardMap
-            | Family::Treduce => None,
+            | Family::Treduce
+            | Family::Window(_) => None,
         }
     }
 
@@ -248,7 +260,8 @@ impl Prim {
             | Family::Control(_)
             | Family::Collective(_)
             | Family::ShardMap
-            | Family::Treduce => None,
+            | Family::Treduce
+            | Family::Window(_) => None,
         }
     }
 
@@ -262,6 +275,23 @@ impl Prim {
             | Family::Reduce(_)
             | Family::Linalg
             | Family::Control(_)
+            | Family::ShardMap
+            | Family::Treduce
+            | Family::Window(_) => None,
+        }
+    }
+
+    /// The typed kind of a windowed primitive (`None` for the other families).
+    pub fn window(self) -> Option<WindowOp> {
+        match self.family() {
+            Family::Window(op) => Some(op),
+            Family::Elementwise(_)
+            | Family::Indexing(_)
+            | Family::Structural(_)
+            | Family::Reduce(_)
+            | Family::Linalg
+            | Family::Control(_)
+            | Family::Collective(_)
             | Family::ShardMap
             | Family::Treduce => None,
         }
@@ -291,6 +321,7 @@ impl Prim {
             Family::Collective(op) => return collective::abstract_eval(self, op, params, inputs),
             Family::ShardMap => return shard_map::abstract_eval(params, inputs),
             Family::Treduce => treduce::abstract_eval(params, inputs),
+            Family::Window(op) => window::abstract_eval(self, op, params, inputs),
         }?;
         // Inside shard_map, a local computation varies over every axis an operand varies over.
         let vma: std::collections::BTreeSet<String> =
@@ -318,6 +349,7 @@ impl Prim {
             Family::Collective(_) => collective::eval(self),
             Family::ShardMap => shard_map::eval(params, inputs),
             Family::Treduce => treduce::eval(params, inputs),
+            Family::Window(op) => window::eval(self, op, params, inputs, outputs),
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use super::Tensor;
 use crate::params::{ParamValue, Params};
-use crate::prim::{Prim, ScatterParams};
+use crate::prim::{Prim, ScatterParams, WindowParams};
 
 impl Tensor {
     fn cumulative(&self, prim: Prim, axis: i64, reverse: bool) -> Tensor {
@@ -94,5 +94,47 @@ impl Tensor {
         params: &ScatterParams,
     ) -> Tensor {
         self.scatter_with(Prim::ScatterMax, indices, updates, params)
+    }
+}
+
+impl Tensor {
+    /// `lax.reduce_window` with `add`: the sum of each window.
+    pub fn reduce_window_sum(&self, window: &WindowParams) -> Tensor {
+        Tensor::bind1(Prim::ReduceWindowSum, window.to_params(), &[self])
+    }
+
+    /// `lax.reduce_window` with `max` (max pooling).
+    pub fn reduce_window_max(&self, window: &WindowParams) -> Tensor {
+        Tensor::bind1(Prim::ReduceWindowMax, window.to_params(), &[self])
+    }
+
+    /// `lax.reduce_window` with `min`.
+    pub fn reduce_window_min(&self, window: &WindowParams) -> Tensor {
+        Tensor::bind1(Prim::ReduceWindowMin, window.to_params(), &[self])
+    }
+
+    /// `lax.reduce_window(x, init, computation, ...)`: each window folded with `computation`
+    /// (traced on two scalars of this dtype) from the scalar `init`.
+    pub fn reduce_window(
+        &self,
+        init: &Tensor,
+        computation: impl FnOnce(&Tensor, &Tensor) -> Tensor,
+        window: &WindowParams,
+    ) -> Tensor {
+        let scalar = crate::aval::ShapedArray::scalar(self.dtype());
+        let traced = super::trace(&[scalar.clone(), scalar], |a| {
+            vec![computation(&a[0], &a[1])]
+        });
+        let jaxpr = match traced {
+            Ok(j) => j,
+            Err(e) => return self.fail("reduce_window", format!("in its computation: {e}")),
+        };
+        let params = window
+            .to_params()
+            .with("consts", ParamValue::Tuple(Vec::new()))
+            .with("jaxpr", ParamValue::Jaxpr(Box::new(jaxpr)));
+        let mut sorted = params.0;
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        Tensor::bind1(Prim::ReduceWindow, Params(sorted), &[self, init])
     }
 }

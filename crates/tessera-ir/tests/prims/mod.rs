@@ -298,6 +298,28 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
                 "c",
             )
         }
+        ReduceWindowSum => prog(
+            "a:f64[4,5]",
+            "b:f64[7,2] = reduce_window_sum[base_dilation=(2, 1) padding=((1, 0), (1, 1)) window_dilation=(1, 2) window_dimensions=(2, 3) window_strides=(1, 2)] a\nc:f64[7,2] = sin b",
+            "c",
+        ),
+        ReduceWindowMax | ReduceWindowMin => prog(
+            "a:f64[4,6]",
+            &format!(
+                "b:f64[2,4] = {name}[base_dilation=(1, 1) padding=((0, 1), (1, 1)) window_dilation=(1, 1) window_dimensions=(2, 2) window_strides=(2, 2)] a\nc:f64[6,5] = {name}[base_dilation=(2, 1) padding=((0, 0), (0, 0)) window_dilation=(1, 1) window_dimensions=(2, 2) window_strides=(1, 1)] a\nd:f64[] = reduce_sum[axes=(0, 1)] b\ne:f64[6,5] = mul c d"
+            ),
+            "e",
+        ),
+        ReduceWindow => prog(
+            "a:f64[4,5]",
+            "b:f64[3,2] = reduce_window[base_dilation=(1, 1) consts=() jaxpr={ lambda ; x:f64[] y:f64[]. let z:f64[] = mul x y in (z,) } padding=((0, 0), (1, 0)) window_dilation=(1, 1) window_dimensions=(2, 3) window_strides=(1, 2)] a 1.0:f64[]",
+            "b",
+        ),
+        SelectAndScatterAdd => prog(
+            "s:f64[2,4] a:f64[4,6]",
+            "b:f64[4,6] = select_and_scatter_add[padding=((0, 1), (1, 1)) select_prim=ge window_dimensions=(2, 2) window_strides=(2, 2)] s a\nd:f64[4,6] = cos a\nc:f64[4,6] = select_and_scatter_add[padding=((0, 1), (1, 1)) select_prim=le window_dimensions=(2, 2) window_strides=(2, 2)] s d\ne:f64[4,6] = mul b c",
+            "e",
+        ),
     }
 }
 

@@ -9,6 +9,7 @@ mod loops;
 mod parallel;
 mod reduce;
 mod structural;
+mod window;
 
 use std::collections::HashMap;
 
@@ -337,6 +338,9 @@ fn lower_eqn<'c, 'b>(
         | Pvary | Pbroadcast => parallel::collective(ctx, eqn.prim, p, inputs),
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),
         Treduce => loops::treduce(ctx, p, inputs, functions),
+        // issue 20 C
+        ReduceWindowSum | ReduceWindowMax | ReduceWindowMin | ReduceWindow
+        | SelectAndScatterAdd => window::lower(ctx, eqn.prim, p, inputs),
     }
 }
 
