@@ -237,11 +237,8 @@ fn the_tracing_api_records_windows_and_scatters() {
         args[2].clone(),
     ];
     let out = eval_closed(&program, &args).unwrap();
-    for k in 0..2 {
-        assert!(
-            out[k].to_vec().iter().all(|v| v.abs() < 1e-6),
-            "{:?}",
-            out[k].to_vec()
-        );
+    for difference in &out[..2] {
+        let v = difference.to_vec();
+        assert!(v.iter().all(|v| v.abs() < 1e-6), "{v:?}");
     }
 }
