@@ -108,6 +108,14 @@ const PROGRAMS: &[(&str, &str)] = &[(
     d:f32[4,5] = add b c
   in (d,) }",
     ),
+    (
+        "convolutions",
+        "{ lambda ; a:f32[2,7,6,3] b:f32[3,2,3,4] d:f32[2,4,5,5] e:f32[6,2,3,3] g:f32[4,3,5] h:f32[6,3,2]. let
+    c:f32[2,2,11,4] = conv_general_dilated[batch_group_count=1 dimension_numbers=ConvDimensionNumbers(lhs_spec=(0, 3, 1, 2), rhs_spec=(3, 2, 0, 1), out_spec=(0, 3, 1, 2)) feature_group_count=1 lhs_dilation=(1, 2) padding=((1, 0), (0, 1)) precision=None preferred_element_type=None rhs_dilation=(2, 1) window_strides=(2, 1)] a b
+    f:f32[2,6,5,3] = conv_general_dilated[batch_group_count=1 dimension_numbers=ConvDimensionNumbers(lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3)) feature_group_count=2 lhs_dilation=(1, 1) padding=((1, 1), (0, 0)) precision=None preferred_element_type=None rhs_dilation=(1, 1) window_strides=(1, 1)] d e
+    i:f32[2,6,4] = conv_general_dilated[batch_group_count=2 dimension_numbers=ConvDimensionNumbers(lhs_spec=(0, 1, 2), rhs_spec=(0, 1, 2), out_spec=(0, 1, 2)) feature_group_count=1 lhs_dilation=(1,) padding=((0, 0),) precision=None preferred_element_type=None rhs_dilation=(1,) window_strides=(1,)] g h
+  in (c, f, i) }",
+    ),
 ];
 
 #[test]
@@ -127,7 +135,7 @@ fn new_primitives_and_their_derivatives_agree_on_pjrt() {
 }
 
 #[test]
-fn jaxs_cumulative_scatter_and_pooling_cases_match_on_both_backends() {
+fn jaxs_cumulative_scatter_pooling_and_conv_cases_match_on_both_backends() {
     let names = [
         "cumulative_0",
         "cumulative_1",
@@ -137,6 +145,8 @@ fn jaxs_cumulative_scatter_and_pooling_cases_match_on_both_backends() {
         "take_modes_1",
         "max_pool_0",
         "max_pool_1",
+        "conv2d_0",
+        "conv2d_1",
     ];
     assert_eq!(named_real_cases(&names), 2 * names.len());
 }
@@ -241,4 +251,30 @@ fn the_tracing_api_records_windows_and_scatters() {
         let v = difference.to_vec();
         assert!(v.iter().all(|v| v.abs() < 1e-6), "{v:?}");
     }
+}
+
+/// `Tensor::conv` (NCHW/OIHW) records JAX's `conv_general_dilated` and computes a convolution:
+/// an all-ones 2x2 kernel over a 3x3 input of ones sums each window.
+#[test]
+fn the_tracing_api_records_convolutions() {
+    let f32 = |s: &[i64]| ShapedArray::new(DType::F32, s);
+    let program = tessera_ir::trace::trace(&[f32(&[1, 1, 3, 3]), f32(&[2, 1, 2, 2])], |a| {
+        vec![a[0].conv(&a[1], &[1, 1], &[(0, 1), (0, 0)])]
+    })
+    .unwrap();
+    let text = tessera_ir::text::print_closed(&program, 0);
+    assert!(
+        text.contains("conv_general_dilated[") && text.contains("f32[1,2,3,2]"),
+        "{text}"
+    );
+    let ones = |s: &[i64]| {
+        Array::new(DType::F32, s, vec![1.0; s.iter().product::<i64>() as usize]).unwrap()
+    };
+    let out = eval_closed(&program, &[ones(&[1, 1, 3, 3]), ones(&[2, 1, 2, 2])]).unwrap();
+    assert_eq!(
+        out[0].to_vec(),
+        vec![4.0, 4.0, 4.0, 4.0, 2.0, 2.0, 4.0, 4.0, 4.0, 4.0, 2.0, 2.0]
+    );
+    let client = tessera_pjrt::Client::cpu(1).unwrap();
+    agree("Tensor::conv", &program, &client);
 }

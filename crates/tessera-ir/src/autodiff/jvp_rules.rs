@@ -132,6 +132,7 @@ pub(super) fn jvp_rule(
         }
         ReduceWindowSum | ReduceWindowMax | ReduceWindowMin | ReduceWindow
         | SelectAndScatterAdd => super::window::window_jvp(prim, params, x, y, ts),
+        ConvGeneralDilated => super::conv::conv_jvp(params, x, y, ts),
     }
 }
 

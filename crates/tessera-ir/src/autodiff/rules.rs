@@ -303,6 +303,7 @@ pub(super) fn vjp_rule(
         }
         ReduceWindowSum | ReduceWindowMax | ReduceWindowMin | ReduceWindow
         | SelectAndScatterAdd => super::window::window_vjp(prim, params, x, y, gs, &g),
+        ConvGeneralDilated => super::conv::conv_vjp(params, x, &g),
     }
 }
 

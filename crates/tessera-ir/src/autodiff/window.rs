@@ -131,6 +131,7 @@ pub(super) fn window_jvp(
         return fail(type_error(prim.name(), "is not a windowed primitive"));
     };
     match op {
+        WindowOp::Conv => super::conv::conv_jvp(params, x, y, ts),
         WindowOp::Generic => program_jvp(prim, expansion(params, &x[0], &x[1]), x, ts, y),
         WindowOp::SelectAndScatterAdd => vec![
             ts[0]
@@ -174,6 +175,7 @@ pub(super) fn window_vjp(
         return fail(type_error(prim.name(), "is not a windowed primitive"));
     };
     match op {
+        WindowOp::Conv => super::conv::conv_vjp(params, x, g),
         WindowOp::Generic => program_vjp(prim, expansion(params, &x[0], &x[1]), x, y, gs),
         WindowOp::SelectAndScatterAdd => {
             let (w, ge) =

@@ -84,7 +84,9 @@ pub(super) fn batch_rule(
         ShardMap => super::parallel::shard_map(params, args, size, out.len()),
         // issue 20 C
         ReduceWindowSum | ReduceWindowMax | ReduceWindowMin | ReduceWindow
-        | SelectAndScatterAdd => vec![super::window::window(prim, params, args, size)],
+        | SelectAndScatterAdd | ConvGeneralDilated => {
+            vec![super::window::window(prim, params, args, size)]
+        }
     }
 }
 

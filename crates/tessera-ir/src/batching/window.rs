@@ -30,6 +30,7 @@ pub(super) fn window(prim: Prim, params: &Params, args: &[Batched], size: i64) -
     };
     // The operand whose shape the window describes.
     let operand = match op {
+        WindowOp::Conv => return super::conv::conv(params, args, size),
         WindowOp::SelectAndScatterAdd => &args[1],
         WindowOp::Sum | WindowOp::Max | WindowOp::Min | WindowOp::Generic => &args[0],
     };
@@ -43,6 +44,7 @@ pub(super) fn window(prim: Prim, params: &Params, args: &[Batched], size: i64) -
         WindowOp::Sum | WindowOp::Max | WindowOp::Min => {
             Tensor::bind1(prim, p, &[&to_front(&args[0], size)])
         }
+        WindowOp::Conv => unsupported(args, prim, "a convolution here"),
         WindowOp::Generic if args[1].1.is_some() => unsupported(args, prim, "a batched init value"),
         WindowOp::Generic => Tensor::bind1(prim, p, &[&to_front(&args[0], size), &args[1].0]),
         WindowOp::SelectAndScatterAdd => Tensor::bind1(

@@ -5,6 +5,7 @@
 
 mod collective;
 mod control;
+mod conv;
 mod cumulative;
 mod elementwise;
 mod index_modes;
@@ -22,6 +23,8 @@ mod window;
 pub use collective::{
     axis_names, collective_axes, index_groups, permutation, replica_groups, scatter_shape, simulate,
 };
+pub use conv::ConvParams;
+pub(crate) use cumulative::flip;
 pub use cumulative::{CumulativeOp, cumulative_program};
 pub use index_modes::{
     GatherScatterMode, gather_fill_program, scatter_clip_program, scatter_clip_program_for,
@@ -108,6 +111,7 @@ prims! {
     ReduceWindowSum => "reduce_window_sum", ReduceWindowMax => "reduce_window_max",
     ReduceWindowMin => "reduce_window_min", ReduceWindow => "reduce_window",
     SelectAndScatterAdd => "select_and_scatter_add",
+    ConvGeneralDilated => "conv_general_dilated",
 }
 
 /// Which family module holds a primitive's rules, with the typed kind of the elementwise and
@@ -230,6 +234,7 @@ impl Prim {
             ReduceWindowMin => Family::Window(WindowOp::Min),
             ReduceWindow => Family::Window(WindowOp::Generic),
             SelectAndScatterAdd => Family::Window(WindowOp::SelectAndScatterAdd),
+            ConvGeneralDilated => Family::Window(WindowOp::Conv),
         }
     }
 

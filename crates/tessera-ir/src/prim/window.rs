@@ -6,7 +6,8 @@
 //! Windows follow XLA: the operand is dilated by `base_dilation` (holes between elements),
 //! padded by `padding`, and a window of `window_dimensions` with `window_dilation` slides by
 //! `window_strides`; holes and padding hold the reduction's init value. `select_and_scatter_add`
-//! has no dilations and never selects a padding position.
+//! has no dilations and never selects a padding position. `conv_general_dilated` is in this
+//! family too (module `conv`).
 
 use ndarray::{ArrayD, Dimension, IxDyn};
 
@@ -31,6 +32,8 @@ pub enum WindowOp {
     Generic,
     /// `select_and_scatter_add`.
     SelectAndScatterAdd,
+    /// `conv_general_dilated` (module `conv`).
+    Conv,
 }
 
 /// The smallest value of `dtype` (max's identity).
@@ -279,6 +282,7 @@ pub(super) fn abstract_eval(
             }
             Ok(vec![operand.clone()])
         }
+        WindowOp::Conv => super::conv::abstract_eval(params, inputs),
     }
 }
 
@@ -320,7 +324,7 @@ fn reducer(op: WindowOp, params: &Params, inputs: &[Array]) -> Result<(f64, Comb
             inputs[1].data.iter().next().copied().unwrap_or(0.0),
             Combine::Jaxpr(reduce_window_jaxpr(params)?.clone()),
         ),
-        WindowOp::SelectAndScatterAdd => {
+        WindowOp::SelectAndScatterAdd | WindowOp::Conv => {
             return Err(type_error("reduce_window", "is not a windowed reduction"));
         }
     })
@@ -351,6 +355,9 @@ pub(super) fn eval(
     inputs: &[Array],
     outputs: &[ShapedArray],
 ) -> Result<Vec<Array>> {
+    if op == WindowOp::Conv {
+        return super::conv::eval(params, inputs, outputs);
+    }
     if op == WindowOp::SelectAndScatterAdd {
         return Ok(vec![select_and_scatter_add(params, inputs)?]);
     }

@@ -3,7 +3,7 @@
 
 use super::Tensor;
 use crate::params::{ParamValue, Params};
-use crate::prim::{Prim, ScatterParams, WindowParams};
+use crate::prim::{ConvParams, Prim, ScatterParams, WindowParams};
 
 impl Tensor {
     fn cumulative(&self, prim: Prim, axis: i64, reverse: bool) -> Tensor {
@@ -136,5 +136,39 @@ impl Tensor {
         let mut sorted = params.0;
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
         Tensor::bind1(Prim::ReduceWindow, Params(sorted), &[self, init])
+    }
+}
+
+impl Tensor {
+    /// `lax.conv_general_dilated(lhs, rhs, ...)` with every parameter in `params` (JAX's
+    /// printed defaults: no precision, no output sharding).
+    pub fn conv_general_dilated(&self, rhs: &Tensor, params: &ConvParams) -> Tensor {
+        let base = Params::new()
+            .with("out_sharding", ParamValue::Name("None".into()))
+            .with("precision", ParamValue::Name("None".into()));
+        let mut sorted = params.write(&base).0;
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        Tensor::bind1(Prim::ConvGeneralDilated, Params(sorted), &[self, rhs])
+    }
+
+    /// `lax.conv(lhs, rhs, window_strides, padding)`: an `NCHW` input and an `OIHW` kernel
+    /// (any number of spatial dimensions), no dilation, one group.
+    pub fn conv(&self, rhs: &Tensor, window_strides: &[i64], padding: &[(i64, i64)]) -> Tensor {
+        let rank = self.rank();
+        let spatial = rank.saturating_sub(2);
+        let spec: Vec<usize> = (0..rank).collect();
+        let params = ConvParams {
+            window_strides: window_strides.to_vec(),
+            padding: padding.to_vec(),
+            lhs_dilation: vec![1; spatial],
+            rhs_dilation: vec![1; spatial],
+            lhs_spec: spec.clone(),
+            rhs_spec: spec.clone(),
+            out_spec: spec,
+            feature_group_count: 1,
+            batch_group_count: 1,
+            preferred_element_type: None,
+        };
+        self.conv_general_dilated(rhs, &params)
     }
 }

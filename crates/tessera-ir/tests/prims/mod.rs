@@ -320,6 +320,38 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             "b:f64[4,6] = select_and_scatter_add[padding=((0, 1), (1, 1)) select_prim=ge window_dimensions=(2, 2) window_strides=(2, 2)] s a\nd:f64[4,6] = cos a\nc:f64[4,6] = select_and_scatter_add[padding=((0, 1), (1, 1)) select_prim=le window_dimensions=(2, 2) window_strides=(2, 2)] s d\ne:f64[4,6] = mul b c",
             "e",
         ),
+        ConvGeneralDilated => {
+            let conv = |out: &str, operands: &str, specs: &str, rest: &str| {
+                format!(
+                    "{out} = conv_general_dilated[dimension_numbers=ConvDimensionNumbers({specs}) {rest} precision=None preferred_element_type=None] {operands}"
+                )
+            };
+            let body = [
+                conv(
+                    "c:f64[2,2,11,4]",
+                    "a b",
+                    "lhs_spec=(0, 3, 1, 2), rhs_spec=(3, 2, 0, 1), out_spec=(0, 3, 1, 2)",
+                    "batch_group_count=1 feature_group_count=1 lhs_dilation=(1, 2) padding=((1, 0), (0, 1)) rhs_dilation=(2, 1) window_strides=(2, 1)",
+                ),
+                conv(
+                    "f:f64[2,6,5,3]",
+                    "d e",
+                    "lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3)",
+                    "batch_group_count=1 feature_group_count=2 lhs_dilation=(1, 1) padding=((1, 1), (0, 0)) rhs_dilation=(1, 1) window_strides=(1, 1)",
+                ),
+                conv(
+                    "i:f64[2,6,4]",
+                    "g h",
+                    "lhs_spec=(0, 1, 2), rhs_spec=(0, 1, 2), out_spec=(0, 1, 2)",
+                    "batch_group_count=2 feature_group_count=1 lhs_dilation=(1,) padding=((0, 0),) rhs_dilation=(1,) window_strides=(1,)",
+                ),
+            ];
+            prog(
+                "a:f64[2,7,6,3] b:f64[3,2,3,4] d:f64[2,4,5,5] e:f64[6,2,3,3] g:f64[4,3,5] h:f64[6,3,2]",
+                &body.join("\n"),
+                "c, f, i",
+            )
+        }
     }
 }
 

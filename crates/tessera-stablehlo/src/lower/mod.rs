@@ -3,6 +3,7 @@
 //! `prim/` layout). Nested `jit` calls become private functions called with `func.call`.
 
 mod control;
+mod conv;
 mod elementwise;
 mod indexing;
 mod loops;
@@ -341,6 +342,7 @@ fn lower_eqn<'c, 'b>(
         // issue 20 C
         ReduceWindowSum | ReduceWindowMax | ReduceWindowMin | ReduceWindow
         | SelectAndScatterAdd => window::lower(ctx, eqn.prim, p, inputs),
+        ConvGeneralDilated => conv::conv(ctx, p, inputs),
     }
 }
 

@@ -38,6 +38,7 @@ pub(super) fn lower<'c, 'b>(
         .window()
         .ok_or_else(|| LowerError::Build(format!("{} is not windowed", prim.name())))?;
     let operand = match op {
+        WindowOp::Conv => return super::conv::conv(ctx, params, inputs),
         WindowOp::SelectAndScatterAdd => &ctx.in_avals[1],
         WindowOp::Sum | WindowOp::Max | WindowOp::Min | WindowOp::Generic => &ctx.in_avals[0],
     };
@@ -50,9 +51,10 @@ pub(super) fn lower<'c, 'b>(
             let (value, combiner) = match op {
                 WindowOp::Max => (lowest(dtype), "stablehlo.maximum"),
                 WindowOp::Min => (highest(dtype), "stablehlo.minimum"),
-                WindowOp::Sum | WindowOp::Generic | WindowOp::SelectAndScatterAdd => {
-                    (0.0, "stablehlo.add")
-                }
+                WindowOp::Sum
+                | WindowOp::Generic
+                | WindowOp::SelectAndScatterAdd
+                | WindowOp::Conv => (0.0, "stablehlo.add"),
             };
             let init = constant_scalar(ctx.body, value, &scalar)?;
             let region = ctx.body.region(&[&st, &st], "stablehlo.return", |b, xs| {
@@ -68,6 +70,7 @@ pub(super) fn lower<'c, 'b>(
             (inputs[1], region)
         }
         WindowOp::SelectAndScatterAdd => return select_and_scatter(ctx, params, &w, inputs, dtype),
+        WindowOp::Conv => return super::conv::conv(ctx, params, inputs),
     };
     let attrs = [
         ("window_dimensions", i64_array(&w.dimensions)),
