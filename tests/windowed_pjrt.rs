@@ -278,3 +278,36 @@ fn the_tracing_api_records_convolutions() {
     let client = tessera_pjrt::Client::cpu(1).unwrap();
     agree("Tensor::conv", &program, &client);
 }
+
+/// The bfloat16 VJP of the issue's table: the VJP program of JAX's `bf16_sum` takes a `bf16[]`
+/// cotangent. Given one as float32 (as the oracle file spells it), `run_on_device` names the
+/// argument and both types instead of PJRT's "expected parameter 1 of size 2 but got buffer
+/// with incompatible size 4"; given its result's dtype, PJRT agrees with the interpreter.
+#[test]
+fn the_bf16_vjp_takes_a_bf16_cotangent_and_names_a_mismatch() {
+    let program = parse_closed(
+        "{ lambda ; a:f32[1000]. let b:bf16[1000] = convert_element_type[new_dtype=bfloat16 weak_type=False] a
+    c:f32[1000] = convert_element_type[new_dtype=float32 weak_type=False] b
+    d:f32[] = reduce_sum[axes=(0,) out_sharding=None] c
+    e:bf16[] = convert_element_type[new_dtype=bfloat16 weak_type=False] d
+  in (e,) }",
+    )
+    .unwrap();
+    let backward = vjp(&program).unwrap();
+    let x = Array::new(DType::F32, &[1000], vec![1.0; 1000]).unwrap();
+    let client = tessera_pjrt::Client::cpu(1).unwrap();
+    let f32_ct = Array::new(DType::F32, &[], vec![0.5]).unwrap();
+    let err = tessera::jit::run_on_device(&client, &backward, &[x.clone(), f32_ct], 0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("argument 1 is f32[] but the program takes bf16[]"),
+        "{err}"
+    );
+    let bf16_ct = Array::new(DType::BF16, &[], vec![0.5]).unwrap();
+    let args = [x, bf16_ct];
+    let got = tessera::jit::run_on_device(&client, &backward, &args, 0).unwrap();
+    let want = eval_closed(&backward, &args).unwrap();
+    assert_eq!(got[0].to_vec(), want[0].to_vec());
+    assert!(want[0].to_vec().iter().all(|&g| g == 0.5));
+}
