@@ -7,8 +7,8 @@
 //!   map (masks from the primal values).
 //! - `scatter-mul`: `d out = scatter-mul(dx, i, u) + scatter-add(0, i, du * r)` with `r` the
 //!   product of everything else at the update's place: the gathered operand for
-//!   `unique_indices=True` (JAX's rule), else the gathered result divided by the update (JAX
-//!   refuses that case; here it is exact wherever the updates are nonzero).
+//!   `unique_indices=True` (JAX's rule); with duplicates (JAX refuses that case) also the other
+//!   updates there, from the product of the nonzero ones and the count of zeros.
 //! - `scatter-min`/`scatter-max`: the tangent of a place is the mean of the tangents of the
 //!   values that equal the result there (the operand's, and each update's), as in JAX.
 //!
@@ -84,13 +84,28 @@ impl Scatter<'_> {
         (kept, won)
     }
 
-    /// `scatter-mul`: the product of everything else at each update's place.
-    fn others(&self, y: &Tensor) -> Tensor {
+    /// `scatter-mul`: the product of everything else at each update's place (the operand's
+    /// value and the other updates there). With duplicate indices: the product of the nonzero
+    /// updates at the place divided by this one when no update there is zero; for a zero
+    /// update, the product of the others when it is the only zero; else 0.
+    fn others(&self) -> Tensor {
+        let at_place = self.gather(self.x);
         if self.p.unique_indices {
-            self.gather(self.x)
-        } else {
-            &self.gather(y) / self.u
+            return at_place;
         }
+        let dtype = self.u.dtype();
+        let zero = self.u.literal_strong(0.0, dtype);
+        let is_zero = self.u.eq(&zero);
+        let ones = &zeros_like(self.u) + 1.0;
+        let nonzero = where_(&is_zero, &ones, self.u);
+        let product = self.bind(Prim::ScatterMul, &(&zeros_like(self.x) + 1.0), &nonzero);
+        let zeros_here = self.gather(&self.add_into_zeros(&is_zero.astype(dtype)));
+        let base = &at_place * &self.gather(&product);
+        let none = zeros_here.eq(&zero);
+        let only_this = zeros_here.eq(&self.u.literal_strong(1.0, dtype));
+        let when_zero = where_(&only_this, &base, &zeros_like(self.u));
+        let when_nonzero = where_(&none, &(&base / &nonzero), &zeros_like(self.u));
+        where_(&is_zero, &when_zero, &when_nonzero)
     }
 
     /// `scatter-min`/`-max`: (operand kept as 0/1, updates that won as 0/1, winners per place).
@@ -140,7 +155,7 @@ pub(super) fn scatter_jvp(
     let out = match s.kind {
         ScatterKind::Mul => {
             let through = s.bind(Prim::ScatterMul, &tx, s.u);
-            &through + &s.add_into_zeros(&(&tu * &s.others(&y[0])))
+            &through + &s.add_into_zeros(&(&tu * &s.others()))
         }
         ScatterKind::Min | ScatterKind::Max => {
             let (kept, won, count) = s.extremal(&y[0]);
@@ -171,10 +186,7 @@ pub(super) fn scatter_vjp(
         Err(e) => return vec![Some(g.fail(prim.name(), format!("in its VJP: {e}"))); 3],
     };
     let (dx, du) = match s.kind {
-        ScatterKind::Mul => (
-            s.bind(Prim::ScatterMul, g, s.u),
-            &s.others(&y[0]) * &s.gather(g),
-        ),
+        ScatterKind::Mul => (s.bind(Prim::ScatterMul, g, s.u), &s.others() * &s.gather(g)),
         ScatterKind::Min | ScatterKind::Max => {
             let (kept, won, count) = s.extremal(&y[0]);
             let share = g / &count;
