@@ -99,6 +99,10 @@ fn vmap_of_indexing_with_every_batching_pattern() {
     for prim in [
         Prim::Gather,
         Prim::ScatterAdd,
+        Prim::Scatter,
+        Prim::ScatterMul,
+        Prim::ScatterMin,
+        Prim::ScatterMax,
         Prim::DynamicSlice,
         Prim::DynamicUpdateSlice,
     ] {

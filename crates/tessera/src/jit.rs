@@ -17,6 +17,43 @@ pub enum JitError {
     /// An array could not be converted.
     #[error("{0}")]
     Convert(String),
+    /// An argument's type is not the program's parameter type.
+    #[error(
+        "argument {index} is {got} but the program takes {want}; convert it to the parameter's \
+         dtype first (a cotangent has its result's dtype)"
+    )]
+    Argument {
+        /// The argument's position.
+        index: usize,
+        /// Its dtype and shape.
+        got: String,
+        /// The parameter's dtype and shape.
+        want: String,
+    },
+}
+
+/// Checks that `inputs` match `program`'s parameters in number, dtype and shape: PJRT would
+/// otherwise reject a buffer of another size with a message about bytes ("expected parameter 1
+/// of size 2 but got buffer with incompatible size 4"), or reinterpret one of the same size.
+pub fn check_arguments(program: &ClosedJaxpr, inputs: &[Array]) -> Result<(), JitError> {
+    let params = program.jaxpr.in_avals();
+    if params.len() != inputs.len() {
+        return Err(JitError::Argument {
+            index: inputs.len().min(params.len()),
+            got: format!("one of {} arguments", inputs.len()),
+            want: format!("{} arguments", params.len()),
+        });
+    }
+    for (index, (a, p)) in inputs.iter().zip(&params).enumerate() {
+        if a.dtype != p.dtype || a.shape() != p.shape {
+            return Err(JitError::Argument {
+                index,
+                got: tessera_ir::ShapedArray::new(a.dtype, &a.shape()).to_string(),
+                want: tessera_ir::ShapedArray::new(p.dtype, &p.shape).to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The PJRT element type of an IR dtype.
@@ -55,6 +92,7 @@ pub fn run_on_device(
     inputs: &[Array],
     device: i32,
 ) -> Result<Vec<Array>, JitError> {
+    check_arguments(program, inputs)?;
     let exe = compile(client, program, i64::from(device))?;
     let buffers = inputs
         .iter()

@@ -133,6 +133,16 @@ pub(super) fn jvp_rule(
         RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
         | Threefry2x32 => vec![None; y.len()],
         Sort | TopK => super::sort::jvp(prim, params, x, y, ts),
+        // issue 20 C
+        Cumprod | Cummax | Cummin | Cumlogsumexp => {
+            super::windowed::cumulative_jvp(prim, params, x, y, ts)
+        }
+        Scatter | ScatterMul | ScatterMin | ScatterMax => {
+            super::scatter::scatter_jvp(prim, params, x, y, ts)
+        }
+        ReduceWindowSum | ReduceWindowMax | ReduceWindowMin | ReduceWindow
+        | SelectAndScatterAdd => super::window::window_jvp(prim, params, x, y, ts),
+        ConvGeneralDilated => super::conv::conv_jvp(params, x, y, ts),
     }
 }
 

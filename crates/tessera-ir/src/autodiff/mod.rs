@@ -7,6 +7,7 @@
 //! Forward mode lives in [`jvp()`] (module `jvp`, rules in `jvp_rules`); [`linearize()`] splits
 //! the JVP program into a primal and a linear tangent program.
 
+pub(crate) mod conv;
 mod jvp;
 mod jvp_rules;
 mod linearize;
@@ -16,7 +17,10 @@ mod parallel;
 mod remat;
 mod rules;
 mod sort;
+mod scatter;
 mod transpose;
+mod window;
+mod windowed;
 
 pub use jvp::jvp;
 pub use linearize::{Linearized, linearize};

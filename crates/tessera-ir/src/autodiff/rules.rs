@@ -304,6 +304,16 @@ pub(super) fn vjp_rule(
         RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
         | Threefry2x32 => vec![None; x.len()],
         Sort | TopK => super::sort::vjp(prim, params, x, gs),
+        // issue 20 C
+        Cumprod | Cummax | Cummin | Cumlogsumexp => {
+            super::windowed::cumulative_vjp(prim, params, x, y, gs)
+        }
+        Scatter | ScatterMul | ScatterMin | ScatterMax => {
+            super::scatter::scatter_vjp(prim, params, x, y, &g)
+        }
+        ReduceWindowSum | ReduceWindowMax | ReduceWindowMin | ReduceWindow
+        | SelectAndScatterAdd => super::window::window_vjp(prim, params, x, y, gs, &g),
+        ConvGeneralDilated => super::conv::conv_vjp(params, x, &g),
     }
 }
 

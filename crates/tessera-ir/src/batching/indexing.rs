@@ -157,11 +157,12 @@ pub(super) fn gather(params: &Params, args: &[Batched], size: i64) -> Tensor {
     )
 }
 
-/// `scatter-add`: the operand and updates get the batch dimension in front; shared indices treat
-/// it as a window dimension, batched ones get an `iota` column.
-pub(super) fn scatter_add(params: &Params, args: &[Batched], size: i64) -> Tensor {
+/// Every scatter (`scatter-add`, `scatter`, `scatter-mul`, ...): the operand and updates get the
+/// batch dimension in front; shared indices treat it as a window dimension, batched ones get an
+/// `iota` column.
+pub(super) fn scatter(prim: Prim, params: &Params, args: &[Batched], size: i64) -> Tensor {
     let Ok(dn) = crate::prim::scatter_dims(params) else {
-        return unsupported(args, Prim::ScatterAdd, "unreadable dimension numbers");
+        return unsupported(args, prim, "unreadable dimension numbers");
     };
     let operand = to_front(&args[0], size);
     let updates = to_front(&args[2], size);
@@ -187,7 +188,7 @@ pub(super) fn scatter_add(params: &Params, args: &[Batched], size: i64) -> Tenso
             ("scatter_dims_to_operand_dims", &map),
         ],
     );
-    Tensor::bind1(Prim::ScatterAdd, p, &[&operand, &indices, &updates])
+    Tensor::bind1(prim, p, &[&operand, &indices, &updates])
 }
 
 /// `[size] ++ rest` as a parameter tuple.

@@ -8,11 +8,13 @@
 //! primitive's axis parameters. Unbatched results are broadcast at the end, so every result has
 //! its batch dimension at the requested `out_axes` position. Nested calls are inlined first.
 
+mod conv;
 mod indexing;
 mod parallel;
 mod random;
 mod rules;
 mod sort;
+mod window;
 
 use std::collections::HashMap;
 

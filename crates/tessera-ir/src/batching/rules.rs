@@ -44,14 +44,18 @@ pub(super) fn batch_rule(
         ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr | Argmax | Argmin => {
             one(shift_axes(prim, params, args, size, "axes", in_rank))
         }
-        Cumsum => one(shift_axis(prim, params, args, size, "axis", rank)),
+        Cumsum | Cumprod | Cummax | Cummin | Cumlogsumexp => {
+            one(shift_axis(prim, params, args, size, "axis", rank))
+        }
         Concatenate => one(shift_axis(prim, params, args, size, "dimension", rank)),
         Pad => one(pad(params, args, size)),
         DotGeneral => vec![dot_general(params, args)],
         DynamicSlice => one(indexing::dynamic_slice(params, args, size)),
         DynamicUpdateSlice => one(indexing::dynamic_update_slice(params, args, size)),
         Gather => one(indexing::gather(params, args, size)),
-        ScatterAdd => one(indexing::scatter_add(params, args, size)),
+        ScatterAdd | Scatter | ScatterMul | ScatterMin | ScatterMax => {
+            one(indexing::scatter(prim, params, args, size))
+        }
         Checkpoint => super::parallel::checkpoint(params, args, size, out.len()),
         Treduce => out
             .iter()
@@ -89,6 +93,11 @@ pub(super) fn batch_rule(
         RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
         | Threefry2x32 => super::random::random(prim, params, args, size, rank),
         Sort | TopK => super::sort::sort(prim, params, args, size),
+        // issue 20 C
+        ReduceWindowSum | ReduceWindowMax | ReduceWindowMin | ReduceWindow
+        | SelectAndScatterAdd | ConvGeneralDilated => {
+            vec![super::window::window(prim, params, args, size)]
+        }
     }
 }
 

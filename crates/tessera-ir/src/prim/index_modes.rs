@@ -195,6 +195,17 @@ pub fn scatter_clip_program(
     indices: &ShapedArray,
     updates: &ShapedArray,
 ) -> Result<ClosedJaxpr> {
+    scatter_clip_program_for(Prim::ScatterAdd, params, operand, indices, updates)
+}
+
+/// [`scatter_clip_program`] for any scatter primitive (`scatter`, `scatter-mul`, ...).
+pub fn scatter_clip_program_for(
+    prim: Prim,
+    params: &Params,
+    operand: &ShapedArray,
+    indices: &ShapedArray,
+    updates: &ShapedArray,
+) -> Result<ClosedJaxpr> {
     let typed = ScatterParams::read(params)?;
     let sizes = scatter_window_sizes(&typed.dims, &updates.shape, operand.rank());
     let bounds: Vec<i64> = typed
@@ -208,7 +219,7 @@ pub fn scatter_clip_program(
         .collect();
     if bounds.iter().any(|&b| b < 0) {
         return Err(type_error(
-            "scatter-add",
+            prim.name(),
             format!("a window of sizes {sizes:?} does not fit operand {operand}"),
         ));
     }
@@ -239,10 +250,6 @@ pub fn scatter_clip_program(
             let p = Params::new().with("dimension", ParamValue::Int(last as i64));
             Tensor::bind1(Prim::Concatenate, p, &refs)
         };
-        vec![Tensor::bind1(
-            Prim::ScatterAdd,
-            inner,
-            &[&a[0], &clamped, &a[2]],
-        )]
+        vec![Tensor::bind1(prim, inner, &[&a[0], &clamped, &a[2]])]
     })
 }

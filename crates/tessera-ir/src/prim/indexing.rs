@@ -139,7 +139,7 @@ pub(super) fn abstract_eval(
                 .collect();
             Ok(vec![ShapedArray::new(operand.dtype, &shape)])
         }
-        IndexingOp::ScatterAdd => {
+        IndexingOp::ScatterAdd | IndexingOp::Scatter(_) => {
             arity(prim, inputs.len(), 3)?;
             let (operand, indices, updates) = (&inputs[0], &inputs[1], &inputs[2]);
             let dn = ScatterParams::read(params)?.dims;
@@ -258,7 +258,11 @@ pub(super) fn eval(
         // A window that does not fit is dropped whole, as XLA's scatter does.
         if fits && at.iter().zip(&op_shape).all(|(&a, &n)| (0..n).contains(&a)) {
             let at: Vec<usize> = at.iter().map(|&v| v as usize).collect();
-            data[IxDyn(&at)] = operand.dtype.round(data[IxDyn(&at)] + u);
+            let old = data[IxDyn(&at)];
+            data[IxDyn(&at)] = operand.dtype.round(match op {
+                IndexingOp::Scatter(kind) => kind.combine(old, u, operand.dtype),
+                IndexingOp::ScatterAdd | IndexingOp::Gather => old + u,
+            });
         }
     }
     Ok(vec![Array::from_data(outputs[0].dtype, data)])

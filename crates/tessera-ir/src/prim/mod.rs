@@ -5,6 +5,8 @@
 
 mod collective;
 mod control;
+mod conv;
+mod cumulative;
 mod elementwise;
 mod index_modes;
 mod index_params;
@@ -14,18 +16,24 @@ mod numeric;
 mod ops;
 mod random;
 mod reduce;
+mod scatter;
 mod shard_map;
 mod sort;
 mod special_fns;
 mod structural;
 mod threefry;
 mod treduce;
+mod window;
 
 pub use collective::{
     axis_names, collective_axes, index_groups, permutation, replica_groups, scatter_shape, simulate,
 };
+pub use conv::ConvParams;
+pub(crate) use cumulative::flip;
+pub use cumulative::{CumulativeOp, cumulative_program};
 pub use index_modes::{
-    GatherScatterMode, gather_fill_program, scatter_clip_program, scatter_window_sizes,
+    GatherScatterMode, gather_fill_program, scatter_clip_program, scatter_clip_program_for,
+    scatter_window_sizes,
 };
 pub use index_params::{GatherParams, ScatterParams};
 pub use indexing::{GatherDims, ScatterDims, gather_dims, scatter_dims};
@@ -36,10 +44,12 @@ pub use ops::{
     ReductionOp, StructuralOp, UnaryOp,
 };
 pub use random::RandomOp;
+pub use scatter::ScatterKind;
 pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
 pub use sort::{SortOp, sort_order, sort_params, top_k_params};
 pub use threefry::{PARITY, counter, pack_key, threefry2x32, unpack_key};
 pub use treduce::{ReduceOp, TreduceParams, combined_aval, treduce_params};
+pub use window::{WindowOp, WindowParams, highest, lowest, reduce_window_jaxpr, select_is_ge};
 
 use crate::array::Array;
 use crate::aval::ShapedArray;
@@ -113,6 +123,15 @@ prims! {
     RandomSeed => "random_seed", RandomWrap => "random_wrap", RandomUnwrap => "random_unwrap",
     RandomBits => "random_bits", RandomSplit => "random_split", RandomFoldIn => "random_fold_in",
     Threefry2x32 => "threefry2x32", Sort => "sort", TopK => "top_k",
+    // issue 20 C
+    Cumprod => "cumprod", Cummax => "cummax", Cummin => "cummin",
+    Cumlogsumexp => "cumlogsumexp",
+    Scatter => "scatter", ScatterMul => "scatter-mul", ScatterMin => "scatter-min",
+    ScatterMax => "scatter-max",
+    ReduceWindowSum => "reduce_window_sum", ReduceWindowMax => "reduce_window_max",
+    ReduceWindowMin => "reduce_window_min", ReduceWindow => "reduce_window",
+    SelectAndScatterAdd => "select_and_scatter_add",
+    ConvGeneralDilated => "conv_general_dilated",
 }
 
 /// Which family module holds a primitive's rules, with the typed kind of the elementwise and
@@ -130,6 +149,7 @@ enum Family {
     Numeric(NumericOp),
     Random(RandomOp),
     Sort(SortOp),
+    Window(WindowOp),
 }
 
 impl Prim {
@@ -256,6 +276,21 @@ impl Prim {
             Threefry2x32 => Family::Random(RandomOp::Threefry2x32),
             Sort => Family::Sort(SortOp::Sort),
             TopK => Family::Sort(SortOp::TopK),
+            // issue 20 C
+            Cumprod => Family::Reduce(ReductionOp::Cumulative(CumulativeOp::Prod)),
+            Cummax => Family::Reduce(ReductionOp::Cumulative(CumulativeOp::Max)),
+            Cummin => Family::Reduce(ReductionOp::Cumulative(CumulativeOp::Min)),
+            Cumlogsumexp => Family::Reduce(ReductionOp::Cumulative(CumulativeOp::LogSumExp)),
+            Scatter => Family::Indexing(IndexingOp::Scatter(ScatterKind::Replace)),
+            ScatterMul => Family::Indexing(IndexingOp::Scatter(ScatterKind::Mul)),
+            ScatterMin => Family::Indexing(IndexingOp::Scatter(ScatterKind::Min)),
+            ScatterMax => Family::Indexing(IndexingOp::Scatter(ScatterKind::Max)),
+            ReduceWindowSum => Family::Window(WindowOp::Sum),
+            ReduceWindowMax => Family::Window(WindowOp::Max),
+            ReduceWindowMin => Family::Window(WindowOp::Min),
+            ReduceWindow => Family::Window(WindowOp::Generic),
+            SelectAndScatterAdd => Family::Window(WindowOp::SelectAndScatterAdd),
+            ConvGeneralDilated => Family::Window(WindowOp::Conv),
         }
     }
 
@@ -273,7 +308,8 @@ impl Prim {
             | Family::Treduce
             | Family::Numeric(_)
             | Family::Random(_)
-            | Family::Sort(_) => None,
+            | Family::Sort(_)
+            | Family::Window(_) => None,
         }
     }
 
@@ -291,7 +327,8 @@ impl Prim {
             | Family::Treduce
             | Family::Numeric(_)
             | Family::Random(_)
-            | Family::Sort(_) => None,
+            | Family::Sort(_)
+            | Family::Window(_) => None,
         }
     }
 
@@ -309,7 +346,8 @@ impl Prim {
             | Family::Treduce
             | Family::Numeric(_)
             | Family::Random(_)
-            | Family::Sort(_) => None,
+            | Family::Sort(_)
+            | Family::Window(_) => None,
         }
     }
 
@@ -326,6 +364,26 @@ impl Prim {
             | Family::Collective(_)
             | Family::ShardMap
             | Family::Treduce
+            | Family::Random(_)
+            | Family::Sort(_)
+            | Family::Window(_) => None,
+        }
+    }
+
+    /// The typed kind of a windowed primitive (`None` for the other families).
+    pub fn window(self) -> Option<WindowOp> {
+        match self.family() {
+            Family::Window(op) => Some(op),
+            Family::Elementwise(_)
+            | Family::Indexing(_)
+            | Family::Structural(_)
+            | Family::Reduce(_)
+            | Family::Linalg
+            | Family::Control(_)
+            | Family::Collective(_)
+            | Family::ShardMap
+            | Family::Treduce
+            | Family::Numeric(_)
             | Family::Random(_)
             | Family::Sort(_) => None,
         }
@@ -345,7 +403,8 @@ impl Prim {
             | Family::ShardMap
             | Family::Treduce
             | Family::Numeric(_)
-            | Family::Sort(_) => None,
+            | Family::Sort(_)
+            | Family::Window(_) => None,
         }
     }
 
@@ -363,7 +422,8 @@ impl Prim {
             | Family::ShardMap
             | Family::Treduce
             | Family::Numeric(_)
-            | Family::Random(_) => None,
+            | Family::Random(_)
+            | Family::Window(_) => None,
         }
     }
 
@@ -394,6 +454,7 @@ impl Prim {
             Family::Numeric(op) => numeric::abstract_eval(self, op, params, inputs),
             Family::Random(op) => random::abstract_eval(self, op, params, inputs),
             Family::Sort(op) => sort::abstract_eval(self, op, params, inputs),
+            Family::Window(op) => window::abstract_eval(self, op, params, inputs),
         }?;
         // Inside shard_map, a local computation varies over every axis an operand varies over.
         let vma: std::collections::BTreeSet<String> =
@@ -424,6 +485,7 @@ impl Prim {
             Family::Numeric(op) => numeric::eval(op, inputs, outputs),
             Family::Random(op) => random::eval(op, inputs, outputs),
             Family::Sort(op) => sort::eval(op, params, inputs, outputs),
+            Family::Window(op) => window::eval(self, op, params, inputs, outputs),
         }
     }
 }

@@ -124,6 +124,8 @@ pub enum ReductionOp {
     Argmin,
     /// `cumsum`.
     Cumsum,
+    /// `cumprod`, `cummax`, `cummin`, `cumlogsumexp`.
+    Cumulative(super::CumulativeOp),
 }
 
 /// The structural family (shapes and layouts).
@@ -149,6 +151,8 @@ pub enum StructuralOp {
 pub enum IndexingOp {
     Gather,
     ScatterAdd,
+    /// `scatter` (replace), `scatter-mul`, `scatter-min`, `scatter-max`.
+    Scatter(super::ScatterKind),
 }
 
 /// The control family (identities and nested calls).

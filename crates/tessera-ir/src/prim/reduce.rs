@@ -1,4 +1,5 @@
-//! Reductions over axes (`reduce_sum/max/min/prod/and/or`), `argmax`/`argmin` and `cumsum`.
+//! Reductions over axes (`reduce_sum/max/min/prod/and/or`), `argmax`/`argmin`, `cumsum` and
+//! the other cumulative reductions (module `cumulative`).
 
 use ndarray::{ArrayD, Axis, IxDyn};
 
@@ -28,6 +29,10 @@ pub(super) fn abstract_eval(
 ) -> Result<Vec<ShapedArray>> {
     arity(prim, inputs.len(), 1)?;
     let x = &inputs[0];
+    if let ReductionOp::Cumulative(_) = op {
+        super::cumulative::axis_and_reverse(prim, params, x.rank())?;
+        return Ok(vec![x.clone()]);
+    }
     if op == ReductionOp::Cumsum {
         axis(prim, params.int(prim.name(), "axis")?, x.rank())?;
         return Ok(vec![x.clone()]);
@@ -56,7 +61,7 @@ pub(super) fn abstract_eval(
                 format!("needs boolean or integer operands, got {x}"),
             ));
         }
-        ReductionOp::Reduce(_) | ReductionOp::Cumsum => x.dtype,
+        ReductionOp::Reduce(_) | ReductionOp::Cumsum | ReductionOp::Cumulative(_) => x.dtype,
     };
     Ok(vec![ShapedArray {
         dtype,
@@ -76,6 +81,9 @@ pub(super) fn eval(
 ) -> Result<Vec<Array>> {
     let x = &inputs[0];
     let out = &outputs[0];
+    if let ReductionOp::Cumulative(kind) = op {
+        return Ok(vec![super::cumulative::eval(kind, params, x, out.dtype)?]);
+    }
     if op == ReductionOp::Cumsum {
         let ax = axis(prim, params.int(prim.name(), "axis")?, x.data.ndim())?;
         let reverse = matches!(
@@ -154,7 +162,7 @@ fn reduce_axis(
                 ReductionOp::Argmax => arg_best(lane.iter().copied(), |a, b| a > b),
                 ReductionOp::Argmin => arg_best(lane.iter().copied(), |a, b| a < b),
                 // `eval` handles cumsum before reducing axes.
-                ReductionOp::Cumsum => f64::NAN,
+                ReductionOp::Cumsum | ReductionOp::Cumulative(_) => f64::NAN,
             }
         })
         .collect();

@@ -31,6 +31,7 @@ mod ops;
 pub mod random;
 mod sort;
 mod transforms;
+mod windowed;
 
 pub use collectives::{pmap, shard_map, shard_map_program};
 pub use loops::{default_ops, treduce, treduce_i};

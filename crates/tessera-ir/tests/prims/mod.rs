@@ -330,6 +330,82 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             "b:f64[2,2] c:i32[2,2] = top_k[axis=1 k=2] a\nd:f64[1,4] e:i32[1,4] = top_k[axis=0 k=1] a\nf:f64[2,4] = sin a\ng:f64[2,2] h:i32[2,2] = top_k[k=2] f",
             "b, c, d, g",
         ),
+        // issue 20 C
+        Cumprod | Cummax | Cummin | Cumlogsumexp => prog(
+            "a:f64[3,5]",
+            &format!(
+                "b:f64[3,5] = {name}[axis=1 reverse=False] a\nc:f64[3,5] = {name}[axis=0 reverse=True] b\nd:f64[3,5] = {name}[axis=1 reverse=True] a\ne:f64[3,5] = mul c d"
+            ),
+            "e",
+        ),
+        Scatter | ScatterMul | ScatterMin | ScatterMax => {
+            let mode = match prim {
+                Scatter => "FILL_OR_DROP",
+                ScatterMul => "CLIP",
+                _ => "PROMISE_IN_BOUNDS",
+            };
+            prog(
+                "a:f64[5,3] i:i32[4,1] u:f64[4,3]",
+                &format!(
+                    "b:f64[5,3] = {name}[{SCATTER_DIMS} indices_are_sorted=False mode=GatherScatterMode.{mode} unique_indices=False update_consts=() update_jaxpr=None] a i u\nc:f64[5,3] = sin b"
+                ),
+                "c",
+            )
+        }
+        ReduceWindowSum => prog(
+            "a:f64[4,5]",
+            "b:f64[7,2] = reduce_window_sum[base_dilation=(2, 1) padding=((1, 0), (1, 1)) window_dilation=(1, 2) window_dimensions=(2, 3) window_strides=(1, 2)] a\nc:f64[7,2] = sin b",
+            "c",
+        ),
+        ReduceWindowMax | ReduceWindowMin => prog(
+            "a:f64[4,6]",
+            &format!(
+                "b:f64[2,4] = {name}[base_dilation=(1, 1) padding=((0, 1), (1, 1)) window_dilation=(1, 1) window_dimensions=(2, 2) window_strides=(2, 2)] a\nc:f64[6,5] = {name}[base_dilation=(2, 1) padding=((0, 0), (0, 0)) window_dilation=(1, 1) window_dimensions=(2, 2) window_strides=(1, 1)] a\nd:f64[] = reduce_sum[axes=(0, 1)] b\ne:f64[6,5] = mul c d"
+            ),
+            "e",
+        ),
+        ReduceWindow => prog(
+            "a:f64[4,5]",
+            "b:f64[3,2] = reduce_window[base_dilation=(1, 1) consts=() jaxpr={ lambda ; x:f64[] y:f64[]. let z:f64[] = mul x y in (z,) } padding=((0, 0), (1, 0)) window_dilation=(1, 1) window_dimensions=(2, 3) window_strides=(1, 2)] a 1.0:f64[]",
+            "b",
+        ),
+        SelectAndScatterAdd => prog(
+            "s:f64[2,4] a:f64[4,6]",
+            "b:f64[4,6] = select_and_scatter_add[padding=((0, 1), (1, 1)) select_prim=ge window_dimensions=(2, 2) window_strides=(2, 2)] s a\nd:f64[4,6] = cos a\nc:f64[4,6] = select_and_scatter_add[padding=((0, 1), (1, 1)) select_prim=le window_dimensions=(2, 2) window_strides=(2, 2)] s d\ne:f64[4,6] = mul b c",
+            "e",
+        ),
+        ConvGeneralDilated => {
+            let conv = |out: &str, operands: &str, specs: &str, rest: &str| {
+                format!(
+                    "{out} = conv_general_dilated[dimension_numbers=ConvDimensionNumbers({specs}) {rest} precision=None preferred_element_type=None] {operands}"
+                )
+            };
+            let body = [
+                conv(
+                    "c:f64[2,2,11,4]",
+                    "a b",
+                    "lhs_spec=(0, 3, 1, 2), rhs_spec=(3, 2, 0, 1), out_spec=(0, 3, 1, 2)",
+                    "batch_group_count=1 feature_group_count=1 lhs_dilation=(1, 2) padding=((1, 0), (0, 1)) rhs_dilation=(2, 1) window_strides=(2, 1)",
+                ),
+                conv(
+                    "f:f64[2,6,5,3]",
+                    "d e",
+                    "lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3)",
+                    "batch_group_count=1 feature_group_count=2 lhs_dilation=(1, 1) padding=((1, 1), (0, 0)) rhs_dilation=(1, 1) window_strides=(1, 1)",
+                ),
+                conv(
+                    "i:f64[2,6,4]",
+                    "g h",
+                    "lhs_spec=(0, 1, 2), rhs_spec=(0, 1, 2), out_spec=(0, 1, 2)",
+                    "batch_group_count=2 feature_group_count=1 lhs_dilation=(1,) padding=((0, 0),) rhs_dilation=(1,) window_strides=(1,)",
+                ),
+            ];
+            prog(
+                "a:f64[2,7,6,3] b:f64[3,2,3,4] d:f64[2,4,5,5] e:f64[6,2,3,3] g:f64[4,3,5] h:f64[6,3,2]",
+                &body.join("\n"),
+                "c, f, i",
+            )
+        }
     }
 }
 

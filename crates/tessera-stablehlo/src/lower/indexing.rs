@@ -1,4 +1,5 @@
-//! `gather` and `scatter-add` as `stablehlo.gather` / `stablehlo.scatter` (with an add region);
+//! `gather` and the scatters as `stablehlo.gather` / `stablehlo.scatter` (with a region that adds,
+//! replaces, multiplies, or takes the minimum or maximum);
 //! the index vector is the last dimension of the indices, as in JAX. Out-of-bounds modes as JAX
 //! lowers them: XLA's gather clamps (CLIP, PROMISE_IN_BOUNDS) and its scatter drops windows that
 //! do not fit (FILL_OR_DROP, PROMISE_IN_BOUNDS); a FILL_OR_DROP gather and a CLIP scatter are
@@ -7,9 +8,10 @@
 
 use melior::ir::Value;
 use tessera_ir::prim::{
-    GatherParams, GatherScatterMode, ScatterParams, gather_fill_program, scatter_clip_program,
+    GatherParams, GatherScatterMode, ScatterKind, ScatterParams, gather_fill_program,
+    scatter_clip_program_for,
 };
-use tessera_ir::{Params, ShapedArray};
+use tessera_ir::{Params, Prim, ShapedArray};
 
 use super::{Ctx, i64_array, ir, lower_flat, mlir_type};
 use crate::context::LowerError;
@@ -61,8 +63,11 @@ pub(super) fn gather<'c, 'b>(
     )?])
 }
 
-pub(super) fn scatter_add<'c, 'b>(
+/// Every scatter (`scatter-add`, `scatter`, `scatter-mul`, `scatter-min`, `scatter-max`): a
+/// `stablehlo.scatter` whose region combines the operand's value with the update.
+pub(super) fn scatter<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
+    prim: Prim,
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
@@ -71,12 +76,23 @@ pub(super) fn scatter_add<'c, 'b>(
         GatherScatterMode::FillOrDrop | GatherScatterMode::PromiseInBounds => {}
         GatherScatterMode::Clip => {
             let [operand, indices, updates] = ctx.in_avals else {
-                return Err(LowerError::Build("scatter-add takes 3 operands".into()));
+                return Err(LowerError::Build(format!(
+                    "{} takes 3 operands",
+                    prim.name()
+                )));
             };
-            let program = scatter_clip_program(params, operand, indices, updates).map_err(ir)?;
+            let program =
+                scatter_clip_program_for(prim, params, operand, indices, updates).map_err(ir)?;
             return lower_flat(ctx.body, &program, inputs);
         }
     }
+    let combiner = match ScatterKind::of(prim) {
+        None => Some("stablehlo.add"),
+        Some(ScatterKind::Replace) => None,
+        Some(ScatterKind::Mul) => Some("stablehlo.multiply"),
+        Some(ScatterKind::Min) => Some("stablehlo.minimum"),
+        Some(ScatterKind::Max) => Some("stablehlo.maximum"),
+    };
     let dn = &typed.dims;
     let index_vector_dim = ctx.in_avals[1].rank() as i64 - 1;
     let attr = format!(
@@ -86,11 +102,14 @@ pub(super) fn scatter_add<'c, 'b>(
         list(&dn.scatter_dims_to_operand_dims)
     );
     let scalar = mlir_type(&ShapedArray::scalar(ctx.out_avals[0].dtype));
-    let region = ctx
-        .body
-        .region(&[&scalar, &scalar], "stablehlo.return", |b, xs| {
-            b.op("stablehlo.add", xs, &[&scalar], &[])
-        })?;
+    let region = ctx.body.region(
+        &[&scalar, &scalar],
+        "stablehlo.return",
+        |b, xs| match combiner {
+            Some(name) => b.op(name, xs, &[&scalar], &[]),
+            None => Ok(vec![xs[1]]),
+        },
+    )?;
     let attrs = [
         ("scatter_dimension_numbers", attr),
         ("indices_are_sorted", "false".into()),

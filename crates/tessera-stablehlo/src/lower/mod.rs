@@ -3,6 +3,7 @@
 //! `prim/` layout). Nested `jit` calls become private functions called with `func.call`.
 
 mod control;
+mod conv;
 mod elementwise;
 mod indexing;
 mod loops;
@@ -12,6 +13,7 @@ mod random;
 mod reduce;
 mod sort;
 mod structural;
+mod window;
 
 use std::collections::HashMap;
 
@@ -334,10 +336,14 @@ fn lower_eqn<'c, 'b>(
             structural::lower(ctx, eqn.prim, p, inputs)
         }
         ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr | Argmax | Argmin
-        | Cumsum => reduce::lower(ctx, eqn.prim, p, inputs),
+        | Cumsum | Cumprod | Cummax | Cummin | Cumlogsumexp => {
+            reduce::lower(ctx, eqn.prim, p, inputs)
+        }
         DotGeneral => structural::dot_general(ctx, p, inputs),
         Gather => indexing::gather(ctx, p, inputs),
-        ScatterAdd => indexing::scatter_add(ctx, p, inputs),
+        ScatterAdd | Scatter | ScatterMul | ScatterMin | ScatterMax => {
+            indexing::scatter(ctx, eqn.prim, p, inputs)
+        }
         StopGradient | Copy | PipelineEnterStage => Ok(inputs.to_vec()),
         Jit => control::call(ctx, p, inputs, functions, None),
         Checkpoint => control::call(ctx, p, inputs, functions, Some("checkpoint")),
@@ -355,6 +361,10 @@ fn lower_eqn<'c, 'b>(
         | Threefry2x32 => random::lower(ctx, eqn.prim, p, inputs),
         Sort => sort::sort(ctx, p, inputs),
         TopK => sort::top_k(ctx, p, inputs),
+        // issue 20 C
+        ReduceWindowSum | ReduceWindowMax | ReduceWindowMin | ReduceWindow
+        | SelectAndScatterAdd => window::lower(ctx, eqn.prim, p, inputs),
+        ConvGeneralDilated => conv::conv(ctx, p, inputs),
     }
 }
 

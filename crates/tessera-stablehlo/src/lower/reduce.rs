@@ -1,5 +1,6 @@
 //! Reductions: `stablehlo.reduce` with a region per combiner, `argmax`/`argmin` as a two-operand
-//! reduce over (value, index), and `cumsum` as a `stablehlo.reduce_window`.
+//! reduce over (value, index), `cumsum` as a `stablehlo.reduce_window`, and the other cumulative
+//! reductions as JAX's associative scan (`tessera_ir::prim::cumulative_program`).
 
 use melior::ir::Value;
 use tessera_ir::prim::{ReduceKind, ReductionOp};
@@ -37,6 +38,12 @@ pub(super) fn lower<'c, 'b>(
         ReductionOp::Argmax => arg_reduce(ctx, prim, true, params, inputs),
         ReductionOp::Argmin => arg_reduce(ctx, prim, false, params, inputs),
         ReductionOp::Cumsum => cumsum(ctx, params, inputs),
+        ReductionOp::Cumulative(op) => {
+            // JAX's lowering on CPU and GPU: the associative scan.
+            let program =
+                tessera_ir::prim::cumulative_program(op, params, &ctx.in_avals[0]).map_err(ir)?;
+            super::lower_flat(ctx.body, &program, inputs)
+        }
     }
 }
 
