@@ -123,6 +123,7 @@ pub(super) fn jvp_rule(
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_jvp(prim, params, x, y, t(0)),
         ShardMap => super::parallel::shard_map_jvp(params, x, y, ts),
+        CustomJvpCall | CustomVjpCall => super::custom::custom_jvp(prim, params, x, y, ts),
     }
 }
 

@@ -291,6 +291,7 @@ pub(super) fn vjp_rule(
         // `inline_calls` keeps only calls with constants; they are differentiated whole.
         Jit | Checkpoint => super::remat::call_vjp(prim, params, x, y, gs),
         Treduce => super::loops::treduce_vjp(params, x, y, gs),
+        CustomJvpCall | CustomVjpCall => super::custom::custom_vjp(prim, params, x, y, gs),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_vjp(prim, params, x, &g),
         ShardMap => super::parallel::shard_map_vjp(params, x, y, gs),

@@ -8,6 +8,7 @@
 //! primitive's axis parameters. Unbatched results are broadcast at the end, so every result has
 //! its batch dimension at the requested `out_axes` position. Nested calls are inlined first.
 
+mod flow;
 mod indexing;
 mod parallel;
 mod rules;

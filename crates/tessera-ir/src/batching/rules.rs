@@ -78,6 +78,9 @@ pub(super) fn batch_rule(
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective(prim, params, args, size),
         ShardMap => super::parallel::shard_map(params, args, size, out.len()),
+        CustomJvpCall | CustomVjpCall => {
+            super::flow::custom_call(prim, params, args, size, out.len())
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 mod collective;
 mod control;
 mod elementwise;
+mod flow;
 mod index_modes;
 mod index_params;
 mod indexing;
@@ -19,6 +20,7 @@ mod treduce;
 pub use collective::{
     axis_names, collective_axes, index_groups, permutation, replica_groups, scatter_shape, simulate,
 };
+pub use flow::{CustomRule, call_name, custom_rule};
 pub use index_modes::{
     GatherScatterMode, gather_fill_program, scatter_clip_program, scatter_window_sizes,
 };
@@ -93,6 +95,17 @@ prims! {
     ReduceScatter => "reduce_scatter", Ppermute => "ppermute", AllToAll => "all_to_all",
     AxisIndex => "axis_index", Pvary => "pvary", Pbroadcast => "pbroadcast",
     ShardMap => "shard_map", Checkpoint => "checkpoint", Treduce => "treduce",
+    // issue 20 A
+    CustomJvpCall => "custom_jvp_call", CustomVjpCall => "custom_vjp_call",
+}
+
+/// The primitives of module `flow`: control flow and custom derivatives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowOp {
+    /// `custom_jvp_call`.
+    CustomJvp,
+    /// `custom_vjp_call`.
+    CustomVjp,
 }
 
 /// Which family module holds a primitive's rules, with the typed kind of the elementwise and
@@ -107,6 +120,7 @@ enum Family {
     Collective(CollectiveOp),
     ShardMap,
     Treduce,
+    Flow(FlowOp),
 }
 
 impl Prim {
@@ -200,6 +214,8 @@ impl Prim {
             Pbroadcast => Family::Collective(CollectiveOp::Pbroadcast),
             ShardMap => Family::ShardMap,
             Treduce => Family::Treduce,
+            CustomJvpCall => Family::Flow(FlowOp::CustomJvp),
+            CustomVjpCall => Family::Flow(FlowOp::CustomVjp),
         }
     }
 
@@ -214,7 +230,8 @@ impl Prim {
             | Family::Control(_)
             | Family::Collective(_)
             | Family::ShardMap
-            | Family::Treduce => None,
+            | Family::Treduce
+            | Family::Flow(_) => None,
         }
     }
 
@@ -229,7 +246,8 @@ impl Prim {
             | Family::Control(_)
             | Family::Collective(_)
             | Family::ShardMap
-            | Family::Treduce => None,
+            | Family::Treduce
+            | Family::Flow(_) => None,
         }
     }
 
@@ -244,7 +262,8 @@ impl Prim {
             | Family::Linalg
             | Family::Control(_)
             | Family::ShardMap
-            | Family::Treduce => None,
+            | Family::Treduce
+            | Family::Flow(_) => None,
         }
     }
 
@@ -272,6 +291,7 @@ impl Prim {
             Family::Collective(op) => return collective::abstract_eval(self, op, params, inputs),
             Family::ShardMap => return shard_map::abstract_eval(params, inputs),
             Family::Treduce => treduce::abstract_eval(params, inputs),
+            Family::Flow(op) => flow::abstract_eval(self, op, params, inputs),
         }?;
         // Inside shard_map, a local computation varies over every axis an operand varies over.
         let vma: std::collections::BTreeSet<String> =
@@ -299,6 +319,7 @@ impl Prim {
             Family::Collective(_) => collective::eval(self),
             Family::ShardMap => shard_map::eval(params, inputs),
             Family::Treduce => treduce::eval(params, inputs),
+            Family::Flow(op) => flow::eval(self, op, params, inputs, outputs),
         }
     }
 }

@@ -271,6 +271,29 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             })
             .unwrap_or_else(|e| panic!("{e}"))
         }
+        CustomJvpCall => {
+            let aval = ShapedArray::new(DType::F64, &[2, 3]);
+            tessera_ir::trace::trace(&[aval.clone(), aval], |a| {
+                // f(x, y) = sin(x) * y with its exact JVP rule.
+                tessera_ir::trace::custom_jvp(
+                    "sin_mul",
+                    &[&a[0], &a[1]],
+                    |p| vec![&p[0].sin() * &p[1]],
+                    |p, t| {
+                        let y = &p[0].sin() * &p[1];
+                        let dy = &(&(&t[0] * &p[0].cos()) * &p[1]) + &(&p[0].sin() * &t[1]);
+                        (vec![y], vec![dy])
+                    },
+                )
+            })
+            .unwrap_or_else(|e| panic!("{e}"))
+        }
+        // As parsed from JAX's text: the rules are Python functions, the body is differentiated.
+        CustomVjpCall => prog(
+            "a:f64[2,3] b:f64[2,3]",
+            "c:f64[2,3] = custom_vjp_call[\nname=f\nbwd=<function f_bwd at 0x7f00>\ncall_jaxpr={ lambda ; x:f64[2,3] y:f64[2,3]. let\nz:f64[2,3] = mul x y\nw:f64[2,3] = tanh z\nin (w,) }\nfwd_jaxpr_thunk=<function f_fwd at 0x7f01>\nnum_consts=0\nout_trees=<function out_trees at 0x7f02>\nsymbolic_zeros=False\n] a b",
+            "c",
+        ),
         PipelineEnterStage => prog(
             "a:f64[2,3] b:f64[3]",
             "c:f64[2,3] d:f64[3] = pipeline_enter_stage[stage=1] a b\ne:f64[3] = sin d",

@@ -4,6 +4,7 @@
 
 mod control;
 mod elementwise;
+mod flow;
 mod indexing;
 mod loops;
 mod parallel;
@@ -333,6 +334,7 @@ fn lower_eqn<'c, 'b>(
         | Pvary | Pbroadcast => parallel::collective(ctx, eqn.prim, p, inputs),
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),
         Treduce => loops::treduce(ctx, p, inputs, functions),
+        CustomJvpCall | CustomVjpCall => flow::custom_call(ctx, eqn.prim, p, inputs, functions),
     }
 }
 
