@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use tessera_ir::interp::eval_closed;
-use tessera_ir::trace::{custom_jvp, custom_vjp, trace};
+use tessera_ir::trace::{custom_jvp, custom_vjp, fori_loop, scan, trace};
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray, vjp};
 
 fn f32s(shape: &[i64]) -> ShapedArray {
@@ -76,4 +76,52 @@ fn custom_rules_and_their_gradients_run_on_pjrt() {
             &[x, ramp(&[2, 3], 0.7)],
         );
     }
+}
+
+#[test]
+fn scans_and_their_gradients_lower_to_while_loops_on_pjrt() {
+    for reverse in [false, true] {
+        let avals = [f32s(&[3, 3]), f32s(&[2, 3]), f32s(&[5, 2, 3])];
+        let program = trace(&avals, |a| {
+            let (carry, ys) = scan(&[&a[0]], &[&a[1]], &[&a[2]], None, reverse, |c, h, x| {
+                let h1 = (&h[0].matmul(&c[0]) + &x[0]).tanh();
+                let y = h1.sum(&[1]);
+                (vec![h1], vec![y])
+            });
+            let total = fori_loop(0, 3, &[], &[&carry[0]], |_, i, h| {
+                vec![&h[0].sin() + &i.astype(DType::F32)]
+            });
+            vec![total[0].clone(), ys[0].clone()]
+        })
+        .unwrap();
+        let args = [ramp(&[3, 3], 0.1), ramp(&[2, 3], 0.2), ramp(&[5, 2, 3], 0.05)];
+        let what = format!("scan (reverse {reverse})");
+        agree(&what, &program, &args);
+        let mut with_cts = args.to_vec();
+        with_cts.extend([ramp(&[2, 3], 0.3), ramp(&[5, 2], 0.1)]);
+        agree(&format!("{what} vjp"), &vjp(&program).unwrap(), &with_cts);
+    }
+}
+
+#[test]
+fn a_scan_and_its_gradient_lower_to_whiles_whose_size_does_not_grow_with_the_length() {
+    let text_for = |n: i64| {
+        let program = trace(&[f32s(&[2, 3]), f32s(&[n, 3, 3])], |a| {
+            let (carry, _) = scan(&[], &[&a[0]], &[&a[1]], None, false, |_, h, w| {
+                (vec![h[0].matmul(&w[0]).tanh()], vec![])
+            });
+            vec![carry[0].sum(&[0, 1])]
+        })
+        .unwrap();
+        let step = tessera_ir::value_and_grad(&program, &[0, 1]).unwrap();
+        let options = tessera_stablehlo::LowerOptions {
+            num_partitions: 1,
+            ..tessera_stablehlo::LowerOptions::default()
+        };
+        tessera_stablehlo::lower_closed(&step, &options).unwrap().text
+    };
+    let (short, long) = (text_for(4), text_for(32));
+    assert!(short.matches("stablehlo.while").count() >= 2, "{short}");
+    assert_eq!(short.lines().count(), long.lines().count());
+    assert_eq!(short.matches("stablehlo.tanh").count(), long.matches("stablehlo.tanh").count());
 }

@@ -54,7 +54,8 @@ pub(super) fn jvp_rule(
         Log => scaled(&|t0| t0 / &x[0]),
         Log1p => scaled(&|t0| t0 / &(&x[0] + 1.0)),
         Expm1 => scaled(&|t0| t0 * &(&y[0] + 1.0)),
-        Tanh => scaled(&|t0| t0 * &(1.0 - &y[0] * &y[0])),
+        // JAX's form, (t + t y)(1 - y): no cancellation in 1 - y² where |y| is near 1.
+        Tanh => scaled(&|t0| &(t0 + &(t0 * &y[0])) * &(1.0 - &y[0])),
         Logistic => scaled(&|t0| &(t0 * &y[0]) * &(1.0 - &y[0])),
         Sin => scaled(&|t0| t0 * &x[0].cos()),
         Cos => scaled(&|t0| -(t0 * &x[0].sin())),
@@ -124,6 +125,7 @@ pub(super) fn jvp_rule(
         | Pvary | Pbroadcast => super::parallel::collective_jvp(prim, params, x, y, t(0)),
         ShardMap => super::parallel::shard_map_jvp(params, x, y, ts),
         CustomJvpCall | CustomVjpCall => super::custom::custom_jvp(prim, params, x, y, ts),
+        Scan => super::scan::scan_jvp(params, x, y, ts),
     }
 }
 

@@ -15,6 +15,7 @@ mod loops;
 mod parallel;
 mod remat;
 mod rules;
+mod scan;
 mod transpose;
 
 pub use jvp::jvp;

@@ -131,7 +131,12 @@ pub(super) fn vjp_rule(
         Log => vec![Some(&g / &x[0])],
         Log1p => vec![Some(&g / &(&x[0] + 1.0))],
         Expm1 => vec![Some(&g * &(&y[0] + 1.0))],
-        Tanh => vec![Some(&g * &(1.0 - &y[0] * &y[0]))],
+        // JAX's JVP (t + t y)(1 - y) transposed: u = g (1 - y), then u + u y (no cancellation
+        // in 1 - y² where |y| is near 1, and JAX's rounding).
+        Tanh => {
+            let u = &g * &(1.0 - &y[0]);
+            vec![Some(&u + &(&u * &y[0]))]
+        }
         Logistic => vec![Some(&(&g * &y[0]) * &(1.0 - &y[0]))],
         Sin => vec![Some(&g * &x[0].cos())],
         Cos => vec![Some(-(&g * &x[0].sin()))],
@@ -292,6 +297,7 @@ pub(super) fn vjp_rule(
         Jit | Checkpoint => super::remat::call_vjp(prim, params, x, y, gs),
         Treduce => super::loops::treduce_vjp(params, x, y, gs),
         CustomJvpCall | CustomVjpCall => super::custom::custom_vjp(prim, params, x, y, gs),
+        Scan => super::scan::scan_vjp(params, x, y, gs),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_vjp(prim, params, x, &g),
         ShardMap => super::parallel::shard_map_vjp(params, x, y, gs),

@@ -81,6 +81,7 @@ pub(super) fn batch_rule(
         CustomJvpCall | CustomVjpCall => {
             super::flow::custom_call(prim, params, args, size, out.len())
         }
+        Scan => super::flow::scan(params, args, size, out.len()),
     }
 }
 

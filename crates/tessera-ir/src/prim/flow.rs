@@ -160,6 +160,7 @@ pub(super) fn abstract_eval(
 ) -> Result<Vec<ShapedArray>> {
     match op {
         FlowOp::CustomJvp | FlowOp::CustomVjp => custom_abstract_eval(prim, params, inputs),
+        FlowOp::Scan => super::scan::abstract_eval(params, inputs),
     }
 }
 
@@ -168,11 +169,12 @@ pub(super) fn eval(
     op: FlowOp,
     params: &Params,
     inputs: &[Array],
-    _outputs: &[ShapedArray],
+    outputs: &[ShapedArray],
 ) -> Result<Vec<Array>> {
     match op {
         FlowOp::CustomJvp | FlowOp::CustomVjp => {
             crate::interp::eval_closed(params.jaxpr(prim.name(), "call_jaxpr")?, inputs)
         }
+        FlowOp::Scan => super::scan::eval(params, inputs, outputs),
     }
 }

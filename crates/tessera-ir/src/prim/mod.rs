@@ -13,6 +13,7 @@ mod indexing;
 mod linalg;
 mod ops;
 mod reduce;
+mod scan;
 mod shard_map;
 mod structural;
 mod treduce;
@@ -31,6 +32,7 @@ pub use ops::{
     BinaryOp, CollectiveOp, CompareOp, ControlOp, ElementwiseOp, IndexingOp, ReduceKind,
     ReductionOp, StructuralOp, UnaryOp,
 };
+pub use scan::{ScanParams, scan_params, stacked, unstacked};
 pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
 pub use treduce::{ReduceOp, TreduceParams, combined_aval, treduce_params};
 
@@ -96,7 +98,7 @@ prims! {
     AxisIndex => "axis_index", Pvary => "pvary", Pbroadcast => "pbroadcast",
     ShardMap => "shard_map", Checkpoint => "checkpoint", Treduce => "treduce",
     // issue 20 A
-    CustomJvpCall => "custom_jvp_call", CustomVjpCall => "custom_vjp_call",
+    CustomJvpCall => "custom_jvp_call", CustomVjpCall => "custom_vjp_call", Scan => "scan",
 }
 
 /// The primitives of module `flow`: control flow and custom derivatives.
@@ -106,6 +108,8 @@ pub enum FlowOp {
     CustomJvp,
     /// `custom_vjp_call`.
     CustomVjp,
+    /// `scan`.
+    Scan,
 }
 
 /// Which family module holds a primitive's rules, with the typed kind of the elementwise and
@@ -216,6 +220,7 @@ impl Prim {
             Treduce => Family::Treduce,
             CustomJvpCall => Family::Flow(FlowOp::CustomJvp),
             CustomVjpCall => Family::Flow(FlowOp::CustomVjp),
+            Scan => Family::Flow(FlowOp::Scan),
         }
     }
 

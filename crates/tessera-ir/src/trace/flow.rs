@@ -1,13 +1,15 @@
 //! The tracing API of control flow and custom derivatives (issue 20): [`custom_jvp`] and
-//! [`custom_vjp`] call a function whose derivative is the user's rule.
+//! [`custom_vjp`] call a function whose derivative is the user's rule; [`scan`] and
+//! [`fori_loop`] record loops whose body is traced once.
 
 use std::cell::Cell;
 
 use super::{Tensor, trace_counted};
 use crate::aval::ShapedArray;
+use crate::dtype::DType;
 use crate::jaxpr::ClosedJaxpr;
 use crate::params::{ParamValue, Params};
-use crate::prim::Prim;
+use crate::prim::{Prim, scan_params, stacked, unstacked};
 
 fn avals_of(args: &[&Tensor]) -> Vec<ShapedArray> {
     args.iter().map(|t| t.aval().clone()).collect()
@@ -115,4 +117,94 @@ fn primal_part(fwd: &ClosedJaxpr, n_out: usize) -> ClosedJaxpr {
     let mut body = fwd.clone();
     body.jaxpr.outvars.truncate(n_out);
     crate::passes::eliminate_dead_code(&body)
+}
+
+/// JAX's `lax.scan`: `f(consts, carry, x_slices) -> (carry, y_slices)` applied `length` times
+/// (the leading dimension of every `xs`; given as `length` when there are no `xs`), from the
+/// last slice to the first when `reverse`. Returns the final carries and the `ys` stacked along
+/// a new leading dimension. The body is traced once: module size and compile time do not grow
+/// with `length`. Values the body uses from outside must come in as `consts`.
+pub fn scan(
+    consts: &[&Tensor],
+    init: &[&Tensor],
+    xs: &[&Tensor],
+    length: Option<i64>,
+    reverse: bool,
+    f: impl FnOnce(&[Tensor], &[Tensor], &[Tensor]) -> (Vec<Tensor>, Vec<Tensor>),
+) -> (Vec<Tensor>, Vec<Tensor>) {
+    let length = length.or_else(|| xs.first().and_then(|x| x.shape().first().copied()));
+    let (nc, nh) = (consts.len(), init.len());
+    let mut avals: Vec<ShapedArray> = consts
+        .iter()
+        .chain(init)
+        .map(|t| t.aval().clone())
+        .collect();
+    avals.extend(xs.iter().map(|x| unstacked(x.aval())));
+    let n_carry = Cell::new(0);
+    let (body, outs) = trace_counted(&avals, |a| {
+        let (carry, ys) = f(&a[..nc], &a[nc..nc + nh], &a[nc + nh..]);
+        n_carry.set(carry.len());
+        carry.into_iter().chain(ys).collect()
+    });
+    let split = n_carry.get().min(outs.len());
+    let mut expected: Vec<ShapedArray> = outs[..split].to_vec();
+    expected.extend(
+        outs[split..]
+            .iter()
+            .map(|y| stacked(y, length.unwrap_or(0))),
+    );
+    let operands: Vec<&Tensor> = consts.iter().chain(init).chain(xs).copied().collect();
+    let problem = match (length, body) {
+        (None, _) => Some("needs `length` when there are no `xs` to scan over".to_owned()),
+        (_, Err(e)) => Some(format!("in the loop body: {e}")),
+        (Some(_), Ok(_)) if split != nh => Some(format!(
+            "the body returns {split} carries for {nh} initial carries"
+        )),
+        (Some(length), Ok(body)) => {
+            let params = scan_params(body, length, reverse, nc, nh);
+            let results = match operands.first() {
+                Some(_) => bind_checked(Prim::Scan, params, &operands, &expected),
+                None => return (Vec::new(), Vec::new()),
+            };
+            let mut carry = results;
+            let ys = carry.split_off(nh.min(carry.len()));
+            return (carry, ys);
+        }
+    };
+    let message = problem.unwrap_or_default();
+    let mut carry = match operands.first() {
+        Some(anchor) => anchor.fail_with("scan", message, &expected),
+        None => super::failure::fail_innermost("scan", message, &expected),
+    };
+    let ys = carry.split_off(split);
+    (carry, ys)
+}
+
+/// JAX's `lax.fori_loop` with a static trip count: `carry = f(consts, i, carry)` for `i` in
+/// `lower..upper` (an `i32` scalar), as a `scan` carrying the counter, as JAX does.
+pub fn fori_loop(
+    lower: i64,
+    upper: i64,
+    consts: &[&Tensor],
+    init: &[&Tensor],
+    f: impl FnOnce(&[Tensor], &Tensor, &[Tensor]) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    let Some(anchor) = consts.first().or(init.first()) else {
+        return Vec::new();
+    };
+    let start = anchor.literal_strong(lower as f64, DType::I32);
+    let carries: Vec<&Tensor> = std::iter::once(&start)
+        .chain(init.iter().copied())
+        .collect();
+    let length = Some((upper - lower).max(0));
+    let (mut out, _) = scan(consts, &carries, &[], length, false, |c, h, _| {
+        let next = &h[0] + 1;
+        let mut carry = vec![next];
+        carry.extend(f(c, &h[0], &h[1..]));
+        (carry, Vec::new())
+    });
+    if out.is_empty() {
+        return out;
+    }
+    out.split_off(1)
 }

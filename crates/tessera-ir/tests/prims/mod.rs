@@ -294,6 +294,27 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             "c:f64[2,3] = custom_vjp_call[\nname=f\nbwd=<function f_bwd at 0x7f00>\ncall_jaxpr={ lambda ; x:f64[2,3] y:f64[2,3]. let\nz:f64[2,3] = mul x y\nw:f64[2,3] = tanh z\nin (w,) }\nfwd_jaxpr_thunk=<function f_fwd at 0x7f01>\nnum_consts=0\nout_trees=<function out_trees at 0x7f02>\nsymbolic_zeros=False\n] a b",
             "c",
         ),
+        // A reverse scan with a constant, a float and an integer carry, scanned and stacked values.
+        Scan => {
+            let f64 = |s: &[i64]| ShapedArray::new(DType::F64, s);
+            tessera_ir::trace::trace(&[f64(&[3]), f64(&[3]), f64(&[4, 3])], |a| {
+                let i0 = (&a[0].sum(&[0]) * 0.0).astype(DType::I32);
+                let (carry, ys) = tessera_ir::trace::scan(
+                    &[&a[0]],
+                    &[&a[1], &i0],
+                    &[&a[2]],
+                    None,
+                    true,
+                    |c, h, x| {
+                        let h1 = &(&(&h[0] * &c[0]) + &x[0]).sin() + &h[1].astype(DType::F64);
+                        let y = &h1 * &x[0];
+                        (vec![h1, &h[1] + 1], vec![y])
+                    },
+                );
+                vec![carry[0].clone(), ys[0].clone()]
+            })
+            .unwrap_or_else(|e| panic!("{e}"))
+        }
         PipelineEnterStage => prog(
             "a:f64[2,3] b:f64[3]",
             "c:f64[2,3] d:f64[3] = pipeline_enter_stage[stage=1] a b\ne:f64[3] = sin d",

@@ -335,6 +335,7 @@ fn lower_eqn<'c, 'b>(
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),
         Treduce => loops::treduce(ctx, p, inputs, functions),
         CustomJvpCall | CustomVjpCall => flow::custom_call(ctx, eqn.prim, p, inputs, functions),
+        Scan => flow::scan(ctx, p, inputs, functions),
     }
 }
 
