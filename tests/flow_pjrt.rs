@@ -4,8 +4,10 @@
 #![allow(clippy::unwrap_used)]
 
 use tessera_ir::interp::eval_closed;
-use tessera_ir::trace::{custom_jvp, custom_vjp, fori_loop, scan, trace};
-use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray, vjp};
+use tessera_ir::trace::{
+    Branch, Tensor, custom_jvp, custom_vjp, fori_loop, fori_loop_dynamic, scan, switch, trace,
+};
+use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray, jvp, vjp, vmap};
 
 fn f32s(shape: &[i64]) -> ShapedArray {
     ShapedArray::new(DType::F32, shape)
@@ -94,7 +96,11 @@ fn scans_and_their_gradients_lower_to_while_loops_on_pjrt() {
             vec![total[0].clone(), ys[0].clone()]
         })
         .unwrap();
-        let args = [ramp(&[3, 3], 0.1), ramp(&[2, 3], 0.2), ramp(&[5, 2, 3], 0.05)];
+        let args = [
+            ramp(&[3, 3], 0.1),
+            ramp(&[2, 3], 0.2),
+            ramp(&[5, 2, 3], 0.05),
+        ];
         let what = format!("scan (reverse {reverse})");
         agree(&what, &program, &args);
         let mut with_cts = args.to_vec();
@@ -118,10 +124,74 @@ fn a_scan_and_its_gradient_lower_to_whiles_whose_size_does_not_grow_with_the_len
             num_partitions: 1,
             ..tessera_stablehlo::LowerOptions::default()
         };
-        tessera_stablehlo::lower_closed(&step, &options).unwrap().text
+        tessera_stablehlo::lower_closed(&step, &options)
+            .unwrap()
+            .text
     };
     let (short, long) = (text_for(4), text_for(32));
     assert!(short.matches("stablehlo.while").count() >= 2, "{short}");
     assert_eq!(short.lines().count(), long.lines().count());
-    assert_eq!(short.matches("stablehlo.tanh").count(), long.matches("stablehlo.tanh").count());
+    assert_eq!(
+        short.matches("stablehlo.tanh").count(),
+        long.matches("stablehlo.tanh").count()
+    );
+}
+
+fn ints(values: &[f64]) -> Array {
+    Array::new(DType::I32, &[values.len() as i64], values.to_vec()).unwrap()
+}
+
+#[test]
+fn switch_and_while_lower_to_case_and_while_on_pjrt_batched_or_not() {
+    let i32_scalar = ShapedArray::new(DType::I32, &[]);
+    let program = trace(&[i32_scalar.clone(), f32s(&[3])], |a| {
+        let branches: Vec<Branch<'_>> = vec![
+            Box::new(|x: &[Tensor]| vec![x[0].sin()]),
+            Box::new(|x: &[Tensor]| vec![&x[0] * 2.0]),
+            Box::new(|x: &[Tensor]| vec![x[0].tanh()]),
+        ];
+        let y = switch(&a[0], &[&a[1]], branches);
+        let zero = a[0].full_like_scalar(0.0);
+        fori_loop_dynamic(&zero, &a[0], &[], &[&y[0]], |_, i, h| {
+            vec![&h[0].cos() + &i.astype(DType::F32)]
+        })
+    })
+    .unwrap();
+    let x = ramp(&[3], 0.3);
+    for index in [0.0, 1.0, 2.0, 5.0] {
+        let args = [Array::scalar(DType::I32, index), x.clone()];
+        agree(&format!("switch + while, index {index}"), &program, &args);
+        let tangents = [Array::scalar(DType::I32, 0.0), ramp(&[3], 0.1)];
+        let all: Vec<Array> = args.iter().chain(&tangents).cloned().collect();
+        agree(
+            &format!("jvp, index {index}"),
+            &jvp(&program).unwrap(),
+            &all,
+        );
+    }
+    // A batched index: every branch runs and is selected; the loop runs while any runs.
+    let batched = vmap(&program, &[Some(0), Some(0)], &[0], 4).unwrap();
+    let args = [ints(&[0.0, 1.0, 2.0, 3.0]), ramp(&[4, 3], 0.2)];
+    agree("vmap of switch + while", &batched, &args);
+}
+
+#[test]
+fn the_gradient_of_a_switch_runs_on_pjrt() {
+    let program = trace(&[ShapedArray::new(DType::I32, &[]), f32s(&[2, 3])], |a| {
+        let branches: Vec<Branch<'_>> = vec![
+            Box::new(|x: &[Tensor]| vec![x[0].sin()]),
+            Box::new(|x: &[Tensor]| vec![&x[0] * &x[0]]),
+        ];
+        switch(&a[0], &[&a[1]], branches)
+    })
+    .unwrap();
+    let step = vjp(&program).unwrap();
+    for index in [0.0, 1.0] {
+        let args = [
+            Array::scalar(DType::I32, index),
+            ramp(&[2, 3], 0.3),
+            ramp(&[2, 3], 0.5),
+        ];
+        agree(&format!("switch vjp, index {index}"), &step, &args);
+    }
 }

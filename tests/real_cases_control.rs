@@ -16,6 +16,24 @@ fn jax_nn_custom_jvp_cases_match_on_both_backends() {
 
 #[test]
 fn jax_scan_and_fori_loop_cases_match_on_both_backends() {
-    let names = ["fori_loop_0", "fori_loop_1", "scan_layers_0", "scan_layers_1"];
+    let names = [
+        "fori_loop_0",
+        "fori_loop_1",
+        "scan_layers_0",
+        "scan_layers_1",
+    ];
+    assert_eq!(named_real_cases(&names), 2 * names.len());
+}
+
+#[test]
+fn jax_cond_checkpoint_and_closure_cases_match_on_both_backends() {
+    let names = [
+        "cond_0",
+        "cond_1",
+        "checkpoint_block_0",
+        "checkpoint_block_1",
+        "closure_constants_0",
+        "closure_constants_1",
+    ];
     assert_eq!(named_real_cases(&names), 2 * names.len());
 }

@@ -126,6 +126,8 @@ pub(super) fn jvp_rule(
         ShardMap => super::parallel::shard_map_jvp(params, x, y, ts),
         CustomJvpCall | CustomVjpCall => super::custom::custom_jvp(prim, params, x, y, ts),
         Scan => super::scan::scan_jvp(params, x, y, ts),
+        Cond => super::branch::cond_jvp(params, x, y, ts),
+        While => super::branch::while_jvp(params, x, y, ts),
     }
 }
 

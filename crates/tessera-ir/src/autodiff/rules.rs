@@ -298,6 +298,8 @@ pub(super) fn vjp_rule(
         Treduce => super::loops::treduce_vjp(params, x, y, gs),
         CustomJvpCall | CustomVjpCall => super::custom::custom_vjp(prim, params, x, y, gs),
         Scan => super::scan::scan_vjp(params, x, y, gs),
+        Cond => super::branch::cond_vjp(params, x, y, gs),
+        While => super::branch::while_vjp(x, y),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_vjp(prim, params, x, &g),
         ShardMap => super::parallel::shard_map_vjp(params, x, y, gs),

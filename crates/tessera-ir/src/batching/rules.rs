@@ -82,6 +82,8 @@ pub(super) fn batch_rule(
             super::flow::custom_call(prim, params, args, size, out.len())
         }
         Scan => super::flow::scan(params, args, size, out.len()),
+        Cond => super::flow::cond(params, args, size, out.len()),
+        While => super::flow::while_loop(params, args, size, out.len()),
     }
 }
 

@@ -161,6 +161,8 @@ pub(super) fn abstract_eval(
     match op {
         FlowOp::CustomJvp | FlowOp::CustomVjp => custom_abstract_eval(prim, params, inputs),
         FlowOp::Scan => super::scan::abstract_eval(params, inputs),
+        FlowOp::Cond => super::branch::cond_abstract_eval(params, inputs),
+        FlowOp::While => super::branch::while_abstract_eval(params, inputs),
     }
 }
 
@@ -176,5 +178,7 @@ pub(super) fn eval(
             crate::interp::eval_closed(params.jaxpr(prim.name(), "call_jaxpr")?, inputs)
         }
         FlowOp::Scan => super::scan::eval(params, inputs, outputs),
+        FlowOp::Cond => super::branch::cond_eval(params, inputs),
+        FlowOp::While => super::branch::while_eval(params, inputs),
     }
 }

@@ -3,6 +3,7 @@
 //! (`elementwise`, `structural`, `reduce`, `linalg`, `indexing`, `control`), so a primitive without a rule
 //! does not compile.
 
+mod branch;
 mod collective;
 mod control;
 mod elementwise;
@@ -18,6 +19,7 @@ mod shard_map;
 mod structural;
 mod treduce;
 
+pub use branch::{WhileParams, branch_index, cond_branches, cond_params, while_params};
 pub use collective::{
     axis_names, collective_axes, index_groups, permutation, replica_groups, scatter_shape, simulate,
 };
@@ -99,6 +101,7 @@ prims! {
     ShardMap => "shard_map", Checkpoint => "checkpoint", Treduce => "treduce",
     // issue 20 A
     CustomJvpCall => "custom_jvp_call", CustomVjpCall => "custom_vjp_call", Scan => "scan",
+    Cond => "cond", While => "while",
 }
 
 /// The primitives of module `flow`: control flow and custom derivatives.
@@ -110,6 +113,10 @@ pub enum FlowOp {
     CustomVjp,
     /// `scan`.
     Scan,
+    /// `cond`.
+    Cond,
+    /// `while`.
+    While,
 }
 
 /// Which family module holds a primitive's rules, with the typed kind of the elementwise and
@@ -221,6 +228,8 @@ impl Prim {
             CustomJvpCall => Family::Flow(FlowOp::CustomJvp),
             CustomVjpCall => Family::Flow(FlowOp::CustomVjp),
             Scan => Family::Flow(FlowOp::Scan),
+            Cond => Family::Flow(FlowOp::Cond),
+            While => Family::Flow(FlowOp::While),
         }
     }
 

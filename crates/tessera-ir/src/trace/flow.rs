@@ -1,6 +1,7 @@
 //! The tracing API of control flow and custom derivatives (issue 20): [`custom_jvp`] and
-//! [`custom_vjp`] call a function whose derivative is the user's rule; [`scan`] and
-//! [`fori_loop`] record loops whose body is traced once.
+//! [`custom_vjp`] call a function whose derivative is the user's rule; [`scan`],
+//! [`fori_loop`], [`while_loop`] and [`fori_loop_dynamic`] record loops whose body is traced
+//! once; [`cond`] and [`switch`] record index-selected branches.
 
 use std::cell::Cell;
 
@@ -9,7 +10,7 @@ use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::jaxpr::ClosedJaxpr;
 use crate::params::{ParamValue, Params};
-use crate::prim::{Prim, scan_params, stacked, unstacked};
+use crate::prim::{Prim, cond_params, scan_params, stacked, unstacked, while_params};
 
 fn avals_of(args: &[&Tensor]) -> Vec<ShapedArray> {
     args.iter().map(|t| t.aval().clone()).collect()
@@ -207,4 +208,137 @@ pub fn fori_loop(
         return out;
     }
     out.split_off(1)
+}
+
+/// A branch of [`switch`]: a function of the operands.
+pub type Branch<'a> = Box<dyn FnOnce(&[Tensor]) -> Vec<Tensor> + 'a>;
+
+/// JAX's `lax.switch`: `branches[index](operands)`, the index clamped into range (as JAX does).
+/// Every branch takes the operands and returns the same types. Each branch is traced once.
+pub fn switch(index: &Tensor, operands: &[&Tensor], branches: Vec<Branch<'_>>) -> Vec<Tensor> {
+    branch_call(index, operands, branches, true)
+}
+
+/// Records a `cond` of `branches` on the index (converted to `i32`; clamped into range when
+/// `clamp`).
+fn branch_call(
+    index: &Tensor,
+    operands: &[&Tensor],
+    branches: Vec<Branch<'_>>,
+    clamp: bool,
+) -> Vec<Tensor> {
+    let avals = avals_of(operands);
+    let mut traced = Vec::new();
+    let mut outs = Vec::new();
+    let mut failure = None;
+    for (k, branch) in branches.into_iter().enumerate() {
+        let (result, got) = trace_counted(&avals, branch);
+        if outs.is_empty() {
+            outs = got;
+        }
+        match result {
+            Ok(b) => traced.push(b),
+            Err(e) => {
+                failure.get_or_insert(format!("in branch {k}: {e}"));
+            }
+        }
+    }
+    if traced.is_empty() && failure.is_none() {
+        failure = Some("needs at least one branch".to_owned());
+    }
+    if let Some(message) = failure {
+        return index.fail_with("cond", message, &outs);
+    }
+    if index.rank() != 0 || !(index.dtype().is_int() || index.dtype() == DType::Bool) {
+        let message = format!("the index must be an integer scalar, got {}", index.aval());
+        return index.fail_with("cond", message, &outs);
+    }
+    let last = (traced.len() - 1) as f64;
+    let i = index.astype(DType::I32);
+    let i = if clamp {
+        i.maximum(&i.full_like_scalar(0.0))
+            .minimum(&i.full_like_scalar(last))
+    } else {
+        i
+    };
+    let mut all: Vec<&Tensor> = vec![&i];
+    all.extend(operands.iter().copied());
+    bind_checked(Prim::Cond, cond_params(traced), &all, &outs)
+}
+
+/// JAX's `lax.cond`: `on_true(operands)` where the boolean scalar `pred` holds, else
+/// `on_false(operands)` (a `cond` whose branch 0 is `on_false`, as JAX's).
+pub fn cond<'a>(
+    pred: &Tensor,
+    operands: &[&Tensor],
+    on_true: impl FnOnce(&[Tensor]) -> Vec<Tensor> + 'a,
+    on_false: impl FnOnce(&[Tensor]) -> Vec<Tensor> + 'a,
+) -> Vec<Tensor> {
+    if pred.dtype() != DType::Bool || pred.rank() != 0 {
+        let (_, outs) = trace_counted(&avals_of(operands), on_true);
+        let message = format!("the predicate must be a bool scalar, got {}", pred.aval());
+        return pred.fail_with("cond", message, &outs);
+    }
+    branch_call(
+        pred,
+        operands,
+        vec![Box::new(on_false), Box::new(on_true)],
+        false,
+    )
+}
+
+/// JAX's `lax.while_loop`: `carry = body(consts, carry)` while `cond(consts, carry)` (a bool
+/// scalar) holds. Forward-mode differentiable only, as in JAX (reverse mode needs `scan` or
+/// [`fori_loop`] with a static trip count).
+pub fn while_loop(
+    consts: &[&Tensor],
+    init: &[&Tensor],
+    cond: impl FnOnce(&[Tensor], &[Tensor]) -> Tensor,
+    body: impl FnOnce(&[Tensor], &[Tensor]) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    let outs = avals_of(init);
+    let Some(anchor) = consts.first().or(init.first()) else {
+        return Vec::new();
+    };
+    let nc = consts.len();
+    let avals: Vec<ShapedArray> = consts
+        .iter()
+        .chain(init)
+        .map(|t| t.aval().clone())
+        .collect();
+    let (cond_jaxpr, _) = trace_counted(&avals, |a| vec![cond(&a[..nc], &a[nc..])]);
+    let (body_jaxpr, _) = trace_counted(&avals, |a| body(&a[..nc], &a[nc..]));
+    let (cond_jaxpr, body_jaxpr) = match (cond_jaxpr, body_jaxpr) {
+        (Ok(c), Ok(b)) => (c, b),
+        (Err(e), _) => return anchor.fail_with("while", format!("in the condition: {e}"), &outs),
+        (_, Err(e)) => return anchor.fail_with("while", format!("in the body: {e}"), &outs),
+    };
+    let operands: Vec<&Tensor> = consts.iter().chain(consts).chain(init).copied().collect();
+    let params = while_params(body_jaxpr, nc, cond_jaxpr, nc);
+    bind_checked(Prim::While, params, &operands, &outs)
+}
+
+/// JAX's `lax.fori_loop` with a trip count known only at run time (`lower` and `upper` are
+/// `i32` scalars): a `while` loop carrying the counter, forward-mode differentiable only.
+pub fn fori_loop_dynamic(
+    lower: &Tensor,
+    upper: &Tensor,
+    consts: &[&Tensor],
+    init: &[&Tensor],
+    f: impl FnOnce(&[Tensor], &Tensor, &[Tensor]) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    let mut all_consts = vec![upper];
+    all_consts.extend(consts.iter().copied());
+    let carries: Vec<&Tensor> = std::iter::once(lower).chain(init.iter().copied()).collect();
+    let out = while_loop(
+        &all_consts,
+        &carries,
+        |c, h| h[0].lt(&c[0]),
+        |c, h| {
+            let mut next = vec![&h[0] + 1];
+            next.extend(f(&c[1..], &h[0], &h[1..]));
+            next
+        },
+    );
+    out.into_iter().skip(1).collect()
 }

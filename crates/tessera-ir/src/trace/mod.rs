@@ -31,7 +31,9 @@ mod ops;
 mod transforms;
 
 pub use collectives::{pmap, shard_map, shard_map_program};
-pub use flow::{custom_jvp, custom_vjp, fori_loop, scan};
+pub use flow::{
+    Branch, cond, custom_jvp, custom_vjp, fori_loop, fori_loop_dynamic, scan, switch, while_loop,
+};
 pub use loops::{default_ops, treduce, treduce_i};
 pub use nn::where_;
 pub use transforms::{grad_call, jvp_call, value_and_grad_call, vjp_call, vmap_call};

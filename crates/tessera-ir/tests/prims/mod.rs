@@ -10,6 +10,9 @@ use tessera_ir::trace::{Tensor, shard_map_program};
 use tessera_ir::{Array, ClosedJaxpr, DType, Prim, ShapedArray};
 use tessera_sharding::{AbstractMesh, PartitionSpec};
 
+/// The primitives with forward-mode derivatives only (as in JAX): their VJP is an error.
+pub const FORWARD_ONLY: &[Prim] = &[Prim::While];
+
 /// The collectives that have no derivative (as in JAX).
 pub const NOT_DIFFERENTIABLE: &[Prim] = &[Prim::Pmax, Prim::Pmin];
 
@@ -312,6 +315,24 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
                     },
                 );
                 vec![carry[0].clone(), ys[0].clone()]
+            })
+            .unwrap_or_else(|e| panic!("{e}"))
+        }
+        // As JAX prints `lax.switch` on three branches; an index of 3 runs the last branch.
+        Cond => prog(
+            "i:i32[] a:f64[2,3] b:f64[1,3]",
+            "c:f64[2,3] d:f64[1,3] = cond[\nbranches=(\n{ lambda ; x:f64[2,3] y:f64[1,3]. let\nz:f64[2,3] = sin x\nin (z, y) }\n{ lambda ; x:f64[2,3] y:f64[1,3]. let\nz:f64[2,3] = mul x y\nw:f64[1,3] = cos y\nin (z, w) }\n{ lambda ; x:f64[2,3] y:f64[1,3]. let\nz:f64[2,3] = tanh x\nw:f64[1,3] = mul y 2.0:f64[]\nin (z, w) }\n)\n] i a b\ne:f64[2,3] = mul c d",
+            "e",
+        ),
+        // A loop whose trip count is an operand (0..=3).
+        While => {
+            let i32s = ShapedArray::new(DType::I32, &[]);
+            let f64 = |s: &[i64]| ShapedArray::new(DType::F64, s);
+            tessera_ir::trace::trace(&[i32s, f64(&[3]), f64(&[3])], |a| {
+                let zero = a[0].full_like_scalar(0.0);
+                tessera_ir::trace::fori_loop_dynamic(&zero, &a[0], &[&a[2]], &[&a[1]], |c, i, h| {
+                    vec![&(&h[0].sin() * &c[0]) + &i.astype(DType::F64)]
+                })
             })
             .unwrap_or_else(|e| panic!("{e}"))
         }

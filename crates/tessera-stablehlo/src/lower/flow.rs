@@ -1,9 +1,10 @@
 //! Control flow and custom derivatives (issue 20). A custom call (`custom_jvp_call`,
 //! `custom_vjp_call`) computes its body: the body is lowered in place (its rule matters only to
-//! differentiation, which happened before lowering). `scan` becomes a `stablehlo.while`.
+//! differentiation, which happened before lowering). `scan` and `while` become a
+//! `stablehlo.while`, `cond` a `stablehlo.case`.
 
 use melior::ir::Value;
-use tessera_ir::prim::{ScanParams, unstacked};
+use tessera_ir::prim::{ScanParams, WhileParams, cond_branches, unstacked};
 use tessera_ir::{DType, Params, ShapedArray};
 
 use super::control::{constant_array, constant_scalar, splat};
@@ -161,4 +162,91 @@ fn scan_step<'c, 'r>(
         next.push(inner.op1("stablehlo.dynamic_update_slice", &dus, aval, &[])?);
     }
     Ok(next)
+}
+
+/// Lowers `cond` to `stablehlo.case` on the index (converted to `i32`; an out-of-range index
+/// runs the last branch, as the IR's `cond` does); each branch is a region lowering the branch
+/// in place on the operands.
+pub(super) fn cond<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    params: &Params,
+    inputs: &[Value<'c, 'b>],
+    functions: &mut Functions<'_, 'c>,
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    let branches = cond_branches(params).map_err(ir)?;
+    let index_aval = ctx
+        .in_avals
+        .first()
+        .ok_or_else(|| LowerError::Build("cond: no index operand".into()))?;
+    let i32_scalar = ShapedArray::scalar(DType::I32);
+    let index = if index_aval.dtype == DType::I32 {
+        inputs[0]
+    } else {
+        ctx.op1("stablehlo.convert", &[inputs[0]], &i32_scalar, &[])?
+    };
+    let mut regions = Vec::new();
+    for branch in branches {
+        regions.push(ctx.body.region_capturing(
+            &inputs[1..],
+            "stablehlo.return",
+            |b, operands| {
+                let consts = branch
+                    .consts
+                    .iter()
+                    .map(|c| constant_array(b, c))
+                    .collect::<Result<Vec<_>, _>>()?;
+                lower_body(b, &branch.jaxpr, &consts, operands, functions)
+            },
+        )?);
+    }
+    let types: Vec<String> = ctx.out_avals.iter().map(mlir_type).collect();
+    let type_refs: Vec<&str> = types.iter().map(String::as_str).collect();
+    ctx.body
+        .op_with_regions("stablehlo.case", &[index], &type_refs, &[], regions)
+}
+
+/// Lowers `while` to `stablehlo.while` whose state is every operand (the constants pass
+/// through unchanged).
+pub(super) fn while_loop<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    params: &Params,
+    inputs: &[Value<'c, 'b>],
+    functions: &mut Functions<'_, 'c>,
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    let p = WhileParams::read(params).map_err(ir)?;
+    let (ncc, nc) = (p.cond_nconsts, p.num_consts());
+    let types: Vec<String> = ctx.in_avals.iter().map(mlir_type).collect();
+    let type_refs: Vec<&str> = types.iter().map(String::as_str).collect();
+    let cond = ctx
+        .body
+        .region(&type_refs, "stablehlo.return", |b, state| {
+            let args = state[..ncc].iter().chain(&state[nc..]).copied().collect();
+            lower_in(b, p.cond, args, functions)
+        })?;
+    let body = ctx
+        .body
+        .region(&type_refs, "stablehlo.return", |b, state| {
+            let args = state[ncc..].to_vec();
+            let carry = lower_in(b, p.body, args, functions)?;
+            Ok(state[..nc].iter().copied().chain(carry).collect())
+        })?;
+    let results =
+        ctx.body
+            .op_with_regions("stablehlo.while", inputs, &type_refs, &[], vec![cond, body])?;
+    Ok(results[nc..].to_vec())
+}
+
+/// Lowers a closed jaxpr in place (its constants as `stablehlo.constant`s).
+fn lower_in<'c, 'r>(
+    b: &Body<'c, 'r>,
+    jaxpr: &tessera_ir::ClosedJaxpr,
+    args: Vec<Value<'c, 'r>>,
+    functions: &mut Functions<'_, 'c>,
+) -> Result<Vec<Value<'c, 'r>>, LowerError> {
+    let consts = jaxpr
+        .consts
+        .iter()
+        .map(|c| constant_array(b, c))
+        .collect::<Result<Vec<_>, _>>()?;
+    lower_body(b, &jaxpr.jaxpr, &consts, &args, functions)
 }

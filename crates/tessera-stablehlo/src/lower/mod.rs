@@ -336,6 +336,8 @@ fn lower_eqn<'c, 'b>(
         Treduce => loops::treduce(ctx, p, inputs, functions),
         CustomJvpCall | CustomVjpCall => flow::custom_call(ctx, eqn.prim, p, inputs, functions),
         Scan => flow::scan(ctx, p, inputs, functions),
+        Cond => flow::cond(ctx, p, inputs, functions),
+        While => flow::while_loop(ctx, p, inputs, functions),
     }
 }
 
