@@ -125,6 +125,12 @@ fn programs_and_their_derivatives_do_not_grow_with_the_trip_count() {
     let (short_vjp, long_vjp) = (vjp(&short).unwrap(), vjp(&long).unwrap());
     assert_eq!(eqn_count(&short_vjp), eqn_count(&long_vjp));
     assert!(short_vjp.jaxpr.eqns.iter().any(|e| e.prim == Prim::Scan));
+    // The loops' bodies are flat (no nested calls), so evaluators that need one flat program
+    // per loop body get one.
+    for e in short_vjp.jaxpr.eqns.iter().filter(|e| e.prim == Prim::Scan) {
+        let body = e.params.jaxpr("scan", "jaxpr").unwrap();
+        assert!(body.jaxpr.eqns.iter().all(|b| b.prim != Prim::Jit));
+    }
 }
 
 #[test]

@@ -10,6 +10,7 @@
 use super::rules::{cotangents_or_zeros, zeros_like};
 use crate::aval::ShapedArray;
 use crate::params::Params;
+use crate::passes::inline_calls;
 use crate::prim::{Prim, WhileParams, cond_branches, cond_params, while_params};
 use crate::trace::{Tensor, call_closed, trace};
 
@@ -124,7 +125,7 @@ pub(super) fn while_jvp(
         call_closed(&body_jvp, &refs)
     });
     let (new_cond, new_body) = match (new_cond, new_body) {
-        (Ok(c), Ok(b)) => (c, b),
+        (Ok(c), Ok(b)) => (inline_calls(&c), inline_calls(&b)),
         (Err(e), _) | (_, Err(e)) => {
             return fail_all(
                 &y[0],

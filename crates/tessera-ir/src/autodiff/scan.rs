@@ -83,7 +83,7 @@ pub(super) fn scan_jvp(
         r
     });
     let body = match body {
-        Ok(b) => b,
+        Ok(b) => crate::passes::inline_calls(&b),
         Err(e) => return fail_all(&y[0], format!("tracing the JVP body: {e}"), y.len()),
     };
     let refs: Vec<&Tensor> = operands.iter().collect();
@@ -141,7 +141,7 @@ pub(super) fn scan_vjp(
         outs
     });
     let bwd = match bwd {
-        Ok(b) => b,
+        Ok(b) => crate::passes::inline_calls(&b),
         Err(e) => return fail_all(&y[0], format!("tracing the backward scan: {e}"), x.len()),
     };
     let refs: Vec<&Tensor> = operands.iter().collect();

@@ -17,6 +17,7 @@
 use super::{Batched, move_axis, to_front, with_param};
 use crate::dtype::DType;
 use crate::params::{ParamValue, Params};
+use crate::passes::inline_calls;
 use crate::prim::{Prim, ScanParams, WhileParams, cond_branches, cond_params, while_params};
 use crate::trace::{Tensor, call_closed, trace, where_};
 
@@ -236,7 +237,7 @@ pub(super) fn while_loop(
             .collect()
     });
     let (any, step) = match (any, step) {
-        (Ok(a), Ok(s)) => (a, s),
+        (Ok(a), Ok(s)) => (inline_calls(&a), inline_calls(&s)),
         (Err(e), _) | (_, Err(e)) => {
             return fail_results(anchor, "while", format!("batching the loop: {e}"), results);
         }
