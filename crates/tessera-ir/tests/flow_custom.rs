@@ -152,3 +152,26 @@ fn traced_rules_print_and_parse_back() {
         assert_eq!(parse_closed(&text).unwrap(), f, "{text}");
     }
 }
+
+/// `jax.make_jaxpr` of a `jax.custom_vjp` function as JAX prints it (its own pretty-print test):
+/// the rules are Python functions, shown by name.
+const JAX_CUSTOM_VJP: &str = "{ lambda ; a:f32[1]. let
+    b:f32[1] = custom_vjp_call[
+      name=f
+      bwd=f_bwd
+      call_jaxpr={ lambda ; c:f32[1]. let d:f32[1] = add c 1.0:f32[] in (d,) }
+      fwd=f_fwd
+      symbolic_zeros=False
+    ] a
+  in (b,) }";
+
+#[test]
+fn a_custom_vjp_call_printed_by_jax_runs_and_is_differentiated_through_its_body() {
+    let f = parse_closed(JAX_CUSTOM_VJP).unwrap();
+    tessera_ir::verify(&f).unwrap();
+    let x = Array::new(DType::F32, &[1], vec![4.25]).unwrap();
+    assert_eq!(eval(&f, std::slice::from_ref(&x))[0].to_vec(), vec![5.25]);
+    let ct = Array::new(DType::F32, &[1], vec![3.0]).unwrap();
+    assert_eq!(eval(&vjp(&f).unwrap(), &[x, ct])[0].to_vec(), vec![3.0]);
+    assert_eq!(parse_closed(&print_closed(&f, 0)).unwrap(), f);
+}

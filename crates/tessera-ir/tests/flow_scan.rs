@@ -195,3 +195,46 @@ fn malformed_loops_are_errors_saying_what_is_wrong() {
     });
     assert!(e.contains("needs `length`"), "{e}");
 }
+
+/// A scan as JAX versions that print `_split_transpose` and `linear` write it, with an unused
+/// stacked result (`_`).
+const JAX_SCAN: &str = "{ lambda ; a:f32[]. let
+    b:f32[] _:f32[4] = scan[
+      _split_transpose=False
+      jaxpr={ lambda ; c:f32[]. let
+          d:f32[] = mul 0.5:f32[] c
+          e:f32[] = add d 1.0:f32[]
+        in (e, e) }
+      length=4
+      linear=(False,)
+      num_carry=1
+      num_consts=0
+      reverse=False
+      unroll=1
+    ] a
+  in (b,) }";
+
+#[test]
+fn every_scan_parameter_jax_prints_is_read_and_printed_back() {
+    let f = tessera_ir::text::parse_closed(JAX_SCAN).unwrap();
+    tessera_ir::verify(&f).unwrap();
+    // Printed back as JAX wrote it, but for the name of the unused result (Tessera prints no `_`).
+    let printed = tessera_ir::text::print_closed(&f, 0);
+    let named = JAX_SCAN
+        .replace("_:f32[4]", "c:f32[4]")
+        .replace("c:f32[]. let", "d:f32[]. let")
+        .replace("0.5:f32[] c", "0.5:f32[] d")
+        .replace("d:f32[] = mul", "e:f32[] = mul")
+        .replace("add d 1.0", "add e 1.0")
+        .replace("e:f32[] = add", "f:f32[] = add")
+        .replace("(e, e)", "(f, f)");
+    assert_eq!(printed, named);
+    assert_eq!(tessera_ir::text::parse_closed(&printed).unwrap(), f);
+    let x = Array::scalar(DType::F32, 0.0);
+    assert_eq!(eval(&f, std::slice::from_ref(&x))[0].to_vec(), vec![1.875]);
+    let d = eval(
+        &tessera_ir::jvp(&f).unwrap(),
+        &[x, Array::scalar(DType::F32, 1.0)],
+    );
+    assert_eq!(d[1].to_vec(), vec![0.0625]);
+}
