@@ -183,3 +183,45 @@ fn malformed_branches_and_conditions_are_errors() {
     .to_string();
     assert!(e.contains("the condition is (f64[2]) -> (f64[])"), "{e}");
 }
+
+/// `lax.fori_loop` with a trip count known at run time, in JAX's printed form.
+const JAX_WHILE: &str = "{ lambda ; a:i32[] b:f64[3]. let
+    c:i32[] d:i32[] e:f64[3] = while[
+      body_jaxpr={ lambda ; f:i32[] g:i32[] h:f64[3]. let
+          i:i32[] = add f 1:i32[]
+          j:f64[3] = sin h
+        in (i, g, j) }
+      body_nconsts=0
+      cond_jaxpr={ lambda ; k:i32[] l:i32[] m:f64[3]. let
+          n:bool[] = lt k l
+        in (n,) }
+      cond_nconsts=0
+    ] 0:i32[] a b
+  in (e,) }";
+
+#[test]
+fn a_while_loop_printed_by_jax_runs_and_differentiates_forward() {
+    let f = parse_closed(JAX_WHILE).unwrap();
+    tessera_ir::verify(&f).unwrap();
+    assert_eq!(print_closed(&f, 0), JAX_WHILE);
+    let x = Array::new(DType::F64, &[3], vec![0.5, 1.0, 2.0]).unwrap();
+    let out = eval_closed(&f, &[scalar(DType::I32, 3.0), x.clone()]).unwrap();
+    let want: Vec<f64> = x.to_vec().iter().map(|v| v.sin().sin().sin()).collect();
+    assert_eq!(out[0].to_vec(), want);
+    let t = Array::new(DType::F64, &[3], vec![1.0, 1.0, 1.0]).unwrap();
+    let d = eval_closed(
+        &jvp(&f).unwrap(),
+        &[
+            scalar(DType::I32, 2.0),
+            x.clone(),
+            scalar(DType::I32, 0.0),
+            t,
+        ],
+    )
+    .unwrap();
+    let want: Vec<f64> = x.to_vec().iter().map(|v| v.sin().cos() * v.cos()).collect();
+    for (g, w) in d[1].to_vec().iter().zip(&want) {
+        assert!((g - w).abs() < 1e-12, "{:?} vs {want:?}", d[1]);
+    }
+    assert!(vjp(&f).is_err());
+}
