@@ -82,15 +82,16 @@ fn mlp_backward_is_printed_free_of_dead_code_and_correct() {
               preferred_element_type=float32
             ] bc f
             bf:f32[4,4] = transpose[permutation=(1, 0)] be
-            bg:f32[2,4] = mul f f
-            bh:f32[2,4] = sub 1.0:f32[] bg
-            bi:f32[2,4] = mul bd bh
-            bj:f32[4,3] = dot_general[
+            bg:f32[2,4] = sub 1.0:f32[] f
+            bh:f32[2,4] = mul bd bg
+            bi:f32[2,4] = mul bh f
+            bj:f32[2,4] = add bh bi
+            bk:f32[4,3] = dot_general[
               dimension_numbers=(([0], [0]), ([], []))
               preferred_element_type=float32
-            ] bi a
-            bk:f32[3,4] = transpose[permutation=(1, 0)] bj
-          in (l, bk, bf, u) }"#]]
+            ] bj a
+            bl:f32[3,4] = transpose[permutation=(1, 0)] bk
+          in (l, bl, bf, u) }"#]]
     .assert_eq(&print_closed(&program, 0));
     let args: Vec<Array> = [vec![2, 3], vec![3, 4], vec![4, 4], vec![4, 2]]
         .iter()

@@ -8,7 +8,8 @@
 mod prims;
 
 use prims::{
-    NOT_DIFFERENTIABLE, Rng, assert_close, axpy, dot, example, failures_per_primitive, prog,
+    FORWARD_ONLY, NOT_DIFFERENTIABLE, Rng, assert_close, axpy, dot, example,
+    failures_per_primitive, prog,
 };
 use tessera_ir::interp::eval_closed;
 use tessera_ir::{Array, ClosedJaxpr, Prim, jvp, linearize, value_and_grad, verify, vjp};
@@ -29,6 +30,11 @@ fn finite_difference(f: &ClosedJaxpr, x: &[Array], t: &[Array]) -> Vec<Array> {
         .zip(&minus)
         .map(|(p, m)| Array::from_data(p.dtype, (&p.data - &m.data) / (2.0 * eps)))
         .collect()
+}
+
+/// Whether `f` holds a primitive that has forward-mode derivatives only (`while`).
+fn is_forward_only(f: &ClosedJaxpr) -> bool {
+    f.jaxpr.eqns.iter().any(|e| FORWARD_ONLY.contains(&e.prim))
 }
 
 /// Checks `jvp(f)` against finite differences and `vjp(f)` against `jvp(f)` at random points.
@@ -70,6 +76,11 @@ fn check_with(f: &ClosedJaxpr, rng: &mut Rng, finite_differences: bool) {
                 "tangent {k} of {aval}"
             );
         }
+    }
+    if is_forward_only(f) {
+        let err = vjp(f).unwrap_err().to_string();
+        assert!(err.contains("use scan or fori_loop"), "{err}");
+        return;
     }
     let v = vjp(f).unwrap();
     verify(&v).unwrap();
@@ -294,6 +305,14 @@ fn vjp_split_into_forward_and_transposed_backward_matches_vjp_for_every_primitiv
             continue;
         }
         let f = example(prim);
+        if FORWARD_ONLY.contains(&prim) {
+            assert!(
+                tessera_ir::autodiff::vjp_split(&f).is_err(),
+                "{}",
+                prim.name()
+            );
+            continue;
+        }
         let split =
             tessera_ir::autodiff::vjp_split(&f).unwrap_or_else(|e| panic!("{}: {e}", prim.name()));
         verify(&split.forward).unwrap();

@@ -330,6 +330,44 @@ impl<'c, 'b> Body<'c, 'b> {
     }
 }
 
+impl<'c, 'b> Body<'c, 'b> {
+    /// A region with one block without arguments whose body (ended by `terminator` on what
+    /// `body` returns) uses `captured`, values of this body (as `stablehlo.case` branches use
+    /// the values of the enclosing block).
+    pub fn region_capturing<F>(
+        &self,
+        captured: &[Value<'c, 'b>],
+        terminator: &str,
+        body: F,
+    ) -> Result<Region<'c>, LowerError>
+    where
+        F: for<'r> FnOnce(
+            &Body<'c, 'r>,
+            &[Value<'c, 'r>],
+        ) -> Result<Vec<Value<'c, 'r>>, LowerError>,
+    {
+        let context = self.context;
+        let loc = Location::unknown(context);
+        let block = Block::new(&[]);
+        {
+            let builder = Body {
+                context,
+                block: &block,
+            };
+            let outer: Vec<Value<'c, '_>> = captured.to_vec();
+            let returned = body(&builder, &outer)?;
+            let term = OperationBuilder::new(terminator, loc)
+                .add_operands(&returned)
+                .build()
+                .map_err(|e| LowerError::Build(e.to_string()))?;
+            block.append_operation(term);
+        }
+        let region = Region::new();
+        region.append_block(block);
+        Ok(region)
+    }
+}
+
 /// A block with arguments of `types` whose operations `body` appends, ended by the operation
 /// `terminator` (`func.return`, `stablehlo.return`) on the values `body` returns.
 fn build_block<'c, F>(

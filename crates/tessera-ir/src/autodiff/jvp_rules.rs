@@ -54,7 +54,8 @@ pub(super) fn jvp_rule(
         Log => scaled(&|t0| t0 / &x[0]),
         Log1p => scaled(&|t0| t0 / &(&x[0] + 1.0)),
         Expm1 => scaled(&|t0| t0 * &(&y[0] + 1.0)),
-        Tanh => scaled(&|t0| t0 * &(1.0 - &y[0] * &y[0])),
+        // JAX's form, (t + t y)(1 - y): no cancellation in 1 - y² where |y| is near 1.
+        Tanh => scaled(&|t0| &(t0 + &(t0 * &y[0])) * &(1.0 - &y[0])),
         Logistic => scaled(&|t0| &(t0 * &y[0]) * &(1.0 - &y[0])),
         Sin => scaled(&|t0| t0 * &x[0].cos()),
         Cos => scaled(&|t0| -(t0 * &x[0].sin())),
@@ -123,7 +124,7 @@ pub(super) fn jvp_rule(
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_jvp(prim, params, x, y, t(0)),
         ShardMap => super::parallel::shard_map_jvp(params, x, y, ts),
-        // issue 20 B
+        // Special functions, bit operations, random numbers, sorting.
         Erf | Erfc | ErfInv | Lgamma | Digamma | Polygamma | Tan | Asin | Acos | Atan | Sinh
         | Cosh | Asinh | Acosh | Atanh | Cbrt | Square | IsFinite | Atan2 | ShiftLeft
         | ShiftRightLogical | ShiftRightArithmetic | BitcastConvertType | PopulationCount => {
@@ -133,7 +134,7 @@ pub(super) fn jvp_rule(
         RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
         | Threefry2x32 => vec![None; y.len()],
         Sort | TopK => super::sort::jvp(prim, params, x, y, ts),
-        // issue 20 C
+        // Cumulative ops, scatters, windows, convolution.
         Cumprod | Cummax | Cummin | Cumlogsumexp => {
             super::windowed::cumulative_jvp(prim, params, x, y, ts)
         }
@@ -143,6 +144,10 @@ pub(super) fn jvp_rule(
         ReduceWindowSum | ReduceWindowMax | ReduceWindowMin | ReduceWindow
         | SelectAndScatterAdd => super::window::window_jvp(prim, params, x, y, ts),
         ConvGeneralDilated => super::conv::conv_jvp(params, x, y, ts),
+        CustomJvpCall | CustomVjpCall => super::custom::custom_jvp(prim, params, x, y, ts),
+        Scan => super::scan::scan_jvp(params, x, y, ts),
+        Cond => super::branch::cond_jvp(params, x, y, ts),
+        While => super::branch::while_jvp(params, x, y, ts),
     }
 }
 

@@ -7,7 +7,9 @@
 //! Forward mode lives in [`jvp()`] (module `jvp`, rules in `jvp_rules`); [`linearize()`] splits
 //! the JVP program into a primal and a linear tangent program.
 
+mod branch;
 pub(crate) mod conv;
+mod custom;
 mod jvp;
 mod jvp_rules;
 mod linearize;
@@ -16,8 +18,9 @@ mod numeric;
 mod parallel;
 mod remat;
 mod rules;
-mod sort;
+mod scan;
 mod scatter;
+mod sort;
 mod transpose;
 mod window;
 mod windowed;

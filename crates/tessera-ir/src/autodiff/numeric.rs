@@ -1,4 +1,4 @@
-//! Derivatives of issue 20 B's numeric family (special functions and bit operations): each
+//! Derivatives of the numeric family (special functions and bit operations): each
 //! primitive's partial derivative with respect to each operand, as JAX defines them, from
 //! which both the JVP (`Σ tᵢ ∂ᵢ`) and the VJP (`g ∂ᵢ`, summed over broadcast dimensions) follow.
 //! Bit operations, `is_finite` and integer `square` have no derivative (integer results or

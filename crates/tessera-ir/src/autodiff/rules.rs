@@ -131,7 +131,12 @@ pub(super) fn vjp_rule(
         Log => vec![Some(&g / &x[0])],
         Log1p => vec![Some(&g / &(&x[0] + 1.0))],
         Expm1 => vec![Some(&g * &(&y[0] + 1.0))],
-        Tanh => vec![Some(&g * &(1.0 - &y[0] * &y[0]))],
+        // JAX's JVP (t + t y)(1 - y) transposed: u = g (1 - y), then u + u y (no cancellation
+        // in 1 - y² where |y| is near 1, and JAX's rounding).
+        Tanh => {
+            let u = &g * &(1.0 - &y[0]);
+            vec![Some(&u + &(&u * &y[0]))]
+        }
         Logistic => vec![Some(&(&g * &y[0]) * &(1.0 - &y[0]))],
         Sin => vec![Some(&g * &x[0].cos())],
         Cos => vec![Some(-(&g * &x[0].sin()))],
@@ -291,10 +296,14 @@ pub(super) fn vjp_rule(
         // `inline_calls` keeps only calls with constants; they are differentiated whole.
         Jit | Checkpoint => super::remat::call_vjp(prim, params, x, y, gs),
         Treduce => super::loops::treduce_vjp(params, x, y, gs),
+        CustomJvpCall | CustomVjpCall => super::custom::custom_vjp(prim, params, x, y, gs),
+        Scan => super::scan::scan_vjp(params, x, y, gs),
+        Cond => super::branch::cond_vjp(params, x, y, gs),
+        While => super::branch::while_vjp(x, y),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective_vjp(prim, params, x, &g),
         ShardMap => super::parallel::shard_map_vjp(params, x, y, gs),
-        // issue 20 B
+        // Special functions, bit operations, random numbers, sorting.
         Erf | Erfc | ErfInv | Lgamma | Digamma | Polygamma | Tan | Asin | Acos | Atan | Sinh
         | Cosh | Asinh | Acosh | Atanh | Cbrt | Square | IsFinite | Atan2 | ShiftLeft
         | ShiftRightLogical | ShiftRightArithmetic | BitcastConvertType | PopulationCount => {
@@ -304,7 +313,7 @@ pub(super) fn vjp_rule(
         RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
         | Threefry2x32 => vec![None; x.len()],
         Sort | TopK => super::sort::vjp(prim, params, x, gs),
-        // issue 20 C
+        // Cumulative ops, scatters, windows, convolution.
         Cumprod | Cummax | Cummin | Cumlogsumexp => {
             super::windowed::cumulative_vjp(prim, params, x, y, gs)
         }

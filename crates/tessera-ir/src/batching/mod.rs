@@ -9,6 +9,7 @@
 //! its batch dimension at the requested `out_axes` position. Nested calls are inlined first.
 
 mod conv;
+mod flow;
 mod indexing;
 mod parallel;
 mod random;

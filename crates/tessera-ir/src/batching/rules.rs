@@ -82,7 +82,7 @@ pub(super) fn batch_rule(
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast => super::parallel::collective(prim, params, args, size),
         ShardMap => super::parallel::shard_map(params, args, size, out.len()),
-        // issue 20 B
+        // Special functions, bit operations, random numbers, sorting.
         Erf | Erfc | ErfInv | Lgamma | Digamma | Tan | Asin | Acos | Atan | Sinh | Cosh | Asinh
         | Acosh | Atanh | Cbrt | Square | IsFinite | BitcastConvertType | PopulationCount => {
             same_dims(prim, params, args)
@@ -93,11 +93,17 @@ pub(super) fn batch_rule(
         RandomSeed | RandomWrap | RandomUnwrap | RandomBits | RandomSplit | RandomFoldIn
         | Threefry2x32 => super::random::random(prim, params, args, size, rank),
         Sort | TopK => super::sort::sort(prim, params, args, size),
-        // issue 20 C
+        // Cumulative ops, scatters, windows, convolution.
         ReduceWindowSum | ReduceWindowMax | ReduceWindowMin | ReduceWindow
         | SelectAndScatterAdd | ConvGeneralDilated => {
             vec![super::window::window(prim, params, args, size)]
         }
+        CustomJvpCall | CustomVjpCall => {
+            super::flow::custom_call(prim, params, args, size, out.len())
+        }
+        Scan => super::flow::scan(params, args, size, out.len()),
+        Cond => super::flow::cond(params, args, size, out.len()),
+        While => super::flow::while_loop(params, args, size, out.len()),
     }
 }
 

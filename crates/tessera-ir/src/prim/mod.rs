@@ -3,11 +3,13 @@
 //! (`elementwise`, `structural`, `reduce`, `linalg`, `indexing`, `control`), so a primitive without a rule
 //! does not compile.
 
+mod branch;
 mod collective;
 mod control;
 mod conv;
 mod cumulative;
 mod elementwise;
+mod flow;
 mod index_modes;
 mod index_params;
 mod indexing;
@@ -16,6 +18,7 @@ mod numeric;
 mod ops;
 mod random;
 mod reduce;
+mod scan;
 mod scatter;
 mod shard_map;
 mod sort;
@@ -25,12 +28,14 @@ mod threefry;
 mod treduce;
 mod window;
 
+pub use branch::{WhileParams, branch_index, cond_branches, cond_params, while_params};
 pub use collective::{
     axis_names, collective_axes, index_groups, permutation, replica_groups, scatter_shape, simulate,
 };
 pub use conv::ConvParams;
 pub(crate) use cumulative::flip;
 pub use cumulative::{CumulativeOp, cumulative_program};
+pub use flow::{CustomRule, call_name, custom_rule};
 pub use index_modes::{
     GatherScatterMode, gather_fill_program, scatter_clip_program, scatter_clip_program_for,
     scatter_window_sizes,
@@ -44,6 +49,7 @@ pub use ops::{
     ReductionOp, StructuralOp, UnaryOp,
 };
 pub use random::RandomOp;
+pub use scan::{ScanParams, scan_params, stacked, unstacked};
 pub use scatter::ScatterKind;
 pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
 pub use sort::{SortOp, sort_order, sort_params, top_k_params};
@@ -112,7 +118,7 @@ prims! {
     ReduceScatter => "reduce_scatter", Ppermute => "ppermute", AllToAll => "all_to_all",
     AxisIndex => "axis_index", Pvary => "pvary", Pbroadcast => "pbroadcast",
     ShardMap => "shard_map", Checkpoint => "checkpoint", Treduce => "treduce",
-    // issue 20 B
+    // Special functions, bit operations, random numbers, sorting.
     Erf => "erf", Erfc => "erfc", ErfInv => "erf_inv", Lgamma => "lgamma", Digamma => "digamma",
     Polygamma => "polygamma", Tan => "tan", Asin => "asin", Acos => "acos", Atan => "atan",
     Sinh => "sinh", Cosh => "cosh", Asinh => "asinh", Acosh => "acosh", Atanh => "atanh",
@@ -123,7 +129,7 @@ prims! {
     RandomSeed => "random_seed", RandomWrap => "random_wrap", RandomUnwrap => "random_unwrap",
     RandomBits => "random_bits", RandomSplit => "random_split", RandomFoldIn => "random_fold_in",
     Threefry2x32 => "threefry2x32", Sort => "sort", TopK => "top_k",
-    // issue 20 C
+    // Cumulative ops, scatters, windows, convolution.
     Cumprod => "cumprod", Cummax => "cummax", Cummin => "cummin",
     Cumlogsumexp => "cumlogsumexp",
     Scatter => "scatter", ScatterMul => "scatter-mul", ScatterMin => "scatter-min",
@@ -132,6 +138,24 @@ prims! {
     ReduceWindowMin => "reduce_window_min", ReduceWindow => "reduce_window",
     SelectAndScatterAdd => "select_and_scatter_add",
     ConvGeneralDilated => "conv_general_dilated",
+    // Control flow and custom derivatives.
+    CustomJvpCall => "custom_jvp_call", CustomVjpCall => "custom_vjp_call", Scan => "scan",
+    Cond => "cond", While => "while",
+}
+
+/// The primitives of module `flow`: control flow and custom derivatives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowOp {
+    /// `custom_jvp_call`.
+    CustomJvp,
+    /// `custom_vjp_call`.
+    CustomVjp,
+    /// `scan`.
+    Scan,
+    /// `cond`.
+    Cond,
+    /// `while`.
+    While,
 }
 
 /// Which family module holds a primitive's rules, with the typed kind of the elementwise and
@@ -150,6 +174,7 @@ enum Family {
     Random(RandomOp),
     Sort(SortOp),
     Window(WindowOp),
+    Flow(FlowOp),
 }
 
 impl Prim {
@@ -276,7 +301,7 @@ impl Prim {
             Threefry2x32 => Family::Random(RandomOp::Threefry2x32),
             Sort => Family::Sort(SortOp::Sort),
             TopK => Family::Sort(SortOp::TopK),
-            // issue 20 C
+            // Cumulative ops, scatters, windows, convolution.
             Cumprod => Family::Reduce(ReductionOp::Cumulative(CumulativeOp::Prod)),
             Cummax => Family::Reduce(ReductionOp::Cumulative(CumulativeOp::Max)),
             Cummin => Family::Reduce(ReductionOp::Cumulative(CumulativeOp::Min)),
@@ -291,6 +316,11 @@ impl Prim {
             ReduceWindow => Family::Window(WindowOp::Generic),
             SelectAndScatterAdd => Family::Window(WindowOp::SelectAndScatterAdd),
             ConvGeneralDilated => Family::Window(WindowOp::Conv),
+            CustomJvpCall => Family::Flow(FlowOp::CustomJvp),
+            CustomVjpCall => Family::Flow(FlowOp::CustomVjp),
+            Scan => Family::Flow(FlowOp::Scan),
+            Cond => Family::Flow(FlowOp::Cond),
+            While => Family::Flow(FlowOp::While),
         }
     }
 
@@ -309,7 +339,8 @@ impl Prim {
             | Family::Numeric(_)
             | Family::Random(_)
             | Family::Sort(_)
-            | Family::Window(_) => None,
+            | Family::Window(_)
+            | Family::Flow(_) => None,
         }
     }
 
@@ -328,7 +359,8 @@ impl Prim {
             | Family::Numeric(_)
             | Family::Random(_)
             | Family::Sort(_)
-            | Family::Window(_) => None,
+            | Family::Window(_)
+            | Family::Flow(_) => None,
         }
     }
 
@@ -347,11 +379,12 @@ impl Prim {
             | Family::Numeric(_)
             | Family::Random(_)
             | Family::Sort(_)
-            | Family::Window(_) => None,
+            | Family::Window(_)
+            | Family::Flow(_) => None,
         }
     }
 
-    /// The typed kind of a primitive of issue 20 B's numeric family (`None` for the others).
+    /// The typed kind of a special function or bit operation (`None` for the others).
     pub fn numeric(self) -> Option<NumericOp> {
         match self.family() {
             Family::Numeric(op) => Some(op),
@@ -366,7 +399,8 @@ impl Prim {
             | Family::Treduce
             | Family::Random(_)
             | Family::Sort(_)
-            | Family::Window(_) => None,
+            | Family::Window(_)
+            | Family::Flow(_) => None,
         }
     }
 
@@ -385,7 +419,8 @@ impl Prim {
             | Family::Treduce
             | Family::Numeric(_)
             | Family::Random(_)
-            | Family::Sort(_) => None,
+            | Family::Sort(_)
+            | Family::Flow(_) => None,
         }
     }
 
@@ -404,7 +439,8 @@ impl Prim {
             | Family::Treduce
             | Family::Numeric(_)
             | Family::Sort(_)
-            | Family::Window(_) => None,
+            | Family::Window(_)
+            | Family::Flow(_) => None,
         }
     }
 
@@ -423,7 +459,8 @@ impl Prim {
             | Family::Treduce
             | Family::Numeric(_)
             | Family::Random(_)
-            | Family::Window(_) => None,
+            | Family::Window(_)
+            | Family::Flow(_) => None,
         }
     }
 
@@ -455,6 +492,7 @@ impl Prim {
             Family::Random(op) => random::abstract_eval(self, op, params, inputs),
             Family::Sort(op) => sort::abstract_eval(self, op, params, inputs),
             Family::Window(op) => window::abstract_eval(self, op, params, inputs),
+            Family::Flow(op) => flow::abstract_eval(self, op, params, inputs),
         }?;
         // Inside shard_map, a local computation varies over every axis an operand varies over.
         let vma: std::collections::BTreeSet<String> =
@@ -486,6 +524,7 @@ impl Prim {
             Family::Random(op) => random::eval(op, inputs, outputs),
             Family::Sort(op) => sort::eval(op, params, inputs, outputs),
             Family::Window(op) => window::eval(self, op, params, inputs, outputs),
+            Family::Flow(op) => flow::eval(self, op, params, inputs, outputs),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! nested jaxprs); the parser gives each jaxpr its own scope.
 
 mod parse;
+mod shared;
 
 pub use parse::{parse_closed, parse_closed_with_consts};
 
@@ -11,20 +12,56 @@ use std::collections::HashMap;
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Var};
+use crate::params::ParamValue;
 
 /// The line width past which an equation's parameters go on lines of their own.
 const WIDTH: usize = 80;
 
-/// Prints a closed jaxpr whose first line starts at column `indent`.
+/// Prints a closed jaxpr whose first line starts at column `indent`. As JAX 0.10 does, a nested
+/// jaxpr used more than once is printed once, before the program, as `let NAME = { lambda ... }
+/// in` (named by the `name` parameter of the first equation calling it), and referred to as
+/// `jaxpr=NAME`.
 pub fn print_closed(closed: &ClosedJaxpr, indent: usize) -> String {
-    let mut namer = Namer::default();
-    print_jaxpr(&closed.jaxpr, indent, &mut namer)
+    let mut namer = Namer {
+        shared: shared::shared_jaxprs(&closed.jaxpr),
+        ..Namer::default()
+    };
+    let mut out = String::new();
+    for k in 0..namer.shared.len() {
+        let (jaxpr, name) = namer.shared[k].clone();
+        let text = print_jaxpr(&jaxpr, indent, &mut namer);
+        out.push_str(&format!("let {name} = {text} in\n{}", " ".repeat(indent)));
+    }
+    out.push_str(&print_jaxpr(&closed.jaxpr, indent, &mut namer));
+    out
 }
 
-/// The base-26 names JAX uses: a..z, ba, bb, ...
+/// The base-26 names JAX uses: a..z, ba, bb, ..., and the shared jaxprs printed by name.
 #[derive(Default)]
 struct Namer {
     next: usize,
+    shared: Vec<(Jaxpr, String)>,
+}
+
+impl Namer {
+    /// The name of a jaxpr printed before the program, if it is one.
+    fn shared_name(&self, jaxpr: &Jaxpr) -> Option<&str> {
+        self.shared
+            .iter()
+            .find(|(j, _)| j == jaxpr)
+            .map(|(_, n)| n.as_str())
+    }
+
+    /// Whether a parameter holds a jaxpr printed in place (not by name).
+    fn inline_jaxpr(&self, value: &ParamValue) -> bool {
+        match value {
+            ParamValue::Jaxpr(j) => self.shared_name(&j.jaxpr).is_none(),
+            ParamValue::Tuple(items) | ParamValue::List(items) => {
+                items.iter().any(|v| self.inline_jaxpr(v))
+            }
+            _ => false,
+        }
+    }
 }
 
 impl Namer {
@@ -99,23 +136,14 @@ fn print_jaxpr(jaxpr: &Jaxpr, indent: usize, namer: &mut Namer) -> String {
 
 fn print_eqn(eqn: &Eqn, scope: &mut Scope<'_>, indent: usize, namer: &mut Namer) -> String {
     let args: Vec<String> = eqn.inputs.iter().map(|a| scope.atom(a)).collect();
-    let has_jaxpr = eqn
-        .params
-        .0
-        .iter()
-        .any(|(_, v)| matches!(v, crate::params::ParamValue::Jaxpr(_)));
+    let has_jaxpr = eqn.params.0.iter().any(|(_, v)| namer.inline_jaxpr(v));
     // The results are named before a nested jaxpr's variables, as JAX does.
     let outs: Vec<String> = eqn.outputs.iter().map(|&v| scope.bind(v, namer)).collect();
     let params: Vec<String> = eqn
         .params
         .0
         .iter()
-        .map(|(k, v)| match v {
-            crate::params::ParamValue::Jaxpr(j) => {
-                format!("{k}={}", print_jaxpr(&j.jaxpr, indent + 2, namer))
-            }
-            other => format!("{k}={other}"),
-        })
+        .map(|(k, v)| format!("{k}={}", param_text(v, indent, namer)))
         .collect();
     let lhs = format!(
         "{}{} = {}",
@@ -138,6 +166,26 @@ fn print_eqn(eqn: &Eqn, scope: &mut Scope<'_>, indent: usize, namer: &mut Namer)
         body.join("\n"),
         " ".repeat(indent)
     )
+}
+
+/// A parameter's text: nested jaxprs printed in place at `indent + 2` or by their shared name.
+fn param_text(value: &ParamValue, indent: usize, namer: &mut Namer) -> String {
+    match value {
+        ParamValue::Jaxpr(j) => match namer.shared_name(&j.jaxpr) {
+            Some(name) => name.to_owned(),
+            None => print_jaxpr(&j.jaxpr, indent + 2, namer),
+        },
+        ParamValue::Tuple(items) if items.iter().any(|v| matches!(v, ParamValue::Jaxpr(_))) => {
+            // `branches=(` then one jaxpr a line, as JAX prints `cond`'s branches.
+            let inner = " ".repeat(indent + 4);
+            let parts: Vec<String> = items
+                .iter()
+                .map(|v| format!("{inner}{}", param_text(v, indent + 2, namer)))
+                .collect();
+            format!("(\n{}\n{})", parts.join("\n"), " ".repeat(indent + 2))
+        }
+        other => other.to_string(),
+    }
 }
 
 /// One line per equation with fresh names (for error context).

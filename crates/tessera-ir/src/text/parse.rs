@@ -170,22 +170,6 @@ impl Parser {
 
     /// Whether the text ahead is the keyword `in` followed by `(` (the end of a jaxpr's body,
     /// possibly on the same line as the last equation).
-    /// At a newline inside an equation's operands: whether the next line goes on with them
-    /// (JAX wraps long operand lists). A new equation has an `=` on its line; the `in` line
-    /// ends the program.
-    fn operands_continue(&self) -> bool {
-        let mut i = self.pos + 1;
-        while self.chars.get(i).is_some_and(|c| *c == ' ' || *c == '\t') {
-            i += 1;
-        }
-        let line: String = self.chars[i.min(self.chars.len())..]
-            .iter()
-            .take_while(|c| **c != '\n')
-            .collect();
-        let starts_in = line == "in" || line.starts_with("in ") || line.starts_with("in(");
-        !line.is_empty() && !starts_in && !line.contains('=') && !line.starts_with(['}', ']'])
-    }
-
     fn at_in_keyword(&self) -> bool {
         let mut i = self.pos;
         let chars = &self.chars;
@@ -200,6 +184,22 @@ impl Parser {
             i += 1;
         }
         chars.get(i) == Some(&'(')
+    }
+
+    /// Whether the line after the newline here continues an equation's operands (JAX wraps a
+    /// long operand list onto further lines): it holds only operands, so no `=` (which every
+    /// equation has) and it is not the `in (...)` closing the jaxpr.
+    fn at_continuation(&self) -> bool {
+        let rest = &self.chars[self.pos + 1..];
+        let line: Vec<char> = rest.iter().copied().take_while(|&c| c != '\n').collect();
+        let text: String = line.iter().collect();
+        let text = text.trim();
+        !text.is_empty()
+            && !text.contains('=')
+            && !text.starts_with("in ")
+            && text != "in"
+            && !text.starts_with("in(")
+            && !text.starts_with(['}', ']'])
     }
 
     fn closed(&mut self) -> Result<ClosedJaxpr> {
@@ -306,6 +306,15 @@ impl Parser {
         let save = self.pos;
         let name = self.word();
         let Some(&start) = self.definitions.get(&name) else {
+            if !name.is_empty() && name != "None" {
+                return Err(self.error_at(
+                    save,
+                    &format!(
+                        "unknown sub-jaxpr `{name}`: no `let {name} = {{ lambda ... }} in` \
+                         before the program"
+                    ),
+                ));
+            }
             self.pos = save;
             return self.value();
         };
@@ -412,7 +421,7 @@ impl Parser {
         let mut inputs = Vec::new();
         loop {
             self.skip_blank();
-            if self.peek() == Some('\n') && self.operands_continue() {
+            if self.peek() == Some('\n') && self.at_continuation() {
                 self.skip_ws();
             }
             if matches!(self.peek(), None | Some('\n')) || self.at_in_keyword() {
@@ -495,6 +504,7 @@ impl Parser {
             Some('[') => self.sequence('[', ']').map(ParamValue::List),
             Some('{') => self.closed().map(|j| ParamValue::Jaxpr(Box::new(j))),
             Some(c) if c.is_ascii_digit() || c == '-' => self.number(),
+            Some('<') => self.angle_name(),
             Some(_) => {
                 let word = self.word();
                 if word.is_empty() {
@@ -515,6 +525,24 @@ impl Parser {
             }
             None => Err(self.error("unexpected end of text in parameters")),
         }
+    }
+
+    /// `<function f at 0x7f...>`: how JAX prints a Python callable (a custom rule), kept as a
+    /// name.
+    fn angle_name(&mut self) -> Result<ParamValue> {
+        let start = self.pos;
+        while let Some(c) = self.peek() {
+            self.pos += 1;
+            if c == '>' {
+                return Ok(ParamValue::Name(
+                    self.chars[start..self.pos].iter().collect(),
+                ));
+            }
+            if c == '\n' {
+                break;
+            }
+        }
+        Err(self.error_at(start, "unterminated `<...>` in parameters"))
     }
 
     /// `Name(key=value, ...)`: a record.
@@ -549,7 +577,20 @@ impl Parser {
         self.expect(&open.to_string())?;
         let mut items = Vec::new();
         while !self.eat(&close.to_string()) {
-            items.push(self.value()?);
+            let item = match self.value()? {
+                ParamValue::Name(n) if self.definitions.contains_key(&n) => {
+                    self.pos -= n.chars().count();
+                    self.jaxpr_value()?
+                }
+                other => other,
+            };
+            let is_jaxpr = matches!(item, ParamValue::Jaxpr(_));
+            items.push(item);
+            // JAX prints a tuple of jaxprs (`cond`'s branches) one a line, without commas.
+            self.skip_ws();
+            if is_jaxpr && self.peek() != Some(',') && self.peek() != Some(close) {
+                continue;
+            }
             if !self.eat(",") {
                 self.expect(&close.to_string())?;
                 break;

@@ -24,6 +24,7 @@
 
 mod collectives;
 mod failure;
+mod flow;
 mod loops;
 mod nn;
 mod numeric;
@@ -34,6 +35,9 @@ mod transforms;
 mod windowed;
 
 pub use collectives::{pmap, shard_map, shard_map_program};
+pub use flow::{
+    Branch, cond, custom_jvp, custom_vjp, fori_loop, fori_loop_dynamic, scan, switch, while_loop,
+};
 pub use loops::{default_ops, treduce, treduce_i};
 pub use nn::where_;
 pub use sort::sort;

@@ -1,4 +1,4 @@
-//! The tracing API of issue 20 B's numeric family, named as in `jax.lax`: special functions,
+//! The tracing API of the numeric family, named as in `jax.lax`: special functions,
 //! inverse and hyperbolic trigonometry, and bit operations on integers.
 
 use super::Tensor;

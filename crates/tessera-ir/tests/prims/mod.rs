@@ -10,6 +10,9 @@ use tessera_ir::trace::{Tensor, shard_map_program};
 use tessera_ir::{Array, ClosedJaxpr, DType, Prim, ShapedArray};
 use tessera_sharding::{AbstractMesh, PartitionSpec};
 
+/// The primitives with forward-mode derivatives only (as in JAX): their VJP is an error.
+pub const FORWARD_ONLY: &[Prim] = &[Prim::While];
+
 /// The collectives that have no derivative (as in JAX).
 pub const NOT_DIFFERENTIABLE: &[Prim] = &[Prim::Pmax, Prim::Pmin];
 
@@ -271,12 +274,74 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             })
             .unwrap_or_else(|e| panic!("{e}"))
         }
+        CustomJvpCall => {
+            let aval = ShapedArray::new(DType::F64, &[2, 3]);
+            tessera_ir::trace::trace(&[aval.clone(), aval], |a| {
+                // f(x, y) = sin(x) * y with its exact JVP rule.
+                tessera_ir::trace::custom_jvp(
+                    "sin_mul",
+                    &[&a[0], &a[1]],
+                    |p| vec![&p[0].sin() * &p[1]],
+                    |p, t| {
+                        let y = &p[0].sin() * &p[1];
+                        let dy = &(&(&t[0] * &p[0].cos()) * &p[1]) + &(&p[0].sin() * &t[1]);
+                        (vec![y], vec![dy])
+                    },
+                )
+            })
+            .unwrap_or_else(|e| panic!("{e}"))
+        }
+        // As parsed from JAX's text: the rules are Python functions, the body is differentiated.
+        CustomVjpCall => prog(
+            "a:f64[2,3] b:f64[2,3]",
+            "c:f64[2,3] = custom_vjp_call[\nname=f\nbwd=<function f_bwd at 0x7f00>\ncall_jaxpr={ lambda ; x:f64[2,3] y:f64[2,3]. let\nz:f64[2,3] = mul x y\nw:f64[2,3] = tanh z\nin (w,) }\nfwd_jaxpr_thunk=<function f_fwd at 0x7f01>\nnum_consts=0\nout_trees=<function out_trees at 0x7f02>\nsymbolic_zeros=False\n] a b",
+            "c",
+        ),
+        // A reverse scan with a constant, a float and an integer carry, scanned and stacked values.
+        Scan => {
+            let f64 = |s: &[i64]| ShapedArray::new(DType::F64, s);
+            tessera_ir::trace::trace(&[f64(&[3]), f64(&[3]), f64(&[4, 3])], |a| {
+                let i0 = (&a[0].sum(&[0]) * 0.0).astype(DType::I32);
+                let (carry, ys) = tessera_ir::trace::scan(
+                    &[&a[0]],
+                    &[&a[1], &i0],
+                    &[&a[2]],
+                    None,
+                    true,
+                    |c, h, x| {
+                        let h1 = &(&(&h[0] * &c[0]) + &x[0]).sin() + &h[1].astype(DType::F64);
+                        let y = &h1 * &x[0];
+                        (vec![h1, &h[1] + 1], vec![y])
+                    },
+                );
+                vec![carry[0].clone(), ys[0].clone()]
+            })
+            .unwrap_or_else(|e| panic!("{e}"))
+        }
+        // As JAX prints `lax.switch` on three branches; an index of 3 runs the last branch.
+        Cond => prog(
+            "i:i32[] a:f64[2,3] b:f64[1,3]",
+            "c:f64[2,3] d:f64[1,3] = cond[\nbranches=(\n{ lambda ; x:f64[2,3] y:f64[1,3]. let\nz:f64[2,3] = sin x\nin (z, y) }\n{ lambda ; x:f64[2,3] y:f64[1,3]. let\nz:f64[2,3] = mul x y\nw:f64[1,3] = cos y\nin (z, w) }\n{ lambda ; x:f64[2,3] y:f64[1,3]. let\nz:f64[2,3] = tanh x\nw:f64[1,3] = mul y 2.0:f64[]\nin (z, w) }\n)\n] i a b\ne:f64[2,3] = mul c d",
+            "e",
+        ),
+        // A loop whose trip count is an operand (0..=3).
+        While => {
+            let i32s = ShapedArray::new(DType::I32, &[]);
+            let f64 = |s: &[i64]| ShapedArray::new(DType::F64, s);
+            tessera_ir::trace::trace(&[i32s, f64(&[3]), f64(&[3])], |a| {
+                let zero = a[0].full_like_scalar(0.0);
+                tessera_ir::trace::fori_loop_dynamic(&zero, &a[0], &[&a[2]], &[&a[1]], |c, i, h| {
+                    vec![&(&h[0].sin() * &c[0]) + &i.astype(DType::F64)]
+                })
+            })
+            .unwrap_or_else(|e| panic!("{e}"))
+        }
         PipelineEnterStage => prog(
             "a:f64[2,3] b:f64[3]",
             "c:f64[2,3] d:f64[3] = pipeline_enter_stage[stage=1] a b\ne:f64[3] = sin d",
             "c, e",
         ),
-        // issue 20 B
+        // Special functions, bit operations, random numbers, sorting.
         Erf | Erfc | Lgamma | Digamma | Atan | Sinh | Cosh | Asinh | Cbrt | Square => unary(name),
         ErfInv | Asin | Acos | Atanh | Tan => prog(
             "a:f64[2,3]",
@@ -330,7 +395,7 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             "b:f64[2,2] c:i32[2,2] = top_k[axis=1 k=2] a\nd:f64[1,4] e:i32[1,4] = top_k[axis=0 k=1] a\nf:f64[2,4] = sin a\ng:f64[2,2] h:i32[2,2] = top_k[k=2] f",
             "b, c, d, g",
         ),
-        // issue 20 C
+        // Cumulative ops, scatters, windows, convolution.
         Cumprod | Cummax | Cummin | Cumlogsumexp => prog(
             "a:f64[3,5]",
             &format!(

@@ -5,6 +5,7 @@
 mod control;
 mod conv;
 mod elementwise;
+mod flow;
 mod indexing;
 mod loops;
 mod numeric;
@@ -351,7 +352,7 @@ fn lower_eqn<'c, 'b>(
         | Pvary | Pbroadcast => parallel::collective(ctx, eqn.prim, p, inputs),
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),
         Treduce => loops::treduce(ctx, p, inputs, functions),
-        // issue 20 B
+        // Special functions, bit operations, random numbers, sorting.
         Erf | Erfc | ErfInv | Lgamma | Digamma | Polygamma | Tan | Asin | Acos | Atan | Sinh
         | Cosh | Asinh | Acosh | Atanh | Cbrt | Square | IsFinite | Atan2 | ShiftLeft
         | ShiftRightLogical | ShiftRightArithmetic | BitcastConvertType | PopulationCount => {
@@ -361,10 +362,14 @@ fn lower_eqn<'c, 'b>(
         | Threefry2x32 => random::lower(ctx, eqn.prim, p, inputs),
         Sort => sort::sort(ctx, p, inputs),
         TopK => sort::top_k(ctx, p, inputs),
-        // issue 20 C
+        // Cumulative ops, scatters, windows, convolution.
         ReduceWindowSum | ReduceWindowMax | ReduceWindowMin | ReduceWindow
         | SelectAndScatterAdd => window::lower(ctx, eqn.prim, p, inputs),
         ConvGeneralDilated => conv::conv(ctx, p, inputs),
+        CustomJvpCall | CustomVjpCall => flow::custom_call(ctx, eqn.prim, p, inputs, functions),
+        Scan => flow::scan(ctx, p, inputs, functions),
+        Cond => flow::cond(ctx, p, inputs, functions),
+        While => flow::while_loop(ctx, p, inputs, functions),
     }
 }
 
