@@ -31,7 +31,7 @@ pub enum DType {
     F32,
     /// IEEE double.
     F64,
-    /// A threefry PRNG key (`key<fry>`, issue 20 B): physically two `u32` words. The
+    /// A threefry PRNG key (`key<fry>`): physically two `u32` words. The
     /// interpreter holds each key as one value whose 64 bits are the two words (`DType::round`
     /// leaves it alone); lowering gives a key array of shape `S` the type `tensor<S x 2 x ui32>`.
     KeyFry,

@@ -1,4 +1,4 @@
-//! Batching of the PRNG primitives (issue 20 B). A batched key array is a key array with a
+//! Batching of the PRNG primitives. A batched key array is a key array with a
 //! leading dimension: `random_bits` and `random_split` draw each key's block after the keys'
 //! shape, so moving the batch dimension to the front batches them; `random_fold_in` and
 //! `threefry2x32` broadcast their operands elementwise.

@@ -1,4 +1,4 @@
-//! Batching of `sort` and `top_k` (issue 20 B): every operand gets the batch dimension in
+//! Batching of `sort` and `top_k`: every operand gets the batch dimension in
 //! front and the sorted dimension (`dimension`, `axis`) moves one further.
 
 use super::{Batched, to_front, with_param};

@@ -1,4 +1,4 @@
-//! JAX's PRNG primitives over typed `key<fry>` keys (issue 20 B): `random_seed`, `random_wrap`,
+//! JAX's PRNG primitives over typed `key<fry>` keys: `random_seed`, `random_wrap`,
 //! `random_unwrap`, `random_bits`, `random_split`, `random_fold_in`, and the raw
 //! `threefry2x32`. Values are bit for bit JAX's with `jax_threefry_partitionable` (the default
 //! since JAX 0.5): element `i` of a block drawn from a key is Threefry of the key at the

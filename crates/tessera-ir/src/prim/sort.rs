@@ -1,4 +1,4 @@
-//! Sorting and selection (issue 20 B): `sort` (several operands of one shape sorted together
+//! Sorting and selection: `sort` (several operands of one shape sorted together
 //! along `dimension` by the first `num_keys` of them, lexicographically; floats ascending in
 //! JAX's order: `-0.0` equal to `0.0`, NaN last) and `top_k` (the `k` largest along `axis`,
 //! ties to the lower index, with their `int32` indices). Both interpretations are stable.

@@ -1,4 +1,4 @@
-//! `jax.random` in the tracing API (issue 20 B): typed threefry keys and the samplers built on
+//! `jax.random` in the tracing API: typed threefry keys and the samplers built on
 //! them exactly as JAX builds them, so the same key gives JAX's numbers bit for bit
 //! (`jax.random.normal(jax.random.PRNGKey(0), (3,))` included; see `tests/random_pjrt.rs`).
 //!

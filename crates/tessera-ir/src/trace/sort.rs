@@ -1,4 +1,4 @@
-//! Sorting in the tracing API (issue 20 B), named as in JAX: [`sort`] (`lax.sort`: several
+//! Sorting in the tracing API, named as in JAX: [`sort`] (`lax.sort`: several
 //! operands sorted together by their first `num_keys`), and `Tensor::sort`, `Tensor::argsort`
 //! (`jnp.argsort`: the stable sort of the array with an `iota`), `Tensor::top_k`.
 

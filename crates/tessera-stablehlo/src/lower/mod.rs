@@ -324,7 +324,7 @@ fn lower_eqn<'c, 'b>(
     functions: &mut Functions<'_, 'c>,
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     use Prim::*;
-    // issue 20 B: structural rules on key arrays read their physical parameters.
+    // structural rules on key arrays read their physical parameters.
     let physical = random::physical_params(eqn.prim, &eqn.params, ctx.in_avals, ctx.out_avals)?;
     let p = physical.as_ref().unwrap_or(&eqn.params);
     match eqn.prim {

@@ -1,4 +1,4 @@
-//! The PRNG primitives (issue 20 B) on physical keys: a `key<fry>` array of shape `S` is a
+//! The PRNG primitives on physical keys: a `key<fry>` array of shape `S` is a
 //! `tensor<S x 2 x ui32>` (see `mlir_type`), so `random_wrap`/`random_unwrap` are identities,
 //! and `random_bits`, `random_split`, `random_fold_in`, `random_seed` and `threefry2x32` expand
 //! into StableHLO integer operations: Threefry-2x32's 20 rounds of add, rotate and xor on

@@ -1,4 +1,4 @@
-//! `sort` and `top_k` (issue 20 B). `sort` is `stablehlo.sort` with JAX's comparator region:
+//! `sort` and `top_k`. `sort` is `stablehlo.sort` with JAX's comparator region:
 //! float keys canonicalised (`-0.0` to `0.0`, every NaN to one positive NaN) and compared in
 //! total order, keys compared lexicographically. `top_k` is `chlo.top_k` on the last
 //! dimension (transposed there and back for another axis), as JAX lowers it.
