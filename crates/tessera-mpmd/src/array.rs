@@ -79,6 +79,17 @@ impl MpmdArray {
         })
     }
 
+    /// An array held by `sharding`'s groups in other processes only: it has a shape and type
+    /// here but no data ([`MpmdArray::is_partially_addressable`] is false).
+    pub fn remote(shape: &[i64], ty: ElementType, sharding: MpmdSharding) -> MpmdArray {
+        MpmdArray {
+            sharding,
+            shape: shape.to_vec(),
+            ty,
+            arrays: BTreeMap::new(),
+        }
+    }
+
     /// The spec within a group.
     pub fn spec(&self) -> &tessera_sharding::PartitionSpec {
         self.sharding.spec()
@@ -109,7 +120,8 @@ impl MpmdArray {
         self.sharding.groups().len() > 1
     }
 
-    /// Whether this process holds data of the array (always, in one process, unless deleted).
+    /// Whether this process holds data of the array (always in one process; in a process of a
+    /// multi-process job, when one of its groups is among the array's).
     pub fn is_partially_addressable(&self) -> bool {
         !self.arrays.is_empty()
     }

@@ -120,13 +120,14 @@ impl MpmdJit {
         };
         let schedule = options.resolve(&p.schedule, params)?;
         let length = p.length as usize;
-        let mut pipeline = CompiledPipeline::new(
+        let mut pipeline = CompiledPipeline::new_in(
             client,
             mesh,
             &loss,
             &argnums,
             schedule.as_dyn(),
             length as u32,
+            options.processes.clone(),
         )?;
         if let Some(timeout) = options.timeout {
             pipeline.set_run_options(RunOptions { timeout });
@@ -152,7 +153,11 @@ impl MpmdJit {
         let aliases = donation::aliases(&split, &options.donate_argnums, n_args)?;
         for (piece, aliased) in split.into_iter().zip(aliases) {
             let compiled = match piece.place {
-                Place::Group(g) => Some(compile_piece(&mut updates, mesh, &piece, g, aliased)?),
+                Place::Group(g) if pipeline.is_local(g) => {
+                    Some(compile_piece(&mut updates, mesh, &piece, g, aliased)?)
+                }
+                // Another process compiles and runs it.
+                Place::Group(_) => None,
                 Place::Host => None,
             };
             pieces.push((piece, compiled));
@@ -255,7 +260,9 @@ impl MpmdJit {
             match *input {
                 LossInput::Param(i) => {
                     let group = self.param_group(a)?;
-                    params.insert(a, args[i].placed(group)?);
+                    if self.pipeline.is_local(group) {
+                        params.insert(a, args[i].placed(group)?);
+                    }
                 }
                 LossInput::Invariant(i) => {
                     let host = args[i].host("loop-invariant data")?;
@@ -281,6 +288,7 @@ impl MpmdJit {
                     .into_iter()
                     .map(|m| StepResult::Mpmd(Box::new(m)))
                     .collect(),
+                (Place::Group(g), None) => self.elsewhere(piece, g)?,
                 _ => self
                     .run_on_host(piece, args, &losses, &out.grads)?
                     .into_iter()
@@ -300,6 +308,22 @@ impl MpmdJit {
             losses: out.losses,
             timings: out.timings,
         })
+    }
+
+    /// The results of a piece another process runs on its group `group`: arrays that are not
+    /// addressable here.
+    fn elsewhere(&self, piece: &Piece, group: usize) -> Result<Vec<StepResult>, DriverError> {
+        let sharding = MpmdSharding::new(&self.mesh, [group], &PartitionSpec::replicated())?;
+        piece
+            .program
+            .jaxpr
+            .out_avals()
+            .iter()
+            .map(|a| {
+                let remote = MpmdArray::remote(&a.shape, element_type(a.dtype), sharding.clone());
+                Ok(StepResult::Mpmd(Box::new(remote)))
+            })
+            .collect()
     }
 
     /// The group holding loss argument `a` (a parameter).
@@ -351,7 +375,7 @@ impl MpmdJit {
         group: usize,
         args: &[StepArg],
         losses: &HostArray,
-        grads: &[DeviceArray],
+        grads: &[Option<DeviceArray>],
     ) -> Result<Vec<MpmdArray>, DriverError> {
         let mesh = self.mesh.group(group)?;
         let replicated = NamedSharding::new(mesh, PartitionSpec::replicated())?;
@@ -369,7 +393,7 @@ impl MpmdJit {
                 } else if i == self.num_args {
                     Ok(DeviceArray::device_put(&self.client, losses, &replicated)?)
                 } else {
-                    Ok(grads[i - self.num_args - 1].clone())
+                    grad(grads, i - self.num_args - 1)
                 }
             })
             .collect::<Result<Vec<_>, DriverError>>()?;
@@ -389,7 +413,7 @@ impl MpmdJit {
         piece: &Piece,
         args: &[StepArg],
         losses: &HostArray,
-        grads: &[DeviceArray],
+        grads: &[Option<DeviceArray>],
     ) -> Result<Vec<HostArray>, DriverError> {
         let avals = piece.program.jaxpr.in_avals();
         let inputs = piece
@@ -402,7 +426,7 @@ impl MpmdJit {
                 } else if i == self.num_args {
                     losses.clone()
                 } else {
-                    grads[i - self.num_args - 1].to_host()?
+                    grad(grads, i - self.num_args - 1)?.to_host()?
                 };
                 from_host(&host, aval.dtype).map_err(|e| config(e.0))
             })
@@ -413,6 +437,15 @@ impl MpmdJit {
             .map(|o| to_host(o).map_err(|e| config(e.0)))
             .collect()
     }
+}
+
+/// Gradient `k` of a step, which must be held by this process.
+fn grad(grads: &[Option<DeviceArray>], k: usize) -> Result<DeviceArray, DriverError> {
+    grads.get(k).cloned().flatten().ok_or_else(|| {
+        config(format!(
+            "gradient {k} is held by another process; only code on its group can read it"
+        ))
+    })
 }
 
 fn compile_piece(

@@ -2,6 +2,7 @@
 
 mod devices;
 mod gpt;
+mod mpi;
 mod oracle;
 mod schedule;
 mod sharding;

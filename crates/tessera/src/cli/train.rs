@@ -16,14 +16,13 @@ use tessera::jit::{from_host, to_host};
 use tessera_ir::interp::eval_closed;
 use tessera_ir::trace::{Tensor, trace, treduce, value_and_grad_call};
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
-use tessera_mpmd::{MpmdMesh, StepArg, StepResult};
+use tessera_mpmd::{StepArg, StepResult};
 use tessera_nn::data::{ByteCorpus, Split};
 use tessera_nn::lr::LrSchedule;
 use tessera_nn::optim::{AdamW, Optimizer, Sgd};
 use tessera_nn::{DecoderConfig, StagePlan, Tree};
 use tessera_pjrt::{Client, HostArray};
 use tessera_schedule::{Costs, Registry, ScheduleParams};
-use tessera_sharding::Mesh;
 
 /// A model to train: its loss program, which arguments are parameters, their initial values,
 /// and the data arguments of each microbatch.
@@ -375,6 +374,15 @@ fn reference_step(
 }
 
 pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
+    super::mpi::run_job(args, plugin, run_in)
+}
+
+/// The run in one process, or in one rank of an MPI job (`job`).
+fn run_in(
+    args: Args,
+    plugin: Option<&str>,
+    job: Option<&tessera_mpmd::mpi_job::MpiJob>,
+) -> anyhow::Result<ExitCode> {
     let mpmd_dim = args.mpmd_dim.unwrap_or(args.stages);
     if mpmd_dim == 0 || !args.devices.is_multiple_of(mpmd_dim) {
         bail!(
@@ -430,20 +438,8 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         )?,
         other => bail!("unknown model `{other}`: use `mlp`, `gpt`, `llama` or `gpt2`"),
     };
-    let client = Client::open(plugin, i64::from(args.devices))?;
-    let available = client.addressable_devices()?.len();
-    if available != args.devices as usize {
-        bail!(
-            "--devices {} but the {} client has {available} devices; pass --devices {available}",
-            args.devices,
-            client.platform_name()?
-        );
-    }
-    let group = i64::from(args.devices / mpmd_dim);
-    let mesh = MpmdMesh::new(
-        Mesh::auto(&[("stage", i64::from(mpmd_dim)), ("data", group)])?,
-        "stage",
-    )?;
+    let (client, mesh) = super::mpi::open(job, plugin, args.devices, mpmd_dim)?;
+    let root = super::mpi::is_root(job);
     let lr = args
         .lr
         .unwrap_or(if args.model == "mlp" { 0.2 } else { 0.1 });
@@ -458,12 +454,16 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     // The update writes each parameter into its old buffers (donated): one copy per group.
     let options = tessera_mpmd::MpmdJitOptions {
         donate_argnums: (0..model.init.len()).collect(),
+        processes: super::mpi::processes(job, &client, &mesh)?,
         ..tessera_mpmd::MpmdJitOptions::default()
     };
     let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, &step, &options)?;
     let pipeline = jit.pipeline();
     // The reference: the same step unpipelined (its treduce a while loop) under `jit`, one device.
-    let reference_exe = tessera::jit::compile(&client, &step, 0)?;
+    let reference_exe = match root {
+        true => Some(tessera::jit::compile(&client, &step, 0)?),
+        false => None,
+    };
     // The pipelined run keeps its weights on their groups between steps: each step's update
     // leaves them there and the next step takes them from there.
     let schedule = match args.warmup {
@@ -523,20 +523,18 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         }
         losses.push(loss);
         weights = outputs.into_iter().map(StepResult::into_arg).collect();
-        let (ref_loss, ref_next) = reference_step(
-            &client,
-            &reference_exe,
-            &step,
-            &step_args(&reference, lr, &data)?,
-        )?;
-        reference_losses.push(ref_loss);
-        reference = ref_next;
+        if let Some(exe) = &reference_exe {
+            let (ref_loss, ref_next) =
+                reference_step(&client, exe, &step, &step_args(&reference, lr, &data)?)?;
+            reference_losses.push(ref_loss);
+            reference = ref_next;
+        }
         bar.set_message(format!(
             "loss {:.5}",
             losses.last().copied().unwrap_or(f64::NAN)
         ));
         bar.inc(1);
-        if !args.json {
+        if !args.json && root {
             bar.suspend(|| {
                 println!(
                     "step {:>3}  loss {:.6}  (unpipelined {:.6})",
@@ -554,6 +552,21 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     }
     bar.finish_and_clear();
     let timings = last_timings.context("no steps were run")?;
+    if let Some(job) = job {
+        let finish = super::mpi::Finish {
+            model: &args.model,
+            schedule: &args.schedule,
+            stages: args.stages,
+            microbatches: args.microbatches,
+            devices: args.devices,
+            json: args.json,
+            losses: &losses,
+            reference_losses: &reference_losses,
+            timings: &timings,
+            plan: pipeline.schedule_plan(),
+        };
+        return super::mpi::finish(job, &finish);
+    }
     super::timing::print_task_table(&timings);
     let groups = pipeline.schedule_plan().actors.len();
     let simulated = tessera_schedule::simulate(

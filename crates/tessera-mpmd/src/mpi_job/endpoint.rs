@@ -1,0 +1,263 @@
+//! The MPI transport: values between groups of different processes, staged through host memory
+//! (the CPU plugin's buffers are host memory; XLA has no collectives across processes).
+//!
+//! Each process has one [`Endpoint`] for its life, with two threads. The sending thread takes
+//! staged values from a queue in the order the process produced them and sends each to its
+//! destination rank as a header (`[run, value id, bytes]`) followed by the bytes in chunks of at
+//! most [`CHUNK`] (so that no message exceeds MPI's `int` count), all under a tag derived from the
+//! value id. The receiving thread probes for a message from any rank at all times — every receive
+//! is posted ahead of the worker that needs it, and arrives in whatever order the senders send —
+//! reassembles each source's value (MPI keeps one source's messages in order) and leaves it in an
+//! inbox keyed by run and value id, where the run's [`MpiTransport`] takes it with the runtime's
+//! deadline and puts it on the group's devices.
+//!
+//! Both threads use `MPI_COMM_WORLD`'s point-to-point traffic only; the collectives of the main
+//! thread (rendezvous, losses) never match point-to-point messages. The process must have
+//! `MPI_THREAD_MULTIPLE`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::datatype::Equivalence;
+use mpi::point_to_point::MatchedReceiveVec;
+use mpi::traits::{Destination, Source};
+use tessera_pjrt::{Array, Client, HostArray};
+use tessera_sharding::NamedSharding;
+
+use crate::mesh::MpmdMesh;
+use crate::runtime::{BoxError, OutputLayout, Transport, ValueId};
+
+/// The largest message of a value's bytes.
+pub const CHUNK: usize = 16 << 20;
+/// The tag of the message that tells a peer this process sends nothing more.
+const CLOSE: i32 = 0;
+/// How long the receiving thread sleeps when no message is waiting.
+const IDLE: Duration = Duration::from_micros(50);
+
+/// The tag of a value's messages (in `1..32767`, the range every MPI allows).
+fn tag_of(id: ValueId) -> i32 {
+    1 + (id % 32766) as i32
+}
+
+/// Received values, by run and value id.
+#[derive(Default)]
+struct Inbox {
+    values: Mutex<HashMap<(u64, ValueId), Vec<u8>>>,
+    arrived: Condvar,
+}
+
+fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Inbox {
+    fn put(&self, run: u64, id: ValueId, bytes: Vec<u8>) {
+        lock(&self.values).insert((run, id), bytes);
+        self.arrived.notify_all();
+    }
+
+    fn take(&self, run: u64, id: ValueId, deadline: Instant) -> Option<Vec<u8>> {
+        let mut values = lock(&self.values);
+        loop {
+            if let Some(bytes) = values.remove(&(run, id)) {
+                return Some(bytes);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            values = self
+                .arrived
+                .wait_timeout(values, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+enum Job {
+    Send {
+        run: u64,
+        id: ValueId,
+        to: i32,
+        bytes: Vec<u8>,
+    },
+    Close,
+}
+
+/// One process's sending and receiving threads (see the module docs).
+pub(crate) struct Endpoint {
+    jobs: Mutex<Sender<Job>>,
+    inbox: Arc<Inbox>,
+    runs: AtomicU64,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Endpoint {
+    /// Starts the threads of a process of `size` ranks.
+    pub(crate) fn start(size: i32) -> std::io::Result<Endpoint> {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let inbox = Arc::new(Inbox::default());
+        let sender = std::thread::Builder::new()
+            .name("tessera-mpi-send".into())
+            .spawn(move || send_loop(queue, size))?;
+        let into = inbox.clone();
+        let receiver = std::thread::Builder::new()
+            .name("tessera-mpi-recv".into())
+            .spawn(move || receive_loop(&into, size))?;
+        Ok(Endpoint {
+            jobs: Mutex::new(jobs),
+            inbox,
+            runs: AtomicU64::new(0),
+            threads: Mutex::new(vec![sender, receiver]),
+        })
+    }
+
+    /// A transport for the next run (every process counts its runs the same way).
+    pub(crate) fn transport(
+        self: &Arc<Self>,
+        client: &Client,
+        mesh: &MpmdMesh,
+        layouts: Arc<HashMap<ValueId, OutputLayout>>,
+    ) -> MpiTransport {
+        MpiTransport {
+            endpoint: self.clone(),
+            run: self.runs.fetch_add(1, Ordering::SeqCst),
+            client: client.clone(),
+            mesh: mesh.clone(),
+            layouts,
+        }
+    }
+
+    /// Tells the peers this process sends nothing more, and waits until every queued value is
+    /// sent and every peer has said the same.
+    pub(crate) fn shutdown(&self) {
+        let _ = lock(&self.jobs).send(Job::Close);
+        for thread in std::mem::take(&mut *lock(&self.threads)) {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn send_loop(queue: mpsc::Receiver<Job>, size: i32) {
+    let world = SimpleCommunicator::world();
+    for job in queue {
+        match job {
+            Job::Send {
+                run,
+                id,
+                to,
+                bytes,
+            } => {
+                let peer = world.process_at_rank(to);
+                let tag = tag_of(id);
+                let header = [run, id as u64, bytes.len() as u64];
+                peer.send_with_tag(&header[..], tag);
+                for chunk in bytes.chunks(CHUNK) {
+                    peer.send_with_tag(chunk, tag);
+                }
+            }
+            Job::Close => break,
+        }
+    }
+    let me = world.rank();
+    for peer in (0..size).filter(|&r| r != me) {
+        world.process_at_rank(peer).send_with_tag(&[0u8; 0][..], CLOSE);
+    }
+}
+
+/// A value being reassembled from one source.
+struct Partial {
+    run: u64,
+    id: ValueId,
+    bytes: Vec<u8>,
+    filled: usize,
+}
+
+fn receive_loop(inbox: &Inbox, size: i32) {
+    let world = SimpleCommunicator::world();
+    let mut open = size - 1;
+    let mut partial: HashMap<i32, Partial> = HashMap::new();
+    while open > 0 {
+        let Some(probed) = world.any_process().immediate_matched_probe() else {
+            std::thread::sleep(IDLE);
+            continue;
+        };
+        let (source, tag) = (probed.1.source_rank(), probed.1.tag());
+        if tag == CLOSE {
+            let _ = probed.matched_receive_vec::<u8>();
+            open -= 1;
+            continue;
+        }
+        let mut value = match partial.remove(&source) {
+            None => {
+                let (header, _) = probed.matched_receive_vec::<u64>();
+                let total = header.get(2).copied().unwrap_or(0) as usize;
+                Partial {
+                    run: header.first().copied().unwrap_or(0),
+                    id: header.get(1).copied().unwrap_or(0) as ValueId,
+                    bytes: vec![0; total],
+                    filled: 0,
+                }
+            }
+            Some(mut value) => {
+                let (message, status) = probed;
+                let count = status.count(u8::equivalent_datatype()) as usize;
+                let end = (value.filled + count).min(value.bytes.len());
+                message.matched_receive_into(&mut value.bytes[value.filled..end]);
+                value.filled = end;
+                value
+            }
+        };
+        if value.filled == value.bytes.len() {
+            inbox.put(value.run, value.id, std::mem::take(&mut value.bytes));
+        } else {
+            partial.insert(source, value);
+        }
+    }
+}
+
+
+/// Moves one run's values to and from the other processes (see the module docs). `send` stages
+/// the value in host memory on the caller's thread and queues it; `recv` waits for it in the
+/// inbox and puts it on the destination group's devices with its layout.
+pub struct MpiTransport {
+    endpoint: Arc<Endpoint>,
+    run: u64,
+    client: Client,
+    mesh: MpmdMesh,
+    layouts: Arc<HashMap<ValueId, OutputLayout>>,
+}
+
+impl Transport<Array> for MpiTransport {
+    fn send(&self, id: ValueId, value: &Array, _from: usize, to: usize) -> Result<(), BoxError> {
+        let host = value.to_host()?;
+        let job = Job::Send {
+            run: self.run,
+            id,
+            to: i32::try_from(to)?,
+            bytes: host.bytes().to_vec(),
+        };
+        lock(&self.endpoint.jobs)
+            .send(job)
+            .map_err(|_| "the MPI sending thread has stopped".into())
+    }
+
+    fn recv(&self, id: ValueId, to: usize, deadline: Instant) -> Result<Option<Array>, BoxError> {
+        let Some(bytes) = self.endpoint.inbox.take(self.run, id, deadline) else {
+            return Ok(None);
+        };
+        let layout = self
+            .layouts
+            .get(&id)
+            .ok_or_else(|| format!("value {id} arrived but the plan gives no layout for it"))?;
+        let host = HostArray::from_bytes(layout.ty, &layout.shape, bytes)?;
+        let sharding = NamedSharding::new(self.mesh.group(to)?, layout.spec.clone())?;
+        Ok(Some(Array::device_put(&self.client, &host, &sharding)?))
+    }
+}
