@@ -23,8 +23,8 @@ use crate::partition::{PartitionError, StagePrograms, key_aval, partition};
 use crate::pipeline::{Key, PartSignature, PipelinePlan, build_plan};
 use crate::processes::Processes;
 use crate::runtime::{
-    DeviceCopyTransport, Executor, OutputLayout, PjrtExecutor, Plan, RunError, RunOptions,
-    Timings, Transport, ValueId, run_local,
+    DeviceCopyTransport, Executor, OutputLayout, PjrtExecutor, Plan, RunError, RunOptions, Timings,
+    Transport, ValueId, run_local,
 };
 
 /// Errors of building or running a pipeline.
@@ -442,7 +442,11 @@ impl CompiledPipeline {
         let executor: Arc<dyn Executor<usize, DeviceArray>> = self.executor.clone();
         let (executor, transport, local): (_, Arc<dyn Transport<DeviceArray>>, _) =
             match &self.processes {
-                Some(p) => (p.executor(executor), p.transport(&self.layouts)?, p.local_groups()),
+                Some(p) => (
+                    p.executor(executor),
+                    p.transport(&self.layouts)?,
+                    p.local_groups(),
+                ),
                 None => (
                     executor,
                     Arc::new(DeviceCopyTransport::new(&self.mesh)),
@@ -496,7 +500,12 @@ impl CompiledPipeline {
         let Some(processes) = &self.processes else {
             return results
                 .iter()
-                .map(|r| to_f64(r.as_ref().ok_or_else(|| DriverError::Config("missing loss".into()))?))
+                .map(|r| {
+                    to_f64(
+                        r.as_ref()
+                            .ok_or_else(|| DriverError::Config("missing loss".into()))?,
+                    )
+                })
                 .collect();
         };
         let root = groups.first().map_or(0, |&(_, g)| g);
@@ -525,7 +534,8 @@ fn value_layouts(
         .ids
         .iter()
         .map(|(&key, &id)| {
-            let aval = key_aval(parts, key).ok_or_else(|| DriverError::Config(format!("no type for {key:?}")))?;
+            let aval = key_aval(parts, key)
+                .ok_or_else(|| DriverError::Config(format!("no type for {key:?}")))?;
             Ok((
                 id,
                 OutputLayout {

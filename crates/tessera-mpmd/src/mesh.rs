@@ -49,7 +49,13 @@ impl MpmdMesh {
     /// local group, so every process lowers exactly what one process lowers for group 0.
     pub fn for_process(shape: &Mesh, mpmd_axis: &str, local: usize) -> Result<MpmdMesh> {
         let whole = MpmdMesh::new(shape.clone(), mpmd_axis)?;
-        let first = whole.group(local)?.device_ids().iter().copied().min().unwrap_or(0);
+        let first = whole
+            .group(local)?
+            .device_ids()
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(0);
         let n = shape.device_ids().len() as i64;
         let ids = shape
             .device_ids()

@@ -71,7 +71,13 @@ pub fn fingerprint(plan: &Plan<usize>, layouts: &HashMap<ValueId, OutputLayout>)
     ids.sort_unstable();
     for id in ids {
         let layout = &layouts[id];
-        (id, &layout.shape, format!("{:?}", layout.ty), layout.spec.to_string()).hash(&mut h);
+        (
+            id,
+            &layout.shape,
+            format!("{:?}", layout.ty),
+            layout.spec.to_string(),
+        )
+            .hash(&mut h);
     }
     h.finish()
 }
@@ -118,12 +124,17 @@ impl Executor<usize, Array> for FaultyExecutor {
         if n == self.at_task {
             match self.fault {
                 Fault::Fail => {
-                    return Err(format!("injected failure (TESSERA_FAULT) in '{}'", task.name).into());
+                    return Err(
+                        format!("injected failure (TESSERA_FAULT) in '{}'", task.name).into(),
+                    );
                 }
                 Fault::Stall => std::thread::sleep(std::time::Duration::from_secs(3600)),
                 Fault::Kill => {
                     let pid = std::process::id().to_string();
-                    let _ = std::process::Command::new("kill").args(["-9", &pid]).status();
+                    eprintln!("injected fault (TESSERA_FAULT): killing process {pid} with SIGKILL");
+                    let _ = std::process::Command::new("kill")
+                        .args(["-9", &pid])
+                        .status();
                     std::thread::sleep(std::time::Duration::from_secs(3600));
                 }
             }

@@ -22,9 +22,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::datatype::Equivalence;
 use mpi::point_to_point::MatchedReceiveVec;
+use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::{Destination, Source};
 use tessera_pjrt::{Array, Client, HostArray};
 use tessera_sharding::NamedSharding;
@@ -148,12 +148,7 @@ fn send_loop(queue: mpsc::Receiver<Job>, size: i32) {
     let world = SimpleCommunicator::world();
     for job in queue {
         match job {
-            Job::Send {
-                run,
-                id,
-                to,
-                bytes,
-            } => {
+            Job::Send { run, id, to, bytes } => {
                 let peer = world.process_at_rank(to);
                 let tag = tag_of(id);
                 let header = [run, id as u64, bytes.len() as u64];
@@ -167,7 +162,9 @@ fn send_loop(queue: mpsc::Receiver<Job>, size: i32) {
     }
     let me = world.rank();
     for peer in (0..size).filter(|&r| r != me) {
-        world.process_at_rank(peer).send_with_tag(&[0u8; 0][..], CLOSE);
+        world
+            .process_at_rank(peer)
+            .send_with_tag(&[0u8; 0][..], CLOSE);
     }
 }
 
@@ -221,7 +218,6 @@ fn receive_loop(inbox: &Inbox, size: i32) {
         }
     }
 }
-
 
 /// Moves one run's values to and from the other processes (see the module docs). `send` stages
 /// the value in host memory on the caller's thread and queues it; `recv` waits for it in the

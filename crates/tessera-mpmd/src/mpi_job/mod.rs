@@ -17,8 +17,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use mpi::collective::CommunicatorCollectives;
-use mpi::environment::{Threading, Universe};
 use mpi::collective::Root;
+use mpi::environment::{Threading, Universe};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use tessera_pjrt::{Array, Client};
 
@@ -111,7 +111,11 @@ impl MpiJob {
 
     /// The processes of the job as a step's [`Processes`]: this rank runs group `rank` on
     /// `client`'s devices of `mesh` (see [`MpmdMesh::for_process`]).
-    pub fn processes(&self, client: &Client, mesh: &MpmdMesh) -> Result<Arc<dyn Processes>, ProcessError> {
+    pub fn processes(
+        &self,
+        client: &Client,
+        mesh: &MpmdMesh,
+    ) -> Result<Arc<dyn Processes>, ProcessError> {
         let comm = |e: tessera_pjrt::PjrtError| ProcessError::Comm(e.to_string());
         let fault = std::env::var(FAULT_ENV)
             .ok()
@@ -208,7 +212,11 @@ impl Processes for MpiProcesses {
         let mine = [fingerprint, self.devices as u64, plugin.finish()];
         let mut all = vec![0u64; 3 * self.size];
         SimpleCommunicator::world().all_gather_into(&mine[..], &mut all[..]);
-        let what = ["the step (plan and value layouts)", "the device count", "the PJRT plugin version"];
+        let what = [
+            "the step (plan and value layouts)",
+            "the device count",
+            "the PJRT plugin version",
+        ];
         for (rank, theirs) in all.chunks(3).enumerate().skip(1) {
             if let Some(k) = (0..3).find(|&k| theirs[k] != all[k]) {
                 let detail = if k == 1 {

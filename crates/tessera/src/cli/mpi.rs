@@ -2,19 +2,19 @@
 //! group `rank` on its own PJRT client with `--devices / G` devices; rank 0 runs the unpipelined
 //! reference and prints. Without an MPI launcher the command runs in one process, as before.
 //!
-//! An error on any rank is printed by that rank (a disagreement found at the rendezvous, which
-//! every rank finds, by rank 0 only) and ends the whole job with `MPI_Abort`, never by unwinding
-//! into `MPI_Finalize`.
+//! An error on any rank is printed by that rank and ends the whole job with `MPI_Abort`, never
+//! by unwinding into `MPI_Finalize`; a disagreement found at the rendezvous, which every rank
+//! finds at the same collective, is printed by rank 0 and every rank exits with a failure.
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::bail;
+use tessera_mpmd::MpmdMesh;
 use tessera_mpmd::driver::DriverError;
 use tessera_mpmd::mpi_job::MpiJob;
 use tessera_mpmd::processes::{ProcessError, Processes};
 use tessera_mpmd::runtime::Timings;
-use tessera_mpmd::MpmdMesh;
 use tessera_pjrt::Client;
 use tessera_sharding::Mesh;
 
@@ -38,7 +38,12 @@ pub fn run_job<A>(
                 eprintln!("error (rank {} of {}): {err:#}", job.rank(), job.size());
                 let _ = std::io::stderr().flush();
             }
-            job.abort(1)
+            if !collective {
+                job.abort(1)
+            }
+            // Every rank found it at the same collective: all end cleanly, with a failure.
+            drop(job);
+            Ok(ExitCode::FAILURE)
         }
     }
 }
