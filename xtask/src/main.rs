@@ -8,6 +8,7 @@ mod jax;
 #[allow(dead_code)]
 #[path = "../../crates/tessera-pjrt/src/known_plugins.rs"]
 mod known_plugins;
+mod mpi_demo;
 mod plugin;
 mod setup;
 mod synthetic;
@@ -142,6 +143,7 @@ fn demo() -> anyhow::Result<ExitCode> {
         "--steps",
         "30",
     ])?;
+    mpi_demo::run()?;
     Ok(ExitCode::SUCCESS)
 }
 
