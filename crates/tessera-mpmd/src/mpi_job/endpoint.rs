@@ -1,11 +1,13 @@
 //! The MPI transport: values between groups of different processes, staged through host memory
 //! (the CPU plugin's buffers are host memory; XLA has no collectives across processes).
 //!
-//! Each process has one [`Endpoint`] for its life, with two threads. The sending thread takes
-//! staged values from a queue in the order the process produced them and sends each to its
-//! destination rank as a header (`[run, value id, bytes]`) followed by the bytes in chunks of at
-//! most [`CHUNK`] (so that no message exceeds MPI's `int` count), all under a tag derived from the
-//! value id. The receiving thread probes for a message from any rank at all times — every receive
+//! Each process has one [`Endpoint`] for its life, with two threads. `send` stages each distinct
+//! block of the array (one per shard, once for replicated shards) to host memory, straight from
+//! the first shard holding it. The sending thread takes staged values from a queue in the order
+//! the process produced them and sends each to its destination rank as a header (`[run, value
+//! id, parts]`, each part's byte count and block) followed by each part's bytes in chunks of at
+//! most [`CHUNK`] (so that no message exceeds MPI's `int` count), all under a tag derived from
+//! the value id; the receiver puts each block on the devices that hold it in its group. The receiving thread probes for a message from any rank at all times — every receive
 //! is posted ahead of the worker that needs it, and arrives in whatever order the senders send —
 //! reassembles each source's value (MPI keeps one source's messages in order) and leaves it in an
 //! inbox keyed by run and value id, where the run's [`MpiTransport`] takes it with the runtime's
@@ -26,7 +28,7 @@ use mpi::datatype::Equivalence;
 use mpi::point_to_point::MatchedReceiveVec;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::{Destination, Source};
-use tessera_pjrt::{Array, Client, HostArray};
+use tessera_pjrt::{Array, Buffer, Client, HostArray};
 use tessera_sharding::NamedSharding;
 
 use crate::mesh::MpmdMesh;
@@ -47,7 +49,7 @@ fn tag_of(id: ValueId) -> i32 {
 /// Received values, by run and value id.
 #[derive(Default)]
 struct Inbox {
-    values: Mutex<HashMap<(u64, ValueId), Vec<u8>>>,
+    values: Mutex<HashMap<(u64, ValueId), Parts>>,
     arrived: Condvar,
 }
 
@@ -56,12 +58,12 @@ fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
 }
 
 impl Inbox {
-    fn put(&self, run: u64, id: ValueId, bytes: Vec<u8>) {
+    fn put(&self, run: u64, id: ValueId, bytes: Parts) {
         lock(&self.values).insert((run, id), bytes);
         self.arrived.notify_all();
     }
 
-    fn take(&self, run: u64, id: ValueId, deadline: Instant) -> Option<Vec<u8>> {
+    fn take(&self, run: u64, id: ValueId, deadline: Instant) -> Option<Parts> {
         let mut values = lock(&self.values);
         loop {
             if let Some(bytes) = values.remove(&(run, id)) {
@@ -80,14 +82,45 @@ impl Inbox {
     }
 }
 
+/// A value on the wire: each distinct block of the array (the part of the global array its
+/// shards hold, `[start, stop)` per dimension) with its bytes.
+type Parts = Vec<(Vec<(i64, i64)>, Vec<u8>)>;
+
 enum Job {
     Send {
         run: u64,
         id: ValueId,
         to: i32,
-        bytes: Vec<u8>,
+        parts: Parts,
     },
     Close,
+}
+
+/// The header of a value: `[run, id, parts, rank]`, then per part its byte count and block.
+fn header(run: u64, id: ValueId, parts: &Parts) -> Vec<u64> {
+    let rank = parts.first().map_or(0, |(b, _)| b.len());
+    let mut h = vec![run, id as u64, parts.len() as u64, rank as u64];
+    for (block, bytes) in parts {
+        h.push(bytes.len() as u64);
+        h.extend(block.iter().flat_map(|&(a, b)| [a as u64, b as u64]));
+    }
+    h
+}
+
+/// The parts a header announces, with room for their bytes.
+fn read_header(h: &[u64]) -> (u64, ValueId, Parts) {
+    let at = |i: usize| h.get(i).copied().unwrap_or(0);
+    let (run, id, count, rank) = (at(0), at(1) as ValueId, at(2) as usize, at(3) as usize);
+    let parts = (0..count)
+        .map(|p| {
+            let base = 4 + p * (1 + 2 * rank);
+            let block = (0..rank)
+                .map(|d| (at(base + 1 + 2 * d) as i64, at(base + 2 + 2 * d) as i64))
+                .collect();
+            (block, vec![0; at(base) as usize])
+        })
+        .collect();
+    (run, id, parts)
 }
 
 /// One process's sending and receiving threads (see the module docs).
@@ -148,13 +181,14 @@ fn send_loop(queue: mpsc::Receiver<Job>, size: i32) {
     let world = SimpleCommunicator::world();
     for job in queue {
         match job {
-            Job::Send { run, id, to, bytes } => {
+            Job::Send { run, id, to, parts } => {
                 let peer = world.process_at_rank(to);
                 let tag = tag_of(id);
-                let header = [run, id as u64, bytes.len() as u64];
-                peer.send_with_tag(&header[..], tag);
-                for chunk in bytes.chunks(CHUNK) {
-                    peer.send_with_tag(chunk, tag);
+                peer.send_with_tag(&header(run, id, &parts)[..], tag);
+                for (_, bytes) in &parts {
+                    for chunk in bytes.chunks(CHUNK) {
+                        peer.send_with_tag(chunk, tag);
+                    }
                 }
             }
             Job::Close => break,
@@ -168,12 +202,24 @@ fn send_loop(queue: mpsc::Receiver<Job>, size: i32) {
     }
 }
 
-/// A value being reassembled from one source.
+/// A value being reassembled from one source: the part being filled, and how far.
 struct Partial {
     run: u64,
     id: ValueId,
-    bytes: Vec<u8>,
+    parts: Parts,
+    part: usize,
     filled: usize,
+}
+
+impl Partial {
+    /// Skips empty parts; whether every part is filled.
+    fn complete(&mut self) -> bool {
+        while self.part < self.parts.len() && self.filled == self.parts[self.part].1.len() {
+            self.part += 1;
+            self.filled = 0;
+        }
+        self.part == self.parts.len()
+    }
 }
 
 fn receive_loop(inbox: &Inbox, size: i32) {
@@ -194,25 +240,27 @@ fn receive_loop(inbox: &Inbox, size: i32) {
         let mut value = match partial.remove(&source) {
             None => {
                 let (header, _) = probed.matched_receive_vec::<u64>();
-                let total = header.get(2).copied().unwrap_or(0) as usize;
+                let (run, id, parts) = read_header(&header);
                 Partial {
-                    run: header.first().copied().unwrap_or(0),
-                    id: header.get(1).copied().unwrap_or(0) as ValueId,
-                    bytes: vec![0; total],
+                    run,
+                    id,
+                    parts,
+                    part: 0,
                     filled: 0,
                 }
             }
             Some(mut value) => {
                 let (message, status) = probed;
                 let count = status.count(u8::equivalent_datatype()) as usize;
-                let end = (value.filled + count).min(value.bytes.len());
-                message.matched_receive_into(&mut value.bytes[value.filled..end]);
+                let bytes = &mut value.parts[value.part].1;
+                let end = (value.filled + count).min(bytes.len());
+                message.matched_receive_into(&mut bytes[value.filled..end]);
                 value.filled = end;
                 value
             }
         };
-        if value.filled == value.bytes.len() {
-            inbox.put(value.run, value.id, std::mem::take(&mut value.bytes));
+        if value.complete() {
+            inbox.put(value.run, value.id, value.parts);
         } else {
             partial.insert(source, value);
         }
@@ -232,12 +280,18 @@ pub struct MpiTransport {
 
 impl Transport<Array> for MpiTransport {
     fn send(&self, id: ValueId, value: &Array, _from: usize, to: usize) -> Result<(), BoxError> {
-        let host = value.to_host()?;
+        // Each distinct block once, straight from the first shard that holds it.
+        let mut parts: Parts = Vec::new();
+        for shard in value.addressable_shards()? {
+            if parts.iter().all(|(block, _)| block != &shard.block) {
+                parts.push((shard.block.clone(), shard.buffer.to_host()?.into_bytes()));
+            }
+        }
         let job = Job::Send {
             run: self.run,
             id,
             to: i32::try_from(to)?,
-            bytes: host.bytes().to_vec(),
+            parts,
         };
         lock(&self.endpoint.jobs)
             .send(job)
@@ -245,15 +299,41 @@ impl Transport<Array> for MpiTransport {
     }
 
     fn recv(&self, id: ValueId, to: usize, deadline: Instant) -> Result<Option<Array>, BoxError> {
-        let Some(bytes) = self.endpoint.inbox.take(self.run, id, deadline) else {
+        let Some(mut parts) = self.endpoint.inbox.take(self.run, id, deadline) else {
             return Ok(None);
         };
         let layout = self
             .layouts
             .get(&id)
             .ok_or_else(|| format!("value {id} arrived but the plan gives no layout for it"))?;
-        let host = HostArray::from_bytes(layout.ty, &layout.shape, bytes)?;
         let sharding = NamedSharding::new(self.mesh.group(to)?, layout.spec.clone())?;
-        Ok(Some(Array::device_put(&self.client, &host, &sharding)?))
+        let places = sharding.devices_indices_map(&layout.shape)?;
+        let mut buffers = Vec::with_capacity(places.len());
+        for (k, (device, block)) in places.iter().enumerate() {
+            let at = parts
+                .iter()
+                .position(|(b, _)| b == block)
+                .ok_or_else(|| format!("value {id} arrived without its block {block:?}"))?;
+            // The bytes move into the last shard that holds the block, and are copied before.
+            let reused = places[k + 1..].iter().any(|(_, b)| b == block);
+            let bytes = if reused {
+                parts[at].1.clone()
+            } else {
+                std::mem::take(&mut parts[at].1)
+            };
+            let dims: Vec<i64> = block.iter().map(|&(a, b)| b - a).collect();
+            let host = HostArray::from_bytes(layout.ty, &dims, bytes)?;
+            buffers.push(Buffer::from_host_to(
+                &self.client,
+                &host,
+                i32::try_from(*device)?,
+            )?);
+        }
+        Ok(Some(Array::from_shards(
+            &layout.shape,
+            layout.ty,
+            &sharding,
+            buffers,
+        )?))
     }
 }
