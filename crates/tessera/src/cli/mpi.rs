@@ -35,7 +35,7 @@ pub fn run_job<A>(
                 Some(DriverError::Processes(ProcessError::Mismatch(_)))
             );
             if !collective || job.rank() == 0 {
-                eprintln!("error (rank {} of {}): {err:#}", job.rank(), job.size());
+                eprintln!("error (rank {} of {}): {}", job.rank(), job.size(), message(&err));
                 let _ = std::io::stderr().flush();
             }
             if !collective {
@@ -46,6 +46,21 @@ pub fn run_job<A>(
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// The error and its causes on one line, leaving out a cause its parent already quotes.
+fn message(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 /// Whether this process prints and runs the reference (rank 0, or the only process).
