@@ -35,7 +35,12 @@ pub fn run_job<A>(
                 Some(DriverError::Processes(ProcessError::Mismatch(_)))
             );
             if !collective || job.rank() == 0 {
-                eprintln!("error (rank {} of {}): {}", job.rank(), job.size(), message(&err));
+                eprintln!(
+                    "error (rank {} of {}): {}",
+                    job.rank(),
+                    job.size(),
+                    message(&err)
+                );
                 let _ = std::io::stderr().flush();
             }
             if !collective {
