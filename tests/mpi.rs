@@ -86,10 +86,15 @@ fn mpirun(launch: &[&str], env: &[(&str, &str)], limit: Duration, marker: Option
     };
     let exited = Instant::now();
     let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let _ = (
+        std::fs::remove_file(&out_path),
+        std::fs::remove_file(&err_path),
+    );
     let seen = seen.or_else(|| marker.filter(|m| stderr.contains(m)).map(|_| exited));
     Ended {
         status,
-        stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
+        stdout,
         stderr,
         after_marker: seen.map(|t| exited.duration_since(t)),
     }
