@@ -91,6 +91,9 @@ fn mpirun(launch: &[&str], env: &[(&str, &str)], limit: Duration, marker: Option
         std::fs::remove_file(&out_path),
         std::fs::remove_file(&err_path),
     );
+    if let Some(dir) = out_path.parent() {
+        let _ = std::fs::remove_dir(dir); // the last job's (scratch makes it again)
+    }
     let seen = seen.or_else(|| marker.filter(|m| stderr.contains(m)).map(|_| exited));
     Ended {
         status,
