@@ -132,6 +132,8 @@ pub struct Finish<'a> {
     pub reference_losses: &'a [f64],
     pub timings: &'a Timings,
     pub plan: &'a tessera_schedule::Plan,
+    /// Each step's wall time on this rank (a step ends on every rank with the losses' broadcast).
+    pub step_ms: &'a [f64],
 }
 
 /// Ends a run in a job: every rank checks that its group ran the schedule's order; rank 0 prints
@@ -157,6 +159,8 @@ pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
         .map(|(a, b)| (a - b).abs() / b.abs().max(1e-12))
         .fold(0.0, f64::max);
     println!("each group ran its actions in the schedule's order: {orders_match}");
+    let wall_ms = f.step_ms.last().copied().unwrap_or(f64::NAN);
+    println!("step wall time (last step, rank 0, update included): {wall_ms:.3} ms");
     if f.json {
         let summary = serde_json::json!({
             "model": f.model,
@@ -171,6 +175,7 @@ pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
             "reference_loss": f.reference_losses.last(),
             "max_relative_difference": max_diff,
             "order_matches_schedule": orders_match,
+            "step_wall_ms": wall_ms,
         });
         println!("{summary}");
     } else {

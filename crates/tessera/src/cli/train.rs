@@ -564,6 +564,7 @@ fn run_in(
             reference_losses: &reference_losses,
             timings: &timings,
             plan: pipeline.schedule_plan(),
+            step_ms: &step_ms,
         };
         return super::mpi::finish(job, &finish);
     }
