@@ -70,6 +70,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         "nn",
     ])?;
     train_llama()?;
+    crate::mpi_demo::run()?;
     Ok(ExitCode::SUCCESS)
 }
 

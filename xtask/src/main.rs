@@ -9,6 +9,7 @@ mod jax;
 #[allow(dead_code)]
 #[path = "../../crates/tessera-pjrt/src/known_plugins.rs"]
 mod known_plugins;
+mod mpi_demo;
 mod plugin;
 mod setup;
 mod synthetic;

@@ -1,4 +1,5 @@
-//! `cargo xtask setup`: MLIR 22 from Debian's packages, then the PJRT plugins from PyPI.
+//! `cargo xtask setup`: MLIR 22 and Open MPI from Debian's packages, then the PJRT plugins from
+//! PyPI.
 
 use std::process::Command;
 
@@ -6,7 +7,8 @@ use anyhow::bail;
 
 use crate::cmd::{self, step};
 
-/// Debian packages that `melior` 0.27 (MLIR 22) and `bindgen` need.
+/// Debian packages that `melior` 0.27 (MLIR 22) and `bindgen` need, and Open MPI (`mpirun`, and
+/// `mpicc` for the `mpi` crate) for multi-process runs.
 const APT_PACKAGES: &[&str] = &[
     "llvm-22-dev",
     "libmlir-22-dev",
@@ -17,6 +19,8 @@ const APT_PACKAGES: &[&str] = &[
     "libz3-dev",
     "libxml2-dev",
     "zlib1g-dev",
+    "openmpi-bin",
+    "libopenmpi-dev",
 ];
 
 /// The LLVM prefix that `.cargo/config.toml` names in `MLIR_SYS_220_PREFIX`.
@@ -64,7 +68,7 @@ fn missing_packages() -> Vec<&'static str> {
 fn install_mlir() -> anyhow::Result<()> {
     let missing = missing_packages();
     if missing.is_empty() {
-        step("setup: MLIR 22 and libclang 22 from Debian are installed (skipped)");
+        step("setup: MLIR 22, libclang 22 and Open MPI from Debian are installed (skipped)");
     } else {
         apt_install(&missing)?;
     }

@@ -79,6 +79,17 @@ impl MpmdArray {
         })
     }
 
+    /// An array held by `sharding`'s groups in other processes only: it has a shape and type
+    /// here but no data ([`MpmdArray::is_partially_addressable`] is false).
+    pub fn remote(shape: &[i64], ty: ElementType, sharding: MpmdSharding) -> MpmdArray {
+        MpmdArray {
+            sharding,
+            shape: shape.to_vec(),
+            ty,
+            arrays: BTreeMap::new(),
+        }
+    }
+
     /// The spec within a group.
     pub fn spec(&self) -> &tessera_sharding::PartitionSpec {
         self.sharding.spec()
@@ -109,7 +120,8 @@ impl MpmdArray {
         self.sharding.groups().len() > 1
     }
 
-    /// Whether this process holds data of the array (always, in one process, unless deleted).
+    /// Whether this process holds data of the array (always in one process; in a process of a
+    /// multi-process job, when one of its groups is among the array's).
     pub fn is_partially_addressable(&self) -> bool {
         !self.arrays.is_empty()
     }
@@ -122,9 +134,24 @@ impl MpmdArray {
         Ok(&self.arrays)
     }
 
-    /// The array of the lowest group holding it.
+    /// The array of this process's group (JAXPP's `to_mpmd_local_array`): `None` when the
+    /// process holds none of the array's groups; when one process holds several (a one-process
+    /// run), the lowest group's ([`MpmdArray::to_mpmd_local_arrays`] gives them all).
+    pub fn to_mpmd_local_array(&self) -> Result<Option<&Array>> {
+        if self.is_deleted() {
+            return Err(tessera_pjrt::PjrtError::Deleted.into());
+        }
+        Ok(self.arrays.values().next())
+    }
+
+    /// The array of the array's lowest group, if this process holds that group (JAXPP's
+    /// `first_mpmd_replica`, which is `None` elsewhere): the one copy to read a replicated
+    /// value from. [`MpmdError::NotAddressable`] in a process that does not hold it.
     pub fn first_mpmd_replica(&self) -> Result<&Array> {
-        let (_, array) = self.arrays.iter().next().ok_or(MpmdError::NotAddressable)?;
+        let first = self.sharding.groups().first().copied();
+        let array = first
+            .and_then(|g| self.arrays.get(&g))
+            .ok_or(MpmdError::NotAddressable)?;
         if array.is_deleted() {
             return Err(tessera_pjrt::PjrtError::Deleted.into());
         }

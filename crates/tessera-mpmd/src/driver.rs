@@ -21,8 +21,10 @@ use crate::compose::action_module;
 use crate::mesh::MpmdMesh;
 use crate::partition::{PartitionError, StagePrograms, key_aval, partition};
 use crate::pipeline::{Key, PartSignature, PipelinePlan, build_plan};
+use crate::processes::Processes;
 use crate::runtime::{
-    DeviceCopyTransport, OutputLayout, PjrtExecutor, Plan, RunError, RunOptions, Timings, run,
+    DeviceCopyTransport, Executor, OutputLayout, PjrtExecutor, Plan, RunError, RunOptions, Timings,
+    Transport, ValueId, run_local,
 };
 
 /// Errors of building or running a pipeline.
@@ -43,6 +45,9 @@ pub enum DriverError {
     /// The run failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// The processes of a multi-process step disagree, or their communication failed.
+    #[error(transparent)]
+    Processes(#[from] crate::processes::ProcessError),
 }
 
 impl From<tessera_pjrt::PjrtError> for DriverError {
@@ -78,8 +83,8 @@ pub struct StepOutput {
 #[derive(Debug)]
 pub struct DeviceStepOutput {
     /// The gradient of each parameter argument (summed over microbatches), in `params` order,
-    /// on the group that owns the parameter.
-    pub grads: Vec<DeviceArray>,
+    /// on the group that owns the parameter (`None` when another process runs that group).
+    pub grads: Vec<Option<DeviceArray>>,
     /// Each microbatch's loss.
     pub losses: Vec<f64>,
     /// When each task ran.
@@ -111,6 +116,11 @@ pub struct CompiledPipeline {
     params: Vec<usize>,
     microbatches: u32,
     schedule_plan: tessera_schedule::Plan,
+    /// Set when the groups are spread over processes: the ones this process runs, and how
+    /// values reach the others.
+    processes: Option<Arc<dyn Processes>>,
+    /// The layout of every value of the plan (what a transport between processes needs).
+    layouts: Arc<HashMap<ValueId, OutputLayout>>,
 }
 
 struct Types<'a> {
@@ -214,6 +224,21 @@ impl CompiledPipeline {
         schedule: &dyn Schedule,
         microbatches: u32,
     ) -> Result<Self, DriverError> {
+        Self::new_in(client, mesh, loss, params, schedule, microbatches, None)
+    }
+
+    /// Like [`CompiledPipeline::new`], for a process of a multi-process job: only the groups
+    /// `processes` runs here are compiled and run, and before returning every process checks
+    /// that all built the same plan ([`Processes::agree`]).
+    pub fn new_in(
+        client: &Client,
+        mesh: &MpmdMesh,
+        loss: &ClosedJaxpr,
+        params: &[usize],
+        schedule: &dyn Schedule,
+        microbatches: u32,
+        processes: Option<Arc<dyn Processes>>,
+    ) -> Result<Self, DriverError> {
         let schedule_plan = schedule.plan(microbatches)?;
         tessera_schedule::validate(&schedule_plan).map_err(|e| {
             DriverError::Config(format!(
@@ -239,7 +264,20 @@ impl CompiledPipeline {
         let shapes: Vec<_> = parts.iter().map(|p| p.shape.clone()).collect();
         let mut executor = PjrtExecutor::new(client, mesh);
         let mut failure: Option<DriverError> = None;
+        let local = |group: usize| {
+            processes
+                .as_ref()
+                .is_none_or(|p| p.local_groups().contains(&group))
+        };
         let built = build_plan(&schedule_plan, &shapes, |sig| {
+            let group = schedule_plan
+                .placement
+                .actor(sig.parts[0].task.stage)
+                .unwrap_or(0) as usize;
+            if !local(group) {
+                // Another process compiles and runs it; this index is never executed here.
+                return usize::MAX;
+            }
             match compile_action(&parts, &mut executor, &schedule_plan, sig, mesh) {
                 Ok(index) => index,
                 Err(e) => {
@@ -252,6 +290,10 @@ impl CompiledPipeline {
         if let Some(e) = failure {
             return Err(e);
         }
+        let layouts = Arc::new(value_layouts(&parts, &built, mesh)?);
+        if let Some(p) = &processes {
+            p.agree(crate::processes::fingerprint(&built.plan, &layouts))?;
+        }
         Ok(CompiledPipeline {
             client: client.clone(),
             mesh: mesh.clone(),
@@ -263,7 +305,16 @@ impl CompiledPipeline {
             params: params.to_vec(),
             microbatches,
             schedule_plan,
+            processes,
+            layouts,
         })
+    }
+
+    /// Whether this process runs `group`.
+    pub fn is_local(&self, group: usize) -> bool {
+        self.processes
+            .as_ref()
+            .is_none_or(|p| p.local_groups().contains(&group))
     }
 
     /// How each step's run is bounded (its deadline); from `TESSERA_TIMEOUT_S` or the default
@@ -305,7 +356,16 @@ impl CompiledPipeline {
             grads: out
                 .grads
                 .iter()
-                .map(DeviceArray::to_host)
+                .map(|g| {
+                    g.as_ref()
+                        .ok_or_else(|| {
+                            DriverError::Config(
+                                "a gradient is held by another process; use step_on_device".into(),
+                            )
+                        })?
+                        .to_host()
+                        .map_err(DriverError::from)
+                })
                 .collect::<Result<_, _>>()?,
             losses: out.losses,
             timings: out.timings,
@@ -383,6 +443,9 @@ impl CompiledPipeline {
         let missing = |k: usize| DriverError::Config(format!("no value for loss argument {k}"));
         let mut initial = Vec::new();
         for &(key, group) in &self.built.inputs {
+            if !self.is_local(group) {
+                continue;
+            }
             let mesh = self.mesh.group(group)?;
             let host = match key {
                 Key::Param { stage, k } => {
@@ -422,15 +485,30 @@ impl CompiledPipeline {
                 DeviceArray::device_put(&self.client, &host, &sharding)?,
             ));
         }
-        let out = run(
+        let executor: Arc<dyn Executor<usize, DeviceArray>> = self.executor.clone();
+        let (executor, transport, local): (_, Arc<dyn Transport<DeviceArray>>, _) =
+            match &self.processes {
+                Some(p) => (
+                    p.executor(executor),
+                    p.transport(&self.layouts)?,
+                    p.local_groups(),
+                ),
+                None => (
+                    executor,
+                    Arc::new(DeviceCopyTransport::new(&self.mesh)),
+                    (0..self.mesh.mpmd_dim()).collect(),
+                ),
+            };
+        let out = run_local(
             self.run_plan.clone(),
             initial,
-            self.executor.clone(),
-            Arc::new(DeviceCopyTransport::new(&self.mesh)),
+            executor,
+            transport,
             &self.run_options,
+            &local,
         )?;
         let stages = self.parts.len();
-        let mut by_arg: HashMap<usize, DeviceArray> = HashMap::new();
+        let mut by_arg: HashMap<usize, Option<DeviceArray>> = HashMap::new();
         let mut results = out.results.into_iter();
         for s in 0..stages {
             for k in 0..self.parts[s].shape.params {
@@ -440,25 +518,26 @@ impl CompiledPipeline {
                 let arg = self.parts[s].param_args[k];
                 // A tied weight's gradient is the sum of the parts of every stage using it,
                 // kept on the first of them.
-                let value = match by_arg.remove(&arg) {
-                    Some(earlier) => {
+                // (Under MPI a part held by another process is `None`; tied weights across
+                // processes are refused when the step is built.)
+                let value = match (by_arg.remove(&arg), value) {
+                    (Some(Some(earlier)), Some(part)) => {
                         let dtype = key_aval(&self.parts, Key::Param { stage: s as u32, k })
                             .map_or(DType::F32, |a| a.dtype);
-                        crate::cross_group::add(&self.client, &earlier, &value, dtype)?
+                        Some(crate::cross_group::add(
+                            &self.client,
+                            &earlier,
+                            &part,
+                            dtype,
+                        )?)
                     }
-                    None => value,
+                    (Some(Some(earlier)), None) => Some(earlier),
+                    (_, value) => value,
                 };
                 by_arg.insert(arg, value);
             }
         }
-        let losses = results
-            .map(|a| {
-                Ok(a.to_host()?
-                    .to_vec::<f32>()
-                    .and_then(|v| v.first().copied())
-                    .map_or(f64::NAN, f64::from))
-            })
-            .collect::<Result<Vec<_>, DriverError>>()?;
+        let losses = self.losses(results.collect())?;
         let grads = self
             .params
             .iter()
@@ -470,6 +549,68 @@ impl CompiledPipeline {
             timings: out.timings,
         })
     }
+}
+
+impl CompiledPipeline {
+    /// The micro-batch losses from the run's loss results; in a multi-process step, broadcast
+    /// from the group that computes them.
+    fn losses(&self, results: Vec<Option<DeviceArray>>) -> Result<Vec<f64>, DriverError> {
+        let to_f64 = |a: &DeviceArray| -> Result<f64, DriverError> {
+            Ok(a.to_host()?
+                .to_vec::<f32>()
+                .and_then(|v| v.first().copied())
+                .map_or(f64::NAN, f64::from))
+        };
+        let groups = &self.run_plan.results[self.run_plan.results.len() - results.len()..];
+        let Some(processes) = &self.processes else {
+            return results
+                .iter()
+                .map(|r| {
+                    to_f64(
+                        r.as_ref()
+                            .ok_or_else(|| DriverError::Config("missing loss".into()))?,
+                    )
+                })
+                .collect();
+        };
+        let root = groups.first().map_or(0, |&(_, g)| g);
+        if groups.iter().any(|&(_, g)| g != root) {
+            return Err(DriverError::Config(
+                "the micro-batch losses end on different groups; a multi-process step needs them on one".into(),
+            ));
+        }
+        let mine = results
+            .iter()
+            .map(|r| r.as_ref().map_or(Ok(f64::NAN), to_f64))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(processes.broadcast(root, mine)?)
+    }
+}
+
+/// The layout of every value the plan names: its global shape and element type, and its spec in
+/// a group.
+fn value_layouts(
+    parts: &[StagePrograms],
+    built: &PipelinePlan<usize>,
+    mesh: &MpmdMesh,
+) -> Result<HashMap<ValueId, OutputLayout>, DriverError> {
+    let lowering = mesh.lowering_mesh();
+    built
+        .ids
+        .iter()
+        .map(|(&key, &id)| {
+            let aval = key_aval(parts, key)
+                .ok_or_else(|| DriverError::Config(format!("no type for {key:?}")))?;
+            Ok((
+                id,
+                OutputLayout {
+                    shape: aval.shape.clone(),
+                    ty: element_type(aval.dtype)?,
+                    spec: key_spec(parts, key, lowering),
+                },
+            ))
+        })
+        .collect()
 }
 
 /// A parameter already on device, checked to lie replicated on `group`'s devices.

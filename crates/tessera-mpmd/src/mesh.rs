@@ -14,6 +14,8 @@ pub struct MpmdMesh {
     mpmd_axis: String,
     groups: Vec<Mesh>,
     group_of_device: HashMap<i64, usize>,
+    /// The group whose devices programs are lowered for (see [`MpmdMesh::lowering_mesh`]).
+    lowering: usize,
 }
 
 impl MpmdMesh {
@@ -36,7 +38,33 @@ impl MpmdMesh {
             mpmd_axis: mpmd_axis.into(),
             groups,
             group_of_device,
+            lowering: 0,
         })
+    }
+
+    /// The mesh as the process running group `local` of a multi-process job sees it: `shape`'s
+    /// devices renumbered (rotated) so that the local group holds the process's own devices
+    /// `0..group size`, in the order group 0 holds them in one process; the other groups' ids
+    /// name devices of other processes and are never used here. Programs are lowered for the
+    /// local group, so every process lowers exactly what one process lowers for group 0.
+    pub fn for_process(shape: &Mesh, mpmd_axis: &str, local: usize) -> Result<MpmdMesh> {
+        let whole = MpmdMesh::new(shape.clone(), mpmd_axis)?;
+        let first = whole
+            .group(local)?
+            .device_ids()
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(0);
+        let n = shape.device_ids().len() as i64;
+        let ids = shape
+            .device_ids()
+            .iter()
+            .map(|&d| (d - first).rem_euclid(n))
+            .collect();
+        let mut mesh = MpmdMesh::new(Mesh::new(shape.abstract_mesh().clone(), ids)?, mpmd_axis)?;
+        mesh.lowering = local;
+        Ok(mesh)
     }
 
     /// The whole mesh.
@@ -68,9 +96,10 @@ impl MpmdMesh {
     }
 
     /// The mesh programs are lowered for: a group's shape (every group has the same shape; in one
-    /// process, group 0's devices stand for it).
+    /// process, group 0's devices stand for it, in a process of a multi-process job its own
+    /// group's, see [`MpmdMesh::for_process`]).
     pub fn lowering_mesh(&self) -> &Mesh {
-        &self.groups[0]
+        &self.groups[self.lowering]
     }
 
     /// The group holding `device`.
@@ -151,6 +180,17 @@ mod tests {
         let sub = mesh().submesh(&[3, 1]).unwrap();
         assert_eq!(sub.axis_sizes(), [2, 2]);
         assert_eq!(sub.device_ids(), [2, 3, 6, 7]);
+    }
+
+    #[test]
+    fn a_process_sees_its_group_on_its_own_first_devices() {
+        let shape = Mesh::auto(&[("stage", 4), ("data", 2)]).unwrap();
+        let m = MpmdMesh::for_process(&shape, "stage", 2).unwrap();
+        assert_eq!(m.group(2).unwrap().device_ids(), [0, 1]);
+        assert_eq!(m.group(3).unwrap().device_ids(), [2, 3]);
+        assert_eq!(m.group(0).unwrap().device_ids(), [4, 5]);
+        assert_eq!(m.lowering_mesh().device_ids(), [0, 1]);
+        assert_eq!(mesh().lowering_mesh().device_ids(), [0, 1]);
     }
 
     #[test]

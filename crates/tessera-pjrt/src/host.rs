@@ -99,6 +99,11 @@ impl HostArray {
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
     }
+
+    /// The raw bytes, row-major, taken out without a copy.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
 }
 
 /// The number of elements of a shape (1 for a scalar).

@@ -123,13 +123,14 @@ impl MpmdJit {
         };
         let schedule = options.resolve(&p.schedule, params)?;
         let length = p.length as usize;
-        let mut pipeline = CompiledPipeline::new(
+        let mut pipeline = CompiledPipeline::new_in(
             client,
             mesh,
             &loss,
             &argnums,
             schedule.as_dyn(),
             length as u32,
+            options.processes.clone(),
         )?;
         if let Some(timeout) = options.timeout {
             pipeline.set_run_options(RunOptions { timeout });
@@ -166,10 +167,17 @@ impl MpmdJit {
         let mut updates = PjrtExecutor::new(client, mesh);
         let mut pieces = Vec::new();
         let split = update::split(&update, &place_of_input)?;
+        if options.processes.is_some() {
+            refuse_cross_process(&split, &homes)?;
+        }
         let aliases = donation::aliases(&split, &options.donate_argnums, n_args)?;
         for (piece, aliased) in split.into_iter().zip(aliases) {
             let compiled = match piece.place {
-                Place::Group(g) => Some(compile_piece(&mut updates, mesh, &piece, g, aliased)?),
+                Place::Group(g) if pipeline.is_local(g) => {
+                    Some(compile_piece(&mut updates, mesh, &piece, g, aliased)?)
+                }
+                // Another process compiles and runs it.
+                Place::Group(_) => None,
                 Place::Host => None,
             };
             pieces.push((piece, compiled));
@@ -272,7 +280,11 @@ impl MpmdJit {
         for (a, input) in self.loss_inputs.iter().enumerate() {
             match *input {
                 LossInput::Param(i) => {
-                    params.insert(a, args[i].placed()?);
+                    // Under MPI, only this process's groups take parameters.
+                    let groups = self.pipeline.groups_of_param(a);
+                    if groups.iter().any(|&g| self.pipeline.is_local(g)) {
+                        params.insert(a, args[i].placed()?);
+                    }
                 }
                 LossInput::Invariant(i) => {
                     let host = args[i].host("loop-invariant data")?;
@@ -298,6 +310,7 @@ impl MpmdJit {
                     .into_iter()
                     .map(|m| StepResult::Mpmd(Box::new(m)))
                     .collect(),
+                (Place::Group(g), None) => self.elsewhere(piece, g)?,
                 _ => self
                     .run_on_host(piece, args, &losses, &out.grads)?
                     .into_iter()
@@ -317,6 +330,22 @@ impl MpmdJit {
             losses: out.losses,
             timings: out.timings,
         })
+    }
+
+    /// The results of a piece another process runs on its group `group`: arrays that are not
+    /// addressable here.
+    fn elsewhere(&self, piece: &Piece, group: usize) -> Result<Vec<StepResult>, DriverError> {
+        let sharding = MpmdSharding::new(&self.mesh, [group], &PartitionSpec::replicated())?;
+        piece
+            .program
+            .jaxpr
+            .out_avals()
+            .iter()
+            .map(|a| {
+                let remote = MpmdArray::remote(&a.shape, element_type(a.dtype), sharding.clone());
+                Ok(StepResult::Mpmd(Box::new(remote)))
+            })
+            .collect()
     }
 
     fn check_args(&self, args: &[StepArg]) -> Result<(), DriverError> {
@@ -360,7 +389,7 @@ impl MpmdJit {
         group: usize,
         args: &[StepArg],
         losses: &HostArray,
-        grads: &[DeviceArray],
+        grads: &[Option<DeviceArray>],
     ) -> Result<Vec<MpmdArray>, DriverError> {
         let mesh = self.mesh.group(group)?;
         let replicated = NamedSharding::new(mesh, PartitionSpec::replicated())?;
@@ -386,7 +415,7 @@ impl MpmdJit {
                 } else if i == self.num_args {
                     Ok(DeviceArray::device_put(&self.client, losses, &replicated)?)
                 } else {
-                    onto(&grads[i - self.num_args - 1])
+                    onto(&grad(grads, i - self.num_args - 1)?)
                 }
             })
             .collect::<Result<Vec<_>, DriverError>>()?;
@@ -425,7 +454,7 @@ impl MpmdJit {
         piece: &Piece,
         args: &[StepArg],
         losses: &HostArray,
-        grads: &[DeviceArray],
+        grads: &[Option<DeviceArray>],
     ) -> Result<Vec<HostArray>, DriverError> {
         let avals = piece.program.jaxpr.in_avals();
         let inputs = piece
@@ -438,7 +467,7 @@ impl MpmdJit {
                 } else if i == self.num_args {
                     losses.clone()
                 } else {
-                    grads[i - self.num_args - 1].to_host()?
+                    grad(grads, i - self.num_args - 1)?.to_host()?
                 };
                 from_host(&host, aval.dtype).map_err(|e| config(e.0))
             })
@@ -449,6 +478,36 @@ impl MpmdJit {
             .map(|o| to_host(o).map_err(|e| config(e.0)))
             .collect()
     }
+}
+
+/// Gradient `k` of a step, which must be held by this process.
+fn grad(grads: &[Option<DeviceArray>], k: usize) -> Result<DeviceArray, DriverError> {
+    grads.get(k).cloned().flatten().ok_or_else(|| {
+        config(format!(
+            "gradient {k} is held by another process; only code on its group can read it"
+        ))
+    })
+}
+
+/// Under several processes, values cross groups only through the pipeline's transport: a tied
+/// weight or an update that mixes groups is refused, naming it.
+fn refuse_cross_process(pieces: &[Piece], homes: &[Vec<usize>]) -> Result<(), DriverError> {
+    if let Some(k) = homes.iter().position(|h| h.len() > 1) {
+        return Err(config(format!(
+            "step result {k} updates a weight used by the groups {:?} (a tied weight); tied \
+             weights are not supported with one process per group yet: run in one process",
+            homes[k]
+        )));
+    }
+    if let Some(piece) = pieces.iter().find(|p| p.groups.len() > 1) {
+        return Err(config(format!(
+            "step results {:?} combine values of the groups {:?} (e.g. a global gradient norm); \
+             updates that mix groups are not supported with one process per group yet: run in \
+             one process",
+            piece.outputs, piece.groups
+        )));
+    }
+    Ok(())
 }
 
 fn compile_piece(

@@ -34,6 +34,10 @@ pub struct MpmdJitOptions {
     /// group, which returns a result of its type. Run with
     /// [`super::MpmdJit::call_mpmd_donated`], which deletes the donated arrays.
     pub donate_argnums: Vec<usize>,
+    /// Set in a process of a multi-process job (e.g. [`crate::mpi_job::MpiJob::processes`]):
+    /// the step compiles and runs only this process's groups; results on other processes'
+    /// groups are [`crate::MpmdArray`]s that are not addressable here.
+    pub processes: Option<Arc<dyn crate::processes::Processes>>,
 }
 
 impl fmt::Debug for MpmdJitOptions {
@@ -43,6 +47,10 @@ impl fmt::Debug for MpmdJitOptions {
             .field("registry", &self.registry.as_ref().map(|r| r.names()))
             .field("timeout", &self.timeout)
             .field("donate_argnums", &self.donate_argnums)
+            .field(
+                "processes",
+                &self.processes.as_ref().map(|p| p.local_groups()),
+            )
             .finish()
     }
 }

@@ -29,6 +29,8 @@ pub(super) struct Piece {
     pub program: ClosedJaxpr,
     pub inputs: Vec<usize>,
     pub outputs: Vec<usize>,
+    /// The groups whose values it reads (more than one for an update that mixes groups).
+    pub groups: BTreeSet<usize>,
 }
 
 /// The inputs each variable of `jaxpr` depends on (indices into its invars).
@@ -65,7 +67,8 @@ pub(super) fn split(
 ) -> Result<Vec<Piece>, DriverError> {
     let jaxpr = &update.jaxpr;
     let deps = dependencies(jaxpr);
-    let mut by_place: std::collections::BTreeMap<Place, Vec<usize>> = Default::default();
+    let mut by_place: std::collections::BTreeMap<Place, (Vec<usize>, BTreeSet<usize>)> =
+        Default::default();
     for (k, out) in jaxpr.outvars.iter().enumerate() {
         let groups: BTreeSet<usize> = atom_deps(&deps, out)
             .iter()
@@ -75,17 +78,20 @@ pub(super) fn split(
             None => Place::Host,
             Some(&lowest) => Place::Group(lowest),
         };
-        by_place.entry(place).or_default().push(k);
+        let entry = by_place.entry(place).or_default();
+        entry.0.push(k);
+        entry.1.extend(groups);
     }
     by_place
         .into_iter()
-        .map(|(place, outputs)| {
+        .map(|(place, (outputs, groups))| {
             let (program, inputs) = restrict(update, &deps, &outputs)?;
             Ok(Piece {
                 place,
                 program,
                 inputs,
                 outputs,
+                groups,
             })
         })
         .collect()

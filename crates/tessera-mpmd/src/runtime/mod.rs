@@ -24,7 +24,7 @@ pub use error::{BoxError, RunError, Stuck};
 pub use options::{DEFAULT_TIMEOUT, RunOptions, TIMEOUT_ENV, parse_timeout};
 pub use pjrt::{CompiledTask, OutputLayout, PjrtExecutor, array_bytes};
 pub use plan::{Plan, PlanError, TaskSpec, ValueId};
-pub use run::{RunOutput, run};
+pub use run::{RunOutput, run, run_local};
 pub use trace::{TaskTiming, Timings, TransferTiming, ValueSpan};
 pub use transport::{CopyFn, LocalTransport, Mailbox, Transport};
 pub use worker::Executor;

@@ -38,6 +38,8 @@ pub(super) struct Coord {
     pub(super) running: Vec<Option<(usize, Instant)>>,
     /// `(destination, value)` pairs handed to the transport.
     pub(super) sent: HashSet<(usize, ValueId)>,
+    /// Per group, whether this process runs it (all of them in a one-process run).
+    local: Vec<bool>,
 }
 
 /// State shared by the workers of one run.
@@ -93,7 +95,9 @@ impl<T, V> Shared<T, V> {
         lock(&self.values).push(span);
     }
 
-    /// Every running worker waits for a value nobody has sent: nothing can ever arrive.
+    /// Every running worker waits for a value nobody has sent: nothing can ever arrive. A value
+    /// produced in another process may still come, so a wait for one is never a deadlock here
+    /// (the deadline bounds it).
     pub(super) fn deadlocked(&self) -> bool {
         let coord = self.coord();
         let waiting: Vec<(usize, ValueId)> = coord
@@ -102,7 +106,15 @@ impl<T, V> Shared<T, V> {
             .enumerate()
             .filter_map(|(g, v)| v.map(|v| (g, v)))
             .collect();
-        waiting.len() == coord.active && waiting.iter().all(|key| !coord.sent.contains(key))
+        let produced_here = |v: &ValueId| {
+            self.producer
+                .get(v)
+                .is_some_and(|&g| coord.local.get(g).copied().unwrap_or(false))
+        };
+        waiting.len() == coord.active
+            && waiting
+                .iter()
+                .all(|key| !coord.sent.contains(key) && produced_here(&key.1))
     }
 
     /// A task that has run past the deadline, as the error naming it.
@@ -158,8 +170,38 @@ where
     T: Send + Sync + 'static,
     V: Send + 'static,
 {
+    let all: Vec<usize> = (0..plan.order.len()).collect();
+    let out = run_local(plan.clone(), initial, executor, transport, options, &all)?;
+    let results = out
+        .results
+        .into_iter()
+        .zip(&plan.results)
+        .map(|(v, &(value, group))| v.ok_or(RunError::MissingResult { value, group }))
+        .collect::<Result<_, _>>()?;
+    Ok(RunOutput {
+        results,
+        timings: out.timings,
+    })
+}
+
+/// Runs this process's share of `plan`, the groups in `local`, as [`run`] runs all of them: the
+/// other groups run in other processes and their values cross through `transport`. A result
+/// collected from another process's group is `None`; the timings are this process's tasks.
+pub fn run_local<T, V>(
+    plan: Arc<Plan<T>>,
+    initial: Vec<(ValueId, usize, V)>,
+    executor: Arc<dyn Executor<T, V>>,
+    transport: Arc<dyn Transport<V>>,
+    options: &RunOptions,
+    local: &[usize],
+) -> Result<RunOutput<Option<V>>, RunError>
+where
+    T: Send + Sync + 'static,
+    V: Send + 'static,
+{
     plan.check()?;
     let groups = plan.order.len();
+    let is_local: Vec<bool> = (0..groups).map(|g| local.contains(&g)).collect();
     let mut stores: Vec<Vec<(ValueId, V)>> = (0..groups).map(|_| Vec::new()).collect();
     for (value, group, v) in initial {
         let store = stores.get_mut(group).ok_or(PlanError::UnknownGroup {
@@ -181,10 +223,11 @@ where
         abort: AtomicBool::new(false),
         error: Mutex::new(None),
         coord: Mutex::new(Coord {
-            active: groups,
+            active: is_local.iter().filter(|&&l| l).count(),
             waiting: vec![None; groups],
             running: vec![None; groups],
             sent: HashSet::new(),
+            local: is_local.clone(),
         }),
         timings: Mutex::new(Vec::new()),
         transfers: Mutex::new(Vec::new()),
@@ -193,6 +236,9 @@ where
     });
     let (done, finished) = mpsc::channel();
     for (group, store) in stores.into_iter().enumerate() {
+        if !is_local[group] {
+            continue;
+        }
         let worker = Worker::new(group, store, shared.clone());
         let (done, shared_here) = (done.clone(), shared.clone());
         let spawned = std::thread::Builder::new()
@@ -213,7 +259,7 @@ where
         }
     }
     drop(done);
-    let stores = watch(&shared, &finished, groups);
+    let stores = watch(&shared, &finished, &is_local);
     let failure = lock(&shared.error).take();
     if let Some(error) = failure {
         return Err(error);
@@ -225,9 +271,13 @@ where
         .results
         .iter()
         .map(|&(value, group)| {
+            if !is_local[group] {
+                return Ok(None);
+            }
             stores
                 .get_mut(group)
                 .and_then(|s| s.remove(&value))
+                .map(Some)
                 .ok_or(RunError::MissingResult { value, group })
         })
         .collect::<Result<_, _>>()?;
@@ -254,11 +304,12 @@ type Finished<V> = mpsc::Receiver<(usize, Option<HashMap<ValueId, V>>)>;
 fn watch<T, V>(
     shared: &Shared<T, V>,
     finished: &Finished<V>,
-    groups: usize,
+    local: &[bool],
 ) -> Vec<Option<HashMap<ValueId, V>>> {
-    let mut stores: Vec<Option<HashMap<ValueId, V>>> = (0..groups).map(|_| None).collect();
-    let mut pending = groups;
-    let mut done = vec![false; groups];
+    let mut stores: Vec<Option<HashMap<ValueId, V>>> = local.iter().map(|_| None).collect();
+    let mut pending = local.iter().filter(|&&l| l).count();
+    // Another process's group is never waited for here.
+    let mut done: Vec<bool> = local.iter().map(|&l| !l).collect();
     let mut failed_at: Option<Instant> = None;
     while pending > 0 {
         match finished.recv_timeout(WATCH) {

@@ -1,6 +1,7 @@
 //! Subcommands of the `tessera` program, one module each.
 
 mod devices;
+mod mpi;
 mod oracle;
 mod schedule;
 mod sharding;

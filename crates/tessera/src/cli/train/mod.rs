@@ -26,13 +26,12 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use tessera::jit::{from_host, to_host};
 use tessera_ir::{Array, DType};
-use tessera_mpmd::{MpmdMesh, StepArg, StepResult};
+use tessera_mpmd::{StepArg, StepResult};
 use tessera_nn::checkpoint::Manifest;
 use tessera_nn::lr::LrSchedule;
 use tessera_nn::optim::{AdamW, Optimizer, Sgd};
 use tessera_pjrt::Client;
 use tessera_schedule::{Registry, ScheduleParams};
-use tessera_sharding::Mesh;
 
 pub use args::Args;
 use model::Model;
@@ -132,8 +131,23 @@ fn carried_on_host(outputs: &[StepResult], like: &[Array]) -> anyhow::Result<Vec
 }
 
 pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
+    super::mpi::run_job(args, plugin, run_in)
+}
+
+/// The run in one process, or in one rank of an MPI job (`job`).
+fn run_in(
+    args: Args,
+    plugin: Option<&str>,
+    job: Option<&tessera_mpmd::mpi_job::MpiJob>,
+) -> anyhow::Result<ExitCode> {
     let mpmd_dim = args.mpmd_dim.unwrap_or(args.stages);
     check_args(&args, mpmd_dim)?;
+    if job.is_some() && (args.checkpoint_dir.is_some() || args.resume.is_some()) {
+        bail!(
+            "checkpoints (--checkpoint-dir, --resume) are not supported under MPI yet: each rank \
+             holds only its group's parameters; train in one process to checkpoint"
+        );
+    }
     let choice = config::choose_model(&args)?;
     if args.data.is_some() && matches!(choice, config::ModelChoice::Mlp) {
         bail!("--data trains --model llama or gpt2; the mlp model has its own data");
@@ -165,20 +179,8 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         &step::stack(&model, &model.batches(0)?)?,
     )?;
     let (start, carried) = starting_point(&args, &model, &training, &description)?;
-    let client = Client::open(plugin, i64::from(args.devices))?;
-    let available = client.addressable_devices()?.len();
-    if available != args.devices as usize {
-        bail!(
-            "--devices {} but the {} client has {available} devices; pass --devices {available}",
-            args.devices,
-            client.platform_name()?
-        );
-    }
-    let group = i64::from(args.devices / mpmd_dim);
-    let mesh = MpmdMesh::new(
-        Mesh::auto(&[("stage", i64::from(mpmd_dim)), ("data", group)])?,
-        "stage",
-    )?;
+    let (client, mesh) = super::mpi::open(job, plugin, args.devices, mpmd_dim)?;
+    let root = super::mpi::is_root(job);
     let lr = args.lr.unwrap_or(match choice {
         config::ModelChoice::Mlp => 0.2,
         config::ModelChoice::Decoder(_) => 0.1,
@@ -186,16 +188,19 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     // The update writes each parameter into its old buffers (donated): one copy per group.
     let options = tessera_mpmd::MpmdJitOptions {
         donate_argnums: (0..model.init.len()).collect(),
+        processes: super::mpi::processes(job, &client, &mesh)?,
         ..tessera_mpmd::MpmdJitOptions::default()
     };
     let program = &training.program;
     let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
-    let reference_exe = match args.no_reference {
+    // The reference and the eval loss run on rank 0 (the only rank in one process); under MPI
+    // the other groups' parameters are on other ranks, so there is no eval loss yet.
+    let reference_exe = match args.no_reference || !root {
         true => None,
         false => Some(tessera::jit::compile(&client, program, 0)?),
     };
-    let eval_exe = match (&model.eval_loss, args.eval_every) {
-        (Some(loss), every) if every > 0 => Some(tessera::jit::compile(&client, loss, 0)?),
+    let eval_exe = match (&model.eval_loss, args.eval_every, job) {
+        (Some(loss), every, None) if every > 0 => Some(tessera::jit::compile(&client, loss, 0)?),
         _ => None,
     };
     let schedule = match args.warmup {
@@ -218,7 +223,7 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         .collect::<anyhow::Result<_>>()?;
     let mut reference = carried.clone();
     let mut log = RunLog::default();
-    let mut progress = Progress::new(start + 1, last);
+    let mut progress = Progress::new(start + 1, last, root);
     for step_index in start..stop {
         let step_number = step_index + 1;
         let lr = schedule.at(step_index);
@@ -258,7 +263,7 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
             reference = next;
         }
         progress.step(loss, tokens_per_step as f64 / seconds);
-        if !args.json {
+        if !args.json && root {
             let reference = log
                 .reference_losses
                 .last()
@@ -301,6 +306,23 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         weights = outputs.into_iter().map(StepResult::into_arg).collect();
     }
     progress.finish();
+    if let Some(job) = job {
+        let timings = log.timings.as_ref().context("no steps were run")?;
+        let finish = super::mpi::Finish {
+            model: config::name(&choice),
+            schedule: &args.schedule,
+            stages: args.stages,
+            microbatches: args.microbatches,
+            devices: args.devices,
+            json: args.json,
+            losses: &log.losses,
+            reference_losses: &log.reference_losses,
+            timings,
+            plan: jit.pipeline().schedule_plan(),
+            step_ms: &log.step_ms,
+        };
+        return super::mpi::finish(job, &finish);
+    }
     let name = format!(
         "{} ({} parameters, {})",
         config::name(&choice),

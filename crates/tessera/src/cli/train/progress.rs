@@ -16,9 +16,10 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// A bar over steps `first..=last` (counted from 1).
-    pub fn new(first: u64, last: u64) -> Progress {
-        let visible = std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
+    /// A bar over steps `first..=last` (counted from 1), drawn only when `shown` (e.g. on the
+    /// first rank of an MPI job) and on a terminal.
+    pub fn new(first: u64, last: u64, shown: bool) -> Progress {
+        let visible = shown && std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
         let target = if visible {
             ProgressDrawTarget::stderr()
         } else {

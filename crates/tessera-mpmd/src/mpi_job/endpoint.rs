@@ -1,0 +1,339 @@
+//! The MPI transport: values between groups of different processes, staged through host memory
+//! (the CPU plugin's buffers are host memory; XLA has no collectives across processes).
+//!
+//! Each process has one [`Endpoint`] for its life, with two threads. `send` stages each distinct
+//! block of the array (one per shard, once for replicated shards) to host memory, straight from
+//! the first shard holding it. The sending thread takes staged values from a queue in the order
+//! the process produced them and sends each to its destination rank as a header (`[run, value
+//! id, parts]`, each part's byte count and block) followed by each part's bytes in chunks of at
+//! most [`CHUNK`] (so that no message exceeds MPI's `int` count), all under a tag derived from
+//! the value id; the receiver puts each block on the devices that hold it in its group. The receiving thread probes for a message from any rank at all times — every receive
+//! is posted ahead of the worker that needs it, and arrives in whatever order the senders send —
+//! reassembles each source's value (MPI keeps one source's messages in order) and leaves it in an
+//! inbox keyed by run and value id, where the run's [`MpiTransport`] takes it with the runtime's
+//! deadline and puts it on the group's devices.
+//!
+//! Both threads use `MPI_COMM_WORLD`'s point-to-point traffic only; the collectives of the main
+//! thread (rendezvous, losses) never match point-to-point messages. The process must have
+//! `MPI_THREAD_MULTIPLE`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mpi::datatype::Equivalence;
+use mpi::point_to_point::MatchedReceiveVec;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::{Destination, Source};
+use tessera_pjrt::{Array, Buffer, Client, HostArray};
+use tessera_sharding::NamedSharding;
+
+use crate::mesh::MpmdMesh;
+use crate::runtime::{BoxError, OutputLayout, Transport, ValueId};
+
+/// The largest message of a value's bytes.
+pub const CHUNK: usize = 16 << 20;
+/// The tag of the message that tells a peer this process sends nothing more.
+const CLOSE: i32 = 0;
+/// How long the receiving thread sleeps when no message is waiting.
+const IDLE: Duration = Duration::from_micros(50);
+
+/// The tag of a value's messages (in `1..32767`, the range every MPI allows).
+fn tag_of(id: ValueId) -> i32 {
+    1 + (id % 32766) as i32
+}
+
+/// Received values, by run and value id.
+#[derive(Default)]
+struct Inbox {
+    values: Mutex<HashMap<(u64, ValueId), Parts>>,
+    arrived: Condvar,
+}
+
+fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Inbox {
+    fn put(&self, run: u64, id: ValueId, bytes: Parts) {
+        lock(&self.values).insert((run, id), bytes);
+        self.arrived.notify_all();
+    }
+
+    fn take(&self, run: u64, id: ValueId, deadline: Instant) -> Option<Parts> {
+        let mut values = lock(&self.values);
+        loop {
+            if let Some(bytes) = values.remove(&(run, id)) {
+                return Some(bytes);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            values = self
+                .arrived
+                .wait_timeout(values, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+/// A value on the wire: each distinct block of the array (the part of the global array its
+/// shards hold, `[start, stop)` per dimension) with its bytes.
+type Parts = Vec<(Vec<(i64, i64)>, Vec<u8>)>;
+
+enum Job {
+    Send {
+        run: u64,
+        id: ValueId,
+        to: i32,
+        parts: Parts,
+    },
+    Close,
+}
+
+/// The header of a value: `[run, id, parts, rank]`, then per part its byte count and block.
+fn header(run: u64, id: ValueId, parts: &Parts) -> Vec<u64> {
+    let rank = parts.first().map_or(0, |(b, _)| b.len());
+    let mut h = vec![run, id as u64, parts.len() as u64, rank as u64];
+    for (block, bytes) in parts {
+        h.push(bytes.len() as u64);
+        h.extend(block.iter().flat_map(|&(a, b)| [a as u64, b as u64]));
+    }
+    h
+}
+
+/// The parts a header announces, with room for their bytes.
+fn read_header(h: &[u64]) -> (u64, ValueId, Parts) {
+    let at = |i: usize| h.get(i).copied().unwrap_or(0);
+    let (run, id, count, rank) = (at(0), at(1) as ValueId, at(2) as usize, at(3) as usize);
+    let parts = (0..count)
+        .map(|p| {
+            let base = 4 + p * (1 + 2 * rank);
+            let block = (0..rank)
+                .map(|d| (at(base + 1 + 2 * d) as i64, at(base + 2 + 2 * d) as i64))
+                .collect();
+            (block, vec![0; at(base) as usize])
+        })
+        .collect();
+    (run, id, parts)
+}
+
+/// One process's sending and receiving threads (see the module docs).
+pub(crate) struct Endpoint {
+    jobs: Mutex<Sender<Job>>,
+    inbox: Arc<Inbox>,
+    runs: AtomicU64,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Endpoint {
+    /// Starts the threads of a process of `size` ranks.
+    pub(crate) fn start(size: i32) -> std::io::Result<Endpoint> {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let inbox = Arc::new(Inbox::default());
+        let sender = std::thread::Builder::new()
+            .name("tessera-mpi-send".into())
+            .spawn(move || send_loop(queue, size))?;
+        let into = inbox.clone();
+        let receiver = std::thread::Builder::new()
+            .name("tessera-mpi-recv".into())
+            .spawn(move || receive_loop(&into, size))?;
+        Ok(Endpoint {
+            jobs: Mutex::new(jobs),
+            inbox,
+            runs: AtomicU64::new(0),
+            threads: Mutex::new(vec![sender, receiver]),
+        })
+    }
+
+    /// A transport for the next run (every process counts its runs the same way).
+    pub(crate) fn transport(
+        self: &Arc<Self>,
+        client: &Client,
+        mesh: &MpmdMesh,
+        layouts: Arc<HashMap<ValueId, OutputLayout>>,
+    ) -> MpiTransport {
+        MpiTransport {
+            endpoint: self.clone(),
+            run: self.runs.fetch_add(1, Ordering::SeqCst),
+            client: client.clone(),
+            mesh: mesh.clone(),
+            layouts,
+        }
+    }
+
+    /// Tells the peers this process sends nothing more, and waits until every queued value is
+    /// sent and every peer has said the same.
+    pub(crate) fn shutdown(&self) {
+        let _ = lock(&self.jobs).send(Job::Close);
+        for thread in std::mem::take(&mut *lock(&self.threads)) {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn send_loop(queue: mpsc::Receiver<Job>, size: i32) {
+    let world = SimpleCommunicator::world();
+    for job in queue {
+        match job {
+            Job::Send { run, id, to, parts } => {
+                let peer = world.process_at_rank(to);
+                let tag = tag_of(id);
+                peer.send_with_tag(&header(run, id, &parts)[..], tag);
+                for (_, bytes) in &parts {
+                    for chunk in bytes.chunks(CHUNK) {
+                        peer.send_with_tag(chunk, tag);
+                    }
+                }
+            }
+            Job::Close => break,
+        }
+    }
+    let me = world.rank();
+    for peer in (0..size).filter(|&r| r != me) {
+        world
+            .process_at_rank(peer)
+            .send_with_tag(&[0u8; 0][..], CLOSE);
+    }
+}
+
+/// A value being reassembled from one source: the part being filled, and how far.
+struct Partial {
+    run: u64,
+    id: ValueId,
+    parts: Parts,
+    part: usize,
+    filled: usize,
+}
+
+impl Partial {
+    /// Skips empty parts; whether every part is filled.
+    fn complete(&mut self) -> bool {
+        while self.part < self.parts.len() && self.filled == self.parts[self.part].1.len() {
+            self.part += 1;
+            self.filled = 0;
+        }
+        self.part == self.parts.len()
+    }
+}
+
+fn receive_loop(inbox: &Inbox, size: i32) {
+    let world = SimpleCommunicator::world();
+    let mut open = size - 1;
+    let mut partial: HashMap<i32, Partial> = HashMap::new();
+    while open > 0 {
+        let Some(probed) = world.any_process().immediate_matched_probe() else {
+            std::thread::sleep(IDLE);
+            continue;
+        };
+        let (source, tag) = (probed.1.source_rank(), probed.1.tag());
+        if tag == CLOSE {
+            let _ = probed.matched_receive_vec::<u8>();
+            open -= 1;
+            continue;
+        }
+        let mut value = match partial.remove(&source) {
+            None => {
+                let (header, _) = probed.matched_receive_vec::<u64>();
+                let (run, id, parts) = read_header(&header);
+                Partial {
+                    run,
+                    id,
+                    parts,
+                    part: 0,
+                    filled: 0,
+                }
+            }
+            Some(mut value) => {
+                let (message, status) = probed;
+                let count = status.count(u8::equivalent_datatype()) as usize;
+                let bytes = &mut value.parts[value.part].1;
+                let end = (value.filled + count).min(bytes.len());
+                message.matched_receive_into(&mut bytes[value.filled..end]);
+                value.filled = end;
+                value
+            }
+        };
+        if value.complete() {
+            inbox.put(value.run, value.id, value.parts);
+        } else {
+            partial.insert(source, value);
+        }
+    }
+}
+
+/// Moves one run's values to and from the other processes (see the module docs). `send` stages
+/// the value in host memory on the caller's thread and queues it; `recv` waits for it in the
+/// inbox and puts it on the destination group's devices with its layout.
+pub struct MpiTransport {
+    endpoint: Arc<Endpoint>,
+    run: u64,
+    client: Client,
+    mesh: MpmdMesh,
+    layouts: Arc<HashMap<ValueId, OutputLayout>>,
+}
+
+impl Transport<Array> for MpiTransport {
+    fn send(&self, id: ValueId, value: &Array, _from: usize, to: usize) -> Result<(), BoxError> {
+        // Each distinct block once, straight from the first shard that holds it.
+        let mut parts: Parts = Vec::new();
+        for shard in value.addressable_shards()? {
+            if parts.iter().all(|(block, _)| block != &shard.block) {
+                parts.push((shard.block.clone(), shard.buffer.to_host()?.into_bytes()));
+            }
+        }
+        let job = Job::Send {
+            run: self.run,
+            id,
+            to: i32::try_from(to)?,
+            parts,
+        };
+        lock(&self.endpoint.jobs)
+            .send(job)
+            .map_err(|_| "the MPI sending thread has stopped".into())
+    }
+
+    fn recv(&self, id: ValueId, to: usize, deadline: Instant) -> Result<Option<Array>, BoxError> {
+        let Some(mut parts) = self.endpoint.inbox.take(self.run, id, deadline) else {
+            return Ok(None);
+        };
+        let layout = self
+            .layouts
+            .get(&id)
+            .ok_or_else(|| format!("value {id} arrived but the plan gives no layout for it"))?;
+        let sharding = NamedSharding::new(self.mesh.group(to)?, layout.spec.clone())?;
+        let places = sharding.devices_indices_map(&layout.shape)?;
+        let mut buffers = Vec::with_capacity(places.len());
+        for (k, (device, block)) in places.iter().enumerate() {
+            let at = parts
+                .iter()
+                .position(|(b, _)| b == block)
+                .ok_or_else(|| format!("value {id} arrived without its block {block:?}"))?;
+            // The bytes move into the last shard that holds the block, and are copied before.
+            let reused = places[k + 1..].iter().any(|(_, b)| b == block);
+            let bytes = if reused {
+                parts[at].1.clone()
+            } else {
+                std::mem::take(&mut parts[at].1)
+            };
+            let dims: Vec<i64> = block.iter().map(|&(a, b)| b - a).collect();
+            let host = HostArray::from_bytes(layout.ty, &dims, bytes)?;
+            buffers.push(Buffer::from_host_to(
+                &self.client,
+                &host,
+                i32::try_from(*device)?,
+            )?);
+        }
+        Ok(Some(Array::from_shards(
+            &layout.shape,
+            layout.ty,
+            &sharding,
+            buffers,
+        )?))
+    }
+}

@@ -1,0 +1,245 @@
+//! Running a step as an MPI job, one process per MPMD group, as JAXPP runs on clusters: `mpirun
+//! -n G` (or Slurm's `srun`) starts G processes; rank `r` runs group `r` with its own PJRT client
+//! over its own devices, every rank traces and compiles the same step (its own group's programs
+//! only), and values between groups cross over MPI ([`endpoint`]).
+//!
+//! Failures never unwind into `MPI_Finalize` (which would hang): [`MpiJob::init`] installs a panic
+//! hook that calls `MPI_Abort`, and a caller that gives up on an error calls [`MpiJob::abort`],
+//! which ends every rank of the job.
+//!
+//! `TESSERA_FAULT=KIND@RANK` (KIND `fail`, `stall` or `kill`) makes rank RANK's second task fail,
+//! never return, or SIGKILL its process: the fault tests use it.
+
+mod endpoint;
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use mpi::collective::CommunicatorCollectives;
+use mpi::collective::Root;
+use mpi::environment::{Threading, Universe};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use tessera_pjrt::{Array, Client};
+
+pub use endpoint::{CHUNK, MpiTransport};
+
+use crate::mesh::MpmdMesh;
+use crate::processes::{Fault, FaultyExecutor, ProcessError, Processes};
+use crate::runtime::{Executor, OutputLayout, Transport, ValueId};
+use endpoint::Endpoint;
+
+/// The environment variable that injects a fault (see the module docs).
+pub const FAULT_ENV: &str = "TESSERA_FAULT";
+
+/// This process's place in a job, read from the launcher's environment: Open MPI's `mpirun`
+/// (`OMPI_COMM_WORLD_RANK`/`SIZE`), a PMI launcher such as Slurm's `srun` (`PMI_RANK`/`SIZE`,
+/// `SLURM_PROCID`/`SLURM_NTASKS`). `None` outside a job.
+pub fn launched() -> Option<(usize, usize)> {
+    let pairs = [
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("PMI_RANK", "PMI_SIZE"),
+        ("PMIX_RANK", "SLURM_NTASKS"),
+        ("SLURM_PROCID", "SLURM_NTASKS"),
+    ];
+    pairs.iter().find_map(|(rank, size)| {
+        let rank = std::env::var(rank).ok()?.parse().ok()?;
+        let size = std::env::var(size).ok()?.parse().ok()?;
+        Some((rank, size))
+    })
+}
+
+/// An initialized MPI job (finalized when dropped, after the transport's threads have ended).
+pub struct MpiJob {
+    endpoint: Arc<Endpoint>,
+    rank: usize,
+    size: usize,
+    _universe: Universe,
+}
+
+impl MpiJob {
+    /// Initializes MPI (with `MPI_THREAD_MULTIPLE`) when this process was launched as part of a
+    /// job, and starts its transport threads; `None` outside a job.
+    pub fn init() -> Result<Option<MpiJob>, ProcessError> {
+        if launched().is_none() {
+            return Ok(None);
+        }
+        let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple)
+            .ok_or_else(|| ProcessError::Comm("MPI was already initialized".into()))?;
+        if threading != Threading::Multiple {
+            return Err(ProcessError::Comm(format!(
+                "the MPI library grants {threading:?} threading; Tessera needs MPI_THREAD_MULTIPLE (Open MPI grants it)"
+            )));
+        }
+        install_abort_hook();
+        let world = universe.world();
+        let endpoint = Endpoint::start(world.size())
+            .map_err(|e| ProcessError::Comm(format!("could not start the MPI threads: {e}")))?;
+        Ok(Some(MpiJob {
+            endpoint: Arc::new(endpoint),
+            rank: world.rank() as usize,
+            size: world.size() as usize,
+            _universe: universe,
+        }))
+    }
+
+    /// This process's rank (the group it runs).
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of processes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Whether `ok` holds on every rank (a collective: every rank calls it).
+    pub fn all(&self, ok: bool) -> bool {
+        let mut all = 0u8;
+        SimpleCommunicator::world().all_reduce_into(
+            &u8::from(ok),
+            &mut all,
+            mpi::collective::SystemOperation::logical_and(),
+        );
+        all != 0
+    }
+
+    /// Ends every rank of the job with `code` (`MPI_Abort`).
+    pub fn abort(&self, code: i32) -> ! {
+        SimpleCommunicator::world().abort(code)
+    }
+
+    /// The processes of the job as a step's [`Processes`]: this rank runs group `rank` on
+    /// `client`'s devices of `mesh` (see [`MpmdMesh::for_process`]).
+    pub fn processes(
+        &self,
+        client: &Client,
+        mesh: &MpmdMesh,
+    ) -> Result<Arc<dyn Processes>, ProcessError> {
+        let comm = |e: tessera_pjrt::PjrtError| ProcessError::Comm(e.to_string());
+        let fault = std::env::var(FAULT_ENV)
+            .ok()
+            .map(|text| parse_fault(&text))
+            .transpose()?
+            .filter(|&(_, rank)| rank == self.rank)
+            .map(|(fault, _)| fault);
+        Ok(Arc::new(MpiProcesses {
+            endpoint: self.endpoint.clone(),
+            rank: self.rank,
+            size: self.size,
+            client: client.clone(),
+            mesh: mesh.clone(),
+            devices: client.addressable_devices().map_err(comm)?.len(),
+            plugin: client.platform_version().map_err(comm)?,
+            fault,
+        }))
+    }
+}
+
+impl Drop for MpiJob {
+    fn drop(&mut self) {
+        self.endpoint.shutdown();
+    }
+}
+
+/// `KIND@RANK` as a fault and the rank it strikes.
+fn parse_fault(text: &str) -> Result<(Fault, usize), ProcessError> {
+    let bad = || {
+        ProcessError::Comm(format!(
+            "{FAULT_ENV} is '{text}'; give KIND@RANK with KIND fail, stall or kill, e.g. fail@2"
+        ))
+    };
+    let (kind, rank) = text.split_once('@').ok_or_else(bad)?;
+    let fault = match kind {
+        "fail" => Fault::Fail,
+        "stall" => Fault::Stall,
+        "kill" => Fault::Kill,
+        _ => return Err(bad()),
+    };
+    Ok((fault, rank.parse().map_err(|_| bad())?))
+}
+
+/// A panic anywhere ends the whole job at once instead of unwinding into `MPI_Finalize`.
+fn install_abort_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        SimpleCommunicator::world().abort(101);
+    }));
+}
+
+struct MpiProcesses {
+    endpoint: Arc<Endpoint>,
+    rank: usize,
+    size: usize,
+    client: Client,
+    mesh: MpmdMesh,
+    devices: usize,
+    plugin: String,
+    fault: Option<Fault>,
+}
+
+impl Processes for MpiProcesses {
+    fn local_groups(&self) -> Vec<usize> {
+        vec![self.rank]
+    }
+
+    fn transport(
+        &self,
+        layouts: &Arc<HashMap<ValueId, OutputLayout>>,
+    ) -> Result<Arc<dyn Transport<Array>>, ProcessError> {
+        Ok(Arc::new(self.endpoint.transport(
+            &self.client,
+            &self.mesh,
+            layouts.clone(),
+        )))
+    }
+
+    fn broadcast(&self, root: usize, mut values: Vec<f64>) -> Result<Vec<f64>, ProcessError> {
+        let root = i32::try_from(root)
+            .ok()
+            .filter(|&r| (r as usize) < self.size)
+            .ok_or_else(|| ProcessError::Comm(format!("no rank runs group {root}")))?;
+        SimpleCommunicator::world()
+            .process_at_rank(root)
+            .broadcast_into(&mut values[..]);
+        Ok(values)
+    }
+
+    fn agree(&self, fingerprint: u64) -> Result<(), ProcessError> {
+        let mut plugin = DefaultHasher::new();
+        self.plugin.hash(&mut plugin);
+        let mine = [fingerprint, self.devices as u64, plugin.finish()];
+        let mut all = vec![0u64; 3 * self.size];
+        SimpleCommunicator::world().all_gather_into(&mine[..], &mut all[..]);
+        let what = [
+            "the step (plan and value layouts)",
+            "the device count",
+            "the PJRT plugin version",
+        ];
+        for (rank, theirs) in all.chunks(3).enumerate().skip(1) {
+            if let Some(k) = (0..3).find(|&k| theirs[k] != all[k]) {
+                let detail = if k == 1 {
+                    format!(" ({} devices, rank 0 has {})", theirs[1], all[1])
+                } else {
+                    String::new()
+                };
+                return Err(ProcessError::Mismatch(format!(
+                    "rank {rank} differs from rank 0 in {}{detail}; launch every rank with the same binary, arguments and plugin",
+                    what[k]
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn executor(
+        &self,
+        executor: Arc<dyn Executor<usize, Array>>,
+    ) -> Arc<dyn Executor<usize, Array>> {
+        match self.fault {
+            Some(fault) => Arc::new(FaultyExecutor::new(executor, fault, 1)),
+            None => executor,
+        }
+    }
+}

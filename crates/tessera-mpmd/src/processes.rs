@@ -1,0 +1,152 @@
+//! A step spread over processes: each process runs some of the MPMD groups (one, under MPI) with
+//! its own PJRT client, and the values between groups of different processes cross through a
+//! transport the [`Processes`] makes for each run. The pipeline compiles and runs only the local
+//! groups' tasks; a result held by another process's group stays there (an [`crate::MpmdArray`]
+//! that is not addressable here); the micro-batch losses are broadcast from the group that
+//! computes them so that every process gets the step's host results.
+//!
+//! Before the first step, [`Processes::agree`] compares a fingerprint of the step every process
+//! built (the plan and the layout of every value), so that processes that traced different steps
+//! refuse to start instead of exchanging mismatched buffers.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use tessera_pjrt::Array;
+
+use crate::runtime::{BoxError, Executor, OutputLayout, Plan, Transport, ValueId};
+
+/// Why a multi-process step could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The processes built different steps, or run on different devices or plugins.
+    #[error("the processes of the job disagree: {0}")]
+    Mismatch(String),
+    /// A collective operation or the transport failed.
+    #[error("{0}")]
+    Comm(String),
+}
+
+/// How the groups of a step are spread over processes (see the module docs).
+pub trait Processes: Send + Sync {
+    /// The groups this process runs.
+    fn local_groups(&self) -> Vec<usize>;
+
+    /// A fresh transport for one run of the plan: `layouts` gives the global shape, element type
+    /// and in-group spec of every value the plan moves between groups.
+    fn transport(
+        &self,
+        layouts: &Arc<HashMap<ValueId, OutputLayout>>,
+    ) -> Result<Arc<dyn Transport<Array>>, ProcessError>;
+
+    /// `values` as the process running group `root` has them, in every process (each passes
+    /// a vector of the same length; only the root's contents matter).
+    fn broadcast(&self, root: usize, values: Vec<f64>) -> Result<Vec<f64>, ProcessError>;
+
+    /// Checks that every process built the step whose fingerprint is `fingerprint` (and runs on
+    /// the same devices and plugin): an error naming a process that differs otherwise.
+    fn agree(&self, fingerprint: u64) -> Result<(), ProcessError>;
+
+    /// The executor this process runs its tasks with (a hook for fault injection in tests; the
+    /// executor itself by default).
+    fn executor(
+        &self,
+        executor: Arc<dyn Executor<usize, Array>>,
+    ) -> Arc<dyn Executor<usize, Array>> {
+        executor
+    }
+}
+
+/// A fingerprint of a plan and the layouts of its values: the same in every process that built
+/// the same step with the same binary.
+pub fn fingerprint(plan: &Plan<usize>, layouts: &HashMap<ValueId, OutputLayout>) -> u64 {
+    let mut h = DefaultHasher::new();
+    for task in &plan.tasks {
+        (&task.name, task.group, &task.inputs, &task.outputs).hash(&mut h);
+    }
+    plan.order.hash(&mut h);
+    plan.results.hash(&mut h);
+    let mut ids: Vec<&ValueId> = layouts.keys().collect();
+    ids.sort_unstable();
+    for id in ids {
+        let layout = &layouts[id];
+        (
+            id,
+            &layout.shape,
+            format!("{:?}", layout.ty),
+            layout.spec.to_string(),
+        )
+            .hash(&mut h);
+    }
+    h.finish()
+}
+
+/// An executor that lets a test fail or stall one process's task: the wrapped executor for every
+/// other task.
+pub struct FaultyExecutor {
+    inner: Arc<dyn Executor<usize, Array>>,
+    fault: Fault,
+    at_task: usize,
+    seen: std::sync::atomic::AtomicUsize,
+}
+
+/// What [`FaultyExecutor`] does to its chosen task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The task fails with an error.
+    Fail,
+    /// The task never returns (it sleeps for an hour).
+    Stall,
+    /// The process kills itself with SIGKILL when the task starts.
+    Kill,
+}
+
+impl FaultyExecutor {
+    /// Wraps `inner`, applying `fault` to the `at_task`-th task this process runs (from 0).
+    pub fn new(inner: Arc<dyn Executor<usize, Array>>, fault: Fault, at_task: usize) -> Self {
+        FaultyExecutor {
+            inner,
+            fault,
+            at_task,
+            seen: Default::default(),
+        }
+    }
+}
+
+impl Executor<usize, Array> for FaultyExecutor {
+    fn run(
+        &self,
+        task: &crate::runtime::TaskSpec<usize>,
+        inputs: &[&Array],
+    ) -> Result<Vec<Array>, BoxError> {
+        let n = self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n == self.at_task {
+            match self.fault {
+                Fault::Fail => {
+                    return Err(
+                        format!("injected failure (TESSERA_FAULT) in '{}'", task.name).into(),
+                    );
+                }
+                Fault::Stall => std::thread::sleep(std::time::Duration::from_secs(3600)),
+                Fault::Kill => {
+                    let pid = std::process::id().to_string();
+                    eprintln!("injected fault (TESSERA_FAULT): killing process {pid} with SIGKILL");
+                    let _ = std::process::Command::new("kill")
+                        .args(["-9", &pid])
+                        .status();
+                    std::thread::sleep(std::time::Duration::from_secs(3600));
+                }
+            }
+        }
+        self.inner.run(task, inputs)
+    }
+
+    fn donated_inputs(&self, task: &crate::runtime::TaskSpec<usize>) -> Vec<usize> {
+        self.inner.donated_inputs(task)
+    }
+
+    fn value_bytes(&self, value: &Array) -> u64 {
+        self.inner.value_bytes(value)
+    }
+}

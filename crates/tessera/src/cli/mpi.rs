@@ -1,0 +1,193 @@
+//! `tessera train` as an MPI job: launched by `mpirun -n G` (or `srun`), each rank runs MPMD
+//! group `rank` on its own PJRT client with `--devices / G` devices; rank 0 runs the unpipelined
+//! reference and prints. Without an MPI launcher the command runs in one process, as before.
+//!
+//! An error on any rank is printed by that rank and ends the whole job with `MPI_Abort`, never
+//! by unwinding into `MPI_Finalize`; a disagreement found at the rendezvous, which every rank
+//! finds at the same collective, is printed by rank 0 and every rank exits with a failure.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use tessera_mpmd::MpmdMesh;
+use tessera_mpmd::driver::DriverError;
+use tessera_mpmd::mpi_job::MpiJob;
+use tessera_mpmd::processes::{ProcessError, Processes};
+use tessera_mpmd::runtime::Timings;
+use tessera_pjrt::Client;
+use tessera_sharding::Mesh;
+
+/// Runs `body` as this process's share of the job (or alone, outside a job).
+pub fn run_job<A>(
+    args: A,
+    plugin: Option<&str>,
+    body: impl FnOnce(A, Option<&str>, Option<&MpiJob>) -> anyhow::Result<ExitCode>,
+) -> anyhow::Result<ExitCode> {
+    let Some(job) = MpiJob::init()? else {
+        return body(args, plugin, None);
+    };
+    match body(args, plugin, Some(&job)) {
+        Ok(code) => Ok(code),
+        Err(err) => {
+            let collective = matches!(
+                err.downcast_ref::<DriverError>(),
+                Some(DriverError::Processes(ProcessError::Mismatch(_)))
+            );
+            if !collective || job.rank() == 0 {
+                eprintln!(
+                    "error (rank {} of {}): {}",
+                    job.rank(),
+                    job.size(),
+                    message(&err)
+                );
+                let _ = std::io::stderr().flush();
+            }
+            if !collective {
+                job.abort(1)
+            }
+            // Every rank found it at the same collective: all end cleanly, with a failure.
+            drop(job);
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// The error and its causes on one line, leaving out a cause its parent already quotes.
+fn message(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
+/// Whether this process prints and runs the reference (rank 0, or the only process).
+pub fn is_root(job: Option<&MpiJob>) -> bool {
+    job.is_none_or(|j| j.rank() == 0)
+}
+
+/// The client and the MPMD mesh (axes `stage` × `data`) of this process: all `devices` in one
+/// process; in a job of `mpmd_dim` ranks, `devices / mpmd_dim` of them, the rank's group.
+pub fn open(
+    job: Option<&MpiJob>,
+    plugin: Option<&str>,
+    devices: u32,
+    mpmd_dim: u32,
+) -> anyhow::Result<(Client, MpmdMesh)> {
+    let group = devices / mpmd_dim;
+    let shape = Mesh::auto(&[("stage", i64::from(mpmd_dim)), ("data", i64::from(group))])?;
+    let (client, mesh, wanted) = match job {
+        None => {
+            let client = Client::open(plugin, i64::from(devices))?;
+            (client, MpmdMesh::new(shape, "stage")?, devices)
+        }
+        Some(job) => {
+            if job.size() != mpmd_dim as usize {
+                bail!(
+                    "the step has {mpmd_dim} MPMD groups (--mpmd-dim, or --stages) but the job has {} ranks; launch one rank per group (mpirun -n {mpmd_dim})",
+                    job.size()
+                );
+            }
+            let client = Client::open(plugin, i64::from(group))?;
+            let mesh = MpmdMesh::for_process(&shape, "stage", job.rank())?;
+            (client, mesh, group)
+        }
+    };
+    let available = client.addressable_devices()?.len();
+    if available != wanted as usize {
+        bail!(
+            "--devices {devices} needs {wanted} devices in this process but the {} client has {available}; pass --devices {}",
+            client.platform_name()?,
+            available * (devices / wanted) as usize
+        );
+    }
+    Ok((client, mesh))
+}
+
+/// The step's processes in a job (`None` alone).
+pub fn processes(
+    job: Option<&MpiJob>,
+    client: &Client,
+    mesh: &MpmdMesh,
+) -> anyhow::Result<Option<std::sync::Arc<dyn Processes>>> {
+    Ok(job.map(|j| j.processes(client, mesh)).transpose()?)
+}
+
+/// What a rank reports at the end of a run in a job.
+pub struct Finish<'a> {
+    pub model: &'a str,
+    pub schedule: &'a str,
+    pub stages: u32,
+    pub microbatches: u32,
+    pub devices: u32,
+    pub json: bool,
+    pub losses: &'a [f64],
+    pub reference_losses: &'a [f64],
+    pub timings: &'a Timings,
+    pub plan: &'a tessera_schedule::Plan,
+    /// Each step's wall time on this rank (a step ends on every rank with the losses' broadcast).
+    pub step_ms: &'a [f64],
+}
+
+/// Ends a run in a job: every rank checks that its group ran the schedule's order; rank 0 prints
+/// the losses next to the reference's (and, with `--json`, the summary as its last line). The
+/// per-task timings stay on their ranks (not gathered yet).
+pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
+    let group = job.rank();
+    let want: Vec<String> = f
+        .plan
+        .actors
+        .get(group)
+        .map(|a| a.iter().map(tessera_mpmd::pipeline::action_name).collect())
+        .unwrap_or_default();
+    let mine = f.timings.group_orders(group + 1).pop().unwrap_or_default();
+    let orders_match = job.all(mine == want);
+    if job.rank() != 0 {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let max_diff = f
+        .losses
+        .iter()
+        .zip(f.reference_losses)
+        .map(|(a, b)| (a - b).abs() / b.abs().max(1e-12))
+        .fold(0.0, f64::max);
+    println!("each group ran its actions in the schedule's order: {orders_match}");
+    let wall_ms = f.step_ms.last().copied().unwrap_or(f64::NAN);
+    println!("step wall time (last step, rank 0, update included): {wall_ms:.3} ms");
+    if f.json {
+        let summary = serde_json::json!({
+            "model": f.model,
+            "schedule": f.schedule,
+            "stages": f.stages,
+            "microbatches": f.microbatches,
+            "devices": f.devices,
+            "processes": job.size(),
+            "losses": f.losses,
+            "reference_losses": f.reference_losses,
+            "final_loss": f.losses.last(),
+            "reference_loss": f.reference_losses.last(),
+            "max_relative_difference": max_diff,
+            "order_matches_schedule": orders_match,
+            "step_wall_ms": wall_ms,
+        });
+        println!("{summary}");
+    } else {
+        println!(
+            "final loss {:.6} (unpipelined {:.6}); largest relative difference over the steps {max_diff:.2e}",
+            f.losses.last().copied().unwrap_or(f64::NAN),
+            f.reference_losses.last().copied().unwrap_or(f64::NAN)
+        );
+    }
+    Ok(if max_diff <= 1e-4 && orders_match {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,293 @@
+//! `tessera train` as an MPI job (`mpirun -n G`, one rank per MPMD group): its losses equal the
+//! one-process run's bit for bit, and failures end the whole job in bounded time — a task that
+//! fails on rank 2, a rank killed with SIGKILL, a rank that stalls, ranks that built different
+//! steps, and a job whose size is not the group count.
+//!
+//! Every job runs under a time limit after which the test kills it (mpirun and its ranks, by
+//! process group); the jobs run one at a time (4 ranks on a small machine).
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tessera_tests::tessera_bin;
+
+/// One job at a time.
+static JOBS: Mutex<()> = Mutex::new(());
+
+/// How a job ended: its status, its output, and when `marker` first appeared in its error output
+/// (if asked for) relative to its exit.
+struct Ended {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    /// From the marker's appearance to the job's exit.
+    after_marker: Option<Duration>,
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tessera-mpi-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// Runs `mpirun` with `launch` (its arguments, the program included) and `env`, killing it
+/// after `limit`; watches the error output for `marker`.
+fn mpirun(launch: &[&str], env: &[(&str, &str)], limit: Duration, marker: Option<&str>) -> Ended {
+    let _one = JOBS.lock().unwrap_or_else(|e| e.into_inner());
+    let tag = launch.join("_").replace(['/', ' ', '@', '.'], "-");
+    let tag: String = tag.chars().rev().take(60).collect();
+    let (out_path, err_path) = (
+        scratch(&format!("{tag}.out")),
+        scratch(&format!("{tag}.err")),
+    );
+    let mut command = Command::new("mpirun");
+    command
+        .args(["--allow-run-as-root", "--oversubscribe"])
+        .args(launch)
+        .env_remove("TESSERA_PJRT_PLUGIN")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .process_group(0);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run mpirun: {e} (run `cargo xtask setup`)"));
+    let began = Instant::now();
+    let mut seen: Option<Instant> = None;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if let (Some(m), None) = (marker, seen)
+            && std::fs::read_to_string(&err_path)
+                .unwrap_or_default()
+                .contains(m)
+        {
+            seen = Some(Instant::now());
+        }
+        if began.elapsed() > limit {
+            let group = format!("-{}", child.id());
+            let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+            let _ = child.wait();
+            panic!(
+                "the job {launch:?} ran past {limit:?}; its error output:\n{}",
+                std::fs::read_to_string(&err_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let exited = Instant::now();
+    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let _ = (
+        std::fs::remove_file(&out_path),
+        std::fs::remove_file(&err_path),
+    );
+    if let Some(dir) = out_path.parent() {
+        let _ = std::fs::remove_dir(dir); // the last job's (scratch makes it again)
+    }
+    let seen = seen.or_else(|| marker.filter(|m| stderr.contains(m)).map(|_| exited));
+    Ended {
+        status,
+        stdout,
+        stderr,
+        after_marker: seen.map(|t| exited.duration_since(t)),
+    }
+}
+
+fn train_args(schedule: &str, stages: &str, groups: &str, steps: &str) -> Vec<String> {
+    [
+        "train",
+        "--model",
+        "gpt",
+        "--schedule",
+        schedule,
+        "--stages",
+        stages,
+        "--mpmd-dim",
+        groups,
+        "--microbatches",
+        "8",
+        "--devices",
+        "8",
+        "--steps",
+        steps,
+        "--json",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The `losses` of a `--json` summary, the last line of `stdout`.
+fn losses(stdout: &str) -> Vec<f64> {
+    let last = stdout.lines().last().unwrap_or_default();
+    let summary: serde_json::Value = serde_json::from_str(last)
+        .unwrap_or_else(|e| panic!("the last line is not the JSON summary ({e}): {stdout}"));
+    summary["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_f64().unwrap())
+        .collect()
+}
+
+fn equal_to_one_process(schedule: &str, stages: &str, groups: &str) {
+    let args = train_args(schedule, stages, groups, "3");
+    let alone = {
+        let _one = JOBS.lock().unwrap_or_else(|e| e.into_inner());
+        Command::new(tessera_bin())
+            .args(&args)
+            .env_remove("TESSERA_PJRT_PLUGIN")
+            .output()
+            .unwrap()
+    };
+    assert!(
+        alone.status.success(),
+        "{}",
+        String::from_utf8_lossy(&alone.stderr)
+    );
+    let bin = tessera_bin();
+    let mut launch = vec!["-n", groups, bin.to_str().unwrap()];
+    launch.extend(args.iter().map(String::as_str));
+    let job = mpirun(&launch, &[], Duration::from_secs(300), None);
+    assert!(job.status.success(), "{}", job.stderr);
+    let (one, many) = (
+        losses(&String::from_utf8_lossy(&alone.stdout)),
+        losses(&job.stdout),
+    );
+    assert_eq!(one.len(), 3);
+    // Bit for bit: the same programs accumulate in the same order.
+    assert_eq!(
+        one.iter().map(|l| l.to_bits()).collect::<Vec<_>>(),
+        many.iter().map(|l| l.to_bits()).collect::<Vec<_>>(),
+        "{schedule}: one process {one:?}, {groups} ranks {many:?}"
+    );
+}
+
+#[test]
+fn four_ranks_train_the_gpt_as_one_process_does() {
+    equal_to_one_process("1f1b", "4", "4");
+    equal_to_one_process("zero-bubble", "4", "4");
+}
+
+#[test]
+fn two_ranks_with_two_stages_each_train_as_one_process_does() {
+    equal_to_one_process("interleaved-1f1b", "4", "2");
+    equal_to_one_process("dualpipev", "4", "2");
+}
+
+fn faulty_job(env: &[(&str, &str)], limit: Duration, marker: Option<&str>) -> Ended {
+    let bin = tessera_bin();
+    let args = train_args("1f1b", "4", "4", "2");
+    let mut launch = vec!["-n", "4", bin.to_str().unwrap()];
+    launch.extend(args.iter().map(String::as_str));
+    mpirun(&launch, env, limit, marker)
+}
+
+#[test]
+fn a_task_failing_on_rank_2_ends_the_job_within_5_s_naming_it() {
+    let job = faulty_job(
+        &[("TESSERA_FAULT", "fail@2")],
+        Duration::from_secs(180),
+        Some("injected failure"),
+    );
+    assert!(!job.status.success(), "{}", job.stderr);
+    let reports: Vec<&str> = job
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error (rank"))
+        .collect();
+    assert_eq!(reports.len(), 1, "{}", job.stderr);
+    assert!(
+        reports[0].contains("rank 2 of 4") && reports[0].contains("on group 2 failed"),
+        "{}",
+        reports[0]
+    );
+    assert!(reports[0].contains("task '"), "{}", reports[0]);
+    let after = job.after_marker.unwrap();
+    assert!(
+        after < Duration::from_secs(5),
+        "the job ended {after:?} after the failure"
+    );
+}
+
+#[test]
+fn a_rank_killed_with_sigkill_ends_the_job_within_10_s() {
+    let job = faulty_job(
+        &[("TESSERA_FAULT", "kill@2")],
+        Duration::from_secs(180),
+        Some("with SIGKILL"),
+    );
+    assert!(!job.status.success(), "{}", job.stderr);
+    let after = job.after_marker.unwrap();
+    assert!(
+        after < Duration::from_secs(10),
+        "the job ended {after:?} after the kill"
+    );
+}
+
+#[test]
+fn a_stalled_rank_gives_the_deadline_error_naming_the_value() {
+    let job = faulty_job(
+        &[("TESSERA_FAULT", "stall@2"), ("TESSERA_TIMEOUT_S", "3")],
+        Duration::from_secs(180),
+        None,
+    );
+    assert!(!job.status.success(), "{}", job.stderr);
+    let report = job
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("error (rank"))
+        .unwrap_or_else(|| panic!("no error reported: {}", job.stderr));
+    assert!(report.contains("deadline passed"), "{report}");
+    assert!(report.contains("value"), "{report}");
+}
+
+#[test]
+fn ranks_that_built_different_steps_refuse_to_start_naming_the_rank() {
+    let bin = tessera_bin();
+    let args = train_args("1f1b", "4", "4", "1");
+    let mut other = args.clone();
+    other[10] = "4".into(); // --microbatches 4 on the last rank
+    let mut launch = vec!["-n", "3", bin.to_str().unwrap()];
+    launch.extend(args.iter().map(String::as_str));
+    launch.extend([":", "-n", "1", bin.to_str().unwrap()]);
+    launch.extend(other.iter().map(String::as_str));
+    let job = mpirun(&launch, &[], Duration::from_secs(180), None);
+    assert!(!job.status.success(), "{}", job.stderr);
+    let reports: Vec<&str> = job
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error (rank"))
+        .collect();
+    assert_eq!(reports.len(), 1, "{}", job.stderr);
+    assert!(
+        reports[0].contains("rank 3 differs from rank 0"),
+        "{}",
+        reports[0]
+    );
+}
+
+#[test]
+fn a_job_with_fewer_ranks_than_groups_is_refused() {
+    let bin = tessera_bin();
+    let args = train_args("1f1b", "4", "4", "1");
+    let mut launch = vec!["-n", "2", bin.to_str().unwrap()];
+    launch.extend(args.iter().map(String::as_str));
+    let job = mpirun(&launch, &[], Duration::from_secs(120), None);
+    assert!(!job.status.success(), "{}", job.stderr);
+    assert!(
+        job.stderr
+            .contains("the job has 2 ranks; launch one rank per group (mpirun -n 4)"),
+        "{}",
+        job.stderr
+    );
+}

@@ -1,0 +1,92 @@
+//! The demo's multi-process step: the byte-level GPT trained by `mpirun -n 4` (one rank per MPMD
+//! group, 2 devices each) and by one process, their losses compared bit for bit.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, bail};
+
+use crate::cmd::{self, step};
+
+/// The training run both sides make.
+const TRAIN: &[&str] = &[
+    "train",
+    "--model",
+    "gpt",
+    "--schedule",
+    "1f1b",
+    "--stages",
+    "4",
+    "--microbatches",
+    "8",
+    "--devices",
+    "8",
+    "--steps",
+    "10",
+    "--json",
+];
+
+fn tessera_bin() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cmd::workspace_root().join("target"))
+        .join("debug")
+        .join("tessera")
+}
+
+/// The `losses` of the JSON summary a run prints as its last line.
+fn losses(command: &mut Command, what: &str) -> anyhow::Result<Vec<f64>> {
+    command
+        .current_dir(cmd::workspace_root())
+        .env("TF_CPP_MIN_LOG_LEVEL", "2")
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+    let out = command
+        .output()
+        .with_context(|| format!("could not start {what}"))?;
+    if !out.status.success() {
+        bail!("{what} failed ({})", out.status);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let summary: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or_default())
+        .with_context(|| format!("{what} printed no JSON summary"))?;
+    summary["losses"]
+        .as_array()
+        .context("the summary has no losses")?
+        .iter()
+        .map(|l| l.as_f64().context("a loss is not a number"))
+        .collect()
+}
+
+/// Trains the GPT under `mpirun` with 4 ranks x 2 devices and in one process, and checks that
+/// the losses are equal bit for bit.
+pub fn run() -> anyhow::Result<()> {
+    step(
+        "demo: the same GPT training as an MPI job, `mpirun -n 4 tessera train ...` (one process per MPMD group, 2 devices each), against one process",
+    );
+    cmd::cargo(&["build", "--quiet", "--package", "tessera"])?;
+    let bin = tessera_bin();
+    let alone = losses(Command::new(&bin).args(TRAIN), "the one-process run")?;
+    let mut mpirun = Command::new("mpirun");
+    mpirun
+        .args(["--allow-run-as-root", "--oversubscribe", "-n", "4"])
+        .arg(&bin)
+        .args(TRAIN);
+    let job = losses(&mut mpirun, "the 4-rank MPI job")?;
+    for (step, (a, b)) in alone.iter().zip(&job).enumerate() {
+        println!(
+            "step {:>3}  one process {a:.9}  4 MPI ranks {b:.9}",
+            step + 1
+        );
+    }
+    let same = alone.len() == job.len()
+        && alone
+            .iter()
+            .zip(&job)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+    if !same {
+        bail!("the 4-rank MPI job's losses differ from the one-process run's");
+    }
+    println!("the 4-rank MPI job's losses equal the one-process run's bit for bit");
+    Ok(())
+}
