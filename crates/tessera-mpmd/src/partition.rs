@@ -51,6 +51,17 @@ pub enum PartitionError {
     /// The values between the stages do not flow forward.
     #[error(transparent)]
     Graph(#[from] StageGraphError),
+    /// A stage marker sits inside a nested program.
+    #[error(
+        "equation {index} (`{prim}`) holds a stage marker in its body; stage markers must be at \
+         the top level of the loss, outside `cond`, `scan` and `while`"
+    )]
+    NestedMarker {
+        /// The equation's index in the (inlined) loss.
+        index: usize,
+        /// Its primitive.
+        prim: &'static str,
+    },
     /// The stages do not form a pipeline the contract can express.
     #[error("stage {stage}: {message}")]
     Shape {
@@ -67,6 +78,7 @@ pub fn partition(
     params: &[usize],
 ) -> Result<Vec<StagePrograms>, PartitionError> {
     let flat = inline_calls(loss);
+    refuse_nested_markers(&flat.jaxpr)?;
     let split = split_stages(&flat)?;
     let count = split.stages.len();
     if !matches!(split.results.first(), Some(StageInput::Stage { stage, .. }) if *stage + 1 == count)
@@ -117,6 +129,36 @@ pub fn partition(
             stage_programs(&split, s, params, &reads[s], consumers)
         })
         .collect()
+}
+
+/// Refuses a stage marker inside a nested program (a `cond` branch, a `scan` or `while` body):
+/// stages split the top-level program only. The error names the equation holding it.
+fn refuse_nested_markers(jaxpr: &tessera_ir::Jaxpr) -> Result<(), PartitionError> {
+    fn holds_marker(value: &tessera_ir::params::ParamValue) -> bool {
+        use tessera_ir::params::ParamValue;
+        match value {
+            ParamValue::Jaxpr(j) => j.jaxpr.eqns.iter().any(|e| {
+                e.prim == tessera_ir::Prim::PipelineEnterStage
+                    || e.params.0.iter().any(|(_, v)| holds_marker(v))
+            }),
+            ParamValue::Tuple(items) | ParamValue::List(items) => items.iter().any(holds_marker),
+            ParamValue::Record(_, fields) => fields.iter().any(|(_, v)| holds_marker(v)),
+            ParamValue::Int(_)
+            | ParamValue::NpInt(_)
+            | ParamValue::Float(..)
+            | ParamValue::Bool(_)
+            | ParamValue::Name(_) => false,
+        }
+    }
+    for (i, eqn) in jaxpr.eqns.iter().enumerate() {
+        if eqn.params.0.iter().any(|(_, v)| holds_marker(v)) {
+            return Err(PartitionError::NestedMarker {
+                index: i,
+                prim: eqn.prim.name(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Where a stage program's arguments go in the contract: parameters, imported values, data.

@@ -238,3 +238,23 @@ fn skipped_and_parallel_values_are_named_in_the_stage_shapes() {
     assert_eq!(two[1].shape.inputs, vec![r(0, 0), r(0, 1)]);
     assert_eq!(two[1].shape.consumers, vec![vec![2], vec![2]]);
 }
+
+#[test]
+fn a_stage_marker_inside_a_loop_body_is_refused_naming_the_equation() {
+    let text = "{ lambda ; a:f32[3] b:f32[3]. let
+    c:f32[3] = scan[_split_transpose=False jaxpr={ lambda ; d:f32[3] e:f32[3]. let
+        f:f32[3] = pipeline_enter_stage[stage=1] e
+        g:f32[3] = add d f
+      in (g,) } length=2 linear=(False, False) num_carry=1 num_consts=0 reverse=False unroll=1] a b
+    h:f32[] = reduce_sum[axes=(0,) out_sharding=None] c
+  in (h,) }";
+    let program = tessera_ir::text::parse_closed(text);
+    let Ok(program) = program else {
+        panic!("{:?}", program.err());
+    };
+    let err = partition(&program, &[1]).unwrap_err().to_string();
+    assert!(
+        err.contains("equation 0 (`scan`) holds a stage marker"),
+        "{err}"
+    );
+}
