@@ -630,3 +630,74 @@ fn a_step_donating_its_parameters_updates_them_in_place() {
         "{err}"
     );
 }
+
+#[test]
+fn a_step_takes_and_gives_parameter_trees() {
+    use tessera::nn::Tree;
+    use tessera::trees::TreeStep;
+    use tessera_mpmd::StepArg;
+    let (stages, mbs, rows) = (2, 4, 2);
+    let program = step(stages, mbs, rows, "1f1b");
+    let avals = program.jaxpr.in_avals();
+    let named = |names: &[&str], leaves: &[ShapedArray]| {
+        Tree::node(
+            names
+                .iter()
+                .zip(leaves)
+                .map(|(n, a)| (n.to_string(), Tree::Leaf(a.clone()))),
+        )
+    };
+    // (weights {w0, w1}, lr, data {x, y}) -> (weights {w0, w1}, loss)
+    let inputs = vec![
+        named(&["w0", "w1"], &avals[..2]),
+        Tree::Leaf(avals[2].clone()),
+        named(&["x", "y"], &avals[3..]),
+    ];
+    let outs = program.jaxpr.out_avals();
+    let outputs = vec![
+        named(&["w0", "w1"], &outs[..2]),
+        Tree::Leaf(outs[2].clone()),
+    ];
+    let client = Client::cpu(8).unwrap();
+    let tree_step = TreeStep::new(
+        &client,
+        &mesh(stages),
+        &program,
+        inputs.clone(),
+        outputs,
+        &MpmdJitOptions::default(),
+    )
+    .unwrap();
+    let args = step_args(stages, mbs, rows);
+    let host = |a: &Array| StepArg::Host(to_host(a).unwrap());
+    let trees: Vec<Tree<StepArg>> = inputs
+        .iter()
+        .scan(0, |next, tree| {
+            let leaves: Vec<StepArg> = args[*next..*next + tree.len()].iter().map(host).collect();
+            *next += tree.len();
+            Some(tree.unflatten(leaves).unwrap())
+        })
+        .collect();
+    let run = tree_step.call(&trees).unwrap();
+    let want = eval_closed(&program, &args).unwrap();
+    let w1 = run.outputs[0].leaf("w1").unwrap().to_host().unwrap();
+    let w1 = from_host(&w1, DType::F32).unwrap().to_vec();
+    for (a, b) in w1.iter().zip(want[1].to_vec()) {
+        assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
+    }
+    assert_eq!(run.outputs[1].len(), 1);
+    // Trees of another shape are refused, naming the path.
+    let mut swapped = trees.clone();
+    swapped[0] = named(&["w0", "v1"], &avals[..2]).map(&mut |_, a| {
+        StepArg::Host(tessera_pjrt::HostArray::zeros(
+            tessera_pjrt::ElementType::F32,
+            &a.shape,
+        ))
+    });
+    let err = tree_step
+        .call(&swapped)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("v1") || err.contains("w1"), "{err}");
+}

@@ -7,6 +7,7 @@
 pub mod jit;
 pub mod perf;
 pub mod plot;
+pub mod trees;
 
 pub use tessera_ir as ir;
 pub use tessera_mpmd as mpmd;
