@@ -172,6 +172,7 @@ fn unary(op: NumericOp, x: f64, dtype: DType, to: DType) -> f64 {
     match op {
         Erf => libm::erf(x),
         Erfc => libm::erfc(x),
+        ErfInv if dtype == DType::F32 => f64::from(super::special_fns::erf_inv_f32(x as f32)),
         ErfInv => super::special_fns::erf_inv(x),
         Lgamma => libm::lgamma(x),
         Digamma => super::special_fns::digamma(x),

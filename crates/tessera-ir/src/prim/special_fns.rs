@@ -54,6 +54,48 @@ pub(crate) fn erf_inv(y: f64) -> f64 {
     x
 }
 
+/// `erf_inv` in single precision as XLA computes it (CHLO's legalization): Giles' polynomial in
+/// `w = -log1p(-x²)`, evaluated in `f32` operations, `±inf` at `±1`. Unlike [`erf_inv`] (correctly
+/// rounded from `f64`), this gives XLA's `f32` results, which JAX's samplers (`normal`) rely on.
+pub(crate) fn erf_inv_f32(x: f32) -> f32 {
+    const LESS: [f32; 9] = [
+        2.810_226_36e-08,
+        3.432_739_39e-07,
+        -3.523_387_7e-06,
+        -4.391_506_54e-06,
+        0.000_218_580_87,
+        -0.001_253_725_03,
+        -0.004_177_681_64,
+        0.246_640_727,
+        1.501_409_41,
+    ];
+    const MORE: [f32; 9] = [
+        -0.000_200_214_257,
+        0.000_100_950_558,
+        0.001_349_343_22,
+        -0.003_673_428_44,
+        0.005_739_507_73,
+        -0.007_622_461_3,
+        0.009_438_870_47,
+        1.001_674_06,
+        2.832_976_82,
+    ];
+    let w = -libm::log1pf(x * -x);
+    let (coefficients, w) = if w < 5.0 {
+        (LESS, w - 2.5)
+    } else {
+        (MORE, w.sqrt() - 3.0)
+    };
+    let p = coefficients[1..]
+        .iter()
+        .fold(coefficients[0], |p, &c| p.mul_add(w, c));
+    if x.abs() == 1.0 {
+        x * f32::INFINITY
+    } else {
+        p * x
+    }
+}
+
 /// The digamma function `ψ(x) = Γ'(x)/Γ(x)`; NaN at the poles (0, -1, -2, ...).
 pub(crate) fn digamma(x: f64) -> f64 {
     if x.is_nan() || x == f64::NEG_INFINITY {
@@ -142,6 +184,20 @@ mod tests {
         }
         assert_eq!(erf_inv(1.0), f64::INFINITY);
         assert!(erf_inv(1.5).is_nan());
+    }
+
+    #[test]
+    fn the_f32_erf_inv_agrees_with_the_f64_one_within_f32_rounding() {
+        for i in 1..400 {
+            let y = -1.0 + f64::from(i) / 200.0;
+            let (single, double) = (erf_inv_f32(y as f32), erf_inv(f64::from(y as f32)));
+            assert!(
+                (f64::from(single) - double).abs() <= 8.0 * f64::from(f32::EPSILON) * double.abs(),
+                "{y}: {single} vs {double}"
+            );
+        }
+        assert_eq!(erf_inv_f32(1.0), f32::INFINITY);
+        assert_eq!(erf_inv_f32(-1.0), f32::NEG_INFINITY);
     }
 
     #[test]
