@@ -91,3 +91,35 @@ pub fn named_real_cases(names: &[&str]) -> usize {
     }
     passed
 }
+
+/// Runs `tessera train` with `args` (XLA's info logging off).
+pub fn tessera_train<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
+    std::process::Command::new(tessera_bin())
+        .arg("train")
+        .args(args)
+        .env("TF_CPP_MIN_LOG_LEVEL", "2")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", tessera_bin().display()))
+}
+
+/// The JSON summary (last line) of a `tessera train --json` run that must succeed.
+pub fn train_summary(out: &std::process::Output, what: &str) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{what}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{what}: no JSON summary ({e}): {last}"))
+}
+
+/// A list of numbers from a training summary.
+pub fn summary_numbers(summary: &serde_json::Value, key: &str) -> Vec<f64> {
+    summary[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no list `{key}` in {summary}"))
+        .iter()
+        .map(|v| v.as_f64().unwrap_or(f64::NAN))
+        .collect()
+}

@@ -6,36 +6,18 @@
 
 use std::process::Command;
 
-use tessera_tests::tessera_bin;
+use tessera_tests::{summary_numbers, tessera_bin, tessera_train, train_summary};
 
 fn train(args: &[&str]) -> std::process::Output {
-    Command::new(tessera_bin())
-        .arg("train")
-        .args(args)
-        .env("TF_CPP_MIN_LOG_LEVEL", "2")
-        .output()
-        .unwrap()
+    tessera_train(args)
 }
 
 fn summary(args: &[&str]) -> serde_json::Value {
-    let out = train(args);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{args:?}: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+    train_summary(&train(args), &format!("{args:?}"))
 }
 
-/// A list of numbers from the summary.
 fn numbers(summary: &serde_json::Value, key: &str) -> Vec<f64> {
-    summary[key]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect()
+    summary_numbers(summary, key)
 }
 
 #[test]

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use tessera_tests::tessera_bin;
+use tessera_tests::{summary_numbers, tessera_bin, tessera_train, train_summary};
 
 /// A small Llama trained with AdamW and warm-up, quick enough for a test.
 const SMALL: &[&str] = &[
@@ -45,25 +45,17 @@ fn train(args: &[&str]) -> std::process::Output {
     if !args.contains(&"--d-model") && !args.contains(&"--config") {
         sizes.extend(["--d-model", "32", "--seq-len", "16"]);
     }
-    Command::new(tessera_bin())
-        .arg("train")
-        .args(SMALL)
-        .args(sizes)
-        .args(args)
-        .env("TF_CPP_MIN_LOG_LEVEL", "2")
-        .output()
-        .unwrap()
+    let all: Vec<&str> = SMALL
+        .iter()
+        .copied()
+        .chain(sizes)
+        .chain(args.iter().copied())
+        .collect();
+    tessera_train(&all)
 }
 
 fn summary(args: &[&str]) -> serde_json::Value {
-    let out = train(args);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{args:?}: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+    train_summary(&train(args), &format!("{args:?}"))
 }
 
 /// The error of a run that must fail.
@@ -96,12 +88,7 @@ impl Drop for Scratch {
 }
 
 fn numbers(summary: &serde_json::Value, key: &str) -> Vec<f64> {
-    summary[key]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect()
+    summary_numbers(summary, key)
 }
 
 #[test]
