@@ -8,7 +8,6 @@ use tessera_ir::prim::{ScanParams, WhileParams, cond_branches, unstacked};
 use tessera_ir::{DType, Params, ShapedArray};
 
 use super::control::{constant_array, constant_scalar, splat};
-use super::elementwise::compare_values;
 use super::{Ctx, Functions, i64_array, ir, lower_body, mlir_type};
 use crate::context::LowerError;
 use crate::emit::Body;
@@ -54,34 +53,9 @@ pub(super) fn scan<'c, 'b>(
     for aval in &ctx.out_avals[p.num_carry..] {
         init.push(splat(ctx.body, 0.0, aval)?);
     }
-    let length = p.length;
-    let cond = ctx
-        .body
-        .region(&type_refs, "stablehlo.return", |b, state| {
-            let inner = Ctx {
-                body: b,
-                in_avals: &[],
-                out_avals: &[],
-            };
-            let n = constant_scalar(b, length as f64, &counter)?;
-            let boolean = ShapedArray::scalar(DType::Bool);
-            Ok(vec![compare_values(
-                &inner,
-                state[0],
-                n,
-                DType::I32,
-                "LT",
-                &boolean,
-            )?])
-        })?;
-    let step = ctx
-        .body
-        .region(&type_refs, "stablehlo.return", |b, state| {
-            scan_step(b, &p, ctx.in_avals, ctx.out_avals, state, functions)
-        })?;
-    let results =
-        ctx.body
-            .op_with_regions("stablehlo.while", &init, &type_refs, &[], vec![cond, step])?;
+    let results = super::loops::counted_while(ctx, &type_refs, &init, p.length, |b, state| {
+        scan_step(b, &p, ctx.in_avals, ctx.out_avals, state, functions)
+    })?;
     let carries = &results[1 + p.num_consts..1 + p.num_consts + p.num_carry];
     let ys = &results[results.len() - n_ys..];
     Ok(carries.iter().chain(ys).copied().collect())

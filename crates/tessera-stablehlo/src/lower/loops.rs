@@ -17,6 +17,45 @@ use super::reduce::identity;
 use super::{Ctx, Functions, i64_array, ir, lower_body, mlir_type};
 use crate::context::LowerError;
 
+/// A `stablehlo.while` over `init` (whose first value is an `i32` counter from 0, of type
+/// `types[0]`) that runs `step` on the loop state while the counter is below `length`; returns
+/// the final state. `step` must return the next state, counter included.
+pub(super) fn counted_while<'c, 'b, F>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    types: &[&str],
+    init: &[Value<'c, 'b>],
+    length: i64,
+    step: F,
+) -> Result<Vec<Value<'c, 'b>>, LowerError>
+where
+    F: for<'r> FnOnce(
+        &crate::emit::Body<'c, 'r>,
+        &[Value<'c, 'r>],
+    ) -> Result<Vec<Value<'c, 'r>>, LowerError>,
+{
+    let counter = ShapedArray::scalar(DType::I32);
+    let cond = ctx.body.region(types, "stablehlo.return", |b, state| {
+        let inner = Ctx {
+            body: b,
+            in_avals: &[],
+            out_avals: &[],
+        };
+        let n = constant_scalar(b, length as f64, &counter)?;
+        let boolean = ShapedArray::scalar(DType::Bool);
+        Ok(vec![compare_values(
+            &inner,
+            state[0],
+            n,
+            DType::I32,
+            "LT",
+            &boolean,
+        )?])
+    })?;
+    let step = ctx.body.region(types, "stablehlo.return", step)?;
+    ctx.body
+        .op_with_regions("stablehlo.while", init, types, &[], vec![cond, step])
+}
+
 /// Lowers a `treduce` equation to a `stablehlo.while`.
 pub(super) fn treduce<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
@@ -40,34 +79,9 @@ pub(super) fn treduce<'c, 'b>(
         };
         init.push(splat(ctx.body, start, aval)?);
     }
-    let length = p.length;
-    let cond = ctx
-        .body
-        .region(&type_refs, "stablehlo.return", |b, state| {
-            let inner = Ctx {
-                body: b,
-                in_avals: &[],
-                out_avals: &[],
-            };
-            let n = constant_scalar(b, length as f64, &counter)?;
-            let boolean = ShapedArray::scalar(DType::Bool);
-            Ok(vec![compare_values(
-                &inner,
-                state[0],
-                n,
-                DType::I32,
-                "LT",
-                &boolean,
-            )?])
-        })?;
-    let step = ctx
-        .body
-        .region(&type_refs, "stablehlo.return", |b, state| {
-            iteration(b, &p, ctx.in_avals, ctx.out_avals, state, functions)
-        })?;
-    let results =
-        ctx.body
-            .op_with_regions("stablehlo.while", &init, &type_refs, &[], vec![cond, step])?;
+    let results = counted_while(ctx, &type_refs, &init, p.length, |b, state| {
+        iteration(b, &p, ctx.in_avals, ctx.out_avals, state, functions)
+    })?;
     Ok(results[1 + inputs.len()..].to_vec())
 }
 
