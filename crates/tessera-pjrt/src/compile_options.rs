@@ -44,7 +44,8 @@ pub struct ExecutableBuildOptionsProto {
     /// A fixed device assignment.
     #[prost(message, optional, tag = "9")]
     pub device_assignment: Option<DeviceAssignmentProto>,
-    /// Whether to use the Shardy partitioner instead of GSPMD.
+    /// Whether to use the Shardy partitioner instead of GSPMD's propagation and partitioner
+    /// (`use_shardy_partitioner = 19` in XLA's `xla/pjrt/proto/compile_options.proto`).
     #[prost(bool, tag = "19")]
     pub use_shardy_partitioner: bool,
 }
