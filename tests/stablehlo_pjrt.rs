@@ -1,17 +1,22 @@
 //! Modules built by tessera-stablehlo's emitter compile and run on the PJRT CPU plugin, from text
-//! and from MLIR bytecode, SPMD over eight devices.
+//! and from MLIR bytecode, SPMD over eight devices, annotated for Shardy and for GSPMD.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use tessera_pjrt::{Buffer, Client, CompileOptions, HostArray};
-use tessera_stablehlo::{ArgSpec, EmittedModule, ModuleEmitter, ResultSpec, new_context};
+use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
+use tessera_stablehlo::{
+    ArgSpec, EmittedModule, ModuleEmitter, Partitioner, ResultSpec, new_context,
+};
 
 /// `sum(x * x)` of an 8-vector sharded over 8 devices, returned replicated.
-fn sum_of_squares() -> EmittedModule {
+fn sum_of_squares(partitioner: Partitioner) -> EmittedModule {
     let context = new_context();
-    let emitter = ModuleEmitter::new(&context, "sum_of_squares", 8, 1).unwrap();
-    let args = [ArgSpec::new("tensor<8xf32>").sharded("{devices=[8]<=[8]}")];
-    let results = [ResultSpec::new("tensor<f32>").sharded("{replicated}")];
+    let emitter = ModuleEmitter::new(&context, "sum_of_squares", 8, 1, partitioner).unwrap();
+    let mesh = Mesh::auto(&[("x", 8)]).unwrap();
+    let sharding = |spec: &str| NamedSharding::new(&mesh, PartitionSpec::parse(spec).unwrap());
+    let args = [ArgSpec::new("tensor<8xf32>").sharded(sharding("P('x')").unwrap())];
+    let results = [ResultSpec::new("tensor<f32>").sharded(sharding("P()").unwrap())];
     emitter
         .add_function("main", &args, &results, true, |body, params| {
             let sq = body.op(
@@ -43,11 +48,10 @@ fn sum_of_squares() -> EmittedModule {
     emitter.finish().unwrap()
 }
 
-fn run(client: &Client, module: &[u8]) -> Vec<f32> {
+fn run(client: &Client, module: &[u8], partitioner: Partitioner) -> Vec<f32> {
     let devices: Vec<i64> = (0..8).collect();
-    let exe = client
-        .compile(module, &CompileOptions::spmd(&devices))
-        .unwrap();
+    let options = CompileOptions::spmd(&devices).with_shardy(partitioner.is_shardy());
+    let exe = client.compile(module, &options).unwrap();
     let shards: Vec<Buffer> = (0..8)
         .map(|d| {
             Buffer::from_host_to(
@@ -68,9 +72,20 @@ fn run(client: &Client, module: &[u8]) -> Vec<f32> {
 
 #[test]
 fn emitted_text_and_bytecode_run_spmd_on_eight_cpu_devices() {
-    let module = sum_of_squares();
     let client = Client::cpu(8).unwrap();
     let expected: f32 = (1..=8).map(|i| (i * i) as f32).sum();
-    assert_eq!(run(&client, module.text.as_bytes()), vec![expected; 8]);
-    assert_eq!(run(&client, &module.bytecode), vec![expected; 8]);
+    for partitioner in Partitioner::ALL {
+        let module = sum_of_squares(partitioner);
+        assert_eq!(module.partitioner, partitioner);
+        assert_eq!(
+            module.text.contains("sdy.mesh"),
+            partitioner.is_shardy(),
+            "{}",
+            module.text
+        );
+        let text = run(&client, module.text.as_bytes(), partitioner);
+        assert_eq!(text, vec![expected; 8], "{partitioner}");
+        let bytecode = run(&client, &module.bytecode, partitioner);
+        assert_eq!(bytecode, vec![expected; 8], "{partitioner}");
+    }
 }

@@ -45,12 +45,7 @@ fn run(program: &ClosedJaxpr, inputs: &[Array], unrolled: bool) -> (Vec<Array>, 
         lower_closed(program, &options).unwrap()
     };
     let client = tessera_pjrt::Client::cpu(1).unwrap();
-    let exe = client
-        .compile(
-            module.text.as_bytes(),
-            &tessera_pjrt::CompileOptions::spmd(&[0]),
-        )
-        .unwrap();
+    let exe = tessera::jit::compile_module(&client, &module, &[0]).unwrap();
     let buffers: Vec<_> = inputs
         .iter()
         .map(|a| {

@@ -15,7 +15,7 @@ use tessera_ir::{ClosedJaxpr, DType};
 use tessera_pjrt::{Array as DeviceArray, Client, ElementType, HostArray};
 use tessera_schedule::Schedule;
 use tessera_sharding::{NamedSharding, PartitionSpec};
-use tessera_stablehlo::{KeyTypes, PartBody, lower_flat, mlir_type};
+use tessera_stablehlo::{KeyTypes, PartBody, Partitioner, lower_flat, mlir_type};
 
 use crate::compose::action_module;
 use crate::mesh::MpmdMesh;
@@ -104,6 +104,16 @@ pub enum Placed {
     PerGroup(std::collections::BTreeMap<usize, DeviceArray>),
 }
 
+/// How a pipeline is built: the processes it spans and the partitioner its modules are for.
+#[derive(Clone, Default)]
+pub struct PipelineOptions {
+    /// Set in a process of a multi-process job: the groups it runs and how values reach the
+    /// others; `None`: one process runs every group.
+    pub processes: Option<Arc<dyn Processes>>,
+    /// The partitioner every action is lowered and compiled for.
+    pub partitioner: Partitioner,
+}
+
 /// A pipelined step ready to run.
 pub struct CompiledPipeline {
     client: Client,
@@ -138,14 +148,11 @@ impl KeyTypes<Key> for Types<'_> {
             .map(|a| mlir_type(&a))
             .unwrap_or_default()
     }
-    fn sharding(&self, key: &Key) -> Option<String> {
-        let rank = key_aval(self.parts, *key).map_or(0, |a| a.rank());
+    fn sharding(&self, key: &Key) -> Option<NamedSharding> {
         let spec = key_spec(self.parts, *key, self.mesh);
         NamedSharding::new(self.mesh, spec)
-            .and_then(|s| s.to_hlo_sharding(rank))
-            .map(|h| h.to_string())
+            .or_else(|_| NamedSharding::new(self.mesh, PartitionSpec::replicated()))
             .ok()
-            .or_else(|| Some("{replicated}".into()))
     }
 }
 
@@ -224,12 +231,14 @@ impl CompiledPipeline {
         schedule: &dyn Schedule,
         microbatches: u32,
     ) -> Result<Self, DriverError> {
-        Self::new_in(client, mesh, loss, params, schedule, microbatches, None)
+        let options = PipelineOptions::default();
+        Self::new_in(client, mesh, loss, params, schedule, microbatches, &options)
     }
 
-    /// Like [`CompiledPipeline::new`], for a process of a multi-process job: only the groups
-    /// `processes` runs here are compiled and run, and before returning every process checks
-    /// that all built the same plan ([`Processes::agree`]).
+    /// Like [`CompiledPipeline::new`], with `options`: in a process of a multi-process job
+    /// (`options.processes`) only the groups that process runs are compiled and run, and before
+    /// returning every process checks that all built the same plan ([`Processes::agree`]);
+    /// every action is lowered and compiled for `options.partitioner`.
     pub fn new_in(
         client: &Client,
         mesh: &MpmdMesh,
@@ -237,8 +246,9 @@ impl CompiledPipeline {
         params: &[usize],
         schedule: &dyn Schedule,
         microbatches: u32,
-        processes: Option<Arc<dyn Processes>>,
+        options: &PipelineOptions,
     ) -> Result<Self, DriverError> {
+        let processes = options.processes.clone();
         let schedule_plan = schedule.plan(microbatches)?;
         tessera_schedule::validate(&schedule_plan).map_err(|e| {
             DriverError::Config(format!(
@@ -278,7 +288,15 @@ impl CompiledPipeline {
                 // Another process compiles and runs it; this index is never executed here.
                 return usize::MAX;
             }
-            match compile_action(&parts, &mut executor, &schedule_plan, sig, mesh) {
+            let compiled = compile_action(
+                &parts,
+                &mut executor,
+                &schedule_plan,
+                sig,
+                mesh,
+                options.partitioner,
+            );
+            match compiled {
                 Ok(index) => index,
                 Err(e) => {
                     failure.get_or_insert(e);
@@ -641,6 +659,7 @@ fn compile_action(
     plan: &tessera_schedule::Plan,
     sig: &crate::pipeline::ActionSignature,
     mesh: &MpmdMesh,
+    partitioner: Partitioner,
 ) -> Result<usize, DriverError> {
     let lowering = mesh.lowering_mesh();
     let group_size = lowering.device_ids().len();
@@ -654,7 +673,7 @@ fn compile_action(
         parts,
         mesh: lowering,
     };
-    let module = action_module(sig, &types, group_size, &part_body)?;
+    let module = action_module(sig, &types, group_size, partitioner, &part_body)?;
     let group = plan.placement.actor(sig.parts[0].task.stage).unwrap_or(0) as usize;
     let layouts = sig
         .outputs
@@ -676,5 +695,5 @@ fn compile_action(
         .filter(|(_, k)| accumulator_output(k, &sig.outputs).is_some())
         .map(|(i, _)| i)
         .collect();
-    Ok(executor.compile_donating(module.text.as_bytes(), group, layouts, donated)?)
+    Ok(executor.compile_donating(&module, group, layouts, donated)?)
 }

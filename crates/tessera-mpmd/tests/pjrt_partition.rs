@@ -20,10 +20,11 @@ use tessera_mpmd::runtime::{DeviceCopyTransport, OutputLayout, PjrtExecutor, Run
 use tessera_pjrt::{Array as DeviceArray, Client, ElementType, HostArray};
 use tessera_schedule::{Registry, ScheduleParams};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
-use tessera_stablehlo::{KeyTypes, PartBody, lower_flat, mlir_type};
+use tessera_stablehlo::{KeyTypes, PartBody, Partitioner, lower_flat, mlir_type};
 
 struct Types<'a> {
     stages: &'a [StagePrograms],
+    replicated: NamedSharding,
 }
 
 impl KeyTypes<Key> for Types<'_> {
@@ -32,8 +33,8 @@ impl KeyTypes<Key> for Types<'_> {
             .map(|a| mlir_type(&a))
             .unwrap_or_default()
     }
-    fn sharding(&self, _key: &Key) -> Option<String> {
-        Some("{replicated}".into())
+    fn sharding(&self, _key: &Key) -> Option<NamedSharding> {
+        Some(self.replicated.clone())
     }
 }
 
@@ -60,7 +61,11 @@ fn check(client: &Client, name: &str, stages: usize, microbatches: u32) {
         .unwrap();
     let plan = schedule.plan(microbatches).unwrap();
     let shapes: Vec<_> = parts.iter().map(|p| p.shape.clone()).collect();
-    let types = Types { stages: &parts };
+    let replicated = NamedSharding::new(mesh.group(0).unwrap(), PartitionSpec::replicated());
+    let types = Types {
+        stages: &parts,
+        replicated: replicated.unwrap(),
+    };
     let mut executor = PjrtExecutor::new(client, &mesh);
     let built = build_plan(&plan, &shapes, |sig| {
         let part_body = |part: &tessera_mpmd::pipeline::PartSignature| -> PartBody<'static> {
@@ -69,7 +74,7 @@ fn check(client: &Client, name: &str, stages: usize, microbatches: u32) {
                 .clone();
             Box::new(move |b, args| lower_flat(b, &program, args))
         };
-        let module = action_module(sig, &types, 2, &part_body).unwrap();
+        let module = action_module(sig, &types, 2, Partitioner::default(), &part_body).unwrap();
         let group = plan.placement.actor(sig.parts[0].task.stage).unwrap() as usize;
         let layouts = sig
             .outputs
@@ -83,9 +88,7 @@ fn check(client: &Client, name: &str, stages: usize, microbatches: u32) {
                 }
             })
             .collect();
-        executor
-            .compile(module.text.as_bytes(), group, layouts)
-            .unwrap()
+        executor.compile(&module, group, layouts).unwrap()
     })
     .unwrap();
     let weights: Vec<Vec<f32>> = (0..stages).map(|s| values(&[6, 6], s as f64)).collect();

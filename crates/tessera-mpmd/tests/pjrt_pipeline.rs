@@ -15,13 +15,14 @@ use tessera_mpmd::runtime::{DeviceCopyTransport, OutputLayout, PjrtExecutor, Run
 use tessera_pjrt::{Array, Client, ElementType, HostArray};
 use tessera_schedule::{Registry, ScheduleParams, TaskKind};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
-use tessera_stablehlo::{KeyTypes, LowerError, PartBody};
+use tessera_stablehlo::{KeyTypes, LowerError, PartBody, Partitioner};
 
 const V: &str = "tensor<4xf32>";
 const S: &str = "tensor<f32>";
 
 struct Types {
-    sharded: String,
+    sharded: NamedSharding,
+    replicated: NamedSharding,
 }
 
 impl KeyTypes<Key> for Types {
@@ -32,9 +33,9 @@ impl KeyTypes<Key> for Types {
             V.into()
         }
     }
-    fn sharding(&self, key: &Key) -> Option<String> {
+    fn sharding(&self, key: &Key) -> Option<NamedSharding> {
         Some(if matches!(key, Key::Loss { .. }) {
-            "{replicated}".into()
+            self.replicated.clone()
         } else {
             self.sharded.clone()
         })
@@ -150,7 +151,9 @@ fn check(client: &Client, name: &str, stages: u32, microbatches: u32) {
     let group_sharding =
         |g: usize| NamedSharding::new(mesh.group(g).unwrap(), spec.clone()).unwrap();
     let types = Types {
-        sharded: group_sharding(0).to_hlo_sharding(1).unwrap().to_string(),
+        sharded: group_sharding(0),
+        replicated: NamedSharding::new(mesh.group(0).unwrap(), PartitionSpec::replicated())
+            .unwrap(),
     };
     let schedule = Registry::with_builtins()
         .create(
@@ -175,7 +178,7 @@ fn check(client: &Client, name: &str, stages: u32, microbatches: u32) {
     let body = part_body(n);
     let mut failure = None;
     let built = build_plan(&sched_plan, &shapes, |sig| {
-        let module = action_module(sig, &types, 2, &body).unwrap();
+        let module = action_module(sig, &types, 2, Partitioner::default(), &body).unwrap();
         let group = sched_plan.placement.actor(sig.parts[0].task.stage).unwrap() as usize;
         let layouts = sig
             .outputs
@@ -194,7 +197,7 @@ fn check(client: &Client, name: &str, stages: u32, microbatches: u32) {
             })
             .collect();
         executor
-            .compile(module.text.as_bytes(), group, layouts)
+            .compile(&module, group, layouts)
             .map_err(|e| failure = Some(e.to_string()))
             .unwrap_or(0)
     })

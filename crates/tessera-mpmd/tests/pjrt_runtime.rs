@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tessera_mpmd::MpmdMesh;
 
 use tessera_mpmd::runtime::{
-    DeviceCopyTransport, OutputLayout, PjrtExecutor, Plan, RunOptions, TaskSpec, run,
+    DeviceCopyTransport, OutputLayout, PjrtExecutor, Plan, Program, RunOptions, TaskSpec, run,
 };
 use tessera_pjrt::{Array, Client, ElementType, HostArray};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
@@ -47,7 +47,7 @@ fn four_stage_pipeline_runs_on_eight_cpu_devices() {
     let programs: Vec<usize> = (0..4)
         .map(|g| {
             executor
-                .compile(text.as_bytes(), g, vec![layout.clone()])
+                .compile(Program::gspmd(text.as_bytes()), g, vec![layout.clone()])
                 .unwrap()
         })
         .collect();
@@ -125,7 +125,7 @@ fn a_donated_input_is_consumed_by_the_program() {
         spec: spec.clone(),
     };
     let program = executor
-        .compile_donating(text.as_bytes(), 0, vec![layout], vec![0])
+        .compile_donating(Program::gspmd(text.as_bytes()), 0, vec![layout], vec![0])
         .unwrap();
     let sharding = NamedSharding::new(mesh.group(0).unwrap(), spec).unwrap();
     let host = HostArray::from_slice(&[4], &[0f32, 1., 2., 3.]).unwrap();

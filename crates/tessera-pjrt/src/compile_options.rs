@@ -82,6 +82,13 @@ impl CompileOptions {
         }
     }
 
+    /// The same options, asking XLA for Shardy (`true`) or GSPMD (`false`); the module must
+    /// carry that partitioner's annotations (`sdy.sharding` or `mhlo.sharding`).
+    pub fn with_shardy(mut self, use_shardy: bool) -> Self {
+        self.use_shardy = use_shardy;
+        self
+    }
+
     /// The serialized `CompileOptionsProto`.
     pub fn to_proto_bytes(&self) -> Vec<u8> {
         let device_assignment = (!self.devices.is_empty()).then(|| DeviceAssignmentProto {
@@ -135,5 +142,9 @@ mod tests {
             .map(|c| c.replica_device_ids[0])
             .collect();
         assert_eq!(ids, [4, 5, 6, 7]);
+        assert!(!build.use_shardy_partitioner);
+        let shardy = CompileOptions::spmd(&[0, 1]).with_shardy(true).to_proto_bytes();
+        let proto = CompileOptionsProto::decode(shardy.as_slice()).unwrap();
+        assert!(proto.executable_build_options.unwrap().use_shardy_partitioner);
     }
 }

@@ -141,18 +141,41 @@ impl fmt::Display for SdyDim {
     }
 }
 
-impl fmt::Display for SdySharding {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let body = mesh_body(&self.mesh_shape, self.device_ids.as_deref());
+impl SdySharding {
+    /// The mesh as Shardy's `#sdy.mesh<[...]>` attribute (the `mesh` of an `sdy.mesh`
+    /// operation), with `device_ids` only when they are not `0..n`.
+    pub fn mesh_attr(&self) -> String {
+        format!(
+            "#sdy.mesh<{}>",
+            mesh_body(&self.mesh_shape, self.device_ids.as_deref())
+        )
+    }
+
+    /// The sharding with its mesh named by the symbol of an `sdy.mesh` operation, as a
+    /// `#sdy.sharding_per_value<[...]>` lists it: `<@mesh, [{"x"}, {}]>`. Prefixed with
+    /// `#sdy.sharding` it is the attribute of one value (what JAX emits after lifting meshes).
+    pub fn referring_to(&self, mesh: &str) -> String {
+        format!("<{}>", self.body(&format!("@{mesh}")))
+    }
+
+    /// `MESH, [dims...]` and the replicated and unreduced axes.
+    fn body(&self, mesh: &str) -> String {
         let dims: Vec<String> = self.dims.iter().map(|d| d.to_string()).collect();
-        write!(f, "#sdy.sharding<mesh<{body}>, [{}]", dims.join(", "))?;
+        let mut out = format!("{mesh}, [{}]", dims.join(", "));
         if !self.replicated_axes.is_empty() {
-            write!(f, ", replicated={{{}}}", quoted(&self.replicated_axes))?;
+            out.push_str(&format!(", replicated={{{}}}", quoted(&self.replicated_axes)));
         }
         if !self.unreduced_axes.is_empty() {
-            write!(f, ", unreduced={{{}}}", quoted(&self.unreduced_axes))?;
+            out.push_str(&format!(", unreduced={{{}}}", quoted(&self.unreduced_axes)));
         }
-        f.write_str(">")
+        out
+    }
+}
+
+impl fmt::Display for SdySharding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mesh = mesh_body(&self.mesh_shape, self.device_ids.as_deref());
+        write!(f, "#sdy.sharding<{}>", self.body(&format!("mesh<{mesh}>")))
     }
 }
 

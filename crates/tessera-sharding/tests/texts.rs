@@ -30,10 +30,18 @@ fn shardy_texts() {
         ]],
     );
     check(
-        sdy.for_axis_types(&shape),
+        sdy.clone().for_axis_types(&shape),
         expect![[
             r#"#sdy.sharding<mesh<["x"=2, "y"=4, "z"=2]>, [{"x"}, {?}, {?}], replicated={"y", "z"}>"#
         ]],
+    );
+    check(
+        sdy.mesh_attr(),
+        expect![[r#"#sdy.mesh<["x"=2, "y"=4, "z"=2]>"#]],
+    );
+    check(
+        sdy.referring_to("mesh"),
+        expect![[r#"<@mesh, [{"x"}, {?}, {}], unreduced={"z"}>"#]],
     );
     let ldi = sharding(&mesh, "P(('y', 'x'),)").with_logical_device_ids((0..16).rev().collect());
     let ldi = ldi
@@ -44,6 +52,12 @@ fn shardy_texts() {
         &ldi,
         expect![[
             r#"#sdy.sharding<mesh<["x"=2, "y"=4, "z"=2], device_ids=[15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0]>, [{"y", "x"}]>"#
+        ]],
+    );
+    check(
+        ldi.mesh_attr(),
+        expect![[
+            r#"#sdy.mesh<["x"=2, "y"=4, "z"=2], device_ids=[15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0]>"#
         ]],
     );
     let dim = SdyDim {

@@ -7,9 +7,11 @@ use std::fmt::Debug;
 use std::hash::Hash;
 
 use melior::ir::Value;
+use tessera_sharding::NamedSharding;
 
 use crate::context::LowerError;
 use crate::emit::{ArgSpec, Body, EmittedModule, ModuleEmitter, ResultSpec};
+use crate::sharding::Partitioner;
 
 /// Emits the body of one part's function: given its arguments, returns its results.
 pub type PartBody<'a> = Box<
@@ -27,12 +29,13 @@ pub struct Part<'a, K> {
     pub body: PartBody<'a>,
 }
 
-/// The MLIR type and optional `mhlo.sharding` of each key.
+/// The MLIR type and optional sharding of each key.
 pub trait KeyTypes<K> {
     /// The MLIR type text (global shape), e.g. `tensor<4xf32>`.
     fn mlir_type(&self, key: &K) -> String;
-    /// The sharding of the value in `main`'s signature, if any.
-    fn sharding(&self, key: &K) -> Option<String>;
+    /// The sharding of the value in `main`'s signature, if any (emitted for the module's
+    /// partitioner).
+    fn sharding(&self, key: &K) -> Option<NamedSharding>;
     /// The result of `main` (an index into `outputs`) that input `key` is donated to
     /// (`tf.aliasing_output`: its buffer is reused for that result), if any. None by default.
     fn aliased_output(&self, key: &K, outputs: &[K]) -> Option<usize> {
@@ -41,30 +44,43 @@ pub trait KeyTypes<K> {
     }
 }
 
+/// The module's name, partition count and partitioner.
+#[derive(Debug, Clone, Copy)]
+pub struct ModuleHeader<'a> {
+    /// The module's symbol name.
+    pub name: &'a str,
+    /// SPMD partitions (devices) it is compiled for.
+    pub num_partitions: usize,
+    /// The partitioner its annotations are for.
+    pub partitioner: Partitioner,
+}
+
 /// Builds a module whose public `main(inputs) -> outputs` calls `parts` in order.
 pub fn compose_module<K: Copy + Eq + Hash + Debug>(
-    name: &str,
-    num_partitions: usize,
+    header: ModuleHeader<'_>,
     inputs: &[K],
     outputs: &[K],
     parts: &[Part<'_, K>],
     types: &dyn KeyTypes<K>,
 ) -> Result<EmittedModule, LowerError> {
-    crate::with_context(|context| {
-        compose_in(context, name, num_partitions, inputs, outputs, parts, types)
-    })
+    crate::with_context(|context| compose_in(context, header, inputs, outputs, parts, types))
 }
 
 fn compose_in<K: Copy + Eq + Hash + Debug>(
     context: &melior::Context,
-    name: &str,
-    num_partitions: usize,
+    header: ModuleHeader<'_>,
     inputs: &[K],
     outputs: &[K],
     parts: &[Part<'_, K>],
     types: &dyn KeyTypes<K>,
 ) -> Result<EmittedModule, LowerError> {
-    let emitter = ModuleEmitter::new(context, name, num_partitions, 1)?;
+    let emitter = ModuleEmitter::new(
+        context,
+        header.name,
+        header.num_partitions,
+        1,
+        header.partitioner,
+    )?;
     for (i, part) in parts.iter().enumerate() {
         let args: Vec<ArgSpec> = part
             .inputs

@@ -31,6 +31,16 @@ pub enum LowerError {
         /// The text.
         text: String,
     },
+    /// A sharding that cannot annotate the value it was given for (e.g. a spec longer than the
+    /// value's rank).
+    #[error("sharding annotation: {0}")]
+    Sharding(#[from] tessera_sharding::ShardingError),
+    /// An unknown partitioner name.
+    #[error(
+        "unknown partitioner `{0}`: use `shardy` or `gspmd` (e.g. in {env})",
+        env = crate::sharding::PARTITIONER_ENV
+    )]
+    Partitioner(String),
 }
 
 /// A context with the upstream dialects loaded and unregistered dialects (StableHLO) allowed.

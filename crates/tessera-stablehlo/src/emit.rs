@@ -1,25 +1,33 @@
-//! An IR-agnostic StableHLO module emitter over `melior`: module attributes, functions with
-//! `mhlo.sharding` and donation attributes, generic operations with parsed attributes, and regions.
-//! The lowering of Tessera's IR (one rule per primitive) is written on top of this.
+//! An IR-agnostic StableHLO module emitter over `melior`: module attributes, functions whose
+//! arguments and results carry shardings (GSPMD's `mhlo.sharding` or Shardy's `sdy.sharding`, as
+//! the module's [`Partitioner`] says, with the `sdy.mesh` symbols they use) and donation
+//! attributes, generic operations with parsed attributes, and regions. The lowering of Tessera's
+//! IR (one rule per primitive) is written on top of this.
+
+use std::rc::Rc;
 
 use melior::Context;
 use melior::dialect::func;
 use melior::ir::attribute::{StringAttribute, TypeAttribute};
 use melior::ir::operation::{OperationBuilder, OperationLike};
-use melior::ir::r#type::FunctionType;
+use melior::ir::r#type::{FunctionType, RankedTensorType};
 use melior::ir::{
-    Attribute, Block, BlockLike, Identifier, Location, Module, Region, RegionLike, Type, Value,
+    Attribute, Block, BlockLike, Identifier, Location, Module, Region, RegionLike, ShapedTypeLike,
+    Type, Value,
 };
+use tessera_sharding::NamedSharding;
 
 use crate::context::LowerError;
+use crate::sharding::{ModuleState, Partitioner};
 
 /// One argument of an emitted function.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ArgSpec {
     /// The MLIR type text, e.g. `tensor<8x16xf32>`.
     pub ty: String,
-    /// The `mhlo.sharding` text (XLA HloSharding format), if any.
-    pub sharding: Option<String>,
+    /// How the argument is laid out over the devices, if fixed; emitted as the module's
+    /// partitioner reads it, for the rank of `ty`.
+    pub sharding: Option<NamedSharding>,
     /// The result this argument's buffer is donated to (`tf.aliasing_output`).
     pub aliased_output: Option<usize>,
     /// Donated without a fixed output (`jax.buffer_donor`).
@@ -37,22 +45,23 @@ impl ArgSpec {
         }
     }
 
-    /// The same argument with an `mhlo.sharding`.
-    pub fn sharded(mut self, sharding: impl Into<String>) -> Self {
-        self.sharding = Some(sharding.into());
+    /// The same argument laid out by `sharding`.
+    pub fn sharded(mut self, sharding: NamedSharding) -> Self {
+        self.sharding = Some(sharding);
         self
     }
 
-    /// The same argument with `sharding` as its `mhlo.sharding`, if there is one.
-    pub fn with_sharding(mut self, sharding: Option<String>) -> Self {
+    /// The same argument laid out by `sharding`, if there is one.
+    pub fn with_sharding(mut self, sharding: Option<NamedSharding>) -> Self {
         self.sharding = sharding;
         self
     }
 
-    fn attributes(&self) -> String {
+    fn attributes(&self, state: &ModuleState, ty: Type<'_>) -> Result<String, LowerError> {
         let mut parts = Vec::new();
         if let Some(sharding) = &self.sharding {
-            parts.push(format!("mhlo.sharding = {}", quote(sharding)));
+            let (name, value) = state.value_attr(sharding, rank_of(ty, &self.ty)?)?;
+            parts.push(format!("{name} = {value}"));
         }
         if let Some(output) = self.aliased_output {
             parts.push(format!("tf.aliasing_output = {output} : i32"));
@@ -60,17 +69,17 @@ impl ArgSpec {
         if self.buffer_donor {
             parts.push("jax.buffer_donor = true".into());
         }
-        format!("{{{}}}", parts.join(", "))
+        Ok(format!("{{{}}}", parts.join(", ")))
     }
 }
 
 /// One result of an emitted function.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ResultSpec {
     /// The MLIR type text.
     pub ty: String,
-    /// The `mhlo.sharding` text, if any.
-    pub sharding: Option<String>,
+    /// How the result is laid out over the devices, if fixed.
+    pub sharding: Option<NamedSharding>,
 }
 
 impl ResultSpec {
@@ -82,24 +91,34 @@ impl ResultSpec {
         }
     }
 
-    /// The same result with an `mhlo.sharding`.
-    pub fn sharded(mut self, sharding: impl Into<String>) -> Self {
-        self.sharding = Some(sharding.into());
+    /// The same result laid out by `sharding`.
+    pub fn sharded(mut self, sharding: NamedSharding) -> Self {
+        self.sharding = Some(sharding);
         self
     }
 
-    /// The same result with `sharding` as its `mhlo.sharding`, if there is one.
-    pub fn with_sharding(mut self, sharding: Option<String>) -> Self {
+    /// The same result laid out by `sharding`, if there is one.
+    pub fn with_sharding(mut self, sharding: Option<NamedSharding>) -> Self {
         self.sharding = sharding;
         self
     }
 
-    fn attributes(&self) -> String {
+    fn attributes(&self, state: &ModuleState, ty: Type<'_>) -> Result<String, LowerError> {
         match &self.sharding {
-            Some(sharding) => format!("{{mhlo.sharding = {}}}", quote(sharding)),
-            None => "{}".into(),
+            Some(sharding) => {
+                let (name, value) = state.value_attr(sharding, rank_of(ty, &self.ty)?)?;
+                Ok(format!("{{{name} = {value}}}"))
+            }
+            None => Ok("{}".into()),
         }
     }
+}
+
+/// The rank of a ranked tensor type (`text` is its spelling, for the error).
+fn rank_of(ty: Type<'_>, text: &str) -> Result<usize, LowerError> {
+    RankedTensorType::try_from(ty)
+        .map(|t| t.rank())
+        .map_err(|_| LowerError::Build(format!("a sharded value must be a ranked tensor, not {text}")))
 }
 
 /// Quotes a string as an MLIR string attribute.
@@ -120,25 +139,31 @@ pub fn quote(text: &str) -> String {
 /// A finished module: verified text and MLIR bytecode.
 #[derive(Debug, Clone)]
 pub struct EmittedModule {
-    /// The module as MLIR text (generic form for StableHLO operations).
+    /// The module as MLIR text (generic form for StableHLO and Shardy operations).
     pub text: String,
     /// The module as MLIR bytecode.
     pub bytecode: Vec<u8>,
+    /// The partitioner its annotations are for: compile it with that one
+    /// (`tessera_pjrt::CompileOptions::use_shardy` when Shardy).
+    pub partitioner: Partitioner,
 }
 
 /// Builds one StableHLO module.
 pub struct ModuleEmitter<'c> {
     context: &'c Context,
     module: Module<'c>,
+    state: Rc<ModuleState>,
 }
 
 impl<'c> ModuleEmitter<'c> {
-    /// A module named `name` for `num_partitions` SPMD partitions and `num_replicas` replicas.
+    /// A module named `name` for `num_partitions` SPMD partitions and `num_replicas` replicas,
+    /// annotated for `partitioner`.
     pub fn new(
         context: &'c Context,
         name: &str,
         num_partitions: usize,
         num_replicas: usize,
+        partitioner: Partitioner,
     ) -> Result<Self, LowerError> {
         let loc = Location::unknown(context);
         let region = Region::new();
@@ -163,12 +188,21 @@ impl<'c> ModuleEmitter<'c> {
             .map_err(|e| LowerError::Build(e.to_string()))?;
         let module =
             Module::from_operation(op).ok_or_else(|| LowerError::Build("not a module".into()))?;
-        Ok(ModuleEmitter { context, module })
+        Ok(ModuleEmitter {
+            context,
+            module,
+            state: Rc::new(ModuleState::new(partitioner)),
+        })
     }
 
     /// The MLIR context.
     pub fn context(&self) -> &'c Context {
         self.context
+    }
+
+    /// The partitioner the module is annotated for.
+    pub fn partitioner(&self) -> Partitioner {
+        self.state.partitioner()
     }
 
     /// Adds a function; `body` receives the entry block's arguments and returns the values to
@@ -197,32 +231,30 @@ impl<'c> ModuleEmitter<'c> {
             .iter()
             .map(|r| parse_type(ctx, &r.ty))
             .collect::<Result<Vec<_>, _>>()?;
-        let block = build_block(ctx, &arg_types, "func.return", body)?;
+        let state = &self.state;
+        let block = build_block(ctx, state, &arg_types, "func.return", body)?;
         let region = Region::new();
         region.append_block(block);
         let mut attributes = vec![(
             Identifier::new(ctx, "sym_visibility"),
             StringAttribute::new(ctx, if public { "public" } else { "private" }).into(),
         )];
-        if args.iter().any(|a| a.attributes() != "{}") {
-            let text = format!(
-                "[{}]",
-                args.iter()
-                    .map(ArgSpec::attributes)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
+        let arg_attrs = args
+            .iter()
+            .zip(&arg_types)
+            .map(|(a, &t)| a.attributes(state, t))
+            .collect::<Result<Vec<_>, _>>()?;
+        if arg_attrs.iter().any(|a| a != "{}") {
+            let text = format!("[{}]", arg_attrs.join(", "));
             attributes.push((Identifier::new(ctx, "arg_attrs"), parse_attr(ctx, &text)?));
         }
-        if results.iter().any(|r| r.sharding.is_some()) {
-            let text = format!(
-                "[{}]",
-                results
-                    .iter()
-                    .map(ResultSpec::attributes)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
+        let res_attrs = results
+            .iter()
+            .zip(&result_types)
+            .map(|(r, &t)| r.attributes(state, t))
+            .collect::<Result<Vec<_>, _>>()?;
+        if res_attrs.iter().any(|a| a != "{}") {
+            let text = format!("[{}]", res_attrs.join(", "));
             attributes.push((Identifier::new(ctx, "res_attrs"), parse_attr(ctx, &text)?));
         }
         let function_type = FunctionType::new(ctx, &arg_types, &result_types);
@@ -237,11 +269,30 @@ impl<'c> ModuleEmitter<'c> {
         Ok(())
     }
 
-    /// Verifies the module and returns its text and bytecode.
+    /// Declares the Shardy meshes the module's shardings name (`sdy.mesh`, first in the module,
+    /// as JAX emits them), verifies the module and returns its text and bytecode.
     pub fn finish(self) -> Result<EmittedModule, LowerError> {
+        let ctx = self.context;
+        for (position, (mesh, name)) in self.state.meshes().into_iter().enumerate() {
+            let op = OperationBuilder::new("sdy.mesh", Location::unknown(ctx))
+                .add_attributes(&[
+                    (Identifier::new(ctx, "mesh"), parse_attr(ctx, &mesh)?),
+                    (
+                        Identifier::new(ctx, "sym_name"),
+                        StringAttribute::new(ctx, &name).into(),
+                    ),
+                ])
+                .build()
+                .map_err(|e| LowerError::Build(format!("sdy.mesh: {e}")))?;
+            self.module.body().insert_operation(position, op);
+        }
         let text = crate::context::verify_and_print(&self.module)?;
         let bytecode = self.module.as_operation().write_bytecode();
-        Ok(EmittedModule { text, bytecode })
+        Ok(EmittedModule {
+            text,
+            bytecode,
+            partitioner: self.state.partitioner(),
+        })
     }
 }
 
@@ -249,12 +300,23 @@ impl<'c> ModuleEmitter<'c> {
 pub struct Body<'c, 'b> {
     context: &'c Context,
     block: &'b Block<'c>,
+    state: Rc<ModuleState>,
 }
 
 impl<'c, 'b> Body<'c, 'b> {
     /// The MLIR context.
     pub fn context(&self) -> &'c Context {
         self.context
+    }
+
+    /// The partitioner the module is annotated for.
+    pub fn partitioner(&self) -> Partitioner {
+        self.state.partitioner()
+    }
+
+    /// What the module's bodies share (partitioner, Shardy meshes).
+    pub(crate) fn state(&self) -> &ModuleState {
+        &self.state
     }
 
     /// Appends the generic operation `name` with `operands`, result types (MLIR type text) and
@@ -323,7 +385,7 @@ impl<'c, 'b> Body<'c, 'b> {
             .iter()
             .map(|t| parse_type(ctx, t))
             .collect::<Result<Vec<_>, _>>()?;
-        let block = build_block(ctx, &types, terminator, body)?;
+        let block = build_block(ctx, &self.state, &types, terminator, body)?;
         let region = Region::new();
         region.append_block(block);
         Ok(region)
@@ -353,6 +415,7 @@ impl<'c, 'b> Body<'c, 'b> {
             let builder = Body {
                 context,
                 block: &block,
+                state: Rc::clone(&self.state),
             };
             let outer: Vec<Value<'c, '_>> = captured.to_vec();
             let returned = body(&builder, &outer)?;
@@ -372,6 +435,7 @@ impl<'c, 'b> Body<'c, 'b> {
 /// `terminator` (`func.return`, `stablehlo.return`) on the values `body` returns.
 fn build_block<'c, F>(
     context: &'c Context,
+    state: &Rc<ModuleState>,
     types: &[Type<'c>],
     terminator: &str,
     body: F,
@@ -385,6 +449,7 @@ where
         let builder = Body {
             context,
             block: &block,
+            state: Rc::clone(state),
         };
         let params: Vec<Value<'c, '_>> = (0..block.argument_count())
             .map(|i| block.argument(i).map(Into::into))
@@ -438,11 +503,19 @@ mod tests {
         expected.assert_eq(&module.text);
     }
 
+    fn sharding(spec: &str) -> NamedSharding {
+        let mesh = tessera_sharding::Mesh::auto(&[("x", 4), ("y", 2)]).unwrap();
+        NamedSharding::new(&mesh, tessera_sharding::PartitionSpec::parse(spec).unwrap()).unwrap()
+    }
+
     /// The emitter's own smoke program: a sharded sum with a reduction region.
-    pub(crate) fn sharded_sum(context: &Context) -> Result<EmittedModule, LowerError> {
-        let emitter = ModuleEmitter::new(context, "sharded_sum", 8, 1)?;
-        let args = [ArgSpec::new("tensor<8xf32>").sharded("{devices=[8]<=[8]}")];
-        let results = [ResultSpec::new("tensor<f32>").sharded("{replicated}")];
+    pub(crate) fn sharded_sum(
+        context: &Context,
+        partitioner: Partitioner,
+    ) -> Result<EmittedModule, LowerError> {
+        let emitter = ModuleEmitter::new(context, "sharded_sum", 8, 1, partitioner)?;
+        let args = [ArgSpec::new("tensor<8xf32>").sharded(sharding("P(('x', 'y'))"))];
+        let results = [ResultSpec::new("tensor<f32>").sharded(sharding("P()"))];
         emitter.add_function("main", &args, &results, true, |body, params| {
             let zero = body.op(
                 "stablehlo.constant",
@@ -470,7 +543,7 @@ mod tests {
     fn emits_a_sharded_reduction_module() {
         let context = new_context();
         check(
-            sharded_sum(&context).unwrap(),
+            sharded_sum(&context, Partitioner::Gspmd).unwrap(),
             expect![[r#"
                 module @sharded_sum attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
                   func.func public @main(%arg0: tensor<8xf32> {mhlo.sharding = "{devices=[8]<=[8]}"}) -> (tensor<f32> {mhlo.sharding = "{replicated}"}) {
@@ -487,13 +560,31 @@ mod tests {
         );
     }
 
+    /// Under Shardy the same program declares its mesh and annotates with `sdy.sharding`.
+    #[test]
+    fn emits_the_shardy_form_with_a_mesh_symbol() {
+        let context = new_context();
+        let module = sharded_sum(&context, Partitioner::Shardy).unwrap();
+        assert_eq!(module.partitioner, Partitioner::Shardy);
+        let head: Vec<&str> = module.text.lines().take(3).collect();
+        expect![[r#"
+            module @sharded_sum attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+              "sdy.mesh"() {mesh = #sdy.mesh<["x"=4, "y"=2]>, sym_name = "mesh"} : () -> ()
+              func.func public @main(%arg0: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x", "y"}]>}) -> (tensor<f32> {sdy.sharding = #sdy.sharding<@mesh, []>}) {"#]]
+        .assert_eq(&head.join("\n"));
+        assert!(!module.text.contains("mhlo.sharding"), "{}", module.text);
+    }
+
     #[test]
     fn donation_and_quoting_are_spelled_as_jax_does() {
-        let mut arg = ArgSpec::new("tensor<2xf32>").sharded("{devices=[2]0,1}");
+        let context = new_context();
+        let state = ModuleState::new(Partitioner::Gspmd);
+        let mut arg = ArgSpec::new("tensor<2xf32>").sharded(sharding("P('y')"));
         arg.aliased_output = Some(0);
+        let ty = parse_type(&context, &arg.ty).unwrap();
         assert_eq!(
-            arg.attributes(),
-            r#"{mhlo.sharding = "{devices=[2]0,1}", tf.aliasing_output = 0 : i32}"#
+            arg.attributes(&state, ty).unwrap(),
+            r#"{mhlo.sharding = "{devices=[2,4]<=[4,2]T(1,0) last_tile_dim_replicate}", tf.aliasing_output = 0 : i32}"#
         );
         assert_eq!(quote(r#"a"b\c"#), r#""a\"b\\c""#);
         assert_eq!(tensor_type(&[2, 3], "bf16"), "tensor<2x3xbf16>");
@@ -503,7 +594,7 @@ mod tests {
     #[test]
     fn bad_attribute_text_is_an_error_not_a_panic() {
         let context = new_context();
-        let emitter = ModuleEmitter::new(&context, "bad", 1, 1).unwrap();
+        let emitter = ModuleEmitter::new(&context, "bad", 1, 1, Partitioner::Gspmd).unwrap();
         let err = emitter
             .add_function("main", &[], &[], true, |body, _| {
                 body.op(

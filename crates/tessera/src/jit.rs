@@ -3,7 +3,7 @@
 
 use tessera_ir::{Array, ClosedJaxpr, DType};
 use tessera_pjrt::{Buffer, Client, CompileOptions, HostArray, LoadedExecutable};
-use tessera_stablehlo::{LowerOptions, lower_closed};
+use tessera_stablehlo::{EmittedModule, LowerOptions, Partitioner, lower_closed};
 
 /// Errors of compiling or running a program.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +69,17 @@ pub fn from_host(host: &HostArray, dtype: DType) -> Result<Array, JitError> {
     tessera_mpmd::host::from_host(host, dtype).map_err(|e| JitError::Convert(e.0))
 }
 
-/// Lowers `program` and compiles it for one device.
+/// Compiles `module` SPMD over `devices` with the partitioner it was emitted for.
+pub fn compile_module(
+    client: &Client,
+    module: &EmittedModule,
+    devices: &[i64],
+) -> Result<LoadedExecutable, JitError> {
+    let options = CompileOptions::spmd(devices).with_shardy(module.partitioner.is_shardy());
+    Ok(client.compile(module.text.as_bytes(), &options)?)
+}
+
+/// Lowers `program` and compiles it for one device (with [`Partitioner::default`]).
 pub fn compile(
     client: &Client,
     program: &ClosedJaxpr,
@@ -82,7 +92,7 @@ pub fn compile(
             ..LowerOptions::default()
         },
     )?;
-    Ok(client.compile(module.text.as_bytes(), &CompileOptions::spmd(&[device]))?)
+    compile_module(client, &module, &[device])
 }
 
 /// Compiles `program` for one device and runs it on `inputs`.
@@ -114,8 +124,10 @@ use tessera_pjrt::Array as DeviceArray;
 use tessera_sharding::NamedSharding;
 
 /// A program with the shardings of its arguments and results: `jit(f)` with `in_shardings` and
-/// `out_shardings`. Lowering gives StableHLO whose entry carries `mhlo.sharding`s; compiling
-/// gives an executable over the mesh's devices that takes and returns [`DeviceArray`]s.
+/// `out_shardings`. Lowering gives StableHLO whose entry carries the shardings in the form of its
+/// partitioner (`sdy.sharding` over an `sdy.mesh` for Shardy, `mhlo.sharding` for GSPMD);
+/// compiling gives an executable over the mesh's devices that takes and returns
+/// [`DeviceArray`]s.
 #[derive(Debug, Clone)]
 pub struct Jit {
     program: ClosedJaxpr,
@@ -123,6 +135,7 @@ pub struct Jit {
     out_shardings: Vec<NamedSharding>,
     /// `(argument, result)` pairs: the argument's buffers are donated to the result.
     donated: Vec<(usize, usize)>,
+    partitioner: Partitioner,
 }
 
 /// A lowered [`Jit`]: the StableHLO module and its device assignment.
@@ -161,7 +174,20 @@ impl Jit {
             in_shardings,
             out_shardings,
             donated: Vec::new(),
+            partitioner: Partitioner::default(),
         })
+    }
+
+    /// The same program lowered and compiled for `partitioner` (by default
+    /// [`Partitioner::default`]: `TESSERA_PARTITIONER`, else the built-in one).
+    pub fn with_partitioner(mut self, partitioner: Partitioner) -> Jit {
+        self.partitioner = partitioner;
+        self
+    }
+
+    /// The partitioner it is lowered and compiled for.
+    pub fn partitioner(&self) -> Partitioner {
+        self.partitioner
     }
 
     /// The same program donating arguments `argnums` (JAX's `donate_argnums`): each donated
@@ -231,32 +257,15 @@ impl Jit {
         Ok(devices)
     }
 
-    /// Lowers to StableHLO with `mhlo.sharding` on the entry's arguments and results.
+    /// Lowers to StableHLO with the shardings on the entry's arguments and results.
     pub fn lower(&self) -> Result<Lowered, JitError> {
         let devices = self.devices()?;
-        let text = |s: &NamedSharding, rank: usize| {
-            s.to_hlo_sharding(rank)
-                .map(|h| Some(h.to_string()))
-                .map_err(|e| JitError::Convert(e.to_string()))
-        };
-        let jaxpr = &self.program.jaxpr;
-        let arg_shardings = self
-            .in_shardings
-            .iter()
-            .zip(jaxpr.in_avals())
-            .map(|(s, a)| text(s, a.rank()))
-            .collect::<Result<_, _>>()?;
-        let result_shardings = self
-            .out_shardings
-            .iter()
-            .zip(jaxpr.out_avals())
-            .map(|(s, a)| text(s, a.rank()))
-            .collect::<Result<_, _>>()?;
         let options = LowerOptions {
             num_partitions: devices.len(),
-            arg_shardings,
-            result_shardings,
+            arg_shardings: self.in_shardings.iter().cloned().map(Some).collect(),
+            result_shardings: self.out_shardings.iter().cloned().map(Some).collect(),
             aliased_outputs: self.aliased_outputs(),
+            partitioner: self.partitioner,
         };
         let module = lower_closed(&self.program, &options)?;
         Ok(Lowered {
@@ -275,10 +284,7 @@ impl Lowered {
 
     /// Compiles for the mesh's devices.
     pub fn compile(&self, client: &Client) -> Result<Compiled, JitError> {
-        let executable = client.compile(
-            self.module.text.as_bytes(),
-            &CompileOptions::spmd(&self.devices),
-        )?;
+        let executable = compile_module(client, &self.module, &self.devices)?;
         Ok(Compiled {
             jit: self.jit.clone(),
             executable,
@@ -419,20 +425,22 @@ fn describe_mesh(sharding: &NamedSharding) -> String {
 /// Everything that changes the executable of a [`Jit`]: the program text, the values of its
 /// constants (nested ones included, which the text does not show: a hash of the whole program),
 /// and every input and output sharding in full (spec, mesh axis names, sizes and types, device
-/// order, memory kind, logical device ids), and the donated arguments (they alias outputs in the
-/// module). The compile options are `CompileOptions::spmd` of the mesh's device order, which the
-/// shardings hold; a field that `Jit` gains must join this key.
+/// order, memory kind, logical device ids), the donated arguments (they alias outputs in the
+/// module) and the partitioner. The compile options are `CompileOptions::spmd` of the mesh's
+/// device order, which the shardings hold, with Shardy when the partitioner is; a field that
+/// `Jit` gains must join this key.
 fn cache_key(jit: &Jit) -> String {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     format!("{:?}", jit.program).hash(&mut hasher);
     format!(
-        "{}|program {:016x}|in {:?}|out {:?}|donated {:?}",
+        "{}|program {:016x}|in {:?}|out {:?}|donated {:?}|partitioner {}",
         tessera_ir::text::print_closed(&jit.program, 0),
         hasher.finish(),
         jit.in_shardings,
         jit.out_shardings,
-        jit.donated
+        jit.donated,
+        jit.partitioner
     )
 }
 

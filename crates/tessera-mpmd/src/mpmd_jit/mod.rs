@@ -24,10 +24,10 @@ use tessera_ir::{Array, ClosedJaxpr, ShapedArray};
 use tessera_pjrt::{Array as DeviceArray, Client, HostArray};
 use tessera_schedule::ScheduleParams;
 use tessera_sharding::{NamedSharding, PartitionSpec};
-use tessera_stablehlo::{LowerOptions, lower_closed};
+use tessera_stablehlo::{LowerOptions, Partitioner, lower_closed};
 
 use crate::array::MpmdArray;
-use crate::driver::{CompiledPipeline, DriverError};
+use crate::driver::{CompiledPipeline, DriverError, PipelineOptions};
 use crate::host::{element_type, from_host, to_host};
 use crate::mesh::MpmdMesh;
 use crate::runtime::{OutputLayout, PjrtExecutor, RunOptions, Timings};
@@ -123,6 +123,11 @@ impl MpmdJit {
         };
         let schedule = options.resolve(&p.schedule, params)?;
         let length = p.length as usize;
+        let partitioner = options.partitioner.unwrap_or_default();
+        let pipeline_options = PipelineOptions {
+            processes: options.processes.clone(),
+            partitioner,
+        };
         let mut pipeline = CompiledPipeline::new_in(
             client,
             mesh,
@@ -130,7 +135,7 @@ impl MpmdJit {
             &argnums,
             schedule.as_dyn(),
             length as u32,
-            options.processes.clone(),
+            &pipeline_options,
         )?;
         if let Some(timeout) = options.timeout {
             pipeline.set_run_options(RunOptions { timeout });
@@ -174,7 +179,12 @@ impl MpmdJit {
         for (piece, aliased) in split.into_iter().zip(aliases) {
             let compiled = match piece.place {
                 Place::Group(g) if pipeline.is_local(g) => {
-                    Some(compile_piece(&mut updates, mesh, &piece, g, aliased)?)
+                    let target = PieceTarget {
+                        mesh,
+                        group: g,
+                        partitioner,
+                    };
+                    Some(compile_piece(&mut updates, target, &piece, aliased)?)
                 }
                 // Another process compiles and runs it.
                 Place::Group(_) => None,
@@ -510,20 +520,36 @@ fn refuse_cross_process(pieces: &[Piece], homes: &[Vec<usize>]) -> Result<(), Dr
     Ok(())
 }
 
+/// Where an update piece is compiled: a group of the mesh, for a partitioner.
+#[derive(Clone, Copy)]
+struct PieceTarget<'a> {
+    mesh: &'a MpmdMesh,
+    group: usize,
+    partitioner: Partitioner,
+}
+
 fn compile_piece(
     executor: &mut PjrtExecutor,
-    mesh: &MpmdMesh,
+    target: PieceTarget<'_>,
     piece: &Piece,
-    group: usize,
     aliased_outputs: Vec<Option<usize>>,
 ) -> Result<usize, DriverError> {
+    let PieceTarget {
+        mesh,
+        group,
+        partitioner,
+    } = target;
+    let lowering = mesh.lowering_mesh();
     let devices = mesh.group(group)?.device_ids().len();
     let jaxpr = &piece.program.jaxpr;
+    let replicated = NamedSharding::new(lowering, PartitionSpec::replicated())
+        .map_err(|e| config(e.to_string()))?;
     let options = LowerOptions {
         num_partitions: devices,
-        arg_shardings: vec![Some("{replicated}".into()); jaxpr.invars.len()],
-        result_shardings: vec![Some("{replicated}".into()); jaxpr.outvars.len()],
+        arg_shardings: vec![Some(replicated.clone()); jaxpr.invars.len()],
+        result_shardings: vec![Some(replicated); jaxpr.outvars.len()],
         aliased_outputs,
+        partitioner,
     };
     let module = lower_closed(&piece.program, &options)?;
     let layouts = jaxpr
@@ -535,7 +561,7 @@ fn compile_piece(
             spec: PartitionSpec::replicated(),
         })
         .collect();
-    Ok(executor.compile(module.text.as_bytes(), group, layouts)?)
+    Ok(executor.compile(&module, group, layouts)?)
 }
 
 /// Micro-batch `mb` of `x` along `axis`, without that dimension.

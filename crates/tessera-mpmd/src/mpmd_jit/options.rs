@@ -6,13 +6,15 @@
 //! named one. Either way the schedule's plan is validated for the step's stages and micro-batch
 //! count, and a plan that does not validate is refused with the validator's message.
 //!
-//! `timeout` bounds every wait of a step's pipeline (see [`crate::runtime::RunOptions`]).
+//! `timeout` bounds every wait of a step's pipeline (see [`crate::runtime::RunOptions`]);
+//! `partitioner` picks XLA's Shardy or GSPMD for every program of the step.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tessera_schedule::{Registry, Schedule, ScheduleParams};
+use tessera_stablehlo::Partitioner;
 
 use super::config;
 use crate::driver::DriverError;
@@ -38,6 +40,9 @@ pub struct MpmdJitOptions {
     /// the step compiles and runs only this process's groups; results on other processes'
     /// groups are [`crate::MpmdArray`]s that are not addressable here.
     pub processes: Option<Arc<dyn crate::processes::Processes>>,
+    /// The partitioner every program of the step is lowered and compiled for; `None`:
+    /// [`Partitioner::default`] (`TESSERA_PARTITIONER`, else the built-in one).
+    pub partitioner: Option<Partitioner>,
 }
 
 impl fmt::Debug for MpmdJitOptions {
@@ -47,6 +52,7 @@ impl fmt::Debug for MpmdJitOptions {
             .field("registry", &self.registry.as_ref().map(|r| r.names()))
             .field("timeout", &self.timeout)
             .field("donate_argnums", &self.donate_argnums)
+            .field("partitioner", &self.partitioner)
             .field(
                 "processes",
                 &self.processes.as_ref().map(|p| p.local_groups()),

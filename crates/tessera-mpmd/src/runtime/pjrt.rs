@@ -6,6 +6,7 @@
 
 use tessera_pjrt::{Array, Buffer, Client, CompileOptions, ElementType, LoadedExecutable};
 use tessera_sharding::NamedSharding;
+use tessera_stablehlo::{EmittedModule, Partitioner};
 
 use super::error::BoxError;
 use super::plan::TaskSpec;
@@ -33,12 +34,41 @@ pub struct CompiledTask {
     donated: Vec<usize>,
 }
 
+/// A module to compile: StableHLO text (or bytecode) and the partitioner its sharding
+/// annotations are for, which XLA is asked to run (`use_shardy_partitioner` for Shardy).
+#[derive(Debug, Clone, Copy)]
+pub struct Program<'a> {
+    /// The module.
+    pub module: &'a [u8],
+    /// The partitioner it was emitted for.
+    pub partitioner: Partitioner,
+}
+
+impl<'a> Program<'a> {
+    /// A module annotated for GSPMD (`mhlo.sharding`), e.g. written by hand.
+    pub fn gspmd(module: &'a [u8]) -> Self {
+        Program {
+            module,
+            partitioner: Partitioner::Gspmd,
+        }
+    }
+}
+
+impl<'a> From<&'a EmittedModule> for Program<'a> {
+    fn from(module: &'a EmittedModule) -> Self {
+        Program {
+            module: module.text.as_bytes(),
+            partitioner: module.partitioner,
+        }
+    }
+}
+
 /// Compiles programs for groups and runs them.
 pub struct PjrtExecutor {
     client: Client,
     mesh: MpmdMesh,
     programs: Vec<CompiledTask>,
-    by_text: std::collections::HashMap<(Vec<u8>, usize), usize>,
+    by_text: std::collections::HashMap<(Vec<u8>, Partitioner, usize), usize>,
 }
 
 impl PjrtExecutor {
@@ -52,43 +82,46 @@ impl PjrtExecutor {
         }
     }
 
-    /// Compiles `module` (StableHLO text or bytecode, SPMD over a group's mesh) for `group` and
-    /// returns the index that task payloads use to name it. A module already compiled for the
-    /// group (the same bytes) is reused.
-    pub fn compile(
+    /// Compiles `program` (SPMD over a group's mesh) for `group` and returns the index that task
+    /// payloads use to name it. A program already compiled for the group (the same bytes and
+    /// partitioner) is reused.
+    pub fn compile<'a>(
         &mut self,
-        module: &[u8],
+        program: impl Into<Program<'a>>,
         group: usize,
         outputs: Vec<OutputLayout>,
     ) -> Result<usize> {
-        self.compile_donating(module, group, outputs, Vec::new())
+        self.compile_donating(program, group, outputs, Vec::new())
     }
 
     /// Like [`PjrtExecutor::compile`], for a module whose inputs at positions `donated` alias
     /// outputs (`tf.aliasing_output`): running it consumes those inputs' buffers, so the runtime
     /// must hand over their last use ([`Executor::donated_inputs`]).
-    pub fn compile_donating(
+    pub fn compile_donating<'a>(
         &mut self,
-        module: &[u8],
+        program: impl Into<Program<'a>>,
         group: usize,
         outputs: Vec<OutputLayout>,
         donated: Vec<usize>,
     ) -> Result<usize> {
-        if let Some(&index) = self.by_text.get(&(module.to_vec(), group)) {
+        let Program {
+            module,
+            partitioner,
+        } = program.into();
+        let key = (module.to_vec(), partitioner, group);
+        if let Some(&index) = self.by_text.get(&key) {
             return Ok(index);
         }
         let devices = self.mesh.group(group)?.device_ids().to_vec();
-        let executable = self
-            .client
-            .compile(module, &CompileOptions::spmd(&devices))?;
+        let options = CompileOptions::spmd(&devices).with_shardy(partitioner.is_shardy());
+        let executable = self.client.compile(module, &options)?;
         self.programs.push(CompiledTask {
             group,
             executable,
             outputs,
             donated,
         });
-        self.by_text
-            .insert((module.to_vec(), group), self.programs.len() - 1);
+        self.by_text.insert(key, self.programs.len() - 1);
         Ok(self.programs.len() - 1)
     }
 

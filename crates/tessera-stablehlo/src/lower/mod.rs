@@ -22,20 +22,26 @@ use tessera_ir::{Atom, ClosedJaxpr, DType, Eqn, Jaxpr, Prim, ShapedArray, Var};
 
 use crate::context::LowerError;
 use crate::emit::{ArgSpec, Body, EmittedModule, ModuleEmitter, ResultSpec, tensor_type};
+use crate::sharding::Partitioner;
 use melior::ir::Value;
+use tessera_sharding::NamedSharding;
 
-/// How the entry function is laid out over devices.
+/// How the entry function is laid out over devices, and for which partitioner.
 #[derive(Debug, Clone, Default)]
 pub struct LowerOptions {
     /// SPMD partitions (devices) the module is compiled for.
     pub num_partitions: usize,
-    /// `mhlo.sharding` text per argument (`None`: unsharded).
-    pub arg_shardings: Vec<Option<String>>,
-    /// `mhlo.sharding` text per result.
-    pub result_shardings: Vec<Option<String>>,
+    /// The sharding of each argument (`None`: left to the partitioner), emitted as the
+    /// partitioner reads it (`sdy.sharding` or `mhlo.sharding`).
+    pub arg_shardings: Vec<Option<NamedSharding>>,
+    /// The sharding of each result.
+    pub result_shardings: Vec<Option<NamedSharding>>,
     /// Per argument, the result its buffer is donated to (`tf.aliasing_output`); missing
     /// entries donate nothing.
     pub aliased_outputs: Vec<Option<usize>>,
+    /// The partitioner the module is annotated for (by default [`Partitioner::default`]:
+    /// `TESSERA_PARTITIONER`, else the built-in one); compile it with the same one.
+    pub partitioner: Partitioner,
 }
 
 /// The MLIR element type of a dtype.
@@ -98,7 +104,13 @@ fn lower_in(
     closed: &ClosedJaxpr,
     options: &LowerOptions,
 ) -> Result<EmittedModule, LowerError> {
-    let emitter = ModuleEmitter::new(context, "jit_main", options.num_partitions.max(1), 1)?;
+    let emitter = ModuleEmitter::new(
+        context,
+        "jit_main",
+        options.num_partitions.max(1),
+        1,
+        options.partitioner,
+    )?;
     let mut functions = Functions {
         emitter: Some(&emitter),
         next: 0,

@@ -1,10 +1,12 @@
-//! `shard_map` and the collectives, lowered as JAX lowers them for SPMD partitioning: a
-//! `shard_map` wraps each operand in `@Sharding` + `@SPMDFullToShardShape` custom calls (the
-//! body then works on manual per-device blocks) and each result in `@Sharding` +
-//! `@SPMDShardToFullShape`. Collectives become `all_reduce`, `all_gather`, `reduce_scatter`,
-//! `all_to_all` and `collective_permute` over global device ids, with the replica groups and
-//! source–target pairs that `tessera-ir` computes (the interpreter uses the same ones), and
-//! `axis_index` reads `partition_id`.
+//! `shard_map` and the collectives, lowered as JAX lowers them for SPMD partitioning. Under
+//! Shardy a `shard_map` is one `sdy.manual_computation` whose region is the body on manual
+//! per-device blocks (`in_shardings`, `out_shardings` from its specs, every mesh axis manual);
+//! under GSPMD it wraps each operand in `@Sharding` + `@SPMDFullToShardShape` custom calls and
+//! each result in `@Sharding` + `@SPMDShardToFullShape`, with the body inline. Collectives
+//! become `all_reduce`, `all_gather`, `reduce_scatter`, `all_to_all` and `collective_permute`
+//! over global device ids (both partitioners), with the replica groups and source–target pairs
+//! that `tessera-ir` computes (the interpreter uses the same ones), and `axis_index` reads
+//! `partition_id`.
 
 use melior::ir::Value;
 use tessera_ir::passes::inline_all;
@@ -17,6 +19,7 @@ use super::reduce::combiner;
 use super::{Ctx, Functions, ir, lower_body, mlir_type};
 use crate::context::LowerError;
 use crate::emit::quote;
+use crate::sharding::Partitioner;
 use tessera_ir::prim::ReduceKind;
 
 const CHANNEL: &str = "#stablehlo.channel_handle<handle = 1, type = 1>";
@@ -38,19 +41,25 @@ fn custom_call<'c, 'b>(
         .remove(0))
 }
 
+/// `spec` over the shard_map's mesh (its devices in order).
+fn named(mesh: &AbstractMesh, spec: &PartitionSpec) -> Result<NamedSharding, LowerError> {
+    Ok(NamedSharding::new(&Mesh::iota(mesh.clone()), spec.clone())?)
+}
+
 fn hlo_sharding(
     mesh: &AbstractMesh,
     spec: &PartitionSpec,
     rank: usize,
 ) -> Result<String, LowerError> {
-    let mesh = Mesh::iota(mesh.clone());
-    NamedSharding::new(&mesh, spec.clone())
-        .and_then(|s| s.to_hlo_sharding(rank))
-        .map(|h| h.to_string())
-        .map_err(|e| LowerError::Build(e.to_string()))
+    Ok(named(mesh, spec)?.to_hlo_sharding(rank)?.to_string())
 }
 
-/// `shard_map`: the body inlined between full-to-shard and shard-to-full conversions.
+/// The rank of a value as lowered: a key array has a trailing dimension for its two words.
+fn physical_rank(aval: &ShapedArray) -> usize {
+    aval.rank() + usize::from(aval.dtype.is_key())
+}
+
+/// `shard_map`: the body on manual blocks, in the module's partitioner's form.
 pub(super) fn shard_map<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     params: &Params,
@@ -58,12 +67,93 @@ pub(super) fn shard_map<'c, 'b>(
     functions: &mut Functions<'_, 'c>,
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     let p = ShardMapParams::read(params).map_err(ir)?;
+    match ctx.body.partitioner() {
+        Partitioner::Shardy => manual_computation(ctx, &p, inputs, functions),
+        Partitioner::Gspmd => spmd_custom_calls(ctx, &p, inputs, functions),
+    }
+}
+
+/// Shardy: `sdy.manual_computation` over every axis of the mesh, its region the body (which,
+/// isolated from above, holds its own constants). Over one device there is nothing manual and
+/// the body is inlined, as JAX does.
+fn manual_computation<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    p: &ShardMapParams<'_>,
+    inputs: &[Value<'c, 'b>],
+    functions: &mut Functions<'_, 'c>,
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    let body = inline_all(p.body);
+    if p.mesh.size() == 1 {
+        let consts = body
+            .consts
+            .iter()
+            .map(|c| super::control::constant_array(ctx.body, c))
+            .collect::<Result<Vec<_>, _>>()?;
+        return axis_env::with_mesh(&p.mesh, || {
+            lower_body(ctx.body, &body.jaxpr, &consts, inputs, functions)
+        });
+    }
+    let per_value = |specs: &[PartitionSpec], avals: &[ShapedArray]| {
+        let shardings = specs
+            .iter()
+            .zip(avals)
+            .map(|(spec, aval)| {
+                ctx.body
+                    .sdy_sharding(&named(&p.mesh, spec)?, physical_rank(aval))
+            })
+            .collect::<Result<Vec<_>, LowerError>>()?;
+        Ok::<_, LowerError>(format!(
+            "#sdy.sharding_per_value<[{}]>",
+            shardings.join(", ")
+        ))
+    };
+    let axes: Vec<String> = p
+        .mesh
+        .axis_names()
+        .iter()
+        .map(|a| format!("\"{a}\""))
+        .collect();
+    let attrs = [
+        ("in_shardings", per_value(&p.in_specs, ctx.in_avals)?),
+        ("manual_axes", format!("#sdy<manual_axes{{{}}}>", axes.join(", "))),
+        ("out_shardings", per_value(&p.out_specs, ctx.out_avals)?),
+    ];
+    let block_types: Vec<String> = body.jaxpr.in_avals().iter().map(mlir_type).collect();
+    let block_refs: Vec<&str> = block_types.iter().map(String::as_str).collect();
+    let region = ctx.body.region(&block_refs, "sdy.return", |inner, blocks| {
+        let consts = body
+            .consts
+            .iter()
+            .map(|c| super::control::constant_array(inner, c))
+            .collect::<Result<Vec<_>, _>>()?;
+        axis_env::with_mesh(&p.mesh, || {
+            lower_body(inner, &body.jaxpr, &consts, blocks, functions)
+        })
+    })?;
+    let out_types: Vec<String> = ctx.out_avals.iter().map(mlir_type).collect();
+    let out_refs: Vec<&str> = out_types.iter().map(String::as_str).collect();
+    ctx.body.op_with_regions(
+        "sdy.manual_computation",
+        inputs,
+        &out_refs,
+        &attrs,
+        vec![region],
+    )
+}
+
+/// GSPMD: the body inlined between full-to-shard and shard-to-full conversions.
+fn spmd_custom_calls<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    p: &ShardMapParams<'_>,
+    inputs: &[Value<'c, 'b>],
+    functions: &mut Functions<'_, 'c>,
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     let body = inline_all(p.body);
     let block_avals = body.jaxpr.in_avals();
     let mut blocks = Vec::with_capacity(inputs.len());
     for (i, &x) in inputs.iter().enumerate() {
         let global = &ctx.in_avals[i];
-        let sharding = hlo_sharding(&p.mesh, &p.in_specs[i], global.rank())?;
+        let sharding = hlo_sharding(&p.mesh, &p.in_specs[i], physical_rank(global))?;
         let s = custom_call(ctx, "Sharding", x, &sharding, global)?;
         blocks.push(custom_call(
             ctx,
@@ -87,7 +177,7 @@ pub(super) fn shard_map<'c, 'b>(
         .map(|(k, &o)| {
             let global = &ctx.out_avals[k];
             let s = custom_call(ctx, "Sharding", o, "{manual}", &out_blocks[k])?;
-            let sharding = hlo_sharding(&p.mesh, &p.out_specs[k], global.rank())?;
+            let sharding = hlo_sharding(&p.mesh, &p.out_specs[k], physical_rank(global))?;
             custom_call(ctx, "SPMDShardToFullShape", s, &sharding, global)
         })
         .collect()

@@ -39,8 +39,10 @@ enum Command {
     Train(Box<train::Args>),
 }
 
-/// Runs one parsed command line.
+/// Runs one parsed command line. A `TESSERA_PARTITIONER` other than `shardy` or `gspmd` is
+/// refused before anything is lowered (the library would fall back to its built-in default).
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    tessera_stablehlo::Partitioner::from_env()?;
     match cli.command {
         Command::Devices(args) => devices::run(args, cli.plugin.as_deref()),
         Command::Sharding(args) => sharding::run(args),

@@ -1,0 +1,279 @@
+//! The partitioner a module is emitted for, and its sharding annotations in that partitioner's
+//! form.
+//!
+//! XLA partitions SPMD programs with GSPMD or with Shardy. The two read different annotations:
+//!
+//! | | GSPMD | Shardy |
+//! | --- | --- | --- |
+//! | an argument or result | `mhlo.sharding = "{devices=[4,1,2]<=[8] last_tile_dim_replicate}"` | `sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>` |
+//! | the mesh | in every sharding (tile assignment) | one `sdy.mesh @mesh = <["x"=4, "y"=2]>` per module |
+//! | `shard_map` | `@Sharding` + `@SPMDFullToShardShape` ... `@SPMDShardToFullShape` custom calls | `sdy.manual_computation` |
+//! | a sharding constraint | the `@Sharding` custom call | `sdy.sharding_constraint` |
+//!
+//! JAX emits Shardy by default and compiles with `use_shardy_partitioner`; XLA prints a
+//! deprecation warning for every GSPMD compile. Debian's MLIR has no `sdy` dialect, so the
+//! operations are generic (`"sdy.mesh"() {mesh = #sdy.mesh<...>, sym_name = "mesh"}`) and the
+//! attributes opaque, printed as JAX prints them; XLA's plugin parses them into the real dialect.
+//! Meshes are emitted as symbols (`@mesh`, `@mesh_1`, ...), as JAX's `sdy-lift-inlined-meshes`
+//! leaves them.
+//!
+//! A module must be compiled with the partitioner it was emitted for
+//! ([`crate::EmittedModule::partitioner`]): XLA falls back to GSPMD, with a warning, when a
+//! Shardy compile meets `mhlo.sharding`.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::str::FromStr;
+
+use melior::ir::Value;
+use tessera_sharding::sdy::SdySharding;
+use tessera_sharding::{DimSpec, NamedSharding};
+
+use crate::context::LowerError;
+use crate::emit::{Body, quote};
+
+/// The environment variable that picks the partitioner: `shardy` or `gspmd`.
+pub const PARTITIONER_ENV: &str = "TESSERA_PARTITIONER";
+
+/// Which of XLA's SPMD partitioners a module is emitted and compiled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Partitioner {
+    /// Shardy: `sdy` annotations, compiled with `use_shardy_partitioner` (JAX's default).
+    Shardy,
+    /// GSPMD: `mhlo.sharding` annotations and custom calls.
+    Gspmd,
+}
+
+impl Partitioner {
+    /// The partitioner when [`PARTITIONER_ENV`] is unset.
+    pub const BUILT_IN: Partitioner = Partitioner::Gspmd;
+
+    /// Both, in a fixed order (for tests that run every program both ways).
+    pub const ALL: [Partitioner; 2] = [Partitioner::Shardy, Partitioner::Gspmd];
+
+    /// `shardy` or `gspmd`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Partitioner::Shardy => "shardy",
+            Partitioner::Gspmd => "gspmd",
+        }
+    }
+
+    /// Whether XLA is to be asked for Shardy (`use_shardy_partitioner`).
+    pub fn is_shardy(self) -> bool {
+        self == Partitioner::Shardy
+    }
+
+    /// [`PARTITIONER_ENV`] if set, else [`Partitioner::BUILT_IN`]; an unknown value is an error
+    /// naming it.
+    pub fn from_env() -> Result<Partitioner, LowerError> {
+        match std::env::var(PARTITIONER_ENV) {
+            Ok(value) if !value.trim().is_empty() => value.parse(),
+            _ => Ok(Partitioner::BUILT_IN),
+        }
+    }
+}
+
+/// [`Partitioner::from_env`], with [`Partitioner::BUILT_IN`] for an unknown value (which the
+/// `tessera` program refuses before it lowers anything), as JAX reads
+/// `JAX_USE_SHARDY_PARTITIONER` into its default.
+impl Default for Partitioner {
+    fn default() -> Self {
+        Partitioner::from_env().unwrap_or(Partitioner::BUILT_IN)
+    }
+}
+
+impl FromStr for Partitioner {
+    type Err = LowerError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "shardy" | "sdy" => Ok(Partitioner::Shardy),
+            "gspmd" => Ok(Partitioner::Gspmd),
+            _ => Err(LowerError::Partitioner(text.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for Partitioner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What every body of one module shares: the partitioner and the Shardy meshes used so far.
+#[derive(Debug)]
+pub(crate) struct ModuleState {
+    partitioner: Partitioner,
+    /// `(#sdy.mesh<...> attribute, symbol name)`, in order of first use.
+    meshes: RefCell<Vec<(String, String)>>,
+}
+
+impl ModuleState {
+    pub(crate) fn new(partitioner: Partitioner) -> Self {
+        ModuleState {
+            partitioner,
+            meshes: RefCell::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn partitioner(&self) -> Partitioner {
+        self.partitioner
+    }
+
+    /// The `sdy.mesh` symbol of `sharding`'s mesh, declared on first use (`mesh`, `mesh_1`, ...).
+    pub(crate) fn mesh_symbol(&self, sharding: &SdySharding) -> String {
+        let attr = sharding.mesh_attr();
+        let mut meshes = self.meshes.borrow_mut();
+        if let Some((_, name)) = meshes.iter().find(|(a, _)| *a == attr) {
+            return name.clone();
+        }
+        let name = match meshes.len() {
+            0 => "mesh".to_string(),
+            n => format!("mesh_{n}"),
+        };
+        meshes.push((attr, name.clone()));
+        name
+    }
+
+    /// The meshes to declare: `(#sdy.mesh<...>, symbol name)`.
+    pub(crate) fn meshes(&self) -> Vec<(String, String)> {
+        self.meshes.borrow().clone()
+    }
+
+    /// Shardy's sharding of a value of rank `rank`, its mesh given by symbol: `<@mesh, [...]>`.
+    pub(crate) fn sdy_per_value(
+        &self,
+        sharding: &NamedSharding,
+        rank: usize,
+    ) -> Result<String, LowerError> {
+        let sdy = sharding.to_sdy_sharding(rank)?;
+        Ok(sdy.referring_to(&self.mesh_symbol(&sdy)))
+    }
+
+    /// The attribute (name and value) that annotates a function argument or result of rank
+    /// `rank` with `sharding`: `mhlo.sharding = "..."` or `sdy.sharding = #sdy.sharding<...>`.
+    pub(crate) fn value_attr(
+        &self,
+        sharding: &NamedSharding,
+        rank: usize,
+    ) -> Result<(&'static str, String), LowerError> {
+        match self.partitioner {
+            Partitioner::Gspmd => Ok((
+                "mhlo.sharding",
+                quote(&sharding.to_hlo_sharding(rank)?.to_string()),
+            )),
+            Partitioner::Shardy => Ok((
+                "sdy.sharding",
+                format!("#sdy.sharding{}", self.sdy_per_value(sharding, rank)?),
+            )),
+        }
+    }
+}
+
+impl<'c, 'b> Body<'c, 'b> {
+    /// Shardy's sharding of a value of rank `rank` as a `#sdy.sharding_per_value` lists it,
+    /// `<@mesh, [{"x"}, {}]>`, declaring its mesh in the module.
+    pub fn sdy_sharding(&self, sharding: &NamedSharding, rank: usize) -> Result<String, LowerError> {
+        self.state().sdy_per_value(sharding, rank)
+    }
+
+    /// JAX's `with_sharding_constraint` on `x` (of MLIR type `ty` and rank `rank`) in the
+    /// module's form: under Shardy `sdy.sharding_constraint` with `#sdy.sharding<@mesh, ...>`
+    /// (an unconstrained dimension is open, `{?}`); under GSPMD the `@Sharding` custom call with
+    /// `mhlo.sharding` and, for unconstrained dimensions, `backend_config = "unspecified_dims=[..]"`.
+    pub fn sharding_constraint(
+        &self,
+        x: Value<'c, 'b>,
+        sharding: &NamedSharding,
+        ty: &str,
+        rank: usize,
+    ) -> Result<Value<'c, 'b>, LowerError> {
+        let attrs = match self.partitioner() {
+            Partitioner::Shardy => vec![(
+                "sharding",
+                format!("#sdy.sharding{}", self.sdy_sharding(sharding, rank)?),
+            )],
+            Partitioner::Gspmd => {
+                let hlo = sharding.to_hlo_sharding(rank)?.to_string();
+                let mut attrs = vec![
+                    ("call_target_name", quote("Sharding")),
+                    ("mhlo.sharding", quote(&hlo)),
+                ];
+                let open: Vec<String> = sharding
+                    .spec()
+                    .dims()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, d)| matches!(d, DimSpec::Unconstrained))
+                    .map(|(i, _)| i.to_string())
+                    .collect();
+                if !open.is_empty() {
+                    let config = format!("unspecified_dims=[{}]", open.join(","));
+                    attrs.push(("backend_config", quote(&config)));
+                }
+                attrs
+            }
+        };
+        let name = match self.partitioner() {
+            Partitioner::Shardy => "sdy.sharding_constraint",
+            Partitioner::Gspmd => "stablehlo.custom_call",
+        };
+        Ok(self.op(name, &[x], &[ty], &attrs)?.remove(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitioner_names_parse_and_print() {
+        for p in Partitioner::ALL {
+            assert_eq!(p.name().parse::<Partitioner>().unwrap(), p);
+            assert_eq!(p.to_string(), p.name());
+        }
+        assert_eq!(" Shardy ".parse::<Partitioner>().unwrap(), Partitioner::Shardy);
+        let err = "spmd".parse::<Partitioner>().unwrap_err().to_string();
+        assert!(err.contains("spmd") && err.contains(PARTITIONER_ENV), "{err}");
+    }
+
+    #[test]
+    fn meshes_get_one_symbol_each() {
+        use tessera_sharding::{Mesh, PartitionSpec};
+        let state = ModuleState::new(Partitioner::Shardy);
+        let a = Mesh::auto(&[("x", 4), ("y", 2)]).unwrap();
+        let b = Mesh::auto(&[("z", 8)]).unwrap();
+        let s = |m: &Mesh, spec: &str| {
+            NamedSharding::new(m, PartitionSpec::parse(spec).unwrap()).unwrap()
+        };
+        assert_eq!(
+            state.value_attr(&s(&a, "P('x')"), 2).unwrap(),
+            ("sdy.sharding", r#"#sdy.sharding<@mesh, [{"x"}, {}]>"#.into())
+        );
+        assert_eq!(
+            state.sdy_per_value(&s(&b, "P()"), 1).unwrap(),
+            "<@mesh_1, [{}]>"
+        );
+        assert_eq!(
+            state.sdy_per_value(&s(&a, "P(None, 'y')"), 2).unwrap(),
+            r#"<@mesh, [{}, {"y"}]>"#
+        );
+        assert_eq!(
+            state.meshes(),
+            [
+                (r#"#sdy.mesh<["x"=4, "y"=2]>"#.into(), "mesh".into()),
+                (r#"#sdy.mesh<["z"=8]>"#.into(), "mesh_1".into())
+            ]
+        );
+        let gspmd = ModuleState::new(Partitioner::Gspmd);
+        assert_eq!(
+            gspmd.value_attr(&s(&a, "P('x')"), 2).unwrap(),
+            (
+                "mhlo.sharding",
+                r#""{devices=[4,1,2]<=[8] last_tile_dim_replicate}""#.into()
+            )
+        );
+        assert!(gspmd.meshes().is_empty());
+    }
+}
