@@ -3,8 +3,7 @@
 //! compiles, and runs, as one program.
 
 use tessera_stablehlo::{
-    EmittedModule, KeyTypes, LowerError, ModuleHeader, Part, PartBody, Partitioner,
-    compose_module,
+    EmittedModule, KeyTypes, LowerError, ModuleHeader, Part, PartBody, Partitioner, compose_module,
 };
 
 use crate::pipeline::{ActionSignature, Key, PartSignature};
@@ -32,11 +31,5 @@ pub fn action_module(
         num_partitions,
         partitioner,
     };
-    compose_module(
-        header,
-        &signature.inputs,
-        &signature.outputs,
-        &parts,
-        types,
-    )
+    compose_module(header, &signature.inputs, &signature.outputs, &parts, types)
 }

@@ -143,8 +143,15 @@ mod tests {
             .collect();
         assert_eq!(ids, [4, 5, 6, 7]);
         assert!(!build.use_shardy_partitioner);
-        let shardy = CompileOptions::spmd(&[0, 1]).with_shardy(true).to_proto_bytes();
+        let shardy = CompileOptions::spmd(&[0, 1])
+            .with_shardy(true)
+            .to_proto_bytes();
         let proto = CompileOptionsProto::decode(shardy.as_slice()).unwrap();
-        assert!(proto.executable_build_options.unwrap().use_shardy_partitioner);
+        assert!(
+            proto
+                .executable_build_options
+                .unwrap()
+                .use_shardy_partitioner
+        );
     }
 }

@@ -163,7 +163,10 @@ impl SdySharding {
         let dims: Vec<String> = self.dims.iter().map(|d| d.to_string()).collect();
         let mut out = format!("{mesh}, [{}]", dims.join(", "));
         if !self.replicated_axes.is_empty() {
-            out.push_str(&format!(", replicated={{{}}}", quoted(&self.replicated_axes)));
+            out.push_str(&format!(
+                ", replicated={{{}}}",
+                quoted(&self.replicated_axes)
+            ));
         }
         if !self.unreduced_axes.is_empty() {
             out.push_str(&format!(", unreduced={{{}}}", quoted(&self.unreduced_axes)));

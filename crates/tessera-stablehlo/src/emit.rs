@@ -118,7 +118,11 @@ impl ResultSpec {
 fn rank_of(ty: Type<'_>, text: &str) -> Result<usize, LowerError> {
     RankedTensorType::try_from(ty)
         .map(|t| t.rank())
-        .map_err(|_| LowerError::Build(format!("a sharded value must be a ranked tensor, not {text}")))
+        .map_err(|_| {
+            LowerError::Build(format!(
+                "a sharded value must be a ranked tensor, not {text}"
+            ))
+        })
 }
 
 /// Quotes a string as an MLIR string attribute.

@@ -23,6 +23,6 @@ pub use emit::{
 pub use lower::{
     LowerOptions, element_type, lower_closed, lower_closed_unrolled, lower_flat, mlir_type,
 };
-pub use sharding::{PARTITIONER_ENV, Partitioner};
 /// MLIR values, as the bodies given to [`compose_module`] and [`ModuleEmitter`] see them.
 pub use melior::ir::Value;
+pub use sharding::{PARTITIONER_ENV, Partitioner};

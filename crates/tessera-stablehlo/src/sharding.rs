@@ -174,7 +174,11 @@ impl ModuleState {
 impl<'c, 'b> Body<'c, 'b> {
     /// Shardy's sharding of a value of rank `rank` as a `#sdy.sharding_per_value` lists it,
     /// `<@mesh, [{"x"}, {}]>`, declaring its mesh in the module.
-    pub fn sdy_sharding(&self, sharding: &NamedSharding, rank: usize) -> Result<String, LowerError> {
+    pub fn sdy_sharding(
+        &self,
+        sharding: &NamedSharding,
+        rank: usize,
+    ) -> Result<String, LowerError> {
         self.state().sdy_per_value(sharding, rank)
     }
 
@@ -233,9 +237,15 @@ mod tests {
             assert_eq!(p.name().parse::<Partitioner>().unwrap(), p);
             assert_eq!(p.to_string(), p.name());
         }
-        assert_eq!(" Shardy ".parse::<Partitioner>().unwrap(), Partitioner::Shardy);
+        assert_eq!(
+            " Shardy ".parse::<Partitioner>().unwrap(),
+            Partitioner::Shardy
+        );
         let err = "spmd".parse::<Partitioner>().unwrap_err().to_string();
-        assert!(err.contains("spmd") && err.contains(PARTITIONER_ENV), "{err}");
+        assert!(
+            err.contains("spmd") && err.contains(PARTITIONER_ENV),
+            "{err}"
+        );
     }
 
     #[test]
@@ -249,7 +259,10 @@ mod tests {
         };
         assert_eq!(
             state.value_attr(&s(&a, "P('x')"), 2).unwrap(),
-            ("sdy.sharding", r#"#sdy.sharding<@mesh, [{"x"}, {}]>"#.into())
+            (
+                "sdy.sharding",
+                r#"#sdy.sharding<@mesh, [{"x"}, {}]>"#.into()
+            )
         );
         assert_eq!(
             state.sdy_per_value(&s(&b, "P()"), 1).unwrap(),

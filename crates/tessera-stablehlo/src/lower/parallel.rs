@@ -115,21 +115,26 @@ fn manual_computation<'c, 'b>(
         .collect();
     let attrs = [
         ("in_shardings", per_value(&p.in_specs, ctx.in_avals)?),
-        ("manual_axes", format!("#sdy<manual_axes{{{}}}>", axes.join(", "))),
+        (
+            "manual_axes",
+            format!("#sdy<manual_axes{{{}}}>", axes.join(", ")),
+        ),
         ("out_shardings", per_value(&p.out_specs, ctx.out_avals)?),
     ];
     let block_types: Vec<String> = body.jaxpr.in_avals().iter().map(mlir_type).collect();
     let block_refs: Vec<&str> = block_types.iter().map(String::as_str).collect();
-    let region = ctx.body.region(&block_refs, "sdy.return", |inner, blocks| {
-        let consts = body
-            .consts
-            .iter()
-            .map(|c| super::control::constant_array(inner, c))
-            .collect::<Result<Vec<_>, _>>()?;
-        axis_env::with_mesh(&p.mesh, || {
-            lower_body(inner, &body.jaxpr, &consts, blocks, functions)
-        })
-    })?;
+    let region = ctx
+        .body
+        .region(&block_refs, "sdy.return", |inner, blocks| {
+            let consts = body
+                .consts
+                .iter()
+                .map(|c| super::control::constant_array(inner, c))
+                .collect::<Result<Vec<_>, _>>()?;
+            axis_env::with_mesh(&p.mesh, || {
+                lower_body(inner, &body.jaxpr, &consts, blocks, functions)
+            })
+        })?;
     let out_types: Vec<String> = ctx.out_avals.iter().map(mlir_type).collect();
     let out_refs: Vec<&str> = out_types.iter().map(String::as_str).collect();
     ctx.body.op_with_regions(
