@@ -27,6 +27,7 @@ mod event;
 mod executable;
 mod host;
 pub mod known_plugins;
+pub mod optimized;
 mod plugin;
 mod sys;
 mod util;
@@ -46,6 +47,7 @@ pub use error::{ErrorCode, PjrtError, Result};
 pub use executable::LoadedExecutable;
 pub use host::{Block, Element, HostArray, element_count};
 pub use known_plugins::{DEFAULT_CPU_PLUGIN, KnownPlugin, PluginPlatform};
+pub use optimized::OptimizedProgram;
 pub use plugin::Plugin;
 
 /// The PJRT C API version of the header these bindings were generated from, as `(major, minor)`.
