@@ -26,6 +26,7 @@ mod error;
 mod event;
 mod executable;
 mod host;
+mod host_memory;
 pub mod known_plugins;
 pub mod optimized;
 mod plugin;
@@ -45,6 +46,7 @@ pub use discovery::{
 pub use element_type::ElementType;
 pub use error::{ErrorCode, PjrtError, Result};
 pub use executable::LoadedExecutable;
+pub use host_memory::{ALIGNMENT, AlignedBytes};
 pub use host::{Block, Element, HostArray, element_count};
 pub use known_plugins::{DEFAULT_CPU_PLUGIN, KnownPlugin, PluginPlatform};
 pub use optimized::OptimizedProgram;
