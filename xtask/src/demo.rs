@@ -10,7 +10,7 @@ use crate::{cmd, setup};
 /// The main job: a Llama-style decoder of about a million parameters trained pipelined over 4 MPMD
 /// groups x 2 devices, checkpointed, resumed and plotted; before it, the devices of the PJRT CPU plugin,
 /// JAX's programs lowered, compiled and differentiated on PJRT, JAX's collectives inside
-/// shard_map on 8 devices, and the sharding oracle.
+/// shard_map and its programs with sharding constraints on 8 devices, and the sharding oracle.
 pub fn run() -> anyhow::Result<ExitCode> {
     setup::run()?;
     let shared = cmd::workspace_root()
@@ -47,6 +47,19 @@ pub fn run() -> anyhow::Result<ExitCode> {
             "pjrt",
             "--grads",
             &collectives.to_string_lossy(),
+        ])?;
+        cmd::step(
+            "demo: JAX's programs with sharding constraints, each compiled for its mesh on 8 PJRT \
+             devices, with gradients",
+        );
+        let sharded = shared.join("jaxpr_sharded_cases.json");
+        tessera(&[
+            "oracle",
+            "jaxpr",
+            "--backend",
+            "pjrt",
+            "--grads",
+            &sharded.to_string_lossy(),
         ])?;
         cmd::step("demo: the sharding algebra against JAX");
         tessera(&["oracle", "sharding", &sharding.to_string_lossy()])?;
