@@ -46,7 +46,18 @@ fn a_buffer_from_host_reads_in_place_like_to_host() {
 #[test]
 fn a_wrong_byte_count_is_refused() {
     let client = Client::cpu(1).unwrap();
-    let err = Buffer::from_aligned_bytes(&client, ElementType::F32, &[4], AlignedBytes::zeroed(12), 0)
-        .unwrap_err();
-    assert!(matches!(err, PjrtError::HostSize { expected: 16, actual: 12, .. }), "{err}");
+    let err =
+        Buffer::from_aligned_bytes(&client, ElementType::F32, &[4], AlignedBytes::zeroed(12), 0)
+            .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PjrtError::HostSize {
+                expected: 16,
+                actual: 12,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
