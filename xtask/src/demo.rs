@@ -25,42 +25,37 @@ pub fn run() -> anyhow::Result<ExitCode> {
     cmd::step("demo: the devices of the PJRT CPU plugin");
     tessera(&["devices", "--cpu-devices", "8"])?;
     if shared.is_dir() {
-        let jaxpr = shared.join("jaxpr_cases.json");
+        let runs = [
+            (
+                "demo: JAX's jaxprs, lowered to StableHLO, compiled by XLA and differentiated, on PJRT",
+                "jaxpr",
+                "jaxpr_cases.json",
+            ),
+            (
+                "demo: JAX's shard_map collectives with gradients, SPMD on 8 PJRT devices",
+                "collectives",
+                "collectives_cases.json",
+            ),
+            (
+                "demo: JAX's programs with sharding constraints, each compiled for its mesh on 8 \
+                 PJRT devices, with gradients",
+                "jaxpr",
+                "jaxpr_sharded_cases.json",
+            ),
+        ];
+        for (what, kind, file) in runs {
+            cmd::step(what);
+            let file = shared.join(file);
+            tessera(&[
+                "oracle",
+                kind,
+                "--backend",
+                "pjrt",
+                "--grads",
+                &file.to_string_lossy(),
+            ])?;
+        }
         let sharding = shared.join("sharding_cases.json");
-        cmd::step(
-            "demo: JAX's jaxprs, lowered to StableHLO, compiled by XLA and differentiated, on PJRT",
-        );
-        tessera(&[
-            "oracle",
-            "jaxpr",
-            "--backend",
-            "pjrt",
-            "--grads",
-            &jaxpr.to_string_lossy(),
-        ])?;
-        cmd::step("demo: JAX's shard_map collectives with gradients, SPMD on 8 PJRT devices");
-        let collectives = shared.join("collectives_cases.json");
-        tessera(&[
-            "oracle",
-            "collectives",
-            "--backend",
-            "pjrt",
-            "--grads",
-            &collectives.to_string_lossy(),
-        ])?;
-        cmd::step(
-            "demo: JAX's programs with sharding constraints, each compiled for its mesh on 8 PJRT \
-             devices, with gradients",
-        );
-        let sharded = shared.join("jaxpr_sharded_cases.json");
-        tessera(&[
-            "oracle",
-            "jaxpr",
-            "--backend",
-            "pjrt",
-            "--grads",
-            &sharded.to_string_lossy(),
-        ])?;
         cmd::step("demo: the sharding algebra against JAX");
         tessera(&["oracle", "sharding", &sharding.to_string_lossy()])?;
     } else {

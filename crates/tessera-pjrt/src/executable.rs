@@ -224,26 +224,22 @@ impl LoadedExecutable {
             format: format.as_mut_ptr().cast(),
             format_size: format.len(),
         });
-        let mut args = args!(PJRT_Executable_OptimizedProgram_Args {
-            executable: inner.raw,
-            program: &mut program,
-        });
-        api_call!(
-            self.client.plugin(),
-            PJRT_Executable_OptimizedProgram,
-            &mut args
-        )?;
+        // Called twice: first for the size, then to fill the buffer.
+        let fetch = |program: &mut sys::PJRT_Program| -> Result<()> {
+            let mut args = args!(PJRT_Executable_OptimizedProgram_Args {
+                executable: inner.raw,
+                program: program,
+            });
+            api_call!(
+                self.client.plugin(),
+                PJRT_Executable_OptimizedProgram,
+                &mut args
+            )
+        };
+        fetch(&mut program)?;
         let mut code = vec![0u8; program.code_size];
         program.code = code.as_mut_ptr().cast();
-        let mut args = args!(PJRT_Executable_OptimizedProgram_Args {
-            executable: inner.raw,
-            program: &mut program,
-        });
-        api_call!(
-            self.client.plugin(),
-            PJRT_Executable_OptimizedProgram,
-            &mut args
-        )?;
+        fetch(&mut program)?;
         // SAFETY: the plugin set `format` to a string it owns for the executable's lifetime.
         let format =
             unsafe { std::slice::from_raw_parts(program.format.cast::<u8>(), program.format_size) };

@@ -8,30 +8,23 @@ use std::cell::RefCell;
 use tessera_sharding::{AbstractMesh, PartitionSpec};
 
 use super::Tensor;
+use crate::axis_env::MeshStack;
 use crate::prim::{ConstraintParams, Prim};
 
 thread_local! {
     static MESHES: RefCell<Vec<AbstractMesh>> = const { RefCell::new(Vec::new()) };
 }
 
-struct Pop;
-
-impl Drop for Pop {
-    fn drop(&mut self) {
-        MESHES.with(|m| m.borrow_mut().pop());
-    }
-}
+const CONTEXT: MeshStack = MeshStack(&MESHES);
 
 /// Runs `f` with `mesh` as the mesh of bare specs given to [`Tensor::with_sharding`].
 pub fn use_mesh<T>(mesh: &AbstractMesh, f: impl FnOnce() -> T) -> T {
-    MESHES.with(|m| m.borrow_mut().push(mesh.clone()));
-    let _pop = Pop;
-    f()
+    CONTEXT.with(mesh, f)
 }
 
 /// The mesh set by the innermost [`use_mesh`], if any.
 pub fn context_mesh() -> Option<AbstractMesh> {
-    MESHES.with(|m| m.borrow().last().cloned())
+    CONTEXT.top()
 }
 
 impl Tensor {
