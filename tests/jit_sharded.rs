@@ -1,7 +1,8 @@
 //! `jit` with NamedShardings: a data- and tensor-parallel MLP (mesh data=2 × model=4, weights
-//! sharded on `model`, batch on `data`) runs SPMD on 8 CPU devices and matches the interpreter;
-//! the entry's shardings are pinned in a snapshot; executables are cached; a layout mismatch is
-//! refused with both layouts named.
+//! sharded on `model`, batch on `data`) runs SPMD on 8 CPU devices and matches the interpreter
+//! under both partitioners; the entry's shardings are pinned in a snapshot per partitioner
+//! (Shardy's `sdy.sharding`, GSPMD's `mhlo.sharding`); executables are cached; a layout mismatch
+//! is refused with both layouts named.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -12,6 +13,7 @@ use tessera_ir::trace::trace;
 use tessera_ir::{Array, DType, ShapedArray};
 use tessera_pjrt::{Array as DeviceArray, Client};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
+use tessera_stablehlo::Partitioner;
 
 fn mlp() -> tessera_ir::ClosedJaxpr {
     let f32 = |s: &[i64]| ShapedArray::new(DType::F32, s);
@@ -45,6 +47,22 @@ fn sharding(mesh: &Mesh, spec: &str) -> NamedSharding {
 
 #[test]
 fn a_data_and_tensor_parallel_mlp_matches_the_interpreter_on_eight_devices() {
+    let shardy = mlp_on_eight_devices(Partitioner::Shardy);
+    expect![[r#"
+        module @jit_main attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+          "sdy.mesh"() {mesh = #sdy.mesh<["data"=2, "model"=4]>, sym_name = "mesh"} : () -> ()
+          func.func public @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"data"}, {}]>}, %arg1: tensor<16x32xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}, %arg2: tensor<32xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"model"}]>}, %arg3: tensor<32x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"model"}, {}]>}) -> (tensor<8x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"data"}, {}]>}, tensor<f32> {sdy.sharding = #sdy.sharding<@mesh, []>}) {"#]]
+    .assert_eq(&shardy);
+    let gspmd = mlp_on_eight_devices(Partitioner::Gspmd);
+    expect![[r#"
+        module @jit_main attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+          func.func public @main(%arg0: tensor<8x16xf32> {mhlo.sharding = "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"}, %arg1: tensor<16x32xf32> {mhlo.sharding = "{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}, %arg2: tensor<32xf32> {mhlo.sharding = "{devices=[4,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}, %arg3: tensor<32x4xf32> {mhlo.sharding = "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}) -> (tensor<8x4xf32> {mhlo.sharding = "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"}, tensor<f32> {mhlo.sharding = "{replicated}"}) {"#]]
+    .assert_eq(&gspmd);
+}
+
+/// Lowers, compiles and runs the MLP for `partitioner`; returns the module's lines that carry
+/// shardings (module attributes, meshes, the entry's signature).
+fn mlp_on_eight_devices(partitioner: Partitioner) -> String {
     let client = Client::cpu(8).unwrap();
     let mesh = Mesh::auto(&[("data", 2), ("model", 4)]).unwrap();
     let ins = vec![
@@ -55,18 +73,16 @@ fn a_data_and_tensor_parallel_mlp_matches_the_interpreter_on_eight_devices() {
     ];
     let outs = vec![sharding(&mesh, "P('data', None)"), sharding(&mesh, "P()")];
     let program = mlp();
-    let jit = Jit::new(program.clone(), ins.clone(), outs).unwrap();
+    let jit = Jit::new(program.clone(), ins.clone(), outs)
+        .unwrap()
+        .with_partitioner(partitioner);
     let lowered = jit.lower().unwrap();
     let signature: String = lowered
         .as_text()
         .lines()
-        .filter(|l| l.contains("mhlo."))
+        .filter(|l| l.contains("mhlo.") || l.contains("sdy."))
         .collect::<Vec<_>>()
         .join("\n");
-    expect![[r#"
-        module @jit_main attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
-          func.func public @main(%arg0: tensor<8x16xf32> {mhlo.sharding = "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"}, %arg1: tensor<16x32xf32> {mhlo.sharding = "{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}, %arg2: tensor<32xf32> {mhlo.sharding = "{devices=[4,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}, %arg3: tensor<32x4xf32> {mhlo.sharding = "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}) -> (tensor<8x4xf32> {mhlo.sharding = "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"}, tensor<f32> {mhlo.sharding = "{replicated}"}) {"#]]
-    .assert_eq(&signature);
     let compiled = lowered.compile(&client).unwrap();
     let host: Vec<Array> = [vec![8, 16], vec![16, 32], vec![32], vec![32, 4]]
         .iter()
@@ -95,6 +111,7 @@ fn a_data_and_tensor_parallel_mlp_matches_the_interpreter_on_eight_devices() {
         [(4, 8), (0, 4)],
         "device 5 holds the second half of the batch"
     );
+    signature
 }
 
 #[test]
@@ -241,15 +258,18 @@ fn a_data_and_tensor_parallel_training_step_matches_the_interpreter() {
     let mut outs: Vec<NamedSharding> = w.to_vec();
     outs.push(sharding(&mesh, "P()"));
     let program = mlp_training_step();
-    let lowered = Jit::new(program.clone(), ins.clone(), outs)
-        .unwrap()
-        .lower()
-        .unwrap();
-    let shardings: Vec<&str> = lowered
-        .as_text()
-        .lines()
-        .filter(|l| l.contains("func.func public @main"))
-        .collect();
+    let jit = Jit::new(program.clone(), ins.clone(), outs).unwrap();
+    let shardy = jit.clone().with_partitioner(Partitioner::Shardy).lower();
+    let main = |text: &str| {
+        let lines = text
+            .lines()
+            .filter(|l| l.contains("func.func public @main"));
+        lines.collect::<Vec<_>>().join("\n")
+    };
+    expect![[r#"  func.func public @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"data"}, {}]>}, %arg1: tensor<16x32xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}, %arg2: tensor<32xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"model"}]>}, %arg3: tensor<32x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"model"}, {}]>}) -> (tensor<16x32xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}, tensor<32xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"model"}]>}, tensor<32x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"model"}, {}]>}, tensor<f32> {sdy.sharding = #sdy.sharding<@mesh, []>}) {"#]]
+    .assert_eq(&main(shardy.unwrap().as_text()));
+    let lowered = jit.with_partitioner(Partitioner::Gspmd).lower().unwrap();
+    let shardings = [main(lowered.as_text())];
     expect![[r#"  func.func public @main(%arg0: tensor<8x16xf32> {mhlo.sharding = "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"}, %arg1: tensor<16x32xf32> {mhlo.sharding = "{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}, %arg2: tensor<32xf32> {mhlo.sharding = "{devices=[4,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}, %arg3: tensor<32x4xf32> {mhlo.sharding = "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}) -> (tensor<16x32xf32> {mhlo.sharding = "{devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}, tensor<32xf32> {mhlo.sharding = "{devices=[4,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}, tensor<32x4xf32> {mhlo.sharding = "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}"}, tensor<f32> {mhlo.sharding = "{replicated}"}) {"#]]
     .assert_eq(&shardings.join("\n"));
     let compiled = lowered.compile(&client).unwrap();
@@ -284,4 +304,99 @@ fn a_data_and_tensor_parallel_training_step_matches_the_interpreter() {
         device.extend(next);
     }
     assert!(losses[2] < losses[0], "the loss falls: {losses:?}");
+}
+
+/// `with_sharding` constraints inside a program whose arguments and results are replicated: the
+/// lowering carries each as an `sdy.sharding_constraint` (Shardy) or a `@Sharding` custom call
+/// (GSPMD), XLA partitions the work as they say (the optimized module computes `tanh` on a
+/// quarter of the rows per device), the values equal the interpreter's, and the output sharding
+/// read back from the executable is the one asked for.
+#[test]
+fn sharding_constraints_partition_the_work_xla_compiles() {
+    let shardy = constrained_tanh(Partitioner::Shardy);
+    expect![[r##"
+        [
+            "#sdy.sharding<@mesh, [{\"data\"}, {}]>",
+            "#sdy.sharding<@mesh, [{\"data\"}, {}]>",
+            "#sdy.sharding<@mesh, [{}, {}]>",
+        ]
+    "##]]
+    .assert_debug_eq(&shardy);
+    let gspmd = constrained_tanh(Partitioner::Gspmd);
+    expect![[r#"
+        [
+            "{devices=[4,1,2]<=[8] last_tile_dim_replicate}",
+            "{devices=[4,1,2]<=[8] last_tile_dim_replicate}",
+            "{replicated}",
+        ]
+    "#]]
+    .assert_debug_eq(&gspmd);
+}
+
+/// Lowers, compiles, checks and runs the constrained `tanh` for `partitioner`; returns the
+/// constraints' shardings as the module spells them.
+fn constrained_tanh(partitioner: Partitioner) -> Vec<String> {
+    use tessera_ir::trace::use_mesh;
+    let client = Client::cpu(8).unwrap();
+    let mesh = Mesh::auto(&[("data", 4), ("model", 2)]).unwrap();
+    let f32 = |s: &[i64]| ShapedArray::new(DType::F32, s);
+    let rows = PartitionSpec::parse("P('data', None)").unwrap();
+    let program = use_mesh(mesh.abstract_mesh(), || {
+        trace(&[f32(&[8, 16])], |a| {
+            let x = a[0].with_sharding(&rows);
+            let y = x.tanh().with_sharding(&rows);
+            vec![y.with_sharding(&PartitionSpec::replicated())]
+        })
+    })
+    .unwrap();
+    let replicated = sharding(&mesh, "P()");
+    let jit = Jit::new(
+        program.clone(),
+        vec![replicated.clone()],
+        vec![replicated.clone()],
+    )
+    .unwrap()
+    .with_partitioner(partitioner);
+    let lowered = jit.lower().unwrap();
+    let calls: Vec<String> = lowered
+        .as_text()
+        .lines()
+        .filter_map(|l| match partitioner {
+            Partitioner::Shardy => l
+                .contains("\"sdy.sharding_constraint\"")
+                .then(|| l.split("{sharding = ").nth(1)?.split("} : ").next())
+                .flatten(),
+            Partitioner::Gspmd => l
+                .contains("call_target_name = \"Sharding\"")
+                .then(|| l.split("mhlo.sharding = \"").nth(1)?.split('"').next())
+                .flatten(),
+        })
+        .map(str::to_string)
+        .collect();
+    let compiled = lowered.compile(&client).unwrap();
+    let optimized = compiled.optimized_program().unwrap();
+    let tanh: Vec<&[i64]> = optimized
+        .instructions()
+        .into_iter()
+        .filter(|(op, _)| *op == "tanh")
+        .map(|(_, dims)| dims)
+        .collect();
+    assert_eq!(
+        tanh,
+        [[2, 16]],
+        "one tanh on a quarter of the rows per device"
+    );
+    assert_eq!(
+        compiled.compiled_output_shardings().unwrap(),
+        std::slice::from_ref(&replicated)
+    );
+    let x = values(&[8, 16], 0.5);
+    let arg = DeviceArray::device_put(&client, &to_host(&x).unwrap(), &replicated).unwrap();
+    let got = compiled.call(&[&arg]).unwrap();
+    let got = from_host(&got[0].to_host().unwrap(), DType::F32).unwrap();
+    let want = eval_closed(&program, &[x]).unwrap();
+    for (a, b) in got.to_vec().iter().zip(want[0].to_vec()) {
+        assert!((a - b).abs() <= 1e-6, "{a} vs interpreter {b}");
+    }
+    calls
 }

@@ -195,7 +195,7 @@ impl<'c> ModuleEmitter<'c> {
         Ok(ModuleEmitter {
             context,
             module,
-            state: Rc::new(ModuleState::new(partitioner)),
+            state: Rc::new(ModuleState::new(partitioner, num_partitions)),
         })
     }
 
@@ -321,6 +321,11 @@ impl<'c, 'b> Body<'c, 'b> {
     /// What the module's bodies share (partitioner, Shardy meshes).
     pub(crate) fn state(&self) -> &ModuleState {
         &self.state
+    }
+
+    /// The SPMD partitions of the module this body belongs to.
+    pub fn num_partitions(&self) -> usize {
+        self.state.num_partitions()
     }
 
     /// Appends the generic operation `name` with `operands`, result types (MLIR type text) and
@@ -582,7 +587,7 @@ mod tests {
     #[test]
     fn donation_and_quoting_are_spelled_as_jax_does() {
         let context = new_context();
-        let state = ModuleState::new(Partitioner::Gspmd);
+        let state = ModuleState::new(Partitioner::Gspmd, 2);
         let mut arg = ArgSpec::new("tensor<2xf32>").sharded(sharding("P('y')"));
         arg.aliased_output = Some(0);
         let ty = parse_type(&context, &arg.ty).unwrap();

@@ -25,9 +25,8 @@ use std::cell::RefCell;
 use std::fmt;
 use std::str::FromStr;
 
-use melior::ir::Value;
+use tessera_sharding::NamedSharding;
 use tessera_sharding::sdy::SdySharding;
-use tessera_sharding::{DimSpec, NamedSharding};
 
 use crate::context::LowerError;
 use crate::emit::{Body, quote};
@@ -101,24 +100,31 @@ impl fmt::Display for Partitioner {
     }
 }
 
-/// What every body of one module shares: the partitioner and the Shardy meshes used so far.
+/// What every body of one module shares: the partitioner, the partition count and the Shardy
+/// meshes used so far.
 #[derive(Debug)]
 pub(crate) struct ModuleState {
     partitioner: Partitioner,
+    num_partitions: usize,
     /// `(#sdy.mesh<...> attribute, symbol name)`, in order of first use.
     meshes: RefCell<Vec<(String, String)>>,
 }
 
 impl ModuleState {
-    pub(crate) fn new(partitioner: Partitioner) -> Self {
+    pub(crate) fn new(partitioner: Partitioner, num_partitions: usize) -> Self {
         ModuleState {
             partitioner,
+            num_partitions,
             meshes: RefCell::new(Vec::new()),
         }
     }
 
     pub(crate) fn partitioner(&self) -> Partitioner {
         self.partitioner
+    }
+
+    pub(crate) fn num_partitions(&self) -> usize {
+        self.num_partitions
     }
 
     /// The `sdy.mesh` symbol of `sharding`'s mesh, declared on first use (`mesh`, `mesh_1`, ...).
@@ -147,8 +153,12 @@ impl ModuleState {
         sharding: &NamedSharding,
         rank: usize,
     ) -> Result<String, LowerError> {
-        let sdy = sharding.to_sdy_sharding(rank)?;
-        Ok(sdy.referring_to(&self.mesh_symbol(&sdy)))
+        Ok(self.sdy_ref(&sharding.to_sdy_sharding(rank)?))
+    }
+
+    /// `sdy` with its mesh given by symbol: `<@mesh, [...]>`.
+    pub(crate) fn sdy_ref(&self, sdy: &SdySharding) -> String {
+        sdy.referring_to(&self.mesh_symbol(sdy))
     }
 
     /// The attribute (name and value) that annotates a function argument or result of rank
@@ -171,59 +181,26 @@ impl ModuleState {
     }
 }
 
-impl<'c, 'b> Body<'c, 'b> {
+impl Body<'_, '_> {
     /// Shardy's sharding of a value of rank `rank` as a `#sdy.sharding_per_value` lists it,
-    /// `<@mesh, [{"x"}, {}]>`, declaring its mesh in the module.
+    /// `<@mesh, [{"x"}, {}]>`, with the dimensions `open_dims` open (`{?}`: the partitioner may
+    /// shard them further), declaring its mesh in the module.
     pub fn sdy_sharding(
         &self,
         sharding: &NamedSharding,
         rank: usize,
+        open_dims: &[usize],
     ) -> Result<String, LowerError> {
-        self.state().sdy_per_value(sharding, rank)
-    }
-
-    /// JAX's `with_sharding_constraint` on `x` (of MLIR type `ty` and rank `rank`) in the
-    /// module's form: under Shardy `sdy.sharding_constraint` with `#sdy.sharding<@mesh, ...>`
-    /// (an unconstrained dimension is open, `{?}`); under GSPMD the `@Sharding` custom call with
-    /// `mhlo.sharding` and, for unconstrained dimensions, `backend_config = "unspecified_dims=[..]"`.
-    pub fn sharding_constraint(
-        &self,
-        x: Value<'c, 'b>,
-        sharding: &NamedSharding,
-        ty: &str,
-        rank: usize,
-    ) -> Result<Value<'c, 'b>, LowerError> {
-        let attrs = match self.partitioner() {
-            Partitioner::Shardy => vec![(
-                "sharding",
-                format!("#sdy.sharding{}", self.sdy_sharding(sharding, rank)?),
-            )],
-            Partitioner::Gspmd => {
-                let hlo = sharding.to_hlo_sharding(rank)?.to_string();
-                let mut attrs = vec![
-                    ("call_target_name", quote("Sharding")),
-                    ("mhlo.sharding", quote(&hlo)),
-                ];
-                let open: Vec<String> = sharding
-                    .spec()
-                    .dims()
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, d)| matches!(d, DimSpec::Unconstrained))
-                    .map(|(i, _)| i.to_string())
-                    .collect();
-                if !open.is_empty() {
-                    let config = format!("unspecified_dims=[{}]", open.join(","));
-                    attrs.push(("backend_config", quote(&config)));
-                }
-                attrs
-            }
-        };
-        let name = match self.partitioner() {
-            Partitioner::Shardy => "sdy.sharding_constraint",
-            Partitioner::Gspmd => "stablehlo.custom_call",
-        };
-        Ok(self.op(name, &[x], &[ty], &attrs)?.remove(0))
+        let mut sdy = sharding.to_sdy_sharding(rank)?;
+        for &d in open_dims {
+            let dim = sdy.dims.get_mut(d).ok_or_else(|| {
+                LowerError::Build(format!(
+                    "dimension {d} cannot be left open in a value of rank {rank}"
+                ))
+            })?;
+            dim.is_open = true;
+        }
+        Ok(self.state().sdy_ref(&sdy))
     }
 }
 
@@ -251,7 +228,7 @@ mod tests {
     #[test]
     fn meshes_get_one_symbol_each() {
         use tessera_sharding::{Mesh, PartitionSpec};
-        let state = ModuleState::new(Partitioner::Shardy);
+        let state = ModuleState::new(Partitioner::Shardy, 8);
         let a = Mesh::auto(&[("x", 4), ("y", 2)]).unwrap();
         let b = Mesh::auto(&[("z", 8)]).unwrap();
         let s = |m: &Mesh, spec: &str| {
@@ -279,7 +256,7 @@ mod tests {
                 (r#"#sdy.mesh<["z"=8]>"#.into(), "mesh_1".into())
             ]
         );
-        let gspmd = ModuleState::new(Partitioner::Gspmd);
+        let gspmd = ModuleState::new(Partitioner::Gspmd, 8);
         assert_eq!(
             gspmd.value_attr(&s(&a, "P('x')"), 2).unwrap(),
             (

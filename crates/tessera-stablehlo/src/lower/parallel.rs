@@ -99,7 +99,7 @@ fn manual_computation<'c, 'b>(
             .zip(avals)
             .map(|(spec, aval)| {
                 ctx.body
-                    .sdy_sharding(&named(&p.mesh, spec)?, physical_rank(aval))
+                    .sdy_sharding(&named(&p.mesh, spec)?, physical_rank(aval), &[])
             })
             .collect::<Result<Vec<_>, LowerError>>()?;
         Ok::<_, LowerError>(format!(
