@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+use tessera_stablehlo::Partitioner;
 use tessera_tests::{assert_all_pass, shared_dir, tessera_last_line};
 
 fn oracle() -> std::path::PathBuf {
@@ -57,17 +58,30 @@ fn a_shard_map_lowers_to_manual_blocks_and_jaxs_collective_ops() {
     let concrete = Mesh::iota(mesh);
     let replicated = NamedSharding::new(&concrete, PartitionSpec::replicated()).unwrap();
     let jit = tessera::jit::Jit::new(program, vec![replicated.clone()], vec![replicated]).unwrap();
-    let lowered = jit.lower().unwrap();
-    let ops: Vec<&str> = lowered
-        .as_text()
-        .lines()
-        .map(str::trim)
-        .filter(|l| {
-            l.contains("custom_call")
-                || l.contains("all_reduce")
-                || l.contains("collective_permute")
-        })
-        .collect();
+    let ops = |partitioner: Partitioner| {
+        let lowered = jit.clone().with_partitioner(partitioner).lower().unwrap();
+        let lines: Vec<String> = lowered
+            .as_text()
+            .lines()
+            .map(str::trim)
+            .filter(|l| {
+                ["custom_call", "all_reduce", "collective_permute", "sdy."]
+                    .iter()
+                    .any(|op| l.contains(op))
+            })
+            .map(str::to_string)
+            .collect();
+        lines.join("\n")
+    };
+    expect_test::expect![[r#"
+        "sdy.mesh"() {mesh = #sdy.mesh<["x"=2, "y"=4]>, sym_name = "mesh"} : () -> ()
+        func.func public @main(%arg0: tensor<16x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}) -> (tensor<16x4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}) {
+        %0 = "sdy.manual_computation"(%arg0) ({
+        %1 = "stablehlo.all_reduce"(%arg1) ({
+        %2 = "stablehlo.collective_permute"(%1) {channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, source_target_pairs = dense<[[0, 4], [4, 0], [1, 5], [5, 1], [2, 6], [6, 2], [3, 7], [7, 3]]> : tensor<8x2xi64>} : (tensor<2x4xf32>) -> tensor<2x4xf32>
+        "sdy.return"(%2) : (tensor<2x4xf32>) -> ()
+        }) {in_shardings = #sdy.sharding_per_value<[<@mesh, [{"x", "y"}, {}]>]>, manual_axes = #sdy<manual_axes{"x", "y"}>, out_shardings = #sdy.sharding_per_value<[<@mesh, [{"x", "y"}, {}]>]>} : (tensor<16x4xf32>) -> tensor<16x4xf32>"#]]
+    .assert_eq(&ops(Partitioner::Shardy));
     expect_test::expect![[r#"
         %0 = "stablehlo.custom_call"(%arg0) {call_target_name = "Sharding", mhlo.sharding = "{devices=[8,1]<=[8]}"} : (tensor<16x4xf32>) -> tensor<16x4xf32>
         %1 = "stablehlo.custom_call"(%0) {call_target_name = "SPMDFullToShardShape", mhlo.sharding = "{manual}"} : (tensor<16x4xf32>) -> tensor<2x4xf32>
@@ -75,5 +89,5 @@ fn a_shard_map_lowers_to_manual_blocks_and_jaxs_collective_ops() {
         %3 = "stablehlo.collective_permute"(%2) {channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, source_target_pairs = dense<[[0, 4], [4, 0], [1, 5], [5, 1], [2, 6], [6, 2], [3, 7], [7, 3]]> : tensor<8x2xi64>} : (tensor<2x4xf32>) -> tensor<2x4xf32>
         %4 = "stablehlo.custom_call"(%3) {call_target_name = "Sharding", mhlo.sharding = "{manual}"} : (tensor<2x4xf32>) -> tensor<2x4xf32>
         %5 = "stablehlo.custom_call"(%4) {call_target_name = "SPMDShardToFullShape", mhlo.sharding = "{devices=[8,1]<=[8]}"} : (tensor<2x4xf32>) -> tensor<16x4xf32>"#]]
-    .assert_eq(&ops.join("\n"));
+    .assert_eq(&ops(Partitioner::Gspmd));
 }
