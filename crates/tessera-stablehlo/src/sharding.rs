@@ -45,7 +45,7 @@ pub enum Partitioner {
 
 impl Partitioner {
     /// The partitioner when [`PARTITIONER_ENV`] is unset.
-    pub const BUILT_IN: Partitioner = Partitioner::Gspmd;
+    pub const BUILT_IN: Partitioner = Partitioner::Shardy;
 
     /// Both, in a fixed order (for tests that run every program both ways).
     pub const ALL: [Partitioner; 2] = [Partitioner::Shardy, Partitioner::Gspmd];
