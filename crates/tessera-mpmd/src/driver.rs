@@ -2,10 +2,14 @@
 //! action of a schedule compiled for its MPMD group, and a `step` that runs the schedule over
 //! microbatches and returns the accumulated gradients and the per-microbatch losses.
 //!
-//! Inside a group, programs run SPMD over the group's devices: per-micro-batch values (data,
-//! activations, their cotangents and the residuals) are split along their leading (batch)
-//! dimension over the group's axes where it divides, and parameters, gradient accumulators and
-//! losses are replicated; XLA's partitioner adds the reductions the gradients need. The optimizer
+//! Inside a group, programs run SPMD over the group's devices, every value laid out as
+//! [`ValueSpecs`] says: parameters, their gradient accumulators and gradients by the parameter's
+//! spec (replicated unless given), per-micro-batch values (data, activations, their cotangents
+//! and the residuals) split along their leading (batch) dimension over the data-parallel axes
+//! where it divides, losses replicated. Every compiled action carries these specs on its
+//! arguments and results (explicit `mhlo.sharding`s, so a value crossing groups has one layout
+//! on both sides and moves shard by shard); XLA's partitioner decides what lies inside and adds
+//! the collectives (the gradients' reductions, tensor parallelism's all-reduces). The optimizer
 //! update is left to the caller (`mpmd_jit` runs it on the groups).
 
 use std::collections::HashMap;
@@ -26,6 +30,7 @@ use crate::runtime::{
     DeviceCopyTransport, Executor, OutputLayout, PjrtExecutor, Plan, RunError, RunOptions, Timings,
     Transport, ValueId, run_local,
 };
+use crate::specs::ValueSpecs;
 
 /// Errors of building or running a pipeline.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +53,9 @@ pub enum DriverError {
     /// The processes of a multi-process step disagree, or their communication failed.
     #[error(transparent)]
     Processes(#[from] crate::processes::ProcessError),
+    /// A step argument's spec cannot lay it out on its group.
+    #[error(transparent)]
+    Spec(#[from] crate::specs::SpecError),
 }
 
 impl From<tessera_pjrt::PjrtError> for DriverError {
@@ -121,11 +129,25 @@ pub struct CompiledPipeline {
     processes: Option<Arc<dyn Processes>>,
     /// The layout of every value of the plan (what a transport between processes needs).
     layouts: Arc<HashMap<ValueId, OutputLayout>>,
+    /// How each value is laid out inside its group.
+    specs: ValueSpecs,
+}
+
+/// What [`CompiledPipeline::new_in`] takes besides the loss and the schedule.
+#[derive(Clone, Default)]
+pub struct PipelineSetup {
+    /// Set when the groups are spread over processes: the ones this process runs, and how
+    /// values reach the others.
+    pub processes: Option<Arc<dyn Processes>>,
+    /// How each value is laid out inside its group (by default: parameters replicated,
+    /// per-micro-batch values split over every axis of the group).
+    pub specs: ValueSpecs,
 }
 
 struct Types<'a> {
     parts: &'a [StagePrograms],
     mesh: &'a tessera_sharding::Mesh,
+    specs: &'a ValueSpecs,
 }
 
 impl KeyTypes<Key> for Types<'_> {
@@ -140,7 +162,7 @@ impl KeyTypes<Key> for Types<'_> {
     }
     fn sharding(&self, key: &Key) -> Option<String> {
         let rank = key_aval(self.parts, *key).map_or(0, |a| a.rank());
-        let spec = key_spec(self.parts, *key, self.mesh);
+        let spec = self.specs.spec(self.parts, *key, self.mesh);
         NamedSharding::new(self.mesh, spec)
             .and_then(|s| s.to_hlo_sharding(rank))
             .map(|h| h.to_string())
@@ -170,35 +192,16 @@ pub fn accumulator_output(key: &Key, outputs: &[Key]) -> Option<usize> {
         .map(|(_, i)| i)
 }
 
-/// How value `key` is laid out over a group's mesh: per-micro-batch values split along their
-/// leading dimension over every axis of the group (where the size divides), the rest replicated.
+/// How value `key` is laid out over a group's mesh by default ([`ValueSpecs::default`]):
+/// per-micro-batch values split along their leading dimension over every axis of the group
+/// (where the size divides), the rest replicated. A pipeline built with other specs asks
+/// [`ValueSpecs::spec`].
 pub fn key_spec(
     parts: &[StagePrograms],
     key: Key,
     group: &tessera_sharding::Mesh,
 ) -> PartitionSpec {
-    let per_micro_batch = matches!(
-        key,
-        Key::Data { .. }
-            | Key::Act { .. }
-            | Key::Cot { .. }
-            | Key::Resid { .. }
-            | Key::WResid { .. }
-    );
-    let axes: Vec<&str> = group
-        .abstract_mesh()
-        .axis_names()
-        .iter()
-        .map(String::as_str)
-        .collect();
-    let devices = group.device_ids().len() as i64;
-    let leading = key_aval(parts, key).and_then(|a| a.shape.first().copied());
-    match leading {
-        Some(n) if per_micro_batch && devices > 1 && n % devices == 0 => {
-            PartitionSpec::new(vec![tessera_sharding::DimSpec::from_axes(&axes)])
-        }
-        _ => PartitionSpec::replicated(),
-    }
+    ValueSpecs::default().spec(parts, key, group)
 }
 
 fn element_type(dtype: DType) -> Result<ElementType, DriverError> {
@@ -224,12 +227,14 @@ impl CompiledPipeline {
         schedule: &dyn Schedule,
         microbatches: u32,
     ) -> Result<Self, DriverError> {
-        Self::new_in(client, mesh, loss, params, schedule, microbatches, None)
+        let setup = PipelineSetup::default();
+        Self::new_in(client, mesh, loss, params, schedule, microbatches, setup)
     }
 
-    /// Like [`CompiledPipeline::new`], for a process of a multi-process job: only the groups
-    /// `processes` runs here are compiled and run, and before returning every process checks
-    /// that all built the same plan ([`Processes::agree`]).
+    /// Like [`CompiledPipeline::new`], with the values laid out as `setup.specs` says, and for
+    /// a process of a multi-process job when `setup.processes` is set: only the groups it runs
+    /// here are compiled and run, and before returning every process checks that all built the
+    /// same plan ([`Processes::agree`]).
     pub fn new_in(
         client: &Client,
         mesh: &MpmdMesh,
@@ -237,8 +242,9 @@ impl CompiledPipeline {
         params: &[usize],
         schedule: &dyn Schedule,
         microbatches: u32,
-        processes: Option<Arc<dyn Processes>>,
+        setup: PipelineSetup,
     ) -> Result<Self, DriverError> {
+        let PipelineSetup { processes, specs } = setup;
         let schedule_plan = schedule.plan(microbatches)?;
         tessera_schedule::validate(&schedule_plan).map_err(|e| {
             DriverError::Config(format!(
@@ -278,7 +284,7 @@ impl CompiledPipeline {
                 // Another process compiles and runs it; this index is never executed here.
                 return usize::MAX;
             }
-            match compile_action(&parts, &mut executor, &schedule_plan, sig, mesh) {
+            match compile_action(&parts, &specs, &mut executor, &schedule_plan, sig, mesh) {
                 Ok(index) => index,
                 Err(e) => {
                     failure.get_or_insert(e);
@@ -290,7 +296,7 @@ impl CompiledPipeline {
         if let Some(e) = failure {
             return Err(e);
         }
-        let layouts = Arc::new(value_layouts(&parts, &built, mesh)?);
+        let layouts = Arc::new(value_layouts(&parts, &specs, &built, mesh)?);
         if let Some(p) = &processes {
             p.agree(crate::processes::fingerprint(&built.plan, &layouts))?;
         }
@@ -307,7 +313,13 @@ impl CompiledPipeline {
             schedule_plan,
             processes,
             layouts,
+            specs,
         })
+    }
+
+    /// How each value of the pipeline is laid out inside its group.
+    pub fn specs(&self) -> &ValueSpecs {
+        &self.specs
     }
 
     /// Whether this process runs `group`.
@@ -397,7 +409,9 @@ impl CompiledPipeline {
         groups
     }
 
-    /// Parameter `arg`'s value on `group` (which runs a stage reading it).
+    /// Parameter `arg`'s value on `group` (which runs a stage reading it), laid out by its
+    /// spec: an array on the group in another layout is resharded there; a tied weight's copy
+    /// on another group is moved shard by shard.
     fn param_on_group(
         &self,
         placed: &Placed,
@@ -405,18 +419,16 @@ impl CompiledPipeline {
         group: usize,
     ) -> Result<Option<DeviceArray>, DriverError> {
         let mesh = self.mesh.group(group)?;
+        let spec = self.specs.param(arg);
         let tied = self.groups_of_param(arg).len() > 1;
+        let onto = |a: &DeviceArray| crate::cross_group::onto_group(&self.client, a, mesh, &spec);
         match placed {
             Placed::Host(_) => Ok(None),
-            Placed::Device(a) if tied => {
-                Ok(Some(crate::cross_group::onto_group(&self.client, a, mesh)?))
-            }
-            Placed::Device(a) => Ok(Some(on_group(a, mesh, arg)?)),
+            Placed::Device(a) if tied => Ok(Some(onto(a)?)),
+            Placed::Device(a) => Ok(Some(on_group(&self.client, a, mesh, &spec, arg)?)),
             Placed::PerGroup(arrays) => match (arrays.get(&group), arrays.values().next()) {
-                (Some(a), _) => Ok(Some(on_group(a, mesh, arg)?)),
-                (None, Some(a)) if tied => {
-                    Ok(Some(crate::cross_group::onto_group(&self.client, a, mesh)?))
-                }
+                (Some(a), _) => Ok(Some(on_group(&self.client, a, mesh, &spec, arg)?)),
+                (None, Some(a)) if tied => Ok(Some(onto(a)?)),
                 _ => Err(DriverError::Config(format!(
                     "parameter argument {arg} lives on groups {:?}, but group {group} runs a \
                      stage that reads it; reshard it there or pass it from the host",
@@ -478,7 +490,7 @@ impl CompiledPipeline {
                     )));
                 }
             };
-            let sharding = NamedSharding::new(mesh, key_spec(&self.parts, key, mesh))?;
+            let sharding = NamedSharding::new(mesh, self.specs.spec(&self.parts, key, mesh))?;
             initial.push((
                 self.built.ids[&key],
                 group,
@@ -591,6 +603,7 @@ impl CompiledPipeline {
 /// a group.
 fn value_layouts(
     parts: &[StagePrograms],
+    specs: &ValueSpecs,
     built: &PipelinePlan<usize>,
     mesh: &MpmdMesh,
 ) -> Result<HashMap<ValueId, OutputLayout>, DriverError> {
@@ -606,17 +619,20 @@ fn value_layouts(
                 OutputLayout {
                     shape: aval.shape.clone(),
                     ty: element_type(aval.dtype)?,
-                    spec: key_spec(parts, key, lowering),
+                    spec: specs.spec(parts, key, lowering),
                 },
             ))
         })
         .collect()
 }
 
-/// A parameter already on device, checked to lie replicated on `group`'s devices.
+/// A parameter already on device, checked to lie on `group`'s devices, laid out by `spec`
+/// (resharded inside the group when its layout differs).
 fn on_group(
+    client: &Client,
     array: &DeviceArray,
     group: &tessera_sharding::Mesh,
+    spec: &PartitionSpec,
     arg: usize,
 ) -> Result<DeviceArray, DriverError> {
     let devices = array.sharding().device_set()?;
@@ -624,19 +640,20 @@ fn on_group(
     want.sort_unstable();
     let mut have = devices.clone();
     have.sort_unstable();
-    if have != want || array.sharding().spec().used_axes().next().is_some() {
+    if have != want {
         return Err(DriverError::Config(format!(
-            "parameter argument {arg} is on devices {devices:?} as {}, but its stage runs \
-             replicated on devices {:?}; pass it from the host or from this step's own results",
+            "parameter argument {arg} is on devices {devices:?} as {}, but its stage runs on \
+             devices {:?} (as {spec}); pass it from the host or from this step's own results",
             array.sharding().spec(),
             group.device_ids()
         )));
     }
-    Ok(array.clone())
+    crate::cross_group::onto_group(client, array, group, spec)
 }
 
 fn compile_action(
     parts: &[StagePrograms],
+    specs: &ValueSpecs,
     executor: &mut PjrtExecutor,
     plan: &tessera_schedule::Plan,
     sig: &crate::pipeline::ActionSignature,
@@ -653,6 +670,7 @@ fn compile_action(
     let types = Types {
         parts,
         mesh: lowering,
+        specs,
     };
     let module = action_module(sig, &types, group_size, &part_body)?;
     let group = plan.placement.actor(sig.parts[0].task.stage).unwrap_or(0) as usize;
@@ -665,7 +683,7 @@ fn compile_action(
             Ok(OutputLayout {
                 shape: aval.shape.clone(),
                 ty: element_type(aval.dtype)?,
-                spec: key_spec(parts, k, lowering),
+                spec: specs.spec(parts, k, lowering),
             })
         })
         .collect::<Result<Vec<_>, DriverError>>()?;

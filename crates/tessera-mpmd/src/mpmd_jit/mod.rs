@@ -6,6 +6,11 @@
 //! update runs where the parameters live; what reads no parameter (the mean loss) runs on the
 //! host interpreter.
 //!
+//! Arguments and results are laid out inside their groups as [`MpmdJitOptions::in_specs`] and
+//! `out_specs` say (`shardings.rs`): the pipeline's values by the parameters' and data's specs,
+//! the update pieces compiled with those in and out shardings, so parameters, gradients and
+//! optimizer state stay sharded on their group from step to step.
+//!
 //! What the loop may hold, for now: one `value_and_grad_call` whose results are the loop's
 //! results, combined by `Concat(0)` or `Add` for the loss and `Add` for the gradients; its
 //! parameters are loop invariants, its data the sliced arrays; the loop's operands are
@@ -15,6 +20,7 @@ mod analyze;
 mod args;
 mod donation;
 mod options;
+mod shardings;
 mod update;
 
 use std::collections::HashMap;
@@ -27,7 +33,7 @@ use tessera_sharding::{NamedSharding, PartitionSpec};
 use tessera_stablehlo::{LowerOptions, lower_closed};
 
 use crate::array::MpmdArray;
-use crate::driver::{CompiledPipeline, DriverError};
+use crate::driver::{CompiledPipeline, DriverError, PipelineSetup};
 use crate::host::{element_type, from_host, to_host};
 use crate::mesh::MpmdMesh;
 use crate::runtime::{OutputLayout, PjrtExecutor, RunOptions, Timings};
@@ -35,6 +41,7 @@ use crate::sharding::MpmdSharding;
 use analyze::{LossInput, find_loop, read_body, update_program};
 pub use args::{MpmdStepRun, StepArg, StepResult};
 pub use options::MpmdJitOptions;
+use shardings::{StepShape, StepSpecs, hlo_text};
 use update::{Piece, Place};
 
 /// A compiled step.
@@ -55,6 +62,10 @@ pub struct MpmdJit {
     /// For each step result, the groups it lives on (those of the parameter it updates; empty:
     /// where its update runs).
     homes: Vec<Vec<usize>>,
+    /// The layouts of the step's arguments, results and pipeline values inside their groups.
+    specs: StepSpecs,
+    /// For each gradient the loop returns, the step argument of its parameter.
+    grad_args: Vec<usize>,
 }
 
 /// What one call returns besides the step's results.
@@ -116,6 +127,23 @@ impl MpmdJit {
                 p.ops
             )));
         }
+        let (in_avals, out_avals) = (jaxpr.in_avals(), jaxpr.out_avals());
+        let shape = StepShape {
+            in_avals: &in_avals,
+            out_avals: &out_avals,
+            loss_inputs: &loss_inputs,
+            axis: p.axis,
+        };
+        let specs = shardings::step_specs(options, &shape, mesh.lowering_mesh(), mesh.mpmd_axis())?;
+        let grad_args = argnums
+            .iter()
+            .map(|&a| match loss_inputs.get(a) {
+                Some(LossInput::Param(i)) => Ok(*i),
+                _ => Err(config(format!(
+                    "loss argument {a} is differentiated but is not a parameter of the loop"
+                ))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let stages = crate::partition::partition(&loss, &argnums)?.len() as u32;
         let params = ScheduleParams {
             stages,
@@ -130,7 +158,10 @@ impl MpmdJit {
             &argnums,
             schedule.as_dyn(),
             length as u32,
-            options.processes.clone(),
+            PipelineSetup {
+                processes: options.processes.clone(),
+                specs: specs.values.clone(),
+            },
         )?;
         if let Some(timeout) = options.timeout {
             pipeline.set_run_options(RunOptions { timeout });
@@ -152,7 +183,6 @@ impl MpmdJit {
         place_of_input.extend(argnums.iter().map(|&a| group_of_arg(a)));
         // Result k updates step argument k when that is a parameter of the same type: it lives on
         // the groups of the stages reading that parameter.
-        let out_avals = jaxpr.out_avals();
         let homes: Vec<Vec<usize>> = (0..jaxpr.outvars.len())
             .map(|k| {
                 let same_type = jaxpr.in_avals().get(k) == out_avals.get(k);
@@ -170,11 +200,24 @@ impl MpmdJit {
         if options.processes.is_some() {
             refuse_cross_process(&split, &homes)?;
         }
-        let aliases = donation::aliases(&split, &options.donate_argnums, n_args)?;
+        let input_spec = |i: usize| input_spec(&specs, &grad_args, n_args, i);
+        let same_layout = |i: usize, k: usize| input_spec(i) == specs.outs[k];
+        let aliases = donation::aliases(&split, &options.donate_argnums, n_args, &same_layout)?;
         for (piece, aliased) in split.into_iter().zip(aliases) {
             let compiled = match piece.place {
                 Place::Group(g) if pipeline.is_local(g) => {
-                    Some(compile_piece(&mut updates, mesh, &piece, g, aliased)?)
+                    let in_specs: Vec<_> = piece.inputs.iter().map(|&i| input_spec(i)).collect();
+                    let out_specs: Vec<_> = piece
+                        .outputs
+                        .iter()
+                        .map(|&k| specs.outs[k].clone())
+                        .collect();
+                    let layout = PieceLayout {
+                        ins: &in_specs,
+                        outs: &out_specs,
+                        aliased,
+                    };
+                    Some(compile_piece(&mut updates, mesh, &piece, g, layout)?)
                 }
                 // Another process compiles and runs it.
                 Place::Group(_) => None,
@@ -190,14 +233,26 @@ impl MpmdJit {
             axis: p.axis,
             length,
             loss_op,
-            in_avals: jaxpr.in_avals(),
+            in_avals,
             num_outputs: jaxpr.outvars.len(),
             num_args: n_args,
             updates,
             pieces,
             donated: options.donate_argnums.clone(),
             homes,
+            specs,
+            grad_args,
         })
+    }
+
+    /// The spec of each step argument inside its group.
+    pub fn in_specs(&self) -> &[PartitionSpec] {
+        &self.specs.args
+    }
+
+    /// The spec of each step result inside its group.
+    pub fn out_specs(&self) -> &[PartitionSpec] {
+        &self.specs.outs
     }
 
     /// The pipeline that runs the loop.
@@ -335,14 +390,15 @@ impl MpmdJit {
     /// The results of a piece another process runs on its group `group`: arrays that are not
     /// addressable here.
     fn elsewhere(&self, piece: &Piece, group: usize) -> Result<Vec<StepResult>, DriverError> {
-        let sharding = MpmdSharding::new(&self.mesh, [group], &PartitionSpec::replicated())?;
         piece
             .program
             .jaxpr
             .out_avals()
             .iter()
-            .map(|a| {
-                let remote = MpmdArray::remote(&a.shape, element_type(a.dtype), sharding.clone());
+            .zip(&piece.outputs)
+            .map(|(a, &k)| {
+                let sharding = MpmdSharding::new(&self.mesh, [group], &self.specs.outs[k])?;
+                let remote = MpmdArray::remote(&a.shape, element_type(a.dtype), sharding);
                 Ok(StepResult::Mpmd(Box::new(remote)))
             })
             .collect()
@@ -392,18 +448,21 @@ impl MpmdJit {
         grads: &[Option<DeviceArray>],
     ) -> Result<Vec<MpmdArray>, DriverError> {
         let mesh = self.mesh.group(group)?;
-        let replicated = NamedSharding::new(mesh, PartitionSpec::replicated())?;
         let inputs = piece
             .inputs
             .iter()
             .map(|&i| {
-                // An update mixing groups reads other groups' values: copied here.
-                let onto = |a: &DeviceArray| crate::cross_group::onto_group(&self.client, a, mesh);
+                let spec = input_spec(&self.specs, &self.grad_args, self.num_args, i);
+                // An update mixing groups reads other groups' values: moved here.
+                let onto =
+                    |a: &DeviceArray| crate::cross_group::onto_group(&self.client, a, mesh, &spec);
+                let put = |h: &HostArray| -> Result<DeviceArray, DriverError> {
+                    let sharding = NamedSharding::new(mesh, spec.clone())?;
+                    Ok(DeviceArray::device_put(&self.client, h, &sharding)?)
+                };
                 if i < self.num_args {
                     match &args[i] {
-                        StepArg::Host(h) => {
-                            Ok(DeviceArray::device_put(&self.client, h, &replicated)?)
-                        }
+                        StepArg::Host(h) => put(h),
                         StepArg::Mpmd(m) => {
                             let arrays = m.to_mpmd_local_arrays()?;
                             match arrays.get(&group).or(arrays.values().next()) {
@@ -413,7 +472,7 @@ impl MpmdJit {
                         }
                     }
                 } else if i == self.num_args {
-                    Ok(DeviceArray::device_put(&self.client, losses, &replicated)?)
+                    put(losses)
                 } else {
                     onto(&grad(grads, i - self.num_args - 1)?)
                 }
@@ -433,17 +492,18 @@ impl MpmdJit {
                     Some(h) if !h.is_empty() => h.clone(),
                     _ => vec![group],
                 };
+                let spec = &self.specs.outs[k];
                 let arrays = homes
                     .iter()
                     .map(|&h| match h == group {
                         true => Ok(o.clone()),
                         false => {
                             let mesh = self.mesh.group(h)?;
-                            crate::cross_group::onto_group(&self.client, &o, mesh)
+                            crate::cross_group::onto_group(&self.client, &o, mesh, spec)
                         }
                     })
                     .collect::<Result<Vec<_>, DriverError>>()?;
-                let sharding = MpmdSharding::new(&self.mesh, homes, &PartitionSpec::replicated())?;
+                let sharding = MpmdSharding::new(&self.mesh, homes, spec)?;
                 Ok(MpmdArray::new(arrays, sharding)?)
             })
             .collect()
@@ -510,29 +570,57 @@ fn refuse_cross_process(pieces: &[Piece], homes: &[Vec<usize>]) -> Result<(), Dr
     Ok(())
 }
 
+/// The spec of update input `i`: a step argument's, the losses' (replicated), or a gradient's
+/// (its parameter's).
+fn input_spec(specs: &StepSpecs, grad_args: &[usize], num_args: usize, i: usize) -> PartitionSpec {
+    match i.cmp(&num_args) {
+        std::cmp::Ordering::Less => specs.args[i].clone(),
+        std::cmp::Ordering::Equal => PartitionSpec::replicated(),
+        std::cmp::Ordering::Greater => grad_args
+            .get(i - num_args - 1)
+            .map(|&a| specs.args[a].clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// How an update piece's inputs and results are laid out, and which inputs it donates.
+struct PieceLayout<'a> {
+    ins: &'a [PartitionSpec],
+    outs: &'a [PartitionSpec],
+    aliased: Vec<Option<usize>>,
+}
+
 fn compile_piece(
     executor: &mut PjrtExecutor,
     mesh: &MpmdMesh,
     piece: &Piece,
     group: usize,
-    aliased_outputs: Vec<Option<usize>>,
+    layout: PieceLayout<'_>,
 ) -> Result<usize, DriverError> {
-    let devices = mesh.group(group)?.device_ids().len();
+    let group_mesh = mesh.group(group)?;
     let jaxpr = &piece.program.jaxpr;
+    let (in_avals, out_avals) = (jaxpr.in_avals(), jaxpr.out_avals());
+    let texts = |avals: &[ShapedArray], specs: &[PartitionSpec]| {
+        avals
+            .iter()
+            .zip(specs)
+            .map(|(a, s)| hlo_text(group_mesh, s, a.rank()).map(Some))
+            .collect::<Result<Vec<_>, DriverError>>()
+    };
     let options = LowerOptions {
-        num_partitions: devices,
-        arg_shardings: vec![Some("{replicated}".into()); jaxpr.invars.len()],
-        result_shardings: vec![Some("{replicated}".into()); jaxpr.outvars.len()],
-        aliased_outputs,
+        num_partitions: group_mesh.device_ids().len(),
+        arg_shardings: texts(&in_avals, layout.ins)?,
+        result_shardings: texts(&out_avals, layout.outs)?,
+        aliased_outputs: layout.aliased,
     };
     let module = lower_closed(&piece.program, &options)?;
-    let layouts = jaxpr
-        .out_avals()
+    let layouts = out_avals
         .iter()
-        .map(|a| OutputLayout {
+        .zip(layout.outs)
+        .map(|(a, spec)| OutputLayout {
             shape: a.shape.clone(),
             ty: element_type(a.dtype),
-            spec: PartitionSpec::replicated(),
+            spec: spec.clone(),
         })
         .collect();
     Ok(executor.compile(module.text.as_bytes(), group, layouts)?)
