@@ -10,8 +10,9 @@
 //! whole heads, as the `qkv` columns are head-major), the attention's `out` and the MLP's
 //! down-projection (`proj`, `down`) row-parallel (their input features split, so their products
 //! are partial sums that one all-reduce completes). The output head is column-parallel over the
-//! vocabulary (the loss's softmax then reduces across the axis). Embeddings and norms are
-//! replicated over it.
+//! vocabulary (the loss's softmax then reduces across the axis) and the token embedding
+//! vocabulary-parallel (its rows split; a lookup is a masked local gather and an all-reduce).
+//! Position embeddings, norms and the row-parallel layers' biases are replicated over it.
 //!
 //! FSDP over [`ParallelAxes::fsdp`] additionally splits every parameter's first dimension that
 //! tensor parallelism leaves whole and whose size the axis divides (the matrices' other
@@ -79,6 +80,8 @@ enum Role {
     Column,
     /// Input features split: `w` on dimension 0; `b` whole.
     Row,
+    /// The rows of a table split (Megatron's vocabulary-parallel embedding): dimension 0.
+    Vocab,
     /// Not split.
     Whole,
 }
@@ -90,6 +93,8 @@ fn role(path: &str) -> Role {
     let row = ["attn.out", "mlp.proj", "mlp.down"];
     if column.iter().any(|c| layer.ends_with(c)) || layer == "head" {
         Role::Column
+    } else if layer == "embed.tokens" {
+        Role::Vocab
     } else if row.iter().any(|r| layer.ends_with(r)) {
         Role::Row
     } else {
@@ -126,7 +131,7 @@ fn param_spec(path: &str, p: &ParamSpec, axes: &ParallelAxes) -> Result<Partitio
     if let Some(t) = &axes.tensor {
         let dim = match (role(path), p.shape.len()) {
             (Role::Column, 2) => Some(1),
-            (Role::Column, 1) | (Role::Row, 2) => Some(0),
+            (Role::Column, 1) | (Role::Row, 2) | (Role::Vocab, 2) => Some(0),
             _ => None,
         };
         if let Some(dim) = dim {
@@ -184,7 +189,8 @@ mod tests {
         assert_eq!(spec_of(&all, "blocks.0.mlp.fc.w"), "P(None, 'model')");
         assert_eq!(spec_of(&all, "blocks.0.mlp.proj.w"), "P('model', None)");
         assert_eq!(spec_of(&all, "head.w"), "P(None, 'model')");
-        assert_eq!(spec_of(&all, "embed.tokens.table"), "P(None, None)");
+        assert_eq!(spec_of(&all, "embed.tokens.table"), "P('model', None)");
+        assert_eq!(spec_of(&all, "embed.positions"), "P(None, None)");
         assert_eq!(spec_of(&all, "final_norm.gain"), "P(None,)");
         let llama = DecoderConfig::llama(16, 1, 8, 2, 4);
         let all = specs(&llama, &ParallelAxes::tensor("model", 2));
@@ -201,7 +207,8 @@ mod tests {
         assert_eq!(spec_of(&all, "blocks.0.attn.out.w"), "P('model', 'data')");
         assert_eq!(spec_of(&all, "blocks.0.attn.out.b"), "P('data',)");
         assert_eq!(spec_of(&all, "blocks.0.attn.qkv.b"), "P('model',)");
-        assert_eq!(spec_of(&all, "embed.tokens.table"), "P('data', None)");
+        assert_eq!(spec_of(&all, "embed.tokens.table"), "P('model', 'data')");
+        assert_eq!(spec_of(&all, "embed.positions"), "P('data', None)");
         // Only FSDP: each parameter split on its first dimension the axis divides, if any.
         let gpt = DecoderConfig::gpt2(16, 1, 6, 2, 4);
         let all = specs(&gpt, &ParallelAxes::default().with_fsdp("data", 3));
