@@ -176,6 +176,38 @@ fn same_losses_in_a_job(args: &[String], groups: &str, schedule: &str) {
         many.iter().map(|l| l.to_bits()).collect::<Vec<_>>(),
         "{schedule}: one process {one:?}, {groups} ranks {many:?}"
     );
+    // Rank 0 reports the whole job's pipeline figures, from every rank's timings.
+    let summary = |out: &str| -> serde_json::Value {
+        serde_json::from_str(out.lines().last().unwrap_or_default()).unwrap()
+    };
+    let (one, many) = (
+        summary(&String::from_utf8_lossy(&alone.stdout)),
+        summary(&job.stdout),
+    );
+    assert_eq!(many["order_matches_schedule"], true, "{many}");
+    let bubble = many["bubble_ratio_measured"].as_f64().unwrap();
+    assert!((0.0..1.0).contains(&bubble), "{schedule}: bubble {bubble}");
+    let makespan = many["makespan_ms"].as_f64().unwrap();
+    assert!(makespan > 0.0, "{schedule}: makespan {makespan}");
+    let inflight = |v: &serde_json::Value| v["memory"]["stages"].clone();
+    let per_stage = inflight(&many);
+    assert_eq!(
+        per_stage.as_array().map(Vec::len),
+        Some(stages.parse::<usize>().unwrap()),
+        "{many}"
+    );
+    // The same schedule order gives the same in-flight micro-batches per stage.
+    let counts = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["peak_inflight_microbatches"].clone())
+            .collect()
+    };
+    assert_eq!(counts(&per_stage), counts(&inflight(&one)), "{schedule}");
+    for group in many["memory"]["groups"].as_array().unwrap() {
+        assert!(group["peak_live_bytes"].as_u64().unwrap() > 0, "{group}");
+    }
 }
 
 #[test]

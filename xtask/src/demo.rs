@@ -10,7 +10,7 @@ use crate::{cmd, setup};
 /// The main job: a Llama-style decoder of about a million parameters trained pipelined over 4 MPMD
 /// groups x 2 devices, checkpointed, resumed and plotted; before it, the devices of the PJRT CPU plugin,
 /// JAX's programs lowered, compiled and differentiated on PJRT, JAX's collectives inside
-/// shard_map on 8 devices, and the sharding oracle.
+/// shard_map and its programs with sharding constraints on 8 devices, and the sharding oracle.
 pub fn run() -> anyhow::Result<ExitCode> {
     setup::run()?;
     let shared = cmd::workspace_root()
@@ -25,29 +25,37 @@ pub fn run() -> anyhow::Result<ExitCode> {
     cmd::step("demo: the devices of the PJRT CPU plugin");
     tessera(&["devices", "--cpu-devices", "8"])?;
     if shared.is_dir() {
-        let jaxpr = shared.join("jaxpr_cases.json");
+        let runs = [
+            (
+                "demo: JAX's jaxprs, lowered to StableHLO, compiled by XLA and differentiated, on PJRT",
+                "jaxpr",
+                "jaxpr_cases.json",
+            ),
+            (
+                "demo: JAX's shard_map collectives with gradients, SPMD on 8 PJRT devices",
+                "collectives",
+                "collectives_cases.json",
+            ),
+            (
+                "demo: JAX's programs with sharding constraints, each compiled for its mesh on 8 \
+                 PJRT devices, with gradients",
+                "jaxpr",
+                "jaxpr_sharded_cases.json",
+            ),
+        ];
+        for (what, kind, file) in runs {
+            cmd::step(what);
+            let file = shared.join(file);
+            tessera(&[
+                "oracle",
+                kind,
+                "--backend",
+                "pjrt",
+                "--grads",
+                &file.to_string_lossy(),
+            ])?;
+        }
         let sharding = shared.join("sharding_cases.json");
-        cmd::step(
-            "demo: JAX's jaxprs, lowered to StableHLO, compiled by XLA and differentiated, on PJRT",
-        );
-        tessera(&[
-            "oracle",
-            "jaxpr",
-            "--backend",
-            "pjrt",
-            "--grads",
-            &jaxpr.to_string_lossy(),
-        ])?;
-        cmd::step("demo: JAX's shard_map collectives with gradients, SPMD on 8 PJRT devices");
-        let collectives = shared.join("collectives_cases.json");
-        tessera(&[
-            "oracle",
-            "collectives",
-            "--backend",
-            "pjrt",
-            "--grads",
-            &collectives.to_string_lossy(),
-        ])?;
         cmd::step("demo: the sharding algebra against JAX");
         tessera(&["oracle", "sharding", &sharding.to_string_lossy()])?;
     } else {

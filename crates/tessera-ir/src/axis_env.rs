@@ -6,33 +6,50 @@
 //! a closure (the body of a `shard_map`) and pops it even if the closure unwinds.
 
 use std::cell::RefCell;
+use std::thread::LocalKey;
 
 use tessera_sharding::AbstractMesh;
 
 use crate::error::{IrError, Result};
 
+/// A per-thread stack of meshes, pushed for the duration of a closure and popped even if the
+/// closure unwinds (the manual axes here; the context mesh of `trace::use_mesh`).
+pub(crate) struct MeshStack(pub(crate) &'static LocalKey<RefCell<Vec<AbstractMesh>>>);
+
+impl MeshStack {
+    /// Runs `f` with `mesh` on top of the stack.
+    pub(crate) fn with<T>(&self, mesh: &AbstractMesh, f: impl FnOnce() -> T) -> T {
+        struct Pop(&'static LocalKey<RefCell<Vec<AbstractMesh>>>);
+        impl Drop for Pop {
+            fn drop(&mut self) {
+                self.0.with(|s| s.borrow_mut().pop());
+            }
+        }
+        self.0.with(|s| s.borrow_mut().push(mesh.clone()));
+        let _pop = Pop(self.0);
+        f()
+    }
+
+    /// The innermost mesh, if any.
+    pub(crate) fn top(&self) -> Option<AbstractMesh> {
+        self.0.with(|s| s.borrow().last().cloned())
+    }
+}
+
 thread_local! {
     static FRAMES: RefCell<Vec<AbstractMesh>> = const { RefCell::new(Vec::new()) };
 }
 
-struct Pop;
-
-impl Drop for Pop {
-    fn drop(&mut self) {
-        FRAMES.with(|f| f.borrow_mut().pop());
-    }
-}
+const MANUAL: MeshStack = MeshStack(&FRAMES);
 
 /// Runs `f` with the axes of `mesh` bound (inside a `shard_map` over `mesh`).
 pub fn with_mesh<T>(mesh: &AbstractMesh, f: impl FnOnce() -> T) -> T {
-    FRAMES.with(|frames| frames.borrow_mut().push(mesh.clone()));
-    let _pop = Pop;
-    f()
+    MANUAL.with(mesh, f)
 }
 
 /// The innermost mesh, if any `shard_map` is being traced or checked.
 pub fn current_mesh() -> Option<AbstractMesh> {
-    FRAMES.with(|f| f.borrow().last().cloned())
+    MANUAL.top()
 }
 
 /// The innermost mesh binding every axis of `axes`, or the "unbound axis name" error naming

@@ -25,9 +25,15 @@ pub enum ParamValue {
     Tuple(Vec<ParamValue>),
     /// A list: `[1]`, `[]`.
     List(Vec<ParamValue>),
+    /// A quoted string: `'data'` (a mesh axis name in a sharding).
+    Str(String),
+    /// A set: `{}`, `{0, 1}` (as in `frozenset({})`).
+    Set(Vec<ParamValue>),
     /// A nested jaxpr: `{ lambda ; ... }`.
     Jaxpr(Box<ClosedJaxpr>),
-    /// A named record: `GatherDimensionNumbers(offset_dims=(1,), ...)`.
+    /// A named record: `GatherDimensionNumbers(offset_dims=(1,), ...)`. A field's key is its
+    /// keyword; an empty key is a positional argument (`P('data', None)`), and a quoted key a
+    /// mapping entry (`Mesh('data': 4, ...)`, kept with its quotes).
     Record(String, Vec<(String, ParamValue)>),
 }
 
@@ -66,6 +72,40 @@ impl ParamValue {
         }
     }
 
+    /// The text of a quoted string.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            ParamValue::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A record's positional arguments, in order.
+    pub fn positional(&self) -> Vec<&ParamValue> {
+        match self {
+            ParamValue::Record(_, fields) => fields
+                .iter()
+                .filter(|(k, _)| k.is_empty())
+                .map(|(_, v)| v)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A record's mapping entries (`'key': value`), with the key unquoted.
+    pub fn entries(&self) -> Vec<(&str, &ParamValue)> {
+        match self {
+            ParamValue::Record(_, fields) => fields
+                .iter()
+                .filter_map(|(k, v)| {
+                    let key = k.strip_prefix('\'')?.strip_suffix('\'')?;
+                    Some((key, v))
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Whether this is the name `None`.
     pub fn is_none(&self) -> bool {
         matches!(self, ParamValue::Name(n) if n == "None")
@@ -93,6 +133,12 @@ impl fmt::Display for ParamValue {
                 write_items(f, items)?;
                 f.write_str("]")
             }
+            ParamValue::Str(s) => write!(f, "'{s}'"),
+            ParamValue::Set(items) => {
+                f.write_str("{")?;
+                write_items(f, items)?;
+                f.write_str("}")
+            }
             ParamValue::Jaxpr(j) => write!(f, "{}", crate::text::print_closed(j, 0)),
             ParamValue::Record(name, fields) => {
                 write!(f, "{name}(")?;
@@ -100,7 +146,11 @@ impl fmt::Display for ParamValue {
                     if i > 0 {
                         f.write_str(", ")?;
                     }
-                    write!(f, "{k}={v}")?;
+                    match k.as_str() {
+                        "" => write!(f, "{v}")?,
+                        k if k.starts_with('\'') => write!(f, "{k}: {v}")?,
+                        k => write!(f, "{k}={v}")?,
+                    }
                 }
                 f.write_str(")")
             }

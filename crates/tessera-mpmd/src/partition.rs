@@ -141,9 +141,12 @@ fn refuse_nested_markers(jaxpr: &tessera_ir::Jaxpr) -> Result<(), PartitionError
                 e.prim == tessera_ir::Prim::PipelineEnterStage
                     || e.params.0.iter().any(|(_, v)| holds_marker(v))
             }),
-            ParamValue::Tuple(items) | ParamValue::List(items) => items.iter().any(holds_marker),
+            ParamValue::Tuple(items) | ParamValue::List(items) | ParamValue::Set(items) => {
+                items.iter().any(holds_marker)
+            }
             ParamValue::Record(_, fields) => fields.iter().any(|(_, v)| holds_marker(v)),
-            ParamValue::Int(_)
+            ParamValue::Str(_)
+            | ParamValue::Int(_)
             | ParamValue::NpInt(_)
             | ParamValue::Float(..)
             | ParamValue::Bool(_)

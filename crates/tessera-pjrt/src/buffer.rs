@@ -13,6 +13,24 @@ use crate::sys;
 pub struct Buffer {
     client: Client,
     raw: *mut sys::PJRT_Buffer,
+    /// Host memory the buffer aliases (a zero-copy buffer), freed after the buffer.
+    _aliased: Option<Aliased>,
+}
+
+/// Host memory lent to the plugin: kept until the plugin says it is done with it.
+struct Aliased {
+    done: Option<crate::event::Event>,
+    _bytes: crate::AlignedBytes,
+}
+
+impl Drop for Aliased {
+    fn drop(&mut self) {
+        // The buffer was destroyed first (`Buffer::drop` runs before its fields drop); wait
+        // until the plugin no longer reads the memory, then free it.
+        if let Some(done) = self.done.take() {
+            let _ = done.wait();
+        }
+    }
 }
 
 // SAFETY: PJRT buffers may be used from any thread.
@@ -38,9 +56,87 @@ impl Buffer {
         let buffer = Buffer {
             client: client.clone(),
             raw: args.buffer,
+            _aliased: None,
         };
         event::wait(client.plugin(), args.done_with_host_buffer)?;
         Ok(buffer)
+    }
+
+    /// A buffer of element type `ty` and dimensions `dims` on device `device_id` made from
+    /// `bytes` without a copy where the plugin can (the CPU plugin aliases aligned host memory):
+    /// the buffer owns `bytes` until the plugin is done with them.
+    pub fn from_aligned_bytes(
+        client: &Client,
+        ty: ElementType,
+        dims: &[i64],
+        bytes: crate::AlignedBytes,
+        device_id: i32,
+    ) -> Result<Buffer> {
+        let want = element_count(dims) * ty.size_in_bytes();
+        if bytes.len() != want {
+            return Err(PjrtError::HostSize {
+                ty,
+                dims: dims.to_vec(),
+                expected: want,
+                actual: bytes.len(),
+            });
+        }
+        let device = client.device(device_id)?;
+        let mut args = args!(PJRT_Client_BufferFromHostBuffer_Args {
+            client: client.raw(),
+            data: bytes.as_ptr().cast(),
+            type_: ty.to_raw(),
+            dims: dims.as_ptr(),
+            num_dims: dims.len(),
+            host_buffer_semantics:
+                sys::PJRT_HostBufferSemantics::PJRT_HostBufferSemantics_kImmutableZeroCopy,
+            device: device.raw(),
+        });
+        api_call!(client.plugin(), PJRT_Client_BufferFromHostBuffer, &mut args)?;
+        Ok(Buffer {
+            client: client.clone(),
+            raw: args.buffer,
+            _aliased: Some(Aliased {
+                done: crate::event::Event::new(client.plugin(), args.done_with_host_buffer),
+                _bytes: bytes,
+            }),
+        })
+    }
+
+    /// Reads a CPU buffer's own memory in place (no copy), once its contents are computed. On
+    /// other platforms device memory is not host memory: an error says to use [`Buffer::to_host`].
+    pub fn host_memory(&self) -> Result<&[u8]> {
+        let platform = self.client.platform_name()?;
+        if !platform.eq_ignore_ascii_case("cpu") {
+            return Err(PjrtError::InvalidProgram(format!(
+                "a {platform} buffer's memory is not host memory; copy it with to_host"
+            )));
+        }
+        self.block_until_ready()?;
+        let (ty, dims) = (self.element_type()?, self.dims()?);
+        let len = element_count(&dims) * ty.size_in_bytes();
+        let on_device = usize::try_from(self.on_device_size()?).unwrap_or(usize::MAX);
+        if on_device != len {
+            return Err(PjrtError::HostSize {
+                ty,
+                dims,
+                expected: len,
+                actual: on_device,
+            });
+        }
+        let mut args = args!(PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args { buffer: self.raw });
+        api_call!(
+            self.client.plugin(),
+            PJRT_Buffer_OpaqueDeviceMemoryDataPointer,
+            &mut args
+        )?;
+        if args.device_memory_ptr.is_null() {
+            return Ok(&[]);
+        }
+        // SAFETY: a ready CPU buffer's memory holds `len` dense bytes for as long as the buffer
+        // lives, and nothing writes to a buffer once it is computed (donated buffers are taken
+        // by value, so no `&self` outlives a donation).
+        Ok(unsafe { std::slice::from_raw_parts(args.device_memory_ptr.cast::<u8>(), len) })
     }
 
     /// Copies `host` to the addressable device with id `device_id`.
@@ -52,6 +148,7 @@ impl Buffer {
         Buffer {
             client: client.clone(),
             raw,
+            _aliased: None,
         }
     }
 
@@ -112,6 +209,7 @@ impl Buffer {
         Ok(Buffer {
             client: self.client.clone(),
             raw: args.dst_buffer,
+            _aliased: None,
         })
     }
 

@@ -200,6 +200,9 @@ pub enum PjrtError {
         "the array was deleted; it cannot be used any more (copy it before deleting, or keep the original)"
     )]
     Deleted,
+    /// What the plugin returned could not be decoded (e.g. the optimized HLO module).
+    #[error("cannot decode {0}; the plugin may be newer than Tessera's reader of it")]
+    Decode(String),
     /// A program text contains a NUL byte or is otherwise unusable.
     #[error("invalid program: {0}")]
     InvalidProgram(String),

@@ -213,6 +213,39 @@ impl LoadedExecutable {
             .collect())
     }
 
+    /// The optimized HLO module XLA compiled (after SPMD partitioning): its instructions'
+    /// per-device shapes and the shardings it chose for parameters and results.
+    pub fn optimized_program(&self) -> Result<crate::OptimizedProgram> {
+        let inner = self.executable()?;
+        let mut format = *b"hlo";
+        let mut program = args!(PJRT_Program {
+            code: std::ptr::null_mut(),
+            code_size: 0,
+            format: format.as_mut_ptr().cast(),
+            format_size: format.len(),
+        });
+        // Called twice: first for the size, then to fill the buffer.
+        let fetch = |program: &mut sys::PJRT_Program| -> Result<()> {
+            let mut args = args!(PJRT_Executable_OptimizedProgram_Args {
+                executable: inner.raw,
+                program: program,
+            });
+            api_call!(
+                self.client.plugin(),
+                PJRT_Executable_OptimizedProgram,
+                &mut args
+            )
+        };
+        fetch(&mut program)?;
+        let mut code = vec![0u8; program.code_size];
+        program.code = code.as_mut_ptr().cast();
+        fetch(&mut program)?;
+        // SAFETY: the plugin set `format` to a string it owns for the executable's lifetime.
+        let format =
+            unsafe { std::slice::from_raw_parts(program.format.cast::<u8>(), program.format_size) };
+        crate::OptimizedProgram::decode(&code, &String::from_utf8_lossy(format))
+    }
+
     /// Serialises the compiled executable (for a persistent compile cache).
     pub fn serialize(&self) -> Result<Vec<u8>> {
         let inner = self.executable()?;

@@ -26,7 +26,9 @@ mod error;
 mod event;
 mod executable;
 mod host;
+mod host_memory;
 pub mod known_plugins;
+pub mod optimized;
 mod plugin;
 mod sys;
 mod util;
@@ -45,7 +47,9 @@ pub use element_type::ElementType;
 pub use error::{ErrorCode, PjrtError, Result};
 pub use executable::LoadedExecutable;
 pub use host::{Block, Element, HostArray, element_count};
+pub use host_memory::{ALIGNMENT, AlignedBytes};
 pub use known_plugins::{DEFAULT_CPU_PLUGIN, KnownPlugin, PluginPlatform};
+pub use optimized::OptimizedProgram;
 pub use plugin::Plugin;
 
 /// The PJRT C API version of the header these bindings were generated from, as `(major, minor)`.

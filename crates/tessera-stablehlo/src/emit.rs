@@ -130,6 +130,7 @@ pub struct EmittedModule {
 pub struct ModuleEmitter<'c> {
     context: &'c Context,
     module: Module<'c>,
+    num_partitions: usize,
 }
 
 impl<'c> ModuleEmitter<'c> {
@@ -163,7 +164,11 @@ impl<'c> ModuleEmitter<'c> {
             .map_err(|e| LowerError::Build(e.to_string()))?;
         let module =
             Module::from_operation(op).ok_or_else(|| LowerError::Build("not a module".into()))?;
-        Ok(ModuleEmitter { context, module })
+        Ok(ModuleEmitter {
+            context,
+            module,
+            num_partitions,
+        })
     }
 
     /// The MLIR context.
@@ -197,7 +202,7 @@ impl<'c> ModuleEmitter<'c> {
             .iter()
             .map(|r| parse_type(ctx, &r.ty))
             .collect::<Result<Vec<_>, _>>()?;
-        let block = build_block(ctx, &arg_types, "func.return", body)?;
+        let block = build_block(ctx, self.num_partitions, &arg_types, "func.return", body)?;
         let region = Region::new();
         region.append_block(block);
         let mut attributes = vec![(
@@ -249,12 +254,18 @@ impl<'c> ModuleEmitter<'c> {
 pub struct Body<'c, 'b> {
     context: &'c Context,
     block: &'b Block<'c>,
+    num_partitions: usize,
 }
 
 impl<'c, 'b> Body<'c, 'b> {
     /// The MLIR context.
     pub fn context(&self) -> &'c Context {
         self.context
+    }
+
+    /// The SPMD partitions of the module this body belongs to.
+    pub fn num_partitions(&self) -> usize {
+        self.num_partitions
     }
 
     /// Appends the generic operation `name` with `operands`, result types (MLIR type text) and
@@ -323,7 +334,7 @@ impl<'c, 'b> Body<'c, 'b> {
             .iter()
             .map(|t| parse_type(ctx, t))
             .collect::<Result<Vec<_>, _>>()?;
-        let block = build_block(ctx, &types, terminator, body)?;
+        let block = build_block(ctx, self.num_partitions, &types, terminator, body)?;
         let region = Region::new();
         region.append_block(block);
         Ok(region)
@@ -353,6 +364,7 @@ impl<'c, 'b> Body<'c, 'b> {
             let builder = Body {
                 context,
                 block: &block,
+                num_partitions: self.num_partitions,
             };
             let outer: Vec<Value<'c, '_>> = captured.to_vec();
             let returned = body(&builder, &outer)?;
@@ -372,6 +384,7 @@ impl<'c, 'b> Body<'c, 'b> {
 /// `terminator` (`func.return`, `stablehlo.return`) on the values `body` returns.
 fn build_block<'c, F>(
     context: &'c Context,
+    num_partitions: usize,
     types: &[Type<'c>],
     terminator: &str,
     body: F,
@@ -385,6 +398,7 @@ where
         let builder = Body {
             context,
             block: &block,
+            num_partitions,
         };
         let params: Vec<Value<'c, '_>> = (0..block.argument_count())
             .map(|i| block.argument(i).map(Into::into))

@@ -110,6 +110,32 @@ pub fn run_on_device(
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+/// The mesh of the first `shard_map` or `sharding_constraint` in `program` (nested programs
+/// included), if any: the devices an SPMD run of it needs.
+pub fn program_mesh(
+    program: &ClosedJaxpr,
+) -> Result<Option<tessera_sharding::AbstractMesh>, tessera_ir::IrError> {
+    for eqn in &program.jaxpr.eqns {
+        match eqn.prim {
+            tessera_ir::Prim::ShardMap => {
+                return tessera_ir::prim::ShardMapParams::read(&eqn.params).map(|p| Some(p.mesh));
+            }
+            tessera_ir::Prim::ShardingConstraint => {
+                return tessera_ir::prim::ConstraintParams::read(&eqn.params).map(|p| Some(p.mesh));
+            }
+            _ => {}
+        }
+        for (_, value) in &eqn.params.0 {
+            if let tessera_ir::ParamValue::Jaxpr(inner) = value
+                && let Some(mesh) = program_mesh(inner)?
+            {
+                return Ok(Some(mesh));
+            }
+        }
+    }
+    Ok(None)
+}
+
 use tessera_pjrt::Array as DeviceArray;
 use tessera_sharding::NamedSharding;
 
@@ -294,6 +320,34 @@ impl Compiled {
         &self.text
     }
 
+    /// The optimized module XLA compiled (per-device shapes after partitioning).
+    pub fn optimized_program(&self) -> Result<tessera_pjrt::OptimizedProgram, JitError> {
+        Ok(self.executable.optimized_program()?)
+    }
+
+    /// The shardings XLA gave the results, read back from the compiled executable and put on
+    /// the program's mesh (as JAX's pxla does): for each result, a `NamedSharding`.
+    pub fn compiled_output_shardings(&self) -> Result<Vec<NamedSharding>, JitError> {
+        let program = self.optimized_program()?;
+        let hlo = program.output_shardings()?.unwrap_or_default();
+        let mesh = self
+            .jit
+            .out_shardings
+            .first()
+            .and_then(NamedSharding::concrete_mesh);
+        let Some(mesh) = mesh else {
+            return Err(JitError::Convert(
+                "the program's output shardings name no concrete mesh".into(),
+            ));
+        };
+        hlo.iter()
+            .map(|h| {
+                NamedSharding::from_hlo_sharding(h, mesh)
+                    .map_err(|e| JitError::Convert(format!("output sharding {h}: {e}")))
+            })
+            .collect()
+    }
+
     /// Runs on arrays laid out by the input shardings; returns arrays laid out by the output
     /// shardings. Types and device assignments are checked first. A program that donates
     /// arguments runs with [`Compiled::call_donated`] only.
@@ -472,25 +526,22 @@ impl JitCache {
     }
 }
 
-/// Compiles a program that contains `shard_map`s for the devices of their mesh (positions
-/// `0..n` of `client`'s devices, all `shard_map`s on one mesh) and runs it on host `inputs`,
-/// which are replicated in and gathered out (the `shard_map`s split and assemble the blocks,
-/// as `jax.jit(shard_map(f))` does with unspecified shardings).
+/// Compiles a program that contains `shard_map`s or sharding constraints for the devices of
+/// their mesh (positions `0..n` of `client`'s devices, all on one mesh) and runs it on host
+/// `inputs`, which are replicated in and gathered out (the `shard_map`s split and assemble the
+/// blocks, as `jax.jit(shard_map(f))` does with unspecified shardings; constraints change the
+/// layout inside, not the values).
 pub fn run_spmd(
     client: &Client,
     program: &ClosedJaxpr,
     inputs: &[Array],
 ) -> Result<Vec<Array>, JitError> {
-    let mesh = program
-        .jaxpr
-        .eqns
-        .iter()
-        .find(|e| e.prim == tessera_ir::Prim::ShardMap)
-        .map(|e| tessera_ir::prim::ShardMapParams::read(&e.params).map(|p| p.mesh))
-        .transpose()
+    let mesh = program_mesh(program)
         .map_err(|e| JitError::Convert(e.to_string()))?
         .ok_or_else(|| {
-            JitError::Convert("the program has no shard_map; use run_on_device".into())
+            JitError::Convert(
+                "the program has no shard_map or sharding constraint; use run_on_device".into(),
+            )
         })?;
     let mesh = tessera_sharding::Mesh::iota(mesh);
     let replicated = |n: usize| {

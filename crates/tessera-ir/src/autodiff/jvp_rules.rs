@@ -77,6 +77,8 @@ pub(super) fn jvp_rule(
         Not | And | Or | Xor | Eq | Ne | Lt | Le | Gt | Ge | Iota | Argmax | Argmin | ReduceAnd
         | ReduceOr => vec![None; y.len()],
         Copy | PipelineEnterStage => ts.to_vec(),
+        // The constraint applies to the tangent too (as in JAX).
+        ShardingConstraint => one(t(0).map(|t0| Tensor::bind1(prim, params.clone(), &[&t0]))),
         Clamp => one(clamp_jvp(x, &t)),
         ReduceMax | ReduceMin => one(t(0).map(|t0| reduce_chosen_jvp(prim, params, &t0, x, y))),
         ReduceProd => one(t(0).map(|t0| {

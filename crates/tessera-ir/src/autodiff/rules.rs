@@ -158,6 +158,8 @@ pub(super) fn vjp_rule(
         }
         StopGradient => vec![None],
         Copy | PipelineEnterStage => gs.to_vec(),
+        // The cotangent is laid out as the primal was (as in JAX).
+        ShardingConstraint => vec![Some(Tensor::bind1(prim, params.clone(), &[&g]))],
         ConvertElementType => vec![float(0).then(|| g.astype(x[0].dtype()))],
         SelectN => {
             let mut out = vec![None];

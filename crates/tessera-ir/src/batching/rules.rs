@@ -29,6 +29,7 @@ pub(super) fn batch_rule(
         Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
         | Sqrt | Rsqrt | Floor | Ceil | Round | Not | IntegerPow | ConvertElementType
         | StopGradient | Copy | PipelineEnterStage => same_dims(prim, params, args),
+        ShardingConstraint => vec![sharding_constraint(params, &args[0])],
         Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Xor | Eq | Ne | Lt | Le | Gt
         | Ge | AddAny | SelectN | Clamp => one(elementwise(prim, params, args, size, rank)),
         Iota => vec![(unsupported(args, prim, "an iota with operands"), None)],
@@ -109,6 +110,25 @@ pub(super) fn batch_rule(
 
 /// Primitives that act on each element or pass values through: the same equation on the
 /// batched operands, each result keeping its operand's batch dimension.
+/// The constraint on a batched operand: the batch dimension is left unsplit.
+fn sharding_constraint(params: &Params, arg: &Batched) -> Batched {
+    let bdim = arg.1.unwrap_or(0);
+    match crate::prim::ConstraintParams::read(params) {
+        Ok(p) => (
+            Tensor::bind1(
+                Prim::ShardingConstraint,
+                p.batched(bdim).to_params(),
+                &[&arg.0],
+            ),
+            arg.1,
+        ),
+        Err(e) => (
+            malformed(std::slice::from_ref(arg), Prim::ShardingConstraint, &e),
+            arg.1,
+        ),
+    }
+}
+
 fn same_dims(prim: Prim, params: &Params, args: &[Batched]) -> Vec<Batched> {
     let refs: Vec<&Tensor> = args.iter().map(|(t, _)| t).collect();
     let outs = Tensor::bind(prim, params.clone(), &refs);

@@ -1,7 +1,8 @@
 //! Identity-like and call primitives: `stop_gradient`, `copy`, `pipeline_enter_stage` (a stage
 //! boundary marker, identity on values), `jit` (a nested call of a closed jaxpr) and `checkpoint`
 //! (a nested call whose forward autodiff recomputes in the backward pass instead of saving its
-//! intermediate values: JAX's `remat`).
+//! intermediate values: JAX's `remat`), and `sharding_constraint` (identity on values; its
+//! rules live in `constraint.rs`).
 
 use super::{ControlOp, Prim, arity};
 use crate::array::Array;
@@ -47,6 +48,7 @@ pub(super) fn abstract_eval(
             arity(prim, inputs.len(), 1)?;
             Ok(inputs.to_vec())
         }
+        ControlOp::ShardingConstraint => super::constraint::abstract_eval(params, inputs),
     }
 }
 
@@ -61,8 +63,9 @@ pub(super) fn eval(
         ControlOp::Jit | ControlOp::Checkpoint => {
             crate::interp::eval_closed(params.jaxpr(prim.name(), "jaxpr")?, inputs)
         }
-        ControlOp::StopGradient | ControlOp::Copy | ControlOp::PipelineEnterStage => {
-            Ok(inputs.to_vec())
-        }
+        ControlOp::StopGradient
+        | ControlOp::Copy
+        | ControlOp::PipelineEnterStage
+        | ControlOp::ShardingConstraint => Ok(inputs.to_vec()),
     }
 }

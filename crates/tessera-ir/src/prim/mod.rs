@@ -5,6 +5,7 @@
 
 mod branch;
 mod collective;
+mod constraint;
 mod control;
 mod conv;
 mod cumulative;
@@ -32,6 +33,7 @@ pub use branch::{WhileParams, branch_index, cond_branches, cond_params, while_pa
 pub use collective::{
     axis_names, collective_axes, index_groups, permutation, replica_groups, scatter_shape, simulate,
 };
+pub use constraint::ConstraintParams;
 pub use conv::ConvParams;
 pub(crate) use cumulative::flip;
 pub use cumulative::{CumulativeOp, cumulative_program};
@@ -113,7 +115,7 @@ prims! {
     Argmax => "argmax", Argmin => "argmin", Cumsum => "cumsum",
     DotGeneral => "dot_general", Gather => "gather", ScatterAdd => "scatter-add",
     StopGradient => "stop_gradient", Copy => "copy", Jit => "jit",
-    PipelineEnterStage => "pipeline_enter_stage",
+    PipelineEnterStage => "pipeline_enter_stage", ShardingConstraint => "sharding_constraint",
     Psum => "psum", Pmax => "pmax", Pmin => "pmin", AllGather => "all_gather",
     ReduceScatter => "reduce_scatter", Ppermute => "ppermute", AllToAll => "all_to_all",
     AxisIndex => "axis_index", Pvary => "pvary", Pbroadcast => "pbroadcast",
@@ -256,6 +258,7 @@ impl Prim {
             Jit => Family::Control(ControlOp::Jit),
             Checkpoint => Family::Control(ControlOp::Checkpoint),
             PipelineEnterStage => Family::Control(ControlOp::PipelineEnterStage),
+            ShardingConstraint => Family::Control(ControlOp::ShardingConstraint),
             Psum => Family::Collective(CollectiveOp::Psum),
             Pmax => Family::Collective(CollectiveOp::Pmax),
             Pmin => Family::Collective(CollectiveOp::Pmin),

@@ -164,6 +164,7 @@ pub enum ControlOp {
     Jit,
     Checkpoint,
     PipelineEnterStage,
+    ShardingConstraint,
 }
 
 /// The collectives (and `pvary`, `axis_index`).

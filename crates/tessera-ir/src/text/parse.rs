@@ -502,7 +502,9 @@ impl Parser {
         match self.peek() {
             Some('(') => self.sequence('(', ')').map(ParamValue::Tuple),
             Some('[') => self.sequence('[', ']').map(ParamValue::List),
+            Some('{') if !self.at_lambda() => self.sequence('{', '}').map(ParamValue::Set),
             Some('{') => self.closed().map(|j| ParamValue::Jaxpr(Box::new(j))),
+            Some('\'') => self.string().map(ParamValue::Str),
             Some(c) if c.is_ascii_digit() || c == '-' => self.number(),
             Some('<') => self.angle_name(),
             Some(_) => {
@@ -545,7 +547,37 @@ impl Parser {
         Err(self.error_at(start, "unterminated `<...>` in parameters"))
     }
 
-    /// `Name(key=value, ...)`: a record.
+    /// Whether the text at the cursor (a `{`) opens a jaxpr (`{ lambda ...`), not a set.
+    fn at_lambda(&self) -> bool {
+        let rest = self.chars[self.pos + 1..]
+            .iter()
+            .skip_while(|c| c.is_whitespace())
+            .take(6)
+            .collect::<String>();
+        rest == "lambda"
+    }
+
+    /// `'text'`: a quoted string (no escapes: JAX quotes axis names this way).
+    fn string(&mut self) -> Result<String> {
+        let start = self.pos;
+        self.expect("'")?;
+        let begin = self.pos;
+        while let Some(c) = self.peek() {
+            if c == '\'' {
+                let text = self.chars[begin..self.pos].iter().collect();
+                self.pos += 1;
+                return Ok(text);
+            }
+            if c == '\n' {
+                break;
+            }
+            self.pos += 1;
+        }
+        Err(self.error_at(start, "unterminated string in parameters"))
+    }
+
+    /// `Name(args)`: a record whose arguments are `key=value`, positional values or mapping
+    /// entries `'key': value` (see [`ParamValue::Record`]).
     fn record(&mut self, name: String) -> Result<ParamValue> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
@@ -554,12 +586,7 @@ impl Parser {
         self.expect("(")?;
         let mut fields = Vec::new();
         while !self.eat(")") {
-            let key = self.word();
-            if key.is_empty() {
-                return Err(self.error("expected `key=value` in a record"));
-            }
-            self.expect("=")?;
-            fields.push((key, self.value()?));
+            fields.push(self.record_field()?);
             if !self.eat(",") {
                 self.expect(")")?;
                 break;
@@ -567,6 +594,24 @@ impl Parser {
         }
         self.depth -= 1;
         Ok(ParamValue::Record(name, fields))
+    }
+
+    fn record_field(&mut self) -> Result<(String, ParamValue)> {
+        self.skip_ws();
+        let start = self.pos;
+        if self.peek() == Some('\'') {
+            let key = self.string()?;
+            if self.eat(":") {
+                return Ok((format!("'{key}'"), self.value()?));
+            }
+            return Ok((String::new(), ParamValue::Str(key)));
+        }
+        let key = self.word();
+        if !key.is_empty() && self.eat("=") {
+            return Ok((key, self.value()?));
+        }
+        self.pos = start;
+        Ok((String::new(), self.value()?))
     }
 
     fn sequence(&mut self, open: char, close: char) -> Result<Vec<ParamValue>> {

@@ -66,10 +66,11 @@ pub(super) fn shared_jaxprs(top: &Jaxpr) -> Vec<(Jaxpr, String)> {
 fn jaxprs_in(value: &ParamValue, out: &mut Vec<Jaxpr>) {
     match value {
         ParamValue::Jaxpr(j) => out.push(j.jaxpr.clone()),
-        ParamValue::Tuple(items) | ParamValue::List(items) => {
+        ParamValue::Tuple(items) | ParamValue::List(items) | ParamValue::Set(items) => {
             items.iter().for_each(|v| jaxprs_in(v, out));
         }
-        ParamValue::Int(_)
+        ParamValue::Str(_)
+        | ParamValue::Int(_)
         | ParamValue::NpInt(_)
         | ParamValue::Float(..)
         | ParamValue::Bool(_)

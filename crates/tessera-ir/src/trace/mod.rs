@@ -30,6 +30,7 @@ mod nn;
 mod numeric;
 mod ops;
 pub mod random;
+mod sharding;
 mod sort;
 mod transforms;
 mod windowed;
@@ -40,6 +41,7 @@ pub use flow::{
 };
 pub use loops::{default_ops, treduce, treduce_i};
 pub use nn::where_;
+pub use sharding::{context_mesh, use_mesh};
 pub use sort::sort;
 pub use transforms::{grad_call, jvp_call, value_and_grad_call, vjp_call, vmap_call};
 

@@ -133,6 +133,11 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
         Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
         | Sqrt | Rsqrt | Floor | Ceil | Round | Copy | StopGradient => unary(name),
         Not => prog("a:bool[2,3]", "b:bool[2,3] = not a", "b"),
+        ShardingConstraint => prog(
+            "a:f64[2,3]",
+            "b:f64[2,3] = sharding_constraint[context_mesh=Mesh() layout=None sharding=NamedSharding(mesh=Mesh('x': 2, axis_types=(Auto,)), spec=P('x', None), memory_kind=device) unconstrained_dims=frozenset({})] a\nc:f64[2,3] = sin b",
+            "c",
+        ),
         IntegerPow => prog("a:f64[2,3]", "b:f64[2,3] = integer_pow[y=3] a", "b"),
         Add | Sub | Mul | Div | Rem | Pow | Max | Min | AddAny => binary(name),
         And | Or | Xor => logical(name),

@@ -1,13 +1,16 @@
-//! The MPI transport: values between groups of different processes, staged through host memory
-//! (the CPU plugin's buffers are host memory; XLA has no collectives across processes).
+//! The MPI transport: values between groups of different processes (XLA has no collectives
+//! across processes). On the CPU plugin, whose buffers are host memory, nothing is staged: MPI
+//! sends straight from each shard's own buffer and receives into aligned memory that becomes the
+//! receiving shard's buffer without a copy (`Buffer::host_memory`, `Buffer::from_aligned_bytes`).
+//! On other plugins each block is copied to host memory first.
 //!
-//! Each process has one [`Endpoint`] for its life, with two threads. `send` stages each distinct
-//! block of the array (one per shard, once for replicated shards) to host memory, straight from
-//! the first shard holding it. The sending thread takes staged values from a queue in the order
-//! the process produced them and sends each to its destination rank as a header (`[run, value
-//! id, parts]`, each part's byte count and block) followed by each part's bytes in chunks of at
-//! most [`CHUNK`] (so that no message exceeds MPI's `int` count), all under a tag derived from
-//! the value id; the receiver puts each block on the devices that hold it in its group. The receiving thread probes for a message from any rank at all times — every receive
+//! Each process has one [`Endpoint`] for its life, with two threads. `send` queues each distinct
+//! block of the array (one per shard, once for replicated shards), taken from the first shard
+//! holding it. The sending thread takes values from the queue in the order the process produced
+//! them, waits until each is computed, and sends it to its destination rank as a header (`[run,
+//! value id, parts]`, each part's byte count and block) followed by each part's bytes in chunks
+//! of at most [`CHUNK`] (so that no message exceeds MPI's `int` count), all under a tag derived
+//! from the value id; the receiver puts each block on the devices that hold it in its group. The receiving thread probes for a message from any rank at all times — every receive
 //! is posted ahead of the worker that needs it, and arrives in whatever order the senders send —
 //! reassembles each source's value (MPI keeps one source's messages in order) and leaves it in an
 //! inbox keyed by run and value id, where the run's [`MpiTransport`] takes it with the runtime's
@@ -28,7 +31,7 @@ use mpi::datatype::Equivalence;
 use mpi::point_to_point::MatchedReceiveVec;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::{Destination, Source};
-use tessera_pjrt::{Array, Buffer, Client, HostArray};
+use tessera_pjrt::{AlignedBytes, Array, Buffer, Client, HostArray};
 use tessera_sharding::NamedSharding;
 
 use crate::mesh::MpmdMesh;
@@ -49,7 +52,7 @@ fn tag_of(id: ValueId) -> i32 {
 /// Received values, by run and value id.
 #[derive(Default)]
 struct Inbox {
-    values: Mutex<HashMap<(u64, ValueId), Parts>>,
+    values: Mutex<HashMap<(u64, ValueId), Incoming>>,
     arrived: Condvar,
 }
 
@@ -58,12 +61,12 @@ fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
 }
 
 impl Inbox {
-    fn put(&self, run: u64, id: ValueId, bytes: Parts) {
+    fn put(&self, run: u64, id: ValueId, bytes: Incoming) {
         lock(&self.values).insert((run, id), bytes);
         self.arrived.notify_all();
     }
 
-    fn take(&self, run: u64, id: ValueId, deadline: Instant) -> Option<Parts> {
+    fn take(&self, run: u64, id: ValueId, deadline: Instant) -> Option<Incoming> {
         let mut values = lock(&self.values);
         loop {
             if let Some(bytes) = values.remove(&(run, id)) {
@@ -82,22 +85,40 @@ impl Inbox {
     }
 }
 
-/// A value on the wire: each distinct block of the array (the part of the global array its
-/// shards hold, `[start, stop)` per dimension) with its bytes.
-type Parts = Vec<(Vec<(i64, i64)>, Vec<u8>)>;
+/// A block of the global array (`[start, stop)` per dimension).
+type Block = Vec<(i64, i64)>;
+
+/// A value as received: each distinct block of the array with its bytes.
+type Incoming = Vec<(Block, AlignedBytes)>;
+
+/// One block of a value being sent: the shard's own buffer, read in place by the sending thread
+/// (CPU plugin), or its bytes copied to host memory.
+enum Outgoing {
+    InPlace(Arc<Buffer>, usize),
+    Staged(Vec<u8>),
+}
+
+impl Outgoing {
+    fn len(&self) -> usize {
+        match self {
+            Outgoing::InPlace(_, len) => *len,
+            Outgoing::Staged(bytes) => bytes.len(),
+        }
+    }
+}
 
 enum Job {
     Send {
         run: u64,
         id: ValueId,
         to: i32,
-        parts: Parts,
+        parts: Vec<(Block, Outgoing)>,
     },
     Close,
 }
 
 /// The header of a value: `[run, id, parts, rank]`, then per part its byte count and block.
-fn header(run: u64, id: ValueId, parts: &Parts) -> Vec<u64> {
+fn header(run: u64, id: ValueId, parts: &[(Block, Outgoing)]) -> Vec<u64> {
     let rank = parts.first().map_or(0, |(b, _)| b.len());
     let mut h = vec![run, id as u64, parts.len() as u64, rank as u64];
     for (block, bytes) in parts {
@@ -107,8 +128,8 @@ fn header(run: u64, id: ValueId, parts: &Parts) -> Vec<u64> {
     h
 }
 
-/// The parts a header announces, with room for their bytes.
-fn read_header(h: &[u64]) -> (u64, ValueId, Parts) {
+/// The parts a header announces, with room for their bytes (recycled memory where it can).
+fn read_header(h: &[u64]) -> (u64, ValueId, Incoming) {
     let at = |i: usize| h.get(i).copied().unwrap_or(0);
     let (run, id, count, rank) = (at(0), at(1) as ValueId, at(2) as usize, at(3) as usize);
     let parts = (0..count)
@@ -117,7 +138,7 @@ fn read_header(h: &[u64]) -> (u64, ValueId, Parts) {
             let block = (0..rank)
                 .map(|d| (at(base + 1 + 2 * d) as i64, at(base + 2 + 2 * d) as i64))
                 .collect();
-            (block, vec![0; at(base) as usize])
+            (block, AlignedBytes::recycled(at(base) as usize))
         })
         .collect();
     (run, id, parts)
@@ -164,6 +185,9 @@ impl Endpoint {
             client: client.clone(),
             mesh: mesh.clone(),
             layouts,
+            in_place: client
+                .platform_name()
+                .is_ok_and(|p| p.eq_ignore_ascii_case("cpu")),
         }
     }
 
@@ -185,7 +209,19 @@ fn send_loop(queue: mpsc::Receiver<Job>, size: i32) {
                 let peer = world.process_at_rank(to);
                 let tag = tag_of(id);
                 peer.send_with_tag(&header(run, id, &parts)[..], tag);
-                for (_, bytes) in &parts {
+                for (_, part) in &parts {
+                    let bytes = match part {
+                        Outgoing::Staged(bytes) => bytes.as_slice(),
+                        Outgoing::InPlace(buffer, len) => match buffer.host_memory() {
+                            Ok(bytes) if bytes.len() == *len => bytes,
+                            // Checked when queued; a failure here leaves the receiver waiting
+                            // until its deadline, whose error names the value.
+                            Ok(_) | Err(_) => {
+                                eprintln!("tessera: value {id}: a shard's memory is unreadable");
+                                break;
+                            }
+                        },
+                    };
                     for chunk in bytes.chunks(CHUNK) {
                         peer.send_with_tag(chunk, tag);
                     }
@@ -206,7 +242,7 @@ fn send_loop(queue: mpsc::Receiver<Job>, size: i32) {
 struct Partial {
     run: u64,
     id: ValueId,
-    parts: Parts,
+    parts: Incoming,
     part: usize,
     filled: usize,
 }
@@ -276,16 +312,27 @@ pub struct MpiTransport {
     client: Client,
     mesh: MpmdMesh,
     layouts: Arc<HashMap<ValueId, OutputLayout>>,
+    /// Whether buffers are host memory (the CPU plugin): values move without staging copies.
+    in_place: bool,
 }
 
 impl Transport<Array> for MpiTransport {
     fn send(&self, id: ValueId, value: &Array, _from: usize, to: usize) -> Result<(), BoxError> {
         // Each distinct block once, straight from the first shard that holds it.
-        let mut parts: Parts = Vec::new();
+        let mut parts: Vec<(Block, Outgoing)> = Vec::new();
+        let bytes_per_element = value.element_type().size_in_bytes();
         for shard in value.addressable_shards()? {
-            if parts.iter().all(|(block, _)| block != &shard.block) {
-                parts.push((shard.block.clone(), shard.buffer.to_host()?.into_bytes()));
+            if parts.iter().any(|(block, _)| block == &shard.block) {
+                continue;
             }
+            let part = if self.in_place {
+                let elements: i64 = shard.block.iter().map(|&(a, b)| b - a).product();
+                let len = usize::try_from(elements)? * bytes_per_element;
+                Outgoing::InPlace(shard.buffer.clone(), len)
+            } else {
+                Outgoing::Staged(shard.buffer.to_host()?.into_bytes())
+            };
+            parts.push((shard.block.clone(), part));
         }
         let job = Job::Send {
             run: self.run,
@@ -319,15 +366,16 @@ impl Transport<Array> for MpiTransport {
             let bytes = if reused {
                 parts[at].1.clone()
             } else {
-                std::mem::take(&mut parts[at].1)
+                std::mem::replace(&mut parts[at].1, AlignedBytes::zeroed(0))
             };
             let dims: Vec<i64> = block.iter().map(|&(a, b)| b - a).collect();
-            let host = HostArray::from_bytes(layout.ty, &dims, bytes)?;
-            buffers.push(Buffer::from_host_to(
-                &self.client,
-                &host,
-                i32::try_from(*device)?,
-            )?);
+            let device = i32::try_from(*device)?;
+            buffers.push(if self.in_place {
+                Buffer::from_aligned_bytes(&self.client, layout.ty, &dims, bytes, device)?
+            } else {
+                let host = HostArray::from_bytes(layout.ty, &dims, bytes.to_vec())?;
+                Buffer::from_host_to(&self.client, &host, device)?
+            });
         }
         Ok(Some(Array::from_shards(
             &layout.shape,

@@ -104,6 +104,42 @@ impl MpiJob {
         all != 0
     }
 
+    /// Every rank's `mine`, in rank order, on rank 0 (`None` on the others); a collective: every
+    /// rank calls it.
+    pub fn gather_to_root(&self, mine: &[u8]) -> Option<Vec<Vec<u8>>> {
+        let world = SimpleCommunicator::world();
+        let root = world.process_at_rank(0);
+        let len = i32::try_from(mine.len()).unwrap_or(i32::MAX);
+        if self.rank != 0 {
+            root.gather_into(&len);
+            root.gather_varcount_into(&mine[..len as usize]);
+            return None;
+        }
+        let mut lens = vec![0i32; self.size];
+        root.gather_into_root(&len, &mut lens[..]);
+        let starts: Vec<i32> = lens
+            .iter()
+            .scan(0i32, |at, &l| {
+                let start = *at;
+                *at = at.saturating_add(l);
+                Some(start)
+            })
+            .collect();
+        let total: usize = lens.iter().map(|&l| l.max(0) as usize).sum();
+        let mut all = vec![0u8; total];
+        {
+            let mut parts = mpi::datatype::PartitionMut::new(&mut all[..], &lens[..], &starts[..]);
+            root.gather_varcount_into_root(&mine[..len as usize], &mut parts);
+        }
+        Some(
+            starts
+                .iter()
+                .zip(&lens)
+                .map(|(&s, &l)| all[s as usize..(s + l) as usize].to_vec())
+                .collect(),
+        )
+    }
+
     /// Ends every rank of the job with `code` (`MPI_Abort`).
     pub fn abort(&self, code: i32) -> ! {
         SimpleCommunicator::world().abort(code)

@@ -59,6 +59,8 @@ pub(super) struct Shared<T, V> {
     transfers: Mutex<Vec<TransferTiming>>,
     values: Mutex<Vec<ValueSpan>>,
     start: Instant,
+    /// When the run began, in microseconds since the Unix epoch.
+    epoch_unix_us: f64,
 }
 
 fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
@@ -233,6 +235,9 @@ where
         transfers: Mutex::new(Vec::new()),
         values: Mutex::new(Vec::new()),
         start: Instant::now(),
+        epoch_unix_us: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64() * 1e6),
     });
     let (done, finished) = mpsc::channel();
     for (group, store) in stores.into_iter().enumerate() {
@@ -293,6 +298,7 @@ where
             tasks,
             transfers,
             values,
+            epoch_unix_us: shared.epoch_unix_us,
         },
     })
 }

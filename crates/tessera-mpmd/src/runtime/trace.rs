@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 /// When one task ran, relative to the start of the run.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TaskTiming {
     /// The task's name.
     pub name: String,
@@ -18,7 +18,7 @@ pub struct TaskTiming {
 }
 
 /// When one transfer of a value between groups ran (on the sending group's worker).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TransferTiming {
     /// The sending group.
     pub from: usize,
@@ -31,7 +31,7 @@ pub struct TransferTiming {
 }
 
 /// When a group held a value, and its device bytes.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ValueSpan {
     /// The value.
     pub value: super::plan::ValueId,
@@ -46,7 +46,7 @@ pub struct ValueSpan {
 }
 
 /// The timings of one run: tasks (by start), transfers, and the values each group held.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Timings {
     /// Every task run.
     pub tasks: Vec<TaskTiming>,
@@ -54,9 +54,51 @@ pub struct Timings {
     pub transfers: Vec<TransferTiming>,
     /// Every value each group held, by start.
     pub values: Vec<ValueSpan>,
+    /// When the run began, in microseconds since the Unix epoch (what lines up the timings of
+    /// the processes of one job on one host; 0 when unknown).
+    #[serde(default)]
+    pub epoch_unix_us: f64,
 }
 
 impl Timings {
+    /// One run's timings from the parts each process recorded (each holding its own groups):
+    /// every time is shifted onto the earliest part's clock, by the difference of their epochs.
+    /// Processes on one host share that clock; across hosts the result is as good as their
+    /// clocks' agreement.
+    pub fn merged(parts: Vec<Timings>) -> Timings {
+        let epoch = parts
+            .iter()
+            .map(|t| t.epoch_unix_us)
+            .fold(f64::INFINITY, f64::min);
+        let mut out = Timings {
+            epoch_unix_us: if epoch.is_finite() { epoch } else { 0.0 },
+            ..Timings::default()
+        };
+        for part in parts {
+            let shift = part.epoch_unix_us - out.epoch_unix_us;
+            out.tasks.extend(part.tasks.into_iter().map(|mut t| {
+                t.start_us += shift;
+                t
+            }));
+            out.transfers
+                .extend(part.transfers.into_iter().map(|mut t| {
+                    t.start_us += shift;
+                    t
+                }));
+            out.values.extend(part.values.into_iter().map(|mut v| {
+                // A value placed before its process's run began is there from that start on.
+                v.start_us += shift;
+                v.end_us += shift;
+                v
+            }));
+        }
+        out.tasks.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+        out.transfers
+            .sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+        out.values.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+        out
+    }
+
     /// Milliseconds per task name (a name may run several times across steps).
     pub fn task_times_ms(&self) -> BTreeMap<String, Vec<f64>> {
         let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();

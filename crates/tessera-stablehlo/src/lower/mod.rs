@@ -2,6 +2,7 @@
 //! exhaustive `match` in [`lower_eqn`], in the file of its family (mirroring `tessera-ir`'s
 //! `prim/` layout). Nested `jit` calls become private functions called with `func.call`.
 
+mod constraint;
 mod control;
 mod conv;
 mod elementwise;
@@ -346,6 +347,7 @@ fn lower_eqn<'c, 'b>(
             indexing::scatter(ctx, eqn.prim, p, inputs)
         }
         StopGradient | Copy | PipelineEnterStage => Ok(inputs.to_vec()),
+        ShardingConstraint => constraint::sharding_constraint(ctx, p, inputs),
         Jit => control::call(ctx, p, inputs, functions, None),
         Checkpoint => control::call(ctx, p, inputs, functions, Some("checkpoint")),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex

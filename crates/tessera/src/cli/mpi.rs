@@ -9,7 +9,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use tessera_mpmd::MpmdMesh;
 use tessera_mpmd::driver::DriverError;
 use tessera_mpmd::mpi_job::MpiJob;
@@ -137,26 +137,37 @@ pub struct Finish<'a> {
     pub losses: &'a [f64],
     pub reference_losses: &'a [f64],
     pub timings: &'a Timings,
-    pub plan: &'a tessera_schedule::Plan,
+    pub pipeline: &'a tessera_mpmd::driver::CompiledPipeline,
+    /// Where to write the job's Chrome trace (every rank's tasks on one timeline).
+    pub trace: Option<&'a std::path::Path>,
     /// Each step's wall time on this rank (a step ends on every rank with the losses' broadcast).
     pub step_ms: &'a [f64],
 }
 
-/// Ends a run in a job: every rank checks that its group ran the schedule's order; rank 0 prints
-/// the losses next to the reference's (and, with `--json`, the summary as its last line). The
-/// per-task timings stay on their ranks (not gathered yet).
+/// Ends a run in a job: every rank sends the last step's timings of its group to rank 0, which
+/// puts them on one timeline (the ranks' clocks are one host's) and prints what a one-process
+/// run prints: the task table, bubble ratio, makespan against the simulator, memory per group,
+/// the trace (`--trace`), and the losses next to the reference's (with `--json`, the summary as
+/// its last line).
 pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
-    let group = job.rank();
-    let want: Vec<String> = f
-        .plan
-        .actors
-        .get(group)
-        .map(|a| a.iter().map(tessera_mpmd::pipeline::action_name).collect())
-        .unwrap_or_default();
-    let mine = f.timings.group_orders(group + 1).pop().unwrap_or_default();
-    let orders_match = job.all(mine == want);
-    if job.rank() != 0 {
+    let mine = serde_json::to_vec(f.timings)?;
+    let Some(parts) = job.gather_to_root(&mine) else {
         return Ok(ExitCode::SUCCESS);
+    };
+    let parts = parts
+        .iter()
+        .map(|p| serde_json::from_slice::<Timings>(p))
+        .collect::<Result<Vec<_>, _>>()
+        .context("a rank's timings did not decode")?;
+    let timings = Timings::merged(parts);
+    let plan = f.pipeline.schedule_plan();
+    let per_step = [super::timing::calibrate(&timings, plan)];
+    let figures = super::train::report::pipeline_figures(f.pipeline, &timings, &per_step, f.stages);
+    let orders_match = figures.orders_match;
+    if let Some(path) = f.trace {
+        std::fs::write(path, timings.to_chrome_trace())
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("trace: {}", path.display());
     }
     let max_diff = f
         .losses
@@ -164,7 +175,6 @@ pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
         .zip(f.reference_losses)
         .map(|(a, b)| (a - b).abs() / b.abs().max(1e-12))
         .fold(0.0, f64::max);
-    println!("each group ran its actions in the schedule's order: {orders_match}");
     let wall_ms = f.step_ms.last().copied().unwrap_or(f64::NAN);
     println!("step wall time (last step, rank 0, update included): {wall_ms:.3} ms");
     if f.json {
@@ -182,6 +192,11 @@ pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
             "max_relative_difference": max_diff,
             "order_matches_schedule": orders_match,
             "step_wall_ms": wall_ms,
+            "bubble_ratio_measured": figures.bubble_measured,
+            "bubble_ratio_simulated": figures.bubble_simulated,
+            "makespan_ms": figures.makespan_ms,
+            "predicted_makespan_ms": figures.predicted_ms,
+            "memory": figures.memory,
         });
         println!("{summary}");
     } else {

@@ -69,8 +69,9 @@ fn run_jaxpr(
     grads: bool,
     plugin: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
+    // Eight devices: a program with sharding constraints runs on its mesh (the sharded cases).
     let client = if backend == "pjrt" {
-        Some(tessera_pjrt::Client::open(plugin, 1)?)
+        Some(tessera_pjrt::Client::open(plugin, 8)?)
     } else {
         None
     };
@@ -78,9 +79,12 @@ fn run_jaxpr(
         tessera_ir::interp::eval_closed(program, inputs).map_err(|e| e.to_string())
     };
     let pjrt = |program: &tessera_ir::ClosedJaxpr, inputs: &[tessera_ir::Array]| match &client {
-        Some(client) => {
-            tessera::jit::run_on_device(client, program, inputs, 0).map_err(|e| e.to_string())
+        Some(client) => match tessera::jit::program_mesh(program) {
+            Ok(Some(_)) => tessera::jit::run_spmd(client, program, inputs),
+            Ok(None) => tessera::jit::run_on_device(client, program, inputs, 0),
+            Err(e) => return Err(e.to_string()),
         }
+        .map_err(|e| e.to_string()),
         None => Err("no PJRT client".to_owned()),
     };
     let evaluate: &tessera_ir::oracle::Evaluate<'_> = match backend {

@@ -23,7 +23,7 @@ mod layout;
 mod model;
 mod progress;
 mod reference;
-mod report;
+pub(super) mod report;
 mod step;
 
 use std::path::PathBuf;
@@ -343,7 +343,8 @@ fn run_in(
             losses: &log.losses,
             reference_losses: &log.reference_losses,
             timings,
-            plan: jit.pipeline().schedule_plan(),
+            pipeline: jit.pipeline(),
+            trace: args.trace.as_deref(),
             step_ms: &log.step_ms,
         };
         return super::mpi::finish(job, &finish);
