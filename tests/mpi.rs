@@ -139,6 +139,12 @@ fn losses(stdout: &str) -> Vec<f64> {
         .collect()
 }
 
+/// The `--stages` value of a command line.
+fn stages_of(args: &[String]) -> usize {
+    let at = args.iter().position(|a| a == "--stages").unwrap();
+    args[at + 1].parse().unwrap()
+}
+
 fn equal_to_one_process(schedule: &str, stages: &str, groups: &str) {
     let args = train_args(schedule, stages, groups, "3");
     same_losses_in_a_job(&args, groups, schedule);
@@ -193,7 +199,7 @@ fn same_losses_in_a_job(args: &[String], groups: &str, schedule: &str) {
     let per_stage = inflight(&many);
     assert_eq!(
         per_stage.as_array().map(Vec::len),
-        Some(stages.parse::<usize>().unwrap()),
+        Some(stages_of(args)),
         "{many}"
     );
     // The same schedule order gives the same in-flight micro-batches per stage.
