@@ -20,28 +20,27 @@ mod analyze;
 mod args;
 mod donation;
 mod options;
+mod pieces;
 mod shardings;
 mod update;
 
 use std::collections::HashMap;
 
 use tessera_ir::prim::{ReduceOp, TreduceParams};
-use tessera_ir::{Array, ClosedJaxpr, ShapedArray};
-use tessera_pjrt::{Array as DeviceArray, Client, HostArray};
+use tessera_ir::{ClosedJaxpr, ShapedArray};
+use tessera_pjrt::{Client, HostArray};
 use tessera_schedule::ScheduleParams;
-use tessera_sharding::{NamedSharding, PartitionSpec};
-use tessera_stablehlo::{LowerOptions, lower_closed};
+use tessera_sharding::PartitionSpec;
 
-use crate::array::MpmdArray;
 use crate::driver::{CompiledPipeline, DriverError, PipelineSetup};
-use crate::host::{element_type, from_host, to_host};
+use crate::host::element_type;
 use crate::mesh::MpmdMesh;
-use crate::runtime::{OutputLayout, PjrtExecutor, RunOptions, Timings};
-use crate::sharding::MpmdSharding;
+use crate::runtime::{PjrtExecutor, RunOptions, Timings};
 use analyze::{LossInput, find_loop, read_body, update_program};
 pub use args::{MpmdStepRun, StepArg, StepResult};
 pub use options::MpmdJitOptions;
-use shardings::{StepShape, StepSpecs, hlo_text};
+use pieces::{PieceLayout, compile_piece, input_spec};
+use shardings::{StepShape, StepSpecs};
 use update::{Piece, Place};
 
 /// A compiled step.
@@ -135,15 +134,7 @@ impl MpmdJit {
             axis: p.axis,
         };
         let specs = shardings::step_specs(options, &shape, mesh.lowering_mesh(), mesh.mpmd_axis())?;
-        let grad_args = argnums
-            .iter()
-            .map(|&a| match loss_inputs.get(a) {
-                Some(LossInput::Param(i)) => Ok(*i),
-                _ => Err(config(format!(
-                    "loss argument {a} is differentiated but is not a parameter of the loop"
-                ))),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let grad_args = shardings::grad_args(&loss_inputs, &argnums)?;
         let stages = crate::partition::partition(&loss, &argnums)?.len() as u32;
         let params = ScheduleParams {
             stages,
@@ -300,7 +291,7 @@ impl MpmdJit {
 
     /// Runs the step. Arguments may be host arrays or arrays already on the MPMD groups (a
     /// parameter on the group of its stage, e.g. this step's own result from the last call);
-    /// results computed on a group stay there as [`MpmdArray`]s, the others come back to the
+    /// results computed on a group stay there as [`crate::MpmdArray`]s, the others come back to the
     /// host. Micro-batch data must be host arrays.
     pub fn call_mpmd(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
         if let Some(&a) = self
@@ -387,23 +378,6 @@ impl MpmdJit {
         })
     }
 
-    /// The results of a piece another process runs on its group `group`: arrays that are not
-    /// addressable here.
-    fn elsewhere(&self, piece: &Piece, group: usize) -> Result<Vec<StepResult>, DriverError> {
-        piece
-            .program
-            .jaxpr
-            .out_avals()
-            .iter()
-            .zip(&piece.outputs)
-            .map(|(a, &k)| {
-                let sharding = MpmdSharding::new(&self.mesh, [group], &self.specs.outs[k])?;
-                let remote = MpmdArray::remote(&a.shape, element_type(a.dtype), sharding);
-                Ok(StepResult::Mpmd(Box::new(remote)))
-            })
-            .collect()
-    }
-
     fn check_args(&self, args: &[StepArg]) -> Result<(), DriverError> {
         if args.len() != self.in_avals.len() {
             return Err(config(format!(
@@ -437,116 +411,6 @@ impl MpmdJit {
         };
         Ok(host?)
     }
-
-    fn run_on_group(
-        &self,
-        piece: &Piece,
-        index: usize,
-        group: usize,
-        args: &[StepArg],
-        losses: &HostArray,
-        grads: &[Option<DeviceArray>],
-    ) -> Result<Vec<MpmdArray>, DriverError> {
-        let mesh = self.mesh.group(group)?;
-        let inputs = piece
-            .inputs
-            .iter()
-            .map(|&i| {
-                let spec = input_spec(&self.specs, &self.grad_args, self.num_args, i);
-                // An update mixing groups reads other groups' values: moved here.
-                let onto =
-                    |a: &DeviceArray| crate::cross_group::onto_group(&self.client, a, mesh, &spec);
-                let put = |h: &HostArray| -> Result<DeviceArray, DriverError> {
-                    let sharding = NamedSharding::new(mesh, spec.clone())?;
-                    Ok(DeviceArray::device_put(&self.client, h, &sharding)?)
-                };
-                if i < self.num_args {
-                    match &args[i] {
-                        StepArg::Host(h) => put(h),
-                        StepArg::Mpmd(m) => {
-                            let arrays = m.to_mpmd_local_arrays()?;
-                            match arrays.get(&group).or(arrays.values().next()) {
-                                Some(a) => onto(a),
-                                None => Err(config(format!("argument {i} holds no array"))),
-                            }
-                        }
-                    }
-                } else if i == self.num_args {
-                    put(losses)
-                } else {
-                    onto(&grad(grads, i - self.num_args - 1)?)
-                }
-            })
-            .collect::<Result<Vec<_>, DriverError>>()?;
-        let refs: Vec<&DeviceArray> = inputs.iter().collect();
-        let outs = self
-            .updates
-            .execute(index, &refs)
-            .map_err(|e| config(e.to_string()))?;
-        // Each result goes to the groups of the parameter it updates (all of them for a tied
-        // weight), the others stay here.
-        outs.into_iter()
-            .zip(&piece.outputs)
-            .map(|(o, &k)| {
-                let homes = match self.homes.get(k) {
-                    Some(h) if !h.is_empty() => h.clone(),
-                    _ => vec![group],
-                };
-                let spec = &self.specs.outs[k];
-                let arrays = homes
-                    .iter()
-                    .map(|&h| match h == group {
-                        true => Ok(o.clone()),
-                        false => {
-                            let mesh = self.mesh.group(h)?;
-                            crate::cross_group::onto_group(&self.client, &o, mesh, spec)
-                        }
-                    })
-                    .collect::<Result<Vec<_>, DriverError>>()?;
-                let sharding = MpmdSharding::new(&self.mesh, homes, spec)?;
-                Ok(MpmdArray::new(arrays, sharding)?)
-            })
-            .collect()
-    }
-
-    fn run_on_host(
-        &self,
-        piece: &Piece,
-        args: &[StepArg],
-        losses: &HostArray,
-        grads: &[Option<DeviceArray>],
-    ) -> Result<Vec<HostArray>, DriverError> {
-        let avals = piece.program.jaxpr.in_avals();
-        let inputs = piece
-            .inputs
-            .iter()
-            .zip(&avals)
-            .map(|(&i, aval)| {
-                let host = if i < self.num_args {
-                    args[i].to_host()?
-                } else if i == self.num_args {
-                    losses.clone()
-                } else {
-                    grad(grads, i - self.num_args - 1)?.to_host()?
-                };
-                from_host(&host, aval.dtype).map_err(|e| config(e.0))
-            })
-            .collect::<Result<Vec<Array>, DriverError>>()?;
-        let outs = tessera_ir::interp::eval_closed(&piece.program, &inputs)
-            .map_err(|e| config(e.to_string()))?;
-        outs.iter()
-            .map(|o| to_host(o).map_err(|e| config(e.0)))
-            .collect()
-    }
-}
-
-/// Gradient `k` of a step, which must be held by this process.
-fn grad(grads: &[Option<DeviceArray>], k: usize) -> Result<DeviceArray, DriverError> {
-    grads.get(k).cloned().flatten().ok_or_else(|| {
-        config(format!(
-            "gradient {k} is held by another process; only code on its group can read it"
-        ))
-    })
 }
 
 /// Under several processes, values cross groups only through the pipeline's transport: a tied
@@ -568,62 +432,6 @@ fn refuse_cross_process(pieces: &[Piece], homes: &[Vec<usize>]) -> Result<(), Dr
         )));
     }
     Ok(())
-}
-
-/// The spec of update input `i`: a step argument's, the losses' (replicated), or a gradient's
-/// (its parameter's).
-fn input_spec(specs: &StepSpecs, grad_args: &[usize], num_args: usize, i: usize) -> PartitionSpec {
-    match i.cmp(&num_args) {
-        std::cmp::Ordering::Less => specs.args[i].clone(),
-        std::cmp::Ordering::Equal => PartitionSpec::replicated(),
-        std::cmp::Ordering::Greater => grad_args
-            .get(i - num_args - 1)
-            .map(|&a| specs.args[a].clone())
-            .unwrap_or_default(),
-    }
-}
-
-/// How an update piece's inputs and results are laid out, and which inputs it donates.
-struct PieceLayout<'a> {
-    ins: &'a [PartitionSpec],
-    outs: &'a [PartitionSpec],
-    aliased: Vec<Option<usize>>,
-}
-
-fn compile_piece(
-    executor: &mut PjrtExecutor,
-    mesh: &MpmdMesh,
-    piece: &Piece,
-    group: usize,
-    layout: PieceLayout<'_>,
-) -> Result<usize, DriverError> {
-    let group_mesh = mesh.group(group)?;
-    let jaxpr = &piece.program.jaxpr;
-    let (in_avals, out_avals) = (jaxpr.in_avals(), jaxpr.out_avals());
-    let texts = |avals: &[ShapedArray], specs: &[PartitionSpec]| {
-        avals
-            .iter()
-            .zip(specs)
-            .map(|(a, s)| hlo_text(group_mesh, s, a.rank()).map(Some))
-            .collect::<Result<Vec<_>, DriverError>>()
-    };
-    let options = LowerOptions {
-        num_partitions: group_mesh.device_ids().len(),
-        arg_shardings: texts(&in_avals, layout.ins)?,
-        result_shardings: texts(&out_avals, layout.outs)?,
-        aliased_outputs: layout.aliased,
-    };
-    let module = lower_closed(&piece.program, &options)?;
-    let layouts = out_avals
-        .iter()
-        .zip(layout.outs)
-        .map(|(a, spec)| OutputLayout {
-            shape: a.shape.clone(),
-            ty: element_type(a.dtype),
-            spec: spec.clone(),
-        })
-        .collect();
-    Ok(executor.compile(module.text.as_bytes(), group, layouts)?)
 }
 
 /// Micro-batch `mb` of `x` along `axis`, without that dimension.

@@ -141,6 +141,23 @@ fn without_dim(spec: &PartitionSpec, axis: usize, what: &str) -> Result<Partitio
     Ok(PartitionSpec::new(kept))
 }
 
+/// For each gradient of the loop (loss argument `argnums[k]`), the step argument of its
+/// parameter, whose spec the gradient takes.
+pub(super) fn grad_args(
+    loss_inputs: &[LossInput],
+    argnums: &[usize],
+) -> Result<Vec<usize>, DriverError> {
+    argnums
+        .iter()
+        .map(|&a| match loss_inputs.get(a) {
+            Some(LossInput::Param(i)) => Ok(*i),
+            _ => Err(DriverError::Config(format!(
+                "loss argument {a} is differentiated but is not a parameter of the loop"
+            ))),
+        })
+        .collect()
+}
+
 /// The `mhlo.sharding` text of a value of rank `rank` laid out by `spec` over `group`.
 pub(super) fn hlo_text(
     group: &Mesh,
