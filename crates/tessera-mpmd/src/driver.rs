@@ -99,8 +99,8 @@ pub struct DeviceStepOutput {
     pub timings: Timings,
 }
 
-/// A parameter's value for a step: on the host, or already on its group's devices (laid out
-/// replicated over the group, as an update on the group leaves it).
+/// A parameter's value for a step: on the host, or already on its group's devices (laid out by
+/// its spec, as an update on the group leaves it; another layout is resharded on the group).
 #[derive(Debug, Clone)]
 pub enum Placed {
     /// Copied to the group at the start of the step.
