@@ -1,5 +1,5 @@
 //! `tessera train` as an MPI job (`mpirun -n G`, one rank per MPMD group): its losses equal the
-//! one-process run's bit for bit, and failures end the whole job in bounded time — a task that
+//! one-process run's bit for bit (also with tensor-parallel and FSDP stages), and failures end the whole job in bounded time — a task that
 //! fails on rank 2, a rank killed with SIGKILL, a rank that stalls, ranks that built different
 //! steps, and a job whose size is not the group count.
 //!
@@ -139,12 +139,24 @@ fn losses(stdout: &str) -> Vec<f64> {
         .collect()
 }
 
+/// The `--stages` value of a command line.
+fn stages_of(args: &[String]) -> usize {
+    let at = args.iter().position(|a| a == "--stages").unwrap();
+    args[at + 1].parse().unwrap()
+}
+
 fn equal_to_one_process(schedule: &str, stages: &str, groups: &str) {
     let args = train_args(schedule, stages, groups, "3");
+    same_losses_in_a_job(&args, groups, schedule);
+}
+
+/// Runs `tessera` with `args` in one process and as a job of `groups` ranks, and checks their
+/// losses bit for bit.
+fn same_losses_in_a_job(args: &[String], groups: &str, schedule: &str) {
     let alone = {
         let _one = JOBS.lock().unwrap_or_else(|e| e.into_inner());
         Command::new(tessera_bin())
-            .args(&args)
+            .args(args)
             .env_remove("TESSERA_PJRT_PLUGIN")
             .output()
             .unwrap()
@@ -187,7 +199,7 @@ fn equal_to_one_process(schedule: &str, stages: &str, groups: &str) {
     let per_stage = inflight(&many);
     assert_eq!(
         per_stage.as_array().map(Vec::len),
-        Some(stages.parse::<usize>().unwrap()),
+        Some(stages_of(args)),
         "{many}"
     );
     // The same schedule order gives the same in-flight micro-batches per stage.
@@ -214,6 +226,31 @@ fn four_ranks_train_the_gpt_as_one_process_does() {
 fn two_ranks_with_two_stages_each_train_as_one_process_does() {
     equal_to_one_process("interleaved-1f1b", "4", "2");
     equal_to_one_process("dualpipev", "4", "2");
+}
+
+#[test]
+fn two_ranks_train_a_tensor_parallel_fsdp_gpt_as_one_process_does() {
+    // Each rank's group splits its stage over model (Megatron) and its parameters over data.
+    let mut args = train_args("1f1b", "2", "2", "3");
+    let sharded = [
+        "--mesh",
+        "stage=2,data=2,model=2",
+        "--fsdp",
+        "--layers",
+        "2",
+    ];
+    let tiny = [
+        "--d-model",
+        "32",
+        "--seq-len",
+        "16",
+        "--batch",
+        "16",
+        "--eval-every",
+        "0",
+    ];
+    args.extend(sharded.iter().chain(&tiny).map(|a| a.to_string()));
+    same_losses_in_a_job(&args, "2", "1f1b, TP x FSDP");
 }
 
 fn faulty_job(env: &[(&str, &str)], limit: Duration, marker: Option<&str>) -> Ended {

@@ -1,7 +1,10 @@
 //! Values that cross MPMD groups outside the pipeline's transfers: a tied parameter placed on
-//! every group that uses it, the parts of its gradient summed, and the inputs and results of an
-//! update that mixes groups (e.g. clipping by the global gradient norm). They are staged through
-//! host memory, which is what a transfer between groups of the CPU plugin does anyway.
+//! every group that uses it, the parts of its gradient summed, the inputs and results of an
+//! update that mixes groups (e.g. clipping by the global gradient norm), and a parameter handed
+//! to a step in another layout than the step's. [`onto_group`] moves a value shard by shard
+//! (each target block that a source shard holds whole is copied device to device, the rest cut
+//! from a host copy: `tessera_pjrt::Array::reshard`), so a value keeps or changes its spec as the
+//! target asks. The tied gradient's sum is staged through host memory.
 
 use tessera_pjrt::{Array as DeviceArray, Client};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
@@ -9,30 +12,30 @@ use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
 use crate::driver::DriverError;
 use crate::host::{from_host, to_host};
 
-/// Whether `array` lies replicated on exactly the devices of `group`.
-pub fn lies_on(array: &DeviceArray, group: &Mesh) -> bool {
-    let mut have = array.sharding().device_set().unwrap_or_default();
-    let mut want = group.device_ids().to_vec();
-    have.sort_unstable();
-    want.sort_unstable();
-    have == want && array.sharding().spec().used_axes().next().is_none()
+/// Whether `array` lies on `group` laid out by `spec`: each of the group's devices, in mesh
+/// order, holds the block `spec` gives it.
+pub fn lies_on(array: &DeviceArray, group: &Mesh, spec: &PartitionSpec) -> bool {
+    let Ok(target) = NamedSharding::new(group, spec.clone()) else {
+        return false;
+    };
+    let want = target.devices_indices_map(array.shape());
+    let have = array.sharding().devices_indices_map(array.shape());
+    matches!((want, have), (Ok(w), Ok(h)) if w == h)
 }
 
-/// `array` replicated on `group`: itself if it lies there, else a copy through the host.
+/// `array` on `group` laid out by `spec`: itself if it lies so, else a copy moved shard by
+/// shard (device to device where a shard holds a target block whole, else through the host).
 pub fn onto_group(
     client: &Client,
     array: &DeviceArray,
     group: &Mesh,
+    spec: &PartitionSpec,
 ) -> Result<DeviceArray, DriverError> {
-    if lies_on(array, group) {
+    if lies_on(array, group, spec) {
         return Ok(array.clone());
     }
-    let sharding = NamedSharding::new(group, PartitionSpec::replicated())?;
-    Ok(DeviceArray::device_put(
-        client,
-        &array.to_host()?,
-        &sharding,
-    )?)
+    let sharding = NamedSharding::new(group, spec.clone())?;
+    Ok(array.reshard(client, &sharding)?)
 }
 
 /// `a + b`, laid out as `a` (`b` may live on another group); `dtype` is their type.

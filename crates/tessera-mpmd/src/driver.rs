@@ -2,10 +2,14 @@
 //! action of a schedule compiled for its MPMD group, and a `step` that runs the schedule over
 //! microbatches and returns the accumulated gradients and the per-microbatch losses.
 //!
-//! Inside a group, programs run SPMD over the group's devices: per-micro-batch values (data,
-//! activations, their cotangents and the residuals) are split along their leading (batch)
-//! dimension over the group's axes where it divides, and parameters, gradient accumulators and
-//! losses are replicated; XLA's partitioner adds the reductions the gradients need. The optimizer
+//! Inside a group, programs run SPMD over the group's devices, every value laid out as
+//! [`ValueSpecs`] says: parameters, their gradient accumulators and gradients by the parameter's
+//! spec (replicated unless given), per-micro-batch values (data, activations, their cotangents
+//! and the residuals) split along their leading (batch) dimension over the data-parallel axes
+//! where it divides, losses replicated. Every compiled action carries these specs on its
+//! arguments and results (explicit `mhlo.sharding`s, so a value crossing groups has one layout
+//! on both sides and moves shard by shard); XLA's partitioner decides what lies inside and adds
+//! the collectives (the gradients' reductions, tensor parallelism's all-reduces). The optimizer
 //! update is left to the caller (`mpmd_jit` runs it on the groups).
 
 use std::collections::HashMap;
@@ -26,6 +30,7 @@ use crate::runtime::{
     DeviceCopyTransport, Executor, OutputLayout, PjrtExecutor, Plan, RunError, RunOptions, Timings,
     Transport, ValueId, run_local,
 };
+use crate::specs::ValueSpecs;
 
 /// Errors of building or running a pipeline.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +53,9 @@ pub enum DriverError {
     /// The processes of a multi-process step disagree, or their communication failed.
     #[error(transparent)]
     Processes(#[from] crate::processes::ProcessError),
+    /// A step argument's spec cannot lay it out on its group.
+    #[error(transparent)]
+    Spec(#[from] crate::specs::SpecError),
 }
 
 impl From<tessera_pjrt::PjrtError> for DriverError {
@@ -91,8 +99,8 @@ pub struct DeviceStepOutput {
     pub timings: Timings,
 }
 
-/// A parameter's value for a step: on the host, or already on its group's devices (laid out
-/// replicated over the group, as an update on the group leaves it).
+/// A parameter's value for a step: on the host, or already on its group's devices (laid out by
+/// its spec, as an update on the group leaves it; another layout is resharded on the group).
 #[derive(Debug, Clone)]
 pub enum Placed {
     /// Copied to the group at the start of the step.
@@ -104,7 +112,8 @@ pub enum Placed {
     PerGroup(std::collections::BTreeMap<usize, DeviceArray>),
 }
 
-/// How a pipeline is built: the processes it spans and the partitioner its modules are for.
+/// How a pipeline is built: the processes it spans, the partitioner its modules are for, and
+/// how its values are laid out inside their groups.
 #[derive(Clone, Default)]
 pub struct PipelineOptions {
     /// Set in a process of a multi-process job: the groups it runs and how values reach the
@@ -112,6 +121,9 @@ pub struct PipelineOptions {
     pub processes: Option<Arc<dyn Processes>>,
     /// The partitioner every action is lowered and compiled for.
     pub partitioner: Partitioner,
+    /// How each value is laid out inside its group (by default: parameters replicated,
+    /// per-micro-batch values split over every axis of the group).
+    pub specs: ValueSpecs,
 }
 
 /// A pipelined step ready to run.
@@ -131,11 +143,14 @@ pub struct CompiledPipeline {
     processes: Option<Arc<dyn Processes>>,
     /// The layout of every value of the plan (what a transport between processes needs).
     layouts: Arc<HashMap<ValueId, OutputLayout>>,
+    /// How each value is laid out inside its group.
+    specs: ValueSpecs,
 }
 
 struct Types<'a> {
     parts: &'a [StagePrograms],
     mesh: &'a tessera_sharding::Mesh,
+    specs: &'a ValueSpecs,
 }
 
 impl KeyTypes<Key> for Types<'_> {
@@ -149,7 +164,7 @@ impl KeyTypes<Key> for Types<'_> {
             .unwrap_or_default()
     }
     fn sharding(&self, key: &Key) -> Option<NamedSharding> {
-        let spec = key_spec(self.parts, *key, self.mesh);
+        let spec = self.specs.spec(self.parts, *key, self.mesh);
         NamedSharding::new(self.mesh, spec)
             .or_else(|_| NamedSharding::new(self.mesh, PartitionSpec::replicated()))
             .ok()
@@ -177,35 +192,16 @@ pub fn accumulator_output(key: &Key, outputs: &[Key]) -> Option<usize> {
         .map(|(_, i)| i)
 }
 
-/// How value `key` is laid out over a group's mesh: per-micro-batch values split along their
-/// leading dimension over every axis of the group (where the size divides), the rest replicated.
+/// How value `key` is laid out over a group's mesh by default ([`ValueSpecs::default`]):
+/// per-micro-batch values split along their leading dimension over every axis of the group
+/// (where the size divides), the rest replicated. A pipeline built with other specs asks
+/// [`ValueSpecs::spec`].
 pub fn key_spec(
     parts: &[StagePrograms],
     key: Key,
     group: &tessera_sharding::Mesh,
 ) -> PartitionSpec {
-    let per_micro_batch = matches!(
-        key,
-        Key::Data { .. }
-            | Key::Act { .. }
-            | Key::Cot { .. }
-            | Key::Resid { .. }
-            | Key::WResid { .. }
-    );
-    let axes: Vec<&str> = group
-        .abstract_mesh()
-        .axis_names()
-        .iter()
-        .map(String::as_str)
-        .collect();
-    let devices = group.device_ids().len() as i64;
-    let leading = key_aval(parts, key).and_then(|a| a.shape.first().copied());
-    match leading {
-        Some(n) if per_micro_batch && devices > 1 && n % devices == 0 => {
-            PartitionSpec::new(vec![tessera_sharding::DimSpec::from_axes(&axes)])
-        }
-        _ => PartitionSpec::replicated(),
-    }
+    ValueSpecs::default().spec(parts, key, group)
 }
 
 fn element_type(dtype: DType) -> Result<ElementType, DriverError> {
@@ -235,8 +231,9 @@ impl CompiledPipeline {
         Self::new_in(client, mesh, loss, params, schedule, microbatches, &options)
     }
 
-    /// Like [`CompiledPipeline::new`], with `options`: in a process of a multi-process job
-    /// (`options.processes`) only the groups that process runs are compiled and run, and before
+    /// Like [`CompiledPipeline::new`], with `options`: values laid out as `options.specs` says;
+    /// in a process of a multi-process job (`options.processes`) only the groups that process
+    /// runs are compiled and run, and before
     /// returning every process checks that all built the same plan ([`Processes::agree`]);
     /// every action is lowered and compiled for `options.partitioner`.
     pub fn new_in(
@@ -249,6 +246,7 @@ impl CompiledPipeline {
         options: &PipelineOptions,
     ) -> Result<Self, DriverError> {
         let processes = options.processes.clone();
+        let specs = options.specs.clone();
         let schedule_plan = schedule.plan(microbatches)?;
         tessera_schedule::validate(&schedule_plan).map_err(|e| {
             DriverError::Config(format!(
@@ -290,6 +288,7 @@ impl CompiledPipeline {
             }
             let compiled = compile_action(
                 &parts,
+                &options.specs,
                 &mut executor,
                 &schedule_plan,
                 sig,
@@ -308,7 +307,7 @@ impl CompiledPipeline {
         if let Some(e) = failure {
             return Err(e);
         }
-        let layouts = Arc::new(value_layouts(&parts, &built, mesh)?);
+        let layouts = Arc::new(value_layouts(&parts, &specs, &built, mesh)?);
         if let Some(p) = &processes {
             p.agree(crate::processes::fingerprint(&built.plan, &layouts))?;
         }
@@ -325,7 +324,13 @@ impl CompiledPipeline {
             schedule_plan,
             processes,
             layouts,
+            specs,
         })
+    }
+
+    /// How each value of the pipeline is laid out inside its group.
+    pub fn specs(&self) -> &ValueSpecs {
+        &self.specs
     }
 
     /// Whether this process runs `group`.
@@ -415,7 +420,9 @@ impl CompiledPipeline {
         groups
     }
 
-    /// Parameter `arg`'s value on `group` (which runs a stage reading it).
+    /// Parameter `arg`'s value on `group` (which runs a stage reading it), laid out by its
+    /// spec: an array on the group in another layout is resharded there; a tied weight's copy
+    /// on another group is moved shard by shard.
     fn param_on_group(
         &self,
         placed: &Placed,
@@ -423,18 +430,16 @@ impl CompiledPipeline {
         group: usize,
     ) -> Result<Option<DeviceArray>, DriverError> {
         let mesh = self.mesh.group(group)?;
+        let spec = self.specs.param(arg);
         let tied = self.groups_of_param(arg).len() > 1;
+        let onto = |a: &DeviceArray| crate::cross_group::onto_group(&self.client, a, mesh, &spec);
         match placed {
             Placed::Host(_) => Ok(None),
-            Placed::Device(a) if tied => {
-                Ok(Some(crate::cross_group::onto_group(&self.client, a, mesh)?))
-            }
-            Placed::Device(a) => Ok(Some(on_group(a, mesh, arg)?)),
+            Placed::Device(a) if tied => Ok(Some(onto(a)?)),
+            Placed::Device(a) => Ok(Some(on_group(&self.client, a, mesh, &spec, arg)?)),
             Placed::PerGroup(arrays) => match (arrays.get(&group), arrays.values().next()) {
-                (Some(a), _) => Ok(Some(on_group(a, mesh, arg)?)),
-                (None, Some(a)) if tied => {
-                    Ok(Some(crate::cross_group::onto_group(&self.client, a, mesh)?))
-                }
+                (Some(a), _) => Ok(Some(on_group(&self.client, a, mesh, &spec, arg)?)),
+                (None, Some(a)) if tied => Ok(Some(onto(a)?)),
                 _ => Err(DriverError::Config(format!(
                     "parameter argument {arg} lives on groups {:?}, but group {group} runs a \
                      stage that reads it; reshard it there or pass it from the host",
@@ -496,7 +501,7 @@ impl CompiledPipeline {
                     )));
                 }
             };
-            let sharding = NamedSharding::new(mesh, key_spec(&self.parts, key, mesh))?;
+            let sharding = NamedSharding::new(mesh, self.specs.spec(&self.parts, key, mesh))?;
             initial.push((
                 self.built.ids[&key],
                 group,
@@ -609,6 +614,7 @@ impl CompiledPipeline {
 /// a group.
 fn value_layouts(
     parts: &[StagePrograms],
+    specs: &ValueSpecs,
     built: &PipelinePlan<usize>,
     mesh: &MpmdMesh,
 ) -> Result<HashMap<ValueId, OutputLayout>, DriverError> {
@@ -624,17 +630,20 @@ fn value_layouts(
                 OutputLayout {
                     shape: aval.shape.clone(),
                     ty: element_type(aval.dtype)?,
-                    spec: key_spec(parts, key, lowering),
+                    spec: specs.spec(parts, key, lowering),
                 },
             ))
         })
         .collect()
 }
 
-/// A parameter already on device, checked to lie replicated on `group`'s devices.
+/// A parameter already on device, checked to lie on `group`'s devices, laid out by `spec`
+/// (resharded inside the group when its layout differs).
 fn on_group(
+    client: &Client,
     array: &DeviceArray,
     group: &tessera_sharding::Mesh,
+    spec: &PartitionSpec,
     arg: usize,
 ) -> Result<DeviceArray, DriverError> {
     let devices = array.sharding().device_set()?;
@@ -642,19 +651,20 @@ fn on_group(
     want.sort_unstable();
     let mut have = devices.clone();
     have.sort_unstable();
-    if have != want || array.sharding().spec().used_axes().next().is_some() {
+    if have != want {
         return Err(DriverError::Config(format!(
-            "parameter argument {arg} is on devices {devices:?} as {}, but its stage runs \
-             replicated on devices {:?}; pass it from the host or from this step's own results",
+            "parameter argument {arg} is on devices {devices:?} as {}, but its stage runs on \
+             devices {:?} (as {spec}); pass it from the host or from this step's own results",
             array.sharding().spec(),
             group.device_ids()
         )));
     }
-    Ok(array.clone())
+    crate::cross_group::onto_group(client, array, group, spec)
 }
 
 fn compile_action(
     parts: &[StagePrograms],
+    specs: &ValueSpecs,
     executor: &mut PjrtExecutor,
     plan: &tessera_schedule::Plan,
     sig: &crate::pipeline::ActionSignature,
@@ -672,6 +682,7 @@ fn compile_action(
     let types = Types {
         parts,
         mesh: lowering,
+        specs,
     };
     let module = action_module(sig, &types, group_size, partitioner, &part_body)?;
     let group = plan.placement.actor(sig.parts[0].task.stage).unwrap_or(0) as usize;
@@ -684,7 +695,7 @@ fn compile_action(
             Ok(OutputLayout {
                 shape: aval.shape.clone(),
                 ty: element_type(aval.dtype)?,
-                spec: key_spec(parts, k, lowering),
+                spec: specs.spec(parts, k, lowering),
             })
         })
         .collect::<Result<Vec<_>, DriverError>>()?;

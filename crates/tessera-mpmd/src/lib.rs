@@ -21,6 +21,7 @@ pub mod processes;
 mod reshard;
 pub mod runtime;
 mod sharding;
+pub mod specs;
 pub mod stage_graph;
 pub mod synthetic;
 
@@ -34,3 +35,4 @@ pub use reshard::{
     group_by_size_threshold, interleaved_order, mpmd_to_spmd_reshard, spmd_to_mpmd_reshard,
 };
 pub use sharding::{MpmdSharding, filter_axis};
+pub use specs::{SpecError, ValueSpecs};

@@ -47,6 +47,16 @@ pub enum NnError {
         /// What is wrong.
         problem: String,
     },
+    /// A parameter cannot be sharded as the parallel axes ask.
+    #[error("cannot shard parameter `{param}`: {problem}; {fix}")]
+    Parallel {
+        /// The parameter's path (`*` for every block).
+        param: String,
+        /// What does not fit.
+        problem: String,
+        /// How to fix it.
+        fix: String,
+    },
     /// Tracing or evaluating a program failed.
     #[error(transparent)]
     Ir(#[from] tessera_ir::IrError),

@@ -277,7 +277,10 @@ impl Attention {
         }
     }
 
-    /// Its parameters: `qkv` (`[d, 3d]`) and `out` (`[d, d]`).
+    /// Its parameters: `qkv` (`[d, 3d]`) and `out` (`[d, d]`). The columns of `qkv` are grouped
+    /// by head (head-major: head `i`'s query, key and value columns side by side, `[heads, 3,
+    /// d / heads]`), so splitting them evenly over a tensor-parallel axis gives each device
+    /// whole heads (Megatron's layout), and the rows of `out` follow the same heads.
     pub fn spec(&self) -> Tree<ParamSpec> {
         let (qkv, out) = self.projections();
         Tree::node([("qkv", qkv.spec()), ("out", out.spec())])
@@ -290,9 +293,9 @@ impl Attention {
         let (h, dh) = (self.heads, self.d / self.heads);
         let qkv = qkv_layer
             .apply(p.get("qkv")?, x)?
-            .reshape(&[b, t, 3, h, dh]);
+            .reshape(&[b, t, h, 3, dh]);
         let part = |i: i64| {
-            Tensor::slice_axis(&qkv, 2, i, i + 1)
+            Tensor::slice_axis(&qkv, 3, i, i + 1)
                 .reshape(&[b, t, h, dh])
                 .transpose(&[0, 2, 1, 3])
         };

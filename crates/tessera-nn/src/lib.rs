@@ -9,6 +9,8 @@
 //!   out, instead of positional argument lists.
 //! - [`DecoderConfig`]: GPT-2 style and Llama style decoders, their initial parameters and their
 //!   loss program, split into pipeline stages at the layer indices the caller names.
+//! - [`parallel`]: the decoders' parameter layouts for tensor parallelism (Megatron style) and
+//!   FSDP over a device group's mesh axes ([`DecoderConfig::param_specs`]).
 //! - [`optim`]: SGD with momentum and AdamW as traced updates, gradient clipping by global norm;
 //!   [`lr`]: learning-rate schedules (constant, linear warm-up then cosine).
 //! - [`data`]: byte-level data from any file, with a held-out split and batches that are a pure
@@ -28,6 +30,7 @@ mod init;
 pub mod layers;
 pub mod lr;
 pub mod optim;
+pub mod parallel;
 pub mod toy;
 mod tree;
 mod trees;
@@ -35,5 +38,6 @@ mod trees;
 pub use decoder::{DecoderConfig, DecoderKind, StagePlan};
 pub use error::{NnError, Result};
 pub use init::{Init, Rng};
+pub use parallel::{MeshAxis, ParallelAxes};
 pub use tree::Tree;
 pub use trees::{trace_trees, value_and_grad_tree};

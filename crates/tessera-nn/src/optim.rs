@@ -6,8 +6,11 @@
 //! gradients and the state, all as trees of the parameters' structure, and returns the new
 //! parameters and the new state.
 
+use std::collections::HashMap;
+
 use tessera_ir::trace::Tensor;
 use tessera_ir::{Array, DType, ShapedArray};
+use tessera_sharding::PartitionSpec;
 
 use crate::error::Result;
 use crate::tree::Tree;
@@ -28,6 +31,35 @@ pub trait Optimizer {
         grads: &Tree<Tensor>,
         state: &Tree<Tensor>,
     ) -> Result<(Tree<Tensor>, Tree<Tensor>)>;
+
+    /// The layout of the state for parameters of types `params` laid out by `specs` (e.g.
+    /// [`crate::DecoderConfig::param_specs`]): a state leaf that mirrors a parameter (its path
+    /// ends with the parameter's path and it has its type, as AdamW's `mu.<path>`) takes the
+    /// parameter's spec, so the update runs where the shards are; the rest (a step count) is
+    /// replicated.
+    fn state_specs(
+        &self,
+        params: &Tree<ShapedArray>,
+        specs: &Tree<PartitionSpec>,
+    ) -> Result<Tree<PartitionSpec>> {
+        params.check_same_structure(specs)?;
+        let by_path: HashMap<String, (&ShapedArray, &PartitionSpec)> = params
+            .paths()
+            .into_iter()
+            .zip(params.leaves().into_iter().zip(specs.leaves()))
+            .collect();
+        Ok(self.state_avals(params).map(&mut |path, aval| {
+            // The longest suffix of the path, after a dot, naming a parameter of this type.
+            let mut rest = path;
+            loop {
+                match (by_path.get(rest), rest.split_once('.')) {
+                    (Some((a, spec)), _) if *a == aval => return (*spec).clone(),
+                    (_, Some((_, tail))) => rest = tail,
+                    (_, None) => return PartitionSpec::replicated(),
+                }
+            }
+        }))
+    }
 }
 
 /// Zeros shaped like each leaf.

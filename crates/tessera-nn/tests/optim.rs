@@ -167,3 +167,29 @@ fn clipping_scales_to_the_global_norm() {
         close(&outs[1].to_vec(), &[12.0 * expected_scale]);
     }
 }
+
+#[test]
+fn optimizer_state_takes_the_specs_of_the_parameters_it_mirrors() {
+    use tessera_sharding::PartitionSpec;
+    let avals = params().map(&mut |_, a| a.aval());
+    let specs = Tree::node([
+        ("w", Tree::Leaf(PartitionSpec::parse("P('model')").unwrap())),
+        ("b", Tree::Leaf(PartitionSpec::replicated())),
+    ]);
+    let state = AdamW::default().state_specs(&avals, &specs).unwrap();
+    let printed: Vec<(String, String)> = state
+        .paths()
+        .into_iter()
+        .zip(state.leaves().iter().map(|s| s.to_string()))
+        .collect();
+    let spec = |path: &str| &printed.iter().find(|(p, _)| p == path).unwrap().1;
+    assert_eq!(spec("count"), "P()");
+    assert_eq!(spec("mu.w"), "P('model',)");
+    assert_eq!(spec("nu.w"), "P('model',)");
+    assert_eq!(spec("nu.b"), "P()");
+    let sgd = Sgd { momentum: 0.9 }.state_specs(&avals, &specs).unwrap();
+    assert_eq!(sgd.leaves()[0].to_string(), "P('model',)");
+    // Specs of another structure are refused.
+    let wrong = Tree::node([("w", Tree::Leaf(PartitionSpec::replicated()))]);
+    assert!(AdamW::default().state_specs(&avals, &wrong).is_err());
+}

@@ -1,5 +1,6 @@
 //! Donation in the update (JAX's `donate_argnums` for a step): each donated step argument must be
-//! read by exactly one update piece, running on a group, which returns a result of the same type;
+//! read by exactly one update piece, running on a group, which returns a result of the same type
+//! and layout;
 //! that piece's module aliases the argument to the result (`tf.aliasing_output`), so the update
 //! writes the new parameter into the old one's buffers.
 
@@ -7,11 +8,13 @@ use super::config;
 use super::update::{Piece, Place};
 use crate::driver::DriverError;
 
-/// For each piece, per input, the result it is donated to.
+/// For each piece, per input, the result it is donated to. `same_layout(i, k)`: whether update
+/// input `i` and step result `k` are laid out alike in their group (their buffers have one size).
 pub(super) fn aliases(
     pieces: &[Piece],
     donate: &[usize],
     num_args: usize,
+    same_layout: &dyn Fn(usize, usize) -> bool,
 ) -> Result<Vec<Vec<Option<usize>>>, DriverError> {
     let mut aliases: Vec<Vec<Option<usize>>> =
         pieces.iter().map(|p| vec![None; p.inputs.len()]).collect();
@@ -53,10 +56,15 @@ pub(super) fn aliases(
         let want = jaxpr.aval(jaxpr.invars[j]);
         let out_avals = jaxpr.out_avals();
         let output = (0..out_avals.len())
-            .find(|&o| !taken[p][o] && out_avals[o].shape == want.shape && out_avals[o].dtype == want.dtype)
+            .find(|&o| {
+                !taken[p][o]
+                    && out_avals[o].shape == want.shape
+                    && out_avals[o].dtype == want.dtype
+                    && same_layout(arg, piece.outputs[o])
+            })
             .ok_or_else(|| {
                 config(format!(
-                    "argument {arg} ({want}) is donated, but its update returns no result of its type left to reuse its buffers"
+                    "argument {arg} ({want}) is donated, but its update returns no result of its type and layout left to reuse its buffers"
                 ))
             })?;
         taken[p][output] = true;

@@ -6,6 +6,11 @@
 //! update runs where the parameters live; what reads no parameter (the mean loss) runs on the
 //! host interpreter.
 //!
+//! Arguments and results are laid out inside their groups as [`MpmdJitOptions::in_specs`] and
+//! `out_specs` say (`shardings.rs`): the pipeline's values by the parameters' and data's specs,
+//! the update pieces compiled with those in and out shardings, so parameters, gradients and
+//! optimizer state stay sharded on their group from step to step.
+//!
 //! What the loop may hold, for now: one `value_and_grad_call` whose results are the loop's
 //! results, combined by `Concat(0)` or `Add` for the loss and `Add` for the gradients; its
 //! parameters are loop invariants, its data the sliced arrays; the loop's operands are
@@ -15,26 +20,27 @@ mod analyze;
 mod args;
 mod donation;
 mod options;
+mod pieces;
+mod shardings;
 mod update;
 
 use std::collections::HashMap;
 
 use tessera_ir::prim::{ReduceOp, TreduceParams};
-use tessera_ir::{Array, ClosedJaxpr, ShapedArray};
-use tessera_pjrt::{Array as DeviceArray, Client, HostArray};
+use tessera_ir::{ClosedJaxpr, ShapedArray};
+use tessera_pjrt::{Client, HostArray};
 use tessera_schedule::ScheduleParams;
-use tessera_sharding::{NamedSharding, PartitionSpec};
-use tessera_stablehlo::{LowerOptions, Partitioner, lower_closed};
+use tessera_sharding::PartitionSpec;
 
-use crate::array::MpmdArray;
 use crate::driver::{CompiledPipeline, DriverError, PipelineOptions};
-use crate::host::{element_type, from_host, to_host};
+use crate::host::element_type;
 use crate::mesh::MpmdMesh;
-use crate::runtime::{OutputLayout, PjrtExecutor, RunOptions, Timings};
-use crate::sharding::MpmdSharding;
+use crate::runtime::{PjrtExecutor, RunOptions, Timings};
 use analyze::{LossInput, find_loop, read_body, update_program};
 pub use args::{MpmdStepRun, StepArg, StepResult};
 pub use options::MpmdJitOptions;
+use pieces::{PieceLayout, compile_piece, input_spec};
+use shardings::{StepShape, StepSpecs};
 use update::{Piece, Place};
 
 /// A compiled step.
@@ -55,6 +61,10 @@ pub struct MpmdJit {
     /// For each step result, the groups it lives on (those of the parameter it updates; empty:
     /// where its update runs).
     homes: Vec<Vec<usize>>,
+    /// The layouts of the step's arguments, results and pipeline values inside their groups.
+    specs: StepSpecs,
+    /// For each gradient the loop returns, the step argument of its parameter.
+    grad_args: Vec<usize>,
 }
 
 /// What one call returns besides the step's results.
@@ -116,6 +126,15 @@ impl MpmdJit {
                 p.ops
             )));
         }
+        let (in_avals, out_avals) = (jaxpr.in_avals(), jaxpr.out_avals());
+        let shape = StepShape {
+            in_avals: &in_avals,
+            out_avals: &out_avals,
+            loss_inputs: &loss_inputs,
+            axis: p.axis,
+        };
+        let specs = shardings::step_specs(options, &shape, mesh.lowering_mesh(), mesh.mpmd_axis())?;
+        let grad_args = shardings::grad_args(&loss_inputs, &argnums)?;
         let stages = crate::partition::partition(&loss, &argnums)?.len() as u32;
         let params = ScheduleParams {
             stages,
@@ -127,6 +146,7 @@ impl MpmdJit {
         let pipeline_options = PipelineOptions {
             processes: options.processes.clone(),
             partitioner,
+            specs: specs.values.clone(),
         };
         let mut pipeline = CompiledPipeline::new_in(
             client,
@@ -157,7 +177,6 @@ impl MpmdJit {
         place_of_input.extend(argnums.iter().map(|&a| group_of_arg(a)));
         // Result k updates step argument k when that is a parameter of the same type: it lives on
         // the groups of the stages reading that parameter.
-        let out_avals = jaxpr.out_avals();
         let homes: Vec<Vec<usize>> = (0..jaxpr.outvars.len())
             .map(|k| {
                 let same_type = jaxpr.in_avals().get(k) == out_avals.get(k);
@@ -175,16 +194,25 @@ impl MpmdJit {
         if options.processes.is_some() {
             refuse_cross_process(&split, &homes)?;
         }
-        let aliases = donation::aliases(&split, &options.donate_argnums, n_args)?;
+        let input_spec = |i: usize| input_spec(&specs, &grad_args, n_args, i);
+        let same_layout = |i: usize, k: usize| input_spec(i) == specs.outs[k];
+        let aliases = donation::aliases(&split, &options.donate_argnums, n_args, &same_layout)?;
         for (piece, aliased) in split.into_iter().zip(aliases) {
             let compiled = match piece.place {
                 Place::Group(g) if pipeline.is_local(g) => {
-                    let target = PieceTarget {
-                        mesh,
-                        group: g,
+                    let in_specs: Vec<_> = piece.inputs.iter().map(|&i| input_spec(i)).collect();
+                    let out_specs: Vec<_> = piece
+                        .outputs
+                        .iter()
+                        .map(|&k| specs.outs[k].clone())
+                        .collect();
+                    let layout = PieceLayout {
+                        ins: &in_specs,
+                        outs: &out_specs,
+                        aliased,
                         partitioner,
                     };
-                    Some(compile_piece(&mut updates, target, &piece, aliased)?)
+                    Some(compile_piece(&mut updates, mesh, &piece, g, layout)?)
                 }
                 // Another process compiles and runs it.
                 Place::Group(_) => None,
@@ -200,14 +228,26 @@ impl MpmdJit {
             axis: p.axis,
             length,
             loss_op,
-            in_avals: jaxpr.in_avals(),
+            in_avals,
             num_outputs: jaxpr.outvars.len(),
             num_args: n_args,
             updates,
             pieces,
             donated: options.donate_argnums.clone(),
             homes,
+            specs,
+            grad_args,
         })
+    }
+
+    /// The spec of each step argument inside its group.
+    pub fn in_specs(&self) -> &[PartitionSpec] {
+        &self.specs.args
+    }
+
+    /// The spec of each step result inside its group.
+    pub fn out_specs(&self) -> &[PartitionSpec] {
+        &self.specs.outs
     }
 
     /// The pipeline that runs the loop.
@@ -255,7 +295,7 @@ impl MpmdJit {
 
     /// Runs the step. Arguments may be host arrays or arrays already on the MPMD groups (a
     /// parameter on the group of its stage, e.g. this step's own result from the last call);
-    /// results computed on a group stay there as [`MpmdArray`]s, the others come back to the
+    /// results computed on a group stay there as [`crate::MpmdArray`]s, the others come back to the
     /// host. Micro-batch data must be host arrays.
     pub fn call_mpmd(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
         if let Some(&a) = self
@@ -342,22 +382,6 @@ impl MpmdJit {
         })
     }
 
-    /// The results of a piece another process runs on its group `group`: arrays that are not
-    /// addressable here.
-    fn elsewhere(&self, piece: &Piece, group: usize) -> Result<Vec<StepResult>, DriverError> {
-        let sharding = MpmdSharding::new(&self.mesh, [group], &PartitionSpec::replicated())?;
-        piece
-            .program
-            .jaxpr
-            .out_avals()
-            .iter()
-            .map(|a| {
-                let remote = MpmdArray::remote(&a.shape, element_type(a.dtype), sharding.clone());
-                Ok(StepResult::Mpmd(Box::new(remote)))
-            })
-            .collect()
-    }
-
     fn check_args(&self, args: &[StepArg]) -> Result<(), DriverError> {
         if args.len() != self.in_avals.len() {
             return Err(config(format!(
@@ -391,112 +415,6 @@ impl MpmdJit {
         };
         Ok(host?)
     }
-
-    fn run_on_group(
-        &self,
-        piece: &Piece,
-        index: usize,
-        group: usize,
-        args: &[StepArg],
-        losses: &HostArray,
-        grads: &[Option<DeviceArray>],
-    ) -> Result<Vec<MpmdArray>, DriverError> {
-        let mesh = self.mesh.group(group)?;
-        let replicated = NamedSharding::new(mesh, PartitionSpec::replicated())?;
-        let inputs = piece
-            .inputs
-            .iter()
-            .map(|&i| {
-                // An update mixing groups reads other groups' values: copied here.
-                let onto = |a: &DeviceArray| crate::cross_group::onto_group(&self.client, a, mesh);
-                if i < self.num_args {
-                    match &args[i] {
-                        StepArg::Host(h) => {
-                            Ok(DeviceArray::device_put(&self.client, h, &replicated)?)
-                        }
-                        StepArg::Mpmd(m) => {
-                            let arrays = m.to_mpmd_local_arrays()?;
-                            match arrays.get(&group).or(arrays.values().next()) {
-                                Some(a) => onto(a),
-                                None => Err(config(format!("argument {i} holds no array"))),
-                            }
-                        }
-                    }
-                } else if i == self.num_args {
-                    Ok(DeviceArray::device_put(&self.client, losses, &replicated)?)
-                } else {
-                    onto(&grad(grads, i - self.num_args - 1)?)
-                }
-            })
-            .collect::<Result<Vec<_>, DriverError>>()?;
-        let refs: Vec<&DeviceArray> = inputs.iter().collect();
-        let outs = self
-            .updates
-            .execute(index, &refs)
-            .map_err(|e| config(e.to_string()))?;
-        // Each result goes to the groups of the parameter it updates (all of them for a tied
-        // weight), the others stay here.
-        outs.into_iter()
-            .zip(&piece.outputs)
-            .map(|(o, &k)| {
-                let homes = match self.homes.get(k) {
-                    Some(h) if !h.is_empty() => h.clone(),
-                    _ => vec![group],
-                };
-                let arrays = homes
-                    .iter()
-                    .map(|&h| match h == group {
-                        true => Ok(o.clone()),
-                        false => {
-                            let mesh = self.mesh.group(h)?;
-                            crate::cross_group::onto_group(&self.client, &o, mesh)
-                        }
-                    })
-                    .collect::<Result<Vec<_>, DriverError>>()?;
-                let sharding = MpmdSharding::new(&self.mesh, homes, &PartitionSpec::replicated())?;
-                Ok(MpmdArray::new(arrays, sharding)?)
-            })
-            .collect()
-    }
-
-    fn run_on_host(
-        &self,
-        piece: &Piece,
-        args: &[StepArg],
-        losses: &HostArray,
-        grads: &[Option<DeviceArray>],
-    ) -> Result<Vec<HostArray>, DriverError> {
-        let avals = piece.program.jaxpr.in_avals();
-        let inputs = piece
-            .inputs
-            .iter()
-            .zip(&avals)
-            .map(|(&i, aval)| {
-                let host = if i < self.num_args {
-                    args[i].to_host()?
-                } else if i == self.num_args {
-                    losses.clone()
-                } else {
-                    grad(grads, i - self.num_args - 1)?.to_host()?
-                };
-                from_host(&host, aval.dtype).map_err(|e| config(e.0))
-            })
-            .collect::<Result<Vec<Array>, DriverError>>()?;
-        let outs = tessera_ir::interp::eval_closed(&piece.program, &inputs)
-            .map_err(|e| config(e.to_string()))?;
-        outs.iter()
-            .map(|o| to_host(o).map_err(|e| config(e.0)))
-            .collect()
-    }
-}
-
-/// Gradient `k` of a step, which must be held by this process.
-fn grad(grads: &[Option<DeviceArray>], k: usize) -> Result<DeviceArray, DriverError> {
-    grads.get(k).cloned().flatten().ok_or_else(|| {
-        config(format!(
-            "gradient {k} is held by another process; only code on its group can read it"
-        ))
-    })
 }
 
 /// Under several processes, values cross groups only through the pipeline's transport: a tied
@@ -518,50 +436,6 @@ fn refuse_cross_process(pieces: &[Piece], homes: &[Vec<usize>]) -> Result<(), Dr
         )));
     }
     Ok(())
-}
-
-/// Where an update piece is compiled: a group of the mesh, for a partitioner.
-#[derive(Clone, Copy)]
-struct PieceTarget<'a> {
-    mesh: &'a MpmdMesh,
-    group: usize,
-    partitioner: Partitioner,
-}
-
-fn compile_piece(
-    executor: &mut PjrtExecutor,
-    target: PieceTarget<'_>,
-    piece: &Piece,
-    aliased_outputs: Vec<Option<usize>>,
-) -> Result<usize, DriverError> {
-    let PieceTarget {
-        mesh,
-        group,
-        partitioner,
-    } = target;
-    let lowering = mesh.lowering_mesh();
-    let devices = mesh.group(group)?.device_ids().len();
-    let jaxpr = &piece.program.jaxpr;
-    let replicated = NamedSharding::new(lowering, PartitionSpec::replicated())
-        .map_err(|e| config(e.to_string()))?;
-    let options = LowerOptions {
-        num_partitions: devices,
-        arg_shardings: vec![Some(replicated.clone()); jaxpr.invars.len()],
-        result_shardings: vec![Some(replicated); jaxpr.outvars.len()],
-        aliased_outputs,
-        partitioner,
-    };
-    let module = lower_closed(&piece.program, &options)?;
-    let layouts = jaxpr
-        .out_avals()
-        .iter()
-        .map(|a| OutputLayout {
-            shape: a.shape.clone(),
-            ty: element_type(a.dtype),
-            spec: PartitionSpec::replicated(),
-        })
-        .collect();
-    Ok(executor.compile(&module, group, layouts)?)
 }
 
 /// Micro-batch `mb` of `x` along `axis`, without that dimension.

@@ -8,12 +8,20 @@
 //!
 //! `timeout` bounds every wait of a step's pipeline (see [`crate::runtime::RunOptions`]);
 //! `partitioner` picks XLA's Shardy or GSPMD for every program of the step.
+//!
+//! `in_specs` and `out_specs` lay the step's arguments and results out inside their groups
+//! (JAX's `in_shardings`/`out_shardings` over a group's mesh; the group is the one whose stage
+//! reads the argument): a parameter's spec is also its gradient's, its accumulators' and, by
+//! default, the spec of the result that replaces it; micro-batch data's spec (after the
+//! micro-batch axis) says which axes split the rows, and every activation splits its leading
+//! dimension over the same axes.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tessera_schedule::{Registry, Schedule, ScheduleParams};
+use tessera_sharding::PartitionSpec;
 use tessera_stablehlo::Partitioner;
 
 use super::config;
@@ -43,6 +51,16 @@ pub struct MpmdJitOptions {
     /// The partitioner every program of the step is lowered and compiled for; `None`:
     /// [`Partitioner::default`] (`TESSERA_PARTITIONER`, else the built-in one).
     pub partitioner: Option<Partitioner>,
+    /// The spec of step argument `i` inside its group (`None`, or past the end: replicated for
+    /// parameters and other arguments, the rows of micro-batch data split over every axis of
+    /// the group). It may name only a group's own axes (never the MPMD axis), and their sizes
+    /// must divide the dimensions they split; micro-batch data leaves its micro-batch axis
+    /// `None`. Optimizer state takes its parameter's spec.
+    pub in_specs: Vec<Option<PartitionSpec>>,
+    /// The spec of step result `k` inside its group (`None`, or past the end: the spec of step
+    /// argument `k` when the result has its type, the carried-state convention of a training
+    /// step, else replicated).
+    pub out_specs: Vec<Option<PartitionSpec>>,
 }
 
 impl fmt::Debug for MpmdJitOptions {
@@ -57,6 +75,8 @@ impl fmt::Debug for MpmdJitOptions {
                 "processes",
                 &self.processes.as_ref().map(|p| p.local_groups()),
             )
+            .field("in_specs", &self.in_specs)
+            .field("out_specs", &self.out_specs)
             .finish()
     }
 }

@@ -73,20 +73,21 @@ pub fn is_root(job: Option<&MpiJob>) -> bool {
     job.is_none_or(|j| j.rank() == 0)
 }
 
-/// The client and the MPMD mesh (axes `stage` × `data`) of this process: all `devices` in one
-/// process; in a job of `mpmd_dim` ranks, `devices / mpmd_dim` of them, the rank's group.
+/// The client and the MPMD mesh (the whole mesh `shape`, split along `mpmd_axis`) of this
+/// process: all devices in one process; in a job of one rank per group, the rank's group's.
 pub fn open(
     job: Option<&MpiJob>,
     plugin: Option<&str>,
-    devices: u32,
-    mpmd_dim: u32,
+    shape: &Mesh,
+    mpmd_axis: &str,
 ) -> anyhow::Result<(Client, MpmdMesh)> {
-    let group = devices / mpmd_dim;
-    let shape = Mesh::auto(&[("stage", i64::from(mpmd_dim)), ("data", i64::from(group))])?;
+    let devices = shape.device_ids().len() as u32;
+    let mpmd_dim = shape.abstract_mesh().axis_size(mpmd_axis).unwrap_or(1) as u32;
+    let group = devices / mpmd_dim.max(1);
     let (client, mesh, wanted) = match job {
         None => {
             let client = Client::open(plugin, i64::from(devices))?;
-            (client, MpmdMesh::new(shape, "stage")?, devices)
+            (client, MpmdMesh::new(shape.clone(), mpmd_axis)?, devices)
         }
         Some(job) => {
             if job.size() != mpmd_dim as usize {
@@ -95,8 +96,13 @@ pub fn open(
                     job.size()
                 );
             }
+            if shape.abstract_mesh().axis_index(mpmd_axis) != Some(0) {
+                bail!(
+                    "under MPI the MPMD axis '{mpmd_axis}' must be the first axis of --mesh (each rank's group is then a block of consecutive devices); move it to the front"
+                );
+            }
             let client = Client::open(plugin, i64::from(group))?;
-            let mesh = MpmdMesh::for_process(&shape, "stage", job.rank())?;
+            let mesh = MpmdMesh::for_process(shape, mpmd_axis, job.rank())?;
             (client, mesh, group)
         }
     };

@@ -43,6 +43,19 @@ pub struct Args {
     /// MPMD groups (defaults to the number of stages).
     #[arg(long)]
     pub mpmd_dim: Option<u32>,
+    /// The whole device mesh, e.g. `stage=2,data=2,model=2`: the MPMD axis (--mpmd-axis) makes
+    /// the groups; inside a group `data` splits each micro-batch's rows (data parallelism; FSDP
+    /// with --fsdp) and `model` splits the decoders' layers Megatron style (tensor parallelism).
+    /// Default: `stage=G,data=--devices/G`.
+    #[arg(long, value_name = "AXES")]
+    pub mesh: Option<String>,
+    /// The axis of --mesh whose positions are the MPMD groups (pipeline stages run on them).
+    #[arg(long, default_value = "stage", value_name = "AXIS")]
+    pub mpmd_axis: String,
+    /// Also shard every decoder parameter over the `data` axis (fully sharded data parallelism):
+    /// each parameter's first dimension that tensor parallelism leaves whole and `data` divides.
+    #[arg(long)]
+    pub fsdp: bool,
     /// Microbatches per step.
     #[arg(long, default_value_t = 8)]
     pub microbatches: u32,

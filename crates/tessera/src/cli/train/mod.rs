@@ -5,18 +5,24 @@
 //! - [`model`]: the model library's decoders (or the toy MLP) with stage markers, and their data.
 //! - [`step`]: the training step as one traced program (a `treduce` over micro-batches of
 //!   `value_and_grad_call(loss)`, then the optimizer), and the unpipelined reference.
+//! - [`layout`]: the device mesh (`--mesh`, `--mpmd-axis`) and the step arguments' specs
+//!   (tensor parallelism, `--fsdp`); [`reference`]: the unpipelined step each step is checked
+//!   against.
 //! - [`checkpoints`]: saving and resuming; [`progress`]: the progress bar; [`report`]: the
 //!   figures printed at the end.
 //!
 //! `mpmd_jit` partitions the step into stage programs, compiles every action of the schedule for
 //! its group and runs the update on the groups that hold the parameters, which stay there from
-//! step to step. The reference is the same step unpipelined under `jit` on one device.
+//! step to step. The reference is the same step unpipelined under `jit`: on one device, or, with
+//! sharded layouts, with the same shardings on one group-shaped mesh.
 
 mod args;
 mod checkpoints;
 mod config;
+mod layout;
 mod model;
 mod progress;
+mod reference;
 pub(super) mod report;
 mod step;
 
@@ -140,8 +146,10 @@ fn run_in(
     plugin: Option<&str>,
     job: Option<&tessera_mpmd::mpi_job::MpiJob>,
 ) -> anyhow::Result<ExitCode> {
-    let mpmd_dim = args.mpmd_dim.unwrap_or(args.stages);
+    let layout = layout::Layout::choose(&args)?;
+    let mpmd_dim = layout.mpmd_dim();
     check_args(&args, mpmd_dim)?;
+    layout.check_rows(args.batch / args.microbatches)?;
     if job.is_some() && (args.checkpoint_dir.is_some() || args.resume.is_some()) {
         bail!(
             "checkpoints (--checkpoint-dir, --resume) are not supported under MPI yet: each rank \
@@ -178,8 +186,12 @@ fn run_in(
         args.clip_grad_norm,
         &step::stack(&model, &model.batches(0)?)?,
     )?;
+    let program = &training.program;
+    let n_carried = model.init.len() + training.state_avals.len();
+    let data_args = program.jaxpr.invars.len() - n_carried - 1;
+    let in_specs = layout.step_specs(&choice, &model.param_avals, opt.as_ref(), data_args)?;
     let (start, carried) = starting_point(&args, &model, &training, &description)?;
-    let (client, mesh) = super::mpi::open(job, plugin, args.devices, mpmd_dim)?;
+    let (client, mesh) = super::mpi::open(job, plugin, &layout.shape, &layout.mpmd_axis)?;
     let root = super::mpi::is_root(job);
     let lr = args.lr.unwrap_or(match choice {
         config::ModelChoice::Mlp => 0.2,
@@ -189,15 +201,24 @@ fn run_in(
     let options = tessera_mpmd::MpmdJitOptions {
         donate_argnums: (0..model.init.len()).collect(),
         processes: super::mpi::processes(job, &client, &mesh)?,
+        in_specs,
         ..tessera_mpmd::MpmdJitOptions::default()
     };
-    let program = &training.program;
     let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
     // The reference and the eval loss run on rank 0 (the only rank in one process); under MPI
     // the other groups' parameters are on other ranks, so there is no eval loss yet.
-    let reference_exe = match args.no_reference || !root {
-        true => None,
-        false => Some(tessera::jit::compile(&client, program, 0)?),
+    let mut reference = match (args.no_reference || !root, layout.explicit) {
+        (true, _) => None,
+        (false, false) => Some(reference::Reference::one_device(
+            &client, program, &carried,
+        )?),
+        (false, true) => Some(reference::Reference::sharded(
+            &client,
+            program,
+            mesh.lowering_mesh(),
+            (jit.in_specs(), jit.out_specs()),
+            &carried,
+        )?),
     };
     let eval_exe = match (&model.eval_loss, args.eval_every, job) {
         (Some(loss), every, None) if every > 0 => Some(tessera::jit::compile(&client, loss, 0)?),
@@ -221,7 +242,6 @@ fn run_in(
         .iter()
         .map(|a| Ok(StepArg::Host(to_host(a)?)))
         .collect::<anyhow::Result<_>>()?;
-    let mut reference = carried.clone();
     let mut log = RunLog::default();
     let mut progress = Progress::new(start + 1, last, root);
     for step_index in start..stop {
@@ -256,11 +276,9 @@ fn run_in(
         log.steps.push(step_number);
         log.losses.push(loss);
         log.step_ms.push(seconds * 1000.0);
-        if let Some(exe) = &reference_exe {
-            let args_now = step::step_args(&reference, lr, &data)?;
-            let (ref_loss, next) = step::reference_step(&client, exe, program, &args_now)?;
+        if let Some(reference) = &mut reference {
+            let ref_loss = reference.step(&client, program, lr, &data)?;
             log.reference_losses.push(ref_loss);
-            reference = next;
         }
         progress.step(loss, tokens_per_step as f64 / seconds);
         if !args.json && root {
@@ -306,6 +324,13 @@ fn run_in(
         weights = outputs.into_iter().map(StepResult::into_arg).collect();
     }
     progress.finish();
+    if job.is_none() {
+        let n = model.init.len();
+        log.parameter_bytes = Some(report::parameter_bytes(
+            &weights[..n.min(weights.len())],
+            &mesh,
+        )?);
+    }
     if let Some(job) = job {
         let timings = log.timings.as_ref().context("no steps were run")?;
         let finish = super::mpi::Finish {
@@ -369,6 +394,8 @@ struct RunLog {
     per_step: Vec<(f64, f64)>,
     checkpoints: Vec<PathBuf>,
     timings: Option<tessera_mpmd::runtime::Timings>,
+    /// The parameters' bytes per group and device after the last step.
+    parameter_bytes: Option<serde_json::Value>,
 }
 
 /// Prints the run's figures, writes the loss curve, and gives the exit status: success when
@@ -413,7 +440,7 @@ fn finish(
             .map(|(a, b)| (a - b).abs() / b.abs().max(1e-12))
             .fold(0.0, f64::max)
     });
-    let summary = serde_json::json!({
+    let mut summary = serde_json::json!({
         "model": name,
         "schedule": args.schedule,
         "stages": args.stages,
@@ -442,6 +469,13 @@ fn finish(
         "plot": plot,
         "memory": figures.memory,
     });
+    if let (Some(serde_json::Value::Object(bytes)), Some(fields)) =
+        (&log.parameter_bytes, summary.as_object_mut())
+    {
+        fields.extend(bytes.clone());
+        fields.insert("mesh".into(), args.mesh.clone().into());
+        fields.insert("fsdp".into(), args.fsdp.into());
+    }
     if args.json {
         println!("{summary}");
     } else {

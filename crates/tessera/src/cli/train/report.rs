@@ -162,3 +162,59 @@ pub fn throughput(
         mfu,
     }
 }
+
+/// The parameters' bytes, as the JSON summary reports them: `parameter_bytes` (the whole
+/// model), `parameter_bytes_per_group` (what each group's stages hold), and per device (by id)
+/// what its buffers hold (`parameter_bytes_per_device`, measured) and what the parameters'
+/// specs give it (`parameter_bytes_per_device_expected`: each parameter's bytes over its
+/// sharding factor); `parameter_sharding_factor` is each group's bytes over its fullest
+/// device's.
+pub fn parameter_bytes(
+    params: &[tessera_mpmd::StepArg],
+    mesh: &tessera_mpmd::MpmdMesh,
+) -> anyhow::Result<serde_json::Value> {
+    let (devices, groups) = (mesh.mesh().device_ids().len(), mesh.mpmd_dim());
+    let (mut measured, mut expected) = (vec![0u64; devices], vec![0u64; devices]);
+    let mut per_group = vec![0u64; groups];
+    let mut total = 0u64;
+    for param in params {
+        let (dims, ty) = match param {
+            tessera_mpmd::StepArg::Host(h) => (h.dims().to_vec(), h.element_type()),
+            tessera_mpmd::StepArg::Mpmd(m) => (m.shape().to_vec(), m.dtype()),
+        };
+        let bytes = dims.iter().product::<i64>() as u64 * ty.size_in_bytes() as u64;
+        total += bytes;
+        let tessera_mpmd::StepArg::Mpmd(m) = param else {
+            continue;
+        };
+        for (&group, array) in m.to_mpmd_local_arrays()? {
+            if let Some(g) = per_group.get_mut(group) {
+                *g += bytes;
+            }
+            let shard = array.shard_bytes()? as u64;
+            for s in array.addressable_shards()? {
+                let d = usize::try_from(s.device)?;
+                if d < devices {
+                    measured[d] += s.buffer.on_device_size()?;
+                    expected[d] += shard;
+                }
+            }
+        }
+    }
+    let mut fullest = vec![0u64; groups];
+    for (d, &bytes) in measured.iter().enumerate() {
+        if let Some(g) = mesh.group_of_device(d as i64) {
+            fullest[g] = fullest[g].max(bytes);
+        }
+    }
+    let factor: Vec<f64> = (0..groups)
+        .map(|g| per_group[g] as f64 / fullest[g].max(1) as f64)
+        .collect();
+    Ok(serde_json::json!({
+        "parameter_bytes": total,
+        "parameter_bytes_per_group": per_group,
+        "parameter_bytes_per_device": measured,
+        "parameter_bytes_per_device_expected": expected,
+        "parameter_sharding_factor": factor,
+    }))
+}

@@ -1,0 +1,218 @@
+//! Running the update pieces of a step (the code after its `treduce`): compiled for their
+//! group with the step's in and out shardings (`compile_piece`), run on that group with their
+//! inputs moved or resharded onto the layouts they were compiled for (`run_on_group`), results
+//! sent to every group of the parameter they update; on the host interpreter when they read no
+//! group's value (`run_on_host`); or, under MPI, left as remote arrays of another process's
+//! group (`elsewhere`).
+
+use tessera_ir::{Array, ShapedArray};
+use tessera_pjrt::{Array as DeviceArray, HostArray};
+use tessera_sharding::{NamedSharding, PartitionSpec};
+use tessera_stablehlo::{LowerOptions, Partitioner, lower_closed};
+
+use super::shardings::{StepSpecs, checked_sharding};
+use super::update::Piece;
+use super::{MpmdJit, StepArg, StepResult, config};
+use crate::array::MpmdArray;
+use crate::driver::DriverError;
+use crate::host::{element_type, from_host, to_host};
+use crate::mesh::MpmdMesh;
+use crate::runtime::{OutputLayout, PjrtExecutor};
+use crate::sharding::MpmdSharding;
+
+impl MpmdJit {
+    /// The results of a piece another process runs on its group `group`: arrays that are not
+    /// addressable here.
+    pub(super) fn elsewhere(
+        &self,
+        piece: &Piece,
+        group: usize,
+    ) -> Result<Vec<StepResult>, DriverError> {
+        piece
+            .program
+            .jaxpr
+            .out_avals()
+            .iter()
+            .zip(&piece.outputs)
+            .map(|(a, &k)| {
+                let sharding = MpmdSharding::new(&self.mesh, [group], &self.specs.outs[k])?;
+                let remote = MpmdArray::remote(&a.shape, element_type(a.dtype), sharding);
+                Ok(StepResult::Mpmd(Box::new(remote)))
+            })
+            .collect()
+    }
+
+    pub(super) fn run_on_group(
+        &self,
+        piece: &Piece,
+        index: usize,
+        group: usize,
+        args: &[StepArg],
+        losses: &HostArray,
+        grads: &[Option<DeviceArray>],
+    ) -> Result<Vec<MpmdArray>, DriverError> {
+        let mesh = self.mesh.group(group)?;
+        let inputs = piece
+            .inputs
+            .iter()
+            .map(|&i| {
+                let spec = input_spec(&self.specs, &self.grad_args, self.num_args, i);
+                // An update mixing groups reads other groups' values: moved here.
+                let onto =
+                    |a: &DeviceArray| crate::cross_group::onto_group(&self.client, a, mesh, &spec);
+                let put = |h: &HostArray| -> Result<DeviceArray, DriverError> {
+                    let sharding = NamedSharding::new(mesh, spec.clone())?;
+                    Ok(DeviceArray::device_put(&self.client, h, &sharding)?)
+                };
+                if i < self.num_args {
+                    match &args[i] {
+                        StepArg::Host(h) => put(h),
+                        StepArg::Mpmd(m) => {
+                            let arrays = m.to_mpmd_local_arrays()?;
+                            match arrays.get(&group).or(arrays.values().next()) {
+                                Some(a) => onto(a),
+                                None => Err(config(format!("argument {i} holds no array"))),
+                            }
+                        }
+                    }
+                } else if i == self.num_args {
+                    put(losses)
+                } else {
+                    onto(&grad(grads, i - self.num_args - 1)?)
+                }
+            })
+            .collect::<Result<Vec<_>, DriverError>>()?;
+        let refs: Vec<&DeviceArray> = inputs.iter().collect();
+        let outs = self
+            .updates
+            .execute(index, &refs)
+            .map_err(|e| config(e.to_string()))?;
+        // Each result goes to the groups of the parameter it updates (all of them for a tied
+        // weight), the others stay here.
+        outs.into_iter()
+            .zip(&piece.outputs)
+            .map(|(o, &k)| {
+                let homes = match self.homes.get(k) {
+                    Some(h) if !h.is_empty() => h.clone(),
+                    _ => vec![group],
+                };
+                let spec = &self.specs.outs[k];
+                let arrays = homes
+                    .iter()
+                    .map(|&h| match h == group {
+                        true => Ok(o.clone()),
+                        false => {
+                            let mesh = self.mesh.group(h)?;
+                            crate::cross_group::onto_group(&self.client, &o, mesh, spec)
+                        }
+                    })
+                    .collect::<Result<Vec<_>, DriverError>>()?;
+                let sharding = MpmdSharding::new(&self.mesh, homes, spec)?;
+                Ok(MpmdArray::new(arrays, sharding)?)
+            })
+            .collect()
+    }
+
+    pub(super) fn run_on_host(
+        &self,
+        piece: &Piece,
+        args: &[StepArg],
+        losses: &HostArray,
+        grads: &[Option<DeviceArray>],
+    ) -> Result<Vec<HostArray>, DriverError> {
+        let avals = piece.program.jaxpr.in_avals();
+        let inputs = piece
+            .inputs
+            .iter()
+            .zip(&avals)
+            .map(|(&i, aval)| {
+                let host = if i < self.num_args {
+                    args[i].to_host()?
+                } else if i == self.num_args {
+                    losses.clone()
+                } else {
+                    grad(grads, i - self.num_args - 1)?.to_host()?
+                };
+                from_host(&host, aval.dtype).map_err(|e| config(e.0))
+            })
+            .collect::<Result<Vec<Array>, DriverError>>()?;
+        let outs = tessera_ir::interp::eval_closed(&piece.program, &inputs)
+            .map_err(|e| config(e.to_string()))?;
+        outs.iter()
+            .map(|o| to_host(o).map_err(|e| config(e.0)))
+            .collect()
+    }
+}
+
+/// Gradient `k` of a step, which must be held by this process.
+pub(super) fn grad(grads: &[Option<DeviceArray>], k: usize) -> Result<DeviceArray, DriverError> {
+    grads.get(k).cloned().flatten().ok_or_else(|| {
+        config(format!(
+            "gradient {k} is held by another process; only code on its group can read it"
+        ))
+    })
+}
+
+/// The spec of update input `i`: a step argument's, the losses' (replicated), or a gradient's
+/// (its parameter's).
+pub(super) fn input_spec(
+    specs: &StepSpecs,
+    grad_args: &[usize],
+    num_args: usize,
+    i: usize,
+) -> PartitionSpec {
+    match i.cmp(&num_args) {
+        std::cmp::Ordering::Less => specs.args[i].clone(),
+        std::cmp::Ordering::Equal => PartitionSpec::replicated(),
+        std::cmp::Ordering::Greater => grad_args
+            .get(i - num_args - 1)
+            .map(|&a| specs.args[a].clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// How an update piece's inputs and results are laid out, which inputs it donates, and the
+/// partitioner it is compiled for.
+pub(super) struct PieceLayout<'a> {
+    pub ins: &'a [PartitionSpec],
+    pub outs: &'a [PartitionSpec],
+    pub aliased: Vec<Option<usize>>,
+    pub partitioner: Partitioner,
+}
+
+pub(super) fn compile_piece(
+    executor: &mut PjrtExecutor,
+    mesh: &MpmdMesh,
+    piece: &Piece,
+    group: usize,
+    layout: PieceLayout<'_>,
+) -> Result<usize, DriverError> {
+    let group_mesh = mesh.group(group)?;
+    let jaxpr = &piece.program.jaxpr;
+    let (in_avals, out_avals) = (jaxpr.in_avals(), jaxpr.out_avals());
+    let shardings = |avals: &[ShapedArray], specs: &[PartitionSpec]| {
+        avals
+            .iter()
+            .zip(specs)
+            .map(|(a, s)| checked_sharding(group_mesh, s, a.rank()).map(Some))
+            .collect::<Result<Vec<_>, DriverError>>()
+    };
+    let options = LowerOptions {
+        num_partitions: group_mesh.device_ids().len(),
+        arg_shardings: shardings(&in_avals, layout.ins)?,
+        result_shardings: shardings(&out_avals, layout.outs)?,
+        aliased_outputs: layout.aliased,
+        partitioner: layout.partitioner,
+    };
+    let module = lower_closed(&piece.program, &options)?;
+    let layouts = out_avals
+        .iter()
+        .zip(layout.outs)
+        .map(|(a, spec)| OutputLayout {
+            shape: a.shape.clone(),
+            ty: element_type(a.dtype),
+            spec: spec.clone(),
+        })
+        .collect();
+    Ok(executor.compile(&module, group, layouts)?)
+}

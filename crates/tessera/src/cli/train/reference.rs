@@ -1,0 +1,113 @@
+//! The unpipelined reference every pipelined step is checked against: the same step program
+//! under `jit`, its micro-batch loop a `while` loop. A run with replicated parameters runs it
+//! on one device; a run with explicit layouts (`--mesh`, `--fsdp`) runs the same sharded step on
+//! one group-shaped mesh (the `data` × `model` mesh of group 0's devices), with the pipelined
+//! step's argument and result specs as its in and out shardings, so XLA partitions both alike.
+
+use anyhow::Context;
+use tessera::jit::{Compiled, Jit, to_host};
+use tessera_ir::{Array, ClosedJaxpr, DType};
+use tessera_pjrt::{Array as DeviceArray, Client, LoadedExecutable};
+use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
+
+use super::step;
+
+/// The reference step and the values it carries from step to step.
+pub enum Reference {
+    /// On one device, carrying host arrays.
+    OneDevice {
+        /// The compiled step.
+        exe: LoadedExecutable,
+        /// Parameters and optimizer state.
+        carried: Vec<Array>,
+    },
+    /// Sharded over a group-shaped mesh, carrying device arrays.
+    Sharded {
+        /// The compiled step.
+        compiled: Box<Compiled>,
+        /// Each argument's sharding.
+        shardings: Vec<NamedSharding>,
+        /// Parameters and optimizer state, laid out by their shardings.
+        carried: Vec<DeviceArray>,
+    },
+}
+
+impl Reference {
+    /// The step on one device, starting from `carried`.
+    pub fn one_device(
+        client: &Client,
+        program: &ClosedJaxpr,
+        carried: &[Array],
+    ) -> anyhow::Result<Reference> {
+        Ok(Reference::OneDevice {
+            exe: tessera::jit::compile(client, program, 0)?,
+            carried: carried.to_vec(),
+        })
+    }
+
+    /// The step sharded over `group` by the specs of its arguments and results, starting from
+    /// `carried`.
+    pub fn sharded(
+        client: &Client,
+        program: &ClosedJaxpr,
+        group: &Mesh,
+        (in_specs, out_specs): (&[PartitionSpec], &[PartitionSpec]),
+        carried: &[Array],
+    ) -> anyhow::Result<Reference> {
+        let named = |specs: &[PartitionSpec]| {
+            specs
+                .iter()
+                .map(|s| NamedSharding::new(group, s.clone()))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let shardings = named(in_specs)?;
+        let jit = Jit::new(program.clone(), shardings.clone(), named(out_specs)?)?;
+        let compiled = jit.lower()?.compile(client)?;
+        let carried = carried
+            .iter()
+            .zip(&shardings)
+            .map(|(a, s)| Ok(DeviceArray::device_put(client, &to_host(a)?, s)?))
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Reference::Sharded {
+            compiled: Box::new(compiled),
+            shardings,
+            carried,
+        })
+    }
+
+    /// Runs one step with learning rate `lr` on `data` and returns its mean loss.
+    pub fn step(
+        &mut self,
+        client: &Client,
+        program: &ClosedJaxpr,
+        lr: f64,
+        data: &[Array],
+    ) -> anyhow::Result<f64> {
+        match self {
+            Reference::OneDevice { exe, carried } => {
+                let args = step::step_args(carried, lr, data)?;
+                let (loss, next) = step::reference_step(client, exe, program, &args)?;
+                *carried = next;
+                Ok(loss)
+            }
+            Reference::Sharded {
+                compiled,
+                shardings,
+                carried,
+            } => {
+                let rest = step::step_args(&[], lr, data)?;
+                let puts = rest
+                    .iter()
+                    .zip(&shardings[carried.len()..])
+                    .map(|(h, s)| Ok(DeviceArray::device_put(client, h, s)?))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                let args: Vec<&DeviceArray> = carried.iter().chain(&puts).collect();
+                let mut outs = compiled.call(&args)?;
+                let loss = outs.pop().context("the step returned nothing")?;
+                let loss = tessera::jit::from_host(&loss.to_host()?, DType::F32)?;
+                *carried = outs;
+                Ok(loss.to_vec()[0])
+            }
+        }
+    }
+}
