@@ -165,6 +165,8 @@ fn child_stderr(partitioner: &str) -> String {
             "--test-threads=1",
         ])
         .env("TESSERA_SHARDY_TEST_CHILD", partitioner)
+        // XLA's warnings must print whatever level the caller set (`cargo xtask` sets 2).
+        .env("TF_CPP_MIN_LOG_LEVEL", "0")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
