@@ -106,6 +106,29 @@ impl ParamValue {
         }
     }
 
+    /// The nested jaxprs this value holds (in tuples, lists, sets and records too), in order.
+    pub fn jaxprs(&self) -> Vec<&ClosedJaxpr> {
+        let mut out = Vec::new();
+        self.collect_jaxprs(&mut out);
+        out
+    }
+
+    fn collect_jaxprs<'a>(&'a self, out: &mut Vec<&'a ClosedJaxpr>) {
+        match self {
+            ParamValue::Jaxpr(j) => out.push(j),
+            ParamValue::Tuple(items) | ParamValue::List(items) | ParamValue::Set(items) => {
+                items.iter().for_each(|v| v.collect_jaxprs(out));
+            }
+            ParamValue::Record(_, fields) => fields.iter().for_each(|(_, v)| v.collect_jaxprs(out)),
+            ParamValue::Str(_)
+            | ParamValue::Int(_)
+            | ParamValue::NpInt(_)
+            | ParamValue::Float(..)
+            | ParamValue::Bool(_)
+            | ParamValue::Name(_) => {}
+        }
+    }
+
     /// Whether this is the name `None`.
     pub fn is_none(&self) -> bool {
         matches!(self, ParamValue::Name(n) if n == "None")
@@ -185,6 +208,11 @@ impl Params {
             None => self.0.push((name.to_owned(), value)),
         }
         self
+    }
+
+    /// Every nested jaxpr of the parameters, in order.
+    pub fn jaxprs(&self) -> Vec<&ClosedJaxpr> {
+        self.0.iter().flat_map(|(_, v)| v.jaxprs()).collect()
     }
 
     /// The value of `name`, if present.

@@ -134,27 +134,16 @@ pub fn partition(
 /// Refuses a stage marker inside a nested program (a `cond` branch, a `scan` or `while` body):
 /// stages split the top-level program only. The error names the equation holding it.
 fn refuse_nested_markers(jaxpr: &tessera_ir::Jaxpr) -> Result<(), PartitionError> {
-    fn holds_marker(value: &tessera_ir::params::ParamValue) -> bool {
-        use tessera_ir::params::ParamValue;
-        match value {
-            ParamValue::Jaxpr(j) => j.jaxpr.eqns.iter().any(|e| {
-                e.prim == tessera_ir::Prim::PipelineEnterStage
-                    || e.params.0.iter().any(|(_, v)| holds_marker(v))
-            }),
-            ParamValue::Tuple(items) | ParamValue::List(items) | ParamValue::Set(items) => {
-                items.iter().any(holds_marker)
-            }
-            ParamValue::Record(_, fields) => fields.iter().any(|(_, v)| holds_marker(v)),
-            ParamValue::Str(_)
-            | ParamValue::Int(_)
-            | ParamValue::NpInt(_)
-            | ParamValue::Float(..)
-            | ParamValue::Bool(_)
-            | ParamValue::Name(_) => false,
-        }
+    fn holds_marker(params: &tessera_ir::Params) -> bool {
+        params.jaxprs().iter().any(|j| {
+            j.jaxpr
+                .eqns
+                .iter()
+                .any(|e| e.prim == tessera_ir::Prim::PipelineEnterStage || holds_marker(&e.params))
+        })
     }
     for (i, eqn) in jaxpr.eqns.iter().enumerate() {
-        if eqn.params.0.iter().any(|(_, v)| holds_marker(v)) {
+        if holds_marker(&eqn.params) {
             return Err(PartitionError::NestedMarker {
                 index: i,
                 prim: eqn.prim.name(),

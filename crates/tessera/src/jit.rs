@@ -120,8 +120,8 @@ pub fn run_on_device(
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// The mesh of the first `shard_map` or `sharding_constraint` in `program` (nested programs
-/// included), if any: the devices an SPMD run of it needs.
+/// The mesh of the first `shard_map` or `sharding_constraint` in `program` (nested programs,
+/// `cond` branches among them, included), if any: the devices an SPMD run of it needs.
 pub fn program_mesh(
     program: &ClosedJaxpr,
 ) -> Result<Option<tessera_sharding::AbstractMesh>, tessera_ir::IrError> {
@@ -135,10 +135,8 @@ pub fn program_mesh(
             }
             _ => {}
         }
-        for (_, value) in &eqn.params.0 {
-            if let tessera_ir::ParamValue::Jaxpr(inner) = value
-                && let Some(mesh) = program_mesh(inner)?
-            {
+        for inner in eqn.params.jaxprs() {
+            if let Some(mesh) = program_mesh(inner)? {
                 return Ok(Some(mesh));
             }
         }

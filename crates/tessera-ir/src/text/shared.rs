@@ -34,11 +34,12 @@ pub(super) fn shared_jaxprs(top: &Jaxpr) -> Vec<(Jaxpr, String)> {
                 Some(ParamValue::Name(n)) => Some(n.trim_matches(['<', '>']).to_owned()),
                 _ => None,
             };
-            let mut inner = Vec::new();
-            for (_, value) in &eqn.params.0 {
-                jaxprs_in(value, &mut inner);
-            }
-            queue.extend(inner.into_iter().map(|j| (j, caller.clone())));
+            queue.extend(
+                eqn.params
+                    .jaxprs()
+                    .into_iter()
+                    .map(|j| (j.jaxpr.clone(), caller.clone())),
+            );
         }
     }
     let mut taken: Vec<(String, usize)> = Vec::new();
@@ -60,21 +61,4 @@ pub(super) fn shared_jaxprs(top: &Jaxpr) -> Vec<(Jaxpr, String)> {
             (jaxpr, name)
         })
         .collect()
-}
-
-/// The jaxprs a parameter value holds (in tuples and lists too).
-fn jaxprs_in(value: &ParamValue, out: &mut Vec<Jaxpr>) {
-    match value {
-        ParamValue::Jaxpr(j) => out.push(j.jaxpr.clone()),
-        ParamValue::Tuple(items) | ParamValue::List(items) | ParamValue::Set(items) => {
-            items.iter().for_each(|v| jaxprs_in(v, out));
-        }
-        ParamValue::Str(_)
-        | ParamValue::Int(_)
-        | ParamValue::NpInt(_)
-        | ParamValue::Float(..)
-        | ParamValue::Bool(_)
-        | ParamValue::Name(_)
-        | ParamValue::Record(..) => {}
-    }
 }

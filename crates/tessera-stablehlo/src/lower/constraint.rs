@@ -8,7 +8,6 @@
 use melior::ir::Value;
 use tessera_ir::prim::ConstraintParams;
 use tessera_ir::{Params, axis_env};
-use tessera_sharding::{Mesh, NamedSharding};
 
 use super::{Ctx, ir, mlir_type};
 use crate::context::LowerError;
@@ -29,15 +28,15 @@ pub(super) fn sharding_constraint<'c, 'b>(
     let devices = p.mesh.size();
     if usize::try_from(devices).ok() != Some(partitions) {
         return Err(LowerError::Build(format!(
-            "the constraint's mesh ({}) has {devices} devices but the module is compiled for \
+            "the constraint's mesh {} has {devices} devices but the module is compiled for \
              {partitions}; constrain over the mesh the program runs on",
-            describe(&p)
+            p.mesh
         )));
     }
     let aval = &ctx.in_avals[0];
     // A key array is lowered with a trailing dimension for its two words (left unsharded).
     let rank = aval.rank() + usize::from(aval.dtype.is_key());
-    let sharding = NamedSharding::new(&Mesh::iota(p.mesh.clone()), p.spec.clone())?;
+    let sharding = super::parallel::named(&p.mesh, &p.spec)?;
     let (name, attrs) = match ctx.body.partitioner() {
         Partitioner::Shardy => {
             let sdy = ctx
@@ -65,14 +64,4 @@ pub(super) fn sharding_constraint<'c, 'b>(
         }
     };
     ctx.body.op(name, inputs, &[&mlir_type(aval)], &attrs)
-}
-
-fn describe(p: &ConstraintParams) -> String {
-    p.mesh
-        .axis_names()
-        .iter()
-        .zip(p.mesh.axis_sizes())
-        .map(|(n, s)| format!("{n}={s}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }

@@ -41,8 +41,11 @@ fn custom_call<'c, 'b>(
         .remove(0))
 }
 
-/// `spec` over the shard_map's mesh (its devices in order).
-fn named(mesh: &AbstractMesh, spec: &PartitionSpec) -> Result<NamedSharding, LowerError> {
+/// `spec` over `mesh` with its devices in order (a shard_map's or a constraint's mesh).
+pub(super) fn named(
+    mesh: &AbstractMesh,
+    spec: &PartitionSpec,
+) -> Result<NamedSharding, LowerError> {
     Ok(NamedSharding::new(&Mesh::iota(mesh.clone()), spec.clone())?)
 }
 
