@@ -83,6 +83,8 @@ pub struct StepOutput {
     pub grads: Vec<HostArray>,
     /// Each microbatch's loss.
     pub losses: Vec<f64>,
+    /// Each microbatch's auxiliary results (the loss program's results after the loss).
+    pub aux: Vec<Vec<HostArray>>,
     /// When each task ran.
     pub timings: Timings,
 }
@@ -95,12 +97,17 @@ pub struct DeviceStepOutput {
     pub grads: Vec<Option<DeviceArray>>,
     /// Each microbatch's loss.
     pub losses: Vec<f64>,
+    /// Each microbatch's auxiliary results (the loss program's results after the loss), on the
+    /// last stage's group (`None` when another process runs that group).
+    pub aux: Vec<Vec<Option<DeviceArray>>>,
     /// When each task ran.
     pub timings: Timings,
 }
 
 /// A parameter's value for a step: on the host, or already on its group's devices (laid out by
 /// its spec, as an update on the group leaves it; another layout is resharded on the group).
+/// Micro-batch data is given the same way: a device value is moved onto the group of the stage
+/// reading it, laid out by its spec.
 #[derive(Debug, Clone)]
 pub enum Placed {
     /// Copied to the group at the start of the step.
@@ -374,25 +381,53 @@ impl CompiledPipeline {
             .iter()
             .map(|(&k, h)| (k, Placed::Host(h.clone())))
             .collect();
-        let out = self.step_on_device(&placed, data)?;
+        let data: Vec<HashMap<usize, Placed>> = data
+            .iter()
+            .map(|d| {
+                d.iter()
+                    .map(|(&k, h)| (k, Placed::Host(h.clone())))
+                    .collect()
+            })
+            .collect();
+        let out = self.step_on_device(&placed, &data)?;
+        let host = |a: &Option<DeviceArray>| -> Result<HostArray, DriverError> {
+            a.as_ref()
+                .ok_or_else(|| {
+                    DriverError::Config(
+                        "a result is held by another process; use step_on_device".into(),
+                    )
+                })?
+                .to_host()
+                .map_err(DriverError::from)
+        };
+        let aux = out
+            .aux
+            .iter()
+            .map(|mb| mb.iter().map(host).collect::<Result<Vec<_>, _>>())
+            .collect::<Result<_, _>>()?;
         Ok(StepOutput {
-            grads: out
-                .grads
-                .iter()
-                .map(|g| {
-                    g.as_ref()
-                        .ok_or_else(|| {
-                            DriverError::Config(
-                                "a gradient is held by another process; use step_on_device".into(),
-                            )
-                        })?
-                        .to_host()
-                        .map_err(DriverError::from)
-                })
-                .collect::<Result<_, _>>()?,
+            grads: out.grads.iter().map(host).collect::<Result<_, _>>()?,
             losses: out.losses,
+            aux,
             timings: out.timings,
         })
+    }
+
+    /// `values` as the process running the last stage's group holds them: in a multi-process
+    /// step, broadcast from it; in one process, as they are.
+    pub fn share_from_last_group(&self, values: Vec<f64>) -> Result<Vec<f64>, DriverError> {
+        let Some(processes) = &self.processes else {
+            return Ok(values);
+        };
+        let last = self
+            .group_of_stage(self.parts.len().saturating_sub(1))
+            .unwrap_or(0);
+        Ok(processes.broadcast(last, values)?)
+    }
+
+    /// How many auxiliary results (metrics) the loss returns after the loss itself.
+    pub fn aux(&self) -> usize {
+        self.parts.last().map_or(0, |p| p.shape.aux)
     }
 
     /// The group that runs `stage` (and holds its parameters).
@@ -454,7 +489,7 @@ impl CompiledPipeline {
     pub fn step_on_device(
         &self,
         args: &HashMap<usize, Placed>,
-        data: &[HashMap<usize, HostArray>],
+        data: &[HashMap<usize, Placed>],
     ) -> Result<DeviceStepOutput, DriverError> {
         if data.len() != self.microbatches as usize {
             return Err(DriverError::Config(format!(
@@ -490,10 +525,11 @@ impl CompiledPipeline {
                 }
                 Key::Data { stage, mb, k } => {
                     let arg = self.parts[stage as usize].data_args[k];
-                    data[mb as usize]
-                        .get(&arg)
-                        .cloned()
-                        .ok_or_else(|| missing(arg))?
+                    let placed = data[mb as usize].get(&arg).ok_or_else(|| missing(arg))?;
+                    let spec = self.specs.spec(&self.parts, key, mesh);
+                    let a = data_on_group(&self.client, placed, mesh, &spec)?;
+                    initial.push((self.built.ids[&key], group, a));
+                    continue;
                 }
                 other => {
                     return Err(DriverError::Config(format!(
@@ -560,7 +596,14 @@ impl CompiledPipeline {
                 by_arg.insert(arg, value);
             }
         }
-        let losses = self.losses(results.collect())?;
+        let rest: Vec<Option<DeviceArray>> = results.collect();
+        let m = self.microbatches as usize;
+        let (losses, aux) = rest.split_at(m.min(rest.len()));
+        let losses = self.losses(losses.to_vec())?;
+        let per_mb = aux.len() / m.max(1);
+        let aux = (0..m)
+            .map(|mb| aux[mb * per_mb..(mb + 1) * per_mb].to_vec())
+            .collect();
         let grads = self
             .params
             .iter()
@@ -569,6 +612,7 @@ impl CompiledPipeline {
         Ok(DeviceStepOutput {
             grads,
             losses,
+            aux,
             timings: out.timings,
         })
     }
@@ -584,7 +628,8 @@ impl CompiledPipeline {
                 .and_then(|v| v.first().copied())
                 .map_or(f64::NAN, f64::from))
         };
-        let groups = &self.run_plan.results[self.run_plan.results.len() - results.len()..];
+        let start = self.run_plan.results.len() - self.microbatches as usize * (1 + self.aux());
+        let groups = &self.run_plan.results[start..start + results.len()];
         let Some(processes) = &self.processes else {
             return results
                 .iter()
@@ -635,6 +680,30 @@ fn value_layouts(
             ))
         })
         .collect()
+}
+
+/// A micro-batch's data on the group of the stage reading it, laid out by `spec`: put there from
+/// the host, or moved from the devices holding it (device to device where a shard holds a block
+/// whole).
+fn data_on_group(
+    client: &Client,
+    placed: &Placed,
+    group: &tessera_sharding::Mesh,
+    spec: &PartitionSpec,
+) -> Result<DeviceArray, DriverError> {
+    let array = match placed {
+        Placed::Host(h) => {
+            let sharding = NamedSharding::new(group, spec.clone())?;
+            return Ok(DeviceArray::device_put(client, h, &sharding)?);
+        }
+        Placed::Device(a) => a.as_ref(),
+        Placed::PerGroup(arrays) => arrays
+            .values()
+            .find(|a| crate::cross_group::lies_on(a, group, spec))
+            .or(arrays.values().next())
+            .ok_or_else(|| DriverError::Config("a micro-batch holds no array".into()))?,
+    };
+    crate::cross_group::onto_group(client, array, group, spec)
 }
 
 /// A parameter already on device, checked to lie on `group`'s devices, laid out by `spec`

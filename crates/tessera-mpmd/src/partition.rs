@@ -1,7 +1,8 @@
 //! From a traced loss with `pipeline_enter_stage` markers to the stage programs of the pipeline
 //! contract ([`crate::pipeline`]): `Fwd`, `Bwd`, and the split `BwdI`/`BwdW` of every stage.
 //!
-//! The loss takes parameters and per-microbatch data and returns one scalar. It is split with
+//! The loss takes parameters and per-microbatch data and returns one scalar, then any auxiliary
+//! results (per-micro-batch metrics, not differentiated), which the last stage returns. It is split with
 //! `tessera_ir::passes::split_stages`; stage `s` reads its own parameters, its data and any values
 //! of earlier stages (a residual may skip stages, several values may cross one boundary), and
 //! exports the values later stages read (the last stage returns the loss). The
@@ -79,17 +80,17 @@ pub fn partition(
 ) -> Result<Vec<StagePrograms>, PartitionError> {
     let flat = inline_calls(loss);
     refuse_nested_markers(&flat.jaxpr)?;
-    let split = split_stages(&flat)?;
+    let mut split = split_stages(&flat)?;
     let count = split.stages.len();
     if !matches!(split.results.first(), Some(StageInput::Stage { stage, .. }) if *stage + 1 == count)
-        || split.results.len() != 1
     {
         return Err(PartitionError::Shape {
             stage: count.saturating_sub(1),
-            message: "the loss must be the program's only result, computed in the last stage"
+            message: "the loss (the program's first result) must be computed in the last stage"
                 .into(),
         });
     }
+    results_from_last_stage(&mut split, &flat.jaxpr.in_avals());
     let reads: Vec<Vec<ActRef>> = split
         .stages
         .iter()
@@ -129,6 +130,47 @@ pub fn partition(
             stage_programs(&split, s, params, &reads[s], consumers)
         })
         .collect()
+}
+
+/// Makes the last stage's program return the program's results in order: the loss, then the
+/// auxiliary results (metrics). A result computed in an earlier stage, or an argument, is read by
+/// the last stage and passed through, so every result of a micro-batch ends on one group.
+fn results_from_last_stage(split: &mut tessera_ir::passes::StageSplit, arg_avals: &[ShapedArray]) {
+    let last = split.stages.len() - 1;
+    let aval_of = |source: StageInput| match source {
+        StageInput::Arg(k) => arg_avals[k].clone(),
+        StageInput::Stage { stage, index } => {
+            split.stages[stage].program.jaxpr.out_avals()[index].clone()
+        }
+    };
+    let sources: Vec<(StageInput, ShapedArray)> =
+        split.results.iter().map(|&r| (r, aval_of(r))).collect();
+    let stage = &mut split.stages[last];
+    let produced = stage.program.jaxpr.outvars.clone();
+    let mut outvars = Vec::with_capacity(sources.len());
+    for (source, aval) in sources {
+        let atom = match source {
+            StageInput::Stage { stage: s, index } if s == last => produced[index].clone(),
+            _ => {
+                let jaxpr = &mut stage.program.jaxpr;
+                let var = match stage.inputs.iter().position(|&i| i == source) {
+                    Some(p) => jaxpr.invars[p],
+                    None => {
+                        let v = jaxpr.new_var(aval);
+                        jaxpr.invars.push(v);
+                        stage.inputs.push(source);
+                        v
+                    }
+                };
+                tessera_ir::Atom::Var(var)
+            }
+        };
+        outvars.push(atom);
+    }
+    stage.program.jaxpr.outvars = outvars;
+    split.results = (0..split.results.len())
+        .map(|index| StageInput::Stage { stage: last, index })
+        .collect();
 }
 
 /// Refuses a stage marker inside a nested program (a `cond` branch, a `scan` or `while` body):
@@ -197,12 +239,6 @@ fn stage_programs(
     let last = s + 1 == split.stages.len();
     let program = &stage.program;
     let r = roles(&stage.inputs, params);
-    if last && program.jaxpr.outvars.len() != 1 {
-        return Err(PartitionError::Shape {
-            stage: s,
-            message: "the last stage must return the loss alone".into(),
-        });
-    }
     let avals = program.jaxpr.in_avals();
     let order: Vec<usize> = r
         .params
@@ -228,7 +264,8 @@ fn stage_programs(
         let out = call_closed(program, &refs.iter().collect::<Vec<_>>());
         out.into_iter().chain(a[np..].iter().cloned()).collect()
     })?;
-    // One cotangent per export and consumer; the last stage seeds its loss with 1.
+    // One cotangent per export and consumer; the last stage seeds its loss with 1 and its
+    // auxiliary results (not differentiated) with 0.
     let ct_avals: Vec<ShapedArray> = consumers
         .iter()
         .zip(&out_avals)
@@ -237,7 +274,17 @@ fn stage_programs(
     let n_ct = ct_avals.len();
     let seeds = |a: &[Tensor], cts: &[Tensor]| -> Vec<Tensor> {
         if last {
-            return vec![a[0].literal_one(out_avals[0].dtype)];
+            let zero = |aval: &ShapedArray| {
+                let z = a[0].literal_zero(aval.dtype);
+                match aval.rank() {
+                    0 => z,
+                    _ => z.broadcast_in_dim(&aval.shape, &[]),
+                }
+            };
+            let one = a[0].literal_one(out_avals[0].dtype);
+            return std::iter::once(one)
+                .chain(out_avals[1..].iter().map(zero))
+                .collect();
         }
         let mut next = 0;
         consumers
@@ -299,6 +346,7 @@ fn stage_programs(
         weight_residuals: handed,
         inputs: reads.to_vec(),
         consumers,
+        aux: if last { out_avals.len() - 1 } else { 0 },
     };
     Ok(StagePrograms {
         fwd: clean(fwd),
@@ -328,8 +376,14 @@ pub fn key_aval(stages: &[StagePrograms], key: Key) -> Option<ShapedArray> {
     let stage_of = |s: u32| stages.get(s as usize);
     let fwd_in = |s: u32| stage_of(s).map(|p| p.fwd.jaxpr.in_avals());
     let fwd_out = |s: u32| stage_of(s).map(|p| p.fwd.jaxpr.out_avals());
-    // The forward's results before the residuals: its exports, or the loss.
-    let heads = |s: u32| stage_of(s).map(|p| p.shape.consumers.len().max(1));
+    // The forward's results before the residuals: its exports, or the loss and its metrics.
+    let heads = |s: u32| {
+        let p = stage_of(s)?;
+        Some(match s as usize + 1 == stages.len() {
+            true => 1 + p.shape.aux,
+            false => p.shape.consumers.len(),
+        })
+    };
     match key {
         Key::Param { stage, k } | Key::Acc { stage, k, .. } => fwd_in(stage)?.get(k).cloned(),
         Key::Data { stage, k, .. } => {
@@ -341,6 +395,9 @@ pub fn key_aval(stages: &[StagePrograms], key: Key) -> Option<ShapedArray> {
         Key::Act { stage, k, .. } | Key::Cot { stage, k, .. } => fwd_out(stage)?.get(k).cloned(),
         Key::Loss { .. } => fwd_out(stages.len().checked_sub(1)? as u32)?
             .first()
+            .cloned(),
+        Key::Aux { k, .. } => fwd_out(stages.len().checked_sub(1)? as u32)?
+            .get(1 + k)
             .cloned(),
         Key::Resid { stage, k, .. } => fwd_out(stage)?.get(heads(stage)? + k).cloned(),
         Key::WResid { stage, k, .. } => {

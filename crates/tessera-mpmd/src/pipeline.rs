@@ -9,7 +9,7 @@
 //!
 //! | task | inputs | outputs |
 //! |---|---|---|
-//! | `Fwd(s,m)` | params(s), x(p,m,k) for (p,k) in inputs(s), data(s,m) | x(s,m,k) for every export k if `s < S-1`, else loss(m); residuals(s,m) |
+//! | `Fwd(s,m)` | params(s), x(p,m,k) for (p,k) in inputs(s), data(s,m) | x(s,m,k) for every export k if `s < S-1`, else loss(m), aux(m,k) for k < A; residuals(s,m) |
 //! | `Bwd(s,m)` | params(s), residuals(s,m), ct(s,m,k→c) for every export k and consumer c; acc(s,i) | ct(p,m,k→s) for (p,k) in inputs(s); acc(s,i+1) |
 //! | `BwdI(s,m)` | params(s), residuals(s,m), ct(s,m,k→c) as `Bwd` | ct(p,m,k→s) as `Bwd`; wres(s,m) |
 //! | `BwdW(s,m)` | wres(s,m), acc(s,i) | acc(s,i+1) |
@@ -20,7 +20,8 @@
 //! of every consumer (one cotangent per use, summed where they meet). Each export is sent once
 //! to each consuming stage's group. `acc(s,i)` are the `P_s` gradient accumulators after the
 //! `i`-th weight gradient of stage `s` (in the order its actor runs them): `acc(s,0)` is placed
-//! (zeros) before the run and `acc(s,M)` is a result, as is every `loss(m)` — gradients
+//! (zeros) before the run and `acc(s,M)` is a result, as is every `loss(m)` and every `aux(m,k)`
+//! (the `A` auxiliary results of the last stage: per-micro-batch metrics) — gradients
 //! accumulate on the devices that own the parameters, as in JAXPP.
 //!
 //! A fused action is one program: its inputs are its tasks' inputs that no earlier task of the
@@ -57,6 +58,9 @@ pub struct StageShape {
     /// For each of its exports (none for the last stage, which returns the loss), the stages
     /// that read it, in increasing order.
     pub consumers: Vec<Vec<u32>>,
+    /// The last stage only: how many auxiliary results (per-micro-batch metrics, not
+    /// differentiated) its forward returns after the loss.
+    pub aux: usize,
 }
 
 impl StageShape {
@@ -87,6 +91,7 @@ impl StageShape {
             } else {
                 Vec::new()
             },
+            aux: 0,
         }
     }
 
@@ -126,6 +131,8 @@ pub enum Key {
     Act { stage: u32, mb: u32, k: usize },
     /// The loss of microbatch `mb`.
     Loss { mb: u32 },
+    /// Auxiliary result `k` of the last stage (a metric) for microbatch `mb`.
+    Aux { mb: u32, k: usize },
     /// Residual `k` of stage `stage`, microbatch `mb`.
     Resid { stage: u32, mb: u32, k: usize },
     /// Weight-gradient residual `k`.
@@ -288,6 +295,12 @@ pub fn build_plan<T>(
     for mb in 0..schedule.num_microbatches {
         results.push((ids.get(Key::Loss { mb }), last_group));
     }
+    let aux = stages.last().map_or(0, |s| s.aux);
+    for mb in 0..schedule.num_microbatches {
+        for k in 0..aux {
+            results.push((ids.get(Key::Aux { mb, k }), last_group));
+        }
+    }
     Ok(PipelinePlan {
         plan: Plan {
             tasks,
@@ -345,7 +358,9 @@ fn task_keys(
             }));
             inputs.extend((0..shape.data).map(|k| Key::Data { stage: s, mb, k }));
             let mut outputs: Vec<Key> = if last {
-                vec![Key::Loss { mb }]
+                std::iter::once(Key::Loss { mb })
+                    .chain((0..shape.aux).map(|k| Key::Aux { mb, k }))
+                    .collect()
             } else {
                 (0..shape.consumers.len())
                     .map(|k| Key::Act { stage: s, mb, k })

@@ -254,7 +254,7 @@ impl ValueSpecs {
                 .and_then(|p| p.param_args.get(k))
                 .map(|&arg| self.param(arg))
                 .unwrap_or_default(),
-            Key::Loss { .. } => PartitionSpec::replicated(),
+            Key::Loss { .. } | Key::Aux { .. } => PartitionSpec::replicated(),
             Key::Data { stage, k, .. } => {
                 let arg = parts.get(stage as usize).and_then(|p| p.data_args.get(k));
                 match arg.and_then(|a| self.data.get(a)) {

@@ -219,11 +219,13 @@ pub(super) fn eval(params: &Params, inputs: &[Array]) -> Result<Vec<Array>> {
     state
         .into_iter()
         .zip(&p.ops)
-        .map(|(values, &op)| combine(values, op))
+        .map(|(values, &op)| combine_micro_batches(values, op))
         .collect()
 }
 
-fn combine(values: Vec<Array>, op: ReduceOp) -> Result<Array> {
+/// One result's values over the micro-batches (in order), combined by `op` as the sequential
+/// loop combines them.
+pub fn combine_micro_batches(values: Vec<Array>, op: ReduceOp) -> Result<Array> {
     let first = values
         .first()
         .ok_or_else(|| type_error(NAME, "a treduce of no micro-batches"))?;

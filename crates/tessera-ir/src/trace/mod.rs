@@ -43,7 +43,9 @@ pub use loops::{default_ops, treduce, treduce_i};
 pub use nn::where_;
 pub use sharding::{context_mesh, use_mesh};
 pub use sort::sort;
-pub use transforms::{grad_call, jvp_call, value_and_grad_call, vjp_call, vmap_call};
+pub use transforms::{
+    grad_call, jvp_call, value_and_grad_call, value_and_grad_with_aux_call, vjp_call, vmap_call,
+};
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -113,6 +115,12 @@ impl Tensor {
     /// The scalar 1 of `dtype` in this tensor's trace (a loss's cotangent seed).
     pub fn literal_one(&self, dtype: crate::dtype::DType) -> Tensor {
         self.literal_strong(1.0, dtype)
+    }
+
+    /// The scalar 0 of `dtype` in this tensor's trace (the cotangent seed of a result that is not
+    /// differentiated, e.g. a metric next to the loss).
+    pub fn literal_zero(&self, dtype: crate::dtype::DType) -> Tensor {
+        self.literal_strong(0.0, dtype)
     }
 
     /// A strongly typed scalar literal (for replaying a program's own literals).

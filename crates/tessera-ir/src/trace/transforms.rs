@@ -100,14 +100,40 @@ pub fn grad_call(loss: &ClosedJaxpr, argnums: &[usize], args: &[&Tensor]) -> Vec
 /// Calls `value_and_grad(loss, argnums)` on `args`, recording the loss itself next to its
 /// derivative: results `(loss, grad_0, ..., grad_k)`.
 pub fn value_and_grad_call(loss: &ClosedJaxpr, argnums: &[usize], args: &[&Tensor]) -> Vec<Tensor> {
-    let mut expected: Vec<ShapedArray> = loss.jaxpr.out_avals().into_iter().take(1).collect();
+    record_value_and_grad(loss, argnums, args, false)
+}
+
+/// Calls `value_and_grad(loss, argnums, has_aux=True)` on `args`: `loss` returns a scalar loss
+/// then auxiliary results (metrics, not differentiated); results `(loss, aux..., grad_0, ...,
+/// grad_k)`. In a `treduce` body under `mpmd_jit`, the auxiliary results are pipelined as
+/// per-micro-batch metrics.
+pub fn value_and_grad_with_aux_call(
+    loss: &ClosedJaxpr,
+    argnums: &[usize],
+    args: &[&Tensor],
+) -> Vec<Tensor> {
+    record_value_and_grad(loss, argnums, args, true)
+}
+
+fn record_value_and_grad(
+    loss: &ClosedJaxpr,
+    argnums: &[usize],
+    args: &[&Tensor],
+    has_aux: bool,
+) -> Vec<Tensor> {
+    let values = if has_aux { usize::MAX } else { 1 };
+    let mut expected: Vec<ShapedArray> = loss.jaxpr.out_avals().into_iter().take(values).collect();
     let inputs = loss.jaxpr.in_avals();
     expected.extend(argnums.iter().filter_map(|&a| inputs.get(a).cloned()));
     let Some(first) = args.first() else {
         let e = "the gradient is taken at no operands; give it at least one".to_owned();
         return super::failure::fail_innermost("value_and_grad", e, &expected);
     };
-    match value_and_grad(loss, argnums) {
+    let program = match has_aux {
+        true => crate::autodiff::value_and_grad_with_aux(loss, argnums),
+        false => value_and_grad(loss, argnums),
+    };
+    match program {
         Ok(vag) => {
             let params = Params::new()
                 .with("name", ParamValue::Name("value_and_grad".into()))

@@ -1,28 +1,52 @@
-//! Reading a step for `mpmd_jit`: its one `treduce`, the `value_and_grad_call` in the loop body
-//! (the loss, its parameters, and where each loss argument comes from), and the code after the
-//! loop as a program of its own.
+//! Reading a step for `mpmd_jit`: its one `treduce` and the step code computing its operands
+//! (run on the host before the loop, e.g. `treduce_i`'s micro-batch indices), the loop body
+//! (code preparing the arguments of one `value_and_grad_call`, which may return auxiliary
+//! results), the loss program the pipeline runs, and the code after the loop as a program of
+//! its own.
 
 use std::collections::HashMap;
 
-use tessera_ir::prim::TreduceParams;
+use tessera_ir::prim::{ReduceOp, TreduceParams};
+use tessera_ir::trace::{Tensor, call_closed, replay_atom, replay_into, trace};
 use tessera_ir::{Atom, ClosedJaxpr, Eqn, Jaxpr, ParamValue, Prim};
 
 use super::config;
 use crate::driver::DriverError;
+
+/// Where an operand of the loop comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Operand {
+    /// Step argument `i`.
+    Arg(usize),
+    /// Result `i` of the code before the loop ([`StepLoop::before`]), run on the host.
+    Computed(usize),
+}
 
 /// Where a loss argument's value comes from in the step.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum LossInput {
     /// A parameter: step argument `i`, the same for every micro-batch.
     Param(usize),
-    /// Loop-invariant data: step argument `i`, the same for every micro-batch.
-    Invariant(usize),
-    /// Sliced data: micro-batch `mb` of step argument `i`.
-    Sliced(usize),
+    /// Loop-invariant data, the same for every micro-batch.
+    Invariant(Operand),
+    /// Sliced data: micro-batch `mb` of the operand.
+    Sliced(Operand),
 }
 
-/// The loop equation and the step argument behind each of its operands.
-pub(super) fn find_loop(jaxpr: &Jaxpr) -> Result<(usize, Vec<usize>), DriverError> {
+/// The step's loop, read.
+pub(super) struct StepLoop {
+    /// The loop equation's index.
+    pub index: usize,
+    /// Where each of its operands comes from.
+    pub operands: Vec<Operand>,
+    /// The code computing the operands that are not step arguments: step arguments to those
+    /// operands (`None` when every operand is an argument).
+    pub before: Option<ClosedJaxpr>,
+}
+
+/// The loop equation and the source of each of its operands.
+pub(super) fn find_loop(step: &ClosedJaxpr) -> Result<StepLoop, DriverError> {
+    let jaxpr = &step.jaxpr;
     let loops: Vec<usize> = (0..jaxpr.eqns.len())
         .filter(|&i| jaxpr.eqns[i].prim == Prim::Treduce)
         .collect();
@@ -32,85 +56,261 @@ pub(super) fn find_loop(jaxpr: &Jaxpr) -> Result<(usize, Vec<usize>), DriverErro
             loops.len()
         )));
     };
-    let operands = jaxpr.eqns[index]
-        .inputs
+    let inputs = &jaxpr.eqns[index].inputs;
+    let mut computed = Vec::new();
+    let operands = inputs
         .iter()
         .map(|a| match a {
-            Atom::Var(v) => jaxpr.invars.iter().position(|i| i == v),
-            Atom::Lit(_) => None,
+            Atom::Var(v) if jaxpr.invars.contains(v) => {
+                Operand::Arg(jaxpr.invars.iter().position(|i| i == v).unwrap_or(0))
+            }
+            other => {
+                computed.push(other.clone());
+                Operand::Computed(computed.len() - 1)
+            }
         })
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| config("every operand of the treduce must be an argument of the step; compute the micro-batches outside the step"))?;
-    Ok((index, operands))
+        .collect();
+    let before = match computed.is_empty() {
+        true => None,
+        false => Some(code_before(jaxpr, index, &computed)?),
+    };
+    Ok(StepLoop {
+        index,
+        operands,
+        before,
+    })
 }
 
-/// The loss, its parameter argnums, and the step argument of each loss argument.
+/// The step's code before equation `index`, from the step's arguments to `results`.
+fn code_before(jaxpr: &Jaxpr, index: usize, results: &[Atom]) -> Result<ClosedJaxpr, DriverError> {
+    let program = tessera_ir::trace::trace(&jaxpr.in_avals(), |args| {
+        let Some(anchor) = args.first().cloned() else {
+            return Vec::new();
+        };
+        let mut env: HashMap<_, _> = jaxpr
+            .invars
+            .iter()
+            .copied()
+            .zip(args.iter().cloned())
+            .collect();
+        for eqn in &jaxpr.eqns[..index] {
+            replay_into(&mut env, jaxpr, eqn, &anchor);
+        }
+        results
+            .iter()
+            .map(|a| replay_atom(&env, &anchor, a))
+            .collect()
+    })
+    .map_err(|e| config(format!("the code computing the treduce's operands: {e}")))?;
+    if program.jaxpr.outvars.len() != results.len() {
+        return Err(config(
+            "the treduce's operands are computed from no argument of the step; pass the micro-batches as arguments",
+        ));
+    }
+    Ok(tessera_ir::passes::eliminate_dead_code(&program))
+}
+
+/// What the pipeline runs of the loop body.
+pub(super) struct LoopBody {
+    /// The loss: the body's arguments (invariants, then slices) to the loss and its auxiliary
+    /// results, the body's code before its `value_and_grad_call` included.
+    pub loss: ClosedJaxpr,
+    /// The body arguments differentiated, in the call's gradient order.
+    pub argnums: Vec<usize>,
+    /// Where each body argument comes from.
+    pub inputs: Vec<LossInput>,
+    /// How many auxiliary results the loss has after the loss itself.
+    pub aux: usize,
+}
+
+/// Reads the body of the loop: one `value_and_grad_call` whose results are the body's results,
+/// after code preparing its non-differentiated arguments.
 pub(super) fn read_body(
     p: &TreduceParams<'_>,
-    operands: &[usize],
-) -> Result<(ClosedJaxpr, Vec<usize>, Vec<LossInput>), DriverError> {
+    operands: &[Operand],
+) -> Result<LoopBody, DriverError> {
     let body = &p.body.jaxpr;
-    let shape_error = || {
-        config(
-            "the treduce body must be one value_and_grad_call(loss, argnums, args) whose results are the body's results",
-        )
+    let calls: Vec<usize> = (0..body.eqns.len())
+        .filter(|&i| is_value_and_grad(&body.eqns[i]))
+        .collect();
+    let [at] = calls[..] else {
+        return Err(config(format!(
+            "the treduce body must hold one value_and_grad_call (found {}) whose results are the \
+             body's results",
+            calls.len()
+        )));
     };
-    let [call] = &body.eqns[..] else {
-        return Err(shape_error());
-    };
-    let is_vag = call.prim == Prim::Jit
-        && matches!(call.params.get("name"), Some(ParamValue::Name(n)) if n == "value_and_grad");
-    let same_outputs = body.outvars.len() == call.outputs.len()
-        && body
+    let call = &body.eqns[at];
+    if body.outvars.len() != call.outputs.len()
+        || body
             .outvars
             .iter()
             .zip(&call.outputs)
-            .all(|(a, v)| *a == Atom::Var(*v));
-    if !is_vag || !same_outputs {
-        return Err(shape_error());
+            .any(|(a, v)| *a != Atom::Var(*v))
+    {
+        return Err(config(
+            "the treduce body's results must be its value_and_grad_call's results, in order; \
+             compute metrics inside the loss and return them as auxiliary results",
+        ));
     }
-    let loss = match call.params.get("primal") {
+    let primal = match call.params.get("primal") {
         Some(ParamValue::Jaxpr(j)) => (**j).clone(),
-        _ => return Err(shape_error()),
+        _ => return Err(config("the value_and_grad_call has no `primal` program")),
     };
-    let argnums: Vec<usize> = call
+    let call_argnums: Vec<usize> = call
         .params
         .get("argnums")
         .and_then(ParamValue::as_ints)
-        .ok_or_else(shape_error)?
+        .ok_or_else(|| config("the value_and_grad_call has no `argnums`"))?
         .into_iter()
         .map(|a| a as usize)
         .collect();
-    let inputs = loss_inputs(call, body, p, operands, &argnums)?;
-    Ok((loss, argnums, inputs))
+    let argnums = differentiated_args(body, at, &call_argnums, p.num_invariants)?;
+    let inputs = (0..body.invars.len())
+        .map(|b| loss_input(b, &argnums, p.num_invariants, operands[b]))
+        .collect::<Result<_, _>>()?;
+    let loss = body_loss(body, at, &primal)?;
+    Ok(LoopBody {
+        aux: primal.jaxpr.outvars.len().saturating_sub(1),
+        loss,
+        argnums,
+        inputs,
+    })
 }
 
-fn loss_inputs(
-    call: &Eqn,
+fn is_value_and_grad(eqn: &Eqn) -> bool {
+    eqn.prim == Prim::Jit
+        && matches!(eqn.params.get("name"), Some(ParamValue::Name(n)) if n == "value_and_grad")
+}
+
+/// The body argument behind each differentiated argument of the call at `at`: a loop
+/// invariant read by nothing else in the body.
+fn differentiated_args(
     body: &Jaxpr,
-    p: &TreduceParams<'_>,
-    operands: &[usize],
-    argnums: &[usize],
-) -> Result<Vec<LossInput>, DriverError> {
-    call.inputs
+    at: usize,
+    call_argnums: &[usize],
+    num_invariants: usize,
+) -> Result<Vec<usize>, DriverError> {
+    let call = &body.eqns[at];
+    call_argnums
         .iter()
-        .enumerate()
-        .map(|(a, atom)| {
-            let b = match atom {
-                Atom::Var(v) => body.invars.iter().position(|i| i == v),
-                Atom::Lit(_) => None,
+        .map(|&a| {
+            let b = match call.inputs.get(a) {
+                Some(Atom::Var(v)) => body.invars.iter().position(|i| i == v),
+                _ => None,
             }
-            .ok_or_else(|| config(format!("argument {a} of the loss must be a parameter of the loop body")))?;
-            let arg = operands[b];
-            let invariant = b < p.num_invariants;
-            match (argnums.contains(&a), invariant) {
-                (true, true) => Ok(LossInput::Param(arg)),
-                (true, false) => Err(config(format!("loss argument {a} is differentiated but sliced per micro-batch; pass parameters as loop invariants"))),
-                (false, true) => Ok(LossInput::Invariant(arg)),
-                (false, false) => Ok(LossInput::Sliced(arg)),
+            .ok_or_else(|| {
+                config(format!(
+                    "argument {a} of the loss is differentiated but is computed in the loop \
+                     body; pass the parameter itself as a loop invariant"
+                ))
+            })?;
+            if b >= num_invariants {
+                return Err(config(format!(
+                    "argument {a} of the loss is differentiated but sliced per micro-batch; pass \
+                     parameters as loop invariants"
+                )));
             }
+            let var = Atom::Var(body.invars[b]);
+            let uses = body
+                .eqns
+                .iter()
+                .flat_map(|e| &e.inputs)
+                .filter(|x| **x == var)
+                .count();
+            if uses != 1 {
+                return Err(config(format!(
+                    "loop invariant {b} is differentiated (argument {a} of the loss) and also \
+                     read elsewhere in the loop body; read a parameter only as the loss's argument"
+                )));
+            }
+            Ok(b)
         })
         .collect()
+}
+
+fn loss_input(
+    b: usize,
+    argnums: &[usize],
+    num_invariants: usize,
+    operand: Operand,
+) -> Result<LossInput, DriverError> {
+    match (argnums.contains(&b), b < num_invariants, operand) {
+        (true, _, Operand::Arg(i)) => Ok(LossInput::Param(i)),
+        (true, _, Operand::Computed(_)) => Err(config(format!(
+            "loop invariant {b} is differentiated but computed in the step before the loop; pass \
+             the parameter itself as an argument of the step"
+        ))),
+        (false, true, o) => Ok(LossInput::Invariant(o)),
+        (false, false, o) => Ok(LossInput::Sliced(o)),
+    }
+}
+
+/// The body as one loss program: its code before the call, then the call's primal program.
+fn body_loss(body: &Jaxpr, at: usize, primal: &ClosedJaxpr) -> Result<ClosedJaxpr, DriverError> {
+    let call = &body.eqns[at];
+    let read_by_others = body.eqns.iter().enumerate().any(|(i, e)| {
+        i != at
+            && e.inputs
+                .iter()
+                .any(|x| matches!(x, Atom::Var(v) if call.outputs.contains(v)))
+    });
+    if read_by_others {
+        return Err(config(
+            "the loop body reads the value_and_grad_call's results; return them as they are",
+        ));
+    }
+    trace(&body.in_avals(), |args| {
+        let Some(anchor) = args.first().cloned() else {
+            return Vec::new();
+        };
+        let mut env: HashMap<_, Tensor> = body
+            .invars
+            .iter()
+            .copied()
+            .zip(args.iter().cloned())
+            .collect();
+        for (i, eqn) in body.eqns.iter().enumerate() {
+            if i != at {
+                replay_into(&mut env, body, eqn, &anchor);
+            }
+        }
+        let operands: Vec<Tensor> = call
+            .inputs
+            .iter()
+            .map(|a| replay_atom(&env, &anchor, a))
+            .collect();
+        call_closed(primal, &operands.iter().collect::<Vec<_>>())
+    })
+    .map_err(|e| config(format!("the loop body: {e}")))
+}
+
+/// Checks how the loop combines its results: the loss by `Concat(0)`, `Add` or `Max`, each
+/// auxiliary result by `Concat(a)`, `Add` or `Max`, the gradients by `Add`.
+pub(super) fn check_ops(ops: &[ReduceOp], aux: usize) -> Result<(), DriverError> {
+    if !matches!(
+        ops.first(),
+        Some(ReduceOp::Concat(0) | ReduceOp::Add | ReduceOp::Max)
+    ) {
+        return Err(config(format!(
+            "the loop combines the loss by {:?}; mpmd_jit pipelines Concat(0) (a loss per \
+             micro-batch), Add or Max",
+            ops.first()
+        )));
+    }
+    if let Some((k, op)) = ops
+        .iter()
+        .enumerate()
+        .skip(1 + aux)
+        .find(|(_, o)| **o != ReduceOp::Add)
+    {
+        return Err(config(format!(
+            "the loop combines gradient {} by {op:?}; gradients accumulate over the micro-batches, \
+             combine them by Add",
+            k - 1 - aux
+        )));
+    }
+    Ok(())
 }
 
 /// The step without its loop: arguments `(step args..., loop results...)`, the step's results.
@@ -140,12 +340,12 @@ pub(super) fn update_program(step: &ClosedJaxpr, index: usize) -> Result<ClosedJ
             if i == index {
                 continue;
             }
-            tessera_ir::trace::replay_into(&mut env, jaxpr, eqn, &anchor);
+            replay_into(&mut env, jaxpr, eqn, &anchor);
         }
         jaxpr
             .outvars
             .iter()
-            .map(|a| tessera_ir::trace::replay_atom(&env, &anchor, a))
+            .map(|a| replay_atom(&env, &anchor, a))
             .collect()
     })
     .map_err(|e| config(format!("the code after the treduce: {e}")))

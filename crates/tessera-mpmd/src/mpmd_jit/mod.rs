@@ -11,13 +11,19 @@
 //! the update pieces compiled with those in and out shardings, so parameters, gradients and
 //! optimizer state stay sharded on their group from step to step.
 //!
-//! What the loop may hold, for now: one `value_and_grad_call` whose results are the loop's
-//! results, combined by `Concat(0)` or `Add` for the loss and `Add` for the gradients; its
-//! parameters are loop invariants, its data the sliced arrays; the loop's operands are
-//! arguments of the step.
+//! What the loop may hold: code preparing the arguments of one `value_and_grad_call` (e.g.
+//! `treduce_i`'s body slicing the batch by the micro-batch index), whose results are the loop's
+//! results: the loss, combined by `Concat(0)`, `Add` or `Max`; the loss program's auxiliary
+//! results (per-micro-batch metrics, [`tessera_ir::trace::value_and_grad_with_aux_call`]),
+//! combined by `Concat(a)`, `Add` or `Max`; the gradients, combined by `Add`. The differentiated
+//! arguments are loop invariants that are step arguments, read only by the call. The loop's
+//! other operands are step arguments (on the host, or on the groups' devices: micro-batches
+//! are then sliced there, `data.rs`) or computed by the step's code before the loop, which runs
+//! on the host interpreter.
 
 mod analyze;
 mod args;
+mod data;
 mod donation;
 mod options;
 mod pieces;
@@ -27,7 +33,7 @@ mod update;
 use std::collections::HashMap;
 
 use tessera_ir::prim::{ReduceOp, TreduceParams};
-use tessera_ir::{ClosedJaxpr, ShapedArray};
+use tessera_ir::{Array, ClosedJaxpr, ShapedArray};
 use tessera_pjrt::{Client, HostArray};
 use tessera_schedule::ScheduleParams;
 use tessera_sharding::PartitionSpec;
@@ -36,10 +42,10 @@ use crate::driver::{CompiledPipeline, DriverError, PipelineOptions};
 use crate::host::element_type;
 use crate::mesh::MpmdMesh;
 use crate::runtime::{PjrtExecutor, RunOptions, Timings};
-use analyze::{LossInput, find_loop, read_body, update_program};
+use analyze::{LossInput, check_ops, find_loop, read_body, update_program};
 pub use args::{MpmdStepRun, StepArg, StepResult};
 pub use options::MpmdJitOptions;
-use pieces::{PieceLayout, compile_piece, input_spec};
+use pieces::{LoopResults, PieceLayout, compile_piece, input_spec};
 use shardings::{StepShape, StepSpecs};
 use update::{Piece, Place};
 
@@ -51,10 +57,17 @@ pub struct MpmdJit {
     loss_inputs: Vec<LossInput>,
     axis: usize,
     length: usize,
-    loss_op: ReduceOp,
+    /// How the loss and each auxiliary result combine over the micro-batches.
+    host_ops: Vec<ReduceOp>,
+    /// The types of the loss and of each auxiliary result of one micro-batch.
+    host_avals: Vec<ShapedArray>,
+    /// The step's code computing loop operands that are not step arguments.
+    before: Option<ClosedJaxpr>,
     in_avals: Vec<ShapedArray>,
     num_outputs: usize,
     num_args: usize,
+    /// The loop results the update reads on the host: the loss and the auxiliary results.
+    num_host: usize,
     updates: PjrtExecutor,
     pieces: Vec<(Piece, Option<usize>)>,
     donated: Vec<usize>,
@@ -65,6 +78,10 @@ pub struct MpmdJit {
     specs: StepSpecs,
     /// For each gradient the loop returns, the step argument of its parameter.
     grad_args: Vec<usize>,
+    /// Programs slicing micro-batches of data already on a group, compiled on first use.
+    slicers: data::Slicers,
+    /// The partitioner every program of the step is compiled for.
+    partitioner: tessera_stablehlo::Partitioner,
 }
 
 /// What one call returns besides the step's results.
@@ -113,19 +130,16 @@ impl MpmdJit {
     ) -> Result<Self, DriverError> {
         tessera_ir::verify(step).map_err(|e| config(e.to_string()))?;
         let jaxpr = &step.jaxpr;
-        let (index, operands) = find_loop(jaxpr)?;
+        let found = find_loop(step)?;
+        let index = found.index;
         let p =
             TreduceParams::read(&jaxpr.eqns[index].params).map_err(|e| config(e.to_string()))?;
-        let (loss, argnums, loss_inputs) = read_body(&p, &operands)?;
-        let loss_op = p.ops[0];
-        if !matches!(loss_op, ReduceOp::Concat(0) | ReduceOp::Add)
-            || p.ops[1..].iter().any(|&o| o != ReduceOp::Add)
-        {
-            return Err(config(format!(
-                "the loop combines its results by {:?}; mpmd_jit pipelines (Concat(0) or Add, Add, ...): losses stacked or summed, gradients summed",
-                p.ops
-            )));
-        }
+        let body = read_body(&p, &found.operands)?;
+        check_ops(&p.ops, body.aux)?;
+        let (loss, argnums, loss_inputs) = (&body.loss, &body.argnums, body.inputs.clone());
+        let num_host = 1 + body.aux;
+        let host_ops = p.ops[..num_host].to_vec();
+        let host_avals = loss.jaxpr.out_avals();
         let (in_avals, out_avals) = (jaxpr.in_avals(), jaxpr.out_avals());
         let shape = StepShape {
             in_avals: &in_avals,
@@ -134,8 +148,8 @@ impl MpmdJit {
             axis: p.axis,
         };
         let specs = shardings::step_specs(options, &shape, mesh.lowering_mesh(), mesh.mpmd_axis())?;
-        let grad_args = shardings::grad_args(&loss_inputs, &argnums)?;
-        let stages = crate::partition::partition(&loss, &argnums)?.len() as u32;
+        let grad_args = shardings::grad_args(&loss_inputs, argnums)?;
+        let stages = crate::partition::partition(loss, argnums)?.len() as u32;
         let params = ScheduleParams {
             stages,
             mpmd_dim: mesh.mpmd_dim() as u32,
@@ -151,8 +165,8 @@ impl MpmdJit {
         let mut pipeline = CompiledPipeline::new_in(
             client,
             mesh,
-            &loss,
-            &argnums,
+            loss,
+            argnums,
             schedule.as_dyn(),
             length as u32,
             &pipeline_options,
@@ -173,7 +187,7 @@ impl MpmdJit {
                 place_of_input[*i] = group_of_arg(a);
             }
         }
-        place_of_input.push(None); // the losses
+        place_of_input.extend(std::iter::repeat_n(None, num_host)); // the loss and the metrics
         place_of_input.extend(argnums.iter().map(|&a| group_of_arg(a)));
         // Result k updates step argument k when that is a parameter of the same type: it lives on
         // the groups of the stages reading that parameter.
@@ -194,7 +208,7 @@ impl MpmdJit {
         if options.processes.is_some() {
             refuse_cross_process(&split, &homes)?;
         }
-        let input_spec = |i: usize| input_spec(&specs, &grad_args, n_args, i);
+        let input_spec = |i: usize| input_spec(&specs, &grad_args, n_args, num_host, i);
         let same_layout = |i: usize, k: usize| input_spec(i) == specs.outs[k];
         let aliases = donation::aliases(&split, &options.donate_argnums, n_args, &same_layout)?;
         for (piece, aliased) in split.into_iter().zip(aliases) {
@@ -227,16 +241,21 @@ impl MpmdJit {
             loss_inputs,
             axis: p.axis,
             length,
-            loss_op,
+            host_ops,
+            host_avals,
+            before: found.before,
             in_avals,
             num_outputs: jaxpr.outvars.len(),
             num_args: n_args,
+            num_host,
             updates,
             pieces,
             donated: options.donate_argnums.clone(),
             homes,
             specs,
             grad_args,
+            slicers: data::Slicers::default(),
+            partitioner,
         })
     }
 
@@ -326,43 +345,32 @@ impl MpmdJit {
     fn run(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
         self.check_args(args)?;
         let mut params = HashMap::new();
-        let mut data: Vec<HashMap<usize, HostArray>> = vec![HashMap::new(); self.length];
         for (a, input) in self.loss_inputs.iter().enumerate() {
-            match *input {
-                LossInput::Param(i) => {
-                    // Under MPI, only this process's groups take parameters.
-                    let groups = self.pipeline.groups_of_param(a);
-                    if groups.iter().any(|&g| self.pipeline.is_local(g)) {
-                        params.insert(a, args[i].placed()?);
-                    }
-                }
-                LossInput::Invariant(i) => {
-                    let host = args[i].host("loop-invariant data")?;
-                    data.iter_mut().for_each(|d| {
-                        d.insert(a, host.clone());
-                    });
-                }
-                LossInput::Sliced(i) => {
-                    let host = args[i].host("micro-batch data")?;
-                    for (mb, d) in data.iter_mut().enumerate() {
-                        d.insert(a, micro_batch(&host, self.axis, mb)?);
-                    }
+            if let LossInput::Param(i) = *input {
+                // Under MPI, only this process's groups take parameters.
+                let groups = self.pipeline.groups_of_param(a);
+                if groups.iter().any(|&g| self.pipeline.is_local(g)) {
+                    params.insert(a, args[i].placed()?);
                 }
             }
         }
+        let data = self.micro_batches(args)?;
         let out = self.pipeline.step_on_device(&params, &data)?;
-        let losses = self.loop_losses(&out.losses)?;
+        let results = LoopResults {
+            host: self.host_results(&out.losses, &out.aux)?,
+            grads: out.grads,
+        };
         let mut outputs: Vec<Option<StepResult>> = vec![None; self.num_outputs];
         for (piece, compiled) in &self.pieces {
             let values = match (piece.place, compiled) {
                 (Place::Group(g), Some(index)) => self
-                    .run_on_group(piece, *index, g, args, &losses, &out.grads)?
+                    .run_on_group(piece, *index, g, args, &results)?
                     .into_iter()
                     .map(|m| StepResult::Mpmd(Box::new(m)))
                     .collect(),
                 (Place::Group(g), None) => self.elsewhere(piece, g)?,
                 _ => self
-                    .run_on_host(piece, args, &losses, &out.grads)?
+                    .run_on_host(piece, args, &results)?
                     .into_iter()
                     .map(StepResult::Host)
                     .collect::<Vec<_>>(),
@@ -406,14 +414,71 @@ impl MpmdJit {
         Ok(())
     }
 
-    /// The loop's loss result: the per-micro-batch losses stacked, or summed.
-    fn loop_losses(&self, losses: &[f64]) -> Result<HostArray, DriverError> {
-        let values: Vec<f32> = losses.iter().map(|&l| l as f32).collect();
-        let host = match self.loss_op {
-            ReduceOp::Add => HostArray::from_slice(&[], &[values.iter().sum::<f32>()]),
-            _ => HostArray::from_slice(&[values.len() as i64], &values),
-        };
-        Ok(host?)
+    /// The loop's loss and auxiliary results, each combined over the micro-batches by its
+    /// operation (under MPI, the metrics are shared from the last stage's group first).
+    fn host_results(
+        &self,
+        losses: &[f64],
+        aux: &[Vec<Option<tessera_pjrt::Array>>],
+    ) -> Result<Vec<HostArray>, DriverError> {
+        let ir = |e: tessera_ir::IrError| config(e.to_string());
+        let loss_dtype = self.host_avals[0].dtype;
+        let mut per_result: Vec<Vec<Array>> = vec![
+            losses
+                .iter()
+                .map(|&l| Array::new(loss_dtype, &[], vec![l]))
+                .collect::<Result<_, _>>()
+                .map_err(ir)?,
+        ];
+        if self.num_host > 1 {
+            per_result.extend(self.aux_values(aux)?);
+        }
+        per_result
+            .into_iter()
+            .zip(&self.host_ops)
+            .map(|(values, &op)| {
+                let combined = tessera_ir::prim::combine_micro_batches(values, op).map_err(ir)?;
+                crate::host::to_host(&combined).map_err(|e| config(e.0))
+            })
+            .collect()
+    }
+
+    /// Each auxiliary result's value per micro-batch.
+    fn aux_values(
+        &self,
+        aux: &[Vec<Option<tessera_pjrt::Array>>],
+    ) -> Result<Vec<Vec<Array>>, DriverError> {
+        let avals = &self.host_avals[1..];
+        let mut flat = Vec::new();
+        for mb in aux {
+            for (a, aval) in mb.iter().zip(avals) {
+                match a {
+                    Some(a) => {
+                        let host = crate::host::from_host(&a.to_host()?, aval.dtype)
+                            .map_err(|e| config(e.0))?;
+                        flat.extend(host.to_vec());
+                    }
+                    None => flat.extend(std::iter::repeat_n(f64::NAN, aval.size())),
+                }
+            }
+        }
+        let flat = self.pipeline.share_from_last_group(flat)?;
+        let mut values: Vec<Vec<Array>> = vec![Vec::new(); avals.len()];
+        let mut at = 0;
+        for _ in 0..aux.len() {
+            for (k, aval) in avals.iter().enumerate() {
+                let n = aval.size();
+                let part = flat
+                    .get(at..at + n)
+                    .ok_or_else(|| config("missing metrics"))?;
+                values[k].push(
+                    Array::new(aval.dtype, &aval.shape, part.to_vec())
+                        .map_err(|e| config(e.to_string()))?,
+                );
+                at += n;
+            }
+        }
+        Ok(values)
     }
 }
 
@@ -436,28 +501,4 @@ fn refuse_cross_process(pieces: &[Piece], homes: &[Vec<usize>]) -> Result<(), Dr
         )));
     }
     Ok(())
-}
-
-/// Micro-batch `mb` of `x` along `axis`, without that dimension.
-fn micro_batch(x: &HostArray, axis: usize, mb: usize) -> Result<HostArray, DriverError> {
-    let block: Vec<(i64, i64)> = x
-        .dims()
-        .iter()
-        .enumerate()
-        .map(|(d, &n)| {
-            if d == axis {
-                (mb as i64, mb as i64 + 1)
-            } else {
-                (0, n)
-            }
-        })
-        .collect();
-    let slice = x.block(&block)?;
-    let mut dims = x.dims().to_vec();
-    dims.remove(axis);
-    Ok(HostArray::from_bytes(
-        slice.element_type(),
-        &dims,
-        slice.bytes().to_vec(),
-    )?)
 }

@@ -48,15 +48,20 @@ impl MpmdJit {
         index: usize,
         group: usize,
         args: &[StepArg],
-        losses: &HostArray,
-        grads: &[Option<DeviceArray>],
+        results: &LoopResults,
     ) -> Result<Vec<MpmdArray>, DriverError> {
         let mesh = self.mesh.group(group)?;
         let inputs = piece
             .inputs
             .iter()
             .map(|&i| {
-                let spec = input_spec(&self.specs, &self.grad_args, self.num_args, i);
+                let spec = input_spec(
+                    &self.specs,
+                    &self.grad_args,
+                    self.num_args,
+                    self.num_host,
+                    i,
+                );
                 // An update mixing groups reads other groups' values: moved here.
                 let onto =
                     |a: &DeviceArray| crate::cross_group::onto_group(&self.client, a, mesh, &spec);
@@ -75,10 +80,11 @@ impl MpmdJit {
                             }
                         }
                     }
-                } else if i == self.num_args {
-                    put(losses)
                 } else {
-                    onto(&grad(grads, i - self.num_args - 1)?)
+                    match results.input(i - self.num_args)? {
+                        LoopValue::Host(h) => put(h),
+                        LoopValue::Device(g) => onto(&g),
+                    }
                 }
             })
             .collect::<Result<Vec<_>, DriverError>>()?;
@@ -117,8 +123,7 @@ impl MpmdJit {
         &self,
         piece: &Piece,
         args: &[StepArg],
-        losses: &HostArray,
-        grads: &[Option<DeviceArray>],
+        results: &LoopResults,
     ) -> Result<Vec<HostArray>, DriverError> {
         let avals = piece.program.jaxpr.in_avals();
         let inputs = piece
@@ -128,10 +133,11 @@ impl MpmdJit {
             .map(|(&i, aval)| {
                 let host = if i < self.num_args {
                     args[i].to_host()?
-                } else if i == self.num_args {
-                    losses.clone()
                 } else {
-                    grad(grads, i - self.num_args - 1)?.to_host()?
+                    match results.input(i - self.num_args)? {
+                        LoopValue::Host(h) => h.clone(),
+                        LoopValue::Device(g) => g.to_host()?,
+                    }
                 };
                 from_host(&host, aval.dtype).map_err(|e| config(e.0))
             })
@@ -144,31 +150,56 @@ impl MpmdJit {
     }
 }
 
-/// Gradient `k` of a step, which must be held by this process.
-pub(super) fn grad(grads: &[Option<DeviceArray>], k: usize) -> Result<DeviceArray, DriverError> {
-    grads.get(k).cloned().flatten().ok_or_else(|| {
-        config(format!(
-            "gradient {k} is held by another process; only code on its group can read it"
-        ))
-    })
+/// The loop's results as the update reads them: the loss and the auxiliary results combined on
+/// the host, then the gradients on their groups.
+pub(super) struct LoopResults {
+    /// The loss, then each auxiliary result.
+    pub host: Vec<HostArray>,
+    /// Each gradient (`None`: held by another process).
+    pub grads: Vec<Option<DeviceArray>>,
 }
 
-/// The spec of update input `i`: a step argument's, the losses' (replicated), or a gradient's
-/// (its parameter's).
+/// One loop result.
+pub(super) enum LoopValue<'a> {
+    Host(&'a HostArray),
+    Device(Box<DeviceArray>),
+}
+
+impl LoopResults {
+    /// Loop result `r`; a gradient must be held by this process.
+    pub(super) fn input(&self, r: usize) -> Result<LoopValue<'_>, DriverError> {
+        if let Some(h) = self.host.get(r) {
+            return Ok(LoopValue::Host(h));
+        }
+        let k = r - self.host.len();
+        let grad = self.grads.get(k).cloned().flatten().ok_or_else(|| {
+            config(format!(
+                "gradient {k} is held by another process; only code on its group can read it"
+            ))
+        })?;
+        Ok(LoopValue::Device(Box::new(grad)))
+    }
+}
+
+/// The spec of update input `i`: a step argument's, a host loop result's (replicated), or a
+/// gradient's (its parameter's).
 pub(super) fn input_spec(
     specs: &StepSpecs,
     grad_args: &[usize],
     num_args: usize,
+    num_host: usize,
     i: usize,
 ) -> PartitionSpec {
-    match i.cmp(&num_args) {
-        std::cmp::Ordering::Less => specs.args[i].clone(),
-        std::cmp::Ordering::Equal => PartitionSpec::replicated(),
-        std::cmp::Ordering::Greater => grad_args
-            .get(i - num_args - 1)
-            .map(|&a| specs.args[a].clone())
-            .unwrap_or_default(),
+    if i < num_args {
+        return specs.args[i].clone();
     }
+    if i < num_args + num_host {
+        return PartitionSpec::replicated();
+    }
+    grad_args
+        .get(i - num_args - num_host)
+        .map(|&a| specs.args[a].clone())
+        .unwrap_or_default()
 }
 
 /// How an update piece's inputs and results are laid out, which inputs it donates, and the
@@ -187,8 +218,19 @@ pub(super) fn compile_piece(
     group: usize,
     layout: PieceLayout<'_>,
 ) -> Result<usize, DriverError> {
+    compile_program(executor, mesh, &piece.program, group, layout)
+}
+
+/// Compiles `program` for `group`, its inputs and results laid out as `layout` says.
+pub(super) fn compile_program(
+    executor: &mut PjrtExecutor,
+    mesh: &MpmdMesh,
+    program: &tessera_ir::ClosedJaxpr,
+    group: usize,
+    layout: PieceLayout<'_>,
+) -> Result<usize, DriverError> {
     let group_mesh = mesh.group(group)?;
-    let jaxpr = &piece.program.jaxpr;
+    let jaxpr = &program.jaxpr;
     let (in_avals, out_avals) = (jaxpr.in_avals(), jaxpr.out_avals());
     let shardings = |avals: &[ShapedArray], specs: &[PartitionSpec]| {
         avals
@@ -204,7 +246,7 @@ pub(super) fn compile_piece(
         aliased_outputs: layout.aliased,
         partitioner: layout.partitioner,
     };
-    let module = lower_closed(&piece.program, &options)?;
+    let module = lower_closed(program, &options)?;
     let layouts = out_avals
         .iter()
         .zip(layout.outs)

@@ -8,7 +8,7 @@
 use tessera_ir::ShapedArray;
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
 
-use super::analyze::LossInput;
+use super::analyze::{LossInput, Operand};
 use super::options::MpmdJitOptions;
 use crate::driver::DriverError;
 use crate::specs::{SpecError, ValueSpecs, check_spec};
@@ -92,12 +92,15 @@ fn value_specs(
             LossInput::Param(i) => {
                 values = values.with_param(a, ins[i].clone().unwrap_or_default());
             }
-            LossInput::Invariant(i) => {
+            // Operands computed before the loop are laid out by default.
+            LossInput::Invariant(Operand::Computed(_))
+            | LossInput::Sliced(Operand::Computed(_)) => {}
+            LossInput::Invariant(Operand::Arg(i)) => {
                 if let Some(spec) = &ins[i] {
                     values = values.with_data(a, spec.clone());
                 }
             }
-            LossInput::Sliced(i) => {
+            LossInput::Sliced(Operand::Arg(i)) => {
                 let Some(spec) = &ins[i] else { continue };
                 let what = format!("step argument {i} ({})", step.in_avals[i]);
                 let micro = without_dim(spec, step.axis, &what)?;
