@@ -299,3 +299,54 @@ fn a_gradient_combined_by_max_is_refused_naming_it() {
         .to_string();
     assert!(err.contains("gradient 1 by Max"), "{err}");
 }
+
+#[test]
+fn a_call_whose_execution_fails_leaves_the_client_usable() {
+    use tessera_mpmd::MpmdJitOptions;
+    let (stages, mbs, rows) = (2, 4, 4);
+    let program = plain_step(stages, mbs, rows, "1f1b");
+    let client = Client::cpu(8).unwrap();
+    let options = MpmdJitOptions {
+        donate_argnums: vec![0, 1],
+        ..MpmdJitOptions::default()
+    };
+    let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh(stages), &program, &options).unwrap();
+    let args = step_args(stages, mbs, rows);
+    let mut call: Vec<StepArg> = args
+        .iter()
+        .map(|a| StepArg::Host(to_host(a).unwrap()))
+        .collect();
+    let first = jit.call_mpmd_donated(&mut call).unwrap().outputs;
+    for s in 0..stages {
+        call[s] = first[s].clone().into_arg();
+    }
+    // Another handle on the weights, whose buffers the next call donates: PJRT refuses to run
+    // a stage on them, mid-pipeline.
+    let mut stale = call.clone();
+    let second = jit.call_mpmd_donated(&mut call).unwrap().outputs;
+    let started = std::time::Instant::now();
+    let err = jit
+        .call_mpmd_donated(&mut stale)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("deleted or donated"), "{err}");
+    assert!(
+        started.elapsed().as_secs() < 60,
+        "the failed call took {:?}",
+        started.elapsed()
+    );
+    // The next calls run, on the same client, and give the interpreter's third step.
+    for s in 0..stages {
+        call[s] = second[s].clone().into_arg();
+    }
+    let third = jit.call_mpmd_donated(&mut call).unwrap().outputs;
+    let mut want_args = args.clone();
+    let mut want = Vec::new();
+    for _ in 0..3 {
+        want = eval_closed(&program, &want_args).unwrap();
+        want_args[..stages].clone_from_slice(&want[..stages]);
+    }
+    let got: Vec<_> = third.iter().map(|o| o.to_host().unwrap()).collect();
+    assert_close(&got, &want);
+}

@@ -156,6 +156,13 @@ impl Buffer {
         self.raw
     }
 
+    /// Whether the buffer was deleted, or donated to an execution that reused its memory.
+    pub fn is_deleted(&self) -> Result<bool> {
+        let mut args = args!(PJRT_Buffer_IsDeleted_Args { buffer: self.raw });
+        api_call!(self.client.plugin(), PJRT_Buffer_IsDeleted, &mut args)?;
+        Ok(args.is_deleted)
+    }
+
     /// The element type.
     pub fn element_type(&self) -> Result<ElementType> {
         let mut args = args!(PJRT_Buffer_ElementType_Args { buffer: self.raw });

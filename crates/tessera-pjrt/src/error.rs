@@ -195,6 +195,17 @@ pub enum PjrtError {
     /// A sharding could not be applied.
     #[error(transparent)]
     Sharding(#[from] tessera_sharding::ShardingError),
+    /// An execution was given a buffer that was deleted or donated to an earlier execution.
+    #[error(
+        "argument {argument} (on the executable's device {device}) is a buffer that was deleted \
+         or donated to an earlier execution; pass a live array (e.g. the donating call's result)"
+    )]
+    DonatedArgument {
+        /// The argument's position.
+        argument: usize,
+        /// The position of its device among the executable's devices.
+        device: usize,
+    },
     /// An array was used after `delete`.
     #[error(
         "the array was deleted; it cannot be used any more (copy it before deleting, or keep the original)"

@@ -173,6 +173,14 @@ impl LoadedExecutable {
                 actual: bad.len(),
             });
         }
+        // Some plugins crash when they run on a donated buffer: refuse it here.
+        for (device, list) in arguments.iter().enumerate() {
+            for (argument, buffer) in list.iter().enumerate() {
+                if buffer.is_deleted()? {
+                    return Err(PjrtError::DonatedArgument { argument, device });
+                }
+            }
+        }
         let raw_args: Vec<Vec<*mut sys::PJRT_Buffer>> = arguments
             .iter()
             .map(|list| list.iter().map(|b| b.raw()).collect())
