@@ -161,15 +161,21 @@ pub enum PipelineError {
         /// Stages of the model.
         model: usize,
     },
-    /// The schedule's placement names an actor the mesh does not have.
-    #[error("stage {stage} is placed on actor {actor}, but the mesh has {groups} MPMD groups")]
+    /// The schedule's placement puts a stage on no group of the mesh.
+    #[error(
+        "stage {stage} runs on no MPMD group: the schedule places it on {actor}, but the mesh has \
+         {groups} groups, so {reads} would have nowhere to go; give the schedule as many actors \
+         as the mesh has groups"
+    )]
     NoSuchGroup {
         /// The stage.
         stage: u32,
-        /// Its actor.
-        actor: u32,
+        /// Where the schedule places it (`no actor`, or `actor A`).
+        actor: String,
         /// Groups of the mesh.
         groups: usize,
+        /// What the stage reads, in words.
+        reads: String,
     },
 }
 
@@ -222,17 +228,21 @@ pub fn build_plan<T>(
     }
     let groups = schedule.actors.len();
     let group_of = |stage: u32| -> Result<usize, PipelineError> {
-        let actor = schedule.placement.actor(stage).unwrap_or(u32::MAX);
-        if (actor as usize) < groups {
-            Ok(actor as usize)
-        } else {
-            Err(PipelineError::NoSuchGroup {
+        let actor = schedule.placement.actor(stage);
+        match actor {
+            Some(a) if (a as usize) < groups => Ok(a as usize),
+            _ => Err(PipelineError::NoSuchGroup {
                 stage,
-                actor,
+                actor: actor.map_or("no actor".into(), |a| format!("actor {a}")),
                 groups,
-            })
+                reads: stage_reads(&stages[stage as usize], stage),
+            }),
         }
     };
+    // Every stage must run somewhere, before any task is planned.
+    for stage in 0..num_stages as u32 {
+        group_of(stage)?;
+    }
     let mut ids = Ids::default();
     let mut steps: BTreeMap<u32, u32> = BTreeMap::new();
     let mut tasks = Vec::new();
@@ -310,6 +320,25 @@ pub fn build_plan<T>(
         ids: ids.map,
         inputs,
     })
+}
+
+/// What stage `stage` reads, in words, for errors.
+fn stage_reads(shape: &StageShape, stage: u32) -> String {
+    let mut reads: Vec<String> = shape
+        .inputs
+        .iter()
+        .map(|r| format!("value {} of stage {}", r.k, r.stage))
+        .collect();
+    if shape.params > 0 {
+        reads.push(format!("its {} parameters", shape.params));
+    }
+    if shape.data > 0 {
+        reads.push(format!("its {} micro-batch inputs", shape.data));
+    }
+    match reads.is_empty() {
+        true => format!("the work of stage {stage}"),
+        false => format!("the values it needs ({})", reads.join(", ")),
+    }
 }
 
 #[derive(Default)]

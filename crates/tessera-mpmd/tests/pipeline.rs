@@ -190,3 +190,30 @@ fn a_stage_count_mismatch_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn a_stage_placed_on_no_group_is_refused_naming_what_it_reads() {
+    let schedule = Registry::with_builtins()
+        .create(
+            "gpipe",
+            ScheduleParams {
+                stages: 3,
+                mpmd_dim: 3,
+            },
+        )
+        .unwrap();
+    let mut plan = schedule.plan(2).unwrap();
+    // Stage 2's actor has no action list: the plan runs on two groups only.
+    let last = plan.actors.pop().unwrap();
+    plan.actors[1].extend(last);
+    let shapes: Vec<StageShape> = (0..3)
+        .map(|s| StageShape::chain(s, 3, 1, 1, 1, 0))
+        .collect();
+    let err = build_plan(&plan, &shapes, |_| ()).unwrap_err().to_string();
+    assert!(
+        err.contains("stage 2 runs on no MPMD group")
+            && err.contains("actor 2")
+            && err.contains("value 0 of stage 1"),
+        "{err}"
+    );
+}
