@@ -13,7 +13,7 @@ use tessera_ir::trace::{
     Tensor, trace, treduce, treduce_i, value_and_grad_call, value_and_grad_with_aux_call,
 };
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
-use tessera_mpmd::{MpmdArray, MpmdMesh, MpmdSharding, StepArg, mpmd_jit};
+use tessera_mpmd::{MpmdArray, MpmdMesh, StepArg, mpmd_jit};
 use tessera_pjrt::{Array as DeviceArray, Client};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
 
@@ -239,8 +239,7 @@ fn on_group(
 ) -> StepArg {
     let sharding = NamedSharding::new(mesh.group(group).unwrap(), spec.clone()).unwrap();
     let array = DeviceArray::device_put(client, &to_host(host).unwrap(), &sharding).unwrap();
-    let mpmd = MpmdSharding::new(mesh, [group], spec).unwrap();
-    StepArg::Mpmd(Box::new(MpmdArray::new(vec![array], mpmd).unwrap()))
+    StepArg::Mpmd(Box::new(MpmdArray::on_its_group(mesh, array).unwrap()))
 }
 
 #[test]

@@ -19,6 +19,22 @@ pub struct MpmdArray {
 }
 
 impl MpmdArray {
+    /// An array lying exactly on one group's devices (e.g. a batch loaded there), as an
+    /// `MpmdArray` of that group with the array's spec.
+    pub fn on_its_group(mesh: &crate::MpmdMesh, array: Array) -> Result<MpmdArray> {
+        let devices = array.sharding().device_set()?;
+        let group = mesh
+            .group_with_devices(&devices)
+            .ok_or_else(|| MpmdError::NotOnAGroup {
+                index: 0,
+                shape: array.shape().to_vec(),
+                devices: devices.clone(),
+            })?;
+        let spec = filter_axis(array.sharding().spec(), mesh.mpmd_axis());
+        let sharding = MpmdSharding::new(mesh, [group], &spec)?;
+        MpmdArray::new(vec![array], sharding)
+    }
+
     /// Wraps per-group arrays. Each must lie exactly on one group's devices, that group must be
     /// one of `sharding`'s, no group may appear twice, and all must agree in shape, element type
     /// and spec (without the MPMD axis).

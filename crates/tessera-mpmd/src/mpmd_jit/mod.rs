@@ -315,7 +315,8 @@ impl MpmdJit {
     /// Runs the step. Arguments may be host arrays or arrays already on the MPMD groups (a
     /// parameter on the group of its stage, e.g. this step's own result from the last call);
     /// results computed on a group stay there as [`crate::MpmdArray`]s, the others come back to the
-    /// host. Micro-batch data must be host arrays.
+    /// host. Micro-batch data on a group is sliced there, each micro-batch then moved to the
+    /// groups of the stages reading it.
     pub fn call_mpmd(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
         if let Some(&a) = self
             .donated
