@@ -343,6 +343,20 @@ fn ranks_that_built_different_steps_refuse_to_start_naming_the_rank() {
         "{}",
         reports[0]
     );
+    // The same step compiled for another partitioner on the last rank is refused too.
+    let mut launch = vec!["-n", "3", bin.to_str().unwrap()];
+    launch.extend(args.iter().map(String::as_str));
+    launch.extend([":", "-n", "1", "env", "TESSERA_PARTITIONER=gspmd"]);
+    launch.push(bin.to_str().unwrap());
+    launch.extend(args.iter().map(String::as_str));
+    let job = mpirun(&launch, &[], Duration::from_secs(180), None);
+    assert!(!job.status.success(), "{}", job.stderr);
+    assert!(
+        job.stderr
+            .contains("rank 3 differs from rank 0 in the partitioner"),
+        "{}",
+        job.stderr
+    );
 }
 
 #[test]

@@ -316,7 +316,11 @@ impl CompiledPipeline {
         }
         let layouts = Arc::new(value_layouts(&parts, &specs, &built, mesh)?);
         if let Some(p) = &processes {
-            p.agree(crate::processes::fingerprint(&built.plan, &layouts))?;
+            let partitioner = format!("{:?}", options.partitioner);
+            p.agree(
+                crate::processes::fingerprint(&built.plan, &layouts),
+                &partitioner,
+            )?;
         }
         Ok(CompiledPipeline {
             client: client.clone(),

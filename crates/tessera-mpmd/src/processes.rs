@@ -44,9 +44,10 @@ pub trait Processes: Send + Sync {
     /// a vector of the same length; only the root's contents matter).
     fn broadcast(&self, root: usize, values: Vec<f64>) -> Result<Vec<f64>, ProcessError>;
 
-    /// Checks that every process built the step whose fingerprint is `fingerprint` (and runs on
-    /// the same devices and plugin): an error naming a process that differs otherwise.
-    fn agree(&self, fingerprint: u64) -> Result<(), ProcessError>;
+    /// Checks that every process built the step whose fingerprint is `fingerprint`, compiles it
+    /// for the same `partitioner` (its name) and runs on the same devices and plugin: an error
+    /// naming a process that differs, and in what, otherwise.
+    fn agree(&self, fingerprint: u64, partitioner: &str) -> Result<(), ProcessError>;
 
     /// The executor this process runs its tasks with (a hook for fault injection in tests; the
     /// executor itself by default).
@@ -114,11 +115,28 @@ impl FaultyExecutor {
     }
 }
 
+/// A stalled task: it sleeps for an hour, or until the run stops.
+fn stall(stop: &dyn Fn() -> bool) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+    while std::time::Instant::now() < until && !stop() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 impl Executor<usize, Array> for FaultyExecutor {
     fn run(
         &self,
         task: &crate::runtime::TaskSpec<usize>,
         inputs: &[&Array],
+    ) -> Result<Vec<Array>, BoxError> {
+        self.run_stoppable(task, inputs, &|| false)
+    }
+
+    fn run_stoppable(
+        &self,
+        task: &crate::runtime::TaskSpec<usize>,
+        inputs: &[&Array],
+        stop: &dyn Fn() -> bool,
     ) -> Result<Vec<Array>, BoxError> {
         let n = self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if n == self.at_task {
@@ -128,7 +146,7 @@ impl Executor<usize, Array> for FaultyExecutor {
                         format!("injected failure (TESSERA_FAULT) in '{}'", task.name).into(),
                     );
                 }
-                Fault::Stall => std::thread::sleep(std::time::Duration::from_secs(3600)),
+                Fault::Stall => stall(stop),
                 Fault::Kill => {
                     let pid = std::process::id().to_string();
                     eprintln!("injected fault (TESSERA_FAULT): killing process {pid} with SIGKILL");
@@ -139,7 +157,7 @@ impl Executor<usize, Array> for FaultyExecutor {
                 }
             }
         }
-        self.inner.run(task, inputs)
+        self.inner.run_stoppable(task, inputs, stop)
     }
 
     fn donated_inputs(&self, task: &crate::runtime::TaskSpec<usize>) -> Vec<usize> {

@@ -113,6 +113,21 @@ impl Array {
         self.shards.as_deref().ok_or(PjrtError::Deleted)
     }
 
+    /// Watches every shard of `arrays` until it is computed, without blocking a thread per
+    /// buffer ([`crate::Readiness`]).
+    pub fn readiness(arrays: &[Array]) -> Result<crate::Readiness> {
+        let mut buffers = Vec::new();
+        for array in arrays {
+            buffers.extend(
+                array
+                    .addressable_shards()?
+                    .iter()
+                    .map(|s| s.buffer.as_ref()),
+            );
+        }
+        crate::Readiness::watch(&buffers)
+    }
+
     /// Waits until every shard is computed.
     pub fn block_until_ready(&self) -> Result<()> {
         self.addressable_shards()?

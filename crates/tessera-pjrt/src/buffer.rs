@@ -199,6 +199,18 @@ impl Buffer {
         Ok(args.on_device_size_in_bytes as u64)
     }
 
+    /// The client the buffer belongs to.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The event that fires once the buffer's contents are computed (`None`: already are).
+    pub(crate) fn ready_event(&self) -> Result<Option<event::Event>> {
+        let mut args = args!(PJRT_Buffer_ReadyEvent_Args { buffer: self.raw });
+        api_call!(self.client.plugin(), PJRT_Buffer_ReadyEvent, &mut args)?;
+        Ok(event::Event::new(self.client.plugin(), args.event))
+    }
+
     /// Blocks until the buffer's contents are computed.
     pub fn block_until_ready(&self) -> Result<()> {
         let mut args = args!(PJRT_Buffer_ReadyEvent_Args { buffer: self.raw });

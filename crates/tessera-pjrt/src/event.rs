@@ -17,6 +17,11 @@ impl Event {
         (!raw.is_null()).then_some(Event { plugin, raw })
     }
 
+    /// The raw event, for registering callbacks on it.
+    pub(crate) fn raw(&self) -> *mut sys::PJRT_Event {
+        self.raw
+    }
+
     /// Blocks until the event is ready and returns its error, if any.
     pub(crate) fn wait(self) -> Result<()> {
         let mut args = args!(PJRT_Event_Await_Args { event: self.raw });

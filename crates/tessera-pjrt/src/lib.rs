@@ -30,6 +30,7 @@ mod host_memory;
 pub mod known_plugins;
 pub mod optimized;
 mod plugin;
+mod readiness;
 mod sys;
 mod util;
 
@@ -51,6 +52,7 @@ pub use host_memory::{ALIGNMENT, AlignedBytes};
 pub use known_plugins::{DEFAULT_CPU_PLUGIN, KnownPlugin, PluginPlatform};
 pub use optimized::OptimizedProgram;
 pub use plugin::Plugin;
+pub use readiness::Readiness;
 
 /// The PJRT C API version of the header these bindings were generated from, as `(major, minor)`.
 pub const HEADER_API_VERSION: (u32, u32) = (sys::PJRT_API_MAJOR, sys::PJRT_API_MINOR);

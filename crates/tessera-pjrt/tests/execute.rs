@@ -252,3 +252,63 @@ fn concurrent_spmd_launches_on_the_same_devices_do_not_share_collectives() {
         }
     });
 }
+
+/// Runs `acc = acc * 0.999999 + 1` for `n` steps: a chain of dependent float operations that
+/// the compiler cannot fold, so a computation that takes a while; on two devices, because
+/// the CPU plugin runs a one-device program inside the execute call.
+const SPIN: &str = r#"
+module @spin attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%n: tensor<i32> {mhlo.sharding = "{replicated}"}) -> (tensor<f32> {mhlo.sharding = "{replicated}"}) {
+    %zero = stablehlo.constant dense<0> : tensor<i32>
+    %one = stablehlo.constant dense<1> : tensor<i32>
+    %start = stablehlo.constant dense<0.0> : tensor<f32>
+    %decay = stablehlo.constant dense<0.999999> : tensor<f32>
+    %step = stablehlo.constant dense<1.0> : tensor<f32>
+    %r:2 = stablehlo.while(%i = %zero, %acc = %start) : tensor<i32>, tensor<f32>
+      cond {
+        %c = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+        stablehlo.return %c : tensor<i1>
+      } do {
+        %next = stablehlo.add %i, %one : tensor<i32>
+        %scaled = stablehlo.multiply %acc, %decay : tensor<f32>
+        %sum = stablehlo.add %scaled, %step : tensor<f32>
+        stablehlo.return %next, %sum : tensor<i32>, tensor<f32>
+      }
+    return %r#1 : tensor<f32>
+  }
+}
+"#;
+
+#[test]
+fn readiness_is_learnt_from_callbacks_and_a_wait_can_stop_before_the_device_does() {
+    use std::time::{Duration, Instant};
+    use tessera_pjrt::Readiness;
+    let client = client();
+    let exe = client
+        .compile(SPIN.as_bytes(), &CompileOptions::spmd(&[0, 1]))
+        .unwrap();
+    let n = HostArray::from_slice(&[], &[200_000_000]).unwrap();
+    let count = [0, 1].map(|d| Buffer::from_host_to(&client, &n, d).unwrap());
+    let started = Instant::now();
+    let out = exe.execute(&[vec![&count[0]], vec![&count[1]]]).unwrap();
+    let dispatched = started.elapsed();
+    let readiness = Readiness::watch(&[&out[0][0], &out[1][0]]).unwrap();
+    // Told to stop at once, the wait gives up while the device still counts.
+    let stopped = readiness
+        .wait_unless(&|| true, Duration::from_millis(1))
+        .unwrap();
+    let gave_up = started.elapsed();
+    // Then it learns, from the callback, when the count is done.
+    assert!(readiness.wait_for(Duration::from_secs(300)).unwrap());
+    let done = started.elapsed();
+    eprintln!("dispatched in {dispatched:?}, gave up at {gave_up:?}, done at {done:?}");
+    assert!(
+        !stopped,
+        "the count was done before the wait stopped ({done:?})"
+    );
+    let acc = out[0][0].to_host().unwrap().to_vec::<f32>().unwrap()[0];
+    assert!(acc > 1000.0 && acc.is_finite(), "{acc}");
+    // A buffer that is already computed is ready at once.
+    let ready = Readiness::watch(&[&count[0]]).unwrap();
+    assert!(ready.wait_for(Duration::ZERO).unwrap());
+}

@@ -242,26 +242,35 @@ impl Processes for MpiProcesses {
         Ok(values)
     }
 
-    fn agree(&self, fingerprint: u64) -> Result<(), ProcessError> {
-        let mut plugin = DefaultHasher::new();
-        self.plugin.hash(&mut plugin);
-        let mine = [fingerprint, self.devices as u64, plugin.finish()];
-        let mut all = vec![0u64; 3 * self.size];
+    fn agree(&self, fingerprint: u64, partitioner: &str) -> Result<(), ProcessError> {
+        let hash = |x: &dyn Fn(&mut DefaultHasher)| {
+            let mut h = DefaultHasher::new();
+            x(&mut h);
+            h.finish()
+        };
+        let mine = [
+            fingerprint,
+            self.devices as u64,
+            hash(&|h| self.plugin.hash(h)),
+            hash(&|h| partitioner.hash(h)),
+        ];
+        let n = mine.len();
+        let mut all = vec![0u64; n * self.size];
         SimpleCommunicator::world().all_gather_into(&mine[..], &mut all[..]);
         let what = [
             "the step (plan and value layouts)",
             "the device count",
             "the PJRT plugin version",
+            "the partitioner (TESSERA_PARTITIONER, Shardy or GSPMD)",
         ];
-        for (rank, theirs) in all.chunks(3).enumerate().skip(1) {
-            if let Some(k) = (0..3).find(|&k| theirs[k] != all[k]) {
-                let detail = if k == 1 {
-                    format!(" ({} devices, rank 0 has {})", theirs[1], all[1])
-                } else {
-                    String::new()
+        for (rank, theirs) in all.chunks(n).enumerate().skip(1) {
+            if let Some(k) = (0..n).find(|&k| theirs[k] != all[k]) {
+                let detail = match k {
+                    1 => format!(" ({} devices, rank 0 has {})", theirs[1], all[1]),
+                    _ => String::new(),
                 };
                 return Err(ProcessError::Mismatch(format!(
-                    "rank {rank} differs from rank 0 in {}{detail}; launch every rank with the same binary, arguments and plugin",
+                    "rank {rank} differs from rank 0 in {}{detail}; launch every rank with the same binary, arguments, environment and plugin",
                     what[k]
                 )));
             }

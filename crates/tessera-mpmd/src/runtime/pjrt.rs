@@ -14,6 +14,9 @@ use super::worker::Executor;
 use crate::error::Result;
 use crate::mesh::MpmdMesh;
 
+/// How often a task waiting for its results looks whether the run has stopped.
+const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// The type and layout of one output of a compiled task, relative to its group's mesh.
 #[derive(Debug, Clone)]
 pub struct OutputLayout {
@@ -130,8 +133,38 @@ impl PjrtExecutor {
         &self.programs
     }
 
-    /// Runs compiled program `program` on arrays laid out on its group.
+    /// Runs compiled program `program` on arrays laid out on its group, and waits for its
+    /// results.
     pub fn execute(&self, program: usize, inputs: &[&Array]) -> Result<Vec<Array>, BoxError> {
+        self.execute_unless(program, inputs, &|| false)
+    }
+
+    /// Like [`PjrtExecutor::execute`], giving up the wait for the results once `stop()` is true
+    /// (checked every few milliseconds; the device finishes the computation in the background).
+    pub fn execute_unless(
+        &self,
+        program: usize,
+        inputs: &[&Array],
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Vec<Array>, BoxError> {
+        let outputs = self.dispatch(program, inputs)?;
+        // PJRT runs executables asynchronously: without waiting, a task's time would be its
+        // dispatch and its computation would be charged to whoever next touches the buffers.
+        // One wait on every output's ready callback (`PJRT_Event_OnReady`), which can stop.
+        let readiness = Array::readiness(&outputs)?;
+        if !readiness.wait_unless(stop, STOP_POLL)? {
+            return Err(format!(
+                "program {program} was still running when the run stopped; its computation is \
+                 left to finish on the devices (PJRT cannot cancel it)"
+            )
+            .into());
+        }
+        Ok(outputs)
+    }
+
+    /// Launches compiled program `program` on arrays laid out on its group; its results may
+    /// still be computing.
+    fn dispatch(&self, program: usize, inputs: &[&Array]) -> Result<Vec<Array>, BoxError> {
         let compiled = self
             .programs
             .get(program)
@@ -175,11 +208,6 @@ impl PjrtExecutor {
             )?);
         }
         outputs.reverse();
-        // PJRT runs executables asynchronously: without waiting, a task's time would be its
-        // dispatch and its computation would be charged to whoever next touches the buffers.
-        for output in &outputs {
-            output.block_until_ready()?;
-        }
         Ok(outputs)
     }
 }
@@ -187,6 +215,15 @@ impl PjrtExecutor {
 impl Executor<usize, Array> for PjrtExecutor {
     fn run(&self, task: &TaskSpec<usize>, inputs: &[&Array]) -> Result<Vec<Array>, BoxError> {
         self.execute(task.payload, inputs)
+    }
+
+    fn run_stoppable(
+        &self,
+        task: &TaskSpec<usize>,
+        inputs: &[&Array],
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Vec<Array>, BoxError> {
+        self.execute_unless(task.payload, inputs, stop)
     }
 
     fn value_bytes(&self, value: &Array) -> u64 {

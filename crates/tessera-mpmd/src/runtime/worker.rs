@@ -22,6 +22,21 @@ pub trait Executor<T, V>: Send + Sync {
     /// to finish in the background.
     fn run(&self, task: &TaskSpec<T>, inputs: &[&V]) -> Result<Vec<V>, BoxError>;
 
+    /// Like [`Executor::run`], giving up once `stop()` is true (the run failed elsewhere or
+    /// passed its deadline) so that the worker is not left behind: an executor whose tasks
+    /// complete asynchronously waits for them in slices, checking `stop`, and returns an error
+    /// when told to stop (the computation itself may finish in the background). By default it
+    /// calls `run`.
+    fn run_stoppable(
+        &self,
+        task: &TaskSpec<T>,
+        inputs: &[&V],
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Vec<V>, BoxError> {
+        let _ = stop;
+        self.run(task, inputs)
+    }
+
     /// The positions of `task`'s inputs whose buffers running it consumes (donated to its
     /// outputs). The runtime hands over only a value's last use on its group (never a value the
     /// run returns or sends) and stops accounting for it when the task starts. None by default.
@@ -169,7 +184,8 @@ impl<T, V> Worker<T, V> {
             .collect();
         let began = Instant::now();
         shared.coord().running[self.group] = Some((index, began));
-        let outputs = shared.executor.run(task, &inputs);
+        let stop = || shared.abort.load(Ordering::SeqCst);
+        let outputs = shared.executor.run_stoppable(task, &inputs, &stop);
         shared.coord().running[self.group] = None;
         let outputs = outputs.map_err(|source| RunError::Task {
             task: task.name.clone(),

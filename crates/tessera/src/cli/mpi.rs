@@ -136,7 +136,8 @@ pub struct Finish<'a> {
     pub json: bool,
     pub losses: &'a [f64],
     pub reference_losses: &'a [f64],
-    pub timings: &'a Timings,
+    /// Every step's timings of this rank's group.
+    pub timings: &'a [Timings],
     pub pipeline: &'a tessera_mpmd::driver::CompiledPipeline,
     /// Where to write the job's Chrome trace (every rank's tasks on one timeline).
     pub trace: Option<&'a std::path::Path>,
@@ -144,9 +145,10 @@ pub struct Finish<'a> {
     pub step_ms: &'a [f64],
 }
 
-/// Ends a run in a job: every rank sends the last step's timings of its group to rank 0, which
-/// puts them on one timeline (the ranks' clocks are one host's) and prints what a one-process
-/// run prints: the task table, bubble ratio, makespan against the simulator, memory per group,
+/// Ends a run in a job: every rank sends every step's timings of its group to rank 0, which
+/// puts each step's on one timeline (the ranks' clocks are one host's) and prints what a
+/// one-process run prints (the makespan against the simulator over the settled steps, the rest
+/// from the last step): the task table, bubble ratio, makespan against the simulator, memory per group,
 /// the trace (`--trace`), and the losses next to the reference's (with `--json`, the summary as
 /// its last line).
 pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
@@ -156,13 +158,20 @@ pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
     };
     let parts = parts
         .iter()
-        .map(|p| serde_json::from_slice::<Timings>(p))
+        .map(|p| serde_json::from_slice::<Vec<Timings>>(p))
         .collect::<Result<Vec<_>, _>>()
         .context("a rank's timings did not decode")?;
-    let timings = Timings::merged(parts);
+    let steps = parts.iter().map(Vec::len).min().unwrap_or(0);
+    let merged: Vec<Timings> = (0..steps)
+        .map(|i| Timings::merged(parts.iter().map(|p| p[i].clone()).collect()))
+        .collect();
+    let timings = merged.last().context("no steps were run")?;
     let plan = f.pipeline.schedule_plan();
-    let per_step = [super::timing::calibrate(&timings, plan)];
-    let figures = super::train::report::pipeline_figures(f.pipeline, &timings, &per_step, f.stages);
+    let per_step: Vec<(f64, f64)> = merged
+        .iter()
+        .map(|t| super::timing::calibrate(t, plan))
+        .collect();
+    let figures = super::train::report::pipeline_figures(f.pipeline, timings, &per_step, f.stages);
     let orders_match = figures.orders_match;
     if let Some(path) = f.trace {
         std::fs::write(path, timings.to_chrome_trace())

@@ -320,6 +320,9 @@ fn run_in(
             &run.timings,
             jit.pipeline().schedule_plan(),
         ));
+        if job.is_some() {
+            log.job_timings.push(run.timings.clone());
+        }
         log.timings = Some(run.timings);
         weights = outputs.into_iter().map(StepResult::into_arg).collect();
     }
@@ -332,7 +335,6 @@ fn run_in(
         )?);
     }
     if let Some(job) = job {
-        let timings = log.timings.as_ref().context("no steps were run")?;
         let finish = super::mpi::Finish {
             model: config::name(&choice),
             schedule: &args.schedule,
@@ -342,7 +344,7 @@ fn run_in(
             json: args.json,
             losses: &log.losses,
             reference_losses: &log.reference_losses,
-            timings,
+            timings: &log.job_timings,
             pipeline: jit.pipeline(),
             trace: args.trace.as_deref(),
             step_ms: &log.step_ms,
@@ -394,6 +396,8 @@ struct RunLog {
     per_step: Vec<(f64, f64)>,
     checkpoints: Vec<PathBuf>,
     timings: Option<tessera_mpmd::runtime::Timings>,
+    /// In a job, every step's timings of this rank's group, for rank 0 to merge.
+    job_timings: Vec<tessera_mpmd::runtime::Timings>,
     /// The parameters' bytes per group and device after the last step.
     parameter_bytes: Option<serde_json::Value>,
 }
