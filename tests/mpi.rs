@@ -374,3 +374,41 @@ fn a_job_with_fewer_ranks_than_groups_is_refused() {
         job.stderr
     );
 }
+
+#[test]
+fn arrays_move_between_the_spmd_and_mpmd_layouts_across_processes() {
+    let example = tessera_bin()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("mpi_reshard");
+    assert!(
+        example.exists(),
+        "{} is missing: `cargo xtask test` builds it (cargo build -p tessera-examples --example mpi_reshard)",
+        example.display()
+    );
+    let job = mpirun(
+        &["-n", "2", example.to_str().unwrap()],
+        &[],
+        Duration::from_secs(180),
+        None,
+    );
+    assert!(job.status.success(), "{}\n{}", job.stdout, job.stderr);
+    // Rank 1 holds group 1's array (half of it came from rank 0); both hold the array of both
+    // groups; back in the SPMD layout each rank holds its own 4 devices' shards.
+    for line in [
+        "rank 1: group 1: group 1 holds the array in 4 shards",
+        "rank 0: both groups: group 0 holds the array in 4 shards",
+        "rank 1: both groups: group 1 holds the array in 4 shards",
+        "rank 0: back to SPMD: 4 shards held here",
+        "rank 1: back to SPMD: 4 shards held here",
+    ] {
+        assert!(
+            job.stdout.contains(line),
+            "missing '{line}':\n{}",
+            job.stdout
+        );
+    }
+    assert!(!job.stdout.contains("rank 0: group 1"), "{}", job.stdout);
+    assert!(job.stdout.lines().any(|l| l == "ok"), "{}", job.stdout);
+}

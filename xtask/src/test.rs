@@ -45,6 +45,14 @@ pub fn run(extra: &[String]) -> anyhow::Result<ExitCode> {
     crate::setup::run()?;
     step("test: building the tessera binary (the CLI tests run it)");
     cmd::cargo(&["build", "--package", "tessera"])?;
+    step("test: building the MPI reshard example (tests/mpi.rs runs it under mpirun)");
+    cmd::cargo(&[
+        "build",
+        "--package",
+        "tessera-examples",
+        "--example",
+        "mpi_reshard",
+    ])?;
     step("test: cargo test --workspace --no-fail-fast");
     let mut child = cmd::cargo_command(&["test", "--workspace", "--no-fail-fast"])
         .args(extra)

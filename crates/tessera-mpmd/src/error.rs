@@ -71,6 +71,9 @@ pub enum MpmdError {
     /// A sharding error from tessera-sharding.
     #[error(transparent)]
     Sharding(#[from] tessera_sharding::ShardingError),
+    /// A reshard across the processes of a job failed to exchange its blocks.
+    #[error("a reshard across processes: {0}")]
+    Reshard(String),
     /// A device error from tessera-pjrt.
     #[error(transparent)]
     Pjrt(#[from] tessera_pjrt::PjrtError),

@@ -19,6 +19,7 @@ pub mod partition;
 pub mod pipeline;
 pub mod processes;
 mod reshard;
+mod reshard_across;
 pub mod runtime;
 mod sharding;
 pub mod specs;
@@ -34,5 +35,6 @@ pub use mpmd_jit::{
 pub use reshard::{
     group_by_size_threshold, interleaved_order, mpmd_to_spmd_reshard, spmd_to_mpmd_reshard,
 };
+pub use reshard_across::{mpmd_to_spmd_reshard_across, spmd_to_mpmd_reshard_across};
 pub use sharding::{MpmdSharding, filter_axis};
 pub use specs::{SpecError, ValueSpecs};

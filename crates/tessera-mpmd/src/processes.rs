@@ -33,6 +33,16 @@ pub trait Processes: Send + Sync {
     /// The groups this process runs.
     fn local_groups(&self) -> Vec<usize>;
 
+    /// How many processes the job has, and this process's index among them.
+    fn process_index(&self) -> (usize, usize);
+
+    /// The process running `group`.
+    fn process_of(&self, group: usize) -> usize;
+
+    /// An all-to-all exchange of bytes: sends `outgoing[p]` to process `p` and returns what each
+    /// process sent this one, by sender. Every process calls it at the same point.
+    fn exchange(&self, outgoing: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, ProcessError>;
+
     /// A fresh transport for one run of the plan: `layouts` gives the global shape, element type
     /// and in-group spec of every value the plan moves between groups.
     fn transport(

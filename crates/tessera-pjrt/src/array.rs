@@ -93,6 +93,51 @@ impl Array {
         })
     }
 
+    /// An array of which this process holds only some shards (a process of a multi-process job,
+    /// JAX's partially addressable `jax.Array`): `shards` gives the buffer of each of this
+    /// process's devices of `sharding`; the other devices belong to other processes. Reading it
+    /// whole ([`Array::to_host`]) needs every block here.
+    pub fn from_addressable_shards(
+        shape: &[i64],
+        ty: ElementType,
+        sharding: &NamedSharding,
+        shards: Vec<(i32, Buffer)>,
+    ) -> Result<Array> {
+        let blocks = sharding.devices_indices_map(shape)?;
+        let mut held: Vec<(usize, Shard)> = Vec::with_capacity(shards.len());
+        for (device, buffer) in shards {
+            let position = blocks
+                .iter()
+                .position(|(d, _)| *d == i64::from(device))
+                .ok_or_else(|| PjrtError::UnknownDevice {
+                    id: device,
+                    available: blocks.iter().map(|(d, _)| *d as i32).collect(),
+                })?;
+            let block = blocks[position].1.clone();
+            held.push((
+                position,
+                Shard {
+                    device,
+                    block,
+                    buffer: std::sync::Arc::new(buffer),
+                },
+            ));
+        }
+        held.sort_by_key(|(position, _)| *position);
+        Ok(Array {
+            shape: shape.to_vec(),
+            ty,
+            sharding: sharding.clone(),
+            shards: Some(held.into_iter().map(|(_, s)| s).collect()),
+        })
+    }
+
+    /// Whether this process holds a shard for every device of the sharding.
+    pub fn is_fully_addressable(&self) -> Result<bool> {
+        let devices = self.sharding.devices_indices_map(&self.shape)?.len();
+        Ok(self.addressable_shards()?.len() == devices)
+    }
+
     /// The global shape.
     pub fn shape(&self) -> &[i64] {
         &self.shape
@@ -136,6 +181,7 @@ impl Array {
     }
 
     /// Assembles the global array on the host (each block is read once, from its first holder).
+    /// An array only partly held here is an error unless its shards hold every block.
     pub fn to_host(&self) -> Result<HostArray> {
         let mut out = HostArray::zeros(self.ty, &self.shape);
         let mut seen = Vec::new();
@@ -145,6 +191,14 @@ impl Array {
             }
             out.write_block(&shard.block, &shard.buffer.to_host()?)?;
             seen.push(shard.block.clone());
+        }
+        let missing = self
+            .sharding
+            .devices_indices_map(&self.shape)?
+            .into_iter()
+            .find(|(_, block)| !seen.contains(block));
+        if let Some((device, block)) = missing {
+            return Err(PjrtError::NotAddressable { device, block });
         }
         Ok(out)
     }

@@ -206,6 +206,17 @@ pub enum PjrtError {
         /// The position of its device among the executable's devices.
         device: usize,
     },
+    /// An array held only partly by this process was read whole.
+    #[error(
+        "block {block:?} of the array lives on device {device}, which another process holds; \
+         read the blocks held here (`addressable_shards`), or reshard the array first"
+    )]
+    NotAddressable {
+        /// A device whose block is not held here.
+        device: i64,
+        /// Its block.
+        block: Vec<(i64, i64)>,
+    },
     /// An array was used after `delete`.
     #[error(
         "the array was deleted; it cannot be used any more (copy it before deleting, or keep the original)"

@@ -66,3 +66,57 @@ fn a_deleted_array_refuses_use_and_bad_shapes_are_errors() {
     let err = Array::device_put(&client, &odd, &sharding(&mesh, "P('x')")).unwrap_err();
     assert!(matches!(err, PjrtError::Sharding(_)), "{err}");
 }
+
+#[test]
+fn an_array_held_in_part_reads_its_own_shards_and_refuses_to_be_read_whole() {
+    use tessera_pjrt::Buffer;
+    let client = Client::cpu(8).unwrap();
+    let mesh = Mesh::auto(&[("x", 2), ("y", 4)]).unwrap();
+    let values: Vec<f32> = (0..16).map(|i| i as f32).collect();
+    let host = HostArray::from_slice(&[4, 4], &values).unwrap();
+    let split = sharding(&mesh, "P('x', 'y')");
+    // The shards of devices 0..4 (rows 0..2) only, as one process of a job would hold them.
+    let shards: Vec<(i32, Buffer)> = split
+        .devices_indices_map(&[4, 4])
+        .unwrap()
+        .into_iter()
+        .filter(|(device, _)| *device < 4)
+        .map(|(device, block)| {
+            let piece = host.block(&block).unwrap();
+            (
+                device as i32,
+                Buffer::from_host_to(&client, &piece, device as i32).unwrap(),
+            )
+        })
+        .collect();
+    let part =
+        Array::from_addressable_shards(&[4, 4], host.element_type(), &split, shards).unwrap();
+    assert!(!part.is_fully_addressable().unwrap());
+    assert_eq!(part.addressable_shards().unwrap().len(), 4);
+    for shard in part.addressable_shards().unwrap() {
+        assert!(shard.block[0].1 <= 2, "{:?}", shard.block);
+        let got = shard.buffer.to_host().unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(
+            got,
+            host.block(&shard.block).unwrap().to_vec::<f32>().unwrap()
+        );
+    }
+    let err = part.to_host().unwrap_err();
+    assert!(
+        matches!(err, PjrtError::NotAddressable { device: 4, .. }),
+        "{err}"
+    );
+    // A device the sharding does not name is refused.
+    let stray = Buffer::from_host_to(&client, &host, 0).unwrap();
+    let other = sharding(
+        &Mesh::new(mesh.abstract_mesh().clone(), (8..16).collect()).unwrap(),
+        "P()",
+    );
+    assert!(
+        Array::from_addressable_shards(&[4, 4], host.element_type(), &other, vec![(0, stray)])
+            .is_err()
+    );
+    // Held whole, it reads as before.
+    let whole = Array::device_put(&client, &host, &split).unwrap();
+    assert!(whole.is_fully_addressable().unwrap());
+}
