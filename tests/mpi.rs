@@ -253,6 +253,25 @@ fn two_ranks_train_a_tensor_parallel_fsdp_gpt_as_one_process_does() {
     same_losses_in_a_job(&args, "2", "1f1b, TP x FSDP");
 }
 
+#[test]
+fn two_ranks_clip_by_the_global_norm_as_one_process_does() {
+    // The norm's parts cross the ranks; each rank updates its own stage's weights.
+    // With AdamW, whose moments stay on their parameters' groups and ranks.
+    let mut args = train_args("1f1b", "2", "2", "3");
+    args.extend(
+        [
+            "--clip-grad-norm",
+            "0.05",
+            "--optimizer",
+            "adamw",
+            "--lr",
+            "0.003",
+        ]
+        .map(String::from),
+    );
+    same_losses_in_a_job(&args, "2", "1f1b, clipped");
+}
+
 fn faulty_job(env: &[(&str, &str)], limit: Duration, marker: Option<&str>) -> Ended {
     let bin = tessera_bin();
     let args = train_args("1f1b", "4", "4", "2");

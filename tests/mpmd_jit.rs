@@ -448,6 +448,22 @@ fn global_norm_clipping_mixes_the_groups_and_trains_like_the_unpipelined_step() 
         assert_ne!(a[0].to_vec(), b[0].to_vec(), "the bound does not clip");
         let homes = two_steps(&program, stages, groups);
         assert_eq!(homes.len(), stages);
+        // Only the norm's parts cross groups: each weight is updated on its own stage's group.
+        let client = Client::cpu(8).unwrap();
+        let mesh = MpmdMesh::new(
+            Mesh::auto(&[("stage", groups), ("data", 8 / groups)]).unwrap(),
+            "stage",
+        )
+        .unwrap();
+        let jit = mpmd_jit(&client, &mesh, &program).unwrap();
+        let places = jit.update_places();
+        for s in 0..stages {
+            let (group, _) = places
+                .iter()
+                .find(|(_, outputs)| outputs.contains(&s))
+                .unwrap();
+            assert_eq!(*group, jit.pipeline().group_of_stage(s), "weight {s}");
+        }
     }
 }
 

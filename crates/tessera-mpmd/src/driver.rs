@@ -420,13 +420,24 @@ impl CompiledPipeline {
     /// `values` as the process running the last stage's group holds them: in a multi-process
     /// step, broadcast from it; in one process, as they are.
     pub fn share_from_last_group(&self, values: Vec<f64>) -> Result<Vec<f64>, DriverError> {
-        let Some(processes) = &self.processes else {
-            return Ok(values);
-        };
         let last = self
             .group_of_stage(self.parts.len().saturating_sub(1))
             .unwrap_or(0);
-        Ok(processes.broadcast(last, values)?)
+        self.share_from_group(last, values)
+    }
+
+    /// `values` as the process running `group` holds them: in a multi-process step, broadcast
+    /// from it (every process calls this together, with vectors of one length); in one process,
+    /// as they are.
+    pub fn share_from_group(
+        &self,
+        group: usize,
+        values: Vec<f64>,
+    ) -> Result<Vec<f64>, DriverError> {
+        let Some(processes) = &self.processes else {
+            return Ok(values);
+        };
+        Ok(processes.broadcast(group, values)?)
     }
 
     /// How many auxiliary results (metrics) the loss returns after the loss itself.

@@ -23,9 +23,11 @@
 
 mod analyze;
 mod args;
+mod crossing;
 mod data;
 mod donation;
 mod options;
+mod phases;
 mod pieces;
 mod shardings;
 mod update;
@@ -82,6 +84,8 @@ pub struct MpmdJit {
     slicers: data::Slicers,
     /// The partitioner every program of the step is compiled for.
     partitioner: tessera_stablehlo::Partitioner,
+    /// For an update mixing groups: its values crossing groups, computed before `pieces` run.
+    crossing: Option<crossing::Crossing>,
 }
 
 /// What one call returns besides the step's results.
@@ -204,11 +208,29 @@ impl MpmdJit {
             .collect();
         let mut updates = PjrtExecutor::new(client, mesh);
         let mut pieces = Vec::new();
+        let input_spec = |i: usize| input_spec(&specs, &grad_args, n_args, num_host, i);
+        // An update mixing groups is cut at its small values crossing them (`phases.rs`).
+        let (update, place_of_input, crossing) = match phases::cut(&update, &place_of_input)? {
+            Some(cut) => {
+                let mut places = place_of_input.clone();
+                places.resize(cut.update.jaxpr.invars.len(), None);
+                let last = cut.update.clone();
+                let setup = crossing::CrossingSetup {
+                    mesh,
+                    pipeline: &pipeline,
+                    place_of_input: &place_of_input,
+                    input_spec: &input_spec,
+                    partitioner,
+                };
+                let compiled = crossing::compile(&mut updates, cut, &setup)?;
+                (last, places, Some(compiled))
+            }
+            None => (update, place_of_input, None),
+        };
         let split = update::split(&update, &place_of_input)?;
         if options.processes.is_some() {
             refuse_cross_process(&split, &homes)?;
         }
-        let input_spec = |i: usize| input_spec(&specs, &grad_args, n_args, num_host, i);
         let same_layout = |i: usize, k: usize| input_spec(i) == specs.outs[k];
         let aliases = donation::aliases(&split, &options.donate_argnums, n_args, &same_layout)?;
         for (piece, aliased) in split.into_iter().zip(aliases) {
@@ -256,6 +278,7 @@ impl MpmdJit {
             grad_args,
             slicers: data::Slicers::default(),
             partitioner,
+            crossing,
         })
     }
 
@@ -357,10 +380,14 @@ impl MpmdJit {
         }
         let data = self.micro_batches(args)?;
         let out = self.pipeline.step_on_device(&params, &data)?;
-        let results = LoopResults {
+        let mut results = LoopResults {
             host: self.host_results(&out.losses, &out.aux)?,
             grads: out.grads,
+            crossing: Vec::new(),
         };
+        if let Some(crossing) = &self.crossing {
+            results.crossing = self.crossing_values(crossing, args, &results)?;
+        }
         let mut outputs: Vec<Option<StepResult>> = vec![None; self.num_outputs];
         for (piece, compiled) in &self.pieces {
             let values = match (piece.place, compiled) {
@@ -483,8 +510,9 @@ impl MpmdJit {
     }
 }
 
-/// Under several processes, values cross groups only through the pipeline's transport: a tied
-/// weight or an update that mixes groups is refused, naming it.
+/// Under several processes, values cross groups only through the pipeline's transport and the
+/// small values of a cut update: a tied weight, or an update mixing groups that could not be
+/// cut, is refused, naming it.
 fn refuse_cross_process(pieces: &[Piece], homes: &[Vec<usize>]) -> Result<(), DriverError> {
     if let Some(k) = homes.iter().position(|h| h.len() > 1) {
         return Err(config(format!(
@@ -495,10 +523,12 @@ fn refuse_cross_process(pieces: &[Piece], homes: &[Vec<usize>]) -> Result<(), Dr
     }
     if let Some(piece) = pieces.iter().find(|p| p.groups.len() > 1) {
         return Err(config(format!(
-            "step results {:?} combine values of the groups {:?} (e.g. a global gradient norm); \
-             updates that mix groups are not supported with one process per group yet: run in \
-             one process",
-            piece.outputs, piece.groups
+            "step results {:?} combine large values of the groups {:?}; an update may mix \
+             groups with one process per group only through small values (at most {} elements, \
+             e.g. a global gradient norm): run in one process, or reduce to small values first",
+            piece.outputs,
+            piece.groups,
+            phases::SMALL
         )));
     }
     Ok(())

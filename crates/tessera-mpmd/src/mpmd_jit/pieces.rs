@@ -50,6 +50,43 @@ impl MpmdJit {
         args: &[StepArg],
         results: &LoopResults,
     ) -> Result<Vec<MpmdArray>, DriverError> {
+        let outs = self.run_raw(piece, index, group, args, results)?;
+        // Each result goes to the groups of the parameter it updates (all of them for a tied
+        // weight), the others stay here.
+        outs.into_iter()
+            .zip(&piece.outputs)
+            .map(|(o, &k)| {
+                let homes = match self.homes.get(k) {
+                    Some(h) if !h.is_empty() => h.clone(),
+                    _ => vec![group],
+                };
+                let spec = &self.specs.outs[k];
+                let arrays = homes
+                    .iter()
+                    .map(|&h| match h == group {
+                        true => Ok(o.clone()),
+                        false => {
+                            let mesh = self.mesh.group(h)?;
+                            crate::cross_group::onto_group(&self.client, &o, mesh, spec)
+                        }
+                    })
+                    .collect::<Result<Vec<_>, DriverError>>()?;
+                let sharding = MpmdSharding::new(&self.mesh, homes, spec)?;
+                Ok(MpmdArray::new(arrays, sharding)?)
+            })
+            .collect()
+    }
+
+    /// Runs compiled piece `index` on `group`, its inputs moved onto the layouts it was compiled
+    /// for; its results as the program leaves them.
+    pub(super) fn run_raw(
+        &self,
+        piece: &Piece,
+        index: usize,
+        group: usize,
+        args: &[StepArg],
+        results: &LoopResults,
+    ) -> Result<Vec<DeviceArray>, DriverError> {
         let mesh = self.mesh.group(group)?;
         let inputs = piece
             .inputs
@@ -89,34 +126,9 @@ impl MpmdJit {
             })
             .collect::<Result<Vec<_>, DriverError>>()?;
         let refs: Vec<&DeviceArray> = inputs.iter().collect();
-        let outs = self
-            .updates
+        self.updates
             .execute(index, &refs)
-            .map_err(|e| config(e.to_string()))?;
-        // Each result goes to the groups of the parameter it updates (all of them for a tied
-        // weight), the others stay here.
-        outs.into_iter()
-            .zip(&piece.outputs)
-            .map(|(o, &k)| {
-                let homes = match self.homes.get(k) {
-                    Some(h) if !h.is_empty() => h.clone(),
-                    _ => vec![group],
-                };
-                let spec = &self.specs.outs[k];
-                let arrays = homes
-                    .iter()
-                    .map(|&h| match h == group {
-                        true => Ok(o.clone()),
-                        false => {
-                            let mesh = self.mesh.group(h)?;
-                            crate::cross_group::onto_group(&self.client, &o, mesh, spec)
-                        }
-                    })
-                    .collect::<Result<Vec<_>, DriverError>>()?;
-                let sharding = MpmdSharding::new(&self.mesh, homes, spec)?;
-                Ok(MpmdArray::new(arrays, sharding)?)
-            })
-            .collect()
+            .map_err(|e| config(e.to_string()))
     }
 
     pub(super) fn run_on_host(
@@ -151,12 +163,15 @@ impl MpmdJit {
 }
 
 /// The loop's results as the update reads them: the loss and the auxiliary results combined on
-/// the host, then the gradients on their groups.
+/// the host, then the gradients on their groups; then, for an update cut at the values crossing
+/// groups (`phases.rs`), those values.
 pub(super) struct LoopResults {
     /// The loss, then each auxiliary result.
     pub host: Vec<HostArray>,
     /// Each gradient (`None`: held by another process).
     pub grads: Vec<Option<DeviceArray>>,
+    /// The small values computed across groups on the host, read by the update's last phase.
+    pub crossing: Vec<HostArray>,
 }
 
 /// One loop result.
@@ -172,6 +187,12 @@ impl LoopResults {
             return Ok(LoopValue::Host(h));
         }
         let k = r - self.host.len();
+        if let Some(h) = k
+            .checked_sub(self.grads.len())
+            .and_then(|c| self.crossing.get(c))
+        {
+            return Ok(LoopValue::Host(h));
+        }
         let grad = self.grads.get(k).cloned().flatten().ok_or_else(|| {
             config(format!(
                 "gradient {k} is held by another process; only code on its group can read it"
