@@ -1,7 +1,7 @@
 //! Running a step as an MPI job, one process per MPMD group, as JAXPP runs on clusters: `mpirun
 //! -n G` (or Slurm's `srun`) starts G processes; rank `r` runs group `r` with its own PJRT client
 //! over its own devices, every rank traces and compiles the same step (its own group's programs
-//! only), and values between groups cross over MPI ([`endpoint`]).
+//! only), and values between groups cross over MPI (`endpoint.rs`).
 //!
 //! Failures never unwind into `MPI_Finalize` (which would hang): [`MpiJob::init`] installs a panic
 //! hook that calls `MPI_Abort`, and a caller that gives up on an error calls [`MpiJob::abort`],
