@@ -394,18 +394,40 @@ fn a_job_with_fewer_ranks_than_groups_is_refused() {
     );
 }
 
+/// The example program `name`, which `cargo xtask test` builds.
+fn example(name: &str) -> PathBuf {
+    let path = tessera_bin().parent().unwrap().join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo xtask test` builds it (cargo build -p tessera-examples --example {name})",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn a_step_with_metrics_and_an_indexed_loop_trains_on_two_ranks_as_the_interpreter_does() {
+    // The metrics reach rank 0 from the last stage's rank; the batch is read on the ranks of
+    // the stages that use it.
+    let example = example("pipeline_metrics");
+    let job = mpirun(
+        &["-n", "2", example.to_str().unwrap()],
+        &[],
+        Duration::from_secs(180),
+        None,
+    );
+    assert!(job.status.success(), "{}\n{}", job.stdout, job.stderr);
+    for rank in 0..2 {
+        let done = format!("rank {rank}: every step equals the sequential loop");
+        assert!(job.stdout.contains(&done), "{}", job.stdout);
+        let step5 = format!("rank {rank}: step 5  losses");
+        assert!(job.stdout.contains(&step5), "{}", job.stdout);
+    }
+}
+
 #[test]
 fn arrays_move_between_the_spmd_and_mpmd_layouts_across_processes() {
-    let example = tessera_bin()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("mpi_reshard");
-    assert!(
-        example.exists(),
-        "{} is missing: `cargo xtask test` builds it (cargo build -p tessera-examples --example mpi_reshard)",
-        example.display()
-    );
+    let example = example("mpi_reshard");
     let job = mpirun(
         &["-n", "2", example.to_str().unwrap()],
         &[],

@@ -45,13 +45,15 @@ pub fn run(extra: &[String]) -> anyhow::Result<ExitCode> {
     crate::setup::run()?;
     step("test: building the tessera binary (the CLI tests run it)");
     cmd::cargo(&["build", "--package", "tessera"])?;
-    step("test: building the MPI reshard example (tests/mpi.rs runs it under mpirun)");
+    step("test: building the examples tests/mpi.rs runs under mpirun");
     cmd::cargo(&[
         "build",
         "--package",
         "tessera-examples",
         "--example",
         "mpi_reshard",
+        "--example",
+        "pipeline_metrics",
     ])?;
     step("test: cargo test --workspace --no-fail-fast");
     let mut child = cmd::cargo_command(&["test", "--workspace", "--no-fail-fast"])
