@@ -272,6 +272,18 @@ fn two_ranks_clip_by_the_global_norm_as_one_process_does() {
     same_losses_in_a_job(&args, "2", "1f1b, clipped");
 }
 
+#[test]
+fn two_ranks_train_a_tied_embedding_as_one_process_does() {
+    // The token table is read by the first and the last stage: its gradient's parts meet on
+    // rank 0, and the updated table goes back to rank 1.
+    let mut args = train_args("1f1b", "2", "2", "3");
+    args.push("--tie-embeddings".into());
+    same_losses_in_a_job(&args, "2", "1f1b, tied");
+    // And clipped by the global norm, whose parts include the tied table's summed gradient.
+    args.extend(["--clip-grad-norm", "0.05"].map(String::from));
+    same_losses_in_a_job(&args, "2", "1f1b, tied and clipped");
+}
+
 fn faulty_job(env: &[(&str, &str)], limit: Duration, marker: Option<&str>) -> Ended {
     let bin = tessera_bin();
     let args = train_args("1f1b", "4", "4", "2");

@@ -440,6 +440,11 @@ impl CompiledPipeline {
         Ok(processes.broadcast(group, values)?)
     }
 
+    /// The processes the pipeline spans (`None`: one process runs every group).
+    pub fn processes(&self) -> Option<&Arc<dyn Processes>> {
+        self.processes.as_ref()
+    }
+
     /// How many auxiliary results (metrics) the loss returns after the loss itself.
     pub fn aux(&self) -> usize {
         self.parts.last().map_or(0, |p| p.shape.aux)
@@ -590,26 +595,21 @@ impl CompiledPipeline {
                     .next()
                     .ok_or_else(|| DriverError::Config("missing gradient".into()))?;
                 let arg = self.parts[s].param_args[k];
-                // A tied weight's gradient is the sum of the parts of every stage using it,
-                // kept on the first of them.
-                // (Under MPI a part held by another process is `None`; tied weights across
-                // processes are refused when the step is built.)
+                // A tied weight's gradient is the sum of the parts of every stage using it, kept
+                // on the first of them; a part held by another process is `None` here, and
+                // `sum_tied_across` brings it in.
                 let value = match (by_arg.remove(&arg), value) {
                     (Some(Some(earlier)), Some(part)) => {
-                        let dtype = key_aval(&self.parts, Key::Param { stage: s as u32, k })
-                            .map_or(DType::F32, |a| a.dtype);
-                        Some(crate::cross_group::add(
-                            &self.client,
-                            &earlier,
-                            &part,
-                            dtype,
-                        )?)
+                        Some(self.add_part(&earlier, &part, s, k)?)
                     }
                     (Some(Some(earlier)), None) => Some(earlier),
                     (_, value) => value,
                 };
                 by_arg.insert(arg, value);
             }
+        }
+        if let Some(processes) = &self.processes {
+            self.sum_tied_across(processes.as_ref(), &mut by_arg)?;
         }
         let rest: Vec<Option<DeviceArray>> = results.collect();
         let m = self.microbatches as usize;
@@ -634,6 +634,110 @@ impl CompiledPipeline {
 }
 
 impl CompiledPipeline {
+    /// `earlier + part`, two parts of the gradient of parameter `k` of stage `s`.
+    fn add_part(
+        &self,
+        earlier: &DeviceArray,
+        part: &DeviceArray,
+        s: usize,
+        k: usize,
+    ) -> Result<DeviceArray, DriverError> {
+        let dtype = key_aval(&self.parts, Key::Param { stage: s as u32, k })
+            .map_or(DType::F32, |a| a.dtype);
+        crate::cross_group::add(&self.client, earlier, part, dtype)
+    }
+
+    /// In a multi-process step, the gradient of a tied weight whose stages run in several
+    /// processes: each process sends the sum of its parts to the process of the first stage,
+    /// which adds them to its own (one exchange, every process calls it). Elsewhere it is `None`.
+    fn sum_tied_across(
+        &self,
+        processes: &dyn crate::processes::Processes,
+        by_arg: &mut HashMap<usize, Option<DeviceArray>>,
+    ) -> Result<(), DriverError> {
+        let (count, me) = processes.process_index();
+        let mut tied: Vec<(usize, usize)> = Vec::new(); // (arg, owning process)
+        for &arg in &self.params {
+            let stages = self.stages_of_param(arg);
+            let owners: std::collections::BTreeSet<usize> = stages
+                .iter()
+                .filter_map(|&s| self.group_of_stage(s))
+                .map(|g| processes.process_of(g))
+                .collect();
+            let first = stages.first().and_then(|&s| self.group_of_stage(s));
+            if let (true, Some(first)) = (owners.len() > 1, first) {
+                tied.push((arg, processes.process_of(first)));
+            }
+        }
+        if tied.is_empty() {
+            return Ok(());
+        }
+        let mut outgoing: Vec<Vec<u8>> = vec![Vec::new(); count];
+        for &(arg, owner) in &tied {
+            if owner == me {
+                continue;
+            }
+            if let Some(Some(part)) = by_arg.get(&arg) {
+                let bytes = part.to_host()?.bytes().to_vec();
+                let message = &mut outgoing[owner];
+                message.extend((arg as u64).to_le_bytes());
+                message.extend((bytes.len() as u64).to_le_bytes());
+                message.extend(bytes);
+            }
+            by_arg.insert(arg, None);
+        }
+        let incoming = processes.exchange(outgoing)?;
+        for message in incoming {
+            let mut at = 0;
+            let word = |at: &mut usize| -> Result<usize, DriverError> {
+                let bytes = message
+                    .get(*at..*at + 8)
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                    .ok_or_else(|| {
+                        DriverError::Config("a tied gradient part is cut short".into())
+                    })?;
+                *at += 8;
+                Ok(u64::from_le_bytes(bytes) as usize)
+            };
+            while at < message.len() {
+                let (arg, len) = (word(&mut at)?, word(&mut at)?);
+                let bytes = message.get(at..at + len).ok_or_else(|| {
+                    DriverError::Config("a tied gradient part is cut short".into())
+                })?;
+                at += len;
+                let Some(Some(mine)) = by_arg.get(&arg) else {
+                    return Err(DriverError::Config(format!(
+                        "a part of the gradient of parameter argument {arg} arrived where its first stage does not run"
+                    )));
+                };
+                let host =
+                    HostArray::from_bytes(mine.element_type(), mine.shape(), bytes.to_vec())?;
+                let theirs = DeviceArray::device_put(&self.client, &host, mine.sharding())?;
+                let (s, k) = self.first_use(arg).ok_or_else(|| {
+                    DriverError::Config(format!("parameter argument {arg} has no stage"))
+                })?;
+                let sum = self.add_part(mine, &theirs, s, k)?;
+                by_arg.insert(arg, Some(sum));
+            }
+        }
+        Ok(())
+    }
+
+    /// The stages reading parameter argument `arg`, ascending.
+    fn stages_of_param(&self, arg: usize) -> Vec<usize> {
+        (0..self.parts.len())
+            .filter(|&s| self.parts[s].param_args.contains(&arg))
+            .collect()
+    }
+
+    /// The first stage reading `arg` and its position among that stage's parameters.
+    fn first_use(&self, arg: usize) -> Option<(usize, usize)> {
+        self.parts
+            .iter()
+            .enumerate()
+            .find_map(|(s, p)| p.param_args.iter().position(|&a| a == arg).map(|k| (s, k)))
+    }
+
     /// The micro-batch losses from the run's loss results; in a multi-process step, broadcast
     /// from the group that computes them.
     fn losses(&self, results: Vec<Option<DeviceArray>>) -> Result<Vec<f64>, DriverError> {

@@ -22,22 +22,7 @@ pub fn spmd_to_mpmd_reshard(
     shardings: Vec<MpmdSharding>,
     threshold: Option<u64>,
 ) -> Result<Vec<MpmdArray>> {
-    if arrays.len() != shardings.len() {
-        return Err(MpmdError::LengthMismatch {
-            arrays: arrays.len(),
-            shardings: shardings.len(),
-        });
-    }
-    let shardings = shardings
-        .into_iter()
-        .map(|s| {
-            if s.groups().is_empty() {
-                MpmdSharding::new(mesh, [0], s.spec())
-            } else {
-                Ok(s)
-            }
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let shardings = targets(mesh, arrays.len(), shardings)?;
     let sizes = arrays
         .iter()
         .map(Array::shard_bytes)
@@ -73,16 +58,36 @@ pub fn mpmd_to_spmd_reshard(
     arrays: Vec<MpmdArray>,
     shardings: Vec<NamedSharding>,
 ) -> Result<Vec<Array>> {
-    if arrays.len() != shardings.len() {
-        return Err(MpmdError::LengthMismatch {
-            arrays: arrays.len(),
-            shardings: shardings.len(),
-        });
-    }
+    same_length(arrays.len(), shardings.len())?;
     arrays
         .into_iter()
         .zip(shardings)
         .map(|(array, sharding)| Ok(array.first_mpmd_replica()?.reshard(client, &sharding)?))
+        .collect()
+}
+
+/// One sharding per array, or [`MpmdError::LengthMismatch`].
+pub(crate) fn same_length(arrays: usize, shardings: usize) -> Result<()> {
+    match arrays == shardings {
+        true => Ok(()),
+        false => Err(MpmdError::LengthMismatch { arrays, shardings }),
+    }
+}
+
+/// The target shardings of `count` arrays, an array whose sharding names no group going to
+/// group 0 (as JAXPP places unused arrays).
+pub(crate) fn targets(
+    mesh: &MpmdMesh,
+    count: usize,
+    shardings: Vec<MpmdSharding>,
+) -> Result<Vec<MpmdSharding>> {
+    same_length(count, shardings.len())?;
+    shardings
+        .into_iter()
+        .map(|s| match s.groups().is_empty() {
+            true => MpmdSharding::new(mesh, [0], s.spec()),
+            false => Ok(s),
+        })
         .collect()
 }
 

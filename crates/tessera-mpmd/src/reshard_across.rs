@@ -18,7 +18,7 @@ use crate::array::MpmdArray;
 use crate::error::{MpmdError, Result};
 use crate::mesh::MpmdMesh;
 use crate::processes::{ProcessError, Processes};
-use crate::reshard::{group_by_size_threshold, interleaved_order};
+use crate::reshard::{group_by_size_threshold, interleaved_order, same_length, targets};
 use crate::sharding::MpmdSharding;
 
 type Block = Vec<(i64, i64)>;
@@ -49,19 +49,7 @@ pub fn spmd_to_mpmd_reshard_across(
     if processes.process_index().0 == 1 {
         return crate::spmd_to_mpmd_reshard(client, mesh, arrays, shardings, threshold);
     }
-    if arrays.len() != shardings.len() {
-        return Err(MpmdError::LengthMismatch {
-            arrays: arrays.len(),
-            shardings: shardings.len(),
-        });
-    }
-    let shardings = shardings
-        .into_iter()
-        .map(|s| match s.groups().is_empty() {
-            true => MpmdSharding::new(mesh, [0], s.spec()),
-            false => Ok(s),
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let shardings = targets(mesh, arrays.len(), shardings)?;
     let local: BTreeSet<usize> = processes.local_groups().into_iter().collect();
     let mut done: BTreeMap<usize, MpmdArray> = BTreeMap::new();
     for batch in batches(&arrays, &shardings, mesh, threshold)? {
@@ -118,12 +106,7 @@ pub fn mpmd_to_spmd_reshard_across(
     if processes.process_index().0 == 1 {
         return crate::mpmd_to_spmd_reshard(client, arrays, shardings);
     }
-    if arrays.len() != shardings.len() {
-        return Err(MpmdError::LengthMismatch {
-            arrays: arrays.len(),
-            shardings: shardings.len(),
-        });
-    }
+    same_length(arrays.len(), shardings.len())?;
     let (count, me) = processes.process_index();
     let group_of_device = device_groups(mesh);
     let process_of_device = |d: i64| group_of_device.get(&d).map(|&g| processes.process_of(g));

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use tessera_ir::prim::{ReduceOp, TreduceParams};
 use tessera_ir::trace::{Tensor, call_closed, replay_atom, replay_into, trace};
-use tessera_ir::{Atom, ClosedJaxpr, Eqn, Jaxpr, ParamValue, Prim};
+use tessera_ir::{Atom, ClosedJaxpr, Eqn, Jaxpr, ParamValue, Prim, Var};
 
 use super::config;
 use crate::driver::DriverError;
@@ -87,15 +87,8 @@ fn code_before(jaxpr: &Jaxpr, index: usize, results: &[Atom]) -> Result<ClosedJa
         let Some(anchor) = args.first().cloned() else {
             return Vec::new();
         };
-        let mut env: HashMap<_, _> = jaxpr
-            .invars
-            .iter()
-            .copied()
-            .zip(args.iter().cloned())
-            .collect();
-        for eqn in &jaxpr.eqns[..index] {
-            replay_into(&mut env, jaxpr, eqn, &anchor);
-        }
+        let bound = jaxpr.invars.iter().copied().zip(args.iter().cloned());
+        let env = replay_where(jaxpr, bound, &anchor, |i| i < index);
         results
             .iter()
             .map(|a| replay_atom(&env, &anchor, a))
@@ -264,17 +257,8 @@ fn body_loss(body: &Jaxpr, at: usize, primal: &ClosedJaxpr) -> Result<ClosedJaxp
         let Some(anchor) = args.first().cloned() else {
             return Vec::new();
         };
-        let mut env: HashMap<_, Tensor> = body
-            .invars
-            .iter()
-            .copied()
-            .zip(args.iter().cloned())
-            .collect();
-        for (i, eqn) in body.eqns.iter().enumerate() {
-            if i != at {
-                replay_into(&mut env, body, eqn, &anchor);
-            }
-        }
+        let bound = body.invars.iter().copied().zip(args.iter().cloned());
+        let env = replay_where(body, bound, &anchor, |i| i != at);
         let operands: Vec<Tensor> = call
             .inputs
             .iter()
@@ -320,28 +304,16 @@ pub(super) fn update_program(step: &ClosedJaxpr, index: usize) -> Result<ClosedJ
     let mut avals = jaxpr.in_avals();
     avals.extend(looped.outputs.iter().map(|&v| jaxpr.aval(v).clone()));
     tessera_ir::trace::trace(&avals, |args| {
-        let mut env: HashMap<_, _> = jaxpr
-            .invars
-            .iter()
-            .copied()
-            .zip(args.iter().cloned())
-            .collect();
-        env.extend(
-            looped
-                .outputs
-                .iter()
-                .copied()
-                .zip(args[jaxpr.invars.len()..].iter().cloned()),
-        );
         let Some(anchor) = args.first().cloned() else {
             return Vec::new();
         };
-        for (i, eqn) in jaxpr.eqns.iter().enumerate() {
-            if i == index {
-                continue;
-            }
-            replay_into(&mut env, jaxpr, eqn, &anchor);
-        }
+        let bound = jaxpr
+            .invars
+            .iter()
+            .chain(&looped.outputs)
+            .copied()
+            .zip(args.iter().cloned());
+        let env = replay_where(jaxpr, bound, &anchor, |i| i != index);
         jaxpr
             .outvars
             .iter()
@@ -349,4 +321,21 @@ pub(super) fn update_program(step: &ClosedJaxpr, index: usize) -> Result<ClosedJ
             .collect()
     })
     .map_err(|e| config(format!("the code after the treduce: {e}")))
+}
+
+/// Replays the equations `i` of `jaxpr` for which `keep(i)`, from the `bound` variables (in
+/// `anchor`'s trace); the values of its variables.
+fn replay_where(
+    jaxpr: &Jaxpr,
+    bound: impl Iterator<Item = (Var, Tensor)>,
+    anchor: &Tensor,
+    keep: impl Fn(usize) -> bool,
+) -> HashMap<Var, Tensor> {
+    let mut env: HashMap<Var, Tensor> = bound.collect();
+    for (i, eqn) in jaxpr.eqns.iter().enumerate() {
+        if keep(i) {
+            replay_into(&mut env, jaxpr, eqn, anchor);
+        }
+    }
+    env
 }

@@ -30,6 +30,7 @@ mod options;
 mod phases;
 mod pieces;
 mod shardings;
+mod tied;
 mod update;
 
 use std::collections::HashMap;
@@ -66,6 +67,8 @@ pub struct MpmdJit {
     /// The step's code computing loop operands that are not step arguments.
     before: Option<ClosedJaxpr>,
     in_avals: Vec<ShapedArray>,
+    /// The types of the step's results.
+    out_avals: Vec<ShapedArray>,
     num_outputs: usize,
     num_args: usize,
     /// The loop results the update reads on the host: the loss and the auxiliary results.
@@ -229,7 +232,7 @@ impl MpmdJit {
         };
         let split = update::split(&update, &place_of_input)?;
         if options.processes.is_some() {
-            refuse_cross_process(&split, &homes)?;
+            refuse_cross_process(&split)?;
         }
         let same_layout = |i: usize, k: usize| input_spec(i) == specs.outs[k];
         let aliases = donation::aliases(&split, &options.donate_argnums, n_args, &same_layout)?;
@@ -267,6 +270,7 @@ impl MpmdJit {
             host_avals,
             before: found.before,
             in_avals,
+            out_avals,
             num_outputs: jaxpr.outvars.len(),
             num_args: n_args,
             num_host,
@@ -407,6 +411,7 @@ impl MpmdJit {
                 outputs[k] = Some(v);
             }
         }
+        self.share_tied_results(&mut outputs)?;
         let outputs = outputs
             .into_iter()
             .map(|o| o.ok_or_else(|| config("a result of the step was not computed")))
@@ -510,17 +515,10 @@ impl MpmdJit {
     }
 }
 
-/// Under several processes, values cross groups only through the pipeline's transport and the
-/// small values of a cut update: a tied weight, or an update mixing groups that could not be
-/// cut, is refused, naming it.
-fn refuse_cross_process(pieces: &[Piece], homes: &[Vec<usize>]) -> Result<(), DriverError> {
-    if let Some(k) = homes.iter().position(|h| h.len() > 1) {
-        return Err(config(format!(
-            "step result {k} updates a weight used by the groups {:?} (a tied weight); tied \
-             weights are not supported with one process per group yet: run in one process",
-            homes[k]
-        )));
-    }
+/// Under several processes, values cross groups only through the pipeline's transport, the
+/// small values of a cut update and a tied weight's gradient parts and update: an update mixing
+/// large values of several groups is refused, naming it.
+fn refuse_cross_process(pieces: &[Piece]) -> Result<(), DriverError> {
     if let Some(piece) = pieces.iter().find(|p| p.groups.len() > 1) {
         return Err(config(format!(
             "step results {:?} combine large values of the groups {:?}; an update may mix \

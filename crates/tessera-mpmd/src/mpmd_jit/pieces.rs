@@ -35,7 +35,8 @@ impl MpmdJit {
             .iter()
             .zip(&piece.outputs)
             .map(|(a, &k)| {
-                let sharding = MpmdSharding::new(&self.mesh, [group], &self.specs.outs[k])?;
+                let homes = self.homes_of(k, group);
+                let sharding = MpmdSharding::new(&self.mesh, homes, &self.specs.outs[k])?;
                 let remote = MpmdArray::remote(&a.shape, element_type(a.dtype), sharding);
                 Ok(StepResult::Mpmd(Box::new(remote)))
             })
@@ -52,17 +53,16 @@ impl MpmdJit {
     ) -> Result<Vec<MpmdArray>, DriverError> {
         let outs = self.run_raw(piece, index, group, args, results)?;
         // Each result goes to the groups of the parameter it updates (all of them for a tied
-        // weight), the others stay here.
+        // weight; those of other processes get it from `share_tied_results`), the others stay
+        // here.
         outs.into_iter()
             .zip(&piece.outputs)
             .map(|(o, &k)| {
-                let homes = match self.homes.get(k) {
-                    Some(h) if !h.is_empty() => h.clone(),
-                    _ => vec![group],
-                };
+                let homes = self.homes_of(k, group);
                 let spec = &self.specs.outs[k];
                 let arrays = homes
                     .iter()
+                    .filter(|&&h| self.pipeline.is_local(h))
                     .map(|&h| match h == group {
                         true => Ok(o.clone()),
                         false => {

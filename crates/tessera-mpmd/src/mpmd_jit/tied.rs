@@ -1,0 +1,103 @@
+//! Tied weights across the processes of a job: a step result that updates a weight read by
+//! stages of several processes is computed by one of them (the update of its first stage's
+//! group) and sent, through host memory by one exchange, to the other processes, each of which
+//! puts it on its own groups among the weight's.
+
+use tessera_pjrt::{Array as DeviceArray, HostArray};
+use tessera_sharding::NamedSharding;
+
+use super::update::Place;
+use super::{MpmdJit, StepResult, config};
+use crate::array::MpmdArray;
+use crate::driver::DriverError;
+use crate::host::element_type;
+use crate::sharding::MpmdSharding;
+
+impl MpmdJit {
+    /// The groups holding step result `k`: those of the weight it updates, or `group`.
+    pub(super) fn homes_of(&self, k: usize, group: usize) -> Vec<usize> {
+        match self.homes.get(k) {
+            Some(h) if !h.is_empty() => h.clone(),
+            _ => vec![group],
+        }
+    }
+
+    /// Sends each result whose home groups run in several processes from the process that
+    /// computed it to the others (every process calls this, after the update).
+    pub(super) fn share_tied_results(
+        &self,
+        outputs: &mut [Option<StepResult>],
+    ) -> Result<(), DriverError> {
+        let Some(processes) = self.pipeline.processes() else {
+            return Ok(());
+        };
+        let (count, me) = processes.process_index();
+        let mut outgoing: Vec<Vec<u8>> = vec![Vec::new(); count];
+        for (piece, _) in &self.pieces {
+            let Place::Group(group) = piece.place else {
+                continue;
+            };
+            for &k in &piece.outputs {
+                let homes = self.homes_of(k, group);
+                if processes.process_of(group) != me || homes.len() < 2 {
+                    continue;
+                }
+                let Some(Some(StepResult::Mpmd(result))) = outputs.get(k) else {
+                    return Err(config(format!("step result {k} was not computed here")));
+                };
+                let bytes = result.first_mpmd_replica()?.to_host()?.bytes().to_vec();
+                let mut sent = Vec::new();
+                for p in homes.iter().map(|&h| processes.process_of(h)) {
+                    if p != me && !sent.contains(&p) {
+                        sent.push(p);
+                        outgoing[p].extend((k as u64).to_le_bytes());
+                        outgoing[p].extend((bytes.len() as u64).to_le_bytes());
+                        outgoing[p].extend(&bytes);
+                    }
+                }
+            }
+        }
+        for message in processes.exchange(outgoing)? {
+            let mut at = 0;
+            while at < message.len() {
+                let word = |at: usize| -> Result<usize, DriverError> {
+                    message
+                        .get(at..at + 8)
+                        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                        .map(|b| u64::from_le_bytes(b) as usize)
+                        .ok_or_else(|| config("a tied weight's update is cut short"))
+                };
+                let (k, len) = (word(at)?, word(at + 8)?);
+                let bytes = message
+                    .get(at + 16..at + 16 + len)
+                    .ok_or_else(|| config("a tied weight's update is cut short"))?;
+                at += 16 + len;
+                outputs[k] = Some(self.on_local_homes(k, bytes)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Step result `k` from its bytes, on this process's groups among its homes.
+    fn on_local_homes(&self, k: usize, bytes: &[u8]) -> Result<StepResult, DriverError> {
+        let aval = self
+            .out_avals
+            .get(k)
+            .ok_or_else(|| config(format!("no step result {k}")))?;
+        let host = HostArray::from_bytes(element_type(aval.dtype), &aval.shape, bytes.to_vec())?;
+        let homes = self.homes_of(k, 0);
+        let spec = &self.specs.outs[k];
+        let arrays = homes
+            .iter()
+            .filter(|&&h| self.pipeline.is_local(h))
+            .map(|&h| {
+                let sharding = NamedSharding::new(self.mesh.group(h)?, spec.clone())?;
+                Ok(DeviceArray::device_put(&self.client, &host, &sharding)?)
+            })
+            .collect::<Result<Vec<_>, DriverError>>()?;
+        let sharding = MpmdSharding::new(&self.mesh, homes, spec)?;
+        Ok(StepResult::Mpmd(Box::new(MpmdArray::new(
+            arrays, sharding,
+        )?)))
+    }
+}
