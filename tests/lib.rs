@@ -123,3 +123,24 @@ pub fn summary_numbers(summary: &serde_json::Value, key: &str) -> Vec<f64> {
         .map(|v| v.as_f64().unwrap_or(f64::NAN))
         .collect()
 }
+
+/// Asserts that host results equal the interpreter's `want`, result by result: the same shape,
+/// and values within 1e-5 relative (1e-5 absolute below 1) for floats, exactly for integers.
+pub fn assert_close(got: &[tessera_pjrt::HostArray], want: &[tessera_ir::Array]) {
+    assert_eq!(got.len(), want.len(), "the number of results");
+    for (k, (got, want)) in got.iter().zip(want).enumerate() {
+        let got = tessera::jit::from_host(got, want.dtype)
+            .unwrap_or_else(|e| panic!("result {k} does not convert to {}: {e}", want.dtype));
+        assert_eq!(got.shape(), want.shape(), "result {k}");
+        for (a, b) in got.to_vec().iter().zip(want.to_vec()) {
+            let tolerance = match want.dtype.is_float() {
+                true => 1e-5 * b.abs().max(1.0),
+                false => 0.0,
+            };
+            assert!(
+                (a - b).abs() <= tolerance,
+                "result {k}: {a} vs interpreter {b}"
+            );
+        }
+    }
+}

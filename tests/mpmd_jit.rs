@@ -12,6 +12,7 @@ use tessera_mpmd::{MpmdJitOptions, MpmdMesh, mpmd_jit, mpmd_jit_with};
 use tessera_pjrt::Client;
 use tessera_schedule::{Action, Placement, Registry, Schedule, ScheduleError, Task};
 use tessera_sharding::Mesh;
+use tessera_tests::assert_close;
 
 const WIDTH: i64 = 8;
 
@@ -206,16 +207,7 @@ fn check_model(kind: Values, stages: usize, schedule: &str, options: &MpmdJitOpt
     let want = eval_closed(&program, &args).unwrap();
     let host: Vec<_> = args.iter().map(|a| to_host(a).unwrap()).collect();
     let run = jit.call(&host).unwrap();
-    assert_eq!(run.outputs.len(), want.len());
-    for (k, (got, want)) in run.outputs.iter().zip(&want).enumerate() {
-        let got = from_host(got, DType::F32).unwrap();
-        for (a, b) in got.to_vec().iter().zip(want.to_vec()) {
-            assert!(
-                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
-                "result {k}: {a} vs interpreter {b}"
-            );
-        }
-    }
+    assert_close(&run.outputs, &want);
     assert_eq!(run.losses.len(), mbs as usize);
     // Every action of the schedule ran, each group in the schedule's order.
     let plan = jit.pipeline().schedule_plan();
@@ -403,15 +395,8 @@ fn two_steps(program: &ClosedJaxpr, stages: usize, schedule_groups: i64) -> Vec<
             call_args[s] = out.clone().into_arg();
         }
     }
-    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-        let g = from_host(&g.to_host().unwrap(), DType::F32).unwrap();
-        for (a, b) in g.to_vec().iter().zip(w.to_vec()) {
-            assert!(
-                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
-                "result {k}: {a} vs {b}"
-            );
-        }
-    }
+    let got: Vec<_> = got.iter().map(|g| g.to_host().unwrap()).collect();
+    assert_close(&got, &want);
     homes
 }
 
@@ -547,15 +532,8 @@ fn parameters_stay_on_their_groups_between_steps() {
             call_args[s] = out.clone().into_arg();
         }
     }
-    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-        let g = from_host(&g.to_host().unwrap(), DType::F32).unwrap();
-        for (a, b) in g.to_vec().iter().zip(w.to_vec()) {
-            assert!(
-                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
-                "result {k}: {a} vs {b}"
-            );
-        }
-    }
+    let got: Vec<_> = got.iter().map(|g| g.to_host().unwrap()).collect();
+    assert_close(&got, &want);
     // A weight on the wrong group is refused with a clear error.
     let mut wrong = call_args.clone();
     wrong.swap(0, 1);
@@ -613,15 +591,11 @@ fn a_step_donating_its_parameters_updates_them_in_place() {
             assert!(err.contains("deleted or donated"), "{err}");
         }
     }
-    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-        let g = from_host(&StepResult::to_host(g).unwrap(), DType::F32).unwrap();
-        for (a, b) in g.to_vec().iter().zip(w.to_vec()) {
-            assert!(
-                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
-                "result {k}: {a} vs {b}"
-            );
-        }
-    }
+    let host: Vec<_> = got
+        .iter()
+        .map(|g| StepResult::to_host(g).unwrap())
+        .collect();
+    assert_close(&host, &want);
     // The donated (deleted) weights passed again are named.
     let err = jit
         .call_mpmd_donated(&mut call_args)

@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use tessera::jit::{from_host, to_host};
+use tessera::jit::to_host;
 use tessera_ir::interp::eval_closed;
 use tessera_ir::prim::ReduceOp;
 use tessera_ir::trace::{
@@ -16,6 +16,7 @@ use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
 use tessera_mpmd::{MpmdArray, MpmdMesh, StepArg, mpmd_jit};
 use tessera_pjrt::{Array as DeviceArray, Client};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
+use tessera_tests::assert_close;
 
 const WIDTH: i64 = 8;
 
@@ -171,26 +172,6 @@ fn mesh(stages: usize) -> MpmdMesh {
         "stage",
     )
     .unwrap()
-}
-
-/// Asserts `got` (host results) equal the interpreter's `want`: within 1e-5 relative for
-/// floats, exactly for integers.
-fn assert_close(got: &[tessera_pjrt::HostArray], want: &[Array]) {
-    assert_eq!(got.len(), want.len());
-    for (k, (got, want)) in got.iter().zip(want).enumerate() {
-        let got = from_host(got, want.dtype).unwrap();
-        assert_eq!(got.shape(), want.shape(), "result {k}");
-        for (a, b) in got.to_vec().iter().zip(want.to_vec()) {
-            let tolerance = match want.dtype.is_float() {
-                true => 1e-5 * b.abs().max(1.0),
-                false => 0.0,
-            };
-            assert!(
-                (a - b).abs() <= tolerance,
-                "result {k}: {a} vs interpreter {b}"
-            );
-        }
-    }
 }
 
 /// Runs `program` with mpmd_jit on `stages` groups from host arguments and checks it against

@@ -417,15 +417,6 @@ impl CompiledPipeline {
         })
     }
 
-    /// `values` as the process running the last stage's group holds them: in a multi-process
-    /// step, broadcast from it; in one process, as they are.
-    pub fn share_from_last_group(&self, values: Vec<f64>) -> Result<Vec<f64>, DriverError> {
-        let last = self
-            .group_of_stage(self.parts.len().saturating_sub(1))
-            .unwrap_or(0);
-        self.share_from_group(last, values)
-    }
-
     /// `values` as the process running `group` holds them: in a multi-process step, broadcast
     /// from it (every process calls this together, with vectors of one length); in one process,
     /// as they are.
@@ -466,8 +457,9 @@ impl CompiledPipeline {
     /// The groups running a stage that reads parameter `arg` (more than one for a tied
     /// weight), in increasing order.
     pub fn groups_of_param(&self, arg: usize) -> Vec<usize> {
-        let mut groups: Vec<usize> = (0..self.parts.len())
-            .filter(|&s| self.parts[s].param_args.contains(&arg))
+        let mut groups: Vec<usize> = self
+            .stages_of_param(arg)
+            .into_iter()
             .filter_map(|s| self.group_of_stage(s))
             .collect();
         groups.sort_unstable();
@@ -658,13 +650,14 @@ impl CompiledPipeline {
         let (count, me) = processes.process_index();
         let mut tied: Vec<(usize, usize)> = Vec::new(); // (arg, owning process)
         for &arg in &self.params {
-            let stages = self.stages_of_param(arg);
-            let owners: std::collections::BTreeSet<usize> = stages
-                .iter()
-                .filter_map(|&s| self.group_of_stage(s))
+            let owners: std::collections::BTreeSet<usize> = self
+                .groups_of_param(arg)
+                .into_iter()
                 .map(|g| processes.process_of(g))
                 .collect();
-            let first = stages.first().and_then(|&s| self.group_of_stage(s));
+            let first = self
+                .stage_of_param(arg)
+                .and_then(|s| self.group_of_stage(s));
             if let (true, Some(first)) = (owners.len() > 1, first) {
                 tied.push((arg, processes.process_of(first)));
             }
@@ -678,33 +671,17 @@ impl CompiledPipeline {
                 continue;
             }
             if let Some(Some(part)) = by_arg.get(&arg) {
-                let bytes = part.to_host()?.bytes().to_vec();
-                let message = &mut outgoing[owner];
-                message.extend((arg as u64).to_le_bytes());
-                message.extend((bytes.len() as u64).to_le_bytes());
-                message.extend(bytes);
+                let bytes = part.to_host()?;
+                crate::processes::put_frame(&mut outgoing[owner], arg as u64, bytes.bytes());
             }
             by_arg.insert(arg, None);
         }
         let incoming = processes.exchange(outgoing)?;
         for message in incoming {
-            let mut at = 0;
-            let word = |at: &mut usize| -> Result<usize, DriverError> {
-                let bytes = message
-                    .get(*at..*at + 8)
-                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                    .ok_or_else(|| {
-                        DriverError::Config("a tied gradient part is cut short".into())
-                    })?;
-                *at += 8;
-                Ok(u64::from_le_bytes(bytes) as usize)
-            };
-            while at < message.len() {
-                let (arg, len) = (word(&mut at)?, word(&mut at)?);
-                let bytes = message.get(at..at + len).ok_or_else(|| {
-                    DriverError::Config("a tied gradient part is cut short".into())
-                })?;
-                at += len;
+            let parts = crate::processes::frames(&message)
+                .ok_or_else(|| DriverError::Config("a tied gradient part is cut short".into()))?;
+            for (arg, bytes) in parts {
+                let arg = arg as usize;
                 let Some(Some(mine)) = by_arg.get(&arg) else {
                     return Err(DriverError::Config(format!(
                         "a part of the gradient of parameter argument {arg} arrived where its first stage does not run"

@@ -69,6 +69,32 @@ pub trait Processes: Send + Sync {
     }
 }
 
+/// Appends one frame to a message for [`Processes::exchange`]: a key, the payload's length, the
+/// payload (each number 8 bytes, little-endian).
+pub fn put_frame(message: &mut Vec<u8>, key: u64, payload: &[u8]) {
+    message.extend(key.to_le_bytes());
+    message.extend((payload.len() as u64).to_le_bytes());
+    message.extend(payload);
+}
+
+/// The frames of a message made by [`put_frame`], as `(key, payload)`; `None` when it is cut
+/// short.
+pub fn frames(message: &[u8]) -> Option<Vec<(u64, &[u8])>> {
+    let word = |at: usize| {
+        let bytes: [u8; 8] = message.get(at..at + 8)?.try_into().ok()?;
+        Some(u64::from_le_bytes(bytes))
+    };
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < message.len() {
+        let (key, len) = (word(at)?, usize::try_from(word(at + 8)?).ok()?);
+        let end = (at + 16).checked_add(len)?;
+        out.push((key, message.get(at + 16..end)?));
+        at = end;
+    }
+    Some(out)
+}
+
 /// A fingerprint of a plan and the layouts of its values: the same in every process that built
 /// the same step with the same binary.
 pub fn fingerprint(plan: &Plan<usize>, layouts: &HashMap<ValueId, OutputLayout>) -> u64 {
@@ -176,5 +202,21 @@ impl Executor<usize, Array> for FaultyExecutor {
 
     fn value_bytes(&self, value: &Array) -> u64 {
         self.inner.value_bytes(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{frames, put_frame};
+
+    #[test]
+    fn frames_come_back_as_they_were_put_and_a_cut_message_is_refused() {
+        let mut message = Vec::new();
+        put_frame(&mut message, 7, b"abc");
+        put_frame(&mut message, 2, b"");
+        let got = frames(&message);
+        assert_eq!(got, Some(vec![(7, &b"abc"[..]), (2, &b""[..])]));
+        assert_eq!(frames(&message[..message.len() - 17]), None);
+        assert_eq!(frames(&[]), Some(Vec::new()));
     }
 }

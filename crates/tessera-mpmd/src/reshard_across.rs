@@ -17,7 +17,7 @@ use tessera_sharding::NamedSharding;
 use crate::array::MpmdArray;
 use crate::error::{MpmdError, Result};
 use crate::mesh::MpmdMesh;
-use crate::processes::{ProcessError, Processes};
+use crate::processes::{ProcessError, Processes, frames, put_frame};
 use crate::reshard::{group_by_size_threshold, interleaved_order, same_length, targets};
 use crate::sharding::MpmdSharding;
 
@@ -258,16 +258,17 @@ fn assemble<'a>(
     Ok(host)
 }
 
-/// Appends one piece: array index, rank, the block's bounds, the byte count, the bytes.
+/// Appends one piece: a frame keyed by the array's index whose payload is the block's rank, its
+/// bounds, then the block's bytes.
 fn encode(out: &mut Vec<u8>, array: usize, block: &Block, data: &HostArray) {
-    out.extend((array as u64).to_le_bytes());
-    out.extend((block.len() as u64).to_le_bytes());
+    let mut payload = Vec::with_capacity(8 + 16 * block.len() + data.bytes().len());
+    payload.extend((block.len() as u64).to_le_bytes());
     for &(start, stop) in block {
-        out.extend(start.to_le_bytes());
-        out.extend(stop.to_le_bytes());
+        payload.extend(start.to_le_bytes());
+        payload.extend(stop.to_le_bytes());
     }
-    out.extend((data.bytes().len() as u64).to_le_bytes());
-    out.extend(data.bytes());
+    payload.extend(data.bytes());
+    put_frame(out, array as u64, &payload);
 }
 
 /// Every piece in the received messages; `ty(i)` is array `i`'s element type.
@@ -276,28 +277,29 @@ fn decode_all(
     ty: impl Fn(usize) -> Option<ElementType>,
 ) -> Result<Vec<Piece>> {
     let bad = || {
-        MpmdError::Mismatch {
-        what: "a reshard message from another process is malformed (do all processes run the same reshard?)".into(),
-    }
+        MpmdError::Reshard(
+            "a message from another process is malformed; every process must call the same \
+             reshard with the same shapes and shardings"
+                .into(),
+        )
     };
     let mut pieces = Vec::new();
-    for message in messages {
-        let mut at = 0usize;
-        let word = |at: &mut usize| -> Result<u64> {
-            let bytes = message.get(*at..*at + 8).ok_or_else(bad)?;
-            *at += 8;
-            Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| bad())?))
-        };
-        while at < message.len() {
-            let array = word(&mut at)? as usize;
-            let rank = word(&mut at)? as usize;
+    for message in &messages {
+        for (array, payload) in frames(message).ok_or_else(bad)? {
+            let word = |at: usize| -> Result<i64> {
+                let bytes: [u8; 8] = payload
+                    .get(at..at + 8)
+                    .and_then(|b| b.try_into().ok())
+                    .ok_or_else(bad)?;
+                Ok(i64::from_le_bytes(bytes))
+            };
+            let rank = usize::try_from(word(0)?).map_err(|_| bad())?;
             let block: Block = (0..rank)
-                .map(|_| Ok((word(&mut at)? as i64, word(&mut at)? as i64)))
+                .map(|d| Ok((word(8 + 16 * d)?, word(16 + 16 * d)?)))
                 .collect::<Result<_>>()?;
-            let len = word(&mut at)? as usize;
-            let bytes = message.get(at..at + len).ok_or_else(bad)?.to_vec();
-            at += len;
+            let bytes = payload.get(8 + 16 * rank..).ok_or_else(bad)?.to_vec();
             let dims: Vec<i64> = block.iter().map(|(a, b)| b - a).collect();
+            let array = array as usize;
             let data = HostArray::from_bytes(ty(array).ok_or_else(bad)?, &dims, bytes)?;
             pieces.push(Piece { array, block, data });
         }

@@ -3,7 +3,7 @@
 //! process under MPI), then the crossing values on the host interpreter, from the seeds and the
 //! update's host inputs. The update's last phase then reads them like loop results.
 
-use tessera_ir::{Array, ShapedArray};
+use tessera_ir::Array;
 use tessera_pjrt::HostArray;
 use tessera_sharding::PartitionSpec;
 
@@ -115,23 +115,17 @@ impl MpmdJit {
                 return Err(config("a seed of the update depends on no group"));
             };
             let avals = piece.program.jaxpr.out_avals();
-            let mut flat = Vec::new();
-            match compiled {
-                Some(index) => {
-                    let outs = self.run_raw(piece, *index, group, args, results)?;
-                    for (out, aval) in outs.iter().zip(&avals) {
-                        let host =
-                            from_host(&out.to_host()?, aval.dtype).map_err(|e| config(e.0))?;
-                        flat.extend(host.to_vec());
-                    }
-                }
-                None => avals
-                    .iter()
-                    .for_each(|a| flat.extend(std::iter::repeat_n(f64::NAN, a.size()))),
-            }
-            let flat = self.pipeline.share_from_group(group, flat)?;
-            for (&s, host) in piece.outputs.iter().zip(unflatten(&flat, &avals)?) {
-                seeds[s] = Some(host);
+            let held = match compiled {
+                Some(index) => self
+                    .run_raw(piece, *index, group, args, results)?
+                    .into_iter()
+                    .map(Some)
+                    .collect(),
+                None => vec![None; avals.len()],
+            };
+            let values = self.shared_from_group(group, &held, &avals)?;
+            for (&s, value) in piece.outputs.iter().zip(values) {
+                seeds[s] = Some(to_host(&value).map_err(|e| config(e.0))?);
             }
         }
         seeds
@@ -160,21 +154,4 @@ impl MpmdJit {
             LoopValue::Device(g) => Ok(g.to_host()?),
         }
     }
-}
-
-/// `flat` cut into arrays of `avals`, on the host.
-fn unflatten(flat: &[f64], avals: &[ShapedArray]) -> Result<Vec<HostArray>, DriverError> {
-    let mut at = 0;
-    avals
-        .iter()
-        .map(|aval| {
-            let part = flat
-                .get(at..at + aval.size())
-                .ok_or_else(|| config("a shared seed is short"))?;
-            at += aval.size();
-            let array = Array::new(aval.dtype, &aval.shape, part.to_vec())
-                .map_err(|e| config(e.to_string()))?;
-            to_host(&array).map_err(|e| config(e.0))
-        })
-        .collect()
 }

@@ -482,36 +482,50 @@ impl MpmdJit {
         aux: &[Vec<Option<tessera_pjrt::Array>>],
     ) -> Result<Vec<Vec<Array>>, DriverError> {
         let avals = &self.host_avals[1..];
-        let mut flat = Vec::new();
-        for mb in aux {
-            for (a, aval) in mb.iter().zip(avals) {
-                match a {
-                    Some(a) => {
-                        let host = crate::host::from_host(&a.to_host()?, aval.dtype)
-                            .map_err(|e| config(e.0))?;
-                        flat.extend(host.to_vec());
-                    }
-                    None => flat.extend(std::iter::repeat_n(f64::NAN, aval.size())),
-                }
-            }
-        }
-        let flat = self.pipeline.share_from_last_group(flat)?;
+        let last = self.pipeline.schedule_plan().num_stages.saturating_sub(1) as usize;
+        let group = self.pipeline.group_of_stage(last).unwrap_or(0);
+        let held: Vec<Option<tessera_pjrt::Array>> = aux.iter().flatten().cloned().collect();
+        let every: Vec<ShapedArray> = aux.iter().flat_map(|_| avals.iter().cloned()).collect();
+        let flat = self.shared_from_group(group, &held, &every)?;
         let mut values: Vec<Vec<Array>> = vec![Vec::new(); avals.len()];
-        let mut at = 0;
-        for _ in 0..aux.len() {
-            for (k, aval) in avals.iter().enumerate() {
-                let n = aval.size();
-                let part = flat
-                    .get(at..at + n)
-                    .ok_or_else(|| config("missing metrics"))?;
-                values[k].push(
-                    Array::new(aval.dtype, &aval.shape, part.to_vec())
-                        .map_err(|e| config(e.to_string()))?,
-                );
-                at += n;
-            }
+        for (i, value) in flat.into_iter().enumerate() {
+            values[i % avals.len().max(1)].push(value);
         }
         Ok(values)
+    }
+
+    /// Values of types `avals` that the process running `group` holds (`None` elsewhere), on the
+    /// host of every process: broadcast from that process under MPI.
+    pub(super) fn shared_from_group(
+        &self,
+        group: usize,
+        held: &[Option<tessera_pjrt::Array>],
+        avals: &[ShapedArray],
+    ) -> Result<Vec<Array>, DriverError> {
+        let mut flat = Vec::new();
+        for (a, aval) in held.iter().zip(avals) {
+            match a {
+                Some(a) => {
+                    let host = crate::host::from_host(&a.to_host()?, aval.dtype)
+                        .map_err(|e| config(e.0))?;
+                    flat.extend(host.to_vec());
+                }
+                None => flat.extend(std::iter::repeat_n(f64::NAN, aval.size())),
+            }
+        }
+        let flat = self.pipeline.share_from_group(group, flat)?;
+        let mut at = 0;
+        avals
+            .iter()
+            .map(|aval| {
+                let part = flat
+                    .get(at..at + aval.size())
+                    .ok_or_else(|| config("a value shared between the processes is short"))?;
+                at += aval.size();
+                Array::new(aval.dtype, &aval.shape, part.to_vec())
+                    .map_err(|e| config(e.to_string()))
+            })
+            .collect()
     }
 }
 

@@ -11,6 +11,7 @@ use super::{MpmdJit, StepResult, config};
 use crate::array::MpmdArray;
 use crate::driver::DriverError;
 use crate::host::element_type;
+use crate::processes::{frames, put_frame};
 use crate::sharding::MpmdSharding;
 
 impl MpmdJit {
@@ -31,6 +32,15 @@ impl MpmdJit {
         let Some(processes) = self.pipeline.processes() else {
             return Ok(());
         };
+        // The same in every process, so either all of them exchange or none does.
+        let spans_processes = |homes: &[usize]| {
+            homes
+                .iter()
+                .any(|&h| processes.process_of(h) != processes.process_of(homes[0]))
+        };
+        if !self.homes.iter().any(|h| spans_processes(h)) {
+            return Ok(());
+        }
         let (count, me) = processes.process_index();
         let mut outgoing: Vec<Vec<u8>> = vec![Vec::new(); count];
         for (piece, _) in &self.pieces {
@@ -45,33 +55,21 @@ impl MpmdJit {
                 let Some(Some(StepResult::Mpmd(result))) = outputs.get(k) else {
                     return Err(config(format!("step result {k} was not computed here")));
                 };
-                let bytes = result.first_mpmd_replica()?.to_host()?.bytes().to_vec();
+                let host = result.first_mpmd_replica()?.to_host()?;
                 let mut sent = Vec::new();
                 for p in homes.iter().map(|&h| processes.process_of(h)) {
                     if p != me && !sent.contains(&p) {
                         sent.push(p);
-                        outgoing[p].extend((k as u64).to_le_bytes());
-                        outgoing[p].extend((bytes.len() as u64).to_le_bytes());
-                        outgoing[p].extend(&bytes);
+                        put_frame(&mut outgoing[p], k as u64, host.bytes());
                     }
                 }
             }
         }
         for message in processes.exchange(outgoing)? {
-            let mut at = 0;
-            while at < message.len() {
-                let word = |at: usize| -> Result<usize, DriverError> {
-                    message
-                        .get(at..at + 8)
-                        .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                        .map(|b| u64::from_le_bytes(b) as usize)
-                        .ok_or_else(|| config("a tied weight's update is cut short"))
-                };
-                let (k, len) = (word(at)?, word(at + 8)?);
-                let bytes = message
-                    .get(at + 16..at + 16 + len)
-                    .ok_or_else(|| config("a tied weight's update is cut short"))?;
-                at += 16 + len;
+            let results =
+                frames(&message).ok_or_else(|| config("a tied weight's update is cut short"))?;
+            for (k, bytes) in results {
+                let k = k as usize;
                 outputs[k] = Some(self.on_local_homes(k, bytes)?);
             }
         }
