@@ -1,8 +1,8 @@
 //! The interpreter computes what XLA computes: 32-bit integer arithmetic wraps (products
 //! exactly, even past 2^53), integer division by zero gives -1 (all bits set for unsigned
-//! types) and the remainder the dividend, and a bf16 sum accumulates in f32 (1000 ones sum to
-//! 1000, not 256). Each program runs on the interpreter and on PJRT; both must give the values
-//! worked out by hand.
+//! types) and the remainder the dividend, a bf16 sum accumulates in f32 (1000 ones sum to
+//! 1000, not 256), and `i64`/`u64` values are exact over their whole range. Each program runs
+//! on the interpreter and on PJRT; both must give the values worked out by hand.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -118,4 +118,85 @@ fn a_bf16_sum_of_1000_ones_is_1000() {
     check(&program, &[ones], &[&[1000.0]]);
     // JAX's own bf16 case (a sum of 1000 ones through bf16), values and gradients.
     assert_eq!(named_real_cases(&["bf16_sum_0", "bf16_sum_1"]), 4);
+}
+
+/// Runs on both backends and checks both against exact integers, output by output.
+fn check_ints(program: &ClosedJaxpr, inputs: &[Array], want: &[Vec<i128>]) {
+    let client = tessera_pjrt::Client::cpu(1).unwrap();
+    let here = eval_closed(program, inputs).unwrap();
+    let there = tessera::jit::run_on_device(&client, program, inputs, 0).unwrap();
+    for (k, w) in want.iter().enumerate() {
+        assert_eq!(here[k].to_int_vec(), *w, "interpreter, output {k}");
+        assert_eq!(there[k].to_int_vec(), *w, "PJRT, output {k}");
+    }
+}
+
+#[test]
+fn int64_values_past_2_53_are_exact_and_wrap_as_xla() {
+    let program = parse_closed(
+        "{ lambda ; a:i64[3] b:i64[3]. let c:i64[3] = add a b\n d:i64[3] = mul a b\n e:i64[3] = div a b\n f:i64[] = reduce_sum[axes=(0,) out_sharding=None] a\n g:i64[3] = max a b\n h:u64[3] = convert_element_type[new_dtype=uint64 weak_type=False sharding=None] a in (c, d, e, f, g, h) }",
+    )
+    .unwrap();
+    let big = (1_i64 << 53) + 1; // the first integer an f64 cannot hold
+    let a = [big, i64::MAX, -big - 2];
+    let b = [1, 3, 7];
+    let ints = |v: &[i64]| v.iter().map(|&x| i128::from(x)).collect::<Vec<_>>();
+    let inputs = [
+        Array::from_int_vec(DType::I64, &[3], ints(&a)).unwrap(),
+        Array::from_int_vec(DType::I64, &[3], ints(&b)).unwrap(),
+    ];
+    let pairs = || a.iter().zip(&b);
+    let sum = a.iter().fold(0_i64, |s, &x| s.wrapping_add(x));
+    check_ints(
+        &program,
+        &inputs,
+        &[
+            ints(
+                &pairs()
+                    .map(|(&x, &y)| x.wrapping_add(y))
+                    .collect::<Vec<_>>(),
+            ),
+            ints(
+                &pairs()
+                    .map(|(&x, &y)| x.wrapping_mul(y))
+                    .collect::<Vec<_>>(),
+            ),
+            ints(&pairs().map(|(&x, &y)| x / y).collect::<Vec<_>>()),
+            vec![i128::from(sum)],
+            ints(&pairs().map(|(&x, &y)| x.max(y)).collect::<Vec<_>>()),
+            a.iter().map(|&x| i128::from(x as u64)).collect(),
+        ],
+    );
+}
+
+#[test]
+fn uint64_values_near_the_top_are_exact() {
+    let program = parse_closed(
+        "{ lambda ; a:u64[2] b:u64[2]. let c:u64[2] = add a b\n d:u64[2] = sub a b in (c, d) }",
+    )
+    .unwrap();
+    let a = [u64::MAX - 2, (1 << 60) + 3];
+    let b = [5, 1 << 62];
+    let ints = |v: &[u64]| v.iter().map(|&x| i128::from(x)).collect::<Vec<_>>();
+    let inputs = [
+        Array::from_int_vec(DType::U64, &[2], ints(&a)).unwrap(),
+        Array::from_int_vec(DType::U64, &[2], ints(&b)).unwrap(),
+    ];
+    let pairs = || a.iter().zip(&b);
+    check_ints(
+        &program,
+        &inputs,
+        &[
+            ints(
+                &pairs()
+                    .map(|(&x, &y)| x.wrapping_add(y))
+                    .collect::<Vec<_>>(),
+            ),
+            ints(
+                &pairs()
+                    .map(|(&x, &y)| x.wrapping_sub(y))
+                    .collect::<Vec<_>>(),
+            ),
+        ],
+    );
 }

@@ -239,7 +239,7 @@ fn keys_cross_the_device_boundary_as_their_two_words() {
     b:u32[2,3] = random_bits[bit_width=32 shape=(3,)] k
   in (a, b) }";
     let program = tessera_ir::text::parse_closed(text).unwrap();
-    let keys = Array::new(
+    let keys = Array::from_elem_vec(
         DType::KeyFry,
         &[2],
         vec![
@@ -252,14 +252,14 @@ fn keys_cross_the_device_boundary_as_their_two_words() {
     assert_eq!(there[0].dtype, DType::KeyFry);
     assert_eq!(there[0].shape(), [2, 2]);
     for k in 0..2 {
-        let bits = |a: &Array| a.to_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let bits = |a: &Array| a.data.iter().map(|e| e.bits()).collect::<Vec<_>>();
         assert_eq!(bits(&here[k]), bits(&there[k]), "output {k}");
     }
     // jax.random.split(jax.random.PRNGKey(0))[1] and split(PRNGKey(5), 2)[0] (see above).
     let words: Vec<[u32; 2]> = here[0]
-        .to_vec()
+        .data
         .iter()
-        .map(|&v| tessera_ir::prim::unpack_key(v))
+        .map(|&k| tessera_ir::prim::unpack_key(k))
         .collect();
     assert_eq!(words[1], [928981903, 3453687069]);
     assert_eq!(words[0], [1797259609, 2579123966]);

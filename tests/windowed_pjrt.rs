@@ -336,7 +336,8 @@ fn scatter_mul_derivatives_are_exact_with_duplicates_and_zeros() {
         ),
     );
     let at = |s: f64| {
-        let shift = |a: &Array, t: &Array| Array::from_data(DType::F64, &a.data + &(&t.data * s));
+        let shift =
+            |a: &Array, t: &Array| Array::from_values(DType::F64, &a.values() + &(&t.values() * s));
         eval_closed(&program, &[shift(&x, &tx), i.clone(), shift(&u, &tu)]).unwrap()[0].clone()
     };
     let eps = 1e-6;

@@ -176,7 +176,7 @@ pub fn check_grads(case: &Case, evaluate: &Evaluate<'_>) -> std::result::Result<
     // A cotangent has its result's dtype (the file may spell a bf16 result's as float32).
     for (ct, aval) in case.cotangents.iter().zip(program.jaxpr.out_avals()) {
         let ct = ct.to_array().map_err(|e| e.to_string())?;
-        args.push(Array::from_data(aval.dtype, ct.data));
+        args.push(Array::from_values(aval.dtype, ct.values()));
     }
     let grads = evaluate(&vjp, &args).map_err(|e| format!("evaluate the vjp: {e}"))?;
     let rtol = if case.jaxpr.contains("bf16") {

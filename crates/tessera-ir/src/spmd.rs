@@ -8,7 +8,7 @@
 use ndarray::{ArrayD, IxDyn, SliceInfoElem};
 use tessera_sharding::{AbstractMesh, PartitionSpec};
 
-use crate::array::Array;
+use crate::array::{Array, Elem};
 use crate::error::{IrError, Result};
 use crate::jaxpr::{Atom, ClosedJaxpr};
 use crate::passes::inline_all;
@@ -171,7 +171,7 @@ fn assemble(blocks: &[&Array], spec: &PartitionSpec, mesh: &AbstractMesh) -> Res
         .zip(&factors)
         .map(|(&b, &f)| b * f as usize)
         .collect();
-    let mut out = ArrayD::<f64>::zeros(IxDyn(&global));
+    let mut out = ArrayD::from_elem(IxDyn(&global), Elem::ZERO);
     for (pos, b) in blocks.iter().enumerate() {
         let (index, first_replica) = block_index(spec, mesh, rank, pos as i64);
         if first_replica {

@@ -61,11 +61,11 @@ let inner = { lambda ; e:f32[2] f:f32[2]. let
 fn definitions_may_refer_to_later_ones_and_operands_may_wrap() {
     let program = parse_closed(FORWARD).unwrap();
     tessera_ir::verify(&program).unwrap();
-    let x = tessera_ir::Array::from_data(
+    let x = tessera_ir::Array::from_values(
         tessera_ir::DType::F32,
         ndarray::arr1(&[2.0, 3.0]).into_dyn(),
     );
-    let y = tessera_ir::Array::from_data(
+    let y = tessera_ir::Array::from_values(
         tessera_ir::DType::F32,
         ndarray::arr1(&[5.0, 7.0]).into_dyn(),
     );

@@ -163,9 +163,9 @@ fn grad_of_vmap_equals_the_sum_of_vmap_of_grad() {
     let args = [rng.array(&x), rng.array(&w)];
     let each = eval(&per_example, &args);
     let all = eval(&total_grad, &args);
-    let sum_w = Array::from_data(
+    let sum_w = Array::from_values(
         tessera_ir::DType::F64,
-        each[2].data.sum_axis(ndarray::Axis(0)),
+        each[2].values().sum_axis(ndarray::Axis(0)),
     );
     assert_close("d/dx", &all[1], &each[1], 1e-12);
     assert_close("d/dw", &all[2], &sum_w, 1e-12);
@@ -207,9 +207,9 @@ fn jvp_of_vmap_equals_vmap_of_jvp() {
             .collect();
         eval(&batched, &x).remove(0)
     };
-    let fd = Array::from_data(
+    let fd = Array::from_values(
         tessera_ir::DType::F64,
-        (&at(eps).data - &at(-eps).data) / (2.0 * eps),
+        (&at(eps).values() - &at(-eps).values()) / (2.0 * eps),
     );
     assert_close("jvp(vmap) vs finite differences", &a[1], &fd, 1e-6);
 }

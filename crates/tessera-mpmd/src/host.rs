@@ -1,7 +1,7 @@
 //! Conversions between interpreter arrays (`tessera_ir::Array`) and PJRT host arrays, for
 //! every dtype: what crosses between the reference interpreter and devices.
 
-use tessera_ir::{Array, DType};
+use tessera_ir::{Array, DType, Elem};
 use tessera_pjrt::{ElementType, HostArray};
 
 /// An array that could not be converted.
@@ -30,25 +30,28 @@ pub fn element_type(dtype: DType) -> ElementType {
     }
 }
 
-/// An interpreter array as host bytes.
+/// An interpreter array as host bytes (integers exactly, whatever their width).
 pub fn to_host(array: &Array) -> Result<HostArray, ConvertError> {
-    let mut bytes = Vec::with_capacity(array.data.len() * array.dtype.size_in_bytes());
-    for &v in array.data.iter() {
-        match array.dtype {
-            DType::Bool | DType::U8 => bytes.push(v as u8),
-            DType::I8 => bytes.extend((v as i8).to_ne_bytes()),
-            DType::I16 => bytes.extend((v as i16).to_ne_bytes()),
-            DType::I32 => bytes.extend((v as i32).to_ne_bytes()),
-            DType::I64 => bytes.extend((v as i64).to_ne_bytes()),
-            DType::U16 => bytes.extend((v as u16).to_ne_bytes()),
-            DType::U32 => bytes.extend((v as u32).to_ne_bytes()),
-            DType::U64 => bytes.extend((v as u64).to_ne_bytes()),
+    let dtype = array.dtype;
+    let mut bytes = Vec::with_capacity(array.data.len() * dtype.size_in_bytes());
+    for &e in array.data.iter() {
+        let v = e.to_f64(dtype);
+        match dtype {
+            // Integers: the low bytes of the exact two's-complement value.
+            DType::Bool | DType::U8 | DType::I8 | DType::I16 | DType::I32 | DType::I64 => {
+                let bytes_of = (e.to_int(dtype) as i64).to_ne_bytes();
+                bytes.extend(low_bytes(&bytes_of, dtype.size_in_bytes()));
+            }
+            DType::U16 | DType::U32 | DType::U64 => {
+                let bytes_of = (e.to_int(dtype) as u64).to_ne_bytes();
+                bytes.extend(low_bytes(&bytes_of, dtype.size_in_bytes()));
+            }
             DType::BF16 => bytes.extend(half::bf16::from_f64(v).to_bits().to_ne_bytes()),
             DType::F16 => bytes.extend(half::f16::from_f64(v).to_bits().to_ne_bytes()),
             DType::F32 => bytes.extend((v as f32).to_ne_bytes()),
             DType::F64 => bytes.extend(v.to_ne_bytes()),
             DType::KeyFry => {
-                let words = v.to_bits();
+                let words = e.bits();
                 bytes.extend(((words >> 32) as u32).to_ne_bytes());
                 bytes.extend((words as u32).to_ne_bytes());
             }
@@ -62,33 +65,48 @@ pub fn to_host(array: &Array) -> Result<HostArray, ConvertError> {
         .map_err(|e| ConvertError(e.to_string()))
 }
 
-/// Host bytes as an interpreter array of `dtype`.
+/// The `size` least significant of a value's native-endian bytes.
+fn low_bytes(bytes: &[u8; 8], size: usize) -> &[u8] {
+    if cfg!(target_endian = "little") {
+        &bytes[..size]
+    } else {
+        &bytes[8 - size..]
+    }
+}
+
+/// Host bytes as an interpreter array of `dtype` (integers exactly).
 pub fn from_host(host: &HostArray, dtype: DType) -> Result<Array, ConvertError> {
     let size = dtype.size_in_bytes();
-    let values: Vec<f64> = host
+    let float = |v: f64| Elem::from_f64(dtype, v);
+    let int = |v: i128| Elem::from_int(dtype, v);
+    let elems: Vec<Elem> = host
         .bytes()
         .chunks_exact(size)
         .map(|c| {
             let mut b8 = [0u8; 8];
             b8[..size].copy_from_slice(c);
+            let (b2, b4) = (
+                [c[0], c.get(1).copied().unwrap_or(0)],
+                [b8[0], b8[1], b8[2], b8[3]],
+            );
             match dtype {
-                DType::Bool | DType::U8 => f64::from(c[0]),
-                DType::I8 => f64::from(c[0] as i8),
-                DType::I16 => f64::from(i16::from_ne_bytes([c[0], c[1]])),
-                DType::U16 => f64::from(u16::from_ne_bytes([c[0], c[1]])),
-                DType::I32 => f64::from(i32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
-                DType::U32 => f64::from(u32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
-                DType::F32 => f64::from(f32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
-                DType::I64 => i64::from_ne_bytes(b8) as f64,
-                DType::U64 => u64::from_ne_bytes(b8) as f64,
-                DType::F64 => f64::from_ne_bytes(b8),
-                DType::BF16 => f64::from(half::bf16::from_bits(u16::from_ne_bytes([c[0], c[1]]))),
-                DType::F16 => f64::from(half::f16::from_bits(u16::from_ne_bytes([c[0], c[1]]))),
+                DType::Bool | DType::U8 => int(i128::from(c[0])),
+                DType::I8 => int(i128::from(c[0] as i8)),
+                DType::I16 => int(i128::from(i16::from_ne_bytes(b2))),
+                DType::U16 => int(i128::from(u16::from_ne_bytes(b2))),
+                DType::I32 => int(i128::from(i32::from_ne_bytes(b4))),
+                DType::U32 => int(i128::from(u32::from_ne_bytes(b4))),
+                DType::I64 => int(i128::from(i64::from_ne_bytes(b8))),
+                DType::U64 => int(i128::from(u64::from_ne_bytes(b8))),
+                DType::F32 => float(f64::from(f32::from_ne_bytes(b4))),
+                DType::F64 => float(f64::from_ne_bytes(b8)),
+                DType::BF16 => float(f64::from(half::bf16::from_bits(u16::from_ne_bytes(b2)))),
+                DType::F16 => float(f64::from(half::f16::from_bits(u16::from_ne_bytes(b2)))),
                 // The two words of a key: 8 bytes, high word first.
                 DType::KeyFry => {
-                    let hi = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
-                    let lo = u32::from_ne_bytes([c[4], c[5], c[6], c[7]]);
-                    f64::from_bits((u64::from(hi) << 32) | u64::from(lo))
+                    let hi = u32::from_ne_bytes(b4);
+                    let lo = u32::from_ne_bytes([b8[4], b8[5], b8[6], b8[7]]);
+                    Elem::from_bits((u64::from(hi) << 32) | u64::from(lo))
                 }
             }
         })
@@ -99,5 +117,5 @@ pub fn from_host(host: &HostArray, dtype: DType) -> Result<Array, ConvertError> 
     } else {
         dims
     };
-    Array::new(dtype, dims, values).map_err(|e| ConvertError(e.to_string()))
+    Array::from_elem_vec(dtype, dims, elems).map_err(|e| ConvertError(e.to_string()))
 }

@@ -17,7 +17,7 @@ use ndarray::{ArrayD, Axis};
 use tessera_sharding::{AbstractMesh, groups};
 
 use super::{CollectiveOp, Prim, arity};
-use crate::array::Array;
+use crate::array::{Array, Elem, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::axis_env;
 use crate::dtype::DType;
@@ -306,7 +306,10 @@ pub fn simulate(
     for group in replica_groups(prim, params, mesh)? {
         let members: Vec<&Array> = group.iter().map(|&p| &xs[p as usize]).collect();
         for (k, value) in exchange(prim, params, &members)?.into_iter().enumerate() {
-            results[group[k] as usize] = Some(Array::from_data(out.dtype, value));
+            results[group[k] as usize] = Some(Array {
+                dtype: out.dtype,
+                data: value,
+            });
         }
     }
     results
@@ -318,28 +321,39 @@ pub fn simulate(
 }
 
 /// One group's exchange: the operands of its members in group order, their results in order.
-fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<f64>>> {
+fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<Elem>>> {
     let n = xs.len();
     let rank = xs[0].data.ndim();
-    let fold = |f: fn(f64, f64) -> f64| {
-        let mut acc = xs[0].data.clone();
-        for x in &xs[1..] {
-            acc.zip_mut_with(&x.data, |a, &b| *a = f(*a, b));
-        }
+    let dtype = xs[0].dtype;
+    // Integers combine exactly (wrapping), floats in f64 rounded once at the end.
+    let fold = |int: fn(i128, i128) -> i128, float: fn(f64, f64) -> f64| {
+        let acc = if is_exact_int(dtype) {
+            let mut acc = xs[0].ints();
+            for x in &xs[1..] {
+                acc.zip_mut_with(&x.ints(), |a, &b| *a = int(*a, b));
+            }
+            Array::from_ints(dtype, acc).data
+        } else {
+            let mut acc = xs[0].values();
+            for x in &xs[1..] {
+                acc.zip_mut_with(&x.values(), |a, &b| *a = float(*a, b));
+            }
+            Array::from_values(dtype, acc).data
+        };
         vec![acc; n]
     };
     let op = prim.collective().ok_or_else(|| not_collective(prim))?;
     Ok(match op {
-        CollectiveOp::Psum => fold(|a, b| a + b),
-        CollectiveOp::Pmax => fold(f64::max),
-        CollectiveOp::Pmin => fold(f64::min),
+        CollectiveOp::Psum => fold(i128::wrapping_add, |a, b| a + b),
+        CollectiveOp::Pmax => fold(i128::max, f64::max),
+        CollectiveOp::Pmin => fold(i128::min, f64::min),
         CollectiveOp::Pvary => xs.iter().map(|x| x.data.clone()).collect(),
         CollectiveOp::Pbroadcast => {
             let s = params.int(prim.name(), "source")? as usize;
             vec![xs[s].data.clone(); n]
         }
         CollectiveOp::Ppermute => {
-            let mut outs = vec![ArrayD::zeros(xs[0].data.raw_dim()); n];
+            let mut outs = vec![ArrayD::from_elem(xs[0].data.raw_dim(), Elem::ZERO); n];
             for (s, t) in permutation(params)? {
                 outs[t as usize] = xs[s as usize].data.clone();
             }
@@ -364,7 +378,7 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<f64
         }
         CollectiveOp::ReduceScatter => {
             let d = dim_param(prim, params, "scatter_dimension", rank)?;
-            let total = &fold(|a, b| a + b)[0];
+            let total = &fold(i128::wrapping_add, |a, b| a + b)[0];
             let chunks = split(total, d, n);
             if params.bool_or("tiled", false) {
                 chunks
@@ -378,7 +392,7 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<f64
         CollectiveOp::AllToAll => {
             let split_axis = dim_param(prim, params, "split_axis", rank)?;
             let concat_axis = dim_param(prim, params, "concat_axis", rank)?;
-            let pieces: Vec<Vec<ArrayD<f64>>> =
+            let pieces: Vec<Vec<ArrayD<Elem>>> =
                 xs.iter().map(|x| split(&x.data, split_axis, n)).collect();
             (0..n)
                 .map(|k| {
@@ -397,7 +411,7 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<f64
 }
 
 /// `n` equal chunks of `a` along `axis`.
-fn split(a: &ArrayD<f64>, axis: usize, n: usize) -> Vec<ArrayD<f64>> {
+fn split(a: &ArrayD<Elem>, axis: usize, n: usize) -> Vec<ArrayD<Elem>> {
     let step = a.shape()[axis] / n.max(1);
     (0..n)
         .map(|k| {

@@ -217,6 +217,7 @@ pub(super) fn eval(
 ) -> Result<Vec<Array>> {
     let (lhs, rhs) = (&inputs[0], &inputs[1]);
     let c = ConvParams::read(params, lhs.data.ndim())?;
+    let (lv, rv) = (lhs.values(), rhs.values());
     let out = &outputs[0];
     let (ls, rs) = (lhs.shape(), rhs.shape());
     let (g, b) = (c.feature_group_count, c.batch_group_count);
@@ -259,10 +260,10 @@ pub(super) fn eval(
                     at_l[c.lhs_spec[2 + s]] = (p / d) as usize;
                     at_r[c.rhs_spec[2 + s]] = k[s];
                 }
-                sum = acc.round(sum + lhs.data[IxDyn(&at_l)] * rhs.data[IxDyn(&at_r)]);
+                sum = acc.round(sum + lv[IxDyn(&at_l)] * rv[IxDyn(&at_r)]);
             }
         }
         sum
     });
-    Ok(vec![Array::from_data(out.dtype, data)])
+    Ok(vec![Array::from_values(out.dtype, data)])
 }

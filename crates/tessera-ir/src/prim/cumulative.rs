@@ -7,7 +7,7 @@
 use ndarray::Axis;
 
 use super::{Prim, axis};
-use crate::array::Array;
+use crate::array::{Array, Elem, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -40,6 +40,25 @@ impl CumulativeOp {
     }
 
     /// Combines two host values (NaN propagating through max and min, as XLA does).
+    /// Combines two integers exactly (the caller wraps to the dtype).
+    fn combine_ints(self, a: i128, b: i128) -> i128 {
+        match self {
+            CumulativeOp::Prod => a.wrapping_mul(b),
+            CumulativeOp::Max => a.max(b),
+            CumulativeOp::Min => a.min(b),
+            CumulativeOp::LogSumExp => self.combine(a as f64, b as f64) as i128,
+        }
+    }
+
+    /// Combines two elements of `dtype`, rounded or wrapped to it.
+    fn combine_elems(self, a: Elem, b: Elem, dtype: DType) -> Elem {
+        if is_exact_int(dtype) {
+            Elem::from_int(dtype, self.combine_ints(a.to_int(dtype), b.to_int(dtype)))
+        } else {
+            Elem::from_f64(dtype, self.combine(a.to_f64(dtype), b.to_f64(dtype)))
+        }
+    }
+
     fn combine(self, a: f64, b: f64) -> f64 {
         let nan = a.is_nan() || b.is_nan();
         match self {
@@ -102,18 +121,23 @@ pub(super) fn eval(op: CumulativeOp, params: &Params, x: &Array, out: DType) -> 
     let mut data = x.data.clone();
     for mut lane in data.lanes_mut(Axis(ax)) {
         let n = lane.len();
-        let mut acc: Option<f64> = None;
+        let mut acc: Option<Elem> = None;
         for k in 0..n {
             let i = if reverse { n - 1 - k } else { k };
             let next = match acc {
                 None => lane[i],
-                Some(a) => x.dtype.round(op.combine(a, lane[i])),
+                Some(a) => op.combine_elems(a, lane[i], x.dtype),
             };
             acc = Some(next);
             lane[i] = next;
         }
     }
-    Ok(Array::from_data(out, data))
+    // The output dtype is the input's; convert anyway should a rule ever differ.
+    Ok(if out == x.dtype {
+        x.with_elems(data)
+    } else {
+        Array::from_values(out, x.with_elems(data).values())
+    })
 }
 
 /// The primitive as JAX's `associative_scan` computes it, a program of one argument of type

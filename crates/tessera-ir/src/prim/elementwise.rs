@@ -4,7 +4,7 @@
 use ndarray::{ArrayD, IxDyn, Zip};
 
 use super::{BinaryOp, ElementwiseOp, Prim, UnaryOp, arity};
-use crate::array::Array;
+use crate::array::{Array, Elem, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::error::{Result, type_error};
@@ -182,18 +182,30 @@ pub(super) fn eval(
 ) -> Result<Vec<Array>> {
     let out = &outputs[0];
     let dims: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
-    let data = match op {
-        ElementwiseOp::SelectN => select_n(inputs, &dims)?,
-        ElementwiseOp::Clamp => {
-            let (lo, x, hi) = (
-                bcast(&inputs[0], &dims)?,
-                bcast(&inputs[1], &dims)?,
-                bcast(&inputs[2], &dims)?,
-            );
-            Zip::from(&lo)
+    let dtype = inputs[0].dtype;
+    let int = is_exact_int(dtype);
+    let result = match op {
+        ElementwiseOp::SelectN => Array {
+            dtype: out.dtype,
+            data: select_n(inputs, &dims)?,
+        },
+        ElementwiseOp::Clamp if int => {
+            let [lo, x, hi] = [0, 1, 2].map(|i| bcast(&inputs[i], &dims).map(|a| a.ints()));
+            let (lo, x, hi) = (lo?, x?, hi?);
+            let data = Zip::from(&lo)
                 .and(&x)
                 .and(&hi)
-                .map_collect(|&l, &v, &h| v.max(l).min(h))
+                .map_collect(|&l, &v, &h| v.max(l).min(h));
+            Array::from_ints(out.dtype, data)
+        }
+        ElementwiseOp::Clamp => {
+            let [lo, x, hi] = [0, 1, 2].map(|i| bcast(&inputs[i], &dims).map(|a| a.values()));
+            let (lo, x, hi) = (lo?, x?, hi?);
+            let data = Zip::from(&lo)
+                .and(&x)
+                .and(&hi)
+                .map_collect(|&l, &v, &h| v.max(l).min(h));
+            Array::from_values(out.dtype, data)
         }
         ElementwiseOp::Convert => convert(&inputs[0], out.dtype),
         ElementwiseOp::Unary(u) => {
@@ -202,67 +214,114 @@ pub(super) fn eval(
             } else {
                 0
             };
-            let dtype = inputs[0].dtype;
-            inputs[0].data.mapv(|x| unary(u, x, y, dtype))
+            if int && !needs_float(u) {
+                Array::from_ints(
+                    out.dtype,
+                    inputs[0].ints().mapv(|x| unary_int(u, x, y, dtype)),
+                )
+            } else {
+                Array::from_values(out.dtype, inputs[0].values().mapv(|x| unary(u, x, y)))
+            }
         }
         ElementwiseOp::Binary(b) => {
             let (x, y) = (bcast(&inputs[0], &dims)?, bcast(&inputs[1], &dims)?);
-            let dtype = inputs[0].dtype;
-            Zip::from(&x)
-                .and(&y)
-                .map_collect(|&x, &y| binary(b, x, y, dtype))
+            if int {
+                let data = Zip::from(&x.ints())
+                    .and(&y.ints())
+                    .map_collect(|&x, &y| binary_int(b, x, y));
+                Array::from_ints(out.dtype, data)
+            } else {
+                let data = Zip::from(&x.values())
+                    .and(&y.values())
+                    .map_collect(|&x, &y| binary(b, x, y));
+                Array::from_values(out.dtype, data)
+            }
         }
         ElementwiseOp::Compare(c) => {
             let (x, y) = (bcast(&inputs[0], &dims)?, bcast(&inputs[1], &dims)?);
-            Zip::from(&x)
-                .and(&y)
-                .map_collect(|&x, &y| f64::from(u8::from(c.holds(x, y))))
+            let data = if int {
+                Zip::from(&x.ints())
+                    .and(&y.ints())
+                    .map_collect(|&x, &y| i128::from(c.holds(x, y)))
+            } else {
+                Zip::from(&x.values())
+                    .and(&y.values())
+                    .map_collect(|&x, &y| i128::from(c.holds(x, y)))
+            };
+            Array::from_ints(out.dtype, data)
         }
     };
-    Ok(vec![Array::from_data(out.dtype, data)])
+    Ok(vec![result])
 }
 
-fn bcast(a: &Array, dims: &[usize]) -> Result<ArrayD<f64>> {
-    a.data
+/// `a` broadcast to `dims` (scalar and size-1 broadcasting).
+fn bcast(a: &Array, dims: &[usize]) -> Result<Array> {
+    let data = a
+        .data
         .broadcast(IxDyn(dims))
         .map(|v| v.to_owned())
         .ok_or_else(|| {
             crate::error::IrError::Eval(format!("cannot broadcast {:?} to {dims:?}", a.shape()))
-        })
+        })?;
+    Ok(a.with_elems(data))
 }
 
-fn select_n(inputs: &[Array], dims: &[usize]) -> Result<ArrayD<f64>> {
-    let pred = bcast(&inputs[0], dims)?;
+fn select_n(inputs: &[Array], dims: &[usize]) -> Result<ArrayD<Elem>> {
+    let pred = bcast(&inputs[0], dims)?.ints();
     let cases = inputs[1..]
         .iter()
         .map(|c| bcast(c, dims))
         .collect::<Result<Vec<_>>>()?;
-    let mut out = cases[0].clone();
+    let mut out = cases[0].data.clone();
     for (idx, value) in out.indexed_iter_mut() {
-        let which = (pred[&idx].max(0.0) as usize).min(cases.len() - 1);
-        *value = cases[which][&idx];
+        let which = (pred[&idx].max(0) as usize).min(cases.len() - 1);
+        *value = cases[which].data[&idx];
     }
     Ok(out)
 }
 
-fn convert(x: &Array, to: DType) -> ArrayD<f64> {
-    x.data.mapv(|v| {
-        if to == DType::Bool {
-            f64::from(u8::from(v != 0.0))
-        } else if to.is_int() && x.dtype.is_float() {
-            if v.is_nan() { 0.0 } else { v.trunc() }
+/// `convert_element_type`: integers convert exactly (wrapping), floats to integers truncate
+/// (NaN to 0), anything to `bool` is `x != 0`.
+fn convert(x: &Array, to: DType) -> Array {
+    if to == DType::Bool {
+        let nonzero = if is_exact_int(x.dtype) {
+            x.ints().mapv(|v| i128::from(v != 0))
         } else {
-            v
-        }
-    })
+            x.values().mapv(|v| i128::from(v != 0.0))
+        };
+        Array::from_ints(to, nonzero)
+    } else if is_exact_int(x.dtype) {
+        Array::from_ints(to, x.ints())
+    } else if to.is_int() {
+        Array::from_values(
+            to,
+            x.values()
+                .mapv(|v| if v.is_nan() { 0.0 } else { v.trunc() }),
+        )
+    } else {
+        Array::from_values(to, x.values())
+    }
 }
 
-fn unary(op: UnaryOp, x: f64, y: i64, dtype: DType) -> f64 {
+/// A unary operation on an exact integer (or boolean); the caller wraps the result.
+fn unary_int(op: UnaryOp, x: i128, y: i64, dtype: DType) -> i128 {
     use UnaryOp::*;
     match op {
-        Neg if dtype.is_int() => dtype.wrap(-(x as i128)),
         Neg => -x,
-        Abs if dtype.is_int() => dtype.wrap((x as i128).abs()),
+        Abs => x.abs(),
+        Sign => x.signum(),
+        Not if dtype == DType::Bool => i128::from(x == 0),
+        Not => !x,
+        IntegerPow => int_pow(x, y, dtype),
+        Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos | Sqrt | Rsqrt | Floor
+        | Ceil | Round => unary(op, x as f64, y) as i128,
+    }
+}
+
+fn unary(op: UnaryOp, x: f64, y: i64) -> f64 {
+    use UnaryOp::*;
+    match op {
+        Neg => -x,
         Abs => x.abs(),
         Sign => {
             if x.is_nan() {
@@ -291,58 +350,61 @@ fn unary(op: UnaryOp, x: f64, y: i64, dtype: DType) -> f64 {
         // rounding_method 0 rounds halves away from zero, 1 to even.
         Round if y == 1 => x.round_ties_even(),
         Round => x.round(),
-        Not => {
-            if dtype == DType::Bool {
-                f64::from(u8::from(x == 0.0))
-            } else {
-                dtype.wrap(!(x as i128))
-            }
-        }
-        IntegerPow if dtype.is_int() => int_pow(x, y, dtype),
+        Not => f64::from(u8::from(x == 0.0)),
         IntegerPow => x.powi(y as i32),
     }
 }
 
 /// `x ** n` for integers: repeated wrapping multiplication, as XLA computes it.
-fn int_pow(x: f64, n: i64, dtype: DType) -> f64 {
+fn int_pow(x: i128, n: i64, dtype: DType) -> i128 {
     if n < 0 {
         // 1 / x^|n| truncated: 1 for x = 1, +-1 for x = -1, 0 otherwise (XLA's integer division).
-        let x = x as i128;
-        let inverse = if x == 1 || (x == -1 && n % 2 == 0) {
+        return if x == 1 || (x == -1 && n % 2 == 0) {
             1
         } else if x == -1 {
             -1
         } else {
             0
         };
-        return dtype.wrap(inverse);
     }
+    let wrap = |v: i128| Elem::from_int(dtype, v).to_int(dtype);
     let mut acc: i128 = 1;
     for _ in 0..n.min(128) {
-        acc = (dtype.wrap(acc.wrapping_mul(x as i128))) as i128;
+        acc = wrap(acc.wrapping_mul(x));
     }
-    dtype.wrap(acc)
+    acc
 }
 
-fn binary(op: BinaryOp, x: f64, y: f64, dtype: DType) -> f64 {
+/// A binary operation on exact integers (or booleans), in `i128`; the caller wraps the result
+/// to the dtype (XLA's two's-complement arithmetic).
+fn binary_int(op: BinaryOp, i: i128, j: i128) -> i128 {
     use BinaryOp::*;
-    let int = dtype.is_int();
-    // Integers: exact in i128, wrapped to the dtype (XLA's two's-complement arithmetic).
-    let (i, j) = (x as i128, y as i128);
     match op {
-        Add | AddAny if int => dtype.wrap(i.wrapping_add(j)),
-        Add | AddAny => x + y,
-        Sub if int => dtype.wrap(i.wrapping_sub(j)),
-        Sub => x - y,
-        Mul if int => dtype.wrap(i.wrapping_mul(j)),
-        Mul => x * y,
+        Add | AddAny => i.wrapping_add(j),
+        Sub => i.wrapping_sub(j),
+        Mul => i.wrapping_mul(j),
         // XLA: x / 0 is -1 (all bits set: the maximum of unsigned types); MIN / -1 wraps to MIN.
-        Div if int && j == 0 => dtype.wrap(-1),
-        Div if int => dtype.wrap(i / j),
-        Div => x / y,
+        Div if j == 0 => -1,
+        Div => i / j,
         // XLA: x % 0 is x; the remainder has the dividend's sign.
-        Rem if int && j == 0 => x,
-        Rem if int => dtype.wrap(i % j),
+        Rem if j == 0 => i,
+        Rem => i % j,
+        Pow => (i as f64).powf(j as f64) as i128,
+        Max => i.max(j),
+        Min => i.min(j),
+        And => i & j,
+        Or => i | j,
+        Xor => i ^ j,
+    }
+}
+
+fn binary(op: BinaryOp, x: f64, y: f64) -> f64 {
+    use BinaryOp::*;
+    match op {
+        Add | AddAny => x + y,
+        Sub => x - y,
+        Mul => x * y,
+        Div => x / y,
         Rem => x % y,
         Pow => x.powf(y),
         Max => {
@@ -359,8 +421,7 @@ fn binary(op: BinaryOp, x: f64, y: f64, dtype: DType) -> f64 {
                 x.min(y)
             }
         }
-        And => dtype.wrap(i & j),
-        Or => dtype.wrap(i | j),
-        Xor => dtype.wrap(i ^ j),
+        // Bitwise operations are integer-only; the shape rule refuses floats.
+        And | Or | Xor => binary_int(op, x as i128, y as i128) as f64,
     }
 }

@@ -10,7 +10,7 @@ use ndarray::{ArrayD, Dimension, IxDyn};
 use super::index_modes::{GatherScatterMode, scatter_window_sizes};
 use super::index_params::{GatherParams, ScatterParams};
 use super::{IndexingOp, Prim, arity};
-use crate::array::Array;
+use crate::array::{Array, Elem};
 use crate::aval::ShapedArray;
 use crate::error::{Result, type_error};
 use crate::params::{ParamValue, Params};
@@ -185,7 +185,7 @@ fn index_vector(indices: &Array, batch: &[usize]) -> Vec<i64> {
         .map(|k| {
             let mut at = batch.to_vec();
             at.push(k);
-            indices.data[IxDyn(&at)] as i64
+            indices.data[IxDyn(&at)].to_int(indices.dtype) as i64
         })
         .collect()
 }
@@ -202,7 +202,7 @@ pub(super) fn eval(
     if op == IndexingOp::Gather {
         let typed = GatherParams::read(params)?;
         let (dn, sizes, mode) = (&typed.dims, &typed.slice_sizes, typed.mode);
-        let fill = typed.fill(operand.dtype);
+        let fill = Elem::from_f64(operand.dtype, typed.fill(operand.dtype));
         let dims: Vec<usize> = outputs[0].shape.iter().map(|&d| d as usize).collect();
         let kept: Vec<usize> = (0..rank)
             .filter(|d| !dn.collapsed_slice_dims.contains(&(*d as i64)))
@@ -226,7 +226,7 @@ pub(super) fn eval(
             let at: Vec<usize> = at.iter().map(|&v| v as usize).collect();
             operand.data[IxDyn(&at)]
         });
-        return Ok(vec![Array::from_data(outputs[0].dtype, data)]);
+        return Ok(vec![operand.with_elems(data)]);
     }
     let ScatterParams { dims: dn, mode, .. } = ScatterParams::read(params)?;
     let (indices, updates) = (&inputs[1], &inputs[2]);
@@ -259,11 +259,11 @@ pub(super) fn eval(
         if fits && at.iter().zip(&op_shape).all(|(&a, &n)| (0..n).contains(&a)) {
             let at: Vec<usize> = at.iter().map(|&v| v as usize).collect();
             let old = data[IxDyn(&at)];
-            data[IxDyn(&at)] = operand.dtype.round(match op {
+            data[IxDyn(&at)] = match op {
                 IndexingOp::Scatter(kind) => kind.combine(old, u, operand.dtype),
-                IndexingOp::ScatterAdd | IndexingOp::Gather => old + u,
-            });
+                IndexingOp::ScatterAdd | IndexingOp::Gather => old.add(u, operand.dtype),
+            };
         }
     }
-    Ok(vec![Array::from_data(outputs[0].dtype, data)])
+    Ok(vec![operand.with_elems(data)])
 }

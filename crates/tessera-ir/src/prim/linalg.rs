@@ -3,7 +3,7 @@
 use ndarray::{ArrayD, IxDyn};
 
 use super::{Prim, arity};
-use crate::array::Array;
+use crate::array::{Array, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::error::{IrError, Result, type_error};
 use crate::params::{ParamValue, Params};
@@ -122,12 +122,12 @@ pub(super) fn abstract_eval(
 }
 
 /// Permutes `a` to `first ++ second ++ third` and reshapes it to a 3-D array.
-fn to_3d(
-    a: &ArrayD<f64>,
+fn to_3d<T: Clone>(
+    a: &ArrayD<T>,
     first: &[usize],
     second: &[usize],
     third: &[usize],
-) -> Result<ndarray::Array3<f64>> {
+) -> Result<ndarray::Array3<T>> {
     let perm: Vec<usize> = first.iter().chain(second).chain(third).copied().collect();
     let size = |dims: &[usize]| dims.iter().map(|&d| a.shape()[d]).product::<usize>();
     let (x, y, z) = (size(first), size(second), size(third));
@@ -148,23 +148,43 @@ pub(super) fn eval(
     outputs: &[ShapedArray],
 ) -> Result<Vec<Array>> {
     let dd = dot_dims(params)?;
-    let (l, r) = (&inputs[0].data, &inputs[1].data);
+    let dims: Vec<usize> = outputs[0].shape.iter().map(|&d| d as usize).collect();
+    let reshape = |e: ndarray::ShapeError| IrError::Eval(e.to_string());
+    let out = &outputs[0];
+    // Integer products accumulate exactly and wrap, as XLA's integer dot does.
+    if is_exact_int(inputs[0].dtype) && is_exact_int(inputs[1].dtype) {
+        let data = contract(&dd, &inputs[0].ints(), &inputs[1].ints(), 0, |acc, a, b| {
+            acc.wrapping_add(a.wrapping_mul(b))
+        })?;
+        let data = data.into_shape_with_order(IxDyn(&dims)).map_err(reshape)?;
+        return Ok(vec![Array::from_ints(out.dtype, data)]);
+    }
+    let data = contract(
+        &dd,
+        &inputs[0].values(),
+        &inputs[1].values(),
+        0.0,
+        |acc, a, b| acc + a * b,
+    )?;
+    let data = data.into_shape_with_order(IxDyn(&dims)).map_err(reshape)?;
+    Ok(vec![Array::from_values(out.dtype, data)])
+}
+
+/// The batched contraction of `l` and `r` as a `[batch, m, n]` array, each entry folded with
+/// `step(acc, l, r)` from `zero`.
+fn contract<T: Copy>(
+    dd: &DotDims,
+    l: &ArrayD<T>,
+    r: &ArrayD<T>,
+    zero: T,
+    step: impl Fn(T, T, T) -> T,
+) -> Result<ArrayD<T>> {
     let lhs = to_3d(l, &dd.lhs_batch, &dd.lhs_free(l.ndim()), &dd.lhs_contract)?;
     let rhs = to_3d(r, &dd.rhs_batch, &dd.rhs_contract, &dd.rhs_free(r.ndim()))?;
     let (b, m, k) = lhs.dim();
     let n = rhs.dim().2;
-    let mut out = ndarray::Array3::<f64>::zeros((b, m, n));
-    for bi in 0..b {
-        for i in 0..m {
-            for j in 0..n {
-                out[[bi, i, j]] = (0..k).map(|t| lhs[[bi, i, t]] * rhs[[bi, t, j]]).sum();
-            }
-        }
-    }
-    let dims: Vec<usize> = outputs[0].shape.iter().map(|&d| d as usize).collect();
-    let data = out
-        .into_dyn()
-        .into_shape_with_order(IxDyn(&dims))
-        .map_err(|e| IrError::Eval(e.to_string()))?;
-    Ok(vec![Array::from_data(outputs[0].dtype, data)])
+    let out = ndarray::Array3::from_shape_fn((b, m, n), |(bi, i, j)| {
+        (0..k).fold(zero, |acc, t| step(acc, lhs[[bi, i, t]], rhs[[bi, t, j]]))
+    });
+    Ok(out.into_dyn())
 }

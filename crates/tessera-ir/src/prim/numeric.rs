@@ -8,7 +8,7 @@ use ndarray::Zip;
 
 use super::elementwise::{broadcast_shapes, common_dtype};
 use super::{Prim, arity};
-use crate::array::Array;
+use crate::array::{Array, Elem, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::error::{IrError, Result, type_error};
@@ -158,44 +158,56 @@ pub(super) fn eval(op: NumericOp, inputs: &[Array], outputs: &[ShapedArray]) -> 
             inputs[0].data.mapv(|x| unary(op, x, dtype, to))
         }
     };
-    Ok(vec![Array::from_data(out.dtype, data)])
+    Ok(vec![Array {
+        dtype: out.dtype,
+        data,
+    }])
 }
 
-fn view<'a>(a: &'a Array, dims: &[usize]) -> Result<ndarray::ArrayViewD<'a, f64>> {
+fn view<'a>(a: &'a Array, dims: &[usize]) -> Result<ndarray::ArrayViewD<'a, Elem>> {
     a.data
         .broadcast(ndarray::IxDyn(dims))
         .ok_or_else(|| IrError::Eval(format!("cannot broadcast {:?} to {dims:?}", a.shape())))
 }
 
-fn unary(op: NumericOp, x: f64, dtype: DType, to: DType) -> f64 {
+/// A unary operation on an element of `dtype`, giving an element of `to`.
+fn unary(op: NumericOp, e: Elem, dtype: DType, to: DType) -> Elem {
     use NumericOp::*;
+    let x = e.to_f64(dtype);
+    let float = |v: f64| Elem::from_f64(to, v);
     match op {
-        Erf => libm::erf(x),
-        Erfc => libm::erfc(x),
-        ErfInv if dtype == DType::F32 => f64::from(super::special_fns::erf_inv_f32(x as f32)),
-        ErfInv => super::special_fns::erf_inv(x),
-        Lgamma => libm::lgamma(x),
-        Digamma => super::special_fns::digamma(x),
-        Tan => x.tan(),
-        Asin => x.asin(),
-        Acos => x.acos(),
-        Atan => x.atan(),
-        Sinh => x.sinh(),
-        Cosh => x.cosh(),
-        Asinh => x.asinh(),
-        Acosh => x.acosh(),
-        Atanh => x.atanh(),
-        Cbrt => x.cbrt(),
-        Square if dtype.is_int() => dtype.wrap((x as i128).wrapping_mul(x as i128)),
-        Square => x * x,
-        IsFinite => f64::from(u8::from(x.is_finite())),
-        PopulationCount => f64::from(bits_of(x, dtype).count_ones()),
-        BitcastConvertType => from_bits(bits_of(x, dtype), to),
-        Polygamma | Atan2 | ShiftLeft | ShiftRightLogical | ShiftRightArithmetic => f64::NAN,
+        Erf => float(libm::erf(x)),
+        Erfc => float(libm::erfc(x)),
+        ErfInv if dtype == DType::F32 => {
+            float(f64::from(super::special_fns::erf_inv_f32(x as f32)))
+        }
+        ErfInv => float(super::special_fns::erf_inv(x)),
+        Lgamma => float(libm::lgamma(x)),
+        Digamma => float(super::special_fns::digamma(x)),
+        Tan => float(x.tan()),
+        Asin => float(x.asin()),
+        Acos => float(x.acos()),
+        Atan => float(x.atan()),
+        Sinh => float(x.sinh()),
+        Cosh => float(x.cosh()),
+        Asinh => float(x.asinh()),
+        Acosh => float(x.acosh()),
+        Atanh => float(x.atanh()),
+        Cbrt => float(x.cbrt()),
+        Square if is_exact_int(dtype) => {
+            let i = e.to_int(dtype);
+            Elem::from_int(to, i.wrapping_mul(i))
+        }
+        Square => float(x * x),
+        IsFinite => Elem::from_int(to, i128::from(x.is_finite())),
+        PopulationCount => Elem::from_int(to, i128::from(bits_of(e, dtype).count_ones())),
+        BitcastConvertType => from_bits(bits_of(e, dtype), to),
+        Polygamma | Atan2 | ShiftLeft | ShiftRightLogical | ShiftRightArithmetic => float(f64::NAN),
     }
 }
 
-fn binary(op: NumericOp, x: f64, y: f64, dtype: DType) -> f64 {
+/// A binary operation on two elements of `dtype` (the result has the same dtype).
+fn binary(op: NumericOp, x: Elem, y: Elem, dtype: DType) -> Elem {
     use NumericOp::*;
     let width = 8 * dtype.size_in_bytes() as u32;
     let mask = if width == 64 {
@@ -206,12 +218,12 @@ fn binary(op: NumericOp, x: f64, y: f64, dtype: DType) -> f64 {
     // The shift amount is read as unsigned: negative amounts are out of range too.
     let amount = bits_of(y, dtype);
     let bits = bits_of(x, dtype);
+    let (a, b) = (x.to_f64(dtype), y.to_f64(dtype));
     match op {
-        Atan2 => x.atan2(y),
-        Polygamma => super::special_fns::polygamma(x, y),
-        ShiftLeft if amount >= u64::from(width) => 0.0,
+        Atan2 => Elem::from_f64(dtype, a.atan2(b)),
+        Polygamma => Elem::from_f64(dtype, super::special_fns::polygamma(a, b)),
+        ShiftLeft | ShiftRightLogical if amount >= u64::from(width) => Elem::ZERO,
         ShiftLeft => from_bits((bits << amount) & mask, dtype),
-        ShiftRightLogical if amount >= u64::from(width) => 0.0,
         ShiftRightLogical => from_bits(bits >> amount, dtype),
         ShiftRightArithmetic => {
             let negative = (bits >> (width - 1)) & 1 == 1;
@@ -221,46 +233,34 @@ fn binary(op: NumericOp, x: f64, y: f64, dtype: DType) -> f64 {
         }
         Erf | Erfc | ErfInv | Lgamma | Digamma | Tan | Asin | Acos | Atan | Sinh | Cosh | Asinh
         | Acosh | Atanh | Cbrt | Square | IsFinite | BitcastConvertType | PopulationCount => {
-            f64::NAN
+            Elem::from_f64(dtype, f64::NAN)
         }
     }
 }
 
-/// The bit pattern of a value of `dtype`, in the low bits.
-pub(crate) fn bits_of(x: f64, dtype: DType) -> u64 {
+/// The bit pattern of an element of `dtype` as the dtype lays it out, in the low bits.
+pub(crate) fn bits_of(e: Elem, dtype: DType) -> u64 {
     use DType::*;
+    let x = e.to_f64(dtype);
     match dtype {
-        Bool => u64::from(x != 0.0),
-        I8 | I16 | I32 | I64 => {
-            let width = 8 * dtype.size_in_bytes() as u32;
-            let v = x as i64 as u64;
-            if width == 64 {
-                v
-            } else {
-                v & ((1 << width) - 1)
-            }
-        }
-        U8 | U16 | U32 | U64 => x as u64,
+        Bool | U8 | U16 | U32 | U64 | I64 | F64 | KeyFry => e.bits(),
+        I8 | I16 | I32 => e.bits() & ((1 << (8 * dtype.size_in_bytes())) - 1),
         BF16 => u64::from(half::bf16::from_f64(x).to_bits()),
         F16 => u64::from(half::f16::from_f64(x).to_bits()),
         F32 => u64::from((x as f32).to_bits()),
-        F64 | KeyFry => x.to_bits(),
     }
 }
 
-/// The value of `dtype` whose bit pattern is `bits`.
-pub(crate) fn from_bits(bits: u64, dtype: DType) -> f64 {
+/// The element of `dtype` whose bit pattern (as the dtype lays it out) is `bits`.
+pub(crate) fn from_bits(bits: u64, dtype: DType) -> Elem {
     use DType::*;
     match dtype {
-        Bool => f64::from(u8::from(bits != 0)),
-        I8 => f64::from(bits as u8 as i8),
-        I16 => f64::from(bits as u16 as i16),
-        I32 => f64::from(bits as u32 as i32),
-        I64 => bits as i64 as f64,
-        U8 | U16 | U32 | U64 => bits as f64,
-        BF16 => f64::from(half::bf16::from_bits(bits as u16)),
-        F16 => f64::from(half::f16::from_bits(bits as u16)),
-        F32 => f64::from(f32::from_bits(bits as u32)),
-        F64 | KeyFry => f64::from_bits(bits),
+        Bool | I8 | I16 | I32 | I64 | U8 | U16 | U32 | U64 => {
+            Elem::from_int(dtype, i128::from(bits))
+        }
+        BF16 => Elem::from_f64(dtype, f64::from(half::bf16::from_bits(bits as u16))),
+        F16 => Elem::from_f64(dtype, f64::from(half::f16::from_bits(bits as u16))),
+        F32 => Elem::from_f64(dtype, f64::from(f32::from_bits(bits as u32))),
+        F64 | KeyFry => Elem::from_bits(bits),
     }
 }

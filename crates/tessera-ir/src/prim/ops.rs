@@ -72,7 +72,7 @@ impl CompareOp {
     }
 
     /// Whether `a op b` holds.
-    pub fn holds(self, a: f64, b: f64) -> bool {
+    pub fn holds<T: PartialOrd>(self, a: T, b: T) -> bool {
         match self {
             CompareOp::Eq => a == b,
             CompareOp::Ne => a != b,

@@ -8,7 +8,7 @@
 
 use super::threefry::{counter, pack_key, threefry2x32, unpack_key};
 use super::{Prim, arity};
-use crate::array::Array;
+use crate::array::{Array, Elem};
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::error::{IrError, Result, type_error};
@@ -161,39 +161,36 @@ pub(super) fn abstract_eval(
 
 pub(super) fn eval(op: RandomOp, inputs: &[Array], outputs: &[ShapedArray]) -> Result<Vec<Array>> {
     let out = &outputs[0];
-    let values: Vec<f64> = match op {
-        RandomOp::Seed => inputs[0]
-            .data
-            .iter()
-            .map(|&s| seed_key(s, inputs[0].dtype))
-            .collect(),
+    let x = &inputs[0];
+    let elems: Vec<Elem> = match op {
+        RandomOp::Seed => x.data.iter().map(|&s| seed_key(s, x.dtype)).collect(),
         RandomOp::Wrap => {
-            let words: Vec<u32> = inputs[0].data.iter().map(|&w| w as u32).collect();
+            let words: Vec<u32> = x.to_int_vec().iter().map(|&w| w as u32).collect();
             words
                 .chunks_exact(2)
                 .map(|w| pack_key([w[0], w[1]]))
                 .collect()
         }
-        RandomOp::Unwrap => inputs[0]
+        RandomOp::Unwrap => x
             .data
             .iter()
-            .flat_map(|&k| unpack_key(k).map(f64::from))
+            .flat_map(|&k| unpack_key(k).map(|w| Elem::from_int(DType::U32, i128::from(w))))
             .collect(),
         RandomOp::Bits | RandomOp::Split => {
-            let keys = inputs[0].data.len().max(1);
+            let keys = x.data.len().max(1);
             let per_key = (out.size() / keys) as u64;
-            let mut values = Vec::with_capacity(out.size());
-            for &k in &inputs[0].data {
+            let mut elems = Vec::with_capacity(out.size());
+            for &k in &x.data {
                 for i in 0..per_key {
                     let y = threefry2x32(unpack_key(k), counter(i));
-                    values.push(if op == RandomOp::Split {
+                    elems.push(if op == RandomOp::Split {
                         pack_key(y)
                     } else {
                         bits_value(y, out.dtype)
                     });
                 }
             }
-            values
+            elems
         }
         RandomOp::FoldIn => {
             let dims: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
@@ -201,7 +198,10 @@ pub(super) fn eval(op: RandomOp, inputs: &[Array], outputs: &[ShapedArray]) -> R
             let data = broadcast(&inputs[1], &dims)?;
             keys.iter()
                 .zip(data.iter())
-                .map(|(&k, &d)| pack_key(threefry2x32(unpack_key(k), [0, d as u32])))
+                .map(|(&k, &d)| {
+                    let word = d.to_int(inputs[1].dtype) as u32;
+                    pack_key(threefry2x32(unpack_key(k), [0, word]))
+                })
                 .collect()
         }
         RandomOp::Threefry2x32 => {
@@ -212,24 +212,23 @@ pub(super) fn eval(op: RandomOp, inputs: &[Array], outputs: &[ShapedArray]) -> R
                 .collect::<Result<Vec<_>>>()?;
             let ys: Vec<[u32; 2]> = (0..out.size())
                 .map(|i| {
-                    let w = |a: usize| args[a][i] as u32;
+                    let w = |a: usize| args[a][i].to_int(DType::U32) as u32;
                     threefry2x32([w(0), w(1)], [w(2), w(3)])
                 })
                 .collect();
-            let first = ys.iter().map(|y| f64::from(y[0])).collect();
-            let second = ys.iter().map(|y| f64::from(y[1])).collect();
+            let word = |k: usize| ys.iter().map(|y| i128::from(y[k])).collect();
             return Ok(vec![
-                Array::new(DType::U32, &out.shape, first)?,
-                Array::new(DType::U32, &out.shape, second)?,
+                Array::from_int_vec(DType::U32, &out.shape, word(0))?,
+                Array::from_int_vec(DType::U32, &out.shape, word(1))?,
             ]);
         }
     };
-    Ok(vec![Array::new(out.dtype, &out.shape, values)?])
+    Ok(vec![Array::from_elem_vec(out.dtype, &out.shape, elems)?])
 }
 
 /// `random_seed` of threefry (JAX's `threefry_seed`): the words `(seed >> 32, seed & 0xFFFFFFFF)`
 /// of the seed's bits (the high word is 0 for seeds of 32 bits or fewer).
-fn seed_key(seed: f64, dtype: DType) -> f64 {
+fn seed_key(seed: Elem, dtype: DType) -> Elem {
     let bits = super::numeric::bits_of(seed, dtype);
     let high = if dtype.size_in_bytes() == 8 {
         (bits >> 32) as u32
@@ -241,21 +240,19 @@ fn seed_key(seed: f64, dtype: DType) -> f64 {
 
 /// `random_bits`' value of one draw: the XOR of Threefry's two words, truncated to 8 or 16
 /// bits, or both words for 64 (high first).
-fn bits_value(y: [u32; 2], dtype: DType) -> f64 {
+fn bits_value(y: [u32; 2], dtype: DType) -> Elem {
     let x = y[0] ^ y[1];
-    if dtype == DType::U8 {
-        f64::from(x as u8)
-    } else if dtype == DType::U16 {
-        f64::from(x as u16)
-    } else if dtype == DType::U64 {
-        ((u64::from(y[0]) << 32) | u64::from(y[1])) as f64
+    let value = if dtype == DType::U64 {
+        (u64::from(y[0]) << 32) | u64::from(y[1])
     } else {
-        f64::from(x)
-    }
+        u64::from(x)
+    };
+    // Wrapping to U8 or U16 keeps the low bits.
+    Elem::from_int(dtype, i128::from(value))
 }
 
 /// The values of `a` broadcast to `dims`, row-major.
-fn broadcast(a: &Array, dims: &[usize]) -> Result<Vec<f64>> {
+fn broadcast(a: &Array, dims: &[usize]) -> Result<Vec<Elem>> {
     a.data
         .broadcast(ndarray::IxDyn(dims))
         .map(|v| v.iter().copied().collect())

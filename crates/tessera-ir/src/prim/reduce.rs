@@ -4,7 +4,7 @@
 use ndarray::{ArrayD, Axis, IxDyn};
 
 use super::{Prim, ReduceKind, ReductionOp, arity, axis};
-use crate::array::Array;
+use crate::array::{Array, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::error::{IrError, Result, type_error};
@@ -90,85 +90,114 @@ pub(super) fn eval(
             params.get("reverse"),
             Some(crate::params::ParamValue::Bool(true))
         );
-        let mut data = x.data.clone();
-        for mut lane in data.lanes_mut(Axis(ax)) {
-            let mut acc = 0.0;
-            let n = lane.len();
-            for k in 0..n {
-                let i = if reverse { n - 1 - k } else { k };
-                acc = x.dtype.round(acc + lane[i]);
-                lane[i] = acc;
-            }
+        if is_exact_int(x.dtype) {
+            let mut data = x.ints();
+            cumsum_lanes(&mut data, ax, reverse, 0, |a, b| a.wrapping_add(b));
+            return Ok(vec![Array::from_ints(out.dtype, data)]);
         }
-        return Ok(vec![Array::from_data(out.dtype, data)]);
+        let mut data = x.values();
+        let dtype = x.dtype;
+        cumsum_lanes(&mut data, ax, reverse, 0.0, |a, b| dtype.round(a + b));
+        return Ok(vec![Array::from_values(out.dtype, data)]);
     }
     let axes = axes(prim, params, x.data.ndim())?;
-    let mut data = x.data.clone();
-    for &ax in axes.iter().rev() {
-        data = reduce_axis(op, &data, ax, x.dtype)?;
-    }
     let dims: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
-    let data = data
-        .into_shape_with_order(IxDyn(&dims))
-        .map_err(|e| IrError::Eval(e.to_string()))?;
-    Ok(vec![Array::from_data(out.dtype, data)])
+    let reshape = |e: ndarray::ShapeError| IrError::Eval(e.to_string());
+    if is_exact_int(x.dtype) {
+        let mut data = x.ints();
+        for &ax in axes.iter().rev() {
+            data = lanes_to(&data, ax, |lane| reduce_ints(op, lane))?;
+        }
+        let data = data.into_shape_with_order(IxDyn(&dims)).map_err(reshape)?;
+        return Ok(vec![Array::from_ints(out.dtype, data)]);
+    }
+    let mut data = x.values();
+    for &ax in axes.iter().rev() {
+        data = lanes_to(&data, ax, |lane| reduce_floats(op, lane, x.dtype))?;
+    }
+    let data = data.into_shape_with_order(IxDyn(&dims)).map_err(reshape)?;
+    Ok(vec![Array::from_values(out.dtype, data)])
 }
 
-fn reduce_axis(
-    op: ReductionOp,
-    data: &ArrayD<f64>,
+/// A running sum along `ax`, forward or reversed.
+fn cumsum_lanes<T: Copy>(
+    data: &mut ArrayD<T>,
     ax: usize,
-    dtype: DType,
-) -> Result<ArrayD<f64>> {
-    let lanes = data.lanes(Axis(ax));
-    let values: Vec<f64> = lanes
+    reverse: bool,
+    zero: T,
+    add: impl Fn(T, T) -> T,
+) {
+    for mut lane in data.lanes_mut(Axis(ax)) {
+        let mut acc = zero;
+        let n = lane.len();
+        for k in 0..n {
+            let i = if reverse { n - 1 - k } else { k };
+            acc = add(acc, lane[i]);
+            lane[i] = acc;
+        }
+    }
+}
+
+/// Each lane along `ax` replaced by `f` of it (the axis is removed).
+fn lanes_to<T: Copy>(data: &ArrayD<T>, ax: usize, f: impl Fn(Vec<T>) -> T) -> Result<ArrayD<T>> {
+    let values: Vec<T> = data
+        .lanes(Axis(ax))
         .into_iter()
-        .map(|lane| {
-            let it = lane.iter().copied();
-            match op {
-                // Integers exactly, wrapped; low-precision floats accumulated in f32.
-                ReductionOp::Reduce(ReduceKind::Sum) if dtype.is_int() => {
-                    dtype.wrap(it.fold(0i128, |a, b| a.wrapping_add(b as i128)))
-                }
-                ReductionOp::Reduce(ReduceKind::Sum) => {
-                    it.fold(0.0, |a, b| dtype.accumulation().round(a + b))
-                }
-                ReductionOp::Reduce(ReduceKind::Prod) if dtype.is_int() => {
-                    it.fold(1.0, |a, b| dtype.wrap((a as i128).wrapping_mul(b as i128)))
-                }
-                ReductionOp::Reduce(ReduceKind::Prod) => {
-                    it.fold(1.0, |a, b| dtype.accumulation().round(a * b))
-                }
-                ReductionOp::Reduce(ReduceKind::Max) => it.fold(f64::NEG_INFINITY, |a, b| {
-                    if a.is_nan() || b.is_nan() {
-                        f64::NAN
-                    } else {
-                        a.max(b)
-                    }
-                }),
-                ReductionOp::Reduce(ReduceKind::Min) => it.fold(f64::INFINITY, |a, b| {
-                    if a.is_nan() || b.is_nan() {
-                        f64::NAN
-                    } else {
-                        a.min(b)
-                    }
-                }),
-                ReductionOp::Reduce(ReduceKind::And) => {
-                    dtype.wrap(it.fold(-1i128, |a, b| a & (b as i128)))
-                }
-                ReductionOp::Reduce(ReduceKind::Or) => {
-                    dtype.wrap(it.fold(0i128, |a, b| a | (b as i128)))
-                }
-                ReductionOp::Argmax => arg_best(lane.iter().copied(), |a, b| a > b),
-                ReductionOp::Argmin => arg_best(lane.iter().copied(), |a, b| a < b),
-                // `eval` handles cumsum before reducing axes.
-                ReductionOp::Cumsum | ReductionOp::Cumulative(_) => f64::NAN,
-            }
-        })
+        .map(|l| f(l.to_vec()))
         .collect();
     let mut shape: Vec<usize> = data.shape().to_vec();
     shape.remove(ax);
     ArrayD::from_shape_vec(IxDyn(&shape), values).map_err(|e| IrError::Eval(e.to_string()))
+}
+
+/// One lane of integers (or booleans) reduced exactly; the caller wraps to the dtype.
+fn reduce_ints(op: ReductionOp, lane: Vec<i128>) -> i128 {
+    let it = lane.iter().copied();
+    match op {
+        ReductionOp::Reduce(ReduceKind::Sum) => it.fold(0, i128::wrapping_add),
+        ReductionOp::Reduce(ReduceKind::Prod) => it.fold(1, i128::wrapping_mul),
+        ReductionOp::Reduce(ReduceKind::Max) => it.max().unwrap_or(i128::MIN),
+        ReductionOp::Reduce(ReduceKind::Min) => it.min().unwrap_or(i128::MAX),
+        ReductionOp::Reduce(ReduceKind::And) => it.fold(-1, |a, b| a & b),
+        ReductionOp::Reduce(ReduceKind::Or) => it.fold(0, |a, b| a | b),
+        ReductionOp::Argmax => arg_best(lane.iter().map(|&v| v as f64), |a, b| a > b) as i128,
+        ReductionOp::Argmin => arg_best(lane.iter().map(|&v| v as f64), |a, b| a < b) as i128,
+        // `eval` handles the running reductions before reducing axes.
+        ReductionOp::Cumsum | ReductionOp::Cumulative(_) => 0,
+    }
+}
+
+/// One lane of floats reduced; low-precision floats accumulate in `f32` (as XLA's CPU backend).
+fn reduce_floats(op: ReductionOp, lane: Vec<f64>, dtype: DType) -> f64 {
+    let it = lane.iter().copied();
+    match op {
+        ReductionOp::Reduce(ReduceKind::Sum) => {
+            it.fold(0.0, |a, b| dtype.accumulation().round(a + b))
+        }
+        ReductionOp::Reduce(ReduceKind::Prod) => {
+            it.fold(1.0, |a, b| dtype.accumulation().round(a * b))
+        }
+        ReductionOp::Reduce(ReduceKind::Max) => it.fold(f64::NEG_INFINITY, |a, b| {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.max(b)
+            }
+        }),
+        ReductionOp::Reduce(ReduceKind::Min) => it.fold(f64::INFINITY, |a, b| {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.min(b)
+            }
+        }),
+        // Bitwise reductions are integer-only; the shape rule refuses floats.
+        ReductionOp::Reduce(ReduceKind::And | ReduceKind::Or) => f64::NAN,
+        ReductionOp::Argmax => arg_best(it, |a, b| a > b),
+        ReductionOp::Argmin => arg_best(it, |a, b| a < b),
+        // `eval` handles the running reductions before reducing axes.
+        ReductionOp::Cumsum | ReductionOp::Cumulative(_) => f64::NAN,
+    }
 }
 
 /// Index of the first best element; a NaN wins (as in XLA).

@@ -3,6 +3,7 @@
 //! `indexing`); this is how each combines an update with the operand's value. `update_jaxpr`
 //! and `update_consts` are kept as printed: the primitive implies the combiner.
 
+use crate::array::{Elem, is_exact_int};
 use crate::dtype::DType;
 
 /// How a scatter combines the operand's value with an update.
@@ -33,18 +34,31 @@ impl ScatterKind {
         ScatterKind::ALL.into_iter().find(|k| k.prim() == prim)
     }
 
-    /// The combined value of `old` and the update `u`.
-    pub(super) fn combine(self, old: f64, u: f64, dtype: DType) -> f64 {
-        let nan = dtype.is_float() && (old.is_nan() || u.is_nan());
-        match self {
-            ScatterKind::Replace => u,
-            ScatterKind::Mul if dtype.is_int() => dtype.wrap((old as i128).wrapping_mul(u as i128)),
-            ScatterKind::Mul => old * u,
-            ScatterKind::Min if nan => f64::NAN,
-            ScatterKind::Min => old.min(u),
-            ScatterKind::Max if nan => f64::NAN,
-            ScatterKind::Max => old.max(u),
+    /// The combined value of `old` and the update `u`, in `dtype` (integers exactly).
+    pub(super) fn combine(self, old: Elem, u: Elem, dtype: DType) -> Elem {
+        if is_exact_int(dtype) {
+            let (a, b) = (old.to_int(dtype), u.to_int(dtype));
+            return Elem::from_int(
+                dtype,
+                match self {
+                    ScatterKind::Replace => b,
+                    ScatterKind::Mul => a.wrapping_mul(b),
+                    ScatterKind::Min => a.min(b),
+                    ScatterKind::Max => a.max(b),
+                },
+            );
         }
+        let (a, b) = (old.to_f64(dtype), u.to_f64(dtype));
+        let nan = a.is_nan() || b.is_nan();
+        let value = match self {
+            ScatterKind::Replace => b,
+            ScatterKind::Mul => a * b,
+            ScatterKind::Min if nan => f64::NAN,
+            ScatterKind::Min => a.min(b),
+            ScatterKind::Max if nan => f64::NAN,
+            ScatterKind::Max => a.max(b),
+        };
+        Elem::from_f64(dtype, value)
     }
 
     /// The primitive of this kind.

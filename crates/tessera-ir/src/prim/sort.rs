@@ -8,7 +8,7 @@ use std::cmp::Ordering;
 use ndarray::{ArrayD, Axis, IxDyn};
 
 use super::Prim;
-use crate::array::Array;
+use crate::array::{Array, Elem, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::error::{Result, type_error};
@@ -100,6 +100,15 @@ pub fn sort_order(a: f64, b: f64) -> Ordering {
     }
 }
 
+/// The sort order of two elements of `dtype`: integers exactly, floats by [`sort_order`].
+fn elem_order(a: Elem, b: Elem, dtype: DType) -> Ordering {
+    if is_exact_int(dtype) {
+        a.to_int(dtype).cmp(&b.to_int(dtype))
+    } else {
+        sort_order(a.to_f64(dtype), b.to_f64(dtype))
+    }
+}
+
 pub(super) fn eval(
     op: SortOp,
     params: &Params,
@@ -110,30 +119,28 @@ pub(super) fn eval(
     match op {
         SortOp::Sort => {
             let (dim, keys) = sort_params(params, rank)?;
-            let perm = permutations(&inputs[..keys], dim, sort_order);
+            let perm = permutations(&inputs[..keys], dim, false);
             Ok(inputs
                 .iter()
-                .map(|x| {
-                    Array::from_data(
-                        x.dtype,
-                        permuted(&x.data, dim, &perm, x.data.len_of(Axis(dim))),
-                    )
-                })
+                .map(|x| x.with_elems(permuted(&x.data, dim, &perm, x.data.len_of(Axis(dim)))))
                 .collect())
         }
         SortOp::TopK => {
             let (k, axis) = top_k_params(params, rank)?;
-            let perm = permutations(&inputs[..1], axis, |a, b| sort_order(b, a));
+            let perm = permutations(&inputs[..1], axis, true);
             let values = permuted(&inputs[0].data, axis, &perm, k as usize);
-            let mut indices = ArrayD::zeros(IxDyn(values.shape()));
+            let mut indices = ArrayD::<i128>::zeros(IxDyn(values.shape()));
             for (lane, p) in indices.lanes_mut(Axis(axis)).into_iter().zip(&perm) {
                 for (slot, &i) in lane.into_iter().zip(p) {
-                    *slot = i as f64;
+                    *slot = i as i128;
                 }
             }
             Ok(vec![
-                Array::from_data(outputs[0].dtype, values),
-                Array::from_data(DType::I32, indices),
+                Array {
+                    dtype: outputs[0].dtype,
+                    data: values,
+                },
+                Array::from_ints(DType::I32, indices),
             ])
         }
     }
@@ -141,12 +148,12 @@ pub(super) fn eval(
 
 /// For each lane along `dim` (in `lanes` order), the stable order of its positions by the
 /// keys' values compared lexicographically with `order`.
-fn permutations(
-    keys: &[Array],
-    dim: usize,
-    order: impl Fn(f64, f64) -> Ordering,
-) -> Vec<Vec<usize>> {
-    let lanes: Vec<Vec<Vec<f64>>> = keys
+fn permutations(keys: &[Array], dim: usize, descending: bool) -> Vec<Vec<usize>> {
+    let order = |key: &Array, a: Elem, b: Elem| {
+        let o = elem_order(a, b, key.dtype);
+        if descending { o.reverse() } else { o }
+    };
+    let lanes: Vec<Vec<Vec<Elem>>> = keys
         .iter()
         .map(|k| {
             k.data
@@ -164,7 +171,8 @@ fn permutations(
             idx.sort_by(|&i, &j| {
                 lanes
                     .iter()
-                    .map(|key| order(key[lane][i], key[lane][j]))
+                    .zip(keys)
+                    .map(|(key, k)| order(k, key[lane][i], key[lane][j]))
                     .find(|o| *o != Ordering::Equal)
                     .unwrap_or(Ordering::Equal)
             });
@@ -174,10 +182,10 @@ fn permutations(
 }
 
 /// `x` with each lane along `dim` replaced by its first `keep` elements in `perm`'s order.
-fn permuted(x: &ArrayD<f64>, dim: usize, perm: &[Vec<usize>], keep: usize) -> ArrayD<f64> {
+fn permuted(x: &ArrayD<Elem>, dim: usize, perm: &[Vec<usize>], keep: usize) -> ArrayD<Elem> {
     let mut shape = x.shape().to_vec();
     shape[dim] = keep;
-    let mut out = ArrayD::zeros(IxDyn(&shape));
+    let mut out = ArrayD::from_elem(IxDyn(&shape), Elem::ZERO);
     for ((src, dst), p) in x
         .lanes(Axis(dim))
         .into_iter()

@@ -4,7 +4,7 @@
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
 
 use super::{Prim, StructuralOp, arity, axis};
-use crate::array::Array;
+use crate::array::{Array, Elem};
 use crate::aval::ShapedArray;
 use crate::error::{IrError, Result, type_error};
 use crate::params::{ParamValue, Params};
@@ -265,10 +265,12 @@ pub(super) fn eval(
     let name = prim.name();
     let out = &outputs[0];
     let dims = dims_of(&out.shape);
-    let data: ArrayD<f64> = match op {
+    let data: ArrayD<Elem> = match op {
         StructuralOp::Iota => {
             let d = params.int(name, "dimension")? as usize;
-            ArrayD::from_shape_fn(IxDyn(&dims), |idx| idx[d] as f64)
+            ArrayD::from_shape_fn(IxDyn(&dims), |idx| {
+                Elem::from_int(out.dtype, idx[d] as i128)
+            })
         }
         StructuralOp::BroadcastInDim => {
             let x = &inputs[0];
@@ -291,7 +293,7 @@ pub(super) fn eval(
             })
         }
         StructuralOp::Reshape | StructuralOp::Squeeze | StructuralOp::ExpandDims => {
-            let flat: Vec<f64> = inputs[0].data.iter().copied().collect();
+            let flat: Vec<Elem> = inputs[0].data.iter().copied().collect();
             ArrayD::from_shape_vec(IxDyn(&dims), flat).map_err(|e| IrError::Eval(e.to_string()))?
         }
         StructuralOp::Transpose => {
@@ -355,12 +357,15 @@ pub(super) fn eval(
         }
         StructuralOp::Pad => pad(
             &inputs[0],
-            inputs[1].data.iter().next().copied().unwrap_or(0.0),
+            inputs[1].data.iter().next().copied().unwrap_or(Elem::ZERO),
             &padding_config(params)?,
             &dims,
         ),
     };
-    Ok(vec![Array::from_data(out.dtype, data)])
+    Ok(vec![Array {
+        dtype: out.dtype,
+        data,
+    }])
 }
 
 /// Start indices clamped so the window fits (XLA's dynamic-slice semantics).
@@ -369,13 +374,13 @@ fn clamped_starts(x: &Array, indices: &[Array], window: &[i64]) -> Vec<usize> {
         .iter()
         .enumerate()
         .map(|(d, i)| {
-            let start = i.data.iter().next().copied().unwrap_or(0.0) as i64;
+            let start = i.first_int().unwrap_or(0) as i64;
             start.clamp(0, (x.data.shape()[d] as i64 - window[d]).max(0)) as usize
         })
         .collect()
 }
 
-fn pad(x: &Array, value: f64, config: &[(i64, i64, i64)], dims: &[usize]) -> ArrayD<f64> {
+fn pad(x: &Array, value: Elem, config: &[(i64, i64, i64)], dims: &[usize]) -> ArrayD<Elem> {
     let mut out = ArrayD::from_elem(IxDyn(dims), value);
     for (idx, &v) in x.data.indexed_iter() {
         let target: Option<Vec<usize>> = (0..dims.len())

@@ -2,6 +2,8 @@
 //! representation of a `key<fry>` value: one `f64` whose 64 bits are the key's two `u32` words
 //! (high word first), so a key array has the shape of its type, like every other array.
 
+use crate::array::Elem;
+
 /// Threefry's rotation constants, alternating by groups of four rounds.
 const ROTATIONS: [[u32; 4]; 2] = [[13, 15, 26, 6], [17, 29, 16, 24]];
 
@@ -24,14 +26,14 @@ pub fn threefry2x32(key: [u32; 2], x: [u32; 2]) -> [u32; 2] {
     x
 }
 
-/// The interpreter's value of a key.
-pub fn pack_key(words: [u32; 2]) -> f64 {
-    f64::from_bits((u64::from(words[0]) << 32) | u64::from(words[1]))
+/// The interpreter's element of a key: its two words, high first, in the element's bits.
+pub fn pack_key(words: [u32; 2]) -> Elem {
+    Elem::from_bits((u64::from(words[0]) << 32) | u64::from(words[1]))
 }
 
-/// The two words of a key value.
-pub fn unpack_key(value: f64) -> [u32; 2] {
-    let bits = value.to_bits();
+/// The two words of a key element.
+pub fn unpack_key(key: Elem) -> [u32; 2] {
+    let bits = key.bits();
     [(bits >> 32) as u32, bits as u32]
 }
 

@@ -243,14 +243,14 @@ pub fn combine_micro_batches(values: Vec<Array>, op: ReduceOp) -> Result<Array> 
             for v in &values[1..] {
                 acc.zip_mut_with(&v.data, |s, &x| {
                     *s = if op == ReduceOp::Add {
-                        dtype.round(*s + x)
+                        s.add(x, dtype)
                     } else {
-                        s.max(x)
+                        s.max(x, dtype)
                     }
                 });
             }
             acc
         }
     };
-    Ok(Array::from_data(dtype, data))
+    Ok(Array { dtype, data })
 }

@@ -325,7 +325,7 @@ fn reducer(op: WindowOp, params: &Params, inputs: &[Array]) -> Result<(f64, Comb
             }),
         ),
         WindowOp::Generic => (
-            inputs[1].data.iter().next().copied().unwrap_or(0.0),
+            inputs[1].first_value().unwrap_or(0.0),
             Combine::Jaxpr(reduce_window_jaxpr(params)?.clone()),
         ),
         WindowOp::SelectAndScatterAdd | WindowOp::Conv => {
@@ -346,7 +346,7 @@ impl Combine {
             Combine::Jaxpr(j) => {
                 let s = |v| Array::new(dtype, &[], vec![v]);
                 let out = crate::interp::eval_closed(j, &[s(a)?, s(b)?])?;
-                Ok(out[0].data.iter().next().copied().unwrap_or(f64::NAN))
+                Ok(out[0].first_value().unwrap_or(f64::NAN))
             }
         }
     }
@@ -372,12 +372,11 @@ pub(super) fn eval(
     let offsets = positions(&w.dimensions);
     let out = &outputs[0];
     let mut values = Vec::new();
+    let xv = x.values();
     for o in positions(&out.shape) {
         let mut acc = init;
         for k in &offsets {
-            let v = w
-                .source(&shape, &o, k)
-                .map_or(init, |at| x.data[IxDyn(&at)]);
+            let v = w.source(&shape, &o, k).map_or(init, |at| xv[IxDyn(&at)]);
             acc = combine.apply(acc, v, x.dtype)?;
         }
         values.push(acc);
@@ -392,13 +391,14 @@ fn select_and_scatter_add(params: &Params, inputs: &[Array]) -> Result<Array> {
     let ge = select_is_ge(params)?;
     let offsets = positions(&w.dimensions);
     let mut out = ArrayD::<f64>::zeros(operand.data.raw_dim());
+    let (operand_values, source_values) = (operand.values(), source.values());
     for o in positions(&source.shape()) {
         let mut chosen: Option<(Vec<usize>, f64)> = None;
         for k in &offsets {
             let Some(at) = w.source(&shape, &o, k) else {
                 continue;
             };
-            let v = operand.data[IxDyn(&at)];
+            let v = operand_values[IxDyn(&at)];
             let keep = chosen
                 .as_ref()
                 .is_some_and(|(_, c)| if ge { *c >= v } else { *c <= v });
@@ -407,9 +407,9 @@ fn select_and_scatter_add(params: &Params, inputs: &[Array]) -> Result<Array> {
             }
         }
         if let Some((at, _)) = chosen {
-            let s = source.data[IxDyn(&o)];
+            let s = source_values[IxDyn(&o)];
             out[IxDyn(&at)] = operand.dtype.round(out[IxDyn(&at)] + s);
         }
     }
-    Ok(Array::from_data(operand.dtype, out))
+    Ok(Array::from_values(operand.dtype, out))
 }

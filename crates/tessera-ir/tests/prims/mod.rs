@@ -525,17 +525,17 @@ pub fn axpy(a: &Array, s: f64, b: &Array) -> Array {
     if !a.dtype.is_float() {
         return a.clone();
     }
-    Array::from_data(a.dtype, &a.data + &(&b.data * s))
+    Array::from_values(a.dtype, &a.values() + &(&b.values() * s))
 }
 
 /// The sum of elementwise products.
 pub fn dot(a: &Array, b: &Array) -> f64 {
-    a.data.iter().zip(b.data.iter()).map(|(x, y)| x * y).sum()
+    a.to_vec().iter().zip(b.to_vec()).map(|(x, y)| x * y).sum()
 }
 
 /// Element `i` along `axis`.
 pub fn index_axis(a: &Array, axis: usize, i: usize) -> Array {
-    Array::from_data(a.dtype, a.data.index_axis(Axis(axis), i).to_owned())
+    a.with_elems(a.data.index_axis(Axis(axis), i).to_owned())
 }
 
 /// Stacks arrays along a new `axis`.
@@ -543,17 +543,17 @@ pub fn stack(parts: &[Array], axis: usize, aval: &ShapedArray) -> Array {
     if parts.is_empty() {
         let mut dims: Vec<usize> = aval.shape.iter().map(|&d| d as usize).collect();
         dims.insert(axis, 0);
-        return Array::from_data(aval.dtype, ArrayD::zeros(IxDyn(&dims)));
+        return Array::from_values(aval.dtype, ArrayD::<f64>::zeros(IxDyn(&dims)));
     }
     let views: Vec<_> = parts.iter().map(|p| p.data.view()).collect();
-    Array::from_data(parts[0].dtype, ndarray::stack(Axis(axis), &views).unwrap())
+    parts[0].with_elems(ndarray::stack(Axis(axis), &views).unwrap())
 }
 
 /// Asserts two arrays are equal up to `tol` relative to their magnitude.
 pub fn assert_close(what: &str, got: &Array, want: &Array, tol: f64) {
     assert_eq!(got.shape(), want.shape(), "{what}: shapes differ");
     assert_eq!(got.dtype, want.dtype, "{what}: dtypes differ");
-    for (i, (g, w)) in got.data.iter().zip(want.data.iter()).enumerate() {
+    for (i, (g, w)) in got.to_vec().iter().zip(want.to_vec().iter()).enumerate() {
         let ok = (g - w).abs() <= tol * (1.0 + w.abs()) || (g.is_nan() && w.is_nan());
         assert!(
             ok,
