@@ -200,3 +200,25 @@ fn uint64_values_near_the_top_are_exact() {
         ],
     );
 }
+
+#[test]
+fn int64_literals_and_constants_past_2_53_keep_every_digit() {
+    let text = "{ lambda ; a:i64[]. let b:i64[] = add a 9007199254740993:i64[] in (b,) }";
+    let program = parse_closed(text).unwrap();
+    assert!(
+        tessera_ir::text::print_closed(&program, 0).contains("9007199254740993:i64[]"),
+        "the literal prints back with every digit"
+    );
+    let one = Array::from_int_vec(DType::I64, &[], vec![1]).unwrap();
+    check_ints(&program, &[one], &[vec![9007199254740994]]);
+    // A closed-over constant array is lowered exactly too.
+    let c =
+        Array::from_int_vec(DType::U64, &[2], vec![(1 << 60) + 1, i128::from(u64::MAX)]).unwrap();
+    let program = tessera_ir::text::parse_closed_with_consts(
+        "{ lambda c:u64[2]; a:u64[2]. let b:u64[2] = add a c in (b,) }",
+        std::slice::from_ref(&c),
+    )
+    .unwrap();
+    let a = Array::from_int_vec(DType::U64, &[2], vec![2, 2]).unwrap();
+    check_ints(&program, &[a], &[vec![(1 << 60) + 3, 1]]);
+}

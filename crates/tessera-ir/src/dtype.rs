@@ -160,24 +160,6 @@ impl DType {
 }
 
 impl DType {
-    /// An exact integer result wrapped to this integer dtype as XLA wraps (two's complement,
-    /// modulo 2^bits); booleans are `v != 0`, floats the nearest value.
-    pub fn wrap(self, v: i128) -> f64 {
-        use DType::*;
-        match self {
-            Bool => f64::from(u8::from(v != 0)),
-            I8 => f64::from(v as i8),
-            I16 => f64::from(v as i16),
-            I32 => f64::from(v as i32),
-            I64 => v as i64 as f64,
-            U8 => f64::from(v as u8),
-            U16 => f64::from(v as u16),
-            U32 => f64::from(v as u32),
-            U64 => v as u64 as f64,
-            BF16 | F16 | F32 | F64 | KeyFry => self.round(v as f64),
-        }
-    }
-
     /// The dtype reductions of this dtype accumulate in: `f32` for `bf16` and `f16` (as XLA's
     /// CPU backend does), the dtype itself otherwise.
     pub fn accumulation(self) -> DType {

@@ -36,7 +36,7 @@ pub fn eval_closed(closed: &ClosedJaxpr, args: &[Array]) -> Result<Vec<Array>> {
             Atom::Var(v) => env[v.index()].clone().ok_or_else(|| {
                 IrError::Eval(format!("variable {} is used before it is defined", v.0))
             }),
-            Atom::Lit(l) => Ok(Array::scalar(l.aval.dtype, l.value)),
+            Atom::Lit(l) => Ok(l.to_array()),
         }
     };
     for eqn in &jaxpr.eqns {

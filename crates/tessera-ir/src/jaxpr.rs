@@ -1,7 +1,7 @@
 //! The jaxpr IR: variables are typed `u32` indices into an arena of avals, equations are kept in
 //! program order, and nested jaxprs live in parameters. Names are assigned only when printing.
 
-use crate::array::Array;
+use crate::array::{Array, Elem};
 use crate::aval::ShapedArray;
 use crate::params::Params;
 use crate::prim::Prim;
@@ -20,10 +20,33 @@ impl Var {
 /// A scalar literal operand such as `2.0:f32[]` or `True:bool[]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Literal {
-    /// The value (booleans as 0/1).
-    pub value: f64,
+    /// The value, in the dtype's domain (integers exact, booleans as 0/1).
+    pub value: Elem,
     /// Its type (a scalar).
     pub aval: ShapedArray,
+}
+
+impl Literal {
+    /// A literal of type `aval` holding `value` rounded to its dtype.
+    pub fn new(value: f64, aval: ShapedArray) -> Literal {
+        Literal {
+            value: Elem::from_f64(aval.dtype, value),
+            aval,
+        }
+    }
+
+    /// The value as an `f64` (integers past 2^53 round).
+    pub fn to_f64(&self) -> f64 {
+        self.value.to_f64(self.aval.dtype)
+    }
+
+    /// The value as a scalar array (exact).
+    pub fn to_array(&self) -> Array {
+        Array {
+            dtype: self.aval.dtype,
+            data: ndarray::ArrayD::from_elem(ndarray::IxDyn(&[]), self.value),
+        }
+    }
 }
 
 /// An operand: a variable or a literal.

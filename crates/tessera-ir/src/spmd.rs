@@ -93,7 +93,7 @@ fn read(env: &[Option<Array>], atom: &Atom) -> Result<Array> {
         Atom::Var(v) => env[v.index()]
             .clone()
             .ok_or_else(|| IrError::Eval(format!("variable {} is used before it is defined", v.0))),
-        Atom::Lit(l) => Ok(Array::scalar(l.aval.dtype, l.value)),
+        Atom::Lit(l) => Ok(l.to_array()),
     }
 }
 

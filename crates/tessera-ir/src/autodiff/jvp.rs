@@ -81,7 +81,7 @@ fn read_atom(
                 None,
             )
         }),
-        Atom::Lit(l) => (anchor.literal_strong(l.value, l.aval.dtype), None),
+        Atom::Lit(l) => (anchor.literal_exact(l), None),
     }
 }
 

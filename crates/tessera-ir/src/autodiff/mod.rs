@@ -145,7 +145,7 @@ fn vjp_program(program: &ClosedJaxpr, with_values: bool) -> Result<ClosedJaxpr> 
         };
         let read = |env: &HashMap<Var, Tensor>, a: &Atom| match a {
             Atom::Var(v) => env[v].clone(),
-            Atom::Lit(l) => anchor.literal_strong(l.value, l.aval.dtype),
+            Atom::Lit(l) => anchor.literal_exact(l),
         };
         for eqn in &jaxpr.eqns {
             let inputs: Vec<Tensor> = eqn.inputs.iter().map(|a| read(&env, a)).collect();

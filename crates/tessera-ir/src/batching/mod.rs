@@ -137,7 +137,7 @@ fn read_atom(env: &HashMap<Var, Batched>, anchor: &Tensor, a: &Atom) -> Batched 
             let t = anchor.fail("vmap", format!("variable {} is undefined", v.0));
             (t, None)
         }),
-        Atom::Lit(l) => (anchor.literal_strong(l.value, l.aval.dtype), None),
+        Atom::Lit(l) => (anchor.literal_exact(l), None),
     }
 }
 

@@ -17,7 +17,7 @@ pub fn fold_constants(closed: &ClosedJaxpr) -> ClosedJaxpr {
         let literals: Option<Vec<Array>> = inputs
             .iter()
             .map(|a| match a {
-                Atom::Lit(l) => Some(Array::scalar(l.aval.dtype, l.value)),
+                Atom::Lit(l) => Some(l.to_array()),
                 Atom::Var(_) => None,
             })
             .collect();
@@ -32,7 +32,7 @@ pub fn fold_constants(closed: &ClosedJaxpr) -> ClosedJaxpr {
         ) && let Ok(mut out) = eqn
             .prim
             .eval(&eqn.params, &args, std::slice::from_ref(&aval))
-            && let Some(value) = out.pop().and_then(|a| a.first_value())
+            && let Some(value) = out.pop().and_then(|a| a.data.iter().next().copied())
         {
             rb.map
                 .insert(eqn.outputs[0], Atom::Lit(Literal { value, aval }));

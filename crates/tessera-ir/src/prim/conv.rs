@@ -84,9 +84,15 @@ impl ConvParams {
                 .collect::<Result<Vec<_>>>()?,
             None => return Err(bad("padding", "a tuple of (low, high) pairs")),
         };
-        let none = ParamValue::Name("None".into());
-        let dn = params.get("dimension_numbers").unwrap_or(&none);
-        let group = |name: &str| params.get(name).and_then(ParamValue::as_int).unwrap_or(1);
+        // `dimension_numbers=None` is the default layout; a missing parameter is an error.
+        let dn = params.get("dimension_numbers").ok_or_else(|| {
+            bad(
+                "dimension_numbers",
+                "ConvDimensionNumbers(lhs_spec=.., rhs_spec=.., out_spec=..) or None",
+            )
+        })?;
+        // JAX always prints both group counts; a missing one is a malformed equation.
+        let group = |name: &str| params.int(NAME, name);
         let c = ConvParams {
             window_strides: opt("window_strides")?,
             padding,
@@ -95,8 +101,8 @@ impl ConvParams {
             lhs_spec: spec(dn, "lhs_spec", rank)?,
             rhs_spec: spec(dn, "rhs_spec", rank)?,
             out_spec: spec(dn, "out_spec", rank)?,
-            feature_group_count: group("feature_group_count"),
-            batch_group_count: group("batch_group_count"),
+            feature_group_count: group("feature_group_count")?,
+            batch_group_count: group("batch_group_count")?,
             preferred_element_type: params.opt_dtype(NAME, "preferred_element_type")?,
         };
         let lengths_ok = [

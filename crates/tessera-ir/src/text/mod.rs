@@ -9,7 +9,6 @@ pub use parse::{parse_closed, parse_closed_with_consts};
 
 use std::collections::HashMap;
 
-use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Var};
 use crate::params::ParamValue;
@@ -207,15 +206,14 @@ pub(crate) fn print_eqn_lines(jaxpr: &Jaxpr) -> Vec<String> {
 
 /// A literal as JAX prints it: `2.0:f32[]`, `0:i32[]`, `True:bool[]`.
 pub fn literal(l: &Literal) -> String {
-    format!("{}:{}", scalar_text(l.value, &l.aval), l.aval)
-}
-
-fn scalar_text(value: f64, aval: &ShapedArray) -> String {
-    match aval.dtype {
-        DType::Bool => (if value != 0.0 { "True" } else { "False" }).to_owned(),
-        d if d.is_int() => format!("{}", value as i64),
-        _ => python_float(value),
-    }
+    let dtype = l.aval.dtype;
+    let text = match dtype {
+        DType::Bool if l.value.to_int(dtype) != 0 => "True".to_owned(),
+        DType::Bool => "False".to_owned(),
+        d if d.is_int() => l.value.to_int(dtype).to_string(),
+        _ => python_float(l.to_f64()),
+    };
+    format!("{text}:{}", l.aval)
 }
 
 /// Python's `repr` of a float: shortest round-trip digits, `e-05` style exponents outside

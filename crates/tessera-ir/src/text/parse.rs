@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::array::Array;
+use crate::array::{Array, Elem, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::error::{IrError, Result};
@@ -457,20 +457,21 @@ impl Parser {
         if self.peek() == Some(':') {
             self.pos += 1;
             let aval = self.aval()?;
-            let value = match text.as_str() {
-                "True" => 1.0,
-                "False" => 0.0,
-                other => other
-                    .parse::<f64>()
-                    .map_err(|_| self.error(&format!("bad literal `{other}`")))?,
-            };
             if aval.rank() != 0 {
                 return Err(self.error("literals must be scalars"));
             }
-            return Ok(Atom::Lit(Literal {
-                value: aval.dtype.round(value),
-                aval,
-            }));
+            let bad = || self.error(&format!("bad literal `{text}`"));
+            let dtype = aval.dtype;
+            let value = match text.as_str() {
+                "True" => Elem::from_int(dtype, 1),
+                "False" => Elem::from_int(dtype, 0),
+                // Integers exactly (an `i64` or `u64` past 2^53 keeps every digit).
+                other if is_exact_int(dtype) && other.parse::<i128>().is_ok() => {
+                    Elem::from_int(dtype, other.parse::<i128>().map_err(|_| bad())?)
+                }
+                other => Elem::from_f64(dtype, other.parse::<f64>().map_err(|_| bad())?),
+            };
+            return Ok(Atom::Lit(Literal { value, aval }));
         }
         names
             .get(&text)

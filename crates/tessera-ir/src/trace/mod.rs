@@ -101,10 +101,7 @@ impl Tensor {
             vma: Default::default(),
             sharding: None,
         };
-        let lit = Literal {
-            value: dtype.round(value),
-            aval: ShapedArray::scalar(dtype),
-        };
+        let lit = Literal::new(value, ShapedArray::scalar(dtype));
         Tensor {
             builder: self.builder.clone(),
             atom: Atom::Lit(lit),
@@ -124,12 +121,18 @@ impl Tensor {
     }
 
     /// A strongly typed scalar literal (for replaying a program's own literals).
+    /// A literal of a program, recorded as it is (its value exact).
+    pub(crate) fn literal_exact(&self, lit: &Literal) -> Tensor {
+        Tensor {
+            builder: self.builder.clone(),
+            atom: Atom::Lit(lit.clone()),
+            aval: lit.aval.clone(),
+        }
+    }
+
     pub(crate) fn literal_strong(&self, value: f64, dtype: crate::dtype::DType) -> Tensor {
         let aval = ShapedArray::scalar(dtype);
-        let lit = Literal {
-            value: dtype.round(value),
-            aval: aval.clone(),
-        };
+        let lit = Literal::new(value, aval.clone());
         Tensor {
             builder: self.builder.clone(),
             atom: Atom::Lit(lit),
@@ -315,7 +318,7 @@ pub fn replay_atom(
             .get(v)
             .cloned()
             .unwrap_or_else(|| anchor.fail("replay", format!("variable {} has no value", v.0))),
-        Atom::Lit(l) => anchor.literal_strong(l.value, l.aval.dtype),
+        Atom::Lit(l) => anchor.literal_exact(l),
     }
 }
 

@@ -52,7 +52,7 @@ impl Tensor {
             return self.clone();
         }
         if let crate::jaxpr::Atom::Lit(l) = &self.atom {
-            return self.literal(l.value, dtype);
+            return self.literal(l.to_f64(), dtype);
         }
         let params = Params::new()
             .with("new_dtype", ParamValue::Name(dtype.numpy_name().into()))

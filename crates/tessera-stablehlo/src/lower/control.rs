@@ -2,25 +2,30 @@
 //! `jit` becomes a private function and a `func.call`.
 
 use melior::ir::Value;
-use tessera_ir::{Array, DType, Params, ShapedArray};
+use tessera_ir::{Array, DType, Elem, Params, ShapedArray};
 
 use super::{Ctx, Functions, ir, mlir_type};
 use crate::context::LowerError;
 use crate::emit::Body;
 
-/// The MLIR text of one element value: integers in decimal, floats as exact hex bits.
-pub(crate) fn element_text(value: f64, dtype: DType) -> String {
+/// An element's text in a `dense<..>` attribute: integers exactly, floats as bit patterns.
+pub(crate) fn elem_text(e: Elem, dtype: DType) -> String {
     match dtype {
-        DType::Bool => (if value != 0.0 { "true" } else { "false" }).into(),
-        DType::I8 | DType::I16 | DType::I32 | DType::I64 => format!("{}", value as i64),
-        DType::U8 | DType::U16 | DType::U32 | DType::U64 => format!("{}", value as u64),
+        DType::Bool => (if e.to_int(dtype) != 0 {
+            "true"
+        } else {
+            "false"
+        })
+        .into(),
+        DType::I8 | DType::I16 | DType::I32 | DType::I64 => format!("{}", e.to_int(dtype)),
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 => format!("{}", e.to_int(dtype)),
         // Floats as exact bit patterns (MLIR accepts hex for every float type).
-        DType::F64 => format!("0x{:016X}", value.to_bits()),
-        DType::F32 => format!("0x{:08X}", (value as f32).to_bits()),
-        DType::F16 => format!("0x{:04X}", half::f16::from_f64(value).to_bits()),
-        DType::BF16 => format!("0x{:04X}", half::bf16::from_f64(value).to_bits()),
+        DType::F64 => format!("0x{:016X}", e.bits()),
+        DType::F32 => format!("0x{:08X}", (e.to_f64(dtype) as f32).to_bits()),
+        DType::F16 => format!("0x{:04X}", half::f16::from_f64(e.to_f64(dtype)).to_bits()),
+        DType::BF16 => format!("0x{:04X}", half::bf16::from_f64(e.to_f64(dtype)).to_bits()),
         // Never reached: `refuse_key` stops key constants before their text is built.
-        DType::KeyFry => format!("{}", value.to_bits() & 0xFFFF_FFFF),
+        DType::KeyFry => format!("{}", e.bits() & 0xFFFF_FFFF),
     }
 }
 
@@ -41,9 +46,18 @@ pub(crate) fn constant_scalar<'c, 'b>(
     value: f64,
     aval: &ShapedArray,
 ) -> Result<Value<'c, 'b>, LowerError> {
+    constant_elem(body, Elem::from_f64(aval.dtype, value), aval)
+}
+
+/// A constant of type `aval` (any shape) whose every element is `e` (exact for integers).
+pub(crate) fn constant_elem<'c, 'b>(
+    body: &Body<'c, 'b>,
+    e: Elem,
+    aval: &ShapedArray,
+) -> Result<Value<'c, 'b>, LowerError> {
     refuse_key(aval)?;
     let ty = mlir_type(aval);
-    let attr = format!("dense<{}> : {ty}", element_text(value, aval.dtype));
+    let attr = format!("dense<{}> : {ty}", elem_text(e, aval.dtype));
     Ok(body
         .op("stablehlo.constant", &[], &[&ty], &[("value", attr)])?
         .remove(0))
@@ -66,7 +80,7 @@ pub(crate) fn constant_array<'c, 'b>(
     let aval = array.aval();
     refuse_key(&aval)?;
     let ty = mlir_type(&aval);
-    let values = array.to_vec();
+    let values: Vec<Elem> = array.data.iter().copied().collect();
     let text = nested(&values, &aval.shape, aval.dtype);
     body.op(
         "stablehlo.constant",
@@ -77,11 +91,11 @@ pub(crate) fn constant_array<'c, 'b>(
     .map(|mut v| v.remove(0))
 }
 
-fn nested(values: &[f64], shape: &[i64], dtype: DType) -> String {
+fn nested(values: &[Elem], shape: &[i64], dtype: DType) -> String {
     match shape.split_first() {
         None => values
             .first()
-            .map_or_else(String::new, |&v| element_text(v, dtype)),
+            .map_or_else(String::new, |&v| elem_text(v, dtype)),
         Some((&n, rest)) => {
             let chunk = rest.iter().product::<i64>().max(0) as usize;
             let parts: Vec<String> = (0..n as usize)

@@ -292,7 +292,7 @@ fn operand<'c, 'b>(
             .get(v)
             .copied()
             .ok_or_else(|| LowerError::Build(format!("variable {} has no value", v.0))),
-        Atom::Lit(l) => control::constant_scalar(body, l.value, &l.aval),
+        Atom::Lit(l) => control::constant_elem(body, l.value, &l.aval),
     }
 }
 
