@@ -265,11 +265,12 @@ impl Params {
         }
     }
 
-    /// A boolean parameter, `default` where absent.
-    pub fn bool_or(&self, name: &str, default: bool) -> bool {
+    /// A boolean parameter, `default` where absent; anything but `True`/`False` is an error.
+    pub fn bool_or(&self, prim: &str, name: &str, default: bool) -> Result<bool, IrError> {
         match self.get(name) {
-            Some(ParamValue::Bool(b)) => *b,
-            _ => default,
+            None => Ok(default),
+            Some(ParamValue::Bool(b)) => Ok(*b),
+            Some(_) => Err(missing(prim, name, "True or False")),
         }
     }
 

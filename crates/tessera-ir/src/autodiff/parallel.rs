@@ -51,7 +51,7 @@ fn collective_transpose(
     axes: &[&str],
 ) -> Result<Tensor, IrError> {
     let int = |k: &str| params.int(prim.name(), k);
-    let tiled = params.bool_or("tiled", false);
+    let tiled = params.bool_or(prim.name(), "tiled", false)?;
     Ok(match op {
         CollectiveOp::Psum => match index_groups(prim, params)? {
             Some(groups) => g.psum_in_groups(axes, &groups),

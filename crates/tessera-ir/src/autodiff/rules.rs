@@ -181,7 +181,12 @@ pub(super) fn vjp_rule(
                 keep(2, &g * &above),
             ]
         }
-        BroadcastInDim => vec![Some(unbroadcast_in_dim(&g, &x[0], params))],
+        BroadcastInDim => {
+            // Absent when empty, as JAX prints it.
+            let bdims = read!(params.opt_ints("broadcast_in_dim", "broadcast_dimensions"))
+                .unwrap_or_default();
+            vec![Some(unbroadcast_in_dim(&g, &x[0], &bdims))]
+        }
         Reshape | Squeeze | ExpandDims => vec![Some(g.reshape(x[0].shape()))],
         Transpose => {
             let perm = read!(params.ints("transpose", "permutation"));
@@ -236,7 +241,7 @@ pub(super) fn vjp_rule(
             vec![Some(pad(&g, &config))]
         }
         Pad => {
-            let config = pad_config(params);
+            let config = read!(crate::prim::padding_config(params));
             let unpad: Vec<(i64, i64, i64)> =
                 config.iter().map(|&(lo, hi, _)| (-lo, -hi, 0)).collect();
             let cropped = pad(&g, &unpad);
@@ -375,24 +380,6 @@ fn scatter_add_vjp(params: &Params, g: &Tensor, indices: &Tensor, updates: &Tens
     Tensor::bind1(Prim::Gather, gather.to_params(), &[g, indices])
 }
 
-fn pad_config(params: &Params) -> Vec<(i64, i64, i64)> {
-    params
-        .get("padding_config")
-        .and_then(ParamValue::as_seq)
-        .map(|seq| {
-            seq.iter()
-                .filter_map(|t| {
-                    if let Some(&[a, b, c]) = t.as_ints().as_deref() {
-                        Some((a, b, c))
-                    } else {
-                        None
-                    }
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn pad(g: &Tensor, config: &[(i64, i64, i64)]) -> Tensor {
     let zero = g.literal_strong(0.0, g.dtype());
     let cfg = ParamValue::Tuple(
@@ -424,12 +411,7 @@ fn slice(g: &Tensor, start: &[i64], limit: &[i64], strides: &[i64]) -> Tensor {
 }
 
 /// The cotangent of `broadcast_in_dim`'s operand: sum over the dimensions it broadcast into.
-fn unbroadcast_in_dim(g: &Tensor, x: &Tensor, params: &Params) -> Tensor {
-    let bdims = params
-        .opt_ints("broadcast_in_dim", "broadcast_dimensions")
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+fn unbroadcast_in_dim(g: &Tensor, x: &Tensor, bdims: &[i64]) -> Tensor {
     let mut axes: Vec<i64> = (0..g.rank() as i64)
         .filter(|d| !bdims.contains(d))
         .collect();

@@ -139,6 +139,7 @@ fn same_dims(prim: Prim, params: &Params, args: &[Batched]) -> Vec<Batched> {
 }
 
 fn broadcast_in_dim(params: &Params, args: &[Batched], size: i64, out: &[ShapedArray]) -> Tensor {
+    // Absent when empty, as JAX prints it.
     let bdims = match params.opt_ints("broadcast_in_dim", "broadcast_dimensions") {
         Ok(dims) => dims.unwrap_or_default(),
         Err(e) => return malformed(args, Prim::BroadcastInDim, &e),

@@ -175,7 +175,7 @@ pub(super) fn abstract_eval(
             }
         }
         CollectiveOp::AllGather => {
-            let tiled = params.bool_or("tiled", false);
+            let tiled = params.bool_or(prim.name(), "tiled", false)?;
             let rank = x.rank() + usize::from(!tiled);
             let d = dim_param(prim, params, "all_gather_dimension", rank)?;
             check_size_param(prim, params, n)?;
@@ -188,7 +188,8 @@ pub(super) fn abstract_eval(
         CollectiveOp::ReduceScatter => {
             let d = dim_param(prim, params, "scatter_dimension", x.rank())?;
             check_size_param(prim, params, n)?;
-            out.shape = scatter_shape(&x.shape, d, n, params.bool_or("tiled", false))?;
+            out.shape =
+                scatter_shape(&x.shape, d, n, params.bool_or(prim.name(), "tiled", false)?)?;
         }
         CollectiveOp::AllToAll => {
             let split = dim_param(prim, params, "split_axis", x.rank())?;
@@ -360,7 +361,7 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<Ele
             outs
         }
         CollectiveOp::AllGather => {
-            let tiled = params.bool_or("tiled", false);
+            let tiled = params.bool_or(prim.name(), "tiled", false)?;
             let d = dim_param(
                 prim,
                 params,
@@ -380,7 +381,7 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<Ele
             let d = dim_param(prim, params, "scatter_dimension", rank)?;
             let total = &fold(i128::wrapping_add, |a, b| a + b)[0];
             let chunks = split(total, d, n);
-            if params.bool_or("tiled", false) {
+            if params.bool_or(prim.name(), "tiled", false)? {
                 chunks
             } else {
                 chunks

@@ -55,7 +55,7 @@ pub fn gather_dims(params: &Params) -> Result<GatherDims> {
         offset_dims: field(params, "gather", "offset_dims")?,
         collapsed_slice_dims: field(params, "gather", "collapsed_slice_dims")?,
         start_index_map: field(params, "gather", "start_index_map")?,
-        operand_batching_dims: field(params, "gather", "operand_batching_dims").unwrap_or_default(),
+        operand_batching_dims: field(params, "gather", "operand_batching_dims")?,
     })
 }
 
@@ -65,8 +65,7 @@ pub fn scatter_dims(params: &Params) -> Result<ScatterDims> {
         update_window_dims: field(params, "scatter-add", "update_window_dims")?,
         inserted_window_dims: field(params, "scatter-add", "inserted_window_dims")?,
         scatter_dims_to_operand_dims: field(params, "scatter-add", "scatter_dims_to_operand_dims")?,
-        operand_batching_dims: field(params, "scatter-add", "operand_batching_dims")
-            .unwrap_or_default(),
+        operand_batching_dims: field(params, "scatter-add", "operand_batching_dims")?,
     })
 }
 

@@ -45,7 +45,7 @@ impl<'a> ScanParams<'a> {
         Ok(ScanParams {
             body: params.jaxpr(NAME, "jaxpr")?,
             length,
-            reverse: params.bool_or("reverse", false),
+            reverse: params.bool_or(NAME, "reverse", false)?,
             num_consts: count("num_consts")?,
             num_carry: count("num_carry")?,
         })

@@ -49,6 +49,7 @@ pub(super) fn abstract_eval(
             };
             let bdims = params
                 .opt_ints(name, "broadcast_dimensions")?
+                // JAX leaves empty broadcast_dimensions out of the printed equation.
                 .unwrap_or_default();
             if bdims.len() != x.rank() {
                 return Err(type_error(
@@ -233,7 +234,8 @@ pub(super) fn abstract_eval(
     }
 }
 
-fn padding_config(params: &Params) -> Result<Vec<(i64, i64, i64)>> {
+/// `pad`'s `padding_config`: one `(low, high, interior)` triple per dimension.
+pub fn padding_config(params: &Params) -> Result<Vec<(i64, i64, i64)>> {
     let bad = || {
         type_error(
             "pad",
@@ -276,6 +278,7 @@ pub(super) fn eval(
             let x = &inputs[0];
             let bdims = params
                 .opt_ints(name, "broadcast_dimensions")?
+                // JAX leaves empty broadcast_dimensions out of the printed equation.
                 .unwrap_or_default();
             ArrayD::from_shape_fn(IxDyn(&dims), |idx| {
                 let src: Vec<usize> = bdims

@@ -243,7 +243,7 @@ pub(super) fn collective<'c, 'b>(
         Prim::AllGather => {
             let d = int("all_gather_dimension")?;
             let mut x = inputs[0];
-            if !params.bool_or("tiled", false) {
+            if !params.bool_or(prim.name(), "tiled", false).map_err(ir)? {
                 let mut unit = ctx.in_avals[0].clone();
                 unit.shape.insert(d as usize, 1);
                 let dims: Vec<i64> = (0..unit.rank() as i64).filter(|&i| i != d).collect();

@@ -21,7 +21,7 @@ pub(super) fn sort<'c, 'b>(
     inputs: &[V<'c, 'b>],
 ) -> Result<Vec<V<'c, 'b>>, LowerError> {
     let (dim, keys) = sort_params(params, ctx.in_avals[0].rank()).map_err(ir)?;
-    let stable = params.bool_or("is_stable", false);
+    let stable = params.bool_or("sort", "is_stable", false).map_err(ir)?;
     let scalars: Vec<ShapedArray> = ctx
         .in_avals
         .iter()

@@ -26,6 +26,7 @@ pub(super) fn lower<'c, 'b>(
             )?
         }
         Prim::BroadcastInDim => {
+            // Absent when empty, as JAX prints it.
             let dims = params
                 .opt_ints(name, "broadcast_dimensions")
                 .map_err(ir)?
