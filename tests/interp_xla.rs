@@ -222,3 +222,29 @@ fn int64_literals_and_constants_past_2_53_keep_every_digit() {
     let a = Array::from_int_vec(DType::U64, &[2], vec![2, 2]).unwrap();
     check_ints(&program, &[a], &[vec![(1 << 60) + 3, 1]]);
 }
+
+#[test]
+fn integer_window_reductions_use_each_dtype_s_identity_and_stay_exact() {
+    // Padding reads the identity: the dtype's largest value for min, its smallest for max.
+    let window = "base_dilation=(1,) padding=((1, 1),) window_dilation=(1,) window_dimensions=(2,) window_strides=(1,)";
+    let program = parse_closed(&format!(
+        "{{ lambda ; a:i32[3] b:u32[3] c:i64[3]. let d:i32[4] = reduce_window_min[{window}] a\n e:u32[4] = reduce_window_min[{window}] b\n f:i32[4] = reduce_window_max[{window}] a\n g:i64[4] = reduce_window_sum[{window}] c in (d, e, f, g) }}"
+    ))
+    .unwrap();
+    let big = (1_i128 << 53) + 1;
+    let inputs = [
+        Array::from_int_vec(DType::I32, &[3], vec![5, -7, 3]).unwrap(),
+        Array::from_int_vec(DType::U32, &[3], vec![9, 4, 4000000000]).unwrap(),
+        Array::from_int_vec(DType::I64, &[3], vec![big, 1, -big]).unwrap(),
+    ];
+    check_ints(
+        &program,
+        &inputs,
+        &[
+            vec![5, -7, -7, 3],
+            vec![9, 4, 4, 4000000000],
+            vec![5, 5, 3, 3],
+            vec![big, big + 1, 1 - big, -big],
+        ],
+    );
+}

@@ -12,7 +12,7 @@
 use ndarray::{ArrayD, Dimension, IxDyn};
 
 use super::{Prim, arity};
-use crate::array::Array;
+use crate::array::{Array, Elem, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::error::{IrError, Result, type_error};
@@ -300,32 +300,14 @@ fn positions(shape: &[i64]) -> Vec<Vec<usize>> {
 }
 
 /// The initial value and combiner of a windowed reduction.
-fn reducer(op: WindowOp, params: &Params, inputs: &[Array]) -> Result<(f64, Combine)> {
+fn reducer(op: WindowOp, params: &Params, inputs: &[Array]) -> Result<(Elem, Combine)> {
     let dtype = inputs[0].dtype;
     Ok(match op {
-        WindowOp::Sum => (0.0, Combine::Host(|a, b| a + b)),
-        WindowOp::Max => (
-            lowest(dtype),
-            Combine::Host(|a, b| {
-                if a.is_nan() || b.is_nan() {
-                    f64::NAN
-                } else {
-                    a.max(b)
-                }
-            }),
-        ),
-        WindowOp::Min => (
-            -lowest(dtype),
-            Combine::Host(|a, b| {
-                if a.is_nan() || b.is_nan() {
-                    f64::NAN
-                } else {
-                    a.min(b)
-                }
-            }),
-        ),
+        WindowOp::Sum => (Elem::ZERO, Combine::Sum),
+        WindowOp::Max => (Elem::from_f64(dtype, lowest(dtype)), Combine::Max),
+        WindowOp::Min => (Elem::from_f64(dtype, highest(dtype)), Combine::Min),
         WindowOp::Generic => (
-            inputs[1].first_value().unwrap_or(0.0),
+            inputs[1].data.iter().next().copied().unwrap_or(Elem::ZERO),
             Combine::Jaxpr(reduce_window_jaxpr(params)?.clone()),
         ),
         WindowOp::SelectAndScatterAdd | WindowOp::Conv => {
@@ -334,21 +316,34 @@ fn reducer(op: WindowOp, params: &Params, inputs: &[Array]) -> Result<(f64, Comb
     })
 }
 
+/// How a windowed reduction combines two elements.
 enum Combine {
-    Host(fn(f64, f64) -> f64),
+    Sum,
+    /// NaN wins, as in XLA.
+    Max,
+    Min,
+    /// `reduce_window`'s own computation.
     Jaxpr(ClosedJaxpr),
 }
 
 impl Combine {
-    fn apply(&self, a: f64, b: f64, dtype: DType) -> Result<f64> {
-        match self {
-            Combine::Host(f) => Ok(dtype.round(f(a, b))),
+    /// `a` combined with `b` in `dtype` (integers exactly).
+    fn apply(&self, a: Elem, b: Elem, dtype: DType) -> Result<Elem> {
+        let int = is_exact_int(dtype);
+        let (x, y) = (a.to_f64(dtype), b.to_f64(dtype));
+        let nan = !int && (x.is_nan() || y.is_nan());
+        Ok(match self {
+            Combine::Sum => a.add(b, dtype),
+            Combine::Max | Combine::Min if nan => Elem::from_f64(dtype, f64::NAN),
+            Combine::Max => a.max(b, dtype),
+            Combine::Min if int => Elem::from_int(dtype, a.to_int(dtype).min(b.to_int(dtype))),
+            Combine::Min => Elem::from_f64(dtype, x.min(y)),
             Combine::Jaxpr(j) => {
-                let s = |v| Array::new(dtype, &[], vec![v]);
-                let out = crate::interp::eval_closed(j, &[s(a)?, s(b)?])?;
-                Ok(out[0].first_value().unwrap_or(f64::NAN))
+                let scalar = |e: Elem| Array::from_elem_vec(dtype, &[], vec![e]);
+                let out = crate::interp::eval_closed(j, &[scalar(a)?, scalar(b)?])?;
+                out[0].data.iter().next().copied().unwrap_or(Elem::ZERO)
             }
-        }
+        })
     }
 }
 
@@ -372,16 +367,17 @@ pub(super) fn eval(
     let offsets = positions(&w.dimensions);
     let out = &outputs[0];
     let mut values = Vec::new();
-    let xv = x.values();
     for o in positions(&out.shape) {
         let mut acc = init;
         for k in &offsets {
-            let v = w.source(&shape, &o, k).map_or(init, |at| xv[IxDyn(&at)]);
+            let v = w
+                .source(&shape, &o, k)
+                .map_or(init, |at| x.data[IxDyn(&at)]);
             acc = combine.apply(acc, v, x.dtype)?;
         }
         values.push(acc);
     }
-    Ok(vec![Array::new(out.dtype, &out.shape, values)?])
+    Ok(vec![Array::from_elem_vec(out.dtype, &out.shape, values)?])
 }
 
 fn select_and_scatter_add(params: &Params, inputs: &[Array]) -> Result<Array> {
