@@ -131,6 +131,11 @@ fn check_ints(program: &ClosedJaxpr, inputs: &[Array], want: &[Vec<i128>]) {
     }
 }
 
+/// `f` of each pair of `a` and `b`, as exact integers (Rust's own wrapping arithmetic).
+fn pairwise<T: Copy + Into<i128>>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> Vec<i128> {
+    a.iter().zip(b).map(|(&x, &y)| f(x, y).into()).collect()
+}
+
 #[test]
 fn int64_values_past_2_53_are_exact_and_wrap_as_xla() {
     let program = parse_closed(
@@ -145,25 +150,16 @@ fn int64_values_past_2_53_are_exact_and_wrap_as_xla() {
         Array::from_int_vec(DType::I64, &[3], ints(&a)).unwrap(),
         Array::from_int_vec(DType::I64, &[3], ints(&b)).unwrap(),
     ];
-    let pairs = || a.iter().zip(&b);
     let sum = a.iter().fold(0_i64, |s, &x| s.wrapping_add(x));
     check_ints(
         &program,
         &inputs,
         &[
-            ints(
-                &pairs()
-                    .map(|(&x, &y)| x.wrapping_add(y))
-                    .collect::<Vec<_>>(),
-            ),
-            ints(
-                &pairs()
-                    .map(|(&x, &y)| x.wrapping_mul(y))
-                    .collect::<Vec<_>>(),
-            ),
-            ints(&pairs().map(|(&x, &y)| x / y).collect::<Vec<_>>()),
+            pairwise(&a, &b, i64::wrapping_add),
+            pairwise(&a, &b, i64::wrapping_mul),
+            pairwise(&a, &b, |x, y| x / y),
             vec![i128::from(sum)],
-            ints(&pairs().map(|(&x, &y)| x.max(y)).collect::<Vec<_>>()),
+            pairwise(&a, &b, i64::max),
             a.iter().map(|&x| i128::from(x as u64)).collect(),
         ],
     );
@@ -182,21 +178,12 @@ fn uint64_values_near_the_top_are_exact() {
         Array::from_int_vec(DType::U64, &[2], ints(&a)).unwrap(),
         Array::from_int_vec(DType::U64, &[2], ints(&b)).unwrap(),
     ];
-    let pairs = || a.iter().zip(&b);
     check_ints(
         &program,
         &inputs,
         &[
-            ints(
-                &pairs()
-                    .map(|(&x, &y)| x.wrapping_add(y))
-                    .collect::<Vec<_>>(),
-            ),
-            ints(
-                &pairs()
-                    .map(|(&x, &y)| x.wrapping_sub(y))
-                    .collect::<Vec<_>>(),
-            ),
+            pairwise(&a, &b, u64::wrapping_add),
+            pairwise(&a, &b, u64::wrapping_sub),
         ],
     );
 }
@@ -245,6 +232,37 @@ fn integer_window_reductions_use_each_dtype_s_identity_and_stay_exact() {
             vec![9, 4, 4, 4000000000],
             vec![5, 5, 3, 3],
             vec![big, big + 1, 1 - big, -big],
+        ],
+    );
+}
+
+#[test]
+fn integer_identities_powers_argmax_and_huge_indices_match_xla() {
+    let program = parse_closed(
+        "{ lambda ; a:i64[0] b:u8[0] c:i32[2] d:i64[3] e:f32[4] i:u64[]. let f:i64[] = reduce_max[axes=(0,) out_sharding=None] a\n g:u8[] = reduce_min[axes=(0,) out_sharding=None] b\n h:i32[2] = integer_pow[y=201] c\n j:i32[] = argmax[axes=(0,) index_dtype=int32] d\n k:f32[2] = dynamic_slice[slice_sizes=(2,)] e i\n l:i32[2] = convert_element_type[new_dtype=int32 weak_type=False sharding=None] k in (f, g, h, j, l) }",
+    )
+    .unwrap();
+    let big = 1_i128 << 60;
+    let inputs = [
+        Array::from_int_vec(DType::I64, &[0], vec![]).unwrap(),
+        Array::from_int_vec(DType::U8, &[0], vec![]).unwrap(),
+        Array::from_int_vec(DType::I32, &[2], vec![3, -1]).unwrap(),
+        // Two values one apart past 2^53: only an exact comparison finds the larger.
+        Array::from_int_vec(DType::I64, &[3], vec![big, big + 1, big - 1]).unwrap(),
+        Array::new(DType::F32, &[4], vec![10.0, 11.0, 12.0, 13.0]).unwrap(),
+        // A start past i64::MAX clamps to the last window, not the first.
+        Array::from_int_vec(DType::U64, &[], vec![i128::from(u64::MAX)]).unwrap(),
+    ];
+    let pow = |x: i32| (0..201).fold(1_i32, |acc, _| acc.wrapping_mul(x));
+    check_ints(
+        &program,
+        &inputs,
+        &[
+            vec![i128::from(i64::MIN)],
+            vec![255],
+            vec![i128::from(pow(3)), -1],
+            vec![1],
+            vec![12, 13],
         ],
     );
 }

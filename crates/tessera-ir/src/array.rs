@@ -48,7 +48,10 @@ impl Elem {
             U16 => u64::from(v as u16),
             U32 => u64::from(v as u32),
             U64 => v as u64,
-            BF16 | F16 | F32 | F64 | KeyFry => return Elem::from_f64(dtype, v as f64),
+            F64 | KeyFry => return Elem::from_f64(dtype, v as f64),
+            // Rounded once: through an f64 rounded to odd, which then rounds to the narrower
+            // float as a direct conversion would.
+            BF16 | F16 | F32 => return Elem::from_f64(dtype, round_to_odd(v)),
         };
         Elem(bits)
     }
@@ -99,6 +102,20 @@ impl Elem {
     pub fn from_bits(bits: u64) -> Elem {
         Elem(bits)
     }
+}
+
+/// `v` as an `f64` rounded to odd: exact when it fits, else the neighbour toward `v` whose last
+/// mantissa bit is 1 (so a second rounding to a narrower float is correct).
+fn round_to_odd(v: i128) -> f64 {
+    let nearest = v as f64;
+    let back = nearest as i128;
+    if back == v || nearest.to_bits() & 1 == 1 {
+        return nearest;
+    }
+    let bits = nearest.to_bits();
+    // Away from zero when the nearest value fell short of `v` in magnitude, else toward zero.
+    let outward = (back < v) == (nearest > 0.0);
+    f64::from_bits(if outward { bits + 1 } else { bits - 1 })
 }
 
 /// How a dtype's values sit in an [`Elem`].
@@ -225,6 +242,18 @@ impl Array {
         self.data.iter().map(|e| e.to_int(self.dtype)).collect()
     }
 
+    /// The values converted to `dtype` (integers exactly, floats rounded); the same array when
+    /// the dtype is already `dtype`.
+    pub fn converted(&self, dtype: DType) -> Array {
+        if dtype == self.dtype {
+            self.clone()
+        } else if is_exact_int(self.dtype) {
+            Array::from_ints(dtype, self.ints())
+        } else {
+            Array::from_values(dtype, self.values())
+        }
+    }
+
     /// The first element as an `f64` (a scalar's value); `None` for an empty array.
     pub fn first_value(&self) -> Option<f64> {
         self.data.iter().next().map(|e| e.to_f64(self.dtype))
@@ -235,7 +264,7 @@ impl Array {
         self.data.iter().next().map(|e| e.to_int(self.dtype))
     }
 
-    /// The same elements under another dtype of the same storage (a relabelling, no conversion).
+    /// `data` as an array of this array's dtype (elements already in its domain).
     pub fn with_elems(&self, data: ArrayD<Elem>) -> Array {
         Array {
             dtype: self.dtype,
@@ -265,7 +294,8 @@ impl PartialEq for Array {
         if self.dtype != other.dtype || self.data.shape() != other.data.shape() {
             return false;
         }
-        if is_exact_int(self.dtype) {
+        // Integers and keys compare exactly (a key's bits are two words, not a float).
+        if is_exact_int(self.dtype) || self.dtype.is_key() {
             self.data == other.data
         } else {
             self.values() == other.values()
@@ -299,6 +329,17 @@ mod tests {
             f64::from(0.1_f32)
         );
         assert_eq!(Elem::from_f64(DType::Bool, 3.0).to_int(DType::Bool), 1);
+    }
+
+    #[test]
+    fn integers_convert_to_narrow_floats_with_one_rounding() {
+        // 2^60 + 2^36 + 1 lies just above the midpoint of two f32 values; rounding through the
+        // nearest f64 would land on the midpoint and round to even, down.
+        let v = (1_i128 << 60) + (1 << 36) + 1;
+        let want = f64::from(v as f32);
+        assert_eq!(Elem::from_int(DType::F32, v).to_f64(DType::F32), want);
+        assert_eq!(want, ((1_i128 << 60) + (1 << 37)) as f64);
+        assert_eq!(round_to_odd(-v), -round_to_odd(v));
     }
 
     #[test]

@@ -187,7 +187,7 @@ pub(super) fn eval(
     let result = match op {
         ElementwiseOp::SelectN => Array {
             dtype: out.dtype,
-            data: select_n(inputs, &dims)?,
+            data: select_n(inputs, out.dtype, &dims)?,
         },
         ElementwiseOp::Clamp if int => {
             let [lo, x, hi] = [0, 1, 2].map(|i| bcast(&inputs[i], &dims).map(|a| a.ints()));
@@ -228,7 +228,7 @@ pub(super) fn eval(
             if int {
                 let data = Zip::from(&x.ints())
                     .and(&y.ints())
-                    .map_collect(|&x, &y| binary_int(b, x, y));
+                    .map_collect(|&x, &y| binary_int(b, x, y, dtype));
                 Array::from_ints(out.dtype, data)
             } else {
                 let data = Zip::from(&x.values())
@@ -266,11 +266,12 @@ fn bcast(a: &Array, dims: &[usize]) -> Result<Array> {
     Ok(a.with_elems(data))
 }
 
-fn select_n(inputs: &[Array], dims: &[usize]) -> Result<ArrayD<Elem>> {
+fn select_n(inputs: &[Array], dtype: DType, dims: &[usize]) -> Result<ArrayD<Elem>> {
     let pred = bcast(&inputs[0], dims)?.ints();
+    // A weakly typed case of another dtype is converted before its elements are copied.
     let cases = inputs[1..]
         .iter()
-        .map(|c| bcast(c, dims))
+        .map(|c| bcast(&c.converted(dtype), dims))
         .collect::<Result<Vec<_>>>()?;
     let mut out = cases[0].data.clone();
     for (idx, value) in out.indexed_iter_mut() {
@@ -355,7 +356,8 @@ fn unary(op: UnaryOp, x: f64, y: i64) -> f64 {
     }
 }
 
-/// `x ** n` for integers: repeated wrapping multiplication, as XLA computes it.
+/// `x ** n` for integers: wrapping multiplication in the dtype, as XLA computes it (by
+/// squaring; a negative `n` is XLA's integer `1 / x^|n|`).
 fn int_pow(x: i128, n: i64, dtype: DType) -> i128 {
     if n < 0 {
         // 1 / x^|n| truncated: 1 for x = 1, +-1 for x = -1, 0 otherwise (XLA's integer division).
@@ -368,16 +370,20 @@ fn int_pow(x: i128, n: i64, dtype: DType) -> i128 {
         };
     }
     let wrap = |v: i128| Elem::from_int(dtype, v).to_int(dtype);
-    let mut acc: i128 = 1;
-    for _ in 0..n.min(128) {
-        acc = wrap(acc.wrapping_mul(x));
+    let (mut acc, mut base, mut n) = (1_i128, wrap(x), n);
+    while n > 0 {
+        if n & 1 == 1 {
+            acc = wrap(acc.wrapping_mul(base));
+        }
+        base = wrap(base.wrapping_mul(base));
+        n >>= 1;
     }
     acc
 }
 
 /// A binary operation on exact integers (or booleans), in `i128`; the caller wraps the result
 /// to the dtype (XLA's two's-complement arithmetic).
-fn binary_int(op: BinaryOp, i: i128, j: i128) -> i128 {
+fn binary_int(op: BinaryOp, i: i128, j: i128, dtype: DType) -> i128 {
     use BinaryOp::*;
     match op {
         Add | AddAny => i.wrapping_add(j),
@@ -389,7 +395,11 @@ fn binary_int(op: BinaryOp, i: i128, j: i128) -> i128 {
         // XLA: x % 0 is x; the remainder has the dividend's sign.
         Rem if j == 0 => i,
         Rem => i % j,
-        Pow => (i as f64).powf(j as f64) as i128,
+        Pow => int_pow(
+            i,
+            j.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,
+            dtype,
+        ),
         Max => i.max(j),
         Min => i.min(j),
         And => i & j,
@@ -422,6 +432,6 @@ fn binary(op: BinaryOp, x: f64, y: f64) -> f64 {
             }
         }
         // Bitwise operations are integer-only; the shape rule refuses floats.
-        And | Or | Xor => binary_int(op, x as i128, y as i128) as f64,
+        And | Or | Xor => binary_int(op, x as i128, y as i128, DType::I64) as f64,
     }
 }

@@ -184,7 +184,7 @@ fn index_vector(indices: &Array, batch: &[usize]) -> Vec<i64> {
         .map(|k| {
             let mut at = batch.to_vec();
             at.push(k);
-            indices.data[IxDyn(&at)].to_int(indices.dtype) as i64
+            clamp_i64(indices.data[IxDyn(&at)].to_int(indices.dtype))
         })
         .collect()
 }
@@ -265,4 +265,9 @@ pub(super) fn eval(
         }
     }
     Ok(vec![operand.with_elems(data)])
+}
+
+/// An index as an `i64`, saturating (a `u64` index past `i64::MAX` is far out of bounds).
+pub(super) fn clamp_i64(v: i128) -> i64 {
+    v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }

@@ -3,8 +3,9 @@
 
 use ndarray::{ArrayD, Axis, IxDyn};
 
+use super::window::{highest, lowest};
 use super::{Prim, ReduceKind, ReductionOp, arity, axis};
-use crate::array::{Array, is_exact_int};
+use crate::array::{Array, Elem, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::error::{IrError, Result, type_error};
@@ -106,7 +107,7 @@ pub(super) fn eval(
     if is_exact_int(x.dtype) {
         let mut data = x.ints();
         for &ax in axes.iter().rev() {
-            data = lanes_to(&data, ax, |lane| reduce_ints(op, lane))?;
+            data = lanes_to(&data, ax, |lane| reduce_ints(op, lane, x.dtype))?;
         }
         let data = data.into_shape_with_order(IxDyn(&dims)).map_err(reshape)?;
         return Ok(vec![Array::from_ints(out.dtype, data)]);
@@ -151,17 +152,19 @@ fn lanes_to<T: Copy>(data: &ArrayD<T>, ax: usize, f: impl Fn(Vec<T>) -> T) -> Re
 }
 
 /// One lane of integers (or booleans) reduced exactly; the caller wraps to the dtype.
-fn reduce_ints(op: ReductionOp, lane: Vec<i128>) -> i128 {
+fn reduce_ints(op: ReductionOp, lane: Vec<i128>, dtype: DType) -> i128 {
     let it = lane.iter().copied();
+    // An empty max or min is the dtype's own identity, as in XLA.
+    let bound = |x: f64| Elem::from_f64(dtype, x).to_int(dtype);
     match op {
         ReductionOp::Reduce(ReduceKind::Sum) => it.fold(0, i128::wrapping_add),
         ReductionOp::Reduce(ReduceKind::Prod) => it.fold(1, i128::wrapping_mul),
-        ReductionOp::Reduce(ReduceKind::Max) => it.max().unwrap_or(i128::MIN),
-        ReductionOp::Reduce(ReduceKind::Min) => it.min().unwrap_or(i128::MAX),
+        ReductionOp::Reduce(ReduceKind::Max) => it.fold(bound(lowest(dtype)), i128::max),
+        ReductionOp::Reduce(ReduceKind::Min) => it.fold(bound(highest(dtype)), i128::min),
         ReductionOp::Reduce(ReduceKind::And) => it.fold(-1, |a, b| a & b),
         ReductionOp::Reduce(ReduceKind::Or) => it.fold(0, |a, b| a | b),
-        ReductionOp::Argmax => arg_best(lane.iter().map(|&v| v as f64), |a, b| a > b) as i128,
-        ReductionOp::Argmin => arg_best(lane.iter().map(|&v| v as f64), |a, b| a < b) as i128,
+        ReductionOp::Argmax => arg_best(it, |a, b| a > b, |_| false) as i128,
+        ReductionOp::Argmin => arg_best(it, |a, b| a < b, |_| false) as i128,
         // `eval` handles the running reductions before reducing axes.
         ReductionOp::Cumsum | ReductionOp::Cumulative(_) => 0,
     }
@@ -193,23 +196,27 @@ fn reduce_floats(op: ReductionOp, lane: Vec<f64>, dtype: DType) -> f64 {
         }),
         // Bitwise reductions are integer-only; the shape rule refuses floats.
         ReductionOp::Reduce(ReduceKind::And | ReduceKind::Or) => f64::NAN,
-        ReductionOp::Argmax => arg_best(it, |a, b| a > b),
-        ReductionOp::Argmin => arg_best(it, |a, b| a < b),
+        ReductionOp::Argmax => arg_best(it, |a, b| a > b, f64::is_nan) as f64,
+        ReductionOp::Argmin => arg_best(it, |a, b| a < b, f64::is_nan) as f64,
         // `eval` handles the running reductions before reducing axes.
         ReductionOp::Cumsum | ReductionOp::Cumulative(_) => f64::NAN,
     }
 }
 
 /// Index of the first best element; a NaN wins (as in XLA).
-fn arg_best(values: impl Iterator<Item = f64>, better: impl Fn(f64, f64) -> bool) -> f64 {
-    let mut best: Option<(usize, f64)> = None;
+fn arg_best<T: Copy>(
+    values: impl Iterator<Item = T>,
+    better: impl Fn(T, T) -> bool,
+    is_nan: impl Fn(T) -> bool,
+) -> usize {
+    let mut best: Option<(usize, T)> = None;
     for (i, v) in values.enumerate() {
         best = match best {
             None => Some((i, v)),
-            Some((_, b)) if b.is_nan() => best,
-            Some(_) if v.is_nan() || better(v, best.map_or(v, |x| x.1)) => Some((i, v)),
+            Some((_, b)) if is_nan(b) => best,
+            Some((_, b)) if is_nan(v) || better(v, b) => Some((i, v)),
             keep => keep,
         };
     }
-    best.map_or(0.0, |(i, _)| i as f64)
+    best.map_or(0, |(i, _)| i)
 }

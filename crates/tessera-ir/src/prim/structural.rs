@@ -192,6 +192,12 @@ pub(super) fn abstract_eval(
             if u.rank() != x.rank() || u.shape.iter().zip(&x.shape).any(|(a, b)| a > b) {
                 return Err(type_error(name, format!("update {u} does not fit in {x}")));
             }
+            if u.dtype != x.dtype {
+                return Err(type_error(
+                    name,
+                    format!("update {u} has another dtype than the operand {x}"),
+                ));
+            }
             out(x.dtype, x.shape.clone())
         }
         StructuralOp::Concatenate => {
@@ -360,7 +366,7 @@ pub(super) fn eval(
         }
         StructuralOp::Pad => pad(
             &inputs[0],
-            inputs[1].data.iter().next().copied().unwrap_or(Elem::ZERO),
+            (inputs[1].converted(out.dtype).data.iter().next().copied()).unwrap_or(Elem::ZERO),
             &padding_config(params)?,
             &dims,
         ),
@@ -377,7 +383,7 @@ fn clamped_starts(x: &Array, indices: &[Array], window: &[i64]) -> Vec<usize> {
         .iter()
         .enumerate()
         .map(|(d, i)| {
-            let start = i.first_int().unwrap_or(0) as i64;
+            let start = super::indexing::clamp_i64(i.first_int().unwrap_or(0));
             start.clamp(0, (x.data.shape()[d] as i64 - window[d]).max(0)) as usize
         })
         .collect()

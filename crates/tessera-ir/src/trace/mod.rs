@@ -120,7 +120,6 @@ impl Tensor {
         self.literal_strong(0.0, dtype)
     }
 
-    /// A strongly typed scalar literal (for replaying a program's own literals).
     /// A literal of a program, recorded as it is (its value exact).
     pub(crate) fn literal_exact(&self, lit: &Literal) -> Tensor {
         Tensor {
@@ -130,6 +129,7 @@ impl Tensor {
         }
     }
 
+    /// A strongly typed scalar literal of `value` rounded to `dtype`.
     pub(crate) fn literal_strong(&self, value: f64, dtype: crate::dtype::DType) -> Tensor {
         let aval = ShapedArray::scalar(dtype);
         let lit = Literal::new(value, aval.clone());
