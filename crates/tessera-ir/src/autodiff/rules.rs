@@ -4,7 +4,7 @@
 
 use crate::dtype::DType;
 use crate::params::{ParamValue, Params};
-use crate::prim::{GatherDims, GatherParams, Prim, ScatterDims, ScatterParams};
+use crate::prim::{GatherDims, GatherParams, Prim, ScatterDims, ScatterParams, StructuralParams};
 use crate::trace::Tensor;
 
 /// `a + b` of two cotangents of the same type.
@@ -97,6 +97,15 @@ pub(super) fn vjp_rule(
             }
         };
     }
+    // A shape-changing primitive's typed parameters, as the pattern `$variant` binds them.
+    macro_rules! structural {
+        ($variant:pat) => {
+            let $variant = read!(StructuralParams::of(prim, params)) else {
+                let e = format!("read another primitive's parameters: {params:?}");
+                return vec![Some(g.fail(prim.name(), e)); x.len()];
+            };
+        };
+    }
     let shape_of = |i: usize| x[i].shape().to_vec();
     let float = |i: usize| x[i].dtype().is_float();
     let keep = |i: usize, t: Tensor| float(i).then(|| unbroadcast(&t, &shape_of(i)));
@@ -182,14 +191,15 @@ pub(super) fn vjp_rule(
             ]
         }
         BroadcastInDim => {
-            // Absent when empty, as JAX prints it.
-            let bdims = read!(params.opt_ints("broadcast_in_dim", "broadcast_dimensions"))
-                .unwrap_or_default();
-            vec![Some(unbroadcast_in_dim(&g, &x[0], &bdims))]
+            structural!(StructuralParams::BroadcastInDim {
+                broadcast_dimensions,
+                ..
+            });
+            vec![Some(unbroadcast_in_dim(&g, &x[0], &broadcast_dimensions))]
         }
         Reshape | Squeeze | ExpandDims => vec![Some(g.reshape(x[0].shape()))],
         Transpose => {
-            let perm = read!(params.ints("transpose", "permutation"));
+            structural!(StructuralParams::Transpose { permutation: perm });
             let mut inv = vec![0i64; perm.len()];
             for (i, &p) in perm.iter().enumerate() {
                 inv[p as usize] = i as i64;
@@ -227,9 +237,11 @@ pub(super) fn vjp_rule(
         }
         DotGeneral => dot_general_vjp(params, &g, &x[0], &x[1]),
         Slice => {
-            let start = read!(params.ints("slice", "start_indices"));
-            let strides =
-                read!(params.opt_ints("slice", "strides")).unwrap_or_else(|| vec![1; start.len()]);
+            structural!(StructuralParams::Slice {
+                start_indices: start,
+                strides,
+                ..
+            });
             let dims = x[0].shape();
             let config: Vec<(i64, i64, i64)> = (0..dims.len())
                 .map(|d| {
@@ -241,7 +253,9 @@ pub(super) fn vjp_rule(
             vec![Some(pad(&g, &config))]
         }
         Pad => {
-            let config = read!(crate::prim::padding_config(params));
+            structural!(StructuralParams::Pad {
+                padding_config: config
+            });
             let unpad: Vec<(i64, i64, i64)> =
                 config.iter().map(|&(lo, hi, _)| (-lo, -hi, 0)).collect();
             let cropped = pad(&g, &unpad);
@@ -253,7 +267,7 @@ pub(super) fn vjp_rule(
             vec![Some(operand), Some(pad_value)]
         }
         Concatenate => {
-            let dim = read!(params.int("concatenate", "dimension"));
+            structural!(StructuralParams::Concatenate { dimension: dim });
             let dim = if dim < 0 { dim + g.rank() as i64 } else { dim } as usize;
             let mut offset = 0;
             x.iter()

@@ -9,13 +9,18 @@ use super::rules::unsupported;
 use super::{Batched, shifted, to_front, with_param};
 use crate::dtype::DType;
 use crate::params::{ParamValue, Params};
-use crate::prim::Prim;
+use crate::prim::{Prim, StructuralParams};
 use crate::trace::Tensor;
 
 /// `dynamic_slice`: a leading zero index when the indices are shared, else a `gather`.
 pub(super) fn dynamic_slice(params: &Params, args: &[Batched], size: i64) -> Tensor {
-    let sizes = match params.ints("dynamic_slice", "slice_sizes") {
-        Ok(sizes) => sizes,
+    let sizes = match StructuralParams::of(Prim::DynamicSlice, params) {
+        Ok(StructuralParams::DynamicSlice { slice_sizes }) => slice_sizes,
+        Ok(other) => {
+            return args[0]
+                .0
+                .fail("dynamic_slice", format!("read as {other:?}"));
+        }
         Err(e) => return super::rules::malformed(args, Prim::DynamicSlice, &e),
     };
     let x = to_front(&args[0], size);

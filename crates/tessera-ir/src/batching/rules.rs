@@ -7,7 +7,7 @@ use super::indexing;
 use super::{Batched, move_axis, shifted, to_front, with_param};
 use crate::aval::ShapedArray;
 use crate::params::{ParamValue, Params};
-use crate::prim::Prim;
+use crate::prim::{Prim, StructuralParams};
 use crate::trace::Tensor;
 
 /// Batches one equation. `out` are the unbatched result types.
@@ -37,8 +37,11 @@ pub(super) fn batch_rule(
         Reshape => one(reshape(params, args, size, out)),
         Squeeze => one(shift_axes(prim, params, args, size, "dimensions", in_rank)),
         ExpandDims => one(shift_axes(prim, params, args, size, "dimensions", rank)),
-        Transpose => match params.ints(prim.name(), "permutation") {
-            Ok(perm) => one(to_front(&args[0], size).transpose(&shifted(&perm, Some(0)))),
+        Transpose => match StructuralParams::of(prim, params) {
+            Ok(StructuralParams::Transpose { permutation }) => {
+                one(to_front(&args[0], size).transpose(&shifted(&permutation, Some(0))))
+            }
+            Ok(other) => one(args[0].0.fail(prim.name(), format!("read as {other:?}"))),
             Err(e) => one(malformed(args, prim, &e)),
         },
         Slice => one(slice(params, &to_front(&args[0], size), size)),
@@ -139,10 +142,14 @@ fn same_dims(prim: Prim, params: &Params, args: &[Batched]) -> Vec<Batched> {
 }
 
 fn broadcast_in_dim(params: &Params, args: &[Batched], size: i64, out: &[ShapedArray]) -> Tensor {
-    // Absent when empty, as JAX prints it.
-    let bdims = match params.opt_ints("broadcast_in_dim", "broadcast_dimensions") {
-        Ok(dims) => dims.unwrap_or_default(),
-        Err(e) => return malformed(args, Prim::BroadcastInDim, &e),
+    let prim = Prim::BroadcastInDim;
+    let bdims = match StructuralParams::of(prim, params) {
+        Ok(StructuralParams::BroadcastInDim {
+            broadcast_dimensions,
+            ..
+        }) => broadcast_dimensions,
+        Ok(other) => return args[0].0.fail(prim.name(), format!("read as {other:?}")),
+        Err(e) => return malformed(args, prim, &e),
     };
     let x = to_front(&args[0], size);
     x.broadcast_in_dim(&shifted_shape(size, out), &shifted(&bdims, Some(0)))
@@ -249,12 +256,14 @@ fn elementwise(prim: Prim, params: &Params, args: &[Batched], size: i64, rank: u
 
 fn slice(params: &Params, x: &Tensor, size: i64) -> Tensor {
     let name = "slice";
-    let (start, limit) = match (
-        params.ints(name, "start_indices"),
-        params.ints(name, "limit_indices"),
-    ) {
-        (Ok(start), Ok(limit)) => (start, limit),
-        (Err(e), _) | (_, Err(e)) => return x.fail(name, e.to_string()),
+    let (start, limit, strides) = match StructuralParams::of(Prim::Slice, params) {
+        Ok(StructuralParams::Slice {
+            start_indices,
+            limit_indices,
+            strides,
+        }) => (start_indices, limit_indices, strides),
+        Ok(other) => return x.fail(name, format!("read as {other:?}")),
+        Err(e) => return x.fail(name, e.to_string()),
     };
     let start: Vec<i64> = std::iter::once(0).chain(start).collect();
     let mut p = with_param(params, "start_indices", ParamValue::ints(&start));
@@ -262,7 +271,8 @@ fn slice(params: &Params, x: &Tensor, size: i64) -> Tensor {
         let v: Vec<i64> = std::iter::once(size).chain(limit).collect();
         ParamValue::ints(&v)
     });
-    if let Ok(Some(strides)) = params.opt_ints(name, "strides") {
+    // Printed strides (not `None`) get the batch dimension's unit step in front.
+    if params.get("strides").is_some_and(|s| !s.is_none()) {
         let v: Vec<i64> = std::iter::once(1).chain(strides).collect();
         p = with_param(&p, "strides", ParamValue::ints(&v));
     }

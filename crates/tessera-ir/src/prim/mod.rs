@@ -25,6 +25,7 @@ mod shard_map;
 mod sort;
 mod special_fns;
 mod structural;
+mod structural_params;
 mod threefry;
 mod treduce;
 mod window;
@@ -55,7 +56,7 @@ pub use scan::{ScanParams, scan_params, stacked, unstacked};
 pub use scatter::ScatterKind;
 pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
 pub use sort::{SortOp, sort_order, sort_params, top_k_params};
-pub use structural::padding_config;
+pub use structural_params::{StructuralParams, padding_config};
 pub use threefry::{PARITY, counter, pack_key, threefry2x32, unpack_key};
 pub use treduce::{ReduceOp, TreduceParams, combine_micro_batches, combined_aval, treduce_params};
 pub use window::{WindowOp, WindowParams, highest, lowest, reduce_window_jaxpr, select_is_ge};
@@ -355,6 +356,26 @@ impl Prim {
             Family::Elementwise(_)
             | Family::Indexing(_)
             | Family::Structural(_)
+            | Family::Linalg
+            | Family::Control(_)
+            | Family::Collective(_)
+            | Family::ShardMap
+            | Family::Treduce
+            | Family::Numeric(_)
+            | Family::Random(_)
+            | Family::Sort(_)
+            | Family::Window(_)
+            | Family::Flow(_) => None,
+        }
+    }
+
+    /// The typed kind of a shape-changing primitive (`None` for the other families).
+    pub fn structural(self) -> Option<StructuralOp> {
+        match self.family() {
+            Family::Structural(op) => Some(op),
+            Family::Elementwise(_)
+            | Family::Indexing(_)
+            | Family::Reduce(_)
             | Family::Linalg
             | Family::Control(_)
             | Family::Collective(_)

@@ -3,11 +3,12 @@
 
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
 
+use super::structural_params::StructuralParams;
 use super::{Prim, StructuralOp, arity, axis};
 use crate::array::{Array, Elem};
 use crate::aval::ShapedArray;
 use crate::error::{IrError, Result, type_error};
-use crate::params::{ParamValue, Params};
+use crate::params::Params;
 
 fn dims_of(shape: &[i64]) -> Vec<usize> {
     shape.iter().map(|&d| d.max(0) as usize).collect()
@@ -31,26 +32,28 @@ pub(super) fn abstract_eval(
             sharding: None,
         }])
     };
-    match op {
-        StructuralOp::Iota => {
+    match StructuralParams::read(op, params)? {
+        StructuralParams::Iota {
+            dtype,
+            shape,
+            dimension,
+        } => {
             arity(prim, inputs.len(), 0)?;
-            let shape = params.ints(name, "shape")?;
-            axis(prim, params.int(name, "dimension")?, shape.len())?;
-            out(params.dtype(name, "dtype")?, shape)
+            axis(prim, dimension, shape.len())?;
+            out(dtype, shape)
         }
-        StructuralOp::BroadcastInDim => {
+        StructuralParams::BroadcastInDim {
+            shape,
+            broadcast_dimensions: bdims,
+        } => {
             arity(prim, inputs.len(), 1)?;
             let x = &inputs[0];
-            let shape = match params.opt_ints(name, "shape")? {
+            let shape = match shape {
                 Some(s) => s,
                 None => written
                     .map(|w| w.shape.clone())
                     .ok_or_else(|| type_error(name, "needs a `shape` parameter"))?,
             };
-            let bdims = params
-                .opt_ints(name, "broadcast_dimensions")?
-                // JAX leaves empty broadcast_dimensions out of the printed equation.
-                .unwrap_or_default();
             if bdims.len() != x.rank() {
                 return Err(type_error(
                     name,
@@ -77,10 +80,9 @@ pub(super) fn abstract_eval(
                 sharding: None,
             }])
         }
-        StructuralOp::Reshape => {
+        StructuralParams::Reshape { new_sizes: shape } => {
             arity(prim, inputs.len(), 1)?;
             let x = &inputs[0];
-            let shape = params.ints(name, "new_sizes")?;
             if shape.iter().product::<i64>() != x.shape.iter().product::<i64>() {
                 return Err(type_error(
                     name,
@@ -95,11 +97,10 @@ pub(super) fn abstract_eval(
                 sharding: None,
             }])
         }
-        StructuralOp::Squeeze => {
+        StructuralParams::Squeeze { dimensions } => {
             arity(prim, inputs.len(), 1)?;
             let x = &inputs[0];
-            let drop = params
-                .ints(name, "dimensions")?
+            let drop = dimensions
                 .iter()
                 .map(|&d| axis(prim, d, x.rank()))
                 .collect::<Result<Vec<_>>>()?;
@@ -115,11 +116,12 @@ pub(super) fn abstract_eval(
                 .collect();
             out(x.dtype, shape)
         }
-        StructuralOp::ExpandDims => {
+        StructuralParams::ExpandDims {
+            dimensions: mut added,
+        } => {
             arity(prim, inputs.len(), 1)?;
             let x = &inputs[0];
             let mut shape = x.shape.clone();
-            let mut added = params.ints(name, "dimensions")?;
             added.sort_unstable();
             for d in added {
                 let d = axis(prim, d, shape.len() + 1)?;
@@ -127,10 +129,9 @@ pub(super) fn abstract_eval(
             }
             out(x.dtype, shape)
         }
-        StructuralOp::Transpose => {
+        StructuralParams::Transpose { permutation: perm } => {
             arity(prim, inputs.len(), 1)?;
             let x = &inputs[0];
-            let perm = params.ints(name, "permutation")?;
             let mut sorted = perm.clone();
             sorted.sort_unstable();
             if sorted != (0..x.rank() as i64).collect::<Vec<_>>() {
@@ -141,16 +142,13 @@ pub(super) fn abstract_eval(
             }
             out(x.dtype, perm.iter().map(|&p| x.shape[p as usize]).collect())
         }
-        StructuralOp::Slice => {
+        StructuralParams::Slice {
+            start_indices: start,
+            limit_indices: limit,
+            strides,
+        } => {
             arity(prim, inputs.len(), 1)?;
             let x = &inputs[0];
-            let (start, limit) = (
-                params.ints(name, "start_indices")?,
-                params.ints(name, "limit_indices")?,
-            );
-            let strides = params
-                .opt_ints(name, "strides")?
-                .unwrap_or_else(|| vec![1; x.rank()]);
             if start.len() != x.rank() || limit.len() != x.rank() || strides.len() != x.rank() {
                 return Err(type_error(
                     name,
@@ -173,10 +171,9 @@ pub(super) fn abstract_eval(
             }
             out(x.dtype, shape)
         }
-        StructuralOp::DynamicSlice => {
-            let x = &inputs[0];
+        StructuralParams::DynamicSlice { slice_sizes: sizes } => {
+            let x = first_input(prim, inputs)?;
             arity(prim, inputs.len(), 1 + x.rank())?;
-            let sizes = params.ints(name, "slice_sizes")?;
             if sizes.len() != x.rank() || sizes.iter().zip(&x.shape).any(|(&s, &d)| s < 0 || s > d)
             {
                 return Err(type_error(
@@ -186,9 +183,10 @@ pub(super) fn abstract_eval(
             }
             out(x.dtype, sizes)
         }
-        StructuralOp::DynamicUpdateSlice => {
-            let (x, u) = (&inputs[0], &inputs[1]);
+        StructuralParams::DynamicUpdateSlice => {
+            let x = first_input(prim, inputs)?;
             arity(prim, inputs.len(), 2 + x.rank())?;
+            let u = &inputs[1];
             if u.rank() != x.rank() || u.shape.iter().zip(&x.shape).any(|(a, b)| a > b) {
                 return Err(type_error(name, format!("update {u} does not fit in {x}")));
             }
@@ -200,11 +198,9 @@ pub(super) fn abstract_eval(
             }
             out(x.dtype, x.shape.clone())
         }
-        StructuralOp::Concatenate => {
-            let first = inputs
-                .first()
-                .ok_or_else(|| type_error(name, "needs at least one operand"))?;
-            let dim = axis(prim, params.int(name, "dimension")?, first.rank())?;
+        StructuralParams::Concatenate { dimension } => {
+            let first = first_input(prim, inputs)?;
+            let dim = axis(prim, dimension, first.rank())?;
             let mut shape = first.shape.clone();
             for x in &inputs[1..] {
                 let same = x.rank() == first.rank()
@@ -219,10 +215,11 @@ pub(super) fn abstract_eval(
             }
             out(first.dtype, shape)
         }
-        StructuralOp::Pad => {
+        StructuralParams::Pad {
+            padding_config: config,
+        } => {
             arity(prim, inputs.len(), 2)?;
             let x = &inputs[0];
-            let config = padding_config(params)?;
             if config.len() != x.rank() {
                 return Err(type_error(
                     name,
@@ -240,27 +237,11 @@ pub(super) fn abstract_eval(
     }
 }
 
-/// `pad`'s `padding_config`: one `(low, high, interior)` triple per dimension.
-pub fn padding_config(params: &Params) -> Result<Vec<(i64, i64, i64)>> {
-    let bad = || {
-        type_error(
-            "pad",
-            "padding_config must be a tuple of (low, high, interior) triples",
-        )
-    };
-    let seq = params
-        .get("padding_config")
-        .and_then(ParamValue::as_seq)
-        .ok_or_else(bad)?;
-    seq.iter()
-        .map(|t| {
-            if let Some(&[lo, hi, int]) = t.as_ints().as_deref() {
-                Ok((lo, hi, int))
-            } else {
-                Err(bad())
-            }
-        })
-        .collect()
+/// The first operand, or an error naming the primitive when there is none.
+fn first_input(prim: Prim, inputs: &[ShapedArray]) -> Result<&ShapedArray> {
+    inputs
+        .first()
+        .ok_or_else(|| type_error(prim.name(), "needs at least one operand"))
 }
 
 pub(super) fn eval(
@@ -270,22 +251,20 @@ pub(super) fn eval(
     inputs: &[Array],
     outputs: &[ShapedArray],
 ) -> Result<Vec<Array>> {
-    let name = prim.name();
     let out = &outputs[0];
     let dims = dims_of(&out.shape);
-    let data: ArrayD<Elem> = match op {
-        StructuralOp::Iota => {
-            let d = params.int(name, "dimension")? as usize;
+    let data: ArrayD<Elem> = match StructuralParams::read(op, params)? {
+        StructuralParams::Iota { dimension, .. } => {
+            let d = axis(prim, dimension, dims.len())?;
             ArrayD::from_shape_fn(IxDyn(&dims), |idx| {
                 Elem::from_int(out.dtype, idx[d] as i128)
             })
         }
-        StructuralOp::BroadcastInDim => {
+        StructuralParams::BroadcastInDim {
+            broadcast_dimensions: bdims,
+            ..
+        } => {
             let x = &inputs[0];
-            let bdims = params
-                .opt_ints(name, "broadcast_dimensions")?
-                // JAX leaves empty broadcast_dimensions out of the printed equation.
-                .unwrap_or_default();
             ArrayD::from_shape_fn(IxDyn(&dims), |idx| {
                 let src: Vec<usize> = bdims
                     .iter()
@@ -301,16 +280,14 @@ pub(super) fn eval(
                 x.data[IxDyn(&src)]
             })
         }
-        StructuralOp::Reshape | StructuralOp::Squeeze | StructuralOp::ExpandDims => {
+        StructuralParams::Reshape { .. }
+        | StructuralParams::Squeeze { .. }
+        | StructuralParams::ExpandDims { .. } => {
             let flat: Vec<Elem> = inputs[0].data.iter().copied().collect();
             ArrayD::from_shape_vec(IxDyn(&dims), flat).map_err(|e| IrError::Eval(e.to_string()))?
         }
-        StructuralOp::Transpose => {
-            let perm: Vec<usize> = params
-                .ints(name, "permutation")?
-                .iter()
-                .map(|&p| p as usize)
-                .collect();
+        StructuralParams::Transpose { permutation } => {
+            let perm: Vec<usize> = permutation.iter().map(|&p| p as usize).collect();
             inputs[0]
                 .data
                 .clone()
@@ -318,14 +295,11 @@ pub(super) fn eval(
                 .as_standard_layout()
                 .to_owned()
         }
-        StructuralOp::Slice => {
-            let (start, limit) = (
-                params.ints(name, "start_indices")?,
-                params.ints(name, "limit_indices")?,
-            );
-            let strides = params
-                .opt_ints(name, "strides")?
-                .unwrap_or_else(|| vec![1; start.len()]);
+        StructuralParams::Slice {
+            start_indices: start,
+            limit_indices: limit,
+            strides,
+        } => {
             let mut view = inputs[0].data.view();
             for d in 0..start.len() {
                 view.slice_axis_inplace(
@@ -339,7 +313,7 @@ pub(super) fn eval(
             }
             view.to_owned()
         }
-        StructuralOp::DynamicSlice => {
+        StructuralParams::DynamicSlice { .. } => {
             let x = &inputs[0];
             let starts = clamped_starts(x, &inputs[1..], &out.shape);
             let mut view = x.data.view();
@@ -348,7 +322,7 @@ pub(super) fn eval(
             }
             view.to_owned()
         }
-        StructuralOp::DynamicUpdateSlice => {
+        StructuralParams::DynamicUpdateSlice => {
             let (x, u) = (&inputs[0], &inputs[1]);
             let starts = clamped_starts(x, &inputs[2..], &u.shape());
             let mut data = x.data.clone();
@@ -359,15 +333,15 @@ pub(super) fn eval(
             view.assign(&u.data);
             data
         }
-        StructuralOp::Concatenate => {
-            let dim = axis(prim, params.int(name, "dimension")?, out.rank())?;
+        StructuralParams::Concatenate { dimension } => {
+            let dim = axis(prim, dimension, out.rank())?;
             let views: Vec<_> = inputs.iter().map(|a| a.data.view()).collect();
             ndarray::concatenate(Axis(dim), &views).map_err(|e| IrError::Eval(e.to_string()))?
         }
-        StructuralOp::Pad => pad(
+        StructuralParams::Pad { padding_config } => pad(
             &inputs[0],
             (inputs[1].converted(out.dtype).data.iter().next().copied()).unwrap_or(Elem::ZERO),
-            &padding_config(params)?,
+            &padding_config,
             &dims,
         ),
     };

@@ -2,7 +2,8 @@
 //! `dot_general` (`#stablehlo.dot<...>`).
 
 use melior::ir::Value;
-use tessera_ir::{ParamValue, Params, Prim, ShapedArray};
+use tessera_ir::prim::StructuralParams;
+use tessera_ir::{Params, Prim, ShapedArray};
 
 use super::{Ctx, i64_array, ir};
 use crate::context::LowerError;
@@ -13,71 +14,63 @@ pub(super) fn lower<'c, 'b>(
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
-    let name = prim.name();
+    let op = prim
+        .structural()
+        .ok_or_else(|| LowerError::Build(format!("{} is not structural", prim.name())))?;
     let out = &ctx.out_avals[0];
-    let value = match prim {
-        Prim::Iota => {
-            let dim = params.int(name, "dimension").map_err(ir)?;
-            ctx.op1(
-                "stablehlo.iota",
-                &[],
-                out,
-                &[("iota_dimension", format!("{dim} : i64"))],
-            )?
-        }
-        Prim::BroadcastInDim => {
-            // Absent when empty, as JAX prints it.
-            let dims = params
-                .opt_ints(name, "broadcast_dimensions")
-                .map_err(ir)?
-                .unwrap_or_default();
-            ctx.op1(
-                "stablehlo.broadcast_in_dim",
-                inputs,
-                out,
-                &[("broadcast_dimensions", i64_array(&dims))],
-            )?
-        }
-        Prim::Reshape | Prim::Squeeze | Prim::ExpandDims => {
-            ctx.op1("stablehlo.reshape", inputs, out, &[])?
-        }
-        Prim::Transpose => {
-            let perm = params.ints(name, "permutation").map_err(ir)?;
-            ctx.op1(
-                "stablehlo.transpose",
-                inputs,
-                out,
-                &[("permutation", i64_array(&perm))],
-            )?
-        }
-        Prim::Slice => {
-            let start = params.ints(name, "start_indices").map_err(ir)?;
-            let limit = params.ints(name, "limit_indices").map_err(ir)?;
-            let strides = params
-                .opt_ints(name, "strides")
-                .map_err(ir)?
-                .unwrap_or_else(|| vec![1; start.len()]);
+    let value = match StructuralParams::read(op, params).map_err(ir)? {
+        StructuralParams::Iota { dimension, .. } => ctx.op1(
+            "stablehlo.iota",
+            &[],
+            out,
+            &[("iota_dimension", format!("{dimension} : i64"))],
+        )?,
+        StructuralParams::BroadcastInDim {
+            broadcast_dimensions,
+            ..
+        } => ctx.op1(
+            "stablehlo.broadcast_in_dim",
+            inputs,
+            out,
+            &[("broadcast_dimensions", i64_array(&broadcast_dimensions))],
+        )?,
+        StructuralParams::Reshape { .. }
+        | StructuralParams::Squeeze { .. }
+        | StructuralParams::ExpandDims { .. } => ctx.op1("stablehlo.reshape", inputs, out, &[])?,
+        StructuralParams::Transpose { permutation } => ctx.op1(
+            "stablehlo.transpose",
+            inputs,
+            out,
+            &[("permutation", i64_array(&permutation))],
+        )?,
+        StructuralParams::Slice {
+            start_indices,
+            limit_indices,
+            strides,
+        } => {
             let attrs = [
-                ("start_indices", i64_array(&start)),
-                ("limit_indices", i64_array(&limit)),
+                ("start_indices", i64_array(&start_indices)),
+                ("limit_indices", i64_array(&limit_indices)),
                 ("strides", i64_array(&strides)),
             ];
             ctx.op1("stablehlo.slice", inputs, out, &attrs)?
         }
-        Prim::DynamicSlice => {
-            let sizes = params.ints(name, "slice_sizes").map_err(ir)?;
-            ctx.op1(
-                "stablehlo.dynamic_slice",
-                inputs,
-                out,
-                &[("slice_sizes", i64_array(&sizes))],
-            )?
+        StructuralParams::DynamicSlice { slice_sizes } => ctx.op1(
+            "stablehlo.dynamic_slice",
+            inputs,
+            out,
+            &[("slice_sizes", i64_array(&slice_sizes))],
+        )?,
+        StructuralParams::DynamicUpdateSlice => {
+            ctx.op1("stablehlo.dynamic_update_slice", inputs, out, &[])?
         }
-        Prim::DynamicUpdateSlice => ctx.op1("stablehlo.dynamic_update_slice", inputs, out, &[])?,
-        Prim::Concatenate => {
+        StructuralParams::Concatenate { dimension } => {
             let rank = out.rank() as i64;
-            let dim = params.int(name, "dimension").map_err(ir)?;
-            let dim = if dim < 0 { dim + rank } else { dim };
+            let dim = if dimension < 0 {
+                dimension + rank
+            } else {
+                dimension
+            };
             ctx.op1(
                 "stablehlo.concatenate",
                 inputs,
@@ -85,45 +78,22 @@ pub(super) fn lower<'c, 'b>(
                 &[("dimension", format!("{dim} : i64"))],
             )?
         }
-        Prim::Pad => {
-            let (lo, hi, interior) = padding(params)?;
+        StructuralParams::Pad { padding_config } => {
+            let column = |k: usize| -> Vec<i64> {
+                padding_config
+                    .iter()
+                    .map(|&(lo, hi, int)| [lo, hi, int][k])
+                    .collect()
+            };
             let attrs = [
-                ("edge_padding_low", i64_array(&lo)),
-                ("edge_padding_high", i64_array(&hi)),
-                ("interior_padding", i64_array(&interior)),
+                ("edge_padding_low", i64_array(&column(0))),
+                ("edge_padding_high", i64_array(&column(1))),
+                ("interior_padding", i64_array(&column(2))),
             ];
             ctx.op1("stablehlo.pad", inputs, out, &attrs)?
         }
-        other => {
-            return Err(LowerError::Build(format!(
-                "{} is not structural",
-                other.name()
-            )));
-        }
     };
     Ok(vec![value])
-}
-
-/// Low, high and interior padding per dimension.
-type Padding = (Vec<i64>, Vec<i64>, Vec<i64>);
-
-fn padding(params: &Params) -> Result<Padding, LowerError> {
-    let bad =
-        || LowerError::Build("pad: padding_config must hold (low, high, interior) triples".into());
-    let seq = params
-        .get("padding_config")
-        .and_then(ParamValue::as_seq)
-        .ok_or_else(bad)?;
-    let (mut lo, mut hi, mut interior) = (Vec::new(), Vec::new(), Vec::new());
-    for t in seq {
-        let Some(&[l, h, i]) = t.as_ints().as_deref() else {
-            return Err(bad());
-        };
-        lo.push(l);
-        hi.push(h);
-        interior.push(i);
-    }
-    Ok((lo, hi, interior))
 }
 
 /// `dot_general` with `#stablehlo.dot<...>` dimension numbers; operands are first converted to the
