@@ -10,7 +10,9 @@
 
 use melior::ir::Value;
 use tessera_ir::passes::inline_all;
-use tessera_ir::prim::{ShardMapParams, collective_axes, permutation, replica_groups};
+use tessera_ir::prim::{
+    CollectiveOp, ShardMapParams, collective_axes, permutation, replica_groups,
+};
 use tessera_ir::{DType, Params, Prim, ShapedArray, axis_env};
 use tessera_sharding::{AbstractMesh, Mesh, NamedSharding, PartitionSpec, groups};
 
@@ -227,20 +229,23 @@ pub(super) fn collective<'c, 'b>(
     let int = |k: &str| params.int(prim.name(), k).map_err(ir);
     let out = &ctx.out_avals[0];
     let groups = || replica_groups(prim, params, &mesh).map_err(ir);
-    let value = match prim {
-        Prim::Pvary => inputs[0],
-        Prim::AxisIndex => {
+    let op = prim
+        .collective()
+        .ok_or_else(|| LowerError::Build(format!("{} is not a collective", prim.name())))?;
+    let value = match op {
+        CollectiveOp::Pvary => inputs[0],
+        CollectiveOp::AxisIndex => {
             let axes = collective_axes(prim, params).map_err(ir)?;
             axis_index(ctx, &mesh, &axes)?
         }
-        Prim::Psum => all_reduce(ctx, ReduceKind::Sum, inputs[0], &groups()?)?,
-        Prim::Pmax => all_reduce(ctx, ReduceKind::Max, inputs[0], &groups()?)?,
-        Prim::Pmin => all_reduce(ctx, ReduceKind::Min, inputs[0], &groups()?)?,
-        Prim::Pbroadcast => {
+        CollectiveOp::Psum => all_reduce(ctx, ReduceKind::Sum, inputs[0], &groups()?)?,
+        CollectiveOp::Pmax => all_reduce(ctx, ReduceKind::Max, inputs[0], &groups()?)?,
+        CollectiveOp::Pmin => all_reduce(ctx, ReduceKind::Min, inputs[0], &groups()?)?,
+        CollectiveOp::Pbroadcast => {
             let axes = collective_axes(prim, params).map_err(ir)?;
             pbroadcast(ctx, inputs[0], &mesh, &axes, int("source")?, &groups()?)?
         }
-        Prim::AllGather => {
+        CollectiveOp::AllGather => {
             let d = int("all_gather_dimension")?;
             let mut x = inputs[0];
             if !params.bool_or(prim.name(), "tiled", false).map_err(ir)? {
@@ -263,8 +268,8 @@ pub(super) fn collective<'c, 'b>(
             ctx.body
                 .op("stablehlo.all_gather", &[x], &[&mlir_type(out)], &attrs)?[0]
         }
-        Prim::ReduceScatter => reduce_scatter(ctx, params, inputs[0], &groups()?)?,
-        Prim::AllToAll => {
+        CollectiveOp::ReduceScatter => reduce_scatter(ctx, params, inputs[0], &groups()?)?,
+        CollectiveOp::AllToAll => {
             let groups = groups()?;
             let n = groups.first().map_or(1, Vec::len);
             if n == 1 {
@@ -285,7 +290,7 @@ pub(super) fn collective<'c, 'b>(
                 )?[0]
             }
         }
-        Prim::Ppermute => {
+        CollectiveOp::Ppermute => {
             let axes = collective_axes(prim, params).map_err(ir)?;
             let perm = permutation(params).map_err(ir)?;
             let pairs = groups::permute_pairs(&mesh, &axes, &perm)
@@ -301,12 +306,6 @@ pub(super) fn collective<'c, 'b>(
                 &[&mlir_type(out)],
                 &attrs,
             )?[0]
-        }
-        other => {
-            return Err(LowerError::Build(format!(
-                "{} is not a collective",
-                other.name()
-            )));
         }
     };
     Ok(vec![value])
