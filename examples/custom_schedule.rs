@@ -10,7 +10,7 @@
 
 use tessera::ir::trace::{trace, treduce, value_and_grad_call};
 use tessera::ir::{Array, ClosedJaxpr, DType, ShapedArray};
-use tessera::jit::{from_host, run_on_device, to_host};
+use tessera::jit::{run_on_device, to_array, to_host};
 use tessera::mpmd::{MpmdJitOptions, MpmdMesh, mpmd_jit_with};
 use tessera::pjrt::Client;
 use tessera::schedule::{
@@ -167,7 +167,7 @@ fn main() -> anyhow::Result<()> {
         let got = run
             .outputs
             .iter()
-            .map(|o| from_host(o, DType::F32))
+            .map(to_array)
             .collect::<Result<Vec<_>, _>>()?;
         for (k, (g, w)) in got.iter().zip(&want).enumerate() {
             for (a, b) in g.to_vec().iter().zip(w.to_vec()) {

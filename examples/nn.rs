@@ -12,7 +12,7 @@
 //! to `target/nn-loss.svg`.
 
 use tessera::ir::{Array, ClosedJaxpr, DType, ShapedArray};
-use tessera::jit::{Jit, from_host, to_host};
+use tessera::jit::{Jit, to_array, to_host};
 use tessera::nn::checkpoint::{self, Manifest};
 use tessera::nn::data::{ByteCorpus, Split};
 use tessera::nn::lr::LrSchedule;
@@ -98,8 +98,7 @@ fn train(
     let put = |a: &Array| -> anyhow::Result<DeviceArray> {
         Ok(DeviceArray::device_put(&client, &to_host(a)?, &one)?)
     };
-    let get =
-        |a: &DeviceArray| -> anyhow::Result<Array> { Ok(from_host(&a.to_host()?, DType::F32)?) };
+    let get = |a: &DeviceArray| -> anyhow::Result<Array> { Ok(to_array(&a.to_host()?)?) };
 
     let (params, state, first) = match start {
         Start::Fresh => {

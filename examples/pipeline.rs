@@ -6,7 +6,7 @@
 
 use tessera::ir::trace::{trace, treduce, value_and_grad_call};
 use tessera::ir::{Array, DType, ShapedArray};
-use tessera::jit::{from_host, to_host};
+use tessera::jit::{to_array, to_host};
 use tessera::mpmd::{MpmdMesh, StepArg, StepResult, mpmd_jit};
 use tessera::pjrt::Client;
 use tessera::sharding::Mesh;
@@ -86,7 +86,7 @@ fn main() -> anyhow::Result<()> {
         let loss = outputs
             .pop()
             .ok_or_else(|| anyhow::anyhow!("the step returned nothing"))?;
-        let loss = from_host(&loss.to_host()?, DType::F32)?;
+        let loss = to_array(&loss.to_host()?)?;
         println!("step {step:>2}  loss {:.6}", loss.to_vec()[0]);
         weights = outputs.into_iter().map(StepResult::into_arg).collect();
     }

@@ -20,7 +20,7 @@ use tessera::ir::interp::eval_closed;
 use tessera::ir::prim::ReduceOp;
 use tessera::ir::trace::{Tensor, trace, treduce_i, value_and_grad_with_aux_call};
 use tessera::ir::{Array, ClosedJaxpr, DType, ShapedArray};
-use tessera::jit::{from_host, to_host};
+use tessera::jit::{to_array, to_host};
 use tessera::mpmd::mpi_job::MpiJob;
 use tessera::mpmd::processes::Processes;
 use tessera::mpmd::{
@@ -159,7 +159,7 @@ fn check(n: usize, outputs: &[StepResult], want: &[Array]) -> anyhow::Result<()>
         if matches!(got, StepResult::Mpmd(m) if !m.is_partially_addressable()) {
             continue; // another rank's weight
         }
-        let got = from_host(&got.to_host()?, want.dtype)?;
+        let got = to_array(&got.to_host()?)?;
         let close = got
             .to_vec()
             .iter()
@@ -201,9 +201,9 @@ fn main() -> anyhow::Result<()> {
         let outputs = jit.call_mpmd(&call)?.outputs;
         let want = eval_closed(&step, &want_args)?;
         check(n, &outputs, &want)?;
-        let losses = from_host(&outputs[2].to_host()?, DType::F32)?.to_vec();
-        let worst = from_host(&outputs[3].to_host()?, DType::F32)?.to_vec()[0];
-        let agree = from_host(&outputs[4].to_host()?, DType::I32)?.to_vec()[0];
+        let losses = to_array(&outputs[2].to_host()?)?.to_vec();
+        let worst = to_array(&outputs[3].to_host()?)?.to_vec()[0];
+        let agree = to_array(&outputs[4].to_host()?)?.to_vec()[0];
         let total = MICRO_BATCHES * ROWS * WIDTH;
         println!(
             "rank {}: step {n}  losses {losses:.4?}  largest error {worst:.4}  sign agrees {agree}/{total}",

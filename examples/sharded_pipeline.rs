@@ -14,7 +14,7 @@
 
 use tessera::ir::trace::{Tensor, trace, treduce, value_and_grad_call};
 use tessera::ir::{Array, ClosedJaxpr, DType, ShapedArray};
-use tessera::jit::{Jit, from_host, to_host};
+use tessera::jit::{Jit, to_array, to_host};
 use tessera::mpmd::{MpmdJitOptions, MpmdMesh, StepArg, StepResult, mpmd_jit_with};
 use tessera::nn::data::{ByteCorpus, Split};
 use tessera::nn::optim::{AdamW, Optimizer};
@@ -161,7 +161,7 @@ fn main() -> anyhow::Result<()> {
         args.extend(data.iter().cloned().map(StepArg::Host));
         let mut results = pipelined.call_mpmd_donated(&mut args)?.outputs;
         let loss = results.pop().ok_or_else(|| anyhow::anyhow!("no loss"))?;
-        let loss = from_host(&loss.to_host()?, DType::F32)?.to_vec()[0];
+        let loss = to_array(&loss.to_host()?)?.to_vec()[0];
         // The same step unpipelined.
         let puts = data
             .iter()
@@ -171,7 +171,7 @@ fn main() -> anyhow::Result<()> {
         let refs: Vec<&DeviceArray> = on_group.iter().chain(&puts).collect();
         let mut next = reference.call(&refs)?;
         let want = next.pop().ok_or_else(|| anyhow::anyhow!("no loss"))?;
-        let want = from_host(&want.to_host()?, DType::F32)?.to_vec()[0];
+        let want = to_array(&want.to_host()?)?.to_vec()[0];
         on_group = next;
         println!("step {}  loss {loss:.6}  (unpipelined {want:.6})", i + 1);
         anyhow::ensure!(

@@ -30,6 +30,32 @@ pub fn element_type(dtype: DType) -> ElementType {
     }
 }
 
+/// The IR dtype of a PJRT element type (every element type has one; keys travel as `U32`
+/// words, see [`from_host`]).
+pub fn dtype_of(ty: ElementType) -> DType {
+    match ty {
+        ElementType::Pred => DType::Bool,
+        ElementType::S8 => DType::I8,
+        ElementType::S16 => DType::I16,
+        ElementType::S32 => DType::I32,
+        ElementType::S64 => DType::I64,
+        ElementType::U8 => DType::U8,
+        ElementType::U16 => DType::U16,
+        ElementType::U32 => DType::U32,
+        ElementType::U64 => DType::U64,
+        ElementType::F16 => DType::F16,
+        ElementType::BF16 => DType::BF16,
+        ElementType::F32 => DType::F32,
+        ElementType::F64 => DType::F64,
+    }
+}
+
+/// Host bytes as an interpreter array of their own element type (exact). A key array's
+/// words come back as `u32[..., 2]`; read them as keys with [`from_host`].
+pub fn to_array(host: &HostArray) -> Result<Array, ConvertError> {
+    from_host(host, dtype_of(host.element_type()))
+}
+
 /// An interpreter array as host bytes (integers exactly, whatever their width).
 pub fn to_host(array: &Array) -> Result<HostArray, ConvertError> {
     let dtype = array.dtype;

@@ -64,7 +64,14 @@ pub fn to_host(array: &Array) -> Result<HostArray, JitError> {
     tessera_mpmd::host::to_host(array).map_err(|e| JitError::Convert(e.0))
 }
 
-/// Host bytes as an interpreter array of `dtype`.
+/// Host bytes as an interpreter array of their own dtype (exact; no dtype to repeat). Key
+/// arrays come back as their `u32[..., 2]` words: use [`from_host`] with `DType::KeyFry`.
+pub fn to_array(host: &HostArray) -> Result<Array, JitError> {
+    tessera_mpmd::host::to_array(host).map_err(|e| JitError::Convert(e.0))
+}
+
+/// Host bytes as an interpreter array of `dtype` (`DType::KeyFry` reads `u32[..., 2]` words
+/// as keys).
 pub fn from_host(host: &HostArray, dtype: DType) -> Result<Array, JitError> {
     tessera_mpmd::host::from_host(host, dtype).map_err(|e| JitError::Convert(e.0))
 }
