@@ -266,3 +266,28 @@ fn integer_identities_powers_argmax_and_huge_indices_match_xla() {
         ],
     );
 }
+
+#[test]
+fn integer_convolutions_and_select_and_scatter_add_are_exact() {
+    let program = parse_closed(
+        "{ lambda ; a:i64[1,1,3] b:i64[1,1,2] s:i32[2] x:i32[4]. let c:i64[1,1,2] = conv_general_dilated[batch_group_count=1 dimension_numbers=ConvDimensionNumbers(lhs_spec=(0, 1, 2), rhs_spec=(0, 1, 2), out_spec=(0, 1, 2)) feature_group_count=1 lhs_dilation=(1,) padding=((0, 0),) precision=None preferred_element_type=None rhs_dilation=(1,) window_strides=(1,)] a b\n d:i32[4] = select_and_scatter_add[padding=((0, 0),) select_prim=ge window_dimensions=(2,) window_strides=(2,)] s x in (c, d) }",
+    )
+    .unwrap();
+    let (l, r) = (
+        [(1_i128 << 40) + 1, (1 << 40) + 3, 5],
+        [(1_i128 << 13) + 1, 7],
+    );
+    let inputs = [
+        Array::from_int_vec(DType::I64, &[1, 1, 3], l.to_vec()).unwrap(),
+        Array::from_int_vec(DType::I64, &[1, 1, 2], r.to_vec()).unwrap(),
+        Array::from_int_vec(DType::I32, &[2], vec![2147483647, 5]).unwrap(),
+        Array::from_int_vec(DType::I32, &[4], vec![3, 9, 8, 8]).unwrap(),
+    ];
+    // Each output is a sum of products past 2^53; the ties of select (8, 8) keep the first.
+    let conv = |j: usize| l[j] * r[0] + l[j + 1] * r[1];
+    check_ints(
+        &program,
+        &inputs,
+        &[vec![conv(0), conv(1)], vec![0, 2147483647, 5, 0]],
+    );
+}

@@ -6,7 +6,7 @@
 
 use ndarray::{ArrayD, Dimension, IxDyn};
 
-use crate::array::Array;
+use crate::array::{Array, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::error::{IrError, Result, type_error};
@@ -223,7 +223,6 @@ pub(super) fn eval(
 ) -> Result<Vec<Array>> {
     let (lhs, rhs) = (&inputs[0], &inputs[1]);
     let c = ConvParams::read(params, lhs.data.ndim())?;
-    let (lv, rv) = (lhs.values(), rhs.values());
     let out = &outputs[0];
     let (ls, rs) = (lhs.shape(), rhs.shape());
     let (g, b) = (c.feature_group_count, c.batch_group_count);
@@ -238,14 +237,13 @@ pub(super) fn eval(
     .indexed_iter()
     .map(|(i, _)| i.slice().to_vec())
     .collect();
-    let acc = out.dtype.accumulation();
     let dims: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
-    let data = ArrayD::from_shape_fn(IxDyn(&dims), |idx| {
-        let idx = idx.slice();
+    // The (operand index, kernel index) pairs whose products sum to the output at `idx`.
+    let terms = |idx: &[usize]| -> Vec<(Vec<usize>, Vec<usize>)> {
         let (n, o) = (idx[c.out_spec[0]] as i64, idx[c.out_spec[1]] as i64);
         let group = o / (o_total / g);
         let batch = (o / (o_total / b)) * n_out + n;
-        let mut sum = 0.0;
+        let mut terms = Vec::new();
         for i in 0..i_per_group {
             let feature = group * i_per_group + i;
             'kernel: for k in &kernel_positions {
@@ -266,10 +264,27 @@ pub(super) fn eval(
                     at_l[c.lhs_spec[2 + s]] = (p / d) as usize;
                     at_r[c.rhs_spec[2 + s]] = k[s];
                 }
-                sum = acc.round(sum + lv[IxDyn(&at_l)] * rv[IxDyn(&at_r)]);
+                terms.push((at_l, at_r));
             }
         }
-        sum
+        terms
+    };
+    // Integers accumulate exactly and wrap; floats round to the accumulation dtype each step.
+    if is_exact_int(lhs.dtype) && is_exact_int(rhs.dtype) {
+        let (li, ri) = (lhs.ints(), rhs.ints());
+        let data = ArrayD::from_shape_fn(IxDyn(&dims), |idx| {
+            terms(idx.slice()).iter().fold(0_i128, |sum, (l, r)| {
+                sum.wrapping_add(li[IxDyn(l)].wrapping_mul(ri[IxDyn(r)]))
+            })
+        });
+        return Ok(vec![Array::from_ints(out.dtype, data)]);
+    }
+    let (lv, rv) = (lhs.values(), rhs.values());
+    let acc = out.dtype.accumulation();
+    let data = ArrayD::from_shape_fn(IxDyn(&dims), |idx| {
+        terms(idx.slice()).iter().fold(0.0, |sum, (l, r)| {
+            acc.round(sum + lv[IxDyn(l)] * rv[IxDyn(r)])
+        })
     });
     Ok(vec![Array::from_values(out.dtype, data)])
 }

@@ -386,26 +386,33 @@ fn select_and_scatter_add(params: &Params, inputs: &[Array]) -> Result<Array> {
     let w = WindowParams::read("select_and_scatter_add", params, shape.len())?;
     let ge = select_is_ge(params)?;
     let offsets = positions(&w.dimensions);
-    let mut out = ArrayD::<f64>::zeros(operand.data.raw_dim());
-    let (operand_values, source_values) = (operand.values(), source.values());
+    let dtype = operand.dtype;
+    let mut out = ArrayD::from_elem(operand.data.raw_dim(), Elem::ZERO);
+    // Integers compare exactly; floats as f64 (a NaN is never kept over a later candidate).
+    let kept_over = |c: Elem, v: Elem| {
+        if is_exact_int(dtype) {
+            let (c, v) = (c.to_int(dtype), v.to_int(dtype));
+            if ge { c >= v } else { c <= v }
+        } else {
+            let (c, v) = (c.to_f64(dtype), v.to_f64(dtype));
+            if ge { c >= v } else { c <= v }
+        }
+    };
     for o in positions(&source.shape()) {
-        let mut chosen: Option<(Vec<usize>, f64)> = None;
+        let mut chosen: Option<(Vec<usize>, Elem)> = None;
         for k in &offsets {
             let Some(at) = w.source(&shape, &o, k) else {
                 continue;
             };
-            let v = operand_values[IxDyn(&at)];
-            let keep = chosen
-                .as_ref()
-                .is_some_and(|(_, c)| if ge { *c >= v } else { *c <= v });
-            if !keep {
+            let v = operand.data[IxDyn(&at)];
+            if !chosen.as_ref().is_some_and(|&(_, c)| kept_over(c, v)) {
                 chosen = Some((at, v));
             }
         }
         if let Some((at, _)) = chosen {
-            let s = source_values[IxDyn(&o)];
-            out[IxDyn(&at)] = operand.dtype.round(out[IxDyn(&at)] + s);
+            // The source has the operand's dtype (the shape rule checks it).
+            out[IxDyn(&at)] = out[IxDyn(&at)].add(source.data[IxDyn(&o)], dtype);
         }
     }
-    Ok(Array::from_values(operand.dtype, out))
+    Ok(operand.with_elems(out))
 }
