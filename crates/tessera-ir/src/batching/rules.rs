@@ -282,12 +282,17 @@ fn slice(params: &Params, x: &Tensor, size: i64) -> Tensor {
 /// `pad(x, v)` with a batched padding value `v` is `pad(x, 0) + v * pad(zeros, 1)`: the second
 /// term marks the padding (edges and interior).
 fn pad(params: &Params, args: &[Batched], size: i64) -> Tensor {
-    let Some(config) = params.get("padding_config").and_then(ParamValue::as_seq) else {
-        let message = "parameter `padding_config` must be a tuple of triples".to_owned();
-        return args[0].0.fail("pad", message);
+    let config = match StructuralParams::of(Prim::Pad, params) {
+        Ok(StructuralParams::Pad { padding_config }) => padding_config,
+        Ok(other) => return args[0].0.fail("pad", format!("read as {other:?}")),
+        Err(e) => return malformed(args, Prim::Pad, &e),
     };
+    let triples: Vec<ParamValue> = config
+        .iter()
+        .map(|&(lo, hi, int)| ParamValue::ints(&[lo, hi, int]))
+        .collect();
     let mut batched = vec![ParamValue::ints(&[0, 0, 0])];
-    batched.extend(config.iter().cloned());
+    batched.extend(triples.iter().cloned());
     let p = with_param(params, "padding_config", ParamValue::Tuple(batched));
     let x = to_front(&args[0], size);
     let (v, vdim) = &args[1];
@@ -313,7 +318,7 @@ fn pad(params: &Params, args: &[Batched], size: i64) -> Tensor {
     let one = x.literal_strong(1.0, dtype);
     let marks = Tensor::bind1(
         Prim::Pad,
-        Params::new().with("padding_config", ParamValue::Tuple(config.to_vec())),
+        Params::new().with("padding_config", ParamValue::Tuple(triples)),
         &[&zeros, &one],
     );
     let mut vshape = vec![size];

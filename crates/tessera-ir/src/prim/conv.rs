@@ -270,7 +270,8 @@ pub(super) fn eval(
         terms
     };
     // Integers accumulate exactly and wrap; floats round to the accumulation dtype each step.
-    if is_exact_int(lhs.dtype) && is_exact_int(rhs.dtype) {
+    // (An integer convolution with a float result accumulates in floats, as XLA's does.)
+    if is_exact_int(lhs.dtype) && is_exact_int(rhs.dtype) && is_exact_int(out.dtype) {
         let (li, ri) = (lhs.ints(), rhs.ints());
         let data = ArrayD::from_shape_fn(IxDyn(&dims), |idx| {
             terms(idx.slice()).iter().fold(0_i128, |sum, (l, r)| {

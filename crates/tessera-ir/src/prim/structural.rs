@@ -39,7 +39,13 @@ pub(super) fn abstract_eval(
             dimension,
         } => {
             arity(prim, inputs.len(), 0)?;
-            axis(prim, dimension, shape.len())?;
+            // As in JAX, the dimension is not counted from the end.
+            if !(0..shape.len() as i64).contains(&dimension) {
+                return Err(type_error(
+                    name,
+                    format!("dimension {dimension} is not a dimension of shape {shape:?}"),
+                ));
+            }
             out(dtype, shape)
         }
         StructuralParams::BroadcastInDim {
@@ -116,15 +122,24 @@ pub(super) fn abstract_eval(
                 .collect();
             out(x.dtype, shape)
         }
-        StructuralParams::ExpandDims {
-            dimensions: mut added,
-        } => {
+        StructuralParams::ExpandDims { dimensions } => {
             arity(prim, inputs.len(), 1)?;
             let x = &inputs[0];
-            let mut shape = x.shape.clone();
+            // Each dimension is a position in the result (negative ones count from its end).
+            let rank = x.rank() + dimensions.len();
+            let mut added = dimensions
+                .iter()
+                .map(|&d| axis(prim, d, rank))
+                .collect::<Result<Vec<_>>>()?;
             added.sort_unstable();
+            if added.windows(2).any(|w| w[0] == w[1]) {
+                return Err(type_error(
+                    name,
+                    format!("dimensions {dimensions:?} name a result dimension twice"),
+                ));
+            }
+            let mut shape = x.shape.clone();
             for d in added {
-                let d = axis(prim, d, shape.len() + 1)?;
                 shape.insert(d, 1);
             }
             out(x.dtype, shape)
@@ -255,7 +270,7 @@ pub(super) fn eval(
     let dims = dims_of(&out.shape);
     let data: ArrayD<Elem> = match StructuralParams::read(op, params)? {
         StructuralParams::Iota { dimension, .. } => {
-            let d = axis(prim, dimension, dims.len())?;
+            let d = dimension as usize; // checked by the shape rule
             ArrayD::from_shape_fn(IxDyn(&dims), |idx| {
                 Elem::from_int(out.dtype, idx[d] as i128)
             })

@@ -100,9 +100,20 @@ impl StructuralParams {
                     .opt_ints(name, "broadcast_dimensions")?
                     .unwrap_or_default(),
             },
-            StructuralOp::Reshape => StructuralParams::Reshape {
-                new_sizes: params.ints(name, "new_sizes")?,
-            },
+            StructuralOp::Reshape => {
+                // `dimensions` other than None transposes first; nothing Tessera or JAX's
+                // `jnp.reshape` emits uses it.
+                if params.get("dimensions").is_some_and(|d| !d.is_none()) {
+                    return Err(type_error(
+                        name,
+                        "`dimensions` other than None is not supported; transpose the operand \
+                         first",
+                    ));
+                }
+                StructuralParams::Reshape {
+                    new_sizes: params.ints(name, "new_sizes")?,
+                }
+            }
             StructuralOp::Squeeze => StructuralParams::Squeeze {
                 dimensions: params.ints(name, "dimensions")?,
             },
@@ -155,7 +166,7 @@ fn op_name(op: StructuralOp) -> &'static str {
 }
 
 /// `pad`'s `padding_config`: one `(low, high, interior)` triple per dimension.
-pub fn padding_config(params: &Params) -> Result<Vec<(i64, i64, i64)>> {
+fn padding_config(params: &Params) -> Result<Vec<(i64, i64, i64)>> {
     let bad = || {
         type_error(
             "pad",
@@ -209,5 +220,40 @@ mod tests {
                 broadcast_dimensions: vec![],
             }
         );
+    }
+
+    fn shape_of(prim: Prim, params: &Params, x: &[i64]) -> Result<Vec<i64>> {
+        let x = crate::aval::ShapedArray::new(DType::F32, x);
+        Ok(prim.abstract_eval(params, &[x], None)?.remove(0).shape)
+    }
+
+    #[test]
+    fn expand_dims_counts_negative_dimensions_from_the_result_s_end() {
+        let dims = |d: &[i64]| Params::new().with("dimensions", ParamValue::ints(d));
+        // As jnp.expand_dims: f32[5] with (-1, -2) is f32[5,1,1]; (-3, 1) is f32[1,1,5].
+        assert_eq!(
+            shape_of(Prim::ExpandDims, &dims(&[-1, -2]), &[5]).unwrap(),
+            [5, 1, 1]
+        );
+        assert_eq!(
+            shape_of(Prim::ExpandDims, &dims(&[-3, 1]), &[5]).unwrap(),
+            [1, 1, 5]
+        );
+        assert!(shape_of(Prim::ExpandDims, &dims(&[0, -3]), &[5]).is_err());
+    }
+
+    #[test]
+    fn iota_refuses_a_negative_dimension_and_reshape_a_transposing_one() {
+        let iota = Params::new()
+            .with("dtype", ParamValue::Name("int32".into()))
+            .with("shape", ParamValue::ints(&[2, 3]))
+            .with("dimension", ParamValue::Int(-1))
+            .with("sharding", ParamValue::Name("None".into()));
+        assert!(Prim::Iota.abstract_eval(&iota, &[], None).is_err());
+        let reshape = Params::new()
+            .with("new_sizes", ParamValue::ints(&[6]))
+            .with("dimensions", ParamValue::ints(&[1, 0]));
+        let err = shape_of(Prim::Reshape, &reshape, &[2, 3]).unwrap_err();
+        assert!(err.to_string().contains("transpose"), "{err}");
     }
 }
