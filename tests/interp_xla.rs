@@ -11,15 +11,31 @@ use tessera_ir::text::parse_closed;
 use tessera_ir::{Array, ClosedJaxpr, DType};
 use tessera_tests::named_real_cases;
 
-/// Runs on both backends and checks both against `want`, output by output.
-fn check(program: &ClosedJaxpr, inputs: &[Array], want: &[&[f64]]) {
+/// Runs on both backends and checks both against `want`, output by output, read with `read`.
+fn check_read<T: PartialEq + std::fmt::Debug>(
+    program: &ClosedJaxpr,
+    inputs: &[Array],
+    want: &[Vec<T>],
+    read: fn(&Array) -> Vec<T>,
+) {
     let client = tessera_pjrt::Client::cpu(1).unwrap();
     let here = eval_closed(program, inputs).unwrap();
     let there = tessera::jit::run_on_device(&client, program, inputs, 0).unwrap();
     for (k, w) in want.iter().enumerate() {
-        assert_eq!(here[k].to_vec(), *w, "interpreter, output {k}");
-        assert_eq!(there[k].to_vec(), *w, "PJRT, output {k}");
+        assert_eq!(read(&here[k]), *w, "interpreter, output {k}");
+        assert_eq!(read(&there[k]), *w, "PJRT, output {k}");
     }
+}
+
+/// [`check_read`] of the values as `f64`.
+fn check(program: &ClosedJaxpr, inputs: &[Array], want: &[&[f64]]) {
+    let want: Vec<Vec<f64>> = want.iter().map(|w| w.to_vec()).collect();
+    check_read(program, inputs, &want, Array::to_vec);
+}
+
+/// [`check_read`] of the values as exact integers.
+fn check_ints(program: &ClosedJaxpr, inputs: &[Array], want: &[Vec<i128>]) {
+    check_read(program, inputs, want, Array::to_int_vec);
 }
 
 const I32_OPS: &str = "{ lambda ; a:i32[7] b:i32[7]. let
@@ -118,17 +134,6 @@ fn a_bf16_sum_of_1000_ones_is_1000() {
     check(&program, &[ones], &[&[1000.0]]);
     // JAX's own bf16 case (a sum of 1000 ones through bf16), values and gradients.
     assert_eq!(named_real_cases(&["bf16_sum_0", "bf16_sum_1"]), 4);
-}
-
-/// Runs on both backends and checks both against exact integers, output by output.
-fn check_ints(program: &ClosedJaxpr, inputs: &[Array], want: &[Vec<i128>]) {
-    let client = tessera_pjrt::Client::cpu(1).unwrap();
-    let here = eval_closed(program, inputs).unwrap();
-    let there = tessera::jit::run_on_device(&client, program, inputs, 0).unwrap();
-    for (k, w) in want.iter().enumerate() {
-        assert_eq!(here[k].to_int_vec(), *w, "interpreter, output {k}");
-        assert_eq!(there[k].to_int_vec(), *w, "PJRT, output {k}");
-    }
 }
 
 /// `f` of each pair of `a` and `b`, as exact integers (Rust's own wrapping arithmetic).

@@ -92,6 +92,15 @@ impl Elem {
         }
     }
 
+    /// The smaller of `self` and `other` in `dtype` (for floats, a NaN loses, as `f64::min`).
+    pub fn min(self, other: Elem, dtype: DType) -> Elem {
+        if is_exact_int(dtype) {
+            Elem::from_int(dtype, self.to_int(dtype).min(other.to_int(dtype)))
+        } else {
+            Elem::from_f64(dtype, self.to_f64(dtype).min(other.to_f64(dtype)))
+        }
+    }
+
     /// The raw bits (an `f64`'s bits for floating dtypes, the two's-complement value for
     /// integers).
     pub fn bits(self) -> u64 {
@@ -242,8 +251,9 @@ impl Array {
         self.data.iter().map(|e| e.to_int(self.dtype)).collect()
     }
 
-    /// The values converted to `dtype` (integers exactly, floats rounded); the same array when
-    /// the dtype is already `dtype`.
+    /// The values converted to `dtype` as `convert_element_type` converts them: integers
+    /// exactly (wrapping), floats rounded, floats to integers truncated (NaN to 0), anything to
+    /// `bool` as `x != 0`; a copy when the dtype is already `dtype`.
     pub fn converted(&self, dtype: DType) -> Array {
         if dtype == self.dtype {
             self.clone()
@@ -251,6 +261,15 @@ impl Array {
             Array::from_ints(dtype, self.ints())
         } else {
             Array::from_values(dtype, self.values())
+        }
+    }
+
+    /// [`Array::converted`], without a copy when the dtype is already `dtype`.
+    pub fn into_dtype(self, dtype: DType) -> Array {
+        if dtype == self.dtype {
+            self
+        } else {
+            self.converted(dtype)
         }
     }
 

@@ -61,7 +61,7 @@ pub fn to_host(array: &Array) -> Result<HostArray, ConvertError> {
     let dtype = array.dtype;
     let mut bytes = Vec::with_capacity(array.data.len() * dtype.size_in_bytes());
     for &e in array.data.iter() {
-        let v = e.to_f64(dtype);
+        let v = || e.to_f64(dtype);
         match dtype {
             // Integers: the low bytes of the exact two's-complement value.
             DType::Bool | DType::U8 | DType::I8 | DType::I16 | DType::I32 | DType::I64 => {
@@ -72,10 +72,10 @@ pub fn to_host(array: &Array) -> Result<HostArray, ConvertError> {
                 let bytes_of = (e.to_int(dtype) as u64).to_ne_bytes();
                 bytes.extend(low_bytes(&bytes_of, dtype.size_in_bytes()));
             }
-            DType::BF16 => bytes.extend(half::bf16::from_f64(v).to_bits().to_ne_bytes()),
-            DType::F16 => bytes.extend(half::f16::from_f64(v).to_bits().to_ne_bytes()),
-            DType::F32 => bytes.extend((v as f32).to_ne_bytes()),
-            DType::F64 => bytes.extend(v.to_ne_bytes()),
+            DType::BF16 => bytes.extend(half::bf16::from_f64(v()).to_bits().to_ne_bytes()),
+            DType::F16 => bytes.extend(half::f16::from_f64(v()).to_bits().to_ne_bytes()),
+            DType::F32 => bytes.extend((v() as f32).to_ne_bytes()),
+            DType::F64 => bytes.extend(v().to_ne_bytes()),
             DType::KeyFry => {
                 let words = e.bits();
                 bytes.extend(((words >> 32) as u32).to_ne_bytes());

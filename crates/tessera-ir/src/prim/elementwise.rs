@@ -207,7 +207,7 @@ pub(super) fn eval(
                 .map_collect(|&l, &v, &h| v.max(l).min(h));
             Array::from_values(out.dtype, data)
         }
-        ElementwiseOp::Convert => convert(&inputs[0], out.dtype),
+        ElementwiseOp::Convert => inputs[0].converted(out.dtype),
         ElementwiseOp::Unary(u) => {
             let y = if u == UnaryOp::IntegerPow {
                 params.int("integer_pow", "y")?
@@ -279,29 +279,6 @@ fn select_n(inputs: &[Array], dtype: DType, dims: &[usize]) -> Result<ArrayD<Ele
         *value = cases[which].data[&idx];
     }
     Ok(out)
-}
-
-/// `convert_element_type`: integers convert exactly (wrapping), floats to integers truncate
-/// (NaN to 0), anything to `bool` is `x != 0`.
-fn convert(x: &Array, to: DType) -> Array {
-    if to == DType::Bool {
-        let nonzero = if is_exact_int(x.dtype) {
-            x.ints().mapv(|v| i128::from(v != 0))
-        } else {
-            x.values().mapv(|v| i128::from(v != 0.0))
-        };
-        Array::from_ints(to, nonzero)
-    } else if is_exact_int(x.dtype) {
-        Array::from_ints(to, x.ints())
-    } else if to.is_int() {
-        Array::from_values(
-            to,
-            x.values()
-                .mapv(|v| if v.is_nan() { 0.0 } else { v.trunc() }),
-        )
-    } else {
-        Array::from_values(to, x.values())
-    }
 }
 
 /// A unary operation on an exact integer (or boolean); the caller wraps the result.

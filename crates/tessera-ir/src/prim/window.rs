@@ -329,15 +329,13 @@ enum Combine {
 impl Combine {
     /// `a` combined with `b` in `dtype` (integers exactly).
     fn apply(&self, a: Elem, b: Elem, dtype: DType) -> Result<Elem> {
-        let int = is_exact_int(dtype);
-        let (x, y) = (a.to_f64(dtype), b.to_f64(dtype));
-        let nan = !int && (x.is_nan() || y.is_nan());
+        // A NaN wins max and min, as in XLA (`Elem::max`/`min` let it lose, as `f64`'s do).
+        let nan = !is_exact_int(dtype) && (a.to_f64(dtype).is_nan() || b.to_f64(dtype).is_nan());
         Ok(match self {
             Combine::Sum => a.add(b, dtype),
             Combine::Max | Combine::Min if nan => Elem::from_f64(dtype, f64::NAN),
             Combine::Max => a.max(b, dtype),
-            Combine::Min if int => Elem::from_int(dtype, a.to_int(dtype).min(b.to_int(dtype))),
-            Combine::Min => Elem::from_f64(dtype, x.min(y)),
+            Combine::Min => a.min(b, dtype),
             Combine::Jaxpr(j) => {
                 let scalar = |e: Elem| Array::from_elem_vec(dtype, &[], vec![e]);
                 let out = crate::interp::eval_closed(j, &[scalar(a)?, scalar(b)?])?;
