@@ -56,7 +56,7 @@ fn local_part(
     }
     Ok(Array::from_addressable_shards(
         host.dims(),
-        host.element_type(),
+        tessera::pjrt::ElementType::from_dtype(host.dtype()),
         sharding,
         shards,
     )?)
@@ -64,7 +64,7 @@ fn local_part(
 
 /// The values of a host array as `f32`s.
 fn floats(host: &HostArray) -> anyhow::Result<Vec<f32>> {
-    host.to_vec::<f32>()
+    host.to_typed::<f32>()
         .ok_or_else(|| anyhow::anyhow!("expected f32 values"))
 }
 

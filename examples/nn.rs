@@ -12,7 +12,7 @@
 //! to `target/nn-loss.svg`.
 
 use tessera::ir::{Array, ClosedJaxpr, DType, ShapedArray};
-use tessera::jit::{Jit, to_array, to_host};
+use tessera::jit::Jit;
 use tessera::nn::checkpoint::{self, Manifest};
 use tessera::nn::data::{ByteCorpus, Split};
 use tessera::nn::lr::LrSchedule;
@@ -96,9 +96,9 @@ fn train(
     };
     let (compiled, eval) = (compile(step)?, compile(eval)?);
     let put = |a: &Array| -> anyhow::Result<DeviceArray> {
-        Ok(DeviceArray::device_put(&client, &to_host(a)?, &one)?)
+        Ok(DeviceArray::device_put(&client, a, &one)?)
     };
-    let get = |a: &DeviceArray| -> anyhow::Result<Array> { Ok(to_array(&a.to_host()?)?) };
+    let get = |a: &DeviceArray| -> anyhow::Result<Array> { Ok(a.to_host()?) };
 
     let (params, state, first) = match start {
         Start::Fresh => {

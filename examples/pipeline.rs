@@ -6,7 +6,6 @@
 
 use tessera::ir::trace::{trace, treduce, value_and_grad_call};
 use tessera::ir::{Array, DType, ShapedArray};
-use tessera::jit::{to_array, to_host};
 use tessera::mpmd::{MpmdMesh, StepArg, StepResult, mpmd_jit};
 use tessera::pjrt::Client;
 use tessera::sharding::Mesh;
@@ -70,7 +69,7 @@ fn main() -> anyhow::Result<()> {
     let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 2), ("data", 4)])?, "stage")?;
     let jit = mpmd_jit(&client, &mesh, &step)?;
 
-    let host = |a: &Array| -> anyhow::Result<StepArg> { Ok(StepArg::Host(to_host(a)?)) };
+    let host = |a: &Array| -> anyhow::Result<StepArg> { Ok(StepArg::Host(a.clone())) };
     let mut weights = vec![
         host(&values(&[WIDTH, WIDTH], 0.5, 0.5)?)?,
         host(&values(&[WIDTH, WIDTH], 1.5, 0.5)?)?,
@@ -86,7 +85,7 @@ fn main() -> anyhow::Result<()> {
         let loss = outputs
             .pop()
             .ok_or_else(|| anyhow::anyhow!("the step returned nothing"))?;
-        let loss = to_array(&loss.to_host()?)?;
+        let loss = loss.to_host()?;
         println!("step {step:>2}  loss {:.6}", loss.to_vec()[0]);
         weights = outputs.into_iter().map(StepResult::into_arg).collect();
     }

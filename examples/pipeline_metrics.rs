@@ -20,7 +20,6 @@ use tessera::ir::interp::eval_closed;
 use tessera::ir::prim::ReduceOp;
 use tessera::ir::trace::{Tensor, trace, treduce_i, value_and_grad_with_aux_call};
 use tessera::ir::{Array, ClosedJaxpr, DType, ShapedArray};
-use tessera::jit::{to_array, to_host};
 use tessera::mpmd::mpi_job::MpiJob;
 use tessera::mpmd::processes::Processes;
 use tessera::mpmd::{
@@ -141,7 +140,7 @@ fn on_group(at: &Place, group: usize, host: &Array) -> anyhow::Result<StepArg> {
     let array = match local {
         true => {
             let sharding = NamedSharding::new(at.mesh.group(group)?, spec)?;
-            let array = DeviceArray::device_put(&at.client, &to_host(host)?, &sharding)?;
+            let array = DeviceArray::device_put(&at.client, host, &sharding)?;
             MpmdArray::on_its_group(&at.mesh, array)?
         }
         false => {
@@ -159,7 +158,7 @@ fn check(n: usize, outputs: &[StepResult], want: &[Array]) -> anyhow::Result<()>
         if matches!(got, StepResult::Mpmd(m) if !m.is_partially_addressable()) {
             continue; // another rank's weight
         }
-        let got = to_array(&got.to_host()?)?;
+        let got = got.to_host()?;
         let close = got
             .to_vec()
             .iter()
@@ -193,7 +192,7 @@ fn main() -> anyhow::Result<()> {
     // the stages reading them.
     let mut call: Vec<StepArg> = want_args[..3]
         .iter()
-        .map(|a| Ok(StepArg::Host(to_host(a)?)))
+        .map(|a| Ok(StepArg::Host(a.clone())))
         .collect::<anyhow::Result<_>>()?;
     call.push(on_group(&at, 0, &want_args[3])?);
     call.push(on_group(&at, 1, &want_args[4])?);
@@ -201,9 +200,9 @@ fn main() -> anyhow::Result<()> {
         let outputs = jit.call_mpmd(&call)?.outputs;
         let want = eval_closed(&step, &want_args)?;
         check(n, &outputs, &want)?;
-        let losses = to_array(&outputs[2].to_host()?)?.to_vec();
-        let worst = to_array(&outputs[3].to_host()?)?.to_vec()[0];
-        let agree = to_array(&outputs[4].to_host()?)?.to_vec()[0];
+        let losses = outputs[2].to_host()?.to_vec();
+        let worst = outputs[3].to_host()?.to_vec()[0];
+        let agree = outputs[4].to_host()?.to_vec()[0];
         let total = MICRO_BATCHES * ROWS * WIDTH;
         println!(
             "rank {}: step {n}  losses {losses:.4?}  largest error {worst:.4}  sign agrees {agree}/{total}",

@@ -14,7 +14,7 @@
 
 use tessera::ir::trace::{Tensor, trace, treduce, value_and_grad_call};
 use tessera::ir::{Array, ClosedJaxpr, DType, ShapedArray};
-use tessera::jit::{Jit, to_array, to_host};
+use tessera::jit::Jit;
 use tessera::mpmd::{MpmdJitOptions, MpmdMesh, StepArg, StepResult, mpmd_jit_with};
 use tessera::nn::data::{ByteCorpus, Split};
 use tessera::nn::optim::{AdamW, Optimizer};
@@ -139,12 +139,12 @@ fn main() -> anyhow::Result<()> {
     carried.extend(opt.init_state(&params)?.flatten());
     let mut weights: Vec<StepArg> = carried
         .iter()
-        .map(|a| Ok(StepArg::Host(to_host(a)?)))
+        .map(|a| Ok(StepArg::Host(a.clone())))
         .collect::<anyhow::Result<_>>()?;
     let mut on_group: Vec<DeviceArray> = carried
         .iter()
         .zip(&ins)
-        .map(|(a, s)| Ok(DeviceArray::device_put(&client, &to_host(a)?, s)?))
+        .map(|(a, s)| Ok(DeviceArray::device_put(&client, a, s)?))
         .collect::<anyhow::Result<_>>()?;
     let paths = config.avals().paths();
     let qkv = paths
@@ -153,15 +153,13 @@ fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("no blocks.0.attn.qkv.w"))?;
     let mut losses = Vec::new();
     for i in 0..STEPS {
-        let mut data = vec![to_host(&Array::scalar(DType::F32, LR))?];
-        for a in batches(&corpus, i, config.seq_len)? {
-            data.push(to_host(&a)?);
-        }
+        let mut data = vec![Array::scalar(DType::F32, LR)];
+        data.extend(batches(&corpus, i, config.seq_len)?);
         let mut args: Vec<StepArg> = std::mem::take(&mut weights);
         args.extend(data.iter().cloned().map(StepArg::Host));
         let mut results = pipelined.call_mpmd_donated(&mut args)?.outputs;
         let loss = results.pop().ok_or_else(|| anyhow::anyhow!("no loss"))?;
-        let loss = to_array(&loss.to_host()?)?.to_vec()[0];
+        let loss = loss.to_host()?.to_vec()[0];
         // The same step unpipelined.
         let puts = data
             .iter()
@@ -171,7 +169,7 @@ fn main() -> anyhow::Result<()> {
         let refs: Vec<&DeviceArray> = on_group.iter().chain(&puts).collect();
         let mut next = reference.call(&refs)?;
         let want = next.pop().ok_or_else(|| anyhow::anyhow!("no loss"))?;
-        let want = to_array(&want.to_host()?)?.to_vec()[0];
+        let want = want.to_host()?.to_vec()[0];
         on_group = next;
         println!("step {}  loss {loss:.6}  (unpipelined {want:.6})", i + 1);
         anyhow::ensure!(

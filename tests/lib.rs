@@ -129,11 +129,11 @@ pub fn summary_numbers(summary: &serde_json::Value, key: &str) -> Vec<f64> {
 pub fn assert_close(got: &[tessera_pjrt::HostArray], want: &[tessera_ir::Array]) {
     assert_eq!(got.len(), want.len(), "the number of results");
     for (k, (got, want)) in got.iter().zip(want).enumerate() {
-        let got = tessera::jit::from_host(got, want.dtype)
-            .unwrap_or_else(|e| panic!("result {k} does not convert to {}: {e}", want.dtype));
+        let got = tessera::jit::from_host(got, want.dtype())
+            .unwrap_or_else(|e| panic!("result {k} does not convert to {}: {e}", want.dtype()));
         assert_eq!(got.shape(), want.shape(), "result {k}");
         for (a, b) in got.to_vec().iter().zip(want.to_vec()) {
-            let tolerance = match want.dtype.is_float() {
+            let tolerance = match want.dtype().is_float() {
                 true => 1e-5 * b.abs().max(1.0),
                 false => 0.0,
             };

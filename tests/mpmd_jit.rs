@@ -679,10 +679,10 @@ fn a_step_takes_and_gives_parameter_trees() {
     // Trees of another shape are refused, naming the path.
     let mut swapped = trees.clone();
     swapped[0] = named(&["w0", "v1"], &avals[..2]).map(&mut |_, a| {
-        StepArg::Host(tessera_pjrt::HostArray::zeros(
-            tessera_pjrt::ElementType::F32,
+        StepArg::Host(tessera_pjrt::HostArray::zeros(&ShapedArray::new(
+            DType::F32,
             &a.shape,
-        ))
+        )))
     });
     let err = tree_step
         .call(&swapped)

@@ -249,17 +249,17 @@ fn keys_cross_the_device_boundary_as_their_two_words() {
     )
     .unwrap();
     let [here, there] = both(&program, &[keys]);
-    assert_eq!(there[0].dtype, DType::KeyFry);
+    assert_eq!(there[0].dtype(), DType::KeyFry);
     assert_eq!(there[0].shape(), [2, 2]);
     for k in 0..2 {
-        let bits = |a: &Array| a.data.iter().map(|e| e.bits()).collect::<Vec<_>>();
+        let bits = |a: &Array| a.elem_vec().iter().map(|e| e.bits()).collect::<Vec<_>>();
         assert_eq!(bits(&here[k]), bits(&there[k]), "output {k}");
     }
     // jax.random.split(jax.random.PRNGKey(0))[1] and split(PRNGKey(5), 2)[0] (see above).
     let words: Vec<[u32; 2]> = here[0]
-        .data
-        .iter()
-        .map(|&k| tessera_ir::prim::unpack_key(k))
+        .elem_vec()
+        .into_iter()
+        .map(tessera_ir::prim::unpack_key)
         .collect();
     assert_eq!(words[1], [928981903, 3453687069]);
     assert_eq!(words[0], [1797259609, 2579123966]);

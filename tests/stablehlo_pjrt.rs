@@ -66,7 +66,7 @@ fn run(client: &Client, module: &[u8], partitioner: Partitioner) -> Vec<f32> {
     exe.execute(&args)
         .unwrap()
         .iter()
-        .map(|outs| outs[0].to_host().unwrap().to_vec::<f32>().unwrap()[0])
+        .map(|outs| outs[0].to_host().unwrap().to_typed::<f32>().unwrap()[0])
         .collect()
 }
 

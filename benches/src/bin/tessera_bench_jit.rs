@@ -84,7 +84,7 @@ fn nudged(
 ) -> anyhow::Result<DeviceArray> {
     let host = w.to_host()?;
     let values: Vec<f32> = host
-        .to_vec::<f32>()
+        .to_typed::<f32>()
         .context("float32 weights")?
         .iter()
         .enumerate()
@@ -201,7 +201,7 @@ fn main() -> anyhow::Result<()> {
         let loss = out.pop().context("no loss")?;
         last_loss = f64::from(
             loss.to_host()?
-                .to_vec::<f32>()
+                .to_typed::<f32>()
                 .and_then(|v| v.first().copied())
                 .unwrap_or(f32::NAN),
         );

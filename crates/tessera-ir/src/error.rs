@@ -49,6 +49,26 @@ pub enum IrError {
     /// Evaluation failed (wrong inputs, an out-of-range value).
     #[error("evaluation: {0}")]
     Eval(String),
+    /// Host bytes do not match the shape and dtype they claim.
+    #[error("a host array of {dtype:?}{dims:?} needs {expected} bytes but has {actual}")]
+    HostSize {
+        /// The dtype.
+        dtype: crate::dtype::DType,
+        /// The dimensions.
+        dims: Vec<i64>,
+        /// Bytes the shape needs.
+        expected: usize,
+        /// Bytes given.
+        actual: usize,
+    },
+    /// A block does not lie inside the array.
+    #[error("block {block:?} does not lie inside an array of shape {dims:?}")]
+    BadBlock {
+        /// The block, `[start, stop)` per dimension.
+        block: Vec<(i64, i64)>,
+        /// The array's dimensions.
+        dims: Vec<i64>,
+    },
 }
 
 /// Shorthand.

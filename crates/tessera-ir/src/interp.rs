@@ -23,7 +23,7 @@ pub fn eval_closed(closed: &ClosedJaxpr, args: &[Array]) -> Result<Vec<Array>> {
         .chain(jaxpr.invars.iter().zip(args))
     {
         let aval = jaxpr.aval(var);
-        if value.dtype != aval.dtype || value.shape() != aval.shape {
+        if value.dtype() != aval.dtype || value.shape() != aval.shape {
             return Err(IrError::Eval(format!(
                 "argument of type {} given for a parameter of type {aval}",
                 value.aval()

@@ -42,10 +42,10 @@ impl Literal {
 
     /// The value as a scalar array (exact).
     pub fn to_array(&self) -> Array {
-        Array {
-            dtype: self.aval.dtype,
-            data: ndarray::ArrayD::from_elem(ndarray::IxDyn(&[]), self.value),
-        }
+        Array::from_elems(
+            self.aval.dtype,
+            ndarray::ArrayD::from_elem(ndarray::IxDyn(&[]), self.value),
+        )
     }
 }
 

@@ -32,7 +32,7 @@ pub mod text;
 pub mod trace;
 mod verify;
 
-pub use array::{Array, Elem};
+pub use array::{Array, Block, Elem, Element, element_count};
 pub use autodiff::{jvp, linearize, value_and_grad, value_and_grad_with_aux, vjp};
 pub use aval::ShapedArray;
 pub use batching::vmap;

@@ -5,10 +5,10 @@
 //! results are assembled into global arrays as the out_specs say, which is what a real
 //! multi-device run returns.
 
-use ndarray::{ArrayD, IxDyn, SliceInfoElem};
 use tessera_sharding::{AbstractMesh, PartitionSpec};
 
-use crate::array::{Array, Elem};
+use crate::array::Array;
+use crate::aval::ShapedArray;
 use crate::error::{IrError, Result};
 use crate::jaxpr::{Atom, ClosedJaxpr};
 use crate::passes::inline_all;
@@ -124,38 +124,18 @@ fn block_index(
     (index, first)
 }
 
-fn block_slices(index: &[i64], block: &[usize]) -> Vec<SliceInfoElem> {
-    index
-        .iter()
-        .zip(block)
-        .map(|(&i, &b)| {
-            let start = i as isize * b as isize;
-            SliceInfoElem::Slice {
-                start,
-                end: Some(start + b as isize),
-                step: 1,
-            }
-        })
-        .collect()
+/// The block `index` of blocks of extents `block`: `[start, stop)` per dimension.
+fn block_range(index: &[i64], block: &[i64]) -> Vec<(i64, i64)> {
+    index.iter().zip(block).map(|(&i, &b)| (i * b, (i + 1) * b)).collect()
 }
 
 /// Position `pos`'s block of the global array `x` laid out by `spec`.
 fn block_of(x: &Array, spec: &PartitionSpec, mesh: &AbstractMesh, pos: i64) -> Result<Array> {
-    let rank = x.data.ndim();
+    let rank = x.dims().len();
     let factors = split_factors(spec, mesh, rank)?;
-    let block: Vec<usize> = x
-        .data
-        .shape()
-        .iter()
-        .zip(&factors)
-        .map(|(&s, &f)| s / f as usize)
-        .collect();
+    let block: Vec<i64> = x.dims().iter().zip(&factors).map(|(&s, &f)| s / f).collect();
     let (index, _) = block_index(spec, mesh, rank, pos);
-    let view = x.data.slice(block_slices(&index, &block).as_slice());
-    Ok(Array {
-        dtype: x.dtype,
-        data: view.to_owned(),
-    })
+    x.block(&block_range(&index, &block))
 }
 
 /// The global array whose blocks (one per mesh position) are `blocks`, laid out by `spec`.
@@ -163,24 +143,16 @@ fn assemble(blocks: &[&Array], spec: &PartitionSpec, mesh: &AbstractMesh) -> Res
     let first = blocks
         .first()
         .ok_or_else(|| IrError::Eval("shard_map over an empty mesh".into()))?;
-    let rank = first.data.ndim();
+    let rank = first.dims().len();
     let factors = split_factors(spec, mesh, rank)?;
-    let block: Vec<usize> = first.data.shape().to_vec();
-    let global: Vec<usize> = block
-        .iter()
-        .zip(&factors)
-        .map(|(&b, &f)| b * f as usize)
-        .collect();
-    let mut out = ArrayD::from_elem(IxDyn(&global), Elem::ZERO);
+    let block = first.dims();
+    let global: Vec<i64> = block.iter().zip(&factors).map(|(&b, &f)| b * f).collect();
+    let mut out = Array::zeros(&ShapedArray::new(first.dtype(), &global));
     for (pos, b) in blocks.iter().enumerate() {
         let (index, first_replica) = block_index(spec, mesh, rank, pos as i64);
         if first_replica {
-            out.slice_mut(block_slices(&index, &block).as_slice())
-                .assign(&b.data);
+            out.write_block(&block_range(&index, block), b)?;
         }
     }
-    Ok(Array {
-        dtype: first.dtype,
-        data: out,
-    })
+    Ok(out)
 }

@@ -22,7 +22,7 @@ fn eval(p: &ClosedJaxpr, args: &[Array]) -> Vec<Array> {
 }
 
 fn scale(a: &Array, s: f64) -> Array {
-    Array::from_values(a.dtype, &a.values() * s)
+    Array::from_values(a.dtype(), &a.values() * s)
 }
 
 /// `y = sin(x)` whose JVP rule claims `dy = 3 t` (not the true `cos(x) t`).

@@ -28,7 +28,7 @@ fn finite_difference(f: &ClosedJaxpr, x: &[Array], t: &[Array]) -> Vec<Array> {
     let (plus, minus) = (at(eps), at(-eps));
     plus.iter()
         .zip(&minus)
-        .map(|(p, m)| Array::from_values(p.dtype, (&p.values() - &m.values()) / (2.0 * eps)))
+        .map(|(p, m)| Array::from_values(p.dtype(), (&p.values() - &m.values()) / (2.0 * eps)))
         .collect()
 }
 
@@ -335,7 +335,7 @@ fn vjp_split_into_forward_and_transposed_backward_matches_vjp_for_every_primitiv
         let want = eval(&vjp(&f).unwrap(), &want_args);
         assert_eq!(got.len(), want.len(), "{}", prim.name());
         for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-            if w.dtype.is_float() {
+            if w.dtype().is_float() {
                 assert_close(&format!("{}: cotangent {k}", prim.name()), g, w, 1e-9);
             }
         }

@@ -533,7 +533,8 @@ impl CompiledPipeline {
                 Key::Acc { stage, k, .. } => {
                     let a =
                         key_aval(&self.parts, Key::Param { stage, k }).ok_or_else(|| missing(k))?;
-                    HostArray::zeros(element_type(a.dtype)?, &a.shape)
+                    element_type(a.dtype)?;
+                    HostArray::zeros(&a)
                 }
                 Key::Data { stage, mb, k } => {
                     let arg = self.parts[stage as usize].data_args[k];
@@ -687,8 +688,8 @@ impl CompiledPipeline {
                         "a part of the gradient of parameter argument {arg} arrived where its first stage does not run"
                     )));
                 };
-                let host =
-                    HostArray::from_bytes(mine.element_type(), mine.shape(), bytes.to_vec())?;
+                let host = HostArray::from_bytes(mine.element_type().dtype(), mine.shape(), bytes.to_vec())
+                    .map_err(crate::error::MpmdError::from)?;
                 let theirs = DeviceArray::device_put(&self.client, &host, mine.sharding())?;
                 let (s, k) = self.first_use(arg).ok_or_else(|| {
                     DriverError::Config(format!("parameter argument {arg} has no stage"))
@@ -720,7 +721,7 @@ impl CompiledPipeline {
     fn losses(&self, results: Vec<Option<DeviceArray>>) -> Result<Vec<f64>, DriverError> {
         let to_f64 = |a: &DeviceArray| -> Result<f64, DriverError> {
             Ok(a.to_host()?
-                .to_vec::<f32>()
+                .to_typed::<f32>()
                 .and_then(|v| v.first().copied())
                 .map_or(f64::NAN, f64::from))
         };

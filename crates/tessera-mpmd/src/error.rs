@@ -77,6 +77,9 @@ pub enum MpmdError {
     /// A device error from tessera-pjrt.
     #[error(transparent)]
     Pjrt(#[from] tessera_pjrt::PjrtError),
+    /// A host array was malformed or cut outside its bounds.
+    #[error(transparent)]
+    Host(#[from] tessera_ir::IrError),
 }
 
 /// Shorthand for results of this crate.

@@ -251,7 +251,7 @@ fn assemble<'a>(
     ty: ElementType,
     pieces: impl Iterator<Item = &'a Piece>,
 ) -> Result<HostArray> {
-    let mut host = HostArray::zeros(ty, shape);
+    let mut host = HostArray::zeros(&tessera_ir::ShapedArray::new(ty.dtype(), shape));
     for piece in pieces {
         host.write_block(&piece.block, &piece.data)?;
     }
@@ -300,7 +300,7 @@ fn decode_all(
             let bytes = payload.get(8 + 16 * rank..).ok_or_else(bad)?.to_vec();
             let dims: Vec<i64> = block.iter().map(|(a, b)| b - a).collect();
             let array = array as usize;
-            let data = HostArray::from_bytes(ty(array).ok_or_else(bad)?, &dims, bytes)?;
+            let data = HostArray::from_bytes(ty(array).ok_or_else(bad)?.dtype(), &dims, bytes)?;
             pieces.push(Piece { array, block, data });
         }
     }

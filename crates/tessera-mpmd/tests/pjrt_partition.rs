@@ -166,7 +166,7 @@ fn check(client: &Client, name: &str, stages: usize, microbatches: u32) {
     let got: Vec<Vec<f32>> = out
         .results
         .iter()
-        .map(|a| a.to_host().unwrap().to_vec::<f32>().unwrap())
+        .map(|a| a.to_host().unwrap().to_typed::<f32>().unwrap())
         .collect();
     for s in 0..stages {
         for (a, b) in got[s].iter().zip(&want[s]) {

@@ -251,7 +251,7 @@ fn check(client: &Client, name: &str, stages: u32, microbatches: u32) {
         .map(|a| {
             a.to_host()
                 .unwrap()
-                .to_vec::<f32>()
+                .to_typed::<f32>()
                 .unwrap()
                 .iter()
                 .map(|&v| v as f64)

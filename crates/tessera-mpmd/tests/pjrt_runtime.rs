@@ -91,12 +91,12 @@ fn four_stage_pipeline_runs_on_eight_cpu_devices() {
     for (m, result) in out.results.iter().enumerate() {
         // Four times x -> 2x + 1 is 16x + 15.
         let expected: Vec<f32> = inputs[m]
-            .to_vec::<f32>()
+            .to_typed::<f32>()
             .unwrap()
             .iter()
             .map(|x| 16.0 * x + 15.0)
             .collect();
-        assert_eq!(result.to_host().unwrap().to_vec::<f32>().unwrap(), expected);
+        assert_eq!(result.to_host().unwrap().to_typed::<f32>().unwrap(), expected);
         let devices: Vec<i32> = result
             .addressable_shards()
             .unwrap()
@@ -132,7 +132,7 @@ fn a_donated_input_is_consumed_by_the_program() {
     let input = Array::device_put(&client, &host, &sharding).unwrap();
     let out = executor.execute(program, &[&input]).unwrap();
     assert_eq!(
-        out[0].to_host().unwrap().to_vec::<f32>().unwrap(),
+        out[0].to_host().unwrap().to_typed::<f32>().unwrap(),
         [1., 3., 5., 7.]
     );
     let err = input
@@ -157,7 +157,7 @@ fn the_device_copy_transport_sends_without_waiting_and_reports_a_failed_copy_to_
     transport.send(7, &value, 0, 3).unwrap();
     let copy = transport.recv(7, 3, deadline()).unwrap().unwrap();
     assert_eq!(
-        copy.to_host().unwrap().to_vec::<f32>().unwrap(),
+        copy.to_host().unwrap().to_typed::<f32>().unwrap(),
         [0., 1., 2., 3.]
     );
     let devices: Vec<i32> = copy

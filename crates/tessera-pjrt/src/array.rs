@@ -38,6 +38,11 @@ impl Array {
         host: &HostArray,
         sharding: &NamedSharding,
     ) -> Result<Array> {
+        if host.dtype().is_key() {
+            return Err(PjrtError::InvalidProgram(
+                "PRNG keys go to devices as their u32 words: pass `keys.key_words()`".into(),
+            ));
+        }
         let blocks = sharding.devices_indices_map(host.dims())?;
         let mut shards = Vec::with_capacity(blocks.len());
         for (device, block) in blocks {
@@ -54,7 +59,7 @@ impl Array {
         }
         Ok(Array {
             shape: host.dims().to_vec(),
-            ty: host.element_type(),
+            ty: ElementType::from_dtype(host.dtype()),
             sharding: sharding.clone(),
             shards: Some(shards),
         })
@@ -183,7 +188,7 @@ impl Array {
     /// Assembles the global array on the host (each block is read once, from its first holder).
     /// An array only partly held here is an error unless its shards hold every block.
     pub fn to_host(&self) -> Result<HostArray> {
-        let mut out = HostArray::zeros(self.ty, &self.shape);
+        let mut out = HostArray::zeros(&tessera_ir::ShapedArray::new(self.ty.dtype(), &self.shape));
         let mut seen = Vec::new();
         for shard in self.addressable_shards()? {
             if seen.contains(&shard.block) {
@@ -236,7 +241,9 @@ impl Array {
                         .as_ref()
                         .map(|h| h.block(&block))
                         .transpose()?
-                        .unwrap_or_else(|| HostArray::zeros(self.ty, &[]));
+                        .unwrap_or_else(|| {
+                            HostArray::zeros(&tessera_ir::ShapedArray::new(self.ty.dtype(), &[]))
+                        });
                     Buffer::from_host_to(client, &piece, device)?
                 }
             };

@@ -41,11 +41,11 @@ unsafe impl Sync for Buffer {}
 impl Buffer {
     /// Copies `host` to `device`, waiting until the host data is no longer needed.
     pub fn from_host(client: &Client, host: &HostArray, device: &Device<'_>) -> Result<Buffer> {
-        let dims = host.dims();
+        let (ty, dims) = crate::host::device_layout(host);
         let mut args = args!(PJRT_Client_BufferFromHostBuffer_Args {
             client: client.raw(),
             data: host.bytes().as_ptr().cast(),
-            type_: host.element_type().to_raw(),
+            type_: ty.to_raw(),
             dims: dims.as_ptr(),
             num_dims: dims.len(),
             host_buffer_semantics:
@@ -249,7 +249,7 @@ impl Buffer {
         });
         api_call!(self.client.plugin(), PJRT_Buffer_ToHostBuffer, &mut args)?;
         event::wait(self.client.plugin(), args.event)?;
-        HostArray::from_bytes(ty, &dims, bytes)
+        Ok(HostArray::from_bytes(ty.dtype(), &dims, bytes)?)
     }
 }
 

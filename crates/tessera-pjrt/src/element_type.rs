@@ -82,6 +82,47 @@ impl ElementType {
         }
     }
 
+    /// The element type holding `dtype`'s elements on a device (a PRNG key's are its `u32`
+    /// words, see [`device_layout`](crate::host::device_layout)).
+    pub fn from_dtype(dtype: tessera_ir::DType) -> ElementType {
+        use tessera_ir::DType;
+        match dtype {
+            DType::Bool => ElementType::Pred,
+            DType::I8 => ElementType::S8,
+            DType::I16 => ElementType::S16,
+            DType::I32 => ElementType::S32,
+            DType::I64 => ElementType::S64,
+            DType::U8 => ElementType::U8,
+            DType::U16 => ElementType::U16,
+            DType::U32 | DType::KeyFry => ElementType::U32,
+            DType::U64 => ElementType::U64,
+            DType::BF16 => ElementType::BF16,
+            DType::F16 => ElementType::F16,
+            DType::F32 => ElementType::F32,
+            DType::F64 => ElementType::F64,
+        }
+    }
+
+    /// The dtype of this element type's values.
+    pub fn dtype(self) -> tessera_ir::DType {
+        use tessera_ir::DType;
+        match self {
+            ElementType::Pred => DType::Bool,
+            ElementType::S8 => DType::I8,
+            ElementType::S16 => DType::I16,
+            ElementType::S32 => DType::I32,
+            ElementType::S64 => DType::I64,
+            ElementType::U8 => DType::U8,
+            ElementType::U16 => DType::U16,
+            ElementType::U32 => DType::U32,
+            ElementType::U64 => DType::U64,
+            ElementType::F16 => DType::F16,
+            ElementType::BF16 => DType::BF16,
+            ElementType::F32 => DType::F32,
+            ElementType::F64 => DType::F64,
+        }
+    }
+
     pub(crate) fn to_raw(self) -> Raw {
         use ElementType::*;
         match self {

@@ -195,6 +195,9 @@ pub enum PjrtError {
     /// A sharding could not be applied.
     #[error(transparent)]
     Sharding(#[from] tessera_sharding::ShardingError),
+    /// A host array was malformed or cut outside its bounds.
+    #[error(transparent)]
+    Host(#[from] tessera_ir::IrError),
     /// An execution was given a buffer that was deleted or donated to an earlier execution.
     #[error(
         "argument {argument} (on the executable's device {device}) is a buffer that was deleted \

@@ -47,7 +47,7 @@ pub use discovery::{
 pub use element_type::ElementType;
 pub use error::{ErrorCode, PjrtError, Result};
 pub use executable::LoadedExecutable;
-pub use host::{Block, Element, HostArray, element_count};
+pub use host::{Block, Element, HostArray, device_layout, element_count};
 pub use host_memory::{ALIGNMENT, AlignedBytes};
 pub use known_plugins::{DEFAULT_CPU_PLUGIN, KnownPlugin, PluginPlatform};
 pub use optimized::OptimizedProgram;

@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use tessera_pjrt::{Array, Client, HostArray, PjrtError};
+use tessera_pjrt::{Array, Client, ElementType, HostArray, PjrtError};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
 
 fn sharding(mesh: &Mesh, spec: &str) -> NamedSharding {
@@ -23,7 +23,7 @@ fn device_put_splits_by_the_sharding_and_to_host_reassembles() {
     assert_eq!(shard.block, [(4, 8), (2, 4)]);
     assert_eq!(shard.buffer.dims().unwrap(), [4, 2]);
     assert_eq!(
-        shard.buffer.to_host().unwrap().to_vec::<f32>().unwrap(),
+        shard.buffer.to_host().unwrap().to_typed::<f32>().unwrap(),
         [34., 35., 42., 43., 50., 51., 58., 59.]
     );
     assert_eq!(array.to_host().unwrap(), host);
@@ -90,15 +90,15 @@ fn an_array_held_in_part_reads_its_own_shards_and_refuses_to_be_read_whole() {
         })
         .collect();
     let part =
-        Array::from_addressable_shards(&[4, 4], host.element_type(), &split, shards).unwrap();
+        Array::from_addressable_shards(&[4, 4], ElementType::from_dtype(host.dtype()), &split, shards).unwrap();
     assert!(!part.is_fully_addressable().unwrap());
     assert_eq!(part.addressable_shards().unwrap().len(), 4);
     for shard in part.addressable_shards().unwrap() {
         assert!(shard.block[0].1 <= 2, "{:?}", shard.block);
-        let got = shard.buffer.to_host().unwrap().to_vec::<f32>().unwrap();
+        let got = shard.buffer.to_host().unwrap().to_typed::<f32>().unwrap();
         assert_eq!(
             got,
-            host.block(&shard.block).unwrap().to_vec::<f32>().unwrap()
+            host.block(&shard.block).unwrap().to_typed::<f32>().unwrap()
         );
     }
     let err = part.to_host().unwrap_err();
@@ -113,7 +113,7 @@ fn an_array_held_in_part_reads_its_own_shards_and_refuses_to_be_read_whole() {
         "P()",
     );
     assert!(
-        Array::from_addressable_shards(&[4, 4], host.element_type(), &other, vec![(0, stray)])
+        Array::from_addressable_shards(&[4, 4], ElementType::from_dtype(host.dtype()), &other, vec![(0, stray)])
             .is_err()
     );
     // Held whole, it reads as before.

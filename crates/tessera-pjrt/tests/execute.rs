@@ -52,7 +52,7 @@ fn adds_on_one_device() {
     let out = exe.execute(&[vec![&a, &b]]).unwrap();
     let host = out[0][0].to_host().unwrap();
     assert_eq!(host.dims(), [2, 2]);
-    assert_eq!(host.to_vec::<f32>().unwrap(), [11., 22., 33., 44.]);
+    assert_eq!(host.to_typed::<f32>().unwrap(), [11., 22., 33., 44.]);
     assert_eq!(out[0][0].device_id().unwrap(), 3);
 }
 
@@ -83,7 +83,7 @@ fn spmd_reduction_communicates_across_eight_devices() {
     for (per_device, &device) in out.iter().zip(exe.device_ids()) {
         assert_eq!(per_device[0].device_id().unwrap(), device);
         assert_eq!(
-            per_device[0].to_host().unwrap().to_vec::<f32>().unwrap(),
+            per_device[0].to_host().unwrap().to_typed::<f32>().unwrap(),
             [36.0]
         );
     }
@@ -106,9 +106,38 @@ fn executables_survive_serialisation() {
     .unwrap();
     let out = again.execute(&[vec![&x, &x]]).unwrap();
     assert_eq!(
-        out[0][0].to_host().unwrap().to_vec::<f32>().unwrap(),
+        out[0][0].to_host().unwrap().to_typed::<f32>().unwrap(),
         [2.0; 4]
     );
+}
+
+#[test]
+fn a_bf16_array_crosses_as_its_own_two_bytes_per_element() {
+    let client = client();
+    let values = [1.0, -2.5, 0.099_609_375, 3.0e38];
+    let host = HostArray::new(tessera_ir::DType::BF16, &[2, 2], values.to_vec()).unwrap();
+    assert_eq!(host.bytes().len(), 8);
+    let buffer = Buffer::from_host_to(&client, &host, 0).unwrap();
+    assert_eq!(buffer.element_type().unwrap(), ElementType::BF16);
+    let back = buffer.to_host().unwrap();
+    assert_eq!(back.bytes(), host.bytes());
+    assert_eq!(back.to_vec(), host.to_vec());
+}
+
+#[test]
+fn keys_cross_to_a_device_as_their_words_and_back() {
+    let words: Vec<u32> = vec![0, 42, 7, 9];
+    let keys = HostArray::from_slice(&[2, 2], &words)
+        .unwrap()
+        .keys_from_words()
+        .unwrap();
+    assert_eq!(keys.dims(), [2]);
+    let buffer = Buffer::from_host_to(&client(), &keys, 1).unwrap();
+    assert_eq!(buffer.element_type().unwrap(), ElementType::U32);
+    assert_eq!(buffer.dims().unwrap(), [2, 2]);
+    let back = buffer.to_host().unwrap();
+    assert_eq!(back.to_typed::<u32>().unwrap(), words);
+    assert_eq!(back.keys_from_words().unwrap(), keys);
 }
 
 #[test]
@@ -116,10 +145,11 @@ fn every_element_type_round_trips_through_a_device() {
     let client = client();
     for ty in ElementType::ALL {
         let bytes: Vec<u8> = (0..6 * ty.size_in_bytes()).map(|i| (i % 2) as u8).collect();
-        let host = HostArray::from_bytes(ty, &[2, 3], bytes).unwrap();
+        let host = HostArray::from_bytes(ty.dtype(), &[2, 3], bytes).unwrap();
         let buffer = Buffer::from_host_to(&client, &host, 1).unwrap();
         assert_eq!(buffer.element_type().unwrap(), ty);
-        assert_eq!(buffer.to_host().unwrap(), host, "{ty:?}");
+        let back = buffer.to_host().unwrap();
+        assert_eq!((back.dtype(), back.bytes()), (host.dtype(), host.bytes()), "{ty:?}");
     }
 }
 
@@ -195,7 +225,7 @@ fn the_compile_cache_stores_and_reloads_executables() {
     .unwrap();
     let out = again.execute(&[vec![&x, &x]]).unwrap();
     assert_eq!(
-        out[0][0].to_host().unwrap().to_vec::<f32>().unwrap(),
+        out[0][0].to_host().unwrap().to_typed::<f32>().unwrap(),
         [4.0; 4]
     );
     for entry in std::fs::read_dir(&dir).unwrap() {
@@ -244,7 +274,7 @@ fn concurrent_spmd_launches_on_the_same_devices_do_not_share_collectives() {
                 for _ in 0..200 {
                     let out = exe.execute(&args).unwrap();
                     assert_eq!(
-                        out[3][0].to_host().unwrap().to_vec::<f32>().unwrap(),
+                        out[3][0].to_host().unwrap().to_typed::<f32>().unwrap(),
                         [8.0 * (t + 1) as f32]
                     );
                 }
@@ -306,7 +336,7 @@ fn readiness_is_learnt_from_callbacks_and_a_wait_can_stop_before_the_device_does
         !stopped,
         "the count was done before the wait stopped ({done:?})"
     );
-    let acc = out[0][0].to_host().unwrap().to_vec::<f32>().unwrap()[0];
+    let acc = out[0][0].to_host().unwrap().to_typed::<f32>().unwrap()[0];
     assert!(acc > 1000.0 && acc.is_finite(), "{acc}");
     // A buffer that is already computed is ready at once.
     let ready = Readiness::watch(&[&count[0]]).unwrap();

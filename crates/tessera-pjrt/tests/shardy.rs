@@ -108,7 +108,7 @@ fn run(client: &Client, exe: &LoadedExecutable, sharded: bool) -> Vec<Vec<f32>> 
     exe.execute(&args)
         .unwrap()
         .iter()
-        .map(|outs| outs[0].to_host().unwrap().to_vec::<f32>().unwrap())
+        .map(|outs| outs[0].to_host().unwrap().to_typed::<f32>().unwrap())
         .collect()
 }
 

@@ -27,7 +27,7 @@ fn aligned_bytes_become_a_buffer_and_read_back_in_place() {
     )
     .unwrap();
     assert_eq!(buffer.device_id().unwrap(), 1);
-    assert_eq!(buffer.to_host().unwrap().to_vec::<f32>().unwrap(), values);
+    assert_eq!(buffer.to_host().unwrap().to_typed::<f32>().unwrap(), values);
     assert_eq!(buffer.host_memory().unwrap(), bytes_of(&values).as_slice());
     // A buffer the plugin made (a copy to the other device) reads in place too.
     let copy = buffer.copy_to(0).unwrap();

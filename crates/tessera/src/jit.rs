@@ -45,10 +45,10 @@ pub fn check_arguments(program: &ClosedJaxpr, inputs: &[Array]) -> Result<(), Ji
         });
     }
     for (index, (a, p)) in inputs.iter().zip(&params).enumerate() {
-        if a.dtype != p.dtype || a.shape() != p.shape {
+        if a.dtype() != p.dtype || a.dims() != p.shape {
             return Err(JitError::Argument {
                 index,
-                got: tessera_ir::ShapedArray::new(a.dtype, &a.shape()).to_string(),
+                got: a.aval().to_string(),
                 want: tessera_ir::ShapedArray::new(p.dtype, &p.shape).to_string(),
             });
         }
@@ -56,22 +56,15 @@ pub fn check_arguments(program: &ClosedJaxpr, inputs: &[Array]) -> Result<(), Ji
     Ok(())
 }
 
-/// The PJRT element type of an IR dtype.
-pub use tessera_mpmd::host::element_type;
-
-/// An interpreter array as host bytes.
+/// `array` as devices take it. A host array is an interpreter array (`HostArray` is
+/// `tessera_ir::Array`), so this is a copy of it, except that a PRNG key array becomes its
+/// `u32[..., 2]` words (the same bytes): devices know no key type.
 pub fn to_host(array: &Array) -> Result<HostArray, JitError> {
     tessera_mpmd::host::to_host(array).map_err(|e| JitError::Convert(e.0))
 }
 
-/// Host bytes as an interpreter array of their own dtype (exact; no dtype to repeat). Key
-/// arrays come back as their `u32[..., 2]` words: use [`from_host`] with `DType::KeyFry`.
-pub fn to_array(host: &HostArray) -> Result<Array, JitError> {
-    tessera_mpmd::host::to_array(host).map_err(|e| JitError::Convert(e.0))
-}
-
-/// Host bytes as an interpreter array of `dtype` (`DType::KeyFry` reads `u32[..., 2]` words
-/// as keys).
+/// A value read from a device as the program's `dtype`: a copy of it, or keys from their
+/// `u32[..., 2]` words for `DType::KeyFry`; a value of another dtype is an error.
 pub fn from_host(host: &HostArray, dtype: DType) -> Result<Array, JitError> {
     tessera_mpmd::host::from_host(host, dtype).map_err(|e| JitError::Convert(e.0))
 }
@@ -415,7 +408,7 @@ impl Compiled {
                 )));
             }
             if arg.shape() != aval.shape.as_slice()
-                || arg.element_type() != element_type(aval.dtype)
+                || arg.element_type() != tessera_pjrt::ElementType::from_dtype(aval.dtype)
             {
                 return Err(JitError::Convert(format!(
                     "argument {i} is {:?}{:?} but the program takes {aval}",
@@ -454,7 +447,7 @@ impl Compiled {
             let buffers: Vec<Buffer> = per_device.iter_mut().map(|outs| outs.remove(k)).collect();
             outputs.push(DeviceArray::from_shards(
                 &aval.shape,
-                element_type(aval.dtype),
+                tessera_pjrt::ElementType::from_dtype(aval.dtype),
                 sharding,
                 buffers,
             )?);

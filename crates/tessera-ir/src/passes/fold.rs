@@ -32,7 +32,7 @@ pub fn fold_constants(closed: &ClosedJaxpr) -> ClosedJaxpr {
         ) && let Ok(mut out) = eqn
             .prim
             .eval(&eqn.params, &args, std::slice::from_ref(&aval))
-            && let Some(value) = out.pop().and_then(|a| a.data.iter().next().copied())
+            && let Some(value) = out.pop().and_then(|a| a.first_elem())
         {
             rb.map
                 .insert(eqn.outputs[0], Atom::Lit(Literal { value, aval }));

@@ -307,10 +307,7 @@ pub fn simulate(
     for group in replica_groups(prim, params, mesh)? {
         let members: Vec<&Array> = group.iter().map(|&p| &xs[p as usize]).collect();
         for (k, value) in exchange(prim, params, &members)?.into_iter().enumerate() {
-            results[group[k] as usize] = Some(Array {
-                dtype: out.dtype,
-                data: value,
-            });
+            results[group[k] as usize] = Some(Array::from_elems(out.dtype, value));
         }
     }
     results
@@ -324,8 +321,8 @@ pub fn simulate(
 /// One group's exchange: the operands of its members in group order, their results in order.
 fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<Elem>>> {
     let n = xs.len();
-    let rank = xs[0].data.ndim();
-    let dtype = xs[0].dtype;
+    let rank = xs[0].dims().len();
+    let dtype = xs[0].dtype();
     // Integers combine exactly (wrapping), floats in f64 rounded once at the end.
     let fold = |int: fn(i128, i128) -> i128, float: fn(f64, f64) -> f64| {
         let acc = if is_exact_int(dtype) {
@@ -333,13 +330,13 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<Ele
             for x in &xs[1..] {
                 acc.zip_mut_with(&x.ints(), |a, &b| *a = int(*a, b));
             }
-            Array::from_ints(dtype, acc).data
+            acc.mapv(|v| Elem::from_int(dtype, v))
         } else {
             let mut acc = xs[0].values();
             for x in &xs[1..] {
                 acc.zip_mut_with(&x.values(), |a, &b| *a = float(*a, b));
             }
-            Array::from_values(dtype, acc).data
+            acc.mapv(|v| Elem::from_f64(dtype, v))
         };
         vec![acc; n]
     };
@@ -348,15 +345,15 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<Ele
         CollectiveOp::Psum => fold(i128::wrapping_add, |a, b| a + b),
         CollectiveOp::Pmax => fold(i128::max, f64::max),
         CollectiveOp::Pmin => fold(i128::min, f64::min),
-        CollectiveOp::Pvary => xs.iter().map(|x| x.data.clone()).collect(),
+        CollectiveOp::Pvary => xs.iter().map(|x| x.elems()).collect(),
         CollectiveOp::Pbroadcast => {
             let s = params.int(prim.name(), "source")? as usize;
-            vec![xs[s].data.clone(); n]
+            vec![xs[s].elems(); n]
         }
         CollectiveOp::Ppermute => {
-            let mut outs = vec![ArrayD::from_elem(xs[0].data.raw_dim(), Elem::ZERO); n];
+            let mut outs = vec![ArrayD::from_elem(xs[0].elems().raw_dim(), Elem::ZERO); n];
             for (s, t) in permutation(params)? {
-                outs[t as usize] = xs[s as usize].data.clone();
+                outs[t as usize] = xs[s as usize].elems();
             }
             outs
         }
@@ -368,7 +365,8 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<Ele
                 "all_gather_dimension",
                 rank + usize::from(!tiled),
             )?;
-            let views: Vec<_> = xs.iter().map(|x| x.data.view()).collect();
+            let elems: Vec<_> = xs.iter().map(|x| x.elems()).collect();
+            let views: Vec<_> = elems.iter().map(|x| x.view()).collect();
             let joined = if tiled {
                 ndarray::concatenate(Axis(d), &views)
             } else {
@@ -394,7 +392,7 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<Ele
             let split_axis = dim_param(prim, params, "split_axis", rank)?;
             let concat_axis = dim_param(prim, params, "concat_axis", rank)?;
             let pieces: Vec<Vec<ArrayD<Elem>>> =
-                xs.iter().map(|x| split(&x.data, split_axis, n)).collect();
+                xs.iter().map(|x| split(&x.elems(), split_axis, n)).collect();
             (0..n)
                 .map(|k| {
                     let views: Vec<_> = pieces.iter().map(|p| p[k].view()).collect();

@@ -222,7 +222,7 @@ pub(super) fn eval(
     outputs: &[ShapedArray],
 ) -> Result<Vec<Array>> {
     let (lhs, rhs) = (&inputs[0], &inputs[1]);
-    let c = ConvParams::read(params, lhs.data.ndim())?;
+    let c = ConvParams::read(params, lhs.dims().len())?;
     let out = &outputs[0];
     let (ls, rs) = (lhs.shape(), rhs.shape());
     let (g, b) = (c.feature_group_count, c.batch_group_count);
@@ -271,7 +271,7 @@ pub(super) fn eval(
     };
     // Integers accumulate exactly and wrap; floats round to the accumulation dtype each step.
     // (An integer convolution with a float result accumulates in floats, as XLA's does.)
-    if is_exact_int(lhs.dtype) && is_exact_int(rhs.dtype) && is_exact_int(out.dtype) {
+    if is_exact_int(lhs.dtype()) && is_exact_int(rhs.dtype()) && is_exact_int(out.dtype) {
         let (li, ri) = (lhs.ints(), rhs.ints());
         let data = ArrayD::from_shape_fn(IxDyn(&dims), |idx| {
             terms(idx.slice()).iter().fold(0_i128, |sum, (l, r)| {

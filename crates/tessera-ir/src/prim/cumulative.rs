@@ -117,8 +117,8 @@ pub(crate) fn axis_and_reverse(prim: Prim, params: &Params, rank: usize) -> Resu
 
 /// Folds each lane along the axis, rounding each partial result to the dtype.
 pub(super) fn eval(op: CumulativeOp, params: &Params, x: &Array, out: DType) -> Result<Array> {
-    let (ax, reverse) = axis_and_reverse(op.prim(), params, x.data.ndim())?;
-    let mut data = x.data.clone();
+    let (ax, reverse) = axis_and_reverse(op.prim(), params, x.dims().len())?;
+    let mut data = x.elems();
     for mut lane in data.lanes_mut(Axis(ax)) {
         let n = lane.len();
         let mut acc: Option<Elem> = None;
@@ -126,7 +126,7 @@ pub(super) fn eval(op: CumulativeOp, params: &Params, x: &Array, out: DType) -> 
             let i = if reverse { n - 1 - k } else { k };
             let next = match acc {
                 None => lane[i],
-                Some(a) => op.combine_elems(a, lane[i], x.dtype),
+                Some(a) => op.combine_elems(a, lane[i], x.dtype()),
             };
             acc = Some(next);
             lane[i] = next;

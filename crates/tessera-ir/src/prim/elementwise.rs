@@ -182,13 +182,10 @@ pub(super) fn eval(
 ) -> Result<Vec<Array>> {
     let out = &outputs[0];
     let dims: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
-    let dtype = inputs[0].dtype;
+    let dtype = inputs[0].dtype();
     let int = is_exact_int(dtype);
     let result = match op {
-        ElementwiseOp::SelectN => Array {
-            dtype: out.dtype,
-            data: select_n(inputs, out.dtype, &dims)?,
-        },
+        ElementwiseOp::SelectN => Array::from_elems(out.dtype, select_n(inputs, out.dtype, &dims)?),
         ElementwiseOp::Clamp if int => {
             let [lo, x, hi] = [0, 1, 2].map(|i| bcast(&inputs[i], &dims).map(|a| a.ints()));
             let (lo, x, hi) = (lo?, x?, hi?);
@@ -256,8 +253,11 @@ pub(super) fn eval(
 
 /// `a` broadcast to `dims` (scalar and size-1 broadcasting).
 fn bcast(a: &Array, dims: &[usize]) -> Result<Array> {
+    if a.dims().iter().map(|&d| d as usize).eq(dims.iter().copied()) {
+        return Ok(a.clone());
+    }
     let data = a
-        .data
+        .elems()
         .broadcast(IxDyn(dims))
         .map(|v| v.to_owned())
         .ok_or_else(|| {
@@ -273,10 +273,11 @@ fn select_n(inputs: &[Array], dtype: DType, dims: &[usize]) -> Result<ArrayD<Ele
         .iter()
         .map(|c| bcast(&c.converted(dtype), dims))
         .collect::<Result<Vec<_>>>()?;
-    let mut out = cases[0].data.clone();
+    let cases: Vec<ArrayD<Elem>> = cases.iter().map(Array::elems).collect();
+    let mut out = cases[0].clone();
     for (idx, value) in out.indexed_iter_mut() {
         let which = (pred[&idx].max(0) as usize).min(cases.len() - 1);
-        *value = cases[which].data[&idx];
+        *value = cases[which][&idx];
     }
     Ok(out)
 }

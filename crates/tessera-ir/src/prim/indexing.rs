@@ -177,14 +177,14 @@ fn split(index: &[usize], window_dims: &[i64]) -> (Vec<usize>, Vec<usize>) {
     (batch, window)
 }
 
-/// The index vector at batch position `batch`.
-fn index_vector(indices: &Array, batch: &[usize]) -> Vec<i64> {
-    let n = indices.data.shape().last().copied().unwrap_or(0);
+/// The index vector at batch position `batch` of `indices` (read exactly).
+fn index_vector(indices: &ArrayD<i128>, batch: &[usize]) -> Vec<i64> {
+    let n = indices.shape().last().copied().unwrap_or(0);
     (0..n)
         .map(|k| {
             let mut at = batch.to_vec();
             at.push(k);
-            clamp_i64(indices.data[IxDyn(&at)].to_int(indices.dtype))
+            clamp_i64(indices[IxDyn(&at)])
         })
         .collect()
 }
@@ -201,15 +201,16 @@ pub(super) fn eval(
     if op == IndexingOp::Gather {
         let typed = GatherParams::read(params)?;
         let (dn, sizes, mode) = (&typed.dims, &typed.slice_sizes, typed.mode);
-        let fill = Elem::from_f64(operand.dtype, typed.fill(operand.dtype));
+        let fill = Elem::from_f64(operand.dtype(), typed.fill(operand.dtype()));
         let dims: Vec<usize> = outputs[0].shape.iter().map(|&d| d as usize).collect();
         let kept: Vec<usize> = (0..rank)
             .filter(|d| !dn.collapsed_slice_dims.contains(&(*d as i64)))
             .collect();
+        let (elems, indices) = (operand.elems(), inputs[1].ints());
         let data = ArrayD::from_shape_fn(IxDyn(&dims), |idx| {
             let idx: Vec<usize> = idx.slice().to_vec();
             let (batch, window) = split(&idx, &dn.offset_dims);
-            let starts = index_vector(&inputs[1], &batch);
+            let starts = index_vector(&indices, &batch);
             let mut at = vec![0i64; rank];
             for (k, &d) in dn.start_index_map.iter().enumerate() {
                 let d = d as usize;
@@ -223,7 +224,7 @@ pub(super) fn eval(
                 at[d] += *w as i64;
             }
             let at: Vec<usize> = at.iter().map(|&v| v as usize).collect();
-            operand.data[IxDyn(&at)]
+            elems[IxDyn(&at)]
         });
         return Ok(vec![operand.with_elems(data)]);
     }
@@ -233,11 +234,12 @@ pub(super) fn eval(
     let kept: Vec<usize> = (0..rank)
         .filter(|d| !dn.inserted_window_dims.contains(&(*d as i64)))
         .collect();
-    let mut data = operand.data.clone();
-    for (idx, &u) in updates.data.indexed_iter() {
+    let mut data = operand.elems();
+    let indices = indices.ints();
+    for (idx, &u) in updates.elems().indexed_iter() {
         let idx: Vec<usize> = idx.slice().to_vec();
         let (batch, window) = split(&idx, &dn.update_window_dims);
-        let starts = index_vector(indices, &batch);
+        let starts = index_vector(&indices, &batch);
         let mut at = vec![0i64; rank];
         let mut fits = true;
         for (k, &d) in dn.scatter_dims_to_operand_dims.iter().enumerate() {
@@ -259,8 +261,8 @@ pub(super) fn eval(
             let at: Vec<usize> = at.iter().map(|&v| v as usize).collect();
             let old = data[IxDyn(&at)];
             data[IxDyn(&at)] = match op {
-                IndexingOp::Scatter(kind) => kind.combine(old, u, operand.dtype),
-                IndexingOp::ScatterAdd | IndexingOp::Gather => old.add(u, operand.dtype),
+                IndexingOp::Scatter(kind) => kind.combine(old, u, operand.dtype()),
+                IndexingOp::ScatterAdd | IndexingOp::Gather => old.add(u, operand.dtype()),
             };
         }
     }

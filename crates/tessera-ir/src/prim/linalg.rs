@@ -152,7 +152,7 @@ pub(super) fn eval(
     let reshape = |e: ndarray::ShapeError| IrError::Eval(e.to_string());
     let out = &outputs[0];
     // Integer products accumulate exactly and wrap, as XLA's integer dot does.
-    if is_exact_int(inputs[0].dtype) && is_exact_int(inputs[1].dtype) {
+    if is_exact_int(inputs[0].dtype()) && is_exact_int(inputs[1].dtype()) {
         let data = contract(&dd, &inputs[0].ints(), &inputs[1].ints(), 0, |acc, a, b| {
             acc.wrapping_add(a.wrapping_mul(b))
         })?;

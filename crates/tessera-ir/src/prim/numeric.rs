@@ -144,7 +144,7 @@ fn bitcast_target(prim: Prim, params: &Params, x: &ShapedArray) -> Result<DType>
 
 pub(super) fn eval(op: NumericOp, inputs: &[Array], outputs: &[ShapedArray]) -> Result<Vec<Array>> {
     let out = &outputs[0];
-    let dtype = inputs[0].dtype;
+    let dtype = inputs[0].dtype();
     let data = match form(op) {
         Some(Form::FloatBinary | Form::IntBinary) => {
             let dims: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
@@ -155,18 +155,16 @@ pub(super) fn eval(op: NumericOp, inputs: &[Array], outputs: &[ShapedArray]) -> 
         }
         Some(Form::FloatUnary | Form::NumericUnary | Form::IntUnary) | None => {
             let to = out.dtype;
-            inputs[0].data.mapv(|x| unary(op, x, dtype, to))
+            inputs[0].elems().mapv(|x| unary(op, x, dtype, to))
         }
     };
-    Ok(vec![Array {
-        dtype: out.dtype,
-        data,
-    }])
+    Ok(vec![Array::from_elems(out.dtype, data)])
 }
 
-fn view<'a>(a: &'a Array, dims: &[usize]) -> Result<ndarray::ArrayViewD<'a, Elem>> {
-    a.data
+fn view(a: &Array, dims: &[usize]) -> Result<ndarray::ArrayD<Elem>> {
+    a.elems()
         .broadcast(ndarray::IxDyn(dims))
+        .map(|v| v.to_owned())
         .ok_or_else(|| IrError::Eval(format!("cannot broadcast {:?} to {dims:?}", a.shape())))
 }
 

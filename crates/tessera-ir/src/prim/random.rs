@@ -163,7 +163,7 @@ pub(super) fn eval(op: RandomOp, inputs: &[Array], outputs: &[ShapedArray]) -> R
     let out = &outputs[0];
     let x = &inputs[0];
     let elems: Vec<Elem> = match op {
-        RandomOp::Seed => x.data.iter().map(|&s| seed_key(s, x.dtype)).collect(),
+        RandomOp::Seed => x.elem_vec().into_iter().map(|s| seed_key(s, x.dtype())).collect(),
         RandomOp::Wrap => {
             let words: Vec<u32> = x.to_int_vec().iter().map(|&w| w as u32).collect();
             words
@@ -172,15 +172,15 @@ pub(super) fn eval(op: RandomOp, inputs: &[Array], outputs: &[ShapedArray]) -> R
                 .collect()
         }
         RandomOp::Unwrap => x
-            .data
-            .iter()
-            .flat_map(|&k| unpack_key(k).map(|w| Elem::from_int(DType::U32, i128::from(w))))
+            .elem_vec()
+            .into_iter()
+            .flat_map(|k| unpack_key(k).map(|w| Elem::from_int(DType::U32, i128::from(w))))
             .collect(),
         RandomOp::Bits | RandomOp::Split => {
-            let keys = x.data.len().max(1);
+            let keys = x.len().max(1);
             let per_key = (out.size() / keys) as u64;
             let mut elems = Vec::with_capacity(out.size());
-            for &k in &x.data {
+            for k in x.elem_vec() {
                 for i in 0..per_key {
                     let y = threefry2x32(unpack_key(k), counter(i));
                     elems.push(if op == RandomOp::Split {
@@ -199,7 +199,7 @@ pub(super) fn eval(op: RandomOp, inputs: &[Array], outputs: &[ShapedArray]) -> R
             keys.iter()
                 .zip(data.iter())
                 .map(|(&k, &d)| {
-                    let word = d.to_int(inputs[1].dtype) as u32;
+                    let word = d.to_int(inputs[1].dtype()) as u32;
                     pack_key(threefry2x32(unpack_key(k), [0, word]))
                 })
                 .collect()
@@ -253,7 +253,7 @@ fn bits_value(y: [u32; 2], dtype: DType) -> Elem {
 
 /// The values of `a` broadcast to `dims`, row-major.
 fn broadcast(a: &Array, dims: &[usize]) -> Result<Vec<Elem>> {
-    a.data
+    a.elems()
         .broadcast(ndarray::IxDyn(dims))
         .map(|v| v.iter().copied().collect())
         .ok_or_else(|| IrError::Eval(format!("cannot broadcast {:?} to {dims:?}", a.shape())))

@@ -86,35 +86,35 @@ pub(super) fn eval(
         return Ok(vec![super::cumulative::eval(kind, params, x, out.dtype)?]);
     }
     if op == ReductionOp::Cumsum {
-        let ax = axis(prim, params.int(prim.name(), "axis")?, x.data.ndim())?;
+        let ax = axis(prim, params.int(prim.name(), "axis")?, x.dims().len())?;
         let reverse = matches!(
             params.get("reverse"),
             Some(crate::params::ParamValue::Bool(true))
         );
-        if is_exact_int(x.dtype) {
+        if is_exact_int(x.dtype()) {
             let mut data = x.ints();
             cumsum_lanes(&mut data, ax, reverse, 0, |a, b| a.wrapping_add(b));
             return Ok(vec![Array::from_ints(out.dtype, data)]);
         }
         let mut data = x.values();
-        let dtype = x.dtype;
+        let dtype = x.dtype();
         cumsum_lanes(&mut data, ax, reverse, 0.0, |a, b| dtype.round(a + b));
         return Ok(vec![Array::from_values(out.dtype, data)]);
     }
-    let axes = axes(prim, params, x.data.ndim())?;
+    let axes = axes(prim, params, x.dims().len())?;
     let dims: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
     let reshape = |e: ndarray::ShapeError| IrError::Eval(e.to_string());
-    if is_exact_int(x.dtype) {
+    if is_exact_int(x.dtype()) {
         let mut data = x.ints();
         for &ax in axes.iter().rev() {
-            data = lanes_to(&data, ax, |lane| reduce_ints(op, lane, x.dtype))?;
+            data = lanes_to(&data, ax, |lane| reduce_ints(op, lane, x.dtype()))?;
         }
         let data = data.into_shape_with_order(IxDyn(&dims)).map_err(reshape)?;
         return Ok(vec![Array::from_ints(out.dtype, data)]);
     }
     let mut data = x.values();
     for &ax in axes.iter().rev() {
-        data = lanes_to(&data, ax, |lane| reduce_floats(op, lane, x.dtype))?;
+        data = lanes_to(&data, ax, |lane| reduce_floats(op, lane, x.dtype()))?;
     }
     let data = data.into_shape_with_order(IxDyn(&dims)).map_err(reshape)?;
     Ok(vec![Array::from_values(out.dtype, data)])

@@ -6,7 +6,6 @@
 //! scan's `ys[i]` is still step `i`'s). `unroll`, `linear` and `_split_transpose` are kept as
 //! printed and do not change the meaning.
 
-use ndarray::{Axis, stack};
 
 use crate::array::Array;
 use crate::aval::ShapedArray;
@@ -172,10 +171,9 @@ pub(super) fn eval(
         let k = p.index(i) as usize;
         let mut args = inputs[..p.num_consts].to_vec();
         args.append(&mut carry);
-        args.extend(inputs[fixed..].iter().map(|x| Array {
-            dtype: x.dtype,
-            data: x.data.index_axis(Axis(0), k).to_owned(),
-        }));
+        for x in &inputs[fixed..] {
+            args.push(x.row(k)?);
+        }
         let mut outs = crate::interp::eval_closed(p.body, &args)?;
         let y = outs.split_off(p.num_carry);
         carry = outs;
@@ -191,13 +189,7 @@ pub(super) fn eval(
             if parts.is_empty() {
                 return Ok(Array::zeros(aval));
             }
-            let views: Vec<_> = parts.iter().map(|a| a.data.view()).collect();
-            let data =
-                stack(Axis(0), &views).map_err(|e| crate::error::IrError::Eval(e.to_string()))?;
-            Ok(Array {
-                dtype: aval.dtype,
-                data,
-            })
+            Array::stack_rows(aval.dtype, &aval.shape[1..], &parts)
         });
     carry.into_iter().map(Ok).chain(stacked_ys).collect()
 }

@@ -115,20 +115,23 @@ pub(super) fn eval(
     inputs: &[Array],
     outputs: &[ShapedArray],
 ) -> Result<Vec<Array>> {
-    let rank = inputs[0].data.ndim();
+    let rank = inputs[0].dims().len();
     match op {
         SortOp::Sort => {
             let (dim, keys) = sort_params(params, rank)?;
             let perm = permutations(&inputs[..keys], dim, false);
             Ok(inputs
                 .iter()
-                .map(|x| x.with_elems(permuted(&x.data, dim, &perm, x.data.len_of(Axis(dim)))))
+                .map(|x| {
+                    let n = x.dims()[dim] as usize;
+                    x.with_elems(permuted(&x.elems(), dim, &perm, n))
+                })
                 .collect())
         }
         SortOp::TopK => {
             let (k, axis) = top_k_params(params, rank)?;
             let perm = permutations(&inputs[..1], axis, true);
-            let values = permuted(&inputs[0].data, axis, &perm, k as usize);
+            let values = permuted(&inputs[0].elems(), axis, &perm, k as usize);
             let mut indices = ArrayD::<i128>::zeros(IxDyn(values.shape()));
             for (lane, p) in indices.lanes_mut(Axis(axis)).into_iter().zip(&perm) {
                 for (slot, &i) in lane.into_iter().zip(p) {
@@ -136,10 +139,7 @@ pub(super) fn eval(
                 }
             }
             Ok(vec![
-                Array {
-                    dtype: outputs[0].dtype,
-                    data: values,
-                },
+                Array::from_elems(outputs[0].dtype, values),
                 Array::from_ints(DType::I32, indices),
             ])
         }
@@ -150,13 +150,13 @@ pub(super) fn eval(
 /// keys' values compared lexicographically with `order`.
 fn permutations(keys: &[Array], dim: usize, descending: bool) -> Vec<Vec<usize>> {
     let order = |key: &Array, a: Elem, b: Elem| {
-        let o = elem_order(a, b, key.dtype);
+        let o = elem_order(a, b, key.dtype());
         if descending { o.reverse() } else { o }
     };
     let lanes: Vec<Vec<Vec<Elem>>> = keys
         .iter()
         .map(|k| {
-            k.data
+            k.elems()
                 .lanes(Axis(dim))
                 .into_iter()
                 .map(|l| l.to_vec())

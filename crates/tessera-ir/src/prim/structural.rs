@@ -279,33 +279,32 @@ pub(super) fn eval(
             broadcast_dimensions: bdims,
             ..
         } => {
-            let x = &inputs[0];
+            let x = inputs[0].elems();
             ArrayD::from_shape_fn(IxDyn(&dims), |idx| {
                 let src: Vec<usize> = bdims
                     .iter()
                     .enumerate()
                     .map(|(i, &d)| {
-                        if x.data.shape()[i] == 1 {
+                        if x.shape()[i] == 1 {
                             0
                         } else {
                             idx[d as usize]
                         }
                     })
                     .collect();
-                x.data[IxDyn(&src)]
+                x[IxDyn(&src)]
             })
         }
         StructuralParams::Reshape { .. }
         | StructuralParams::Squeeze { .. }
         | StructuralParams::ExpandDims { .. } => {
-            let flat: Vec<Elem> = inputs[0].data.iter().copied().collect();
+            let flat: Vec<Elem> = inputs[0].elem_vec();
             ArrayD::from_shape_vec(IxDyn(&dims), flat).map_err(|e| IrError::Eval(e.to_string()))?
         }
         StructuralParams::Transpose { permutation } => {
             let perm: Vec<usize> = permutation.iter().map(|&p| p as usize).collect();
             inputs[0]
-                .data
-                .clone()
+                .elems()
                 .permuted_axes(IxDyn(&perm))
                 .as_standard_layout()
                 .to_owned()
@@ -315,7 +314,8 @@ pub(super) fn eval(
             limit_indices: limit,
             strides,
         } => {
-            let mut view = inputs[0].data.view();
+            let x = inputs[0].elems();
+            let mut view = x.view();
             for d in 0..start.len() {
                 view.slice_axis_inplace(
                     Axis(d),
@@ -331,7 +331,8 @@ pub(super) fn eval(
         StructuralParams::DynamicSlice { .. } => {
             let x = &inputs[0];
             let starts = clamped_starts(x, &inputs[1..], &out.shape);
-            let mut view = x.data.view();
+            let x = x.elems();
+            let mut view = x.view();
             for (d, &s) in starts.iter().enumerate() {
                 view.slice_axis_inplace(Axis(d), Slice::from(s..s + dims[d]));
             }
@@ -340,30 +341,28 @@ pub(super) fn eval(
         StructuralParams::DynamicUpdateSlice => {
             let (x, u) = (&inputs[0], &inputs[1]);
             let starts = clamped_starts(x, &inputs[2..], &u.shape());
-            let mut data = x.data.clone();
+            let mut data = x.elems();
             let mut view = data.view_mut();
             for (d, &s) in starts.iter().enumerate() {
-                view.slice_axis_inplace(Axis(d), Slice::from(s..s + u.data.shape()[d]));
+                view.slice_axis_inplace(Axis(d), Slice::from(s..s + u.dims()[d] as usize));
             }
-            view.assign(&u.data);
+            view.assign(&u.elems());
             data
         }
         StructuralParams::Concatenate { dimension } => {
             let dim = axis(prim, dimension, out.rank())?;
-            let views: Vec<_> = inputs.iter().map(|a| a.data.view()).collect();
+            let elems: Vec<_> = inputs.iter().map(Array::elems).collect();
+            let views: Vec<_> = elems.iter().map(|a| a.view()).collect();
             ndarray::concatenate(Axis(dim), &views).map_err(|e| IrError::Eval(e.to_string()))?
         }
         StructuralParams::Pad { padding_config } => pad(
             &inputs[0],
-            (inputs[1].converted(out.dtype).data.iter().next().copied()).unwrap_or(Elem::ZERO),
+            inputs[1].converted(out.dtype).first_elem().unwrap_or(Elem::ZERO),
             &padding_config,
             &dims,
         ),
     };
-    Ok(vec![Array {
-        dtype: out.dtype,
-        data,
-    }])
+    Ok(vec![Array::from_elems(out.dtype, data)])
 }
 
 /// Start indices clamped so the window fits (XLA's dynamic-slice semantics).
@@ -373,14 +372,14 @@ fn clamped_starts(x: &Array, indices: &[Array], window: &[i64]) -> Vec<usize> {
         .enumerate()
         .map(|(d, i)| {
             let start = super::indexing::clamp_i64(i.first_int().unwrap_or(0));
-            start.clamp(0, (x.data.shape()[d] as i64 - window[d]).max(0)) as usize
+            start.clamp(0, (x.dims()[d] - window[d]).max(0)) as usize
         })
         .collect()
 }
 
 fn pad(x: &Array, value: Elem, config: &[(i64, i64, i64)], dims: &[usize]) -> ArrayD<Elem> {
     let mut out = ArrayD::from_elem(IxDyn(dims), value);
-    for (idx, &v) in x.data.indexed_iter() {
+    for (idx, &v) in x.elems().indexed_iter() {
         let target: Option<Vec<usize>> = (0..dims.len())
             .map(|d| {
                 let (lo, _, interior) = config[d];

@@ -194,21 +194,13 @@ pub(super) fn abstract_eval(params: &Params, inputs: &[ShapedArray]) -> Result<V
 pub(super) fn eval(params: &Params, inputs: &[Array]) -> Result<Vec<Array>> {
     let p = TreduceParams::read(params)?;
     let mut state: Vec<Vec<Array>> = vec![Vec::new(); p.ops.len()];
+    // The looped operands, decoded once; each step takes its slice along the axis.
+    let looped: Vec<_> = inputs[p.num_invariants..].iter().map(Array::elems).collect();
     for i in 0..p.length as usize {
-        let args: Vec<Array> = inputs
-            .iter()
-            .enumerate()
-            .map(|(k, x)| {
-                if k < p.num_invariants {
-                    x.clone()
-                } else {
-                    Array {
-                        dtype: x.dtype,
-                        data: x.data.index_axis(Axis(p.axis), i).to_owned(),
-                    }
-                }
-            })
-            .collect();
+        let mut args: Vec<Array> = inputs[..p.num_invariants].to_vec();
+        for (x, elems) in inputs[p.num_invariants..].iter().zip(&looped) {
+            args.push(x.with_elems(elems.index_axis(Axis(p.axis), i).to_owned()));
+        }
         for (k, value) in crate::interp::eval_closed(p.body, &args)?
             .into_iter()
             .enumerate()
@@ -229,19 +221,20 @@ pub fn combine_micro_batches(values: Vec<Array>, op: ReduceOp) -> Result<Array> 
     let first = values
         .first()
         .ok_or_else(|| type_error(NAME, "a treduce of no micro-batches"))?;
-    let dtype = first.dtype;
+    let dtype = first.dtype();
     let data = match op {
         ReduceOp::Concat(a) => {
-            let views: Vec<_> = values
+            let elems: Vec<_> = values.iter().map(Array::elems).collect();
+            let views: Vec<_> = elems
                 .iter()
-                .map(|v| v.data.view().insert_axis(Axis(a as usize)))
+                .map(|v| v.view().insert_axis(Axis(a as usize)))
                 .collect();
             concatenate(Axis(a as usize), &views).map_err(|e| type_error(NAME, e.to_string()))?
         }
         ReduceOp::Add | ReduceOp::Max => {
-            let mut acc = first.data.clone();
+            let mut acc = first.elems();
             for v in &values[1..] {
-                acc.zip_mut_with(&v.data, |s, &x| {
+                acc.zip_mut_with(&v.elems(), |s, &x| {
                     *s = if op == ReduceOp::Add {
                         s.add(x, dtype)
                     } else {
@@ -252,5 +245,5 @@ pub fn combine_micro_batches(values: Vec<Array>, op: ReduceOp) -> Result<Array> 
             acc
         }
     };
-    Ok(Array { dtype, data })
+    Ok(Array::from_elems(dtype, data))
 }

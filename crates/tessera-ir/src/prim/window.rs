@@ -301,13 +301,13 @@ fn positions(shape: &[i64]) -> Vec<Vec<usize>> {
 
 /// The initial value and combiner of a windowed reduction.
 fn reducer(op: WindowOp, params: &Params, inputs: &[Array]) -> Result<(Elem, Combine)> {
-    let dtype = inputs[0].dtype;
+    let dtype = inputs[0].dtype();
     Ok(match op {
         WindowOp::Sum => (Elem::ZERO, Combine::Sum),
         WindowOp::Max => (Elem::from_f64(dtype, lowest(dtype)), Combine::Max),
         WindowOp::Min => (Elem::from_f64(dtype, highest(dtype)), Combine::Min),
         WindowOp::Generic => (
-            inputs[1].data.iter().next().copied().unwrap_or(Elem::ZERO),
+            inputs[1].first_elem().unwrap_or(Elem::ZERO),
             Combine::Jaxpr(reduce_window_jaxpr(params)?.clone()),
         ),
         WindowOp::SelectAndScatterAdd | WindowOp::Conv => {
@@ -339,7 +339,7 @@ impl Combine {
             Combine::Jaxpr(j) => {
                 let scalar = |e: Elem| Array::from_elem_vec(dtype, &[], vec![e]);
                 let out = crate::interp::eval_closed(j, &[scalar(a)?, scalar(b)?])?;
-                out[0].data.iter().next().copied().unwrap_or(Elem::ZERO)
+                out[0].first_elem().unwrap_or(Elem::ZERO)
             }
         })
     }
@@ -364,14 +364,15 @@ pub(super) fn eval(
     let (init, combine) = reducer(op, params, inputs)?;
     let offsets = positions(&w.dimensions);
     let out = &outputs[0];
+    let elems = x.elems();
     let mut values = Vec::new();
     for o in positions(&out.shape) {
         let mut acc = init;
         for k in &offsets {
             let v = w
                 .source(&shape, &o, k)
-                .map_or(init, |at| x.data[IxDyn(&at)]);
-            acc = combine.apply(acc, v, x.dtype)?;
+                .map_or(init, |at| elems[IxDyn(&at)]);
+            acc = combine.apply(acc, v, x.dtype())?;
         }
         values.push(acc);
     }
@@ -384,8 +385,9 @@ fn select_and_scatter_add(params: &Params, inputs: &[Array]) -> Result<Array> {
     let w = WindowParams::read("select_and_scatter_add", params, shape.len())?;
     let ge = select_is_ge(params)?;
     let offsets = positions(&w.dimensions);
-    let dtype = operand.dtype;
-    let mut out = ArrayD::from_elem(operand.data.raw_dim(), Elem::ZERO);
+    let dtype = operand.dtype();
+    let (elems, source_elems) = (operand.elems(), source.elems());
+    let mut out = ArrayD::from_elem(elems.raw_dim(), Elem::ZERO);
     // Integers compare exactly; floats as f64 (a NaN is never kept over a later candidate).
     let kept_over = |c: Elem, v: Elem| {
         if is_exact_int(dtype) {
@@ -402,14 +404,14 @@ fn select_and_scatter_add(params: &Params, inputs: &[Array]) -> Result<Array> {
             let Some(at) = w.source(&shape, &o, k) else {
                 continue;
             };
-            let v = operand.data[IxDyn(&at)];
+            let v = elems[IxDyn(&at)];
             if !chosen.as_ref().is_some_and(|&(_, c)| kept_over(c, v)) {
                 chosen = Some((at, v));
             }
         }
         if let Some((at, _)) = chosen {
             // The source has the operand's dtype (the shape rule checks it).
-            out[IxDyn(&at)] = out[IxDyn(&at)].add(source.data[IxDyn(&o)], dtype);
+            out[IxDyn(&at)] = out[IxDyn(&at)].add(source_elems[IxDyn(&o)], dtype);
         }
     }
     Ok(operand.with_elems(out))

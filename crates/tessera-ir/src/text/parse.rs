@@ -56,7 +56,7 @@ fn with_consts(jaxpr: Jaxpr, consts: &[Array]) -> Result<ClosedJaxpr> {
     }
     for (k, (&v, c)) in jaxpr.constvars.iter().zip(consts).enumerate() {
         let aval = jaxpr.aval(v);
-        if aval.dtype != c.dtype || aval.shape != c.shape() {
+        if aval.dtype != c.dtype() || aval.shape != c.shape() {
             return Err(IrError::Consts(format!(
                 "constvar {k} has type {aval} but its value is {}",
                 c.aval()

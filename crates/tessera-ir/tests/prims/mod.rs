@@ -522,10 +522,10 @@ impl Rng {
 
 /// `a + s * b` elementwise (for floats; others are returned unchanged).
 pub fn axpy(a: &Array, s: f64, b: &Array) -> Array {
-    if !a.dtype.is_float() {
+    if !a.dtype().is_float() {
         return a.clone();
     }
-    Array::from_values(a.dtype, &a.values() + &(&b.values() * s))
+    Array::from_values(a.dtype(), &a.values() + &(&b.values() * s))
 }
 
 /// The sum of elementwise products.
@@ -535,7 +535,7 @@ pub fn dot(a: &Array, b: &Array) -> f64 {
 
 /// Element `i` along `axis`.
 pub fn index_axis(a: &Array, axis: usize, i: usize) -> Array {
-    a.with_elems(a.data.index_axis(Axis(axis), i).to_owned())
+    a.with_elems(a.elems().index_axis(Axis(axis), i).to_owned())
 }
 
 /// Stacks arrays along a new `axis`.
@@ -545,14 +545,15 @@ pub fn stack(parts: &[Array], axis: usize, aval: &ShapedArray) -> Array {
         dims.insert(axis, 0);
         return Array::from_values(aval.dtype, ArrayD::<f64>::zeros(IxDyn(&dims)));
     }
-    let views: Vec<_> = parts.iter().map(|p| p.data.view()).collect();
+    let elems: Vec<_> = parts.iter().map(Array::elems).collect();
+    let views: Vec<_> = elems.iter().map(|p| p.view()).collect();
     parts[0].with_elems(ndarray::stack(Axis(axis), &views).unwrap())
 }
 
 /// Asserts two arrays are equal up to `tol` relative to their magnitude.
 pub fn assert_close(what: &str, got: &Array, want: &Array, tol: f64) {
     assert_eq!(got.shape(), want.shape(), "{what}: shapes differ");
-    assert_eq!(got.dtype, want.dtype, "{what}: dtypes differ");
+    assert_eq!(got.dtype(), want.dtype(), "{what}: dtypes differ");
     for (i, (g, w)) in got.to_vec().iter().zip(want.to_vec().iter()).enumerate() {
         let ok = (g - w).abs() <= tol * (1.0 + w.abs()) || (g.is_nan() && w.is_nan());
         assert!(

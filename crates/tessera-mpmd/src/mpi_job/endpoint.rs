@@ -373,7 +373,8 @@ impl Transport<Array> for MpiTransport {
             buffers.push(if self.in_place {
                 Buffer::from_aligned_bytes(&self.client, layout.ty, &dims, bytes, device)?
             } else {
-                let host = HostArray::from_bytes(layout.ty, &dims, bytes.to_vec())?;
+                let host = HostArray::from_bytes(layout.ty.dtype(), &dims, bytes.to_vec())
+                    .map_err(tessera_pjrt::PjrtError::from)?;
                 Buffer::from_host_to(&self.client, &host, device)?
             });
         }

@@ -176,12 +176,9 @@ fn micro_batch(x: &HostArray, axis: usize, mb: usize) -> Result<HostArray, Drive
             }
         })
         .collect();
-    let slice = x.block(&block)?;
     let mut dims = x.dims().to_vec();
     dims.remove(axis);
-    Ok(HostArray::from_bytes(
-        slice.element_type(),
-        &dims,
-        slice.bytes().to_vec(),
-    )?)
+    Ok(x.block(&block)
+        .and_then(|slice| slice.reshaped(&dims))
+        .map_err(crate::error::MpmdError::from)?)
 }

@@ -37,12 +37,11 @@ use std::collections::HashMap;
 
 use tessera_ir::prim::{ReduceOp, TreduceParams};
 use tessera_ir::{Array, ClosedJaxpr, ShapedArray};
-use tessera_pjrt::{Client, HostArray};
+use tessera_pjrt::{Client, HostArray, ElementType};
 use tessera_schedule::ScheduleParams;
 use tessera_sharding::PartitionSpec;
 
 use crate::driver::{CompiledPipeline, DriverError, PipelineOptions};
-use crate::host::element_type;
 use crate::mesh::MpmdMesh;
 use crate::runtime::{PjrtExecutor, RunOptions, Timings};
 use analyze::{LossInput, check_ops, find_loop, read_body, update_program};
@@ -438,7 +437,7 @@ impl MpmdJit {
                 )));
             }
             let (dims, ty) = a.signature();
-            if dims != aval.shape.as_slice() || ty != element_type(aval.dtype) {
+            if dims != aval.shape.as_slice() || ty != ElementType::from_dtype(aval.dtype) {
                 return Err(config(format!(
                     "argument {i} is {ty:?}{dims:?}, the step takes {aval}"
                 )));

@@ -6,7 +6,7 @@
 //! group (`elsewhere`).
 
 use tessera_ir::{Array, ShapedArray};
-use tessera_pjrt::{Array as DeviceArray, HostArray};
+use tessera_pjrt::{Array as DeviceArray, HostArray, ElementType};
 use tessera_sharding::{NamedSharding, PartitionSpec};
 use tessera_stablehlo::{LowerOptions, Partitioner, lower_closed};
 
@@ -15,7 +15,7 @@ use super::update::Piece;
 use super::{MpmdJit, StepArg, StepResult, config};
 use crate::array::MpmdArray;
 use crate::driver::DriverError;
-use crate::host::{element_type, from_host, to_host};
+use crate::host::{from_host, to_host};
 use crate::mesh::MpmdMesh;
 use crate::runtime::{OutputLayout, PjrtExecutor};
 use crate::sharding::MpmdSharding;
@@ -37,7 +37,7 @@ impl MpmdJit {
             .map(|(a, &k)| {
                 let homes = self.homes_of(k, group);
                 let sharding = MpmdSharding::new(&self.mesh, homes, &self.specs.outs[k])?;
-                let remote = MpmdArray::remote(&a.shape, element_type(a.dtype), sharding);
+                let remote = MpmdArray::remote(&a.shape, ElementType::from_dtype(a.dtype), sharding);
                 Ok(StepResult::Mpmd(Box::new(remote)))
             })
             .collect()
@@ -273,7 +273,7 @@ pub(super) fn compile_program(
         .zip(layout.outs)
         .map(|(a, spec)| OutputLayout {
             shape: a.shape.clone(),
-            ty: element_type(a.dtype),
+            ty: ElementType::from_dtype(a.dtype),
             spec: spec.clone(),
         })
         .collect();

@@ -10,7 +10,6 @@ use super::update::Place;
 use super::{MpmdJit, StepResult, config};
 use crate::array::MpmdArray;
 use crate::driver::DriverError;
-use crate::host::element_type;
 use crate::processes::{frames, put_frame};
 use crate::sharding::MpmdSharding;
 
@@ -82,7 +81,8 @@ impl MpmdJit {
             .out_avals
             .get(k)
             .ok_or_else(|| config(format!("no step result {k}")))?;
-        let host = HostArray::from_bytes(element_type(aval.dtype), &aval.shape, bytes.to_vec())?;
+        let host = HostArray::from_bytes(aval.dtype, &aval.shape, bytes.to_vec())
+            .map_err(crate::error::MpmdError::from)?;
         let homes = self.homes_of(k, 0);
         let spec = &self.specs.outs[k];
         let arrays = homes

@@ -80,7 +80,7 @@ pub(crate) fn constant_array<'c, 'b>(
     let aval = array.aval();
     refuse_key(&aval)?;
     let ty = mlir_type(&aval);
-    let values: Vec<Elem> = array.data.iter().copied().collect();
+    let values: Vec<Elem> = array.elem_vec();
     let text = nested(&values, &aval.shape, aval.dtype);
     body.op(
         "stablehlo.constant",

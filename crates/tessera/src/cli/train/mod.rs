@@ -132,7 +132,7 @@ fn carried_on_host(outputs: &[StepResult], like: &[Array]) -> anyhow::Result<Vec
     outputs
         .iter()
         .zip(like)
-        .map(|(o, a)| Ok(from_host(&o.to_host()?, a.dtype)?))
+        .map(|(o, a)| Ok(from_host(&o.to_host()?, a.dtype())?))
         .collect()
 }
 

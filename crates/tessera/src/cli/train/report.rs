@@ -179,7 +179,10 @@ pub fn parameter_bytes(
     let mut total = 0u64;
     for param in params {
         let (dims, ty) = match param {
-            tessera_mpmd::StepArg::Host(h) => (h.dims().to_vec(), h.element_type()),
+            tessera_mpmd::StepArg::Host(h) => (
+                h.dims().to_vec(),
+                tessera_pjrt::ElementType::from_dtype(h.dtype()),
+            ),
             tessera_mpmd::StepArg::Mpmd(m) => (m.shape().to_vec(), m.dtype()),
         };
         let bytes = dims.iter().product::<i64>() as u64 * ty.size_in_bytes() as u64;

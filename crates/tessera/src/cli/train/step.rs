@@ -47,7 +47,7 @@ pub fn stack(model: &Model, batches: &[HashMap<usize, Array>]) -> anyhow::Result
             let mut shape = vec![parts.len() as i64];
             shape.extend(first.shape());
             let values: Vec<f64> = parts.iter().flat_map(|p| p.to_vec()).collect();
-            Ok(Array::new(first.dtype, &shape, values)?)
+            Ok(Array::new(first.dtype(), &shape, values)?)
         })
         .collect()
 }
