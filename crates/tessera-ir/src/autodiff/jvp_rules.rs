@@ -5,7 +5,7 @@
 
 use super::rules::zeros_like;
 use crate::params::{ParamValue, Params};
-use crate::prim::Prim;
+use crate::prim::{Prim, ReductionParams};
 use crate::trace::Tensor;
 
 /// Computes the tangents of an equation's results.
@@ -82,8 +82,8 @@ pub(super) fn jvp_rule(
         Clamp => one(clamp_jvp(x, &t)),
         ReduceMax | ReduceMin => one(t(0).map(|t0| reduce_chosen_jvp(prim, params, &t0, x, y))),
         ReduceProd => one(t(0).map(|t0| {
-            let axes = match params.ints("reduce_prod", "axes") {
-                Ok(axes) => axes,
+            let axes = match ReductionParams::read(prim, params, x[0].rank()) {
+                Ok(typed) => typed.axes_i64(),
                 Err(e) => return t0.fail("reduce_prod", e.to_string()),
             };
             let full = y[0]
@@ -203,8 +203,8 @@ fn reduce_chosen_jvp(
     x: &[Tensor],
     y: &[Tensor],
 ) -> Tensor {
-    let axes = match params.ints(prim.name(), "axes") {
-        Ok(axes) => axes,
+    let axes = match ReductionParams::read(prim, params, x[0].rank()) {
+        Ok(typed) => typed.axes_i64(),
         Err(e) => return t.fail(prim.name(), e.to_string()),
     };
     let full = y[0]

@@ -4,7 +4,9 @@
 
 use crate::dtype::DType;
 use crate::params::{ParamValue, Params};
-use crate::prim::{GatherDims, GatherParams, Prim, ScatterDims, ScatterParams, StructuralParams};
+use crate::prim::{
+    GatherDims, GatherParams, Prim, ReductionParams, ScatterDims, ScatterParams, StructuralParams,
+};
 use crate::trace::Tensor;
 
 /// `a + b` of two cotangents of the same type.
@@ -207,13 +209,13 @@ pub(super) fn vjp_rule(
             vec![Some(g.transpose(&inv))]
         }
         ReduceSum => {
-            let axes = read!(params.ints("reduce_sum", "axes"));
+            let axes = read!(ReductionParams::read(prim, params, x[0].rank())).axes_i64();
             vec![Some(
                 g.keep_dims(&axes, x[0].rank()).broadcast_to(x[0].shape()),
             )]
         }
         ReduceMax | ReduceMin => {
-            let axes = read!(params.ints(prim.name(), "axes"));
+            let axes = read!(ReductionParams::read(prim, params, x[0].rank())).axes_i64();
             let rank = x[0].rank();
             let full = |t: &Tensor| t.keep_dims(&axes, rank).broadcast_to(x[0].shape());
             let mask = x[0].eq(&full(&y[0])).astype(g.dtype());
@@ -221,18 +223,19 @@ pub(super) fn vjp_rule(
             vec![Some(&(&full(&g) * &mask) / &count)]
         }
         ReduceProd => {
-            let axes = read!(params.ints("reduce_prod", "axes"));
+            let axes = read!(ReductionParams::read(prim, params, x[0].rank())).axes_i64();
             let rank = x[0].rank();
             let full = |t: &Tensor| t.keep_dims(&axes, rank).broadcast_to(x[0].shape());
             vec![Some(&(&full(&g) * &full(&y[0])) / &x[0])]
         }
         ReduceAnd | ReduceOr => vec![None],
         Cumsum => {
-            let reverse = matches!(params.get("reverse"), Some(ParamValue::Bool(true)));
-            let axis = ParamValue::Int(read!(params.int("cumsum", "axis")));
-            let p = Params::new()
-                .with("axis", axis)
-                .with("reverse", ParamValue::Bool(!reverse));
+            // The transpose of a running sum is the running sum in the other direction.
+            let typed = read!(ReductionParams::read(prim, params, x[0].rank()));
+            let ReductionParams::Scan { axis, reverse } = typed else {
+                return vec![Some(g.fail(prim.name(), "read another primitive's parameters".into()))];
+            };
+            let p = ReductionParams::scan_params(axis, !reverse);
             vec![Some(Tensor::bind1(Cumsum, p, &[&g]))]
         }
         DotGeneral => dot_general_vjp(params, &g, &x[0], &x[1]),

@@ -7,7 +7,7 @@ use super::indexing;
 use super::{Batched, move_axis, shifted, to_front, with_param};
 use crate::aval::ShapedArray;
 use crate::params::{ParamValue, Params};
-use crate::prim::{Prim, StructuralParams};
+use crate::prim::{Prim, ReductionParams, StructuralParams};
 use crate::trace::Tensor;
 
 /// Batches one equation. `out` are the unbatched result types.
@@ -35,8 +35,16 @@ pub(super) fn batch_rule(
         Iota => vec![(unsupported(args, prim, "an iota with operands"), None)],
         BroadcastInDim => one(broadcast_in_dim(params, args, size, out)),
         Reshape => one(reshape(params, args, size, out)),
-        Squeeze => one(shift_axes(prim, params, args, size, "dimensions", in_rank)),
-        ExpandDims => one(shift_axes(prim, params, args, size, "dimensions", rank)),
+        Squeeze | ExpandDims => match StructuralParams::of(prim, params) {
+            Ok(StructuralParams::Squeeze { dimensions }) => {
+                one(shift_dimensions(prim, params, args, size, norm_axes(dimensions, in_rank)))
+            }
+            Ok(StructuralParams::ExpandDims { dimensions }) => {
+                one(shift_dimensions(prim, params, args, size, norm_axes(dimensions, rank)))
+            }
+            Ok(other) => one(args[0].0.fail(prim.name(), format!("read as {other:?}"))),
+            Err(e) => one(malformed(args, prim, &e)),
+        },
         Transpose => match StructuralParams::of(prim, params) {
             Ok(StructuralParams::Transpose { permutation }) => {
                 one(to_front(&args[0], size).transpose(&shifted(&permutation, Some(0))))
@@ -45,11 +53,9 @@ pub(super) fn batch_rule(
             Err(e) => one(malformed(args, prim, &e)),
         },
         Slice => one(slice(params, &to_front(&args[0], size), size)),
-        ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr | Argmax | Argmin => {
-            one(shift_axes(prim, params, args, size, "axes", in_rank))
-        }
-        Cumsum | Cumprod | Cummax | Cummin | Cumlogsumexp => {
-            one(shift_axis(prim, params, args, size, "axis", rank))
+        ReduceSum | ReduceMax | ReduceMin | ReduceProd | ReduceAnd | ReduceOr | Argmax | Argmin
+        | Cumsum | Cumprod | Cummax | Cummin | Cumlogsumexp => {
+            one(shift_reduction(prim, params, args, size, in_rank))
         }
         Concatenate => one(shift_axis(prim, params, args, size, "dimension", rank)),
         Pad => one(pad(params, args, size)),
@@ -164,25 +170,38 @@ fn reshape(params: &Params, args: &[Batched], size: i64, out: &[ShapedArray]) ->
     Tensor::bind1(Prim::Reshape, p, &[&to_front(&args[0], size)])
 }
 
-/// Operands with the batch dimension in front and the axes in parameter `key` (normalised
-/// against `rank`) shifted past it.
-fn shift_axes(
+/// `squeeze` / `expand_dims` with the batch dimension in front and their (normalised)
+/// `dimensions` shifted past it.
+fn shift_dimensions(
     prim: Prim,
     params: &Params,
     args: &[Batched],
     size: i64,
-    key: &str,
-    rank: usize,
+    dimensions: Vec<i64>,
 ) -> Tensor {
-    let axes = match params.ints(prim.name(), key) {
-        Ok(axes) => norm_axes(axes, rank),
-        Err(e) => return malformed(args, prim, &e),
-    };
-    let p = with_param(params, key, ParamValue::ints(&shifted(&axes, None)));
+    let p = with_param(params, "dimensions", ParamValue::ints(&shifted(&dimensions, None)));
     Tensor::bind1(prim, p, &[&to_front(&args[0], size)])
 }
 
-/// Like [`shift_axes`] for a single-axis parameter, over all operands.
+/// A reduction with the batch dimension in front: its typed axes (or scanned axis) shifted by
+/// one, written back as JAX prints them.
+fn shift_reduction(prim: Prim, params: &Params, args: &[Batched], size: i64, rank: usize) -> Tensor {
+    let typed = match ReductionParams::read(prim, params, rank) {
+        Ok(typed) => typed,
+        Err(e) => return malformed(args, prim, &e),
+    };
+    let p = match typed {
+        ReductionParams::Scan { axis, .. } => {
+            with_param(params, "axis", ParamValue::Int(axis as i64 + 1))
+        }
+        ReductionParams::Axes(_) | ReductionParams::Index { .. } => {
+            with_param(params, "axes", ParamValue::ints(&shifted(&typed.axes_i64(), None)))
+        }
+    };
+    Tensor::bind1(prim, p, &[&to_front(&args[0], size)])
+}
+
+/// Shifts a single-axis parameter by one, over all operands.
 fn shift_axis(
     prim: Prim,
     params: &Params,

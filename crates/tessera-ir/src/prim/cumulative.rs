@@ -6,11 +6,11 @@
 
 use ndarray::Axis;
 
-use super::{Prim, axis};
+use super::{Prim, ReductionParams};
 use crate::array::{Array, Elem, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Result, type_error};
 use crate::jaxpr::ClosedJaxpr;
 use crate::params::{ParamValue, Params};
 use crate::trace::{Tensor, trace};
@@ -98,26 +98,25 @@ fn log_add_exp(a: f64, b: f64) -> f64 {
     high + (-(a - b).abs()).exp().ln_1p()
 }
 
-/// The axis and direction of a cumulative primitive.
-pub(crate) fn axis_and_reverse(prim: Prim, params: &Params, rank: usize) -> Result<(usize, bool)> {
-    let ax = axis(prim, params.int(prim.name(), "axis")?, rank)?;
-    let reverse = match params.get("reverse") {
-        None => false,
-        Some(ParamValue::Bool(b)) => *b,
-        Some(other) => {
-            return Err(crate::error::IrError::Param {
-                prim: prim.name().into(),
-                param: "reverse".into(),
-                expected: format!("True or False, got {other}"),
-            });
-        }
-    };
-    Ok((ax, reverse))
+/// The axis and direction of a cumulative primitive (its typed parameters' fields).
+fn axis_and_reverse(typed: &ReductionParams) -> Result<(usize, bool)> {
+    match *typed {
+        ReductionParams::Scan { axis, reverse } => Ok((axis, reverse)),
+        ReductionParams::Axes(_) | ReductionParams::Index { .. } => Err(type_error(
+            "cumulative reduction",
+            "needs the parameters of a scan (axis, reverse)",
+        )),
+    }
 }
 
 /// Folds each lane along the axis, rounding each partial result to the dtype.
-pub(super) fn eval(op: CumulativeOp, params: &Params, x: &Array, out: DType) -> Result<Array> {
-    let (ax, reverse) = axis_and_reverse(op.prim(), params, x.dims().len())?;
+pub(super) fn eval(
+    op: CumulativeOp,
+    typed: &ReductionParams,
+    x: &Array,
+    out: DType,
+) -> Result<Array> {
+    let (ax, reverse) = axis_and_reverse(typed)?;
     let mut data = x.elems();
     for mut lane in data.lanes_mut(Axis(ax)) {
         let n = lane.len();
@@ -143,7 +142,8 @@ pub fn cumulative_program(
     params: &Params,
     aval: &ShapedArray,
 ) -> Result<ClosedJaxpr> {
-    let (ax, reverse) = axis_and_reverse(op.prim(), params, aval.rank())?;
+    let typed = ReductionParams::read(op.prim(), params, aval.rank())?;
+    let (ax, reverse) = axis_and_reverse(&typed)?;
     let plain = ShapedArray::new(aval.dtype, &aval.shape);
     trace(&[plain], |a| {
         let x = if reverse {

@@ -4,23 +4,12 @@
 use ndarray::{ArrayD, Axis, IxDyn};
 
 use super::window::{highest, lowest};
-use super::{Prim, ReduceKind, ReductionOp, arity, axis};
+use super::{Prim, ReduceKind, ReductionOp, ReductionParams, arity};
 use crate::array::{Array, Elem, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::error::{IrError, Result, type_error};
 use crate::params::Params;
-
-fn axes(prim: Prim, params: &Params, rank: usize) -> Result<Vec<usize>> {
-    let mut axes = params
-        .ints(prim.name(), "axes")?
-        .iter()
-        .map(|&a| axis(prim, a, rank))
-        .collect::<Result<Vec<_>>>()?;
-    axes.sort_unstable();
-    axes.dedup();
-    Ok(axes)
-}
 
 pub(super) fn abstract_eval(
     prim: Prim,
@@ -30,15 +19,11 @@ pub(super) fn abstract_eval(
 ) -> Result<Vec<ShapedArray>> {
     arity(prim, inputs.len(), 1)?;
     let x = &inputs[0];
-    if let ReductionOp::Cumulative(_) = op {
-        super::cumulative::axis_and_reverse(prim, params, x.rank())?;
+    let typed = ReductionParams::read(prim, params, x.rank())?;
+    if let ReductionParams::Scan { .. } = typed {
         return Ok(vec![x.clone()]);
     }
-    if op == ReductionOp::Cumsum {
-        axis(prim, params.int(prim.name(), "axis")?, x.rank())?;
-        return Ok(vec![x.clone()]);
-    }
-    let axes = axes(prim, params, x.rank())?;
+    let axes = typed.axes();
     let shape: Vec<i64> = x
         .shape
         .iter()
@@ -46,23 +31,16 @@ pub(super) fn abstract_eval(
         .filter(|(i, _)| !axes.contains(i))
         .map(|(_, &d)| d)
         .collect();
-    let dtype = match op {
-        ReductionOp::Argmax | ReductionOp::Argmin => {
-            if axes.len() != 1 {
-                return Err(type_error(
-                    prim.name(),
-                    format!("reduces exactly one axis, got {axes:?}"),
-                ));
-            }
-            params.dtype(prim.name(), "index_dtype")?
-        }
-        ReductionOp::Reduce(ReduceKind::And | ReduceKind::Or) if x.dtype.is_float() => {
-            return Err(type_error(
-                prim.name(),
-                format!("needs boolean or integer operands, got {x}"),
-            ));
-        }
-        ReductionOp::Reduce(_) | ReductionOp::Cumsum | ReductionOp::Cumulative(_) => x.dtype,
+    let logical = matches!(op, ReductionOp::Reduce(ReduceKind::And | ReduceKind::Or));
+    if logical && x.dtype.is_float() {
+        return Err(type_error(
+            prim.name(),
+            format!("needs boolean or integer operands, got {x}"),
+        ));
+    }
+    let dtype = match typed {
+        ReductionParams::Index { index_dtype, .. } => index_dtype,
+        ReductionParams::Axes(_) | ReductionParams::Scan { .. } => x.dtype,
     };
     Ok(vec![ShapedArray {
         dtype,
@@ -82,15 +60,11 @@ pub(super) fn eval(
 ) -> Result<Vec<Array>> {
     let x = &inputs[0];
     let out = &outputs[0];
+    let typed = ReductionParams::read(prim, params, x.dims().len())?;
     if let ReductionOp::Cumulative(kind) = op {
-        return Ok(vec![super::cumulative::eval(kind, params, x, out.dtype)?]);
+        return Ok(vec![super::cumulative::eval(kind, &typed, x, out.dtype)?]);
     }
-    if op == ReductionOp::Cumsum {
-        let ax = axis(prim, params.int(prim.name(), "axis")?, x.dims().len())?;
-        let reverse = matches!(
-            params.get("reverse"),
-            Some(crate::params::ParamValue::Bool(true))
-        );
+    if let ReductionParams::Scan { axis: ax, reverse } = typed {
         if is_exact_int(x.dtype()) {
             let mut data = x.ints();
             cumsum_lanes(&mut data, ax, reverse, 0, |a, b| a.wrapping_add(b));
@@ -101,7 +75,7 @@ pub(super) fn eval(
         cumsum_lanes(&mut data, ax, reverse, 0.0, |a, b| dtype.round(a + b));
         return Ok(vec![Array::from_values(out.dtype, data)]);
     }
-    let axes = axes(prim, params, x.dims().len())?;
+    let axes = typed.axes();
     let dims: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
     let reshape = |e: ndarray::ShapeError| IrError::Eval(e.to_string());
     if is_exact_int(x.dtype()) {

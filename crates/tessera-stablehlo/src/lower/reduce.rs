@@ -3,8 +3,8 @@
 //! reductions as JAX's associative scan (`tessera_ir::prim::cumulative_program`).
 
 use melior::ir::Value;
-use tessera_ir::prim::{ReduceKind, ReductionOp};
-use tessera_ir::{DType, ParamValue, Params, Prim, ShapedArray};
+use tessera_ir::prim::{ReduceKind, ReductionOp, ReductionParams};
+use tessera_ir::{DType, Params, Prim, ShapedArray};
 
 use super::control::constant_scalar;
 use super::elementwise::compare_values;
@@ -75,15 +75,9 @@ pub(super) fn identity(kind: ReduceKind, dtype: DType) -> f64 {
     }
 }
 
-fn axes(params: &Params, name: &str, rank: usize) -> Result<Vec<i64>, LowerError> {
-    let mut axes: Vec<i64> = params
-        .ints(name, "axes")
-        .map_err(ir)?
-        .iter()
-        .map(|&a| if a < 0 { a + rank as i64 } else { a })
-        .collect();
-    axes.sort_unstable();
-    Ok(axes)
+/// The axes `prim` reduces, from its typed parameters.
+fn axes(params: &Params, prim: Prim, rank: usize) -> Result<Vec<i64>, LowerError> {
+    Ok(ReductionParams::read(prim, params, rank).map_err(ir)?.axes_i64())
 }
 
 fn reduce<'c, 'b>(
@@ -95,7 +89,7 @@ fn reduce<'c, 'b>(
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     let x = &ctx.in_avals[0];
     let out = &ctx.out_avals[0];
-    let axes = axes(params, prim.name(), x.rank())?;
+    let axes = axes(params, prim, x.rank())?;
     let scalar = ShapedArray::scalar(x.dtype);
     let init = constant_scalar(ctx.body, identity(kind, x.dtype), &scalar)?;
     let st = mlir_type(&scalar);
@@ -127,7 +121,7 @@ fn arg_reduce<'c, 'b>(
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     let x = &ctx.in_avals[0];
     let out = &ctx.out_avals[0];
-    let axes = axes(params, prim.name(), x.rank())?;
+    let axes = axes(params, prim, x.rank())?;
     let axis = axes.first().copied().unwrap_or(0);
     let index_dtype = out.dtype;
     let iota_aval = ShapedArray::new(index_dtype, &x.shape);
@@ -198,10 +192,11 @@ fn cumsum<'c, 'b>(
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     let x = &ctx.in_avals[0];
-    let rank = x.rank() as i64;
-    let axis = params.int("cumsum", "axis").map_err(ir)?;
-    let axis = (if axis < 0 { axis + rank } else { axis }) as usize;
-    let reverse = matches!(params.get("reverse"), Some(ParamValue::Bool(true)));
+    let ReductionParams::Scan { axis, reverse } =
+        ReductionParams::read(Prim::Cumsum, params, x.rank()).map_err(ir)?
+    else {
+        return Err(ir(tessera_ir::IrError::Eval("cumsum without a scan's parameters".into())));
+    };
     let n = x.shape[axis];
     let mut window = vec![1i64; x.rank()];
     window[axis] = n;
