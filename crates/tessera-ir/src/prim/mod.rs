@@ -19,6 +19,7 @@ mod numeric;
 mod ops;
 mod random;
 mod reduce;
+mod rounding;
 mod scan;
 mod scatter;
 mod shard_map;
@@ -52,6 +53,7 @@ pub use ops::{
     ReductionOp, StructuralOp, UnaryOp,
 };
 pub use random::RandomOp;
+pub use rounding::RoundingMethod;
 pub use scan::{ScanParams, scan_params, stacked, unstacked};
 pub use scatter::ScatterKind;
 pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
