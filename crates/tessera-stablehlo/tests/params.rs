@@ -1,6 +1,7 @@
 //! Parameters the lowering reads through `tessera-ir`'s typed readers, so it emits what the
-//! interpreter computes: `round`'s `rounding_method` picks the StableHLO operation, and a
-//! malformed or missing value is an error, never a default.
+//! interpreter computes: `round`'s `rounding_method` picks the StableHLO operation, `sort`'s
+//! `is_stable` is the one `SortParams` reads, and a malformed or missing value is an error,
+//! never a default.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -29,8 +30,14 @@ fn round_lowers_by_its_rounding_method() {
     for (method, op) in [
         ("0", "stablehlo.round_nearest_afz"),
         ("1", "stablehlo.round_nearest_even"),
-        ("RoundingMethod.AWAY_FROM_ZERO", "stablehlo.round_nearest_afz"),
-        ("RoundingMethod.TO_NEAREST_EVEN", "stablehlo.round_nearest_even"),
+        (
+            "RoundingMethod.AWAY_FROM_ZERO",
+            "stablehlo.round_nearest_afz",
+        ),
+        (
+            "RoundingMethod.TO_NEAREST_EVEN",
+            "stablehlo.round_nearest_even",
+        ),
     ] {
         let text = round(method).unwrap();
         assert!(text.contains(op), "{method}: {text}");
@@ -44,4 +51,24 @@ fn a_malformed_rounding_method_does_not_lower() {
         let err = round(method).err().unwrap_or_default();
         assert!(err.contains("rounding_method"), "{method}: {err:?}");
     }
+}
+
+fn sort(params: &str) -> Result<String, String> {
+    lower(&format!(
+        "{{ lambda ; a:f32[4]. let b:f32[4] = sort[{params}] a in (b,) }}"
+    ))
+}
+
+#[test]
+fn sort_lowers_the_is_stable_it_was_given() {
+    let stable = sort("dimension=0 is_stable=True num_keys=1").unwrap();
+    assert!(stable.contains("is_stable = true"), "{stable}");
+    let unstable = sort("dimension=0 is_stable=False num_keys=1").unwrap();
+    assert!(unstable.contains("is_stable = false"), "{unstable}");
+}
+
+#[test]
+fn a_sort_without_is_stable_does_not_lower() {
+    let err = sort("dimension=0 num_keys=1").err().unwrap_or_default();
+    assert!(err.contains("is_stable"), "{err:?}");
 }

@@ -57,7 +57,7 @@ pub use rounding::RoundingMethod;
 pub use scan::{ScanParams, scan_params, stacked, unstacked};
 pub use scatter::ScatterKind;
 pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
-pub use sort::{SortOp, sort_order, sort_params, top_k_params};
+pub use sort::{SortOp, SortParams, sort_order, top_k_params};
 pub use structural_params::StructuralParams;
 pub use threefry::{PARITY, counter, pack_key, threefry2x32, unpack_key};
 pub use treduce::{ReduceOp, TreduceParams, combine_micro_batches, combined_aval, treduce_params};
