@@ -241,3 +241,79 @@ fn a_shard_map_program_prints_and_parses_back_with_its_varying_axes() {
         eval_closed(&program, &[x]).unwrap()
     );
 }
+
+/// A program over the 2×2 mesh (`x`, `y`) with `f` applied to `[4, 8]` blocks laid out by
+/// `P('x', 'y')`, and the same program with each `(from, to)` of `edits` replaced in its text.
+fn with_text_replaced(
+    f: impl FnOnce(&Tensor) -> Tensor,
+    edits: &[(&str, &str)],
+) -> (tessera_ir::ClosedJaxpr, tessera_ir::ClosedJaxpr) {
+    use tessera_ir::text::{parse_closed, print_closed};
+    let program = shard_map_program(
+        &mesh(&[("x", 2), ("y", 2)]),
+        &[spec("P('x', 'y')")],
+        &[spec("P('x', 'y')")],
+        &[f32(&[4, 8])],
+        |a| vec![f(&a[0])],
+    )
+    .unwrap();
+    let mut text = print_closed(&program, 0);
+    for (from, to) in edits {
+        assert!(text.contains(from), "{from}: {text}");
+        text = text.replace(from, to);
+    }
+    let replaced = parse_closed(&text).unwrap();
+    tessera_ir::verify(&replaced).unwrap();
+    (program, replaced)
+}
+
+#[test]
+fn negative_collective_dimensions_count_from_the_end_in_every_rule() {
+    use tessera_ir::vmap;
+    type Case = (
+        Box<dyn FnOnce(&Tensor) -> Tensor>,
+        Vec<(&'static str, &'static str)>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            Box::new(|x| x.all_gather("y", 1, true)),
+            vec![("all_gather_dimension=1", "all_gather_dimension=-1")],
+        ),
+        (
+            Box::new(|x| x.all_gather("y", 2, false).reshape(&[2, 8])),
+            vec![("all_gather_dimension=2", "all_gather_dimension=-1")],
+        ),
+        (
+            Box::new(|x| x.psum_scatter("x", 1, true).all_gather("x", 1, true)),
+            vec![("scatter_dimension=1", "scatter_dimension=-1")],
+        ),
+        (
+            Box::new(|x| x.all_to_all("y", 1, 0, true).reshape(&[2, 4])),
+            vec![
+                ("concat_axis=0", "concat_axis=-2"),
+                ("split_axis=1", "split_axis=-1"),
+            ],
+        ),
+    ];
+    let input = iota(&[4, 8]);
+    let batch = iota(&[3, 4, 8]);
+    for (f, edits) in cases {
+        let (positive, negative) = with_text_replaced(f, &edits);
+        let to = edits[0].1;
+        let want = eval_closed(&positive, std::slice::from_ref(&input)).unwrap();
+        assert_eq!(
+            eval_closed(&negative, std::slice::from_ref(&input)).unwrap(),
+            want,
+            "{to}"
+        );
+        // Batched, the dimension moves past the batch dimension: -1 stays the last one.
+        let batched = |p| vmap(p, &[Some(0)], &[0], 3).unwrap_or_else(|e| panic!("{to}: {e}"));
+        let want = eval_closed(&batched(&positive), std::slice::from_ref(&batch)).unwrap();
+        let got = eval_closed(&batched(&negative), std::slice::from_ref(&batch));
+        assert_eq!(got.ok(), Some(want), "{to}");
+        // The VJP reads the same dimensions.
+        let ct = iota(&positive.jaxpr.out_avals()[0].shape);
+        let grad = |p| eval_closed(&vjp(p).unwrap(), &[input.clone(), ct.clone()]).unwrap();
+        assert_eq!(grad(&negative), grad(&positive), "{to}");
+    }
+}

@@ -33,7 +33,8 @@ mod window;
 
 pub use branch::{WhileParams, branch_index, cond_branches, cond_params, while_params};
 pub use collective::{
-    axis_names, collective_axes, index_groups, permutation, replica_groups, scatter_shape, simulate,
+    all_gather_dim, all_to_all_axes, axis_names, collective_axes, index_groups, permutation,
+    replica_groups, scatter_dim, scatter_shape, simulate,
 };
 pub use constraint::ConstraintParams;
 pub use conv::ConvParams;
