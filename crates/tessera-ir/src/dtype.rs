@@ -144,8 +144,8 @@ impl DType {
             Bool => f64::from(u8::from(x != 0.0)),
             F64 => x,
             F32 => f64::from(x as f32),
-            F16 => f64::from(half::f16::from_f64(x)),
-            BF16 => f64::from(half::bf16::from_f64(x)),
+            F16 => f64::from(f16_from_f64(x)),
+            BF16 => f64::from(bf16_from_f64(x)),
             I8 => f64::from(x as i64 as i8),
             I16 => f64::from(x as i64 as i16),
             I32 => f64::from(x as i64 as i32),
@@ -157,6 +157,36 @@ impl DType {
             KeyFry => x,
         }
     }
+}
+
+/// `x` rounded once to the nearest `bfloat16`, ties to even (overflowing to infinity, NaN
+/// staying NaN). `half::bf16::from_f64` reads only the top 32 bits of `x`, so a value just above
+/// a tie whose excess lies in the low bits rounded down; this rounds `x` to an `f32` rounded to
+/// odd first, whose 24 bits keep the tie decision, then to nearest even, which is then correct.
+pub fn bf16_from_f64(x: f64) -> half::bf16 {
+    half::bf16::from_f32(f32_round_to_odd(x))
+}
+
+/// `x` rounded once to the nearest IEEE half, ties to even (see [`bf16_from_f64`]; `half`'s own
+/// conversion reads the top 32 bits, or rounds through an `f32` twice on x86 with F16C).
+pub fn f16_from_f64(x: f64) -> half::f16 {
+    half::f16::from_f32(f32_round_to_odd(x))
+}
+
+/// `x` as an `f32` rounded to odd: truncated toward zero, with the last mantissa bit set when
+/// that was inexact (values past `f32::MAX` give `f32::MAX`, below the least subnormal that
+/// subnormal). Rounding this to a format of at most 22 bits of precision rounds as `x` would.
+fn f32_round_to_odd(x: f64) -> f32 {
+    let nearest = x as f32;
+    if x.is_nan() || f64::from(nearest) == x {
+        return nearest;
+    }
+    let mut bits = nearest.to_bits();
+    if f64::from(nearest).abs() > x.abs() {
+        // Rounded away from zero (perhaps to infinity): step back one unit toward zero.
+        bits -= 1;
+    }
+    f32::from_bits(bits | 1)
 }
 
 impl DType {

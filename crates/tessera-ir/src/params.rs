@@ -265,6 +265,14 @@ impl Params {
         }
     }
 
+    /// A required boolean (`True`/`False`).
+    pub fn bool(&self, prim: &str, name: &str) -> Result<bool, IrError> {
+        match self.get(name) {
+            Some(ParamValue::Bool(b)) => Ok(*b),
+            _ => Err(missing(prim, name, "True or False")),
+        }
+    }
+
     /// A boolean parameter, `default` where absent; anything but `True`/`False` is an error.
     pub fn bool_or(&self, prim: &str, name: &str, default: bool) -> Result<bool, IrError> {
         match self.get(name) {

@@ -241,3 +241,192 @@ fn a_shard_map_program_prints_and_parses_back_with_its_varying_axes() {
         eval_closed(&program, &[x]).unwrap()
     );
 }
+
+/// A program over the 2×2 mesh (`x`, `y`) with `f` applied to `[4, 8]` blocks laid out by
+/// `P('x', 'y')`, and the same program with each `(from, to)` of `edits` replaced in its text.
+fn with_text_replaced(
+    f: impl FnOnce(&Tensor) -> Tensor,
+    edits: &[(&str, &str)],
+) -> (tessera_ir::ClosedJaxpr, tessera_ir::ClosedJaxpr) {
+    use tessera_ir::text::{parse_closed, print_closed};
+    let program = shard_map_program(
+        &mesh(&[("x", 2), ("y", 2)]),
+        &[spec("P('x', 'y')")],
+        &[spec("P('x', 'y')")],
+        &[f32(&[4, 8])],
+        |a| vec![f(&a[0])],
+    )
+    .unwrap();
+    let mut text = print_closed(&program, 0);
+    for (from, to) in edits {
+        assert!(text.contains(from), "{from}: {text}");
+        text = text.replace(from, to);
+    }
+    let replaced = parse_closed(&text).unwrap();
+    tessera_ir::verify(&replaced).unwrap();
+    (program, replaced)
+}
+
+#[test]
+fn negative_collective_dimensions_count_from_the_end_in_every_rule() {
+    use tessera_ir::vmap;
+    type Case = (
+        Box<dyn FnOnce(&Tensor) -> Tensor>,
+        Vec<(&'static str, &'static str)>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            Box::new(|x| x.all_gather("y", 1, true)),
+            vec![("all_gather_dimension=1", "all_gather_dimension=-1")],
+        ),
+        (
+            Box::new(|x| x.all_gather("y", 2, false).reshape(&[2, 8])),
+            vec![("all_gather_dimension=2", "all_gather_dimension=-1")],
+        ),
+        (
+            Box::new(|x| x.psum_scatter("x", 1, true).all_gather("x", 1, true)),
+            vec![("scatter_dimension=1", "scatter_dimension=-1")],
+        ),
+        (
+            Box::new(|x| x.all_to_all("y", 1, 0, true).reshape(&[2, 4])),
+            vec![
+                ("concat_axis=0", "concat_axis=-2"),
+                ("split_axis=1", "split_axis=-1"),
+            ],
+        ),
+    ];
+    let input = iota(&[4, 8]);
+    let batch = iota(&[3, 4, 8]);
+    for (f, edits) in cases {
+        let (positive, negative) = with_text_replaced(f, &edits);
+        let to = edits[0].1;
+        let want = eval_closed(&positive, std::slice::from_ref(&input)).unwrap();
+        assert_eq!(
+            eval_closed(&negative, std::slice::from_ref(&input)).unwrap(),
+            want,
+            "{to}"
+        );
+        // Batched, the dimension moves past the batch dimension: -1 stays the last one.
+        let batched = |p| vmap(p, &[Some(0)], &[0], 3).unwrap_or_else(|e| panic!("{to}: {e}"));
+        let want = eval_closed(&batched(&positive), std::slice::from_ref(&batch)).unwrap();
+        let got = eval_closed(&batched(&negative), std::slice::from_ref(&batch));
+        assert_eq!(got.ok(), Some(want), "{to}");
+        // The VJP reads the same dimensions.
+        let ct = iota(&positive.jaxpr.out_avals()[0].shape);
+        let grad = |p| eval_closed(&vjp(p).unwrap(), &[input.clone(), ct.clone()]).unwrap();
+        assert_eq!(grad(&negative), grad(&positive), "{to}");
+    }
+}
+
+/// Small integers, different for each `seed`, so sums of products are exact in `f32`.
+fn ints(shape: &[i64], seed: i64) -> Array {
+    let n: i64 = shape.iter().product();
+    let values = (0..n)
+        .map(|i| ((i * 7 + seed * 5 + 3) % 11 - 5) as f64)
+        .collect();
+    Array::new(DType::F32, shape, values).unwrap()
+}
+
+fn inner(a: &Array, b: &Array) -> f64 {
+    a.to_vec().iter().zip(b.to_vec()).map(|(x, y)| x * y).sum()
+}
+
+/// Checks `<ct, f(t)> = <f^T(ct), t>` for a linear `f` under `shard_map` over the 2×2 mesh
+/// (`x`, `y`), `[16, 4]` operands split over both axes on dimension 0, `f^T` being the VJP.
+fn check_transpose(what: &str, f: impl FnOnce(&Tensor) -> Tensor) {
+    let both = spec("P(('x', 'y'))");
+    let program = shard_map_program(
+        &mesh(&[("x", 2), ("y", 2)]),
+        std::slice::from_ref(&both),
+        std::slice::from_ref(&both),
+        &[f32(&[16, 4])],
+        |a| vec![f(&a[0])],
+    )
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let t = ints(&[16, 4], 1);
+    let ct = ints(&program.jaxpr.out_avals()[0].shape, 2);
+    let y = eval_closed(&program, std::slice::from_ref(&t)).unwrap();
+    let vjp_program = vjp(&program).unwrap_or_else(|e| panic!("{what}: {e}"));
+    tessera_ir::verify(&vjp_program).unwrap();
+    let grad = eval_closed(&vjp_program, &[t.clone(), ct.clone()])
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(grad[0].shape(), t.shape(), "{what}: the cotangent's shape");
+    let (lhs, rhs) = (inner(&ct, &y[0]), inner(&grad[0], &t));
+    assert!(lhs != 0.0, "{what}: a zero product checks nothing");
+    assert_eq!(lhs, rhs, "{what}: <ct, f(t)> vs <f^T(ct), t>");
+}
+
+#[test]
+fn collectives_over_several_axes_transpose_over_all_of_them() {
+    let xy = ["x", "y"];
+    let yx = ["y", "x"];
+    check_transpose("all_gather x,y", |a| a.all_gather_over(&xy, None, 0, true));
+    check_transpose("all_gather y,x untiled", |a| {
+        a.all_gather_over(&yx, None, 1, false)
+    });
+    check_transpose("psum_scatter x,y", |a| {
+        a.psum_scatter_over(&xy, None, 0, true)
+    });
+    check_transpose("psum_scatter y,x untiled", |a| {
+        a.reshape(&[4, 4, 1]).psum_scatter_over(&yx, None, 1, false)
+    });
+    check_transpose("ppermute x,y cycle", |a| {
+        a.ppermute_over(&xy, &[(0, 1), (1, 2), (2, 3), (3, 0)])
+    });
+    check_transpose("ppermute y,x partial", |a| {
+        a.ppermute_over(&yx, &[(0, 3), (3, 1)])
+    });
+    check_transpose("all_to_all x,y", |a| {
+        a.all_to_all_over(&xy, None, 0, 1, true)
+    });
+    check_transpose("pbroadcast x,y", |a| a.pbroadcast_over(&xy, 2));
+    check_transpose("pbroadcast y,x", |a| a.pbroadcast_over(&yx, 1));
+}
+
+#[test]
+fn collectives_with_index_groups_transpose_within_them() {
+    let xy = ["x", "y"];
+    let pairs = [vec![0, 3], vec![1, 2]];
+    check_transpose("psum groups", |a| a.psum_in_groups(&xy, &pairs));
+    check_transpose("all_gather groups", |a| {
+        a.all_gather_over(&xy, Some(&pairs), 0, true)
+    });
+    check_transpose("all_gather groups untiled", |a| {
+        a.all_gather_over(&["y", "x"], Some(&pairs), 2, false)
+    });
+    check_transpose("psum_scatter groups", |a| {
+        a.psum_scatter_over(&xy, Some(&pairs), 1, true)
+    });
+    check_transpose("all_to_all groups", |a| {
+        a.all_to_all_over(&xy, Some(&pairs), 1, 0, true)
+    });
+}
+
+#[test]
+fn pbroadcast_within_index_groups_transposes_to_each_groups_source() {
+    use tessera_ir::text::{parse_closed, print_closed};
+    // The tracing API has no groups for pbroadcast (JAX neither); a parsed one may carry them.
+    let program = shard_map_program(
+        &mesh(&[("x", 2), ("y", 2)]),
+        &[spec("P(('x', 'y'))")],
+        &[spec("P(('x', 'y'))")],
+        &[f32(&[4])],
+        |a| vec![a[0].pbroadcast_over(&["x", "y"], 1)],
+    )
+    .unwrap();
+    let text = print_closed(&program, 0).replace(
+        "source=1",
+        "axis_index_groups=((0, 3), (2, 1))\n            source=1",
+    );
+    let program = parse_closed(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    tessera_ir::verify(&program).unwrap();
+    let t = Array::new(DType::F32, &[4], vec![10.0, 20.0, 30.0, 40.0]).unwrap();
+    assert_eq!(
+        eval_closed(&program, std::slice::from_ref(&t)).unwrap()[0].to_vec(),
+        vec![40.0, 20.0, 20.0, 40.0],
+        "the group (0, 3) takes device 3's value, (2, 1) device 1's"
+    );
+    let ct = Array::new(DType::F32, &[4], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+    let grad = eval_closed(&vjp(&program).unwrap(), &[t, ct]).unwrap();
+    assert_eq!(grad[0].to_vec(), vec![0.0, 5.0, 0.0, 5.0]);
+}

@@ -66,8 +66,8 @@ pub(super) fn encode(dtype: DType, e: Elem, out: &mut Vec<u8>) {
         DType::I32 | DType::U32 => (bits as u32).put(out),
         DType::I64 | DType::U64 => bits.put(out),
         // Floats: the value is already rounded to the dtype, so each conversion is exact.
-        DType::BF16 => half::bf16::from_f64(float()).put(out),
-        DType::F16 => half::f16::from_f64(float()).put(out),
+        DType::BF16 => crate::dtype::bf16_from_f64(float()).put(out),
+        DType::F16 => crate::dtype::f16_from_f64(float()).put(out),
         DType::F32 => (float() as f32).put(out),
         DType::F64 => float().put(out),
         DType::KeyFry => {

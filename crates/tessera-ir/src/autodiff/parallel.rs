@@ -1,7 +1,8 @@
 //! VJP rules of the collectives and of `shard_map`, as JAX transposes them: `psum` ↔ `pvary`,
 //! `all_gather` ↔ `psum_scatter`, `ppermute` ↔ the inverse permutation, `all_to_all` ↔ the
 //! same exchange with split and concat axes swapped, and `pbroadcast` sends the sum of the
-//! cotangents back to its source. `pmax` and `pmin` are not differentiable (nor in JAX). The VJP
+//! cotangents back to its source; each over all of its collective's axes, in their order, and
+//! within its `axis_index_groups`. `pmax` and `pmin` are not differentiable (nor in JAX). The VJP
 //! of a `shard_map` is a `shard_map` of its body's VJP, taking the primal blocks and the
 //! cotangent blocks (laid out by the out_specs) and returning the operands' cotangent blocks.
 
@@ -10,8 +11,8 @@ use crate::axis_env;
 use crate::error::IrError;
 use crate::params::{ParamValue, Params};
 use crate::prim::{
-    CollectiveOp, Prim, ShardMapParams, collective_axes, index_groups, permutation,
-    shard_map_params,
+    CollectiveOp, Prim, ShardMapParams, all_gather_dim, all_to_all_axes, collective_axes,
+    index_groups, permutation, scatter_dim, shard_map_params,
 };
 use crate::trace::{Tensor, where_};
 
@@ -33,7 +34,10 @@ pub(super) fn collective_vjp(
     if op == CollectiveOp::AxisIndex {
         return Vec::new();
     }
-    let ct = collective_transpose(prim, op, params, g, &axes)
+    let Some(rank) = x.first().map(Tensor::rank) else {
+        return vec![Some(g.fail(prim.name(), "needs an operand".into()))];
+    };
+    let ct = collective_transpose(prim, op, params, g, rank, &axes)
         .unwrap_or_else(|e| g.fail(prim.name(), e.to_string()));
     vec![
         x.first()
@@ -42,43 +46,49 @@ pub(super) fn collective_vjp(
     ]
 }
 
-/// The transpose of a collective applied to the cotangent `g` (`axis_index` has none).
+/// The transpose of a collective (whose operand has rank `rank`) applied to the cotangent `g`
+/// (`axis_index` has none).
 fn collective_transpose(
     prim: Prim,
     op: CollectiveOp,
     params: &Params,
     g: &Tensor,
+    rank: usize,
     axes: &[&str],
 ) -> Result<Tensor, IrError> {
-    let int = |k: &str| params.int(prim.name(), k);
-    let tiled = params.bool_or(prim.name(), "tiled", false)?;
+    let groups = index_groups(prim, params)?;
+    let groups = groups.as_deref();
     Ok(match op {
-        CollectiveOp::Psum => match index_groups(prim, params)? {
-            Some(groups) => g.psum_in_groups(axes, &groups),
+        CollectiveOp::Psum => match groups {
+            Some(groups) => g.psum_in_groups(axes, groups),
             None => g.pvary(axes),
         },
         CollectiveOp::Pvary => g.psum(axes),
-        CollectiveOp::AllGather => g.psum_scatter(axes[0], int("all_gather_dimension")?, tiled),
-        CollectiveOp::ReduceScatter => g.all_gather(axes[0], int("scatter_dimension")?, tiled),
+        CollectiveOp::AllGather => {
+            let (d, tiled) = all_gather_dim(params, rank)?;
+            g.psum_scatter_over(axes, groups, d as i64, tiled)
+        }
+        CollectiveOp::ReduceScatter => {
+            let (d, tiled) = scatter_dim(params, rank)?;
+            g.all_gather_over(axes, groups, d as i64, tiled)
+        }
         CollectiveOp::Ppermute => {
             let inverse: Vec<(i64, i64)> = permutation(params)?
                 .into_iter()
                 .map(|(s, t)| (t, s))
                 .collect();
-            g.ppermute(axes[0], &inverse)
+            g.ppermute_over(axes, &inverse)
         }
         CollectiveOp::AllToAll => {
+            let (split, concat) = all_to_all_axes(params, rank)?;
             let p = params
                 .clone()
-                .with("split_axis", ParamValue::Int(int("concat_axis")?))
-                .with("concat_axis", ParamValue::Int(int("split_axis")?));
+                .with("split_axis", ParamValue::Int(concat as i64))
+                .with("concat_axis", ParamValue::Int(split as i64));
             Tensor::bind1(Prim::AllToAll, p, &[g])
         }
         CollectiveOp::Pbroadcast => {
-            let source = int("source")?;
-            let here = Tensor::axis_index(g, axes[0]).broadcast_to(g.shape());
-            let is_source = here.eq(&here.full_like_scalar(source as f64));
-            where_(&is_source, &g.psum(axes), &zeros_like(g))
+            pbroadcast_transpose(g, axes, groups, params.int(prim.name(), "source")?)
         }
         CollectiveOp::Pmax | CollectiveOp::Pmin | CollectiveOp::AxisIndex => {
             return Err(IrError::Type {
@@ -91,6 +101,36 @@ fn collective_transpose(
             });
         }
     })
+}
+
+/// The cotangent of `pbroadcast`'s operand: on each group's source device (index `source`
+/// within its group, the axes' index without groups), the sum of the group's cotangents; zero
+/// elsewhere.
+fn pbroadcast_transpose(
+    g: &Tensor,
+    axes: &[&str],
+    groups: Option<&[Vec<i64>]>,
+    source: i64,
+) -> Tensor {
+    let here = Tensor::axis_index_over(g, axes).broadcast_to(g.shape());
+    let sources: Vec<i64> = match groups {
+        Some(groups) => groups
+            .iter()
+            .filter_map(|members| members.get(source as usize).copied())
+            .collect(),
+        None => vec![source],
+    };
+    let at = |s: i64| here.eq(&here.full_like_scalar(s as f64));
+    let is_source = sources
+        .iter()
+        .map(|&s| at(s))
+        .reduce(|a, b| a.binary(Prim::Or, &b))
+        .unwrap_or_else(|| at(-1));
+    let total = match groups {
+        Some(groups) => g.psum_in_groups(axes, groups),
+        None => g.psum(axes),
+    };
+    where_(&is_source, &total, &zeros_like(g))
 }
 
 /// The VJP of a `shard_map` equation: a `shard_map` of the body's VJP.

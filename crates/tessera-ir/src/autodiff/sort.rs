@@ -7,7 +7,7 @@ use super::rules::zeros_like;
 use crate::params::{ParamValue, Params};
 use crate::prim::{
     GatherDims, GatherParams, GatherScatterMode, Prim, ScatterDims, ScatterParams, SortOp,
-    sort_params, top_k_params,
+    SortParams, top_k_params,
 };
 use crate::trace::Tensor;
 
@@ -84,7 +84,8 @@ fn source_coordinates(prim: Prim, params: &Params, x: &[Tensor]) -> Result<Tenso
         .ok_or_else(|| format!("{} is not a sorting primitive", prim.name()))?;
     match op {
         SortOp::Sort => {
-            let (dim, keys) = sort_params(params, x[0].rank()).map_err(|e| e.to_string())?;
+            let p = SortParams::read(params, x[0].rank()).map_err(|e| e.to_string())?;
+            let (dim, keys) = (p.dimension, p.num_keys);
             let iota = x[0].iota_along(x[0].shape(), dim as i64);
             let mut operands: Vec<&Tensor> = x[..keys.min(x.len())].iter().collect();
             operands.push(&iota);

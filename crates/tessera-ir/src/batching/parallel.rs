@@ -2,7 +2,7 @@
 //! positional dimension, distinct from the mesh axes the collectives name, so a collective
 //! batches like JAX's non-frame batchers: elementwise collectives keep the batch dimension where
 //! it is, and those with dimension parameters get the batch dimension in front and their
-//! dimensions shifted by one. A `shard_map` batches its body (under the mesh's axes), with an
+//! dimensions, normalised first (a negative one counts from the end), shifted by one. A `shard_map` batches its body (under the mesh's axes), with an
 //! unsplit leading dimension added to the specs of batched operands and of every result; a
 //! `checkpoint` region batches its body the same way.
 
@@ -11,18 +11,20 @@ use tessera_sharding::{DimSpec, PartitionSpec};
 use super::{Batched, to_front, with_param};
 use crate::axis_env;
 use crate::params::{ParamValue, Params};
-use crate::prim::{CollectiveOp, Prim, ShardMapParams, shard_map_params};
+use crate::prim::{
+    CollectiveOp, Prim, ShardMapParams, all_gather_dim, all_to_all_axes, scatter_dim,
+    shard_map_params,
+};
 use crate::trace::Tensor;
 
 /// Batches a collective; `size` is the batch size.
 pub(super) fn collective(prim: Prim, params: &Params, args: &[Batched], size: i64) -> Vec<Batched> {
-    let shift = |keys: &[&str]| {
-        let mut p = params.clone();
-        for key in keys {
-            let v = params.int(prim.name(), key)?;
-            p = with_param(&p, key, ParamValue::Int(v + 1));
-        }
-        Ok::<Params, crate::error::IrError>(p)
+    // The operand's rank without the batch dimension, and its dimensions past the batch one.
+    let rank = args[0].0.rank() - usize::from(args[0].1.is_some());
+    let shift = |dims: &[(&str, usize)]| {
+        dims.iter().fold(params.clone(), |p, &(key, d)| {
+            with_param(&p, key, ParamValue::Int(d as i64 + 1))
+        })
     };
     let front = |p: Result<Params, crate::error::IrError>| {
         let x = to_front(&args[0], size);
@@ -36,9 +38,16 @@ pub(super) fn collective(prim: Prim, params: &Params, args: &[Batched], size: i6
         return vec![(x.fail(prim.name(), "is not a collective".into()), None)];
     };
     match op {
-        CollectiveOp::AllGather => front(shift(&["all_gather_dimension"])),
-        CollectiveOp::ReduceScatter => front(shift(&["scatter_dimension"])),
-        CollectiveOp::AllToAll => front(shift(&["split_axis", "concat_axis"])),
+        CollectiveOp::AllGather => {
+            front(all_gather_dim(params, rank).map(|(d, _)| shift(&[("all_gather_dimension", d)])))
+        }
+        CollectiveOp::ReduceScatter => {
+            front(scatter_dim(params, rank).map(|(d, _)| shift(&[("scatter_dimension", d)])))
+        }
+        CollectiveOp::AllToAll => front(
+            all_to_all_axes(params, rank)
+                .map(|(s, c)| shift(&[("split_axis", s), ("concat_axis", c)])),
+        ),
         CollectiveOp::AxisIndex => vec![(
             args[0]
                 .0

@@ -3,7 +3,7 @@
 
 use super::{Batched, to_front, with_param};
 use crate::params::{ParamValue, Params};
-use crate::prim::{Prim, SortOp, sort_params, top_k_params};
+use crate::prim::{Prim, SortOp, SortParams, top_k_params};
 use crate::trace::Tensor;
 
 /// Batches one `sort` or `top_k` equation.
@@ -11,8 +11,8 @@ pub(super) fn sort(prim: Prim, params: &Params, args: &[Batched], size: i64) -> 
     let operands: Vec<Tensor> = args.iter().map(|a| to_front(a, size)).collect();
     let rank = operands[0].rank() - 1;
     let shifted = match prim.sort_op() {
-        Some(SortOp::Sort) => sort_params(params, rank)
-            .map(|(dim, _)| with_param(params, "dimension", ParamValue::Int(dim as i64 + 1))),
+        Some(SortOp::Sort) => SortParams::read(params, rank)
+            .map(|p| with_param(params, "dimension", ParamValue::Int(p.dimension as i64 + 1))),
         Some(SortOp::TopK) => top_k_params(params, rank)
             .map(|(_, axis)| with_param(params, "axis", ParamValue::Int(axis as i64 + 1))),
         None => Ok(params.clone()),

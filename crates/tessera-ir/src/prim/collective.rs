@@ -127,6 +127,42 @@ fn dim_param(prim: Prim, params: &Params, key: &str, rank: usize) -> Result<usiz
     super::axis(prim, params.int(prim.name(), key)?, rank)
 }
 
+fn tiled(prim: Prim, params: &Params) -> Result<bool> {
+    params.bool_or(prim.name(), "tiled", false)
+}
+
+/// `all_gather`'s dimension and `tiled`, for an operand of rank `rank`. The dimension is a
+/// position in the result (a new dimension when untiled, a grown one when tiled); a negative
+/// one counts from the end, as `lax.all_gather`'s `axis` does. Every rule (shape,
+/// interpretation, transpose, batching, lowering) reads it here.
+pub fn all_gather_dim(params: &Params, rank: usize) -> Result<(usize, bool)> {
+    let prim = Prim::AllGather;
+    let tiled = tiled(prim, params)?;
+    let rank = rank + usize::from(!tiled);
+    Ok((
+        dim_param(prim, params, "all_gather_dimension", rank)?,
+        tiled,
+    ))
+}
+
+/// `psum_scatter`'s (`reduce_scatter`'s) `scatter_dimension`, a position in its operand of rank
+/// `rank` (negative ones count from the end), and `tiled`.
+pub fn scatter_dim(params: &Params, rank: usize) -> Result<(usize, bool)> {
+    let prim = Prim::ReduceScatter;
+    let d = dim_param(prim, params, "scatter_dimension", rank)?;
+    Ok((d, tiled(prim, params)?))
+}
+
+/// `all_to_all`'s `split_axis` and `concat_axis`, positions in its operand of rank `rank`
+/// (negative ones count from the end).
+pub fn all_to_all_axes(params: &Params, rank: usize) -> Result<(usize, usize)> {
+    let prim = Prim::AllToAll;
+    Ok((
+        dim_param(prim, params, "split_axis", rank)?,
+        dim_param(prim, params, "concat_axis", rank)?,
+    ))
+}
+
 /// The shape and `vma` rules.
 pub(super) fn abstract_eval(
     prim: Prim,
@@ -175,9 +211,7 @@ pub(super) fn abstract_eval(
             }
         }
         CollectiveOp::AllGather => {
-            let tiled = params.bool_or(prim.name(), "tiled", false)?;
-            let rank = x.rank() + usize::from(!tiled);
-            let d = dim_param(prim, params, "all_gather_dimension", rank)?;
+            let (d, tiled) = all_gather_dim(params, x.rank())?;
             check_size_param(prim, params, n)?;
             if tiled {
                 out.shape[d] *= n;
@@ -186,14 +220,12 @@ pub(super) fn abstract_eval(
             }
         }
         CollectiveOp::ReduceScatter => {
-            let d = dim_param(prim, params, "scatter_dimension", x.rank())?;
+            let (d, tiled) = scatter_dim(params, x.rank())?;
             check_size_param(prim, params, n)?;
-            out.shape =
-                scatter_shape(&x.shape, d, n, params.bool_or(prim.name(), "tiled", false)?)?;
+            out.shape = scatter_shape(&x.shape, d, n, tiled)?;
         }
         CollectiveOp::AllToAll => {
-            let split = dim_param(prim, params, "split_axis", x.rank())?;
-            let concat = dim_param(prim, params, "concat_axis", x.rank())?;
+            let (split, concat) = all_to_all_axes(params, x.rank())?;
             if x.shape[split] % n != 0 {
                 return Err(type_error(
                     prim.name(),
@@ -358,13 +390,7 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<Ele
             outs
         }
         CollectiveOp::AllGather => {
-            let tiled = params.bool_or(prim.name(), "tiled", false)?;
-            let d = dim_param(
-                prim,
-                params,
-                "all_gather_dimension",
-                rank + usize::from(!tiled),
-            )?;
+            let (d, tiled) = all_gather_dim(params, rank)?;
             let elems: Vec<_> = xs.iter().map(|x| x.elems()).collect();
             let views: Vec<_> = elems.iter().map(|x| x.view()).collect();
             let joined = if tiled {
@@ -376,10 +402,10 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<Ele
             vec![joined; n]
         }
         CollectiveOp::ReduceScatter => {
-            let d = dim_param(prim, params, "scatter_dimension", rank)?;
+            let (d, tiled) = scatter_dim(params, rank)?;
             let total = &fold(i128::wrapping_add, |a, b| a + b)[0];
             let chunks = split(total, d, n);
-            if params.bool_or(prim.name(), "tiled", false)? {
+            if tiled {
                 chunks
             } else {
                 chunks
@@ -389,8 +415,7 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<Ele
             }
         }
         CollectiveOp::AllToAll => {
-            let split_axis = dim_param(prim, params, "split_axis", rank)?;
-            let concat_axis = dim_param(prim, params, "concat_axis", rank)?;
+            let (split_axis, concat_axis) = all_to_all_axes(params, rank)?;
             let pieces: Vec<Vec<ArrayD<Elem>>> =
                 xs.iter().map(|x| split(&x.elems(), split_axis, n)).collect();
             (0..n)

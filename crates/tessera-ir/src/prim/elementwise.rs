@@ -3,7 +3,7 @@
 
 use ndarray::{ArrayD, IxDyn, Zip};
 
-use super::{BinaryOp, ElementwiseOp, Prim, UnaryOp, arity};
+use super::{BinaryOp, ElementwiseOp, Prim, RoundingMethod, UnaryOp, arity};
 use crate::array::{Array, Elem, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::dtype::DType;
@@ -89,9 +89,7 @@ pub(super) fn abstract_eval(
                     format!("needs a floating-point operand, got {x}"),
                 ));
             }
-            if u == UnaryOp::IntegerPow {
-                params.int(name, "y")?;
-            }
+            UnaryArgs::read(u, params)?;
             Ok(vec![x.clone()])
         }
         ElementwiseOp::SelectN => {
@@ -206,18 +204,14 @@ pub(super) fn eval(
         }
         ElementwiseOp::Convert => inputs[0].converted(out.dtype),
         ElementwiseOp::Unary(u) => {
-            let y = if u == UnaryOp::IntegerPow {
-                params.int("integer_pow", "y")?
-            } else {
-                0
-            };
+            let args = UnaryArgs::read(u, params)?;
             if int && !needs_float(u) {
                 Array::from_ints(
                     out.dtype,
-                    inputs[0].ints().mapv(|x| unary_int(u, x, y, dtype)),
+                    inputs[0].ints().mapv(|x| unary_int(u, x, args, dtype)),
                 )
             } else {
-                Array::from_values(out.dtype, inputs[0].values().mapv(|x| unary(u, x, y)))
+                Array::from_values(out.dtype, inputs[0].values().mapv(|x| unary(u, x, args)))
             }
         }
         ElementwiseOp::Binary(b) => {
@@ -282,8 +276,34 @@ fn select_n(inputs: &[Array], dtype: DType, dims: &[usize]) -> Result<ArrayD<Ele
     Ok(out)
 }
 
+/// The parameters of a unary operation, read and checked once: `integer_pow`'s `y` and
+/// `round`'s `rounding_method` (each only for its own primitive).
+#[derive(Clone, Copy)]
+struct UnaryArgs {
+    /// `integer_pow`'s exponent (0 for the others).
+    y: i64,
+    /// `round`'s method (unread, and away from zero, for the others).
+    rounding: RoundingMethod,
+}
+
+impl UnaryArgs {
+    fn read(op: UnaryOp, params: &Params) -> Result<UnaryArgs> {
+        let mut args = UnaryArgs {
+            y: 0,
+            rounding: RoundingMethod::AwayFromZero,
+        };
+        if op == UnaryOp::IntegerPow {
+            args.y = params.int("integer_pow", "y")?;
+        }
+        if op == UnaryOp::Round {
+            args.rounding = RoundingMethod::read(params)?;
+        }
+        Ok(args)
+    }
+}
+
 /// A unary operation on an exact integer (or boolean); the caller wraps the result.
-fn unary_int(op: UnaryOp, x: i128, y: i64, dtype: DType) -> i128 {
+fn unary_int(op: UnaryOp, x: i128, args: UnaryArgs, dtype: DType) -> i128 {
     use UnaryOp::*;
     match op {
         Neg => -x,
@@ -291,13 +311,13 @@ fn unary_int(op: UnaryOp, x: i128, y: i64, dtype: DType) -> i128 {
         Sign => x.signum(),
         Not if dtype == DType::Bool => i128::from(x == 0),
         Not => !x,
-        IntegerPow => int_pow(x, y, dtype),
+        IntegerPow => int_pow(x, args.y, dtype),
         Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos | Sqrt | Rsqrt | Floor
-        | Ceil | Round => unary(op, x as f64, y) as i128,
+        | Ceil | Round => unary(op, x as f64, args) as i128,
     }
 }
 
-fn unary(op: UnaryOp, x: f64, y: i64) -> f64 {
+fn unary(op: UnaryOp, x: f64, args: UnaryArgs) -> f64 {
     use UnaryOp::*;
     match op {
         Neg => -x,
@@ -326,11 +346,9 @@ fn unary(op: UnaryOp, x: f64, y: i64) -> f64 {
         Rsqrt => 1.0 / x.sqrt(),
         Floor => x.floor(),
         Ceil => x.ceil(),
-        // rounding_method 0 rounds halves away from zero, 1 to even.
-        Round if y == 1 => x.round_ties_even(),
-        Round => x.round(),
+        Round => args.rounding.round(x),
         Not => f64::from(u8::from(x == 0.0)),
-        IntegerPow => x.powi(y as i32),
+        IntegerPow => x.powi(args.y as i32),
     }
 }
 

@@ -20,6 +20,7 @@ mod ops;
 mod random;
 mod reduce;
 mod reduce_params;
+mod rounding;
 mod scan;
 mod scatter;
 mod shard_map;
@@ -33,7 +34,8 @@ mod window;
 
 pub use branch::{WhileParams, branch_index, cond_branches, cond_params, while_params};
 pub use collective::{
-    axis_names, collective_axes, index_groups, permutation, replica_groups, scatter_shape, simulate,
+    all_gather_dim, all_to_all_axes, axis_names, collective_axes, index_groups, permutation,
+    replica_groups, scatter_dim, scatter_shape, simulate,
 };
 pub use constraint::ConstraintParams;
 pub use conv::ConvParams;
@@ -54,10 +56,11 @@ pub use ops::{
 };
 pub use random::RandomOp;
 pub use reduce_params::ReductionParams;
+pub use rounding::RoundingMethod;
 pub use scan::{ScanParams, scan_params, stacked, unstacked};
 pub use scatter::ScatterKind;
 pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
-pub use sort::{SortOp, sort_order, sort_params, top_k_params};
+pub use sort::{SortOp, SortParams, sort_order, top_k_params};
 pub use structural_params::StructuralParams;
 pub use threefry::{PARITY, counter, pack_key, threefry2x32, unpack_key};
 pub use treduce::{ReduceOp, TreduceParams, combine_micro_batches, combined_aval, treduce_params};

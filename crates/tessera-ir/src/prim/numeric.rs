@@ -243,8 +243,8 @@ pub(crate) fn bits_of(e: Elem, dtype: DType) -> u64 {
     match dtype {
         Bool | U8 | U16 | U32 | U64 | I64 | F64 | KeyFry => e.bits(),
         I8 | I16 | I32 => e.bits() & ((1 << (8 * dtype.size_in_bytes())) - 1),
-        BF16 => u64::from(half::bf16::from_f64(x).to_bits()),
-        F16 => u64::from(half::f16::from_f64(x).to_bits()),
+        BF16 => u64::from(crate::dtype::bf16_from_f64(x).to_bits()),
+        F16 => u64::from(crate::dtype::f16_from_f64(x).to_bits()),
         F32 => u64::from((x as f32).to_bits()),
     }
 }

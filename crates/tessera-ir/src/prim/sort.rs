@@ -1,7 +1,8 @@
 //! Sorting and selection: `sort` (several operands of one shape sorted together
 //! along `dimension` by the first `num_keys` of them, lexicographically; floats ascending in
 //! JAX's order: `-0.0` equal to `0.0`, NaN last) and `top_k` (the `k` largest along `axis`,
-//! ties to the lower index, with their `int32` indices). Both interpretations are stable.
+//! ties to the lower index, with their `int32` indices). Both interpretations are stable (a
+//! stable order is one of the orders `is_stable=False` allows).
 
 use std::cmp::Ordering;
 
@@ -22,12 +23,29 @@ pub enum SortOp {
     TopK,
 }
 
-/// `sort`'s parameters: the dimension (normalised) and the number of key operands.
-pub fn sort_params(params: &Params, rank: usize) -> Result<(usize, usize)> {
-    let dim = params.int("sort", "dimension")?;
-    let dim = super::axis(Prim::Sort, dim, rank)?;
-    let keys = params.int("sort", "num_keys")?;
-    Ok((dim, keys.max(0) as usize))
+/// `sort`'s parameters, read and checked once for every rule (shape, interpretation,
+/// derivatives, batching, lowering). JAX always prints all three (`lax.sort`'s `is_stable`
+/// defaults to `True` in Python, not in the equation), so a missing one is an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SortParams {
+    /// The sorted dimension, normalised to `0..rank`.
+    pub dimension: usize,
+    /// How many leading operands are keys (compared lexicographically).
+    pub num_keys: usize,
+    /// Whether equal keys keep their order.
+    pub is_stable: bool,
+}
+
+impl SortParams {
+    /// Reads a `sort` equation's parameters for operands of rank `rank`.
+    pub fn read(params: &Params, rank: usize) -> Result<SortParams> {
+        let dim = params.int("sort", "dimension")?;
+        Ok(SortParams {
+            dimension: super::axis(Prim::Sort, dim, rank)?,
+            num_keys: params.int("sort", "num_keys")?.max(0) as usize,
+            is_stable: params.bool("sort", "is_stable")?,
+        })
+    }
 }
 
 /// `top_k`'s parameters: `k` and the axis (normalised; the last when not printed).
@@ -52,7 +70,7 @@ pub(super) fn abstract_eval(
     };
     match op {
         SortOp::Sort => {
-            let (_, keys) = sort_params(params, first.rank())?;
+            let keys = SortParams::read(params, first.rank())?.num_keys;
             if keys == 0 || keys > inputs.len() {
                 return Err(type_error(
                     name,
@@ -118,7 +136,11 @@ pub(super) fn eval(
     let rank = inputs[0].dims().len();
     match op {
         SortOp::Sort => {
-            let (dim, keys) = sort_params(params, rank)?;
+            let SortParams {
+                dimension: dim,
+                num_keys: keys,
+                is_stable: _,
+            } = SortParams::read(params, rank)?;
             let perm = permutations(&inputs[..keys], dim, false);
             Ok(inputs
                 .iter()

@@ -1,7 +1,9 @@
 //! The tracing API of `shard_map` and the collectives (JAX's `lax.parallel`): `psum`, `pmean`,
 //! `pmax`, `pmin`, `pargmax`, `pargmin`, `all_gather`, `psum_scatter`, `ppermute`,
 //! `all_to_all`, `axis_index`, `axis_size`, `pbroadcast`, `pvary`, and `pmap` as sugar over a
-//! one-axis `shard_map`.
+//! one-axis `shard_map`. The one-axis forms have `_over` forms taking several axes (JAX's
+//! `axis_name=('x', 'y')`: devices indexed row-major over the axes as named) and, where JAX has
+//! them, `axis_index_groups`.
 //!
 //! As in JAX with `check_vma`, a collective over axes its operand does not vary over first casts
 //! the operand with `pvary`, and a body result that varies over fewer axes than its out_spec
@@ -30,6 +32,21 @@ fn none() -> ParamValue {
     ParamValue::Name("None".into())
 }
 
+fn groups_param(groups: Option<&[Vec<i64>]>) -> ParamValue {
+    groups.map_or_else(none, |g| {
+        ParamValue::Tuple(g.iter().map(|g| ParamValue::ints(g)).collect())
+    })
+}
+
+/// The number of devices a collective over `axes` combines: a group's size where
+/// `axis_index_groups` are given, else the axes' size.
+fn group_size(like: &Tensor, axes: &[&str], groups: Option<&[Vec<i64>]>) -> i64 {
+    match groups.and_then(|g| g.first()) {
+        Some(g) => g.len() as i64,
+        None => axis_size(like, axes),
+    }
+}
+
 impl Tensor {
     /// Casts an invariant value to one varying over `axes` (JAX's `pvary`); axes it already
     /// varies over are skipped.
@@ -55,12 +72,9 @@ impl Tensor {
         } else {
             self.clone()
         };
-        let groups = groups.map_or_else(none, |g| {
-            ParamValue::Tuple(g.iter().map(|g| ParamValue::ints(g)).collect())
-        });
         let params = Params::new()
             .with("axes", names(axes))
-            .with("axis_index_groups", groups);
+            .with("axis_index_groups", groups_param(groups));
         Tensor::bind1(prim, params, &[&x.pvary(axes)])
     }
 
@@ -113,44 +127,76 @@ impl Tensor {
         Tensor::bind_nullary(Prim::AxisIndex, params, like)
     }
 
+    /// The position of this device along the named axes combined (row-major over them as
+    /// named), as an `i32` scalar.
+    pub fn axis_index_over(like: &Tensor, axes: &[&str]) -> Tensor {
+        let params = Params::new().with("axis_name", names(axes));
+        Tensor::bind_nullary(Prim::AxisIndex, params, like)
+    }
+
     /// Gathers the blocks of all devices along `axis_name`: stacked at a new dimension `axis`,
     /// or concatenated along `axis` when `tiled`.
     pub fn all_gather(&self, axis_name: &str, axis: i64, tiled: bool) -> Tensor {
-        let n = axis_size(self, &[axis_name]);
+        self.all_gather_over(&[axis_name], None, axis, tiled)
+    }
+
+    /// [`Tensor::all_gather`] over several axes, within `axis_index_groups` where given.
+    pub fn all_gather_over(
+        &self,
+        axes: &[&str],
+        groups: Option<&[Vec<i64>]>,
+        axis: i64,
+        tiled: bool,
+    ) -> Tensor {
         let params = Params::new()
             .with("all_gather_dimension", ParamValue::Int(axis))
-            .with("axis_index_groups", none())
-            .with("axis_name", names(&[axis_name]))
-            .with("axis_size", ParamValue::Int(n))
+            .with("axis_index_groups", groups_param(groups))
+            .with("axis_name", names(axes))
+            .with("axis_size", ParamValue::Int(group_size(self, axes, groups)))
             .with("tiled", ParamValue::Bool(tiled));
-        Tensor::bind1(Prim::AllGather, params, &[&self.pvary(&[axis_name])])
+        Tensor::bind1(Prim::AllGather, params, &[&self.pvary(axes)])
     }
 
     /// Sums over `axis_name` and keeps this device's part of dimension `scatter_dimension`
     /// (a block of it when `tiled`, one index of it otherwise).
     pub fn psum_scatter(&self, axis_name: &str, scatter_dimension: i64, tiled: bool) -> Tensor {
-        let n = axis_size(self, &[axis_name]);
+        self.psum_scatter_over(&[axis_name], None, scatter_dimension, tiled)
+    }
+
+    /// [`Tensor::psum_scatter`] over several axes, within `axis_index_groups` where given.
+    pub fn psum_scatter_over(
+        &self,
+        axes: &[&str],
+        groups: Option<&[Vec<i64>]>,
+        scatter_dimension: i64,
+        tiled: bool,
+    ) -> Tensor {
         let params = Params::new()
-            .with("axis_index_groups", none())
-            .with("axis_name", names(&[axis_name]))
-            .with("axis_size", ParamValue::Int(n))
+            .with("axis_index_groups", groups_param(groups))
+            .with("axis_name", names(axes))
+            .with("axis_size", ParamValue::Int(group_size(self, axes, groups)))
             .with("scatter_dimension", ParamValue::Int(scatter_dimension))
             .with("tiled", ParamValue::Bool(tiled));
-        Tensor::bind1(Prim::ReduceScatter, params, &[&self.pvary(&[axis_name])])
+        Tensor::bind1(Prim::ReduceScatter, params, &[&self.pvary(axes)])
     }
 
     /// Sends this device's value to the device `perm` pairs it with (`(source, target)` indices
     /// along `axis_name`); devices no pair targets receive zeros.
     pub fn ppermute(&self, axis_name: &str, perm: &[(i64, i64)]) -> Tensor {
+        self.ppermute_over(&[axis_name], perm)
+    }
+
+    /// [`Tensor::ppermute`] over several axes (indices along the axes combined).
+    pub fn ppermute_over(&self, axes: &[&str], perm: &[(i64, i64)]) -> Tensor {
         let perm = ParamValue::Tuple(
             perm.iter()
                 .map(|&(s, t)| ParamValue::ints(&[s, t]))
                 .collect(),
         );
         let params = Params::new()
-            .with("axis_name", names(&[axis_name]))
+            .with("axis_name", names(axes))
             .with("perm", perm);
-        Tensor::bind1(Prim::Ppermute, params, &[&self.pvary(&[axis_name])])
+        Tensor::bind1(Prim::Ppermute, params, &[&self.pvary(axes)])
     }
 
     /// Splits `split_axis` into one chunk per device of `axis_name` and concatenates the chunks
@@ -163,7 +209,19 @@ impl Tensor {
         concat_axis: i64,
         tiled: bool,
     ) -> Tensor {
-        let x = self.pvary(&[axis_name]);
+        self.all_to_all_over(&[axis_name], None, split_axis, concat_axis, tiled)
+    }
+
+    /// [`Tensor::all_to_all`] over several axes, within `axis_index_groups` where given.
+    pub fn all_to_all_over(
+        &self,
+        axes: &[&str],
+        groups: Option<&[Vec<i64>]>,
+        split_axis: i64,
+        concat_axis: i64,
+        tiled: bool,
+    ) -> Tensor {
+        let x = self.pvary(axes);
         let rank = x.rank() as i64;
         let norm = |a: i64, r: i64| if a < 0 { a + r } else { a };
         let (mut split, mut concat) = (
@@ -172,11 +230,16 @@ impl Tensor {
         );
         let mut operand = x.clone();
         if !tiled {
-            let n = axis_size(self, &[axis_name]);
+            let n = group_size(self, axes, groups);
             if !(0..rank).contains(&split) || x.shape()[split as usize] != n {
                 return self.fail(
                     "all_to_all",
-                    format!("untiled all_to_all needs split_axis {split_axis} of size {n} (the devices of '{axis_name}'), got shape {:?}", x.shape()),
+                    format!(
+                        "untiled all_to_all needs split_axis {split_axis} of size {n} (the \
+                         devices of '{}'), got shape {:?}",
+                        axes.join(","),
+                        x.shape()
+                    ),
                 );
             }
             if split < concat {
@@ -188,8 +251,8 @@ impl Tensor {
             }
         }
         let params = Params::new()
-            .with("axis_index_groups", none())
-            .with("axis_name", names(&[axis_name]))
+            .with("axis_index_groups", groups_param(groups))
+            .with("axis_name", names(axes))
             .with("concat_axis", ParamValue::Int(concat))
             .with("split_axis", ParamValue::Int(split))
             .with("tiled", ParamValue::Bool(tiled));
@@ -204,10 +267,15 @@ impl Tensor {
 
     /// Copies the value of the device at index `source` along `axis_name` to every device.
     pub fn pbroadcast(&self, axis_name: &str, source: i64) -> Tensor {
+        self.pbroadcast_over(&[axis_name], source)
+    }
+
+    /// [`Tensor::pbroadcast`] over several axes (`source` an index along the axes combined).
+    pub fn pbroadcast_over(&self, axes: &[&str], source: i64) -> Tensor {
         let params = Params::new()
-            .with("axis_name", names(&[axis_name]))
+            .with("axis_name", names(axes))
             .with("source", ParamValue::Int(source));
-        Tensor::bind1(Prim::Pbroadcast, params, &[&self.pvary(&[axis_name])])
+        Tensor::bind1(Prim::Pbroadcast, params, &[&self.pvary(axes)])
     }
 }
 

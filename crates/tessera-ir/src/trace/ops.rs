@@ -6,7 +6,7 @@ use std::ops;
 use super::Tensor;
 use crate::dtype::DType;
 use crate::params::{ParamValue, Params};
-use crate::prim::Prim;
+use crate::prim::{Prim, RoundingMethod};
 
 /// The dtype two operands are promoted to (JAX's lattice, simplified): weak operands adopt the
 /// other's dtype; bool < integers < floats; wider wins; bf16 with f16 gives f32.
@@ -190,6 +190,22 @@ impl Tensor {
     /// Rounds down.
     pub fn floor_(&self) -> Tensor {
         self.unary(Prim::Floor)
+    }
+    /// Rounds to the nearest integer, halves to even (`jnp.round`, which binds `round` with
+    /// `RoundingMethod.TO_NEAREST_EVEN`); an integer array is returned as it is, as by
+    /// `jnp.round`.
+    pub fn round(&self) -> Tensor {
+        if self.dtype().is_float() {
+            self.round_with(RoundingMethod::ToNearestEven)
+        } else {
+            self.clone()
+        }
+    }
+    /// Rounds to the nearest integer, halves by `method` (`lax.round`, whose default is
+    /// [`RoundingMethod::AwayFromZero`]).
+    pub fn round_with(&self, method: RoundingMethod) -> Tensor {
+        let params = Params::new().with(RoundingMethod::PARAM, method.param());
+        Tensor::bind1(Prim::Round, params, &[self])
     }
     /// Hyperbolic tangent.
     pub fn tanh(&self) -> Tensor {

@@ -131,7 +131,8 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
     let name = prim.name();
     match prim {
         Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
-        | Sqrt | Rsqrt | Floor | Ceil | Round | Copy | StopGradient => unary(name),
+        | Sqrt | Rsqrt | Floor | Ceil | Copy | StopGradient => unary(name),
+        Round => prog("a:f64[2,3]", "b:f64[2,3] = round[rounding_method=1] a", "b"),
         Not => prog("a:bool[2,3]", "b:bool[2,3] = not a", "b"),
         ShardingConstraint => prog(
             "a:f64[2,3]",

@@ -2,6 +2,7 @@
 //! `jit` becomes a private function and a `func.call`.
 
 use melior::ir::Value;
+use tessera_ir::dtype::{bf16_from_f64, f16_from_f64};
 use tessera_ir::{Array, DType, Elem, Params, ShapedArray};
 
 use super::{Ctx, Functions, ir, mlir_type};
@@ -22,8 +23,8 @@ pub(crate) fn elem_text(e: Elem, dtype: DType) -> String {
         // Floats as exact bit patterns (MLIR accepts hex for every float type).
         DType::F64 => format!("0x{:016X}", e.bits()),
         DType::F32 => format!("0x{:08X}", (e.to_f64(dtype) as f32).to_bits()),
-        DType::F16 => format!("0x{:04X}", half::f16::from_f64(e.to_f64(dtype)).to_bits()),
-        DType::BF16 => format!("0x{:04X}", half::bf16::from_f64(e.to_f64(dtype)).to_bits()),
+        DType::F16 => format!("0x{:04X}", f16_from_f64(e.to_f64(dtype)).to_bits()),
+        DType::BF16 => format!("0x{:04X}", bf16_from_f64(e.to_f64(dtype)).to_bits()),
         // Never reached: `refuse_key` stops key constants before their text is built.
         DType::KeyFry => format!("{}", e.bits() & 0xFFFF_FFFF),
     }

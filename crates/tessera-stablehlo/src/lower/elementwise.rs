@@ -2,7 +2,7 @@
 //! size-1 dimensions; StableHLO wants equal shapes).
 
 use melior::ir::Value;
-use tessera_ir::prim::{BinaryOp, CompareOp, ElementwiseOp, UnaryOp};
+use tessera_ir::prim::{BinaryOp, CompareOp, ElementwiseOp, RoundingMethod, UnaryOp};
 use tessera_ir::{DType, Params, Prim, ShapedArray};
 
 use super::control::splat;
@@ -97,15 +97,10 @@ fn unary<'c, 'b>(
         UnaryOp::Rsqrt => one("stablehlo.rsqrt", x)?,
         UnaryOp::Floor => one("stablehlo.floor", x)?,
         UnaryOp::Ceil => one("stablehlo.ceil", x)?,
-        UnaryOp::Round
-            if params
-                .get("rounding_method")
-                .and_then(tessera_ir::ParamValue::as_int)
-                == Some(1) =>
-        {
-            one("stablehlo.round_nearest_even", x)?
-        }
-        UnaryOp::Round => one("stablehlo.round_nearest_afz", x)?,
+        UnaryOp::Round => match RoundingMethod::read(params).map_err(ir)? {
+            RoundingMethod::ToNearestEven => one("stablehlo.round_nearest_even", x)?,
+            RoundingMethod::AwayFromZero => one("stablehlo.round_nearest_afz", x)?,
+        },
         UnaryOp::Not => one("stablehlo.not", x)?,
         UnaryOp::IntegerPow => integer_pow(ctx, x, params.int("integer_pow", "y").map_err(ir)?)?,
     };

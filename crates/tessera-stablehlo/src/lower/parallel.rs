@@ -11,7 +11,8 @@
 use melior::ir::Value;
 use tessera_ir::passes::inline_all;
 use tessera_ir::prim::{
-    CollectiveOp, ShardMapParams, collective_axes, permutation, replica_groups,
+    CollectiveOp, ShardMapParams, all_gather_dim, all_to_all_axes, collective_axes, permutation,
+    replica_groups, scatter_dim,
 };
 use tessera_ir::{DType, Params, Prim, ShapedArray, axis_env};
 use tessera_sharding::{AbstractMesh, Mesh, NamedSharding, PartitionSpec, groups};
@@ -246,12 +247,12 @@ pub(super) fn collective<'c, 'b>(
             pbroadcast(ctx, inputs[0], &mesh, &axes, int("source")?, &groups()?)?
         }
         CollectiveOp::AllGather => {
-            let d = int("all_gather_dimension")?;
+            let (d, tiled) = all_gather_dim(params, ctx.in_avals[0].rank()).map_err(ir)?;
             let mut x = inputs[0];
-            if !params.bool_or(prim.name(), "tiled", false).map_err(ir)? {
+            if !tiled {
                 let mut unit = ctx.in_avals[0].clone();
-                unit.shape.insert(d as usize, 1);
-                let dims: Vec<i64> = (0..unit.rank() as i64).filter(|&i| i != d).collect();
+                unit.shape.insert(d, 1);
+                let dims: Vec<i64> = (0..unit.rank() as i64).filter(|&i| i != d as i64).collect();
                 x = ctx.body.op(
                     "stablehlo.broadcast_in_dim",
                     &[x],
@@ -272,15 +273,16 @@ pub(super) fn collective<'c, 'b>(
         CollectiveOp::AllToAll => {
             let groups = groups()?;
             let n = groups.first().map_or(1, Vec::len);
+            let (split, concat) = all_to_all_axes(params, ctx.in_avals[0].rank()).map_err(ir)?;
             if n == 1 {
                 inputs[0]
             } else {
                 let attrs = [
                     ("channel_handle", CHANNEL.into()),
-                    ("concat_dimension", format!("{} : i64", int("concat_axis")?)),
+                    ("concat_dimension", format!("{concat} : i64")),
                     ("replica_groups", groups_attr(&groups)),
                     ("split_count", format!("{n} : i64")),
-                    ("split_dimension", format!("{} : i64", int("split_axis")?)),
+                    ("split_dimension", format!("{split} : i64")),
                 ];
                 ctx.body.op(
                     "stablehlo.all_to_all",
@@ -355,12 +357,10 @@ fn reduce_scatter<'c, 'b>(
     groups: &[Vec<i64>],
 ) -> Result<Value<'c, 'b>, LowerError> {
     let input = &ctx.in_avals[0];
-    let d = params
-        .int("reduce_scatter", "scatter_dimension")
-        .map_err(ir)?;
+    let (d, _) = scatter_dim(params, input.rank()).map_err(ir)?;
     let n = groups.first().map_or(1, Vec::len) as i64;
     let mut tiled = input.clone();
-    tiled.shape[d as usize] /= n;
+    tiled.shape[d] /= n;
     let attrs = [
         ("channel_handle", CHANNEL.into()),
         ("replica_groups", groups_attr(groups)),

@@ -4,7 +4,7 @@
 //! dimension (transposed there and back for another axis), as JAX lowers it.
 
 use melior::ir::Value;
-use tessera_ir::prim::{sort_params, top_k_params};
+use tessera_ir::prim::{SortParams, top_k_params};
 use tessera_ir::{DType, Params, ShapedArray};
 
 use super::control::splat;
@@ -20,8 +20,11 @@ pub(super) fn sort<'c, 'b>(
     params: &Params,
     inputs: &[V<'c, 'b>],
 ) -> Result<Vec<V<'c, 'b>>, LowerError> {
-    let (dim, keys) = sort_params(params, ctx.in_avals[0].rank()).map_err(ir)?;
-    let stable = params.bool_or("sort", "is_stable", false).map_err(ir)?;
+    let SortParams {
+        dimension: dim,
+        num_keys: keys,
+        is_stable: stable,
+    } = SortParams::read(params, ctx.in_avals[0].rank()).map_err(ir)?;
     let scalars: Vec<ShapedArray> = ctx
         .in_avals
         .iter()
