@@ -1,8 +1,16 @@
 //! Equation parameters as JAX prints them: an ordered list of `name=value` pairs whose values are
 //! small trees (integers, `np.int64(..)`, floats, names, tuples, lists, nested jaxprs). Keeping
 //! them as printed makes print → parse → print exact; typed accessors read them for the rules.
+//!
+//! Each family of primitives reads its parameters into one typed value (`StructuralParams`,
+//! `ReductionParams`, `GatherParams`, ...), checking every field. [`Params::typed`] keeps that
+//! value with the parameters once read (the shape rule reads it when the equation is built or
+//! parsed), so the interpreter, the derivative and batching rules and the lowering read the
+//! fields of the same value instead of parsing the printed form again.
 
+use std::any::{Any, TypeId};
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 use crate::dtype::DType;
 use crate::error::IrError;
@@ -191,33 +199,126 @@ fn write_items(f: &mut fmt::Formatter<'_>, items: &[ParamValue]) -> fmt::Result 
     Ok(())
 }
 
-/// The parameters of an equation, in print order.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Params(pub Vec<(String, ParamValue)>);
+/// The parameters of an equation, in print order, and the typed value its rules read (kept
+/// once read, see [`Params::typed`]). Equality and printing look at the printed form only.
+#[derive(Clone, Default)]
+pub struct Params {
+    entries: Vec<(String, ParamValue)>,
+    typed: TypedSlot,
+}
+
+/// The typed value read from some parameters, with what it was read for.
+struct Typed {
+    /// The value's type and the context it was read in (see [`Params::typed`]).
+    key: (TypeId, [usize; 2]),
+    value: Box<dyn Any + Send + Sync>,
+}
+
+/// Where [`Params::typed`] keeps its value. Clones share it (it depends only on the printed
+/// parameters, which they share); changing the parameters empties it.
+#[derive(Default)]
+struct TypedSlot(OnceLock<Arc<Typed>>);
+
+impl Clone for TypedSlot {
+    fn clone(&self) -> Self {
+        let slot = OnceLock::new();
+        if let Some(typed) = self.0.get() {
+            let _ = slot.set(Arc::clone(typed));
+        }
+        TypedSlot(slot)
+    }
+}
+
+impl PartialEq for Params {
+    fn eq(&self, other: &Params) -> bool {
+        self.entries == other.entries
+    }
+}
+
+impl fmt::Debug for Params {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Params").field(&self.entries).finish()
+    }
+}
 
 impl Params {
     /// No parameters.
     pub fn new() -> Self {
-        Params(Vec::new())
+        Params::default()
+    }
+
+    /// Parameters from `name=value` pairs in print order.
+    pub fn from_entries(entries: Vec<(String, ParamValue)>) -> Self {
+        Params {
+            entries,
+            typed: TypedSlot::default(),
+        }
+    }
+
+    /// The `name=value` pairs, in print order.
+    pub fn entries(&self) -> &[(String, ParamValue)] {
+        &self.entries
+    }
+
+    /// The pairs, to change (the kept typed value is dropped).
+    pub fn entries_mut(&mut self) -> &mut Vec<(String, ParamValue)> {
+        self.typed = TypedSlot::default();
+        &mut self.entries
+    }
+
+    /// The pairs, taken out.
+    pub fn into_entries(self) -> Vec<(String, ParamValue)> {
+        self.entries
     }
 
     /// Adds one (builder style), replacing a parameter of the same name.
     pub fn with(mut self, name: &str, value: ParamValue) -> Self {
-        match self.0.iter_mut().find(|(k, _)| k == name) {
+        let entries = self.entries_mut();
+        match entries.iter_mut().find(|(k, _)| k == name) {
             Some((_, slot)) => *slot = value,
-            None => self.0.push((name.to_owned(), value)),
+            None => entries.push((name.to_owned(), value)),
         }
         self
     }
 
+    /// The typed value `read` makes of these parameters in `context` (whatever else the reading
+    /// depends on, e.g. the primitive and the operand's rank). The first successful reading is
+    /// kept with the parameters and later calls for the same type and context return it without
+    /// reading again; a reading of another type or context is not kept. Errors are not kept.
+    pub fn typed<T: Clone + Send + Sync + 'static>(
+        &self,
+        context: [usize; 2],
+        read: impl FnOnce(&Params) -> Result<T, IrError>,
+    ) -> Result<T, IrError> {
+        let key = (TypeId::of::<T>(), context);
+        if let Some(typed) = self.typed.0.get() {
+            return match typed.value.downcast_ref::<T>() {
+                Some(value) if typed.key == key => Ok(value.clone()),
+                _ => read(self),
+            };
+        }
+        let value = read(self)?;
+        let typed = Typed {
+            key,
+            value: Box::new(value.clone()),
+        };
+        let _ = self.typed.0.set(Arc::new(typed));
+        Ok(value)
+    }
+
+    /// Whether a typed value is kept with these parameters (see [`Params::typed`]).
+    pub fn holds_typed(&self) -> bool {
+        self.typed.0.get().is_some()
+    }
+
     /// Every nested jaxpr of the parameters, in order.
     pub fn jaxprs(&self) -> Vec<&ClosedJaxpr> {
-        self.0.iter().flat_map(|(_, v)| v.jaxprs()).collect()
+        self.entries.iter().flat_map(|(_, v)| v.jaxprs()).collect()
     }
 
     /// The value of `name`, if present.
     pub fn get(&self, name: &str) -> Option<&ParamValue> {
-        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+        self.entries.iter().find(|(k, _)| k == name).map(|(_, v)| v)
     }
 
     /// A required integer.
@@ -296,5 +397,58 @@ fn missing(prim: &str, name: &str, what: &str) -> IrError {
         prim: prim.to_owned(),
         param: name.to_owned(),
         expected: what.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    /// Reads `n` from the parameters, counting the readings in `count`.
+    fn counted(count: &Cell<u32>) -> impl Fn(&Params) -> Result<i64, IrError> + '_ {
+        move |p| {
+            count.set(count.get() + 1);
+            p.int("test", "n")
+        }
+    }
+
+    #[test]
+    fn a_typed_value_is_read_once_and_shared_by_clones() {
+        let count = Cell::new(0);
+        let params = Params::new().with("n", ParamValue::Int(3));
+        assert!(!params.holds_typed());
+        assert_eq!(params.typed([0, 2], counted(&count)).unwrap(), 3);
+        assert_eq!(params.typed([0, 2], counted(&count)).unwrap(), 3);
+        let copy = params.clone();
+        assert_eq!(copy.typed([0, 2], counted(&count)).unwrap(), 3);
+        assert_eq!(count.get(), 1);
+        assert!(copy.holds_typed());
+    }
+
+    #[test]
+    fn another_context_or_a_change_reads_again() {
+        let count = Cell::new(0);
+        let params = Params::new().with("n", ParamValue::Int(3));
+        params.typed([0, 2], counted(&count)).unwrap();
+        // Another context is read afresh and not kept.
+        params.typed([0, 3], counted(&count)).unwrap();
+        params.typed([0, 3], counted(&count)).unwrap();
+        assert_eq!(count.get(), 3);
+        // Changing a parameter drops the kept value.
+        let changed = params.with("n", ParamValue::Int(4));
+        assert!(!changed.holds_typed());
+        assert_eq!(changed.typed([0, 2], counted(&count)).unwrap(), 4);
+    }
+
+    #[test]
+    fn errors_are_not_kept() {
+        let count = Cell::new(0);
+        let params = Params::new().with("n", ParamValue::Name("x".into()));
+        assert!(params.typed([0, 0], counted(&count)).is_err());
+        assert!(params.typed([0, 0], counted(&count)).is_err());
+        assert_eq!(count.get(), 2);
+        assert!(!params.holds_typed());
     }
 }

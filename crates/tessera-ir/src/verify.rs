@@ -86,7 +86,7 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
                 return Err(fail(i, format!("equation {i} redefines a variable")));
             }
         }
-        for (_, value) in &eqn.params.0 {
+        for (_, value) in eqn.params.entries() {
             if let ParamValue::Jaxpr(inner) = value {
                 if eqn.prim == crate::prim::Prim::ShardMap {
                     let mesh = crate::prim::ShardMapParams::read(&eqn.params)?.mesh;

@@ -7,7 +7,7 @@
 
 use tessera_ir::text::{parse_closed, print_closed};
 use tessera_ir::trace::{Tensor, shard_map_program};
-use tessera_ir::{ClosedJaxpr, DType, ShapedArray};
+use tessera_ir::{ClosedJaxpr, DType, ParamValue, ShapedArray};
 use tessera_sharding::{AbstractMesh, PartitionSpec};
 use tessera_stablehlo::{LowerOptions, lower_closed};
 
@@ -16,9 +16,27 @@ fn program(text: &str) -> ClosedJaxpr {
 }
 
 fn lower(text: &str) -> Result<String, String> {
-    lower_closed(&program(text), &LowerOptions::default())
+    lower_program(&program(text))
+}
+
+fn lower_program(closed: &ClosedJaxpr) -> Result<String, String> {
+    lower_closed(closed, &LowerOptions::default())
         .map(|m| m.text)
         .map_err(|e| e.to_string())
+}
+
+/// Parsing refuses `text` (its shape rule reads the malformed parameter), and so does the
+/// lowering of the same equation made from `valid` with its parameter `name` set to `value`
+/// (or removed), which no parse checked.
+fn refused(text: &str, valid: &str, name: &str, value: Option<ParamValue>) -> String {
+    let parsed = parse_closed(text).err().map(|e| e.to_string());
+    assert!(parsed.as_deref().is_some_and(|e| e.contains(name)), "{parsed:?}");
+    let mut closed = program(valid);
+    let eqn = &mut closed.jaxpr.eqns[0];
+    let entries = eqn.params.entries_mut();
+    entries.retain(|(k, _)| k != name);
+    entries.extend(value.map(|v| (name.to_owned(), v)));
+    lower_program(&closed).err().unwrap_or_default()
 }
 
 fn round(method: &str) -> Result<String, String> {
@@ -49,8 +67,14 @@ fn round_lowers_by_its_rounding_method() {
 
 #[test]
 fn a_malformed_rounding_method_does_not_lower() {
-    for method in ["2", "True", "RoundingMethod.UP"] {
-        let err = round(method).err().unwrap_or_default();
+    let valid = "{ lambda ; a:f32[4]. let b:f32[4] = round[rounding_method=1] a in (b,) }";
+    for (method, value) in [
+        ("2", ParamValue::Int(2)),
+        ("True", ParamValue::Bool(true)),
+        ("RoundingMethod.UP", ParamValue::Name("RoundingMethod.UP".into())),
+    ] {
+        let text = valid.replace("rounding_method=1", &format!("rounding_method={method}"));
+        let err = refused(&text, valid, "rounding_method", Some(value));
         assert!(err.contains("rounding_method"), "{method}: {err:?}");
     }
 }
@@ -71,7 +95,9 @@ fn sort_lowers_the_is_stable_it_was_given() {
 
 #[test]
 fn a_sort_without_is_stable_does_not_lower() {
-    let err = sort("dimension=0 num_keys=1").err().unwrap_or_default();
+    let valid = "{ lambda ; a:f32[4]. let b:f32[4] = sort[dimension=0 is_stable=True num_keys=1] a in (b,) }";
+    let text = valid.replace(" is_stable=True", "");
+    let err = refused(&text, valid, "is_stable", None);
     assert!(err.contains("is_stable"), "{err:?}");
 }
 

@@ -68,7 +68,7 @@ pub(super) fn custom_call(
     let operands: Vec<Tensor> = args.iter().map(|a| to_front(a, size)).collect();
     let mut params = params.clone();
     let jaxprs: Vec<(String, ParamValue)> = params
-        .0
+        .entries()
         .iter()
         .filter(|(_, v)| matches!(v, ParamValue::Jaxpr(_)))
         .cloned()

@@ -203,12 +203,7 @@ pub(crate) fn to_front(v: &Batched, size: i64) -> Tensor {
 
 /// `params` with `name` set to `value` (replaced in place, or appended).
 pub(crate) fn with_param(params: &Params, name: &str, value: ParamValue) -> Params {
-    let mut out = params.clone();
-    match out.0.iter_mut().find(|(k, _)| k == name) {
-        Some(slot) => slot.1 = value,
-        None => out.0.push((name.to_owned(), value)),
-    }
-    out
+    params.clone().with(name, value)
 }
 
 /// Integers shifted by one (for the leading batch dimension), optionally after a leading `0`.

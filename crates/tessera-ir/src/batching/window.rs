@@ -12,7 +12,7 @@ use crate::trace::Tensor;
 fn with_window(params: &Params, w: &WindowParams) -> Params {
     let new = w.to_params();
     let mut out = params.clone();
-    for (key, value) in new.0 {
+    for (key, value) in new.into_entries() {
         if params.get(&key).is_some() {
             out = with_param(&out, &key, value);
         }

@@ -38,7 +38,7 @@ fn dce_jaxpr(jaxpr: &Jaxpr) -> Jaxpr {
 
 fn with_dce_params(eqn: &Eqn) -> Eqn {
     let mut eqn = eqn.clone();
-    for (_, value) in eqn.params.0.iter_mut() {
+    for (_, value) in eqn.params.entries_mut().iter_mut() {
         if let ParamValue::Jaxpr(inner) = value {
             **inner = eliminate_dead_code(inner);
         }

@@ -40,7 +40,13 @@ impl ConstraintParams {
     }
 
     /// Reads the parameters of a `sharding_constraint` equation.
+    ///
+    /// The value is read once and kept with the parameters.
     pub fn read(params: &Params) -> Result<Self> {
+        params.typed([0, 0], Self::read_printed)
+    }
+
+    fn read_printed(params: &Params) -> Result<Self> {
         let bad = |why: &str| type_error(NAME, format!("parameter `sharding` {why}"));
         let sharding = params
             .get("sharding")

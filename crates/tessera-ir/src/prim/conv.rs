@@ -67,8 +67,13 @@ fn dilate(n: i64, d: i64) -> i64 {
 }
 
 impl ConvParams {
-    /// Reads and checks the parameters for operands of rank `rank`.
+    /// Reads and checks the parameters for operands of rank `rank` (once: the value is kept
+    /// with the parameters).
     pub fn read(params: &Params, rank: usize) -> Result<Self> {
+        params.typed([0, rank], |params| Self::read_printed(params, rank))
+    }
+
+    fn read_printed(params: &Params, rank: usize) -> Result<Self> {
         let n = rank.saturating_sub(2);
         let ones = vec![1; n];
         let opt = |name: &str| -> Result<Vec<i64>> {

@@ -56,8 +56,12 @@ fn ints(values: &[i64]) -> ParamValue {
 }
 
 impl GatherParams {
-    /// Reads and checks a gather's parameters.
+    /// Reads and checks a gather's parameters (once: the value is kept with the parameters).
     pub fn read(params: &Params) -> Result<Self> {
+        params.typed([0, 0], Self::read_printed)
+    }
+
+    fn read_printed(params: &Params) -> Result<Self> {
         Ok(GatherParams {
             dims: gather_dims(params)?,
             slice_sizes: params.ints("gather", "slice_sizes")?,
@@ -109,8 +113,13 @@ impl GatherParams {
 }
 
 impl ScatterParams {
-    /// Reads and checks a scatter-add's parameters.
+    /// Reads and checks a scatter-add's parameters (once: the value is kept with the
+    /// parameters).
     pub fn read(params: &Params) -> Result<Self> {
+        params.typed([0, 0], Self::read_printed)
+    }
+
+    fn read_printed(params: &Params) -> Result<Self> {
         Ok(ScatterParams {
             dims: scatter_dims(params)?,
             mode: GatherScatterMode::from_params("scatter-add", params)?,

@@ -32,8 +32,13 @@ pub enum ReductionParams {
 
 impl ReductionParams {
     /// The typed parameters of `prim`, a reduction of an operand of rank `rank`. A missing or
-    /// malformed parameter, an axis out of range or an axis named twice is an error.
+    /// malformed parameter, an axis out of range or an axis named twice is an error. The value
+    /// is read once and kept with the parameters.
     pub fn read(prim: Prim, params: &Params, rank: usize) -> Result<Self> {
+        params.typed([prim as usize, rank], |params| Self::read_printed(prim, params, rank))
+    }
+
+    fn read_printed(prim: Prim, params: &Params, rank: usize) -> Result<Self> {
         let op = prim
             .reduction()
             .ok_or_else(|| type_error(prim.name(), "is not a reduction"))?;

@@ -21,8 +21,12 @@ impl RoundingMethod {
     /// The parameter's name in `round[...]`.
     pub const PARAM: &'static str = "rounding_method";
 
-    /// The method of a `round` equation.
+    /// The method of a `round` equation (read once: the value is kept with the parameters).
     pub fn read(params: &Params) -> Result<RoundingMethod> {
+        params.typed([0, 0], Self::read_printed)
+    }
+
+    fn read_printed(params: &Params) -> Result<RoundingMethod> {
         let value = params
             .get(Self::PARAM)
             .ok_or_else(|| malformed("nothing"))?;

@@ -37,8 +37,13 @@ pub struct SortParams {
 }
 
 impl SortParams {
-    /// Reads a `sort` equation's parameters for operands of rank `rank`.
+    /// Reads a `sort` equation's parameters for operands of rank `rank` (once: the value is
+    /// kept with the parameters).
     pub fn read(params: &Params, rank: usize) -> Result<SortParams> {
+        params.typed([0, rank], |params| Self::read_printed(params, rank))
+    }
+
+    fn read_printed(params: &Params, rank: usize) -> Result<SortParams> {
         let dim = params.int("sort", "dimension")?;
         Ok(SortParams {
             dimension: super::axis(Prim::Sort, dim, rank)?,

@@ -85,8 +85,12 @@ impl StructuralParams {
     }
 
     /// Reads and checks the parameters of `op` (each field's form; the shape rule checks them
-    /// against the operands).
+    /// against the operands), once: the value is kept with the parameters.
     pub fn read(op: StructuralOp, params: &Params) -> Result<Self> {
+        params.typed([op as usize, 0], |params| Self::read_printed(op, params))
+    }
+
+    fn read_printed(op: StructuralOp, params: &Params) -> Result<Self> {
         let name = op_name(op);
         Ok(match op {
             StructuralOp::Iota => StructuralParams::Iota {

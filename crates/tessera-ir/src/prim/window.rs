@@ -89,7 +89,12 @@ fn dilate(n: i64, d: i64) -> i64 {
 
 impl WindowParams {
     /// Reads them (dilations default to 1 where not printed, as for `select_and_scatter_add`).
+    /// The value is read once and kept with the parameters.
     pub fn read(prim: &str, params: &Params, rank: usize) -> Result<Self> {
+        params.typed([0, rank], |params| Self::read_printed(prim, params, rank))
+    }
+
+    fn read_printed(prim: &str, params: &Params, rank: usize) -> Result<Self> {
         let ones = vec![1; rank];
         let dilation = |name: &str| -> Result<Vec<i64>> {
             Ok(params.opt_ints(prim, name)?.unwrap_or_else(|| ones.clone()))

@@ -20,7 +20,9 @@ pub fn parse_closed(text: &str) -> Result<ClosedJaxpr> {
 /// Parses the text of a closed jaxpr whose constvars take `consts`, in order (one value of the
 /// constvar's type each). Sub-jaxprs defined before the program (`let NAME = { lambda ... } in`,
 /// as JAX 0.10 prints jaxprs used more than once) are inlined where `jaxpr=NAME` refers to them.
-/// A nested jaxpr with constvars is refused: nothing could give their values.
+/// A nested jaxpr with constvars is refused: nothing could give their values. The program is
+/// verified ([`crate::verify`]): each equation's parameters and types are checked by its
+/// primitive's shape rule, so a malformed parameter is an error here, not in a later rule.
 pub fn parse_closed_with_consts(text: &str, consts: &[Array]) -> Result<ClosedJaxpr> {
     let mut p = Parser {
         chars: text.chars().collect(),
@@ -35,7 +37,10 @@ pub fn parse_closed_with_consts(text: &str, consts: &[Array]) -> Result<ClosedJa
     if p.pos < p.chars.len() {
         return Err(p.error("unexpected text after the jaxpr"));
     }
-    with_consts(jaxpr, consts)
+    let closed = with_consts(jaxpr, consts)?;
+    // Every equation's parameters are read and checked here, once, by its shape rule.
+    crate::verify(&closed)?;
+    Ok(closed)
 }
 
 /// Closes `jaxpr` over `consts`, checking their number and types.
@@ -493,7 +498,7 @@ impl Parser {
             } else {
                 self.value()?
             };
-            params.0.push((key, value));
+            params.entries_mut().push((key, value));
         }
         Ok(params)
     }

@@ -133,9 +133,9 @@ impl Tensor {
             .to_params()
             .with("consts", ParamValue::Tuple(Vec::new()))
             .with("jaxpr", ParamValue::Jaxpr(Box::new(jaxpr)));
-        let mut sorted = params.0;
+        let mut sorted = params.into_entries();
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
-        Tensor::bind1(Prim::ReduceWindow, Params(sorted), &[self, init])
+        Tensor::bind1(Prim::ReduceWindow, Params::from_entries(sorted), &[self, init])
     }
 }
 
@@ -146,9 +146,9 @@ impl Tensor {
         let base = Params::new()
             .with("out_sharding", ParamValue::Name("None".into()))
             .with("precision", ParamValue::Name("None".into()));
-        let mut sorted = params.write(&base).0;
+        let mut sorted = params.write(&base).into_entries();
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
-        Tensor::bind1(Prim::ConvGeneralDilated, Params(sorted), &[self, rhs])
+        Tensor::bind1(Prim::ConvGeneralDilated, Params::from_entries(sorted), &[self, rhs])
     }
 
     /// `lax.conv(lhs, rhs, window_strides, padding)`: an `NCHW` input and an `OIHW` kernel
