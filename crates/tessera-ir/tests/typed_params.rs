@@ -42,3 +42,22 @@ fn parsed_equations_keep_it_too_and_a_malformed_one_fails_the_parse() {
     let err = parse_closed(&malformed).unwrap_err().to_string();
     assert!(err.contains("reverse"), "{err}");
 }
+
+#[test]
+fn convert_element_type_needs_a_boolean_weak_type_and_integer_pow_an_integer_y() {
+    let convert = |params: &str| {
+        parse_closed(&format!(
+            "{{ lambda ; a:f32[2]. let b:f64[2] = convert_element_type[{params}] a in (b,) }}"
+        ))
+    };
+    let ok = convert("new_dtype=float64 sharding=None weak_type=False").unwrap();
+    assert!(!ok.jaxpr.out_avals()[0].weak_type);
+    for bad in ["new_dtype=float64 sharding=None", "new_dtype=float64 weak_type=1"] {
+        let err = convert(bad).unwrap_err().to_string();
+        assert!(err.contains("weak_type"), "{bad}: {err}");
+    }
+    let err = parse_closed("{ lambda ; a:f32[2]. let b:f32[2] = integer_pow[y=2.0] a in (b,) }")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`y`"), "{err}");
+}

@@ -5,7 +5,7 @@
 
 use super::rules::zeros_like;
 use crate::params::{ParamValue, Params};
-use crate::prim::{Prim, ReductionParams};
+use crate::prim::{Prim, ReductionParams, UnaryOp, UnaryParams};
 use crate::trace::Tensor;
 
 /// Computes the tangents of an equation's results.
@@ -63,8 +63,8 @@ pub(super) fn jvp_rule(
         Rsqrt => scaled(&|t0| &(t0 * &y[0]) * &(-0.5 / &x[0])),
         Abs => scaled(&|t0| t0 * &x[0].sign()),
         IntegerPow => {
-            let n = match params.int("integer_pow", "y") {
-                Ok(n) => n,
+            let n = match UnaryParams::read(UnaryOp::IntegerPow, params) {
+                Ok(typed) => typed.y,
                 Err(e) => return one(Some(x[0].fail("integer_pow", e.to_string()))),
             };
             match n {

@@ -6,6 +6,7 @@ use crate::dtype::DType;
 use crate::params::{ParamValue, Params};
 use crate::prim::{
     GatherDims, GatherParams, Prim, ReductionParams, ScatterDims, ScatterParams, StructuralParams,
+    UnaryOp, UnaryParams,
 };
 use crate::trace::Tensor;
 
@@ -155,7 +156,7 @@ pub(super) fn vjp_rule(
         Rsqrt => vec![Some(&(&g * &y[0]) * &(-0.5 / &x[0]))],
         Abs => vec![Some(&g * &x[0].sign())],
         IntegerPow => {
-            let n = read!(params.int("integer_pow", "y"));
+            let n = read!(UnaryParams::read(UnaryOp::IntegerPow, params)).y;
             let d = if n == 1 {
                 x[0].full_like_scalar(1.0)
             } else {

@@ -119,12 +119,11 @@ pub(super) fn dynamic_update_slice(params: &Params, args: &[Batched], size: i64)
 /// `gather`: shift the dimension numbers for a batched operand or batched indices; with both
 /// batched, an `iota` index column picks each element's own operand.
 pub(super) fn gather(params: &Params, args: &[Batched], size: i64) -> Tensor {
-    let (Ok(dn), Ok(sizes)) = (
-        crate::prim::gather_dims(params),
-        params.ints("gather", "slice_sizes"),
-    ) else {
-        return unsupported(args, Prim::Gather, "unreadable dimension numbers");
+    let typed = match crate::prim::GatherParams::read(params) {
+        Ok(typed) => typed,
+        Err(e) => return super::rules::malformed(args, Prim::Gather, &e),
     };
+    let (dn, sizes) = (typed.dims, typed.slice_sizes);
     let (operand, indices) = (to_front(&args[0], size), to_front(&args[1], size));
     let (offset, collapsed, map);
     let (x, i, sizes) = match (args[0].1, args[1].1) {

@@ -162,8 +162,9 @@ fn broadcast_in_dim(params: &Params, args: &[Batched], size: i64, out: &[ShapedA
 }
 
 fn reshape(params: &Params, args: &[Batched], size: i64, out: &[ShapedArray]) -> Tensor {
-    if params.get("dimensions").is_some_and(|d| !d.is_none()) {
-        return unsupported(args, Prim::Reshape, "reshape with `dimensions`");
+    // The typed reader refuses `dimensions` other than None (JAX's transposing reshape).
+    if let Err(e) = StructuralParams::of(Prim::Reshape, params) {
+        return malformed(args, Prim::Reshape, &e);
     }
     let sizes = ParamValue::ints(&shifted_shape(size, out));
     let p = with_param(params, "new_sizes", sizes);

@@ -89,7 +89,7 @@ pub(super) fn abstract_eval(
                     format!("needs a floating-point operand, got {x}"),
                 ));
             }
-            UnaryArgs::read(u, params)?;
+            UnaryParams::read(u, params)?;
             Ok(vec![x.clone()])
         }
         ElementwiseOp::SelectN => {
@@ -133,11 +133,9 @@ pub(super) fn abstract_eval(
         }
         ElementwiseOp::Convert => {
             arity(prim, inputs.len(), 1)?;
+            // JAX prints both on every convert_element_type.
             let dtype = params.dtype(name, "new_dtype")?;
-            let weak = matches!(
-                params.get("weak_type"),
-                Some(crate::params::ParamValue::Bool(true))
-            );
+            let weak = params.bool(name, "weak_type")?;
             Ok(vec![ShapedArray {
                 dtype,
                 shape: inputs[0].shape.clone(),
@@ -204,7 +202,7 @@ pub(super) fn eval(
         }
         ElementwiseOp::Convert => inputs[0].converted(out.dtype),
         ElementwiseOp::Unary(u) => {
-            let args = UnaryArgs::read(u, params)?;
+            let args = UnaryParams::read(u, params)?;
             if int && !needs_float(u) {
                 Array::from_ints(
                     out.dtype,
@@ -276,19 +274,25 @@ fn select_n(inputs: &[Array], dtype: DType, dims: &[usize]) -> Result<ArrayD<Ele
     Ok(out)
 }
 
-/// The parameters of a unary operation, read and checked once: `integer_pow`'s `y` and
-/// `round`'s `rounding_method` (each only for its own primitive).
-#[derive(Clone, Copy)]
-struct UnaryArgs {
+/// The typed parameters of a unary operation: `integer_pow`'s `y` and `round`'s
+/// `rounding_method` (each only for its own primitive), read once and kept with the
+/// equation's parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UnaryParams {
     /// `integer_pow`'s exponent (0 for the others).
-    y: i64,
+    pub y: i64,
     /// `round`'s method (unread, and away from zero, for the others).
-    rounding: RoundingMethod,
+    pub rounding: RoundingMethod,
 }
 
-impl UnaryArgs {
-    fn read(op: UnaryOp, params: &Params) -> Result<UnaryArgs> {
-        let mut args = UnaryArgs {
+impl UnaryParams {
+    /// The parameters of unary `op`; a missing or malformed one is an error.
+    pub fn read(op: UnaryOp, params: &Params) -> Result<UnaryParams> {
+        params.typed([op as usize, 0], |params| Self::read_printed(op, params))
+    }
+
+    fn read_printed(op: UnaryOp, params: &Params) -> Result<UnaryParams> {
+        let mut args = UnaryParams {
             y: 0,
             rounding: RoundingMethod::AwayFromZero,
         };
@@ -296,14 +300,14 @@ impl UnaryArgs {
             args.y = params.int("integer_pow", "y")?;
         }
         if op == UnaryOp::Round {
-            args.rounding = RoundingMethod::read(params)?;
+            args.rounding = RoundingMethod::read_printed(params)?;
         }
         Ok(args)
     }
 }
 
 /// A unary operation on an exact integer (or boolean); the caller wraps the result.
-fn unary_int(op: UnaryOp, x: i128, args: UnaryArgs, dtype: DType) -> i128 {
+fn unary_int(op: UnaryOp, x: i128, args: UnaryParams, dtype: DType) -> i128 {
     use UnaryOp::*;
     match op {
         Neg => -x,
@@ -317,7 +321,7 @@ fn unary_int(op: UnaryOp, x: i128, args: UnaryArgs, dtype: DType) -> i128 {
     }
 }
 
-fn unary(op: UnaryOp, x: f64, args: UnaryArgs) -> f64 {
+fn unary(op: UnaryOp, x: f64, args: UnaryParams) -> f64 {
     use UnaryOp::*;
     match op {
         Neg => -x,

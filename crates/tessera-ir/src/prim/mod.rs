@@ -41,6 +41,7 @@ pub use constraint::ConstraintParams;
 pub use conv::ConvParams;
 pub(crate) use cumulative::flip;
 pub use cumulative::{CumulativeOp, cumulative_program};
+pub use elementwise::UnaryParams;
 pub use flow::{CustomRule, call_name, custom_rule};
 pub use index_modes::{
     GatherScatterMode, gather_fill_program, scatter_clip_program, scatter_clip_program_for,

@@ -21,12 +21,13 @@ impl RoundingMethod {
     /// The parameter's name in `round[...]`.
     pub const PARAM: &'static str = "rounding_method";
 
-    /// The method of a `round` equation (read once: the value is kept with the parameters).
+    /// The method of a `round` equation (its typed [`UnaryParams`](super::UnaryParams)' field,
+    /// read once and kept with the parameters).
     pub fn read(params: &Params) -> Result<RoundingMethod> {
-        params.typed([0, 0], Self::read_printed)
+        Ok(super::UnaryParams::read(super::UnaryOp::Round, params)?.rounding)
     }
 
-    fn read_printed(params: &Params) -> Result<RoundingMethod> {
+    pub(super) fn read_printed(params: &Params) -> Result<RoundingMethod> {
         let value = params
             .get(Self::PARAM)
             .ok_or_else(|| malformed("nothing"))?;

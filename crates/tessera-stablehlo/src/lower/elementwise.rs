@@ -2,7 +2,7 @@
 //! size-1 dimensions; StableHLO wants equal shapes).
 
 use melior::ir::Value;
-use tessera_ir::prim::{BinaryOp, CompareOp, ElementwiseOp, RoundingMethod, UnaryOp};
+use tessera_ir::prim::{BinaryOp, CompareOp, ElementwiseOp, RoundingMethod, UnaryOp, UnaryParams};
 use tessera_ir::{DType, Params, Prim, ShapedArray};
 
 use super::control::splat;
@@ -102,7 +102,10 @@ fn unary<'c, 'b>(
             RoundingMethod::AwayFromZero => one("stablehlo.round_nearest_afz", x)?,
         },
         UnaryOp::Not => one("stablehlo.not", x)?,
-        UnaryOp::IntegerPow => integer_pow(ctx, x, params.int("integer_pow", "y").map_err(ir)?)?,
+        UnaryOp::IntegerPow => {
+            let y = UnaryParams::read(UnaryOp::IntegerPow, params).map_err(ir)?.y;
+            integer_pow(ctx, x, y)?
+        }
     };
     Ok(vec![value])
 }
