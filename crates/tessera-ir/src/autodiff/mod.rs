@@ -178,6 +178,7 @@ fn vjp_program(program: &ClosedJaxpr, with_values: bool) -> Result<ClosedJaxpr> 
                 if let (Atom::Var(v), Some(g)) = (atom, g)
                     && jaxpr.aval(*v).dtype.is_float()
                 {
+                    let g = checked_cotangent(eqn.prim, g, jaxpr.aval(*v));
                     accumulate(&mut ct_env, *v, g);
                 }
             }
@@ -197,10 +198,45 @@ fn vjp_program(program: &ClosedJaxpr, with_values: bool) -> Result<ClosedJaxpr> 
     Ok(eliminate_dead_code(&out))
 }
 
+/// `g`, when it has the type of the operand it is the cotangent of; otherwise the trace fails
+/// naming the rule (a wrong rule must not become a silently wrong gradient).
+fn checked_cotangent(prim: crate::prim::Prim, g: Tensor, operand: &ShapedArray) -> Tensor {
+    if g.shape() == operand.shape.as_slice() && g.dtype() == operand.dtype {
+        return g;
+    }
+    let got = ShapedArray::new(g.dtype(), g.shape());
+    g.fail(
+        prim.name(),
+        format!("its VJP rule gave a cotangent of type {got} for an operand of type {operand}"),
+    )
+}
+
 fn accumulate(ct_env: &mut HashMap<Var, Tensor>, v: Var, g: Tensor) {
     let next = match ct_env.remove(&v) {
         Some(prev) => rules::add_any(&prev, &g),
         None => g,
     };
     ct_env.insert(v, next);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::prim::Prim;
+
+    #[test]
+    fn a_cotangent_of_another_type_fails_the_trace_naming_the_rule() {
+        let operand = ShapedArray::new(DType::F32, &[2, 3]);
+        let ok = trace(std::slice::from_ref(&operand), |x| {
+            vec![checked_cotangent(Prim::Neg, x[0].clone(), &operand)]
+        });
+        assert!(ok.is_ok());
+        let err = trace(std::slice::from_ref(&operand), |x| {
+            vec![checked_cotangent(Prim::Neg, x[0].reshape(&[6]), &operand)]
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("neg") && err.contains("f32[6]"), "{err}");
+    }
 }

@@ -41,8 +41,12 @@ pub fn free_dims(rank: usize, contract: &[usize], batch: &[usize]) -> Vec<usize>
         .collect()
 }
 
-/// Reads `dot_general`'s `dimension_numbers`.
+/// Reads `dot_general`'s `dimension_numbers` (once: the value is kept with the parameters).
 pub fn dot_dims(params: &Params) -> Result<DotDims> {
+    params.typed([Prim::DotGeneral as usize, 0], read_dot_dims)
+}
+
+fn read_dot_dims(params: &Params) -> Result<DotDims> {
     let bad = || {
         type_error(
             "dot_general",
