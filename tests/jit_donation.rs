@@ -44,8 +44,7 @@ fn a_donated_parameter_is_consumed_and_its_later_use_is_an_error_naming_it() {
     );
     let compiled = lowered.compile(&client).unwrap();
     let sharding = NamedSharding::new(&mesh, PartitionSpec::parse("P('data')").unwrap()).unwrap();
-    let put =
-        |a: &Array| DeviceArray::device_put(&client, a, &sharding).unwrap();
+    let put = |a: &Array| DeviceArray::device_put(&client, a, &sharding).unwrap();
     let (w, g) = (values(0.5), values(2.0));
     let mut args = vec![put(&w), put(&g)];
     let alias = args[0].clone();

@@ -126,14 +126,23 @@ fn block_index(
 
 /// The block `index` of blocks of extents `block`: `[start, stop)` per dimension.
 fn block_range(index: &[i64], block: &[i64]) -> Vec<(i64, i64)> {
-    index.iter().zip(block).map(|(&i, &b)| (i * b, (i + 1) * b)).collect()
+    index
+        .iter()
+        .zip(block)
+        .map(|(&i, &b)| (i * b, (i + 1) * b))
+        .collect()
 }
 
 /// Position `pos`'s block of the global array `x` laid out by `spec`.
 fn block_of(x: &Array, spec: &PartitionSpec, mesh: &AbstractMesh, pos: i64) -> Result<Array> {
     let rank = x.dims().len();
     let factors = split_factors(spec, mesh, rank)?;
-    let block: Vec<i64> = x.dims().iter().zip(&factors).map(|(&s, &f)| s / f).collect();
+    let block: Vec<i64> = x
+        .dims()
+        .iter()
+        .zip(&factors)
+        .map(|(&s, &f)| s / f)
+        .collect();
     let (index, _) = block_index(spec, mesh, rank, pos);
     x.block(&block_range(&index, &block))
 }

@@ -95,8 +95,10 @@ fn vmap_of_oracle_programs_matches_a_loop() {
         }
         let x: Vec<Array> = case.inputs.iter().map(|t| t.to_array().unwrap()).collect();
         // Batch element b scales the float inputs by (1 + b/10); integer inputs are shared.
-        let in_axes: Vec<Option<usize>> =
-            x.iter().map(|a| a.dtype().is_float().then_some(0)).collect();
+        let in_axes: Vec<Option<usize>> = x
+            .iter()
+            .map(|a| a.dtype().is_float().then_some(0))
+            .collect();
         if in_axes.iter().all(Option::is_none) {
             continue;
         }

@@ -1,6 +1,8 @@
 //! Each equation's parameters are read into their typed value once, when the equation is built
 //! (traced) or parsed, and kept with it: the later rules read that value's fields.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use tessera_ir::interp::eval_closed;
 use tessera_ir::text::{parse_closed, print_closed};
 use tessera_ir::trace::trace;
@@ -17,7 +19,11 @@ fn program() -> ClosedJaxpr {
 
 fn assert_every_equation_holds_its_typed_value(closed: &ClosedJaxpr) {
     for eqn in &closed.jaxpr.eqns {
-        assert!(eqn.params.holds_typed(), "{} kept no typed value", eqn.prim.name());
+        assert!(
+            eqn.params.holds_typed(),
+            "{} kept no typed value",
+            eqn.prim.name()
+        );
     }
 }
 
@@ -52,7 +58,10 @@ fn convert_element_type_needs_a_boolean_weak_type_and_integer_pow_an_integer_y()
     };
     let ok = convert("new_dtype=float64 sharding=None weak_type=False").unwrap();
     assert!(!ok.jaxpr.out_avals()[0].weak_type);
-    for bad in ["new_dtype=float64 sharding=None", "new_dtype=float64 weak_type=1"] {
+    for bad in [
+        "new_dtype=float64 sharding=None",
+        "new_dtype=float64 weak_type=1",
+    ] {
         let err = convert(bad).unwrap_err().to_string();
         assert!(err.contains("weak_type"), "{bad}: {err}");
     }

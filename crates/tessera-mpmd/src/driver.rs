@@ -688,8 +688,12 @@ impl CompiledPipeline {
                         "a part of the gradient of parameter argument {arg} arrived where its first stage does not run"
                     )));
                 };
-                let host = HostArray::from_bytes(mine.element_type().dtype(), mine.shape(), bytes.to_vec())
-                    .map_err(crate::error::MpmdError::from)?;
+                let host = HostArray::from_bytes(
+                    mine.element_type().dtype(),
+                    mine.shape(),
+                    bytes.to_vec(),
+                )
+                .map_err(crate::error::MpmdError::from)?;
                 let theirs = DeviceArray::device_put(&self.client, &host, mine.sharding())?;
                 let (s, k) = self.first_use(arg).ok_or_else(|| {
                     DriverError::Config(format!("parameter argument {arg} has no stage"))

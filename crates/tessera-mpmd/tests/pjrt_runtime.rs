@@ -96,7 +96,10 @@ fn four_stage_pipeline_runs_on_eight_cpu_devices() {
             .iter()
             .map(|x| 16.0 * x + 15.0)
             .collect();
-        assert_eq!(result.to_host().unwrap().to_typed::<f32>().unwrap(), expected);
+        assert_eq!(
+            result.to_host().unwrap().to_typed::<f32>().unwrap(),
+            expected
+        );
         let devices: Vec<i32> = result
             .addressable_shards()
             .unwrap()

@@ -89,8 +89,13 @@ fn an_array_held_in_part_reads_its_own_shards_and_refuses_to_be_read_whole() {
             )
         })
         .collect();
-    let part =
-        Array::from_addressable_shards(&[4, 4], ElementType::from_dtype(host.dtype()), &split, shards).unwrap();
+    let part = Array::from_addressable_shards(
+        &[4, 4],
+        ElementType::from_dtype(host.dtype()),
+        &split,
+        shards,
+    )
+    .unwrap();
     assert!(!part.is_fully_addressable().unwrap());
     assert_eq!(part.addressable_shards().unwrap().len(), 4);
     for shard in part.addressable_shards().unwrap() {
@@ -113,8 +118,13 @@ fn an_array_held_in_part_reads_its_own_shards_and_refuses_to_be_read_whole() {
         "P()",
     );
     assert!(
-        Array::from_addressable_shards(&[4, 4], ElementType::from_dtype(host.dtype()), &other, vec![(0, stray)])
-            .is_err()
+        Array::from_addressable_shards(
+            &[4, 4],
+            ElementType::from_dtype(host.dtype()),
+            &other,
+            vec![(0, stray)]
+        )
+        .is_err()
     );
     // Held whole, it reads as before.
     let whole = Array::device_put(&client, &host, &split).unwrap();

@@ -149,7 +149,11 @@ fn every_element_type_round_trips_through_a_device() {
         let buffer = Buffer::from_host_to(&client, &host, 1).unwrap();
         assert_eq!(buffer.element_type().unwrap(), ty);
         let back = buffer.to_host().unwrap();
-        assert_eq!((back.dtype(), back.bytes()), (host.dtype(), host.bytes()), "{ty:?}");
+        assert_eq!(
+            (back.dtype(), back.bytes()),
+            (host.dtype(), host.bytes()),
+            "{ty:?}"
+        );
     }
 }
 

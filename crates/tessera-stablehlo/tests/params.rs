@@ -30,7 +30,10 @@ fn lower_program(closed: &ClosedJaxpr) -> Result<String, String> {
 /// (or removed), which no parse checked.
 fn refused(text: &str, valid: &str, name: &str, value: Option<ParamValue>) -> String {
     let parsed = parse_closed(text).err().map(|e| e.to_string());
-    assert!(parsed.as_deref().is_some_and(|e| e.contains(name)), "{parsed:?}");
+    assert!(
+        parsed.as_deref().is_some_and(|e| e.contains(name)),
+        "{parsed:?}"
+    );
     let mut closed = program(valid);
     let eqn = &mut closed.jaxpr.eqns[0];
     let entries = eqn.params.entries_mut();
@@ -71,7 +74,10 @@ fn a_malformed_rounding_method_does_not_lower() {
     for (method, value) in [
         ("2", ParamValue::Int(2)),
         ("True", ParamValue::Bool(true)),
-        ("RoundingMethod.UP", ParamValue::Name("RoundingMethod.UP".into())),
+        (
+            "RoundingMethod.UP",
+            ParamValue::Name("RoundingMethod.UP".into()),
+        ),
     ] {
         let text = valid.replace("rounding_method=1", &format!("rounding_method={method}"));
         let err = refused(&text, valid, "rounding_method", Some(value));

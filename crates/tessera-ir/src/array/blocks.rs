@@ -65,7 +65,11 @@ impl Array {
             });
         }
         let size = element_count(rest) * self.dtype.size_in_bytes();
-        Array::from_bytes(self.dtype, rest, self.bytes[k * size..(k + 1) * size].to_vec())
+        Array::from_bytes(
+            self.dtype,
+            rest,
+            self.bytes[k * size..(k + 1) * size].to_vec(),
+        )
     }
 
     /// `rows`, all of `dtype` and shape `row_dims`, stacked along a new first dimension.
@@ -227,6 +231,11 @@ mod tests {
         assert_eq!((keys.dtype(), keys.dims()), (DType::KeyFry, &[3][..]));
         assert_eq!(keys.elem_vec()[1].bits(), (3 << 32) | 4);
         assert_eq!(keys.key_words(), words);
-        assert!(Array::from_slice(&[3], &[1u32, 2, 3]).unwrap().keys_from_words().is_err());
+        assert!(
+            Array::from_slice(&[3], &[1u32, 2, 3])
+                .unwrap()
+                .keys_from_words()
+                .is_err()
+        );
     }
 }

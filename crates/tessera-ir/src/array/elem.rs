@@ -144,7 +144,6 @@ pub fn is_exact_int(dtype: DType) -> bool {
     storage(dtype) != Storage::Float
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -234,7 +234,9 @@ pub(super) fn vjp_rule(
             // The transpose of a running sum is the running sum in the other direction.
             let typed = read!(ReductionParams::read(prim, params, x[0].rank()));
             let ReductionParams::Scan { axis, reverse } = typed else {
-                return vec![Some(g.fail(prim.name(), "read another primitive's parameters".into()))];
+                return vec![Some(
+                    g.fail(prim.name(), "read another primitive's parameters".into()),
+                )];
             };
             let p = ReductionParams::scan_params(axis, !reverse);
             vec![Some(Tensor::bind1(Cumsum, p, &[&g]))]

@@ -36,12 +36,20 @@ pub(super) fn batch_rule(
         BroadcastInDim => one(broadcast_in_dim(params, args, size, out)),
         Reshape => one(reshape(params, args, size, out)),
         Squeeze | ExpandDims => match StructuralParams::of(prim, params) {
-            Ok(StructuralParams::Squeeze { dimensions }) => {
-                one(shift_dimensions(prim, params, args, size, norm_axes(dimensions, in_rank)))
-            }
-            Ok(StructuralParams::ExpandDims { dimensions }) => {
-                one(shift_dimensions(prim, params, args, size, norm_axes(dimensions, rank)))
-            }
+            Ok(StructuralParams::Squeeze { dimensions }) => one(shift_dimensions(
+                prim,
+                params,
+                args,
+                size,
+                norm_axes(dimensions, in_rank),
+            )),
+            Ok(StructuralParams::ExpandDims { dimensions }) => one(shift_dimensions(
+                prim,
+                params,
+                args,
+                size,
+                norm_axes(dimensions, rank),
+            )),
             Ok(other) => one(args[0].0.fail(prim.name(), format!("read as {other:?}"))),
             Err(e) => one(malformed(args, prim, &e)),
         },
@@ -180,13 +188,23 @@ fn shift_dimensions(
     size: i64,
     dimensions: Vec<i64>,
 ) -> Tensor {
-    let p = with_param(params, "dimensions", ParamValue::ints(&shifted(&dimensions, None)));
+    let p = with_param(
+        params,
+        "dimensions",
+        ParamValue::ints(&shifted(&dimensions, None)),
+    );
     Tensor::bind1(prim, p, &[&to_front(&args[0], size)])
 }
 
 /// A reduction with the batch dimension in front: its typed axes (or scanned axis) shifted by
 /// one, written back as JAX prints them.
-fn shift_reduction(prim: Prim, params: &Params, args: &[Batched], size: i64, rank: usize) -> Tensor {
+fn shift_reduction(
+    prim: Prim,
+    params: &Params,
+    args: &[Batched],
+    size: i64,
+    rank: usize,
+) -> Tensor {
     let typed = match ReductionParams::read(prim, params, rank) {
         Ok(typed) => typed,
         Err(e) => return malformed(args, prim, &e),
@@ -195,9 +213,11 @@ fn shift_reduction(prim: Prim, params: &Params, args: &[Batched], size: i64, ran
         ReductionParams::Scan { axis, .. } => {
             with_param(params, "axis", ParamValue::Int(axis as i64 + 1))
         }
-        ReductionParams::Axes(_) | ReductionParams::Index { .. } => {
-            with_param(params, "axes", ParamValue::ints(&shifted(&typed.axes_i64(), None)))
-        }
+        ReductionParams::Axes(_) | ReductionParams::Index { .. } => with_param(
+            params,
+            "axes",
+            ParamValue::ints(&shifted(&typed.axes_i64(), None)),
+        ),
     };
     Tensor::bind1(prim, p, &[&to_front(&args[0], size)])
 }

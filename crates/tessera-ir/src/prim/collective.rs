@@ -416,8 +416,10 @@ fn exchange(prim: Prim, params: &Params, xs: &[&Array]) -> Result<Vec<ArrayD<Ele
         }
         CollectiveOp::AllToAll => {
             let (split_axis, concat_axis) = all_to_all_axes(params, rank)?;
-            let pieces: Vec<Vec<ArrayD<Elem>>> =
-                xs.iter().map(|x| split(&x.elems(), split_axis, n)).collect();
+            let pieces: Vec<Vec<ArrayD<Elem>>> = xs
+                .iter()
+                .map(|x| split(&x.elems(), split_axis, n))
+                .collect();
             (0..n)
                 .map(|k| {
                     let views: Vec<_> = pieces.iter().map(|p| p[k].view()).collect();

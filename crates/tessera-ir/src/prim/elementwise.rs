@@ -245,7 +245,11 @@ pub(super) fn eval(
 
 /// `a` broadcast to `dims` (scalar and size-1 broadcasting).
 fn bcast(a: &Array, dims: &[usize]) -> Result<Array> {
-    if a.dims().iter().map(|&d| d as usize).eq(dims.iter().copied()) {
+    if a.dims()
+        .iter()
+        .map(|&d| d as usize)
+        .eq(dims.iter().copied())
+    {
         return Ok(a.clone());
     }
     let data = a

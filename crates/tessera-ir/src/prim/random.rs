@@ -163,7 +163,11 @@ pub(super) fn eval(op: RandomOp, inputs: &[Array], outputs: &[ShapedArray]) -> R
     let out = &outputs[0];
     let x = &inputs[0];
     let elems: Vec<Elem> = match op {
-        RandomOp::Seed => x.elem_vec().into_iter().map(|s| seed_key(s, x.dtype())).collect(),
+        RandomOp::Seed => x
+            .elem_vec()
+            .into_iter()
+            .map(|s| seed_key(s, x.dtype()))
+            .collect(),
         RandomOp::Wrap => {
             let words: Vec<u32> = x.to_int_vec().iter().map(|&w| w as u32).collect();
             words

@@ -35,7 +35,9 @@ impl ReductionParams {
     /// malformed parameter, an axis out of range or an axis named twice is an error. The value
     /// is read once and kept with the parameters.
     pub fn read(prim: Prim, params: &Params, rank: usize) -> Result<Self> {
-        params.typed([prim as usize, rank], |params| Self::read_printed(prim, params, rank))
+        params.typed([prim as usize, rank], |params| {
+            Self::read_printed(prim, params, rank)
+        })
     }
 
     fn read_printed(prim: Prim, params: &Params, rank: usize) -> Result<Self> {
@@ -146,13 +148,18 @@ mod tests {
     fn cumulative_reverse_is_required_and_boolean() {
         let axis = ("axis", ParamValue::Int(-1));
         assert_eq!(
-            read(Prim::Cumsum, &[axis.clone(), ("reverse", ParamValue::Bool(true))], 2).unwrap(),
+            read(
+                Prim::Cumsum,
+                &[axis.clone(), ("reverse", ParamValue::Bool(true))],
+                2
+            )
+            .unwrap(),
             ReductionParams::Scan {
                 axis: 1,
                 reverse: true
             }
         );
-        assert!(read(Prim::Cumsum, &[axis.clone()], 2).is_err());
+        assert!(read(Prim::Cumsum, std::slice::from_ref(&axis), 2).is_err());
         let malformed = ("reverse", ParamValue::Int(1));
         assert!(read(Prim::Cummax, &[axis, malformed], 2).is_err());
     }

@@ -6,7 +6,6 @@
 //! scan's `ys[i]` is still step `i`'s). `unroll`, `linear` and `_split_transpose` are kept as
 //! printed and do not change the meaning.
 
-
 use crate::array::Array;
 use crate::aval::ShapedArray;
 use crate::error::{Result, type_error};

@@ -56,7 +56,9 @@ impl SortParams {
 /// `top_k`'s parameters: `k` and the axis (normalised; the last when not printed, as
 /// `lax.top_k` reduces the last axis), read once and kept with the parameters.
 pub fn top_k_params(params: &Params, rank: usize) -> Result<(i64, usize)> {
-    params.typed([Prim::TopK as usize, rank], |params| read_top_k(params, rank))
+    params.typed([Prim::TopK as usize, rank], |params| {
+        read_top_k(params, rank)
+    })
 }
 
 fn read_top_k(params: &Params, rank: usize) -> Result<(i64, usize)> {

@@ -357,7 +357,10 @@ pub(super) fn eval(
         }
         StructuralParams::Pad { padding_config } => pad(
             &inputs[0],
-            inputs[1].converted(out.dtype).first_elem().unwrap_or(Elem::ZERO),
+            inputs[1]
+                .converted(out.dtype)
+                .first_elem()
+                .unwrap_or(Elem::ZERO),
             &padding_config,
             &dims,
         ),

@@ -195,7 +195,10 @@ pub(super) fn eval(params: &Params, inputs: &[Array]) -> Result<Vec<Array>> {
     let p = TreduceParams::read(params)?;
     let mut state: Vec<Vec<Array>> = vec![Vec::new(); p.ops.len()];
     // The looped operands, decoded once; each step takes its slice along the axis.
-    let looped: Vec<_> = inputs[p.num_invariants..].iter().map(Array::elems).collect();
+    let looped: Vec<_> = inputs[p.num_invariants..]
+        .iter()
+        .map(Array::elems)
+        .collect();
     for i in 0..p.length as usize {
         let mut args: Vec<Array> = inputs[..p.num_invariants].to_vec();
         for (x, elems) in inputs[p.num_invariants..].iter().zip(&looped) {

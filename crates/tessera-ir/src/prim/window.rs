@@ -374,9 +374,7 @@ pub(super) fn eval(
     for o in positions(&out.shape) {
         let mut acc = init;
         for k in &offsets {
-            let v = w
-                .source(&shape, &o, k)
-                .map_or(init, |at| elems[IxDyn(&at)]);
+            let v = w.source(&shape, &o, k).map_or(init, |at| elems[IxDyn(&at)]);
             acc = combine.apply(acc, v, x.dtype())?;
         }
         values.push(acc);

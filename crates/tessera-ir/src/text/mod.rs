@@ -135,7 +135,11 @@ fn print_jaxpr(jaxpr: &Jaxpr, indent: usize, namer: &mut Namer) -> String {
 
 fn print_eqn(eqn: &Eqn, scope: &mut Scope<'_>, indent: usize, namer: &mut Namer) -> String {
     let args: Vec<String> = eqn.inputs.iter().map(|a| scope.atom(a)).collect();
-    let has_jaxpr = eqn.params.entries().iter().any(|(_, v)| namer.inline_jaxpr(v));
+    let has_jaxpr = eqn
+        .params
+        .entries()
+        .iter()
+        .any(|(_, v)| namer.inline_jaxpr(v));
     // The results are named before a nested jaxpr's variables, as JAX does.
     let outs: Vec<String> = eqn.outputs.iter().map(|&v| scope.bind(v, namer)).collect();
     let params: Vec<String> = eqn

@@ -135,7 +135,11 @@ impl Tensor {
             .with("jaxpr", ParamValue::Jaxpr(Box::new(jaxpr)));
         let mut sorted = params.into_entries();
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
-        Tensor::bind1(Prim::ReduceWindow, Params::from_entries(sorted), &[self, init])
+        Tensor::bind1(
+            Prim::ReduceWindow,
+            Params::from_entries(sorted),
+            &[self, init],
+        )
     }
 }
 
@@ -148,7 +152,11 @@ impl Tensor {
             .with("precision", ParamValue::Name("None".into()));
         let mut sorted = params.write(&base).into_entries();
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
-        Tensor::bind1(Prim::ConvGeneralDilated, Params::from_entries(sorted), &[self, rhs])
+        Tensor::bind1(
+            Prim::ConvGeneralDilated,
+            Params::from_entries(sorted),
+            &[self, rhs],
+        )
     }
 
     /// `lax.conv(lhs, rhs, window_strides, padding)`: an `NCHW` input and an `OIHW` kernel

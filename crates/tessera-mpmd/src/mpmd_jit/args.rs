@@ -20,7 +20,10 @@ pub enum StepArg {
 impl StepArg {
     pub(super) fn signature(&self) -> (Vec<i64>, tessera_pjrt::ElementType) {
         match self {
-            StepArg::Host(h) => (h.dims().to_vec(), tessera_pjrt::ElementType::from_dtype(h.dtype())),
+            StepArg::Host(h) => (
+                h.dims().to_vec(),
+                tessera_pjrt::ElementType::from_dtype(h.dtype()),
+            ),
             StepArg::Mpmd(m) => (m.shape().to_vec(), m.dtype()),
         }
     }

@@ -37,7 +37,7 @@ use std::collections::HashMap;
 
 use tessera_ir::prim::{ReduceOp, TreduceParams};
 use tessera_ir::{Array, ClosedJaxpr, ShapedArray};
-use tessera_pjrt::{Client, HostArray, ElementType};
+use tessera_pjrt::{Client, ElementType, HostArray};
 use tessera_schedule::ScheduleParams;
 use tessera_sharding::PartitionSpec;
 

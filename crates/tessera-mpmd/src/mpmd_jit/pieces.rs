@@ -6,7 +6,7 @@
 //! group (`elsewhere`).
 
 use tessera_ir::{Array, ShapedArray};
-use tessera_pjrt::{Array as DeviceArray, HostArray, ElementType};
+use tessera_pjrt::{Array as DeviceArray, ElementType, HostArray};
 use tessera_sharding::{NamedSharding, PartitionSpec};
 use tessera_stablehlo::{LowerOptions, Partitioner, lower_closed};
 
@@ -37,7 +37,8 @@ impl MpmdJit {
             .map(|(a, &k)| {
                 let homes = self.homes_of(k, group);
                 let sharding = MpmdSharding::new(&self.mesh, homes, &self.specs.outs[k])?;
-                let remote = MpmdArray::remote(&a.shape, ElementType::from_dtype(a.dtype), sharding);
+                let remote =
+                    MpmdArray::remote(&a.shape, ElementType::from_dtype(a.dtype), sharding);
                 Ok(StepResult::Mpmd(Box::new(remote)))
             })
             .collect()

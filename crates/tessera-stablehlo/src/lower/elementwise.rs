@@ -103,7 +103,9 @@ fn unary<'c, 'b>(
         },
         UnaryOp::Not => one("stablehlo.not", x)?,
         UnaryOp::IntegerPow => {
-            let y = UnaryParams::read(UnaryOp::IntegerPow, params).map_err(ir)?.y;
+            let y = UnaryParams::read(UnaryOp::IntegerPow, params)
+                .map_err(ir)?
+                .y;
             integer_pow(ctx, x, y)?
         }
     };

@@ -77,7 +77,9 @@ pub(super) fn identity(kind: ReduceKind, dtype: DType) -> f64 {
 
 /// The axes `prim` reduces, from its typed parameters.
 fn axes(params: &Params, prim: Prim, rank: usize) -> Result<Vec<i64>, LowerError> {
-    Ok(ReductionParams::read(prim, params, rank).map_err(ir)?.axes_i64())
+    Ok(ReductionParams::read(prim, params, rank)
+        .map_err(ir)?
+        .axes_i64())
 }
 
 fn reduce<'c, 'b>(
@@ -195,7 +197,9 @@ fn cumsum<'c, 'b>(
     let ReductionParams::Scan { axis, reverse } =
         ReductionParams::read(Prim::Cumsum, params, x.rank()).map_err(ir)?
     else {
-        return Err(ir(tessera_ir::IrError::Eval("cumsum without a scan's parameters".into())));
+        return Err(ir(tessera_ir::IrError::Eval(
+            "cumsum without a scan's parameters".into(),
+        )));
     };
     let n = x.shape[axis];
     let mut window = vec![1i64; x.rank()];
