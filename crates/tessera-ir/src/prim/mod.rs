@@ -5,6 +5,7 @@
 
 mod branch;
 mod collective;
+mod collective_params;
 mod constraint;
 mod control;
 mod conv;
@@ -33,10 +34,8 @@ mod treduce;
 mod window;
 
 pub use branch::{WhileParams, branch_index, cond_branches, cond_params, while_params};
-pub use collective::{
-    all_gather_dim, all_to_all_axes, axis_names, collective_axes, index_groups, permutation,
-    replica_groups, scatter_dim, scatter_shape, simulate,
-};
+pub use collective::simulate;
+pub use collective_params::{CollectiveKind, CollectiveParams};
 pub use constraint::ConstraintParams;
 pub use conv::ConvParams;
 pub(crate) use cumulative::flip;
