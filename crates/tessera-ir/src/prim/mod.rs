@@ -19,6 +19,7 @@ mod linalg;
 mod numeric;
 mod ops;
 mod random;
+mod random_params;
 mod reduce;
 mod reduce_params;
 mod rounding;
@@ -54,6 +55,7 @@ pub use ops::{
     ReductionOp, StructuralOp, UnaryOp,
 };
 pub use random::RandomOp;
+pub use random_params::{PrngImpl, RandomParams};
 pub use reduce_params::ReductionParams;
 pub use rounding::RoundingMethod;
 pub use scan::{ScanParams, scan_params, stacked, unstacked};
