@@ -91,3 +91,38 @@ fn a_shard_map_lowers_to_manual_blocks_and_jaxs_collective_ops() {
         %5 = "stablehlo.custom_call"(%4) {call_target_name = "SPMDShardToFullShape", mhlo.sharding = "{devices=[8,1]<=[8]}"} : (tensor<2x4xf32>) -> tensor<16x4xf32>"#]]
     .assert_eq(&ops(Partitioner::Gspmd));
 }
+
+#[test]
+fn a_pbroadcast_within_index_groups_broadcasts_each_groups_source_on_pjrt() {
+    use tessera_ir::text::{parse_closed, print_closed};
+    use tessera_ir::{Array, DType, ShapedArray};
+    use tessera_sharding::{AbstractMesh, PartitionSpec};
+    // The tracing API has no groups for pbroadcast (JAX neither); a parsed one may carry them,
+    // and each group then takes its own member `source`, on devices as on the interpreter.
+    let mesh = AbstractMesh::auto(&[("x", 4)]).unwrap();
+    let spec = PartitionSpec::parse("P('x')").unwrap();
+    let program = tessera_ir::trace::shard_map_program(
+        &mesh,
+        std::slice::from_ref(&spec),
+        std::slice::from_ref(&spec),
+        &[ShapedArray::new(DType::F32, &[4])],
+        |a| vec![a[0].pbroadcast("x", 1)],
+    )
+    .unwrap();
+    let text = print_closed(&program, 0).replace(
+        "source=1",
+        "axis_index_groups=((0, 3), (2, 1))\n            source=1",
+    );
+    let program = parse_closed(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let x = Array::new(DType::F32, &[4], vec![10.0, 20.0, 30.0, 40.0]).unwrap();
+    let want = vec![40.0, 20.0, 20.0, 40.0];
+    let interp = tessera_ir::interp::eval_closed(&program, std::slice::from_ref(&x)).unwrap();
+    assert_eq!(
+        interp[0].to_vec(),
+        want,
+        "the group (0, 3) takes 3's value, (2, 1) 1's"
+    );
+    let client = tessera_pjrt::Client::cpu(4).unwrap();
+    let got = tessera::jit::run_spmd(&client, &program, &[x]).unwrap();
+    assert_eq!(got[0].to_vec(), want, "{text}");
+}

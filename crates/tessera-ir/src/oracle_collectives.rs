@@ -15,7 +15,7 @@ use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::jaxpr::ClosedJaxpr;
 use crate::oracle::{Evaluate, Report, Tensor as OracleTensor, compare};
-use crate::prim::{Prim, ShardMapParams, collective_axes, permutation, replica_groups};
+use crate::prim::{CollectiveKind, CollectiveParams, Prim, ShardMapParams};
 use crate::trace::{Tensor, shard_map_program};
 
 type Outcome<T> = std::result::Result<T, String>;
@@ -244,28 +244,35 @@ pub fn our_ops(program: &ClosedJaxpr) -> Outcome<Vec<OpGroups>> {
             continue;
         }
         let sm = ShardMapParams::read(&eqn.params).map_err(|e| e.to_string())?;
-        for inner in &sm.body.jaxpr.eqns {
-            let p = &inner.params;
-            let groups = |prim| replica_groups(prim, p, &sm.mesh).map_err(|e| e.to_string());
-            let op = match inner.prim {
-                Prim::Psum | Prim::Pmax | Prim::Pmin => {
-                    ("stablehlo.all_reduce", groups(inner.prim)?)
+        let body = &sm.body.jaxpr;
+        for inner in &body.eqns {
+            if !inner.prim.is_collective() {
+                continue;
+            }
+            let rank = inner.inputs.first().map_or(0, |a| body.atom_aval(a).rank());
+            let p = CollectiveParams::read(inner.prim, &inner.params, rank)
+                .map_err(|e| e.to_string())?;
+            let groups = || {
+                p.replica_groups(inner.prim, &sm.mesh)
+                    .map_err(|e| e.to_string())
+            };
+            let op = match &p.kind {
+                CollectiveKind::Psum | CollectiveKind::Pmax | CollectiveKind::Pmin => {
+                    ("stablehlo.all_reduce", groups()?)
                 }
-                Prim::AllGather => ("stablehlo.all_gather", groups(inner.prim)?),
-                Prim::ReduceScatter => ("stablehlo.reduce_scatter", groups(inner.prim)?),
-                Prim::AllToAll => ("stablehlo.all_to_all", groups(inner.prim)?),
-                Prim::AxisIndex => ("stablehlo.partition_id", Vec::new()),
-                Prim::Ppermute => {
-                    let axes = collective_axes(inner.prim, p).map_err(|e| e.to_string())?;
-                    let perm = permutation(p).map_err(|e| e.to_string())?;
-                    let pairs =
-                        groups::permute_pairs(&sm.mesh, &axes, &perm).map_err(|e| e.to_string())?;
+                CollectiveKind::AllGather { .. } => ("stablehlo.all_gather", groups()?),
+                CollectiveKind::ReduceScatter { .. } => ("stablehlo.reduce_scatter", groups()?),
+                CollectiveKind::AllToAll { .. } => ("stablehlo.all_to_all", groups()?),
+                CollectiveKind::AxisIndex => ("stablehlo.partition_id", Vec::new()),
+                CollectiveKind::Ppermute { perm } => {
+                    let pairs = groups::permute_pairs(&sm.mesh, &p.axes, perm)
+                        .map_err(|e| e.to_string())?;
                     (
                         "stablehlo.collective_permute",
                         pairs.iter().map(|&(s, t)| vec![s, t]).collect(),
                     )
                 }
-                _ => continue,
+                CollectiveKind::Pvary | CollectiveKind::Pbroadcast { .. } => continue,
             };
             ops.push(op);
         }

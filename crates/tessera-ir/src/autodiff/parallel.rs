@@ -11,8 +11,7 @@ use crate::axis_env;
 use crate::error::IrError;
 use crate::params::{ParamValue, Params};
 use crate::prim::{
-    CollectiveOp, Prim, ShardMapParams, all_gather_dim, all_to_all_axes, collective_axes,
-    index_groups, permutation, scatter_dim, shard_map_params,
+    CollectiveKind, CollectiveOp, CollectiveParams, Prim, ShardMapParams, shard_map_params,
 };
 use crate::trace::{Tensor, where_};
 
@@ -23,74 +22,60 @@ pub(super) fn collective_vjp(
     x: &[Tensor],
     g: &Tensor,
 ) -> Vec<Option<Tensor>> {
-    let axes = match collective_axes(prim, params) {
-        Ok(a) => a,
-        Err(e) => return vec![Some(g.fail(prim.name(), e.to_string()))],
-    };
-    let axes: Vec<&str> = axes.iter().map(String::as_str).collect();
     let Some(op) = prim.collective() else {
         return vec![Some(g.fail(prim.name(), "is not a collective".into()))];
     };
     if op == CollectiveOp::AxisIndex {
         return Vec::new();
     }
-    let Some(rank) = x.first().map(Tensor::rank) else {
+    let Some(x) = x.first() else {
         return vec![Some(g.fail(prim.name(), "needs an operand".into()))];
     };
-    let ct = collective_transpose(prim, op, params, g, rank, &axes)
+    let ct = CollectiveParams::read(prim, params, x.rank())
+        .and_then(|p| collective_transpose(prim, &p, params, g))
         .unwrap_or_else(|e| g.fail(prim.name(), e.to_string()));
-    vec![
-        x.first()
-            .is_some_and(|x| x.dtype().is_float())
-            .then_some(ct),
-    ]
+    vec![x.dtype().is_float().then_some(ct)]
 }
 
-/// The transpose of a collective (whose operand has rank `rank`) applied to the cotangent `g`
-/// (`axis_index` has none).
+/// The transpose of a collective with typed parameters `p` (printed as `params`) applied to the
+/// cotangent `g` (`axis_index` has none).
 fn collective_transpose(
     prim: Prim,
-    op: CollectiveOp,
+    p: &CollectiveParams,
     params: &Params,
     g: &Tensor,
-    rank: usize,
-    axes: &[&str],
 ) -> Result<Tensor, IrError> {
-    let groups = index_groups(prim, params)?;
-    let groups = groups.as_deref();
-    Ok(match op {
-        CollectiveOp::Psum => match groups {
-            Some(groups) => g.psum_in_groups(axes, groups),
-            None => g.pvary(axes),
+    let axes = p.axis_refs();
+    let groups = p.groups.as_deref();
+    Ok(match &p.kind {
+        CollectiveKind::Psum => match groups {
+            Some(groups) => g.psum_in_groups(&axes, groups),
+            None => g.pvary(&axes),
         },
-        CollectiveOp::Pvary => g.psum(axes),
-        CollectiveOp::AllGather => {
-            let (d, tiled) = all_gather_dim(params, rank)?;
-            g.psum_scatter_over(axes, groups, d as i64, tiled)
+        CollectiveKind::Pvary => g.psum(&axes),
+        &CollectiveKind::AllGather {
+            dimension, tiled, ..
+        } => g.psum_scatter_over(&axes, groups, dimension as i64, tiled),
+        &CollectiveKind::ReduceScatter {
+            dimension, tiled, ..
+        } => g.all_gather_over(&axes, groups, dimension as i64, tiled),
+        CollectiveKind::Ppermute { perm } => {
+            let inverse: Vec<(i64, i64)> = perm.iter().map(|&(s, t)| (t, s)).collect();
+            g.ppermute_over(&axes, &inverse)
         }
-        CollectiveOp::ReduceScatter => {
-            let (d, tiled) = scatter_dim(params, rank)?;
-            g.all_gather_over(axes, groups, d as i64, tiled)
-        }
-        CollectiveOp::Ppermute => {
-            let inverse: Vec<(i64, i64)> = permutation(params)?
-                .into_iter()
-                .map(|(s, t)| (t, s))
-                .collect();
-            g.ppermute_over(axes, &inverse)
-        }
-        CollectiveOp::AllToAll => {
-            let (split, concat) = all_to_all_axes(params, rank)?;
+        &CollectiveKind::AllToAll {
+            split_axis,
+            concat_axis,
+            ..
+        } => {
             let p = params
                 .clone()
-                .with("split_axis", ParamValue::Int(concat as i64))
-                .with("concat_axis", ParamValue::Int(split as i64));
+                .with("split_axis", ParamValue::Int(concat_axis as i64))
+                .with("concat_axis", ParamValue::Int(split_axis as i64));
             Tensor::bind1(Prim::AllToAll, p, &[g])
         }
-        CollectiveOp::Pbroadcast => {
-            pbroadcast_transpose(g, axes, groups, params.int(prim.name(), "source")?)
-        }
-        CollectiveOp::Pmax | CollectiveOp::Pmin | CollectiveOp::AxisIndex => {
+        &CollectiveKind::Pbroadcast { source } => pbroadcast_transpose(g, &axes, groups, source),
+        CollectiveKind::Pmax | CollectiveKind::Pmin | CollectiveKind::AxisIndex => {
             return Err(IrError::Type {
                 prim: prim.name().into(),
                 message: format!(
@@ -182,8 +167,8 @@ pub(super) fn collective_jvp(
     let Some(t) = t else {
         return vec![None];
     };
-    let axes = match collective_axes(prim, params) {
-        Ok(axes) => axes,
+    let axes = match CollectiveParams::read(prim, params, x.first().map_or(0, Tensor::rank)) {
+        Ok(p) => p.axes,
         Err(e) => return vec![Some(y[0].fail(prim.name(), e.to_string()))],
     };
     match op {

@@ -11,57 +11,50 @@ use tessera_sharding::{DimSpec, PartitionSpec};
 use super::{Batched, to_front, with_param};
 use crate::axis_env;
 use crate::params::{ParamValue, Params};
-use crate::prim::{
-    CollectiveOp, Prim, ShardMapParams, all_gather_dim, all_to_all_axes, scatter_dim,
-    shard_map_params,
-};
+use crate::prim::{CollectiveKind, CollectiveParams, Prim, ShardMapParams, shard_map_params};
 use crate::trace::Tensor;
 
 /// Batches a collective; `size` is the batch size.
 pub(super) fn collective(prim: Prim, params: &Params, args: &[Batched], size: i64) -> Vec<Batched> {
-    // The operand's rank without the batch dimension, and its dimensions past the batch one.
-    let rank = args[0].0.rank() - usize::from(args[0].1.is_some());
-    let shift = |dims: &[(&str, usize)]| {
-        dims.iter().fold(params.clone(), |p, &(key, d)| {
+    let x = &args[0].0;
+    // The operand's rank without the batch dimension.
+    let rank = x.rank() - usize::from(args[0].1.is_some());
+    let p = match CollectiveParams::read(prim, params, rank) {
+        Ok(p) => p,
+        Err(e) => return vec![(x.fail(prim.name(), e.to_string()), None)],
+    };
+    // The parameters with the named dimensions (normalised) shifted past a batch dimension in
+    // front, and the operand moved there.
+    let front = |dims: &[(&str, usize)]| {
+        let p = dims.iter().fold(params.clone(), |p, &(key, d)| {
             with_param(&p, key, ParamValue::Int(d as i64 + 1))
-        })
-    };
-    let front = |p: Result<Params, crate::error::IrError>| {
+        });
         let x = to_front(&args[0], size);
-        match p {
-            Ok(p) => vec![(Tensor::bind1(prim, p, &[&x]), Some(0))],
-            Err(e) => vec![(x.fail(prim.name(), e.to_string()), Some(0))],
-        }
+        vec![(Tensor::bind1(prim, p, &[&x]), Some(0))]
     };
-    let Some(op) = prim.collective() else {
-        let x = &args[0].0;
-        return vec![(x.fail(prim.name(), "is not a collective".into()), None)];
-    };
-    match op {
-        CollectiveOp::AllGather => {
-            front(all_gather_dim(params, rank).map(|(d, _)| shift(&[("all_gather_dimension", d)])))
+    match p.kind {
+        CollectiveKind::AllGather { dimension, .. } => {
+            front(&[("all_gather_dimension", dimension)])
         }
-        CollectiveOp::ReduceScatter => {
-            front(scatter_dim(params, rank).map(|(d, _)| shift(&[("scatter_dimension", d)])))
+        CollectiveKind::ReduceScatter { dimension, .. } => {
+            front(&[("scatter_dimension", dimension)])
         }
-        CollectiveOp::AllToAll => front(
-            all_to_all_axes(params, rank)
-                .map(|(s, c)| shift(&[("split_axis", s), ("concat_axis", c)])),
-        ),
-        CollectiveOp::AxisIndex => vec![(
-            args[0]
-                .0
-                .fail("axis_index", "axis_index takes no operands to batch".into()),
+        CollectiveKind::AllToAll {
+            split_axis,
+            concat_axis,
+            ..
+        } => front(&[("split_axis", split_axis), ("concat_axis", concat_axis)]),
+        CollectiveKind::AxisIndex => vec![(
+            x.fail("axis_index", "axis_index takes no operands to batch".into()),
             None,
         )],
-        CollectiveOp::Psum
-        | CollectiveOp::Pmax
-        | CollectiveOp::Pmin
-        | CollectiveOp::Ppermute
-        | CollectiveOp::Pvary
-        | CollectiveOp::Pbroadcast => {
-            let (x, d) = &args[0];
-            vec![(Tensor::bind1(prim, params.clone(), &[x]), *d)]
+        CollectiveKind::Psum
+        | CollectiveKind::Pmax
+        | CollectiveKind::Pmin
+        | CollectiveKind::Ppermute { .. }
+        | CollectiveKind::Pvary
+        | CollectiveKind::Pbroadcast { .. } => {
+            vec![(Tensor::bind1(prim, params.clone(), &[x]), args[0].1)]
         }
     }
 }

@@ -5,6 +5,7 @@
 
 mod branch;
 mod collective;
+mod collective_params;
 mod constraint;
 mod control;
 mod conv;
@@ -18,6 +19,7 @@ mod linalg;
 mod numeric;
 mod ops;
 mod random;
+mod random_params;
 mod reduce;
 mod reduce_params;
 mod rounding;
@@ -33,10 +35,8 @@ mod treduce;
 mod window;
 
 pub use branch::{WhileParams, branch_index, cond_branches, cond_params, while_params};
-pub use collective::{
-    all_gather_dim, all_to_all_axes, axis_names, collective_axes, index_groups, permutation,
-    replica_groups, scatter_dim, scatter_shape, simulate,
-};
+pub use collective::simulate;
+pub use collective_params::{CollectiveKind, CollectiveParams};
 pub use constraint::ConstraintParams;
 pub use conv::ConvParams;
 pub(crate) use cumulative::flip;
@@ -56,6 +56,7 @@ pub use ops::{
     ReductionOp, StructuralOp, UnaryOp,
 };
 pub use random::RandomOp;
+pub use random_params::{PrngImpl, RandomParams};
 pub use reduce_params::ReductionParams;
 pub use rounding::RoundingMethod;
 pub use scan::{ScanParams, scan_params, stacked, unstacked};

@@ -6,6 +6,7 @@
 //! keeps both as the new key, `random_fold_in` hashes the counter `(0, data)`. A key array's
 //! draws are the concatenation of each key's (the block's shape after the keys' shape).
 
+use super::random_params::{PrngImpl, RandomParams};
 use super::threefry::{counter, pack_key, threefry2x32, unpack_key};
 use super::{Prim, arity};
 use crate::array::{Array, Elem};
@@ -49,40 +50,11 @@ fn need_u32(prim: Prim, x: &ShapedArray) -> Result<()> {
     }
 }
 
-/// Only the threefry implementation exists: `impl=fry`.
-fn check_impl(prim: Prim, params: &Params) -> Result<()> {
-    match params.get("impl") {
-        Some(v) if v.to_string() == "fry" => Ok(()),
-        other => Err(IrError::Param {
-            prim: prim.name().into(),
-            param: "impl".into(),
-            expected: format!(
-                "`fry` (threefry2x32, the only PRNG implemented), got {}",
-                other.map_or("nothing".into(), ToString::to_string)
-            ),
-        }),
-    }
-}
-
-/// The key's shape followed by the `shape` parameter.
-fn block_shape(prim: Prim, params: &Params, key: &ShapedArray) -> Result<Vec<i64>> {
+/// The key's shape followed by a block's.
+fn block_shape(key: &ShapedArray, block: &[i64]) -> Vec<i64> {
     let mut shape = key.shape.clone();
-    shape.extend(params.ints(prim.name(), "shape")?);
-    Ok(shape)
-}
-
-/// `random_bits`'s result dtype.
-fn bits_dtype(prim: Prim, params: &Params) -> Result<DType> {
-    match params.int(prim.name(), "bit_width")? {
-        8 => Ok(DType::U8),
-        16 => Ok(DType::U16),
-        32 => Ok(DType::U32),
-        64 => Ok(DType::U64),
-        other => Err(type_error(
-            prim.name(),
-            format!("bit_width must be 8, 16, 32 or 64, got {other}"),
-        )),
-    }
+    shape.extend_from_slice(block);
+    shape
 }
 
 pub(super) fn abstract_eval(
@@ -92,10 +64,15 @@ pub(super) fn abstract_eval(
     inputs: &[ShapedArray],
 ) -> Result<Vec<ShapedArray>> {
     let one = |dtype: DType, shape: &[i64]| Ok(vec![ShapedArray::new(dtype, shape)]);
-    match op {
-        RandomOp::Seed => {
-            arity(prim, inputs.len(), 1)?;
-            check_impl(prim, params)?;
+    let operands = match op {
+        RandomOp::FoldIn => 2,
+        RandomOp::Threefry2x32 => 4,
+        RandomOp::Seed | RandomOp::Wrap | RandomOp::Unwrap | RandomOp::Bits | RandomOp::Split => 1,
+    };
+    arity(prim, inputs.len(), operands)?;
+    match RandomParams::read(prim, params)? {
+        // `impl` is `fry`, the only implementation, once read.
+        RandomParams::Seed(PrngImpl::Threefry) => {
             if !inputs[0].dtype.is_int() {
                 return Err(type_error(
                     prim.name(),
@@ -104,9 +81,7 @@ pub(super) fn abstract_eval(
             }
             one(DType::KeyFry, &inputs[0].shape)
         }
-        RandomOp::Wrap => {
-            arity(prim, inputs.len(), 1)?;
-            check_impl(prim, params)?;
+        RandomParams::Wrap(PrngImpl::Threefry) => {
             let x = &inputs[0];
             need_u32(prim, x)?;
             if let Some((2, lead)) = x.shape.split_last() {
@@ -118,36 +93,28 @@ pub(super) fn abstract_eval(
                 ))
             }
         }
-        RandomOp::Unwrap => {
-            arity(prim, inputs.len(), 1)?;
+        RandomParams::Unwrap => {
             need_key(prim, &inputs[0])?;
             let mut shape = inputs[0].shape.clone();
             shape.push(2);
             one(DType::U32, &shape)
         }
-        RandomOp::Bits => {
-            arity(prim, inputs.len(), 1)?;
+        RandomParams::Bits { dtype, shape } => {
             need_key(prim, &inputs[0])?;
-            one(
-                bits_dtype(prim, params)?,
-                &block_shape(prim, params, &inputs[0])?,
-            )
+            one(dtype, &block_shape(&inputs[0], &shape))
         }
-        RandomOp::Split => {
-            arity(prim, inputs.len(), 1)?;
+        RandomParams::Split { shape } => {
             need_key(prim, &inputs[0])?;
-            one(DType::KeyFry, &block_shape(prim, params, &inputs[0])?)
+            one(DType::KeyFry, &block_shape(&inputs[0], &shape))
         }
-        RandomOp::FoldIn => {
-            arity(prim, inputs.len(), 2)?;
+        RandomParams::FoldIn => {
             need_key(prim, &inputs[0])?;
             need_u32(prim, &inputs[1])?;
             let shape =
                 super::elementwise::broadcast_shapes(prim, &inputs[0].shape, &inputs[1].shape)?;
             one(DType::KeyFry, &shape)
         }
-        RandomOp::Threefry2x32 => {
-            arity(prim, inputs.len(), 4)?;
+        RandomParams::Threefry2x32 => {
             let mut shape: Vec<i64> = Vec::new();
             for x in inputs {
                 need_u32(prim, x)?;

@@ -10,10 +10,7 @@
 
 use melior::ir::Value;
 use tessera_ir::passes::inline_all;
-use tessera_ir::prim::{
-    CollectiveOp, ShardMapParams, all_gather_dim, all_to_all_axes, collective_axes, permutation,
-    replica_groups, scatter_dim,
-};
+use tessera_ir::prim::{CollectiveKind, CollectiveParams, ShardMapParams};
 use tessera_ir::{DType, Params, Prim, ShapedArray, axis_env};
 use tessera_sharding::{AbstractMesh, Mesh, NamedSharding, PartitionSpec, groups};
 
@@ -194,11 +191,6 @@ fn spmd_custom_calls<'c, 'b>(
         .collect()
 }
 
-fn mesh(prim: Prim, params: &Params) -> Result<AbstractMesh, LowerError> {
-    let axes = collective_axes(prim, params).map_err(ir)?;
-    axis_env::mesh_for(prim.name(), &axes).map_err(ir)
-}
-
 /// `dense<[[...]]> : tensor<GxNxi64>`, uneven groups padded with -1 as JAX does.
 fn groups_attr(groups: &[Vec<i64>]) -> String {
     let width = groups.iter().map(Vec::len).max().unwrap_or(0);
@@ -226,63 +218,49 @@ pub(super) fn collective<'c, 'b>(
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
-    let mesh = mesh(prim, params)?;
-    let int = |k: &str| params.int(prim.name(), k).map_err(ir);
+    let rank = ctx.in_avals.first().map_or(0, ShapedArray::rank);
+    let p = CollectiveParams::read(prim, params, rank).map_err(ir)?;
+    let mesh = axis_env::mesh_for(prim.name(), &p.axes).map_err(ir)?;
     let out = &ctx.out_avals[0];
-    let groups = || replica_groups(prim, params, &mesh).map_err(ir);
-    let op = prim
-        .collective()
-        .ok_or_else(|| LowerError::Build(format!("{} is not a collective", prim.name())))?;
-    let value = match op {
-        CollectiveOp::Pvary => inputs[0],
-        CollectiveOp::AxisIndex => {
-            let axes = collective_axes(prim, params).map_err(ir)?;
-            axis_index(ctx, &mesh, &axes)?
+    let groups = || p.replica_groups(prim, &mesh).map_err(ir);
+    let value = match &p.kind {
+        CollectiveKind::Pvary => inputs[0],
+        CollectiveKind::AxisIndex => axis_index(ctx, &mesh, &p.axes)?,
+        CollectiveKind::Psum => all_reduce(ctx, ReduceKind::Sum, inputs[0], &groups()?)?,
+        CollectiveKind::Pmax => all_reduce(ctx, ReduceKind::Max, inputs[0], &groups()?)?,
+        CollectiveKind::Pmin => all_reduce(ctx, ReduceKind::Min, inputs[0], &groups()?)?,
+        &CollectiveKind::Pbroadcast { source } => {
+            let sources: Vec<i64> = match &p.groups {
+                Some(index_groups) => index_groups
+                    .iter()
+                    .filter_map(|g| g.get(source as usize).copied())
+                    .collect(),
+                None => vec![source],
+            };
+            pbroadcast(ctx, inputs[0], &mesh, &p.axes, &sources, &groups()?)?
         }
-        CollectiveOp::Psum => all_reduce(ctx, ReduceKind::Sum, inputs[0], &groups()?)?,
-        CollectiveOp::Pmax => all_reduce(ctx, ReduceKind::Max, inputs[0], &groups()?)?,
-        CollectiveOp::Pmin => all_reduce(ctx, ReduceKind::Min, inputs[0], &groups()?)?,
-        CollectiveOp::Pbroadcast => {
-            let axes = collective_axes(prim, params).map_err(ir)?;
-            pbroadcast(ctx, inputs[0], &mesh, &axes, int("source")?, &groups()?)?
+        &CollectiveKind::AllGather {
+            dimension, tiled, ..
+        } => all_gather(ctx, inputs[0], dimension, tiled, &groups()?)?,
+        &CollectiveKind::ReduceScatter { dimension, .. } => {
+            reduce_scatter(ctx, dimension, inputs[0], &groups()?)?
         }
-        CollectiveOp::AllGather => {
-            let (d, tiled) = all_gather_dim(params, ctx.in_avals[0].rank()).map_err(ir)?;
-            let mut x = inputs[0];
-            if !tiled {
-                let mut unit = ctx.in_avals[0].clone();
-                unit.shape.insert(d, 1);
-                let dims: Vec<i64> = (0..unit.rank() as i64).filter(|&i| i != d as i64).collect();
-                x = ctx.body.op(
-                    "stablehlo.broadcast_in_dim",
-                    &[x],
-                    &[&mlir_type(&unit)],
-                    &[("broadcast_dimensions", super::i64_array(&dims))],
-                )?[0];
-            }
-            let attrs = [
-                ("all_gather_dim", format!("{d} : i64")),
-                ("channel_handle", CHANNEL.into()),
-                ("replica_groups", groups_attr(&groups()?)),
-                ("use_global_device_ids", "unit".into()),
-            ];
-            ctx.body
-                .op("stablehlo.all_gather", &[x], &[&mlir_type(out)], &attrs)?[0]
-        }
-        CollectiveOp::ReduceScatter => reduce_scatter(ctx, params, inputs[0], &groups()?)?,
-        CollectiveOp::AllToAll => {
+        &CollectiveKind::AllToAll {
+            split_axis,
+            concat_axis,
+            ..
+        } => {
             let groups = groups()?;
             let n = groups.first().map_or(1, Vec::len);
-            let (split, concat) = all_to_all_axes(params, ctx.in_avals[0].rank()).map_err(ir)?;
             if n == 1 {
                 inputs[0]
             } else {
                 let attrs = [
                     ("channel_handle", CHANNEL.into()),
-                    ("concat_dimension", format!("{concat} : i64")),
+                    ("concat_dimension", format!("{concat_axis} : i64")),
                     ("replica_groups", groups_attr(&groups)),
                     ("split_count", format!("{n} : i64")),
-                    ("split_dimension", format!("{split} : i64")),
+                    ("split_dimension", format!("{split_axis} : i64")),
                 ];
                 ctx.body.op(
                     "stablehlo.all_to_all",
@@ -292,10 +270,8 @@ pub(super) fn collective<'c, 'b>(
                 )?[0]
             }
         }
-        CollectiveOp::Ppermute => {
-            let axes = collective_axes(prim, params).map_err(ir)?;
-            let perm = permutation(params).map_err(ir)?;
-            let pairs = groups::permute_pairs(&mesh, &axes, &perm)
+        CollectiveKind::Ppermute { perm } => {
+            let pairs = groups::permute_pairs(&mesh, &p.axes, perm)
                 .map_err(|e| LowerError::Build(e.to_string()))?;
             let pairs: Vec<Vec<i64>> = pairs.iter().map(|&(s, t)| vec![s, t]).collect();
             let attrs = [
@@ -311,6 +287,41 @@ pub(super) fn collective<'c, 'b>(
         }
     };
     Ok(vec![value])
+}
+
+/// `all_gather` along result dimension `d`: an untiled gather first gives each block a unit
+/// dimension at `d`, which the gather grows.
+fn all_gather<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    x: Value<'c, 'b>,
+    d: usize,
+    tiled: bool,
+    groups: &[Vec<i64>],
+) -> Result<Value<'c, 'b>, LowerError> {
+    let mut x = x;
+    if !tiled {
+        let mut unit = ctx.in_avals[0].clone();
+        unit.shape.insert(d, 1);
+        let dims: Vec<i64> = (0..unit.rank() as i64).filter(|&i| i != d as i64).collect();
+        x = ctx.body.op(
+            "stablehlo.broadcast_in_dim",
+            &[x],
+            &[&mlir_type(&unit)],
+            &[("broadcast_dimensions", super::i64_array(&dims))],
+        )?[0];
+    }
+    let attrs = [
+        ("all_gather_dim", format!("{d} : i64")),
+        ("channel_handle", CHANNEL.into()),
+        ("replica_groups", groups_attr(groups)),
+        ("use_global_device_ids", "unit".into()),
+    ];
+    Ok(ctx.body.op(
+        "stablehlo.all_gather",
+        &[x],
+        &[&mlir_type(&ctx.out_avals[0])],
+        &attrs,
+    )?[0])
 }
 
 fn reducer_region<'c>(
@@ -352,12 +363,11 @@ fn all_reduce<'c, 'b>(
 
 fn reduce_scatter<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
-    params: &Params,
+    d: usize,
     x: Value<'c, 'b>,
     groups: &[Vec<i64>],
 ) -> Result<Value<'c, 'b>, LowerError> {
     let input = &ctx.in_avals[0];
-    let (d, _) = scatter_dim(params, input.rank()).map_err(ir)?;
     let n = groups.first().map_or(1, Vec::len) as i64;
     let mut tiled = input.clone();
     tiled.shape[d] /= n;
@@ -419,29 +429,39 @@ fn axis_index<'c, 'b>(
     Ok(ctx.body.op("stablehlo.convert", &[r], &[&i32], &[])?[0])
 }
 
-/// `pbroadcast` as JAX defines it: the source's value masked in, zeros elsewhere, summed.
+/// `pbroadcast` as JAX defines it: the source's value masked in, zeros elsewhere, summed in
+/// each group. `sources` are the indices along `axes` of the groups' sources (one without
+/// groups).
 fn pbroadcast<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     x: Value<'c, 'b>,
     mesh: &AbstractMesh,
     axes: &[String],
-    source: i64,
+    sources: &[i64],
     groups: &[Vec<i64>],
 ) -> Result<Value<'c, 'b>, LowerError> {
     let aval = &ctx.in_avals[0];
     let idx = axis_index(ctx, mesh, axes)?;
     let i32s = ShapedArray::scalar(DType::I32);
-    let src = constant_scalar(ctx.body, source as f64, &i32s)?;
     let pred = mlir_type(&ShapedArray::scalar(DType::Bool));
-    let here = ctx.body.op(
-        "stablehlo.compare",
-        &[idx, src],
-        &[&pred],
-        &[(
-            "comparison_direction",
-            "#stablehlo<comparison_direction EQ>".into(),
-        )],
-    )?[0];
+    let mut here: Option<Value<'c, 'b>> = None;
+    for &source in sources {
+        let src = constant_scalar(ctx.body, source as f64, &i32s)?;
+        let at = ctx.body.op(
+            "stablehlo.compare",
+            &[idx, src],
+            &[&pred],
+            &[(
+                "comparison_direction",
+                "#stablehlo<comparison_direction EQ>".into(),
+            )],
+        )?[0];
+        here = Some(match here {
+            Some(h) => ctx.body.op("stablehlo.or", &[h, at], &[&pred], &[])?[0],
+            None => at,
+        });
+    }
+    let here = here.ok_or_else(|| LowerError::Build("pbroadcast without a source".into()))?;
     let zeros = constant_scalar(ctx.body, 0.0, &ShapedArray::scalar(aval.dtype))?;
     let ty = mlir_type(aval);
     let zeros = ctx.body.op(

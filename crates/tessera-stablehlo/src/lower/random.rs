@@ -6,8 +6,8 @@
 //! block uses the counter `(0, i)`).
 
 use melior::ir::Value;
-use tessera_ir::prim::RandomOp;
-use tessera_ir::{DType, Params, Prim, ShapedArray};
+use tessera_ir::prim::{PrngImpl, RandomParams, StructuralParams};
+use tessera_ir::{DType, ParamValue, Params, Prim, ShapedArray};
 
 use super::control::splat;
 use super::elementwise::broadcast;
@@ -27,14 +27,12 @@ pub(super) fn lower<'c, 'b>(
     params: &Params,
     inputs: &[V<'c, 'b>],
 ) -> Result<Vec<V<'c, 'b>>, LowerError> {
-    let op = prim
-        .random()
-        .ok_or_else(|| LowerError::Build(format!("{} is not a PRNG primitive", prim.name())))?;
+    let typed = RandomParams::read(prim, params).map_err(ir)?;
     let out = &ctx.out_avals[0];
-    match op {
-        RandomOp::Wrap | RandomOp::Unwrap => Ok(inputs.to_vec()),
-        RandomOp::Seed => Ok(vec![seed(ctx, inputs[0], &ctx.in_avals[0])?]),
-        RandomOp::Bits | RandomOp::Split => {
+    match typed {
+        RandomParams::Wrap(PrngImpl::Threefry) | RandomParams::Unwrap => Ok(inputs.to_vec()),
+        RandomParams::Seed(PrngImpl::Threefry) => Ok(vec![seed(ctx, inputs[0], &ctx.in_avals[0])?]),
+        RandomParams::Bits { .. } | RandomParams::Split { .. } => {
             let key_shape = &ctx.in_avals[0].shape;
             let (k0, k1) = words(ctx, inputs[0], key_shape)?;
             let full = &out.shape;
@@ -45,13 +43,12 @@ pub(super) fn lower<'c, 'b>(
             let lo = block_counter(ctx, &block, full)?;
             let hi = splat(ctx.body, 0.0, &u32s(full))?;
             let [y0, y1] = threefry(ctx, [k0, k1], [hi, lo], full)?;
-            if op == RandomOp::Split {
+            if let RandomParams::Split { .. } = typed {
                 return Ok(vec![stack(ctx, y0, y1, full)?]);
             }
-            let width = params.int(prim.name(), "bit_width").map_err(ir)?;
-            Ok(vec![bits(ctx, y0, y1, width, out)?])
+            Ok(vec![bits(ctx, y0, y1, out)?])
         }
-        RandomOp::FoldIn => {
+        RandomParams::FoldIn => {
             let full = &out.shape;
             let (k0, k1) = words(ctx, inputs[0], &ctx.in_avals[0].shape)?;
             let key_words = u32s(&ctx.in_avals[0].shape);
@@ -62,7 +59,7 @@ pub(super) fn lower<'c, 'b>(
             let [y0, y1] = threefry(ctx, [k0, k1], [zero, data], full)?;
             Ok(vec![stack(ctx, y0, y1, full)?])
         }
-        RandomOp::Threefry2x32 => {
+        RandomParams::Threefry2x32 => {
             let full = &out.shape;
             let args: Vec<V<'c, 'b>> = inputs
                 .iter()
@@ -200,16 +197,16 @@ fn threefry<'c, 'b>(
     Ok(x)
 }
 
-/// `random_bits`' result: the two words XORed (converted to 8 or 16 bits), or both words for
-/// 64 bits.
+/// `random_bits`' result of type `out` (`uint8` ... `uint64`): the two words XORed (converted
+/// to 8 or 16 bits), or both words for 64 bits.
 fn bits<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     y0: V<'c, 'b>,
     y1: V<'c, 'b>,
-    width: i64,
     out: &ShapedArray,
 ) -> Result<V<'c, 'b>, LowerError> {
     let ty = u32s(&out.shape);
+    let width = out.dtype.size_in_bytes() * 8;
     if width == 64 {
         let hi = ctx.op1("stablehlo.convert", &[y0], out, &[])?;
         let lo = ctx.op1("stablehlo.convert", &[y1], out, &[])?;
@@ -272,39 +269,93 @@ pub(super) fn physical_params(
         return Ok(None);
     }
     let name = prim.name();
-    let extended = |key: &str, tail: i64| -> Result<tessera_ir::ParamValue, LowerError> {
-        let mut v = params.opt_ints(name, key).map_err(ir)?.unwrap_or_default();
-        v.push(tail);
-        Ok(tessera_ir::ParamValue::ints(&v))
+    let refused = || {
+        LowerError::Build(format!(
+            "{name} on key arrays is not lowered yet; apply it to the key data \
+             (random_unwrap, then random_wrap)"
+        ))
+    };
+    let op = prim.structural().ok_or_else(refused)?;
+    // Each list of the typed parameters with the word dimension's entry appended.
+    let with_word = |v: &[i64], word: i64| {
+        let mut v = v.to_vec();
+        v.push(word);
+        ParamValue::ints(&v)
     };
     let rank = in_avals.first().map_or(0, ShapedArray::rank) as i64;
-    let with = |key: &str, value| params.clone().with(key, value);
-    if prim == Slice {
-        let start = params.ints(name, "start_indices").map_err(ir)?;
-        let strides = params
-            .opt_ints(name, "strides")
-            .map_err(ir)?
-            .unwrap_or_else(|| vec![1; start.len()]);
-        let mut strides = strides;
-        strides.push(1);
-        return Ok(Some(
-            with("start_indices", extended("start_indices", 0)?)
-                .with("limit_indices", extended("limit_indices", 2)?)
-                .with("strides", tessera_ir::ParamValue::ints(&strides)),
-        ));
+    match StructuralParams::read(op, params).map_err(ir)? {
+        StructuralParams::Slice {
+            start_indices,
+            limit_indices,
+            strides,
+        } => Ok(Some(
+            params
+                .clone()
+                .with("start_indices", with_word(&start_indices, 0))
+                .with("limit_indices", with_word(&limit_indices, 2))
+                .with("strides", with_word(&strides, 1)),
+        )),
+        StructuralParams::Transpose { permutation } => Ok(Some(
+            params
+                .clone()
+                .with("permutation", with_word(&permutation, rank)),
+        )),
+        // An absent `broadcast_dimensions` is empty: JAX leaves an empty tuple out.
+        StructuralParams::BroadcastInDim {
+            broadcast_dimensions,
+            ..
+        } => {
+            let out_rank = out_avals.first().map_or(0, ShapedArray::rank) as i64;
+            let dims = with_word(&broadcast_dimensions, out_rank);
+            Ok(Some(params.clone().with("broadcast_dimensions", dims)))
+        }
+        StructuralParams::Iota { .. }
+        | StructuralParams::Reshape { .. }
+        | StructuralParams::Squeeze { .. }
+        | StructuralParams::ExpandDims { .. }
+        | StructuralParams::DynamicSlice { .. }
+        | StructuralParams::DynamicUpdateSlice
+        | StructuralParams::Concatenate { .. }
+        | StructuralParams::Pad { .. } => Err(refused()),
     }
-    if prim == Transpose {
-        return Ok(Some(with("permutation", extended("permutation", rank)?)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(shape: &[i64]) -> ShapedArray {
+        ShapedArray::new(DType::KeyFry, shape)
     }
-    if prim == BroadcastInDim {
-        let out_rank = out_avals.first().map_or(0, ShapedArray::rank) as i64;
-        return Ok(Some(with(
-            "broadcast_dimensions",
-            extended("broadcast_dimensions", out_rank)?,
-        )));
+
+    fn physical(prim: Prim, params: &Params, out: &[i64]) -> Result<Option<Params>, LowerError> {
+        physical_params(prim, params, &[keys(&[4])], &[keys(out)])
     }
-    Err(LowerError::Build(format!(
-        "{name} on key arrays is not lowered yet; apply it to the key data \
-         (random_unwrap, then random_wrap)"
-    )))
+
+    #[test]
+    fn key_array_parameters_gain_the_word_dimension_and_never_default() {
+        let ints = ParamValue::ints;
+        let slice = Params::new()
+            .with("start_indices", ints(&[1]))
+            .with("limit_indices", ints(&[3]))
+            .with("strides", ParamValue::Name("None".into()));
+        let got = physical(Prim::Slice, &slice, &[2]).unwrap().unwrap();
+        assert_eq!(got.get("start_indices"), Some(&ints(&[1, 0])));
+        assert_eq!(got.get("limit_indices"), Some(&ints(&[3, 2])));
+        assert_eq!(got.get("strides"), Some(&ints(&[1, 1])));
+        let no_limit = Params::new().with("start_indices", ints(&[1]));
+        let err = physical(Prim::Slice, &no_limit, &[2]).unwrap_err();
+        assert!(err.to_string().contains("limit_indices"), "{err}");
+        let err = physical(Prim::Transpose, &Params::new(), &[4]).unwrap_err();
+        assert!(err.to_string().contains("permutation"), "{err}");
+        // JAX leaves an empty `broadcast_dimensions` out: a scalar key broadcast to [3].
+        let got = physical_params(
+            Prim::BroadcastInDim,
+            &Params::new(),
+            &[keys(&[])],
+            &[keys(&[3])],
+        );
+        let dims = got.unwrap().unwrap().get("broadcast_dimensions").cloned();
+        assert_eq!(dims, Some(ints(&[1])));
+    }
 }
