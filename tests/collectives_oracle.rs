@@ -126,3 +126,29 @@ fn a_pbroadcast_within_index_groups_broadcasts_each_groups_source_on_pjrt() {
     let got = tessera::jit::run_spmd(&client, &program, &[x]).unwrap();
     assert_eq!(got[0].to_vec(), want, "{text}");
 }
+
+#[test]
+fn a_ppermute_over_axes_named_out_of_mesh_order_numbers_devices_as_jax_lowers_it() {
+    use tessera_ir::{Array, DType, ShapedArray};
+    use tessera_sharding::{AbstractMesh, PartitionSpec};
+    // JAX's lowering numbers a ppermute's group members in device order (it sorts each replica
+    // group), whatever order the axes are named in; the interpreter must agree with devices.
+    let mesh = AbstractMesh::auto(&[("x", 2), ("y", 2)]).unwrap();
+    let spec = PartitionSpec::parse("P(('x', 'y'))").unwrap();
+    let cycle = [(0, 1), (1, 2), (2, 3), (3, 0)];
+    let program = tessera_ir::trace::shard_map_program(
+        &mesh,
+        std::slice::from_ref(&spec),
+        std::slice::from_ref(&spec),
+        &[ShapedArray::new(DType::F32, &[4])],
+        |a| vec![a[0].ppermute_over(&["y", "x"], &cycle)],
+    )
+    .unwrap();
+    let x = Array::new(DType::F32, &[4], vec![10.0, 20.0, 30.0, 40.0]).unwrap();
+    let want = vec![40.0, 10.0, 20.0, 30.0];
+    let interp = tessera_ir::interp::eval_closed(&program, std::slice::from_ref(&x)).unwrap();
+    assert_eq!(interp[0].to_vec(), want, "interpreter");
+    let client = tessera_pjrt::Client::cpu(4).unwrap();
+    let got = tessera::jit::run_spmd(&client, &program, &[x]).unwrap();
+    assert_eq!(got[0].to_vec(), want, "devices");
+}

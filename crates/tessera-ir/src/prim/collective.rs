@@ -224,7 +224,12 @@ pub fn simulate(
         )));
     }
     let mut results: Vec<Option<Array>> = vec![None; size];
-    for group in p.replica_groups(prim, mesh)? {
+    for mut group in p.replica_groups(prim, mesh)? {
+        if let CollectiveKind::Ppermute { .. } = p.kind {
+            // JAX's lowering numbers a ppermute's members in device order (it sorts each
+            // replica group), whatever order the axes are named in.
+            group.sort_unstable();
+        }
         let members: Vec<&Array> = group.iter().map(|&g| &xs[g as usize]).collect();
         for (k, value) in exchange(prim, &p.kind, &members)?.into_iter().enumerate() {
             results[group[k] as usize] = Some(Array::from_elems(out.dtype, value));
