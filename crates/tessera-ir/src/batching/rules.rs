@@ -65,7 +65,7 @@ pub(super) fn batch_rule(
         | Cumsum | Cumprod | Cummax | Cummin | Cumlogsumexp => {
             one(shift_reduction(prim, params, args, size, in_rank))
         }
-        Concatenate => one(shift_axis(prim, params, args, size, "dimension", rank)),
+        Concatenate => one(concatenate(params, args, size, rank)),
         Pad => one(pad(params, args, size)),
         DotGeneral => vec![dot_general(params, args)],
         DynamicSlice => one(indexing::dynamic_slice(params, args, size)),
@@ -222,22 +222,18 @@ fn shift_reduction(
     Tensor::bind1(prim, p, &[&to_front(&args[0], size)])
 }
 
-/// Shifts a single-axis parameter by one, over all operands.
-fn shift_axis(
-    prim: Prim,
-    params: &Params,
-    args: &[Batched],
-    size: i64,
-    key: &str,
-    rank: usize,
-) -> Tensor {
-    let axis = match params.int(prim.name(), key) {
-        Ok(axis) => norm_axes(vec![axis], rank)[0],
+/// `concatenate` of operands with the batch dimension in front, along its typed dimension
+/// shifted past it.
+fn concatenate(params: &Params, args: &[Batched], size: i64, rank: usize) -> Tensor {
+    let prim = Prim::Concatenate;
+    let dimension = match StructuralParams::of(prim, params) {
+        Ok(StructuralParams::Concatenate { dimension }) => norm_axes(vec![dimension], rank)[0],
+        Ok(other) => return args[0].0.fail(prim.name(), format!("read as {other:?}")),
         Err(e) => return malformed(args, prim, &e),
     };
     let ops: Vec<Tensor> = args.iter().map(|a| to_front(a, size)).collect();
     let refs: Vec<&Tensor> = ops.iter().collect();
-    let p = with_param(params, key, ParamValue::Int(axis + 1));
+    let p = with_param(params, "dimension", ParamValue::Int(dimension + 1));
     Tensor::bind1(prim, p, &refs)
 }
 
