@@ -10,7 +10,7 @@
 
 use std::any::{Any, TypeId};
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, RwLock};
 
 use crate::dtype::DType;
 use crate::error::IrError;
@@ -214,18 +214,27 @@ struct Typed {
     value: Box<dyn Any + Send + Sync>,
 }
 
-/// Where [`Params::typed`] keeps its value. Clones share it (it depends only on the printed
-/// parameters, which they share); changing the parameters empties it.
+/// Where [`Params::typed`] keeps its value. A clone starts with the same value (it depends
+/// only on the printed parameters, which they share) and keeps its own from then on; changing
+/// the parameters empties it.
 #[derive(Default)]
-struct TypedSlot(OnceLock<Arc<Typed>>);
+struct TypedSlot(RwLock<Option<Arc<Typed>>>);
+
+impl TypedSlot {
+    fn get(&self) -> Option<Arc<Typed>> {
+        self.0.read().ok().and_then(|slot| slot.clone())
+    }
+
+    fn set(&self, typed: Typed) {
+        if let Ok(mut slot) = self.0.write() {
+            *slot = Some(Arc::new(typed));
+        }
+    }
+}
 
 impl Clone for TypedSlot {
     fn clone(&self) -> Self {
-        let slot = OnceLock::new();
-        if let Some(typed) = self.0.get() {
-            let _ = slot.set(Arc::clone(typed));
-        }
-        TypedSlot(slot)
+        TypedSlot(RwLock::new(self.get()))
     }
 }
 
@@ -282,33 +291,34 @@ impl Params {
     }
 
     /// The typed value `read` makes of these parameters in `context` (whatever else the reading
-    /// depends on, e.g. the primitive and the operand's rank). The first successful reading is
-    /// kept with the parameters and later calls for the same type and context return it without
-    /// reading again; a reading of another type or context is not kept. Errors are not kept.
+    /// depends on, e.g. the primitive and the operand's rank). A successful reading is kept with
+    /// the parameters, and later calls for the same type and context return it without reading
+    /// again; a reading of another type or context replaces it (parameters copied into an
+    /// equation of another rank read again, once). Errors are not kept.
     pub fn typed<T: Clone + Send + Sync + 'static>(
         &self,
         context: [usize; 2],
         read: impl FnOnce(&Params) -> Result<T, IrError>,
     ) -> Result<T, IrError> {
         let key = (TypeId::of::<T>(), context);
-        if let Some(typed) = self.typed.0.get() {
-            return match typed.value.downcast_ref::<T>() {
-                Some(value) if typed.key == key => Ok(value.clone()),
-                _ => read(self),
-            };
+        if let Some(typed) = self.typed.get()
+            && typed.key == key
+            && let Some(value) = typed.value.downcast_ref::<T>()
+        {
+            return Ok(value.clone());
         }
         let value = read(self)?;
         let typed = Typed {
             key,
             value: Box::new(value.clone()),
         };
-        let _ = self.typed.0.set(Arc::new(typed));
+        self.typed.set(typed);
         Ok(value)
     }
 
     /// Whether a typed value is kept with these parameters (see [`Params::typed`]).
     pub fn holds_typed(&self) -> bool {
-        self.typed.0.get().is_some()
+        self.typed.get().is_some()
     }
 
     /// Every nested jaxpr of the parameters, in order.
@@ -432,10 +442,13 @@ mod tests {
         let count = Cell::new(0);
         let params = Params::new().with("n", ParamValue::Int(3));
         params.typed([0, 2], counted(&count)).unwrap();
-        // Another context is read afresh and not kept.
-        params.typed([0, 3], counted(&count)).unwrap();
-        params.typed([0, 3], counted(&count)).unwrap();
-        assert_eq!(count.get(), 3);
+        // Another context is read afresh, once, and replaces the kept value in this copy only.
+        let copy = params.clone();
+        copy.typed([0, 3], counted(&count)).unwrap();
+        copy.typed([0, 3], counted(&count)).unwrap();
+        assert_eq!(count.get(), 2);
+        params.typed([0, 2], counted(&count)).unwrap();
+        assert_eq!(count.get(), 2);
         // Changing a parameter drops the kept value.
         let changed = params.with("n", ParamValue::Int(4));
         assert!(!changed.holds_typed());

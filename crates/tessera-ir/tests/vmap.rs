@@ -241,6 +241,20 @@ fn vmap_shifts_negative_axes() {
 }
 
 #[test]
+fn vmap_reports_cases_it_cannot_batch() {
+    let f = prog(
+        "a:bool[3] v:bool[]",
+        "b:bool[5] = pad[padding_config=((1, 1, 0),)] a v",
+        "b",
+    );
+    let err = vmap(&f, &[Some(0), Some(0)], &[0], B).unwrap_err();
+    assert!(
+        err.to_string().contains("a batched boolean padding value"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_reshape_with_dimensions_is_refused_when_parsed_before_vmap_sees_it() {
     let text = "{ lambda ; a:f64[2,3]. let\n    \
         b:f64[3,2] = reshape[dimensions=(1, 0) new_sizes=(3, 2) sharding=None] a\n  in (b,) }";

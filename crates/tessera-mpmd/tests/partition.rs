@@ -241,7 +241,7 @@ fn skipped_and_parallel_values_are_named_in_the_stage_shapes() {
 
 #[test]
 fn a_stage_marker_inside_a_loop_body_is_refused_naming_the_equation() {
-    let text = "{ lambda ; a:f32[3] b:f32[3]. let
+    let text = "{ lambda ; a:f32[3] b:f32[2,3]. let
     c:f32[3] = scan[_split_transpose=False jaxpr={ lambda ; d:f32[3] e:f32[3]. let
         f:f32[3] = pipeline_enter_stage[stage=1] e
         g:f32[3] = add d f

@@ -170,73 +170,17 @@ fn st_dtype(dtype: DType) -> Result<Dtype> {
     })
 }
 
+/// The array's bytes as safetensors stores them (each element little-endian), for the dtypes
+/// checkpoints support.
 fn to_bytes(array: &Array) -> Result<Vec<u8>> {
-    let values = array.to_vec();
-    let values = values.iter();
-    Ok(match array.aval().dtype {
-        DType::F32 => values.flat_map(|v| (*v as f32).to_le_bytes()).collect(),
-        DType::F64 => values.flat_map(|v| v.to_le_bytes()).collect(),
-        DType::BF16 => values
-            .flat_map(|v| half::bf16::from_f64(*v).to_le_bytes())
-            .collect(),
-        DType::F16 => values
-            .flat_map(|v| half::f16::from_f64(*v).to_le_bytes())
-            .collect(),
-        // Integers exactly, from their stored values.
-        DType::I32 => ints(array).flat_map(|v| (v as i32).to_le_bytes()).collect(),
-        DType::I64 => ints(array).flat_map(|v| (v as i64).to_le_bytes()).collect(),
-        other => return Err(unsupported(other)),
-    })
+    st_dtype(array.dtype())?;
+    Ok(array.to_le_bytes().into_owned())
 }
 
-fn ints(array: &Array) -> impl Iterator<Item = i128> {
-    array.to_int_vec().into_iter()
-}
-
-/// The array of `dtype` and `shape` whose little-endian bytes are `bytes` (integers exactly).
+/// The array of `dtype` and `shape` whose little-endian bytes are `bytes` (exact for every
+/// dtype: the bytes are the array's own).
 fn array_from_bytes(dtype: DType, shape: &[i64], bytes: &[u8]) -> Result<Array> {
-    let ints: Option<Vec<i128>> = match dtype {
-        DType::I64 => Some(
-            bytes
-                .chunks_exact(8)
-                .map(|c| i128::from(i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))))
-                .collect(),
-        ),
-        DType::I32 => Some(
-            bytes
-                .chunks_exact(4)
-                .map(|c| i128::from(i32::from_le_bytes(c.try_into().unwrap_or([0; 4]))))
-                .collect(),
-        ),
-        _ => None,
-    };
-    Ok(match ints {
-        Some(ints) => Array::from_int_vec(dtype, shape, ints)?,
-        None => Array::new(dtype, shape, from_bytes(dtype, bytes))?,
-    })
-}
-
-/// Float values from little-endian bytes (`array_from_bytes` reads the integers).
-fn from_bytes(dtype: DType, bytes: &[u8]) -> Vec<f64> {
-    fn chunks<const N: usize>(bytes: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
-        bytes.chunks_exact(N).map(|c| {
-            let mut out = [0u8; N];
-            out.copy_from_slice(c);
-            out
-        })
-    }
-    match dtype {
-        DType::F64 => chunks::<8>(bytes).map(f64::from_le_bytes).collect(),
-        DType::BF16 => chunks::<2>(bytes)
-            .map(|b| half::bf16::from_le_bytes(b).to_f64())
-            .collect(),
-        DType::F16 => chunks::<2>(bytes)
-            .map(|b| half::f16::from_le_bytes(b).to_f64())
-            .collect(),
-        _ => chunks::<4>(bytes)
-            .map(|b| f64::from(f32::from_le_bytes(b)))
-            .collect(),
-    }
+    Ok(Array::from_le_bytes(dtype, shape, bytes.to_vec())?)
 }
 
 fn encode(tree: &Tree<Array>) -> Result<Vec<u8>> {

@@ -150,8 +150,8 @@ fn every_element_type_round_trips_through_a_device() {
         assert_eq!(buffer.element_type().unwrap(), ty);
         let back = buffer.to_host().unwrap();
         assert_eq!(
-            (back.dtype(), back.bytes()),
-            (host.dtype(), host.bytes()),
+            (back.dtype(), back.dims(), back.bytes()),
+            (host.dtype(), host.dims(), host.bytes()),
             "{ty:?}"
         );
     }

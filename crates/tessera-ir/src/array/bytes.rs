@@ -102,9 +102,45 @@ pub(super) fn decode(dtype: DType, bytes: &[u8]) -> Elem {
     }
 }
 
-/// The number of elements of a shape (1 for a scalar; a negative extent counts as 0).
+/// The number of elements of a shape (1 for a scalar; a negative extent counts as 0; a count
+/// past `usize::MAX` saturates, so no buffer can match it).
 pub fn element_count(dims: &[i64]) -> usize {
-    dims.iter().map(|&d| d.max(0) as usize).product()
+    dims.iter()
+        .map(|&d| usize::try_from(d.max(0)).unwrap_or(usize::MAX))
+        .fold(1, usize::saturating_mul)
+}
+
+/// Reverses each element's bytes (each word's, for a key): native-endian to little-endian and
+/// back on a big-endian host.
+fn swap_bytes(dtype: DType, bytes: &mut [u8]) {
+    let word = if dtype.is_key() {
+        4
+    } else {
+        dtype.size_in_bytes()
+    };
+    bytes.chunks_exact_mut(word).for_each(<[u8]>::reverse);
+}
+
+impl super::Array {
+    /// The bytes with each element little-endian (as files such as safetensors store them): the
+    /// array's own bytes on a little-endian host.
+    pub fn to_le_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        if cfg!(target_endian = "little") {
+            std::borrow::Cow::Borrowed(self.bytes())
+        } else {
+            let mut bytes = self.bytes().to_vec();
+            swap_bytes(self.dtype(), &mut bytes);
+            std::borrow::Cow::Owned(bytes)
+        }
+    }
+
+    /// The array of `dtype` and `dims` whose elements' little-endian bytes are `bytes`.
+    pub fn from_le_bytes(dtype: DType, dims: &[i64], mut bytes: Vec<u8>) -> crate::Result<Self> {
+        if cfg!(target_endian = "big") {
+            swap_bytes(dtype, &mut bytes);
+        }
+        super::Array::from_bytes(dtype, dims, bytes)
+    }
 }
 
 #[cfg(test)]

@@ -39,7 +39,9 @@ impl Elem {
             U16 => u64::from(v as u16),
             U32 => u64::from(v as u32),
             U64 => v as u64,
-            F64 | KeyFry => return Elem::from_f64(dtype, v as f64),
+            // A key's integer is its packed words.
+            KeyFry => v as u64,
+            F64 => return Elem::from_f64(dtype, v as f64),
             // Rounded once: through an f64 rounded to odd, which then rounds to the narrower
             // float as a direct conversion would.
             BF16 | F16 | F32 => return Elem::from_f64(dtype, round_to_odd(v)),

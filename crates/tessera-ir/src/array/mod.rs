@@ -32,9 +32,15 @@ pub struct Array {
 }
 
 impl Array {
-    /// An array from its bytes (see [`bytes`]); fails if their length does not match the shape.
+    /// An array from its bytes (see [`bytes`]); fails if their length does not match the shape,
+    /// or a boolean's byte is neither 0 nor 1.
     pub fn from_bytes(dtype: DType, dims: &[i64], bytes: Vec<u8>) -> Result<Array> {
-        let expected = element_count(dims) * dtype.size_in_bytes();
+        let expected = element_count(dims).saturating_mul(dtype.size_in_bytes());
+        if dtype == DType::Bool && bytes.iter().any(|&b| b > 1) {
+            return Err(IrError::Eval(
+                "a boolean array's bytes must each be 0 or 1".into(),
+            ));
+        }
         if bytes.len() != expected || dims.iter().any(|&d| d < 0) {
             return Err(IrError::HostSize {
                 dtype,
@@ -287,7 +293,13 @@ impl std::fmt::Debug for Array {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut s = f.debug_struct("Array");
         s.field("dtype", &self.dtype).field("shape", &self.dims);
-        if is_exact_int(self.dtype) {
+        if self.dtype.is_key() {
+            let words: Vec<[u32; 2]> = self
+                .elem_iter()
+                .map(|e| [(e.bits() >> 32) as u32, e.bits() as u32])
+                .collect();
+            s.field("words", &words);
+        } else if is_exact_int(self.dtype) {
             s.field("values", &self.to_int_vec());
         } else {
             s.field("values", &self.to_vec());

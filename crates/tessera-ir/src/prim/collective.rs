@@ -223,13 +223,11 @@ pub fn simulate(
             xs.len()
         )));
     }
+    if let CollectiveKind::Ppermute { perm } = &p.kind {
+        return permute(prim, mesh, &p.axes, perm, xs, out);
+    }
     let mut results: Vec<Option<Array>> = vec![None; size];
-    for mut group in p.replica_groups(prim, mesh)? {
-        if let CollectiveKind::Ppermute { .. } = p.kind {
-            // JAX's lowering numbers a ppermute's members in device order (it sorts each
-            // replica group), whatever order the axes are named in.
-            group.sort_unstable();
-        }
+    for group in p.replica_groups(prim, mesh)? {
         let members: Vec<&Array> = group.iter().map(|&g| &xs[g as usize]).collect();
         for (k, value) in exchange(prim, &p.kind, &members)?.into_iter().enumerate() {
             results[group[k] as usize] = Some(Array::from_elems(out.dtype, value));
@@ -241,6 +239,25 @@ pub fn simulate(
             r.ok_or_else(|| IrError::Eval(format!("{} left a device without a value", prim.name())))
         })
         .collect()
+}
+
+/// `ppermute`: each target position takes its source's operand, the others zeros. The pairs
+/// are those the lowering sends (`groups::permute_pairs`: JAX numbers each group's members in
+/// device order, whatever order the axes are named in).
+fn permute(
+    prim: Prim,
+    mesh: &AbstractMesh,
+    axes: &[String],
+    perm: &[(i64, i64)],
+    xs: &[Array],
+    out: &ShapedArray,
+) -> Result<Vec<Array>> {
+    let pairs = groups::permute_pairs(mesh, axes, perm).map_err(|e| sharding(prim, e))?;
+    let mut results: Vec<Array> = xs.iter().map(|_| Array::zeros(out)).collect();
+    for (s, t) in pairs {
+        results[t as usize] = xs[s as usize].converted(out.dtype);
+    }
+    Ok(results)
 }
 
 /// An all-reduce of the group's operands: integers combine exactly (wrapping), floats in f64
@@ -283,17 +300,10 @@ fn exchange(prim: Prim, kind: &CollectiveKind, xs: &[&Array]) -> Result<Vec<Arra
             })?;
             vec![from.elems(); n]
         }
-        CollectiveKind::Ppermute { perm } => {
-            let mut outs = vec![ArrayD::from_elem(xs[0].elems().raw_dim(), Elem::ZERO); n];
-            for &(s, t) in perm {
-                let (Some(from), Some(to)) = (xs.get(s as usize), outs.get_mut(t as usize)) else {
-                    return Err(IrError::Eval(format!(
-                        "ppermute: pair ({s}, {t}) is out of range for a group of {n}"
-                    )));
-                };
-                *to = from.elems();
-            }
-            outs
+        CollectiveKind::Ppermute { .. } => {
+            return Err(IrError::Eval(
+                "ppermute moves whole operands between positions (see `permute`)".into(),
+            ));
         }
         &CollectiveKind::AllGather {
             dimension, tiled, ..

@@ -24,7 +24,8 @@ use crate::params::{ParamValue, Params};
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectiveParams {
     /// The mesh axes, in the order named (`axes` for `psum`/`pmax`/`pmin`/`pvary`,
-    /// `axis_name` for the others); devices are indexed row-major over them.
+    /// `axis_name` for the others); devices are indexed row-major over them (a `ppermute`'s in
+    /// mesh order within each group, as JAX's lowering numbers them).
     pub axes: Vec<String>,
     /// `axis_index_groups`: groups of indices along the axes combined, each communicating on
     /// its own; `None` where the parameter is `None` (or, for the primitives JAX prints
@@ -98,7 +99,9 @@ impl CollectiveParams {
     ///
     /// The value is read once and kept with the parameters.
     pub fn read(prim: Prim, params: &Params, rank: usize) -> Result<Self> {
-        params.typed([prim as usize, rank], |params| Self::read_printed(prim, params, rank))
+        params.typed([prim as usize, rank], |params| {
+            Self::read_printed(prim, params, rank)
+        })
     }
 
     fn read_printed(prim: Prim, params: &Params, rank: usize) -> Result<Self> {

@@ -52,7 +52,9 @@ impl RandomParams {
     ///
     /// The value is read once and kept with the parameters.
     pub fn read(prim: Prim, params: &Params) -> Result<Self> {
-        params.typed([prim as usize, 0], |params| Self::read_printed(prim, params))
+        params.typed([prim as usize, 0], |params| {
+            Self::read_printed(prim, params)
+        })
     }
 
     fn read_printed(prim: Prim, params: &Params) -> Result<Self> {

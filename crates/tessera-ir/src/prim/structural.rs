@@ -298,8 +298,8 @@ pub(super) fn eval(
         StructuralParams::Reshape { .. }
         | StructuralParams::Squeeze { .. }
         | StructuralParams::ExpandDims { .. } => {
-            let flat: Vec<Elem> = inputs[0].elem_vec();
-            ArrayD::from_shape_vec(IxDyn(&dims), flat).map_err(|e| IrError::Eval(e.to_string()))?
+            // The same bytes read as the new shape: nothing to decode.
+            return Ok(vec![inputs[0].clone().reshaped(&out.shape)?]);
         }
         StructuralParams::Transpose { permutation } => {
             let perm: Vec<usize> = permutation.iter().map(|&p| p as usize).collect();

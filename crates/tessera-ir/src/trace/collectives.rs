@@ -2,8 +2,9 @@
 //! `pmax`, `pmin`, `pargmax`, `pargmin`, `all_gather`, `psum_scatter`, `ppermute`,
 //! `all_to_all`, `axis_index`, `axis_size`, `pbroadcast`, `pvary`, and `pmap` as sugar over a
 //! one-axis `shard_map`. The one-axis forms have `_over` forms taking several axes (JAX's
-//! `axis_name=('x', 'y')`: devices indexed row-major over the axes as named) and, where JAX has
-//! them, `axis_index_groups`.
+//! `axis_name=('x', 'y')`: devices indexed row-major over the axes as named, except that
+//! `ppermute` numbers each group's devices in mesh order, as JAX's lowering does) and, where
+//! JAX has them, `axis_index_groups`.
 //!
 //! As in JAX with `check_vma`, a collective over axes its operand does not vary over first casts
 //! the operand with `pvary`, and a body result that varies over fewer axes than its out_spec
@@ -186,7 +187,8 @@ impl Tensor {
         self.ppermute_over(&[axis_name], perm)
     }
 
-    /// [`Tensor::ppermute`] over several axes (indices along the axes combined).
+    /// [`Tensor::ppermute`] over several axes: `perm`'s indices number the devices of each group
+    /// in mesh order (JAX's lowering sorts each group), whatever order `axes` names them in.
     pub fn ppermute_over(&self, axes: &[&str], perm: &[(i64, i64)]) -> Tensor {
         let perm = ParamValue::Tuple(
             perm.iter()

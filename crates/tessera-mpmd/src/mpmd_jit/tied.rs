@@ -81,8 +81,10 @@ impl MpmdJit {
             .out_avals
             .get(k)
             .ok_or_else(|| config(format!("no step result {k}")))?;
+        // Devices hold a key array as its words.
         let host = HostArray::from_bytes(aval.dtype, &aval.shape, bytes.to_vec())
-            .map_err(crate::error::MpmdError::from)?;
+            .map_err(crate::error::MpmdError::from)?
+            .key_words();
         let homes = self.homes_of(k, 0);
         let spec = &self.specs.outs[k];
         let arrays = homes

@@ -39,15 +39,17 @@ pub fn stack(model: &Model, batches: &[HashMap<usize, Array>]) -> anyhow::Result
     data_args(model)
         .iter()
         .map(|k| {
-            let parts: Vec<&Array> = batches
+            let parts: Vec<Array> = batches
                 .iter()
-                .map(|b| b.get(k).context("a micro-batch lacks a data argument"))
+                .map(|b| {
+                    b.get(k)
+                        .cloned()
+                        .context("a micro-batch lacks a data argument")
+                })
                 .collect::<anyhow::Result<_>>()?;
             let first = parts.first().context("a step has no micro-batches")?;
-            let mut shape = vec![parts.len() as i64];
-            shape.extend(first.shape());
-            let values: Vec<f64> = parts.iter().flat_map(|p| p.to_vec()).collect();
-            Ok(Array::new(first.dtype(), &shape, values)?)
+            // Byte for byte, so integer tokens stay exact whatever their width.
+            Ok(Array::stack_rows(first.dtype(), first.dims(), &parts)?)
         })
         .collect()
 }
