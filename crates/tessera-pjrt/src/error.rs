@@ -184,14 +184,6 @@ pub enum PjrtError {
         /// How many were given.
         actual: usize,
     },
-    /// A block does not lie inside the array.
-    #[error("block {block:?} does not lie inside an array of shape {dims:?}")]
-    BadBlock {
-        /// The block, `[start, stop)` per dimension.
-        block: Vec<(i64, i64)>,
-        /// The array's dimensions.
-        dims: Vec<i64>,
-    },
     /// A sharding could not be applied.
     #[error(transparent)]
     Sharding(#[from] tessera_sharding::ShardingError),
