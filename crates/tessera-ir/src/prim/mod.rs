@@ -589,3 +589,26 @@ pub(crate) fn axis(prim: Prim, axis: i64, rank: usize) -> Result<usize> {
         ))
     }
 }
+
+/// `axes` normalised against `rank` and sorted; an axis out of range, or one named twice
+/// (counting negative and positive spellings alike), is an error naming `what` (JAX refuses
+/// both).
+pub(crate) fn distinct_axes(
+    prim: Prim,
+    axes: &[i64],
+    rank: usize,
+    what: &str,
+) -> Result<Vec<usize>> {
+    let mut sorted = axes
+        .iter()
+        .map(|&a| axis(prim, a, rank))
+        .collect::<Result<Vec<_>>>()?;
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        return Err(crate::error::type_error(
+            prim.name(),
+            format!("{what} {axes:?} name an axis twice"),
+        ));
+    }
+    Ok(sorted)
+}

@@ -3,7 +3,7 @@
 //! ([`ReductionParams::read`]). The shape rule, the interpreter, the derivative and batching
 //! rules and the lowering read its fields, never the printed parameters.
 
-use super::{Prim, ReductionOp, axis};
+use super::{Prim, ReductionOp, axis, distinct_axes};
 use crate::dtype::DType;
 use crate::error::{IrError, Result, type_error};
 use crate::params::{ParamValue, Params};
@@ -91,19 +91,7 @@ impl ReductionParams {
 /// The `axes` parameter, each normalised against `rank`, sorted; an axis named twice is an
 /// error (as in JAX).
 fn axes(prim: Prim, params: &Params, rank: usize) -> Result<Vec<usize>> {
-    let mut axes = params
-        .ints(prim.name(), "axes")?
-        .iter()
-        .map(|&a| axis(prim, a, rank))
-        .collect::<Result<Vec<_>>>()?;
-    axes.sort_unstable();
-    if axes.windows(2).any(|w| w[0] == w[1]) {
-        return Err(type_error(
-            prim.name(),
-            format!("names an axis twice in axes={axes:?}"),
-        ));
-    }
-    Ok(axes)
+    distinct_axes(prim, &params.ints(prim.name(), "axes")?, rank, "axes")
 }
 
 /// `reverse`: JAX prints it on every cumulative reduction, so a missing one is an error too.

@@ -4,7 +4,7 @@
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
 
 use super::structural_params::StructuralParams;
-use super::{Prim, StructuralOp, arity, axis};
+use super::{Prim, StructuralOp, arity, axis, distinct_axes};
 use crate::array::{Array, Elem};
 use crate::aval::ShapedArray;
 use crate::error::{IrError, Result, type_error};
@@ -127,17 +127,7 @@ pub(super) fn abstract_eval(
             let x = &inputs[0];
             // Each dimension is a position in the result (negative ones count from its end).
             let rank = x.rank() + dimensions.len();
-            let mut added = dimensions
-                .iter()
-                .map(|&d| axis(prim, d, rank))
-                .collect::<Result<Vec<_>>>()?;
-            added.sort_unstable();
-            if added.windows(2).any(|w| w[0] == w[1]) {
-                return Err(type_error(
-                    name,
-                    format!("dimensions {dimensions:?} name a result dimension twice"),
-                ));
-            }
+            let added = distinct_axes(prim, &dimensions, rank, "dimensions")?;
             let mut shape = x.shape.clone();
             for d in added {
                 shape.insert(d, 1);
