@@ -6,6 +6,10 @@
 //! renamed into place and the directory synced: a crash mid-write leaves the previous checkpoints
 //! as they were and a temporary folder that [`latest`] ignores and the next [`save`] removes.
 
+mod lock;
+
+pub use lock::DirLock;
+
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -110,19 +114,42 @@ pub fn load(
     params: &Tree<ShapedArray>,
     opt_state: &Tree<ShapedArray>,
 ) -> Result<Checkpoint> {
-    let manifest_path = folder.join(MANIFEST_FILE);
-    let text = fs::read(&manifest_path).map_err(|e| io_error(&manifest_path, "cannot read", e))?;
-    let manifest: Manifest = serde_json::from_slice(&text).map_err(|e| {
-        NnError::Checkpoint(format!(
-            "{} is not a manifest: {e}",
-            manifest_path.display()
-        ))
-    })?;
+    let manifest = read_manifest(folder)?;
     Ok(Checkpoint {
         manifest,
         params: decode(&folder.join(PARAMS_FILE), params)?,
         opt_state: decode(&folder.join(STATE_FILE), opt_state)?,
     })
+}
+
+/// Reads the manifest of the checkpoint `folder` (`step-NNNNNNNN`), naming the file in every
+/// error: a missing, unreadable or malformed manifest, or one whose step is not the folder's
+/// (a resumed run would repeat or skip steps).
+pub fn read_manifest(folder: &Path) -> Result<Manifest> {
+    let path = folder.join(MANIFEST_FILE);
+    let text = fs::read(&path).map_err(|e| io_error(&path, "cannot read", e))?;
+    let manifest: Manifest = serde_json::from_slice(&text).map_err(|e| {
+        NnError::Checkpoint(format!(
+            "{} is not a checkpoint manifest ({e}); it holds `step`, `seed`, `data_position` \
+             (numbers from 0) and `model`. Fix: restore it, or delete the folder to resume from \
+             the checkpoint before it",
+            path.display()
+        ))
+    })?;
+    let folder_step = folder
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("step-"))
+        .and_then(|n| n.parse::<u64>().ok());
+    if let Some(step) = folder_step.filter(|&s| s != manifest.step) {
+        return Err(NnError::Checkpoint(format!(
+            "{} says step {} but its folder is step {step}; the checkpoint was damaged or moved. \
+             Fix: delete the folder to resume from the checkpoint before it",
+            path.display(),
+            manifest.step
+        )));
+    }
+    Ok(manifest)
 }
 
 fn remove_partials(dir: &Path) -> Result<()> {

@@ -30,7 +30,19 @@ pub struct ByteCorpus {
 impl ByteCorpus {
     /// Reads `path` and holds out its last `eval_fraction` (0 to 0.5) for evaluation. Each part
     /// must hold at least one window of `seq_len + 1` bytes.
+    /// The path must be a regular file (or a link to one): a device such as `/dev/zero` or a
+    /// pipe could be read without end.
     pub fn from_file(path: &Path, seq_len: usize, eval_fraction: f64) -> Result<Self> {
+        let meta = std::fs::metadata(path).map_err(|e| {
+            NnError::Data(format!("cannot read the data file {}: {e}", path.display()))
+        })?;
+        if !meta.is_file() {
+            return Err(NnError::Data(format!(
+                "the data file {} is not a regular file (a directory, device or pipe, which may \
+                 never end); give a file of training text",
+                path.display()
+            )));
+        }
         let bytes = std::fs::read(path).map_err(|e| {
             NnError::Data(format!("cannot read the data file {}: {e}", path.display()))
         })?;

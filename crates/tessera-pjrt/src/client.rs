@@ -38,6 +38,9 @@ pub enum OptionValue {
     Bool(bool),
 }
 
+/// The most virtual devices a CPU client is asked for (`cpu_device_count`).
+pub const MAX_CPU_DEVICES: i64 = 4096;
+
 /// Options passed to `PJRT_Client_Create`. Each platform takes its own names: the CPU plugin
 /// `cpu_device_count`, the CUDA plugin those of [`CudaOptions`]; a plugin refuses names it does
 /// not know, so build them with [`ClientOptions::cpu`], [`ClientOptions::cuda`] or
@@ -105,6 +108,23 @@ impl ClientOptions {
             Some(PluginPlatform::Cuda) => Self::cuda(&CudaOptions::default()),
             None => Self::default(),
         }
+    }
+
+    /// Refuses a `cpu_device_count` below 1 or above [`MAX_CPU_DEVICES`]: the CPU plugin
+    /// makes an empty client of 0 and grows by about 170 KB and 0.5 ms per device, so a count
+    /// of a million exhausts memory and crashes after half a minute.
+    pub fn check_cpu_device_count(&self) -> Result<()> {
+        for (name, value) in &self.named {
+            if let (true, OptionValue::Int(n)) = (name == "cpu_device_count", value)
+                && !(1..=MAX_CPU_DEVICES).contains(n)
+            {
+                return Err(PjrtError::DeviceCount {
+                    requested: *n,
+                    max: MAX_CPU_DEVICES,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Adds one option.
@@ -279,6 +299,7 @@ impl Client {
     /// options of the plugin's platform (where it is known): a name of another platform is a
     /// [`PjrtError::OptionRejected`], since some plugins ignore what they do not know.
     pub fn open_with(choice: &PluginChoice, options: &ClientOptions) -> Result<Client> {
+        options.check_cpu_device_count()?;
         if let Some(platform) = choice.platform {
             let known = platform.option_names();
             if let Some((name, _)) = options

@@ -262,6 +262,17 @@ pub enum PjrtError {
         /// What the plugin said.
         message: String,
     },
+    /// A CPU client was asked for a number of virtual devices it cannot make.
+    #[error(
+        "a CPU client cannot make {requested} devices: give between 1 and {max} (each virtual \
+         device takes threads and memory: {max} took 3 s and 0.6 GB to create here)"
+    )]
+    DeviceCount {
+        /// The number asked for.
+        requested: i64,
+        /// The most Tessera creates (`tessera_pjrt::MAX_CPU_DEVICES`).
+        max: i64,
+    },
     /// The plugin refused a client create option.
     #[error(
         "the PJRT plugin {plugin} (platform {platform}) rejected the client option `{option}`: \

@@ -37,7 +37,7 @@ mod util;
 pub use array::{Array, Shard};
 pub use buffer::Buffer;
 pub use cache::{CacheOutcome, CompileCache};
-pub use client::{Client, ClientOptions, CudaOptions, OptionValue};
+pub use client::{Client, ClientOptions, CudaOptions, MAX_CPU_DEVICES, OptionValue};
 pub use compile_options::CompileOptions;
 pub use device::{Device, DeviceInfo, MemoryInfo};
 pub use discovery::{

@@ -30,6 +30,17 @@ pub enum JitError {
         /// The parameter's dtype and shape.
         want: String,
     },
+    /// A program was called with another number of arguments than it takes.
+    #[error(
+        "the program takes {want} arguments, got {got}; pass one argument per parameter, in \
+         order (its `in` list)"
+    )]
+    ArgumentCount {
+        /// How many were given.
+        got: usize,
+        /// How many the program takes.
+        want: usize,
+    },
 }
 
 /// Checks that `inputs` match `program`'s parameters in number, dtype and shape: PJRT would
@@ -38,10 +49,9 @@ pub enum JitError {
 pub fn check_arguments(program: &ClosedJaxpr, inputs: &[Array]) -> Result<(), JitError> {
     let params = program.jaxpr.in_avals();
     if params.len() != inputs.len() {
-        return Err(JitError::Argument {
-            index: inputs.len().min(params.len()),
-            got: format!("one of {} arguments", inputs.len()),
-            want: format!("{} arguments", params.len()),
+        return Err(JitError::ArgumentCount {
+            got: inputs.len(),
+            want: params.len(),
         });
     }
     for (index, (a, p)) in inputs.iter().zip(&params).enumerate() {

@@ -2,17 +2,23 @@
 
 mod cli;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    match cli::run(args) {
+    let result = cli::run(args).and_then(|code| {
+        cli::out::flush()?;
+        Ok(code)
+    });
+    match result {
         Ok(code) => code,
-        Err(err) => {
-            eprintln!("error: {err:#}");
+        Err(err) => cli::out::closed_pipe_exit(&err).unwrap_or_else(|| {
+            // A closed standard error has nowhere to say more: exit with the failure alone.
+            let _ = writeln!(std::io::stderr(), "error: {err:#}");
             ExitCode::FAILURE
-        }
+        }),
     }
 }

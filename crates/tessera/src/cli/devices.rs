@@ -1,5 +1,6 @@
 //! `tessera devices`: load a PJRT plugin, create a client and list its devices.
 
+use super::out::outln;
 use std::process::ExitCode;
 
 use tessera_pjrt::{Client, DeviceInfo, resolve_plugin};
@@ -48,28 +49,36 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         devices,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print_table(&report);
+        print_table(&report)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_table(report: &Report) {
-    println!("plugin:   {}", report.plugin);
-    println!(
+fn print_table(report: &Report) -> anyhow::Result<()> {
+    outln!("plugin:   {}", report.plugin)?;
+    outln!(
         "platform: {} ({}), PJRT C API {}",
-        report.platform, report.platform_version, report.pjrt_api_version
-    );
-    println!("{} addressable devices:", report.devices.len());
-    println!(
+        report.platform,
+        report.platform_version,
+        report.pjrt_api_version
+    )?;
+    outln!("{} addressable devices:", report.devices.len())?;
+    outln!(
         "  {:>3}  {:<6}  {:>7}  description",
-        "id", "kind", "process"
-    );
+        "id",
+        "kind",
+        "process"
+    )?;
     for d in &report.devices {
-        println!(
+        outln!(
             "  {:>3}  {:<6}  {:>7}  {}",
-            d.id, d.kind, d.process_index, d.description
-        );
+            d.id,
+            d.kind,
+            d.process_index,
+            d.description
+        )?;
     }
+    Ok(())
 }

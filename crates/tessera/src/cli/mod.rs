@@ -3,6 +3,7 @@
 mod devices;
 mod mpi;
 mod oracle;
+pub mod out;
 mod schedule;
 mod sharding;
 mod timing;
@@ -11,6 +12,7 @@ mod train;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use out::outln;
 
 /// Tessera: SPMD sharding and MPMD pipeline parallelism for array programs.
 #[derive(Debug, Parser)]
@@ -28,6 +30,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// List the devices of a PJRT plugin (the default CPU plugin unless --plugin names another).
+    #[command(allow_negative_numbers = true)]
     Devices(devices::Args),
     /// Explain shardings: HloSharding and Shardy text, shard shapes, device blocks.
     Sharding(sharding::Args),
@@ -36,6 +39,7 @@ enum Command {
     /// Build, validate, simulate and draw a pipeline schedule.
     Schedule(schedule::Args),
     /// Train a model pipelined over MPMD groups of devices.
+    #[command(allow_negative_numbers = true)]
     Train(Box<train::Args>),
 }
 
@@ -77,11 +81,11 @@ pub fn check_pipeline_size(stages: u32, microbatches: u32) -> anyhow::Result<()>
 
 /// Prints the closing line of an oracle or test run and turns it into an exit status.
 #[allow(dead_code)]
-pub fn report_summary(passed: usize, failed: usize) -> ExitCode {
-    println!("{passed} passed, {failed} failed");
-    if failed == 0 {
+pub fn report_summary(passed: usize, failed: usize) -> anyhow::Result<ExitCode> {
+    outln!("{passed} passed, {failed} failed")?;
+    Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    }
+    })
 }

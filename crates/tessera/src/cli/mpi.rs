@@ -6,6 +6,7 @@
 //! by unwinding into `MPI_Finalize`; a disagreement found at the rendezvous, which every rank
 //! finds at the same collective, is printed by rank 0 and every rank exits with a failure.
 
+use super::out::outln;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -171,12 +172,12 @@ pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|t| super::timing::calibrate(t, plan))
         .collect();
-    let figures = super::train::report::pipeline_figures(f.pipeline, timings, &per_step, f.stages);
+    let figures = super::train::report::pipeline_figures(f.pipeline, timings, &per_step, f.stages)?;
     let orders_match = figures.orders_match;
     if let Some(path) = f.trace {
         std::fs::write(path, timings.to_chrome_trace())
             .with_context(|| format!("writing {}", path.display()))?;
-        println!("trace: {}", path.display());
+        outln!("trace: {}", path.display())?;
     }
     let max_diff = f
         .losses
@@ -185,7 +186,7 @@ pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
         .map(|(a, b)| (a - b).abs() / b.abs().max(1e-12))
         .fold(0.0, f64::max);
     let wall_ms = f.step_ms.last().copied().unwrap_or(f64::NAN);
-    println!("step wall time (last step, rank 0, update included): {wall_ms:.3} ms");
+    outln!("step wall time (last step, rank 0, update included): {wall_ms:.3} ms")?;
     if f.json {
         let summary = serde_json::json!({
             "model": f.model,
@@ -207,13 +208,13 @@ pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
             "predicted_makespan_ms": figures.predicted_ms,
             "memory": figures.memory,
         });
-        println!("{summary}");
+        outln!("{summary}")?;
     } else {
-        println!(
+        outln!(
             "final loss {:.6} (unpipelined {:.6}); largest relative difference over the steps {max_diff:.2e}",
             f.losses.last().copied().unwrap_or(f64::NAN),
             f.reference_losses.last().copied().unwrap_or(f64::NAN)
-        );
+        )?;
     }
     Ok(if max_diff <= 1e-4 && orders_match {
         ExitCode::SUCCESS

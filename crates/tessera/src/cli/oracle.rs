@@ -1,5 +1,6 @@
 //! `tessera oracle KIND FILE`: run a file of JAX-made test vectors.
 
+use super::out::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -46,9 +47,9 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         Kind::Sharding { file } => {
             let report = tessera_sharding::oracle::run_file(&file)?;
             for line in &report.failures {
-                println!("{line}");
+                outln!("{line}")?;
             }
-            Ok(super::report_summary(report.passed, report.failed))
+            super::report_summary(report.passed, report.failed)
         }
         Kind::Jaxpr {
             file,
@@ -99,9 +100,9 @@ fn run_jaxpr(
     }
     .map_err(anyhow::Error::msg)?;
     for (name, why) in &report.failures {
-        println!("FAILED {name}: {why}");
+        outln!("FAILED {name}: {why}")?;
     }
-    Ok(super::report_summary(report.passed, report.failures.len()))
+    super::report_summary(report.passed, report.failures.len())
 }
 
 fn run_collectives(
@@ -130,7 +131,7 @@ fn run_collectives(
     let report = tessera_ir::oracle_collectives::run_file(file, evaluate, grads)
         .map_err(anyhow::Error::msg)?;
     for (name, why) in &report.failures {
-        println!("FAILED {name}: {why}");
+        outln!("FAILED {name}: {why}")?;
     }
-    Ok(super::report_summary(report.passed, report.failures.len()))
+    super::report_summary(report.passed, report.failures.len())
 }

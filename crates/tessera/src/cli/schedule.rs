@@ -7,6 +7,7 @@
 //! runtime with tasks that sleep for their costs (`U` milliseconds a unit) and a transport with
 //! the latency, and reports `measured_makespan_ms` next to `simulated_makespan_ms`.
 
+use super::out::{out, outln};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -56,7 +57,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let registry = Registry::with_builtins();
     let Some(name) = args.name.as_deref().filter(|_| !args.list) else {
         for (name, about) in registry.describe() {
-            println!("{name:<24} {about}");
+            outln!("{name:<24} {about}")?;
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -78,13 +79,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return synthetic(&args, name, &plan, &costs);
     }
     if args.json {
-        println!("{}", render::json(&plan, &costs, &sim));
+        outln!("{}", render::json(&plan, &costs, &sim))?;
     } else {
-        print!("{}", render::ascii(&plan, &sim));
-        println!();
-        print!("{}", render::stats(&plan, &sim));
+        out!("{}", render::ascii(&plan, &sim))?;
+        outln!()?;
+        out!("{}", render::stats(&plan, &sim))?;
         if let Some(path) = &args.svg {
-            println!("svg:              {}", path.display());
+            outln!("svg:              {}", path.display())?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -121,18 +122,18 @@ fn synthetic(
             "simulated_makespan_ms": run.simulated_makespan_ms,
             "ratio": ratio,
         });
-        println!("{report}");
+        outln!("{report}")?;
     } else {
-        println!(
+        outln!(
             "{name}: {} stages on {} actors, {} microbatches, {} ms per unit",
             plan.num_stages,
             plan.num_actors(),
             plan.num_microbatches,
             args.time_unit_ms
-        );
-        println!("measured makespan:  {:.3} ms", run.measured_makespan_ms);
-        println!("simulated makespan: {:.3} ms", run.simulated_makespan_ms);
-        println!("measured / simulated: {ratio:.4}");
+        )?;
+        outln!("measured makespan:  {:.3} ms", run.measured_makespan_ms)?;
+        outln!("simulated makespan: {:.3} ms", run.simulated_makespan_ms)?;
+        outln!("measured / simulated: {ratio:.4}")?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,6 +1,7 @@
 //! `tessera sharding explain`: show what a NamedSharding means: its XLA HloSharding text, its
 //! Shardy attribute, the shard shape and which device holds which block.
 
+use super::out::{out, outln};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -99,15 +100,15 @@ fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
             "shard_shape": shard_shape,
             "devices_indices": indices,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("mesh         {mesh}");
-    println!("spec         {}", sharding.spec());
-    println!("HloSharding  {hlo}");
-    println!("Shardy       {sdy}");
-    println!("shape        {shape:?}");
-    println!("shard shape  {shard_shape:?}");
-    print!("{}", picture(&sharding, &shape)?);
+    outln!("mesh         {mesh}")?;
+    outln!("spec         {}", sharding.spec())?;
+    outln!("HloSharding  {hlo}")?;
+    outln!("Shardy       {sdy}")?;
+    outln!("shape        {shape:?}")?;
+    outln!("shard shape  {shard_shape:?}")?;
+    out!("{}", picture(&sharding, &shape)?)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -2,6 +2,7 @@
 //! the measured makespan next to the schedule simulator's prediction from the measured task
 //! times.
 
+use super::out::outln;
 use std::collections::HashMap;
 
 use tessera_schedule::Costs;
@@ -135,16 +136,17 @@ pub fn calibrate(
 }
 
 /// Mean task times of the last step, per task kind and stage (microbatches pooled).
-pub fn print_task_table(timings: &tessera_mpmd::runtime::Timings) {
+pub fn print_task_table(timings: &tessera_mpmd::runtime::Timings) -> anyhow::Result<()> {
     let mut pooled: std::collections::BTreeMap<String, Vec<f64>> =
         std::collections::BTreeMap::new();
     for (name, times) in timings.task_times_ms() {
         let key: Vec<&str> = name.split(' ').filter(|w| !w.starts_with("mb")).collect();
         pooled.entry(key.join(" ")).or_default().extend(times);
     }
-    println!("{:<16} {:>6} {:>10}", "task", "runs", "mean ms");
+    outln!("{:<16} {:>6} {:>10}", "task", "runs", "mean ms")?;
     for (name, times) in pooled {
         let mean = times.iter().sum::<f64>() / times.len() as f64;
-        println!("{name:<16} {:>6} {mean:>10.3}", times.len());
+        outln!("{name:<16} {:>6} {mean:>10.3}", times.len())?;
     }
+    Ok(())
 }

@@ -13,6 +13,8 @@ use tessera_nn::checkpoint::{self, Manifest};
 pub struct Saver {
     dir: PathBuf,
     every: Option<u64>,
+    /// Held for the whole run: a second run on the same directory is refused.
+    _lock: checkpoint::DirLock,
 }
 
 impl Saver {
@@ -33,9 +35,11 @@ impl Saver {
                 dir.display()
             );
         }
+        let lock = checkpoint::DirLock::acquire(dir)?;
         Ok(Saver {
             dir: dir.to_path_buf(),
             every,
+            _lock: lock,
         })
     }
 
@@ -94,9 +98,8 @@ pub fn resume(
             dir.display()
         );
     };
-    let manifest_path = folder.join("manifest.json");
-    let text = std::fs::read(&manifest_path)?;
-    let manifest: Manifest = serde_json::from_slice(&text)?;
+    let manifest = checkpoint::read_manifest(&folder)
+        .map_err(|err| anyhow::anyhow!("--resume {}: {err}", dir.display()))?;
     if manifest.model != model {
         bail!(
             "--resume {}: the checkpoint {} holds a run of `{}`, but this run is `{model}`. \

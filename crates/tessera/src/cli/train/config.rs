@@ -120,3 +120,41 @@ pub fn describe(choice: &ModelChoice, optimizer: &str) -> String {
         ),
     }
 }
+
+/// Refuses a decoder whose parameters, with their gradients and the optimizer's state, cannot
+/// fit in this machine's available memory (where the CPU plugin's devices keep them too), before
+/// any of it is allocated: a too-large model would otherwise abort the process when the first
+/// tensor is allocated.
+pub fn check_memory(choice: &ModelChoice, optimizer: &str) -> anyhow::Result<()> {
+    let ModelChoice::Decoder(config) = choice else {
+        return Ok(());
+    };
+    let Some(available) = available_memory_bytes() else {
+        return Ok(());
+    };
+    let params = config.param_count().max(0) as f64;
+    let bytes_per_param = 4.0;
+    // Initial values and the host's copy, the devices' copy, the gradient accumulators, and
+    // AdamW's two moments (SGD keeps none).
+    let copies = 4.0 + if optimizer == "adamw" { 2.0 } else { 0.0 };
+    let needed = params * bytes_per_param * copies;
+    if needed > available as f64 {
+        let gb = |b: f64| b / 1e9;
+        bail!(
+            "the model's {params:.0} parameters need about {:.1} GB ({copies} float32 copies: \
+             parameters, gradients and optimizer state) but this machine has {:.1} GB of memory \
+             available; use a smaller --d-model, --layers or --ffn",
+            gb(needed),
+            gb(available as f64)
+        );
+    }
+    Ok(())
+}
+
+/// The memory available to new allocations (`MemAvailable` of /proc/meminfo), if known.
+fn available_memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024))
+}

@@ -37,6 +37,42 @@ pub struct Layout {
     pub fsdp: bool,
 }
 
+/// Refuses `--devices` that cannot give each of `groups` MPMD groups the same number of devices
+/// (at least one), naming the option that set the groups (`--mpmd-dim`, else `--stages`).
+fn check_devices(devices: u32, groups: u32, from_mpmd_dim: bool) -> anyhow::Result<()> {
+    let source = if from_mpmd_dim {
+        format!("--mpmd-dim {groups}")
+    } else {
+        format!("--stages {groups} (one MPMD group per stage unless --mpmd-dim says otherwise)")
+    };
+    if groups == 0 {
+        bail!("{source}: a run has at least 1 MPMD group");
+    }
+    if devices == 0 {
+        bail!("--devices 0: a run needs at least 1 device; e.g. --devices {groups}");
+    }
+    if i64::from(devices) > tessera_pjrt::MAX_CPU_DEVICES {
+        bail!(
+            "--devices {devices} is more than the {} devices Tessera asks a CPU client for; \
+             give fewer",
+            tessera_pjrt::MAX_CPU_DEVICES
+        );
+    }
+    if devices < groups {
+        bail!(
+            "--devices {devices} cannot give a device to each of the {groups} MPMD groups of \
+             {source}; pass --devices {groups} or more, or fewer groups"
+        );
+    }
+    if !devices.is_multiple_of(groups) {
+        bail!(
+            "--devices {devices} is not a multiple of the {groups} MPMD groups of {source}; give \
+             each group the same number of devices"
+        );
+    }
+    Ok(())
+}
+
 impl Layout {
     /// The layout the arguments ask for, checked before any device work.
     pub fn choose(args: &Args) -> anyhow::Result<Layout> {
@@ -45,7 +81,8 @@ impl Layout {
             if axis != "stage" {
                 bail!("--mpmd-axis {axis} names an axis of --mesh; give --mesh too");
             }
-            let groups = args.mpmd_dim.unwrap_or(args.stages).max(1);
+            let groups = args.mpmd_dim.unwrap_or(args.stages);
+            check_devices(args.devices, groups, args.mpmd_dim.is_some())?;
             let per_group = i64::from(args.devices / groups);
             let shape = Mesh::auto(&[("stage", i64::from(groups)), (DATA_AXIS, per_group)])?;
             return Ok(Layout {

@@ -26,6 +26,7 @@ mod reference;
 pub(super) mod report;
 mod step;
 
+use crate::cli::out::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -85,8 +86,37 @@ fn check_args(args: &Args, mpmd_dim: u32) -> anyhow::Result<()> {
     if let Some(stop) = args.stop_after.filter(|&s| s == 0) {
         bail!("--stop-after {stop}: stop after step 1 or later");
     }
+    if args.batch == 0 {
+        bail!("--batch 0: a step trains on at least one example per micro-batch, e.g. --batch 64");
+    }
     if args.checkpoint_every.is_some() && args.checkpoint_dir.is_none() && args.resume.is_none() {
         bail!("--checkpoint-every needs --checkpoint-dir DIR (where to save)");
+    }
+    Ok(())
+}
+
+/// Checks that the files written at the end of a run (`--trace`, `--plot`) can be written, so a
+/// run never trains for an hour and then fails to save them. A file that exists is left as it
+/// is; one that does not is created and removed again.
+fn check_output_paths(args: &Args) -> anyhow::Result<()> {
+    let outputs = [("--trace", &args.trace), ("--plot", &args.plot)];
+    for (option, path) in outputs {
+        let Some(path) = path else { continue };
+        let existed = path.exists();
+        let opened = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path);
+        if let Err(err) = opened {
+            bail!(
+                "{option} {}: cannot write there ({err}); pass a path in a writable directory",
+                path.display()
+            );
+        }
+        if !existed {
+            std::fs::remove_file(path)
+                .with_context(|| format!("{option} {}: removing the probe", path.display()))?;
+        }
     }
     Ok(())
 }
@@ -161,6 +191,8 @@ fn run_in(
         bail!("--data trains --model llama or gpt2; the mlp model has its own data");
     }
     let opt = optimizer(&args.optimizer)?;
+    config::check_memory(&choice, &args.optimizer)?;
+    check_output_paths(&args)?;
     let description = config::describe(&choice, &args.optimizer);
     let rows = i64::from(args.batch / args.microbatches);
     let model = Model::new(
@@ -287,7 +319,7 @@ fn run_in(
                 .last()
                 .map(|r| format!("  (unpipelined {r:.6})"))
                 .unwrap_or_default();
-            progress.println(&format!("step {step_number:>4}  loss {loss:.6}{reference}"));
+            progress.println(&format!("step {step_number:>4}  loss {loss:.6}{reference}"))?;
         }
         let eval_due = args.eval_every > 0
             && (step_number.is_multiple_of(args.eval_every) || step_number == stop);
@@ -299,7 +331,7 @@ fn run_in(
                 progress.eval(eval);
                 log.eval_losses.push((step_number, eval));
                 if !args.json {
-                    progress.println(&format!("step {step_number:>4}  eval loss {eval:.6}"));
+                    progress.println(&format!("step {step_number:>4}  eval loss {eval:.6}"))?;
                 }
             }
             if let (true, Some(saver)) = (save_due, &saver) {
@@ -415,10 +447,10 @@ fn finish(
     saver: Option<&checkpoints::Saver>,
 ) -> anyhow::Result<ExitCode> {
     let timings = log.timings.as_ref().context("no steps were run")?;
-    let figures = report::pipeline_figures(jit.pipeline(), timings, &log.per_step, args.stages);
+    let figures = report::pipeline_figures(jit.pipeline(), timings, &log.per_step, args.stages)?;
     let tokens_per_step = f64::from(args.batch) * model.tokens_per_example as f64;
     let tokens_per_second = tokens_per_step / (report::settled_median(&log.step_ms) / 1000.0);
-    let throughput = report::throughput(client, tokens_per_second, model.flops_per_token);
+    let throughput = report::throughput(client, tokens_per_second, model.flops_per_token)?;
     let plot = args
         .plot
         .clone()
@@ -430,12 +462,12 @@ fn finish(
             args.model.as_deref().unwrap_or("mlp")
         );
         tessera::plot::loss_curve_svg(path, &title, &train, &log.eval_losses)?;
-        println!("loss curve: {}", path.display());
+        outln!("loss curve: {}", path.display())?;
     }
     if let Some(path) = &args.trace {
         std::fs::write(path, timings.to_chrome_trace())
             .with_context(|| format!("writing {}", path.display()))?;
-        println!("trace: {}", path.display());
+        outln!("trace: {}", path.display())?;
     }
     let max_diff = (!log.reference_losses.is_empty()).then(|| {
         log.losses
@@ -481,15 +513,15 @@ fn finish(
         fields.insert("fsdp".into(), args.fsdp.into());
     }
     if args.json {
-        println!("{summary}");
+        outln!("{summary}")?;
     } else {
         let last = |v: &[f64]| v.last().map_or("-".into(), |l| format!("{l:.6}"));
-        println!(
+        outln!(
             "final loss {} (unpipelined {}); largest relative difference over the steps {}",
             last(&log.losses),
             last(&log.reference_losses),
             max_diff.map_or("- (--no-reference)".into(), |d| format!("{d:.2e}"))
-        );
+        )?;
     }
     Ok(
         if max_diff.is_none_or(|d| d <= 1e-4) && figures.orders_match {

@@ -2,6 +2,7 @@
 //! left. It is drawn on stderr only when stdout and stderr are both terminals, so a run piped
 //! into a file or another program (and `--json`) prints no bar.
 
+use crate::cli::out::{StdoutError, outln};
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -70,8 +71,8 @@ impl Progress {
     }
 
     /// Prints a line above the bar.
-    pub fn println(&self, line: &str) {
-        self.bar.suspend(|| println!("{line}"));
+    pub fn println(&self, line: &str) -> Result<(), StdoutError> {
+        self.bar.suspend(|| outln!("{line}"))
     }
 
     /// Removes the bar.

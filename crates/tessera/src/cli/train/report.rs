@@ -1,6 +1,7 @@
 //! What a run prints at its end: the pipeline's measured figures against the simulator's, the
 //! memory per group, throughput and MFU, and the JSON summary's parts.
 
+use crate::cli::out::outln;
 use tessera_mpmd::driver::CompiledPipeline;
 use tessera_mpmd::runtime::Timings;
 use tessera_schedule::Costs;
@@ -38,23 +39,23 @@ pub fn pipeline_figures(
     timings: &Timings,
     per_step: &[(f64, f64)],
     stages: u32,
-) -> PipelineFigures {
-    super::super::timing::print_task_table(timings);
+) -> anyhow::Result<PipelineFigures> {
+    super::super::timing::print_task_table(timings)?;
     let plan = pipeline.schedule_plan();
     let groups = plan.actors.len();
     let bubble_simulated = tessera_schedule::simulate(plan, &Costs::uniform(stages, 1.0, 2.0, 0.0))
         .map(|s| s.bubble_ratio)
         .unwrap_or(f64::NAN);
     let bubble_measured = timings.bubble_ratio(groups);
-    println!(
+    outln!(
         "bubble ratio: measured {bubble_measured:.3}, simulator (F=1, B=2) {bubble_simulated:.3}"
-    );
+    )?;
     let makespan_ms = settled_median(&per_step.iter().map(|s| s.0).collect::<Vec<_>>());
     let predicted_ms = settled_median(&per_step.iter().map(|s| s.1).collect::<Vec<_>>());
-    println!(
+    outln!(
         "step makespan (median over steps): measured {makespan_ms:.3} ms, simulator with the \
          measured task and transfer times {predicted_ms:.3} ms"
-    );
+    )?;
     let orders_match = timings
         .group_orders(groups)
         .iter()
@@ -65,29 +66,29 @@ pub fn pipeline_figures(
                 .map(tessera_mpmd::pipeline::action_name)
                 .collect::<Vec<_>>()
         });
-    println!("each group ran its actions in the schedule's order: {orders_match}");
-    println!(
+    outln!("each group ran its actions in the schedule's order: {orders_match}")?;
+    outln!(
         "transfers in the last step: {} issued in {:.3} ms",
         timings.transfers.len(),
         timings.transfers.iter().map(|t| t.duration_us).sum::<f64>() / 1000.0
-    );
+    )?;
     let memory = pipeline.memory_report(timings);
-    println!(
+    outln!(
         "peak live bytes per group: measured {:?}, predicted {:?}; peak in-flight micro-batches \
          per stage: measured {:?}, schedule {:?}",
         memory.peak_live_bytes,
         memory.predicted_peak_live_bytes,
         memory.peak_inflight_microbatches,
         memory.predicted_inflight_microbatches
-    );
-    PipelineFigures {
+    )?;
+    Ok(PipelineFigures {
         bubble_measured,
         bubble_simulated,
         makespan_ms,
         predicted_ms,
         orders_match,
         memory: memory_json(&memory, plan),
-    }
+    })
 }
 
 /// The step's memory, per group (its stages' in-flight micro-batches with it) and per stage.
@@ -138,7 +139,7 @@ pub fn throughput(
     client: &tessera_pjrt::Client,
     tokens_per_second: f64,
     flops_per_token: Option<f64>,
-) -> Throughput {
+) -> anyhow::Result<Throughput> {
     let peak = flops_per_token
         .and_then(|_| tessera::perf::matmul_peak(client, 0, 256, 5).ok())
         .map(|p| p.flops_per_second);
@@ -146,21 +147,21 @@ pub fn throughput(
         .zip(peak)
         .map(|(f, p)| tessera::perf::mfu(f, tokens_per_second, p));
     match (flops_per_token, peak, mfu) {
-        (Some(f), Some(p), Some(m)) => println!(
+        (Some(f), Some(p), Some(m)) => outln!(
             "throughput: {tokens_per_second:.0} tokens/s; {:.3} GFLOP/s of model FLOPs ({f:.0} per \
              token) = MFU {:.1}% of the {:.2} GFLOP/s matmul peak of one device",
             f * tokens_per_second / 1e9,
             m * 100.0,
             p / 1e9
-        ),
-        _ => println!("throughput: {tokens_per_second:.0} examples/s"),
+        )?,
+        _ => outln!("throughput: {tokens_per_second:.0} examples/s")?,
     }
-    Throughput {
+    Ok(Throughput {
         tokens_per_second,
         flops_per_token,
         peak_flops_per_second: peak,
         mfu,
-    }
+    })
 }
 
 /// The parameters' bytes, as the JSON summary reports them: `parameter_bytes` (the whole
