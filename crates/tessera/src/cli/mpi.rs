@@ -8,14 +8,17 @@
 
 use super::out::outln;
 use std::io::Write;
+
+use sha2::Digest;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use tessera_mpmd::MpmdMesh;
+use tessera_ir::Array;
 use tessera_mpmd::driver::DriverError;
 use tessera_mpmd::mpi_job::MpiJob;
 use tessera_mpmd::processes::{ProcessError, Processes};
 use tessera_mpmd::runtime::Timings;
+use tessera_mpmd::{MpmdMesh, StepResult};
 use tessera_pjrt::Client;
 use tessera_sharding::Mesh;
 
@@ -67,6 +70,58 @@ fn message(err: &anyhow::Error) -> String {
         }
     }
     text
+}
+
+/// Refuses a job whose ranks were started with different options or data: every option of
+/// `args` but those that only name output files, and the SHA-256 of the `--data` file, are
+/// gathered on rank 0, which names the first rank and option that differ from its own. A
+/// collective: every rank calls it.
+pub fn check_same_config(job: &MpiJob, args: &super::train::Args) -> anyhow::Result<()> {
+    let mut config = serde_json::to_value(args)?;
+    if let Some(fields) = config.as_object_mut() {
+        for output_only in ["trace", "plot", "json"] {
+            fields.remove(output_only);
+        }
+        let data_sha256 = args
+            .data
+            .as_deref()
+            .filter(|path| path.is_file())
+            .and_then(|path| std::fs::read(path).ok())
+            .map(|bytes| format!("{:x}", sha2::Sha256::digest(&bytes)));
+        fields.insert("data_sha256".into(), data_sha256.into());
+    }
+    let Some(parts) = job.gather_to_root(&serde_json::to_vec(&config)?) else {
+        return Ok(());
+    };
+    let ranks = parts
+        .iter()
+        .map(|p| serde_json::from_slice::<serde_json::Value>(p))
+        .collect::<Result<Vec<_>, _>>()
+        .context("a rank's options did not decode")?;
+    let empty = serde_json::Map::new();
+    let root = config.as_object().unwrap_or(&empty);
+    for (rank, other) in ranks.iter().enumerate().skip(1) {
+        let other = other.as_object().unwrap_or(&empty);
+        let differs = root
+            .keys()
+            .chain(other.keys())
+            .find(|key| root.get(*key) != other.get(*key));
+        if let Some(key) = differs {
+            let shown =
+                |v: Option<&serde_json::Value>| v.map_or("nothing".into(), |v| v.to_string());
+            let option = match key.as_str() {
+                "data_sha256" => "the --data file's SHA-256".to_owned(),
+                name => format!("--{}", name.replace('_', "-")),
+            };
+            bail!(
+                "the ranks were started with different options: rank {rank} has {option} = {} \
+                 but rank 0 has {}; give every rank of the job the same options and the same data",
+                shown(other.get(key)),
+                shown(root.get(key))
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Whether this process prints and runs the reference (rank 0, or the only process).
@@ -179,12 +234,7 @@ pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing {}", path.display()))?;
         outln!("trace: {}", path.display())?;
     }
-    let max_diff = f
-        .losses
-        .iter()
-        .zip(f.reference_losses)
-        .map(|(a, b)| (a - b).abs() / b.abs().max(1e-12))
-        .fold(0.0, f64::max);
+    let max_diff = super::train::report::max_difference(f.losses, f.reference_losses);
     let wall_ms = f.step_ms.last().copied().unwrap_or(f64::NAN);
     outln!("step wall time (last step, rank 0, update included): {wall_ms:.3} ms")?;
     if f.json {
@@ -210,15 +260,66 @@ pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
         });
         outln!("{summary}")?;
     } else {
+        let last = |v: &[f64]| v.last().map_or("-".into(), |l| format!("{l:.6}"));
         outln!(
-            "final loss {:.6} (unpipelined {:.6}); largest relative difference over the steps {max_diff:.2e}",
-            f.losses.last().copied().unwrap_or(f64::NAN),
-            f.reference_losses.last().copied().unwrap_or(f64::NAN)
+            "final loss {} (unpipelined {}); largest relative difference over the steps {}",
+            last(f.losses),
+            last(f.reference_losses),
+            max_diff.map_or("- (--no-reference)".into(), |d| format!("{d:.2e}"))
         )?;
     }
-    Ok(if max_diff <= 1e-4 && orders_match {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    super::train::report::verdict(max_diff, orders_match)
+}
+
+/// The carried values (parameters, then optimizer state) of a step's results, gathered on rank
+/// 0 from the ranks holding them (`None` on the other ranks); a collective: every rank calls it.
+/// `like` gives each value's dtype and shape.
+pub fn gather_carried(
+    job: &MpiJob,
+    outputs: &[StepResult],
+    like: &[Array],
+) -> anyhow::Result<Option<Vec<Array>>> {
+    let mut mine = Vec::new();
+    for (index, output) in outputs.iter().enumerate().take(like.len()) {
+        let host = match output {
+            StepResult::Host(h) => Some(h.clone()),
+            StepResult::Mpmd(m) => m.to_mpmd_local_array()?.map(|a| a.to_host()).transpose()?,
+        };
+        if let Some(host) = host {
+            let bytes = host.to_le_bytes();
+            mine.extend_from_slice(&(index as u64).to_le_bytes());
+            mine.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            mine.extend_from_slice(&bytes);
+        }
+    }
+    let Some(parts) = job.gather_to_root(&mine) else {
+        return Ok(None);
+    };
+    let mut found: Vec<Option<Array>> = vec![None; like.len()];
+    for part in &parts {
+        let mut at = 0;
+        while at + 16 <= part.len() {
+            let word =
+                |i: usize| u64::from_le_bytes(part[i..i + 8].try_into().unwrap_or([0; 8])) as usize;
+            let (index, len) = (word(at), word(at + 8));
+            let bytes = part
+                .get(at + 16..at + 16 + len)
+                .context("a rank's parameters arrived cut short")?;
+            at += 16 + len;
+            let (Some(slot), Some(a)) = (found.get_mut(index), like.get(index)) else {
+                bail!("a rank sent a parameter of index {index}, past the step's results");
+            };
+            if slot.is_none() {
+                let (element, dims) = tessera_pjrt::device_layout(a);
+                let host = Array::from_le_bytes(element.dtype(), &dims, bytes.to_vec())?;
+                *slot = Some(tessera::jit::from_host(&host, a.dtype())?);
+            }
+        }
+    }
+    found
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| a.with_context(|| format!("no rank holds result {i} of the step")))
+        .collect::<anyhow::Result<Vec<_>>>()
+        .map(Some)
 }

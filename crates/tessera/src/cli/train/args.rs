@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 /// Arguments of `tessera train`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, clap::Args, serde::Serialize)]
 pub struct Args {
     /// The model: `mlp` (a toy teacher-student tanh network, one layer per stage), or the model
     /// library's decoders `llama` and `gpt2` (`gpt` is `gpt2`), byte-level on

@@ -176,6 +176,9 @@ fn run_in(
     plugin: Option<&str>,
     job: Option<&tessera_mpmd::mpi_job::MpiJob>,
 ) -> anyhow::Result<ExitCode> {
+    if let Some(job) = job {
+        super::mpi::check_same_config(job, &args)?;
+    }
     let layout = layout::Layout::choose(&args)?;
     let mpmd_dim = layout.mpmd_dim();
     check_args(&args, mpmd_dim)?;
@@ -311,6 +314,19 @@ fn run_in(
         if let Some(reference) = &mut reference {
             let ref_loss = reference.step(&client, program, lr, &data)?;
             log.reference_losses.push(ref_loss);
+            reference::check_step(step_number, loss, ref_loss)?;
+        }
+        let restart_due = !args.no_reference
+            && step_number.is_multiple_of(reference::RESTART_EVERY)
+            && step_number < stop;
+        if restart_due {
+            let now = match job {
+                None => Some(carried_on_host(&outputs, &carried)?),
+                Some(job) => super::mpi::gather_carried(job, &outputs, &carried)?,
+            };
+            if let (Some(reference), Some(now)) = (&mut reference, now) {
+                reference.restart(&client, &now)?;
+            }
         }
         progress.step(loss, tokens_per_step as f64 / seconds);
         if !args.json && root {
@@ -469,13 +485,7 @@ fn finish(
             .with_context(|| format!("writing {}", path.display()))?;
         outln!("trace: {}", path.display())?;
     }
-    let max_diff = (!log.reference_losses.is_empty()).then(|| {
-        log.losses
-            .iter()
-            .zip(&log.reference_losses)
-            .map(|(a, b)| (a - b).abs() / b.abs().max(1e-12))
-            .fold(0.0, f64::max)
-    });
+    let max_diff = report::max_difference(&log.losses, &log.reference_losses);
     let mut summary = serde_json::json!({
         "model": name,
         "schedule": args.schedule,
@@ -523,11 +533,5 @@ fn finish(
             max_diff.map_or("- (--no-reference)".into(), |d| format!("{d:.2e}"))
         )?;
     }
-    Ok(
-        if max_diff.is_none_or(|d| d <= 1e-4) && figures.orders_match {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        },
-    )
+    report::verdict(max_diff, figures.orders_match)
 }

@@ -1,5 +1,8 @@
 //! The unpipelined reference every pipelined step is checked against: the same step program
-//! under `jit`, its micro-batch loop a `while` loop. A run with replicated parameters runs it
+//! under `jit`, its micro-batch loop a `while` loop. It carries its own parameters, so each
+//! step's loss also checks the previous steps' updates, and restarts from the pipelined run's
+//! parameters every [`RESTART_EVERY`] steps: the two runs round differently (another order of
+//! sums), and over hundreds of steps that difference grows past any fixed tolerance. A run with replicated parameters runs it
 //! on one device; a run with explicit layouts (`--mesh`, `--fsdp`) runs the same sharded step on
 //! one group-shaped mesh (the `data` × `model` mesh of group 0's devices), with the pipelined
 //! step's argument and result specs as its in and out shardings, so XLA partitions both alike.
@@ -11,6 +14,35 @@ use tessera_pjrt::{Array as DeviceArray, Client, LoadedExecutable};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
 
 use super::step;
+
+/// How often (in steps) the reference restarts from the pipelined run's parameters.
+pub const RESTART_EVERY: u64 = 10;
+
+/// The largest relative difference between a pipelined loss and its reference's that passes.
+pub const TOLERANCE: f64 = 1e-4;
+
+/// The relative difference of a pipelined loss from its reference's.
+pub fn relative_difference(loss: f64, reference: f64) -> f64 {
+    (loss - reference).abs() / reference.abs().max(1e-12)
+}
+
+/// Refuses a step whose pipelined loss differs from the reference's by more than [`TOLERANCE`],
+/// saying which step and by how much.
+pub fn check_step(step: u64, loss: f64, reference: f64) -> anyhow::Result<()> {
+    if !loss.is_finite() && !reference.is_finite() {
+        return Ok(()); // both diverged (--allow-nonfinite trains on)
+    }
+    let diff = relative_difference(loss, reference);
+    if diff > TOLERANCE || diff.is_nan() {
+        anyhow::bail!(
+            "step {step}: the pipelined loss {loss:.8} differs from the unpipelined reference's \
+             {reference:.8} by {diff:.2e} (relative), more than {TOLERANCE:.0e}; both started \
+             from the same parameters at most {RESTART_EVERY} steps before, so the pipelined \
+             step computes something else. Rerun with --no-reference to train without the check"
+        );
+    }
+    Ok(())
+}
 
 /// The reference step and the values it carries from step to step.
 pub enum Reference {
@@ -73,6 +105,24 @@ impl Reference {
             shardings,
             carried,
         })
+    }
+
+    /// Restarts the reference from `carried` (the pipelined run's parameters and optimizer
+    /// state), so that float rounding does not accumulate between the two runs.
+    pub fn restart(&mut self, client: &Client, now: &[Array]) -> anyhow::Result<()> {
+        match self {
+            Reference::OneDevice { carried, .. } => *carried = now.to_vec(),
+            Reference::Sharded {
+                shardings, carried, ..
+            } => {
+                *carried = now
+                    .iter()
+                    .zip(shardings.iter())
+                    .map(|(a, s)| Ok(DeviceArray::device_put(client, &to_host(a)?, s)?))
+                    .collect::<anyhow::Result<_>>()?;
+            }
+        }
+        Ok(())
     }
 
     /// Runs one step with learning rate `lr` on `data` and returns its mean loss.

@@ -2,6 +2,7 @@
 //! memory per group, throughput and MFU, and the JSON summary's parts.
 
 use crate::cli::out::outln;
+use std::process::ExitCode;
 use tessera_mpmd::driver::CompiledPipeline;
 use tessera_mpmd::runtime::Timings;
 use tessera_schedule::Costs;
@@ -221,4 +222,35 @@ pub fn parameter_bytes(
         "parameter_bytes_per_device_expected": expected,
         "parameter_sharding_factor": factor,
     }))
+}
+
+/// The largest relative difference of the pipelined losses from their references' (`None`
+/// without a reference, as with `--no-reference`).
+pub fn max_difference(losses: &[f64], references: &[f64]) -> Option<f64> {
+    (!references.is_empty()).then(|| {
+        losses
+            .iter()
+            .zip(references)
+            .map(|(&a, &b)| super::reference::relative_difference(a, b))
+            .fold(0.0, f64::max)
+    })
+}
+
+/// The run's exit status: success, or an error saying what failed (a loss off its reference,
+/// or a group that ran its actions out of the schedule's order).
+pub fn verdict(max_diff: Option<f64>, orders_match: bool) -> anyhow::Result<ExitCode> {
+    if let Some(diff) = max_diff.filter(|&d| d > super::reference::TOLERANCE) {
+        anyhow::bail!(
+            "a pipelined loss differs from the unpipelined reference's by {diff:.2e} (relative), \
+             more than {:.0e}",
+            super::reference::TOLERANCE
+        );
+    }
+    if !orders_match {
+        anyhow::bail!(
+            "a group ran its actions in another order than the schedule's (see the task table \
+             above): the runtime did not follow the plan"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
