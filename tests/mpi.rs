@@ -369,8 +369,9 @@ fn ranks_that_built_different_steps_refuse_to_start_naming_the_rank() {
         .filter(|l| l.starts_with("error (rank"))
         .collect();
     assert_eq!(reports.len(), 1, "{}", job.stderr);
+    // Found when the ranks compare their options, before the steps are built.
     assert!(
-        reports[0].contains("rank 3 differs from rank 0"),
+        reports[0].contains("rank 3 has --microbatches = 4 but rank 0 has 8"),
         "{}",
         reports[0]
     );
@@ -388,6 +389,81 @@ fn ranks_that_built_different_steps_refuse_to_start_naming_the_rank() {
         "{}",
         job.stderr
     );
+}
+
+/// Ranks given another `--lr` (which no step program shows) or other `--data` are refused at
+/// start-up, naming the first rank and option that differ.
+#[test]
+fn ranks_started_with_other_options_or_data_are_refused_naming_them() {
+    let bin = tessera_bin();
+    let args = train_args("1f1b", "2", "2", "1");
+    let job_of = |mine: &[&str], theirs: &[&str]| {
+        let mut launch = vec!["-n", "1", bin.to_str().unwrap()];
+        launch.extend(args.iter().map(String::as_str).chain(mine.iter().copied()));
+        launch.extend([":", "-n", "1", bin.to_str().unwrap()]);
+        launch.extend(
+            args.iter()
+                .map(String::as_str)
+                .chain(theirs.iter().copied()),
+        );
+        mpirun(&launch, &[], Duration::from_secs(120), None)
+    };
+    let job = job_of(&["--lr", "0.1"], &["--lr", "0.5"]);
+    assert!(!job.status.success(), "{}", job.stderr);
+    assert!(
+        job.stderr
+            .contains("rank 1 has --lr = 0.5 but rank 0 has 0.1"),
+        "{}",
+        job.stderr
+    );
+    let (a, same, b) = (scratch("a.txt"), scratch("same.txt"), scratch("b.txt"));
+    let corpus =
+        std::fs::read(tessera_tests::repo_root().join("examples/data/corpus.txt")).unwrap();
+    std::fs::write(&a, &corpus).unwrap();
+    std::fs::write(&same, &corpus).unwrap();
+    let mut changed = corpus.clone();
+    changed[7] ^= 1;
+    std::fs::write(&b, &changed).unwrap();
+    let path = |p: &PathBuf| p.to_str().unwrap().to_owned();
+    let (a, same, b) = (path(&a), path(&same), path(&b));
+    // The same bytes under two names pass the check; one changed byte does not.
+    let job = job_of(&["--data", &a], &["--data", &same]);
+    assert!(job.status.success(), "{}", job.stderr);
+    let job = job_of(&["--data", &a], &["--data", &b]);
+    assert!(!job.status.success(), "{}", job.stderr);
+    assert!(
+        job.stderr.contains("rank 1 has the --data file's SHA-256"),
+        "{}",
+        job.stderr
+    );
+}
+
+/// A job's reference restarts from the parameters gathered from every rank (every
+/// `RESTART_EVERY` = 10 steps; a tied table is held by two ranks), and with `--no-reference` the
+/// job claims no comparison.
+#[test]
+fn a_job_restarts_its_reference_from_every_ranks_parameters() {
+    let bin = tessera_bin();
+    let mut args = train_args("1f1b", "2", "2", "12");
+    args.extend(["--tie-embeddings", "--eval-every", "0"].map(String::from));
+    let mut launch = vec!["-n", "2", bin.to_str().unwrap()];
+    launch.extend(args.iter().map(String::as_str));
+    let job = mpirun(&launch, &[], Duration::from_secs(300), None);
+    assert!(job.status.success(), "{}", job.stderr);
+    let summary: serde_json::Value =
+        serde_json::from_str(job.stdout.lines().last().unwrap_or_default()).unwrap();
+    assert_eq!(summary["reference_losses"].as_array().unwrap().len(), 12);
+    assert!(
+        summary["max_relative_difference"].as_f64().unwrap() <= 1e-4,
+        "{summary}"
+    );
+    launch.push("--no-reference");
+    let job = mpirun(&launch, &[], Duration::from_secs(300), None);
+    assert!(job.status.success(), "{}", job.stderr);
+    let summary: serde_json::Value =
+        serde_json::from_str(job.stdout.lines().last().unwrap_or_default()).unwrap();
+    assert!(summary["max_relative_difference"].is_null(), "{summary}");
+    assert!(summary["reference_loss"].is_null(), "{summary}");
 }
 
 #[test]

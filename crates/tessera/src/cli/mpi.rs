@@ -73,14 +73,17 @@ fn message(err: &anyhow::Error) -> String {
 }
 
 /// Refuses a job whose ranks were started with different options or data: every option of
-/// `args` but those that only name output files, and the SHA-256 of the `--data` file, are
+/// `args` but those that only name output files, and the SHA-256 of the `--data` file (not its
+/// path), are
 /// gathered on rank 0, which names the first rank and option that differ from its own. A
 /// collective: every rank calls it.
 pub fn check_same_config(job: &MpiJob, args: &super::train::Args) -> anyhow::Result<()> {
     let mut config = serde_json::to_value(args)?;
     if let Some(fields) = config.as_object_mut() {
-        for output_only in ["trace", "plot", "json"] {
-            fields.remove(output_only);
+        // Output files only matter on rank 0; the data file may lie elsewhere on each host,
+        // so its bytes are compared instead of its path.
+        for field in ["trace", "plot", "json", "data"] {
+            fields.remove(field);
         }
         let data_sha256 = args
             .data

@@ -1,0 +1,313 @@
+//! Hostile but realistic use of the `tessera` program (issue 34): closed pipes and full disks,
+//! absurd sizes, damaged or contested checkpoint directories, and options that make no sense.
+//! Each is refused at once with a message naming the problem, or ends quietly where a closed
+//! pipe asks for it; none panics.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use tessera_tests::{tessera_bin, tessera_train};
+
+fn tessera(args: &[&str]) -> Command {
+    let mut command = Command::new(tessera_bin());
+    command
+        .args(args)
+        .env("TF_CPP_MIN_LOG_LEVEL", "2")
+        .env_remove("TESSERA_PJRT_PLUGIN");
+    command
+}
+
+/// Asserts that a run failed without a panic and that its error says every one of `words`.
+fn assert_refused(out: &Output, words: &[&str], what: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{what} was accepted: {stderr}");
+    assert_ne!(out.status.code(), Some(101), "{what} panicked: {stderr}");
+    assert!(!stderr.contains("panicked"), "{what} panicked: {stderr}");
+    for word in words {
+        assert!(
+            stderr.contains(word),
+            "{what}: `{word}` missing from: {stderr}"
+        );
+    }
+}
+
+fn refused_train(args: &[&str], words: &[&str]) {
+    assert_refused(&tessera_train(args), words, &format!("train {args:?}"));
+}
+
+/// Every subcommand ends quietly (status 141, as a process ended by SIGPIPE) when its reader
+/// has gone, and names standard output when the disk is full.
+#[test]
+fn a_closed_pipe_ends_quietly_and_a_full_disk_is_an_error() {
+    let commands: &[&[&str]] = &[
+        &[
+            "schedule",
+            "1f1b",
+            "--stages",
+            "4",
+            "--microbatches",
+            "64",
+            "--json",
+        ],
+        &["schedule", "--list"],
+        &["devices"],
+        &[
+            "sharding",
+            "explain",
+            "--mesh",
+            "x=2,y=4",
+            "--spec",
+            "P('x','y')",
+            "--shape",
+            "8,16",
+        ],
+        &[
+            "train",
+            "--steps",
+            "1",
+            "--stages",
+            "2",
+            "--microbatches",
+            "2",
+            "--batch",
+            "4",
+        ],
+    ];
+    for args in commands {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader); // the reader is gone before the first line is written
+        let out = tessera(args)
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        if Path::new("/dev/full").exists() {
+            let full = std::fs::File::create("/dev/full").unwrap();
+            let out = tessera(args).stdout(full).output().unwrap();
+            assert_refused(
+                &out,
+                &["standard output", "No space left"],
+                &format!("{args:?}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn device_counts_a_client_cannot_make_are_refused_at_once() {
+    for count in ["0", "1000000"] {
+        let out = tessera(&["devices", "--cpu-devices", count])
+            .output()
+            .unwrap();
+        assert_refused(
+            &out,
+            &[&format!("cannot make {count} devices"), "4096"],
+            count,
+        );
+    }
+    refused_train(
+        &["--devices", "1000000", "--steps", "1"],
+        &["--devices 1000000", "4096"],
+    );
+    refused_train(&["--devices", "0"], &["--devices 0"]);
+    refused_train(&["--stages", "100000"], &["--stages 100000", "--devices 8"]);
+}
+
+#[test]
+fn nonsense_sizes_are_refused_before_any_work() {
+    refused_train(&["--batch", "0"], &["--batch 0"]);
+    // Negative numbers reach the checks as values instead of being read as flags.
+    refused_train(&["--lr", "-0.1"], &["--lr -0.1", "learning rate"]);
+    refused_train(&["--model", "gpt", "--d-model", "-64"], &["at least 1"]);
+    // 51.6e9 parameters: refused with the memory they need, before any is allocated.
+    let huge = [
+        "--model",
+        "gpt",
+        "--d-model",
+        "65536",
+        "--heads",
+        "1",
+        "--layers",
+        "1",
+        "--stages",
+        "1",
+        "--mpmd-dim",
+        "1",
+        "--steps",
+        "1",
+    ];
+    refused_train(&huge, &["GB", "available", "--d-model"]);
+    refused_train(
+        &["--model", "gpt", "--data", "/dev/zero"],
+        &["/dev/zero", "not a regular file"],
+    );
+    refused_train(
+        &["--trace", "/nonexistent-dir/t.json"],
+        &["--trace", "/nonexistent-dir"],
+    );
+    refused_train(
+        &["--plot", "/nonexistent-dir/l.svg"],
+        &["--plot", "/nonexistent-dir"],
+    );
+}
+
+/// A fresh directory for one test, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("tessera-hard-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const SMALL_MLP: &[&str] = &[
+    "--stages",
+    "2",
+    "--microbatches",
+    "2",
+    "--batch",
+    "4",
+    "--no-reference",
+    "--eval-every",
+    "0",
+];
+
+fn train_in(dir: &Path, steps: &str, extra: &[&str]) -> Output {
+    let dir = dir.to_string_lossy();
+    let mut args: Vec<&str> = SMALL_MLP.to_vec();
+    args.extend(["--steps", steps, "--checkpoint-every", "1"]);
+    args.extend(extra);
+    if !extra.contains(&"--resume") {
+        args.extend(["--checkpoint-dir", &dir]);
+    }
+    tessera_train(&args)
+}
+
+/// A damaged manifest is refused naming its file; one whose step is not its folder's (which
+/// would train a step twice) too.
+#[test]
+fn damaged_manifests_are_refused_naming_the_file() {
+    let scratch = Scratch::new("manifest");
+    let out = train_in(&scratch.0, "2", &["--stop-after", "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest = scratch.0.join("step-00000002").join("manifest.json");
+    let good = std::fs::read_to_string(&manifest).unwrap();
+    let damaged: Vec<(&str, Vec<u8>)> = vec![
+        ("malformed", b"{ not json".to_vec()),
+        ("empty", Vec::new()),
+        ("binary", vec![0xff, 0x00, 0x13, 0x37]),
+        (
+            "step as a word",
+            good.replace("\"step\": 2", "\"step\": \"two\"")
+                .into_bytes(),
+        ),
+        (
+            "negative step",
+            good.replace("\"step\": 2", "\"step\": -1").into_bytes(),
+        ),
+        (
+            "no model",
+            good.replace("\"model\"", "\"mode1\"").into_bytes(),
+        ),
+        (
+            "another step",
+            good.replace("\"step\": 2", "\"step\": 1").into_bytes(),
+        ),
+    ];
+    let dir = scratch.0.to_string_lossy().into_owned();
+    for (what, bytes) in damaged {
+        std::fs::write(&manifest, bytes).unwrap();
+        let out = train_in(&scratch.0, "4", &["--resume", &dir]);
+        assert_refused(&out, &["manifest.json"], what);
+    }
+    std::fs::write(&manifest, good).unwrap();
+    let out = train_in(&scratch.0, "3", &["--resume", &dir]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A checkpoint directory a live process is saving into is refused, naming that process; a lock
+/// left by a process that has ended is taken over.
+#[test]
+fn a_checkpoint_directory_in_use_is_refused() {
+    let scratch = Scratch::new("lock");
+    let lock = scratch.0.join(".tessera.lock");
+    std::fs::write(&lock, std::process::id().to_string()).unwrap();
+    let out = train_in(&scratch.0, "1", &[]);
+    assert_refused(
+        &out,
+        &["in use", &std::process::id().to_string()],
+        "a held lock",
+    );
+    std::fs::write(&lock, "4294967295").unwrap();
+    let out = train_in(&scratch.0, "1", &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!lock.exists(), "the run left its lock behind");
+}
+
+/// A program called with another number of arguments than it takes says so (it advised a
+/// dtype conversion before).
+#[test]
+fn a_wrong_argument_count_is_named_as_such() {
+    let text = "{ lambda ; a:f32[2] b:f32[2]. let c:f32[2] = add a b in (c,) }";
+    let program = tessera_ir::text::parse_closed(text).unwrap();
+    let client = tessera_pjrt::Client::cpu(1).unwrap();
+    let x = tessera_ir::Array::new(tessera_ir::DType::F32, &[2], vec![1.0, 2.0]).unwrap();
+    let err = tessera::jit::run_on_device(&client, &program, &[x], 0)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("takes 2 arguments, got 1"), "{err}");
+    assert!(!err.contains("convert"), "{err}");
+}
+
+/// A long run with the reference on passes: the unpipelined reference restarts from the
+/// pipelined parameters every 10 steps, so the two runs' different rounding (which grew past
+/// 1e-4 by step 157 when the reference kept its own parameters) never accumulates.
+#[test]
+fn a_300_step_run_with_the_reference_passes() {
+    let out = tessera_train(&[
+        "--model",
+        "gpt",
+        "--steps",
+        "300",
+        "--eval-every",
+        "0",
+        "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    assert_eq!(summary["reference_losses"].as_array().unwrap().len(), 300);
+    let diff = summary["max_relative_difference"].as_f64().unwrap();
+    assert!(diff <= 1e-4, "{diff}");
+}
