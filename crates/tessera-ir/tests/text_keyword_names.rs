@@ -63,16 +63,30 @@ fn a_jax_program_of_1560_variables_parses_prints_parses_and_runs() {
     assert!(text.contains("\n    in:f32[4,8] = "), "{}", &text[..200]);
     assert!(text.lines().count() > 1500);
     let program = parse_closed(text).unwrap();
-    assert!(program.jaxpr.vars.len() > 1500, "{}", program.jaxpr.vars.len());
+    assert!(
+        program.jaxpr.vars.len() > 1500,
+        "{}",
+        program.jaxpr.vars.len()
+    );
     let printed = print_closed(&program, 0);
     assert!(printed.contains(" in:f32[4,8] = "));
     let again = parse_closed(&printed).unwrap();
     assert_eq!(again, program);
     assert_eq!(print_closed(&again, 0), printed);
 
-    let inputs: Vec<Array> = case["inputs"].as_array().unwrap().iter().map(tensor).collect();
+    let inputs: Vec<Array> = case["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(tensor)
+        .collect();
     let outputs = eval_closed(&program, &inputs).unwrap();
-    let want: Vec<Array> = case["outputs"].as_array().unwrap().iter().map(tensor).collect();
+    let want: Vec<Array> = case["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(tensor)
+        .collect();
     assert_eq!(outputs.len(), want.len());
     for (k, (got, want)) in outputs.iter().zip(&want).enumerate() {
         assert_eq!(got.shape(), want.shape());
@@ -148,7 +162,8 @@ fn printed_programs_past_the_variable_named_let_parse_back() {
 /// the shared jaxprs' names), so `let b = ...` leaves `b` to the sub-jaxpr. The text is JAX
 /// 0.10.1's for `jax.make_jaxpr(lambda x: b(b(x)))` with `b = jax.jit(lambda x: x * 2)` named
 /// `b`.
-const SHARED_NAMED_B: &str = "let b = { lambda ; a:f32[3]. let c:f32[3] = mul a 2.0:f32[] in (c,) } in
+const SHARED_NAMED_B: &str =
+    "let b = { lambda ; a:f32[3]. let c:f32[3] = mul a 2.0:f32[] in (c,) } in
 { lambda ; d:f32[3]. let
     e:f32[3] = jit[name=b jaxpr=b] d
     f:f32[3] = jit[name=b jaxpr=b] e
