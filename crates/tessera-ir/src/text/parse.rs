@@ -86,6 +86,20 @@ struct Parser {
 
 const MAX_DEPTH: usize = 64;
 
+/// A parameter value for an error message: its text, or `{ lambda ... }` for a jaxpr.
+fn brief(value: &ParamValue) -> String {
+    match value {
+        ParamValue::Jaxpr(_) => "{ lambda ... }".to_owned(),
+        other => {
+            let text = other.to_string();
+            match text.char_indices().nth(60) {
+                Some((cut, _)) => format!("{}...", &text[..cut]),
+                None => text,
+            }
+        }
+    }
+}
+
 /// Whether `text` starts with the keyword `in` closing a jaxpr: `in`, whitespace, `(`.
 fn is_in_keyword(text: &[char]) -> bool {
     let [first, second, rest @ ..] = text else {
@@ -422,7 +436,7 @@ impl Parser {
         let prim =
             Prim::from_name(&prim_name).map_err(|e| self.error_at(prim_at, &e.to_string()))?;
         let params = if self.peek() == Some('[') {
-            self.params()?
+            self.params(&prim_name)?
         } else {
             Params::new()
         };
@@ -487,10 +501,14 @@ impl Parser {
             .ok_or_else(|| self.error_at(start, &format!("unknown variable `{text}`")))
     }
 
-    fn params(&mut self) -> Result<Params> {
+    /// The parameters of an equation of `prim`. Each is given once, as JAX prints them: a
+    /// second `name=` (even with the same value) is an error naming it, never a silent choice.
+    fn params(&mut self, prim: &str) -> Result<Params> {
         self.expect("[")?;
         let mut params = Params::new();
         while !self.eat("]") {
+            self.skip_ws();
+            let key_at = self.pos;
             let key = self.word();
             if key.is_empty() {
                 return Err(self.error("expected `name=value`"));
@@ -501,6 +519,16 @@ impl Parser {
             } else {
                 self.value()?
             };
+            if let Some(first) = params.get(&key) {
+                let message = format!(
+                    "`{prim}` is given parameter `{key}` twice (`{key}={}`, then `{key}={}`); \
+                     JAX prints each parameter once: keep the one you mean and delete the other",
+                    brief(first),
+                    brief(&value)
+                );
+                self.pos = key_at;
+                return Err(self.error(&message));
+            }
             params.entries_mut().push((key, value));
         }
         Ok(params)
