@@ -49,6 +49,51 @@ pub enum IrError {
     /// Evaluation failed (wrong inputs, an out-of-range value).
     #[error("evaluation: {0}")]
     Eval(String),
+    /// The reference interpreter would need more memory for an equation than its limit (see
+    /// [`crate::interp::memory`]).
+    #[error(
+        "the interpreter would need about {needed} bytes for equation {index} (`{eqn}`), whose \
+         results take {results} bytes, over its memory limit of {limit_from}; run the program \
+         on a PJRT device (`tessera::jit`), or, if the host has the memory, raise the limit with \
+         TESSERA_INTERP_MAX_BYTES=<bytes> (or a K, M, G, T suffix) or \
+         interp::eval_closed_with_limit"
+    )]
+    InterpMemory {
+        /// The equation's index in its jaxpr (a nested jaxpr's own numbering).
+        index: usize,
+        /// The equation, printed.
+        eqn: String,
+        /// Bytes of its results.
+        results: u64,
+        /// Bytes it needs: its results and the rule's decoded views of them.
+        needed: u64,
+        /// The limit, in bytes.
+        limit: u64,
+        /// The limit and where it came from.
+        limit_from: String,
+    },
+    /// The host refused an allocation.
+    #[error(
+        "the host could not allocate {bytes} bytes for {what}; free memory, lower the \
+         interpreter's memory limit (TESSERA_INTERP_MAX_BYTES) or run the program on a PJRT \
+         device (`tessera::jit`)"
+    )]
+    HostAlloc {
+        /// Bytes asked for.
+        bytes: u64,
+        /// What they were for.
+        what: String,
+    },
+    /// `TESSERA_INTERP_MAX_BYTES` is not a byte count.
+    #[error(
+        "TESSERA_INTERP_MAX_BYTES={value:?} is not a byte count: set it to a whole number of \
+         bytes, optionally with a K, M, G or T suffix (powers of 1024), e.g. 16G, or unset it \
+         to use three quarters of the available memory"
+    )]
+    MemoryLimitSetting {
+        /// The variable's value.
+        value: String,
+    },
     /// Host bytes do not match the shape and dtype they claim.
     #[error("a host array of {dtype:?}{dims:?} needs {expected} bytes but has {actual}")]
     HostSize {

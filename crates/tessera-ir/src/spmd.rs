@@ -53,7 +53,10 @@ pub fn eval_spmd(
         }
         envs.push(env);
     }
-    for eqn in &jaxpr.eqns {
+    let limit = crate::interp::memory::current()?;
+    for (index, eqn) in jaxpr.eqns.iter().enumerate() {
+        // Every simulated device holds its own results.
+        crate::interp::memory::check_equation(jaxpr, index, envs.len(), &limit)?;
         let out_avals: Vec<_> = eqn.outputs.iter().map(|&v| jaxpr.aval(v).clone()).collect();
         let inputs: Vec<Vec<Array>> = envs
             .iter()

@@ -58,7 +58,7 @@ impl Array {
 
     /// An array of `T::DTYPE` from row-major elements.
     pub fn from_slice<T: Element>(dims: &[i64], data: &[T]) -> Result<Array> {
-        let mut bytes = Vec::with_capacity(std::mem::size_of_val(data));
+        let mut bytes = reserve(std::mem::size_of_val(data), T::DTYPE, dims)?;
         for &x in data {
             x.put(&mut bytes);
         }
@@ -93,10 +93,11 @@ impl Array {
                 "{count} elements do not fill shape {shape:?}"
             )));
         }
+        let out = reserve(count.saturating_mul(dtype.size_in_bytes()), dtype, shape)?;
         Ok(Array {
             dtype,
             dims: shape.to_vec(),
-            bytes: encode_all(dtype, count, elems),
+            bytes: encode_into(dtype, out, elems),
         })
     }
 
@@ -281,11 +282,30 @@ impl Array {
 }
 
 fn encode_all(dtype: DType, count: usize, elems: impl Iterator<Item = Elem>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(count * dtype.size_in_bytes());
+    encode_into(
+        dtype,
+        Vec::with_capacity(count * dtype.size_in_bytes()),
+        elems,
+    )
+}
+
+/// Appends the bytes of `elems` to `out`.
+fn encode_into(dtype: DType, mut out: Vec<u8>, elems: impl Iterator<Item = Elem>) -> Vec<u8> {
     for e in elems {
         bytes::encode(dtype, e, &mut out);
     }
     out
+}
+
+/// An empty buffer with room for `len` bytes of an array of `dtype` and `dims`, reserved
+/// fallibly: an allocation the host refuses is an [`IrError::HostAlloc`], not an abort.
+fn reserve(len: usize, dtype: DType, dims: &[i64]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(len).map_err(|_| IrError::HostAlloc {
+        bytes: u64::try_from(len).unwrap_or(u64::MAX),
+        what: format!("an array of {dtype:?}{dims:?}"),
+    })?;
+    Ok(out)
 }
 
 /// Prints the dtype, the shape and the values (integers exactly).
@@ -351,6 +371,17 @@ mod tests {
         assert_eq!(p.bytes(), [0, 1, 1]);
         assert!(Array::from_bytes(DType::F32, &[2], vec![0; 7]).is_err());
         assert!(b.to_typed::<f32>().is_none());
+    }
+
+    #[test]
+    fn a_buffer_the_host_cannot_give_is_an_error() {
+        let err = reserve(usize::MAX, DType::F32, &[1 << 62]).unwrap_err();
+        assert!(
+            matches!(&err, IrError::HostAlloc { bytes, what } if *bytes == u64::try_from(usize::MAX).unwrap_or(u64::MAX) && what.contains("F32")),
+            "{err:?}"
+        );
+        let ok = reserve(16, DType::F32, &[4]).unwrap();
+        assert!(ok.is_empty() && ok.capacity() >= 16);
     }
 
     #[test]

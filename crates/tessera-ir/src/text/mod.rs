@@ -64,19 +64,32 @@ impl Namer {
 }
 
 impl Namer {
+    /// The next name, as JAX's `JaxprPpContext` gives them: base-26 digits `a`..`z` with no
+    /// exception for the grammar's words (the 222nd name is `in`, the 7560th `let`: the parser
+    /// tells them from keywords by position), skipping the names of the jaxprs printed before
+    /// the program.
     fn fresh(&mut self) -> String {
-        let mut n = self.next;
-        self.next += 1;
-        let mut digits = Vec::new();
         loop {
-            digits.push((b'a' + (n % 26) as u8) as char);
-            n /= 26;
-            if n == 0 {
-                break;
+            let name = base26(self.next);
+            self.next += 1;
+            if !self.shared.iter().any(|(_, shared)| *shared == name) {
+                return name;
             }
         }
-        digits.iter().rev().collect()
     }
+}
+
+/// `n` in JAX's base-26 letters: `a`..`z`, then `ba`, `bb`, ... (`a` is the zero digit).
+fn base26(mut n: usize) -> String {
+    let mut digits = Vec::new();
+    loop {
+        digits.push((b'a' + (n % 26) as u8) as char);
+        n /= 26;
+        if n == 0 {
+            break;
+        }
+    }
+    digits.iter().rev().collect()
 }
 
 struct Scope<'j> {

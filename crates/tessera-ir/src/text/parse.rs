@@ -86,6 +86,33 @@ struct Parser {
 
 const MAX_DEPTH: usize = 64;
 
+/// A parameter value for an error message: its text, or `{ lambda ... }` for a jaxpr.
+fn brief(value: &ParamValue) -> String {
+    match value {
+        ParamValue::Jaxpr(_) => "{ lambda ... }".to_owned(),
+        other => {
+            let text = other.to_string();
+            match text.char_indices().nth(60) {
+                Some((cut, _)) => format!("{}...", &text[..cut]),
+                None => text,
+            }
+        }
+    }
+}
+
+/// Whether `text` starts with the keyword `in` closing a jaxpr: `in`, whitespace, `(`.
+fn is_in_keyword(text: &[char]) -> bool {
+    let [first, second, rest @ ..] = text else {
+        return false;
+    };
+    *first == 'i'
+        && *second == 'n'
+        && rest
+            .iter()
+            .find(|c| !c.is_whitespace())
+            .is_some_and(|&c| c == '(')
+}
+
 impl Parser {
     fn error(&self, message: &str) -> IrError {
         self.error_at(self.pos, message)
@@ -173,37 +200,28 @@ impl Parser {
         self.chars[start..self.pos].iter().collect()
     }
 
-    /// Whether the text ahead is the keyword `in` followed by `(` (the end of a jaxpr's body,
-    /// possibly on the same line as the last equation).
+    /// Whether the text ahead is the keyword `in` closing a jaxpr's body (possibly on the same
+    /// line as the last equation). JAX names variables `a`..`z`, `ba`, ... with no exception, so
+    /// its 222nd variable is `in` too: the keyword is the word `in` followed by the `(` of the
+    /// results. A variable never is: a binder is followed by `:`, an operand by another operand,
+    /// the end of the jaxpr's body or the next equation, none of which starts with `(`.
     fn at_in_keyword(&self) -> bool {
-        let mut i = self.pos;
-        let chars = &self.chars;
-        if chars.get(i) != Some(&'i') || chars.get(i + 1) != Some(&'n') {
-            return false;
-        }
-        i += 2;
-        if !chars.get(i).is_some_and(|c| c.is_whitespace() || *c == '(') {
-            return false;
-        }
-        while chars.get(i).is_some_and(|c| c.is_whitespace()) {
-            i += 1;
-        }
-        chars.get(i) == Some(&'(')
+        is_in_keyword(&self.chars[self.pos.min(self.chars.len())..])
     }
 
     /// Whether the line after the newline here continues an equation's operands (JAX wraps a
     /// long operand list onto further lines): it holds only operands, so no `=` (which every
-    /// equation has) and it is not the `in (...)` closing the jaxpr.
+    /// equation has) and it is not the `in (...)` closing the jaxpr (an operand may be named
+    /// `in`: see [`Parser::at_in_keyword`]).
     fn at_continuation(&self) -> bool {
         let rest = &self.chars[self.pos + 1..];
         let line: Vec<char> = rest.iter().copied().take_while(|&c| c != '\n').collect();
+        let start = line.iter().take_while(|c| c.is_whitespace()).count();
         let text: String = line.iter().collect();
         let text = text.trim();
         !text.is_empty()
             && !text.contains('=')
-            && !text.starts_with("in ")
-            && text != "in"
-            && !text.starts_with("in(")
+            && !is_in_keyword(&line[start..])
             && !text.starts_with(['}', ']'])
     }
 
@@ -231,11 +249,10 @@ impl Parser {
         }
         loop {
             self.skip_ws();
-            let save = self.pos;
-            if self.word() == "in" {
+            if self.at_in_keyword() {
+                self.pos += 2;
                 break;
             }
-            self.pos = save;
             let eqn = self.eqn(&mut jaxpr, &mut names)?;
             jaxpr.eqns.push(eqn);
         }
@@ -419,7 +436,7 @@ impl Parser {
         let prim =
             Prim::from_name(&prim_name).map_err(|e| self.error_at(prim_at, &e.to_string()))?;
         let params = if self.peek() == Some('[') {
-            self.params()?
+            self.params(&prim_name)?
         } else {
             Params::new()
         };
@@ -484,10 +501,14 @@ impl Parser {
             .ok_or_else(|| self.error_at(start, &format!("unknown variable `{text}`")))
     }
 
-    fn params(&mut self) -> Result<Params> {
+    /// The parameters of an equation of `prim`. Each is given once, as JAX prints them: a
+    /// second `name=` (even with the same value) is an error naming it, never a silent choice.
+    fn params(&mut self, prim: &str) -> Result<Params> {
         self.expect("[")?;
         let mut params = Params::new();
         while !self.eat("]") {
+            self.skip_ws();
+            let key_at = self.pos;
             let key = self.word();
             if key.is_empty() {
                 return Err(self.error("expected `name=value`"));
@@ -498,6 +519,16 @@ impl Parser {
             } else {
                 self.value()?
             };
+            if let Some(first) = params.get(&key) {
+                let message = format!(
+                    "`{prim}` is given parameter `{key}` twice (`{key}={}`, then `{key}={}`); \
+                     JAX prints each parameter once: keep the one you mean and delete the other",
+                    brief(first),
+                    brief(&value)
+                );
+                self.pos = key_at;
+                return Err(self.error(&message));
+            }
             params.entries_mut().push((key, value));
         }
         Ok(params)

@@ -1,12 +1,31 @@
 //! The reference interpreter: evaluates a closed jaxpr on host arrays, equation by equation. It
-//! is the oracle every backend is compared with.
+//! is the oracle every backend is compared with. It holds every value on the host, so an
+//! equation whose results would not fit its memory limit ([`memory`]) is refused with
+//! [`IrError::InterpMemory`] before it runs.
+
+pub mod memory;
+
+pub use memory::{LIMIT_VAR, MemoryLimit};
 
 use crate::array::Array;
 use crate::error::{IrError, Result};
 use crate::jaxpr::{Atom, ClosedJaxpr};
 
-/// Evaluates `closed` on `args` (one array per invar, of the invar's type).
+/// [`eval_closed`] under `limit` instead of the process's limit (`TESSERA_INTERP_MAX_BYTES` or
+/// the available memory), in nested jaxprs too.
+pub fn eval_closed_with_limit(
+    closed: &ClosedJaxpr,
+    args: &[Array],
+    limit: MemoryLimit,
+) -> Result<Vec<Array>> {
+    memory::with_limit(limit, || eval_closed(closed, args))
+}
+
+/// Evaluates `closed` on `args` (one array per invar, of the invar's type). An equation that
+/// would need more memory than the limit in force ([`memory`]) is an
+/// [`IrError::InterpMemory`].
 pub fn eval_closed(closed: &ClosedJaxpr, args: &[Array]) -> Result<Vec<Array>> {
+    let limit = memory::current()?;
     let jaxpr = &closed.jaxpr;
     if args.len() != jaxpr.invars.len() {
         return Err(IrError::Eval(format!(
@@ -39,7 +58,8 @@ pub fn eval_closed(closed: &ClosedJaxpr, args: &[Array]) -> Result<Vec<Array>> {
             Atom::Lit(l) => Ok(l.to_array()),
         }
     };
-    for eqn in &jaxpr.eqns {
+    for (index, eqn) in jaxpr.eqns.iter().enumerate() {
+        memory::check_equation(jaxpr, index, 1, &limit)?;
         let inputs = eqn
             .inputs
             .iter()
