@@ -1,5 +1,6 @@
-//! Throughput figures: the peak matmul rate of a client's devices, measured by a microbenchmark,
-//! and the model FLOP utilisation (MFU) of a run against it.
+//! Throughput figures: the peak matmul rate of a client's devices, from a table of the
+//! accelerators' published dense rates or, for CPUs and devices the table does not know,
+//! measured by a microbenchmark, and the model FLOP utilisation (MFU) of a run against it.
 
 use std::time::Instant;
 
@@ -72,6 +73,65 @@ pub fn matmul_peak(
     })
 }
 
+/// The peak rate a run's MFU is measured against, and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DevicePeak {
+    /// Dense FLOP/s of one device.
+    pub flops_per_second: f64,
+    /// Where the figure came from, e.g. `table: NVIDIA H100 80GB HBM3, tf32 dense` or
+    /// `measured: 1024x1024 f32 matmul on cpu`.
+    pub source: String,
+}
+
+/// Published dense peak rates (FLOP/s, no sparsity) of accelerators, matched by a part of the
+/// device kind PJRT reports (e.g. `NVIDIA H100 80GB HBM3`), more specific names first:
+/// `(kind contains, bf16/f16, tf32, f32)`. XLA runs float32 dots on these GPUs in TF32 at its
+/// default precision, so float32 compute is measured against the TF32 rate.
+const PEAKS: &[(&str, f64, f64, f64)] = &[
+    ("H100 PCIe", 756e12, 378e12, 51e12),
+    ("H100 NVL", 835e12, 418e12, 60e12),
+    ("H100", 989e12, 495e12, 67e12),
+    ("H200", 989e12, 495e12, 67e12),
+    ("GH200", 989e12, 495e12, 67e12),
+    ("A100", 312e12, 156e12, 19.5e12),
+    ("B200", 2250e12, 1100e12, 75e12),
+];
+
+/// The table's entry for a device kind and compute dtype: the rate and the column's name.
+pub fn table_peak(kind: &str, dtype: DType) -> Option<(f64, &'static str)> {
+    let &(_, half, tf32, _f32) = PEAKS.iter().find(|(name, ..)| kind.contains(name))?;
+    match dtype {
+        DType::BF16 | DType::F16 => Some((half, "bf16")),
+        DType::F32 => Some((tf32, "tf32")),
+        _ => None,
+    }
+}
+
+/// The peak of `device` for `dtype` compute: the table's rate for a known accelerator, else a
+/// 1024×1024 float32 matmul measured on the device (CPUs; their devices share the host's cores,
+/// so this is also the whole client's peak).
+pub fn device_peak(client: &Client, device: i32, dtype: DType) -> Result<DevicePeak, PerfError> {
+    let kind = client
+        .addressable_devices()?
+        .iter()
+        .find(|d| d.id().is_ok_and(|id| id == device))
+        .map(|d| d.info().map(|i| i.kind))
+        .transpose()?
+        .unwrap_or_default();
+    if let Some((rate, column)) = table_peak(&kind, dtype) {
+        return Ok(DevicePeak {
+            flops_per_second: rate,
+            source: format!("table: {kind}, {column} dense"),
+        });
+    }
+    let n = 1024;
+    let measured = matmul_peak(client, device, n, 3)?;
+    Ok(DevicePeak {
+        flops_per_second: measured.flops_per_second,
+        source: format!("measured: {n}x{n} f32 matmul on {kind}"),
+    })
+}
+
 /// Model FLOP utilisation: the model's FLOP/s (`flops_per_token × tokens_per_second`) as a
 /// fraction of `peak_flops_per_second`.
 pub fn mfu(flops_per_token: f64, tokens_per_second: f64, peak_flops_per_second: f64) -> f64 {
@@ -91,5 +151,34 @@ mod tests {
         let rate = 2.0 * 128f64.powi(3) / peak.seconds;
         assert!((peak.flops_per_second - rate).abs() <= 1e-9 * rate);
         assert!((mfu(6.0e6, 1.0e3, 1.2e10) - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn known_accelerators_take_the_table_and_cpus_a_measurement() {
+        assert_eq!(
+            table_peak("NVIDIA H100 80GB HBM3", DType::BF16),
+            Some((989e12, "bf16"))
+        );
+        assert_eq!(
+            table_peak("NVIDIA H100 80GB HBM3", DType::F32),
+            Some((495e12, "tf32"))
+        );
+        assert_eq!(
+            table_peak("NVIDIA H100 PCIe", DType::F32),
+            Some((378e12, "tf32"))
+        );
+        assert_eq!(
+            table_peak("NVIDIA A100-SXM4-80GB", DType::BF16),
+            Some((312e12, "bf16"))
+        );
+        assert_eq!(table_peak("cpu", DType::F32), None);
+        let client = Client::cpu(1).unwrap();
+        let peak = device_peak(&client, 0, DType::F32).unwrap();
+        assert!(
+            peak.source.starts_with("measured: 1024x1024"),
+            "{}",
+            peak.source
+        );
+        assert!(peak.flops_per_second > 0.0);
     }
 }

@@ -510,6 +510,7 @@ fn finish(
         "tokens_per_second": throughput.tokens_per_second,
         "model_flops_per_token": throughput.flops_per_token,
         "peak_flops_per_second": throughput.peak_flops_per_second,
+        "peak_source": throughput.peak_source,
         "mfu": throughput.mfu,
         "checkpoints": log.checkpoints,
         "plot": plot,

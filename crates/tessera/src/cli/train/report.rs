@@ -132,6 +132,8 @@ pub struct Throughput {
     pub tokens_per_second: f64,
     pub flops_per_token: Option<f64>,
     pub peak_flops_per_second: Option<f64>,
+    /// Where the peak came from (the accelerator table, or a measured matmul).
+    pub peak_source: Option<String>,
     pub mfu: Option<f64>,
 }
 
@@ -142,25 +144,26 @@ pub fn throughput(
     flops_per_token: Option<f64>,
 ) -> anyhow::Result<Throughput> {
     let peak = flops_per_token
-        .and_then(|_| tessera::perf::matmul_peak(client, 0, 256, 5).ok())
-        .map(|p| p.flops_per_second);
+        .and_then(|_| tessera::perf::device_peak(client, 0, tessera_ir::DType::F32).ok());
     let mfu = flops_per_token
-        .zip(peak)
-        .map(|(f, p)| tessera::perf::mfu(f, tokens_per_second, p));
-    match (flops_per_token, peak, mfu) {
+        .zip(peak.as_ref())
+        .map(|(f, p)| tessera::perf::mfu(f, tokens_per_second, p.flops_per_second));
+    match (flops_per_token, &peak, mfu) {
         (Some(f), Some(p), Some(m)) => outln!(
             "throughput: {tokens_per_second:.0} tokens/s; {:.3} GFLOP/s of model FLOPs ({f:.0} per \
-             token) = MFU {:.1}% of the {:.2} GFLOP/s matmul peak of one device",
+             token) = MFU {:.1}% of one device's {:.2} GFLOP/s peak ({})",
             f * tokens_per_second / 1e9,
             m * 100.0,
-            p / 1e9
+            p.flops_per_second / 1e9,
+            p.source
         )?,
         _ => outln!("throughput: {tokens_per_second:.0} examples/s")?,
     }
     Ok(Throughput {
         tokens_per_second,
         flops_per_token,
-        peak_flops_per_second: peak,
+        peak_flops_per_second: peak.as_ref().map(|p| p.flops_per_second),
+        peak_source: peak.map(|p| p.source),
         mfu,
     })
 }
