@@ -46,6 +46,10 @@ pub struct DecoderConfig {
     /// Whether the output head is the token embedding's table, transposed (no `head`
     /// parameter). Pipelined, the table is then read by the first and the last stage.
     pub tie_embeddings: bool,
+    /// The dtype the loss computes in (mixed precision): `F32`, or `BF16`/`F16` with float32
+    /// parameters (cast where each is used, so their gradients are float32), norms, softmax and
+    /// loss.
+    pub compute_dtype: DType,
 }
 
 impl DecoderConfig {
@@ -60,6 +64,7 @@ impl DecoderConfig {
             seq_len,
             ffn: 4 * d_model,
             tie_embeddings: false,
+            compute_dtype: DType::F32,
         }
     }
 
@@ -74,6 +79,7 @@ impl DecoderConfig {
             seq_len,
             ffn: ((8 * d_model + 2) / 3 + 7) / 8 * 8,
             tie_embeddings: false,
+            compute_dtype: DType::F32,
         }
     }
 
@@ -81,6 +87,14 @@ impl DecoderConfig {
     pub fn tied(self) -> Self {
         DecoderConfig {
             tie_embeddings: true,
+            ..self
+        }
+    }
+
+    /// The same decoder computing in `dtype` (see [`DecoderConfig::compute_dtype`]).
+    pub fn with_compute_dtype(self, dtype: DType) -> Self {
+        DecoderConfig {
+            compute_dtype: dtype,
             ..self
         }
     }
@@ -94,6 +108,12 @@ impl DecoderConfig {
         }
         if self.layers == 0 {
             return bad("layers must be at least 1".into());
+        }
+        if !matches!(self.compute_dtype, DType::F32 | DType::BF16 | DType::F16) {
+            return bad(format!(
+                "the compute dtype must be float32, bfloat16 or float16, not {}",
+                self.compute_dtype
+            ));
         }
         if self.d_model % self.heads != 0 {
             return bad(format!(
@@ -301,30 +321,35 @@ impl DecoderConfig {
         plan: &StagePlan,
     ) -> Result<Tensor> {
         let (rows, t) = (tokens.shape()[0], self.seq_len);
-        let mut h = self.embedding().apply(p.get("embed.tokens")?, tokens)?;
+        // Each parameter is cast to the compute dtype where it is used (in its own stage).
+        let cast = |tree: &Tree<Tensor>| tree.map(&mut |_, x| x.astype(self.compute_dtype));
+        let embed = cast(p.get("embed")?);
+        let mut h = self.embedding().apply(embed.get("tokens")?, tokens)?;
         if self.kind == DecoderKind::Gpt2 {
-            h = &h + p.leaf("embed.positions")?;
+            h = &h + embed.leaf("positions")?;
         }
         for layer in 0..self.layers {
             if let Some(stage) = plan.stage_starting_at(layer) {
                 h = h.enter_stage(stage as i64);
             }
-            let block = p.get(&format!("blocks.{layer}"))?;
+            let block = cast(p.get(&format!("blocks.{layer}"))?);
             let normed = self.norm(block.get("norm1")?, &h)?;
             h = &h + &self.attention().apply(block.get("attn")?, &normed)?;
             let normed = self.norm(block.get("norm2")?, &h)?;
             h = &h + &self.mlp(block.get("mlp")?, &normed)?;
         }
-        let h = self.norm(p.get("final_norm")?, &h)?;
+        let h = self.norm(&cast(p.get("final_norm")?), &h)?;
         let logits = if self.tie_embeddings {
-            let table = p.leaf("embed.tokens.table")?;
+            let table = p.leaf("embed.tokens.table")?.astype(self.compute_dtype);
             h.reshape(&[rows * t, self.d_model])
                 .matmul(&table.transpose(&[1, 0]))
         } else {
             self.head()
-                .apply(p.get("head")?, &h)?
+                .apply(&cast(p.get("head")?), &h)?
                 .reshape(&[rows * t, self.vocab])
         };
+        // Softmax and loss in float32.
+        let logits = logits.astype(DType::F32);
         let onehot = targets.reshape(&[rows * t]).one_hot(self.vocab, DType::F32);
         let picked = (logits.log_softmax(1) * onehot).sum(&[1]);
         Ok(-picked.mean(&[0]))

@@ -145,11 +145,14 @@ impl LayerNorm {
     }
 
     /// Normalises `x` over its last dimension.
+    /// Computed in float32 whatever `x`'s dtype, and returned in it.
     pub fn apply(&self, p: &Tree<Tensor>, x: &Tensor) -> Result<Tensor> {
-        let centred = x - &mean_last(x);
+        let dtype = x.dtype();
+        let x = x.astype(DType::F32);
+        let centred = &x - &mean_last(&x);
         let var = mean_last(&centred.integer_pow(2));
         let normed = &centred * &(var + self.eps).rsqrt();
-        Ok(normed * p.leaf("gain")? + p.leaf("bias")?)
+        Ok((normed * p.leaf("gain")? + p.leaf("bias")?).astype(dtype))
     }
 }
 
@@ -169,9 +172,12 @@ impl RmsNorm {
     }
 
     /// Normalises `x` over its last dimension.
+    /// Computed in float32 whatever `x`'s dtype, and returned in it.
     pub fn apply(&self, p: &Tree<Tensor>, x: &Tensor) -> Result<Tensor> {
+        let dtype = x.dtype();
+        let x = x.astype(DType::F32);
         let ms = mean_last(&x.integer_pow(2));
-        Ok(x * (ms + self.eps).rsqrt() * p.leaf("gain")?)
+        Ok((&x * (ms + self.eps).rsqrt() * p.leaf("gain")?).astype(dtype))
     }
 }
 
@@ -307,8 +313,10 @@ impl Attention {
         let scores = q.dot_general(&k, (&[3], &[3]), (&[0, 1], &[0, 1])) / (dh as f64).sqrt();
         let rows = scores.iota_along(&[t, t], 0);
         let cols = scores.iota_along(&[t, t], 1);
+        // The softmax in float32 whatever the compute dtype.
+        let scores = scores.astype(DType::F32);
         let masked = where_(&rows.ge(&cols), &scores, &scores.full_like_scalar(-1e9));
-        let weights = masked.softmax(3);
+        let weights = masked.softmax(3).astype(v.dtype());
         let out = weights
             .dot_general(&v, (&[3], &[2]), (&[0, 1], &[0, 1]))
             .transpose(&[0, 2, 1, 3])
@@ -334,7 +342,7 @@ pub fn rotary(x: &Tensor, base: f64) -> Tensor {
     let r_cols = x.iota_along(&[dh, dh], 1).astype(DType::F32);
     let minus = r_rows.eq(&(&r_cols + half)).astype(DType::F32);
     let plus = r_cols.eq(&(&r_rows + half)).astype(DType::F32);
-    let rotation = plus - minus;
+    let rotation = (plus - minus).astype(x.dtype());
     let rotated = x.dot_general(&rotation, (&[3], &[0]), (&[], &[]));
-    x * angle.cos() + rotated * angle.sin()
+    x * angle.cos().astype(x.dtype()) + rotated * angle.sin().astype(x.dtype())
 }

@@ -138,3 +138,50 @@ fn bad_configurations_say_what_to_fix() {
         StagePlan::at_layers(&[2, 3])
     );
 }
+
+/// Mixed precision: in bfloat16 every matmul computes in bfloat16 while the parameters, their
+/// gradients and the loss stay float32, and the loss is the float32 one's within bfloat16's
+/// rounding.
+#[test]
+fn bf16_compute_keeps_float32_parameters_gradients_and_loss() {
+    for kind in ["gpt2", "llama"] {
+        let f32_config = tiny(kind);
+        let config = f32_config.with_compute_dtype(DType::BF16);
+        let program = config.loss(ROWS, &StagePlan::even(2, 4).unwrap()).unwrap();
+        verify(&program).unwrap();
+        let dots: Vec<DType> = program
+            .jaxpr
+            .eqns
+            .iter()
+            .filter(|e| e.prim == Prim::DotGeneral)
+            .map(|e| program.jaxpr.aval(e.outputs[0]).dtype)
+            .collect();
+        assert!(
+            !dots.is_empty() && dots.iter().all(|d| *d == DType::BF16),
+            "{kind}: {dots:?}"
+        );
+        let params = config.init(0).unwrap();
+        let args = inputs(&config, &params);
+        let argnums: Vec<usize> = (1..=params.len()).collect();
+        let outs = eval_closed(&value_and_grad(&program, &argnums).unwrap(), &args).unwrap();
+        assert_eq!(outs[0].dtype(), DType::F32, "{kind}: the loss");
+        assert!(
+            outs[1..].iter().all(|g| g.dtype() == DType::F32),
+            "{kind}: a gradient"
+        );
+        let f32_program = f32_config.loss(ROWS, &StagePlan::single()).unwrap();
+        let exact = eval_closed(&f32_program, &args).unwrap()[0].to_vec()[0];
+        let mixed = outs[0].to_vec()[0];
+        assert!(
+            (mixed - exact).abs() <= 2e-2 * exact.abs(),
+            "{kind}: {mixed} vs {exact}"
+        );
+        assert_ne!(
+            mixed.to_bits(),
+            exact.to_bits(),
+            "{kind}: bf16 changed nothing"
+        );
+    }
+    let bad = tiny("llama").with_compute_dtype(DType::I32).validate();
+    assert!(bad.unwrap_err().to_string().contains("compute dtype"));
+}

@@ -202,6 +202,8 @@ pub struct Finish<'a> {
     pub trace: Option<&'a std::path::Path>,
     /// Each step's wall time on this rank (a step ends on every rank with the losses' broadcast).
     pub step_ms: &'a [f64],
+    /// The largest relative difference from the reference that passes.
+    pub tolerance: f64,
 }
 
 /// Ends a run in a job: every rank sends every step's timings of its group to rank 0, which
@@ -271,7 +273,7 @@ pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
             max_diff.map_or("- (--no-reference)".into(), |d| format!("{d:.2e}"))
         )?;
     }
-    super::train::report::verdict(max_diff, orders_match)
+    super::train::report::verdict(max_diff, f.tolerance, orders_match)
 }
 
 /// The carried values (parameters, then optimizer state) of a step's results, gathered on rank

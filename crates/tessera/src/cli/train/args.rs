@@ -26,6 +26,10 @@ pub struct Args {
     /// Tokens per sequence (default 32).
     #[arg(long)]
     pub seq_len: Option<i64>,
+    /// The decoders' compute dtype: `f32`, or `bf16` for mixed precision (bfloat16 matmuls and
+    /// activations; float32 parameters, gradients, optimizer state, norms, softmax and loss).
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
     /// Tie the decoder's output head to its token embedding (one table, read by the first and
     /// the last stage; its gradient is the sum of both uses).
     #[arg(long)]

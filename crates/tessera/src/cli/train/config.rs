@@ -63,6 +63,12 @@ pub fn choose_model(args: &Args) -> anyhow::Result<ModelChoice> {
         "mlp" if args.tie_embeddings => {
             bail!("--tie-embeddings ties a decoder's head; use it with --model llama or gpt2")
         }
+        "mlp" if args.dtype != "f32" => {
+            bail!(
+                "--dtype {} sets a decoder's compute dtype; use it with --model llama or gpt2",
+                args.dtype
+            )
+        }
         "mlp" if sized => bail!(
             "--config and the size flags (--layers --d-model --heads --seq-len) shape the \
              decoders; use them with --model llama or gpt2"
@@ -83,6 +89,13 @@ pub fn choose_model(args: &Args) -> anyhow::Result<ModelChoice> {
         config.ffn = ffn;
     }
     config.tie_embeddings = args.tie_embeddings;
+    config.compute_dtype = match args.dtype.as_str() {
+        "f32" | "float32" => tessera_ir::DType::F32,
+        "bf16" | "bfloat16" => tessera_ir::DType::BF16,
+        other => {
+            bail!("--dtype {other}: use f32, or bf16 for mixed precision (float32 parameters)")
+        }
+    };
     if let Err(err) = config.validate() {
         match &args.config {
             Some(path) => bail!("the model in {} does not work: {err}", path.display()),
@@ -108,9 +121,13 @@ pub fn describe(choice: &ModelChoice, optimizer: &str) -> String {
     match choice {
         ModelChoice::Mlp => format!("mlp optimizer={optimizer}"),
         ModelChoice::Decoder(c) => format!(
-            "{}{} vocab={} layers={} d_model={} heads={} seq_len={} ffn={} optimizer={optimizer}",
+            "{}{}{} vocab={} layers={} d_model={} heads={} seq_len={} ffn={} optimizer={optimizer}",
             name(choice),
             if c.tie_embeddings { " tied" } else { "" },
+            match c.compute_dtype {
+                tessera_ir::DType::F32 => String::new(),
+                other => format!(" compute={other}"),
+            },
             c.vocab,
             c.layers,
             c.d_model,

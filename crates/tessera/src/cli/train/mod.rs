@@ -121,6 +121,14 @@ fn check_output_paths(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The dtype the model computes in (float32 for the MLP).
+fn compute_dtype(choice: &config::ModelChoice) -> DType {
+    match choice {
+        config::ModelChoice::Mlp => DType::F32,
+        config::ModelChoice::Decoder(c) => c.compute_dtype,
+    }
+}
+
 fn optimizer(name: &str) -> anyhow::Result<Box<dyn Optimizer>> {
     match name {
         "sgd" => Ok(Box::new(Sgd { momentum: 0.0 })),
@@ -277,7 +285,11 @@ fn run_in(
         .iter()
         .map(|a| Ok(StepArg::Host(to_host(a)?)))
         .collect::<anyhow::Result<_>>()?;
-    let mut log = RunLog::default();
+    let tolerance = reference::tolerance(compute_dtype(&choice));
+    let mut log = RunLog {
+        tolerance,
+        ..RunLog::default()
+    };
     let mut progress = Progress::new(start + 1, last, root);
     for step_index in start..stop {
         let step_number = step_index + 1;
@@ -314,7 +326,7 @@ fn run_in(
         if let Some(reference) = &mut reference {
             let ref_loss = reference.step(&client, program, lr, &data)?;
             log.reference_losses.push(ref_loss);
-            reference::check_step(step_number, loss, ref_loss)?;
+            reference::check_step(step_number, loss, ref_loss, tolerance)?;
         }
         let restart_due = !args.no_reference
             && step_number.is_multiple_of(reference::RESTART_EVERY)
@@ -396,6 +408,7 @@ fn run_in(
             pipeline: jit.pipeline(),
             trace: args.trace.as_deref(),
             step_ms: &log.step_ms,
+            tolerance,
         };
         return super::mpi::finish(job, &finish);
     }
@@ -446,6 +459,8 @@ struct RunLog {
     timings: Option<tessera_mpmd::runtime::Timings>,
     /// In a job, every step's timings of this rank's group, for rank 0 to merge.
     job_timings: Vec<tessera_mpmd::runtime::Timings>,
+    /// The largest relative difference from the reference that passes.
+    tolerance: f64,
     /// The parameters' bytes per group and device after the last step.
     parameter_bytes: Option<serde_json::Value>,
 }
@@ -534,5 +549,5 @@ fn finish(
             max_diff.map_or("- (--no-reference)".into(), |d| format!("{d:.2e}"))
         )?;
     }
-    report::verdict(max_diff, figures.orders_match)
+    report::verdict(max_diff, log.tolerance, figures.orders_match)
 }

@@ -241,12 +241,15 @@ pub fn max_difference(losses: &[f64], references: &[f64]) -> Option<f64> {
 
 /// The run's exit status: success, or an error saying what failed (a loss off its reference,
 /// or a group that ran its actions out of the schedule's order).
-pub fn verdict(max_diff: Option<f64>, orders_match: bool) -> anyhow::Result<ExitCode> {
-    if let Some(diff) = max_diff.filter(|&d| d > super::reference::TOLERANCE) {
+pub fn verdict(
+    max_diff: Option<f64>,
+    tolerance: f64,
+    orders_match: bool,
+) -> anyhow::Result<ExitCode> {
+    if let Some(diff) = max_diff.filter(|&d| d > tolerance) {
         anyhow::bail!(
             "a pipelined loss differs from the unpipelined reference's by {diff:.2e} (relative), \
-             more than {:.0e}",
-            super::reference::TOLERANCE
+             more than {tolerance:.0e}"
         );
     }
     if !orders_match {
