@@ -337,12 +337,11 @@ pub fn rotary(x: &Tensor, base: f64) -> Tensor {
         .astype(DType::F32);
     let inv_freq = (pair * (-2.0 * base.ln() / dh as f64)).exp();
     let angle = position * inv_freq;
-    // rotate_half(x) = concat(-x2, x1) = x @ R, with R[j + half, j] = -1 and R[j, j + half] = 1.
-    let r_rows = x.iota_along(&[dh, dh], 0).astype(DType::F32);
-    let r_cols = x.iota_along(&[dh, dh], 1).astype(DType::F32);
-    let minus = r_rows.eq(&(&r_cols + half)).astype(DType::F32);
-    let plus = r_cols.eq(&(&r_rows + half)).astype(DType::F32);
-    let rotation = (plus - minus).astype(x.dtype());
-    let rotated = x.dot_general(&rotation, (&[3], &[0]), (&[], &[]));
+    // rotate_half(x) = concat(-x2, x1) along the head dimension.
+    let (x1, x2) = (
+        Tensor::slice_axis(x, 3, 0, half),
+        Tensor::slice_axis(x, 3, half, dh),
+    );
+    let rotated = (-&x2).concatenate(&[&x1], 3);
     x * angle.cos().astype(x.dtype()) + rotated * angle.sin().astype(x.dtype())
 }

@@ -365,6 +365,21 @@ impl Tensor {
         Tensor::bind1(Prim::Slice, params, &[x])
     }
 
+    /// `self` followed by `others`, joined along `axis` (`lax.concatenate`; the other
+    /// dimensions must agree).
+    pub fn concatenate(&self, others: &[&Tensor], axis: usize) -> Tensor {
+        if axis >= self.rank() {
+            return self.fail(
+                "concatenate",
+                format!("axis {axis} is out of range for shape {:?}", self.shape()),
+            );
+        }
+        let mut parts = vec![self];
+        parts.extend_from_slice(others);
+        let params = Params::new().with("dimension", ParamValue::Int(axis as i64));
+        Tensor::bind1(Prim::Concatenate, params, &parts)
+    }
+
     /// Permutes dimensions.
     pub fn transpose(&self, permutation: &[i64]) -> Tensor {
         Tensor::bind1(
