@@ -21,7 +21,8 @@
 //! - over a mesh of one device every sharding is `{replicated}`.
 //!
 //! Modules: [`mesh`] (meshes, device lookup, submeshes), [`spec`] (PartitionSpec text),
-//! [`named`] (NamedSharding: checks, shard shapes, blocks, HloSharding conversions), [`hlo`]
+//! [`named`] (NamedSharding: checks, shard shapes, blocks, HloSharding conversions, the `update`
+//! builders, hashing, the devices a process addresses), [`hlo`]
 //! (HloSharding: construction, XLA normalisation, text), [`sdy`] (Shardy texts),
 //! [`sharding_spec`] (pmap-era ShardingSpec), [`visualize`] (device pictures), and `oracle`
 //! (feature `oracle`: the runner of JAX-made test files).

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 
 use crate::error::{Result, ShardingError};
 
@@ -205,11 +206,20 @@ impl fmt::Display for AbstractMesh {
 }
 
 /// A mesh over devices: an [`AbstractMesh`] plus the device id at each position (row-major).
+/// Two meshes are equal when their shapes and device orders are; they then hash equal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mesh {
     shape: AbstractMesh,
     devices: Vec<i64>,
+    /// Derived from `devices`, so left out of the hash (equal meshes hash equal).
     position_of: HashMap<i64, usize>,
+}
+
+impl Hash for Mesh {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.shape.hash(state);
+        self.devices.hash(state);
+    }
 }
 
 impl Mesh {

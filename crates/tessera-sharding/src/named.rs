@@ -1,5 +1,13 @@
 //! `NamedSharding`: a mesh plus a partition spec, with JAX's checks, shard shapes, per-device
 //! blocks, array mappings, and the conversions to and from `HloSharding`.
+//!
+//! A sharding is a value: equal shardings (same mesh and devices, spec, memory kind and logical
+//! device ids) hash equal, so they can key a map. The `with_*`/`without_*` builders are JAX's
+//! `NamedSharding.update`, each re-running the constructor's checks
+//! ([`NamedSharding::with_spec`], [`NamedSharding::with_mesh`], ...). The device questions of a
+//! sharding over an [`AbstractMesh`] ([`NamedSharding::new_abstract`]) answer
+//! [`ShardingError::AbstractMesh`]; which devices one process addresses is asked with that
+//! process's device ids ([`NamedSharding::addressable_devices`]).
 
 use std::fmt;
 
@@ -10,6 +18,7 @@ use crate::spec::{DimSpec, PartitionSpec};
 
 mod checks;
 mod convert;
+mod update;
 
 /// The highest array rank the conversions accept.
 pub const MAX_RANK: usize = 1024;
@@ -17,8 +26,10 @@ pub const MAX_RANK: usize = 1024;
 /// Which array dimension each mesh axis shards, in spec order (JAX's `ArrayMapping`).
 pub type ArrayMapping = Vec<(String, usize)>;
 
-/// A sharding of an array over a mesh by a partition spec.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A sharding of an array over a mesh by a partition spec. `Eq` and `Hash` compare the mesh (its
+/// devices too, when concrete), the spec, the memory kind and the logical device ids, as JAX's
+/// `__eq__`/`__hash__` do.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct NamedSharding {
     mesh: AbstractMesh,
     devices: Option<Mesh>,
@@ -53,30 +64,6 @@ impl NamedSharding {
             memory_kind: None,
             logical_device_ids: None,
         })
-    }
-
-    /// The same sharding with a memory kind (`device`, `pinned_host`, ...).
-    pub fn with_memory_kind(mut self, kind: &str) -> NamedSharding {
-        self.memory_kind = Some(kind.to_string());
-        self
-    }
-
-    /// The same sharding with JAX's `_logical_device_ids`: the mesh position, in device-assignment
-    /// order, of the device at each mesh coordinate. Must be a permutation of `0..mesh size`.
-    pub fn with_logical_device_ids(mut self, ids: Vec<i64>) -> Result<NamedSharding> {
-        let n = self.mesh.size();
-        let mut seen = vec![false; if ids.len() as i64 == n { ids.len() } else { 0 }];
-        let bad = ids.len() as i64 != n
-            || ids
-                .iter()
-                .any(|&i| i < 0 || i >= n || std::mem::replace(&mut seen[i as usize], true));
-        if bad {
-            return Err(ShardingError::InvalidLogicalDeviceIds {
-                reason: format!("{ids:?} is not a permutation of 0..{n} (one per mesh position)"),
-            });
-        }
-        self.logical_device_ids = Some(ids);
-        Ok(self)
     }
 
     /// Refuses a spec whose tuples mix axis types (a check of older JAX versions; JAX 0.10.2
@@ -132,18 +119,18 @@ impl NamedSharding {
 
     /// The device ids, sorted.
     pub fn device_set(&self) -> Result<Vec<i64>> {
+        self.device_set_for("device_set")
+    }
+
+    /// The device ids, sorted; over an abstract mesh the error names the question `what`.
+    fn device_set_for(&self, what: &'static str) -> Result<Vec<i64>> {
         let mesh = self
             .devices
             .as_ref()
-            .ok_or(ShardingError::AbstractMesh { what: "device_set" })?;
+            .ok_or(ShardingError::AbstractMesh { what })?;
         let mut ids = mesh.device_ids().to_vec();
         ids.sort_unstable();
         Ok(ids)
-    }
-
-    /// The devices this process can address (all of them: Tessera runs one process per mesh).
-    pub fn addressable_devices(&self) -> Result<Vec<i64>> {
-        self.device_set()
     }
 
     /// How many ways each of the first `rank` dimensions is split.
