@@ -1,8 +1,20 @@
 //! `MpmdArray`: an array held by one or more MPMD groups, each group holding an SPMD `Array`
 //! laid out on its own devices (JAXPP's `MpmdArray`).
+//!
+//! JAXPP's assertions are typed errors here: an array off the sharding's groups
+//! ([`MpmdError::WrongGroup`]), two arrays on one group ([`MpmdError::DuplicateGroup`]), arrays
+//! disagreeing in shape, element type or spec ([`MpmdError::Mismatch`]), deleting an array twice
+//! ([`MpmdError::Deleted`]) or one this process holds nothing of ([`MpmdError::NotAddressable`]).
+//!
+//! Deletion is all or none: an `MpmdArray` is built from live arrays only
+//! ([`MpmdError::DeletedArray`]) and [`MpmdArray::delete`] deletes every group's array at once,
+//! so the per-group arrays are never partly deleted (the state JAXPP's `is_deleted` asserts
+//! against cannot be built). A clone holds its own handles on the same buffers: deleting one
+//! handle leaves the other usable, as with [`tessera_pjrt::Array`].
 
 use std::collections::BTreeMap;
 
+use tessera_ir::ShapedArray;
 use tessera_pjrt::{Array, ElementType};
 
 use crate::error::{MpmdError, Result};
@@ -35,14 +47,23 @@ impl MpmdArray {
         MpmdArray::new(vec![array], sharding)
     }
 
-    /// Wraps per-group arrays. Each must lie exactly on one group's devices, that group must be
-    /// one of `sharding`'s, no group may appear twice, and all must agree in shape, element type
-    /// and spec (without the MPMD axis).
+    /// Wraps per-group arrays. Each must be live and lie exactly on one group's devices, that
+    /// group must be one of `sharding`'s, no group may appear twice, and all must agree in shape,
+    /// element type and spec (without the MPMD axis). Errors: [`MpmdError::DeletedArray`],
+    /// [`MpmdError::NotOnAGroup`], [`MpmdError::WrongGroup`], [`MpmdError::DuplicateGroup`],
+    /// [`MpmdError::Mismatch`]; no arrays at all is [`MpmdError::NotAddressable`] (use
+    /// [`MpmdArray::remote`]).
     pub fn new(arrays: Vec<Array>, sharding: MpmdSharding) -> Result<MpmdArray> {
         let mesh = sharding.mpmd_mesh();
         let groups = sharding.groups();
         let mut by_group = BTreeMap::new();
         for (index, array) in arrays.into_iter().enumerate() {
+            if array.is_deleted() {
+                return Err(MpmdError::DeletedArray {
+                    index,
+                    shape: array.shape().to_vec(),
+                });
+            }
             let devices = array.sharding().device_set()?;
             let group =
                 mesh.group_with_devices(&devices)
@@ -71,17 +92,15 @@ impl MpmdArray {
                 return Err(MpmdError::DuplicateGroup { index, group });
             }
         }
-        let first = by_group.values().next().ok_or(MpmdError::NotAddressable)?;
+        let (&g0, first) = by_group.iter().next().ok_or(MpmdError::NotAddressable)?;
         let (shape, ty) = (first.shape().to_vec(), first.element_type());
-        if let Some(other) = by_group
-            .values()
-            .find(|a| a.shape() != shape || a.element_type() != ty)
+        if let Some((g, other)) = by_group
+            .iter()
+            .find(|(_, a)| a.shape() != shape || a.element_type() != ty)
         {
             return Err(MpmdError::Mismatch {
                 what: format!(
-                    "{:?}{:?} and {:?}{:?}",
-                    ty,
-                    shape,
+                    "group {g0}'s array is {ty:?}{shape:?}, group {g}'s is {:?}{:?}",
                     other.element_type(),
                     other.shape()
                 ),
@@ -121,6 +140,18 @@ impl MpmdArray {
         self.ty
     }
 
+    /// The rank (the length of [`MpmdArray::shape`]).
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The abstract value: shape and dtype, strongly typed and without a sharding (JAXPP's `aval`,
+    /// a `ShapedArray(shape, dtype, weak_type=False)`). Known in every process, holding data or
+    /// not.
+    pub fn aval(&self) -> ShapedArray {
+        ShapedArray::new(self.ty.dtype(), &self.shape)
+    }
+
     /// The MPMD sharding.
     pub fn mpmd_sharding(&self) -> &MpmdSharding {
         &self.sharding
@@ -145,7 +176,7 @@ impl MpmdArray {
     /// The per-group arrays, by group.
     pub fn to_mpmd_local_arrays(&self) -> Result<&BTreeMap<usize, Array>> {
         if self.is_deleted() {
-            return Err(tessera_pjrt::PjrtError::Deleted.into());
+            return Err(MpmdError::Deleted);
         }
         Ok(&self.arrays)
     }
@@ -155,7 +186,7 @@ impl MpmdArray {
     /// run), the lowest group's ([`MpmdArray::to_mpmd_local_arrays`] gives them all).
     pub fn to_mpmd_local_array(&self) -> Result<Option<&Array>> {
         if self.is_deleted() {
-            return Err(tessera_pjrt::PjrtError::Deleted.into());
+            return Err(MpmdError::Deleted);
         }
         Ok(self.arrays.values().next())
     }
@@ -169,7 +200,7 @@ impl MpmdArray {
             .and_then(|g| self.arrays.get(&g))
             .ok_or(MpmdError::NotAddressable)?;
         if array.is_deleted() {
-            return Err(tessera_pjrt::PjrtError::Deleted.into());
+            return Err(MpmdError::Deleted);
         }
         Ok(array)
     }
@@ -179,21 +210,40 @@ impl MpmdArray {
         self.arrays
     }
 
-    /// Frees every group's buffers.
-    pub fn delete(&mut self) {
+    /// Deletes every group's array (their buffers are freed unless a clone still holds them), as
+    /// JAXPP's `delete`: an array this process holds nothing of is [`MpmdError::NotAddressable`]
+    /// (its data lives in other processes, which delete it there), and a second delete is
+    /// [`MpmdError::Deleted`].
+    pub fn delete(&mut self) -> Result<()> {
+        if !self.is_partially_addressable() {
+            return Err(MpmdError::NotAddressable);
+        }
+        if self.is_deleted() {
+            return Err(MpmdError::Deleted);
+        }
         self.arrays.values_mut().for_each(Array::delete);
+        Ok(())
     }
 
-    /// Whether [`MpmdArray::delete`] was called.
+    /// Whether [`MpmdArray::delete`] was called. The per-group arrays are deleted all or none (see
+    /// the module docs), so this is every group's answer. An array this process holds nothing of
+    /// answers `false` (JAXPP asserts there; nothing of it was deleted here, and a step checks its
+    /// arguments the same way in every process).
     pub fn is_deleted(&self) -> bool {
         self.arrays.values().any(Array::is_deleted)
     }
 
-    /// Waits until every group's data is computed.
-    pub fn block_until_ready(&self) -> Result<()> {
+    /// Waits until every group's data held here is computed and returns the array, as JAX's
+    /// `block_until_ready` does (`array.block_until_ready()?.first_mpmd_replica()?`). An array
+    /// this process holds nothing of has nothing to wait for; a deleted one is
+    /// [`MpmdError::Deleted`].
+    pub fn block_until_ready(&self) -> Result<&Self> {
+        if self.is_deleted() {
+            return Err(MpmdError::Deleted);
+        }
         for array in self.arrays.values() {
             array.block_until_ready()?;
         }
-        Ok(())
+        Ok(self)
     }
 }

@@ -33,7 +33,7 @@ pub enum MpmdError {
     },
     /// An array lies on a group its sharding does not name.
     #[error(
-        "array {index} lies on MPMD group {group}, which is not among the sharding's groups {groups:?}"
+        "array {index} lies on MPMD group {group}, which is not among the sharding's groups {groups:?}; put it on one of those groups or name group {group} in the MpmdSharding"
     )]
     WrongGroup {
         /// Position of the array.
@@ -44,7 +44,9 @@ pub enum MpmdError {
         groups: Vec<usize>,
     },
     /// Two arrays lie on the same group.
-    #[error("array {index} lies on MPMD group {group}, which another array already holds")]
+    #[error(
+        "array {index} lies on MPMD group {group}, which another array already holds; give one array per group"
+    )]
     DuplicateGroup {
         /// Position of the array.
         index: usize,
@@ -52,14 +54,34 @@ pub enum MpmdError {
         group: usize,
     },
     /// Arrays of one `MpmdArray` disagree in shape, type or spec.
-    #[error("the arrays of an MpmdArray must agree: {what}")]
+    #[error(
+        "the arrays of an MpmdArray must agree in shape, element type and spec (the MpmdSharding's, without the MPMD axis): {what}"
+    )]
     Mismatch {
         /// What differed.
         what: String,
     },
-    /// An `MpmdArray` with no local data was asked for its data.
-    #[error("the array is not addressable here: it holds no data in this process's MPMD groups")]
+    /// An `MpmdArray` with no local data was asked for its data, or to delete it.
+    #[error(
+        "the array is not addressable here: it holds no data in this process's MPMD groups (ask the process running one of its groups)"
+    )]
     NotAddressable,
+    /// An `MpmdArray` was used, or deleted again, after [`crate::MpmdArray::delete`] (or after a
+    /// step it was donated to deleted it).
+    #[error(
+        "the MpmdArray was deleted (by delete() or by a step it was donated to); it cannot be used or deleted again (keep a copy made before deleting it)"
+    )]
+    Deleted,
+    /// An `MpmdArray` was built from an array that was already deleted.
+    #[error(
+        "array {index} (shape {shape:?}) was deleted or donated; an MpmdArray is made of live arrays"
+    )]
+    DeletedArray {
+        /// Position of the array.
+        index: usize,
+        /// Its shape.
+        shape: Vec<i64>,
+    },
     /// A list of arrays and a list of shardings differ in length.
     #[error("{arrays} arrays but {shardings} shardings; give one sharding per array")]
     LengthMismatch {

@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+use tessera_ir::{DType, ShapedArray};
 use tessera_mpmd::{MpmdArray, MpmdError, MpmdMesh, MpmdSharding};
 use tessera_pjrt::{Array, Client, ElementType, HostArray};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
@@ -68,6 +69,10 @@ fn an_array_on_another_process_has_a_type_and_no_data() {
         remote.first_mpmd_replica(),
         Err(MpmdError::NotAddressable)
     ));
-    remote.delete();
+    assert_eq!(remote.ndim(), 2);
+    assert_eq!(remote.aval(), ShapedArray::new(DType::F32, &[2, 2]));
+    // Its data lives in the process of group 2, which deletes it there.
+    assert!(matches!(remote.delete(), Err(MpmdError::NotAddressable)));
     assert!(!remote.is_deleted());
+    assert!(remote.block_until_ready().is_ok());
 }

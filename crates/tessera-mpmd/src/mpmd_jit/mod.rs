@@ -362,8 +362,11 @@ impl MpmdJit {
     pub fn call_mpmd_donated(&self, args: &mut [StepArg]) -> Result<MpmdStepRun, DriverError> {
         let run = self.run(args)?;
         for &a in &self.donated {
-            if let Some(StepArg::Mpmd(m)) = args.get_mut(a) {
-                m.delete();
+            // An array of another process's groups holds nothing here to delete.
+            if let Some(StepArg::Mpmd(m)) = args.get_mut(a)
+                && m.is_partially_addressable()
+            {
+                m.delete()?;
             }
         }
         Ok(run)

@@ -1,0 +1,197 @@
+//! `MpmdArray`'s own API on the 8 CPU devices (4 groups × 2 devices): the constructor's refusals
+//! (JAXPP's `ValueError`s and asserts, as typed errors), `ndim`/`aval`, `delete` once and only
+//! once, and `block_until_ready` handing the array back.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use tessera_ir::{DType, ShapedArray};
+use tessera_mpmd::{MpmdArray, MpmdError, MpmdMesh, MpmdSharding};
+use tessera_pjrt::{Array, Client, HostArray};
+use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
+
+fn p(text: &str) -> PartitionSpec {
+    PartitionSpec::parse(text).unwrap()
+}
+
+fn setup() -> (Client, MpmdMesh) {
+    let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 4), ("data", 2)]).unwrap(), "stage").unwrap();
+    (Client::cpu(8).unwrap(), mesh)
+}
+
+fn value() -> HostArray {
+    HostArray::from_slice(&[2, 2], &[1f32, 2., 3., 4.]).unwrap()
+}
+
+/// `value` put on `group`'s devices by `spec`.
+fn on_group(
+    client: &Client,
+    mesh: &MpmdMesh,
+    group: usize,
+    value: &HostArray,
+    spec: &str,
+) -> Array {
+    let sharding = NamedSharding::new(mesh.group(group).unwrap(), p(spec)).unwrap();
+    Array::device_put(client, value, &sharding).unwrap()
+}
+
+#[test]
+fn an_array_on_a_group_the_sharding_does_not_name_is_refused() {
+    let (client, mesh) = setup();
+    let sharding = MpmdSharding::new(&mesh, [0, 1], &p("P()")).unwrap();
+    let arrays = vec![
+        on_group(&client, &mesh, 0, &value(), "P()"),
+        on_group(&client, &mesh, 2, &value(), "P()"),
+    ];
+    let err = MpmdArray::new(arrays, sharding).unwrap_err();
+    assert!(
+        matches!(&err, MpmdError::WrongGroup { index: 1, group: 2, groups } if groups == &[0, 1]),
+        "{err}"
+    );
+    assert!(err.to_string().contains("name group 2"), "{err}");
+}
+
+#[test]
+fn two_arrays_on_one_group_are_refused() {
+    let (client, mesh) = setup();
+    let sharding = MpmdSharding::new(&mesh, [1, 3], &p("P()")).unwrap();
+    let arrays = vec![
+        on_group(&client, &mesh, 3, &value(), "P()"),
+        on_group(&client, &mesh, 1, &value(), "P()"),
+        on_group(&client, &mesh, 3, &value(), "P()"),
+    ];
+    let err = MpmdArray::new(arrays, sharding).unwrap_err();
+    assert!(
+        matches!(err, MpmdError::DuplicateGroup { index: 2, group: 3 }),
+        "{err}"
+    );
+}
+
+#[test]
+fn arrays_disagreeing_in_shape_type_or_spec_are_refused() {
+    let (client, mesh) = setup();
+    let replicated = || MpmdSharding::new(&mesh, [0, 1], &p("P()")).unwrap();
+    let mismatch =
+        |arrays: Vec<Array>, sharding: MpmdSharding| match MpmdArray::new(arrays, sharding)
+            .unwrap_err()
+        {
+            MpmdError::Mismatch { what } => what,
+            other => panic!("expected a mismatch, got {other}"),
+        };
+
+    let wider = HostArray::from_slice(&[2, 3], &[0f32; 6]).unwrap();
+    let shapes = vec![
+        on_group(&client, &mesh, 0, &value(), "P()"),
+        on_group(&client, &mesh, 1, &wider, "P()"),
+    ];
+    assert_eq!(
+        mismatch(shapes, replicated()),
+        "group 0's array is F32[2, 2], group 1's is F32[2, 3]"
+    );
+
+    let ints = HostArray::from_slice(&[2, 2], &[1i32, 2, 3, 4]).unwrap();
+    let types = vec![
+        on_group(&client, &mesh, 0, &value(), "P()"),
+        on_group(&client, &mesh, 1, &ints, "P()"),
+    ];
+    assert_eq!(
+        mismatch(types, replicated()),
+        "group 0's array is F32[2, 2], group 1's is S32[2, 2]"
+    );
+
+    // The second array is sharded over 'data' within its group; the sharding says replicated.
+    let specs = vec![
+        on_group(&client, &mesh, 0, &value(), "P()"),
+        on_group(&client, &mesh, 1, &value(), "P('data')"),
+    ];
+    assert_eq!(
+        mismatch(specs, replicated()),
+        "array 1 has spec P('data',), the sharding says P()"
+    );
+    // The MPMD axis is filtered out of the spec before comparing.
+    let sharded = MpmdSharding::new(&mesh, [1], &p("P(('stage', 'data'),)")).unwrap();
+    let array = on_group(&client, &mesh, 1, &value(), "P('data')");
+    assert!(MpmdArray::new(vec![array], sharded).is_ok());
+}
+
+#[test]
+fn a_deleted_array_cannot_be_part_of_an_mpmd_array() {
+    let (client, mesh) = setup();
+    let sharding = MpmdSharding::new(&mesh, [0, 1], &p("P()")).unwrap();
+    let mut gone = on_group(&client, &mesh, 1, &value(), "P()");
+    gone.delete();
+    let arrays = vec![on_group(&client, &mesh, 0, &value(), "P()"), gone];
+    let err = MpmdArray::new(arrays, sharding).unwrap_err();
+    assert!(
+        matches!(&err, MpmdError::DeletedArray { index: 1, shape } if shape == &[2, 2]),
+        "{err}"
+    );
+}
+
+#[test]
+fn ndim_and_aval_describe_the_array() {
+    let (client, mesh) = setup();
+    let ints = HostArray::from_slice(&[2, 1, 2], &[1i32, 2, 3, 4]).unwrap();
+    let sharding = MpmdSharding::new(&mesh, [2], &p("P('data')")).unwrap();
+    let array = MpmdArray::new(
+        vec![on_group(&client, &mesh, 2, &ints, "P('data')")],
+        sharding,
+    )
+    .unwrap();
+    assert_eq!(array.ndim(), 3);
+    let aval = array.aval();
+    assert_eq!(aval, ShapedArray::new(DType::I32, &[2, 1, 2]));
+    assert!(!aval.weak_type && aval.sharding.is_none());
+}
+
+#[test]
+fn delete_frees_every_group_once() {
+    let (client, mesh) = setup();
+    let sharding = MpmdSharding::new(&mesh, [0, 3], &p("P()")).unwrap();
+    let arrays = vec![
+        on_group(&client, &mesh, 0, &value(), "P()"),
+        on_group(&client, &mesh, 3, &value(), "P()"),
+    ];
+    let mut array = MpmdArray::new(arrays, sharding).unwrap();
+    let kept = array.clone();
+    assert!(!array.is_deleted());
+    array.delete().unwrap();
+    assert!(array.is_deleted());
+    assert!(matches!(array.delete(), Err(MpmdError::Deleted)));
+    assert!(matches!(
+        array.to_mpmd_local_arrays(),
+        Err(MpmdError::Deleted)
+    ));
+    assert!(matches!(
+        array.to_mpmd_local_array(),
+        Err(MpmdError::Deleted)
+    ));
+    assert!(matches!(
+        array.first_mpmd_replica(),
+        Err(MpmdError::Deleted)
+    ));
+    assert!(matches!(array.block_until_ready(), Err(MpmdError::Deleted)));
+    // Every group's array went: taken out, none is live.
+    let arrays = array.into_arrays();
+    assert_eq!(arrays.len(), 2);
+    assert!(arrays.values().all(Array::is_deleted));
+    // A clone made before holds its own handles on the buffers.
+    assert!(!kept.is_deleted());
+    for group_array in kept.to_mpmd_local_arrays().unwrap().values() {
+        assert_eq!(group_array.to_host().unwrap(), value());
+    }
+}
+
+#[test]
+fn block_until_ready_hands_back_the_array() {
+    let (client, mesh) = setup();
+    let sharding = MpmdSharding::new(&mesh, [1, 2], &p("P('data')")).unwrap();
+    let arrays = vec![
+        on_group(&client, &mesh, 2, &value(), "P('data')"),
+        on_group(&client, &mesh, 1, &value(), "P('data')"),
+    ];
+    let array = MpmdArray::new(arrays, sharding).unwrap();
+    let ready = array.block_until_ready().unwrap();
+    assert!(std::ptr::eq(ready, &array));
+    let host = ready.first_mpmd_replica().unwrap().to_host().unwrap();
+    assert_eq!(host, value());
+}
