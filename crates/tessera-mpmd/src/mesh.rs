@@ -1,5 +1,11 @@
 //! `MpmdMesh`: a mesh with one axis designated as the MPMD axis, splitting it into groups that
 //! run different programs (pipeline stages). Each group is an SPMD mesh of its own.
+//!
+//! A mesh made by [`MpmdMesh::new`] is one process's: it holds every group
+//! ([`MpmdMesh::my_mpmd_axis_index`] is `None`). A mesh made by [`MpmdMesh::for_process`] is the
+//! view of the process running one group of a multi-process job: it knows that group
+//! ([`MpmdMesh::my_mpmd_axis_index`], [`MpmdMesh::my_mpmd_group_mesh`]) and spans several
+//! processes when it has several groups ([`MpmdMesh::is_multi_process`]).
 
 use std::collections::HashMap;
 
@@ -14,8 +20,9 @@ pub struct MpmdMesh {
     mpmd_axis: String,
     groups: Vec<Mesh>,
     group_of_device: HashMap<i64, usize>,
-    /// The group whose devices programs are lowered for (see [`MpmdMesh::lowering_mesh`]).
-    lowering: usize,
+    /// The group this process runs, in a mesh made by [`MpmdMesh::for_process`]; programs are
+    /// lowered for its devices (group 0's otherwise, see [`MpmdMesh::lowering_mesh`]).
+    local: Option<usize>,
 }
 
 impl MpmdMesh {
@@ -38,7 +45,7 @@ impl MpmdMesh {
             mpmd_axis: mpmd_axis.into(),
             groups,
             group_of_device,
-            lowering: 0,
+            local: None,
         })
     }
 
@@ -63,7 +70,7 @@ impl MpmdMesh {
             .map(|&d| (d - first).rem_euclid(n))
             .collect();
         let mut mesh = MpmdMesh::new(Mesh::new(shape.abstract_mesh().clone(), ids)?, mpmd_axis)?;
-        mesh.lowering = local;
+        mesh.local = Some(local);
         Ok(mesh)
     }
 
@@ -99,7 +106,28 @@ impl MpmdMesh {
     /// process, group 0's devices stand for it, in a process of a multi-process job its own
     /// group's, see [`MpmdMesh::for_process`]).
     pub fn lowering_mesh(&self) -> &Mesh {
-        &self.groups[self.lowering]
+        &self.groups[self.local.unwrap_or(0)]
+    }
+
+    /// The group this process runs (JAXPP's `my_mpmd_axis_index`), in a mesh made by
+    /// [`MpmdMesh::for_process`]. `None` in a mesh made by [`MpmdMesh::new`]: one process holds
+    /// every group, so none is its own (JAXPP raises there).
+    pub fn my_mpmd_axis_index(&self) -> Option<usize> {
+        self.local
+    }
+
+    /// The mesh of this process's group with the MPMD axis kept, of size 1 (JAXPP's
+    /// `my_mpmd_group_mesh`); `None` where [`MpmdMesh::my_mpmd_axis_index`] is.
+    pub fn my_mpmd_group_mesh(&self) -> Option<Mesh> {
+        // `local` was checked to be a group by `for_process`, so the submesh exists.
+        self.local.and_then(|g| self.submesh(&[g]).ok())
+    }
+
+    /// Whether the mesh's devices belong to more than one process (JAX's `is_multi_process`): a
+    /// mesh made by [`MpmdMesh::for_process`] with more than one group, each group run by its own
+    /// process. A mesh made by [`MpmdMesh::new`] is one process's.
+    pub fn is_multi_process(&self) -> bool {
+        self.local.is_some() && self.mpmd_dim() > 1
     }
 
     /// The group holding `device`.
@@ -191,6 +219,36 @@ mod tests {
         assert_eq!(m.group(0).unwrap().device_ids(), [4, 5]);
         assert_eq!(m.lowering_mesh().device_ids(), [0, 1]);
         assert_eq!(mesh().lowering_mesh().device_ids(), [0, 1]);
+    }
+
+    #[test]
+    fn a_process_mesh_knows_its_group_and_a_one_process_mesh_has_none() {
+        let one = mesh();
+        assert_eq!(one.my_mpmd_axis_index(), None);
+        assert_eq!(one.my_mpmd_group_mesh(), None);
+        assert!(!one.is_multi_process());
+
+        let shape = Mesh::auto(&[("stage", 4), ("data", 2)]).unwrap();
+        let m = MpmdMesh::for_process(&shape, "stage", 2).unwrap();
+        assert_eq!(m.my_mpmd_axis_index(), Some(2));
+        assert!(m.is_multi_process());
+        let own = m.my_mpmd_group_mesh().unwrap();
+        assert_eq!(own.axis_names(), ["stage", "data"]);
+        assert_eq!(own.axis_sizes(), [1, 2]);
+        assert_eq!(own.device_ids(), m.lowering_mesh().device_ids());
+        assert!(matches!(
+            MpmdMesh::for_process(&shape, "stage", 4),
+            Err(MpmdError::UnknownGroup {
+                index: 4,
+                mpmd_dim: 4
+            })
+        ));
+
+        // One group run by one process: its own, on one process.
+        let single = Mesh::auto(&[("stage", 1), ("data", 2)]).unwrap();
+        let m = MpmdMesh::for_process(&single, "stage", 0).unwrap();
+        assert_eq!(m.my_mpmd_axis_index(), Some(0));
+        assert!(!m.is_multi_process());
     }
 
     #[test]
