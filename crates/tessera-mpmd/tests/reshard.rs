@@ -69,3 +69,19 @@ fn an_array_off_the_groups_is_refused_with_its_devices() {
     assert!(matches!(err, MpmdError::NotOnAGroup { .. }), "{err}");
     assert!(err.to_string().contains("[1, 2]"), "{err}");
 }
+
+#[test]
+fn an_array_whose_sharding_names_no_group_goes_to_group_0() {
+    let (client, mesh) = setup();
+    let a = HostArray::from_slice(&[4], &[1f32, 2., 3., 4.]).unwrap();
+    let spmd = NamedSharding::new(mesh.mesh(), p("P('data')")).unwrap();
+    let unused = MpmdSharding::new(&mesh, [], &p("P('data')")).unwrap();
+    assert!(unused.groups().is_empty());
+    let array = Array::device_put(&client, &a, &spmd).unwrap();
+    let mpmd = spmd_to_mpmd_reshard(&client, &mesh, vec![array], vec![unused], None).unwrap();
+    assert_eq!(mpmd[0].mpmd_idxs(), [0]);
+    assert_eq!(mpmd[0].spec(), &p("P('data')"));
+    let local = mpmd[0].first_mpmd_replica().unwrap();
+    assert_eq!(local.sharding().device_set().unwrap(), [0, 1]);
+    assert_eq!(local.to_host().unwrap(), a);
+}
