@@ -24,7 +24,7 @@ fn next_launch_id() -> i32 {
 
 /// A compiled program loaded on its devices, destroyed on drop.
 pub struct LoadedExecutable {
-    client: Client,
+    pub(crate) client: Client,
     raw: *mut sys::PJRT_LoadedExecutable,
     num_outputs: usize,
     device_ids: Vec<i32>,
@@ -69,9 +69,9 @@ impl Client {
 }
 
 /// The unloaded executable behind a loaded one (for metadata and serialisation).
-struct Executable<'a> {
+pub(crate) struct Executable<'a> {
     client: &'a Client,
-    raw: *mut sys::PJRT_Executable,
+    pub(crate) raw: *mut sys::PJRT_Executable,
 }
 
 impl Drop for Executable<'_> {
@@ -109,7 +109,7 @@ impl LoadedExecutable {
         Ok(exec)
     }
 
-    fn executable(&self) -> Result<Executable<'_>> {
+    pub(crate) fn executable(&self) -> Result<Executable<'_>> {
         let mut args = args!(PJRT_LoadedExecutable_GetExecutable_Args {
             loaded_executable: self.raw
         });

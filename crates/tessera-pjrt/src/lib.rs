@@ -13,6 +13,7 @@
 
 #![allow(unsafe_code)]
 
+mod analysis;
 mod array;
 mod buffer;
 mod cache;
@@ -34,6 +35,7 @@ mod readiness;
 mod sys;
 mod util;
 
+pub use analysis::{CostAnalysis, MemoryAnalysis};
 pub use array::{Array, Shard};
 pub use buffer::Buffer;
 pub use cache::{CacheOutcome, CompileCache};

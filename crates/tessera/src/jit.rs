@@ -339,6 +339,19 @@ impl Compiled {
         Ok(self.executable.optimized_program()?)
     }
 
+    /// XLA's cost analysis (FLOPs, bytes accessed, ...: JAX's `compiled.cost_analysis()`); a
+    /// plugin that does not implement it (the default CPU plugin) gives its `Unimplemented`
+    /// error.
+    pub fn cost_analysis(&self) -> Result<tessera_pjrt::CostAnalysis, JitError> {
+        Ok(self.executable.cost_analysis()?)
+    }
+
+    /// XLA's memory analysis (argument, output, alias, temporary and code bytes: JAX's
+    /// `compiled.memory_analysis()`).
+    pub fn memory_analysis(&self) -> Result<tessera_pjrt::MemoryAnalysis, JitError> {
+        Ok(self.executable.memory_analysis()?)
+    }
+
     /// The shardings XLA gave the results, read back from the compiled executable and put on
     /// the program's mesh (as JAX's pxla does): for each result, a `NamedSharding`.
     pub fn compiled_output_shardings(&self) -> Result<Vec<NamedSharding>, JitError> {
