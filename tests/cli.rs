@@ -193,3 +193,37 @@ fn bad_training_input_is_refused_with_the_reason() {
     ];
     refused(&diverged, "the loss of step 2 is NaN");
 }
+
+/// `TESSERA_LOG_COMPILES=1` names every XLA compile on stderr (`compile: @NAME (T ms, D
+/// devices)`); without it nothing is said.
+#[test]
+fn compiles_are_logged_when_asked() {
+    let args = [
+        "train",
+        "--model",
+        "mlp",
+        "--steps",
+        "1",
+        "--stages",
+        "2",
+        "--microbatches",
+        "2",
+        "--batch",
+        "4",
+        "--no-reference",
+        "--eval-every",
+        "0",
+    ];
+    let out = tessera(&args, &[("TESSERA_LOG_COMPILES", "1")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let compiles: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("compile: @"))
+        .collect();
+    assert!(compiles.len() >= 2, "{stderr}");
+    assert!(compiles.iter().all(|l| l.contains(" ms, ")), "{compiles:?}");
+    let quiet = tessera(&args, &[]);
+    assert!(quiet.status.success());
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("compile: "));
+}

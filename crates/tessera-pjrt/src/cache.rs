@@ -58,6 +58,12 @@ impl CompileCache {
             .ok()
             .and_then(|bytes| client.deserialize_executable(&bytes).ok());
         if let Some(executable) = cached {
+            if crate::compile_log::enabled() {
+                crate::compile_log::log(format_args!(
+                    "cache hit: {}",
+                    crate::compile_log::module_name(module)
+                ));
+            }
             return Ok((executable, CacheOutcome::Hit));
         }
         let executable = client.compile(module, options)?;

@@ -52,8 +52,18 @@ impl Client {
             compile_options: options.as_ptr().cast(),
             compile_options_size: options.len(),
         });
+        let began = std::time::Instant::now();
         api_call!(self.plugin(), PJRT_Client_Compile, &mut args)?;
-        LoadedExecutable::wrap(self, args.executable)
+        let executable = LoadedExecutable::wrap(self, args.executable)?;
+        if crate::compile_log::enabled() {
+            crate::compile_log::log(format_args!(
+                "compile: {} ({:.1} ms, {} devices)",
+                crate::compile_log::module_name(module),
+                began.elapsed().as_secs_f64() * 1000.0,
+                executable.device_ids().len()
+            ));
+        }
+        Ok(executable)
     }
 
     /// Loads an executable serialised by [`LoadedExecutable::serialize`] with this plugin.

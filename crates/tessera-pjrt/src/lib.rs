@@ -18,6 +18,7 @@ mod array;
 mod buffer;
 mod cache;
 mod client;
+pub mod compile_log;
 mod compile_options;
 mod cuda;
 mod device;
