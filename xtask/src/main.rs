@@ -9,6 +9,7 @@ mod jax;
 #[allow(dead_code)]
 #[path = "../../crates/tessera-pjrt/src/known_plugins.rs"]
 mod known_plugins;
+mod llama;
 mod mpi_demo;
 mod plugin;
 mod setup;
@@ -44,6 +45,10 @@ enum Command {
         /// Also run JAX on the same machine and write docs/benchmarks.md.
         #[arg(long)]
         compare_jax: bool,
+        /// With --compare-jax: only the "Llama train step, 1 device" rows, replacing their
+        /// section of docs/benchmarks.md.
+        #[arg(long, requires = "compare_jax")]
+        llama_only: bool,
     },
 }
 
@@ -53,7 +58,10 @@ fn main() -> ExitCode {
         Command::Setup(args) => setup::run_with(&args).map(|_| ExitCode::SUCCESS),
         Command::Test { args } => test::run(&args),
         Command::Demo => demo::run(),
-        Command::Bench { compare_jax } => bench(compare_jax),
+        Command::Bench {
+            compare_jax,
+            llama_only,
+        } => bench(compare_jax, llama_only),
     };
     match result {
         Ok(code) => code,
@@ -64,8 +72,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn bench(compare_jax: bool) -> anyhow::Result<ExitCode> {
+fn bench(compare_jax: bool, llama_only: bool) -> anyhow::Result<ExitCode> {
     setup::run()?;
+    if llama_only {
+        cmd::step("bench: the Llama rows against JAX (docs/benchmarks.md)");
+        jax::compare_llama_only()?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if compare_jax {
         cmd::step("bench: comparing with JAX on the same machine (docs/benchmarks.md)");
         jax::compare()?;
