@@ -1,10 +1,11 @@
-//! Project automation for Tessera: `cargo xtask setup | test | demo | bench`.
+//! Project automation for Tessera: `cargo xtask setup | test | demo | bench | gpu-bundle`.
 //!
 //! Every command says what it is doing. `setup` is idempotent: a second run checks what is
 //! installed and skips it.
 
 mod cmd;
 mod demo;
+mod gpu_bundle;
 mod jax;
 #[allow(dead_code)]
 #[path = "../../crates/tessera-pjrt/src/known_plugins.rs"]
@@ -16,6 +17,7 @@ mod setup;
 mod synthetic;
 mod test;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -50,6 +52,13 @@ enum Command {
         #[arg(long, requires = "compare_jax")]
         llama_only: bool,
     },
+    /// Write DIR: the stripped release binary (xz), the shared libraries a GPU machine may lack,
+    /// JAX's side of the Llama benchmark, JAX's oracle programs and DIR/run.sh, which runs them
+    /// there against the machine's own JAX (at most 60 MiB).
+    GpuBundle {
+        /// The directory to write (empty, new, or an earlier bundle).
+        dir: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -62,6 +71,7 @@ fn main() -> ExitCode {
             compare_jax,
             llama_only,
         } => bench(compare_jax, llama_only),
+        Command::GpuBundle { dir } => gpu_bundle::run(&dir).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
