@@ -287,10 +287,18 @@ pub fn compare() -> anyhow::Result<()> {
 /// Runs the Llama rows ([`crate::llama::run`]) and dates them.
 fn llama_section(root: &Path, python: &Path) -> anyhow::Result<crate::llama::LlamaSection> {
     let (jax, rows) = crate::llama::run(root, python)?;
+    let date = cmd::output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
+        .unwrap_or_else(|| "unknown date".into());
+    // How busy the machine was: other jobs share its CPUs.
+    let load = fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(str::to_owned));
     Ok(crate::llama::LlamaSection {
         machine: machine(),
-        date: cmd::output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
-            .unwrap_or_else(|| "unknown date".into()),
+        date: match load {
+            Some(load) => format!("{date} (load average {load} at the end)"),
+            None => date,
+        },
         jax,
         rows,
     })
