@@ -1,10 +1,11 @@
 //! `cargo xtask bench --compare-jax`: JAX and Tessera on the same model, batch and 8 CPU devices,
 //! written to `docs/benchmarks.md`.
 //!
-//! JAX's side: a virtual environment under `target/jax-venv/` with a pinned CPU `jax`/`jaxlib`,
-//! running `benches/jax/bench_jax.py`, which prints one JSON object of medians. Tessera's side
-//! fills [`TesseraResults`]; every metric it leaves `None` is rendered as "not measured yet", so
-//! the table never shows a made-up number.
+//! JAX's side: a virtual environment under `target/jax-venv/` with a pinned CPU `jax`/`jaxlib`
+//! and `optax`, running `benches/jax/bench_jax.py`, which prints one JSON object of medians.
+//! Tessera's side fills [`TesseraResults`]; every metric it leaves `None` is rendered as "not
+//! measured yet", so the table never shows a made-up number. The Llama rows (one device, the
+//! model users train) are [`crate::llama`]'s.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -25,8 +26,11 @@ use crate::known_plugins::DEFAULT_CPU_PLUGIN;
 pub const JAX_VERSION: &str = DEFAULT_CPU_PLUGIN.compare_jax;
 /// The jaxlib matching [`JAX_VERSION`] (see there for why).
 pub const JAXLIB_VERSION: &str = DEFAULT_CPU_PLUGIN.compare_jax;
+/// The optax whose `adamw` JAX's Llama step uses (the newest release when this was written; it
+/// takes jax 0.4.27 and later).
+pub const OPTAX_VERSION: &str = "0.2.8";
 /// The virtual environment, under the git-ignored `target/`.
-const VENV_DIR: &str = "target/jax-venv";
+pub const VENV_DIR: &str = "target/jax-venv";
 /// JAX's benchmark script.
 const SCRIPT: &str = "benches/jax/bench_jax.py";
 /// Where JAX's raw JSON is kept for a later look.
@@ -230,6 +234,8 @@ pub struct Report {
     pub tessera: TesseraResults,
     /// The runtime's synthetic runs, one row per schedule.
     pub synthetic: Vec<crate::synthetic::SyntheticRow>,
+    /// The Llama rows (their section names the machine and date too).
+    pub llama: crate::llama::LlamaSection,
 }
 
 /// `cargo xtask bench --compare-jax`: JAX's side now; Tessera's side joins through
@@ -248,16 +254,17 @@ pub fn compare() -> anyhow::Result<()> {
     }
     let jax = average_jax(&jax_rounds);
     let mut tessera = average_tessera(&tessera_rounds);
+    let llama = llama_section(&root, &python)?;
     tessera.pipelined = run_pipelined(&root)?;
     let synthetic = crate::synthetic::run(&root)?;
     let report = Report {
-        machine: machine(),
-        date: cmd::output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
-            .unwrap_or_else(|| "unknown date".into()),
+        machine: llama.machine.clone(),
+        date: llama.date.clone(),
         plugin: plugin_version(),
         jax,
         tessera,
         synthetic,
+        llama,
     };
     let markdown = render(&report);
     println!("{markdown}");
@@ -275,6 +282,45 @@ pub fn compare() -> anyhow::Result<()> {
     };
     fs::write(&out, text).with_context(|| format!("could not write {}", out.display()))?;
     Ok(())
+}
+
+/// Runs the Llama rows ([`crate::llama::run`]) and dates them.
+fn llama_section(root: &Path, python: &Path) -> anyhow::Result<crate::llama::LlamaSection> {
+    let (jax, rows) = crate::llama::run(root, python)?;
+    let date = cmd::output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
+        .unwrap_or_else(|| "unknown date".into());
+    // How busy the machine was: other jobs share its CPUs.
+    let load = fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(str::to_owned));
+    Ok(crate::llama::LlamaSection {
+        machine: machine(),
+        date: match load {
+            Some(load) => format!("{date} (load average {load} at the end)"),
+            None => date,
+        },
+        jax,
+        rows,
+    })
+}
+
+/// `cargo xtask bench --compare-jax --llama-only`: the Llama rows alone, replacing their section
+/// of `docs/benchmarks.md` and keeping the rest.
+pub fn compare_llama_only() -> anyhow::Result<()> {
+    let root = cmd::workspace_root();
+    let python = ensure_venv(&root)?;
+    ensure_jax(&python)?;
+    let mut section = String::new();
+    crate::llama::render(&mut section, &llama_section(&root, &python)?);
+    println!("{section}");
+    let out = root.join(OUTPUT);
+    step(&format!(
+        "bench: writing the Llama section of {}",
+        out.display()
+    ));
+    let old = fs::read_to_string(&out).unwrap_or_default();
+    let text = crate::llama::splice(&old, &section, "## Pipelined step", KEPT_MARKER);
+    fs::write(&out, text).with_context(|| format!("could not write {}", out.display()))
 }
 
 /// The schedules whose pipelined step is set against the simulator: (name, stages, groups).
@@ -404,7 +450,7 @@ fn average_tessera(rounds: &[TesseraResults]) -> TesseraResults {
 }
 
 /// Makes `target/jax-venv/` if it is missing or broken, and returns its Python.
-fn ensure_venv(root: &Path) -> anyhow::Result<PathBuf> {
+pub fn ensure_venv(root: &Path) -> anyhow::Result<PathBuf> {
     let venv = root.join(VENV_DIR);
     let python = venv.join("bin").join("python");
     if python.is_file() && cmd::output(&python.to_string_lossy(), &["--version"]).is_some() {
@@ -480,27 +526,28 @@ fn ensure_venv_module() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Installs the pinned CPU jax/jaxlib into the venv unless they are there already.
-fn ensure_jax(python: &Path) -> anyhow::Result<()> {
+/// Installs the pinned CPU jax/jaxlib and optax into the venv unless they are there already.
+pub fn ensure_jax(python: &Path) -> anyhow::Result<()> {
     let python_str = python.to_string_lossy();
     let installed = cmd::output(
         &python_str,
         &[
             "-c",
-            "import jax, jaxlib; print(jax.__version__, jaxlib.__version__)",
+            "import jax, jaxlib, optax; print(jax.__version__, jaxlib.__version__, \
+             optax.__version__)",
         ],
     );
-    let wanted = format!("{JAX_VERSION} {JAXLIB_VERSION}");
+    let wanted = format!("{JAX_VERSION} {JAXLIB_VERSION} {OPTAX_VERSION}");
     if installed.as_deref() == Some(wanted.as_str()) {
         step(&format!(
-            "bench: jax {JAX_VERSION} and jaxlib {JAXLIB_VERSION} are installed in the venv \
-             (skipped)"
+            "bench: jax {JAX_VERSION}, jaxlib {JAXLIB_VERSION} and optax {OPTAX_VERSION} are \
+             installed in the venv (skipped)"
         ));
         return Ok(());
     }
     step(&format!(
-        "bench: installing CPU jax {JAX_VERSION} and jaxlib {JAXLIB_VERSION} into the venv with \
-         pip (was: {})",
+        "bench: installing CPU jax {JAX_VERSION}, jaxlib {JAXLIB_VERSION} and optax \
+         {OPTAX_VERSION} into the venv with pip (was: {})",
         installed.as_deref().unwrap_or("none")
     ));
     cmd::run(Command::new(python).args([
@@ -511,6 +558,7 @@ fn ensure_jax(python: &Path) -> anyhow::Result<()> {
         "--disable-pip-version-check",
         &format!("jax=={JAX_VERSION}"),
         &format!("jaxlib=={JAXLIB_VERSION}"),
+        &format!("optax=={OPTAX_VERSION}"),
     ]))
 }
 
@@ -679,6 +727,7 @@ pub fn render(report: &Report) -> String {
         );
     }
     let _ = writeln!(md);
+    crate::llama::render(&mut md, &report.llama);
     let _ = writeln!(md, "## Pipelined step (Tessera only)");
     let _ = writeln!(md);
     let _ = writeln!(
@@ -797,6 +846,7 @@ mod tests {
                 }],
             },
             synthetic: Vec::new(),
+            llama: crate::llama::tests::fake_section(),
         };
         let md = render(&report);
         assert!(md.contains("| Machine | Test CPU, 2 CPUs (nproc) |"));
@@ -830,6 +880,10 @@ mod tests {
             "| 1F1B | 10.5 ms | 10.0 ms | 1.05× | 0.90×–1.10× | met (0.90× ≤ 1.05× ≤ 1.10×) |"
         );
         assert!(!md.contains("| every schedule |"));
+        // The Llama rows come between the main table and the pipelined step, as tokens/s.
+        let (llama, pipelined) = (md.find(crate::llama::HEADING), md.find("## Pipelined step"));
+        assert!(llama.is_some() && llama < pipelined, "{md}");
+        assert!(row(&md, &crate::llama::MODELS[0].label()).contains("| 0.69× | ≥ 1.0× | missed"));
     }
 
     #[test]
@@ -848,6 +902,10 @@ mod tests {
             jax: fake_jax(),
             tessera: TesseraResults::default(),
             synthetic: Vec::new(),
+            llama: crate::llama::LlamaSection {
+                rows: Vec::new(),
+                ..crate::llama::tests::fake_section()
+            },
         };
         let md = render(&report);
         for metric in Metric::ALL {
@@ -858,6 +916,7 @@ mod tests {
             assert!(!line.contains("met ("), "{line}");
         }
         assert!(row(&md, "every schedule").contains(NOT_MEASURED));
+        assert!(row(&md, "Llama train step, 1 device").contains(NOT_MEASURED));
     }
 
     #[test]

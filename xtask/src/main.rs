@@ -1,20 +1,23 @@
-//! Project automation for Tessera: `cargo xtask setup | test | demo | bench`.
+//! Project automation for Tessera: `cargo xtask setup | test | demo | bench | gpu-bundle`.
 //!
 //! Every command says what it is doing. `setup` is idempotent: a second run checks what is
 //! installed and skips it.
 
 mod cmd;
 mod demo;
+mod gpu_bundle;
 mod jax;
 #[allow(dead_code)]
 #[path = "../../crates/tessera-pjrt/src/known_plugins.rs"]
 mod known_plugins;
+mod llama;
 mod mpi_demo;
 mod plugin;
 mod setup;
 mod synthetic;
 mod test;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -44,6 +47,17 @@ enum Command {
         /// Also run JAX on the same machine and write docs/benchmarks.md.
         #[arg(long)]
         compare_jax: bool,
+        /// With --compare-jax: only the "Llama train step, 1 device" rows, replacing their
+        /// section of docs/benchmarks.md.
+        #[arg(long, requires = "compare_jax")]
+        llama_only: bool,
+    },
+    /// Write DIR: the stripped release binary (xz), the shared libraries a GPU machine may lack,
+    /// JAX's side of the Llama benchmark, JAX's oracle programs and DIR/run.sh, which runs them
+    /// there against the machine's own JAX (at most 60 MiB).
+    GpuBundle {
+        /// The directory to write (empty, new, or an earlier bundle).
+        dir: PathBuf,
     },
 }
 
@@ -53,7 +67,11 @@ fn main() -> ExitCode {
         Command::Setup(args) => setup::run_with(&args).map(|_| ExitCode::SUCCESS),
         Command::Test { args } => test::run(&args),
         Command::Demo => demo::run(),
-        Command::Bench { compare_jax } => bench(compare_jax),
+        Command::Bench {
+            compare_jax,
+            llama_only,
+        } => bench(compare_jax, llama_only),
+        Command::GpuBundle { dir } => gpu_bundle::run(&dir).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
@@ -64,8 +82,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn bench(compare_jax: bool) -> anyhow::Result<ExitCode> {
+fn bench(compare_jax: bool, llama_only: bool) -> anyhow::Result<ExitCode> {
     setup::run()?;
+    if llama_only {
+        cmd::step("bench: the Llama rows against JAX (docs/benchmarks.md)");
+        jax::compare_llama_only()?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if compare_jax {
         cmd::step("bench: comparing with JAX on the same machine (docs/benchmarks.md)");
         jax::compare()?;

@@ -69,6 +69,46 @@ pub struct CudaOptions {
     pub allocator: Option<String>,
 }
 
+/// The environment variable that sets [`CudaOptions::memory_fraction`] of the CUDA clients
+/// [`Client::open`] creates: a number in (0, 1], e.g. `0.4` so that two processes (two ranks of an
+/// `mpirun` job) share one GPU. Unset: the plugin's default (it takes most of the GPU).
+pub const CUDA_MEMORY_FRACTION_ENV: &str = "TESSERA_CUDA_MEMORY_FRACTION";
+
+impl CudaOptions {
+    /// The options the environment sets ([`CUDA_MEMORY_FRACTION_ENV`]); the rest are left to
+    /// the plugin. A value that is not a fraction is a [`PjrtError::BadEnvironment`].
+    pub fn from_env() -> Result<CudaOptions> {
+        let memory_fraction = std::env::var_os(CUDA_MEMORY_FRACTION_ENV)
+            .map(|value| Self::memory_fraction_from(&value.to_string_lossy()))
+            .transpose()?;
+        Ok(CudaOptions {
+            memory_fraction,
+            ..CudaOptions::default()
+        })
+    }
+
+    /// Reads a memory fraction as [`CUDA_MEMORY_FRACTION_ENV`] gives it: a number greater than
+    /// 0 and at most 1.
+    pub fn memory_fraction_from(text: &str) -> Result<f32> {
+        let bad = |reason: &str| PjrtError::BadEnvironment {
+            variable: CUDA_MEMORY_FRACTION_ENV.into(),
+            value: text.into(),
+            reason: reason.into(),
+        };
+        let fraction: f32 = text
+            .trim()
+            .parse()
+            .map_err(|_| bad("not a number; give the fraction of GPU memory, e.g. 0.4"))?;
+        if fraction > 0.0 && fraction <= 1.0 {
+            Ok(fraction)
+        } else {
+            Err(bad(
+                "the fraction of GPU memory must be greater than 0 and at most 1, e.g. 0.4",
+            ))
+        }
+    }
+}
+
 impl ClientOptions {
     /// Options for the CPU plugin with `count` virtual devices.
     pub fn cpu(count: i64) -> Self {
@@ -282,17 +322,19 @@ impl Client {
 
     /// Creates a client of the plugin `request` names (a known name such as `cpu` or `cuda`, or
     /// a path; `None`: `$TESSERA_PJRT_PLUGIN`, else the default CPU plugin) with the options of
-    /// its platform for `devices` devices (see [`ClientOptions::for_platform`]).
+    /// its platform for `devices` devices (see [`ClientOptions::for_platform`]); a CUDA client
+    /// also takes the options the environment sets ([`CudaOptions::from_env`]).
     pub fn open(request: Option<&str>, devices: i64) -> Result<Client> {
         Client::open_choice(&resolve_plugin(request)?, devices)
     }
 
     /// [`Client::open`] for an already resolved plugin.
     pub fn open_choice(choice: &PluginChoice, devices: i64) -> Result<Client> {
-        Client::open_with(
-            choice,
-            &ClientOptions::for_platform(choice.platform, devices),
-        )
+        let options = match choice.platform {
+            Some(PluginPlatform::Cuda) => ClientOptions::cuda(&CudaOptions::from_env()?),
+            other => ClientOptions::for_platform(other, devices),
+        };
+        Client::open_with(choice, &options)
     }
 
     /// Creates a client of a resolved plugin with `options`, first checking them against the

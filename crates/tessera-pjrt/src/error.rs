@@ -296,6 +296,16 @@ pub enum PjrtError {
         /// Why it was refused.
         reason: String,
     },
+    /// An environment variable Tessera reads holds a value it cannot use.
+    #[error("{variable}={value:?} is refused: {reason}")]
+    BadEnvironment {
+        /// The variable.
+        variable: String,
+        /// Its value.
+        value: String,
+        /// Why, and what to give instead.
+        reason: String,
+    },
 }
 
 /// Shorthand for results of this crate.

@@ -40,7 +40,9 @@ pub use analysis::{CostAnalysis, MemoryAnalysis};
 pub use array::{Array, Shard};
 pub use buffer::Buffer;
 pub use cache::{CacheOutcome, CompileCache};
-pub use client::{Client, ClientOptions, CudaOptions, MAX_CPU_DEVICES, OptionValue};
+pub use client::{
+    CUDA_MEMORY_FRACTION_ENV, Client, ClientOptions, CudaOptions, MAX_CPU_DEVICES, OptionValue,
+};
 pub use compile_options::CompileOptions;
 pub use device::{Device, DeviceInfo, MemoryInfo};
 pub use discovery::{

@@ -4,7 +4,8 @@
 
 use tessera_pjrt::known_plugins::CPU_PLUGINS;
 use tessera_pjrt::{
-    Client, ClientOptions, CudaOptions, PjrtError, PluginPlatform, cached_plugin, resolve_plugin,
+    CUDA_MEMORY_FRACTION_ENV, Client, ClientOptions, CudaOptions, OptionValue, PjrtError,
+    PluginPlatform, cached_plugin, resolve_plugin,
 };
 
 #[test]
@@ -31,6 +32,31 @@ fn a_cuda_option_given_to_the_cpu_plugin_is_named_in_the_error() {
     let text = err.to_string();
     assert!(text.contains(&choice.path.display().to_string()), "{text}");
     assert!(text.contains("cpu_device_count"), "{text}");
+}
+
+/// `TESSERA_CUDA_MEMORY_FRACTION` (how two ranks share one GPU) takes a fraction in (0, 1] and
+/// refuses anything else, naming the variable and its value.
+#[test]
+fn the_cuda_memory_fraction_from_the_environment_is_a_fraction() {
+    assert_eq!(CudaOptions::memory_fraction_from("0.4").unwrap(), 0.4);
+    assert_eq!(CudaOptions::memory_fraction_from(" 1 ").unwrap(), 1.0);
+    for bad in ["0", "1.5", "-0.2", "half", "", "NaN"] {
+        let err = CudaOptions::memory_fraction_from(bad).unwrap_err();
+        assert!(
+            matches!(&err, PjrtError::BadEnvironment { variable, value, .. }
+                if variable == CUDA_MEMORY_FRACTION_ENV && value == bad),
+            "{bad}: {err}"
+        );
+        assert!(err.to_string().contains("e.g. 0.4"), "{err}");
+    }
+    let options = ClientOptions::cuda(&CudaOptions {
+        memory_fraction: Some(CudaOptions::memory_fraction_from("0.45").unwrap()),
+        ..CudaOptions::default()
+    });
+    assert_eq!(
+        options.named,
+        [("memory_fraction".to_owned(), OptionValue::Float(0.45))]
+    );
 }
 
 #[test]
