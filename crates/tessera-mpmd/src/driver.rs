@@ -530,6 +530,8 @@ impl CompiledPipeline {
                         (None, _) => return Err(missing(arg)),
                     }
                 }
+                // Only a stage that runs no backward has an accumulator placed (its zero
+                // gradient); elsewhere the first backward makes the accumulators on the device.
                 Key::Acc { stage, k, .. } => {
                     let a =
                         key_aval(&self.parts, Key::Param { stage, k }).ok_or_else(|| missing(k))?;
@@ -844,9 +846,7 @@ fn compile_action(
     let lowering = mesh.lowering_mesh();
     let group_size = lowering.device_ids().len();
     let part_body = |part: &PartSignature| -> PartBody<'static> {
-        let program = parts[part.task.stage as usize]
-            .program(part.task.kind)
-            .clone();
+        let program = parts[part.task.stage as usize].part_program(part).clone();
         Box::new(move |b, args| lower_flat(b, &program, args))
     };
     let types = Types {

@@ -26,7 +26,8 @@ pub struct MemoryReport {
     pub predicted_inflight_microbatches: Vec<u32>,
     /// Per stage, the measured activation (residual) bytes of one micro-batch (the largest).
     pub activation_bytes: Vec<u64>,
-    /// Per group, the bytes of the values placed on it before the run.
+    /// Per group, the bytes it holds through the step: the values placed on it before the run
+    /// and the gradient accumulators (made by each stage's first backward).
     pub resident_bytes: Vec<u64>,
 }
 
@@ -78,7 +79,8 @@ pub(crate) fn report(
     for v in &timings.values {
         let initial = matches!(
             keys.get(&v.value),
-            Some(Key::Param { .. } | Key::Data { .. } | Key::Acc { step: 0, .. })
+            // The accumulators live from the first backward to the end of the step.
+            Some(Key::Param { .. } | Key::Data { .. } | Key::Acc { step: 0 | 1, .. })
         );
         if initial && v.group < groups {
             resident_bytes[v.group] += v.bytes;
