@@ -619,6 +619,33 @@ fn a_step_donating_its_parameters_updates_them_in_place() {
         err.contains(&format!("argument {stages} is donated")),
         "{err}"
     );
+    // Donated where possible, it is kept and the weights are donated.
+    let maybe = MpmdJitOptions {
+        donate_where_possible: (0..=stages).collect(),
+        ..MpmdJitOptions::default()
+    };
+    let jit = mpmd_jit_with(&client, &mesh(stages), &program, &maybe).unwrap();
+    assert_eq!(jit.donated(), (0..stages).collect::<Vec<_>>());
+    let mut call_args: Vec<StepArg> = args
+        .iter()
+        .map(|a| StepArg::Host(to_host(a).unwrap()))
+        .collect();
+    let first = jit.call_mpmd_donated(&mut call_args).unwrap().outputs;
+    for s in 0..stages {
+        call_args[s] = first[s].clone().into_arg();
+    }
+    let outputs = jit.call_mpmd_donated(&mut call_args).unwrap().outputs;
+    for (s, arg) in call_args[..stages].iter().enumerate() {
+        assert!(
+            matches!(arg, StepArg::Mpmd(m) if m.is_deleted()),
+            "weight {s}"
+        );
+    }
+    let host: Vec<_> = outputs
+        .iter()
+        .map(|g| StepResult::to_host(g).unwrap())
+        .collect();
+    assert_close(&host, &interpreted_steps(&program, &args, stages, 2));
 }
 
 #[test]

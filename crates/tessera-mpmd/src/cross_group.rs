@@ -4,13 +4,12 @@
 //! to a step in another layout than the step's. [`onto_group`] moves a value shard by shard
 //! (each target block that a source shard holds whole is copied device to device, the rest cut
 //! from a host copy: `tessera_pjrt::Array::reshard`), so a value keeps or changes its spec as the
-//! target asks. The tied gradient's sum is staged through host memory.
+//! target asks. (The tied gradient's parts are summed on the devices, `tied_sum.rs`.)
 
 use tessera_pjrt::{Array as DeviceArray, Client};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
 
 use crate::driver::DriverError;
-use crate::host::{from_host, to_host};
 
 /// Whether `array` lies on `group` laid out by `spec`: each of the group's devices, in mesh
 /// order, holds the block `spec` gives it.
@@ -36,29 +35,4 @@ pub fn onto_group(
     }
     let sharding = NamedSharding::new(group, spec.clone())?;
     Ok(array.reshard(client, &sharding)?)
-}
-
-/// `a + b`, laid out as `a` (`b` may live on another group); `dtype` is their type.
-pub fn add(
-    client: &Client,
-    a: &DeviceArray,
-    b: &DeviceArray,
-    dtype: tessera_ir::DType,
-) -> Result<DeviceArray, DriverError> {
-    let convert = |e: crate::host::ConvertError| DriverError::Config(e.0);
-    let x = from_host(&a.to_host()?, dtype).map_err(convert)?;
-    let y = from_host(&b.to_host()?, dtype).map_err(convert)?;
-    let sum: Vec<f64> = x
-        .to_vec()
-        .iter()
-        .zip(y.to_vec())
-        .map(|(p, q)| p + q)
-        .collect();
-    let summed = tessera_ir::Array::new(dtype, &x.shape(), sum)
-        .map_err(|e| DriverError::Config(e.to_string()))?;
-    Ok(DeviceArray::device_put(
-        client,
-        &to_host(&summed).map_err(convert)?,
-        a.sharding(),
-    )?)
 }

@@ -31,6 +31,7 @@ use crate::runtime::{
     Transport, ValueId, run_local,
 };
 use crate::specs::ValueSpecs;
+use crate::tied_sum::{TiedAdds, TiedSetup};
 
 /// Errors of building or running a pipeline.
 #[derive(Debug, thiserror::Error)]
@@ -152,6 +153,8 @@ pub struct CompiledPipeline {
     layouts: Arc<HashMap<ValueId, OutputLayout>>,
     /// How each value is laid out inside its group.
     specs: ValueSpecs,
+    /// The programs summing a tied parameter's gradient parts on its groups.
+    tied: TiedAdds,
 }
 
 struct Types<'a> {
@@ -314,6 +317,16 @@ impl CompiledPipeline {
         if let Some(e) = failure {
             return Err(e);
         }
+        let group_of_stage = |s: usize| schedule_plan.placement.actor(s as u32).map(|a| a as usize);
+        let tied_setup = TiedSetup {
+            parts: &parts,
+            specs: &specs,
+            mesh,
+            partitioner: options.partitioner,
+            group_of_stage: &group_of_stage,
+            local: &local,
+        };
+        let tied = TiedAdds::compile(&tied_setup, &mut executor)?;
         let layouts = Arc::new(value_layouts(&parts, &specs, &built, mesh)?);
         if let Some(p) = &processes {
             let partitioner = format!("{:?}", options.partitioner);
@@ -336,6 +349,7 @@ impl CompiledPipeline {
             processes,
             layouts,
             specs,
+            tied,
         })
     }
 
@@ -530,6 +544,8 @@ impl CompiledPipeline {
                         (None, _) => return Err(missing(arg)),
                     }
                 }
+                // Only a stage that runs no backward has an accumulator placed (its zero
+                // gradient); elsewhere the first backward makes the accumulators on the device.
                 Key::Acc { stage, k, .. } => {
                     let a =
                         key_aval(&self.parts, Key::Param { stage, k }).ok_or_else(|| missing(k))?;
@@ -592,9 +608,7 @@ impl CompiledPipeline {
                 // on the first of them; a part held by another process is `None` here, and
                 // `sum_tied_across` brings it in.
                 let value = match (by_arg.remove(&arg), value) {
-                    (Some(Some(earlier)), Some(part)) => {
-                        Some(self.add_part(&earlier, &part, s, k)?)
-                    }
+                    (Some(Some(earlier)), Some(part)) => Some(self.add_part(arg, &earlier, &part)?),
                     (Some(Some(earlier)), None) => Some(earlier),
                     (_, value) => value,
                 };
@@ -627,17 +641,16 @@ impl CompiledPipeline {
 }
 
 impl CompiledPipeline {
-    /// `earlier + part`, two parts of the gradient of parameter `k` of stage `s`.
+    /// `earlier + part`, two parts of the gradient of tied parameter argument `arg`, summed on
+    /// the devices of `earlier`'s group.
     fn add_part(
         &self,
+        arg: usize,
         earlier: &DeviceArray,
         part: &DeviceArray,
-        s: usize,
-        k: usize,
     ) -> Result<DeviceArray, DriverError> {
-        let dtype = key_aval(&self.parts, Key::Param { stage: s as u32, k })
-            .map_or(DType::F32, |a| a.dtype);
-        crate::cross_group::add(&self.client, earlier, part, dtype)
+        let executor = self.executor.as_ref();
+        (self.tied).add(&self.client, &self.mesh, executor, arg, earlier, part)
     }
 
     /// In a multi-process step, the gradient of a tied weight whose stages run in several
@@ -695,10 +708,7 @@ impl CompiledPipeline {
                 )
                 .map_err(crate::error::MpmdError::from)?;
                 let theirs = DeviceArray::device_put(&self.client, &host, mine.sharding())?;
-                let (s, k) = self.first_use(arg).ok_or_else(|| {
-                    DriverError::Config(format!("parameter argument {arg} has no stage"))
-                })?;
-                let sum = self.add_part(mine, &theirs, s, k)?;
+                let sum = self.add_part(arg, mine, &theirs)?;
                 by_arg.insert(arg, Some(sum));
             }
         }
@@ -710,14 +720,6 @@ impl CompiledPipeline {
         (0..self.parts.len())
             .filter(|&s| self.parts[s].param_args.contains(&arg))
             .collect()
-    }
-
-    /// The first stage reading `arg` and its position among that stage's parameters.
-    fn first_use(&self, arg: usize) -> Option<(usize, usize)> {
-        self.parts
-            .iter()
-            .enumerate()
-            .find_map(|(s, p)| p.param_args.iter().position(|&a| a == arg).map(|k| (s, k)))
     }
 
     /// The micro-batch losses from the run's loss results; in a multi-process step, broadcast
@@ -844,9 +846,7 @@ fn compile_action(
     let lowering = mesh.lowering_mesh();
     let group_size = lowering.device_ids().len();
     let part_body = |part: &PartSignature| -> PartBody<'static> {
-        let program = parts[part.task.stage as usize]
-            .program(part.task.kind)
-            .clone();
+        let program = parts[part.task.stage as usize].part_program(part).clone();
         Box::new(move |b, args| lower_flat(b, &program, args))
     };
     let types = Types {

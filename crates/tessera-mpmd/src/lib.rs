@@ -25,6 +25,7 @@ mod sharding;
 pub mod specs;
 pub mod stage_graph;
 pub mod synthetic;
+mod tied_sum;
 
 pub use array::MpmdArray;
 pub use error::{MpmdError, Result};

@@ -2,9 +2,10 @@
 //! ([`crate::runtime::ValueSpan`]s), per group the peak live bytes, and per stage the peak number
 //! of micro-batches whose activations (the residuals its backward reads) were live; next to them
 //! what the schedule predicts (`tessera_schedule::memory`) from the measured activation bytes
-//! of each stage and the bytes each group holds from the start of the run. Parameters count as
-//! live for the whole step: the runtime drops its reference after their last reader, but the
-//! caller holds them (they are the step's arguments).
+//! of each stage, the accumulators each stage's first weight gradient makes, and the bytes each
+//! group holds from the start of the run. Parameters count as live for the whole step: the
+//! runtime drops its reference after their last reader, but the caller holds them (they are the
+//! step's arguments).
 
 use std::collections::HashMap;
 
@@ -76,12 +77,19 @@ pub(crate) fn report(
     }
     let mut resident_bytes = vec![0_u64; groups];
     for v in &timings.values {
-        let initial = matches!(
-            keys.get(&v.value),
+        match keys.get(&v.value) {
             Some(Key::Param { .. } | Key::Data { .. } | Key::Acc { step: 0, .. })
-        );
-        if initial && v.group < groups {
-            resident_bytes[v.group] += v.bytes;
+                if v.group < groups =>
+            {
+                resident_bytes[v.group] += v.bytes;
+            }
+            // The accumulators a stage's first weight gradient makes.
+            Some(Key::Acc { stage, step: 1, .. }) => {
+                if let Some(b) = stage_bytes.get_mut(*stage as usize) {
+                    b.accumulators += v.bytes;
+                }
+            }
+            _ => {}
         }
     }
     MemoryReport {

@@ -21,7 +21,7 @@ use tessera_ir::passes::{
 use tessera_ir::trace::{Tensor, call_closed, trace};
 use tessera_ir::{ClosedJaxpr, IrError, ShapedArray};
 
-use crate::pipeline::{ActRef, Key, StageShape};
+use crate::pipeline::{ActRef, Key, PartSignature, StageShape};
 use crate::stage_graph::{StageGraph, StageGraphError};
 
 /// One stage's programs, each following the contract's argument and result order.
@@ -35,6 +35,11 @@ pub struct StagePrograms {
     pub bwd_i: ClosedJaxpr,
     /// `wres, acc -> acc'`.
     pub bwd_w: ClosedJaxpr,
+    /// `params, residuals, ct (s < last) -> ct_in (s > 0), grads`: `bwd` without accumulators,
+    /// for the stage's first backward of a step, whose gradients start the accumulators.
+    pub bwd_first: ClosedJaxpr,
+    /// `wres -> grads`: `bwd_w` without accumulators, for the stage's first weight gradient.
+    pub bwd_w_first: ClosedJaxpr,
     /// The loss arguments that are this stage's parameters, in contract order.
     pub param_args: Vec<usize>,
     /// The loss arguments that are this stage's data, in contract order.
@@ -329,10 +334,14 @@ fn stage_programs(
     let first: Vec<usize> = (0..r.acts.len()).collect();
     let split = split_outputs(&whole, &first)?;
     let bwd_i = split.first;
+    // The first backward of a step returns its gradients as they are: they become the
+    // accumulators, so none is made or uploaded (0 + g is g).
+    let bwd_first = whole;
     let mut w_avals = split.second.jaxpr.in_avals();
     w_avals.extend(acc_avals.iter().cloned());
     let handed = split.handed_on;
     let weight_grads = split.second;
+    let bwd_w_first = weight_grads.clone();
     let bwd_w = trace(&w_avals, |a| {
         let refs: Vec<&Tensor> = a[..handed].iter().collect();
         let g = call_closed(&weight_grads, &refs);
@@ -353,6 +362,8 @@ fn stage_programs(
         bwd: clean(bwd),
         bwd_i: clean(bwd_i),
         bwd_w: clean(bwd_w),
+        bwd_first: clean(bwd_first),
+        bwd_w_first: clean(bwd_w_first),
         param_args: r.param_args,
         data_args: r.data_args,
         shape,
@@ -360,13 +371,24 @@ fn stage_programs(
 }
 
 impl StagePrograms {
-    /// The program of one kind of task.
+    /// The program of one kind of task that accumulates (a `Bwd` or `BwdW` reading its
+    /// accumulators); [`StagePrograms::part_program`] picks the one a planned task runs.
     pub fn program(&self, kind: tessera_schedule::TaskKind) -> &ClosedJaxpr {
         match kind {
             tessera_schedule::TaskKind::Fwd => &self.fwd,
             tessera_schedule::TaskKind::Bwd => &self.bwd,
             tessera_schedule::TaskKind::BwdI => &self.bwd_i,
             tessera_schedule::TaskKind::BwdW => &self.bwd_w,
+        }
+    }
+
+    /// The program a planned task runs: its kind's, or, for the task that starts the stage's
+    /// accumulators ([`PartSignature::starts_accumulators`]), `bwd_first` / `bwd_w_first`.
+    pub fn part_program(&self, part: &PartSignature) -> &ClosedJaxpr {
+        match (part.task.kind, part.starts_accumulators()) {
+            (tessera_schedule::TaskKind::Bwd, true) => &self.bwd_first,
+            (tessera_schedule::TaskKind::BwdW, true) => &self.bwd_w_first,
+            (kind, _) => self.program(kind),
         }
     }
 }

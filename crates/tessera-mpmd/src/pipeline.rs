@@ -10,19 +10,22 @@
 //! | task | inputs | outputs |
 //! |---|---|---|
 //! | `Fwd(s,m)` | params(s), x(p,m,k) for (p,k) in inputs(s), data(s,m) | x(s,m,k) for every export k if `s < S-1`, else loss(m), aux(m,k) for k < A; residuals(s,m) |
-//! | `Bwd(s,m)` | params(s), residuals(s,m), ct(s,m,k→c) for every export k and consumer c; acc(s,i) | ct(p,m,k→s) for (p,k) in inputs(s); acc(s,i+1) |
+//! | `Bwd(s,m)` | params(s), residuals(s,m), ct(s,m,k→c) for every export k and consumer c; acc(s,i) if i > 0 | ct(p,m,k→s) for (p,k) in inputs(s); acc(s,i+1) |
 //! | `BwdI(s,m)` | params(s), residuals(s,m), ct(s,m,k→c) as `Bwd` | ct(p,m,k→s) as `Bwd`; wres(s,m) |
-//! | `BwdW(s,m)` | wres(s,m), acc(s,i) | acc(s,i+1) |
+//! | `BwdW(s,m)` | wres(s,m), acc(s,i) if i > 0 | acc(s,i+1) |
 //!
 //! Stage 0 reads no exports: it reads the microbatch only through `data(0,m)`, the data inputs
 //! assigned to it (e.g. the tokens; the last stage reads the labels). `ct(p,m,k→c)` is stage
 //! `c`'s part of the cotangent of export `k` of stage `p`; the producer's backward sums the parts
 //! of every consumer (one cotangent per use, summed where they meet). Each export is sent once
 //! to each consuming stage's group. `acc(s,i)` are the `P_s` gradient accumulators after the
-//! `i`-th weight gradient of stage `s` (in the order its actor runs them): `acc(s,0)` is placed
-//! (zeros) before the run and `acc(s,M)` is a result, as is every `loss(m)` and every `aux(m,k)`
-//! (the `A` auxiliary results of the last stage: per-micro-batch metrics) — gradients
-//! accumulate on the devices that own the parameters, as in JAXPP.
+//! `i`-th weight gradient of stage `s` (in the order its actor runs them). There is no `acc(s,0)`:
+//! the stage's first weight gradient *is* `acc(s,1)` (that task takes no accumulator and runs the
+//! stage's `*_first` program, [`PartSignature::starts_accumulators`]), so no zeros are made or
+//! placed before the run; only a stage no backward runs has an `acc(s,0)` placed (zeros), which
+//! is then its result. `acc(s,M)` is a result, as is every `loss(m)` and every `aux(m,k)` (the `A`
+//! auxiliary results of the last stage: per-micro-batch metrics) — gradients accumulate on the
+//! devices that own the parameters, as in JAXPP.
 //!
 //! A fused action is one program: its inputs are its tasks' inputs that no earlier task of the
 //! action produces, its outputs are its tasks' outputs that no later task of the action consumes.
@@ -190,6 +193,16 @@ pub struct PartSignature {
     pub outputs: Vec<Key>,
 }
 
+impl PartSignature {
+    /// Whether this task makes its stage's gradient accumulators (the stage's first `Bwd` or
+    /// `BwdW` of the step): it reads no accumulator and returns its gradients as `acc(s,1)`, so
+    /// it runs the stage's `bwd_first` / `bwd_w_first` program.
+    pub fn starts_accumulators(&self) -> bool {
+        matches!(self.task.kind, TaskKind::Bwd | TaskKind::BwdW)
+            && !self.inputs.iter().any(|k| matches!(k, Key::Acc { .. }))
+    }
+}
+
 /// What the program of one action takes and returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ActionSignature {
@@ -282,10 +295,13 @@ pub fn build_plan<T>(
     for (s, shape) in stages.iter().enumerate() {
         let stage = s as u32;
         let group = group_of(stage)?;
+        let last = steps.get(&stage).copied().unwrap_or(0);
         for k in 0..shape.params {
             inputs.push((Key::Param { stage, k }, group));
-            inputs.push((Key::Acc { stage, step: 0, k }, group));
-            let last = steps.get(&stage).copied().unwrap_or(0);
+            if last == 0 {
+                // No backward of this stage runs: its gradients are the zeros placed here.
+                inputs.push((Key::Acc { stage, step: 0, k }, group));
+            }
             results.push((
                 ids.get(Key::Acc {
                     stage,
@@ -375,7 +391,12 @@ fn task_keys(
                 .map(|k| Key::Acc { stage: s, step, k })
                 .collect::<Vec<_>>()
         };
-        (acc(*step - 1), acc(*step))
+        // The first weight gradient starts the accumulators: it reads none.
+        let before = match *step {
+            1 => Vec::new(),
+            _ => acc(*step - 1),
+        };
+        (before, acc(*step))
     };
     match task.kind {
         TaskKind::Fwd => {

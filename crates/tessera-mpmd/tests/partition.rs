@@ -16,7 +16,7 @@ use common::loss;
 use tessera_mpmd::partition::{StagePrograms, partition};
 use tessera_mpmd::pipeline::{ActionSignature, Key, action_name, build_plan};
 use tessera_mpmd::runtime::{Executor, LocalTransport, RunOptions, TaskSpec, run};
-use tessera_schedule::{Registry, ScheduleParams, TaskKind};
+use tessera_schedule::{Registry, ScheduleParams};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -38,13 +38,7 @@ impl Executor<ActionSignature, Array> for Interp {
             .zip(inputs.iter().map(|a| (*a).clone()))
             .collect();
         for part in &sig.parts {
-            let p = &self.stages[part.task.stage as usize];
-            let program = match part.task.kind {
-                TaskKind::Fwd => &p.fwd,
-                TaskKind::Bwd => &p.bwd,
-                TaskKind::BwdI => &p.bwd_i,
-                TaskKind::BwdW => &p.bwd_w,
-            };
+            let program = self.stages[part.task.stage as usize].part_program(part);
             let args: Vec<Array> = part.inputs.iter().map(|k| env[k].clone()).collect();
             let outs = eval_closed(program, &args)?;
             env.extend(part.outputs.iter().copied().zip(outs));
@@ -81,7 +75,14 @@ fn check_program(
     let params: Vec<usize> = (1..=stages).collect();
     let parts = partition(program, &params).unwrap();
     for p in &parts {
-        for prog in [&p.fwd, &p.bwd, &p.bwd_i, &p.bwd_w] {
+        for prog in [
+            &p.fwd,
+            &p.bwd,
+            &p.bwd_i,
+            &p.bwd_w,
+            &p.bwd_first,
+            &p.bwd_w_first,
+        ] {
             tessera_ir::verify(prog).unwrap();
         }
     }
@@ -121,9 +122,6 @@ fn check_program(
         .map(|&(key, group)| {
             let value = match key {
                 Key::Param { stage, k } => loss_arg(parts[stage as usize].param_args[k], 0),
-                Key::Acc { stage, k, .. } => {
-                    Array::zeros(&loss_arg(parts[stage as usize].param_args[k], 0).aval())
-                }
                 Key::Data { stage, mb, k } => {
                     loss_arg(parts[stage as usize].data_args[k], mb as usize)
                 }

@@ -29,6 +29,18 @@ impl Executor<ActionSignature, f64> for Chain {
             .collect();
         for part in &sig.parts {
             let ins: Vec<f64> = part.inputs.iter().map(|k| env[k]).collect();
+            // The first weight gradient of a stage reads no accumulator: it starts them.
+            let acc_inputs = part
+                .inputs
+                .iter()
+                .filter(|k| matches!(k, Key::Acc { .. }))
+                .count();
+            assert_eq!(
+                part.starts_accumulators(),
+                acc_inputs == 0 && matches!(part.task.kind, TaskKind::Bwd | TaskKind::BwdW),
+                "{:?}",
+                part.task
+            );
             let outs = self.part(part.task.kind, part.task.stage as usize, &ins);
             assert_eq!(outs.len(), part.outputs.len(), "{:?}", part.task);
             env.extend(part.outputs.iter().copied().zip(outs));
@@ -48,16 +60,25 @@ impl Chain {
                 let r = ins[0] * ins[1] - ins[2];
                 vec![0.5 * r * r, ins[1], r]
             }
-            // [w, x, ct, acc] -> [ct*w (if s>0), acc + ct*x]
-            (TaskKind::Bwd, false) => with_ct(s, ins[2] * ins[0], vec![ins[3] + ins[2] * ins[1]]),
-            // [w, x, r, acc] -> [r*w (if s>0), acc + r*x]
-            (TaskKind::Bwd, true) => with_ct(s, ins[2] * ins[0], vec![ins[3] + ins[2] * ins[1]]),
+            // [w, x, ct, acc?] -> [ct*w (if s>0), acc + ct*x]
+            (TaskKind::Bwd, false) => {
+                with_ct(s, ins[2] * ins[0], vec![acc(ins, 3, ins[2] * ins[1])])
+            }
+            // [w, x, r, acc?] -> [r*w (if s>0), acc + r*x]
+            (TaskKind::Bwd, true) => {
+                with_ct(s, ins[2] * ins[0], vec![acc(ins, 3, ins[2] * ins[1])])
+            }
             // [w, x, ct] -> [ct*w (if s>0), wres x, wres ct]
             (TaskKind::BwdI, _) => with_ct(s, ins[2] * ins[0], vec![ins[1], ins[2]]),
-            // [x, ct, acc] -> [acc + x*ct]
-            (TaskKind::BwdW, _) => vec![ins[2] + ins[0] * ins[1]],
+            // [x, ct, acc?] -> [acc + x*ct]
+            (TaskKind::BwdW, _) => vec![acc(ins, 2, ins[0] * ins[1])],
         }
     }
+}
+
+/// The accumulator `ins[i]` plus `g`, or `g` itself for the task that starts the accumulator.
+fn acc(ins: &[f64], i: usize, g: f64) -> f64 {
+    ins.get(i).map_or(g, |a| a + g)
 }
 
 fn with_ct(s: usize, ct: f64, rest: Vec<f64>) -> Vec<f64> {
@@ -103,6 +124,28 @@ fn check(name: &str, stages: u32, mpmd_dim: u32, microbatches: u32) {
         })
         .collect();
     let built = build_plan(&sched_plan, &shapes, Clone::clone).unwrap();
+    // No accumulator is placed before the run: each stage's first weight gradient makes it,
+    // and exactly one task per stage does.
+    assert!(
+        !built
+            .inputs
+            .iter()
+            .any(|(k, _)| matches!(k, Key::Acc { .. })),
+        "{name}: {:?}",
+        built.inputs
+    );
+    let mut starts = vec![0; n];
+    for task in &built.plan.tasks {
+        for part in task
+            .payload
+            .parts
+            .iter()
+            .filter(|p| p.starts_accumulators())
+        {
+            starts[part.task.stage as usize] += 1;
+        }
+    }
+    assert_eq!(starts, vec![1; n], "{name}");
     let w: Vec<f64> = (0..n).map(|s| 0.9 + 0.05 * s as f64).collect();
     let data: Vec<(f64, f64)> = (0..microbatches)
         .map(|m| (1.0 + m as f64 * 0.5, 2.0 - m as f64 * 0.25))
@@ -113,7 +156,6 @@ fn check(name: &str, stages: u32, mpmd_dim: u32, microbatches: u32) {
         .map(|&(key, group)| {
             let value = match key {
                 Key::Param { stage, .. } => w[stage as usize],
-                Key::Acc { .. } => 0.0,
                 // Stage 0's data is x; the last stage's data is t (after x when one stage).
                 Key::Data { stage, mb, k } => {
                     if stage == 0 && k == 0 {

@@ -69,9 +69,7 @@ fn check(client: &Client, name: &str, stages: usize, microbatches: u32) {
     let mut executor = PjrtExecutor::new(client, &mesh);
     let built = build_plan(&plan, &shapes, |sig| {
         let part_body = |part: &tessera_mpmd::pipeline::PartSignature| -> PartBody<'static> {
-            let program = parts[part.task.stage as usize]
-                .program(part.task.kind)
-                .clone();
+            let program = parts[part.task.stage as usize].part_program(part).clone();
             Box::new(move |b, args| lower_flat(b, &program, args))
         };
         let module = action_module(sig, &types, 2, Partitioner::default(), &part_body).unwrap();
@@ -125,10 +123,6 @@ fn check(client: &Client, name: &str, stages: usize, microbatches: u32) {
         .map(|&(key, group)| {
             let value = match key {
                 Key::Param { stage, k } => loss_arg(parts[stage as usize].param_args[k], 0),
-                Key::Acc { stage, k, .. } => {
-                    let (v, s) = loss_arg(parts[stage as usize].param_args[k], 0);
-                    (vec![0.0; v.len()], s)
-                }
                 Key::Data { stage, mb, k } => {
                     loss_arg(parts[stage as usize].data_args[k], mb as usize)
                 }

@@ -63,6 +63,8 @@ fn part_body(stages: usize) -> impl Fn(&PartSignature) -> PartBody<'static> {
     move |part: &PartSignature| {
         let s = part.task.stage as usize;
         let (first, last) = (s == 0, s + 1 == stages);
+        // The stage's first weight gradient reads no accumulator: its gradient starts it.
+        let starts = part.starts_accumulators();
         match part.task.kind {
             TaskKind::Fwd if !last => Box::new(|b, p| Ok(vec![mul(b, p[0], p[1])?, p[1]])),
             TaskKind::Fwd => Box::new(|b, p| {
@@ -94,9 +96,10 @@ fn part_body(stages: usize) -> impl Fn(&PartSignature) -> PartBody<'static> {
                 let loss = b.op("stablehlo.multiply", &[total, half], &[S], &[])?[0];
                 Ok(vec![loss, p[1], r])
             }),
-            // [w, x, ct, acc...] -> [ct*w if s>0, acc + ct*x]
+            // [w, x, ct, acc?] -> [ct*w if s>0, acc + ct*x]
             TaskKind::Bwd => Box::new(move |b, p| {
-                let grad = add(b, p[3], mul(b, p[2], p[1])?)?;
+                let grad = mul(b, p[2], p[1])?;
+                let grad = if starts { grad } else { add(b, p[3], grad)? };
                 Ok(if first {
                     vec![grad]
                 } else {
@@ -111,8 +114,11 @@ fn part_body(stages: usize) -> impl Fn(&PartSignature) -> PartBody<'static> {
                     vec![mul(b, p[2], p[0])?, p[1], p[2]]
                 })
             }),
-            // [x, ct, acc] -> [acc + x*ct]
-            TaskKind::BwdW => Box::new(|b, p| Ok(vec![add(b, p[2], mul(b, p[0], p[1])?)?])),
+            // [x, ct, acc?] -> [acc + x*ct]
+            TaskKind::BwdW => Box::new(move |b, p| {
+                let grad = mul(b, p[0], p[1])?;
+                Ok(vec![if starts { grad } else { add(b, p[2], grad)? }])
+            }),
         }
     }
 }
@@ -226,7 +232,6 @@ fn check(client: &Client, name: &str, stages: u32, microbatches: u32) {
         .map(|&(key, group)| {
             let array = match key {
                 Key::Param { stage, .. } => put(&w[stage as usize], group),
-                Key::Acc { .. } => put(&[0.0; 4], group),
                 Key::Data { stage, mb, k } => {
                     let (x, t) = &data[mb as usize];
                     put(if stage == 0 && k == 0 { x } else { t }, group)

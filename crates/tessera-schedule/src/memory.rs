@@ -36,12 +36,17 @@ pub struct StageBytes {
     pub weight_residual: u64,
     /// What a backward allocates besides those while it runs (a new gradient accumulator).
     pub backward: u64,
+    /// The gradient accumulators the stage's first weight gradient (`Bwd`, or `BwdW` when
+    /// split) makes, live from that action to the end of the step.
+    pub accumulators: u64,
 }
 
 /// Per actor, the predicted peak live bytes: `resident[a]` (what the actor holds from the start:
-/// parameters, accumulators, inputs) plus, at each action, its stages' live micro-batch bytes
-/// ([`StageBytes`]). During an action its forwards' activations are already live and its
-/// backwards' inputs not yet freed.
+/// parameters, inputs) plus, at each action, its stages' live micro-batch bytes and the
+/// accumulators of the stages whose first weight gradient has run ([`StageBytes`]). During an
+/// action its forwards' activations are already live, its backwards' inputs not yet freed, and
+/// the accumulators a first weight gradient makes already held; a `BwdI` adds its weight
+/// residuals unless the same action runs its `BwdW`.
 pub fn predict_peak_bytes(plan: &Plan, resident: &[u64], bytes: &[StageBytes]) -> Vec<u64> {
     let stages = plan.num_stages as usize;
     let per = |s: usize| bytes.get(s).copied().unwrap_or_default();
@@ -59,17 +64,30 @@ pub fn predict_peak_bytes(plan: &Plan, resident: &[u64], bytes: &[StageBytes]) -
         .map(|(a, list)| {
             let (mut fwd, mut wgt) = (vec![0_i64; stages], vec![0_i64; stages]);
             let mut peak = 0_u64;
+            // The stages whose accumulators exist, and their bytes.
+            let (mut accumulating, mut held) = (vec![false; stages], 0_u64);
             for action in list {
                 let (mut during, mut extra) = (fwd.clone(), 0);
                 for task in action.tasks() {
                     let s = task.stage as usize;
                     match task.kind {
                         TaskKind::Fwd => during[s] += 1,
-                        TaskKind::Bwd | TaskKind::BwdW => extra += per(s).backward,
-                        TaskKind::BwdI => extra += per(s).weight_residual,
+                        TaskKind::Bwd | TaskKind::BwdW => {
+                            extra += per(s).backward;
+                            if !accumulating[s] {
+                                accumulating[s] = true;
+                                held += per(s).accumulators;
+                            }
+                        }
+                        // Its weight residuals, unless the action's own `BwdW` reads them (then
+                        // they stay inside the one program, never a value between actions).
+                        TaskKind::BwdI if !weight_gradient_fused(action, task) => {
+                            extra += per(s).weight_residual;
+                        }
+                        TaskKind::BwdI => {}
                     }
                 }
-                peak = peak.max(total(&during, &wgt) + extra);
+                peak = peak.max(total(&during, &wgt) + extra + held);
                 for task in action.tasks() {
                     let s = task.stage as usize;
                     match task.kind {
@@ -86,6 +104,15 @@ pub fn predict_peak_bytes(plan: &Plan, resident: &[u64], bytes: &[StageBytes]) -
             resident.get(a).copied().unwrap_or(0) + peak
         })
         .collect()
+}
+
+/// Whether `action` also holds the weight gradient of `task` (a `BwdI`): the same stage and
+/// micro-batch.
+fn weight_gradient_fused(action: &Action, task: &crate::task::Task) -> bool {
+    action
+        .tasks()
+        .iter()
+        .any(|t| t.kind == TaskKind::BwdW && t.stage == task.stage && t.mb == task.mb)
 }
 
 /// Applies one action's forwards and backwards to the per-stage in-flight counts.

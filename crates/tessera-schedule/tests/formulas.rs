@@ -1,7 +1,9 @@
 //! The simulator against the published bubble and memory formulas (zero transfer latency,
 //! `p` actors, `m ≥ p` microbatches). Sources are listed in the crate docs.
 
-use tessera_schedule::{Costs, Plan, Registry, ScheduleParams, Simulation, simulate};
+use tessera_schedule::{
+    Action, Costs, Placement, Plan, Registry, ScheduleParams, Simulation, Task, simulate,
+};
 
 fn run(
     name: &str,
@@ -193,7 +195,53 @@ fn in_flight_micro_batches_follow_the_schedules_memory_bound() {
         activation: 10,
         weight_residual: 0,
         backward: 5,
+        accumulators: 0,
     };
     let bytes = predict_peak_bytes(&plan("1f1b-fuse-last"), &[100; 4], &[stage; 4]);
     assert_eq!(bytes, [145, 135, 125, 115]);
+    // Accumulators are made by each stage's first backward and held to the end: 1F1B's stage 0
+    // peaks in its first backward, with its 4 activations and the new accumulators.
+    let stage = StageBytes {
+        activation: 10,
+        weight_residual: 0,
+        backward: 0,
+        accumulators: 1000,
+    };
+    let one_f_one_b = predict_peak_bytes(&plan("1f1b"), &[100; 4], &[stage; 4]);
+    assert_eq!(one_f_one_b, [1140, 1130, 1120, 1110]);
+    // Two stages on one actor, one micro-batch: F0 F1 B1 B0. B1 makes stage 1's accumulators
+    // while both activations are live (1020); B0 adds stage 0's while stage 0's activation is
+    // (2010), never both accumulators with both activations (2020).
+    let actors = vec![vec![
+        Task::fwd(0, 0).into(),
+        Task::fwd(1, 0).into(),
+        Task::bwd(1, 0).into(),
+        Task::bwd(0, 0).into(),
+    ]];
+    let one_actor = Plan {
+        name: "one actor".into(),
+        num_stages: 2,
+        num_microbatches: 1,
+        placement: Placement::from_table(vec![0, 0]).unwrap(),
+        actors,
+    };
+    assert_eq!(predict_peak_bytes(&one_actor, &[0], &[stage; 2]), [2010]);
+    // A split backward: apart, the weight residuals live between `BwdI` and `BwdW`, which then
+    // makes the accumulators (500 + 1000); fused, they never leave the one program (10 + 1000).
+    let split = StageBytes {
+        weight_residual: 500,
+        ..stage
+    };
+    let one_stage = |actors: Vec<Vec<Action>>| Plan {
+        name: "one stage".into(),
+        num_stages: 1,
+        num_microbatches: 1,
+        placement: Placement::plain(1),
+        actors,
+    };
+    let (f, i, w) = (Task::fwd(0, 0), Task::bwd_i(0, 0), Task::bwd_w(0, 0));
+    let apart = one_stage(vec![vec![f.into(), i.into(), w.into()]]);
+    assert_eq!(predict_peak_bytes(&apart, &[0], &[split]), [1500]);
+    let fused = one_stage(vec![vec![f.into(), Action::Fused(vec![i, w])]]);
+    assert_eq!(predict_peak_bytes(&fused, &[0], &[split]), [1010]);
 }

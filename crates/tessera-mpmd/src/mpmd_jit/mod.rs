@@ -234,8 +234,14 @@ impl MpmdJit {
             refuse_cross_process(&split)?;
         }
         let same_layout = |i: usize, k: usize| input_spec(i) == specs.outs[k];
-        let aliases = donation::aliases(&split, &options.donate_argnums, n_args, &same_layout)?;
-        for (piece, aliased) in split.into_iter().zip(aliases) {
+        let donation = donation::aliases(
+            &split,
+            &options.donate_argnums,
+            &options.donate_where_possible,
+            n_args,
+            &same_layout,
+        )?;
+        for (piece, aliased) in split.into_iter().zip(donation.aliases) {
             let compiled = match piece.place {
                 Place::Group(g) if pipeline.is_local(g) => {
                     let in_specs: Vec<_> = piece.inputs.iter().map(|&i| input_spec(i)).collect();
@@ -275,7 +281,7 @@ impl MpmdJit {
             num_host,
             updates,
             pieces,
-            donated: options.donate_argnums.clone(),
+            donated: donation.donated,
             homes,
             specs,
             grad_args,
@@ -293,6 +299,12 @@ impl MpmdJit {
     /// The spec of each step result inside its group.
     pub fn out_specs(&self) -> &[PartitionSpec] {
         &self.specs.outs
+    }
+
+    /// The step arguments the update donates (`donate_argnums`, and those of
+    /// `donate_where_possible` it can donate): [`MpmdJit::call_mpmd_donated`] deletes them.
+    pub fn donated(&self) -> &[usize] {
+        &self.donated
     }
 
     /// The pipeline that runs the loop.

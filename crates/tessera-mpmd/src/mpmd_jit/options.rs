@@ -44,6 +44,11 @@ pub struct MpmdJitOptions {
     /// group, which returns a result of its type. Run with
     /// [`super::MpmdJit::call_mpmd_donated`], which deletes the donated arrays.
     pub donate_argnums: Vec<usize>,
+    /// Step arguments donated as `donate_argnums` are where the update allows it (one update
+    /// piece on a group reads the argument and returns a result of its type and layout, e.g.
+    /// optimizer state that mirrors a parameter), and kept where it does not (e.g. a small state
+    /// the update computes on the host). [`super::MpmdJit::donated`] lists what is donated.
+    pub donate_where_possible: Vec<usize>,
     /// Set in a process of a multi-process job (e.g. [`crate::mpi_job::MpiJob::processes`]):
     /// the step compiles and runs only this process's groups; results on other processes'
     /// groups are [`crate::MpmdArray`]s that are not addressable here.
@@ -70,6 +75,7 @@ impl fmt::Debug for MpmdJitOptions {
             .field("registry", &self.registry.as_ref().map(|r| r.names()))
             .field("timeout", &self.timeout)
             .field("donate_argnums", &self.donate_argnums)
+            .field("donate_where_possible", &self.donate_where_possible)
             .field("partitioner", &self.partitioner)
             .field(
                 "processes",

@@ -240,9 +240,11 @@ fn run_in(
         config::ModelChoice::Mlp => 0.2,
         config::ModelChoice::Decoder(_) => 0.1,
     });
-    // The update writes each parameter into its old buffers (donated): one copy per group.
+    // The update writes each parameter into its old buffers (donated): one copy per group; and
+    // the optimizer state too where it can (no new buffers each step).
     let options = tessera_mpmd::MpmdJitOptions {
         donate_argnums: (0..model.init.len()).collect(),
+        donate_where_possible: (model.init.len()..n_carried).collect(),
         processes: super::mpi::processes(job, &client, &mesh)?,
         in_specs,
         ..tessera_mpmd::MpmdJitOptions::default()
