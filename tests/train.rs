@@ -361,3 +361,32 @@ fn bf16_training_stays_within_2_percent_of_float32() {
         "{mixed}"
     );
 }
+
+/// `step_phases_ms` says where the median step's time went, in parts that follow one another:
+/// each is non-negative, the tasks and the update take time, and they add up to the step.
+#[test]
+fn step_phases_add_up_to_the_step() {
+    let s = summary(&[
+        "--model", "gpt", "--stages", "2", "--microbatches", "2", "--batch", "8", "--steps", "4",
+        "--optimizer", "adamw", "--no-reference", "--eval-every", "0", "--json",
+    ]);
+    let phases = &s["step_phases_ms"];
+    let part = |name: &str| {
+        phases[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no `{name}` in {phases}"))
+    };
+    let names = [
+        "batch", "arguments", "microbatches", "tasks", "pipeline_rest", "results", "update", "loss",
+        "other",
+    ];
+    let wall = part("wall");
+    let sum: f64 = names.iter().map(|n| part(n)).sum();
+    assert!((sum - wall).abs() <= 0.05 * wall, "{phases}");
+    for name in &names[..names.len() - 1] {
+        assert!(part(name) >= 0.0, "{name}: {phases}");
+    }
+    // What no part accounts for is small: the call's parts are measured where they run.
+    assert!(part("other") >= -0.05 * wall && part("other") <= 0.05 * wall, "{phases}");
+    assert!(part("tasks") > 0.0 && part("update") > 0.0, "{phases}");
+}

@@ -91,4 +91,38 @@ pub struct MpmdStepRun {
     pub losses: Vec<f64>,
     /// When each pipeline task ran.
     pub timings: Timings,
+    /// Where the call's time went.
+    pub phases: StepPhases,
+}
+
+/// Where the time of one [`super::MpmdJit::call_mpmd`] went, in milliseconds; the parts follow
+/// one another, so they add up to the call's time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct StepPhases {
+    /// Checking the arguments and placing the parameters.
+    pub arguments_ms: f64,
+    /// Slicing the data into micro-batches and placing them on their groups.
+    pub microbatches_ms: f64,
+    /// The pipeline's tasks, from the first one's start to the last one's end.
+    pub tasks_ms: f64,
+    /// The rest of the pipelined loop: placing its inputs before the first task and collecting
+    /// its results after the last (transfers between groups run inside the tasks' span).
+    pub pipeline_rest_ms: f64,
+    /// Combining the loop's loss and metrics on the host and moving values the update reads
+    /// across groups.
+    pub results_ms: f64,
+    /// The optimizer update (and sharing tied results between groups).
+    pub update_ms: f64,
+}
+
+impl StepPhases {
+    /// The sum of the parts.
+    pub fn total_ms(&self) -> f64 {
+        self.arguments_ms
+            + self.microbatches_ms
+            + self.tasks_ms
+            + self.pipeline_rest_ms
+            + self.results_ms
+            + self.update_ms
+    }
 }

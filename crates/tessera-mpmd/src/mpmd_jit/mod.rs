@@ -45,7 +45,7 @@ use crate::driver::{CompiledPipeline, DriverError, PipelineOptions};
 use crate::mesh::MpmdMesh;
 use crate::runtime::{PjrtExecutor, RunOptions, Timings};
 use analyze::{LossInput, check_ops, find_loop, read_body, update_program};
-pub use args::{MpmdStepRun, StepArg, StepResult};
+pub use args::{MpmdStepRun, StepArg, StepPhases, StepResult};
 pub use options::MpmdJitOptions;
 use pieces::{LoopResults, PieceLayout, compile_piece, input_spec};
 use shardings::{StepShape, StepSpecs};
@@ -385,6 +385,7 @@ impl MpmdJit {
     }
 
     fn run(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
+        let mut clock = PhaseClock::start();
         self.check_args(args)?;
         let mut params = HashMap::new();
         for (a, input) in self.loss_inputs.iter().enumerate() {
@@ -396,8 +397,11 @@ impl MpmdJit {
                 }
             }
         }
+        let arguments_ms = clock.lap();
         let data = self.micro_batches(args)?;
+        let microbatches_ms = clock.lap();
         let out = self.pipeline.step_on_device(&params, &data)?;
+        let pipeline_ms = clock.lap();
         let mut results = LoopResults {
             host: self.host_results(&out.losses, &out.aux)?,
             grads: out.grads,
@@ -406,6 +410,7 @@ impl MpmdJit {
         if let Some(crossing) = &self.crossing {
             results.crossing = self.crossing_values(crossing, args, &results)?;
         }
+        let results_ms = clock.lap();
         let mut outputs: Vec<Option<StepResult>> = vec![None; self.num_outputs];
         for (piece, compiled) in &self.pieces {
             let values = match (piece.place, compiled) {
@@ -430,10 +435,20 @@ impl MpmdJit {
             .into_iter()
             .map(|o| o.ok_or_else(|| config("a result of the step was not computed")))
             .collect::<Result<_, _>>()?;
+        let tasks_ms = out.timings.task_span_ms().min(pipeline_ms);
+        let phases = StepPhases {
+            arguments_ms,
+            microbatches_ms,
+            tasks_ms,
+            pipeline_rest_ms: pipeline_ms - tasks_ms,
+            results_ms,
+            update_ms: clock.lap(),
+        };
         Ok(MpmdStepRun {
             outputs,
             losses: out.losses,
             timings: out.timings,
+            phases,
         })
     }
 
@@ -558,4 +573,21 @@ fn refuse_cross_process(pieces: &[Piece]) -> Result<(), DriverError> {
         )));
     }
     Ok(())
+}
+
+/// Milliseconds between successive laps.
+struct PhaseClock(std::time::Instant);
+
+impl PhaseClock {
+    fn start() -> Self {
+        PhaseClock(std::time::Instant::now())
+    }
+
+    /// The milliseconds since the last lap (or the start).
+    fn lap(&mut self) -> f64 {
+        let now = std::time::Instant::now();
+        let ms = now.duration_since(self.0).as_secs_f64() * 1000.0;
+        self.0 = now;
+        ms
+    }
 }

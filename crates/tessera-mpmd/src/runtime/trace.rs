@@ -135,6 +135,25 @@ impl Timings {
         self.transfers.iter().map(|t| t.duration_us).sum::<f64>() / self.transfers.len() as f64
     }
 
+    /// The milliseconds from the first task's start to the last task's end (0 without tasks).
+    pub fn task_span_ms(&self) -> f64 {
+        let start = self
+            .tasks
+            .iter()
+            .map(|t| t.start_us)
+            .fold(f64::INFINITY, f64::min);
+        let end = self
+            .tasks
+            .iter()
+            .map(|t| t.start_us + t.duration_us)
+            .fold(f64::NEG_INFINITY, f64::max);
+        if end > start {
+            (end - start) / 1000.0
+        } else {
+            0.0
+        }
+    }
+
     /// The fraction of group-time spent idle between the first start and the last end.
     pub fn bubble_ratio(&self, groups: usize) -> f64 {
         let start = self

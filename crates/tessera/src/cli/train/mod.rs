@@ -21,6 +21,7 @@ mod checkpoints;
 mod config;
 mod layout;
 mod model;
+mod phases;
 mod progress;
 mod reference;
 pub(super) mod report;
@@ -295,6 +296,7 @@ fn run_in(
     let mut progress = Progress::new(start + 1, last, root);
     for step_index in start..stop {
         let step_number = step_index + 1;
+        let step_began = std::time::Instant::now();
         let lr = schedule.at(step_index);
         let data = step::stack(&model, &model.batches(step_index)?)?;
         let host = step::step_args(&[], lr, &data)?;
@@ -303,6 +305,7 @@ fn run_in(
             .chain(host.iter().cloned().map(StepArg::Host))
             .collect();
         let began = std::time::Instant::now();
+        let batch_ms = began.duration_since(step_began).as_secs_f64() * 1000.0;
         let run = jit.call_mpmd_donated(&mut call_args)?;
         let seconds = began.elapsed().as_secs_f64();
         let mut outputs = run.outputs;
@@ -311,6 +314,13 @@ fn run_in(
             .context("the step returned nothing")?
             .to_host()?;
         let loss = from_host(&loss, DType::F32)?.to_vec()[0];
+        let wall_ms = step_began.elapsed().as_secs_f64() * 1000.0;
+        log.step_times.push(phases::StepTime {
+            wall_ms,
+            batch_ms,
+            call: run.phases,
+            loss_ms: wall_ms - batch_ms - seconds * 1000.0,
+        });
         if !loss.is_finite() && !args.allow_nonfinite {
             progress.finish();
             bail!(
@@ -463,6 +473,8 @@ struct RunLog {
     job_timings: Vec<tessera_mpmd::runtime::Timings>,
     /// The largest relative difference from the reference that passes.
     tolerance: f64,
+    /// Where each step's time went.
+    step_times: Vec<phases::StepTime>,
     /// The parameters' bytes per group and device after the last step.
     parameter_bytes: Option<serde_json::Value>,
 }
@@ -503,6 +515,10 @@ fn finish(
         outln!("trace: {}", path.display())?;
     }
     let max_diff = report::max_difference(&log.losses, &log.reference_losses);
+    let median_step = phases::median_step(&log.step_times);
+    if let Some(step) = &median_step {
+        phases::print(step)?;
+    }
     let mut summary = serde_json::json!({
         "model": name,
         "schedule": args.schedule,
@@ -523,6 +539,7 @@ fn finish(
         "makespan_ms": figures.makespan_ms,
         "predicted_makespan_ms": figures.predicted_ms,
         "step_wall_ms": log.step_ms.last(),
+        "step_phases_ms": median_step.map(phases::StepTime::to_json),
         "order_matches_schedule": figures.orders_match,
         "tokens_per_second": throughput.tokens_per_second,
         "model_flops_per_token": throughput.flops_per_token,
