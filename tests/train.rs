@@ -367,8 +367,22 @@ fn bf16_training_stays_within_2_percent_of_float32() {
 #[test]
 fn step_phases_add_up_to_the_step() {
     let s = summary(&[
-        "--model", "gpt", "--stages", "2", "--microbatches", "2", "--batch", "8", "--steps", "4",
-        "--optimizer", "adamw", "--no-reference", "--eval-every", "0", "--json",
+        "--model",
+        "gpt",
+        "--stages",
+        "2",
+        "--microbatches",
+        "2",
+        "--batch",
+        "8",
+        "--steps",
+        "4",
+        "--optimizer",
+        "adamw",
+        "--no-reference",
+        "--eval-every",
+        "0",
+        "--json",
     ]);
     let phases = &s["step_phases_ms"];
     let part = |name: &str| {
@@ -377,7 +391,14 @@ fn step_phases_add_up_to_the_step() {
             .unwrap_or_else(|| panic!("no `{name}` in {phases}"))
     };
     let names = [
-        "batch", "arguments", "microbatches", "tasks", "pipeline_rest", "results", "update", "loss",
+        "batch",
+        "arguments",
+        "microbatches",
+        "tasks",
+        "pipeline_rest",
+        "results",
+        "update",
+        "loss",
         "other",
     ];
     let wall = part("wall");
@@ -387,6 +408,9 @@ fn step_phases_add_up_to_the_step() {
         assert!(part(name) >= 0.0, "{name}: {phases}");
     }
     // What no part accounts for is small: the call's parts are measured where they run.
-    assert!(part("other") >= -0.05 * wall && part("other") <= 0.05 * wall, "{phases}");
+    assert!(
+        part("other") >= -0.05 * wall && part("other") <= 0.05 * wall,
+        "{phases}"
+    );
     assert!(part("tasks") > 0.0 && part("update") > 0.0, "{phases}");
 }

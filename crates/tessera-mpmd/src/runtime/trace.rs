@@ -135,37 +135,28 @@ impl Timings {
         self.transfers.iter().map(|t| t.duration_us).sum::<f64>() / self.transfers.len() as f64
     }
 
-    /// The milliseconds from the first task's start to the last task's end (0 without tasks).
-    pub fn task_span_ms(&self) -> f64 {
-        let start = self
-            .tasks
-            .iter()
-            .map(|t| t.start_us)
-            .fold(f64::INFINITY, f64::min);
+    /// The first task's start and the last task's end, in microseconds (`None` without tasks).
+    fn task_bounds_us(&self) -> Option<(f64, f64)> {
+        let start = self.tasks.iter().map(|t| t.start_us).reduce(f64::min)?;
         let end = self
             .tasks
             .iter()
             .map(|t| t.start_us + t.duration_us)
-            .fold(f64::NEG_INFINITY, f64::max);
-        if end > start {
-            (end - start) / 1000.0
-        } else {
-            0.0
-        }
+            .reduce(f64::max)?;
+        Some((start, end))
+    }
+
+    /// The milliseconds from the first task's start to the last task's end (0 without tasks).
+    pub fn task_span_ms(&self) -> f64 {
+        self.task_bounds_us()
+            .map_or(0.0, |(start, end)| (end - start).max(0.0) / 1000.0)
     }
 
     /// The fraction of group-time spent idle between the first start and the last end.
     pub fn bubble_ratio(&self, groups: usize) -> f64 {
-        let start = self
-            .tasks
-            .iter()
-            .map(|t| t.start_us)
-            .fold(f64::INFINITY, f64::min);
-        let end = self
-            .tasks
-            .iter()
-            .map(|t| t.start_us + t.duration_us)
-            .fold(0.0, f64::max);
+        let Some((start, end)) = self.task_bounds_us() else {
+            return 0.0;
+        };
         let busy: f64 = self.tasks.iter().map(|t| t.duration_us).sum();
         let span = (end - start) * groups as f64;
         if span > 0.0 { 1.0 - busy / span } else { 0.0 }
