@@ -23,6 +23,50 @@ pub fn cargo(args: &[&str]) -> anyhow::Result<()> {
     run(&mut cargo_command(args))
 }
 
+/// Builds the release `tessera` binary (`target/release/tessera`).
+pub fn build_release_tessera() -> anyhow::Result<()> {
+    cargo(&[
+        "build",
+        "--release",
+        "--package",
+        "tessera",
+        "--bin",
+        "tessera",
+    ])
+}
+
+/// Runs the Python script `script` (relative to `root`) with `args` and `env`, its stderr shown,
+/// and returns what it printed on stdout; XLA's informational log lines are quieted unless the
+/// caller set `TF_CPP_MIN_LOG_LEVEL`.
+pub fn python_stdout(
+    python: &Path,
+    root: &Path,
+    script: &str,
+    args: &[String],
+    env: &[(&str, &str)],
+) -> anyhow::Result<String> {
+    let mut command = Command::new(python);
+    command
+        .arg(root.join(script))
+        .args(args)
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
+        command.env("TF_CPP_MIN_LOG_LEVEL", "1");
+    }
+    let out = command
+        .output()
+        .with_context(|| format!("could not start {command:?}"))?;
+    if !out.status.success() {
+        bail!("{command:?} failed ({})", out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// `cargo ARGS` in the workspace root. XLA's informational and warning log lines are quieted
 /// (`TF_CPP_MIN_LOG_LEVEL=2`; errors still print) unless the caller set that variable.
 pub fn cargo_command(args: &[&str]) -> Command {

@@ -63,14 +63,7 @@ pub fn run(dir: &Path) -> anyhow::Result<()> {
 /// bundle); returns its size in bytes.
 pub fn make(root: &Path, dir: &Path) -> anyhow::Result<u64> {
     step("gpu-bundle: building the release tessera binary");
-    cmd::cargo(&[
-        "build",
-        "--release",
-        "--package",
-        "tessera",
-        "--bin",
-        "tessera",
-    ])?;
+    cmd::build_release_tessera()?;
     let binary = root.join("target").join("release").join("tessera");
     prepare_dir(dir)?;
     let staging = root.join("target").join("tmp").join("gpu-bundle");

@@ -567,22 +567,7 @@ fn run_jax(root: &Path, python: &Path) -> anyhow::Result<JaxResults> {
     step(&format!(
         "bench: running JAX's benchmark {SCRIPT} on 8 CPU devices (about 15 s)"
     ));
-    let mut command = Command::new(python);
-    command
-        .arg(root.join(SCRIPT))
-        .current_dir(root)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit());
-    if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
-        command.env("TF_CPP_MIN_LOG_LEVEL", "1");
-    }
-    let out = command
-        .output()
-        .with_context(|| format!("could not start {command:?}"))?;
-    if !out.status.success() {
-        bail!("{command:?} failed ({})", out.status);
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = cmd::python_stdout(python, root, SCRIPT, &[], &[])?;
     let raw = root.join(RAW_JSON);
     fs::write(&raw, text.as_bytes())
         .with_context(|| format!("could not write {}", raw.display()))?;

@@ -12,7 +12,6 @@
 use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
@@ -371,24 +370,7 @@ fn describe_jax(out: &Value) -> String {
 
 /// Runs `llama_jax.py` on one CPU device and reads its JSON.
 fn run_jax(root: &Path, python: &Path, args: &[String]) -> anyhow::Result<Value> {
-    let mut command = Command::new(python);
-    command
-        .arg(root.join(SCRIPT))
-        .args(args)
-        .current_dir(root)
-        .env("JAX_PLATFORMS", "cpu")
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit());
-    if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
-        command.env("TF_CPP_MIN_LOG_LEVEL", "1");
-    }
-    let out = command
-        .output()
-        .with_context(|| format!("could not start {command:?}"))?;
-    if !out.status.success() {
-        bail!("{command:?} failed ({})", out.status);
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = cmd::python_stdout(python, root, SCRIPT, args, &[("JAX_PLATFORMS", "cpu")])?;
     serde_json::from_str(text.lines().last().unwrap_or_default())
         .with_context(|| format!("{SCRIPT} printed no JSON object"))
 }

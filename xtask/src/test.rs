@@ -46,14 +46,7 @@ pub fn run(extra: &[String]) -> anyhow::Result<ExitCode> {
     step("test: building the tessera binary (the CLI tests run it)");
     cmd::cargo(&["build", "--package", "tessera"])?;
     step("test: building the release tessera binary (the GPU bundle's test packs it)");
-    cmd::cargo(&[
-        "build",
-        "--release",
-        "--package",
-        "tessera",
-        "--bin",
-        "tessera",
-    ])?;
+    cmd::build_release_tessera()?;
     step("test: building the examples tests/mpi.rs runs under mpirun");
     cmd::cargo(&[
         "build",
