@@ -718,3 +718,95 @@ fn a_step_takes_and_gives_parameter_trees() {
         .unwrap_or_default();
     assert!(err.contains("v1") || err.contains("w1"), "{err}");
 }
+
+/// One MPMD group (two devices splitting the data) runs both stages.
+fn one_group() -> MpmdMesh {
+    MpmdMesh::new(Mesh::auto(&[("stage", 1), ("data", 2)]).unwrap(), "stage").unwrap()
+}
+
+#[test]
+fn a_step_on_one_group_runs_as_one_program_like_its_pipelined_tasks() {
+    use tessera_mpmd::{FUSED_TASK, Fusion, StepArg, StepResult};
+    let (stages, mbs, rows) = (2, 4, 2);
+    let program = step(stages, mbs, rows, "interleaved-1f1b");
+    let client = Client::cpu(8).unwrap();
+    let args = step_args(stages, mbs, rows);
+    let host: Vec<_> = args.iter().map(|a| to_host(a).unwrap()).collect();
+    let want = eval_closed(&program, &args).unwrap();
+    // The pipeline's tasks and update programs, on request.
+    let never = MpmdJitOptions {
+        fusion: Fusion::Never,
+        ..MpmdJitOptions::default()
+    };
+    let tasks = mpmd_jit_with(&client, &one_group(), &program, &never).unwrap();
+    assert!(!tasks.is_fused());
+    let by_tasks = tasks.call(&host).unwrap();
+    let plan = tasks.pipeline().schedule_plan();
+    assert_eq!(
+        by_tasks.timings.tasks.len(),
+        plan.actors.iter().map(Vec::len).sum::<usize>()
+    );
+    // By default: one program, one task, the same results and per-micro-batch losses.
+    let fused = mpmd_jit(&client, &one_group(), &program).unwrap();
+    assert!(fused.is_fused());
+    let run = fused.call(&host).unwrap();
+    assert_close(&run.outputs, &want);
+    assert_close(&run.outputs, &by_tasks.outputs);
+    assert_eq!(run.timings.tasks.len(), 1);
+    assert_eq!(run.timings.tasks[0].name, FUSED_TASK);
+    assert_eq!(run.losses.len(), mbs as usize);
+    for (a, b) in run.losses.iter().zip(&by_tasks.losses) {
+        assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "{a} vs {b}");
+    }
+    // Donating the weights: three steps on the group, each consuming the last one's weights.
+    let donating = MpmdJitOptions {
+        donate_argnums: vec![0, 1],
+        ..MpmdJitOptions::default()
+    };
+    let jit = mpmd_jit_with(&client, &one_group(), &program, &donating).unwrap();
+    assert!(jit.is_fused());
+    assert_eq!(jit.donated(), [0, 1]);
+    let mut call_args: Vec<StepArg> = host.iter().cloned().map(StepArg::Host).collect();
+    let mut got = jit.call_mpmd_donated(&mut call_args).unwrap().outputs;
+    for _ in 0..2 {
+        for s in 0..stages {
+            call_args[s] = got[s].clone().into_arg();
+        }
+        got = jit.call_mpmd_donated(&mut call_args).unwrap().outputs;
+        for s in 0..stages {
+            assert!(
+                matches!(&call_args[s], StepArg::Mpmd(m) if m.is_deleted()),
+                "weight {s} was not donated"
+            );
+        }
+    }
+    let host_out: Vec<_> = got
+        .iter()
+        .map(|g| StepResult::to_host(g).unwrap())
+        .collect();
+    assert_close(&host_out, &interpreted_steps(&program, &args, stages, 3));
+    // The learning rate's buffer may take the mean loss (a free result of its type), as in
+    // `jax.jit`; the data's fits no result and is refused, naming it.
+    let lr = MpmdJitOptions {
+        donate_argnums: vec![stages],
+        ..MpmdJitOptions::default()
+    };
+    let jit = mpmd_jit_with(&client, &one_group(), &program, &lr).unwrap();
+    assert_eq!(jit.donated(), [stages]);
+    let data = MpmdJitOptions {
+        donate_argnums: vec![stages + 1],
+        ..MpmdJitOptions::default()
+    };
+    let err = mpmd_jit_with(&client, &one_group(), &program, &data)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    let named = format!("argument {} is donated", stages + 1);
+    assert!(err.contains(&named), "{err}");
+    // Two groups run the pipeline.
+    assert!(
+        !mpmd_jit(&client, &mesh(2), &step(2, mbs, rows, "1f1b"))
+            .unwrap()
+            .is_fused()
+    );
+}

@@ -414,3 +414,49 @@ fn step_phases_add_up_to_the_step() {
     );
     assert!(part("tasks") > 0.0 && part("update") > 0.0, "{phases}");
 }
+
+/// On one MPMD group the step is one program (`--no-fuse`: the schedule's tasks), and both
+/// equal the unpipelined reference.
+#[test]
+fn a_step_on_one_group_is_one_program_unless_asked_for_tasks() {
+    let base = [
+        "--model",
+        "gpt",
+        "--stages",
+        "2",
+        "--mpmd-dim",
+        "1",
+        "--schedule",
+        "interleaved-1f1b",
+        "--microbatches",
+        "2",
+        "--batch",
+        "8",
+        "--steps",
+        "3",
+        "--optimizer",
+        "adamw",
+        "--eval-every",
+        "0",
+        "--json",
+    ];
+    let fused = summary(&base);
+    assert_eq!(fused["order_matches_schedule"], serde_json::Value::Null);
+    assert!(
+        fused["max_relative_difference"].as_f64().unwrap() <= 1e-6,
+        "{fused}"
+    );
+    // One program: its run is the `tasks` phase; no loop rest around it.
+    let phase = |s: &serde_json::Value, name: &str| s["step_phases_ms"][name].as_f64().unwrap();
+    assert!(phase(&fused, "tasks") > 0.0, "{fused}");
+    assert_eq!(phase(&fused, "pipeline_rest"), 0.0, "{fused}");
+    let mut with_tasks = base.to_vec();
+    with_tasks.push("--no-fuse");
+    let tasks = summary(&with_tasks);
+    assert_eq!(tasks["order_matches_schedule"], true, "{tasks}");
+    assert!(phase(&tasks, "update") > 0.0, "{tasks}");
+    let (a, b) = (numbers(&fused, "losses"), numbers(&tasks, "losses"));
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 1e-5 * y.abs(), "fused {x} vs tasks {y}");
+    }
+}

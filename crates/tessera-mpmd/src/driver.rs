@@ -132,6 +132,9 @@ pub struct PipelineOptions {
     /// How each value is laid out inside its group (by default: parameters replicated,
     /// per-micro-batch values split over every axis of the group).
     pub specs: ValueSpecs,
+    /// Plan the pipeline without compiling its tasks (what `mpmd_jit` does for a step it runs as
+    /// one program): its schedule, stages and layouts can be read, but running it fails.
+    pub plan_only: bool,
 }
 
 /// A pipelined step ready to run.
@@ -292,8 +295,9 @@ impl CompiledPipeline {
                 .placement
                 .actor(sig.parts[0].task.stage)
                 .unwrap_or(0) as usize;
-            if !local(group) {
-                // Another process compiles and runs it; this index is never executed here.
+            if !local(group) || options.plan_only {
+                // Another process compiles and runs it (or nobody does, for a plan only); this
+                // index is never executed here.
                 return usize::MAX;
             }
             let compiled = compile_action(

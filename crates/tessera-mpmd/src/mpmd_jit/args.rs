@@ -87,7 +87,8 @@ impl StepResult {
 pub struct MpmdStepRun {
     /// The step's results.
     pub outputs: Vec<StepResult>,
-    /// Each micro-batch's loss.
+    /// Each micro-batch's loss (empty for a step run as one program whose loss combines by
+    /// `Add` or `Max`: its program returns the combined loss only, among the step's results).
     pub losses: Vec<f64>,
     /// When each pipeline task ran.
     pub timings: Timings,

@@ -26,6 +26,7 @@ mod args;
 mod crossing;
 mod data;
 mod donation;
+mod fused;
 mod options;
 mod phases;
 mod pieces;
@@ -46,7 +47,8 @@ use crate::mesh::MpmdMesh;
 use crate::runtime::{PjrtExecutor, RunOptions, Timings};
 use analyze::{LossInput, check_ops, find_loop, read_body, update_program};
 pub use args::{MpmdStepRun, StepArg, StepPhases, StepResult};
-pub use options::MpmdJitOptions;
+pub use fused::FUSED_TASK;
+pub use options::{Fusion, MpmdJitOptions};
 use pieces::{LoopResults, PieceLayout, compile_piece, input_spec};
 use shardings::{StepShape, StepSpecs};
 use update::{Piece, Place};
@@ -88,6 +90,8 @@ pub struct MpmdJit {
     partitioner: tessera_stablehlo::Partitioner,
     /// For an update mixing groups: its values crossing groups, computed before `pieces` run.
     crossing: Option<crossing::Crossing>,
+    /// The whole step as one program, when one group runs it all ([`Fusion::Auto`]).
+    fused: Option<fused::FusedStep>,
 }
 
 /// What one call returns besides the step's results.
@@ -95,7 +99,7 @@ pub struct MpmdJit {
 pub struct StepRun {
     /// The step's results, on the host.
     pub outputs: Vec<HostArray>,
-    /// Each micro-batch's loss.
+    /// Each micro-batch's loss (see [`MpmdStepRun::losses`] for a step run as one program).
     pub losses: Vec<f64>,
     /// When each pipeline task ran.
     pub timings: Timings,
@@ -163,10 +167,14 @@ impl MpmdJit {
         let schedule = options.resolve(&p.schedule, params)?;
         let length = p.length as usize;
         let partitioner = options.partitioner.unwrap_or_default();
+        // One group in one process runs the whole step as one program.
+        let fuse =
+            options.fusion == Fusion::Auto && mesh.mpmd_dim() == 1 && options.processes.is_none();
         let pipeline_options = PipelineOptions {
             processes: options.processes.clone(),
             partitioner,
             specs: specs.values.clone(),
+            plan_only: fuse,
         };
         let mut pipeline = CompiledPipeline::new_in(
             client,
@@ -234,15 +242,40 @@ impl MpmdJit {
             refuse_cross_process(&split)?;
         }
         let same_layout = |i: usize, k: usize| input_spec(i) == specs.outs[k];
-        let donation = donation::aliases(
-            &split,
-            &options.donate_argnums,
-            &options.donate_where_possible,
-            n_args,
-            &same_layout,
-        )?;
+        let fused = match fuse {
+            true => {
+                let setup = fused::FusedSetup {
+                    mesh,
+                    step,
+                    loop_index: index,
+                    loss_op: host_ops[0],
+                    specs: &specs,
+                    donate: &options.donate_argnums,
+                    donate_where_possible: &options.donate_where_possible,
+                    partitioner,
+                };
+                Some(fused::compile(&mut updates, &setup)?)
+            }
+            false => None,
+        };
+        let donation = match &fused {
+            // One program: donation is its own (`fused.rs`), the pieces are not compiled.
+            Some(fused) => donation::Donation {
+                aliases: split.iter().map(|p| vec![None; p.inputs.len()]).collect(),
+                donated: fused.donated.clone(),
+            },
+            None => donation::aliases(
+                &split,
+                &options.donate_argnums,
+                &options.donate_where_possible,
+                n_args,
+                &same_layout,
+            )?,
+        };
         for (piece, aliased) in split.into_iter().zip(donation.aliases) {
             let compiled = match piece.place {
+                // A fused step runs its update inside its one program.
+                Place::Group(_) if fused.is_some() => None,
                 Place::Group(g) if pipeline.is_local(g) => {
                     let in_specs: Vec<_> = piece.inputs.iter().map(|&i| input_spec(i)).collect();
                     let out_specs: Vec<_> = piece
@@ -288,7 +321,15 @@ impl MpmdJit {
             slicers: data::Slicers::default(),
             partitioner,
             crossing,
+            fused,
         })
+    }
+
+    /// Whether the whole step runs as one program ([`Fusion::Auto`] on one group): then
+    /// [`MpmdJit::pipeline`] is its plan only (its tasks are not compiled), and a call's
+    /// timings hold one task, [`FUSED_TASK`].
+    pub fn is_fused(&self) -> bool {
+        self.fused.is_some()
     }
 
     /// The spec of each step argument inside its group.
@@ -307,7 +348,8 @@ impl MpmdJit {
         &self.donated
     }
 
-    /// The pipeline that runs the loop.
+    /// The pipeline that runs the loop (for a step run as one program, [`MpmdJit::is_fused`],
+    /// its plan only: its schedule, stages and layouts, with no task compiled).
     pub fn pipeline(&self) -> &CompiledPipeline {
         &self.pipeline
     }
@@ -387,6 +429,19 @@ impl MpmdJit {
     fn run(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
         let mut clock = PhaseClock::start();
         self.check_args(args)?;
+        if let Some(fused) = &self.fused {
+            let check_ms = clock.lap();
+            let ctx = fused::FusedRun {
+                client: &self.client,
+                mesh: &self.mesh,
+                executor: &self.updates,
+                specs: &self.specs,
+                out_avals: &self.out_avals,
+            };
+            let mut run = fused.run(&ctx, args)?;
+            run.phases.arguments_ms += check_ms;
+            return Ok(run);
+        }
         let mut params = HashMap::new();
         for (a, input) in self.loss_inputs.iter().enumerate() {
             if let LossInput::Param(i) = *input {

@@ -66,6 +66,23 @@ pub struct MpmdJitOptions {
     /// argument `k` when the result has its type, the carried-state convention of a training
     /// step, else replicated).
     pub out_specs: Vec<Option<PartitionSpec>>,
+    /// Whether a step that one group runs whole compiles into one program
+    /// ([`Fusion::Auto`], the default) or runs as the pipeline's tasks and update programs.
+    pub fusion: Fusion,
+}
+
+/// Whether [`super::mpmd_jit_with`] compiles a step into one program where it can.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Fusion {
+    /// On a mesh of one MPMD group in one process, the whole step (the code before the loop,
+    /// the loop with its accumulation, the update) is one executable, as `jax.jit` of the step
+    /// is: no task list, and [`super::MpmdStepRun::timings`] holds one task,
+    /// [`super::FUSED_TASK`]. Elsewhere the pipeline runs.
+    #[default]
+    Auto,
+    /// Always the pipeline's tasks and the update programs (e.g. to trace the schedule's
+    /// tasks, or to measure its memory, on one group).
+    Never,
 }
 
 impl fmt::Debug for MpmdJitOptions {
@@ -83,6 +100,7 @@ impl fmt::Debug for MpmdJitOptions {
             )
             .field("in_specs", &self.in_specs)
             .field("out_specs", &self.out_specs)
+            .field("fusion", &self.fusion)
             .finish()
     }
 }

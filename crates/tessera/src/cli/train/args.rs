@@ -123,6 +123,11 @@ pub struct Args {
     /// Write a Chrome / Perfetto trace of the last step's tasks here.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Run the schedule's pipeline tasks and the update programs even on one MPMD group (where
+    /// the step otherwise compiles into one program, as `jax.jit` of the whole step does): for
+    /// the schedule's task table, trace, bubble and memory figures on one group.
+    #[arg(long)]
+    pub no_fuse: bool,
     /// Print a JSON summary as the last line.
     #[arg(long)]
     pub json: bool,

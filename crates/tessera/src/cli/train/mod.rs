@@ -248,6 +248,10 @@ fn run_in(
         donate_where_possible: (model.init.len()..n_carried).collect(),
         processes: super::mpi::processes(job, &client, &mesh)?,
         in_specs,
+        fusion: match args.no_fuse {
+            true => tessera_mpmd::Fusion::Never,
+            false => tessera_mpmd::Fusion::Auto,
+        },
         ..tessera_mpmd::MpmdJitOptions::default()
     };
     let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
@@ -388,10 +392,12 @@ fn run_in(
                     .push(saver.save(&manifest, &params, &state)?);
             }
         }
-        log.per_step.push(super::timing::calibrate(
-            &run.timings,
-            jit.pipeline().schedule_plan(),
-        ));
+        if !jit.is_fused() {
+            log.per_step.push(super::timing::calibrate(
+                &run.timings,
+                jit.pipeline().schedule_plan(),
+            ));
+        }
         if job.is_some() {
             log.job_timings.push(run.timings.clone());
         }
@@ -492,7 +498,10 @@ fn finish(
     saver: Option<&checkpoints::Saver>,
 ) -> anyhow::Result<ExitCode> {
     let timings = log.timings.as_ref().context("no steps were run")?;
-    let figures = report::pipeline_figures(jit.pipeline(), timings, &log.per_step, args.stages)?;
+    let figures = match jit.is_fused() {
+        true => report::one_program_figures(&log.step_ms)?,
+        false => report::pipeline_figures(jit.pipeline(), timings, &log.per_step, args.stages)?,
+    };
     let tokens_per_step = f64::from(args.batch) * model.tokens_per_example as f64;
     let tokens_per_second = tokens_per_step / (report::settled_median(&log.step_ms) / 1000.0);
     let throughput = report::throughput(client, tokens_per_second, model.flops_per_token)?;

@@ -13,8 +13,28 @@ pub struct PipelineFigures {
     pub bubble_simulated: f64,
     pub makespan_ms: f64,
     pub predicted_ms: f64,
-    pub orders_match: bool,
+    /// Whether every group ran the schedule's order (`None`: the step ran as one program, with
+    /// no schedule to follow).
+    pub orders_match: Option<bool>,
     pub memory: serde_json::Value,
+}
+
+/// The figures of a step that ran as one program (`MpmdJit::is_fused`): no pipeline tasks, so
+/// no bubble, order or per-group memory; says so.
+pub fn one_program_figures(makespans_ms: &[f64]) -> anyhow::Result<PipelineFigures> {
+    outln!(
+        "the step ran as one program on one MPMD group (the loop, its accumulation and the \
+         update in one executable): no pipeline tasks to report; --no-fuse runs the schedule's \
+         tasks instead"
+    )?;
+    Ok(PipelineFigures {
+        bubble_measured: f64::NAN,
+        bubble_simulated: f64::NAN,
+        makespan_ms: settled_median(makespans_ms),
+        predicted_ms: f64::NAN,
+        orders_match: None,
+        memory: serde_json::Value::Null,
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -87,7 +107,7 @@ pub fn pipeline_figures(
         bubble_simulated,
         makespan_ms,
         predicted_ms,
-        orders_match,
+        orders_match: Some(orders_match),
         memory: memory_json(&memory, plan),
     })
 }
@@ -244,7 +264,7 @@ pub fn max_difference(losses: &[f64], references: &[f64]) -> Option<f64> {
 pub fn verdict(
     max_diff: Option<f64>,
     tolerance: f64,
-    orders_match: bool,
+    orders_match: Option<bool>,
 ) -> anyhow::Result<ExitCode> {
     if let Some(diff) = max_diff.filter(|&d| d > tolerance) {
         anyhow::bail!(
@@ -252,7 +272,7 @@ pub fn verdict(
              more than {tolerance:.0e}"
         );
     }
-    if !orders_match {
+    if orders_match == Some(false) {
         anyhow::bail!(
             "a group ran its actions in another order than the schedule's (see the task table \
              above): the runtime did not follow the plan"

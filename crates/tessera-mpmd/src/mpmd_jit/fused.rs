@@ -1,0 +1,240 @@
+//! The whole step as one program, when one group runs all of it ([`super::Fusion::Auto`] on a
+//! mesh of one MPMD group, in one process): the code before the loop, the `treduce` (lowered to
+//! a `stablehlo.while` accumulating every micro-batch's gradients), and the update compile into
+//! a single executable, as `jax.jit` of the whole step does. XLA then fuses the update into the
+//! backward pass's last writes, and a step is one dispatch, with no gradient handed from one
+//! program to the next.
+//!
+//! The program is the step itself, with one more result when the loss combines by `Concat(0)`:
+//! the loop's per-micro-batch losses (what [`super::MpmdStepRun::losses`] reports). Donated
+//! arguments (`donate_argnums`, and those of `donate_where_possible` that can be) alias the
+//! step result of their type and layout, preferring the result at their own position (the
+//! carried-state convention of a training step). Every result stays on the group.
+
+use tessera_ir::prim::ReduceOp;
+use tessera_ir::{Atom, ClosedJaxpr, ShapedArray};
+use tessera_pjrt::Array as DeviceArray;
+use tessera_sharding::{NamedSharding, PartitionSpec};
+
+use super::args::{MpmdStepRun, StepArg, StepPhases, StepResult};
+use super::pieces::{PieceLayout, compile_program};
+use super::shardings::StepSpecs;
+use super::{PhaseClock, config};
+use crate::array::MpmdArray;
+use crate::driver::DriverError;
+use crate::mesh::MpmdMesh;
+use crate::runtime::{PjrtExecutor, TaskTiming, Timings};
+use crate::sharding::MpmdSharding;
+
+/// The name of the fused program's one task in [`Timings`].
+pub const FUSED_TASK: &str = "step (one program)";
+
+/// A step compiled as one program for group 0.
+pub(super) struct FusedStep {
+    /// The program's index in the step's executor.
+    index: usize,
+    /// Whether the program's last result is the per-micro-batch losses.
+    losses_result: bool,
+    /// The step arguments the program donates.
+    pub donated: Vec<usize>,
+}
+
+/// What [`compile`] needs of the step.
+pub(super) struct FusedSetup<'a> {
+    pub mesh: &'a MpmdMesh,
+    pub step: &'a ClosedJaxpr,
+    /// The `treduce` equation's index in the step.
+    pub loop_index: usize,
+    /// How the loss combines over the micro-batches.
+    pub loss_op: ReduceOp,
+    pub specs: &'a StepSpecs,
+    pub donate: &'a [usize],
+    pub donate_where_possible: &'a [usize],
+    pub partitioner: tessera_stablehlo::Partitioner,
+}
+
+/// Compiles the whole step for group 0 of `setup.mesh`.
+pub(super) fn compile(
+    executor: &mut PjrtExecutor,
+    setup: &FusedSetup<'_>,
+) -> Result<FusedStep, DriverError> {
+    let mut program = setup.step.clone();
+    let losses_result = setup.loss_op == ReduceOp::Concat(0);
+    if losses_result {
+        let losses = setup.step.jaxpr.eqns[setup.loop_index].outputs[0];
+        program.jaxpr.outvars.push(Atom::Var(losses));
+    }
+    let mut outs = setup.specs.outs.clone();
+    if losses_result {
+        outs.push(PartitionSpec::replicated());
+    }
+    let (aliased, donated) = aliases(setup)?;
+    let layout = PieceLayout {
+        ins: &setup.specs.args,
+        outs: &outs,
+        aliased,
+        partitioner: setup.partitioner,
+    };
+    let index = compile_program(executor, setup.mesh, &program, 0, layout)?;
+    Ok(FusedStep {
+        index,
+        losses_result,
+        donated,
+    })
+}
+
+/// For each step argument the result it is donated to, and the donated arguments.
+fn aliases(setup: &FusedSetup<'_>) -> Result<(Vec<Option<usize>>, Vec<usize>), DriverError> {
+    let jaxpr = &setup.step.jaxpr;
+    let (in_avals, out_avals) = (jaxpr.in_avals(), jaxpr.out_avals());
+    let specs = setup.specs;
+    let mut aliased = vec![None; in_avals.len()];
+    let mut taken = vec![false; out_avals.len()];
+    let mut donated = Vec::new();
+    let optional = setup
+        .donate_where_possible
+        .iter()
+        .filter(|a| !setup.donate.contains(a));
+    let wanted = setup.donate.iter().map(|&a| (a, true));
+    for (arg, required) in wanted.chain(optional.map(|&a| (a, false))) {
+        let Some(aval) = in_avals.get(arg) else {
+            return Err(config(format!(
+                "donate_argnums names argument {arg}, but the step takes {}",
+                in_avals.len()
+            )));
+        };
+        let fits = |k: usize| {
+            !taken[k] && &out_avals[k] == aval && specs.outs.get(k) == specs.args.get(arg)
+        };
+        let choice = if arg < out_avals.len() && fits(arg) {
+            Some(arg)
+        } else {
+            (0..out_avals.len()).find(|&k| fits(k))
+        };
+        match choice {
+            Some(k) => {
+                taken[k] = true;
+                aliased[arg] = Some(k);
+                donated.push(arg);
+            }
+            None if required => {
+                return Err(config(format!(
+                    "argument {arg} is donated ({aval}), but no free result of the step has its \
+                     type and layout to take its buffer; donate only arguments the step replaces"
+                )));
+            }
+            None => {}
+        }
+    }
+    Ok((aliased, donated))
+}
+
+/// What running a fused step needs of the compiled step.
+pub(super) struct FusedRun<'a> {
+    pub client: &'a tessera_pjrt::Client,
+    pub mesh: &'a MpmdMesh,
+    pub executor: &'a PjrtExecutor,
+    pub specs: &'a StepSpecs,
+    pub out_avals: &'a [ShapedArray],
+}
+
+impl FusedStep {
+    /// Runs the step on `args` (already checked): each moved onto the layout the program was
+    /// compiled for, the program run once, every result left on group 0.
+    pub(super) fn run(
+        &self,
+        ctx: &FusedRun<'_>,
+        args: &[StepArg],
+    ) -> Result<MpmdStepRun, DriverError> {
+        let mut clock = PhaseClock::start();
+        let epoch_unix_us = unix_now_us();
+        let group = ctx.mesh.group(0)?;
+        let inputs = args
+            .iter()
+            .zip(&ctx.specs.args)
+            .enumerate()
+            .map(|(i, (arg, spec))| match arg {
+                StepArg::Host(h) => {
+                    let sharding = NamedSharding::new(group, spec.clone())?;
+                    Ok(DeviceArray::device_put(ctx.client, h, &sharding)?)
+                }
+                StepArg::Mpmd(m) => {
+                    let arrays = m.to_mpmd_local_arrays()?;
+                    let a = arrays
+                        .get(&0)
+                        .or(arrays.values().next())
+                        .ok_or_else(|| config(format!("argument {i} holds no array")))?;
+                    crate::cross_group::onto_group(ctx.client, a, group, spec)
+                }
+            })
+            .collect::<Result<Vec<_>, DriverError>>()?;
+        let arguments_ms = clock.lap();
+        let refs: Vec<&DeviceArray> = inputs.iter().collect();
+        let started_us = unix_now_us() - epoch_unix_us;
+        let mut outs = ctx
+            .executor
+            .execute(self.index, &refs)
+            .map_err(|e| config(e.to_string()))?;
+        let tasks_ms = clock.lap();
+        let losses = match self.losses_result {
+            true => per_micro_batch(outs.pop())?,
+            false => Vec::new(),
+        };
+        let results_ms = clock.lap();
+        let outputs = outs
+            .into_iter()
+            .zip(&ctx.specs.outs)
+            .map(|(o, spec)| {
+                let sharding = MpmdSharding::new(ctx.mesh, [0], spec)?;
+                Ok(StepResult::Mpmd(Box::new(MpmdArray::new(
+                    vec![o],
+                    sharding,
+                )?)))
+            })
+            .collect::<Result<Vec<_>, DriverError>>()?;
+        if outputs.len() != ctx.out_avals.len() {
+            return Err(config(
+                "the fused step returned the wrong number of results",
+            ));
+        }
+        let timings = Timings {
+            tasks: vec![TaskTiming {
+                name: FUSED_TASK.to_owned(),
+                group: 0,
+                start_us: started_us,
+                duration_us: tasks_ms * 1000.0,
+            }],
+            epoch_unix_us,
+            ..Timings::default()
+        };
+        let phases = StepPhases {
+            arguments_ms,
+            tasks_ms,
+            results_ms,
+            update_ms: clock.lap(),
+            ..StepPhases::default()
+        };
+        Ok(MpmdStepRun {
+            outputs,
+            losses,
+            timings,
+            phases,
+        })
+    }
+}
+
+/// The per-micro-batch losses the program returned, on the host.
+fn per_micro_batch(result: Option<DeviceArray>) -> Result<Vec<f64>, DriverError> {
+    let array = result.ok_or_else(|| config("the fused step returned no losses"))?;
+    let host = array.to_host()?;
+    let dtype = host.dtype();
+    Ok(crate::host::from_host(&host, dtype)
+        .map_err(|e| config(e.0))?
+        .to_vec())
+}
+
+fn unix_now_us() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e6)
+}
