@@ -66,10 +66,9 @@ impl fmt::Display for LayoutDifference {
                 "its devices in mesh order are {have:?}, not {want:?} (another device order \
                  puts the blocks on other devices)"
             ),
-            LayoutDifference::Layout { have, want } => write!(
-                f,
-                "its blocks lie on the devices as {have}, not as {want}"
-            ),
+            LayoutDifference::Layout { have, want } => {
+                write!(f, "its blocks lie on the devices as {have}, not as {want}")
+            }
             LayoutDifference::Unreduced { have, want } => write!(
                 f,
                 "its unreduced/reduced axes are {:?}/{:?}, not {:?}/{:?}",
@@ -225,7 +224,12 @@ mod tests {
             b.clone().with_memory_kind("device").normalized(),
             b.normalized()
         );
-        assert!(b.clone().with_memory_kind("device").is_equivalent_to(&b, 2).unwrap());
+        assert!(
+            b.clone()
+                .with_memory_kind("device")
+                .is_equivalent_to(&b, 2)
+                .unwrap()
+        );
     }
 
     #[test]
@@ -244,7 +248,10 @@ mod tests {
                 want: vec![0, 1, 2, 3]
             })
         );
-        let logical = want.clone().with_logical_device_ids(vec![1, 0, 3, 2]).unwrap();
+        let logical = want
+            .clone()
+            .with_logical_device_ids(vec![1, 0, 3, 2])
+            .unwrap();
         let diff = logical.layout_difference(&want, 2).unwrap().unwrap();
         assert!(matches!(diff, LayoutDifference::Layout { .. }), "{diff}");
         assert_ne!(logical.normalized(), want.normalized());
@@ -256,7 +263,9 @@ mod tests {
                 want: "device".into()
             })
         );
-        let abstract_one = NamedSharding::new_abstract(plain.abstract_mesh(), PartitionSpec::replicated()).unwrap();
+        let abstract_one =
+            NamedSharding::new_abstract(plain.abstract_mesh(), PartitionSpec::replicated())
+                .unwrap();
         assert!(abstract_one.is_equivalent_to(&want, 2).is_err());
     }
 

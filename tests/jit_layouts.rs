@@ -1,0 +1,248 @@
+//! The argument check of `jit` executables on typed shardings: an array laid out over the same
+//! devices in another order, or with logical device ids that move its blocks, is refused with
+//! what differs and how to move it (and gives the right values once resharded to the
+//! executable's input sharding); an equivalent spelling of the spec is accepted, and the
+//! `JitCache` gives it the executable compiled for the other spelling.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use tessera::jit::{Jit, JitCache, JitError, from_host, to_host};
+use tessera_ir::interp::eval_closed;
+use tessera_ir::trace::trace;
+use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
+use tessera_pjrt::{Array as DeviceArray, Client};
+use tessera_sharding::named::LayoutDifference;
+use tessera_sharding::{AbstractMesh, Mesh, NamedSharding, PartitionSpec};
+
+fn program() -> ClosedJaxpr {
+    trace(&[ShapedArray::new(DType::F32, &[8, 4])], |a| {
+        vec![(&a[0] * 2.0 + 1.0).tanh()]
+    })
+    .unwrap()
+}
+
+fn host() -> Array {
+    Array::new(
+        DType::F32,
+        &[8, 4],
+        (0..32).map(|i| (f64::from(i) * 0.37).sin()).collect(),
+    )
+    .unwrap()
+}
+
+fn mesh(devices: &[i64]) -> Mesh {
+    let shape = AbstractMesh::auto(&[("x", 2), ("y", 2)]).unwrap();
+    Mesh::new(shape, devices.to_vec()).unwrap()
+}
+
+fn sharding(mesh: &Mesh, spec: &str) -> NamedSharding {
+    NamedSharding::new(mesh, PartitionSpec::parse(spec).unwrap()).unwrap()
+}
+
+/// Runs `exe` on `x` and checks the values against the interpreter.
+fn assert_right_values(exe: &tessera::jit::Compiled, x: &DeviceArray) {
+    let out = exe.call(&[x]).unwrap();
+    let got = from_host(&out[0].to_host().unwrap(), DType::F32).unwrap();
+    let want = eval_closed(&program(), &[host()]).unwrap();
+    for (g, w) in got.to_vec().iter().zip(want[0].to_vec()) {
+        assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+    }
+}
+
+#[test]
+fn an_array_over_the_devices_in_another_order_is_refused_until_resharded() {
+    let client = Client::cpu(4).unwrap();
+    let want = sharding(&mesh(&[0, 1, 2, 3]), "P('x', 'y')");
+    let exe = Jit::new(program(), vec![want.clone()], vec![want.clone()])
+        .unwrap()
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .unwrap();
+    assert_eq!(exe.input_shardings(), std::slice::from_ref(&want));
+    let other = sharding(&mesh(&[1, 0, 3, 2]), "P('x', 'y')");
+    let x = DeviceArray::device_put(&client, &to_host(&host()).unwrap(), &other).unwrap();
+    let err = exe.call(&[&x]).err().unwrap();
+    let JitError::Layout {
+        index, difference, ..
+    } = &err
+    else {
+        panic!("not a layout error: {err}");
+    };
+    assert_eq!(*index, 0);
+    assert_eq!(
+        **difference,
+        LayoutDifference::Devices {
+            have: vec![1, 0, 3, 2],
+            want: vec![0, 1, 2, 3]
+        }
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("[1, 0, 3, 2]")
+            && text.contains("reshard")
+            && text.contains("input_shardings"),
+        "{text}"
+    );
+    let moved = x.reshard(&client, &exe.input_shardings()[0]).unwrap();
+    assert_right_values(&exe, &moved);
+}
+
+/// Logical device ids on the executable's own mesh put the blocks on other devices: the array
+/// has the mesh and the spec of the executable's input, and is still refused.
+#[test]
+fn logical_device_ids_that_move_blocks_are_refused_until_resharded() {
+    let client = Client::cpu(4).unwrap();
+    let plain = mesh(&[0, 1, 2, 3]);
+    let want = sharding(&plain, "P('x', 'y')");
+    let exe = Jit::new(program(), vec![want.clone()], vec![want.clone()])
+        .unwrap()
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .unwrap();
+    let permuted = want
+        .clone()
+        .with_logical_device_ids(vec![1, 0, 3, 2])
+        .unwrap();
+    assert_eq!(permuted.concrete_mesh(), want.concrete_mesh());
+    assert_eq!(permuted.spec(), want.spec());
+    let x = DeviceArray::device_put(&client, &to_host(&host()).unwrap(), &permuted).unwrap();
+    let err = exe.call(&[&x]).err().unwrap();
+    assert!(
+        matches!(
+            &err,
+            JitError::Layout { difference, .. }
+                if matches!(**difference, LayoutDifference::Layout { .. })
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("logical device ids [1, 0, 3, 2]"),
+        "{err}"
+    );
+    let moved = x.reshard(&client, &exe.input_shardings()[0]).unwrap();
+    assert_right_values(&exe, &moved);
+    // The identity permutation is the plain layout: accepted as is.
+    let identity = want.with_logical_device_ids(vec![0, 1, 2, 3]).unwrap();
+    let y = DeviceArray::device_put(&client, &to_host(&host()).unwrap(), &identity).unwrap();
+    assert_right_values(&exe, &y);
+}
+
+#[test]
+fn equivalent_spellings_of_a_spec_are_accepted_and_share_one_executable() {
+    let client = Client::cpu(4).unwrap();
+    let m = mesh(&[0, 1, 2, 3]);
+    let (long, short) = (sharding(&m, "P('x', None)"), sharding(&m, "P('x')"));
+    assert_ne!(long, short);
+    let cache = JitCache::default();
+    let jit_long = Jit::new(program(), vec![long.clone()], vec![long.clone()]).unwrap();
+    let jit_short = Jit::new(program(), vec![short.clone()], vec![short.clone()]).unwrap();
+    let first = cache.get_or_compile(&client, &jit_long).unwrap();
+    let second = cache.get_or_compile(&client, &jit_short).unwrap();
+    assert_eq!(
+        cache.len(),
+        1,
+        "P('x') hits the executable compiled for P('x', None)"
+    );
+    assert_eq!(second.input_shardings(), std::slice::from_ref(&short));
+    let x_short = DeviceArray::device_put(&client, &to_host(&host()).unwrap(), &short).unwrap();
+    let x_long = DeviceArray::device_put(&client, &to_host(&host()).unwrap(), &long).unwrap();
+    assert_right_values(&first, &x_short);
+    assert_right_values(&second, &x_long);
+    assert_eq!(second.call(&[&x_long]).unwrap()[0].sharding(), &short);
+    // Another layout still compiles its own executable.
+    let rows = sharding(&m, "P('y')");
+    cache
+        .get_or_compile(
+            &client,
+            &Jit::new(program(), vec![rows.clone()], vec![rows]).unwrap(),
+        )
+        .unwrap();
+    assert_eq!(cache.len(), 2);
+}
+
+/// Memory kinds are part of the layout: the default kind written out is the same layout; an
+/// array in another memory the device has is refused until resharded into the executable's; a
+/// program whose shardings name a memory the devices lack does not compile, and the error names
+/// the kinds they have.
+#[test]
+fn memory_kinds_are_compared_and_checked_against_the_devices() {
+    let client = Client::cpu(4).unwrap();
+    let kinds: Vec<String> = (client.device(0).unwrap().memories().unwrap())
+        .into_iter()
+        .map(|m| m.kind)
+        .collect();
+    let m = mesh(&[0, 1, 2, 3]);
+    let plain = sharding(&m, "P('x')");
+    let explicit = plain.clone().with_memory_kind(&kinds[0]);
+    let exe = Jit::new(program(), vec![explicit.clone()], vec![plain.clone()])
+        .unwrap()
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .unwrap();
+    let x = DeviceArray::device_put(&client, &to_host(&host()).unwrap(), &plain).unwrap();
+    assert_right_values(&exe, &x);
+    for other in kinds.iter().skip(1) {
+        let s = plain.clone().with_memory_kind(other);
+        let y = DeviceArray::device_put(&client, &to_host(&host()).unwrap(), &s).unwrap();
+        let err = exe.call(&[&y]).err().unwrap();
+        assert!(
+            matches!(
+                &err,
+                JitError::Layout { difference, .. }
+                if matches!(**difference, LayoutDifference::MemoryKind { .. })
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains(&format!("'{other}'")), "{err}");
+        let moved = y.reshard(&client, &exe.input_shardings()[0]).unwrap();
+        assert_right_values(&exe, &moved);
+    }
+    let nowhere = plain.clone().with_memory_kind("far_away");
+    let err = Jit::new(program(), vec![nowhere], vec![plain])
+        .unwrap()
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("far_away") && err.contains(&format!("{:?}", kinds[0])),
+        "{err}"
+    );
+}
+
+/// The argument shardings XLA compiled, read back from the executable, are the layouts the
+/// check demands: equivalent to the declared input shardings, and not to another layout.
+#[test]
+fn compiled_input_shardings_are_the_declared_layouts() {
+    let client = Client::cpu(4).unwrap();
+    let m = mesh(&[0, 1, 2, 3]);
+    for spec in ["P('x', 'y')", "P('y', None)", "P()"] {
+        let s = sharding(&m, spec);
+        let exe = Jit::new(program(), vec![s.clone()], vec![s.clone()])
+            .unwrap()
+            .lower()
+            .unwrap()
+            .compile(&client)
+            .unwrap();
+        let compiled = exe.compiled_input_shardings().unwrap();
+        assert_eq!(compiled.len(), 1);
+        assert!(
+            compiled[0].is_equivalent_to(&s, 2).unwrap(),
+            "{spec}: {}",
+            compiled[0]
+        );
+        if spec != "P()" {
+            assert!(
+                !compiled[0]
+                    .is_equivalent_to(&sharding(&m, "P()"), 2)
+                    .unwrap(),
+                "{spec}"
+            );
+        }
+    }
+}
