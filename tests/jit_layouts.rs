@@ -246,3 +246,61 @@ fn compiled_input_shardings_are_the_declared_layouts() {
         }
     }
 }
+
+/// `UNSPECIFIED` results: XLA chooses their layout (under both partitioners), the executable's
+/// output shardings say which, and the returned arrays carry it and hold the right values.
+#[test]
+fn xla_chooses_unspecified_output_shardings_and_the_arrays_carry_them() {
+    let client = Client::cpu(4).unwrap();
+    let m = mesh(&[0, 1, 2, 3]);
+    let input = sharding(&m, "P('x', 'y')");
+    let placeholder = sharding(&m, "P()");
+    for partitioner in [
+        tessera_stablehlo::Partitioner::Shardy,
+        tessera_stablehlo::Partitioner::Gspmd,
+    ] {
+        let jit = Jit::new(program(), vec![input.clone()], vec![placeholder.clone()])
+            .unwrap()
+            .with_partitioner(partitioner)
+            .with_unspecified_outputs(&[0])
+            .unwrap();
+        assert_eq!(jit.unspecified_outputs(), [true]);
+        let lowered = jit.lower().unwrap();
+        let exe = lowered.compile(&client).unwrap();
+        let chosen = exe.output_shardings()[0].clone();
+        // An elementwise program keeps its input's layout: XLA propagates it to the result.
+        assert!(
+            chosen.is_equivalent_to(&input, 2).unwrap(),
+            "{partitioner}: XLA chose {chosen}"
+        );
+        assert!(!chosen.is_equivalent_to(&placeholder, 2).unwrap());
+        let x = DeviceArray::device_put(&client, &to_host(&host()).unwrap(), &input).unwrap();
+        let out = exe.call(&[&x]).unwrap();
+        assert_eq!(out[0].sharding(), &chosen);
+        assert_eq!(
+            out[0].addressable_shards().unwrap()[1].block,
+            [(0, 4), (2, 4)]
+        );
+        assert_right_values(&exe, &x);
+        // A specified result keeps the declared layout, which XLA then follows.
+        let fixed = Jit::new(program(), vec![input.clone()], vec![placeholder.clone()])
+            .unwrap()
+            .with_partitioner(partitioner)
+            .lower()
+            .unwrap()
+            .compile(&client)
+            .unwrap();
+        assert_eq!(fixed.output_shardings(), std::slice::from_ref(&placeholder));
+        assert!(
+            fixed.compiled_output_shardings().unwrap()[0]
+                .is_equivalent_to(&placeholder, 2)
+                .unwrap()
+        );
+    }
+    let err = Jit::new(program(), vec![input], vec![placeholder])
+        .unwrap()
+        .with_unspecified_outputs(&[1])
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("returns 1"), "{err}");
+}

@@ -146,6 +146,7 @@ pub fn run_on_device(
 
 mod cache;
 mod layout;
+mod unspecified;
 
 pub use cache::JitCache;
 
@@ -189,6 +190,8 @@ pub struct Jit {
     /// `(argument, result)` pairs: the argument's buffers are donated to the result.
     donated: Vec<(usize, usize)>,
     partitioner: Partitioner,
+    /// Per result, whether XLA chooses its sharding (`UNSPECIFIED`; `jit/unspecified.rs`).
+    unspecified: Vec<bool>,
 }
 
 /// A lowered [`Jit`]: the StableHLO module and its device assignment.
@@ -228,6 +231,7 @@ impl Jit {
             out_shardings,
             donated: Vec::new(),
             partitioner: Partitioner::default(),
+            unspecified: vec![false; outs],
         })
     }
 
@@ -275,6 +279,7 @@ impl Jit {
             let output = (0..out_avals.len())
                 .find(|&o| {
                     !taken[o]
+                        && !self.unspecified[o]
                         && out_avals[o].shape == aval.shape
                         && out_avals[o].dtype == aval.dtype
                         && self.out_shardings[o]
@@ -328,7 +333,9 @@ impl Jit {
         let options = LowerOptions {
             num_partitions: devices.len(),
             arg_shardings: self.in_shardings.iter().cloned().map(Some).collect(),
-            result_shardings: self.out_shardings.iter().cloned().map(Some).collect(),
+            result_shardings: (self.out_shardings.iter().zip(&self.unspecified))
+                .map(|(s, &open)| (!open).then(|| s.clone()))
+                .collect(),
             aliased_outputs: self.aliased_outputs(),
             partitioner: self.partitioner,
         };
@@ -350,26 +357,39 @@ impl Lowered {
     /// Compiles for the mesh's devices. A memory kind the devices lack is refused naming the
     /// kinds they have, and so is one other than their default memory (not lowered yet).
     pub fn compile(&self, client: &Client) -> Result<Compiled, JitError> {
+        let declared = self.jit.out_shardings.iter().zip(&self.jit.unspecified);
         let shardings: Vec<NamedSharding> = (self.jit.in_shardings.iter())
-            .chain(&self.jit.out_shardings)
+            .chain(declared.filter(|(_, open)| !**open).map(|(s, _)| s))
             .cloned()
             .collect();
         let device = self.devices.first().copied().unwrap_or_default();
         layout::check_memory_kinds(client, device, &shardings)?;
-        let executable = compile_module(client, &self.module, &self.devices)?;
-        Ok(Compiled {
+        let mut options =
+            CompileOptions::spmd(&self.devices).with_shardy(self.module.partitioner.is_shardy());
+        if self.jit.unspecified.contains(&true) {
+            options = options.with_output_propagation(&self.jit.unspecified);
+        }
+        let executable = client.compile(self.module.text.as_bytes(), &options)?;
+        let mut compiled = Compiled {
             jit: self.jit.clone(),
             executable: std::sync::Arc::new(executable),
             devices: self.devices.clone(),
             text: self.module.text.clone(),
-        })
+        };
+        compiled.adopt_chosen_output_shardings()?;
+        Ok(compiled)
     }
 }
 
 impl Compiled {
     /// The same executable taking and returning arrays laid out by `jit`'s shardings, which
     /// the cache has found equivalent to this one's.
-    fn with_jit(&self, jit: Jit) -> Compiled {
+    fn with_jit(&self, mut jit: Jit) -> Compiled {
+        for (k, &open) in jit.unspecified.iter().enumerate() {
+            if open {
+                jit.out_shardings[k] = self.jit.out_shardings[k].clone();
+            }
+        }
         Compiled {
             jit,
             executable: self.executable.clone(),
@@ -385,8 +405,8 @@ impl Compiled {
         &self.jit.in_shardings
     }
 
-    /// The shardings the executable's results are returned in, as declared (what XLA made of
-    /// them is [`Compiled::compiled_output_shardings`]).
+    /// The shardings the executable's results are returned in: as declared, and for a result
+    /// left to XLA ([`Jit::with_unspecified_outputs`]) the one it chose.
     pub fn output_shardings(&self) -> &[NamedSharding] {
         &self.jit.out_shardings
     }

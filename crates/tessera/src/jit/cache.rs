@@ -4,7 +4,7 @@
 //! The key holds the program (its text and a hash of the whole value, constants included), the
 //! input and output shardings as [`NamedSharding::normalized`] values (mesh axes and device
 //! order, spec without trailing `None`s, memory kind, logical device ids unless the identity),
-//! the donated arguments and the partitioner. Equivalent spellings of one layout (`P('x')` and
+//! the donated arguments, the partitioner and the results whose shardings XLA chooses. Equivalent spellings of one layout (`P('x')` and
 //! `P('x', None)`) hit the same entry; the [`Compiled`] returned then shares the executable but
 //! carries the caller's own shardings, so its outputs are labelled as the caller asked.
 
@@ -27,9 +27,12 @@ struct CacheKey {
     /// the text does not show.
     program_hash: u64,
     in_shardings: Vec<NamedSharding>,
-    out_shardings: Vec<NamedSharding>,
+    /// `None` where XLA chooses (the placeholder given to `Jit::new` does not matter).
+    out_shardings: Vec<Option<NamedSharding>>,
     donated: Vec<(usize, usize)>,
     partitioner: Partitioner,
+    /// The results whose shardings XLA chooses.
+    unspecified: Vec<bool>,
 }
 
 impl CacheKey {
@@ -44,13 +47,12 @@ impl CacheKey {
                 .iter()
                 .map(NamedSharding::normalized)
                 .collect(),
-            out_shardings: jit
-                .out_shardings
-                .iter()
-                .map(NamedSharding::normalized)
+            out_shardings: (jit.out_shardings.iter().zip(&jit.unspecified))
+                .map(|(s, &open)| (!open).then(|| s.normalized()))
                 .collect(),
             donated: jit.donated.clone(),
             partitioner: jit.partitioner,
+            unspecified: jit.unspecified.clone(),
         }
     }
 }
