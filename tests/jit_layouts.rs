@@ -304,3 +304,64 @@ fn xla_chooses_unspecified_output_shardings_and_the_arrays_carry_them() {
         .unwrap();
     assert!(err.to_string().contains("returns 1"), "{err}");
 }
+
+/// `AUTO` arguments: XLA's propagation chooses the layout of `y` in `tanh(x) + y` from `x`'s
+/// (under both partitioners); the executable's input shardings say which, an array in the
+/// placeholder layout is refused, and once moved there the values are right.
+#[test]
+fn xla_chooses_auto_input_shardings_and_arguments_are_checked_against_them() {
+    let client = Client::cpu(4).unwrap();
+    let f32 = ShapedArray::new(DType::F32, &[8, 4]);
+    let sum = trace(&[f32.clone(), f32], |a| vec![a[0].tanh() + &a[1]]).unwrap();
+    let m = mesh(&[0, 1, 2, 3]);
+    let tiled = sharding(&m, "P('x', 'y')");
+    let placeholder = sharding(&m, "P()");
+    let (xs, ys) = (host(), values_plus_one());
+    let want = eval_closed(&sum, &[xs.clone(), ys.clone()]).unwrap();
+    for partitioner in [
+        tessera_stablehlo::Partitioner::Shardy,
+        tessera_stablehlo::Partitioner::Gspmd,
+    ] {
+        let jit = Jit::new(
+            sum.clone(),
+            vec![tiled.clone(), placeholder.clone()],
+            vec![tiled.clone()],
+        )
+        .unwrap()
+        .with_partitioner(partitioner)
+        .with_auto_inputs(&[1])
+        .unwrap();
+        assert_eq!(jit.auto_inputs(), [false, true]);
+        let exe = jit.lower().unwrap().compile(&client).unwrap();
+        let chosen = exe.input_shardings()[1].clone();
+        assert!(
+            chosen.is_equivalent_to(&tiled, 2).unwrap(),
+            "{partitioner}: XLA chose {chosen}"
+        );
+        let x = DeviceArray::device_put(&client, &to_host(&xs).unwrap(), &tiled).unwrap();
+        let y = DeviceArray::device_put(&client, &to_host(&ys).unwrap(), &placeholder).unwrap();
+        let err = exe.call(&[&x, &y]).err().unwrap();
+        assert!(matches!(&err, JitError::Layout { index: 1, .. }), "{err}");
+        let y = y.reshard(&client, &chosen).unwrap();
+        let out = exe.call(&[&x, &y]).unwrap();
+        let got = from_host(&out[0].to_host().unwrap(), DType::F32).unwrap();
+        for (g, w) in got.to_vec().iter().zip(want[0].to_vec()) {
+            assert!((g - w).abs() < 1e-6, "{partitioner}: {g} vs {w}");
+        }
+    }
+    let donated = Jit::new(sum, vec![tiled.clone(), tiled.clone()], vec![tiled])
+        .unwrap()
+        .with_auto_inputs(&[0])
+        .unwrap()
+        .donate_argnums(&[0]);
+    assert!(donated.is_err());
+}
+
+fn values_plus_one() -> Array {
+    Array::new(
+        DType::F32,
+        &[8, 4],
+        (0..32).map(|i| (f64::from(i) * 0.11).cos() + 1.0).collect(),
+    )
+    .unwrap()
+}

@@ -44,6 +44,10 @@ pub struct ExecutableBuildOptionsProto {
     /// A fixed device assignment.
     #[prost(message, optional, tag = "9")]
     pub device_assignment: Option<DeviceAssignmentProto>,
+    /// Per parameter (or one value for all), whether XLA may choose its sharding
+    /// (`allow_spmd_sharding_propagation_to_parameters = 18`).
+    #[prost(bool, repeated, tag = "18")]
+    pub allow_spmd_sharding_propagation_to_parameters: Vec<bool>,
     /// Per result (or one value for all), whether XLA may choose its sharding
     /// (`allow_spmd_sharding_propagation_to_output = 12`).
     #[prost(bool, repeated, tag = "12")]
@@ -76,6 +80,10 @@ pub struct CompileOptions {
     /// Per result, whether XLA chooses its sharding (JAX's `UNSPECIFIED` out sharding, sent as
     /// `allow_spmd_sharding_propagation_to_output`); empty: every result keeps the module's.
     pub propagate_to_outputs: Vec<bool>,
+    /// Per parameter, whether XLA chooses its sharding (JAX's `AUTO` in sharding, sent as
+    /// `allow_spmd_sharding_propagation_to_parameters`); empty: every parameter keeps the
+    /// module's.
+    pub propagate_to_parameters: Vec<bool>,
 }
 
 impl CompileOptions {
@@ -87,6 +95,7 @@ impl CompileOptions {
             devices: devices.to_vec(),
             use_shardy: false,
             propagate_to_outputs: Vec::new(),
+            propagate_to_parameters: Vec::new(),
         }
     }
 
@@ -100,6 +109,12 @@ impl CompileOptions {
     /// The same options letting XLA choose the sharding of each result marked `true`.
     pub fn with_output_propagation(mut self, per_output: &[bool]) -> Self {
         self.propagate_to_outputs = per_output.to_vec();
+        self
+    }
+
+    /// The same options letting XLA choose the sharding of each parameter marked `true`.
+    pub fn with_parameter_propagation(mut self, per_parameter: &[bool]) -> Self {
+        self.propagate_to_parameters = per_parameter.to_vec();
         self
     }
 
@@ -122,6 +137,7 @@ impl CompileOptions {
             num_partitions: self.num_partitions as i64,
             use_spmd_partitioning: self.num_partitions > 1,
             device_assignment,
+            allow_spmd_sharding_propagation_to_parameters: self.propagate_to_parameters.clone(),
             allow_spmd_sharding_propagation_to_output: self.propagate_to_outputs.clone(),
             use_shardy_partitioner: self.use_shardy,
         };
@@ -170,6 +186,7 @@ mod tests {
         );
         let open = CompileOptions::spmd(&[0, 1])
             .with_output_propagation(&[true, false])
+            .with_parameter_propagation(&[false, true])
             .to_proto_bytes();
         let build = CompileOptionsProto::decode(open.as_slice())
             .unwrap()
@@ -178,6 +195,10 @@ mod tests {
         assert_eq!(
             build.allow_spmd_sharding_propagation_to_output,
             [true, false]
+        );
+        assert_eq!(
+            build.allow_spmd_sharding_propagation_to_parameters,
+            [false, true]
         );
     }
 }

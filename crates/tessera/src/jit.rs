@@ -192,6 +192,8 @@ pub struct Jit {
     partitioner: Partitioner,
     /// Per result, whether XLA chooses its sharding (`UNSPECIFIED`; `jit/unspecified.rs`).
     unspecified: Vec<bool>,
+    /// Per argument, whether XLA chooses its sharding (`AUTO`; `jit/unspecified.rs`).
+    auto_inputs: Vec<bool>,
 }
 
 /// A lowered [`Jit`]: the StableHLO module and its device assignment.
@@ -232,6 +234,7 @@ impl Jit {
             donated: Vec::new(),
             partitioner: Partitioner::default(),
             unspecified: vec![false; outs],
+            auto_inputs: vec![false; ins],
         })
     }
 
@@ -275,6 +278,12 @@ impl Jit {
             })?;
             if donated.iter().any(|&(a, _)| a == arg) {
                 continue;
+            }
+            if self.auto_inputs[arg] {
+                return Err(JitError::Convert(format!(
+                    "argument {arg} is donated, but XLA chooses its sharding (with_auto_inputs), \
+                     so no result is known to share its layout; give it a sharding to donate it"
+                )));
             }
             let output = (0..out_avals.len())
                 .find(|&o| {
@@ -332,7 +341,9 @@ impl Jit {
         let devices = self.devices()?;
         let options = LowerOptions {
             num_partitions: devices.len(),
-            arg_shardings: self.in_shardings.iter().cloned().map(Some).collect(),
+            arg_shardings: (self.in_shardings.iter().zip(&self.auto_inputs))
+                .map(|(s, &auto)| (!auto).then(|| s.clone()))
+                .collect(),
             result_shardings: (self.out_shardings.iter().zip(&self.unspecified))
                 .map(|(s, &open)| (!open).then(|| s.clone()))
                 .collect(),
@@ -358,7 +369,8 @@ impl Lowered {
     /// kinds they have, and so is one other than their default memory (not lowered yet).
     pub fn compile(&self, client: &Client) -> Result<Compiled, JitError> {
         let declared = self.jit.out_shardings.iter().zip(&self.jit.unspecified);
-        let shardings: Vec<NamedSharding> = (self.jit.in_shardings.iter())
+        let given = self.jit.in_shardings.iter().zip(&self.jit.auto_inputs);
+        let shardings: Vec<NamedSharding> = (given.filter(|(_, auto)| !**auto).map(|(s, _)| s))
             .chain(declared.filter(|(_, open)| !**open).map(|(s, _)| s))
             .cloned()
             .collect();
@@ -369,6 +381,9 @@ impl Lowered {
         if self.jit.unspecified.contains(&true) {
             options = options.with_output_propagation(&self.jit.unspecified);
         }
+        if self.jit.auto_inputs.contains(&true) {
+            options = options.with_parameter_propagation(&self.jit.auto_inputs);
+        }
         let executable = client.compile(self.module.text.as_bytes(), &options)?;
         let mut compiled = Compiled {
             jit: self.jit.clone(),
@@ -376,7 +391,7 @@ impl Lowered {
             devices: self.devices.clone(),
             text: self.module.text.clone(),
         };
-        compiled.adopt_chosen_output_shardings()?;
+        compiled.adopt_chosen_shardings()?;
         Ok(compiled)
     }
 }
@@ -390,6 +405,11 @@ impl Compiled {
                 jit.out_shardings[k] = self.jit.out_shardings[k].clone();
             }
         }
+        for (k, &auto) in jit.auto_inputs.iter().enumerate() {
+            if auto {
+                jit.in_shardings[k] = self.jit.in_shardings[k].clone();
+            }
+        }
         Compiled {
             jit,
             executable: self.executable.clone(),
@@ -398,9 +418,10 @@ impl Compiled {
         }
     }
 
-    /// The shardings the executable takes its arguments in (JAX's `compiled.input_shardings`);
-    /// an argument laid out otherwise is refused by [`Compiled::call`] and can be moved there
-    /// with `Array::reshard`.
+    /// The shardings the executable takes its arguments in (JAX's `compiled.input_shardings`):
+    /// as declared, and for an argument left to XLA ([`Jit::with_auto_inputs`]) the one it
+    /// chose. An argument laid out otherwise is refused by [`Compiled::call`] and can be moved
+    /// there with `Array::reshard`.
     pub fn input_shardings(&self) -> &[NamedSharding] {
         &self.jit.in_shardings
     }

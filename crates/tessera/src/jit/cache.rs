@@ -4,7 +4,8 @@
 //! The key holds the program (its text and a hash of the whole value, constants included), the
 //! input and output shardings as [`NamedSharding::normalized`] values (mesh axes and device
 //! order, spec without trailing `None`s, memory kind, logical device ids unless the identity),
-//! the donated arguments, the partitioner and the results whose shardings XLA chooses. Equivalent spellings of one layout (`P('x')` and
+//! the donated arguments, the partitioner and the arguments and results whose shardings XLA
+//! chooses. Equivalent spellings of one layout (`P('x')` and
 //! `P('x', None)`) hit the same entry; the [`Compiled`] returned then shares the executable but
 //! carries the caller's own shardings, so its outputs are labelled as the caller asked.
 
@@ -26,13 +27,16 @@ struct CacheKey {
     /// A hash of the whole program: the values of its constants (nested ones included), which
     /// the text does not show.
     program_hash: u64,
-    in_shardings: Vec<NamedSharding>,
+    /// `None` where XLA chooses (the placeholder given to `Jit::new` does not matter).
+    in_shardings: Vec<Option<NamedSharding>>,
     /// `None` where XLA chooses (the placeholder given to `Jit::new` does not matter).
     out_shardings: Vec<Option<NamedSharding>>,
     donated: Vec<(usize, usize)>,
     partitioner: Partitioner,
     /// The results whose shardings XLA chooses.
     unspecified: Vec<bool>,
+    /// The arguments whose shardings XLA chooses.
+    auto_inputs: Vec<bool>,
 }
 
 impl CacheKey {
@@ -42,10 +46,8 @@ impl CacheKey {
         CacheKey {
             text: tessera_ir::text::print_closed(&jit.program, 0),
             program_hash: hasher.finish(),
-            in_shardings: jit
-                .in_shardings
-                .iter()
-                .map(NamedSharding::normalized)
+            in_shardings: (jit.in_shardings.iter().zip(&jit.auto_inputs))
+                .map(|(s, &auto)| (!auto).then(|| s.normalized()))
                 .collect(),
             out_shardings: (jit.out_shardings.iter().zip(&jit.unspecified))
                 .map(|(s, &open)| (!open).then(|| s.normalized()))
@@ -53,6 +55,7 @@ impl CacheKey {
             donated: jit.donated.clone(),
             partitioner: jit.partitioner,
             unspecified: jit.unspecified.clone(),
+            auto_inputs: jit.auto_inputs.clone(),
         }
     }
 }
