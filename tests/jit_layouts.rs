@@ -1,8 +1,10 @@
-//! The argument check of `jit` executables on typed shardings: an array laid out over the same
-//! devices in another order, or with logical device ids that move its blocks, is refused with
-//! what differs and how to move it (and gives the right values once resharded to the
-//! executable's input sharding); an equivalent spelling of the spec is accepted, and the
-//! `JitCache` gives it the executable compiled for the other spelling.
+//! The layouts `jit` executables take and return, on typed shardings: an array laid out over
+//! the same devices in another order, with logical device ids that move its blocks, or in
+//! another memory kind, is refused with what differs and how to move it (and gives the right
+//! values once resharded to the executable's input sharding); an equivalent spelling of the spec
+//! is accepted, and the `JitCache` gives it the executable compiled for the other spelling;
+//! shardings on different device assignments do not lower; XLA chooses `UNSPECIFIED` results'
+//! and `AUTO` arguments' layouts, read back from the executable.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -364,4 +366,26 @@ fn values_plus_one() -> Array {
         (0..32).map(|i| (f64::from(i) * 0.11).cos() + 1.0).collect(),
     )
     .unwrap()
+}
+
+/// JAX's `DeviceAssignmentMismatchError`: shardings over the same devices in other orders give
+/// no single device assignment, so the program does not lower.
+#[test]
+fn shardings_on_different_device_assignments_do_not_lower() {
+    let f32 = ShapedArray::new(DType::F32, &[8, 4]);
+    let sum = trace(&[f32.clone(), f32], |a| vec![a[0].tanh() + &a[1]]).unwrap();
+    let a = sharding(&mesh(&[0, 1, 2, 3]), "P('x')");
+    let b = sharding(&mesh(&[1, 0, 3, 2]), "P('x')");
+    let err = Jit::new(sum, vec![a.clone(), b], vec![a])
+        .unwrap()
+        .lower()
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("different device assignments")
+            && err.contains("[0, 1, 2, 3]")
+            && err.contains("[1, 0, 3, 2]"),
+        "{err}"
+    );
 }
