@@ -11,15 +11,18 @@ use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
 
 use crate::driver::DriverError;
 
-/// Whether `array` lies on `group` laid out by `spec`: each of the group's devices, in mesh
-/// order, holds the block `spec` gives it.
+/// Whether `array` lies on `group` laid out by `spec`: the same devices in mesh order, the same
+/// block on each, the same unreduced axes and memory kind (typed shardings compared by
+/// `NamedSharding::is_equivalent_to`, so `P('x', None)` and `P('x')` agree, and logical device
+/// ids or another device order that move blocks do not).
 pub fn lies_on(array: &DeviceArray, group: &Mesh, spec: &PartitionSpec) -> bool {
     let Ok(target) = NamedSharding::new(group, spec.clone()) else {
         return false;
     };
-    let want = target.devices_indices_map(array.shape());
-    let have = array.sharding().devices_indices_map(array.shape());
-    matches!((want, have), (Ok(w), Ok(h)) if w == h)
+    array
+        .sharding()
+        .is_equivalent_to(&target, array.shape().len())
+        .unwrap_or(false)
 }
 
 /// `array` on `group` laid out by `spec`: itself if it lies so, else a copy moved shard by

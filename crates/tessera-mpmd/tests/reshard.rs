@@ -85,3 +85,53 @@ fn an_array_whose_sharding_names_no_group_goes_to_group_0() {
     assert_eq!(local.sharding().device_set().unwrap(), [0, 1]);
     assert_eq!(local.to_host().unwrap(), a);
 }
+
+/// What a pipeline step does with a parameter already on its group (`cross_group::onto_group`,
+/// read by `mpmd_jit`'s driver): an array over the group's devices in another order, or with
+/// logical device ids that move its blocks, or in another memory, is moved to the group's layout
+/// (never taken as is); an equivalent spelling of the spec is taken as is.
+#[test]
+fn a_group_array_laid_out_otherwise_is_moved_and_an_equivalent_one_taken() {
+    use tessera_mpmd::cross_group::{lies_on, onto_group};
+    use tessera_sharding::AbstractMesh;
+    let client = Client::cpu(4).unwrap();
+    let shape = AbstractMesh::auto(&[("x", 2), ("y", 2)]).unwrap();
+    let group = Mesh::new(shape.clone(), vec![0, 1, 2, 3]).unwrap();
+    let host = HostArray::from_slice(&[4, 2], &[1f32, 2., 3., 4., 5., 6., 7., 8.]).unwrap();
+    let spec = p("P('x', 'y')");
+    let want = NamedSharding::new(&group, spec.clone()).unwrap();
+    let swapped = Mesh::new(shape, vec![1, 0, 3, 2]).unwrap();
+    let logical = want
+        .clone()
+        .with_logical_device_ids(vec![1, 0, 3, 2])
+        .unwrap();
+    for other in [NamedSharding::new(&swapped, spec.clone()).unwrap(), logical] {
+        let a = Array::device_put(&client, &host, &other).unwrap();
+        assert!(!lies_on(&a, &group, &spec), "{other}");
+        let moved = onto_group(&client, &a, &group, &spec).unwrap();
+        assert!(
+            moved.sharding().is_equivalent_to(&want, 2).unwrap(),
+            "{other}"
+        );
+        assert_eq!(moved.to_host().unwrap(), host);
+        // Each device holds, in its own buffer, the block the group's layout gives it.
+        let blocks = want.devices_indices_map(&[4, 2]).unwrap();
+        for (shard, (device, block)) in moved.addressable_shards().unwrap().iter().zip(&blocks) {
+            assert_eq!(i64::from(shard.device), *device);
+            let held = shard.buffer.to_host().unwrap();
+            assert_eq!(held, host.block(block).unwrap(), "device {device}");
+        }
+    }
+    // An array in host memory is brought into the group's default memory.
+    let pinned = want.clone().with_memory_kind("pinned_host");
+    let a = Array::device_put(&client, &host, &pinned).unwrap();
+    assert!(!lies_on(&a, &group, &spec));
+    let moved = onto_group(&client, &a, &group, &spec).unwrap();
+    for shard in moved.addressable_shards().unwrap() {
+        assert_eq!(shard.buffer.memory_kind().unwrap(), "device");
+    }
+    assert_eq!(moved.to_host().unwrap(), host);
+    let long = NamedSharding::new(&group, p("P('x', None)")).unwrap();
+    let a = Array::device_put(&client, &host, &long).unwrap();
+    assert!(lies_on(&a, &group, &p("P('x')")));
+}

@@ -32,7 +32,9 @@ pub struct Array {
 }
 
 impl Array {
-    /// Splits `host` by `sharding` and copies each block to its device.
+    /// Splits `host` by `sharding` and copies each block to its device, in the sharding's memory
+    /// kind when it has one ([`PjrtError::UnknownMemoryKind`], naming the device's kinds, when
+    /// the device has no such memory).
     pub fn device_put(
         client: &Client,
         host: &HostArray,
@@ -53,7 +55,7 @@ impl Array {
             let piece = host.block(&block)?;
             shards.push(Shard {
                 device,
-                buffer: std::sync::Arc::new(Buffer::from_host_to(client, &piece, device)?),
+                buffer: std::sync::Arc::new(put(client, &piece, device, sharding)?),
                 block,
             });
         }
@@ -220,16 +222,19 @@ impl Array {
     }
 
     /// The same values laid out by another sharding. Each target block that some shard already
-    /// holds whole is copied device to device; the rest are cut from a host copy of the array.
+    /// holds whole is copied device to device; the rest are cut from a host copy of the array
+    /// (every block, into its memory kind, when the target sharding names one).
     pub fn reshard(&self, client: &Client, sharding: &NamedSharding) -> Result<Array> {
         let shards = self.addressable_shards()?;
         let mut host: Option<HostArray> = None;
         let mut out = Vec::new();
         for (device, block) in sharding.devices_indices_map(&self.shape)? {
             let device = device as i32;
+            // A device-to-device copy lands in the default memory: a target with a memory
+            // kind is filled from the host, in that kind.
             let source = shards
                 .iter()
-                .filter(|s| s.block == block)
+                .filter(|s| s.block == block && sharding.memory_kind().is_none())
                 .min_by_key(|s| s.device != device);
             let buffer = match source {
                 Some(shard) => shard.buffer.copy_to(device)?,
@@ -244,7 +249,7 @@ impl Array {
                         .unwrap_or_else(|| {
                             HostArray::zeros(&tessera_ir::ShapedArray::new(self.ty.dtype(), &[]))
                         });
-                    Buffer::from_host_to(client, &piece, device)?
+                    put(client, &piece, device, sharding)?
                 }
             };
             out.push(Shard {
@@ -265,5 +270,18 @@ impl Array {
     pub fn shard_bytes(&self) -> Result<usize> {
         let shape = self.sharding.shard_shape(&self.shape)?;
         Ok(crate::host::element_count(&shape) * self.ty.size_in_bytes())
+    }
+}
+
+/// `piece` copied to `device`, in `sharding`'s memory kind when it has one.
+fn put(
+    client: &Client,
+    piece: &HostArray,
+    device: i32,
+    sharding: &NamedSharding,
+) -> Result<Buffer> {
+    match sharding.memory_kind() {
+        Some(kind) => Buffer::from_host_in(client, piece, device, kind),
+        None => Buffer::from_host_to(client, piece, device),
     }
 }

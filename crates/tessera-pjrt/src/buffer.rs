@@ -144,6 +144,46 @@ impl Buffer {
         Buffer::from_host(client, host, &client.device(device_id)?)
     }
 
+    /// Copies `host` to the memory of kind `memory_kind` (`device`, `unpinned_host`, ...) of
+    /// device `device_id`; a kind the device lacks is [`PjrtError::UnknownMemoryKind`] naming
+    /// the kinds it has.
+    pub fn from_host_in(
+        client: &Client,
+        host: &HostArray,
+        device_id: i32,
+        memory_kind: &str,
+    ) -> Result<Buffer> {
+        let device = client.device(device_id)?;
+        let memory = device.memory_of_kind(memory_kind)?;
+        let (ty, dims) = crate::host::device_layout(host);
+        let mut args = args!(PJRT_Client_BufferFromHostBuffer_Args {
+            client: client.raw(),
+            data: host.bytes().as_ptr().cast(),
+            type_: ty.to_raw(),
+            dims: dims.as_ptr(),
+            num_dims: dims.len(),
+            host_buffer_semantics:
+                sys::PJRT_HostBufferSemantics::PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes,
+            device: device.raw(),
+            memory: memory,
+        });
+        api_call!(client.plugin(), PJRT_Client_BufferFromHostBuffer, &mut args)?;
+        let buffer = Buffer {
+            client: client.clone(),
+            raw: args.buffer,
+            _aliased: None,
+        };
+        event::wait(client.plugin(), args.done_with_host_buffer)?;
+        Ok(buffer)
+    }
+
+    /// The kind of the memory holding the buffer (`device`, `unpinned_host`, ...).
+    pub fn memory_kind(&self) -> Result<String> {
+        let mut args = args!(PJRT_Buffer_Memory_Args { buffer: self.raw });
+        api_call!(self.client.plugin(), PJRT_Buffer_Memory, &mut args)?;
+        crate::device::memory_kind(&self.client, args.memory)
+    }
+
     pub(crate) fn from_raw(client: &Client, raw: *mut sys::PJRT_Buffer) -> Buffer {
         Buffer {
             client: client.clone(),

@@ -44,6 +44,14 @@ pub struct ExecutableBuildOptionsProto {
     /// A fixed device assignment.
     #[prost(message, optional, tag = "9")]
     pub device_assignment: Option<DeviceAssignmentProto>,
+    /// Per parameter (or one value for all), whether XLA may choose its sharding
+    /// (`allow_spmd_sharding_propagation_to_parameters = 18`).
+    #[prost(bool, repeated, tag = "18")]
+    pub allow_spmd_sharding_propagation_to_parameters: Vec<bool>,
+    /// Per result (or one value for all), whether XLA may choose its sharding
+    /// (`allow_spmd_sharding_propagation_to_output = 12`).
+    #[prost(bool, repeated, tag = "12")]
+    pub allow_spmd_sharding_propagation_to_output: Vec<bool>,
     /// Whether to use the Shardy partitioner instead of GSPMD's propagation and partitioner
     /// (`use_shardy_partitioner = 19` in XLA's `xla/pjrt/proto/compile_options.proto`).
     #[prost(bool, tag = "19")]
@@ -69,6 +77,13 @@ pub struct CompileOptions {
     pub devices: Vec<i64>,
     /// Use Shardy rather than GSPMD for partitioning.
     pub use_shardy: bool,
+    /// Per result, whether XLA chooses its sharding (JAX's `UNSPECIFIED` out sharding, sent as
+    /// `allow_spmd_sharding_propagation_to_output`); empty: every result keeps the module's.
+    pub propagate_to_outputs: Vec<bool>,
+    /// Per parameter, whether XLA chooses its sharding (JAX's `AUTO` in sharding, sent as
+    /// `allow_spmd_sharding_propagation_to_parameters`); empty: every parameter keeps the
+    /// module's.
+    pub propagate_to_parameters: Vec<bool>,
 }
 
 impl CompileOptions {
@@ -79,6 +94,8 @@ impl CompileOptions {
             num_partitions: devices.len().max(1),
             devices: devices.to_vec(),
             use_shardy: false,
+            propagate_to_outputs: Vec::new(),
+            propagate_to_parameters: Vec::new(),
         }
     }
 
@@ -86,6 +103,18 @@ impl CompileOptions {
     /// carry that partitioner's annotations (`sdy.sharding` or `mhlo.sharding`).
     pub fn with_shardy(mut self, use_shardy: bool) -> Self {
         self.use_shardy = use_shardy;
+        self
+    }
+
+    /// The same options letting XLA choose the sharding of each result marked `true`.
+    pub fn with_output_propagation(mut self, per_output: &[bool]) -> Self {
+        self.propagate_to_outputs = per_output.to_vec();
+        self
+    }
+
+    /// The same options letting XLA choose the sharding of each parameter marked `true`.
+    pub fn with_parameter_propagation(mut self, per_parameter: &[bool]) -> Self {
+        self.propagate_to_parameters = per_parameter.to_vec();
         self
     }
 
@@ -108,6 +137,8 @@ impl CompileOptions {
             num_partitions: self.num_partitions as i64,
             use_spmd_partitioning: self.num_partitions > 1,
             device_assignment,
+            allow_spmd_sharding_propagation_to_parameters: self.propagate_to_parameters.clone(),
+            allow_spmd_sharding_propagation_to_output: self.propagate_to_outputs.clone(),
             use_shardy_partitioner: self.use_shardy,
         };
         CompileOptionsProto {
@@ -152,6 +183,22 @@ mod tests {
                 .executable_build_options
                 .unwrap()
                 .use_shardy_partitioner
+        );
+        let open = CompileOptions::spmd(&[0, 1])
+            .with_output_propagation(&[true, false])
+            .with_parameter_propagation(&[false, true])
+            .to_proto_bytes();
+        let build = CompileOptionsProto::decode(open.as_slice())
+            .unwrap()
+            .executable_build_options
+            .unwrap();
+        assert_eq!(
+            build.allow_spmd_sharding_propagation_to_output,
+            [true, false]
+        );
+        assert_eq!(
+            build.allow_spmd_sharding_propagation_to_parameters,
+            [false, true]
         );
     }
 }

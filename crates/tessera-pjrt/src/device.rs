@@ -1,7 +1,7 @@
 //! Devices of a client and their descriptions.
 
 use crate::client::{Client, args};
-use crate::error::Result;
+use crate::error::{PjrtError, Result};
 use crate::plugin::api_call;
 use crate::sys;
 use crate::util::string_from_raw;
@@ -111,6 +111,26 @@ impl<'c> Device<'c> {
 
     /// The memories this device can address (e.g. `device`, `pinned_host`), default first.
     pub fn memories(&self) -> Result<Vec<MemoryInfo>> {
+        Ok(self.raw_memories()?.into_iter().map(|(_, m)| m).collect())
+    }
+
+    /// The memory of kind `kind` (a `NamedSharding`'s memory kind), or
+    /// [`PjrtError::UnknownMemoryKind`] naming the kinds this device has.
+    pub(crate) fn memory_of_kind(&self, kind: &str) -> Result<*mut sys::PJRT_Memory> {
+        let memories = self.raw_memories()?;
+        memories
+            .iter()
+            .find(|(_, m)| m.kind == kind)
+            .map(|(raw, _)| *raw)
+            .ok_or_else(|| PjrtError::UnknownMemoryKind {
+                kind: kind.to_string(),
+                device: self.id().unwrap_or(-1),
+                available: memories.into_iter().map(|(_, m)| m.kind).collect(),
+            })
+    }
+
+    /// Each addressable memory with its description, default first.
+    fn raw_memories(&self) -> Result<Vec<(*mut sys::PJRT_Memory, MemoryInfo)>> {
         let mut default = args!(PJRT_Device_DefaultMemory_Args { device: self.raw });
         api_call!(
             self.client.plugin(),
@@ -130,22 +150,18 @@ impl<'c> Device<'c> {
         let raw = unsafe { std::slice::from_raw_parts(args.memories, args.num_memories) };
         let mut out = raw
             .iter()
-            .map(|&memory| self.memory_info(memory, memory == default.memory))
+            .map(|&memory| Ok((memory, self.memory_info(memory, memory == default.memory)?)))
             .collect::<Result<Vec<_>>>()?;
-        out.sort_by_key(|m| !m.is_default);
+        out.sort_by_key(|(_, m)| !m.is_default);
         Ok(out)
     }
 
     fn memory_info(&self, memory: *mut sys::PJRT_Memory, is_default: bool) -> Result<MemoryInfo> {
         let mut id = args!(PJRT_Memory_Id_Args { memory: memory });
         api_call!(self.client.plugin(), PJRT_Memory_Id, &mut id)?;
-        let mut kind = args!(PJRT_Memory_Kind_Args { memory: memory });
-        api_call!(self.client.plugin(), PJRT_Memory_Kind, &mut kind)?;
-        // SAFETY: the kind string lives as long as the client.
-        let kind = unsafe { string_from_raw(kind.kind, kind.kind_size) };
         Ok(MemoryInfo {
             id: id.id,
-            kind,
+            kind: memory_kind(self.client, memory)?,
             is_default,
         })
     }
@@ -168,4 +184,12 @@ impl std::fmt::Debug for Device<'_> {
             Err(_) => write!(f, "Device(?)"),
         }
     }
+}
+
+/// The kind of a memory of `client` (`device`, `pinned_host`, ...).
+pub(crate) fn memory_kind(client: &Client, memory: *mut sys::PJRT_Memory) -> Result<String> {
+    let mut kind = args!(PJRT_Memory_Kind_Args { memory: memory });
+    api_call!(client.plugin(), PJRT_Memory_Kind, &mut kind)?;
+    // SAFETY: the kind string lives as long as the client.
+    Ok(unsafe { string_from_raw(kind.kind, kind.kind_size) })
 }

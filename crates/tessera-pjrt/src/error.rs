@@ -159,6 +159,19 @@ pub enum PjrtError {
         /// The ids that exist.
         available: Vec<i32>,
     },
+    /// A sharding names a memory kind its device does not have.
+    #[error(
+        "device {device} has no memory of kind '{kind}'; its memories are {available:?}: use one \
+         of them, or no memory kind for the device's default memory"
+    )]
+    UnknownMemoryKind {
+        /// The kind asked for.
+        kind: String,
+        /// The device.
+        device: i32,
+        /// The kinds the device has, default first.
+        available: Vec<String>,
+    },
     /// Host data does not match the shape and element type it claims.
     #[error("host array of {ty:?}{dims:?} needs {expected} bytes but has {actual}")]
     HostSize {

@@ -130,3 +130,48 @@ fn an_array_held_in_part_reads_its_own_shards_and_refuses_to_be_read_whole() {
     let whole = Array::device_put(&client, &host, &split).unwrap();
     assert!(whole.is_fully_addressable().unwrap());
 }
+
+/// `device_put` places each shard in the sharding's memory kind, for every kind the device
+/// reports; `reshard` to a sharding without one brings the array back to the default memory; a
+/// kind the device lacks is refused naming the kinds it has.
+#[test]
+fn memory_kinds_place_shards_and_unknown_kinds_name_the_available_ones() {
+    let client = Client::cpu(2).unwrap();
+    let memories = client.device(0).unwrap().memories().unwrap();
+    let kinds: Vec<String> = memories.iter().map(|m| m.kind.clone()).collect();
+    eprintln!("CPU device 0 memories: {memories:?}");
+    assert!(kinds.iter().any(|k| k == "device"), "{kinds:?}");
+    let mesh = Mesh::auto(&[("x", 2)]).unwrap();
+    let plain = sharding(&mesh, "P('x')");
+    let host = HostArray::from_slice(&[4, 2], &[1f32, 2., 3., 4., 5., 6., 7., 8.]).unwrap();
+    for kind in &kinds {
+        let placed = Array::device_put(&client, &host, &plain.clone().with_memory_kind(kind));
+        let array = placed.unwrap();
+        assert_eq!(array.sharding().memory_kind(), Some(kind.as_str()));
+        for shard in array.addressable_shards().unwrap() {
+            assert_eq!(&shard.buffer.memory_kind().unwrap(), kind);
+        }
+        assert_eq!(array.to_host().unwrap(), host);
+        let back = array.reshard(&client, &plain).unwrap();
+        for shard in back.addressable_shards().unwrap() {
+            assert_eq!(
+                shard.buffer.memory_kind().unwrap(),
+                kinds[0],
+                "the default memory"
+            );
+        }
+        assert_eq!(back.to_host().unwrap(), host);
+    }
+    let err = Array::device_put(&client, &host, &plain.with_memory_kind("far_away")).unwrap_err();
+    let PjrtError::UnknownMemoryKind {
+        kind, available, ..
+    } = &err
+    else {
+        panic!("{err}");
+    };
+    assert_eq!((kind.as_str(), available), ("far_away", &kinds));
+    assert!(
+        err.to_string().contains("'far_away'") && err.to_string().contains("\"device\""),
+        "{err}"
+    );
+}

@@ -22,8 +22,8 @@
 //!
 //! Modules: [`mesh`] (meshes, device lookup, submeshes), [`spec`] (PartitionSpec text),
 //! [`named`] (NamedSharding: checks, shard shapes, blocks, HloSharding conversions, the `update`
-//! builders, hashing, the devices a process addresses), [`hlo`]
-//! (HloSharding: construction, XLA normalisation, text), [`sdy`] (Shardy texts),
+//! builders, hashing, layout equivalence and normal forms, the devices a process addresses),
+//! [`hlo`] (HloSharding: construction, XLA normalisation, text), [`sdy`] (Shardy texts),
 //! [`sharding_spec`] (pmap-era ShardingSpec), [`visualize`] (device pictures), and `oracle`
 //! (feature `oracle`: the runner of JAX-made test files).
 

@@ -7,7 +7,9 @@
 //! ([`NamedSharding::with_spec`], [`NamedSharding::with_mesh`], ...). The device questions of a
 //! sharding over an [`AbstractMesh`] ([`NamedSharding::new_abstract`]) answer
 //! [`ShardingError::AbstractMesh`]; which devices one process addresses is asked with that
-//! process's device ids ([`NamedSharding::addressable_devices`]).
+//! process's device ids ([`NamedSharding::addressable_devices`]). Whether two shardings lay an
+//! array out the same way (JAX's `is_equivalent_to`) and what differs when they do not is
+//! `named/equivalence.rs` ([`NamedSharding::layout_difference`], [`NamedSharding::normalized`]).
 
 use std::fmt;
 
@@ -18,7 +20,10 @@ use crate::spec::{DimSpec, PartitionSpec};
 
 mod checks;
 mod convert;
+mod equivalence;
 mod update;
+
+pub use equivalence::{DEFAULT_MEMORY_KIND, LayoutDifference};
 
 /// The highest array rank the conversions accept.
 pub const MAX_RANK: usize = 1024;

@@ -30,6 +30,23 @@ pub enum JitError {
         /// The parameter's dtype and shape.
         want: String,
     },
+    /// An argument is laid out differently from what the executable was compiled for.
+    #[error(
+        "argument {index} is laid out as {have}, but the executable was compiled for {want}: \
+         {difference}; reshard it first with `Array::reshard(client, \
+         &compiled.input_shardings()[{index}])` (JAX: `jax.device_put(x, \
+         compiled.input_shardings[{index}])`)"
+    )]
+    Layout {
+        /// The argument's position.
+        index: usize,
+        /// The argument's sharding, in words.
+        have: String,
+        /// The sharding the executable takes, in words.
+        want: String,
+        /// What differs (boxed: it holds two XLA shardings).
+        difference: Box<tessera_sharding::named::LayoutDifference>,
+    },
     /// A program was called with another number of arguments than it takes.
     #[error(
         "the program takes {want} arguments, got {got}; pass one argument per parameter, in \
@@ -127,8 +144,11 @@ pub fn run_on_device(
         .collect()
 }
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+mod cache;
+mod layout;
+mod unspecified;
+
+pub use cache::JitCache;
 
 /// The mesh of the first `shard_map` or `sharding_constraint` in `program` (nested programs,
 /// `cond` branches among them, included), if any: the devices an SPMD run of it needs.
@@ -170,6 +190,10 @@ pub struct Jit {
     /// `(argument, result)` pairs: the argument's buffers are donated to the result.
     donated: Vec<(usize, usize)>,
     partitioner: Partitioner,
+    /// Per result, whether XLA chooses its sharding (`UNSPECIFIED`; `jit/unspecified.rs`).
+    unspecified: Vec<bool>,
+    /// Per argument, whether XLA chooses its sharding (`AUTO`; `jit/unspecified.rs`).
+    auto_inputs: Vec<bool>,
 }
 
 /// A lowered [`Jit`]: the StableHLO module and its device assignment.
@@ -183,7 +207,7 @@ pub struct Lowered {
 /// A compiled [`Jit`].
 pub struct Compiled {
     jit: Jit,
-    executable: LoadedExecutable,
+    executable: std::sync::Arc<LoadedExecutable>,
     devices: Vec<i64>,
     text: String,
 }
@@ -209,6 +233,8 @@ impl Jit {
             out_shardings,
             donated: Vec::new(),
             partitioner: Partitioner::default(),
+            unspecified: vec![false; outs],
+            auto_inputs: vec![false; ins],
         })
     }
 
@@ -222,6 +248,16 @@ impl Jit {
     /// The partitioner it is lowered and compiled for.
     pub fn partitioner(&self) -> Partitioner {
         self.partitioner
+    }
+
+    /// The arguments' shardings.
+    pub fn in_shardings(&self) -> &[NamedSharding] {
+        &self.in_shardings
+    }
+
+    /// The results' shardings.
+    pub fn out_shardings(&self) -> &[NamedSharding] {
+        &self.out_shardings
     }
 
     /// The same program donating arguments `argnums` (JAX's `donate_argnums`): each donated
@@ -243,12 +279,21 @@ impl Jit {
             if donated.iter().any(|&(a, _)| a == arg) {
                 continue;
             }
+            if self.auto_inputs[arg] {
+                return Err(JitError::Convert(format!(
+                    "argument {arg} is donated, but XLA chooses its sharding (with_auto_inputs), \
+                     so no result is known to share its layout; give it a sharding to donate it"
+                )));
+            }
             let output = (0..out_avals.len())
                 .find(|&o| {
                     !taken[o]
+                        && !self.unspecified[o]
                         && out_avals[o].shape == aval.shape
                         && out_avals[o].dtype == aval.dtype
-                        && self.out_shardings[o].spec() == self.in_shardings[arg].spec()
+                        && self.out_shardings[o]
+                            .is_equivalent_to(&self.in_shardings[arg], aval.shape.len())
+                            .unwrap_or(false)
                 })
                 .ok_or_else(|| {
                     JitError::Convert(format!(
@@ -296,8 +341,12 @@ impl Jit {
         let devices = self.devices()?;
         let options = LowerOptions {
             num_partitions: devices.len(),
-            arg_shardings: self.in_shardings.iter().cloned().map(Some).collect(),
-            result_shardings: self.out_shardings.iter().cloned().map(Some).collect(),
+            arg_shardings: (self.in_shardings.iter().zip(&self.auto_inputs))
+                .map(|(s, &auto)| (!auto).then(|| s.clone()))
+                .collect(),
+            result_shardings: (self.out_shardings.iter().zip(&self.unspecified))
+                .map(|(s, &open)| (!open).then(|| s.clone()))
+                .collect(),
             aliased_outputs: self.aliased_outputs(),
             partitioner: self.partitioner,
         };
@@ -316,19 +365,73 @@ impl Lowered {
         &self.module.text
     }
 
-    /// Compiles for the mesh's devices.
+    /// Compiles for the mesh's devices. A memory kind the devices lack is refused naming the
+    /// kinds they have, and so is one other than their default memory (not lowered yet).
     pub fn compile(&self, client: &Client) -> Result<Compiled, JitError> {
-        let executable = compile_module(client, &self.module, &self.devices)?;
-        Ok(Compiled {
+        let declared = self.jit.out_shardings.iter().zip(&self.jit.unspecified);
+        let given = self.jit.in_shardings.iter().zip(&self.jit.auto_inputs);
+        let shardings: Vec<NamedSharding> = (given.filter(|(_, auto)| !**auto).map(|(s, _)| s))
+            .chain(declared.filter(|(_, open)| !**open).map(|(s, _)| s))
+            .cloned()
+            .collect();
+        let device = self.devices.first().copied().unwrap_or_default();
+        layout::check_memory_kinds(client, device, &shardings)?;
+        let mut options =
+            CompileOptions::spmd(&self.devices).with_shardy(self.module.partitioner.is_shardy());
+        if self.jit.unspecified.contains(&true) {
+            options = options.with_output_propagation(&self.jit.unspecified);
+        }
+        if self.jit.auto_inputs.contains(&true) {
+            options = options.with_parameter_propagation(&self.jit.auto_inputs);
+        }
+        let executable = client.compile(self.module.text.as_bytes(), &options)?;
+        let mut compiled = Compiled {
             jit: self.jit.clone(),
-            executable,
+            executable: std::sync::Arc::new(executable),
             devices: self.devices.clone(),
             text: self.module.text.clone(),
-        })
+        };
+        compiled.adopt_chosen_shardings()?;
+        Ok(compiled)
     }
 }
 
 impl Compiled {
+    /// The same executable taking and returning arrays laid out by `jit`'s shardings, which
+    /// the cache has found equivalent to this one's.
+    fn with_jit(&self, mut jit: Jit) -> Compiled {
+        for (k, &open) in jit.unspecified.iter().enumerate() {
+            if open {
+                jit.out_shardings[k] = self.jit.out_shardings[k].clone();
+            }
+        }
+        for (k, &auto) in jit.auto_inputs.iter().enumerate() {
+            if auto {
+                jit.in_shardings[k] = self.jit.in_shardings[k].clone();
+            }
+        }
+        Compiled {
+            jit,
+            executable: self.executable.clone(),
+            devices: self.devices.clone(),
+            text: self.text.clone(),
+        }
+    }
+
+    /// The shardings the executable takes its arguments in (JAX's `compiled.input_shardings`):
+    /// as declared, and for an argument left to XLA ([`Jit::with_auto_inputs`]) the one it
+    /// chose. An argument laid out otherwise is refused by [`Compiled::call`] and can be moved
+    /// there with `Array::reshard`.
+    pub fn input_shardings(&self) -> &[NamedSharding] {
+        &self.jit.in_shardings
+    }
+
+    /// The shardings the executable's results are returned in: as declared, and for a result
+    /// left to XLA ([`Jit::with_unspecified_outputs`]) the one it chose.
+    pub fn output_shardings(&self) -> &[NamedSharding] {
+        &self.jit.out_shardings
+    }
+
     /// The StableHLO the executable was compiled from.
     pub fn as_text(&self) -> &str {
         &self.text
@@ -371,6 +474,28 @@ impl Compiled {
             .map(|h| {
                 NamedSharding::from_hlo_sharding(h, mesh)
                     .map_err(|e| JitError::Convert(format!("output sharding {h}: {e}")))
+            })
+            .collect()
+    }
+
+    /// The shardings XLA gave the arguments, read back from the compiled executable and put on
+    /// the program's mesh (JAX's `compiled.input_shardings` after compilation): with explicit
+    /// input shardings, layouts equivalent to [`Compiled::input_shardings`].
+    pub fn compiled_input_shardings(&self) -> Result<Vec<NamedSharding>, JitError> {
+        let hlo = self.optimized_program()?.parameter_shardings()?;
+        let mesh = self
+            .jit
+            .in_shardings
+            .iter()
+            .chain(&self.jit.out_shardings)
+            .find_map(NamedSharding::concrete_mesh)
+            .ok_or_else(|| {
+                JitError::Convert("the program's shardings name no concrete mesh".into())
+            })?;
+        hlo.iter()
+            .map(|h| {
+                NamedSharding::from_hlo_sharding(h, mesh)
+                    .map_err(|e| JitError::Convert(format!("parameter sharding {h}: {e}")))
             })
             .collect()
     }
@@ -439,17 +564,7 @@ impl Compiled {
                     arg.shape()
                 )));
             }
-            let have = arg.sharding();
-            if have.concrete_mesh() != sharding.concrete_mesh() || have.spec() != sharding.spec() {
-                return Err(JitError::Convert(format!(
-                    "argument {i} is laid out as {} on mesh {}, but the program was compiled for \
-                     {} on mesh {}; reshard it first",
-                    have.spec(),
-                    describe_mesh(have),
-                    sharding.spec(),
-                    describe_mesh(sharding),
-                )));
-            }
+            layout::check_argument_layout(i, arg.sharding(), sharding, aval.shape.len())?;
         }
         let per_arg = args
             .iter()
@@ -477,81 +592,6 @@ impl Compiled {
         }
         outputs.reverse();
         Ok(outputs)
-    }
-}
-
-/// The mesh of a sharding in words: axes with sizes and types, and the device order.
-fn describe_mesh(sharding: &NamedSharding) -> String {
-    let mesh = sharding.mesh();
-    let axes: Vec<String> = mesh
-        .axis_names()
-        .iter()
-        .zip(mesh.axis_sizes())
-        .zip(mesh.axis_types())
-        .map(|((n, s), t)| format!("{n}:{s} ({t:?})"))
-        .collect();
-    let devices = sharding
-        .concrete_mesh()
-        .map(|m| m.device_ids().to_vec())
-        .unwrap_or_default();
-    format!("{{{}}} over devices {devices:?}", axes.join(", "))
-}
-
-/// Everything that changes the executable of a [`Jit`]: the program text, the values of its
-/// constants (nested ones included, which the text does not show: a hash of the whole program),
-/// and every input and output sharding in full (spec, mesh axis names, sizes and types, device
-/// order, memory kind, logical device ids), the donated arguments (they alias outputs in the
-/// module) and the partitioner. The compile options are `CompileOptions::spmd` of the mesh's
-/// device order, which the shardings hold, with Shardy when the partitioner is; a field that
-/// `Jit` gains must join this key.
-fn cache_key(jit: &Jit) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    format!("{:?}", jit.program).hash(&mut hasher);
-    format!(
-        "{}|program {:016x}|in {:?}|out {:?}|donated {:?}|partitioner {}",
-        tessera_ir::text::print_closed(&jit.program, 0),
-        hasher.finish(),
-        jit.in_shardings,
-        jit.out_shardings,
-        jit.donated,
-        jit.partitioner
-    )
-}
-
-/// Compiled executables by everything that changes them ([`cache_key`]), so a program is
-/// compiled once per layout.
-#[derive(Default)]
-pub struct JitCache {
-    entries: Mutex<HashMap<String, std::sync::Arc<Compiled>>>,
-}
-
-impl JitCache {
-    /// Compiles `jit` on `client`, or returns the executable compiled before for the same program
-    /// and shardings.
-    pub fn get_or_compile(
-        &self,
-        client: &Client,
-        jit: &Jit,
-    ) -> Result<std::sync::Arc<Compiled>, JitError> {
-        let key = cache_key(jit);
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(hit) = entries.get(&key) {
-            return Ok(hit.clone());
-        }
-        let compiled = std::sync::Arc::new(jit.lower()?.compile(client)?);
-        entries.insert(key, compiled.clone());
-        Ok(compiled)
-    }
-
-    /// How many executables are cached.
-    pub fn len(&self) -> usize {
-        self.entries.lock().map(|e| e.len()).unwrap_or(0)
-    }
-
-    /// Whether the cache is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -1,0 +1,103 @@
+//! The argument check of an executable on typed shardings (JAX's
+//! `check_gda_or_array_xla_sharding_match`): an array is accepted when it lies on the devices
+//! the executable was compiled for, in their order, with the same blocks on each device, the
+//! same unreduced axes and the same memory kind
+//! ([`NamedSharding::layout_difference`]); an equivalent spelling of the spec (`P('x', None)`
+//! for `P('x')`) or a mesh with other axis names that puts the same blocks on the same devices
+//! passes. Anything else is refused with what differs and how to move the array, never run as
+//! is: the executable would read each device's buffer as the block it was compiled for.
+
+use tessera_sharding::NamedSharding;
+
+use super::JitError;
+
+/// Refuses argument `index` laid out by `have` when the executable takes `want` for an array of
+/// rank `rank`.
+pub(super) fn check_argument_layout(
+    index: usize,
+    have: &NamedSharding,
+    want: &NamedSharding,
+    rank: usize,
+) -> Result<(), JitError> {
+    let difference = have
+        .layout_difference(want, rank)
+        .map_err(|e| JitError::Convert(format!("argument {index}: {e}")))?;
+    match difference {
+        None => Ok(()),
+        Some(difference) => Err(JitError::Layout {
+            index,
+            have: describe(have),
+            want: describe(want),
+            difference: Box::new(difference),
+        }),
+    }
+}
+
+/// A sharding in words: the spec, the mesh's axes with sizes and types, the device order, and
+/// the memory kind and logical device ids when set.
+pub(super) fn describe(sharding: &NamedSharding) -> String {
+    let mesh = sharding.mesh();
+    let axes: Vec<String> = mesh
+        .axis_names()
+        .iter()
+        .zip(mesh.axis_sizes())
+        .zip(mesh.axis_types())
+        .map(|((n, s), t)| format!("{n}:{s} ({t:?})"))
+        .collect();
+    let devices = sharding
+        .concrete_mesh()
+        .map(|m| m.device_ids().to_vec())
+        .unwrap_or_default();
+    let mut out = format!(
+        "{} on mesh {{{}}} over devices {devices:?}",
+        sharding.spec(),
+        axes.join(", ")
+    );
+    if let Some(ids) = sharding.logical_device_ids() {
+        out.push_str(&format!(" with logical device ids {ids:?}"));
+    }
+    if let Some(kind) = sharding.memory_kind() {
+        out.push_str(&format!(" in memory kind '{kind}'"));
+    }
+    out
+}
+
+/// Checks the memory kinds of `shardings` (a program's inputs then outputs) on `client`'s
+/// device `device`: a kind the device lacks is [`tessera_pjrt::PjrtError::UnknownMemoryKind`]
+/// naming the kinds it has; a kind other than the device's default memory is refused too, since
+/// executables take and return arrays in the default memory (JAX's `mhlo.memory_kind`
+/// annotations are not lowered).
+pub(super) fn check_memory_kinds(
+    client: &tessera_pjrt::Client,
+    device: i64,
+    shardings: &[NamedSharding],
+) -> Result<(), JitError> {
+    if shardings.iter().all(|s| s.memory_kind().is_none()) {
+        return Ok(());
+    }
+    let id = i32::try_from(device).map_err(|_| JitError::Convert(format!("device id {device}")))?;
+    let memories = client.device(id)?.memories()?;
+    for (position, sharding) in shardings.iter().enumerate() {
+        let Some(kind) = sharding.memory_kind() else {
+            continue;
+        };
+        if !memories.iter().any(|m| m.kind == kind) {
+            return Err(tessera_pjrt::PjrtError::UnknownMemoryKind {
+                kind: kind.to_string(),
+                device: id,
+                available: memories.iter().map(|m| m.kind.clone()).collect(),
+            }
+            .into());
+        }
+        let default = memories.first().map(|m| m.kind.as_str()).unwrap_or("");
+        if kind != default {
+            return Err(JitError::Convert(format!(
+                "sharding {position} of the program's inputs then outputs is in memory kind \
+                 '{kind}', but executables take and return arrays in the device's default memory \
+                 '{default}' (memory kinds are not lowered); give it no memory kind (or \
+                 '{default}') and move the array there with Array::reshard"
+            )));
+        }
+    }
+    Ok(())
+}
