@@ -31,6 +31,7 @@ mod host;
 mod host_memory;
 pub mod known_plugins;
 pub mod optimized;
+mod persistent;
 mod plugin;
 mod readiness;
 mod sys;
@@ -56,6 +57,10 @@ pub use host::{Block, Element, HostArray, device_layout, element_count};
 pub use host_memory::{ALIGNMENT, AlignedBytes};
 pub use known_plugins::{DEFAULT_CPU_PLUGIN, KnownPlugin, PluginPlatform};
 pub use optimized::OptimizedProgram;
+pub use persistent::{
+    COMPILE_CACHE_DIR_ENV, COMPILE_CACHE_ENV, COMPILE_EVENTS_ENV, CompileCounts, compile_cache,
+    compile_counts, set_compile_cache,
+};
 pub use plugin::Plugin;
 pub use readiness::Readiness;
 

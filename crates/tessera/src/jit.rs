@@ -86,7 +86,7 @@ pub fn compile_module(
     devices: &[i64],
 ) -> Result<LoadedExecutable, JitError> {
     let options = CompileOptions::spmd(devices).with_shardy(module.partitioner.is_shardy());
-    Ok(client.compile(module.text.as_bytes(), &options)?)
+    Ok(client.compile_cached(module.text.as_bytes(), &options)?)
 }
 
 /// Lowers `program` and compiles it for one device (with [`Partitioner::default`]).
