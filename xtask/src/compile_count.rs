@@ -101,8 +101,8 @@ pub fn report() {
     let previous = read(&previous_path());
     if previous.is_empty() {
         println!(
-            "no previous demo's log: a second `cargo xtask demo` compiles none of these {} \
-             programs again",
+            "no previous demo's log to compare with: a second `cargo xtask demo` should load \
+             these {} programs from the cache, and says so here",
             compiled.len()
         );
         return;

@@ -1,7 +1,7 @@
 //! A persistent compile cache: serialized executables on disk, keyed by the SHA-256 of the
 //! plugin's identity (its file, size and modification time, PJRT API version, platform name and
-//! version, the client's create options and device kind), the compile options and the module, so
-//! a second run skips XLA's compile. Which cache a process uses is `persistent.rs`'s business.
+//! version, the client's create options and device kind), the host CPU (model and feature flags),
+//! the compile options and the module, so a second run skips XLA's compile. Which cache a process uses is `persistent.rs`'s business.
 //!
 //! A plugin that cannot serialize executables (or load them back) makes every request a compile;
 //! the first such failure of the process is said once on stderr.
@@ -137,6 +137,7 @@ impl CompileCache {
             client.platform_version()?,
             client.create_options_text().to_owned(),
             kind,
+            host_cpu().to_owned(),
         ] {
             hasher.update(part.as_bytes());
             hasher.update(b"|");
@@ -150,6 +151,25 @@ impl CompileCache {
             .map(|b| format!("{b:02x}"))
             .collect())
     }
+}
+
+/// The host CPU's model and feature flags (`/proc/cpuinfo`'s first `model name` and `flags`),
+/// read once: a CPU executable holds machine code for the CPU it was compiled on, and the CPU
+/// plugins only warn when they load one built for other features, so the key must tell CPUs
+/// apart (a cache folder shared between machines).
+fn host_cpu() -> &'static str {
+    static CPU: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    CPU.get_or_init(|| {
+        let info = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        ["model name", "flags"]
+            .iter()
+            .filter_map(|field| {
+                info.lines()
+                    .find(|l| l.split(':').next().is_some_and(|k| k.trim() == *field))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
 }
 
 static SERIALIZE_FAILED: AtomicBool = AtomicBool::new(false);
