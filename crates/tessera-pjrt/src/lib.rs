@@ -44,7 +44,7 @@ pub use cache::{CacheOutcome, CompileCache};
 pub use client::{
     CUDA_MEMORY_FRACTION_ENV, Client, ClientOptions, CudaOptions, MAX_CPU_DEVICES, OptionValue,
 };
-pub use compile_options::CompileOptions;
+pub use compile_options::{CompileOptions, OptionOverride};
 pub use device::{Device, DeviceInfo, MemoryInfo};
 pub use discovery::{
     PLUGIN_ENV, PluginChoice, cache_dir, cached_cpu_plugin, cached_plugin, find_cuda_plugin,
