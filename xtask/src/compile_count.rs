@@ -117,7 +117,9 @@ pub fn report() {
         .filter(|e| before.contains(e.key.as_str()))
         .map(|e| e.name.as_str())
         .collect();
-    if again.is_empty() {
+    if again.is_empty() && before.is_empty() {
+        println!("the previous demo compiled nothing either: every program came from the cache");
+    } else if again.is_empty() {
         println!(
             "of the {} programs the previous demo compiled, this one compiled none again",
             before.len()
