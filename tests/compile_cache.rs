@@ -3,7 +3,8 @@
 //! and `TESSERA_LOG_COMPILES=1` says which), with losses equal bit for bit; with the cache off it
 //! compiles again. The counts are the `compiles` of the `--json` summary, checked against the
 //! log's lines and the events file (`TESSERA_COMPILE_EVENTS`, what `cargo xtask demo` counts):
-//! the second run loads exactly the keys the first compiled, each a file in the cache.
+//! the second run loads exactly the keys the first compiled, each a file in the cache. The other
+//! CPU plugin caches its own entries beside the default plugin's.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -46,10 +47,16 @@ impl Run {
 }
 
 fn train(cache: &std::path::Path, switch: &str) -> Run {
+    train_on(cache, switch, None)
+}
+
+/// `tessera train` on `plugin` (default: the default CPU plugin).
+fn train_on(cache: &std::path::Path, switch: &str, plugin: Option<&str>) -> Run {
     let events = cache.with_extension("events");
     let _ = std::fs::remove_file(&events);
     let out = Command::new(tessera_bin())
         .args(ARGS)
+        .args(plugin.map(|p| ["--plugin", p]).into_iter().flatten())
         .env_remove("TESSERA_PJRT_PLUGIN")
         .env("TF_CPP_MIN_LOG_LEVEL", "2")
         .env("TESSERA_LOG_COMPILES", "1")
@@ -144,6 +151,40 @@ fn a_second_training_run_loads_every_program_from_the_cache() {
             .iter()
             .all(|(word, key)| word == "compile" && key == "-")
     );
+    std::fs::remove_dir_all(&cache).unwrap();
+    let _ = std::fs::remove_file(cache.with_extension("events"));
+}
+
+/// The other CPU plugin of `cargo xtask setup` (`xla-cpu-pjrt`) serializes and loads its
+/// executables too, and never takes the default plugin's entries from the same folder.
+#[test]
+fn each_plugin_has_its_own_entries() {
+    let cache = std::env::temp_dir().join(format!("tessera-plugin-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let default = train(&cache, "1");
+    let compiled = default.count("compiled");
+    assert!(compiled > 0, "{}", default.summary);
+    let other = train_on(&cache, "1", Some("xla-cpu-pjrt"));
+    assert_eq!(
+        (other.count("compiled"), other.count("loaded")),
+        (compiled, 0),
+        "another plugin is another key: {}",
+        other.summary
+    );
+    let again = train_on(&cache, "1", Some("xla-cpu-pjrt"));
+    assert_eq!(
+        (again.count("compiled"), again.count("loaded")),
+        (0, compiled),
+        "{}",
+        again.summary
+    );
+    let bits = |r: &Run| {
+        summary_numbers(&r.summary, "losses")
+            .iter()
+            .map(|x| x.to_bits())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(bits(&other), bits(&again));
     std::fs::remove_dir_all(&cache).unwrap();
     let _ = std::fs::remove_file(cache.with_extension("events"));
 }
