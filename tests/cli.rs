@@ -195,7 +195,9 @@ fn bad_training_input_is_refused_with_the_reason() {
 }
 
 /// `TESSERA_LOG_COMPILES=1` names every XLA compile on stderr (`compile: @NAME (T ms, D
-/// devices)`); without it nothing is said.
+/// devices)`); without it nothing is said. The persistent compile cache is off
+/// (`TESSERA_COMPILE_CACHE=0`), so each run compiles (tests/compile_cache.rs has the cache on).
+/// `TESSERA_COMPILE_CACHE` other than on or off is refused.
 #[test]
 fn compiles_are_logged_when_asked() {
     let args = [
@@ -214,7 +216,13 @@ fn compiles_are_logged_when_asked() {
         "--eval-every",
         "0",
     ];
-    let out = tessera(&args, &[("TESSERA_LOG_COMPILES", "1")]);
+    let out = tessera(
+        &args,
+        &[
+            ("TESSERA_LOG_COMPILES", "1"),
+            ("TESSERA_COMPILE_CACHE", "0"),
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let compiles: Vec<&str> = stderr
@@ -223,7 +231,14 @@ fn compiles_are_logged_when_asked() {
         .collect();
     assert!(compiles.len() >= 2, "{stderr}");
     assert!(compiles.iter().all(|l| l.contains(" ms, ")), "{compiles:?}");
-    let quiet = tessera(&args, &[]);
+    let quiet = tessera(&args, &[("TESSERA_COMPILE_CACHE", "0")]);
     assert!(quiet.status.success());
     assert!(!String::from_utf8_lossy(&quiet.stderr).contains("compile: "));
+    let bad = tessera(&args, &[("TESSERA_COMPILE_CACHE", "sometimes")]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("TESSERA_COMPILE_CACHE=\"sometimes\""),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
 }

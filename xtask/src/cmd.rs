@@ -75,6 +75,7 @@ pub fn cargo_command(args: &[&str]) -> Command {
     if std::env::var_os("TF_CPP_MIN_LOG_LEVEL").is_none() {
         command.env("TF_CPP_MIN_LOG_LEVEL", "2");
     }
+    crate::compile_count::attach(&mut command);
     command
 }
 

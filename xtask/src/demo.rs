@@ -11,8 +11,17 @@ use crate::{cmd, setup};
 /// groups x 2 devices, checkpointed, resumed and plotted; before it, the devices of the PJRT CPU plugin,
 /// JAX's programs lowered, compiled and differentiated on PJRT, JAX's collectives inside
 /// shard_map and its programs with sharding constraints on 8 devices, and the sharding oracle.
+/// Every `tessera` process it starts reports its compiles and cache loads (`compile_count.rs`);
+/// the counts are printed at the end.
 pub fn run() -> anyhow::Result<ExitCode> {
     setup::run()?;
+    crate::compile_count::start()?;
+    let result = run_demos();
+    crate::compile_count::report();
+    result
+}
+
+fn run_demos() -> anyhow::Result<ExitCode> {
     let shared = cmd::workspace_root()
         .join("..")
         .join("shared")

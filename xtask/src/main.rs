@@ -4,6 +4,7 @@
 //! installed and skips it.
 
 mod cmd;
+mod compile_count;
 mod demo;
 mod gpu_bundle;
 mod jax;

@@ -66,8 +66,12 @@ pub fn run() -> anyhow::Result<()> {
     );
     cmd::cargo(&["build", "--quiet", "--package", "tessera"])?;
     let bin = tessera_bin();
-    let alone = losses(Command::new(&bin).args(TRAIN), "the one-process run")?;
+    let mut one = Command::new(&bin);
+    one.args(TRAIN);
+    crate::compile_count::attach(&mut one);
+    let alone = losses(&mut one, "the one-process run")?;
     let mut mpirun = Command::new("mpirun");
+    crate::compile_count::attach(&mut mpirun);
     mpirun
         .args(["--allow-run-as-root", "--oversubscribe", "-n", "4"])
         .arg(&bin)

@@ -288,6 +288,8 @@ pub struct Client {
 struct ClientInner {
     plugin: &'static Plugin,
     raw: *mut sys::PJRT_Client,
+    /// The create options, as text (part of the persistent compile cache's key).
+    create_options: String,
 }
 
 // SAFETY: PJRT clients are thread-safe; all calls go through the plugin's thread-safe API.
@@ -310,6 +312,7 @@ impl Client {
             inner: Arc::new(ClientInner {
                 plugin,
                 raw: args.client,
+                create_options: format!("{:?}", options.named),
             }),
         })
     }
@@ -370,6 +373,11 @@ impl Client {
 
     pub(crate) fn raw(&self) -> *mut sys::PJRT_Client {
         self.inner.raw
+    }
+
+    /// The options the client was created with, as text.
+    pub fn create_options_text(&self) -> &str {
+        &self.inner.create_options
     }
 
     /// The platform's name, e.g. `cpu` or `cuda`.

@@ -58,12 +58,44 @@ pub struct ExecutableBuildOptionsProto {
     pub use_shardy_partitioner: bool,
 }
 
+/// `xla.OptionOverrideProto`: the value of one compiler option.
+#[derive(Clone, PartialEq, Message)]
+pub struct OptionOverrideProto {
+    /// The value.
+    #[prost(oneof = "OptionOverride", tags = "1, 2, 3, 4")]
+    pub value: Option<OptionOverride>,
+}
+
+/// A compiler option's value (`OptionOverrideProto.value`).
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub enum OptionOverride {
+    /// `string_field`.
+    #[prost(string, tag = "1")]
+    String(String),
+    /// `bool_field`.
+    #[prost(bool, tag = "2")]
+    Bool(bool),
+    /// `int_field`.
+    #[prost(int64, tag = "3")]
+    Int(i64),
+    /// `double_field`.
+    #[prost(double, tag = "4")]
+    Double(f64),
+}
+
+// `CompileOptions` compares as a whole; a `Double` of NaN is unequal to itself, as floats are.
+impl Eq for OptionOverride {}
+
 /// `xla.CompileOptionsProto` (the fields Tessera uses).
 #[derive(Clone, PartialEq, Message)]
 pub struct CompileOptionsProto {
     /// Build options.
     #[prost(message, optional, tag = "3")]
     pub executable_build_options: Option<ExecutableBuildOptionsProto>,
+    /// Compiler options by name (`env_option_overrides = 7`): XLA's `DebugOptions` fields
+    /// (`xla_*`) and the build options' own, as JAX's `compile(compiler_options=...)` passes them.
+    #[prost(btree_map = "string, message", tag = "7")]
+    pub env_option_overrides: std::collections::BTreeMap<String, OptionOverrideProto>,
 }
 
 /// How to compile a program: replicas × partitions and the devices that run them.
@@ -84,6 +116,9 @@ pub struct CompileOptions {
     /// `allow_spmd_sharding_propagation_to_parameters`); empty: every parameter keeps the
     /// module's.
     pub propagate_to_parameters: Vec<bool>,
+    /// Compiler options by name (e.g. `xla_cpu_enable_fast_math`, `xla_dump_to`), passed to
+    /// the plugin, which refuses a name it does not know.
+    pub overrides: std::collections::BTreeMap<String, OptionOverride>,
 }
 
 impl CompileOptions {
@@ -96,7 +131,15 @@ impl CompileOptions {
             use_shardy: false,
             propagate_to_outputs: Vec::new(),
             propagate_to_parameters: Vec::new(),
+            overrides: Default::default(),
         }
+    }
+
+    /// The same options with compiler option `name` set to `value` (JAX's
+    /// `compile(compiler_options={name: value})`).
+    pub fn with_override(mut self, name: &str, value: OptionOverride) -> Self {
+        self.overrides.insert(name.to_owned(), value);
+        self
     }
 
     /// The same options, asking XLA for Shardy (`true`) or GSPMD (`false`); the module must
@@ -143,6 +186,14 @@ impl CompileOptions {
         };
         CompileOptionsProto {
             executable_build_options: Some(build),
+            env_option_overrides: self
+                .overrides
+                .iter()
+                .map(|(name, value)| {
+                    let value = Some(value.clone());
+                    (name.clone(), OptionOverrideProto { value })
+                })
+                .collect(),
         }
         .encode_to_vec()
     }
@@ -200,5 +251,30 @@ mod tests {
             build.allow_spmd_sharding_propagation_to_parameters,
             [false, true]
         );
+    }
+
+    #[test]
+    fn compiler_options_are_env_option_overrides_in_name_order() {
+        let options = CompileOptions::spmd(&[0])
+            .with_override("xla_dump_to", OptionOverride::String("/tmp/d".into()))
+            .with_override("xla_cpu_enable_fast_math", OptionOverride::Bool(false));
+        let bytes = options.to_proto_bytes();
+        let proto = CompileOptionsProto::decode(bytes.as_slice()).unwrap();
+        let names: Vec<&str> = proto
+            .env_option_overrides
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(names, ["xla_cpu_enable_fast_math", "xla_dump_to"]);
+        assert_eq!(
+            proto.env_option_overrides["xla_dump_to"].value,
+            Some(OptionOverride::String("/tmp/d".into()))
+        );
+        // The bytes (and so the compile cache's key) do not depend on insertion order.
+        let swapped = CompileOptions::spmd(&[0])
+            .with_override("xla_cpu_enable_fast_math", OptionOverride::Bool(false))
+            .with_override("xla_dump_to", OptionOverride::String("/tmp/d".into()));
+        assert_eq!(swapped.to_proto_bytes(), bytes);
+        assert_ne!(CompileOptions::spmd(&[0]).to_proto_bytes(), bytes);
     }
 }

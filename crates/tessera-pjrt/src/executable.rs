@@ -36,8 +36,19 @@ unsafe impl Send for LoadedExecutable {}
 unsafe impl Sync for LoadedExecutable {}
 
 impl Client {
-    /// Compiles a StableHLO (or any MLIR the plugin accepts) module given as text or bytecode.
+    /// Compiles a StableHLO (or any MLIR the plugin accepts) module given as text or bytecode,
+    /// always with XLA ([`Client::compile_cached`] goes through the persistent cache).
     pub fn compile(&self, module: &[u8], options: &CompileOptions) -> Result<LoadedExecutable> {
+        self.compile_keyed(module, options, None)
+    }
+
+    /// [`Client::compile`], counted ([`crate::compile_counts`]) under the cache key `key`.
+    pub(crate) fn compile_keyed(
+        &self,
+        module: &[u8],
+        options: &CompileOptions,
+        key: Option<&str>,
+    ) -> Result<LoadedExecutable> {
         let format = "mlir";
         let program = args!(PJRT_Program {
             code: module.as_ptr().cast_mut().cast(),
@@ -63,6 +74,7 @@ impl Client {
                 executable.device_ids().len()
             ));
         }
+        crate::persistent::record(crate::persistent::Event::Compile, key, module);
         Ok(executable)
     }
 

@@ -31,6 +31,7 @@ mod host;
 mod host_memory;
 pub mod known_plugins;
 pub mod optimized;
+mod persistent;
 mod plugin;
 mod readiness;
 mod sys;
@@ -43,7 +44,7 @@ pub use cache::{CacheOutcome, CompileCache};
 pub use client::{
     CUDA_MEMORY_FRACTION_ENV, Client, ClientOptions, CudaOptions, MAX_CPU_DEVICES, OptionValue,
 };
-pub use compile_options::CompileOptions;
+pub use compile_options::{CompileOptions, OptionOverride};
 pub use device::{Device, DeviceInfo, MemoryInfo};
 pub use discovery::{
     PLUGIN_ENV, PluginChoice, cache_dir, cached_cpu_plugin, cached_plugin, find_cuda_plugin,
@@ -56,6 +57,10 @@ pub use host::{Block, Element, HostArray, device_layout, element_count};
 pub use host_memory::{ALIGNMENT, AlignedBytes};
 pub use known_plugins::{DEFAULT_CPU_PLUGIN, KnownPlugin, PluginPlatform};
 pub use optimized::OptimizedProgram;
+pub use persistent::{
+    COMPILE_CACHE_DIR_ENV, COMPILE_CACHE_ENV, COMPILE_EVENTS_ENV, CompileCounts, compile_cache,
+    compile_counts, set_compile_cache,
+};
 pub use plugin::Plugin;
 pub use readiness::Readiness;
 

@@ -102,8 +102,19 @@ pub fn compile_module(
     module: &EmittedModule,
     devices: &[i64],
 ) -> Result<LoadedExecutable, JitError> {
-    let options = CompileOptions::spmd(devices).with_shardy(module.partitioner.is_shardy());
-    Ok(client.compile(module.text.as_bytes(), &options)?)
+    compile_module_with(client, module, devices, &Default::default())
+}
+
+/// [`compile_module`] with compiler options (`xla_*` names: `CompileOptions::overrides`).
+pub fn compile_module_with(
+    client: &Client,
+    module: &EmittedModule,
+    devices: &[i64],
+    overrides: &std::collections::BTreeMap<String, tessera_pjrt::OptionOverride>,
+) -> Result<LoadedExecutable, JitError> {
+    let mut options = CompileOptions::spmd(devices).with_shardy(module.partitioner.is_shardy());
+    options.overrides = overrides.clone();
+    Ok(client.compile_cached(module.text.as_bytes(), &options)?)
 }
 
 /// Lowers `program` and compiles it for one device (with [`Partitioner::default`]).
@@ -194,6 +205,10 @@ pub struct Jit {
     unspecified: Vec<bool>,
     /// Per argument, whether XLA chooses its sharding (`AUTO`; `jit/unspecified.rs`).
     auto_inputs: Vec<bool>,
+    /// Whether arguments the program never reads stay in the compiled program.
+    keep_unused: bool,
+    /// Compiler options passed to XLA (JAX's `compiler_options`).
+    compiler_options: std::collections::BTreeMap<String, tessera_pjrt::OptionOverride>,
 }
 
 /// A lowered [`Jit`]: the StableHLO module and its device assignment.
@@ -202,14 +217,19 @@ pub struct Lowered {
     jit: Jit,
     module: tessera_stablehlo::EmittedModule,
     devices: Vec<i64>,
+    /// The arguments the module takes, by position in the call.
+    kept: Vec<usize>,
 }
 
 /// A compiled [`Jit`].
 pub struct Compiled {
     jit: Jit,
-    executable: std::sync::Arc<LoadedExecutable>,
+    /// `None` for a trivial program (`jit_trivial.rs`), which runs without an executable.
+    executable: Option<std::sync::Arc<LoadedExecutable>>,
+    client: Client,
     devices: Vec<i64>,
     text: String,
+    kept: Vec<usize>,
 }
 
 impl Jit {
@@ -235,7 +255,26 @@ impl Jit {
             partitioner: Partitioner::default(),
             unspecified: vec![false; outs],
             auto_inputs: vec![false; ins],
+            keep_unused: false,
+            compiler_options: Default::default(),
         })
+    }
+
+    /// The same program compiled with XLA option `name` set to `value` (JAX's
+    /// `compile(compiler_options={name: value})`): a `DebugOptions` field such as
+    /// `xla_cpu_enable_fast_math` or `xla_dump_to`. The plugin refuses a name it does not know
+    /// when the program compiles.
+    pub fn with_compiler_option(mut self, name: &str, value: tessera_pjrt::OptionOverride) -> Jit {
+        self.compiler_options.insert(name.to_owned(), value);
+        self
+    }
+
+    /// Whether arguments the program never reads stay in the compiled program (JAX's
+    /// `keep_unused`; by default they are left out, and a call still takes and checks them but
+    /// passes nothing for them: see `jit_unused.rs`).
+    pub fn keep_unused(mut self, keep: bool) -> Jit {
+        self.keep_unused = keep;
+        self
     }
 
     /// The same program lowered and compiled for `partitioner` (by default
@@ -337,24 +376,39 @@ impl Jit {
     }
 
     /// Lowers to StableHLO with the shardings on the entry's arguments and results.
+    /// Unless `keep_unused`, arguments the program never reads are left out of the module.
     pub fn lower(&self) -> Result<Lowered, JitError> {
         let devices = self.devices()?;
+        // Arguments whose sharding XLA chooses are read back by position: all are kept then.
+        let mut keep = if self.keep_unused || self.auto_inputs.contains(&true) {
+            vec![true; self.in_shardings.len()]
+        } else {
+            crate::jit_unused::read_arguments(&self.program.jaxpr)
+        };
+        for &(arg, _) in &self.donated {
+            keep[arg] = true;
+        }
+        let kept: Vec<usize> = (0..keep.len()).filter(|&i| keep[i]).collect();
+        let aliases = self.aliased_outputs();
         let options = LowerOptions {
             num_partitions: devices.len(),
-            arg_shardings: (self.in_shardings.iter().zip(&self.auto_inputs))
-                .map(|(s, &auto)| (!auto).then(|| s.clone()))
+            arg_shardings: kept
+                .iter()
+                .map(|&i| (!self.auto_inputs[i]).then(|| self.in_shardings[i].clone()))
                 .collect(),
             result_shardings: (self.out_shardings.iter().zip(&self.unspecified))
                 .map(|(s, &open)| (!open).then(|| s.clone()))
                 .collect(),
-            aliased_outputs: self.aliased_outputs(),
+            aliased_outputs: kept.iter().map(|&i| aliases[i]).collect(),
             partitioner: self.partitioner,
         };
-        let module = lower_closed(&self.program, &options)?;
+        let program = crate::jit_unused::keep_arguments(&self.program, &keep);
+        let module = lower_closed(&program, &options)?;
         Ok(Lowered {
             jit: self.clone(),
             module,
             devices,
+            kept,
         })
     }
 }
@@ -365,33 +419,62 @@ impl Lowered {
         &self.module.text
     }
 
+    /// The arguments the module takes, by their position in a call (all of them with
+    /// `keep_unused`, or when XLA chooses an argument's sharding).
+    pub fn kept_arguments(&self) -> &[usize] {
+        &self.kept
+    }
+
     /// Compiles for the mesh's devices. A memory kind the devices lack is refused naming the
-    /// kinds they have, and so is one other than their default memory (not lowered yet).
+    /// kinds they have, and so is one other than their default memory (not lowered yet). A
+    /// trivial program (its results are its arguments, laid out alike, or its constants) is
+    /// not compiled at all ([`Compiled::is_trivial`]).
     pub fn compile(&self, client: &Client) -> Result<Compiled, JitError> {
-        let declared = self.jit.out_shardings.iter().zip(&self.jit.unspecified);
-        let given = self.jit.in_shardings.iter().zip(&self.jit.auto_inputs);
+        let jit = &self.jit;
+        let declared = jit.out_shardings.iter().zip(&jit.unspecified);
+        let given = jit.in_shardings.iter().zip(&jit.auto_inputs);
         let shardings: Vec<NamedSharding> = (given.filter(|(_, auto)| !**auto).map(|(s, _)| s))
             .chain(declared.filter(|(_, open)| !**open).map(|(s, _)| s))
             .cloned()
             .collect();
         let device = self.devices.first().copied().unwrap_or_default();
         layout::check_memory_kinds(client, device, &shardings)?;
-        let mut options =
-            CompileOptions::spmd(&self.devices).with_shardy(self.module.partitioner.is_shardy());
-        if self.jit.unspecified.contains(&true) {
-            options = options.with_output_propagation(&self.jit.unspecified);
-        }
-        if self.jit.auto_inputs.contains(&true) {
-            options = options.with_parameter_propagation(&self.jit.auto_inputs);
-        }
-        let executable = client.compile(self.module.text.as_bytes(), &options)?;
+        let chooses = jit.unspecified.contains(&true) || jit.auto_inputs.contains(&true);
+        let trivial = !chooses
+            && crate::jit_trivial::is_trivial(
+                &jit.program,
+                &jit.in_shardings,
+                &jit.out_shardings,
+                !jit.donated.is_empty(),
+            );
+        let executable = match trivial {
+            true => None,
+            false => {
+                let mut options = CompileOptions::spmd(&self.devices)
+                    .with_shardy(self.module.partitioner.is_shardy());
+                options.overrides = jit.compiler_options.clone();
+                if jit.unspecified.contains(&true) {
+                    options = options.with_output_propagation(&jit.unspecified);
+                }
+                if jit.auto_inputs.contains(&true) {
+                    let kept: Vec<bool> = self.kept.iter().map(|&i| jit.auto_inputs[i]).collect();
+                    options = options.with_parameter_propagation(&kept);
+                }
+                let executable = client.compile_cached(self.module.text.as_bytes(), &options)?;
+                Some(std::sync::Arc::new(executable))
+            }
+        };
         let mut compiled = Compiled {
             jit: self.jit.clone(),
-            executable: std::sync::Arc::new(executable),
+            executable,
+            client: client.clone(),
             devices: self.devices.clone(),
             text: self.module.text.clone(),
+            kept: self.kept.clone(),
         };
-        compiled.adopt_chosen_shardings()?;
+        if !trivial {
+            compiled.adopt_chosen_shardings()?;
+        }
         Ok(compiled)
     }
 }
@@ -413,8 +496,10 @@ impl Compiled {
         Compiled {
             jit,
             executable: self.executable.clone(),
+            client: self.client.clone(),
             devices: self.devices.clone(),
             text: self.text.clone(),
+            kept: self.kept.clone(),
         }
     }
 
@@ -437,27 +522,46 @@ impl Compiled {
         &self.text
     }
 
+    /// Whether the program runs without an executable (the trivial-program fast path).
+    pub fn is_trivial(&self) -> bool {
+        self.executable.is_none()
+    }
+
+    fn executable(&self) -> Result<&LoadedExecutable, JitError> {
+        self.executable.as_deref().ok_or_else(|| {
+            JitError::Convert(
+                "the program's results are its arguments or constants, so nothing was compiled \
+                 (the trivial-program fast path): there is no executable to analyse"
+                    .into(),
+            )
+        })
+    }
+
     /// The optimized module XLA compiled (per-device shapes after partitioning).
     pub fn optimized_program(&self) -> Result<tessera_pjrt::OptimizedProgram, JitError> {
-        Ok(self.executable.optimized_program()?)
+        Ok(self.executable()?.optimized_program()?)
     }
 
     /// XLA's cost analysis (FLOPs, bytes accessed, ...: JAX's `compiled.cost_analysis()`); a
     /// plugin that does not implement it (the default CPU plugin) gives its `Unimplemented`
     /// error.
     pub fn cost_analysis(&self) -> Result<tessera_pjrt::CostAnalysis, JitError> {
-        Ok(self.executable.cost_analysis()?)
+        Ok(self.executable()?.cost_analysis()?)
     }
 
     /// XLA's memory analysis (argument, output, alias, temporary and code bytes: JAX's
     /// `compiled.memory_analysis()`).
     pub fn memory_analysis(&self) -> Result<tessera_pjrt::MemoryAnalysis, JitError> {
-        Ok(self.executable.memory_analysis()?)
+        Ok(self.executable()?.memory_analysis()?)
     }
 
     /// The shardings XLA gave the results, read back from the compiled executable and put on
     /// the program's mesh (as JAX's pxla does): for each result, a `NamedSharding`.
+    /// A trivial program's are its declared output shardings.
     pub fn compiled_output_shardings(&self) -> Result<Vec<NamedSharding>, JitError> {
+        if self.is_trivial() {
+            return Ok(self.jit.out_shardings.clone());
+        }
         let program = self.optimized_program()?;
         let hlo = program.output_shardings()?.unwrap_or_default();
         let mesh = self
@@ -566,14 +670,25 @@ impl Compiled {
             }
             layout::check_argument_layout(i, arg.sharding(), sharding, aval.shape.len())?;
         }
-        let per_arg = args
+        let Some(executable) = &self.executable else {
+            let jit = &self.jit;
+            return crate::jit_trivial::run(
+                &self.client,
+                &jit.program,
+                &jit.in_shardings,
+                &jit.out_shardings,
+                args,
+            );
+        };
+        let per_arg = self
+            .kept
             .iter()
-            .map(|a| a.addressable_shards())
+            .map(|&i| args[i].addressable_shards())
             .collect::<Result<Vec<_>, _>>()?;
         let lists: Vec<Vec<&Buffer>> = (0..self.devices.len())
             .map(|d| per_arg.iter().map(|s| s[d].buffer.as_ref()).collect())
             .collect();
-        let mut per_device = self.executable.execute(&lists)?;
+        let mut per_device = executable.execute(&lists)?;
         let out_avals = jaxpr.out_avals();
         let mut outputs = Vec::with_capacity(out_avals.len());
         for (k, (aval, sharding)) in out_avals

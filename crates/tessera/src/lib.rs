@@ -5,6 +5,8 @@
 //! code map.
 
 pub mod jit;
+mod jit_trivial;
+mod jit_unused;
 pub mod perf;
 pub mod plot;
 pub mod trees;

@@ -87,7 +87,8 @@ impl PjrtExecutor {
 
     /// Compiles `program` (SPMD over a group's mesh) for `group` and returns the index that task
     /// payloads use to name it. A program already compiled for the group (the same bytes and
-    /// partitioner) is reused.
+    /// partitioner) is reused; others go through the persistent compile cache
+    /// (`Client::compile_cached`), so a later process loads them instead of compiling.
     pub fn compile<'a>(
         &mut self,
         program: impl Into<Program<'a>>,
@@ -117,7 +118,7 @@ impl PjrtExecutor {
         }
         let devices = self.mesh.group(group)?.device_ids().to_vec();
         let options = CompileOptions::spmd(&devices).with_shardy(partitioner.is_shardy());
-        let executable = self.client.compile(module, &options)?;
+        let executable = self.client.compile_cached(module, &options)?;
         self.programs.push(CompiledTask {
             group,
             executable,

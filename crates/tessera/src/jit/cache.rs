@@ -37,6 +37,10 @@ struct CacheKey {
     unspecified: Vec<bool>,
     /// The arguments whose shardings XLA chooses.
     auto_inputs: Vec<bool>,
+    /// Whether unread arguments stay in the module.
+    keep_unused: bool,
+    /// The compiler options, as printed (their values have no `Hash`).
+    compiler_options: String,
 }
 
 impl CacheKey {
@@ -56,6 +60,8 @@ impl CacheKey {
             partitioner: jit.partitioner,
             unspecified: jit.unspecified.clone(),
             auto_inputs: jit.auto_inputs.clone(),
+            keep_unused: jit.keep_unused,
+            compiler_options: format!("{:?}", jit.compiler_options),
         }
     }
 }

@@ -528,7 +528,9 @@ fn finish(
     if let Some(step) = &median_step {
         phases::print(step)?;
     }
+    let compiles = report::compiles()?;
     let mut summary = serde_json::json!({
+        "compiles": compiles,
         "model": name,
         "schedule": args.schedule,
         "stages": args.stages,

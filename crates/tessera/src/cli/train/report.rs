@@ -280,3 +280,22 @@ pub fn verdict(
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Prints how many programs this run compiled with XLA and loaded from the persistent compile
+/// cache (`tessera_pjrt::compile_counts`), and returns them for the JSON summary's `compiles`.
+pub fn compiles() -> anyhow::Result<serde_json::Value> {
+    let counts = tessera_pjrt::compile_counts();
+    let dir = tessera_pjrt::compile_cache()?.map(|c| c.dir().to_path_buf());
+    outln!(
+        "programs: {} compiled by XLA, {} loaded from the compile cache ({})",
+        counts.compiled,
+        counts.loaded,
+        dir.as_ref()
+            .map_or("off".to_owned(), |d| d.display().to_string())
+    )?;
+    Ok(serde_json::json!({
+        "compiled": counts.compiled,
+        "loaded": counts.loaded,
+        "cache_dir": dir,
+    }))
+}

@@ -1,0 +1,179 @@
+//! `jit`'s compile surface. `keep_unused`: an argument the program never reads is left out of the
+//! compiled module (as JAX does) while a call still takes and checks it; `keep_unused(true)` keeps
+//! it; both give the interpreter's values. The trivial-program fast path: a program whose results
+//! are its arguments, laid out alike, runs without an XLA compile (counted by
+//! `tessera_pjrt::compile_counts`) and returns those arrays; another layout compiles. Compiler
+//! options reach XLA: `xla_dump_to` makes it write the compiled module there, and a name XLA
+//! does not know is refused, naming it.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use tessera::jit::Jit;
+use tessera_ir::interp::eval_closed;
+use tessera_ir::trace::trace;
+use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
+use tessera_pjrt::{Array as DeviceArray, Client};
+use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
+
+/// `(a, b, c) -> a * 2 + c`: `b` is never read.
+fn program() -> ClosedJaxpr {
+    let f32 = ShapedArray::new(DType::F32, &[8]);
+    trace(&[f32.clone(), f32.clone(), f32], |x| {
+        vec![&(&x[0] * 2.0) + &x[2]]
+    })
+    .unwrap()
+}
+
+fn values(seed: f64) -> Array {
+    Array::new(
+        DType::F32,
+        &[8],
+        (0..8).map(|i| (i as f64 * 0.7 + seed).cos()).collect(),
+    )
+    .unwrap()
+}
+
+/// The number of arguments of the module's entry function.
+fn entry_arguments(text: &str) -> usize {
+    let entry = text
+        .lines()
+        .find(|l| l.contains("func.func public @main"))
+        .unwrap_or_else(|| panic!("no entry in {text}"));
+    let params = entry.split("->").next().unwrap();
+    params.matches("%arg").count()
+}
+
+/// One test, so that no other test of this process compiles while the trivial case counts.
+#[test]
+fn keep_unused_and_the_trivial_fast_path() {
+    unused_arguments_are_pruned_unless_kept();
+    a_program_returning_its_arguments_runs_without_compiling();
+    compiler_options_reach_xla();
+}
+
+fn unused_arguments_are_pruned_unless_kept() {
+    let client = Client::cpu(2).unwrap();
+    let mesh = Mesh::auto(&[("data", 2)]).unwrap();
+    let rows = NamedSharding::new(&mesh, PartitionSpec::parse("P('data')").unwrap()).unwrap();
+    let jit = Jit::new(program(), vec![rows.clone(); 3], vec![rows.clone()]).unwrap();
+    let host = [values(0.1), values(1.3), values(2.9)];
+    let want = eval_closed(&program(), &host).unwrap();
+    let args: Vec<DeviceArray> = host
+        .iter()
+        .map(|a| DeviceArray::device_put(&client, a, &rows).unwrap())
+        .collect();
+    let refs: Vec<&DeviceArray> = args.iter().collect();
+
+    for (keep, kept, arity) in [(false, vec![0, 2], 2), (true, vec![0, 1, 2], 3)] {
+        let lowered = jit.clone().keep_unused(keep).lower().unwrap();
+        assert_eq!(lowered.kept_arguments(), kept, "keep_unused {keep}");
+        assert_eq!(
+            entry_arguments(lowered.as_text()),
+            arity,
+            "keep_unused {keep}: {}",
+            lowered.as_text()
+        );
+        let compiled = lowered.compile(&client).unwrap();
+        let got = compiled.call(&refs).unwrap()[0].to_host().unwrap();
+        assert_eq!(got.to_vec(), want[0].to_vec(), "keep_unused {keep}");
+        // The pruned argument is still an argument: the call takes three and checks each.
+        let err = compiled.call(&refs[..2]).unwrap_err().to_string();
+        assert!(err.contains("takes 3 arguments"), "{err}");
+        let other = DeviceArray::device_put(
+            &client,
+            &Array::new(DType::F32, &[4], vec![0.0; 4]).unwrap(),
+            &rows,
+        )
+        .unwrap();
+        let err = compiled
+            .call(&[refs[0], &other, refs[2]])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("argument 1"), "{err}");
+    }
+}
+
+fn a_program_returning_its_arguments_runs_without_compiling() {
+    let client = Client::cpu(2).unwrap();
+    let mesh = Mesh::auto(&[("data", 2)]).unwrap();
+    let rows = NamedSharding::new(&mesh, PartitionSpec::parse("P('data')").unwrap()).unwrap();
+    let replicated = NamedSharding::new(&mesh, PartitionSpec::replicated()).unwrap();
+    let f32 = ShapedArray::new(DType::F32, &[8]);
+    let swap = trace(&[f32.clone(), f32], |x| vec![x[1].clone(), x[0].clone()]).unwrap();
+    assert!(swap.jaxpr.eqns.is_empty(), "{swap:?}");
+    let (a, b) = (values(0.4), values(5.0));
+    let args = [
+        DeviceArray::device_put(&client, &a, &rows).unwrap(),
+        DeviceArray::device_put(&client, &b, &rows).unwrap(),
+    ];
+    let refs: Vec<&DeviceArray> = args.iter().collect();
+
+    let before = tessera_pjrt::compile_counts();
+    let jit = Jit::new(swap.clone(), vec![rows.clone(); 2], vec![rows.clone(); 2]).unwrap();
+    let compiled = jit.lower().unwrap().compile(&client).unwrap();
+    assert!(compiled.is_trivial());
+    let out = compiled.call(&refs).unwrap();
+    assert_eq!(
+        tessera_pjrt::compile_counts(),
+        before,
+        "nothing compiled or loaded"
+    );
+    assert_eq!(out[0].to_host().unwrap().to_vec(), b.to_vec());
+    assert_eq!(out[1].to_host().unwrap().to_vec(), a.to_vec());
+    assert_eq!(
+        compiled.compiled_output_shardings().unwrap(),
+        vec![rows.clone(); 2]
+    );
+    assert!(
+        compiled.cost_analysis().is_err(),
+        "no executable to analyse"
+    );
+    // Arguments are still checked.
+    assert!(compiled.call(&refs[..1]).is_err());
+
+    // A result laid out otherwise than its argument needs a program that moves it.
+    let reshard = Jit::new(swap, vec![rows.clone(); 2], vec![replicated.clone(), rows])
+        .unwrap()
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .unwrap();
+    assert!(!reshard.is_trivial());
+    let out = reshard.call(&refs).unwrap();
+    assert_eq!(out[0].sharding(), &replicated);
+    assert_eq!(out[0].to_host().unwrap().to_vec(), b.to_vec());
+}
+
+fn compiler_options_reach_xla() {
+    use tessera_pjrt::OptionOverride;
+    let client = Client::cpu(2).unwrap();
+    let mesh = Mesh::auto(&[("data", 2)]).unwrap();
+    let rows = NamedSharding::new(&mesh, PartitionSpec::parse("P('data')").unwrap()).unwrap();
+    let jit = Jit::new(program(), vec![rows.clone(); 3], vec![rows]).unwrap();
+    let dump = std::env::temp_dir().join(format!("tessera-xla-dump-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dump);
+    // The folder is part of the compile options, so of the cache key: this compiles.
+    jit.clone()
+        .with_compiler_option(
+            "xla_dump_to",
+            OptionOverride::String(dump.to_string_lossy().into_owned()),
+        )
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .unwrap();
+    let files = std::fs::read_dir(&dump)
+        .map(|d| d.count())
+        .unwrap_or_else(|e| panic!("XLA wrote nothing to {}: {e}", dump.display()));
+    assert!(files > 0, "XLA wrote nothing to {}", dump.display());
+    std::fs::remove_dir_all(&dump).unwrap();
+    let err = jit
+        .with_compiler_option("xla_no_such_option", OptionOverride::Bool(true))
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .err()
+        .expect("an unknown compiler option is refused")
+        .to_string();
+    assert!(err.contains("xla_no_such_option"), "{err}");
+}
