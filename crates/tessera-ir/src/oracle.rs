@@ -290,13 +290,17 @@ mod tests {
     }
 
     fn array(data: &[f64]) -> Array {
-        Array::new(DType::F32, &[data.len() as i64], data.to_vec()).unwrap_or_else(|e| panic!("{e}"))
+        Array::new(DType::F32, &[data.len() as i64], data.to_vec())
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
     fn a_rounding_zero_passes_beside_values_of_order_one_but_a_real_difference_fails() {
         let want = tensor(&[-8.1e-8, 1.5, -2.0]);
-        assert_eq!(compare(0, &array(&[8.1e-8, 1.5, -2.0]), &want, 1e-4), Ok(()));
+        assert_eq!(
+            compare(0, &array(&[8.1e-8, 1.5, -2.0]), &want, 1e-4),
+            Ok(())
+        );
         let off = compare(0, &array(&[1e-3, 1.5, -2.0]), &want, 1e-4);
         assert!(off.is_err_and(|e| e.contains("output 0[0]")));
         // Relative alone still decides where the array itself is tiny.
@@ -304,7 +308,10 @@ mod tests {
         assert!(compare(0, &array(&[8.1e-8, 1e-7]), &tiny, 1e-4).is_err());
         // Infinities of one sign and NaNs agree.
         let inf = tensor(&[f64::INFINITY, f64::NAN]);
-        assert_eq!(compare(0, &array(&[f64::INFINITY, f64::NAN]), &inf, 1e-4), Ok(()));
+        assert_eq!(
+            compare(0, &array(&[f64::INFINITY, f64::NAN]), &inf, 1e-4),
+            Ok(())
+        );
     }
 
     const WHILE: &str = "{ lambda ; a:f32[]. let
@@ -335,7 +342,10 @@ mod tests {
         }
     }
 
-    fn interp(p: &crate::jaxpr::ClosedJaxpr, x: &[Array]) -> std::result::Result<Vec<Array>, String> {
+    fn interp(
+        p: &crate::jaxpr::ClosedJaxpr,
+        x: &[Array],
+    ) -> std::result::Result<Vec<Array>, String> {
         eval_closed(p, x).map_err(|e| e.to_string())
     }
 
