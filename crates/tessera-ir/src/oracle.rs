@@ -216,13 +216,19 @@ pub fn check_grads(case: &Case, evaluate: &Evaluate<'_>) -> std::result::Result<
     Ok(())
 }
 
-/// The first floating-point input whose gradient JAX recorded as `null`: JAX refused to
-/// differentiate the program (integer inputs have no gradient either way).
+/// The first floating-point input whose gradient JAX recorded as `null` in a program with a
+/// floating-point output: JAX refused to differentiate it. (Integer inputs have no gradient
+/// either way, and a program whose outputs are all integers has nothing to differentiate: JAX's
+/// files record `null` there too.)
 pub fn refused_input(case: &Case) -> Option<usize> {
+    let is_float = |t: &Tensor| DType::parse(&t.dtype).is_some_and(DType::is_float);
+    if !case.outputs.iter().any(is_float) {
+        return None;
+    }
     case.inputs
         .iter()
         .zip(&case.grads)
-        .position(|(x, g)| g.is_none() && DType::parse(&x.dtype).is_some_and(DType::is_float))
+        .position(|(x, g)| g.is_none() && is_float(x))
 }
 
 fn flatten(value: &serde_json::Value, out: &mut Vec<f64>) {
@@ -336,7 +342,7 @@ mod tests {
             jaxpr: jaxpr.into(),
             consts: vec![],
             inputs: vec![scalar(1.0)],
-            outputs: vec![],
+            outputs: vec![scalar(0.0)],
             cotangents: vec![scalar(1.0)],
             grads,
         }
@@ -362,5 +368,13 @@ mod tests {
         assert_eq!(check_grads(&case(SIN, vec![Some(cos1)]), &interp), Ok(()));
         let wrong = serde_json::json!(0.5);
         assert!(check_grads(&case(SIN, vec![Some(wrong)]), &interp).is_err());
+        // A program with integer outputs only: nothing to differentiate, no refusal expected.
+        let mut int_out = case(SIN, vec![None]);
+        int_out.outputs = vec![Tensor {
+            dtype: "int32".into(),
+            shape: vec![],
+            data: vec![0.0],
+        }];
+        assert_eq!(refused_input(&int_out), None);
     }
 }
