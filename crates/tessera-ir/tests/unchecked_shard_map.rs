@@ -89,5 +89,5 @@ fn a_scan_of_ppermutes_runs_in_lock_step_on_every_device() {
     let x = values(&[4, 2], |i| i);
     // Each row plus the three rows before it around the ring: every row's sum is the total.
     let out = eval_closed(&program, &[x]).unwrap();
-    assert_eq!(out[0].to_vec(), vec![12.0, 16.0].repeat(4));
+    assert_eq!(out[0].to_vec(), [12.0, 16.0].repeat(4));
 }
