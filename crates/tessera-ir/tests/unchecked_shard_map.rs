@@ -91,3 +91,24 @@ fn a_scan_of_ppermutes_runs_in_lock_step_on_every_device() {
     let out = eval_closed(&program, &[x]).unwrap();
     assert_eq!(out[0].to_vec(), [12.0, 16.0].repeat(4));
 }
+
+#[test]
+fn vmap_of_an_unchecked_shard_map_stays_unchecked_and_equals_stacking() {
+    let program = parse_closed(UNCHECKED).unwrap();
+    let xs = [
+        values(&[4, 2], |i| 0.3 * i - 1.0),
+        values(&[4, 2], |i| 0.1 * i),
+    ];
+    let w = values(&[1, 2], |i| 1.5 - i);
+    let batched = tessera_ir::vmap(&program, &[Some(0), None], &[0], 2).unwrap();
+    let text = tessera_ir::text::print_closed(&batched, 0);
+    assert!(text.contains("check_vma=False"), "{text}");
+    let stacked: Vec<f64> = xs.iter().flat_map(Array::to_vec).collect();
+    let stacked = Array::new(DType::F32, &[2, 4, 2], stacked).unwrap();
+    let got = eval_closed(&batched, &[stacked, w.clone()]).unwrap();
+    let want: Vec<f64> = xs
+        .iter()
+        .flat_map(|x| eval_closed(&program, &[x.clone(), w.clone()]).unwrap()[0].to_vec())
+        .collect();
+    assert_eq!(got[0].to_vec(), want);
+}

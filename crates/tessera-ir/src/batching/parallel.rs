@@ -114,7 +114,8 @@ pub(super) fn shard_map(
     let refs: Vec<&Tensor> = operands.iter().collect();
     Tensor::bind(
         Prim::ShardMap,
-        shard_map_params(&p.mesh, &in_specs, &out_specs, body),
+        shard_map_params(&p.mesh, &in_specs, &out_specs, body)
+            .with("check_vma", ParamValue::Bool(p.check_vma)),
         &refs,
     )
     .into_iter()
