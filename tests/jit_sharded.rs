@@ -400,3 +400,59 @@ fn constrained_tanh(partitioner: Partitioner) -> Vec<String> {
     }
     calls
 }
+
+/// `with_sharding_constraint(sin(x), P('data', P.UNCONSTRAINED)) * 2` as JAX prints it.
+const UNCONSTRAINED: &str = "{ lambda ; a:f32[8,4]. let
+    b:f32[8,4] = sin a
+    c:f32[8,4] = sharding_constraint[
+      context_mesh=Mesh()
+      layout=None
+      sharding=NamedSharding(mesh=Mesh('data': 4, 'model': 2, axis_types=(Auto, Auto)), spec=P('data', UNCONSTRAINED), memory_kind=device)
+      unconstrained_dims=frozenset({1})
+    ] b
+    d:f32[8,4] = mul c 2.0:f32[]
+  in (d,) }";
+
+#[test]
+fn an_unconstrained_dimension_lowers_open_under_both_partitioners_and_runs() {
+    let client = Client::cpu(8).unwrap();
+    let program = tessera_ir::text::parse_closed(UNCONSTRAINED).unwrap();
+    let vjp = tessera_ir::vjp(&program).unwrap();
+    let mesh = Mesh::auto(&[("data", 4), ("model", 2)]).unwrap();
+    for (partitioner, open) in [
+        (Partitioner::Shardy, r#"[{"data"}, {?}]"#),
+        (Partitioner::Gspmd, "unspecified_dims=[1]"),
+    ] {
+        for (p, inputs) in [
+            (&program, vec![values(&[8, 4], 0.0)]),
+            (&vjp, vec![values(&[8, 4], 0.0), values(&[8, 4], 1.0)]),
+        ] {
+            let replicated = |n: usize| vec![sharding(&mesh, "P()"); n];
+            let jit = Jit::new(
+                p.clone(),
+                replicated(p.jaxpr.invars.len()),
+                replicated(p.jaxpr.outvars.len()),
+            )
+            .unwrap()
+            .with_partitioner(partitioner);
+            let lowered = jit.lower().unwrap();
+            assert!(lowered.as_text().contains(open), "{}", lowered.as_text());
+            let compiled = lowered.compile(&client).unwrap();
+            let args: Vec<DeviceArray> = inputs
+                .iter()
+                .map(|a| {
+                    let s = sharding(&mesh, "P()");
+                    DeviceArray::device_put(&client, &to_host(a).unwrap(), &s).unwrap()
+                })
+                .collect();
+            let got = compiled.call(&args.iter().collect::<Vec<_>>()).unwrap();
+            let want = eval_closed(p, &inputs).unwrap();
+            for (g, w) in got.iter().zip(&want) {
+                let g = from_host(&g.to_host().unwrap(), DType::F32).unwrap();
+                for (a, b) in g.to_vec().iter().zip(w.to_vec()) {
+                    assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
+                }
+            }
+        }
+    }
+}

@@ -2,7 +2,10 @@
 //! `jax.nn`, loops, `jax.random`, top-k, convolution, pooling, scatters, closures), through the
 //! `tessera oracle jaxpr` runner a user would call, with gradients, on the interpreter and on
 //! PJRT: every case passes on both. The same for `jaxpr_sharded_cases.json` (programs with
-//! sharding constraints, each compiled for its mesh on 8 devices by the PJRT backend).
+//! sharding constraints, each compiled for its mesh on 8 devices by the PJRT backend) and
+//! `jaxpr_collectives_cases.json` (`shard_map` and `pmap` programs with the collectives of
+//! `lax.parallel` over meshes of 8 devices; where JAX recorded no gradient, Tessera must refuse
+//! reverse mode too).
 
 use tessera_tests::{shared_dir, tessera_last_line};
 
@@ -14,6 +17,11 @@ fn every_real_jax_case_passes_with_gradients_on_both_backends() {
 #[test]
 fn every_sharded_jax_case_passes_with_gradients_on_both_backends() {
     every_case_passes("jaxpr_sharded_cases.json", 6);
+}
+
+#[test]
+fn every_collectives_jax_case_passes_with_gradients_on_both_backends() {
+    every_case_passes("jaxpr_collectives_cases.json", 34);
 }
 
 fn every_case_passes(name: &str, at_least: usize) {

@@ -193,6 +193,7 @@ fn the_tracing_api_records_windows_and_scatters() {
             inserted_window_dims: vec![0],
             scatter_dims_to_operand_dims: vec![0],
             operand_batching_dims: vec![],
+            scatter_indices_batching_dims: vec![],
         },
         mode: GatherScatterMode::FillOrDrop,
         indices_are_sorted: false,

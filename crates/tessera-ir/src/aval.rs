@@ -1,5 +1,12 @@
 //! Abstract values: dtype, shape and weak type (JAX's `ShapedArray`), plus the sharding a value
-//! may carry and the manual mesh axes it varies over (JAX's `vma`, used inside `shard_map`).
+//! may carry, the manual mesh axes it varies over (JAX's `vma`, used inside `shard_map`) and the
+//! explicit-sharding annotations JAX prints in types on an `Explicit` mesh ([`ExplicitType`]:
+//! `f32[8@pp,4]{V:pp, R:tp}`).
+//!
+//! Text form (JAX's `str_short_aval`): each dimension, followed by `@axis` or `@(a,b)` where an
+//! explicit sharding splits it; then, when any is non-empty, `{V:..., R:..., U:...}` with the
+//! varying, reduced and unreduced axes (one axis bare, several in parentheses). JAX orders
+//! several axes by the mesh; Tessera prints them sorted by name (the same set).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -21,6 +28,39 @@ pub struct ShapedArray {
     pub vma: BTreeSet<String>,
     /// The sharding the value is laid out by, where one is known.
     pub sharding: Option<Box<NamedSharding>>,
+    /// The explicit-sharding annotations of the type, where the text gives any.
+    pub explicit: Option<Box<ExplicitType>>,
+}
+
+/// What JAX prints of a value's explicit sharding in its type: the mesh axes splitting each
+/// dimension (`8@pp`) and the reduced (`R:`) and unreduced (`U:`) axes. They describe the
+/// layout, not the values: the interpreter ignores them, and no rule derives them (a parsed
+/// program keeps them as printed).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExplicitType {
+    /// Per dimension, the mesh axes splitting it, major to minor (empty: not split); empty
+    /// when no dimension is split.
+    pub dims: Vec<Vec<String>>,
+    /// The axes over which the value is reduced (`R:`): equal on every device of them.
+    pub reduced: BTreeSet<String>,
+    /// The axes over which the value is unreduced (`U:`): a sum still owed over them.
+    pub unreduced: BTreeSet<String>,
+}
+
+impl ExplicitType {
+    /// Whether it says nothing.
+    pub fn is_empty(&self) -> bool {
+        self.dims.iter().all(Vec::is_empty) && self.reduced.is_empty() && self.unreduced.is_empty()
+    }
+}
+
+/// One axis bare, several as `(a,b)`: how JAX prints a set of mesh axes in a type.
+fn axes_text<'a>(axes: impl IntoIterator<Item = &'a String>) -> String {
+    let axes: Vec<&str> = axes.into_iter().map(String::as_str).collect();
+    match axes.as_slice() {
+        [one] => (*one).to_owned(),
+        many => format!("({})", many.join(",")),
+    }
 }
 
 impl ShapedArray {
@@ -32,6 +72,7 @@ impl ShapedArray {
             weak_type: false,
             vma: Default::default(),
             sharding: None,
+            explicit: None,
         }
     }
 
@@ -58,6 +99,38 @@ impl ShapedArray {
             weak_type: false,
             vma: Default::default(),
             sharding: None,
+            explicit: None,
+        }
+    }
+
+    /// The reduced axes of an explicit type (empty when none).
+    pub fn reduced(&self) -> BTreeSet<String> {
+        self.explicit
+            .as_ref()
+            .map(|e| e.reduced.clone())
+            .unwrap_or_default()
+    }
+
+    /// The unreduced axes of an explicit type (empty when none).
+    pub fn unreduced(&self) -> BTreeSet<String> {
+        self.explicit
+            .as_ref()
+            .map(|e| e.unreduced.clone())
+            .unwrap_or_default()
+    }
+
+    /// Sets the reduced and unreduced axes (keeping the dimensions' axes), dropping an
+    /// explicit type that then says nothing.
+    pub fn set_reduced_unreduced(
+        &mut self,
+        reduced: BTreeSet<String>,
+        unreduced: BTreeSet<String>,
+    ) {
+        let mut e = self.explicit.take().map(|e| *e).unwrap_or_default();
+        e.reduced = reduced;
+        e.unreduced = unreduced;
+        if !e.is_empty() {
+            self.explicit = Some(Box::new(e));
         }
     }
 
@@ -70,17 +143,34 @@ impl ShapedArray {
 impl fmt::Display for ShapedArray {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}[", self.dtype)?;
+        let explicit = self.explicit.as_deref();
         for (i, d) in self.shape.iter().enumerate() {
             if i > 0 {
                 f.write_str(",")?;
             }
             write!(f, "{d}")?;
+            if let Some(axes) = explicit
+                .and_then(|e| e.dims.get(i))
+                .filter(|a| !a.is_empty())
+            {
+                write!(f, "@{}", axes_text(axes))?;
+            }
         }
         f.write_str("]")?;
-        // Inside shard_map, the manual axes the value varies over, as JAX prints them.
-        if !self.vma.is_empty() {
-            let axes: Vec<&str> = self.vma.iter().map(String::as_str).collect();
-            write!(f, "{{V:{}}}", axes.join(","))?;
+        // The manual axes the value varies over (inside shard_map), then its reduced and
+        // unreduced axes, as JAX prints them.
+        let empty = BTreeSet::new();
+        let parts: Vec<String> = [
+            ("V", &self.vma),
+            ("R", explicit.map_or(&empty, |e| &e.reduced)),
+            ("U", explicit.map_or(&empty, |e| &e.unreduced)),
+        ]
+        .into_iter()
+        .filter(|(_, axes)| !axes.is_empty())
+        .map(|(tag, axes)| format!("{tag}:{}", axes_text(axes)))
+        .collect();
+        if !parts.is_empty() {
+            write!(f, "{{{}}}", parts.join(", "))?;
         }
         Ok(())
     }
@@ -104,5 +194,25 @@ mod tests {
         assert_ne!(laid_out, plain);
         assert_eq!(plain.to_string(), "f32[8,4]");
         assert_eq!(laid_out.to_string(), "f32[8,4]{V:y}");
+        laid_out.vma.insert("x".into());
+        assert_eq!(laid_out.to_string(), "f32[8,4]{V:(x,y)}");
+    }
+
+    #[test]
+    fn explicit_types_print_as_jax_prints_them() {
+        let mut t = ShapedArray::new(DType::F32, &[8, 4]);
+        t.explicit = Some(Box::new(ExplicitType {
+            dims: vec![vec!["pp".into()], vec![]],
+            ..Default::default()
+        }));
+        assert_eq!(t.to_string(), "f32[8@pp,4]");
+        t.vma.insert("pp".into());
+        t.set_reduced_unreduced(BTreeSet::from(["tp".into()]), BTreeSet::new());
+        assert_eq!(t.to_string(), "f32[8@pp,4]{V:pp, R:tp}");
+        let mut u = ShapedArray::new(DType::F32, &[2, 2]);
+        u.set_reduced_unreduced(BTreeSet::new(), BTreeSet::from(["a".into(), "b".into()]));
+        assert_eq!(u.to_string(), "f32[2,2]{U:(a,b)}");
+        u.set_reduced_unreduced(BTreeSet::new(), BTreeSet::new());
+        assert_eq!(u.explicit, None);
     }
 }

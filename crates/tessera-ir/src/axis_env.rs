@@ -38,13 +38,35 @@ impl MeshStack {
 
 thread_local! {
     static FRAMES: RefCell<Vec<AbstractMesh>> = const { RefCell::new(Vec::new()) };
+    /// The `check_vma` of each frame of `FRAMES`, pushed and popped with it.
+    static CHECKED: RefCell<Vec<bool>> = const { RefCell::new(Vec::new()) };
 }
 
 const MANUAL: MeshStack = MeshStack(&FRAMES);
 
-/// Runs `f` with the axes of `mesh` bound (inside a `shard_map` over `mesh`).
+/// Runs `f` with the axes of `mesh` bound (inside a `shard_map` over `mesh` whose values are
+/// typed by the axes they vary over, `check_vma=True`).
 pub fn with_mesh<T>(mesh: &AbstractMesh, f: impl FnOnce() -> T) -> T {
+    with_manual(mesh, true, f)
+}
+
+/// Runs `f` with the axes of `mesh` bound, inside a `shard_map` with this `check_vma`.
+pub fn with_manual<T>(mesh: &AbstractMesh, check_vma: bool, f: impl FnOnce() -> T) -> T {
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            CHECKED.with(|s| s.borrow_mut().pop());
+        }
+    }
+    CHECKED.with(|s| s.borrow_mut().push(check_vma));
+    let _pop = Pop;
     MANUAL.with(mesh, f)
+}
+
+/// Whether the innermost `shard_map` types values by the axes they vary over (`check_vma`;
+/// true outside any).
+pub fn check_vma() -> bool {
+    CHECKED.with(|s| s.borrow().last().copied().unwrap_or(true))
 }
 
 /// The innermost mesh, if any `shard_map` is being traced or checked.

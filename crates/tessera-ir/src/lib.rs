@@ -34,7 +34,7 @@ mod verify;
 
 pub use array::{Array, Block, Elem, Element, element_count};
 pub use autodiff::{jvp, linearize, value_and_grad, value_and_grad_with_aux, vjp};
-pub use aval::ShapedArray;
+pub use aval::{ExplicitType, ShapedArray};
 pub use batching::vmap;
 pub use dtype::DType;
 pub use error::{IrError, Result};

@@ -257,9 +257,10 @@ pub fn our_ops(program: &ClosedJaxpr) -> Outcome<Vec<OpGroups>> {
                     .map_err(|e| e.to_string())
             };
             let op = match &p.kind {
-                CollectiveKind::Psum | CollectiveKind::Pmax | CollectiveKind::Pmin => {
-                    ("stablehlo.all_reduce", groups()?)
-                }
+                CollectiveKind::Psum
+                | CollectiveKind::UnreducedPsum
+                | CollectiveKind::Pmax
+                | CollectiveKind::Pmin => ("stablehlo.all_reduce", groups()?),
                 CollectiveKind::AllGather { .. } => ("stablehlo.all_gather", groups()?),
                 CollectiveKind::ReduceScatter { .. } => ("stablehlo.reduce_scatter", groups()?),
                 CollectiveKind::AllToAll { .. } => ("stablehlo.all_to_all", groups()?),
@@ -272,7 +273,10 @@ pub fn our_ops(program: &ClosedJaxpr) -> Outcome<Vec<OpGroups>> {
                         pairs.iter().map(|&(s, t)| vec![s, t]).collect(),
                     )
                 }
-                CollectiveKind::Pvary | CollectiveKind::Pbroadcast { .. } => continue,
+                CollectiveKind::Pvary
+                | CollectiveKind::Preduced
+                | CollectiveKind::VaryUnreducedCast
+                | CollectiveKind::Pbroadcast { .. } => continue,
             };
             ops.push(op);
         }

@@ -24,7 +24,7 @@ pub fn eval_shard_map(p: &ShardMapParams<'_>, inputs: &[Array]) -> Result<Vec<Ar
         }
     }
     let body = inline_all(p.body);
-    let outs = crate::axis_env::with_mesh(&p.mesh, || eval_spmd(&body, &p.mesh, per_device))?;
+    let outs = p.in_body(|| eval_spmd(&body, &p.mesh, per_device))?;
     p.out_specs
         .iter()
         .enumerate()
@@ -68,6 +68,8 @@ pub fn eval_spmd(
                 .into_iter()
                 .map(|a| vec![a])
                 .collect()
+        } else if eqn.prim == Prim::Scan {
+            scan_in_lockstep(&eqn.params, mesh, inputs, &out_avals)?
         } else if eqn.prim == Prim::ShardMap {
             return Err(IrError::Eval(
                 "a shard_map nested inside another shard_map is not supported; merge the meshes \
@@ -88,6 +90,69 @@ pub fn eval_spmd(
     }
     envs.iter()
         .map(|env| jaxpr.outvars.iter().map(|a| read(env, a)).collect())
+        .collect()
+}
+
+/// A `scan` on every mesh position at once, step by step, so that collectives in its body (a
+/// `ppermute` around a ring in a `fori_loop`) exchange between the devices at each step;
+/// `inputs[p]` are position `p`'s operands.
+fn scan_in_lockstep(
+    params: &crate::params::Params,
+    mesh: &AbstractMesh,
+    inputs: Vec<Vec<Array>>,
+    outputs: &[ShapedArray],
+) -> Result<Vec<Vec<Array>>> {
+    let p = crate::prim::ScanParams::read(params)?;
+    let body = inline_all(p.body);
+    let fixed = p.num_consts + p.num_carry;
+    let mut carries: Vec<Vec<Array>> = inputs
+        .iter()
+        .map(|i| i[p.num_consts..fixed].to_vec())
+        .collect();
+    let n_ys = outputs.len().saturating_sub(p.num_carry);
+    // ys[device][result][step]
+    let mut ys: Vec<Vec<Vec<Option<Array>>>> =
+        vec![vec![vec![None; p.length.max(0) as usize]; n_ys]; inputs.len()];
+    for i in 0..p.length {
+        let k = p.index(i) as usize;
+        let args = inputs
+            .iter()
+            .zip(carries)
+            .map(|(operands, carry)| {
+                let mut args = operands[..p.num_consts].to_vec();
+                args.extend(carry);
+                for x in &operands[fixed..] {
+                    args.push(x.row(k)?);
+                }
+                Ok(args)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let outs = eval_spmd(&body, mesh, args)?;
+        carries = Vec::with_capacity(outs.len());
+        for (device, mut out) in outs.into_iter().enumerate() {
+            let y = out.split_off(p.num_carry.min(out.len()));
+            carries.push(out);
+            for (slot, value) in ys[device].iter_mut().zip(y) {
+                slot[k] = Some(value);
+            }
+        }
+    }
+    carries
+        .into_iter()
+        .zip(ys)
+        .map(|(carry, ys)| {
+            let stacked = ys
+                .into_iter()
+                .zip(&outputs[p.num_carry..])
+                .map(|(parts, aval)| {
+                    let parts: Vec<Array> = parts.into_iter().flatten().collect();
+                    if parts.is_empty() {
+                        return Ok(Array::zeros(aval));
+                    }
+                    Array::stack_rows(aval.dtype, &aval.shape[1..], &parts)
+                });
+            carry.into_iter().map(Ok).chain(stacked).collect()
+        })
         .collect()
 }
 

@@ -89,8 +89,7 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
         for (_, value) in eqn.params.entries() {
             if let ParamValue::Jaxpr(inner) = value {
                 if eqn.prim == crate::prim::Prim::ShardMap {
-                    let mesh = crate::prim::ShardMapParams::read(&eqn.params)?.mesh;
-                    crate::axis_env::with_mesh(&mesh, || verify(inner))?;
+                    crate::prim::ShardMapParams::read(&eqn.params)?.in_body(|| verify(inner))?;
                 } else {
                     verify(inner)?;
                 }

@@ -173,3 +173,54 @@ fn a_constraint_on_a_manual_axis_inside_shard_map_is_refused() {
     .to_string();
     assert!(err.contains("manual"), "{err}");
 }
+
+/// `with_sharding_constraint(x, P('data', P.UNCONSTRAINED))` as JAX prints it.
+const UNCONSTRAINED: &str = "{ lambda ; a:f32[8,4]. let
+    b:f32[8,4] = sharding_constraint[
+      context_mesh=Mesh()
+      layout=None
+      sharding=NamedSharding(mesh=Mesh('data': 4, 'model': 2, axis_types=(Auto, Auto)), spec=P('data', UNCONSTRAINED), memory_kind=device)
+      unconstrained_dims=frozenset({1})
+    ] a
+  in (b,) }";
+
+#[test]
+fn an_unconstrained_dimension_is_read_printed_and_batched() {
+    let program = parse_closed(UNCONSTRAINED).unwrap();
+    assert_eq!(print_closed(&program, 0), UNCONSTRAINED);
+    let read = &constraints(&program)[0];
+    assert_eq!(read.spec, spec("('data', None)"));
+    assert_eq!(read.unconstrained_dims, vec![1]);
+    // Built again from the typed value, it prints as JAX does.
+    let params = read.to_params();
+    let text = params.get("sharding").unwrap().to_string();
+    assert!(text.contains("spec=P('data', UNCONSTRAINED)"), "{text}");
+    // The spec alone marks the dimension, without `unconstrained_dims`.
+    let spec_only = UNCONSTRAINED.replace(
+        "unconstrained_dims=frozenset({1})",
+        "unconstrained_dims=frozenset({})",
+    );
+    let read = &constraints(&parse_closed(&spec_only).unwrap())[0];
+    assert_eq!(read.unconstrained_dims, vec![1]);
+    // A batch dimension in front shifts it.
+    assert_eq!(read.batched(0).unconstrained_dims, vec![2]);
+    // Values pass through.
+    let x = Array::new(DType::F32, &[8, 4], (0..32).map(f64::from).collect()).unwrap();
+    assert_eq!(
+        interp::eval_closed(&program, std::slice::from_ref(&x)).unwrap(),
+        vec![x]
+    );
+}
+
+#[test]
+fn the_tracing_api_takes_unconstrained_dimensions_as_jax_prints_them() {
+    let program = constrained(&[8, 4], "('data', P.UNCONSTRAINED)").unwrap();
+    let text = print_closed(&program, 0);
+    assert!(text.contains("spec=P('data', UNCONSTRAINED)"), "{text}");
+    assert!(text.contains("unconstrained_dims=frozenset({1})"), "{text}");
+    let read = &constraints(&parse_closed(&text).unwrap())[0];
+    assert_eq!(
+        (read.spec.clone(), read.unconstrained_dims.clone()),
+        (spec("('data', None)"), vec![1])
+    );
+}

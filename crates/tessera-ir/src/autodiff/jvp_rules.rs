@@ -76,7 +76,7 @@ pub(super) fn jvp_rule(
         Sign | Floor | Ceil | Round | StopGradient => one(None),
         Not | And | Or | Xor | Eq | Ne | Lt | Le | Gt | Ge | Iota | Argmax | Argmin | ReduceAnd
         | ReduceOr => vec![None; y.len()],
-        Copy | PipelineEnterStage => ts.to_vec(),
+        Copy | Reshard | PipelineEnterStage => ts.to_vec(),
         // The constraint applies to the tangent too (as in JAX).
         ShardingConstraint => one(t(0).map(|t0| Tensor::bind1(prim, params.clone(), &[&t0]))),
         Clamp => one(clamp_jvp(x, &t)),
@@ -124,7 +124,10 @@ pub(super) fn jvp_rule(
             y.len()
         ],
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pvary | Pbroadcast => super::parallel::collective_jvp(prim, params, x, y, t(0)),
+        | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
+        | VaryUnreducedCast | UnreducedPsum => {
+            super::parallel::collective_jvp(prim, params, x, y, t(0))
+        }
         ShardMap => super::parallel::shard_map_jvp(params, x, y, ts),
         // Special functions, bit operations, random numbers, sorting.
         Erf | Erfc | ErfInv | Lgamma | Digamma | Polygamma | Tan | Asin | Acos | Atan | Sinh

@@ -160,6 +160,7 @@ fn vjp_program(program: &ClosedJaxpr, with_values: bool) -> Result<ClosedJaxpr> 
                 env.insert(v, t);
             }
         }
+        let active = active_vars(jaxpr);
         let mut ct_env: HashMap<Var, Tensor> = HashMap::new();
         for (atom, ct) in jaxpr.outvars.iter().zip(cts) {
             if let Atom::Var(v) = atom {
@@ -168,7 +169,14 @@ fn vjp_program(program: &ClosedJaxpr, with_values: bool) -> Result<ClosedJaxpr> 
         }
         for eqn in jaxpr.eqns.iter().rev() {
             let gs: Vec<Option<Tensor>> = eqn.outputs.iter().map(|v| ct_env.remove(v)).collect();
-            if gs.iter().all(Option::is_none) {
+            // An equation none of whose operands depends on the arguments (constants, or what
+            // `stop_gradient` cut off) passes no cotangent, as in JAX, whose linearization
+            // never reaches it: a `pmax` of a stopped value is not differentiated.
+            let reaches = eqn
+                .inputs
+                .iter()
+                .any(|a| matches!(a, Atom::Var(v) if active.contains(v)));
+            if gs.iter().all(Option::is_none) || !reaches {
                 continue;
             }
             let inputs: Vec<Tensor> = eqn.inputs.iter().map(|a| read(&env, a)).collect();
@@ -196,6 +204,22 @@ fn vjp_program(program: &ClosedJaxpr, with_values: bool) -> Result<ClosedJaxpr> 
         values.into_iter().chain(grads).collect()
     })?;
     Ok(eliminate_dead_code(&out))
+}
+
+/// The variables of `jaxpr` that depend on its arguments through operations other than
+/// `stop_gradient`.
+fn active_vars(jaxpr: &crate::jaxpr::Jaxpr) -> std::collections::HashSet<Var> {
+    let mut active: std::collections::HashSet<Var> = jaxpr.invars.iter().copied().collect();
+    for eqn in &jaxpr.eqns {
+        let depends = eqn
+            .inputs
+            .iter()
+            .any(|a| matches!(a, Atom::Var(v) if active.contains(v)));
+        if depends && eqn.prim != crate::prim::Prim::StopGradient {
+            active.extend(eqn.outputs.iter().copied());
+        }
+    }
+    active
 }
 
 /// `g`, when it has the type of the operand it is the cotangent of; otherwise the trace fails

@@ -5,6 +5,18 @@
 //! within its `axis_index_groups`. `pmax` and `pmin` are not differentiable (nor in JAX). The VJP
 //! of a `shard_map` is a `shard_map` of its body's VJP, taking the primal blocks and the
 //! cotangent blocks (laid out by the out_specs) and returning the operands' cotangent blocks.
+//!
+//! `psum_invariant` transposes like `psum` (to `pvary`); `all_gather_invariant`, whose result
+//! is the same on every device, to each device's own block of the cotangent (JAX's rule: a
+//! dynamic slice at the device's index). The reduced/unreduced casts are identities on values:
+//! `preduced` transposes to the cotangent itself, `unreduced_psum` to `preduced` and
+//! `vary_unreduced_cast_p` to `pvary`, so that a sum owed by an unreduced value is taken once.
+//!
+//! A `check_vma=False` body (and `pmap`'s) types no value by the axes it varies over, so JAX
+//! transposes it differently: `psum` to `psum`, a result's cotangent divided by the number of
+//! devices over the axes its out_spec leaves out, and an operand's cotangent summed over the
+//! axes its in_spec leaves out. Untiled `all_to_all` (printed with `tiled=False` between the
+//! dimension its wrapper inserts and removes) is refused, as JAX 0.10 refuses it.
 
 use super::rules::zeros_like;
 use crate::axis_env;
@@ -13,7 +25,7 @@ use crate::params::{ParamValue, Params};
 use crate::prim::{
     CollectiveKind, CollectiveOp, CollectiveParams, Prim, ShardMapParams, shard_map_params,
 };
-use crate::trace::{Tensor, where_};
+use crate::trace::{Tensor, call_closed, trace, where_};
 
 /// The cotangent of a collective's operand (`None` for `axis_index`, which has none).
 pub(super) fn collective_vjp(
@@ -50,9 +62,20 @@ fn collective_transpose(
     Ok(match &p.kind {
         CollectiveKind::Psum => match groups {
             Some(groups) => g.psum_in_groups(&axes, groups),
+            None if !axis_env::check_vma() => g.psum(&axes),
             None => g.pvary(&axes),
         },
         CollectiveKind::Pvary => g.psum(&axes),
+        CollectiveKind::Preduced => g.clone(),
+        CollectiveKind::UnreducedPsum => Tensor::bind1(
+            Prim::Preduced,
+            Params::new().with("axes", axes_value(&axes)),
+            &[g],
+        ),
+        CollectiveKind::VaryUnreducedCast => g.pvary(&axes),
+        &CollectiveKind::AllGather {
+            dimension, tiled, ..
+        } if prim == Prim::AllGatherInvariant => own_block(g, &axes, dimension, tiled),
         &CollectiveKind::AllGather {
             dimension, tiled, ..
         } => g.psum_scatter_over(&axes, groups, dimension as i64, tiled),
@@ -62,6 +85,15 @@ fn collective_transpose(
         CollectiveKind::Ppermute { perm } => {
             let inverse: Vec<(i64, i64)> = perm.iter().map(|&(s, t)| (t, s)).collect();
             g.ppermute_over(&axes, &inverse)
+        }
+        CollectiveKind::AllToAll { tiled: false, .. } => {
+            return Err(IrError::Type {
+                prim: prim.name().into(),
+                message: "an untiled all_to_all has no transpose: JAX's rule applies the untiled \
+                          wrapper again to the cotangent, whose shape does not fit it, so JAX \
+                          refuses its reverse mode; pass tiled=True"
+                    .into(),
+            });
         }
         &CollectiveKind::AllToAll {
             split_axis,
@@ -86,6 +118,42 @@ fn collective_transpose(
             });
         }
     })
+}
+
+fn axes_value(axes: &[&str]) -> ParamValue {
+    ParamValue::Tuple(
+        axes.iter()
+            .map(|a| ParamValue::Str((*a).to_owned()))
+            .collect(),
+    )
+}
+
+/// The transpose of `all_gather_invariant`: each device's own block of the (invariant)
+/// cotangent `g` along result dimension `dimension`, at the device's index over `axes`.
+fn own_block(g: &Tensor, axes: &[&str], dimension: usize, tiled: bool) -> Tensor {
+    let g = g.pvary(axes);
+    let n = axis_env::mesh_for("all_gather_invariant", axes)
+        .map(|m| axes.iter().filter_map(|a| m.axis_size(a)).product::<i64>())
+        .unwrap_or(1);
+    let mut sizes: Vec<i64> = g.shape().to_vec();
+    let block = sizes[dimension] / n.max(1);
+    sizes[dimension] = block;
+    let here = Tensor::axis_index_over(&g, axes).astype(crate::dtype::DType::I32);
+    let start = &here * &here.full_like_scalar(block as f64);
+    let zero = start.full_like_scalar(0.0);
+    let starts: Vec<&Tensor> = (0..sizes.len())
+        .map(|d| if d == dimension { &start } else { &zero })
+        .collect();
+    let mut operands = vec![&g];
+    operands.extend(starts);
+    let params = Params::new().with("slice_sizes", ParamValue::ints(&sizes));
+    let sliced = Tensor::bind1(Prim::DynamicSlice, params, &operands);
+    if tiled {
+        return sliced;
+    }
+    let mut shape = sizes.clone();
+    shape.remove(dimension);
+    sliced.reshape(&shape)
 }
 
 /// The cotangent of `pbroadcast`'s operand: on each group's source device (index `source`
@@ -130,23 +198,67 @@ pub(super) fn shard_map_vjp(
         Ok(p) => p,
         Err(e) => return vec![Some(anchor.fail("shard_map", e.to_string())); x.len()],
     };
-    let body_vjp = match axis_env::with_mesh(&p.mesh, || super::vjp(p.body)) {
+    let body_vjp = match p.in_body(|| super::vjp(p.body)) {
+        Ok(b) if p.check_vma => Ok(b),
+        Ok(b) => p.in_body(|| unchecked_cotangents(&p, &b)),
+        Err(e) => Err(e),
+    };
+    let body_vjp = match body_vjp {
         Ok(b) => b,
         Err(e) => {
             let msg = format!("in the body's VJP: {e}");
             return vec![Some(anchor.fail("shard_map", msg)); x.len()];
         }
     };
-    let cts = super::rules::cotangents_or_zeros(gs, y);
+    let mut cts = super::rules::cotangents_or_zeros(gs, y);
+    if !p.check_vma {
+        // JAX's unchecked transpose: a result's cotangent is shared by the devices its spec
+        // leaves out, which the body's `psum` transposes sum again.
+        for (ct, spec) in cts.iter_mut().zip(&p.out_specs) {
+            let n: i64 = p
+                .unmentioned(spec)
+                .iter()
+                .filter_map(|a| p.mesh.axis_size(a))
+                .product();
+            if n > 1 && ct.dtype().is_float() {
+                *ct = &*ct / n as f64;
+            }
+        }
+    }
     let mut operands: Vec<&Tensor> = x.iter().collect();
     operands.extend(cts.iter());
     let in_specs: Vec<_> = p.in_specs.iter().chain(&p.out_specs).cloned().collect();
-    let params = shard_map_params(&p.mesh, &in_specs, &p.in_specs, body_vjp);
+    let params = shard_map_params(&p.mesh, &in_specs, &p.in_specs, body_vjp)
+        .with("check_vma", ParamValue::Bool(p.check_vma));
     Tensor::bind(Prim::ShardMap, params, &operands)
         .into_iter()
         .zip(x)
         .map(|(ct, x)| x.dtype().is_float().then_some(ct))
         .collect()
+}
+
+/// The body VJP of a `check_vma=False` `shard_map` with each operand's cotangent summed over
+/// the axes its in_spec leaves out (JAX's unchecked transpose: the body's cotangent of a
+/// replicated operand differs between devices).
+fn unchecked_cotangents(
+    p: &ShardMapParams<'_>,
+    body_vjp: &crate::jaxpr::ClosedJaxpr,
+) -> crate::error::Result<crate::jaxpr::ClosedJaxpr> {
+    trace(&body_vjp.jaxpr.in_avals(), |args| {
+        let refs: Vec<&Tensor> = args.iter().collect();
+        call_closed(body_vjp, &refs)
+            .into_iter()
+            .zip(&p.in_specs)
+            .map(|(ct, spec)| {
+                let axes = p.unmentioned(spec);
+                let axes: Vec<&str> = axes.iter().map(String::as_str).collect();
+                match axes.is_empty() || !ct.dtype().is_float() {
+                    true => ct,
+                    false => ct.psum(&axes),
+                }
+            })
+            .collect()
+    })
 }
 
 /// The tangent of a collective's result: the linear collectives apply themselves to the
@@ -183,11 +295,16 @@ pub(super) fn collective_jvp(
         }
         CollectiveOp::Pvary => vec![Some(t.pvary(&axes))],
         CollectiveOp::Psum
+        | CollectiveOp::PsumInvariant
         | CollectiveOp::AllGather
+        | CollectiveOp::AllGatherInvariant
         | CollectiveOp::ReduceScatter
         | CollectiveOp::Ppermute
         | CollectiveOp::AllToAll
-        | CollectiveOp::Pbroadcast => {
+        | CollectiveOp::Pbroadcast
+        | CollectiveOp::Preduced
+        | CollectiveOp::VaryUnreducedCast
+        | CollectiveOp::UnreducedPsum => {
             let varying: Vec<&String> = x[0].aval().vma.iter().collect();
             let t = t.pvary(&varying);
             vec![Some(Tensor::bind1(prim, params.clone(), &[&t]))]
@@ -209,7 +326,7 @@ pub(super) fn shard_map_jvp(
         Ok(p) => p,
         Err(e) => return fail(e.to_string()),
     };
-    let body_jvp = match axis_env::with_mesh(&p.mesh, || super::jvp(p.body)) {
+    let body_jvp = match p.in_body(|| super::jvp(p.body)) {
         Ok(b) => b,
         Err(e) => return fail(format!("in the body's JVP: {e}")),
     };
@@ -221,7 +338,8 @@ pub(super) fn shard_map_jvp(
     let operands: Vec<&Tensor> = x.iter().chain(tangents.iter()).collect();
     let in_specs: Vec<_> = p.in_specs.iter().chain(&p.in_specs).cloned().collect();
     let out_specs: Vec<_> = p.out_specs.iter().chain(&p.out_specs).cloned().collect();
-    let params = shard_map_params(&p.mesh, &in_specs, &out_specs, body_jvp);
+    let params = shard_map_params(&p.mesh, &in_specs, &out_specs, body_jvp)
+        .with("check_vma", ParamValue::Bool(p.check_vma));
     Tensor::bind(Prim::ShardMap, params, &operands)
         .into_iter()
         .skip(y.len())

@@ -169,7 +169,7 @@ pub(super) fn vjp_rule(
             vec![None; x.len()]
         }
         StopGradient => vec![None],
-        Copy | PipelineEnterStage => gs.to_vec(),
+        Copy | Reshard | PipelineEnterStage => gs.to_vec(),
         // The cotangent is laid out as the primal was (as in JAX).
         ShardingConstraint => vec![Some(Tensor::bind1(prim, params.clone(), &[&g]))],
         ConvertElementType => vec![float(0).then(|| g.astype(x[0].dtype()))],
@@ -328,7 +328,8 @@ pub(super) fn vjp_rule(
         Cond => super::branch::cond_vjp(params, x, y, gs),
         While => super::branch::while_vjp(x, y),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pvary | Pbroadcast => super::parallel::collective_vjp(prim, params, x, &g),
+        | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
+        | VaryUnreducedCast | UnreducedPsum => super::parallel::collective_vjp(prim, params, x, &g),
         ShardMap => super::parallel::shard_map_vjp(params, x, y, gs),
         // Special functions, bit operations, random numbers, sorting.
         Erf | Erfc | ErfInv | Lgamma | Digamma | Polygamma | Tan | Asin | Acos | Atan | Sinh
@@ -367,6 +368,7 @@ fn gather_vjp(params: &Params, g: &Tensor, operand: &Tensor, indices: &Tensor) -
             inserted_window_dims: p.dims.collapsed_slice_dims,
             scatter_dims_to_operand_dims: p.dims.start_index_map,
             operand_batching_dims: p.dims.operand_batching_dims,
+            scatter_indices_batching_dims: p.dims.start_indices_batching_dims,
         },
         mode: p.mode,
         indices_are_sorted: p.indices_are_sorted,
@@ -390,6 +392,7 @@ fn scatter_add_vjp(params: &Params, g: &Tensor, indices: &Tensor, updates: &Tens
             collapsed_slice_dims: p.dims.inserted_window_dims,
             start_index_map: p.dims.scatter_dims_to_operand_dims,
             operand_batching_dims: p.dims.operand_batching_dims,
+            start_indices_batching_dims: p.dims.scatter_indices_batching_dims,
         },
         slice_sizes,
         mode: p.mode,

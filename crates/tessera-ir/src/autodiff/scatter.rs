@@ -52,6 +52,7 @@ impl Scatter<'_> {
                 collapsed_slice_dims: d.inserted_window_dims.clone(),
                 start_index_map: d.scatter_dims_to_operand_dims.clone(),
                 operand_batching_dims: d.operand_batching_dims.clone(),
+                start_indices_batching_dims: d.scatter_indices_batching_dims.clone(),
             },
             slice_sizes: scatter_window_sizes(d, self.u.shape(), self.x.rank()),
             mode: self.p.mode,

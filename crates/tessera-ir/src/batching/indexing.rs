@@ -126,6 +126,18 @@ pub(super) fn gather(params: &Params, args: &[Batched], size: i64) -> Tensor {
     let (dn, sizes) = (typed.dims, typed.slice_sizes);
     let (operand, indices) = (to_front(&args[0], size), to_front(&args[1], size));
     let (offset, collapsed, map);
+    // Batching dimensions follow their operand's batch dimension moved in front.
+    let (obd, sibd) = (&dn.operand_batching_dims, &dn.start_indices_batching_dims);
+    let (operand_batching, indices_batching) = (
+        match args[0].1 {
+            Some(_) => shifted(obd, None),
+            None => obd.clone(),
+        },
+        match args[1].1 {
+            Some(_) => shifted(sibd, None),
+            None => sibd.clone(),
+        },
+    );
     let (x, i, sizes) = match (args[0].1, args[1].1) {
         (Some(_), None) => {
             offset = shifted(&dn.offset_dims, Some(0));
@@ -152,6 +164,8 @@ pub(super) fn gather(params: &Params, args: &[Batched], size: i64) -> Tensor {
             ("offset_dims", &offset),
             ("collapsed_slice_dims", &collapsed),
             ("start_index_map", &map),
+            ("operand_batching_dims", &operand_batching),
+            ("start_indices_batching_dims", &indices_batching),
         ],
     );
     Tensor::bind1(
@@ -184,12 +198,21 @@ pub(super) fn scatter(prim: Prim, params: &Params, args: &[Batched], size: i64) 
             with_iota_column(&to_front(&args[1], size)),
         ),
     };
+    // The operand's batching dimensions follow its batch dimension in front, the indices'
+    // theirs when they are batched.
+    let operand_batching = shifted(&dn.operand_batching_dims, None);
+    let indices_batching = match args[1].1 {
+        Some(_) => shifted(&dn.scatter_indices_batching_dims, None),
+        None => dn.scatter_indices_batching_dims.clone(),
+    };
     let p = with_dims(
         params,
         &[
             ("update_window_dims", &window),
             ("inserted_window_dims", &inserted),
             ("scatter_dims_to_operand_dims", &map),
+            ("operand_batching_dims", &operand_batching),
+            ("scatter_indices_batching_dims", &indices_batching),
         ],
     );
     Tensor::bind1(prim, p, &[&operand, &indices, &updates])

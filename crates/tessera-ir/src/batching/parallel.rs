@@ -9,7 +9,6 @@
 use tessera_sharding::{DimSpec, PartitionSpec};
 
 use super::{Batched, to_front, with_param};
-use crate::axis_env;
 use crate::params::{ParamValue, Params};
 use crate::prim::{CollectiveKind, CollectiveParams, Prim, ShardMapParams, shard_map_params};
 use crate::trace::Tensor;
@@ -53,6 +52,9 @@ pub(super) fn collective(prim: Prim, params: &Params, args: &[Batched], size: i6
         | CollectiveKind::Pmin
         | CollectiveKind::Ppermute { .. }
         | CollectiveKind::Pvary
+        | CollectiveKind::Preduced
+        | CollectiveKind::VaryUnreducedCast
+        | CollectiveKind::UnreducedPsum
         | CollectiveKind::Pbroadcast { .. } => {
             vec![(Tensor::bind1(prim, params.clone(), &[x]), args[0].1)]
         }
@@ -92,8 +94,7 @@ pub(super) fn shard_map(
     };
     let (operands, in_axes) = batched_in_front(args, size);
     let out_axes = vec![0; results];
-    let body = match axis_env::with_mesh(&p.mesh, || super::vmap(p.body, &in_axes, &out_axes, size))
-    {
+    let body = match p.in_body(|| super::vmap(p.body, &in_axes, &out_axes, size)) {
         Ok(b) => b,
         Err(e) => return fail(format!("in the batched body: {e}")),
     };
@@ -113,7 +114,8 @@ pub(super) fn shard_map(
     let refs: Vec<&Tensor> = operands.iter().collect();
     Tensor::bind(
         Prim::ShardMap,
-        shard_map_params(&p.mesh, &in_specs, &out_specs, body),
+        shard_map_params(&p.mesh, &in_specs, &out_specs, body)
+            .with("check_vma", ParamValue::Bool(p.check_vma)),
         &refs,
     )
     .into_iter()

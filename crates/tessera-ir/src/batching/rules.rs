@@ -28,7 +28,7 @@ pub(super) fn batch_rule(
     match prim {
         Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
         | Sqrt | Rsqrt | Floor | Ceil | Round | Not | IntegerPow | ConvertElementType
-        | StopGradient | Copy | PipelineEnterStage => same_dims(prim, params, args),
+        | StopGradient | Copy | Reshard | PipelineEnterStage => same_dims(prim, params, args),
         ShardingConstraint => vec![sharding_constraint(params, &args[0])],
         Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Xor | Eq | Ne | Lt | Le | Gt
         | Ge | AddAny | SelectN | Clamp => one(elementwise(prim, params, args, size, rank)),
@@ -98,7 +98,10 @@ pub(super) fn batch_rule(
             })
             .collect(),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pvary | Pbroadcast => super::parallel::collective(prim, params, args, size),
+        | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
+        | VaryUnreducedCast | UnreducedPsum => {
+            super::parallel::collective(prim, params, args, size)
+        }
         ShardMap => super::parallel::shard_map(params, args, size, out.len()),
         // Special functions, bit operations, random numbers, sorting.
         Erf | Erfc | ErfInv | Lgamma | Digamma | Tan | Asin | Acos | Atan | Sinh | Cosh | Asinh

@@ -1,12 +1,17 @@
 //! The parallel primitives of JAX's `lax.parallel` that run inside a `shard_map` body:
 //! `psum`, `pmax`, `pmin`, `all_gather`, `reduce_scatter` (`psum_scatter`), `ppermute`,
-//! `all_to_all`, `axis_index`, `pvary` and `pbroadcast`. Their axes are named mesh axes bound by
-//! the enclosing `shard_map` (looked up in [`crate::axis_env`]).
+//! `all_to_all`, `axis_index`, `pvary` and `pbroadcast`, and those of `check_vma=True` bodies
+//! and of JAX's reduced/unreduced types: `psum_invariant` and `all_gather_invariant` (a `psum`
+//! and an `all_gather` whose results are invariant over their axes), `preduced` and
+//! `vary_unreduced_cast_p` (identities on values that mark the result reduced, `R:`, or
+//! unreduced, `U:`) and `unreduced_psum` (the sum an unreduced value owes). Their axes are named
+//! mesh axes bound by the enclosing `shard_map` (looked up in [`crate::axis_env`]).
 //!
 //! Typing follows JAX with `check_vma`: each value records the manual axes it varies over
 //! (`vma`). Reductions take a value varying over their axes and return one invariant over them;
 //! gathers, scatters, permutations and all-to-alls keep the input's `vma`; `axis_index` varies
-//! over its axis; `pvary` casts an invariant value to a varying one.
+//! over its axis; `pvary` casts an invariant value to a varying one. In a `check_vma=False` body
+//! (and `pmap`'s) values carry no such types, and collectives take any operand.
 //!
 //! A single device cannot evaluate a collective: the SPMD interpreter ([`crate::spmd`]) runs
 //! every device of the mesh in lock step and calls [`simulate`] with all devices' operands.
@@ -48,6 +53,48 @@ pub(super) fn abstract_eval(
     let mut out = x.clone();
     out.weak_type = false;
     out.sharding = None;
+    let checked = axis_env::check_vma();
+    let axes: BTreeSet<String> = p.axes.iter().cloned().collect();
+    let invariant_operand = |what: &str| match p.axes.iter().find(|a| x.vma.contains(*a)) {
+        Some(a) if checked => Err(type_error(
+            prim.name(),
+            format!("the value varies over '{a}'; {what} takes values invariant over its axes"),
+        )),
+        Some(_) | None => Ok(()),
+    };
+    match p.kind {
+        CollectiveKind::Preduced => {
+            invariant_operand("preduced")?;
+            out.set_reduced_unreduced(&x.reduced() | &axes, x.unreduced());
+            return Ok(vec![out]);
+        }
+        CollectiveKind::UnreducedPsum => {
+            invariant_operand("unreduced_psum")?;
+            out.set_reduced_unreduced(x.reduced(), &x.unreduced() - &axes);
+            return Ok(vec![out]);
+        }
+        CollectiveKind::VaryUnreducedCast => {
+            if let Some(a) = p.axes.iter().find(|a| checked && !x.vma.contains(*a)) {
+                return Err(type_error(
+                    prim.name(),
+                    format!("needs a value varying over '{a}', but {x} does not"),
+                ));
+            }
+            out.vma = &x.vma - &axes;
+            out.set_reduced_unreduced(x.reduced(), &x.unreduced() | &axes);
+            return Ok(vec![out]);
+        }
+        CollectiveKind::Psum
+        | CollectiveKind::Pmax
+        | CollectiveKind::Pmin
+        | CollectiveKind::Pvary
+        | CollectiveKind::AxisIndex
+        | CollectiveKind::AllGather { .. }
+        | CollectiveKind::ReduceScatter { .. }
+        | CollectiveKind::Ppermute { .. }
+        | CollectiveKind::AllToAll { .. }
+        | CollectiveKind::Pbroadcast { .. } => {}
+    }
     if p.kind == CollectiveKind::Pvary {
         if let Some(a) = p.axes.iter().find(|a| x.vma.contains(*a)) {
             return Err(type_error(
@@ -58,7 +105,7 @@ pub(super) fn abstract_eval(
         out.vma.extend(p.axes);
         return Ok(vec![out]);
     }
-    if let Some(a) = p.axes.iter().find(|a| !x.vma.contains(*a)) {
+    if let Some(a) = p.axes.iter().find(|a| checked && !x.vma.contains(*a)) {
         return Err(type_error(
             prim.name(),
             format!(
@@ -96,6 +143,9 @@ fn out_type(
             axis_size,
         } => {
             check_axis_size(prim, axis_size, n)?;
+            if prim == Prim::AllGatherInvariant {
+                out.vma = &x.vma - &p.axes.iter().cloned().collect::<BTreeSet<_>>();
+            }
             if tiled {
                 out.shape[dimension] *= n;
             } else {
@@ -141,7 +191,11 @@ fn out_type(
             }
         }
         // Typed by `abstract_eval` itself.
-        CollectiveKind::AxisIndex | CollectiveKind::Pvary => {}
+        CollectiveKind::AxisIndex
+        | CollectiveKind::Pvary
+        | CollectiveKind::Preduced
+        | CollectiveKind::VaryUnreducedCast
+        | CollectiveKind::UnreducedPsum => {}
     }
     Ok(vec![out])
 }
@@ -288,10 +342,14 @@ fn fold(
 fn exchange(prim: Prim, kind: &CollectiveKind, xs: &[&Array]) -> Result<Vec<ArrayD<Elem>>> {
     let n = xs.len();
     Ok(match kind {
-        CollectiveKind::Psum => fold(xs, i128::wrapping_add, |a, b| a + b),
+        CollectiveKind::Psum | CollectiveKind::UnreducedPsum => {
+            fold(xs, i128::wrapping_add, |a, b| a + b)
+        }
         CollectiveKind::Pmax => fold(xs, i128::max, f64::max),
         CollectiveKind::Pmin => fold(xs, i128::min, f64::min),
-        CollectiveKind::Pvary => xs.iter().map(|x| x.elems()).collect(),
+        CollectiveKind::Pvary | CollectiveKind::Preduced | CollectiveKind::VaryUnreducedCast => {
+            xs.iter().map(|x| x.elems()).collect()
+        }
         &CollectiveKind::Pbroadcast { source } => {
             let from = xs.get(source as usize).ok_or_else(|| {
                 IrError::Eval(format!(

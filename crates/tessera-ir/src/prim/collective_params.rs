@@ -12,6 +12,14 @@
 //! `concat_axis`, `split_axis` and `tiled` on `all_to_all`; `axis_name` and `perm` on
 //! `ppermute`; `axis_name` and `source` on `pbroadcast`; `axis_name` on `axis_index`; `axes` on
 //! `pvary`. Every parameter JAX prints is required here.
+//!
+//! The collectives of `check_vma=True` bodies read as the kinds they share semantics with:
+//! `psum_invariant` (`axes`) is a [`CollectiveKind::Psum`] and `all_gather_invariant`
+//! (`all_gather_dimension`, `axis_name`, `axis_size`, `tiled`) an [`CollectiveKind::AllGather`],
+//! without groups; their results are invariant over the axes. The casts of JAX's
+//! reduced/unreduced types take `axes`: `preduced` ([`CollectiveKind::Preduced`]),
+//! `vary_unreduced_cast_p` ([`CollectiveKind::VaryUnreducedCast`]) and `unreduced_psum`
+//! ([`CollectiveKind::UnreducedPsum`]).
 
 use tessera_sharding::{AbstractMesh, groups};
 
@@ -84,6 +92,15 @@ pub enum CollectiveKind {
         /// inserts and removes the dimensions of an untiled exchange around it.
         tiled: bool,
     },
+    /// `preduced`: the identity on values; the result is reduced (`R:`) over the axes, over
+    /// which the operand must be invariant.
+    Preduced,
+    /// `vary_unreduced_cast_p`: the identity on values; the operand varies over the axes, the
+    /// result is unreduced (`U:`) over them: its value is the sum of the devices' values.
+    VaryUnreducedCast,
+    /// `unreduced_psum`: the sum over the axes of an operand unreduced over them; the result
+    /// is invariant over them.
+    UnreducedPsum,
     /// `pbroadcast`.
     Pbroadcast {
         /// `source`: the index (within each group) of the device whose value everyone gets.
@@ -108,8 +125,10 @@ impl CollectiveParams {
         use CollectiveOp::*;
         let op = prim.collective().ok_or_else(|| not_collective(prim))?;
         let axes_key = match op {
-            Psum | Pmax | Pmin | Pvary => "axes",
-            AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex | Pbroadcast => "axis_name",
+            Psum | Pmax | Pmin | Pvary | PsumInvariant | Preduced | VaryUnreducedCast
+            | UnreducedPsum => "axes",
+            AllGather | AllGatherInvariant | ReduceScatter | Ppermute | AllToAll | AxisIndex
+            | Pbroadcast => "axis_name",
         };
         Ok(CollectiveParams {
             axes: axis_names(prim, params, axes_key)?,
@@ -145,12 +164,15 @@ fn param_error(prim: Prim, key: &str, expected: impl Into<String>) -> IrError {
 /// The fields of `op`'s own kind.
 fn kind(prim: Prim, op: CollectiveOp, params: &Params, rank: usize) -> Result<CollectiveKind> {
     Ok(match op {
-        CollectiveOp::Psum => CollectiveKind::Psum,
+        CollectiveOp::Psum | CollectiveOp::PsumInvariant => CollectiveKind::Psum,
+        CollectiveOp::Preduced => CollectiveKind::Preduced,
+        CollectiveOp::VaryUnreducedCast => CollectiveKind::VaryUnreducedCast,
+        CollectiveOp::UnreducedPsum => CollectiveKind::UnreducedPsum,
         CollectiveOp::Pmax => CollectiveKind::Pmax,
         CollectiveOp::Pmin => CollectiveKind::Pmin,
         CollectiveOp::Pvary => CollectiveKind::Pvary,
         CollectiveOp::AxisIndex => CollectiveKind::AxisIndex,
-        CollectiveOp::AllGather => {
+        CollectiveOp::AllGather | CollectiveOp::AllGatherInvariant => {
             let tiled = printed_bool(prim, params, "tiled")?;
             let result_rank = rank + usize::from(!tiled);
             CollectiveKind::AllGather {
@@ -186,17 +208,19 @@ fn kind(prim: Prim, op: CollectiveOp, params: &Params, rank: usize) -> Result<Co
 fn axis_names(prim: Prim, params: &Params, key: &str) -> Result<Vec<String>> {
     let bad = || param_error(prim, key, "a mesh axis name or a tuple of them");
     match params.get(key).ok_or_else(bad)? {
-        ParamValue::Name(n) => Ok(vec![n.clone()]),
+        ParamValue::Name(n) | ParamValue::Str(n) => Ok(vec![n.clone()]),
         v => v
             .as_seq()
             .ok_or_else(bad)?
             .iter()
-            .map(|a| {
-                if let ParamValue::Name(n) = a {
-                    Ok(n.clone())
-                } else {
-                    Err(bad())
-                }
+            .map(|a| match a {
+                // JAX prints a tuple of axes quoted (`('data', 'model')`).
+                ParamValue::Name(n) | ParamValue::Str(n) => Ok(n.clone()),
+                other => Err(param_error(
+                    prim,
+                    key,
+                    format!("a mesh axis name or a tuple of them, got {other} in it"),
+                )),
             })
             .collect(),
     }
@@ -227,7 +251,14 @@ fn index_groups(prim: Prim, op: CollectiveOp, params: &Params) -> Result<Option<
             groups_value(prim, value)
         }
         CollectiveOp::Pbroadcast => value.map_or(Ok(None), |v| groups_value(prim, v)),
-        CollectiveOp::Ppermute | CollectiveOp::AxisIndex | CollectiveOp::Pvary => match value {
+        CollectiveOp::Ppermute
+        | CollectiveOp::AxisIndex
+        | CollectiveOp::Pvary
+        | CollectiveOp::PsumInvariant
+        | CollectiveOp::AllGatherInvariant
+        | CollectiveOp::Preduced
+        | CollectiveOp::VaryUnreducedCast
+        | CollectiveOp::UnreducedPsum => match value {
             None => Ok(None),
             Some(v) if v.is_none() => Ok(None),
             Some(v) => Err(param_error(

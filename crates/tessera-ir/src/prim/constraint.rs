@@ -8,7 +8,9 @@
 //! Printed as JAX prints it:
 //! `sharding_constraint[context_mesh=Mesh() layout=None sharding=NamedSharding(mesh=Mesh('data':
 //! 4, 'model': 2, axis_types=(Auto, Auto)), spec=P('data', None), memory_kind=device)
-//! unconstrained_dims=frozenset({})]`.
+//! unconstrained_dims=frozenset({})]`. A dimension left to the partitioner
+//! (`P('data', P.UNCONSTRAINED)`) prints as `UNCONSTRAINED` in the spec and is listed in
+//! `unconstrained_dims`; either marks it unconstrained (not split, open to propagation).
 
 use tessera_sharding::{AbstractMesh, AxisType, DimSpec, PartitionSpec};
 
@@ -30,12 +32,26 @@ pub struct ConstraintParams {
 }
 
 impl ConstraintParams {
-    /// A constraint to `spec` over `mesh`, every dimension constrained.
+    /// A constraint to `spec` over `mesh`; its `UNCONSTRAINED` dimensions are left to the
+    /// partitioner (not split, listed in `unconstrained_dims`).
     pub fn new(mesh: &AbstractMesh, spec: &PartitionSpec) -> Self {
+        let open = |d: &DimSpec| matches!(d, DimSpec::Unconstrained);
+        let dims = spec.dims().iter();
         ConstraintParams {
             mesh: mesh.clone(),
-            spec: spec.clone(),
-            unconstrained_dims: Vec::new(),
+            spec: PartitionSpec::new(
+                dims.clone()
+                    .map(|d| match open(d) {
+                        true => DimSpec::from_axes::<&str>(&[]),
+                        false => d.clone(),
+                    })
+                    .collect(),
+            ),
+            unconstrained_dims: dims
+                .enumerate()
+                .filter(|(_, d)| open(d))
+                .map(|(i, _)| i)
+                .collect(),
         }
     }
 
@@ -53,11 +69,14 @@ impl ConstraintParams {
             .filter(|v| matches!(v, ParamValue::Record(n, _) if n == "NamedSharding"))
             .ok_or_else(|| bad("must be NamedSharding(mesh=Mesh(...), spec=P(...))"))?;
         let mesh = read_mesh(sharding.field("mesh").ok_or_else(|| bad("lacks `mesh`"))?)?;
-        let spec = read_spec(sharding.field("spec").ok_or_else(|| bad("lacks `spec`"))?)?;
-        let unconstrained_dims = match params.get("unconstrained_dims") {
+        let (spec, open) = read_spec(sharding.field("spec").ok_or_else(|| bad("lacks `spec`"))?)?;
+        let mut unconstrained_dims = match params.get("unconstrained_dims") {
             None => Vec::new(),
             Some(v) => read_dim_set(v)?,
         };
+        unconstrained_dims.extend(open);
+        unconstrained_dims.sort_unstable();
+        unconstrained_dims.dedup();
         Ok(ConstraintParams {
             mesh,
             spec,
@@ -84,7 +103,10 @@ impl ConstraintParams {
                     "NamedSharding".into(),
                     vec![
                         ("mesh".into(), mesh_value(&self.mesh)),
-                        ("spec".into(), spec_value(&self.spec)),
+                        (
+                            "spec".into(),
+                            spec_value(&self.spec, &self.unconstrained_dims),
+                        ),
                         ("memory_kind".into(), ParamValue::Name("device".into())),
                     ],
                 ),
@@ -208,16 +230,23 @@ fn read_mesh(value: &ParamValue) -> Result<AbstractMesh> {
     AbstractMesh::new(&names, &sizes, &types).map_err(|e| bad(e.to_string()))
 }
 
-fn read_spec(value: &ParamValue) -> Result<PartitionSpec> {
+/// The spec, and the dimensions it leaves `UNCONSTRAINED` (not split in the spec).
+fn read_spec(value: &ParamValue) -> Result<(PartitionSpec, Vec<usize>)> {
     let bad = |why: String| type_error(NAME, format!("the sharding's spec {why}"));
     if !matches!(value, ParamValue::Record(n, _) if n == "P" || n == "PartitionSpec") {
         return Err(bad(format!("must be P(...), got {value}")));
     }
+    let mut open = Vec::new();
     let dims = value
         .positional()
         .into_iter()
-        .map(|d| match d {
+        .enumerate()
+        .map(|(i, d)| match d {
             v if v.is_none() => Ok(DimSpec::from_axes::<&str>(&[])),
+            ParamValue::Name(n) if n == "UNCONSTRAINED" => {
+                open.push(i);
+                Ok(DimSpec::from_axes::<&str>(&[]))
+            }
             ParamValue::Str(axis) => Ok(DimSpec::from_axes(&[axis.as_str()])),
             ParamValue::Tuple(axes) => axes
                 .iter()
@@ -225,11 +254,11 @@ fn read_spec(value: &ParamValue) -> Result<PartitionSpec> {
                 .collect::<Result<Vec<_>>>()
                 .map(|axes| DimSpec::from_axes(&axes)),
             other => Err(bad(format!(
-                "has entry {other}; use None, 'axis' or ('a', 'b')"
+                "has entry {other}; use None, UNCONSTRAINED, 'axis' or ('a', 'b')"
             ))),
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(PartitionSpec::new(dims))
+    Ok((PartitionSpec::new(dims), open))
 }
 
 fn read_dim_set(value: &ParamValue) -> Result<Vec<usize>> {
@@ -273,11 +302,15 @@ fn mesh_value(mesh: &AbstractMesh) -> ParamValue {
     ParamValue::Record("Mesh".into(), fields)
 }
 
-fn spec_value(spec: &PartitionSpec) -> ParamValue {
+fn spec_value(spec: &PartitionSpec, unconstrained: &[usize]) -> ParamValue {
     let dims = spec
         .dims()
         .iter()
-        .map(|d| match d.axes() {
+        .enumerate()
+        .map(|(i, d)| match d.axes() {
+            [] if unconstrained.contains(&i) => {
+                (String::new(), ParamValue::Name("UNCONSTRAINED".into()))
+            }
             [] => (String::new(), ParamValue::Name("None".into())),
             [one] => (String::new(), ParamValue::Str(one.clone())),
             axes => (

@@ -48,6 +48,14 @@ pub(super) fn abstract_eval(
             arity(prim, inputs.len(), 1)?;
             Ok(inputs.to_vec())
         }
+        // The destination sharding is not printed: the result keeps the operand's dimensions
+        // and varying axes, and is no longer reduced or unreduced over any axis.
+        ControlOp::Reshard => {
+            arity(prim, inputs.len(), 1)?;
+            let mut out = inputs[0].clone();
+            out.set_reduced_unreduced(Default::default(), Default::default());
+            Ok(vec![out])
+        }
         ControlOp::ShardingConstraint => super::constraint::abstract_eval(params, inputs),
     }
 }
@@ -65,6 +73,7 @@ pub(super) fn eval(
         }
         ControlOp::StopGradient
         | ControlOp::Copy
+        | ControlOp::Reshard
         | ControlOp::PipelineEnterStage
         | ControlOp::ShardingConstraint => Ok(inputs.to_vec()),
     }

@@ -116,6 +116,7 @@ pub(super) fn abstract_eval(
                 weak_type: weak,
                 vma: Default::default(),
                 sharding: None,
+                explicit: None,
             }])
         }
         ElementwiseOp::Clamp => {
@@ -129,6 +130,7 @@ pub(super) fn abstract_eval(
                 weak_type: weak,
                 vma: Default::default(),
                 sharding: None,
+                explicit: None,
             }])
         }
         ElementwiseOp::Convert => {
@@ -142,6 +144,7 @@ pub(super) fn abstract_eval(
                 weak_type: weak,
                 vma: Default::default(),
                 sharding: None,
+                explicit: None,
             }])
         }
         ElementwiseOp::Binary(_) | ElementwiseOp::Compare(_) => {
@@ -165,6 +168,7 @@ pub(super) fn abstract_eval(
                 weak_type: weak && !comparison,
                 vma: Default::default(),
                 sharding: None,
+                explicit: None,
             }])
         }
     }

@@ -104,7 +104,7 @@ pub fn scatter_window_sizes(dn: &ScatterDims, updates: &[i64], rank: usize) -> V
     let mut window = dn.update_window_dims.iter();
     (0..rank as i64)
         .map(|d| {
-            if dn.inserted_window_dims.contains(&d) {
+            if dn.inserted_window_dims.contains(&d) || dn.operand_batching_dims.contains(&d) {
                 1
             } else {
                 window

@@ -90,7 +90,10 @@ impl GatherParams {
                     "operand_batching_dims".into(),
                     ints(&d.operand_batching_dims),
                 ),
-                ("start_indices_batching_dims".into(), ints(&[])),
+                (
+                    "start_indices_batching_dims".into(),
+                    ints(&d.start_indices_batching_dims),
+                ),
             ],
         );
         let fill = match self.fill_value {
@@ -144,7 +147,10 @@ impl ScatterParams {
                     "operand_batching_dims".into(),
                     ints(&d.operand_batching_dims),
                 ),
-                ("scatter_indices_batching_dims".into(), ints(&[])),
+                (
+                    "scatter_indices_batching_dims".into(),
+                    ints(&d.scatter_indices_batching_dims),
+                ),
             ],
         );
         Params::new()

@@ -24,8 +24,11 @@ pub struct GatherDims {
     pub collapsed_slice_dims: Vec<i64>,
     /// Which operand dimension each index component addresses.
     pub start_index_map: Vec<i64>,
-    /// Operand batching dimensions (must be empty here).
+    /// Operand batching dimensions: each pairs with a dimension of the indices, and a slice
+    /// is taken at that dimension's position (size 1, dropped from the slice).
     pub operand_batching_dims: Vec<i64>,
+    /// The dimension of the indices each operand batching dimension pairs with.
+    pub start_indices_batching_dims: Vec<i64>,
 }
 
 /// Scatter's dimension numbers.
@@ -37,8 +40,11 @@ pub struct ScatterDims {
     pub inserted_window_dims: Vec<i64>,
     /// Which operand dimension each index component addresses.
     pub scatter_dims_to_operand_dims: Vec<i64>,
-    /// Operand batching dimensions (must be empty here).
+    /// Operand batching dimensions: each pairs with a dimension of the indices, and a window
+    /// is written at that dimension's position (omitted from the window).
     pub operand_batching_dims: Vec<i64>,
+    /// The dimension of the indices each operand batching dimension pairs with.
+    pub scatter_indices_batching_dims: Vec<i64>,
 }
 
 fn field(params: &Params, prim: &str, name: &str) -> Result<Vec<i64>> {
@@ -56,6 +62,7 @@ pub fn gather_dims(params: &Params) -> Result<GatherDims> {
         collapsed_slice_dims: field(params, "gather", "collapsed_slice_dims")?,
         start_index_map: field(params, "gather", "start_index_map")?,
         operand_batching_dims: field(params, "gather", "operand_batching_dims")?,
+        start_indices_batching_dims: field(params, "gather", "start_indices_batching_dims")?,
     })
 }
 
@@ -66,6 +73,11 @@ pub fn scatter_dims(params: &Params) -> Result<ScatterDims> {
         inserted_window_dims: field(params, "scatter-add", "inserted_window_dims")?,
         scatter_dims_to_operand_dims: field(params, "scatter-add", "scatter_dims_to_operand_dims")?,
         operand_batching_dims: field(params, "scatter-add", "operand_batching_dims")?,
+        scatter_indices_batching_dims: field(
+            params,
+            "scatter-add",
+            "scatter_indices_batching_dims",
+        )?,
     })
 }
 
@@ -85,7 +97,17 @@ pub(super) fn abstract_eval(
             let index_len = indices.shape.last().copied().unwrap_or(0);
             let ok = indices.dtype.is_int()
                 && indices.rank() >= 1
-                && dn.operand_batching_dims.is_empty()
+                && batching_fits(
+                    &dn.operand_batching_dims,
+                    &dn.start_indices_batching_dims,
+                    operand,
+                    indices,
+                    &[&dn.collapsed_slice_dims, &dn.start_index_map],
+                )
+                && dn
+                    .operand_batching_dims
+                    .iter()
+                    .all(|&d| sizes.get(d as usize) == Some(&1))
                 && sizes.len() == operand.rank()
                 && dn.start_index_map.len() as i64 == index_len
                 && dn
@@ -109,7 +131,9 @@ pub(super) fn abstract_eval(
                 ));
             }
             let window: Vec<i64> = (0..operand.rank() as i64)
-                .filter(|d| !dn.collapsed_slice_dims.contains(d))
+                .filter(|d| {
+                    !dn.collapsed_slice_dims.contains(d) && !dn.operand_batching_dims.contains(d)
+                })
                 .map(|d| sizes[d as usize])
                 .collect();
             let batch = &indices.shape[..indices.rank() - 1];
@@ -144,11 +168,20 @@ pub(super) fn abstract_eval(
             let dn = ScatterParams::read(params)?.dims;
             let ok = indices.dtype.is_int()
                 && indices.rank() >= 1
-                && dn.operand_batching_dims.is_empty()
+                && batching_fits(
+                    &dn.operand_batching_dims,
+                    &dn.scatter_indices_batching_dims,
+                    operand,
+                    indices,
+                    &[&dn.inserted_window_dims, &dn.scatter_dims_to_operand_dims],
+                )
                 && updates.dtype == operand.dtype
                 && dn.scatter_dims_to_operand_dims.len() as i64
                     == indices.shape.last().copied().unwrap_or(0)
-                && dn.update_window_dims.len() + dn.inserted_window_dims.len() == operand.rank()
+                && dn.update_window_dims.len()
+                    + dn.inserted_window_dims.len()
+                    + dn.operand_batching_dims.len()
+                    == operand.rank()
                 && updates.rank() == indices.rank() - 1 + dn.update_window_dims.len();
             if !ok {
                 return Err(type_error(
@@ -161,6 +194,35 @@ pub(super) fn abstract_eval(
             Ok(vec![operand.clone()])
         }
     }
+}
+
+/// XLA's checks of batching dimensions: as many operand as indices batching dimensions, each
+/// in range and named once, operand ones not among `excluded` (the collapsed / inserted and
+/// indexed dimensions), indices ones not the index vector's (the last), paired dimensions of
+/// equal size.
+fn batching_fits(
+    operand_dims: &[i64],
+    indices_dims: &[i64],
+    operand: &ShapedArray,
+    indices: &ShapedArray,
+    excluded: &[&Vec<i64>],
+) -> bool {
+    let distinct = |ds: &[i64]| {
+        let mut seen = ds.to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        seen.len() == ds.len()
+    };
+    let batch_rank = indices.rank().saturating_sub(1) as i64;
+    operand_dims.len() == indices_dims.len()
+        && distinct(operand_dims)
+        && distinct(indices_dims)
+        && operand_dims.iter().zip(indices_dims).all(|(&o, &i)| {
+            (0..operand.rank() as i64).contains(&o)
+                && (0..batch_rank).contains(&i)
+                && excluded.iter().all(|ex| !ex.contains(&o))
+                && operand.shape[o as usize] == indices.shape[i as usize]
+        })
 }
 
 /// Splits an output (or update) index into its batch part and its window part.
@@ -204,7 +266,10 @@ pub(super) fn eval(
         let fill = Elem::from_f64(operand.dtype(), typed.fill(operand.dtype()));
         let dims: Vec<usize> = outputs[0].shape.iter().map(|&d| d as usize).collect();
         let kept: Vec<usize> = (0..rank)
-            .filter(|d| !dn.collapsed_slice_dims.contains(&(*d as i64)))
+            .filter(|d| {
+                let d = *d as i64;
+                !dn.collapsed_slice_dims.contains(&d) && !dn.operand_batching_dims.contains(&d)
+            })
             .collect();
         let (elems, indices) = (operand.elems(), inputs[1].ints());
         let data = ArrayD::from_shape_fn(IxDyn(&dims), |idx| {
@@ -220,6 +285,14 @@ pub(super) fn eval(
                 }
                 at[d] = starts[k].clamp(0, hi);
             }
+            // A batching dimension is read at the indices' position along its partner.
+            for (&o, &i) in dn
+                .operand_batching_dims
+                .iter()
+                .zip(&dn.start_indices_batching_dims)
+            {
+                at[o as usize] = batch[i as usize] as i64;
+            }
             for (w, &d) in window.iter().zip(&kept) {
                 at[d] += *w as i64;
             }
@@ -232,7 +305,10 @@ pub(super) fn eval(
     let (indices, updates) = (&inputs[1], &inputs[2]);
     let sizes = scatter_window_sizes(&dn, &updates.shape(), rank);
     let kept: Vec<usize> = (0..rank)
-        .filter(|d| !dn.inserted_window_dims.contains(&(*d as i64)))
+        .filter(|d| {
+            let d = *d as i64;
+            !dn.inserted_window_dims.contains(&d) && !dn.operand_batching_dims.contains(&d)
+        })
         .collect();
     let mut data = operand.elems();
     let indices = indices.ints();
@@ -252,6 +328,13 @@ pub(super) fn eval(
                     starts[k]
                 }
             };
+        }
+        for (&o, &i) in dn
+            .operand_batching_dims
+            .iter()
+            .zip(&dn.scatter_indices_batching_dims)
+        {
+            at[o as usize] = batch[i as usize] as i64;
         }
         for (w, &d) in window.iter().zip(&kept) {
             at[d] += *w as i64;

@@ -122,6 +122,7 @@ pub(super) fn abstract_eval(
         weak_type: false,
         vma: Default::default(),
         sharding: None,
+        explicit: None,
     }])
 }
 

@@ -97,7 +97,6 @@ macro_rules! prims {
                 match name {
                     $($name => Ok(Prim::$variant),)*
                     "pjit" | "closed_call" | "core_call" => Ok(Prim::Jit),
-                    "psum_invariant" => Ok(Prim::Psum),
                     "remat" | "remat2" => Ok(Prim::Checkpoint),
                     other => Err(IrError::UnknownPrimitive(other.to_owned())),
                 }
@@ -128,6 +127,9 @@ prims! {
     Psum => "psum", Pmax => "pmax", Pmin => "pmin", AllGather => "all_gather",
     ReduceScatter => "reduce_scatter", Ppermute => "ppermute", AllToAll => "all_to_all",
     AxisIndex => "axis_index", Pvary => "pvary", Pbroadcast => "pbroadcast",
+    PsumInvariant => "psum_invariant", AllGatherInvariant => "all_gather_invariant",
+    Preduced => "preduced", VaryUnreducedCast => "vary_unreduced_cast_p",
+    UnreducedPsum => "unreduced_psum", Reshard => "reshard",
     ShardMap => "shard_map", Checkpoint => "checkpoint", Treduce => "treduce",
     // Special functions, bit operations, random numbers, sorting.
     Erf => "erf", Erfc => "erfc", ErfInv => "erf_inv", Lgamma => "lgamma", Digamma => "digamma",
@@ -278,6 +280,12 @@ impl Prim {
             AxisIndex => Family::Collective(CollectiveOp::AxisIndex),
             Pvary => Family::Collective(CollectiveOp::Pvary),
             Pbroadcast => Family::Collective(CollectiveOp::Pbroadcast),
+            PsumInvariant => Family::Collective(CollectiveOp::PsumInvariant),
+            AllGatherInvariant => Family::Collective(CollectiveOp::AllGatherInvariant),
+            Preduced => Family::Collective(CollectiveOp::Preduced),
+            VaryUnreducedCast => Family::Collective(CollectiveOp::VaryUnreducedCast),
+            UnreducedPsum => Family::Collective(CollectiveOp::UnreducedPsum),
+            Reshard => Family::Control(ControlOp::Reshard),
             ShardMap => Family::ShardMap,
             Treduce => Family::Treduce,
             Erf => Family::Numeric(NumericOp::Erf),

@@ -165,6 +165,8 @@ pub enum ControlOp {
     Checkpoint,
     PipelineEnterStage,
     ShardingConstraint,
+    /// `reshard`: the identity on values, a change of an explicit sharding.
+    Reshard,
 }
 
 /// The collectives (and `pvary`, `axis_index`).
@@ -181,4 +183,9 @@ pub enum CollectiveOp {
     AxisIndex,
     Pvary,
     Pbroadcast,
+    PsumInvariant,
+    AllGatherInvariant,
+    Preduced,
+    VaryUnreducedCast,
+    UnreducedPsum,
 }

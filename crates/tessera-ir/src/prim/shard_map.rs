@@ -3,7 +3,16 @@
 //!
 //! Parameters, as stored: `jaxpr` (the body, on block shapes), `mesh=Mesh(x=2, y=4)`,
 //! `in_specs` / `out_specs` (one partition spec per operand / result, written as a tuple of
-//! dimensions, each `None` or a tuple of axis names) and `check_vma`. The shape rule maps global
+//! dimensions, each `None` or a tuple of axis names) and `check_vma`. JAX's printed form is read
+//! too: `mesh=Mesh('data': 2, 'model': 4, axis_types=(Auto, Auto))` or `AbstractMesh(...,
+//! device_kind=cpu, num_cores=None, platform=cpu)` (the axis types, device kind and platform do
+//! not change the body, which is manual over every axis), specs `P(('data', 'model'), None)`
+//! with optional `reduced={...}`/`unreduced={...}` sets (which describe the result's type, not
+//! its blocks), and `newly_manual_axes=frozenset({...})` (kept as printed).
+//!
+//! `check_vma=False` (and `pmap`, printed as such a `shard_map`) leaves values untyped by the
+//! axes they vary over: collectives then take any operand, and differentiation follows JAX's
+//! unchecked rules (see `autodiff/parallel.rs`). The shape rule maps global
 //! operand shapes to the body's block shapes (each dimension divided by the sizes of the axes
 //! that split it) and the body's result blocks back to global shapes.
 
@@ -28,6 +37,9 @@ pub struct ShardMapParams<'a> {
     pub out_specs: Vec<PartitionSpec>,
     /// The per-device program.
     pub body: &'a ClosedJaxpr,
+    /// `check_vma`: whether the body's values are typed by the axes they vary over (absent:
+    /// true).
+    pub check_vma: bool,
 }
 
 impl<'a> ShardMapParams<'a> {
@@ -38,7 +50,34 @@ impl<'a> ShardMapParams<'a> {
             in_specs: read_specs(params, "in_specs")?,
             out_specs: read_specs(params, "out_specs")?,
             body: params.jaxpr(NAME, "jaxpr")?,
+            check_vma: match params.get("check_vma") {
+                None => true,
+                Some(ParamValue::Bool(b)) => *b,
+                Some(v) => {
+                    return Err(type_error(
+                        NAME,
+                        format!("parameter `check_vma` must be True or False, got {v}"),
+                    ));
+                }
+            },
         })
+    }
+
+    /// Runs `f` with the body's axes bound (and its `check_vma`), as while its body is checked,
+    /// transformed or lowered.
+    pub fn in_body<T>(&self, f: impl FnOnce() -> T) -> T {
+        crate::axis_env::with_manual(&self.mesh, self.check_vma, f)
+    }
+
+    /// The mesh axes `spec` leaves out: a block laid out by it is the same on all of them.
+    pub fn unmentioned(&self, spec: &PartitionSpec) -> Vec<String> {
+        let used: Vec<&str> = spec.used_axes().collect();
+        self.mesh
+            .axis_names()
+            .iter()
+            .filter(|a| !used.contains(&a.as_str()))
+            .cloned()
+            .collect()
     }
 }
 
@@ -82,52 +121,81 @@ fn spec_value(spec: &PartitionSpec) -> ParamValue {
 
 fn read_mesh(params: &Params) -> Result<AbstractMesh> {
     let bad = |why: String| type_error(NAME, format!("parameter `mesh` {why}"));
-    let Some(ParamValue::Record(_, fields)) = params.get("mesh") else {
-        return Err(bad("must be Mesh(name=size, ...)".into()));
+    let value = params.get("mesh");
+    let Some(value @ ParamValue::Record(kind, fields)) = value else {
+        return Err(bad("must be Mesh('axis': size, ...)".into()));
     };
-    let mut axes = Vec::new();
-    for (name, size) in fields {
+    if kind != "Mesh" && kind != "AbstractMesh" {
+        return Err(bad(format!(
+            "must be Mesh(...) or AbstractMesh(...), got {kind}(...)"
+        )));
+    }
+    // JAX's printed form: quoted axis names as mapping entries, then keyword fields (axis
+    // types, device kind, ...); the stored form: `name=size` fields only.
+    let entries = value.entries();
+    let axes: Vec<(&str, &ParamValue)> = if entries.is_empty() {
+        fields.iter().map(|(n, v)| (n.as_str(), v)).collect()
+    } else {
+        entries
+    };
+    let mut sized = Vec::new();
+    for (name, size) in axes {
         let size = size
             .as_int()
             .ok_or_else(|| bad(format!("gives axis '{name}' no size")))?;
-        axes.push((name.as_str(), size));
+        sized.push((name, size));
     }
-    AbstractMesh::auto(&axes).map_err(|e| bad(e.to_string()))
+    AbstractMesh::auto(&sized).map_err(|e| bad(e.to_string()))
 }
 
 fn read_specs(params: &Params, key: &str) -> Result<Vec<PartitionSpec>> {
-    let bad = || {
+    let bad = |why: String| {
         type_error(
             NAME,
-            format!("parameter `{key}` must be a tuple of partition specs"),
+            format!("parameter `{key}` must be a tuple of partition specs{why}"),
         )
     };
     let specs = params
         .get(key)
         .and_then(ParamValue::as_seq)
-        .ok_or_else(bad)?;
+        .ok_or_else(|| bad(String::new()))?;
     specs
         .iter()
         .map(|spec| {
-            let dims = spec.as_seq().ok_or_else(bad)?;
+            let dims: Vec<&ParamValue> = match spec {
+                ParamValue::Record(n, fields) if n == "P" || n == "PartitionSpec" => {
+                    for (k, v) in fields {
+                        let set = matches!(v, ParamValue::Set(items) if items.iter().all(|a| a.as_str().is_some()));
+                        let known = k.is_empty() || ((k == "reduced" || k == "unreduced") && set);
+                        if !known {
+                            return Err(bad(format!(", but {spec} has field {k}={v}")));
+                        }
+                    }
+                    spec.positional()
+                }
+                other => other
+                    .as_seq()
+                    .ok_or_else(|| bad(format!(", got {other}")))?
+                    .iter()
+                    .collect(),
+            };
             let dims = dims
-                .iter()
+                .into_iter()
                 .map(|d| match d {
-                    ParamValue::Name(n) if n == "None" => Ok(DimSpec::from_axes::<&str>(&[])),
-                    ParamValue::Name(n) => Ok(DimSpec::from_axes(&[n.as_str()])),
+                    v if v.is_none() => Ok(DimSpec::from_axes::<&str>(&[])),
+                    ParamValue::Name(n) | ParamValue::Str(n) => Ok(DimSpec::from_axes(&[n.as_str()])),
                     v => {
                         let names: Option<Vec<&str>> = v.as_seq().and_then(|s| {
                             s.iter()
-                                .map(|a| {
-                                    if let ParamValue::Name(n) = a {
-                                        Some(n.as_str())
-                                    } else {
-                                        None
-                                    }
+                                .map(|a| match a {
+                                    ParamValue::Name(n) | ParamValue::Str(n) => Some(n.as_str()),
+                                    other => other.as_str(),
                                 })
                                 .collect()
                         });
-                        names.map(|n| DimSpec::from_axes(&n)).ok_or_else(bad)
+                        names
+                            .map(|n| DimSpec::from_axes(&n))
+                            .ok_or_else(|| bad(format!(", but {spec} has entry {v}")))
                     }
                 })
                 .collect::<Result<Vec<_>>>()?;

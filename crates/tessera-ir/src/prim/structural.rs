@@ -30,6 +30,7 @@ pub(super) fn abstract_eval(
             weak_type: false,
             vma: Default::default(),
             sharding: None,
+            explicit: None,
         }])
     };
     match StructuralParams::read(op, params)? {
@@ -84,6 +85,7 @@ pub(super) fn abstract_eval(
                 weak_type: x.weak_type,
                 vma: Default::default(),
                 sharding: None,
+                explicit: None,
             }])
         }
         StructuralParams::Reshape { new_sizes: shape } => {
@@ -101,6 +103,7 @@ pub(super) fn abstract_eval(
                 weak_type: x.weak_type,
                 vma: Default::default(),
                 sharding: None,
+                explicit: None,
             }])
         }
         StructuralParams::Squeeze { dimensions } => {

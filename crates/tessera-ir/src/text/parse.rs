@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use crate::array::{Array, Elem, is_exact_int};
-use crate::aval::ShapedArray;
+use crate::aval::{ExplicitType, ShapedArray};
 use crate::dtype::DType;
 use crate::error::{IrError, Result};
 use crate::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Var};
@@ -381,30 +381,87 @@ impl Parser {
             .ok_or_else(|| self.error(&format!("unknown dtype `{dtype_name}`")))?;
         self.expect("[")?;
         let mut shape = Vec::new();
+        let mut explicit = ExplicitType::default();
         while !self.eat("]") {
             let d = self.integer()?;
             if !(0..=1 << 40).contains(&d) {
                 return Err(self.error("dimension out of range"));
             }
             shape.push(d);
+            // `8@pp` / `8@(pp,tp)`: the mesh axes an explicit sharding splits the dimension over.
+            let axes = if self.peek() == Some('@') {
+                self.pos += 1;
+                self.type_axes("`@` in a type")?
+            } else {
+                Vec::new()
+            };
+            explicit.dims.push(axes);
             self.eat(",");
         }
+        if explicit.dims.iter().all(Vec::is_empty) {
+            explicit.dims.clear();
+        }
         let mut aval = ShapedArray::new(dtype, &shape);
-        // `{V:x,y}` right after the shape: the manual mesh axes a value inside shard_map varies
-        // over. Whitespace is not skipped first: a newline here ends an equation.
-        let marker: Vec<char> = "{V:".chars().collect();
-        if self.chars[self.pos..].starts_with(&marker) {
-            self.pos += marker.len();
+        // `{V:x}`, `{V:(x,y), R:z, U:w}` right after the shape: the manual mesh axes a value
+        // inside shard_map varies over, its reduced and its unreduced axes. Whitespace is not
+        // skipped first: a newline here ends an equation.
+        if self.peek() == Some('{') && !self.at_lambda() {
+            self.pos += 1;
             while !self.eat("}") {
-                let axis = self.word();
-                if axis.is_empty() {
-                    return Err(self.error("expected a mesh axis name in `{V:...}`"));
+                let tag = self.word();
+                self.expect(":")?;
+                let set = match tag.as_str() {
+                    "V" => &mut aval.vma,
+                    "R" => &mut explicit.reduced,
+                    "U" => &mut explicit.unreduced,
+                    other => {
+                        return Err(self.error(&format!(
+                            "expected `V:`, `R:` or `U:` in a type's axes, found `{other}:`"
+                        )));
+                    }
+                };
+                if !set.is_empty() {
+                    return Err(self.error(&format!("`{tag}:` is given twice in one type")));
                 }
-                aval.vma.insert(axis);
-                self.eat(",");
+                set.extend(self.type_axes(&format!("`{tag}:` in a type"))?);
+                if !self.eat(",") {
+                    self.expect("}")?;
+                    break;
+                }
             }
         }
+        if !explicit.is_empty() {
+            if !explicit.dims.is_empty() && explicit.dims.len() != aval.shape.len() {
+                return Err(self.error("a type's explicit sharding does not fit its rank"));
+            }
+            aval.explicit = Some(Box::new(explicit));
+        }
         Ok(aval)
+    }
+
+    /// The mesh axes in a type: one name, or `(a,b,...)`.
+    fn type_axes(&mut self, what: &str) -> Result<Vec<String>> {
+        let mut axes = Vec::new();
+        if self.eat("(") {
+            while !self.eat(")") {
+                let axis = self.word();
+                if axis.is_empty() {
+                    return Err(self.error(&format!("expected a mesh axis name in {what}")));
+                }
+                axes.push(axis);
+                self.eat(",");
+            }
+        } else {
+            let axis = self.word();
+            if axis.is_empty() {
+                return Err(self.error(&format!("expected a mesh axis name in {what}")));
+            }
+            axes.push(axis);
+        }
+        if axes.is_empty() {
+            return Err(self.error(&format!("expected a mesh axis name in {what}")));
+        }
+        Ok(axes)
     }
 
     fn integer(&mut self) -> Result<i64> {

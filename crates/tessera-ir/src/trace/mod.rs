@@ -25,6 +25,7 @@
 mod collectives;
 mod failure;
 mod flow;
+mod invariant;
 mod loops;
 mod nn;
 mod numeric;
@@ -100,6 +101,7 @@ impl Tensor {
             weak_type: true,
             vma: Default::default(),
             sharding: None,
+            explicit: None,
         };
         let lit = Literal::new(value, ShapedArray::scalar(dtype));
         Tensor {

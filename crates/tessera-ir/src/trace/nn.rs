@@ -117,6 +117,7 @@ impl Tensor {
                 collapsed_slice_dims: vec![axis],
                 start_index_map: vec![axis],
                 operand_batching_dims: Vec::new(),
+                start_indices_batching_dims: Vec::new(),
             },
             slice_sizes: sizes,
             mode,

@@ -96,6 +96,7 @@ impl Tensor {
             weak_type: self.aval().weak_type,
             vma: Default::default(),
             sharding: None,
+            explicit: None,
         };
         Tensor::bind_typed(Prim::BroadcastInDim, params, &[self], Some(out)).remove(0)
     }

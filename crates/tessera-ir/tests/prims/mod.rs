@@ -58,6 +58,16 @@ fn collective(prim: Prim) -> ClosedJaxpr {
             &a[0] * &a[1].pvary(&["x", "y"])
         }),
         Prim::Pbroadcast => single(|a| &a.pbroadcast("x", 1) * &a.sin()),
+        Prim::PsumInvariant => single(|a| &a.psum_invariant(&["x"]) * a),
+        Prim::AllGatherInvariant => single(|a| {
+            let stacked = a.all_gather_invariant("y", 0, false).sum(&[0]);
+            let tiled = Tensor::slice_axis(&a.all_gather_invariant("x", 1, true), 1, 1, 3);
+            &(&stacked * &tiled) * a
+        }),
+        Prim::Preduced => single(|a| &a.psum(&["y"]).preduced(&["y"]) * &a.sin()),
+        Prim::VaryUnreducedCast | Prim::UnreducedPsum => {
+            single(|a| &a.sin().vary_unreduced_cast(&["y"]).unreduced_psum(&["y"]) * a)
+        }
         _ => on_mesh(
             &[&[4, 4], &[2, 4]],
             &[both, "P(None, 'y')"],
@@ -131,7 +141,7 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
     let name = prim.name();
     match prim {
         Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
-        | Sqrt | Rsqrt | Floor | Ceil | Copy | StopGradient => unary(name),
+        | Sqrt | Rsqrt | Floor | Ceil | Copy | StopGradient | Reshard => unary(name),
         Round => prog("a:f64[2,3]", "b:f64[2,3] = round[rounding_method=1] a", "b"),
         Not => prog("a:bool[2,3]", "b:bool[2,3] = not a", "b"),
         ShardingConstraint => prog(
@@ -259,7 +269,8 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             "c",
         ),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pvary | Pbroadcast | ShardMap => collective(prim),
+        | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
+        | VaryUnreducedCast | UnreducedPsum | ShardMap => collective(prim),
         Treduce => {
             let f64 = |s: &[i64]| ShapedArray::new(DType::F64, s);
             tessera_ir::trace::trace(&[f64(&[3]), f64(&[4, 3])], |a| {

@@ -27,6 +27,20 @@ fn list(values: &[i64]) -> String {
     )
 }
 
+/// The batching dimensions of a gather or scatter attribute (StableHLO prints them only when
+/// there are any, after the collapsed / inserted dimensions).
+fn batching(keys: [&str; 2], operand: &[i64], indices: &[i64]) -> String {
+    if operand.is_empty() {
+        return String::new();
+    }
+    let [operand_key, indices_key] = keys;
+    format!(
+        ", {operand_key} = {}, {indices_key} = {}",
+        list(operand),
+        list(indices)
+    )
+}
+
 pub(super) fn gather<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     params: &Params,
@@ -45,9 +59,14 @@ pub(super) fn gather<'c, 'b>(
     let (dn, sizes) = (&typed.dims, &typed.slice_sizes);
     let index_vector_dim = ctx.in_avals[1].rank() as i64 - 1;
     let attr = format!(
-        "#stablehlo.gather<offset_dims = {}, collapsed_slice_dims = {}, start_index_map = {}, index_vector_dim = {index_vector_dim}>",
+        "#stablehlo.gather<offset_dims = {}, collapsed_slice_dims = {}{}, start_index_map = {}, index_vector_dim = {index_vector_dim}>",
         list(&dn.offset_dims),
         list(&dn.collapsed_slice_dims),
+        batching(
+            ["operand_batching_dims", "start_indices_batching_dims"],
+            &dn.operand_batching_dims,
+            &dn.start_indices_batching_dims
+        ),
         list(&dn.start_index_map)
     );
     let attrs = [
@@ -96,9 +115,14 @@ pub(super) fn scatter<'c, 'b>(
     let dn = &typed.dims;
     let index_vector_dim = ctx.in_avals[1].rank() as i64 - 1;
     let attr = format!(
-        "#stablehlo.scatter<update_window_dims = {}, inserted_window_dims = {}, scatter_dims_to_operand_dims = {}, index_vector_dim = {index_vector_dim}>",
+        "#stablehlo.scatter<update_window_dims = {}, inserted_window_dims = {}{}, scatter_dims_to_operand_dims = {}, index_vector_dim = {index_vector_dim}>",
         list(&dn.update_window_dims),
         list(&dn.inserted_window_dims),
+        batching(
+            ["input_batching_dims", "scatter_indices_batching_dims"],
+            &dn.operand_batching_dims,
+            &dn.scatter_indices_batching_dims
+        ),
         list(&dn.scatter_dims_to_operand_dims)
     );
     let scalar = mlir_type(&ShapedArray::scalar(ctx.out_avals[0].dtype));

@@ -358,12 +358,13 @@ fn lower_eqn<'c, 'b>(
         ScatterAdd | Scatter | ScatterMul | ScatterMin | ScatterMax => {
             indexing::scatter(ctx, eqn.prim, p, inputs)
         }
-        StopGradient | Copy | PipelineEnterStage => Ok(inputs.to_vec()),
+        StopGradient | Copy | Reshard | PipelineEnterStage => Ok(inputs.to_vec()),
         ShardingConstraint => constraint::sharding_constraint(ctx, p, inputs),
         Jit => control::call(ctx, p, inputs, functions, None),
         Checkpoint => control::call(ctx, p, inputs, functions, Some("checkpoint")),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pvary | Pbroadcast => parallel::collective(ctx, eqn.prim, p, inputs),
+        | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
+        | VaryUnreducedCast | UnreducedPsum => parallel::collective(ctx, eqn.prim, p, inputs),
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),
         Treduce => loops::treduce(ctx, p, inputs, functions),
         // Special functions, bit operations, random numbers, sorting.

@@ -92,9 +92,7 @@ fn manual_computation<'c, 'b>(
             .iter()
             .map(|c| super::control::constant_array(ctx.body, c))
             .collect::<Result<Vec<_>, _>>()?;
-        return axis_env::with_mesh(&p.mesh, || {
-            lower_body(ctx.body, &body.jaxpr, &consts, inputs, functions)
-        });
+        return p.in_body(|| lower_body(ctx.body, &body.jaxpr, &consts, inputs, functions));
     }
     let per_value = |specs: &[PartitionSpec], avals: &[ShapedArray]| {
         let shardings = specs
@@ -134,9 +132,7 @@ fn manual_computation<'c, 'b>(
                 .iter()
                 .map(|c| super::control::constant_array(inner, c))
                 .collect::<Result<Vec<_>, _>>()?;
-            axis_env::with_mesh(&p.mesh, || {
-                lower_body(inner, &body.jaxpr, &consts, blocks, functions)
-            })
+            p.in_body(|| lower_body(inner, &body.jaxpr, &consts, blocks, functions))
         })?;
     let out_types: Vec<String> = ctx.out_avals.iter().map(mlir_type).collect();
     let out_refs: Vec<&str> = out_types.iter().map(String::as_str).collect();
@@ -176,9 +172,7 @@ fn spmd_custom_calls<'c, 'b>(
         .iter()
         .map(|c| super::control::constant_array(ctx.body, c))
         .collect::<Result<Vec<_>, _>>()?;
-    let outs = axis_env::with_mesh(&p.mesh, || {
-        lower_body(ctx.body, &body.jaxpr, &consts, &blocks, functions)
-    })?;
+    let outs = p.in_body(|| lower_body(ctx.body, &body.jaxpr, &consts, &blocks, functions))?;
     let out_blocks = body.jaxpr.out_avals();
     outs.iter()
         .enumerate()
@@ -224,9 +218,13 @@ pub(super) fn collective<'c, 'b>(
     let out = &ctx.out_avals[0];
     let groups = || p.replica_groups(prim, &mesh).map_err(ir);
     let value = match &p.kind {
-        CollectiveKind::Pvary => inputs[0],
+        CollectiveKind::Pvary | CollectiveKind::Preduced | CollectiveKind::VaryUnreducedCast => {
+            inputs[0]
+        }
         CollectiveKind::AxisIndex => axis_index(ctx, &mesh, &p.axes)?,
-        CollectiveKind::Psum => all_reduce(ctx, ReduceKind::Sum, inputs[0], &groups()?)?,
+        CollectiveKind::Psum | CollectiveKind::UnreducedPsum => {
+            all_reduce(ctx, ReduceKind::Sum, inputs[0], &groups()?)?
+        }
         CollectiveKind::Pmax => all_reduce(ctx, ReduceKind::Max, inputs[0], &groups()?)?,
         CollectiveKind::Pmin => all_reduce(ctx, ReduceKind::Min, inputs[0], &groups()?)?,
         &CollectiveKind::Pbroadcast { source } => {
