@@ -141,16 +141,7 @@ fn scan_in_lockstep(
         .into_iter()
         .zip(ys)
         .map(|(carry, ys)| {
-            let stacked = ys
-                .into_iter()
-                .zip(&outputs[p.num_carry..])
-                .map(|(parts, aval)| {
-                    let parts: Vec<Array> = parts.into_iter().flatten().collect();
-                    if parts.is_empty() {
-                        return Ok(Array::zeros(aval));
-                    }
-                    Array::stack_rows(aval.dtype, &aval.shape[1..], &parts)
-                });
+            let stacked = crate::prim::scan::stack_ys(ys, &outputs[p.num_carry..]);
             carry.into_iter().map(Ok).chain(stacked).collect()
         })
         .collect()

@@ -41,6 +41,17 @@ unsafe impl Sync for Buffer {}
 impl Buffer {
     /// Copies `host` to `device`, waiting until the host data is no longer needed.
     pub fn from_host(client: &Client, host: &HostArray, device: &Device<'_>) -> Result<Buffer> {
+        Buffer::upload(client, host, device, std::ptr::null_mut())
+    }
+
+    /// Copies `host` to `device`, into `memory` (null: the device's default memory), waiting
+    /// until the host data is no longer needed.
+    fn upload(
+        client: &Client,
+        host: &HostArray,
+        device: &Device<'_>,
+        memory: *mut sys::PJRT_Memory,
+    ) -> Result<Buffer> {
         let (ty, dims) = crate::host::device_layout(host);
         let mut args = args!(PJRT_Client_BufferFromHostBuffer_Args {
             client: client.raw(),
@@ -51,6 +62,7 @@ impl Buffer {
             host_buffer_semantics:
                 sys::PJRT_HostBufferSemantics::PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes,
             device: device.raw(),
+            memory: memory,
         });
         api_call!(client.plugin(), PJRT_Client_BufferFromHostBuffer, &mut args)?;
         let buffer = Buffer {
@@ -155,26 +167,7 @@ impl Buffer {
     ) -> Result<Buffer> {
         let device = client.device(device_id)?;
         let memory = device.memory_of_kind(memory_kind)?;
-        let (ty, dims) = crate::host::device_layout(host);
-        let mut args = args!(PJRT_Client_BufferFromHostBuffer_Args {
-            client: client.raw(),
-            data: host.bytes().as_ptr().cast(),
-            type_: ty.to_raw(),
-            dims: dims.as_ptr(),
-            num_dims: dims.len(),
-            host_buffer_semantics:
-                sys::PJRT_HostBufferSemantics::PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes,
-            device: device.raw(),
-            memory: memory,
-        });
-        api_call!(client.plugin(), PJRT_Client_BufferFromHostBuffer, &mut args)?;
-        let buffer = Buffer {
-            client: client.clone(),
-            raw: args.buffer,
-            _aliased: None,
-        };
-        event::wait(client.plugin(), args.done_with_host_buffer)?;
-        Ok(buffer)
+        Buffer::upload(client, host, &device, memory)
     }
 
     /// The kind of the memory holding the buffer (`device`, `unpinned_host`, ...).

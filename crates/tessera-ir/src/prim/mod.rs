@@ -23,7 +23,7 @@ mod random_params;
 mod reduce;
 mod reduce_params;
 mod rounding;
-mod scan;
+pub(crate) mod scan;
 mod scatter;
 mod shard_map;
 mod sort;

@@ -180,15 +180,21 @@ pub(super) fn eval(
             slot[k] = Some(value);
         }
     }
-    let stacked_ys = ys
-        .into_iter()
-        .zip(&outputs[p.num_carry..])
-        .map(|(parts, aval)| {
-            let parts: Vec<Array> = parts.into_iter().flatten().collect();
-            if parts.is_empty() {
-                return Ok(Array::zeros(aval));
-            }
-            Array::stack_rows(aval.dtype, &aval.shape[1..], &parts)
-        });
+    let stacked_ys = stack_ys(ys, &outputs[p.num_carry..]);
     carry.into_iter().map(Ok).chain(stacked_ys).collect()
+}
+
+/// Each per-step result of a scan stacked along a new leading axis (`ys[result][step]`, a
+/// result of zero steps as zeros of its type `avals[result]`).
+pub(crate) fn stack_ys<'a>(
+    ys: Vec<Vec<Option<Array>>>,
+    avals: &'a [ShapedArray],
+) -> impl Iterator<Item = Result<Array>> + 'a {
+    ys.into_iter().zip(avals).map(|(parts, aval)| {
+        let parts: Vec<Array> = parts.into_iter().flatten().collect();
+        if parts.is_empty() {
+            return Ok(Array::zeros(aval));
+        }
+        Array::stack_rows(aval.dtype, &aval.shape[1..], &parts)
+    })
 }
