@@ -11,11 +11,14 @@ use std::process::{Command, Output};
 use tessera_stablehlo::{PARTITIONER_ENV, Partitioner};
 use tessera_tests::{shared_dir, summary_numbers, tessera_bin, train_summary};
 
-/// Runs `tessera args...` with `partitioner`, keeping XLA's warnings on stderr.
+/// Runs `tessera args...` with `partitioner`, keeping XLA's warnings on stderr. The persistent
+/// compile cache is off: XLA warns while it compiles, and a program an earlier run compiled
+/// would be loaded instead.
 fn tessera(partitioner: Partitioner, args: &[&str]) -> Output {
     Command::new(tessera_bin())
         .args(args)
         .env(PARTITIONER_ENV, partitioner.name())
+        .env("TESSERA_COMPILE_CACHE", "0")
         .env_remove("TF_CPP_MIN_LOG_LEVEL")
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", tessera_bin().display()))
