@@ -60,7 +60,9 @@ impl CompileCache {
         let key = self.key(client, module, options)?;
         let path = self.dir.join(format!("{key}.xla"));
         let cached = match fs::read(&path) {
-            Ok(bytes) => match client.deserialize_executable(&bytes) {
+            Ok(bytes) => match crate::quiet_stderr::without_loader_alarms(|| {
+                client.deserialize_executable(&bytes)
+            }) {
                 Ok(executable) => Some(executable),
                 Err(err) => {
                     say_once(&LOAD_FAILED, || {

@@ -33,6 +33,7 @@ pub mod known_plugins;
 pub mod optimized;
 mod persistent;
 mod plugin;
+mod quiet_stderr;
 mod readiness;
 mod sys;
 mod util;
