@@ -9,8 +9,10 @@ use tessera::jit::{from_host, to_host};
 use tessera_ir::interp::eval_closed;
 use tessera_ir::trace::{
     Tensor, mark_stage_end, pipeline_yield, trace, treduce, value_and_grad_call,
+    value_and_grad_with_aux_call,
 };
 use tessera_ir::{Array, ClosedJaxpr, DType, ParamValue, Prim, ShapedArray};
+use tessera_mpmd::driver::DriverError;
 use tessera_mpmd::{MpmdJitOptions, MpmdMesh, mpmd_jit, mpmd_jit_by_yield};
 use tessera_pjrt::{Client, HostArray};
 use tessera_sharding::Mesh;
@@ -259,7 +261,8 @@ fn yields_that_do_not_fit_the_groups_are_refused_saying_how_to_fix_them() {
     let options = MpmdJitOptions::default();
     let message = match mpmd_jit_by_yield(&client, &mesh(2), &step, &options) {
         Ok(_) => panic!("a 3-stage loss compiled for 2 groups"),
-        Err(e) => e.to_string(),
+        Err(e @ DriverError::Config(_)) => e.to_string(),
+        Err(e) => panic!("not a configuration error: {e}"),
     };
     assert!(message.contains("3 stage(s)"), "{message}");
     assert!(message.contains("2 group(s)"), "{message}");
@@ -273,4 +276,55 @@ fn yields_that_do_not_fit_the_groups_are_refused_saying_how_to_fix_them() {
     assert!(message.contains("mpmd_jit"), "{message}");
     // Stage i runs on group i: a mesh with more groups than stages is refused too.
     assert!(mpmd_jit_by_yield(&client, &mesh(4), &step, &options).is_err());
+}
+
+#[test]
+fn a_yield_step_whose_loss_returns_a_metric_gives_it_like_the_interpreter() {
+    let avals = [
+        f32(&[ROWS, WIDTH]),
+        f32(&[WIDTH, WIDTH]),
+        f32(&[WIDTH, WIDTH]),
+        f32(&[ROWS, WIDTH]),
+    ];
+    // The loss and, as a metric, the largest output.
+    let loss = trace(&avals, |a| {
+        let h = pipeline_yield(&[a[0].matmul(&a[1]).tanh()]).remove(0);
+        let out = h.matmul(&a[2]).tanh();
+        let loss = (&out - &a[3]).integer_pow(2).mean(&[0, 1]);
+        vec![loss, out.max(&[0, 1])]
+    })
+    .unwrap();
+    let step_avals = [
+        f32(&[WIDTH, WIDTH]),
+        f32(&[WIDTH, WIDTH]),
+        f32(&[ROWS, WIDTH]),
+        f32(&[ROWS, WIDTH]),
+    ];
+    let step = trace(&step_avals, |a| {
+        let outs = value_and_grad_with_aux_call(&loss, &[1, 2], &[&a[2], &a[0], &a[1], &a[3]]);
+        vec![
+            &a[0] - &(&outs[2] * 0.5),
+            &a[1] - &(&outs[3] * 0.5),
+            outs[0].clone(),
+            outs[1].clone(),
+        ]
+    })
+    .unwrap();
+    let args = vec![
+        values(&[WIDTH, WIDTH], 3.0),
+        values(&[WIDTH, WIDTH], 4.0),
+        values(&[ROWS, WIDTH], 5.0),
+        values(&[ROWS, WIDTH], 6.0),
+    ];
+    let client = Client::cpu(8).unwrap();
+    let jit = mpmd_jit_by_yield(&client, &mesh(2), &step, &MpmdJitOptions::default()).unwrap();
+    let host: Vec<HostArray> = args.iter().map(|a| to_host(a).unwrap()).collect();
+    let run = jit.call(&host).unwrap();
+    let want = eval_closed(&step, &args).unwrap();
+    assert_within_1e6(&run.outputs, &want, "with a metric");
+    assert_eq!(
+        want[3].shape(),
+        &[] as &[i64],
+        "the metric keeps its own shape"
+    );
 }
