@@ -32,7 +32,7 @@ pub use error::{MpmdError, Result};
 pub use mesh::MpmdMesh;
 pub use mpmd_jit::{
     FUSED_TASK, Fusion, MpmdJit, MpmdJitOptions, MpmdStepRun, StepArg, StepPhases, StepResult,
-    mpmd_jit, mpmd_jit_with,
+    mpmd_jit, mpmd_jit_by_yield, mpmd_jit_with,
 };
 pub use reshard::{
     group_by_size_threshold, interleaved_order, mpmd_to_spmd_reshard, spmd_to_mpmd_reshard,

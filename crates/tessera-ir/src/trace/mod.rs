@@ -33,6 +33,7 @@ mod ops;
 pub mod random;
 mod sharding;
 mod sort;
+mod stages;
 mod transforms;
 mod windowed;
 
@@ -44,6 +45,7 @@ pub use loops::{default_ops, treduce, treduce_i};
 pub use nn::where_;
 pub use sharding::{context_mesh, use_mesh};
 pub use sort::sort;
+pub use stages::{mark_stage_end, pipeline_yield};
 pub use transforms::{
     grad_call, jvp_call, value_and_grad_call, value_and_grad_with_aux_call, vjp_call, vmap_call,
 };
@@ -62,6 +64,8 @@ use crate::prim::Prim;
 pub(crate) struct Builder {
     jaxpr: Jaxpr,
     error: Option<IrError>,
+    /// The highest pipeline stage entered so far (module `stages`).
+    stage: i64,
 }
 
 /// A traced value.

@@ -427,15 +427,6 @@ impl Tensor {
             ),
         }
     }
-
-    /// Marks the start of pipeline stage `stage` (JAXPP's `pipeline_enter_stage`).
-    pub fn enter_stage(&self, stage: i64) -> Tensor {
-        Tensor::bind1(
-            Prim::PipelineEnterStage,
-            Params::new().with("stage", ParamValue::Int(stage)),
-            &[self],
-        )
-    }
 }
 
 /// A Rust integer operand: weakly typed, of the tensor's dtype (`int_array + 1` stays an int

@@ -23,6 +23,7 @@
 
 mod analyze;
 mod args;
+mod by_yield;
 mod crossing;
 mod data;
 mod donation;
@@ -47,6 +48,7 @@ use crate::mesh::MpmdMesh;
 use crate::runtime::{PjrtExecutor, RunOptions, Timings};
 use analyze::{LossInput, check_ops, find_loop, read_body, update_program};
 pub use args::{MpmdStepRun, StepArg, StepPhases, StepResult};
+pub use by_yield::mpmd_jit_by_yield;
 pub use fused::FUSED_TASK;
 pub use options::{Fusion, MpmdJitOptions};
 use pieces::{LoopResults, PieceLayout, compile_piece, input_spec};
