@@ -773,9 +773,9 @@ fn a_step_on_one_group_runs_as_one_program_like_its_pipelined_tasks() {
             call_args[s] = got[s].clone().into_arg();
         }
         got = jit.call_mpmd_donated(&mut call_args).unwrap().outputs;
-        for s in 0..stages {
+        for (s, arg) in call_args[..stages].iter().enumerate() {
             assert!(
-                matches!(&call_args[s], StepArg::Mpmd(m) if m.is_deleted()),
+                matches!(arg, StepArg::Mpmd(m) if m.is_deleted()),
                 "weight {s} was not donated"
             );
         }
