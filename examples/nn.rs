@@ -164,6 +164,7 @@ fn train(
                 seed: SEED,
                 data_position: (i + 1) * ROWS as u64,
                 model: format!("{config:?}"),
+                history: Default::default(),
             };
             let params = to_tree(&weights, &config.avals())?;
             let opt_state = to_tree(&state, &opt.state_avals(&config.avals()))?;

@@ -120,6 +120,22 @@ fn a_resumed_run_gives_the_uninterrupted_losses_bit_for_bit() {
             .join("step-00000005/manifest.json")
             .is_file()
     );
+    // Its history covers the whole run from step 1, as the uninterrupted run's does; so does
+    // the manifest it wrote.
+    assert_eq!(rest["history"]["losses"], whole["history"]["losses"]);
+    // Every evaluation of the uninterrupted run is there (the first part also evaluated at
+    // the step it stopped after).
+    let evals = rest["history"]["eval_losses"].as_array().unwrap();
+    for eval in whole["history"]["eval_losses"].as_array().unwrap() {
+        assert!(evals.contains(eval), "{eval} missing from {evals:?}");
+    }
+    let history = rest["history"]["losses"].as_array().unwrap();
+    let steps: Vec<f64> = history.iter().map(|p| p[0].as_f64().unwrap()).collect();
+    assert_eq!(steps, vec![1.0, 2.0, 3.0, 4.0, 5.0]);
+    let kept =
+        std::fs::read_to_string(Path::new(&dir).join("step-00000005/manifest.json")).unwrap();
+    let kept: serde_json::Value = serde_json::from_str(&kept).unwrap();
+    assert_eq!(kept["history"], rest["history"]);
 }
 
 #[test]

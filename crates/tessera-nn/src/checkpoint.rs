@@ -31,6 +31,19 @@ pub struct Manifest {
     pub data_position: u64,
     /// A description of the model (its configuration), checked on resume.
     pub model: String,
+    /// The run's losses up to this step, across resumes (empty in manifests written before
+    /// histories were kept).
+    #[serde(default)]
+    pub history: History,
+}
+
+/// A run's losses so far: `(step, loss)` of each training step and each evaluation.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct History {
+    /// Each training step's loss.
+    pub losses: Vec<(u64, f64)>,
+    /// Each evaluation's loss.
+    pub eval_losses: Vec<(u64, f64)>,
 }
 
 /// A loaded checkpoint.

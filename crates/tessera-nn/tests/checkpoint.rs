@@ -25,6 +25,7 @@ fn manifest(step: u64) -> Manifest {
         seed: 7,
         data_position: 1234,
         model: "test".into(),
+        history: Default::default(),
     }
 }
 

@@ -35,7 +35,7 @@ use anyhow::{Context, bail};
 use tessera::jit::{from_host, to_host};
 use tessera_ir::{Array, DType};
 use tessera_mpmd::{StepArg, StepResult};
-use tessera_nn::checkpoint::Manifest;
+use tessera_nn::checkpoint::{History, Manifest};
 use tessera_nn::lr::LrSchedule;
 use tessera_nn::optim::{AdamW, Optimizer, Sgd};
 use tessera_pjrt::Client;
@@ -145,10 +145,10 @@ fn starting_point(
     model: &Model,
     training: &step::TrainingStep,
     description: &str,
-) -> anyhow::Result<(u64, Vec<Array>)> {
+) -> anyhow::Result<(u64, Vec<Array>, History)> {
     let Some(dir) = &args.resume else {
         let carried = model.init.iter().chain(&training.init_state).cloned();
-        return Ok((0, carried.collect()));
+        return Ok((0, carried.collect(), History::default()));
     };
     let checkpoint =
         checkpoints::resume(dir, description, &model.param_avals, &training.state_avals)?;
@@ -163,7 +163,7 @@ fn starting_point(
     }
     let mut carried = checkpoint.params.flatten();
     carried.extend(checkpoint.opt_state.flatten());
-    Ok((step, carried))
+    Ok((step, carried, checkpoint.manifest.history))
 }
 
 /// The carried values (parameters, then optimizer state) of a step's results, on the host.
@@ -234,7 +234,7 @@ fn run_in(
     let n_carried = model.init.len() + training.state_avals.len();
     let data_args = program.jaxpr.invars.len() - n_carried - 1;
     let in_specs = layout.step_specs(&choice, &model.param_avals, opt.as_ref(), data_args)?;
-    let (start, carried) = starting_point(&args, &model, &training, &description)?;
+    let (start, carried, history) = starting_point(&args, &model, &training, &description)?;
     let (client, mesh) = super::mpi::open(job, plugin, &layout.shape, &layout.mpmd_axis)?;
     let root = super::mpi::is_root(job);
     let lr = args.lr.unwrap_or(match choice {
@@ -294,6 +294,7 @@ fn run_in(
         .collect::<anyhow::Result<_>>()?;
     let tolerance = reference::tolerance(compute_dtype(&choice));
     let mut log = RunLog {
+        earlier: history,
         tolerance,
         ..RunLog::default()
     };
@@ -384,6 +385,7 @@ fn run_in(
                     seed: args.seed,
                     data_position: model.data_position(step_number),
                     model: description.clone(),
+                    history: log.history(),
                 };
                 let n = model.init.len();
                 let params = model.param_avals.unflatten(now[..n].to_vec())?;
@@ -467,6 +469,8 @@ fn eval_loss(
 /// What the steps of a run recorded.
 #[derive(Default)]
 struct RunLog {
+    /// The losses of the steps before this invocation (from the checkpoint it resumed).
+    earlier: History,
     steps: Vec<u64>,
     losses: Vec<f64>,
     reference_losses: Vec<f64>,
@@ -483,6 +487,18 @@ struct RunLog {
     step_times: Vec<phases::StepTime>,
     /// The parameters' bytes per group and device after the last step.
     parameter_bytes: Option<serde_json::Value>,
+}
+
+impl RunLog {
+    /// The run's losses from step 1: those before this invocation, then its own.
+    fn history(&self) -> History {
+        let mut whole = self.earlier.clone();
+        whole
+            .losses
+            .extend(self.steps.iter().copied().zip(self.losses.iter().copied()));
+        whole.eval_losses.extend(self.eval_losses.iter().copied());
+        whole
+    }
 }
 
 /// Prints the run's figures, writes the loss curve, and gives the exit status: success when
@@ -510,12 +526,12 @@ fn finish(
         .clone()
         .or_else(|| saver.map(|s| s.dir().join("loss.svg")));
     if let Some(path) = &plot {
-        let train: Vec<(u64, f64)> = log.steps.iter().copied().zip(log.losses.clone()).collect();
+        let whole = log.history();
         let title = format!(
             "tessera train --model {}",
             args.model.as_deref().unwrap_or("mlp")
         );
-        tessera::plot::loss_curve_svg(path, &title, &train, &log.eval_losses)?;
+        tessera::plot::loss_curve_svg(path, &title, &whole.losses, &whole.eval_losses)?;
         outln!("loss curve: {}", path.display())?;
     }
     if let Some(path) = &args.trace {
@@ -560,6 +576,7 @@ fn finish(
         "checkpoints": log.checkpoints,
         "plot": plot,
         "memory": figures.memory,
+        "history": log.history(),
     });
     if let (Some(serde_json::Value::Object(bytes)), Some(fields)) =
         (&log.parameter_bytes, summary.as_object_mut())
