@@ -16,8 +16,8 @@
 use tessera::mpmd::mpi_job::MpiJob;
 use tessera::mpmd::processes::Processes;
 use tessera::mpmd::{
-    MpmdArray, MpmdMesh, MpmdSharding, mpmd_to_spmd_reshard, mpmd_to_spmd_reshard_across,
-    spmd_to_mpmd_reshard, spmd_to_mpmd_reshard_across,
+    MpmdArray, MpmdMesh, MpmdSharding, global_threshold, mpmd_to_spmd_reshard,
+    mpmd_to_spmd_reshard_across, spmd_to_mpmd_reshard, spmd_to_mpmd_reshard_across,
 };
 use tessera::pjrt::{Array, Buffer, Client, HostArray};
 use tessera::sharding::{Mesh, NamedSharding, PartitionSpec};
@@ -127,11 +127,34 @@ fn main() -> anyhow::Result<()> {
     // Back to the SPMD layout from group 1: each process gets its own devices' shards.
     let back = vec![mpmd[0].clone()];
     let spmd_back = match &processes {
-        Some(p) => mpmd_to_spmd_reshard_across(p.as_ref(), &client, &mesh, back, vec![spmd])?,
-        None => mpmd_to_spmd_reshard(&client, back, vec![spmd])?,
+        Some(p) => {
+            mpmd_to_spmd_reshard_across(p.as_ref(), &client, &mesh, back, vec![spmd.clone()], None)?
+        }
+        None => mpmd_to_spmd_reshard(&client, &mesh, back, vec![spmd.clone()], None)?,
     };
     let n = check_shards("back to SPMD", &spmd_back[0], &host)?;
     println!("rank {rank}: back to SPMD: {n} shards held here");
+    // Both arrays back with a 1-byte threshold: one batch (one exchange) per array.
+    let spmd_both = match &processes {
+        Some(p) => mpmd_to_spmd_reshard_across(
+            p.as_ref(),
+            &client,
+            &mesh,
+            mpmd.clone(),
+            vec![spmd.clone(), spmd.clone()],
+            Some(1),
+        )?,
+        None => mpmd_to_spmd_reshard(&client, &mesh, mpmd.clone(), vec![spmd.clone(); 2], Some(1))?,
+    };
+    for (i, array) in spmd_both.iter().enumerate() {
+        let n = check_shards("both back in batches", array, &host)?;
+        println!("rank {rank}: batched array {i}: {n} shards held here");
+    }
+    // Every rank proposes its own threshold; all agree on the smallest.
+    if let Some(p) = &processes {
+        let agreed = global_threshold(p.as_ref(), 1000 + 10 * rank as u64)?;
+        println!("rank {rank}: global threshold {agreed}");
+    }
     if rank == 0 {
         println!("ok");
     }

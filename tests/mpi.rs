@@ -531,6 +531,10 @@ fn arrays_move_between_the_spmd_and_mpmd_layouts_across_processes() {
         "rank 1: both groups: group 1 holds the array in 4 shards",
         "rank 0: back to SPMD: 4 shards held here",
         "rank 1: back to SPMD: 4 shards held here",
+        "rank 0: batched array 0: 4 shards held here",
+        "rank 1: batched array 1: 4 shards held here",
+        "rank 0: global threshold 1000",
+        "rank 1: global threshold 1000",
     ] {
         assert!(
             job.stdout.contains(line),

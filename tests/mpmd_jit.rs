@@ -810,3 +810,62 @@ fn a_step_on_one_group_runs_as_one_program_like_its_pipelined_tasks() {
             .is_fused()
     );
 }
+
+#[test]
+fn a_weight_left_on_its_group_by_a_step_is_an_argument_of_a_jit_program() {
+    use tessera::jit::{Jit, JitArg, JitError};
+    use tessera_mpmd::StepResult;
+    use tessera_sharding::NamedSharding;
+    let (stages, mbs, rows) = (2, 4, 2);
+    let client = Client::cpu(8).unwrap();
+    let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 2), ("data", 4)]).unwrap(), "stage").unwrap();
+    let jit = mpmd_jit(&client, &mesh, &step(stages, mbs, rows, "1f1b")).unwrap();
+    let args: Vec<tessera_mpmd::StepArg> = step_args(stages, mbs, rows)
+        .iter()
+        .map(|a| tessera_mpmd::StepArg::Host(to_host(a).unwrap()))
+        .collect();
+    let outputs = jit.call_mpmd(&args).unwrap().outputs;
+    let StepResult::Mpmd(weight) = &outputs[1] else {
+        panic!("stage 1's weight came back to the host");
+    };
+    let weight: &tessera_mpmd::MpmdArray = weight;
+    let group = weight.mpmd_idxs()[0];
+    let want = from_host(
+        &weight.first_mpmd_replica().unwrap().to_host().unwrap(),
+        DType::F32,
+    )
+    .unwrap();
+    let double = trace(&[f32(weight.shape())], |a| vec![&a[0] * 2.0]).unwrap();
+    let on = |g: usize| weight.mpmd_sharding().group_sharding(g).unwrap();
+    let compiled = Jit::new(double.clone(), vec![on(group)], vec![on(group)])
+        .unwrap()
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .unwrap();
+    let out = compiled.call_with(&[JitArg::from(weight)]).unwrap();
+    let got = from_host(&out[0].to_host().unwrap(), DType::F32).unwrap();
+    let doubled: Vec<f64> = want.to_vec().iter().map(|w| w * 2.0).collect();
+    assert_eq!(got.to_vec(), doubled);
+    // Compiled for the whole array over its groups, it takes the global view.
+    let global: NamedSharding = weight.mpmd_sharding().sharding().unwrap();
+    let compiled = Jit::new(double.clone(), vec![global.clone()], vec![global])
+        .unwrap()
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .unwrap();
+    let out = compiled.call_with(&[weight.into()]).unwrap();
+    let got = from_host(&out[0].to_host().unwrap(), DType::F32).unwrap();
+    assert_eq!(got.to_vec(), doubled);
+    // Compiled for the other group's devices, it is refused with the reshard hint.
+    let other = 1 - group;
+    let compiled = Jit::new(double, vec![on(other)], vec![on(other)])
+        .unwrap()
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .unwrap();
+    let err = compiled.call_with(&[weight.into()]).unwrap_err();
+    assert!(matches!(err, JitError::Layout { index: 0, .. }), "{err}");
+}

@@ -205,6 +205,33 @@ impl MpmdArray {
         Ok(array)
     }
 
+    /// The array as one `tessera_pjrt::Array` over every device of its groups (JAXPP's
+    /// `_to_global_jax_array`): sharded by its spec within each group and replicated across the
+    /// groups ([`MpmdSharding::sharding`]). It shares the groups' buffers (no copy). In a process
+    /// holding only some of the groups, it holds those groups' shards (a partially addressable
+    /// array); where it holds none, no shards at all. [`MpmdError::Deleted`] once deleted.
+    pub fn to_global_array(&self) -> Result<Array> {
+        if self.is_deleted() {
+            return Err(MpmdError::Deleted);
+        }
+        let sharding = self.sharding.sharding()?;
+        let shards = self
+            .arrays
+            .values()
+            .map(|a| a.addressable_shards())
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .flatten()
+            .map(|s| (s.device, s.buffer.clone()))
+            .collect();
+        Ok(Array::from_shared_shards(
+            &self.shape,
+            self.ty,
+            &sharding,
+            shards,
+        )?)
+    }
+
     /// Takes the per-group arrays out (the reshards consume their inputs).
     pub fn into_arrays(self) -> BTreeMap<usize, Array> {
         self.arrays

@@ -93,6 +93,18 @@ pub enum MpmdError {
     /// A sharding error from tessera-sharding.
     #[error(transparent)]
     Sharding(#[from] tessera_sharding::ShardingError),
+    /// `logically_stacked` with `strict`: the array is already sharded over the stacking axis.
+    #[error("axis {axis:?} already appears in the array's spec {spec}; stack it over another axis")]
+    AxisInSpec {
+        /// The MPMD axis.
+        axis: String,
+        /// The array's spec.
+        spec: String,
+    },
+    /// `logically_stacked` could not place the array (axis missing, position past its rank, a
+    /// shard that is not one slice of the stacked array).
+    #[error("stacking an array: {0}")]
+    Stacking(String),
     /// A reshard across the processes of a job failed to exchange its blocks.
     #[error("a reshard across processes: {0}")]
     Reshard(String),

@@ -23,6 +23,7 @@ mod reshard_across;
 pub mod runtime;
 mod sharding;
 pub mod specs;
+pub mod stacked;
 pub mod stage_graph;
 pub mod synthetic;
 mod tied_sum;
@@ -35,8 +36,12 @@ pub use mpmd_jit::{
     mpmd_jit, mpmd_jit_by_yield, mpmd_jit_with,
 };
 pub use reshard::{
-    group_by_size_threshold, interleaved_order, mpmd_to_spmd_reshard, spmd_to_mpmd_reshard,
+    group_by_size_threshold, interleaved_order, mpmd_to_spmd_batches, mpmd_to_spmd_reshard,
+    spmd_to_mpmd_reshard,
 };
-pub use reshard_across::{mpmd_to_spmd_reshard_across, spmd_to_mpmd_reshard_across};
+pub use reshard_across::{
+    global_threshold, mpmd_to_spmd_reshard_across, spmd_to_mpmd_reshard_across,
+};
 pub use sharding::{MpmdSharding, filter_axis};
 pub use specs::{SpecError, ValueSpecs};
+pub use stacked::logically_stacked;

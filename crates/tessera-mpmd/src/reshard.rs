@@ -52,18 +52,61 @@ pub fn spmd_to_mpmd_reshard(
 }
 
 /// Reshards MPMD arrays back to SPMD arrays with the given shardings, consuming the inputs; each
-/// value is read from its first group.
+/// value is read from its first group. The arrays move largest first, in batches of at most
+/// `threshold` bytes ([`mpmd_to_spmd_batches`]; default: a third of the smallest free device
+/// memory, as [`spmd_to_mpmd_reshard`]). In one process a batch only orders the work: each array
+/// is resharded on its own.
 pub fn mpmd_to_spmd_reshard(
     client: &Client,
+    mesh: &MpmdMesh,
     arrays: Vec<MpmdArray>,
     shardings: Vec<NamedSharding>,
+    threshold: Option<u64>,
 ) -> Result<Vec<Array>> {
     same_length(arrays.len(), shardings.len())?;
-    arrays
+    let threshold = threshold.unwrap_or_else(|| default_threshold(client));
+    let batches = mpmd_to_spmd_batches(mesh, &arrays, threshold)?;
+    let mut done: BTreeMap<usize, Array> = BTreeMap::new();
+    for i in batches.into_iter().flatten() {
+        let moved = arrays[i]
+            .first_mpmd_replica()?
+            .reshard(client, &shardings[i])?;
+        done.insert(i, moved);
+    }
+    Ok(done.into_values().collect())
+}
+
+/// The batches (indices into `arrays`) [`mpmd_to_spmd_reshard`] moves, as JAXPP's
+/// `mpmd_to_spmd_reshard` cuts them: arrays sorted by the bytes of one shard within their group,
+/// largest first, each counted `mpmd_dim` times, in batches of at most `threshold` bytes. Every
+/// process computes the same batches (sizes come from shapes and shardings, not from data).
+pub fn mpmd_to_spmd_batches(
+    mesh: &MpmdMesh,
+    arrays: &[MpmdArray],
+    threshold: u64,
+) -> Result<Vec<Vec<usize>>> {
+    let mut sizes = Vec::with_capacity(arrays.len());
+    for array in arrays {
+        let shard: Vec<i64> = match array.mpmd_idxs().first() {
+            Some(&g) => array
+                .mpmd_sharding()
+                .group_sharding(g)?
+                .shard_shape(array.shape())?,
+            None => array.shape().to_vec(),
+        };
+        let elements: i64 = shard.iter().product();
+        sizes.push(elements.max(0) as u64 * array.dtype().size_in_bytes() as u64);
+    }
+    let mut order: Vec<usize> = (0..arrays.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(sizes[i]));
+    let scaled: Vec<u64> = order
+        .iter()
+        .map(|&i| sizes[i].saturating_mul(mesh.mpmd_dim() as u64))
+        .collect();
+    Ok(group_by_size_threshold(&scaled, threshold)
         .into_iter()
-        .zip(shardings)
-        .map(|(array, sharding)| Ok(array.first_mpmd_replica()?.reshard(client, &sharding)?))
-        .collect()
+        .map(|batch| batch.into_iter().map(|k| order[k]).collect())
+        .collect())
 }
 
 /// One sharding per array, or [`MpmdError::LengthMismatch`].
@@ -133,7 +176,7 @@ pub fn group_by_size_threshold(sizes: &[u64], threshold: u64) -> Vec<Vec<usize>>
 
 /// A third of the smallest free memory over the client's devices; unbounded where the plugin
 /// reports no memory limits (the CPU plugin).
-fn default_threshold(client: &Client) -> u64 {
+pub(crate) fn default_threshold(client: &Client) -> u64 {
     let free = client
         .addressable_devices()
         .ok()

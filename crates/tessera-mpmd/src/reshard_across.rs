@@ -18,7 +18,10 @@ use crate::array::MpmdArray;
 use crate::error::{MpmdError, Result};
 use crate::mesh::MpmdMesh;
 use crate::processes::{ProcessError, Processes, frames, put_frame};
-use crate::reshard::{group_by_size_threshold, interleaved_order, same_length, targets};
+use crate::reshard::{
+    default_threshold, group_by_size_threshold, interleaved_order, mpmd_to_spmd_batches,
+    same_length, targets,
+};
 use crate::sharding::MpmdSharding;
 
 type Block = Vec<(i64, i64)>;
@@ -37,7 +40,8 @@ fn comm(e: ProcessError) -> MpmdError {
 /// [`crate::spmd_to_mpmd_reshard`] in a job: `arrays` are this process's parts of SPMD arrays
 /// laid out over the whole mesh; each result holds the arrays of this process's groups among its
 /// sharding's (an array none of whose groups run here has no data here). Every process calls it
-/// with the same shapes and shardings.
+/// with the same shapes and shardings. `None` for `threshold` takes the smallest default
+/// threshold over the processes ([`global_threshold`]).
 pub fn spmd_to_mpmd_reshard_across(
     processes: &dyn Processes,
     client: &Client,
@@ -52,6 +56,10 @@ pub fn spmd_to_mpmd_reshard_across(
     let shardings = targets(mesh, arrays.len(), shardings)?;
     let local: BTreeSet<usize> = processes.local_groups().into_iter().collect();
     let mut done: BTreeMap<usize, MpmdArray> = BTreeMap::new();
+    let threshold = match threshold {
+        Some(t) => t,
+        None => global_threshold(processes, default_threshold(client))?,
+    };
     for batch in batches(&arrays, &shardings, mesh, threshold)? {
         // What each process needs: the blocks of its groups among each array's.
         let needs = |p: usize, i: usize| -> Result<Vec<Block>> {
@@ -95,23 +103,73 @@ pub fn spmd_to_mpmd_reshard_across(
 /// [`crate::mpmd_to_spmd_reshard`] in a job: each value is read from its first group (in the
 /// process running it) and each process gets the shards of its own devices of the SPMD
 /// sharding (`shardings` are over the whole mesh). Every process calls it with the same shapes
-/// and shardings; an array whose first group runs elsewhere may be a remote `MpmdArray`.
+/// and shardings; an array whose first group runs elsewhere may be a remote `MpmdArray`. The
+/// arrays move in batches of at most `threshold` bytes ([`crate::mpmd_to_spmd_batches`]), one
+/// exchange per batch; `None` takes the smallest default threshold over the processes
+/// ([`global_threshold`]).
 pub fn mpmd_to_spmd_reshard_across(
     processes: &dyn Processes,
     client: &Client,
     mesh: &MpmdMesh,
     arrays: Vec<MpmdArray>,
     shardings: Vec<NamedSharding>,
+    threshold: Option<u64>,
 ) -> Result<Vec<Array>> {
     if processes.process_index().0 == 1 {
-        return crate::mpmd_to_spmd_reshard(client, arrays, shardings);
+        return crate::mpmd_to_spmd_reshard(client, mesh, arrays, shardings, threshold);
     }
     same_length(arrays.len(), shardings.len())?;
+    let threshold = match threshold {
+        Some(t) => t,
+        None => global_threshold(processes, default_threshold(client))?,
+    };
+    let mut done: BTreeMap<usize, Array> = BTreeMap::new();
+    for batch in mpmd_to_spmd_batches(mesh, &arrays, threshold)? {
+        for (i, array) in mpmd_to_spmd_batch(processes, client, mesh, &arrays, &shardings, &batch)?
+        {
+            done.insert(i, array);
+        }
+    }
+    Ok(done.into_values().collect())
+}
+
+/// The smallest of every process's `local` threshold (JAXPP's `process_allgather` of the
+/// working-memory thresholds), so that every process cuts the same batches. Every process
+/// calls it at the same point.
+pub fn global_threshold(processes: &dyn Processes, local: u64) -> Result<u64> {
+    let (count, _) = processes.process_index();
+    let received = processes
+        .exchange(vec![local.to_le_bytes().to_vec(); count])
+        .map_err(comm)?;
+    let mut min = local;
+    for message in received.iter().filter(|m| !m.is_empty()) {
+        let bytes: [u8; 8] = message.as_slice().try_into().map_err(|_| {
+            MpmdError::Reshard(format!(
+                "a threshold from another process is {} bytes, not 8",
+                message.len()
+            ))
+        })?;
+        min = min.min(u64::from_le_bytes(bytes));
+    }
+    Ok(min)
+}
+
+/// One batch of [`mpmd_to_spmd_reshard_across`]: the first group's process sends each block to
+/// the processes whose devices need it (one exchange); each process builds its part.
+fn mpmd_to_spmd_batch(
+    processes: &dyn Processes,
+    client: &Client,
+    mesh: &MpmdMesh,
+    arrays: &[MpmdArray],
+    shardings: &[NamedSharding],
+    batch: &[usize],
+) -> Result<Vec<(usize, Array)>> {
     let (count, me) = processes.process_index();
     let group_of_device = device_groups(mesh);
     let process_of_device = |d: i64| group_of_device.get(&d).map(|&g| processes.process_of(g));
     let mut outgoing: Vec<Vec<u8>> = vec![Vec::new(); count];
-    for (i, (array, sharding)) in arrays.iter().zip(&shardings).enumerate() {
+    for &i in batch {
+        let (array, sharding) = (&arrays[i], &shardings[i]);
         let source = array.mpmd_idxs().first().map(|&g| processes.process_of(g));
         if source != Some(me) {
             continue;
@@ -130,11 +188,10 @@ pub fn mpmd_to_spmd_reshard_across(
     let received = decode_all(processes.exchange(outgoing).map_err(comm)?, |i| {
         arrays.get(i).map(|a| a.dtype())
     })?;
-    arrays
+    batch
         .iter()
-        .zip(&shardings)
-        .enumerate()
-        .map(|(i, (array, sharding))| {
+        .map(|&i| {
+            let (array, sharding) = (&arrays[i], &shardings[i]);
             let pieces: Vec<&Piece> = received.iter().filter(|p| p.array == i).collect();
             let mut shards = Vec::new();
             for (device, block) in sharding.devices_indices_map(array.shape())? {
@@ -150,12 +207,9 @@ pub fn mpmd_to_spmd_reshard_across(
                 let device = device as i32;
                 shards.push((device, Buffer::from_host_to(client, &piece.data, device)?));
             }
-            Ok(Array::from_addressable_shards(
-                array.shape(),
-                array.dtype(),
-                sharding,
-                shards,
-            )?)
+            let moved =
+                Array::from_addressable_shards(array.shape(), array.dtype(), sharding, shards)?;
+            Ok((i, moved))
         })
         .collect()
 }
@@ -165,7 +219,7 @@ fn batches(
     arrays: &[Array],
     shardings: &[MpmdSharding],
     mesh: &MpmdMesh,
-    threshold: Option<u64>,
+    threshold: u64,
 ) -> Result<Vec<Vec<usize>>> {
     let sizes: Vec<usize> = arrays
         .iter()
@@ -180,12 +234,10 @@ fn batches(
         .iter()
         .map(|&i| (sizes[i] * mesh.mpmd_dim()) as u64)
         .collect();
-    Ok(
-        group_by_size_threshold(&scaled, threshold.unwrap_or(u64::MAX))
-            .into_iter()
-            .map(|batch| batch.into_iter().map(|k| order[k]).collect())
-            .collect(),
-    )
+    Ok(group_by_size_threshold(&scaled, threshold)
+        .into_iter()
+        .map(|batch| batch.into_iter().map(|k| order[k]).collect())
+        .collect())
 }
 
 /// Which group each device of the mesh belongs to.

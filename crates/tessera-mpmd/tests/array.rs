@@ -195,3 +195,45 @@ fn block_until_ready_hands_back_the_array() {
     let host = ready.first_mpmd_replica().unwrap().to_host().unwrap();
     assert_eq!(host, value());
 }
+
+#[test]
+fn the_global_array_spans_the_groups_and_shares_their_buffers() {
+    let (client, mesh) = setup();
+    let v = value();
+    let sharding = MpmdSharding::new(&mesh, [1, 3], &p("P('data')")).unwrap();
+    let mut array = MpmdArray::new(
+        vec![
+            on_group(&client, &mesh, 1, &v, "P('data')"),
+            on_group(&client, &mesh, 3, &v, "P('data')"),
+        ],
+        sharding.clone(),
+    )
+    .unwrap();
+    let global = array.to_global_array().unwrap();
+    assert_eq!(global.shape(), [2, 2]);
+    assert_eq!(global.sharding(), &sharding.sharding().unwrap());
+    assert!(global.is_fully_addressable().unwrap());
+    let shards = global.addressable_shards().unwrap();
+    let devices: Vec<i32> = shards.iter().map(|s| s.device).collect();
+    assert_eq!(devices, [2, 3, 6, 7]);
+    // The same buffers as the groups' arrays, not copies.
+    for (group, local) in array.to_mpmd_local_arrays().unwrap() {
+        for shard in local.addressable_shards().unwrap() {
+            let same = shards.iter().find(|s| s.device == shard.device).unwrap();
+            assert!(
+                std::sync::Arc::ptr_eq(&same.buffer, &shard.buffer),
+                "group {group}"
+            );
+            assert_eq!(same.block, shard.block);
+        }
+    }
+    assert_eq!(global.to_host().unwrap(), v);
+    // A remote array has a global array with no shards here; a deleted one has none.
+    let remote = MpmdArray::remote(&[2, 2], global.element_type(), sharding);
+    let empty = remote.to_global_array().unwrap();
+    assert!(empty.addressable_shards().unwrap().is_empty());
+    assert!(!empty.is_fully_addressable().unwrap());
+    array.delete().unwrap();
+    let err = array.to_global_array().unwrap_err();
+    assert!(matches!(err, MpmdError::Deleted), "{err}");
+}

@@ -2,8 +2,14 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tessera_mpmd::processes::{ProcessError, Processes};
+use tessera_mpmd::runtime::{OutputLayout, Transport, ValueId};
 use tessera_mpmd::{
-    MpmdArray, MpmdError, MpmdMesh, MpmdSharding, mpmd_to_spmd_reshard, spmd_to_mpmd_reshard,
+    MpmdArray, MpmdError, MpmdMesh, MpmdSharding, global_threshold, mpmd_to_spmd_batches,
+    mpmd_to_spmd_reshard, spmd_to_mpmd_reshard,
 };
 use tessera_pjrt::{Array, Client, HostArray};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
@@ -45,7 +51,8 @@ fn arrays_go_to_their_groups_and_come_back_unchanged() {
     for (group, array) in mpmd[1].to_mpmd_local_arrays().unwrap() {
         assert_eq!(array.to_host().unwrap(), b, "group {group}");
     }
-    let back = mpmd_to_spmd_reshard(&client, mpmd, vec![spmd.clone(), spmd]).unwrap();
+    let back =
+        mpmd_to_spmd_reshard(&client, &mesh, mpmd, vec![spmd.clone(), spmd], Some(8)).unwrap();
     assert_eq!(back[0].to_host().unwrap(), a);
     assert_eq!(back[1].to_host().unwrap(), b);
 }
@@ -134,4 +141,108 @@ fn a_group_array_laid_out_otherwise_is_moved_and_an_equivalent_one_taken() {
     let long = NamedSharding::new(&group, p("P('x', None)")).unwrap();
     let a = Array::device_put(&client, &host, &long).unwrap();
     assert!(lies_on(&a, &group, &p("P('x')")));
+}
+
+#[test]
+fn mpmd_to_spmd_moves_largest_first_in_batches_under_the_threshold() {
+    let (client, mesh) = setup();
+    let spmd = NamedSharding::new(mesh.mesh(), p("P('data')")).unwrap();
+    // 4, 16 and 8 f32 elements; sharded over 'data' (2 ways) in their group except the last.
+    let hosts: Vec<HostArray> = [4usize, 16, 8]
+        .iter()
+        .map(|&n| HostArray::from_slice(&[n as i64], &vec![1f32; n]).unwrap())
+        .collect();
+    let specs = ["P('data')", "P('data')", "P()"];
+    let groups = [1usize, 0, 3];
+    let make = || -> Vec<MpmdArray> {
+        hosts
+            .iter()
+            .zip(specs)
+            .zip(groups)
+            .map(|((h, spec), g)| {
+                let sharding = MpmdSharding::new(&mesh, [g], &p(spec)).unwrap();
+                let array =
+                    Array::device_put(&client, h, &sharding.group_sharding(g).unwrap()).unwrap();
+                MpmdArray::new(vec![array], sharding).unwrap()
+            })
+            .collect()
+    };
+    let arrays = make();
+    // Shard bytes: 8, 32, 32; each counted 4 times (the MPMD axis): 32, 128, 128.
+    assert_eq!(
+        mpmd_to_spmd_batches(&mesh, &arrays, 256).unwrap(),
+        vec![vec![1, 2], vec![0]]
+    );
+    assert_eq!(
+        mpmd_to_spmd_batches(&mesh, &arrays, 100).unwrap(),
+        vec![vec![1], vec![2], vec![0]]
+    );
+    assert_eq!(
+        mpmd_to_spmd_batches(&mesh, &arrays, u64::MAX).unwrap(),
+        vec![vec![1, 2, 0]]
+    );
+    // Whatever the batches, the results come back in the inputs' order with their values.
+    for threshold in [Some(1), Some(160), None] {
+        let back =
+            mpmd_to_spmd_reshard(&client, &mesh, make(), vec![spmd.clone(); 3], threshold).unwrap();
+        for (array, host) in back.iter().zip(&hosts) {
+            assert_eq!(&array.to_host().unwrap(), host, "threshold {threshold:?}");
+            assert_eq!(array.sharding(), &spmd);
+        }
+    }
+    let err = mpmd_to_spmd_reshard(&client, &mesh, make(), vec![spmd], None).unwrap_err();
+    assert!(matches!(err, MpmdError::LengthMismatch { .. }), "{err}");
+}
+
+/// Three processes whose exchange answers with fixed messages, recording what it was sent.
+struct Fake {
+    replies: Vec<Vec<u8>>,
+    sent: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Processes for Fake {
+    fn local_groups(&self) -> Vec<usize> {
+        vec![1]
+    }
+    fn process_index(&self) -> (usize, usize) {
+        (3, 1)
+    }
+    fn process_of(&self, group: usize) -> usize {
+        group
+    }
+    fn exchange(&self, outgoing: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, ProcessError> {
+        *self.sent.lock().unwrap() = outgoing;
+        Ok(self.replies.clone())
+    }
+    fn transport(
+        &self,
+        _: &Arc<HashMap<ValueId, OutputLayout>>,
+    ) -> Result<Arc<dyn Transport<Array>>, ProcessError> {
+        Err(ProcessError::Comm("no transport in this test".into()))
+    }
+    fn broadcast(&self, _: usize, values: Vec<f64>) -> Result<Vec<f64>, ProcessError> {
+        Ok(values)
+    }
+    fn agree(&self, _: u64, _: &str) -> Result<(), ProcessError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_default_threshold_across_processes_is_the_smallest_of_theirs() {
+    let word = |n: u64| n.to_le_bytes().to_vec();
+    let fake = Fake {
+        replies: vec![word(900), word(500), word(300)],
+        sent: Mutex::new(Vec::new()),
+    };
+    assert_eq!(global_threshold(&fake, 500).unwrap(), 300);
+    assert_eq!(*fake.sent.lock().unwrap(), vec![word(500); 3]);
+    // This process's own threshold counts even when it is the smallest.
+    assert_eq!(global_threshold(&fake, 100).unwrap(), 100);
+    let bad = Fake {
+        replies: vec![vec![1, 2, 3], word(5), word(5)],
+        sent: Mutex::new(Vec::new()),
+    };
+    let err = global_threshold(&bad, 5).unwrap_err();
+    assert!(matches!(err, MpmdError::Reshard(_)), "{err}");
 }

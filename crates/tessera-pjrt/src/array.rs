@@ -110,6 +110,21 @@ impl Array {
         sharding: &NamedSharding,
         shards: Vec<(i32, Buffer)>,
     ) -> Result<Array> {
+        let shards = shards
+            .into_iter()
+            .map(|(d, b)| (d, std::sync::Arc::new(b)))
+            .collect();
+        Array::from_shared_shards(shape, ty, sharding, shards)
+    }
+
+    /// [`Array::from_addressable_shards`] with buffers other arrays may also hold: the new array
+    /// shares them (no copy), as a view of the same data under another sharding.
+    pub fn from_shared_shards(
+        shape: &[i64],
+        ty: ElementType,
+        sharding: &NamedSharding,
+        shards: Vec<(i32, std::sync::Arc<Buffer>)>,
+    ) -> Result<Array> {
         let blocks = sharding.devices_indices_map(shape)?;
         let mut held: Vec<(usize, Shard)> = Vec::with_capacity(shards.len());
         for (device, buffer) in shards {
@@ -126,7 +141,7 @@ impl Array {
                 Shard {
                     device,
                     block,
-                    buffer: std::sync::Arc::new(buffer),
+                    buffer,
                 },
             ));
         }

@@ -157,6 +157,7 @@ pub fn run_on_device(
 
 mod cache;
 mod layout;
+mod mpmd_args;
 mod unspecified;
 
 pub use cache::JitCache;
@@ -186,6 +187,8 @@ pub fn program_mesh(
 }
 
 use tessera_pjrt::Array as DeviceArray;
+
+pub use mpmd_args::{JitArg, mpmd_argument};
 use tessera_sharding::NamedSharding;
 
 /// A program with the shardings of its arguments and results: `jit(f)` with `in_shardings` and
