@@ -131,12 +131,11 @@ fn main() -> anyhow::Result<()> {
             Ok(Jit::new(step_program(lr)?, ins.clone(), outs.clone())?.lower()?)
         });
         let l = l?;
-        let (dc, _) = timed(|| {
-            client.compile(
-                l.as_text().as_bytes(),
-                &CompileOptions::spmd(&(0..8).collect::<Vec<_>>()),
-            )
-        });
+        // Uncached (`Client::compile`), with the options `Lowered::compile` gives XLA.
+        let options = CompileOptions::spmd(&(0..8).collect::<Vec<_>>())
+            .with_shardy(l.partitioner().is_shardy());
+        let (dc, compiled) = timed(|| client.compile(l.as_text().as_bytes(), &options));
+        compiled.context("compiling the step")?;
         if i >= 2 {
             trace_lower.push(dt);
             compile.push(dc);

@@ -422,6 +422,11 @@ impl Lowered {
         &self.module.text
     }
 
+    /// The partitioner the module was lowered for (its compile must use the same).
+    pub fn partitioner(&self) -> Partitioner {
+        self.module.partitioner
+    }
+
     /// The arguments the module takes, by their position in a call (all of them with
     /// `keep_unused`, or when XLA chooses an argument's sharding).
     pub fn kept_arguments(&self) -> &[usize] {
