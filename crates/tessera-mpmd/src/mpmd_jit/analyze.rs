@@ -146,18 +146,7 @@ pub(super) fn read_body(
              compute metrics inside the loss and return them as auxiliary results",
         ));
     }
-    let primal = match call.params.get("primal") {
-        Some(ParamValue::Jaxpr(j)) => (**j).clone(),
-        _ => return Err(config("the value_and_grad_call has no `primal` program")),
-    };
-    let call_argnums: Vec<usize> = call
-        .params
-        .get("argnums")
-        .and_then(ParamValue::as_ints)
-        .ok_or_else(|| config("the value_and_grad_call has no `argnums`"))?
-        .into_iter()
-        .map(|a| a as usize)
-        .collect();
+    let (primal, call_argnums) = read_call(call)?;
     let argnums = differentiated_args(body, at, &call_argnums, p.num_invariants)?;
     let inputs = (0..body.invars.len())
         .map(|b| loss_input(b, &argnums, p.num_invariants, operands[b]))
@@ -338,4 +327,21 @@ fn replay_where(
         }
     }
     env
+}
+
+/// A `value_and_grad_call` equation's loss program and differentiated argument positions.
+pub(super) fn read_call(call: &Eqn) -> Result<(ClosedJaxpr, Vec<usize>), DriverError> {
+    let primal = match call.params.get("primal") {
+        Some(ParamValue::Jaxpr(j)) => (**j).clone(),
+        _ => return Err(config("the value_and_grad_call has no `primal` program")),
+    };
+    let argnums = call
+        .params
+        .get("argnums")
+        .and_then(ParamValue::as_ints)
+        .ok_or_else(|| config("the value_and_grad_call has no `argnums`"))?
+        .into_iter()
+        .map(|a| a as usize)
+        .collect();
+    Ok((primal, argnums))
 }

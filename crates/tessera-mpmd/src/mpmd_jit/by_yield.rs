@@ -65,18 +65,7 @@ fn find_call(jaxpr: &Jaxpr) -> Result<Call<'_>, DriverError> {
         )));
     };
     let eqn = &jaxpr.eqns[index];
-    let loss = match eqn.params.get("primal") {
-        Some(ParamValue::Jaxpr(j)) => (**j).clone(),
-        _ => return Err(config("the value_and_grad_call has no `primal` program")),
-    };
-    let argnums = eqn
-        .params
-        .get("argnums")
-        .and_then(ParamValue::as_ints)
-        .ok_or_else(|| config("the value_and_grad_call has no `argnums`"))?
-        .into_iter()
-        .map(|a| a as usize)
-        .collect();
+    let (loss, argnums) = super::analyze::read_call(eqn)?;
     Ok(Call {
         index,
         eqn,
