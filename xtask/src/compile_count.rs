@@ -99,6 +99,10 @@ pub fn report() {
         log.display()
     ));
     let previous = read(&previous_path());
+    if compiled.is_empty() {
+        println!("this demo compiled nothing: every program came from the cache");
+        return;
+    }
     if previous.is_empty() {
         println!(
             "no previous demo's log to compare with: a second `cargo xtask demo` should load \
