@@ -121,9 +121,7 @@ pub fn report() {
         .filter(|e| before.contains(e.key.as_str()))
         .map(|e| e.name.as_str())
         .collect();
-    if before.is_empty() && compiled.is_empty() {
-        println!("the previous demo compiled nothing either: every program came from the cache");
-    } else if before.is_empty() {
+    if before.is_empty() {
         println!(
             "the previous demo compiled nothing, so there is nothing to compare with (another \
              cache folder, or an emptied one); a second `cargo xtask demo` should load these {} \
