@@ -23,6 +23,7 @@ use super::{PhaseClock, config};
 use crate::array::MpmdArray;
 use crate::driver::DriverError;
 use crate::mesh::MpmdMesh;
+use crate::runtime::trace::unix_now_us;
 use crate::runtime::{PjrtExecutor, TaskTiming, Timings};
 use crate::sharding::MpmdSharding;
 
@@ -231,10 +232,4 @@ fn per_micro_batch(result: Option<DeviceArray>) -> Result<Vec<f64>, DriverError>
     Ok(crate::host::from_host(&host, dtype)
         .map_err(|e| config(e.0))?
         .to_vec())
-}
-
-fn unix_now_us() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64() * 1e6)
 }

@@ -15,7 +15,7 @@ mod options;
 mod pjrt;
 mod plan;
 mod run;
-mod trace;
+pub(crate) mod trace;
 mod transport;
 mod worker;
 

@@ -235,9 +235,7 @@ where
         transfers: Mutex::new(Vec::new()),
         values: Mutex::new(Vec::new()),
         start: Instant::now(),
-        epoch_unix_us: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64() * 1e6),
+        epoch_unix_us: super::trace::unix_now_us(),
     });
     let (done, finished) = mpsc::channel();
     for (group, store) in stores.into_iter().enumerate() {

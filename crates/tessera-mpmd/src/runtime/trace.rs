@@ -4,6 +4,14 @@
 
 use std::collections::BTreeMap;
 
+/// Microseconds since the Unix epoch now (0 if the clock is before it): what
+/// [`Timings::epoch_unix_us`] records.
+pub(crate) fn unix_now_us() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e6)
+}
+
 /// When one task ran, relative to the start of the run.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TaskTiming {
