@@ -330,7 +330,11 @@ impl CompiledPipeline {
             group_of_stage: &group_of_stage,
             local: &local,
         };
-        let tied = TiedAdds::compile(&tied_setup, &mut executor)?;
+        // A plan compiles nothing, its tied parameters' adding programs included.
+        let tied = match options.plan_only {
+            true => TiedAdds::default(),
+            false => TiedAdds::compile(&tied_setup, &mut executor)?,
+        };
         let layouts = Arc::new(value_layouts(&parts, &specs, &built, mesh)?);
         if let Some(p) = &processes {
             let partitioner = format!("{:?}", options.partitioner);
