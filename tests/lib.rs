@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+pub mod mpi_launch;
+
 /// The repository root (the parent of this package's directory).
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -1,20 +1,32 @@
-//! Checkpoints: parameters and optimizer state in `safetensors` files, named by their tree paths,
-//! plus a small JSON manifest (step, seed, data position, model). Each checkpoint is a folder
-//! `step-NNNNNNNN` of a checkpoint directory.
+//! Checkpoints: parameters and optimizer state in `safetensors` files, plus a JSON manifest
+//! (step, seed, data position, model, the run's losses, and the index of every tensor: its dtype,
+//! global shape, and the file and slice of each block it is stored as, with each file's size and
+//! CRC-32). Each checkpoint is a folder `step-NNNNNNNN` of a checkpoint directory.
+//!
+//! One process holding whole tensors calls [`save`]: `params.safetensors` and
+//! `optimizer.safetensors` hold each tensor under its tree path. Processes that each hold part of
+//! the state (the ranks of an MPI job, or the devices of sharded stages) write their blocks with
+//! [`write_part`] and one of them commits with [`commit`] (see [`writer`]'s protocol); [`load`]
+//! assembles every tensor from its blocks, whatever layout wrote them.
 //!
 //! A checkpoint is written to a hidden temporary folder, every file synced, then the folder is
 //! renamed into place and the directory synced: a crash mid-write leaves the previous checkpoints
-//! as they were and a temporary folder that [`latest`] ignores and the next [`save`] removes.
+//! as they were and a temporary folder that [`latest`] ignores and the next save removes.
 
+mod index;
 mod lock;
+mod reader;
+pub mod writer;
 
+pub use index::{BlockRecord, FileRecord, Index, TensorRecord};
 pub use lock::DirLock;
+pub use writer::{Part, Piece, commit, partial_folder, prepare, write_part};
 
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use safetensors::tensor::Dtype;
 use tessera_ir::{Array, DType, ShapedArray};
 
 use crate::error::{NnError, Result};
@@ -65,37 +77,25 @@ fn io_error(path: &Path, what: &str, err: std::io::Error) -> NnError {
     NnError::Checkpoint(format!("{what} {}: {err}", path.display()))
 }
 
-/// Writes a checkpoint into `dir` (created if missing) and returns its folder.
+/// Writes a checkpoint of whole tensors into `dir` (created if missing) and returns its folder.
 pub fn save(
     dir: &Path,
     manifest: &Manifest,
     params: &Tree<Array>,
     opt_state: &Tree<Array>,
 ) -> Result<PathBuf> {
-    fs::create_dir_all(dir).map_err(|e| {
-        io_error(
-            dir,
-            "cannot create the checkpoint directory (is it writable?)",
-            e,
-        )
-    })?;
-    remove_partials(dir)?;
-    let name = format!("step-{:08}", manifest.step);
-    let partial = dir.join(format!(".{name}.partial-{}", std::process::id()));
-    fs::create_dir(&partial).map_err(|e| io_error(&partial, "cannot create", e))?;
-    write_synced(&partial.join(PARAMS_FILE), &encode(params)?)?;
-    write_synced(&partial.join(STATE_FILE), &encode(opt_state)?)?;
-    let text = serde_json::to_vec_pretty(manifest)
-        .map_err(|e| NnError::Checkpoint(format!("cannot encode the manifest: {e}")))?;
-    write_synced(&partial.join(MANIFEST_FILE), &text)?;
-    sync_dir(&partial)?;
-    let target = dir.join(&name);
-    if target.exists() {
-        fs::remove_dir_all(&target).map_err(|e| io_error(&target, "cannot replace", e))?;
-    }
-    fs::rename(&partial, &target).map_err(|e| io_error(&target, "cannot rename into", e))?;
-    sync_dir(dir)?;
-    Ok(target)
+    prepare(dir)?;
+    let pieces: Vec<Piece> = [(Part::Params, params), (Part::Optimizer, opt_state)]
+        .into_iter()
+        .flat_map(|(part, tree)| {
+            tree.paths()
+                .into_iter()
+                .zip(tree.leaves())
+                .map(move |(path, a)| Piece::whole(part, path, a.clone()))
+        })
+        .collect();
+    let index = write_part(dir, manifest.step, 0, 1, &pieces)?;
+    commit(dir, manifest, index)
 }
 
 /// The newest complete checkpoint folder in `dir`, if any.
@@ -121,18 +121,44 @@ pub fn latest(dir: &Path) -> Result<Option<PathBuf>> {
 }
 
 /// Loads the checkpoint in `folder`, checking its tensors against the expected trees: a missing
-/// or extra tensor, or one of another shape or dtype, is an error naming it.
+/// or extra tensor, or one of another shape or dtype, is an error naming it; so is a data file
+/// that is missing, cut short or damaged (its size and CRC-32 are in the manifest).
 pub fn load(
     folder: &Path,
     params: &Tree<ShapedArray>,
     opt_state: &Tree<ShapedArray>,
 ) -> Result<Checkpoint> {
     let manifest = read_manifest(folder)?;
+    let index = read_index(folder)?;
+    if index.is_empty() {
+        return Ok(Checkpoint {
+            manifest,
+            params: reader::decode_whole(&folder.join(PARAMS_FILE), params)?,
+            opt_state: reader::decode_whole(&folder.join(STATE_FILE), opt_state)?,
+        });
+    }
+    index.check()?;
+    let mut files = reader::Files::new(folder, &index);
     Ok(Checkpoint {
         manifest,
-        params: decode(&folder.join(PARAMS_FILE), params)?,
-        opt_state: decode(&folder.join(STATE_FILE), opt_state)?,
+        params: reader::assemble(&mut files, Part::Params, params)?,
+        opt_state: reader::assemble(&mut files, Part::Optimizer, opt_state)?,
     })
+}
+
+/// The index of the checkpoint in `folder`: where each tensor's blocks are (empty for a
+/// checkpoint written before indexes were kept).
+pub fn read_index(folder: &Path) -> Result<Index> {
+    let path = folder.join(MANIFEST_FILE);
+    let text = fs::read(&path).map_err(|e| io_error(&path, "cannot read", e))?;
+    let on_disk: writer::OnDisk = serde_json::from_slice(&text).map_err(|e| {
+        NnError::Checkpoint(format!(
+            "{} is not a checkpoint manifest ({e}). Fix: restore it, or delete the folder to \
+             resume from the checkpoint before it",
+            path.display()
+        ))
+    })?;
+    Ok(on_disk.index)
 }
 
 /// Reads the manifest of the checkpoint `folder` (`step-NNNNNNNN`), naming the file in every
@@ -163,18 +189,6 @@ pub fn read_manifest(folder: &Path) -> Result<Manifest> {
         )));
     }
     Ok(manifest)
-}
-
-fn remove_partials(dir: &Path) -> Result<()> {
-    let entries = fs::read_dir(dir).map_err(|e| io_error(dir, "cannot read", e))?;
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with(".step-") && name.contains(".partial-") {
-            fs::remove_dir_all(entry.path())
-                .map_err(|e| io_error(&entry.path(), "cannot remove the torn checkpoint", e))?;
-        }
-    }
-    Ok(())
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -210,77 +224,8 @@ fn st_dtype(dtype: DType) -> Result<Dtype> {
     })
 }
 
-/// The array's bytes as safetensors stores them (each element little-endian), for the dtypes
-/// checkpoints support.
-fn to_bytes(array: &Array) -> Result<Vec<u8>> {
-    st_dtype(array.dtype())?;
-    Ok(array.to_le_bytes().into_owned())
-}
-
 /// The array of `dtype` and `shape` whose little-endian bytes are `bytes` (exact for every
 /// dtype: the bytes are the array's own).
 fn array_from_bytes(dtype: DType, shape: &[i64], bytes: &[u8]) -> Result<Array> {
     Ok(Array::from_le_bytes(dtype, shape, bytes.to_vec())?)
-}
-
-fn encode(tree: &Tree<Array>) -> Result<Vec<u8>> {
-    let buffers: Vec<(String, DType, Vec<usize>, Vec<u8>)> = tree
-        .paths()
-        .into_iter()
-        .zip(tree.leaves())
-        .map(|(path, a)| {
-            let shape = a.shape().iter().map(|&d| d as usize).collect();
-            Ok((path, a.aval().dtype, shape, to_bytes(a)?))
-        })
-        .collect::<Result<_>>()?;
-    let views = buffers
-        .iter()
-        .map(|(path, dtype, shape, bytes)| {
-            let view = TensorView::new(st_dtype(*dtype)?, shape.clone(), bytes)
-                .map_err(|e| NnError::Checkpoint(format!("tensor `{path}`: {e}")))?;
-            Ok((path.clone(), view))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    safetensors::serialize(views, None)
-        .map_err(|e| NnError::Checkpoint(format!("cannot encode the tensors: {e}")))
-}
-
-fn decode(path: &Path, expected: &Tree<ShapedArray>) -> Result<Tree<Array>> {
-    let bytes = fs::read(path).map_err(|e| io_error(path, "cannot read", e))?;
-    let file = SafeTensors::deserialize(&bytes).map_err(|e| {
-        NnError::Checkpoint(format!("{} is not a safetensors file: {e}", path.display()))
-    })?;
-    let wanted = expected.paths();
-    if let Some(extra) = file
-        .names()
-        .into_iter()
-        .find(|n| !wanted.iter().any(|w| w == n))
-    {
-        return Err(NnError::CheckpointMismatch {
-            file: path.to_path_buf(),
-            tensor: extra.to_owned(),
-            problem: "is in the checkpoint but not in this model".into(),
-        });
-    }
-    expected.try_map(&mut |name, aval| {
-        let mismatch = |problem: String| NnError::CheckpointMismatch {
-            file: path.to_path_buf(),
-            tensor: name.to_owned(),
-            problem,
-        };
-        let view = file
-            .tensor(name)
-            .map_err(|_| mismatch("is missing from the checkpoint".into()))?;
-        let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
-        let dtype = st_dtype(aval.dtype)?;
-        if shape != aval.shape || view.dtype() != dtype {
-            return Err(mismatch(format!(
-                "is {:?}{shape:?} in the checkpoint but {:?}{:?} in this model",
-                view.dtype(),
-                aval.dtype,
-                aval.shape
-            )));
-        }
-        array_from_bytes(aval.dtype, &shape, view.data())
-    })
 }

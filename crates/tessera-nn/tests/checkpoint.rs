@@ -131,7 +131,7 @@ fn a_writer_killed_mid_write_leaves_the_previous_checkpoint_readable() {
             let partial = std::fs::read_dir(&dir)
                 .unwrap()
                 .flatten()
-                .any(|e| e.file_name().to_string_lossy().contains(".partial-"));
+                .any(|e| e.file_name().to_string_lossy().contains(".partial"));
             if partial {
                 break;
             }
@@ -142,7 +142,7 @@ fn a_writer_killed_mid_write_leaves_the_previous_checkpoint_readable() {
         torn |= std::fs::read_dir(&dir)
             .unwrap()
             .flatten()
-            .any(|e| e.file_name().to_string_lossy().contains(".partial-"));
+            .any(|e| e.file_name().to_string_lossy().contains(".partial"));
         // Whatever was interrupted, the newest complete checkpoint loads.
         let newest = latest(&dir).unwrap().unwrap();
         let name = newest.file_name().unwrap().to_string_lossy().into_owned();
@@ -168,7 +168,7 @@ fn a_writer_killed_mid_write_leaves_the_previous_checkpoint_readable() {
     let leftovers = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().contains(".partial-"))
+        .filter(|e| e.file_name().to_string_lossy().contains(".partial"))
         .count();
     assert_eq!(leftovers, 0);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -39,7 +39,7 @@ impl DirLock {
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     let owner = fs::read_to_string(&path).unwrap_or_default();
                     let pid = owner.trim().parse::<u32>().ok();
-                    if pid.is_some_and(is_alive) {
+                    if pid.is_some_and(|pid| alive_after(pid, OWNER_GRACE)) {
                         return Err(held(dir, &path, &owner));
                     }
                     // The owner ended without releasing it (or the file is damaged).
@@ -79,13 +79,40 @@ fn held(dir: &Path, path: &Path, owner: &str) -> NnError {
     ))
 }
 
+/// How long a lock's live owner is given to end: the ranks of a job that crashed may outlive
+/// their launcher by a moment, and a run resumed at once should not be refused for that.
+const OWNER_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether process `pid` still runs after waiting up to `grace` for it to end (no wait for
+/// this process itself).
+fn alive_after(pid: u32, grace: std::time::Duration) -> bool {
+    let began = std::time::Instant::now();
+    while is_alive(pid) {
+        let unknowable = !Path::new("/proc/self").exists();
+        if unknowable || pid == std::process::id() || began.elapsed() >= grace {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
+}
+
 /// Whether process `pid` is running (Linux's /proc; elsewhere every owner counts as running).
 fn is_alive(pid: u32) -> bool {
     let proc_root = Path::new("/proc");
     if !proc_root.join("self").exists() {
         return true;
     }
-    pid == std::process::id() || proc_root.join(pid.to_string()).exists()
+    if pid == std::process::id() {
+        return true;
+    }
+    // A zombie (`Z` in its stat line, after the command's closing parenthesis) has ended.
+    match fs::read_to_string(proc_root.join(pid.to_string()).join("stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
 }
 
 #[cfg(test)]

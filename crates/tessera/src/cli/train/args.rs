@@ -95,9 +95,14 @@ pub struct Args {
     /// Compute the eval loss on the held-out data every N steps and at the last step (0: never).
     #[arg(long, default_value_t = 10)]
     pub eval_every: u64,
-    /// Save parameters and optimizer state here (safetensors and a manifest per checkpoint).
+    /// Save parameters and optimizer state here (safetensors and a manifest per checkpoint;
+    /// under MPI each rank writes the blocks its devices hold, on a shared filesystem).
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
+    /// Write checkpoints on a background thread while training goes on (the state is copied to
+    /// the host first; the next save, and the end of the run, wait for the write).
+    #[arg(long)]
+    pub checkpoint_async: bool,
     /// Save a checkpoint every N steps (and always after the last step); needs
     /// --checkpoint-dir or --resume.
     #[arg(long, value_name = "N")]

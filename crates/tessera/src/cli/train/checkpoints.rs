@@ -1,26 +1,41 @@
 //! Saving and resuming a run: the checkpoint directory is checked before any training, a
 //! resumed run must be of the same model, and checkpoints are written atomically by
-//! `tessera_nn::checkpoint`.
+//! `tessera_nn::checkpoint`, each process writing the blocks it holds ([`super::save_parts`]),
+//! now or in the background.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
-use tessera_ir::{Array, ShapedArray};
+use tessera_ir::ShapedArray;
+use tessera_mpmd::mpi_job::MpiJob;
 use tessera_nn::Tree;
-use tessera_nn::checkpoint::{self, Manifest};
+use tessera_nn::checkpoint::{self, Manifest, Piece};
+
+use super::save_parts::{self, Pending};
 
 /// Where a run saves its checkpoints, and how often.
 pub struct Saver {
     dir: PathBuf,
     every: Option<u64>,
-    /// Held for the whole run: a second run on the same directory is refused.
-    _lock: checkpoint::DirLock,
+    /// Held by rank 0 (the only process of a one-process run) for the whole run: a second run
+    /// on the same directory is refused.
+    _lock: Option<checkpoint::DirLock>,
+    /// Whether saves are written on a background thread.
+    background: bool,
+    /// The background save still being written.
+    pending: Option<Pending>,
 }
 
 impl Saver {
     /// Checks that `dir` is a directory Tessera can write (creating it if needed) before any
     /// training starts, so a run never trains for an hour and then fails to save.
-    pub fn new(dir: &Path, every: Option<u64>) -> anyhow::Result<Saver> {
+    /// Rank 0 (`lock`) takes the directory's lock; `background` writes saves on a thread.
+    pub fn new(
+        dir: &Path,
+        every: Option<u64>,
+        lock: bool,
+        background: bool,
+    ) -> anyhow::Result<Saver> {
         if every == Some(0) {
             bail!("--checkpoint-every 0: save every N steps with N at least 1");
         }
@@ -35,11 +50,15 @@ impl Saver {
                 dir.display()
             );
         }
-        let lock = checkpoint::DirLock::acquire(dir)?;
+        let lock = lock
+            .then(|| checkpoint::DirLock::acquire(dir))
+            .transpose()?;
         Ok(Saver {
             dir: dir.to_path_buf(),
             every,
             _lock: lock,
+            background,
+            pending: None,
         })
     }
 
@@ -70,14 +89,31 @@ impl Saver {
         step == last || self.every.is_some_and(|n| step.is_multiple_of(n))
     }
 
-    /// Saves a checkpoint and returns its folder.
+    /// Saves this process's blocks of a checkpoint (every process of a job calls it). Returns
+    /// the checkpoints committed by this call (on rank 0): this one, or, in the background, the
+    /// previous one, which it waits for first.
     pub fn save(
-        &self,
-        manifest: &Manifest,
-        params: &Tree<Array>,
-        state: &Tree<Array>,
-    ) -> anyhow::Result<PathBuf> {
-        Ok(checkpoint::save(&self.dir, manifest, params, state)?)
+        &mut self,
+        job: Option<&MpiJob>,
+        manifest: Manifest,
+        pieces: Vec<Piece>,
+    ) -> anyhow::Result<Vec<PathBuf>> {
+        let mut committed = self.finish(job)?;
+        match self.background {
+            false => committed.extend(save_parts::save_now(&self.dir, &manifest, job, &pieces)?),
+            true => self.pending = Some(save_parts::start(&self.dir, manifest, job, pieces)?),
+        }
+        Ok(committed)
+    }
+
+    /// Waits for the background save, if one is being written, and commits it.
+    pub fn finish(&mut self, job: Option<&MpiJob>) -> anyhow::Result<Vec<PathBuf>> {
+        match self.pending.take() {
+            None => Ok(Vec::new()),
+            Some(pending) => Ok(save_parts::finish(&self.dir, job, pending)?
+                .into_iter()
+                .collect()),
+        }
     }
 }
 

@@ -25,6 +25,7 @@ mod phases;
 mod progress;
 mod reference;
 pub(super) mod report;
+mod save_parts;
 mod step;
 
 use crate::cli::out::outln;
@@ -35,7 +36,7 @@ use anyhow::{Context, bail};
 use tessera::jit::{from_host, to_host};
 use tessera_ir::{Array, DType};
 use tessera_mpmd::{StepArg, StepResult};
-use tessera_nn::checkpoint::{History, Manifest};
+use tessera_nn::checkpoint::{History, Manifest, Part};
 use tessera_nn::lr::LrSchedule;
 use tessera_nn::optim::{AdamW, Optimizer, Sgd};
 use tessera_pjrt::Client;
@@ -166,6 +167,17 @@ fn starting_point(
     Ok((step, carried, checkpoint.manifest.history))
 }
 
+/// The tree and path of each carried value: parameters, then optimizer state.
+fn carried_names(model: &Model, training: &step::TrainingStep) -> Vec<(Part, String)> {
+    let params = model
+        .param_avals
+        .paths()
+        .into_iter()
+        .map(|p| (Part::Params, p));
+    let state = training.state_avals.paths().into_iter();
+    params.chain(state.map(|p| (Part::Optimizer, p))).collect()
+}
+
 /// The carried values (parameters, then optimizer state) of a step's results, on the host.
 fn carried_on_host(outputs: &[StepResult], like: &[Array]) -> anyhow::Result<Vec<Array>> {
     outputs
@@ -192,12 +204,6 @@ fn run_in(
     let mpmd_dim = layout.mpmd_dim();
     check_args(&args, mpmd_dim)?;
     layout.check_rows(args.batch / args.microbatches)?;
-    if job.is_some() && (args.checkpoint_dir.is_some() || args.resume.is_some()) {
-        bail!(
-            "checkpoints (--checkpoint-dir, --resume) are not supported under MPI yet: each rank \
-             holds only its group's parameters; train in one process to checkpoint"
-        );
-    }
     let choice = config::choose_model(&args)?;
     if args.data.is_some() && matches!(choice, config::ModelChoice::Mlp) {
         bail!("--data trains --model llama or gpt2; the mlp model has its own data");
@@ -216,9 +222,16 @@ fn run_in(
         args.seed,
     )?;
     let save_dir = args.checkpoint_dir.clone().or(args.resume.clone());
-    let saver = save_dir
+    let mut saver = save_dir
         .as_deref()
-        .map(|dir| checkpoints::Saver::new(dir, args.checkpoint_every))
+        .map(|dir| {
+            checkpoints::Saver::new(
+                dir,
+                args.checkpoint_every,
+                super::mpi::is_root(job),
+                args.checkpoint_async,
+            )
+        })
         .transpose()?;
     if let (Some(saver), None) = (&saver, &args.resume) {
         saver.refuse_earlier_run()?;
@@ -234,6 +247,7 @@ fn run_in(
     let n_carried = model.init.len() + training.state_avals.len();
     let data_args = program.jaxpr.invars.len() - n_carried - 1;
     let in_specs = layout.step_specs(&choice, &model.param_avals, opt.as_ref(), data_args)?;
+    let carried_names = carried_names(&model, &training);
     let (start, carried, history) = starting_point(&args, &model, &training, &description)?;
     let (client, mesh) = super::mpi::open(job, plugin, &layout.shape, &layout.mpmd_axis)?;
     let root = super::mpi::is_root(job);
@@ -369,30 +383,25 @@ fn run_in(
         let eval_due = args.eval_every > 0
             && (step_number.is_multiple_of(args.eval_every) || step_number == stop);
         let save_due = saver.as_ref().is_some_and(|s| s.due(step_number, stop));
-        if (eval_due && eval_exe.is_some()) || save_due {
+        if let (true, Some(exe)) = (eval_due, &eval_exe) {
             let now = carried_on_host(&outputs, &carried)?;
-            if let (true, Some(exe)) = (eval_due, &eval_exe) {
-                let eval = eval_loss(&client, exe, &model, &now)?;
-                progress.eval(eval);
-                log.eval_losses.push((step_number, eval));
-                if !args.json {
-                    progress.println(&format!("step {step_number:>4}  eval loss {eval:.6}"))?;
-                }
+            let eval = eval_loss(&client, exe, &model, &now)?;
+            progress.eval(eval);
+            log.eval_losses.push((step_number, eval));
+            if !args.json {
+                progress.println(&format!("step {step_number:>4}  eval loss {eval:.6}"))?;
             }
-            if let (true, Some(saver)) = (save_due, &saver) {
-                let manifest = Manifest {
-                    step: step_number,
-                    seed: args.seed,
-                    data_position: model.data_position(step_number),
-                    model: description.clone(),
-                    history: log.history(),
-                };
-                let n = model.init.len();
-                let params = model.param_avals.unflatten(now[..n].to_vec())?;
-                let state = training.state_avals.unflatten(now[n..].to_vec())?;
-                log.checkpoints
-                    .push(saver.save(&manifest, &params, &state)?);
-            }
+        }
+        if let (true, Some(saver)) = (save_due, &mut saver) {
+            let manifest = Manifest {
+                step: step_number,
+                seed: args.seed,
+                data_position: model.data_position(step_number),
+                model: description.clone(),
+                history: log.history(),
+            };
+            let pieces = save_parts::pieces(&outputs, &carried_names, &carried, root)?;
+            log.checkpoints.extend(saver.save(job, manifest, pieces)?);
         }
         if !jit.is_fused() {
             log.per_step.push(super::timing::calibrate(
@@ -407,6 +416,9 @@ fn run_in(
         weights = outputs.into_iter().map(StepResult::into_arg).collect();
     }
     progress.finish();
+    if let Some(saver) = &mut saver {
+        log.checkpoints.extend(saver.finish(job)?);
+    }
     if job.is_none() {
         let n = model.init.len();
         log.parameter_bytes = Some(report::parameter_bytes(
