@@ -126,3 +126,37 @@ pub fn output(program: &str, args: &[&str]) -> Option<String> {
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
+
+/// "CPU model, N CPUs (nproc)" from `/proc/cpuinfo` and `nproc`.
+pub fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|line| line.starts_with("model name"))
+                .and_then(|line| line.split_once(':'))
+                .map(|(_, name)| name.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cpus = output("nproc", &[]).unwrap_or_else(|| "?".into());
+    format!("{model}, {cpus} CPUs (nproc)")
+}
+
+/// "2026-11-26 22:00 UTC (load average 1.67 at the end)": when, and how busy the machine was
+/// (other jobs share its CPUs).
+pub fn date_and_load() -> String {
+    let date =
+        output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_else(|| "unknown date".into());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(str::to_owned));
+    match load {
+        Some(load) => format!("{date} (load average {load} at the end)"),
+        None => date,
+    }
+}
+
+/// "on AMD EPYC, 2 CPUs (nproc), 2026-11-26 22:00 UTC (load average 1.67 at the end)".
+pub fn machine_and_date() -> String {
+    format!("on {}, {}", machine(), date_and_load())
+}

@@ -287,18 +287,9 @@ pub fn compare() -> anyhow::Result<()> {
 /// Runs the Llama rows ([`crate::llama::run`]) and dates them.
 fn llama_section(root: &Path, python: &Path) -> anyhow::Result<crate::llama::LlamaSection> {
     let (jax, rows) = crate::llama::run(root, python)?;
-    let date = cmd::output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])
-        .unwrap_or_else(|| "unknown date".into());
-    // How busy the machine was: other jobs share its CPUs.
-    let load = fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|text| text.split_whitespace().next().map(str::to_owned));
     Ok(crate::llama::LlamaSection {
-        machine: machine(),
-        date: match load {
-            Some(load) => format!("{date} (load average {load} at the end)"),
-            None => date,
-        },
+        machine: cmd::machine(),
+        date: cmd::date_and_load(),
         jax,
         rows,
     })
@@ -579,21 +570,6 @@ fn run_jax(root: &Path, python: &Path) -> anyhow::Result<JaxResults> {
         );
     }
     Ok(results)
-}
-
-/// "CPU model, N CPUs (nproc)" from `/proc/cpuinfo` and `nproc`.
-fn machine() -> String {
-    let model = fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|line| line.starts_with("model name"))
-                .and_then(|line| line.split_once(':'))
-                .map(|(_, name)| name.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cpus = cmd::output("nproc", &[]).unwrap_or_else(|| "?".into());
-    format!("{model}, {cpus} CPUs (nproc)")
 }
 
 /// "fastatomstruct-xla-cpu 2026.6.23 (`zml-cpu`, PJRT C API 0.106)": the default CPU plugin.

@@ -3,6 +3,7 @@
 //! Every command says what it is doing. `setup` is idempotent: a second run checks what is
 //! installed and skips it.
 
+mod checkpoint_bench;
 mod cmd;
 mod compile_count;
 mod demo;
@@ -52,6 +53,10 @@ enum Command {
         /// section of docs/benchmarks.md.
         #[arg(long, requires = "compare_jax")]
         llama_only: bool,
+        /// Only what saving a checkpoint every step costs (background and synchronous saves
+        /// against none), replacing its section of docs/benchmarks.md.
+        #[arg(long, conflicts_with = "compare_jax")]
+        checkpoints: bool,
     },
     /// Write DIR: the stripped release binary (xz), the shared libraries a GPU machine may lack,
     /// JAX's side of the Llama benchmark, JAX's oracle programs and DIR/run.sh, which runs them
@@ -71,7 +76,8 @@ fn main() -> ExitCode {
         Command::Bench {
             compare_jax,
             llama_only,
-        } => bench(compare_jax, llama_only),
+            checkpoints,
+        } => bench(compare_jax, llama_only, checkpoints),
         Command::GpuBundle { dir } => gpu_bundle::run(&dir).map(|()| ExitCode::SUCCESS),
     };
     match result {
@@ -83,8 +89,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn bench(compare_jax: bool, llama_only: bool) -> anyhow::Result<ExitCode> {
+fn bench(compare_jax: bool, llama_only: bool, checkpoints: bool) -> anyhow::Result<ExitCode> {
     setup::run()?;
+    if checkpoints {
+        cmd::step("bench: what a checkpoint every step costs (docs/benchmarks.md)");
+        checkpoint_bench::run(&cmd::workspace_root())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if llama_only {
         cmd::step("bench: the Llama rows against JAX (docs/benchmarks.md)");
         jax::compare_llama_only()?;

@@ -1,5 +1,7 @@
 //! The demo's multi-process step: the byte-level GPT trained by `mpirun -n 4` (one rank per MPMD
-//! group, 2 devices each) and by one process, their losses compared bit for bit.
+//! group, 2 devices each) and by one process, their losses compared bit for bit. The job saves
+//! a checkpoint after step 5 (each rank writing its group's blocks, in the background) and stops,
+//! then a second job resumes from it for steps 6 to 10.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -70,13 +72,45 @@ pub fn run() -> anyhow::Result<()> {
     one.args(TRAIN);
     crate::compile_count::attach(&mut one);
     let alone = losses(&mut one, "the one-process run")?;
-    let mut mpirun = Command::new("mpirun");
-    crate::compile_count::attach(&mut mpirun);
-    mpirun
-        .args(["--allow-run-as-root", "--oversubscribe", "-n", "4"])
-        .arg(&bin)
-        .args(TRAIN);
-    let job = losses(&mut mpirun, "the 4-rank MPI job")?;
+    let dir = cmd::workspace_root().join("target/demo-mpi-checkpoints");
+    let _ = std::fs::remove_dir_all(&dir);
+    let job_run = |extra: &[&str], what: &str| {
+        let mut mpirun = Command::new("mpirun");
+        crate::compile_count::attach(&mut mpirun);
+        mpirun
+            .args(["--allow-run-as-root", "--oversubscribe", "-n", "4"])
+            .arg(&bin)
+            .args(TRAIN)
+            .args(extra);
+        losses(&mut mpirun, what)
+    };
+    let d = dir.to_string_lossy().into_owned();
+    let save = [
+        "--checkpoint-dir",
+        &d,
+        "--checkpoint-every",
+        "5",
+        "--stop-after",
+        "5",
+    ];
+    let mut job = job_run(
+        &[&save[..], &["--checkpoint-async"]].concat(),
+        "the 4-rank MPI job's first 5 steps",
+    )?;
+    let saved = dir.join("step-00000005");
+    let files = std::fs::read_dir(&saved)
+        .with_context(|| format!("the job saved no checkpoint {}", saved.display()))?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".safetensors"))
+        .count();
+    println!(
+        "the job saved {} after step 5: {files} files, each rank writing the blocks its group holds",
+        saved.display()
+    );
+    job.extend(job_run(
+        &["--resume", &d],
+        "the 4-rank MPI job resumed for steps 6 to 10",
+    )?);
     for (step, (a, b)) in alone.iter().zip(&job).enumerate() {
         println!(
             "step {:>3}  one process {a:.9}  4 MPI ranks {b:.9}",
@@ -91,6 +125,9 @@ pub fn run() -> anyhow::Result<()> {
     if !same {
         bail!("the 4-rank MPI job's losses differ from the one-process run's");
     }
-    println!("the 4-rank MPI job's losses equal the one-process run's bit for bit");
+    println!(
+        "the 4-rank MPI job's losses (saved after step 5 and resumed) equal the one-process run's \
+         bit for bit"
+    );
     Ok(())
 }

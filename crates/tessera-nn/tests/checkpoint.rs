@@ -173,3 +173,129 @@ fn a_writer_killed_mid_write_leaves_the_previous_checkpoint_readable() {
     assert_eq!(leftovers, 0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A saved checkpoint of a small Llama and its trees' avals.
+fn saved(name: &str) -> (PathBuf, PathBuf, DecoderConfig) {
+    let dir = scratch(name);
+    let config = DecoderConfig::llama(16, 2, 8, 2, 4);
+    let params = config.init(3).unwrap();
+    let folder = save(&dir, &manifest(4), &params, &Tree::Node(Vec::new())).unwrap();
+    (dir, folder, config)
+}
+
+fn load_error(folder: &Path, config: &DecoderConfig) -> String {
+    load(folder, &config.avals(), &Tree::Node(Vec::new()))
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn a_missing_cut_short_or_damaged_file_is_refused_naming_it_and_a_tensor() {
+    let (dir, folder, config) = saved("damaged");
+    let file = folder.join("params.safetensors");
+    let good = std::fs::read(&file).unwrap();
+    let names_it = |err: &str, problem: &str| {
+        assert!(
+            err.contains("params.safetensors")
+                && err.contains("(holding tensor `")
+                && err.contains(problem),
+            "{err}"
+        );
+    };
+
+    std::fs::write(&file, &good[..good.len() - 10]).unwrap();
+    names_it(&load_error(&folder, &config), "cut short");
+
+    let mut flipped = good.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 0x40;
+    std::fs::write(&file, &flipped).unwrap();
+    names_it(&load_error(&folder, &config), "CRC-32");
+
+    std::fs::remove_file(&file).unwrap();
+    names_it(&load_error(&folder, &config), "cannot be read");
+
+    // A damaged header whose size and CRC-32 the manifest was made to agree with.
+    let mut garbled = good.clone();
+    garbled[8..16].copy_from_slice(b"not json");
+    std::fs::write(&file, &garbled).unwrap();
+    let manifest_path = folder.join("manifest.json");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    m["files"]["params.safetensors"]["crc32"] = crc32(&garbled).into();
+    std::fs::write(&manifest_path, m.to_string()).unwrap();
+    names_it(&load_error(&folder, &config), "not a safetensors file");
+
+    // A manifest whose blocks do not cover a tensor.
+    std::fs::write(&file, &good).unwrap();
+    m["files"]["params.safetensors"]["crc32"] = crc32(&good).into();
+    let blocks = &mut m["tensors"]["params/head.w"]["blocks"][0]["shape"];
+    *blocks = serde_json::json!([8, 8]);
+    std::fs::write(&manifest_path, m.to_string()).unwrap();
+    let err = load_error(&folder, &config);
+    assert!(
+        err.contains("`params/head.w`") && err.contains("not stored whole"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// CRC-32 (IEEE), bit by bit: an independent check of the one the writer records.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[test]
+fn blocks_written_by_several_writers_load_as_the_whole_tensors() {
+    use tessera_nn::checkpoint::{Part, Piece, commit, prepare, write_part};
+    let dir = scratch("parts");
+    let w = Array::new(DType::F32, &[4, 6], (0..24).map(f64::from).collect()).unwrap();
+    let b = Array::new(
+        DType::F32,
+        &[6],
+        (0..6).map(|i| f64::from(i) * 0.5).collect(),
+    )
+    .unwrap();
+    // Writer 0 holds the left columns of `w`, writer 1 the right ones and all of `b`.
+    let columns = |from: usize| {
+        let values: Vec<f64> = (0..4)
+            .flat_map(|r| (from..from + 3).map(move |c| f64::from((r * 6 + c) as u32)))
+            .collect();
+        Array::new(DType::F32, &[4, 3], values).unwrap()
+    };
+    let piece = |start: i64, data: Array| Piece {
+        part: Part::Params,
+        path: "w".into(),
+        global_shape: vec![4, 6],
+        start: vec![0, start],
+        data,
+    };
+    prepare(&dir).unwrap();
+    let mut index = write_part(&dir, 9, 0, 2, &[piece(0, columns(0))]).unwrap();
+    let right = [
+        piece(3, columns(3)),
+        Piece::whole(Part::Params, "b", b.clone()),
+    ];
+    index
+        .merge(write_part(&dir, 9, 1, 2, &right).unwrap())
+        .unwrap();
+    // Nothing is visible until the commit.
+    assert_eq!(latest(&dir).unwrap(), None);
+    let folder = commit(&dir, &manifest(9), index).unwrap();
+    let avals = Tree::node([("b", Tree::Leaf(b.aval())), ("w", Tree::Leaf(w.aval()))]);
+    let back = load(&folder, &avals, &Tree::Node(Vec::new())).unwrap();
+    assert_eq!(back.params.leaf("w").unwrap().to_vec(), w.to_vec());
+    assert_eq!(back.params.leaf("b").unwrap().to_vec(), b.to_vec());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -195,6 +195,14 @@ pub struct Finish<'a> {
     pub json: bool,
     pub losses: &'a [f64],
     pub reference_losses: &'a [f64],
+    /// The step numbers of `losses` (a resumed run starts past 1).
+    pub steps: &'a [u64],
+    /// The whole run's losses from step 1, across resumes.
+    pub history: &'a tessera_nn::checkpoint::History,
+    /// The checkpoints this invocation committed (on rank 0).
+    pub checkpoints: &'a [std::path::PathBuf],
+    /// Where the loss curve was written.
+    pub plot: Option<&'a std::path::Path>,
     /// Every step's timings of this rank's group.
     pub timings: &'a [Timings],
     pub pipeline: &'a tessera_mpmd::driver::CompiledPipeline,
@@ -250,8 +258,13 @@ pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
             "microbatches": f.microbatches,
             "devices": f.devices,
             "processes": job.size(),
+            "first_step": f.steps.first(),
+            "steps": f.steps,
             "losses": f.losses,
             "reference_losses": f.reference_losses,
+            "history": f.history,
+            "checkpoints": f.checkpoints,
+            "plot": f.plot,
             "final_loss": f.losses.last(),
             "reference_loss": f.reference_losses.last(),
             "max_relative_difference": max_diff,

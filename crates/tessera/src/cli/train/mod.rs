@@ -414,6 +414,8 @@ fn run_in(
         }
         log.timings = Some(run.timings);
         weights = outputs.into_iter().map(StepResult::into_arg).collect();
+        log.iteration_ms
+            .push(step_began.elapsed().as_secs_f64() * 1000.0);
     }
     progress.finish();
     if let Some(saver) = &mut saver {
@@ -427,7 +429,16 @@ fn run_in(
         )?);
     }
     if let Some(job) = job {
+        let history = log.history();
+        let plot = match root {
+            true => write_plot(&args, saver.as_ref(), &history)?,
+            false => None,
+        };
         let finish = super::mpi::Finish {
+            steps: &log.steps,
+            history: &history,
+            checkpoints: &log.checkpoints,
+            plot: plot.as_deref(),
             model: config::name(&choice),
             schedule: &args.schedule,
             stages: args.stages,
@@ -497,6 +508,8 @@ struct RunLog {
     tolerance: f64,
     /// Where each step's time went.
     step_times: Vec<phases::StepTime>,
+    /// Each step's whole iteration, evaluation and saving included.
+    iteration_ms: Vec<f64>,
     /// The parameters' bytes per group and device after the last step.
     parameter_bytes: Option<serde_json::Value>,
 }
@@ -511,6 +524,28 @@ impl RunLog {
         whole.eval_losses.extend(self.eval_losses.iter().copied());
         whole
     }
+}
+
+/// Writes the loss curve of the whole run (from step 1, across resumes) to `--plot` or the
+/// checkpoint directory; returns where.
+fn write_plot(
+    args: &Args,
+    saver: Option<&checkpoints::Saver>,
+    whole: &History,
+) -> anyhow::Result<Option<PathBuf>> {
+    let plot = args
+        .plot
+        .clone()
+        .or_else(|| saver.map(|s| s.dir().join("loss.svg")));
+    if let Some(path) = &plot {
+        let title = format!(
+            "tessera train --model {}",
+            args.model.as_deref().unwrap_or("mlp")
+        );
+        tessera::plot::loss_curve_svg(path, &title, &whole.losses, &whole.eval_losses)?;
+        outln!("loss curve: {}", path.display())?;
+    }
+    Ok(plot)
 }
 
 /// Prints the run's figures, writes the loss curve, and gives the exit status: success when
@@ -533,19 +568,7 @@ fn finish(
     let tokens_per_step = f64::from(args.batch) * model.tokens_per_example as f64;
     let tokens_per_second = tokens_per_step / (report::settled_median(&log.step_ms) / 1000.0);
     let throughput = report::throughput(client, tokens_per_second, model.flops_per_token)?;
-    let plot = args
-        .plot
-        .clone()
-        .or_else(|| saver.map(|s| s.dir().join("loss.svg")));
-    if let Some(path) = &plot {
-        let whole = log.history();
-        let title = format!(
-            "tessera train --model {}",
-            args.model.as_deref().unwrap_or("mlp")
-        );
-        tessera::plot::loss_curve_svg(path, &title, &whole.losses, &whole.eval_losses)?;
-        outln!("loss curve: {}", path.display())?;
-    }
+    let plot = write_plot(args, saver, &log.history())?;
     if let Some(path) = &args.trace {
         std::fs::write(path, timings.to_chrome_trace())
             .with_context(|| format!("writing {}", path.display()))?;
@@ -578,6 +601,7 @@ fn finish(
         "makespan_ms": figures.makespan_ms,
         "predicted_makespan_ms": figures.predicted_ms,
         "step_wall_ms": log.step_ms.last(),
+        "iteration_ms": log.iteration_ms,
         "step_phases_ms": median_step.map(phases::StepTime::to_json),
         "order_matches_schedule": figures.orders_match,
         "tokens_per_second": throughput.tokens_per_second,
