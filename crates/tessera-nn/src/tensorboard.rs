@@ -307,10 +307,13 @@ pub fn read_events(path: &Path) -> Result<Vec<Event>, EventFileError> {
         })
 }
 
+/// Where a damaged record starts, and what is wrong with it.
+type Damage = (u64, String);
+
 /// Splits `bytes` into the data of its TFRecord records (each with the offset it starts at),
 /// checking both checksums of each; an error names the offset of the bad record and what is
 /// wrong.
-fn decode_records(bytes: &[u8]) -> Result<Vec<(u64, &[u8])>, (u64, String)> {
+fn decode_records(bytes: &[u8]) -> Result<Vec<(u64, &[u8])>, Damage> {
     let mut records = Vec::new();
     let mut at = 0usize;
     while at < bytes.len() {
