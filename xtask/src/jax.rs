@@ -442,18 +442,24 @@ fn average_tessera(rounds: &[TesseraResults]) -> TesseraResults {
 
 /// Makes `target/jax-venv/` if it is missing or broken, and returns its Python.
 pub fn ensure_venv(root: &Path) -> anyhow::Result<PathBuf> {
-    let venv = root.join(VENV_DIR);
+    ensure_venv_at(root, VENV_DIR, "bench")
+}
+
+/// Makes the virtual environment `dir` (relative to `root`) if it is missing or broken, and
+/// returns its Python; `command` (e.g. `bench`) begins the lines that say what it does.
+pub fn ensure_venv_at(root: &Path, dir: &str, command: &str) -> anyhow::Result<PathBuf> {
+    let venv = root.join(dir);
     let python = venv.join("bin").join("python");
     if python.is_file() && cmd::output(&python.to_string_lossy(), &["--version"]).is_some() {
         step(&format!(
-            "bench: Python virtual environment {} exists (skipped)",
+            "{command}: Python virtual environment {} exists (skipped)",
             venv.display()
         ));
         return Ok(python);
     }
     if venv.exists() {
         step(&format!(
-            "bench: {} is broken (its Python does not run); making it anew",
+            "{command}: {} is broken (its Python does not run); making it anew",
             venv.display()
         ));
         fs::remove_dir_all(&venv)
@@ -461,7 +467,7 @@ pub fn ensure_venv(root: &Path) -> anyhow::Result<PathBuf> {
     }
     ensure_venv_module()?;
     step(&format!(
-        "bench: making a Python virtual environment in {}",
+        "{command}: making a Python virtual environment in {}",
         venv.display()
     ));
     cmd::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
@@ -479,8 +485,8 @@ fn ensure_venv_module() -> anyhow::Result<()> {
     let has_venv = || cmd::output("python3", &["-c", "import venv, ensurepip"]).is_some();
     if cmd::output("python3", &["--version"]).is_none() {
         bail!(
-            "python3 was not found; JAX runs in a Python virtual environment. Install it: \
-             apt-get install python3 python3-venv"
+            "python3 was not found; JAX and TensorBoard run in Python virtual environments. Install \
+             it: apt-get install python3 python3-venv"
         );
     }
     if has_venv() {

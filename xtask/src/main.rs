@@ -17,6 +17,7 @@ mod mpi_demo;
 mod plugin;
 mod setup;
 mod synthetic;
+mod tensorboard;
 mod test;
 
 use std::path::PathBuf;
@@ -34,7 +35,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Install what the build and the tests need (MLIR 22 from Debian, the PJRT CPU plugins).
+    /// Install what the build and the tests need (MLIR 22 from Debian, the PJRT CPU plugins,
+    /// a pinned TensorBoard in target/tb-venv).
     Setup(setup::Args),
     /// Run `setup`, then every test of the workspace, ending with `N passed, M failed`.
     Test {

@@ -1,5 +1,5 @@
 //! `cargo xtask setup`: MLIR 22 and Open MPI from Debian's packages, then the PJRT plugins from
-//! PyPI.
+//! PyPI, and a pinned `tensorboard` in `target/tb-venv/` for `tests/tensorboard.rs`.
 
 use std::process::Command;
 
@@ -50,6 +50,7 @@ pub fn run_with(args: &Args) -> anyhow::Result<()> {
     if args.cuda {
         crate::plugin::install_cuda()?;
     }
+    crate::tensorboard::ensure(&cmd::workspace_root())?;
     step("setup: done");
     Ok(())
 }

@@ -1,5 +1,7 @@
-//! `cargo xtask test`: setup, then every test of the workspace (unit, integration, doc tests and
-//! the oracle runners), ending with one `N passed, M failed` line summed over all test binaries.
+//! `cargo xtask test`: setup (which installs the pinned TensorBoard that `tests/tensorboard.rs`
+//! reads event files with; its Python is passed in `TESSERA_TENSORBOARD_PYTHON`), then every test
+//! of the workspace (unit, integration, doc tests and the oracle runners), ending with one
+//! `N passed, M failed` line summed over all test binaries.
 
 use std::io::{BufRead, BufReader};
 use std::process::{ExitCode, Stdio};
@@ -60,6 +62,10 @@ pub fn run(extra: &[String]) -> anyhow::Result<ExitCode> {
     step("test: cargo test --workspace --no-fail-fast");
     let mut child = cmd::cargo_command(&["test", "--workspace", "--no-fail-fast"])
         .args(extra)
+        .env(
+            crate::tensorboard::PYTHON_VAR,
+            crate::tensorboard::python(&cmd::workspace_root()),
+        )
         .stdout(Stdio::piped())
         .spawn()
         .context("could not start cargo test")?;

@@ -17,6 +17,8 @@
 //!   function of a position (so a resumed run sees the same batches).
 //! - [`checkpoint`]: parameters and optimizer state in `safetensors` files with a manifest,
 //!   written atomically (a crash mid-write never leaves a torn checkpoint).
+//! - [`tensorboard`]: scalars (losses, learning rate, throughput) as TensorBoard event files,
+//!   and a reader that checks them.
 //! - [`toy`]: a small teacher-student `tanh` network for trying pipelines quickly.
 //!
 //! Everything here builds programs with `tessera_ir::trace`; running them (interpreted, under
@@ -31,6 +33,7 @@ pub mod layers;
 pub mod lr;
 pub mod optim;
 pub mod parallel;
+pub mod tensorboard;
 pub mod toy;
 mod tree;
 mod trees;

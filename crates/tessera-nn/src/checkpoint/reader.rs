@@ -64,7 +64,7 @@ impl<'a> Files<'a> {
                 record.bytes
             )));
         }
-        let crc = crc32fast::hash(&bytes);
+        let crc = super::index::crc32(&bytes);
         if crc != record.crc32 {
             return Err(damaged(format!(
                 "has CRC-32 {crc:08x} but the manifest says {:08x}: its bytes are damaged",

@@ -147,7 +147,7 @@ pub fn write_part(
             file.clone(),
             FileRecord {
                 bytes: bytes.len() as u64,
-                crc32: crc32fast::hash(&bytes),
+                crc32: super::index::crc32(&bytes),
             },
         );
         for piece in mine {

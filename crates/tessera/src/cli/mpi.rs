@@ -82,7 +82,7 @@ pub fn check_same_config(job: &MpiJob, args: &super::train::Args) -> anyhow::Res
     if let Some(fields) = config.as_object_mut() {
         // Output files only matter on rank 0; the data file may lie elsewhere on each host,
         // so its bytes are compared instead of its path.
-        for field in ["trace", "plot", "json", "data"] {
+        for field in ["trace", "plot", "tensorboard", "json", "data"] {
             fields.remove(field);
         }
         let data_sha256 = args

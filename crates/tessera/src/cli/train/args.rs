@@ -115,6 +115,11 @@ pub struct Args {
     /// directory when there is one).
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    /// Write the run's scalars (train and eval loss, learning rate, tokens per second, step
+    /// time, peak bytes per group) as TensorBoard event files here; a resumed run adds a new
+    /// file, so `tensorboard --logdir DIR` shows the whole run.
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard: Option<PathBuf>,
     /// The seed of the initial parameters.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

@@ -27,6 +27,7 @@ mod reference;
 pub(super) mod report;
 mod save_parts;
 mod step;
+mod tensorboard_log;
 
 use crate::cli::out::outln;
 use std::path::PathBuf;
@@ -211,6 +212,7 @@ fn run_in(
     let opt = optimizer(&args.optimizer)?;
     config::check_memory(&choice, &args.optimizer)?;
     check_output_paths(&args)?;
+    tensorboard_log::check(&args, super::mpi::is_root(job))?;
     let description = config::describe(&choice, &args.optimizer);
     let rows = i64::from(args.batch / args.microbatches);
     let model = Model::new(
@@ -312,6 +314,7 @@ fn run_in(
         tolerance,
         ..RunLog::default()
     };
+    let mut board = tensorboard_log::Board::open(&args, root, job.is_some())?;
     let mut progress = Progress::new(start + 1, last, root);
     for step_index in start..stop {
         let step_number = step_index + 1;
@@ -413,6 +416,7 @@ fn run_in(
             log.job_timings.push(run.timings.clone());
         }
         log.timings = Some(run.timings);
+        board.step(&log, &jit, step_number == stop, lr, tokens_per_step)?;
         weights = outputs.into_iter().map(StepResult::into_arg).collect();
         log.iteration_ms
             .push(step_began.elapsed().as_secs_f64() * 1000.0);
