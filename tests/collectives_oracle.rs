@@ -152,3 +152,35 @@ fn a_ppermute_over_axes_named_out_of_mesh_order_numbers_devices_as_jax_lowers_it
     let got = tessera::jit::run_spmd(&client, &program, &[x]).unwrap();
     assert_eq!(got[0].to_vec(), want, "devices");
 }
+
+#[test]
+fn pshuffle_and_pswapaxes_run_on_pjrt_as_on_the_interpreter() {
+    use tessera_ir::{Array, DType, ShapedArray};
+    use tessera_sharding::{AbstractMesh, PartitionSpec};
+    let mesh = AbstractMesh::auto(&[("x", 4)]).unwrap();
+    let spec = PartitionSpec::parse("P('x')").unwrap();
+    let program = tessera_ir::trace::shard_map_program(
+        &mesh,
+        std::slice::from_ref(&spec),
+        &[spec.clone(), spec.clone()],
+        &[ShapedArray::new(DType::F32, &[4, 4])],
+        |a| vec![a[0].pshuffle("x", &[3, 2, 0, 1]), a[0].pswapaxes("x", 1)],
+    )
+    .unwrap();
+    let x = Array::new(DType::F32, &[4, 4], (0..16).map(f64::from).collect()).unwrap();
+    let client = tessera_pjrt::Client::cpu(4).unwrap();
+    let got = tessera::jit::run_spmd(&client, &program, std::slice::from_ref(&x)).unwrap();
+    let interp = tessera_ir::interp::eval_closed(&program, &[x]).unwrap();
+    // Device i holds row i; pshuffle gives it row perm[i]; pswapaxes gives it column i.
+    let rows: Vec<f64> = [3, 2, 0, 1]
+        .iter()
+        .flat_map(|&r| (0..4).map(move |c| f64::from(r * 4 + c)))
+        .collect();
+    let columns: Vec<f64> = (0..4)
+        .flat_map(|c| (0..4).map(move |r| f64::from(r * 4 + c)))
+        .collect();
+    assert_eq!(got[0].to_vec(), rows);
+    assert_eq!(got[1].to_vec(), columns);
+    assert_eq!(interp[0].to_vec(), rows);
+    assert_eq!(interp[1].to_vec(), columns);
+}

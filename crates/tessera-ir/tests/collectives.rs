@@ -431,3 +431,38 @@ fn pbroadcast_within_index_groups_transposes_to_each_groups_source() {
     let grad = eval_closed(&vjp(&program).unwrap(), &[t, ct]).unwrap();
     assert_eq!(grad[0].to_vec(), vec![0.0, 5.0, 0.0, 5.0]);
 }
+
+#[test]
+fn pshuffle_takes_each_devices_value_from_its_source() {
+    // Device i receives the block of device perm[i].
+    let got = run_1d(4, &iota(&[4]), "P('x')", |x| x.pshuffle("x", &[2, 0, 3, 1]));
+    assert_eq!(got, vec![2.0, 0.0, 3.0, 1.0]);
+    let err = error_of(shard_map_program(
+        &mesh(&[("x", 4)]),
+        &[spec("P('x')")],
+        &[spec("P('x')")],
+        &[f32(&[4])],
+        |a| vec![a[0].pshuffle("x", &[0, 0, 1, 2])],
+    ));
+    assert!(err.contains("is not a permutation"), "{err}");
+}
+
+#[test]
+fn pswapaxes_swaps_the_device_axis_with_a_dimension() {
+    // 3 devices, each a [1, 3] block of a [3, 3] array: device d holds row d. Swapping the
+    // device axis with dimension 1 gives device d column d of the array (as a row).
+    let input = iota(&[3, 3]);
+    let got = run_1d(3, &input, "P('x')", |x| x.pswapaxes("x", 1));
+    assert_eq!(got, vec![0.0, 3.0, 6.0, 1.0, 4.0, 7.0, 2.0, 5.0, 8.0]);
+    // The same as all_to_all over that axis, untiled; gradients flow back.
+    let same = run_1d(3, &input, "P('x')", |x| x.all_to_all("x", 1, 1, false));
+    assert_eq!(got, same);
+    let err = error_of(shard_map_program(
+        &mesh(&[("x", 3)]),
+        &[spec("P('x')")],
+        &[spec("P('x')")],
+        &[f32(&[3, 2])],
+        |a| vec![a[0].pswapaxes("x", 1)],
+    ));
+    assert!(err.contains("of size 3"), "{err}");
+}

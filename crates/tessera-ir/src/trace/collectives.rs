@@ -1,6 +1,6 @@
 //! The tracing API of `shard_map` and the collectives (JAX's `lax.parallel`): `psum`, `pmean`,
-//! `pmax`, `pmin`, `pargmax`, `pargmin`, `all_gather`, `psum_scatter`, `ppermute`,
-//! `all_to_all`, `axis_index`, `axis_size`, `pbroadcast`, `pvary`, and `pmap` as sugar over a
+//! `pmax`, `pmin`, `pargmax`, `pargmin`, `all_gather`, `psum_scatter`, `ppermute`, `pshuffle`,
+//! `all_to_all`, `pswapaxes`, `axis_index`, `axis_size`, `pbroadcast`, `pvary`, and `pmap` as sugar over a
 //! one-axis `shard_map`. The one-axis forms have `_over` forms taking several axes (JAX's
 //! `axis_name=('x', 'y')`: devices indexed row-major over the axes as named, except that
 //! `ppermute` numbers each group's devices in mesh order, as JAX's lowering does) and, where
@@ -199,6 +199,39 @@ impl Tensor {
             .with("axis_name", names(axes))
             .with("perm", perm);
         Tensor::bind1(Prim::Ppermute, params, &[&self.pvary(axes)])
+    }
+
+    /// [`Tensor::ppermute`] with the permutation given as sources: the device at index `i`
+    /// along `axis_name` receives the value of the device at index `perm[i]` (JAX's
+    /// `pshuffle`). `perm` must hold every index `0..perm.len()` once.
+    pub fn pshuffle(&self, axis_name: &str, perm: &[i64]) -> Tensor {
+        let mut sorted = perm.to_vec();
+        sorted.sort_unstable();
+        if !sorted.iter().copied().eq(0..perm.len() as i64) {
+            return self.fail(
+                "pshuffle",
+                format!(
+                    "`perm` {perm:?} is not a permutation: it must hold each of 0..{} once \
+                     (entry i names the device whose value device i receives)",
+                    perm.len()
+                ),
+            );
+        }
+        let pairs: Vec<(i64, i64)> = perm.iter().zip(0..).map(|(&s, t)| (s, t)).collect();
+        self.ppermute(axis_name, &pairs)
+    }
+
+    /// Swaps the device axis `axis_name` with dimension `axis` of the value, whose size must be
+    /// the number of devices along `axis_name` (JAX's `pswapaxes`: an untiled
+    /// [`Tensor::all_to_all`] with `split_axis` and `concat_axis` both `axis`). The shape is
+    /// unchanged: device `d` receives entry `d` of `axis` from every device, in device order.
+    pub fn pswapaxes(&self, axis_name: &str, axis: i64) -> Tensor {
+        self.pswapaxes_over(&[axis_name], None, axis)
+    }
+
+    /// [`Tensor::pswapaxes`] over several axes, within `axis_index_groups` where given.
+    pub fn pswapaxes_over(&self, axes: &[&str], groups: Option<&[Vec<i64>]>, axis: i64) -> Tensor {
+        self.all_to_all_over(axes, groups, axis, axis, false)
     }
 
     /// Splits `split_axis` into one chunk per device of `axis_name` and concatenates the chunks
