@@ -184,3 +184,48 @@ fn pshuffle_and_pswapaxes_run_on_pjrt_as_on_the_interpreter() {
     assert_eq!(interp[0].to_vec(), rows);
     assert_eq!(interp[1].to_vec(), columns);
 }
+
+#[test]
+fn grouped_reductions_and_an_index_over_several_axes_run_on_pjrt_as_on_the_interpreter() {
+    use tessera_ir::trace::Tensor;
+    use tessera_ir::{Array, DType, ShapedArray};
+    use tessera_sharding::{AbstractMesh, PartitionSpec};
+    let groups = vec![vec![0, 3], vec![1, 2]];
+    let mesh = AbstractMesh::auto(&[("x", 2), ("y", 2)]).unwrap();
+    let spec = PartitionSpec::parse("P(('x', 'y'))").unwrap();
+    let program = tessera_ir::trace::shard_map_program(
+        &mesh,
+        std::slice::from_ref(&spec),
+        &vec![spec.clone(); 5],
+        &[ShapedArray::new(DType::F32, &[4])],
+        |a| {
+            let xy = ["x", "y"];
+            // Out of mesh order: y is the slow axis here.
+            let yx = Tensor::axis_index_over(&a[0], &["y", "x"]).astype(DType::F32);
+            vec![
+                a[0].psum_in_groups(&xy, &groups),
+                a[0].pmax_in_groups(&xy, &groups),
+                a[0].pmean_in_groups(&xy, &groups),
+                yx.broadcast_to(&[1]),
+                a[0].pbroadcast_over(&xy, 2),
+            ]
+        },
+    )
+    .unwrap();
+    let x = Array::new(DType::F32, &[4], vec![1.0, 5.0, 2.0, 7.0]).unwrap();
+    let client = tessera_pjrt::Client::cpu(4).unwrap();
+    let got = tessera::jit::run_spmd(&client, &program, std::slice::from_ref(&x)).unwrap();
+    let interp = tessera_ir::interp::eval_closed(&program, &[x]).unwrap();
+    let want: [Vec<f64>; 5] = [
+        vec![8.0, 7.0, 7.0, 8.0],
+        vec![7.0, 5.0, 5.0, 7.0],
+        vec![4.0, 3.5, 3.5, 4.0],
+        // Device (x, y) has index y * 2 + x.
+        vec![0.0, 2.0, 1.0, 3.0],
+        vec![2.0; 4],
+    ];
+    for (k, want) in want.iter().enumerate() {
+        assert_eq!(&got[k].to_vec(), want, "result {k} on PJRT");
+        assert_eq!(&interp[k].to_vec(), want, "result {k} on the interpreter");
+    }
+}

@@ -466,3 +466,33 @@ fn pswapaxes_swaps_the_device_axis_with_a_dimension() {
     ));
     assert!(err.contains("of size 3"), "{err}");
 }
+
+#[test]
+fn pmax_pmin_and_pmean_reduce_within_index_groups() {
+    let groups = vec![vec![0, 3], vec![1, 2]];
+    let input = Array::new(DType::F32, &[4], vec![1.0, 5.0, 2.0, 7.0]).unwrap();
+    let max = run_1d(4, &input, "P('x')", |x| x.pmax_in_groups(&["x"], &groups));
+    assert_eq!(max, vec![7.0, 5.0, 5.0, 7.0]);
+    let min = run_1d(4, &input, "P('x')", |x| x.pmin_in_groups(&["x"], &groups));
+    assert_eq!(min, vec![1.0, 2.0, 2.0, 1.0]);
+    let mean = run_1d(4, &input, "P('x')", |x| x.pmean_in_groups(&["x"], &groups));
+    assert_eq!(mean, vec![4.0, 3.5, 3.5, 4.0]);
+}
+
+#[test]
+fn index_groups_that_do_not_cover_the_axis_once_are_refused() {
+    for bad in [
+        vec![vec![0, 0], vec![1, 2]],
+        vec![vec![0, 1], vec![2]],
+        vec![vec![0, 1]],
+    ] {
+        let err = error_of(shard_map_program(
+            &mesh(&[("x", 4)]),
+            &[spec("P('x')")],
+            &[spec("P('x')")],
+            &[f32(&[4])],
+            |a| vec![a[0].psum_in_groups(&["x"], &bad)],
+        ));
+        assert!(err.contains("axis_index_groups"), "{bad:?}: {err}");
+    }
+}

@@ -95,14 +95,30 @@ impl Tensor {
         &self.psum(axes) / n as f64
     }
 
+    /// All-reduce mean within `axis_index_groups` of the named axes (divided by a group's size).
+    pub fn pmean_in_groups(&self, axes: &[&str], groups: &[Vec<i64>]) -> Tensor {
+        let n = group_size(self, axes, Some(groups));
+        &self.psum_in_groups(axes, groups) / n as f64
+    }
+
     /// All-reduce maximum over the named axes.
     pub fn pmax(&self, axes: &[&str]) -> Tensor {
         self.reduction(Prim::Pmax, axes, None)
     }
 
+    /// All-reduce maximum within `axis_index_groups` of the named axes.
+    pub fn pmax_in_groups(&self, axes: &[&str], groups: &[Vec<i64>]) -> Tensor {
+        self.reduction(Prim::Pmax, axes, Some(groups))
+    }
+
     /// All-reduce minimum over the named axes.
     pub fn pmin(&self, axes: &[&str]) -> Tensor {
         self.reduction(Prim::Pmin, axes, None)
+    }
+
+    /// All-reduce minimum within `axis_index_groups` of the named axes.
+    pub fn pmin_in_groups(&self, axes: &[&str], groups: &[Vec<i64>]) -> Tensor {
+        self.reduction(Prim::Pmin, axes, Some(groups))
     }
 
     /// The index along `axis` of the device holding the maximum (the lowest on ties).

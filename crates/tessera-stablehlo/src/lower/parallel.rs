@@ -396,35 +396,44 @@ fn reduce_scatter<'c, 'b>(
         .remove(0))
 }
 
-/// This device's index along `axes` (one axis): `partition_id / stride % size` as `i32`.
+/// This device's index along `axes` combined, row-major over the axes as named (JAX's
+/// `axis_index` of a tuple of names), as `i32`: per axis `partition_id / stride % size`.
 fn axis_index<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
     mesh: &AbstractMesh,
     axes: &[String],
 ) -> Result<Value<'c, 'b>, LowerError> {
-    let [axis] = axes else {
-        return Err(LowerError::Build(
-            "axis_index over several axes is not supported; take one axis at a time".into(),
-        ));
-    };
-    let pos = mesh
-        .axis_index(axis)
-        .ok_or_else(|| LowerError::Build(format!("unbound axis name: {axis}")))?;
-    let stride: i64 = mesh.axis_sizes()[pos + 1..].iter().product();
-    let size = mesh.axis_sizes()[pos];
     let u32 = ShapedArray::scalar(DType::U32);
     let ty = mlir_type(&u32);
     let id = ctx.body.op("stablehlo.partition_id", &[], &[&ty], &[])?[0];
-    let stride = constant_scalar(ctx.body, stride as f64, &u32)?;
-    let size = constant_scalar(ctx.body, size as f64, &u32)?;
-    let q = ctx
-        .body
-        .op("stablehlo.divide", &[id, stride], &[&ty], &[])?[0];
-    let r = ctx
-        .body
-        .op("stablehlo.remainder", &[q, size], &[&ty], &[])?[0];
+    let mut index: Option<Value<'c, 'b>> = None;
+    for axis in axes {
+        let pos = mesh
+            .axis_index(axis)
+            .ok_or_else(|| LowerError::Build(format!("unbound axis name: {axis}")))?;
+        let stride: i64 = mesh.axis_sizes()[pos + 1..].iter().product();
+        let size = mesh.axis_sizes()[pos];
+        let stride = constant_scalar(ctx.body, stride as f64, &u32)?;
+        let size_value = constant_scalar(ctx.body, size as f64, &u32)?;
+        let q = ctx
+            .body
+            .op("stablehlo.divide", &[id, stride], &[&ty], &[])?[0];
+        let r = ctx
+            .body
+            .op("stablehlo.remainder", &[q, size_value], &[&ty], &[])?[0];
+        index = Some(match index {
+            None => r,
+            Some(before) => {
+                let scaled =
+                    ctx.body
+                        .op("stablehlo.multiply", &[before, size_value], &[&ty], &[])?[0];
+                ctx.body.op("stablehlo.add", &[scaled, r], &[&ty], &[])?[0]
+            }
+        });
+    }
+    let index = index.ok_or_else(|| LowerError::Build("axis_index over no axis".into()))?;
     let i32 = mlir_type(&ShapedArray::scalar(DType::I32));
-    Ok(ctx.body.op("stablehlo.convert", &[r], &[&i32], &[])?[0])
+    Ok(ctx.body.op("stablehlo.convert", &[index], &[&i32], &[])?[0])
 }
 
 /// `pbroadcast` as JAX defines it: the source's value masked in, zeros elsewhere, summed in
