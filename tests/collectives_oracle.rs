@@ -229,3 +229,62 @@ fn grouped_reductions_and_an_index_over_several_axes_run_on_pjrt_as_on_the_inter
         assert_eq!(&interp[k].to_vec(), want, "result {k} on the interpreter");
     }
 }
+
+#[test]
+fn a_pmap_over_dimension_1_with_a_whole_argument_and_its_gradient_run_on_pjrt() {
+    use tessera_ir::trace::{PmapAxes, pmap_with, trace};
+    use tessera_ir::{Array, DType, ShapedArray};
+    let axes = PmapAxes {
+        in_axes: vec![Some(1), None],
+        out_axes: vec![Some(1), None],
+        axis_size: None,
+    };
+    let avals = [
+        ShapedArray::new(DType::F32, &[2, 4, 3]),
+        ShapedArray::new(DType::F32, &[3]),
+    ];
+    let program = trace(&avals, |a| {
+        pmap_with("i", &[&a[0], &a[1]], &axes, |s| {
+            let y = (&s[0] * &s[1]).tanh();
+            vec![y.clone(), y.sum(&[0, 1]).psum(&["i"])]
+        })
+    })
+    .unwrap();
+    let x = Array::new(
+        DType::F32,
+        &[2, 4, 3],
+        (0..24).map(|v| f64::from(v) * 0.1).collect(),
+    )
+    .unwrap();
+    let w = Array::new(DType::F32, &[3], vec![0.5, -0.25, 1.0]).unwrap();
+    let client = tessera_pjrt::Client::cpu(4).unwrap();
+    let args = [x, w];
+    let got = tessera::jit::run_spmd(&client, &program, &args).unwrap();
+    let interp = tessera_ir::interp::eval_closed(&program, &args).unwrap();
+    let close = |a: &Array, b: &Array| {
+        a.shape() == b.shape()
+            && a.to_vec()
+                .iter()
+                .zip(b.to_vec())
+                .all(|(p, q)| (p - q).abs() <= 1e-5 * (1.0 + q.abs()))
+    };
+    assert!(close(&got[0], &interp[0]) && close(&got[1], &interp[1]));
+    // The gradient of the summed result, on PJRT and on the interpreter.
+    let loss = trace(&avals, |a| {
+        pmap_with(
+            "i",
+            &[&a[0], &a[1]],
+            &PmapAxes {
+                out_axes: vec![None],
+                ..axes.clone()
+            },
+            |s| vec![(&s[0] * &s[1]).tanh().sum(&[0, 1]).psum(&["i"])],
+        )
+    })
+    .unwrap();
+    let grad = tessera_ir::autodiff::value_and_grad(&loss, &[0, 1]).unwrap();
+    let got = tessera::jit::run_spmd(&client, &grad, &args).unwrap();
+    let interp = tessera_ir::interp::eval_closed(&grad, &args).unwrap();
+    assert_eq!(got.len(), 3);
+    assert!((0..3).all(|k| close(&got[k], &interp[k])));
+}

@@ -6,7 +6,7 @@
 
 use tessera_ir::autodiff::vjp;
 use tessera_ir::interp::eval_closed;
-use tessera_ir::trace::{Tensor, pmap, shard_map_program, trace};
+use tessera_ir::trace::{PmapAxes, Tensor, pmap, pmap_with, shard_map_program, trace};
 use tessera_ir::{Array, DType, ShapedArray};
 use tessera_sharding::{AbstractMesh, PartitionSpec};
 
@@ -495,4 +495,131 @@ fn index_groups_that_do_not_cover_the_axis_once_are_refused() {
         ));
         assert!(err.contains("axis_index_groups"), "{bad:?}: {err}");
     }
+}
+
+/// `x[i, j, k]` of a [2, 3, 4] array is `100 i + 10 j + k`.
+fn digits() -> Array {
+    let values = (0..24).map(|v| f64::from(100 * (v / 12) + 10 * (v / 4 % 3) + v % 4));
+    Array::new(DType::F32, &[2, 3, 4], values.collect()).unwrap()
+}
+
+#[test]
+fn pmap_maps_any_dimension_broadcasts_unmapped_arguments_and_stacks_results_anywhere() {
+    // Map dimension 1 of x (3 devices); w is seen whole by every device. Each device's slice
+    // x[:, d, :] ([2, 4]) plus w; stacked at dimension 2 of the result, and psum'd over the
+    // devices as an unmapped result.
+    let axes = PmapAxes {
+        in_axes: vec![Some(1), None],
+        out_axes: vec![Some(2), None],
+        axis_size: None,
+    };
+    let program = trace(&[f32(&[2, 3, 4]), f32(&[4])], |a| {
+        pmap_with("i", &[&a[0], &a[1]], &axes, |s| {
+            let y = &s[0] + &s[1];
+            vec![y.clone(), y.psum(&["i"])]
+        })
+    })
+    .unwrap();
+    tessera_ir::verify(&program).unwrap();
+    let w = Array::new(DType::F32, &[4], vec![0.5, 0.25, 0.0, -1.0]).unwrap();
+    let out = eval_closed(&program, &[digits(), w.clone()]).unwrap();
+    assert_eq!(out[0].shape(), vec![2, 4, 3]);
+    // out[0][i, k, d] = x[i, d, k] + w[k].
+    let x = digits().to_vec();
+    let wv = w.to_vec();
+    let stacked: Vec<f64> = (0..24)
+        .map(|v| {
+            let (i, k, d) = (v / 12, v / 3 % 4, v % 3);
+            x[i * 12 + d * 4 + k] + wv[k]
+        })
+        .collect();
+    assert_eq!(out[0].to_vec(), stacked);
+    assert_eq!(out[1].shape(), vec![2, 4]);
+    let summed: Vec<f64> = (0..8)
+        .map(|v| {
+            let (i, k) = (v / 4, v % 4);
+            (0..3).map(|d| x[i * 12 + d * 4 + k] + wv[k]).sum()
+        })
+        .collect();
+    assert_eq!(out[1].to_vec(), summed);
+}
+
+#[test]
+fn pmap_with_no_mapped_argument_takes_axis_size_and_refuses_mismatches() {
+    let axes = PmapAxes {
+        in_axes: vec![None],
+        out_axes: vec![Some(0)],
+        axis_size: Some(3),
+    };
+    let program = trace(&[f32(&[2])], |a| {
+        pmap_with("i", &[&a[0]], &axes, |s| {
+            let i = Tensor::axis_index(&s[0], "i").astype(DType::F32);
+            vec![&s[0] * &i]
+        })
+    })
+    .unwrap();
+    let x = Array::new(DType::F32, &[2], vec![1.0, 2.0]).unwrap();
+    let out = eval_closed(&program, &[x]).unwrap();
+    assert_eq!(out[0].to_vec(), vec![0.0, 0.0, 1.0, 2.0, 2.0, 4.0]);
+
+    let refused = |axes: PmapAxes, avals: &[ShapedArray]| {
+        let n = avals.len();
+        error_of(trace(avals, |a| {
+            let refs: Vec<&Tensor> = a.iter().collect();
+            pmap_with("i", &refs, &axes, |s| s[..n].to_vec())
+        }))
+    };
+    let none = PmapAxes {
+        in_axes: vec![None],
+        ..PmapAxes::default()
+    };
+    assert!(refused(none, &[f32(&[2])]).contains("give axis_size"));
+    let disagree = PmapAxes {
+        in_axes: vec![Some(0), Some(1)],
+        ..PmapAxes::default()
+    };
+    let err = refused(disagree, &[f32(&[2, 3]), f32(&[2, 3])]);
+    assert!(err.contains("must agree"), "{err}");
+    let past = PmapAxes {
+        in_axes: vec![Some(2)],
+        ..PmapAxes::default()
+    };
+    assert!(refused(past, &[f32(&[2, 3])]).contains("rank 2"));
+    // An unmapped result must be the same on every device.
+    let varying = PmapAxes {
+        out_axes: vec![None],
+        ..PmapAxes::default()
+    };
+    let err = refused(varying, &[f32(&[2, 3])]);
+    assert!(err.contains("vary") || err.contains("out_spec"), "{err}");
+}
+
+#[test]
+fn the_gradient_flows_back_through_pmaps_axes() {
+    let axes = PmapAxes {
+        in_axes: vec![Some(1), None],
+        out_axes: vec![None],
+        axis_size: None,
+    };
+    let program = trace(&[f32(&[2, 3, 4]), f32(&[4])], |a| {
+        pmap_with("i", &[&a[0], &a[1]], &axes, |s| {
+            vec![(&s[0] * &s[1]).sum(&[0, 1]).psum(&["i"])]
+        })
+    })
+    .unwrap();
+    let w = Array::new(DType::F32, &[4], vec![0.5, 0.25, 0.0, -1.0]).unwrap();
+    let grads = eval_closed(
+        &vjp(&program).unwrap(),
+        &[digits(), w.clone(), Array::scalar(DType::F32, 1.0)],
+    )
+    .unwrap();
+    // d/dx = w broadcast; d/dw[k] = sum over i, d of x[i, d, k].
+    let wv = w.to_vec();
+    assert_eq!(
+        grads[0].to_vec(),
+        (0..24).map(|v| wv[v % 4]).collect::<Vec<_>>()
+    );
+    let x = digits().to_vec();
+    let dw: Vec<f64> = (0..4).map(|k| (0..6).map(|r| x[r * 4 + k]).sum()).collect();
+    assert_eq!(grads[1].to_vec(), dw);
 }

@@ -1,7 +1,7 @@
 //! The tracing API of `shard_map` and the collectives (JAX's `lax.parallel`): `psum`, `pmean`,
 //! `pmax`, `pmin`, `pargmax`, `pargmin`, `all_gather`, `psum_scatter`, `ppermute`, `pshuffle`,
-//! `all_to_all`, `pswapaxes`, `axis_index`, `axis_size`, `pbroadcast`, `pvary`, and `pmap` as sugar over a
-//! one-axis `shard_map`. The one-axis forms have `_over` forms taking several axes (JAX's
+//! `all_to_all`, `pswapaxes`, `axis_index`, `axis_size`, `pbroadcast`, `pvary` (`pmap` is
+//! sugar over a one-axis `shard_map`, in `pmap.rs`). The one-axis forms have `_over` forms taking several axes (JAX's
 //! `axis_name=('x', 'y')`: devices indexed row-major over the axes as named, except that
 //! `ppermute` numbers each group's devices in mesh order, as JAX's lowering does) and, where
 //! JAX has them, `axis_index_groups`.
@@ -10,7 +10,7 @@
 //! the operand with `pvary`, and a body result that varies over fewer axes than its out_spec
 //! names is cast too; a result that varies over an axis its out_spec leaves out is an error.
 
-use tessera_sharding::{AbstractMesh, DimSpec, PartitionSpec};
+use tessera_sharding::{AbstractMesh, PartitionSpec};
 
 use super::{Tensor, trace, trace_counted};
 use crate::aval::ShapedArray;
@@ -361,7 +361,7 @@ pub fn shard_map(
 }
 
 /// [`shard_map`] whose out_specs depend on the number of results (`out_specs(n)`).
-fn shard_map_with(
+pub(super) fn shard_map_with(
     mesh: &AbstractMesh,
     in_specs: &[PartitionSpec],
     out_specs: &dyn Fn(usize) -> Vec<PartitionSpec>,
@@ -469,46 +469,4 @@ pub fn shard_map_program(
         let refs: Vec<&Tensor> = args.iter().collect();
         shard_map(mesh, in_specs, out_specs, &refs, f)
     })
-}
-
-/// JAX's `pmap` as sugar: maps `f` over the leading dimension of every argument, one index per
-/// device of a one-axis mesh named `axis_name`; `f` sees each argument without that dimension,
-/// and its results are stacked along a new leading dimension.
-pub fn pmap(
-    axis_name: &str,
-    args: &[&Tensor],
-    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
-) -> Vec<Tensor> {
-    let Some(first) = args.first() else {
-        return Vec::new();
-    };
-    let n = first.shape().first().copied().unwrap_or(0);
-    let mesh = match AbstractMesh::auto(&[(axis_name, n)]) {
-        Ok(m) => m,
-        Err(e) => {
-            // Traced anyway, only to stand in for as many results as the function gives.
-            let avals: Vec<ShapedArray> = args.iter().map(|a| a.aval().clone()).collect();
-            let (_, outs) = trace_counted(&avals, |a| f(a));
-            return first.fail_with("pmap", e.to_string(), &outs);
-        }
-    };
-    let spec = PartitionSpec::new(vec![DimSpec::from_axes(&[axis_name])]);
-    let in_specs = vec![spec.clone(); args.len()];
-    shard_map_with(
-        &mesh,
-        &in_specs,
-        &|k| vec![spec.clone(); k],
-        args,
-        |blocks| {
-            let squeezed: Vec<Tensor> = blocks.iter().map(|b| b.reshape(&b.shape()[1..])).collect();
-            f(&squeezed)
-                .iter()
-                .map(|o| {
-                    let mut shape = vec![1];
-                    shape.extend_from_slice(o.shape());
-                    o.reshape(&shape)
-                })
-                .collect()
-        },
-    )
 }

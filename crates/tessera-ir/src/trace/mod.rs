@@ -30,6 +30,7 @@ mod loops;
 mod nn;
 mod numeric;
 mod ops;
+mod pmap;
 pub mod random;
 mod sharding;
 mod sort;
@@ -37,12 +38,13 @@ mod stages;
 mod transforms;
 mod windowed;
 
-pub use collectives::{pmap, shard_map, shard_map_program};
+pub use collectives::{shard_map, shard_map_program};
 pub use flow::{
     Branch, cond, custom_jvp, custom_vjp, fori_loop, fori_loop_dynamic, scan, switch, while_loop,
 };
 pub use loops::{default_ops, treduce, treduce_i};
 pub use nn::where_;
+pub use pmap::{PmapAxes, pmap, pmap_with};
 pub use sharding::{context_mesh, use_mesh};
 pub use sort::sort;
 pub use stages::{mark_stage_end, pipeline_yield};
