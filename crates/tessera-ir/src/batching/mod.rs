@@ -7,10 +7,15 @@
 //! one exhaustive match), which usually moves the batch dimension to the front and shifts the
 //! primitive's axis parameters. Unbatched results are broadcast at the end, so every result has
 //! its batch dimension at the requested `out_axes` position. Nested calls are inlined first.
+//!
+//! [`vmap_named`] is JAX's `vmap(axis_name=...)`: the program may use collectives over the
+//! vmapped axis (traced with the axis bound, see `trace::vmap_named_call`), which `named.rs`
+//! batches with the batch elements as the axis's devices.
 
 mod conv;
 mod flow;
 mod indexing;
+mod named;
 mod parallel;
 mod random;
 mod rules;
@@ -40,21 +45,75 @@ pub fn vmap(
 ) -> Result<ClosedJaxpr> {
     check_axes(program, in_axes, out_axes, axis_size)?;
     crate::verify(program)?;
+    batch(program, in_axes, out_axes, axis_size, None)
+}
+
+/// [`vmap`] over an axis named `axis_name`, which the program's collectives may name (JAX's
+/// `vmap(axis_name=...)`): the batch elements are that axis's devices, so `psum` over it sums
+/// the batch, `axis_index` numbers the elements, and so on. The program is checked with the
+/// axis bound (inside any enclosing `shard_map`'s axes); its values that vary over the axis
+/// are the batched ones. The batched program names the axis nowhere.
+pub fn vmap_named(
+    program: &ClosedJaxpr,
+    in_axes: &[Option<usize>],
+    out_axes: &[usize],
+    axis_size: i64,
+    axis_name: &str,
+) -> Result<ClosedJaxpr> {
+    check_axes(program, in_axes, out_axes, axis_size)?;
+    let mesh = with_axis(axis_name, axis_size)?;
+    crate::axis_env::with_mesh(&mesh, || crate::verify(program))?;
+    batch(program, in_axes, out_axes, axis_size, Some(axis_name))
+}
+
+/// The enclosing `shard_map`'s mesh (if any) with the axis `name` of `size` added.
+pub(crate) fn with_axis(name: &str, size: i64) -> Result<tessera_sharding::AbstractMesh> {
+    let outer = crate::axis_env::current_mesh();
+    let mut axes: Vec<(&str, i64)> = outer
+        .as_ref()
+        .map(|m| {
+            m.axis_names()
+                .iter()
+                .map(String::as_str)
+                .zip(m.axis_sizes().iter().copied())
+                .collect()
+        })
+        .unwrap_or_default();
+    if axes.iter().any(|(n, _)| *n == name) {
+        return Err(vmap_error(format!(
+            "the axis name '{name}' is already bound by an enclosing shard_map or vmap; pick \
+             another name"
+        )));
+    }
+    axes.push((name, size));
+    tessera_sharding::AbstractMesh::auto(&axes).map_err(|e| vmap_error(e.to_string()))
+}
+
+fn batch(
+    program: &ClosedJaxpr,
+    in_axes: &[Option<usize>],
+    out_axes: &[usize],
+    axis_size: i64,
+    named: Option<&str>,
+) -> Result<ClosedJaxpr> {
     let flat = inline_calls(&crate::passes::unroll_treduce(program)?);
     let jaxpr = &flat.jaxpr;
     let avals: Vec<ShapedArray> = jaxpr
         .in_avals()
         .iter()
         .zip(in_axes)
-        .map(|(a, &ax)| match ax {
-            Some(ax) => {
-                // Keep the manual axes the value varies over (inside a shard_map body).
-                let mut batched = ShapedArray::new(a.dtype, &a.shape);
+        .map(|(a, &ax)| {
+            let mut batched = a.clone();
+            if let Some(ax) = ax {
+                batched = ShapedArray::new(a.dtype, &a.shape);
                 batched.shape.insert(ax, axis_size);
+                // Keep the manual axes the value varies over (inside a shard_map body).
                 batched.vma.clone_from(&a.vma);
-                batched
             }
-            None => a.clone(),
+            if let Some(name) = named {
+                batched.vma.remove(name);
+            }
+            batched
         })
         .collect();
     let out = trace(&avals, |args| {
@@ -65,7 +124,7 @@ pub fn vmap(
         for ((&v, t), &ax) in jaxpr.invars.iter().zip(args).zip(in_axes) {
             env.insert(v, (t.clone(), ax));
         }
-        replay(jaxpr, &anchor, axis_size, &mut env);
+        replay(jaxpr, &anchor, axis_size, named, &mut env);
         jaxpr
             .outvars
             .iter()
@@ -141,8 +200,15 @@ fn read_atom(env: &HashMap<Var, Batched>, anchor: &Tensor, a: &Atom) -> Batched 
     }
 }
 
-/// Replays `jaxpr`'s equations on batched values.
-fn replay(jaxpr: &Jaxpr, anchor: &Tensor, size: i64, env: &mut HashMap<Var, Batched>) {
+/// Replays `jaxpr`'s equations on batched values; `named` is the vmapped axis's name, whose
+/// collectives batch by `named.rs`'s rules.
+fn replay(
+    jaxpr: &Jaxpr,
+    anchor: &Tensor,
+    size: i64,
+    named: Option<&str>,
+    env: &mut HashMap<Var, Batched>,
+) {
     for eqn in &jaxpr.eqns {
         let args: Vec<Batched> = eqn
             .inputs
@@ -151,7 +217,21 @@ fn replay(jaxpr: &Jaxpr, anchor: &Tensor, size: i64, env: &mut HashMap<Var, Batc
             .collect();
         let out_avals: Vec<ShapedArray> =
             eqn.outputs.iter().map(|&v| jaxpr.aval(v).clone()).collect();
-        let results: Vec<Batched> = if args.iter().all(|(_, b)| b.is_none()) {
+        let over_named = named.filter(|axis| named::names_axis(eqn.prim, &eqn.params, axis));
+        let results: Vec<Batched> = if let Some(axis) = over_named {
+            let rank = args
+                .first()
+                .map_or(0, |(t, b)| t.rank() - usize::from(b.is_some()));
+            vec![named::collective(
+                eqn.prim,
+                &eqn.params,
+                &args,
+                anchor,
+                axis,
+                size,
+                rank,
+            )]
+        } else if args.iter().all(|(_, b)| b.is_none()) {
             let refs: Vec<&Tensor> = args.iter().map(|(t, _)| t).collect();
             let outs = if refs.is_empty() {
                 vec![Tensor::bind_nullary(eqn.prim, eqn.params.clone(), anchor)]

@@ -7,7 +7,7 @@
 use super::{Tensor, call_closed};
 use crate::autodiff::{jvp, value_and_grad, vjp};
 use crate::aval::ShapedArray;
-use crate::batching::vmap;
+use crate::batching::{vmap, vmap_named};
 use crate::error::Result;
 use crate::jaxpr::ClosedJaxpr;
 use crate::params::{ParamValue, Params};
@@ -86,6 +86,59 @@ pub fn vmap_call(
         args,
         &expected,
     )
+}
+
+/// JAX's `vmap(f, in_axes, out_axes, axis_name=...)` inside a trace: `f` is traced on one
+/// element's slices with the axis `axis_name` bound (of as many elements as the batch), so its
+/// collectives may name it (`psum` over the batch, `axis_index` the element's position, ...),
+/// then batched ([`vmap_named`]) and called on `args`. An argument whose `in_axes` entry is
+/// `None` is shared by every element; results are stacked at their `out_axes` positions.
+pub fn vmap_named_call(
+    axis_name: &str,
+    in_axes: &[Option<usize>],
+    out_axes: &[usize],
+    args: &[&Tensor],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    let size = args
+        .iter()
+        .zip(in_axes)
+        .find_map(|(t, ax)| ax.and_then(|a| t.shape().get(a).copied()));
+    // One element's view: the mapped dimension removed, varying over the axis.
+    let avals: Vec<ShapedArray> = args
+        .iter()
+        .zip(in_axes.iter().chain(std::iter::repeat(&None)))
+        .map(|(t, ax)| {
+            let mut aval = t.aval().clone();
+            if let Some(a) = ax.filter(|&a| a < aval.shape.len()) {
+                aval.shape.remove(a);
+                aval.vma.insert(axis_name.to_owned());
+            }
+            aval
+        })
+        .collect();
+    let (body, outs) = match size.map(|n| crate::batching::with_axis(axis_name, n)) {
+        Some(Ok(mesh)) => crate::axis_env::with_mesh(&mesh, || super::trace_counted(&avals, f)),
+        Some(Err(e)) => (Err(e), super::trace_counted(&avals, f).1),
+        None => {
+            let none = "no argument is batched (every in_axes entry is None)".to_owned();
+            let counted = super::trace_counted(&avals, f).1;
+            (Err(crate::error::type_error("vmap", none)), counted)
+        }
+    };
+    let size = size.unwrap_or(1);
+    let expected: Vec<ShapedArray> = outs
+        .iter()
+        .enumerate()
+        .map(|(k, a)| {
+            let mut out = ShapedArray::new(a.dtype, &a.shape);
+            let at = out_axes.get(k).copied().unwrap_or(0).min(out.rank());
+            out.shape.insert(at, size);
+            out
+        })
+        .collect();
+    let batched = body.and_then(|b| vmap_named(&b, in_axes, out_axes, size, axis_name));
+    call_transformed("vmap", batched, args, &expected)
 }
 
 /// The gradients of a scalar `loss` program with respect to `argnums`, at `args`.
