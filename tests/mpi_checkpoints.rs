@@ -257,3 +257,28 @@ fn a_rank_killed_during_a_save_leaves_the_previous_checkpoint_to_resume_from() {
     assert!(names.contains(&"step-00000006".to_owned()), "{names:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn ranks_resuming_without_the_reference_read_their_part_and_train_on_bit_for_bit() {
+    // AdamW (parameters and two moments), the token table tied between the first and the last
+    // stage; without --no-reference every rank but 0 reads only the tensors its groups use.
+    let common = [
+        "--steps",
+        "6",
+        "--optimizer",
+        "adamw",
+        "--tie-embeddings",
+        "--no-reference",
+    ];
+    let full = losses_of(&job(4, &gpt("4", &common), &[]));
+    let dir = fresh("partial");
+    let d = dir.to_str().unwrap();
+    let mut first = common.to_vec();
+    first.extend(["--checkpoint-dir", d, "--stop-after", "3"]);
+    assert_eq!(losses_of(&job(4, &gpt("4", &first), &[])), full[..3]);
+    let mut again = common.to_vec();
+    again.extend(["--resume", d]);
+    let resumed = job(4, &gpt("4", &again), &[]);
+    assert_eq!(losses_of(&resumed), full[3..], "{}", resumed.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}

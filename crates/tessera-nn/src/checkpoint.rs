@@ -128,21 +128,56 @@ pub fn load(
     params: &Tree<ShapedArray>,
     opt_state: &Tree<ShapedArray>,
 ) -> Result<Checkpoint> {
+    let partial = load_where(folder, params, opt_state, &|_, _| true)?;
+    let whole = |tree: Tree<Option<Array>>| {
+        tree.try_map(&mut |path, a: &Option<Array>| {
+            a.clone()
+                .ok_or_else(|| NnError::Checkpoint(format!("tensor `{path}` was not read")))
+        })
+    };
+    Ok(Checkpoint {
+        manifest: partial.manifest,
+        params: whole(partial.params)?,
+        opt_state: whole(partial.opt_state)?,
+    })
+}
+
+/// A checkpoint of which only some tensors were read ([`load_where`]).
+#[derive(Debug, Clone)]
+pub struct PartialCheckpoint {
+    /// Its manifest.
+    pub manifest: Manifest,
+    /// The parameters (`None` where not asked for).
+    pub params: Tree<Option<Array>>,
+    /// The optimizer state (`None` where not asked for).
+    pub opt_state: Tree<Option<Array>>,
+}
+
+/// [`load`], reading only the tensors `wanted(part, path)` names: a process that holds part of
+/// a model reads only its part (a checkpoint written before indexes were kept is read whole).
+/// Every tensor's name, shape and dtype is still checked against the trees.
+pub fn load_where(
+    folder: &Path,
+    params: &Tree<ShapedArray>,
+    opt_state: &Tree<ShapedArray>,
+    wanted: &dyn Fn(Part, &str) -> bool,
+) -> Result<PartialCheckpoint> {
     let manifest = read_manifest(folder)?;
     let index = read_index(folder)?;
     if index.is_empty() {
-        return Ok(Checkpoint {
+        let some = |tree: Tree<Array>| tree.map(&mut |_, a| Some(a.clone()));
+        return Ok(PartialCheckpoint {
             manifest,
-            params: reader::decode_whole(&folder.join(PARAMS_FILE), params)?,
-            opt_state: reader::decode_whole(&folder.join(STATE_FILE), opt_state)?,
+            params: some(reader::decode_whole(&folder.join(PARAMS_FILE), params)?),
+            opt_state: some(reader::decode_whole(&folder.join(STATE_FILE), opt_state)?),
         });
     }
     index.check()?;
     let mut files = reader::Files::new(folder, &index);
-    Ok(Checkpoint {
+    Ok(PartialCheckpoint {
         manifest,
-        params: reader::assemble(&mut files, Part::Params, params)?,
-        opt_state: reader::assemble(&mut files, Part::Optimizer, opt_state)?,
+        params: reader::assemble(&mut files, Part::Params, params, wanted)?,
+        opt_state: reader::assemble(&mut files, Part::Optimizer, opt_state, wanted)?,
     })
 }
 

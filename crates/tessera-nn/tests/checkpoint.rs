@@ -299,3 +299,47 @@ fn blocks_written_by_several_writers_load_as_the_whole_tensors() {
     assert_eq!(back.params.leaf("b").unwrap().to_vec(), b.to_vec());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_process_reads_only_the_tensors_it_asks_for() {
+    use tessera_nn::checkpoint::{Part, Piece, commit, load_where, prepare, write_part};
+    let dir = scratch("where");
+    let w = Array::new(DType::F32, &[2, 3], (0..6).map(f64::from).collect()).unwrap();
+    let b = Array::new(DType::F32, &[3], vec![1.0, 2.0, 3.0]).unwrap();
+    prepare(&dir).unwrap();
+    // Two writers, one tensor each (as two ranks holding one stage each).
+    let mut index =
+        write_part(&dir, 3, 0, 2, &[Piece::whole(Part::Params, "w", w.clone())]).unwrap();
+    index
+        .merge(write_part(&dir, 3, 1, 2, &[Piece::whole(Part::Params, "b", b.clone())]).unwrap())
+        .unwrap();
+    let folder = commit(&dir, &manifest(3), index).unwrap();
+    // Writer 0's file is gone: a process that needs only `b` never opens it.
+    std::fs::remove_file(folder.join("params.rank-00000-of-00002.safetensors")).unwrap();
+    let avals = Tree::node([("b", Tree::Leaf(b.aval())), ("w", Tree::Leaf(w.aval()))]);
+    let empty = Tree::Node(Vec::new());
+    let only_b = load_where(&folder, &avals, &empty, &|_, path| path == "b").unwrap();
+    assert_eq!(
+        only_b.params.leaf("b").unwrap().as_ref().unwrap().to_vec(),
+        b.to_vec()
+    );
+    assert!(only_b.params.leaf("w").unwrap().is_none());
+    let err = load(&folder, &avals, &empty).unwrap_err().to_string();
+    assert!(
+        err.contains("params.rank-00000-of-00002.safetensors") && err.contains("`params/w`"),
+        "{err}"
+    );
+    // Shapes are checked for every tensor, read or not.
+    let wrong = Tree::node([
+        ("b", Tree::Leaf(b.aval())),
+        (
+            "w",
+            Tree::Leaf(tessera_ir::ShapedArray::new(DType::F32, &[3, 2])),
+        ),
+    ]);
+    let err = load_where(&folder, &wrong, &empty, &|_, path| path == "b")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`w`") && err.contains("[3, 2]"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

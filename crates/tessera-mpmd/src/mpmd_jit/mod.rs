@@ -334,6 +334,43 @@ impl MpmdJit {
         self.fused.is_some()
     }
 
+    /// For each step argument, whether this process reads it: a parameter of a stage on one of
+    /// its groups, an input of an update piece run on one of them or on the host, or loop
+    /// data. In one process every argument; under MPI a rank may pass anything of the right
+    /// type for an argument it does not read (e.g. without loading it from a checkpoint).
+    pub fn reads_here(&self) -> Vec<bool> {
+        let everything = self.fused.is_some() || self.crossing.is_some() || self.before.is_some();
+        let mut reads = vec![everything; self.num_args];
+        let mut mark = |i: usize| {
+            if let Some(r) = reads.get_mut(i) {
+                *r = true;
+            }
+        };
+        for (a, input) in self.loss_inputs.iter().enumerate() {
+            match *input {
+                LossInput::Param(i) => {
+                    let groups = self.pipeline.groups_of_param(a);
+                    if groups.iter().any(|&g| self.pipeline.is_local(g)) {
+                        mark(i);
+                    }
+                }
+                LossInput::Invariant(analyze::Operand::Arg(i))
+                | LossInput::Sliced(analyze::Operand::Arg(i)) => mark(i),
+                LossInput::Invariant(_) | LossInput::Sliced(_) => {}
+            }
+        }
+        for (piece, _) in &self.pieces {
+            let here = match piece.place {
+                Place::Group(g) => self.pipeline.is_local(g),
+                Place::Host => true,
+            };
+            if here {
+                piece.inputs.iter().for_each(|&i| mark(i));
+            }
+        }
+        reads
+    }
+
     /// The spec of each step argument inside its group.
     pub fn in_specs(&self) -> &[PartitionSpec] {
         &self.specs.args

@@ -109,21 +109,23 @@ impl<'a> Files<'a> {
 
 /// The tree of `part` from the indexed checkpoint in `folder`, checked against `expected`: a
 /// tensor the model lacks or the checkpoint lacks, or one of another shape or dtype, is an error
-/// naming it.
+/// naming it. Only the tensors `wanted` names are read (the others are `None`; their files are
+/// not opened for them).
 pub(super) fn assemble(
     files: &mut Files<'_>,
     part: Part,
     expected: &Tree<ShapedArray>,
-) -> Result<Tree<Array>> {
+    wanted: &dyn Fn(Part, &str) -> bool,
+) -> Result<Tree<Option<Array>>> {
     let index = files.index;
     let folder = files.folder.to_path_buf();
     let prefix = format!("{}/", part.name());
-    let wanted = expected.paths();
+    let paths = expected.paths();
     let extra = index
         .tensors
         .keys()
         .filter_map(|n| n.strip_prefix(&prefix))
-        .find(|n| !wanted.iter().any(|w| w == n));
+        .find(|n| !paths.iter().any(|w| w == n));
     if let Some(extra) = extra {
         return Err(mismatch(
             &folder,
@@ -148,6 +150,9 @@ pub(super) fn assemble(
                 ),
             ));
         }
+        if !wanted(part, path) {
+            return Ok(None);
+        }
         let elem = aval.dtype.size_in_bytes();
         let count: i64 = aval.shape.iter().product();
         let mut whole = vec![0u8; count as usize * elem];
@@ -155,7 +160,7 @@ pub(super) fn assemble(
             let bytes = files.block(&name, record, block)?;
             copy_block(&mut whole, &aval.shape, block, &bytes, elem);
         }
-        array_from_bytes(aval.dtype, &aval.shape, &whole)
+        array_from_bytes(aval.dtype, &aval.shape, &whole).map(Some)
     })
 }
 

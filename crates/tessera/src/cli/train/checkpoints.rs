@@ -119,13 +119,14 @@ impl Saver {
 
 /// Loads the newest checkpoint of `dir` for a run of `model` (its description), checking that
 /// it holds that model: an empty directory, another model, or a tensor of another shape or
-/// dtype is an error that names it.
+/// dtype is an error that names it. Only the tensors `wanted` names are read.
 pub fn resume(
     dir: &Path,
     model: &str,
     params: &Tree<ShapedArray>,
     state: &Tree<ShapedArray>,
-) -> anyhow::Result<checkpoint::Checkpoint> {
+    wanted: &dyn Fn(checkpoint::Part, &str) -> bool,
+) -> anyhow::Result<checkpoint::PartialCheckpoint> {
     let Some(folder) = checkpoint::latest(dir)? else {
         bail!(
             "--resume {}: there is no checkpoint there (no step-NNNNNNNN folder with a \
@@ -145,9 +146,9 @@ pub fn resume(
             manifest.model
         );
     }
-    checkpoint::load(&folder, params, state).map_err(|err| {
+    checkpoint::load_where(&folder, params, state, wanted).map_err(|err| {
         anyhow::anyhow!(
-            "--resume {}: the checkpoint {} does not fit this model: {err}",
+            "--resume {}: the checkpoint {} cannot be resumed: {err}",
             dir.display(),
             folder.display()
         )

@@ -141,19 +141,33 @@ fn optimizer(name: &str) -> anyhow::Result<Box<dyn Optimizer>> {
 }
 
 /// Where a run starts: the number of steps already taken and the carried values (parameters,
-/// then optimizer state).
+/// then optimizer state). From a checkpoint, only the values `reads[i]` marks are read; the
+/// others (which this process never uses) are placeholders of their type, NaN where they can be.
 fn starting_point(
     args: &Args,
     model: &Model,
     training: &step::TrainingStep,
     description: &str,
+    reads: &[bool],
 ) -> anyhow::Result<(u64, Vec<Array>, History)> {
     let Some(dir) = &args.resume else {
         let carried = model.init.iter().chain(&training.init_state).cloned();
         return Ok((0, carried.collect(), History::default()));
     };
-    let checkpoint =
-        checkpoints::resume(dir, description, &model.param_avals, &training.state_avals)?;
+    let names = carried_names(model, training);
+    let wanted = |part: Part, path: &str| {
+        names
+            .iter()
+            .zip(reads)
+            .any(|((p, n), &read)| read && *p == part && n == path)
+    };
+    let checkpoint = checkpoints::resume(
+        dir,
+        description,
+        &model.param_avals,
+        &training.state_avals,
+        &wanted,
+    )?;
     let step = checkpoint.manifest.step;
     if step >= u64::from(args.steps) {
         bail!(
@@ -163,9 +177,30 @@ fn starting_point(
             args.steps
         );
     }
-    let mut carried = checkpoint.params.flatten();
-    carried.extend(checkpoint.opt_state.flatten());
+    let avals = model.param_avals.flatten();
+    let state_avals = training.state_avals.flatten();
+    let loaded = checkpoint
+        .params
+        .flatten()
+        .into_iter()
+        .chain(checkpoint.opt_state.flatten());
+    let carried = loaded
+        .zip(avals.iter().chain(&state_avals))
+        .map(|(a, aval)| a.map_or_else(|| placeholder(aval), Ok))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     Ok((step, carried, checkpoint.manifest.history))
+}
+
+/// A value of `aval`'s type for a carried value this process does not read: NaN (or the
+/// smallest integer), so that a use of it could not pass for a real value.
+fn placeholder(aval: &tessera_ir::ShapedArray) -> anyhow::Result<Array> {
+    let fill = match aval.dtype.is_float() {
+        true => f64::NAN,
+        false if aval.dtype.is_unsigned() => 0.0,
+        false => f64::from(i32::MIN),
+    };
+    let n: i64 = aval.shape.iter().product();
+    Ok(Array::new(aval.dtype, &aval.shape, vec![fill; n as usize])?)
 }
 
 /// The tree and path of each carried value: parameters, then optimizer state.
@@ -250,7 +285,6 @@ fn run_in(
     let data_args = program.jaxpr.invars.len() - n_carried - 1;
     let in_specs = layout.step_specs(&choice, &model.param_avals, opt.as_ref(), data_args)?;
     let carried_names = carried_names(&model, &training);
-    let (start, carried, history) = starting_point(&args, &model, &training, &description)?;
     let (client, mesh) = super::mpi::open(job, plugin, &layout.shape, &layout.mpmd_axis)?;
     let root = super::mpi::is_root(job);
     let lr = args.lr.unwrap_or(match choice {
@@ -271,6 +305,13 @@ fn run_in(
         ..tessera_mpmd::MpmdJitOptions::default()
     };
     let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
+    // One process, and rank 0 running the unpipelined reference, use every value; the other
+    // ranks of a job read from a checkpoint only what their groups use.
+    let reads: Vec<bool> = match job.is_none() || (root && !args.no_reference) {
+        true => vec![true; n_carried],
+        false => jit.reads_here().into_iter().take(n_carried).collect(),
+    };
+    let (start, carried, history) = starting_point(&args, &model, &training, &description, &reads)?;
     // The reference and the eval loss run on rank 0 (the only rank in one process); under MPI
     // the other groups' parameters are on other ranks, so there is no eval loss yet.
     let mut reference = match (args.no_reference || !root, layout.explicit) {
