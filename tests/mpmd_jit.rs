@@ -869,3 +869,51 @@ fn a_weight_left_on_its_group_by_a_step_is_an_argument_of_a_jit_program() {
     let err = compiled.call_with(&[weight.into()]).unwrap_err();
     assert!(matches!(err, JitError::Layout { index: 0, .. }), "{err}");
 }
+
+#[test]
+fn compiler_options_reach_every_program_of_a_step() {
+    use tessera_mpmd::Fusion;
+    use tessera_pjrt::OptionOverride;
+    let (stages, mbs, rows) = (2, 4, 2);
+    let client = Client::cpu(8).unwrap();
+    let cases = [
+        (Fusion::Auto, one_group(), "interleaved-1f1b"),
+        (Fusion::Never, mesh(stages), "1f1b"),
+    ];
+    for (fusion, mesh, schedule) in cases {
+        let program = step(stages, mbs, rows, schedule);
+        let dump = std::env::temp_dir().join(format!(
+            "tessera-mpmd-dump-{fusion:?}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dump);
+        let mut options = MpmdJitOptions {
+            fusion,
+            ..MpmdJitOptions::default()
+        };
+        options.compiler_options.insert(
+            "xla_dump_to".into(),
+            OptionOverride::String(dump.to_string_lossy().into_owned()),
+        );
+        let jit = mpmd_jit_with(&client, &mesh, &program, &options).unwrap();
+        let dumped: Vec<String> = std::fs::read_dir(&dump)
+            .unwrap_or_else(|e| panic!("XLA wrote nothing to {}: {e}", dump.display()))
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".txt") && n.contains("after_optimizations"))
+            .collect();
+        // One program fused; else the stages' tasks and the update pieces.
+        let least = if jit.is_fused() { 1 } else { 2 * stages };
+        assert!(dumped.len() >= least, "{fusion:?}: {dumped:?}");
+        std::fs::remove_dir_all(&dump).unwrap();
+        options.compiler_options.clear();
+        options
+            .compiler_options
+            .insert("xla_no_such_option".into(), OptionOverride::Bool(true));
+        let err = mpmd_jit_with(&client, &mesh, &program, &options)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("xla_no_such_option"), "{fusion:?}: {err}");
+    }
+}

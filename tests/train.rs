@@ -460,3 +460,38 @@ fn a_step_on_one_group_is_one_program_unless_asked_for_tasks() {
         assert!((x - y).abs() <= 1e-5 * y.abs(), "fused {x} vs tasks {y}");
     }
 }
+
+#[test]
+fn xla_options_reach_the_compiler_and_bad_ones_are_named() {
+    let dump = std::env::temp_dir().join(format!("tessera-train-dump-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dump);
+    let option = format!("xla_dump_to={}", dump.display());
+    let base = [
+        "--model",
+        "mlp",
+        "--stages",
+        "2",
+        "--schedule",
+        "gpipe",
+        "--steps",
+        "1",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--xla-option", &option, "--json"]);
+    let s = summary(&args);
+    assert_eq!(numbers(&s, "losses").len(), 1);
+    let dumped = std::fs::read_dir(&dump).map(|d| d.count()).unwrap_or(0);
+    assert!(dumped > 0, "XLA wrote nothing to {}", dump.display());
+    std::fs::remove_dir_all(&dump).unwrap();
+
+    let mut args = base.to_vec();
+    args.extend(["--xla-option", "xla_no_such_option=true"]);
+    let out = train(&args);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("xla_no_such_option"), "{err}");
+    let mut args = base.to_vec();
+    args.extend(["--xla-option", "no-equals-sign"]);
+    let err = String::from_utf8_lossy(&train(&args).stderr).into_owned();
+    assert!(err.contains("write NAME=VALUE"), "{err}");
+}

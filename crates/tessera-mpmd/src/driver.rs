@@ -135,6 +135,8 @@ pub struct PipelineOptions {
     /// Plan the pipeline without compiling its tasks (what `mpmd_jit` does for a step it runs as
     /// one program): its schedule, stages and layouts can be read, but running it fails.
     pub plan_only: bool,
+    /// XLA options every task is compiled with (JAX's `compiler_options`).
+    pub compiler_options: crate::runtime::CompilerOptions,
 }
 
 /// A pipelined step ready to run.
@@ -283,7 +285,8 @@ impl CompiledPipeline {
             )));
         }
         let shapes: Vec<_> = parts.iter().map(|p| p.shape.clone()).collect();
-        let mut executor = PjrtExecutor::new(client, mesh);
+        let mut executor =
+            PjrtExecutor::new(client, mesh).with_compiler_options(&options.compiler_options);
         let mut failure: Option<DriverError> = None;
         let local = |group: usize| {
             processes

@@ -83,6 +83,22 @@ pub enum OptionOverride {
     Double(f64),
 }
 
+impl OptionOverride {
+    /// The value written as text (a command line's `NAME=VALUE`): `true`/`false` a bool, an
+    /// integer an int, another number a double, anything else a string.
+    pub fn parse(text: &str) -> OptionOverride {
+        match text {
+            "true" | "True" => OptionOverride::Bool(true),
+            "false" | "False" => OptionOverride::Bool(false),
+            _ => text
+                .parse::<i64>()
+                .map(OptionOverride::Int)
+                .or_else(|_| text.parse::<f64>().map(OptionOverride::Double))
+                .unwrap_or_else(|_| OptionOverride::String(text.to_owned())),
+        }
+    }
+}
+
 // `CompileOptions` compares as a whole; a `Double` of NaN is unequal to itself, as floats are.
 impl Eq for OptionOverride {}
 
@@ -250,6 +266,18 @@ mod tests {
         assert_eq!(
             build.allow_spmd_sharding_propagation_to_parameters,
             [false, true]
+        );
+    }
+
+    #[test]
+    fn option_values_parse_as_their_kind() {
+        assert_eq!(OptionOverride::parse("true"), OptionOverride::Bool(true));
+        assert_eq!(OptionOverride::parse("False"), OptionOverride::Bool(false));
+        assert_eq!(OptionOverride::parse("-3"), OptionOverride::Int(-3));
+        assert_eq!(OptionOverride::parse("0.5"), OptionOverride::Double(0.5));
+        assert_eq!(
+            OptionOverride::parse("/tmp/x"),
+            OptionOverride::String("/tmp/x".into())
         );
     }
 

@@ -177,6 +177,7 @@ impl MpmdJit {
             partitioner,
             specs: specs.values.clone(),
             plan_only: fuse,
+            compiler_options: options.compiler_options.clone(),
         };
         let mut pipeline = CompiledPipeline::new_in(
             client,
@@ -218,7 +219,8 @@ impl MpmdJit {
                     .unwrap_or_default()
             })
             .collect();
-        let mut updates = PjrtExecutor::new(client, mesh);
+        let mut updates =
+            PjrtExecutor::new(client, mesh).with_compiler_options(&options.compiler_options);
         let mut pieces = Vec::new();
         let input_spec = |i: usize| input_spec(&specs, &grad_args, n_args, num_host, i);
         // An update mixing groups is cut at its small values crossing them (`phases.rs`).

@@ -69,6 +69,10 @@ pub struct MpmdJitOptions {
     /// Whether a step that one group runs whole compiles into one program
     /// ([`Fusion::Auto`], the default) or runs as the pipeline's tasks and update programs.
     pub fusion: Fusion,
+    /// XLA options every program of the step is compiled with (JAX's `compiler_options`:
+    /// `DebugOptions` fields by name, e.g. `xla_cpu_enable_fast_math`); part of the
+    /// persistent compile cache's key.
+    pub compiler_options: crate::runtime::CompilerOptions,
 }
 
 /// Whether [`super::mpmd_jit_with`] compiles a step into one program where it can.

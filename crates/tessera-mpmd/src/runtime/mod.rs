@@ -22,7 +22,7 @@ mod worker;
 pub use device_copy::DeviceCopyTransport;
 pub use error::{BoxError, RunError, Stuck};
 pub use options::{DEFAULT_TIMEOUT, RunOptions, TIMEOUT_ENV, parse_timeout};
-pub use pjrt::{CompiledTask, OutputLayout, PjrtExecutor, Program, array_bytes};
+pub use pjrt::{CompiledTask, CompilerOptions, OutputLayout, PjrtExecutor, Program, array_bytes};
 pub use plan::{Plan, PlanError, TaskSpec, ValueId};
 pub use run::{RunOutput, run, run_local};
 pub use trace::{TaskTiming, Timings, TransferTiming, ValueSpan};

@@ -72,7 +72,12 @@ pub struct PjrtExecutor {
     mesh: MpmdMesh,
     programs: Vec<CompiledTask>,
     by_text: std::collections::HashMap<(Vec<u8>, Partitioner, usize), usize>,
+    /// XLA options every program is compiled with (JAX's `compiler_options`).
+    compiler_options: CompilerOptions,
 }
+
+/// XLA compiler options by name (`DebugOptions` fields such as `xla_cpu_enable_fast_math`).
+pub type CompilerOptions = std::collections::BTreeMap<String, tessera_pjrt::OptionOverride>;
 
 impl PjrtExecutor {
     /// An executor with no programs yet.
@@ -82,7 +87,15 @@ impl PjrtExecutor {
             mesh: mesh.clone(),
             programs: Vec::new(),
             by_text: Default::default(),
+            compiler_options: CompilerOptions::new(),
         }
+    }
+
+    /// The same executor compiling every later program with `options` (part of the persistent
+    /// cache's key, as every compile option is).
+    pub fn with_compiler_options(mut self, options: &CompilerOptions) -> Self {
+        self.compiler_options = options.clone();
+        self
     }
 
     /// Compiles `program` (SPMD over a group's mesh) for `group` and returns the index that task
@@ -117,7 +130,10 @@ impl PjrtExecutor {
             return Ok(index);
         }
         let devices = self.mesh.group(group)?.device_ids().to_vec();
-        let options = CompileOptions::spmd(&devices).with_shardy(partitioner.is_shardy());
+        let options = self.compiler_options.iter().fold(
+            CompileOptions::spmd(&devices).with_shardy(partitioner.is_shardy()),
+            |o, (name, value)| o.with_override(name, value.clone()),
+        );
         let executable = self.client.compile_cached(module, &options)?;
         self.programs.push(CompiledTask {
             group,

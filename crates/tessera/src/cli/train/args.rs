@@ -99,6 +99,10 @@ pub struct Args {
     /// under MPI each rank writes the blocks its devices hold, on a shared filesystem).
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
+    /// An XLA compiler option for every program of the step, as NAME=VALUE (JAX's
+    /// `compiler_options`; e.g. --xla-option xla_cpu_enable_fast_math=false); repeatable.
+    #[arg(long = "xla-option", value_name = "NAME=VALUE")]
+    pub xla_options: Vec<String>,
     /// Write checkpoints on a background thread while training goes on (the state is copied to
     /// the host first; the next save, and the end of the run, wait for the write).
     #[arg(long)]

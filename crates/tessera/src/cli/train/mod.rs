@@ -92,6 +92,7 @@ fn check_args(args: &Args, mpmd_dim: u32) -> anyhow::Result<()> {
     if args.batch == 0 {
         bail!("--batch 0: a step trains on at least one example per micro-batch, e.g. --batch 64");
     }
+    compiler_options(&args.xla_options)?;
     if args.checkpoint_every.is_some() && args.checkpoint_dir.is_none() && args.resume.is_none() {
         bail!("--checkpoint-every needs --checkpoint-dir DIR (where to save)");
     }
@@ -122,6 +123,22 @@ fn check_output_paths(args: &Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--xla-option NAME=VALUE` options by name.
+fn compiler_options(options: &[String]) -> anyhow::Result<tessera_mpmd::runtime::CompilerOptions> {
+    options
+        .iter()
+        .map(|option| match option.split_once('=') {
+            Some((name, value)) if !name.is_empty() => {
+                Ok((name.to_owned(), tessera_pjrt::OptionOverride::parse(value)))
+            }
+            _ => bail!(
+                "--xla-option {option}: write NAME=VALUE, e.g. --xla-option \
+                 xla_cpu_enable_fast_math=false"
+            ),
+        })
+        .collect()
 }
 
 /// The dtype the model computes in (float32 for the MLP).
@@ -302,6 +319,7 @@ fn run_in(
             true => tessera_mpmd::Fusion::Never,
             false => tessera_mpmd::Fusion::Auto,
         },
+        compiler_options: compiler_options(&args.xla_options)?,
         ..tessera_mpmd::MpmdJitOptions::default()
     };
     let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
