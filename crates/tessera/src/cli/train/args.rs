@@ -11,7 +11,8 @@ pub struct Args {
     #[arg(long)]
     pub model: Option<String>,
     /// A TOML file with the decoder's sizes: `model`, `layers`, `d_model`, `heads`, `seq_len`
-    /// and optionally `ffn` (see docs/training.md). Flags given as well override it.
+    /// and optionally `ffn` and `stage_layers` (see docs/training.md). Flags given as well
+    /// override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Decoder layers (default 4).
