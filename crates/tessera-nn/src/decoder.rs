@@ -338,6 +338,10 @@ impl DecoderConfig {
             let normed = self.norm(block.get("norm2")?, &h)?;
             h = &h + &self.mlp(block.get("mlp")?, &normed)?;
         }
+        // A stage of no layers at the end: the final norm, the head and the loss alone.
+        if let Some(stage) = plan.stage_starting_at(self.layers) {
+            h = h.enter_stage(stage as i64);
+        }
         let h = self.norm(&cast(p.get("final_norm")?), &h)?;
         let logits = if self.tie_embeddings {
             let table = p.leaf("embed.tokens.table")?.astype(self.compute_dtype);
@@ -358,10 +362,96 @@ impl DecoderConfig {
 
 /// Where pipeline stages begin: the index of the first layer of each stage after the first.
 /// Stage 0 holds the embeddings and the layers before `starts[0]`; the last stage also holds
-/// the final norm, the head and the loss.
+/// the final norm, the head and the loss. A start of 0 leaves the first stage the embeddings
+/// alone (its marker comes right after them); a start equal to the number of layers leaves the
+/// last stage the final norm, the head and the loss alone (its marker comes before the norm).
+/// Stages between the first and the last hold at least one layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StagePlan {
     starts: Vec<usize>,
+}
+
+/// Stage layer counts that do not describe a split of the model's layers; each message names
+/// the smallest fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StagePlanError {
+    /// No counts at all.
+    #[error("no stages: give one layer count per stage, e.g. {layers}")]
+    NoStages {
+        /// The model's layers.
+        layers: usize,
+    },
+    /// The counts do not add up to the model's layers.
+    #[error(
+        "{} sums to {sum} layers but the model has {layers}: {} {}, e.g. {}",
+        join(counts), if sum < layers { "add" } else { "take" }, fix_words(*sum, *layers),
+        join(suggestion)
+    )]
+    Sum {
+        /// The counts given.
+        counts: Vec<usize>,
+        /// Their sum.
+        sum: usize,
+        /// The model's layers.
+        layers: usize,
+        /// The counts with the difference added to the smallest stages or taken from the
+        /// largest ones.
+        suggestion: Vec<usize>,
+    },
+    /// A stage between the first and the last has no layers.
+    #[error(
+        "stage {stage} of {} has no layers: only the first stage (the embedding alone) or the \
+         last (the head and the loss alone) may be empty; move a layer into it, e.g. {}",
+        join(counts),
+        join(suggestion)
+    )]
+    EmptyMiddle {
+        /// The counts given.
+        counts: Vec<usize>,
+        /// The empty stage (from 0).
+        stage: usize,
+        /// The counts with a layer moved into the stage from its largest neighbour-side stage.
+        suggestion: Vec<usize>,
+    },
+}
+
+fn join(counts: &[usize]) -> String {
+    let parts: Vec<String> = counts.iter().map(|c| c.to_string()).collect();
+    parts.join(",")
+}
+
+fn fix_words(sum: usize, layers: usize) -> String {
+    let (d, word) = if sum < layers {
+        (layers - sum, "to")
+    } else {
+        (sum - layers, "from")
+    };
+    match d {
+        1 => format!("1 {word} a stage"),
+        _ => format!("{d} {word} the stages"),
+    }
+}
+
+/// `counts` with `sum(counts) - layers` taken one at a time from the largest stage, or
+/// `layers - sum(counts)` added one at a time to the smallest one (the later stage on ties).
+fn balance_to(counts: &[usize], layers: usize) -> Vec<usize> {
+    let mut out = counts.to_vec();
+    let mut sum: usize = out.iter().sum();
+    while sum != layers && !out.is_empty() {
+        let pick = |better: &dyn Fn(usize, usize) -> bool, v: &[usize]| {
+            (0..v.len()).fold(0, |best, i| if better(v[i], v[best]) { i } else { best })
+        };
+        if sum < layers {
+            let i = pick(&|a, b| a <= b, &out);
+            out[i] += 1;
+            sum += 1;
+        } else {
+            let i = pick(&|a, b| a >= b, &out);
+            out[i] -= 1;
+            sum -= 1;
+        }
+    }
+    out
 }
 
 impl StagePlan {
@@ -370,11 +460,70 @@ impl StagePlan {
         StagePlan { starts: Vec::new() }
     }
 
-    /// Stages beginning at the layers `starts` (increasing, each in `1..layers`).
+    /// Stages beginning at the layers `starts` (increasing, each in `0..=layers`: 0 leaves the
+    /// first stage the embeddings alone, `layers` the last stage the head and the loss alone).
     pub fn at_layers(starts: &[usize]) -> Self {
         StagePlan {
             starts: starts.to_vec(),
         }
+    }
+
+    /// Stages of `counts[s]` decoder layers each, in order, over a model of `layers` layers.
+    /// The first stage also holds the embeddings and the last the final norm, the head and
+    /// the loss, so either may hold 0 layers (`[4, 4, 0]`: the head and the loss alone on the
+    /// last stage; `[0, 4, 4]`: the embedding alone on the first); stages between them hold at
+    /// least one. The counts must sum to `layers`.
+    pub fn from_counts(counts: &[usize], layers: usize) -> Result<Self, StagePlanError> {
+        if counts.is_empty() {
+            return Err(StagePlanError::NoStages { layers });
+        }
+        let sum: usize = counts.iter().sum();
+        if sum != layers {
+            return Err(StagePlanError::Sum {
+                counts: counts.to_vec(),
+                sum,
+                layers,
+                suggestion: balance_to(counts, layers),
+            });
+        }
+        let last = counts.len() - 1;
+        if let Some(stage) = (1..last).find(|&s| counts[s] == 0) {
+            // Take the layer from the largest stage (the nearest on ties), so the move is one.
+            let donor = (0..counts.len())
+                .filter(|&s| s != stage)
+                .max_by_key(|&s| (counts[s], std::cmp::Reverse(s.abs_diff(stage))))
+                .unwrap_or(stage);
+            let mut suggestion = counts.to_vec();
+            if counts[donor] > 1 || ((donor == 0 || donor == last) && counts[donor] > 0) {
+                suggestion[donor] -= 1;
+                suggestion[stage] += 1;
+            }
+            return Err(StagePlanError::EmptyMiddle {
+                counts: counts.to_vec(),
+                stage,
+                suggestion,
+            });
+        }
+        let starts = counts[..last]
+            .iter()
+            .scan(0, |start, &c| {
+                *start += c;
+                Some(*start)
+            })
+            .collect();
+        Ok(StagePlan { starts })
+    }
+
+    /// The decoder layers of each stage of a model of `layers` layers, in order (what
+    /// [`StagePlan::from_counts`] takes).
+    pub fn counts(&self, layers: usize) -> Vec<usize> {
+        let mut bounds = vec![0];
+        bounds.extend(&self.starts);
+        bounds.push(layers);
+        bounds
+            .windows(2)
+            .map(|w| w[1].saturating_sub(w[0]))
+            .collect()
     }
 
     /// `stages` stages of as equal a number of layers as can be (the earlier ones take the
@@ -397,12 +546,14 @@ impl StagePlan {
 
     fn check(&self, layers: usize) -> Result<()> {
         let increasing = self.starts.windows(2).all(|w| w[0] < w[1]);
-        let inside = self.starts.iter().all(|&l| (1..layers).contains(&l));
+        let inside = self.starts.iter().all(|&l| l <= layers);
         if increasing && inside {
             Ok(())
         } else {
             Err(NnError::Config(format!(
-                "stage boundaries {:?} must be increasing layer indices in 1..{layers}",
+                "stage boundaries {:?} must be increasing layer indices in 0..={layers} (0: the \
+                 embedding alone on the first stage; {layers}: the head and the loss alone on \
+                 the last)",
                 self.starts
             )))
         }

@@ -57,6 +57,9 @@ pub enum NnError {
         /// How to fix it.
         fix: String,
     },
+    /// Stage layer counts that do not split the model's layers.
+    #[error("invalid stage layers: {0}")]
+    StagePlan(#[from] crate::decoder::StagePlanError),
     /// Tracing or evaluating a program failed.
     #[error(transparent)]
     Ir(#[from] tessera_ir::IrError),

@@ -8,7 +8,8 @@
 //! - [`trace_trees`] and [`value_and_grad_tree`]: tracing and differentiation with trees in and
 //!   out, instead of positional argument lists.
 //! - [`DecoderConfig`]: GPT-2 style and Llama style decoders, their initial parameters and their
-//!   loss program, split into pipeline stages at the layer indices the caller names.
+//!   loss program, split into pipeline stages at the layer indices the caller names
+//!   ([`StagePlan`]: even, at given layers, or from layer counts per stage).
 //! - [`parallel`]: the decoders' parameter layouts for tensor parallelism (Megatron style) and
 //!   FSDP over a device group's mesh axes ([`DecoderConfig::param_specs`]).
 //! - [`optim`]: SGD with momentum and AdamW as traced updates, gradient clipping by global norm;
@@ -38,7 +39,7 @@ pub mod toy;
 mod tree;
 mod trees;
 
-pub use decoder::{DecoderConfig, DecoderKind, StagePlan};
+pub use decoder::{DecoderConfig, DecoderKind, StagePlan, StagePlanError};
 pub use error::{NnError, Result};
 pub use init::{Init, Rng};
 pub use parallel::{MeshAxis, ParallelAxes};

@@ -6,7 +6,7 @@
 
 use tessera_ir::interp::eval_closed;
 use tessera_ir::{Array, DType, Prim, value_and_grad, verify};
-use tessera_nn::{DecoderConfig, StagePlan, Tree};
+use tessera_nn::{DecoderConfig, StagePlan, StagePlanError, Tree};
 
 const ROWS: i64 = 2;
 
@@ -100,6 +100,14 @@ fn stage_plans_place_one_marker_per_boundary() {
         // Three stages of four layers: 2 + 1 + 1, never fewer stages than asked.
         (StagePlan::even(3, 4).unwrap(), vec![1, 2]),
         (StagePlan::at_layers(&[1, 3]), vec![1, 2]),
+        (StagePlan::from_counts(&[1, 2, 1], 4).unwrap(), vec![1, 2]),
+        // The embedding alone on the first stage, the head and loss alone on the last.
+        (StagePlan::from_counts(&[0, 4], 4).unwrap(), vec![1]),
+        (StagePlan::from_counts(&[4, 0], 4).unwrap(), vec![1]),
+        (
+            StagePlan::from_counts(&[0, 2, 2, 0], 4).unwrap(),
+            vec![1, 2, 3],
+        ),
     ] {
         let program = c.loss(ROWS, &plan).unwrap();
         let stages: Vec<i64> = program
@@ -111,6 +119,158 @@ fn stage_plans_place_one_marker_per_boundary() {
             .collect();
         assert_eq!(stages, markers, "{plan:?}");
     }
+}
+
+fn markers_and_positions(program: &tessera_ir::ClosedJaxpr) -> Vec<(usize, i64)> {
+    program
+        .jaxpr
+        .eqns
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.prim == Prim::PipelineEnterStage)
+        .map(|(i, e)| (i, e.params.int("pipeline_enter_stage", "stage").unwrap()))
+        .collect()
+}
+
+/// Layer counts per stage become boundaries and back; the first and last stage may hold no
+/// layers (their markers sit right after the embedding and right before the final norm), and
+/// the staged loss equals the unstaged one.
+#[test]
+fn stage_plans_from_layer_counts() {
+    assert_eq!(
+        StagePlan::from_counts(&[3, 3, 2, 1], 9).unwrap(),
+        StagePlan::at_layers(&[3, 6, 8])
+    );
+    assert_eq!(
+        StagePlan::from_counts(&[4, 4, 0], 8).unwrap(),
+        StagePlan::at_layers(&[4, 8])
+    );
+    assert_eq!(
+        StagePlan::from_counts(&[0, 4, 4], 8).unwrap(),
+        StagePlan::at_layers(&[0, 4])
+    );
+    assert_eq!(
+        StagePlan::from_counts(&[5], 5).unwrap(),
+        StagePlan::single()
+    );
+    // Every split of up to 5 layers over up to 4 stages round-trips through its counts.
+    for layers in 1..=5usize {
+        for stages in 1..=4usize {
+            let mut counts = vec![0; stages];
+            loop {
+                if counts.iter().sum::<usize>() == layers {
+                    let middle_empty = (1..stages.saturating_sub(1)).any(|s| counts[s] == 0);
+                    match StagePlan::from_counts(&counts, layers) {
+                        Ok(plan) => {
+                            assert!(!middle_empty, "{counts:?}");
+                            assert_eq!(plan.stages(), stages);
+                            assert_eq!(plan.counts(layers), counts);
+                        }
+                        Err(err) => assert!(middle_empty, "{counts:?}: {err}"),
+                    }
+                }
+                // The next counts vector, each entry in 0..=layers.
+                let Some(i) = counts.iter().position(|&c| c < layers) else {
+                    break;
+                };
+                counts[i] += 1;
+                counts[..i].fill(0);
+            }
+        }
+    }
+    for kind in ["gpt2", "llama"] {
+        let c = tiny(kind);
+        let params = c.init(0).unwrap();
+        let args = inputs(&c, &params);
+        let single = c.loss(ROWS, &StagePlan::single()).unwrap();
+        let expected = eval_closed(&single, &args).unwrap()[0].to_vec()[0];
+        for counts in [[0, 2, 2], [2, 2, 0], [1, 3, 0]] {
+            let program = c
+                .loss(ROWS, &StagePlan::from_counts(&counts, 4).unwrap())
+                .unwrap();
+            verify(&program).unwrap();
+            let loss = eval_closed(&program, &args).unwrap()[0].to_vec()[0];
+            assert!((loss - expected).abs() < 1e-6, "{kind} {counts:?}");
+            assert_eq!(
+                markers_and_positions(&program).len(),
+                2,
+                "{kind} {counts:?}"
+            );
+        }
+        // Where the markers sit, in equations: `layer` apart per layer of a stage, so an empty
+        // first stage ends right after the embedding and an empty last one begins right before
+        // the final norm.
+        let at = |counts: &[usize]| {
+            let program = c
+                .loss(ROWS, &StagePlan::from_counts(counts, 4).unwrap())
+                .unwrap();
+            let markers = markers_and_positions(&program);
+            let last = program.jaxpr.eqns.len() - markers[markers.len() - 1].0;
+            (markers[0].0, last)
+        };
+        let layer = at(&[2, 1, 1]).0 - at(&[1, 2, 1]).0;
+        assert!(layer > 10, "{kind}: a block is {layer} equations");
+        assert_eq!(at(&[1, 2, 1]).0 - at(&[0, 2, 2]).0, layer, "{kind}");
+        assert_eq!(at(&[2, 1, 1]).1 - at(&[2, 2, 0]).1, layer, "{kind}");
+    }
+}
+
+#[test]
+fn stage_layer_counts_that_do_not_split_the_layers_name_the_fix() {
+    let err = StagePlan::from_counts(&[3, 3, 2], 9).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "3,3,2 sums to 8 layers but the model has 9: add 1 to a stage, e.g. 3,3,3"
+    );
+    let err = StagePlan::from_counts(&[3, 4, 2], 7).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "3,4,2 sums to 9 layers but the model has 7: take 2 from the stages, e.g. 3,2,2"
+    );
+    assert!(matches!(
+        err,
+        StagePlanError::Sum {
+            sum: 9,
+            layers: 7,
+            ..
+        }
+    ));
+    let err = StagePlan::from_counts(&[3, 0, 3, 2], 8).unwrap_err();
+    assert_eq!(
+        err,
+        StagePlanError::EmptyMiddle {
+            counts: vec![3, 0, 3, 2],
+            stage: 1,
+            suggestion: vec![3, 1, 2, 2],
+        }
+    );
+    assert!(
+        err.to_string().contains("stage 1 of 3,0,3,2 has no layers"),
+        "{err}"
+    );
+    assert!(matches!(
+        StagePlan::from_counts(&[], 4),
+        Err(StagePlanError::NoStages { layers: 4 })
+    ));
+    // The suggestions are valid splits.
+    for (counts, layers) in [
+        (vec![1, 0, 1], 2),
+        (vec![0, 0, 5], 5),
+        (vec![2, 0, 0, 2], 4),
+    ] {
+        let Err(StagePlanError::EmptyMiddle { suggestion, .. }) =
+            StagePlan::from_counts(&counts, layers)
+        else {
+            panic!("{counts:?} has an empty middle stage");
+        };
+        assert_eq!(suggestion.iter().sum::<usize>(), layers);
+        assert!(suggestion[1] > 0, "{counts:?} -> {suggestion:?}");
+    }
+    // Boundaries past the last layer are refused by the loss.
+    let err = tiny("gpt2")
+        .loss(1, &StagePlan::at_layers(&[2, 5]))
+        .unwrap_err();
+    assert!(err.to_string().contains("in 0..=4"), "{err}");
 }
 
 #[test]

@@ -43,6 +43,8 @@
 //! - [`render`]: ASCII timeline, SVG timeline, JSON.
 //! - [`memory`]: per-stage peak in-flight micro-batches between actions, and a predicted peak
 //!   of live bytes per actor from each stage's activation bytes.
+//! - [`plan`]: the planner's boundary search: the split of a chain of layers into stages with
+//!   the fastest slowest stage from measured per-layer costs, under a memory limit.
 //!
 //! # Published formulas the tests pin (p actors, m ≥ p microbatches, zero latency)
 //! - GPipe (Huang et al. 2019, "GPipe: Efficient Training of Giant Neural Networks using
@@ -72,6 +74,7 @@ pub mod builtins;
 pub mod error;
 pub mod memory;
 pub mod placement;
+pub mod plan;
 pub mod render;
 pub mod schedule;
 pub mod simulate;

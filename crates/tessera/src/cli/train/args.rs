@@ -11,7 +11,8 @@ pub struct Args {
     #[arg(long)]
     pub model: Option<String>,
     /// A TOML file with the decoder's sizes: `model`, `layers`, `d_model`, `heads`, `seq_len`
-    /// and optionally `ffn` (see docs/training.md). Flags given as well override it.
+    /// and optionally `ffn` and `stage_layers` (see docs/training.md). Flags given as well
+    /// override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Decoder layers (default 4).
@@ -44,6 +45,13 @@ pub struct Args {
     /// Pipeline stages (the model gets one stage marker per stage boundary).
     #[arg(long, default_value_t = 4)]
     pub stages: u32,
+    /// The decoder layers of each stage, in order, e.g. `3,3,2,1` (one count per --stages,
+    /// summing to --layers; default: evenly spaced, stage s beginning at layer
+    /// ceil(s × layers / stages)). The first stage also holds the embedding and the last the
+    /// final norm, the head and the loss, so either may have 0 layers (`4,4,0`: the head and
+    /// the loss alone on the last stage). Also `stage_layers = [3, 3, 2, 1]` in --config.
+    #[arg(long, value_delimiter = ',', value_name = "COUNTS")]
+    pub stage_layers: Option<Vec<usize>>,
     /// MPMD groups (defaults to the number of stages).
     #[arg(long)]
     pub mpmd_dim: Option<u32>,

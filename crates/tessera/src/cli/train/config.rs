@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
-use tessera_nn::DecoderConfig;
+use tessera_nn::{DecoderConfig, StagePlan, StagePlanError};
 
 use super::args::Args;
 
@@ -19,6 +19,7 @@ struct ConfigFile {
     heads: Option<i64>,
     seq_len: Option<i64>,
     ffn: Option<i64>,
+    stage_layers: Option<Vec<usize>>,
 }
 
 /// What to train.
@@ -36,7 +37,7 @@ fn read_config(path: &Path) -> anyhow::Result<ConfigFile> {
     toml::from_str(&text).map_err(|e| {
         anyhow::anyhow!(
             "the config file {} is not a model config: {e}\nIt takes `model`, `layers`, \
-             `d_model`, `heads`, `seq_len` and `ffn`, e.g.\n  model = \"llama\"\n  layers = 4\n  \
+             `d_model`, `heads`, `seq_len`, `ffn` and `stage_layers`, e.g.\n  model = \"llama\"\n  layers = 4\n  \
              d_model = 128\n  heads = 4\n  seq_len = 64",
             path.display()
         )
@@ -103,6 +104,56 @@ pub fn choose_model(args: &Args) -> anyhow::Result<ModelChoice> {
         }
     }
     Ok(ModelChoice::Decoder(config))
+}
+
+/// The decoder layers of each stage: `--stage-layers`, else the config file's `stage_layers`,
+/// else `--stages` stages at evenly spaced layers (one layer per stage for the MLP). Counts that
+/// do not split the layers are refused with the smallest fix.
+pub fn stage_layers(args: &Args, choice: &ModelChoice) -> anyhow::Result<Vec<usize>> {
+    let stages = args.stages as usize;
+    let (given, source) = match (&args.stage_layers, &args.config) {
+        (Some(counts), _) => (Some(counts.clone()), "--stage-layers".to_string()),
+        (None, Some(path)) => (
+            read_config(path)?.stage_layers,
+            format!("{}: stage_layers", path.display()),
+        ),
+        (None, None) => (None, String::new()),
+    };
+    let join = |counts: &[usize]| {
+        let parts: Vec<String> = counts.iter().map(usize::to_string).collect();
+        parts.join(",")
+    };
+    let config = match choice {
+        ModelChoice::Decoder(config) => config,
+        ModelChoice::Mlp if given.is_some() => bail!(
+            "{source} places a decoder's layers; the mlp model has one layer per stage: use it \
+             with --model llama or gpt2, or drop it"
+        ),
+        ModelChoice::Mlp => return Ok(vec![1; stages]),
+    };
+    let layers = config.layers;
+    let Some(counts) = given else {
+        return Ok(StagePlan::even(stages, layers)?.counts(layers));
+    };
+    if counts.len() != stages {
+        let refit = StagePlan::even(stages, layers).map(|p| p.counts(layers));
+        bail!(
+            "{source} {} names {} stages but --stages is {stages}: pass --stages {} with it{}",
+            join(&counts),
+            counts.len(),
+            counts.len(),
+            match refit {
+                Ok(refit) => format!(", or give {stages} counts, e.g. {}", join(&refit)),
+                Err(_) => String::new(),
+            }
+        );
+    }
+    match StagePlan::from_counts(&counts, layers) {
+        Ok(plan) => Ok(plan.counts(layers)),
+        // "--stage-layers 3,3,2 sums to 8 layers but the model has 9: add 1 to a stage, ..."
+        Err(err @ StagePlanError::Sum { .. }) => bail!("{source} {err}"),
+        Err(err) => bail!("{source}: {err}"),
+    }
 }
 
 /// The model's name: `mlp`, `llama` or `gpt2`.

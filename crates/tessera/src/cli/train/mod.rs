@@ -258,6 +258,7 @@ fn run_in(
     check_args(&args, mpmd_dim)?;
     layout.check_rows(args.batch / args.microbatches)?;
     let choice = config::choose_model(&args)?;
+    let stage_layers = config::stage_layers(&args, &choice)?;
     if args.data.is_some() && matches!(choice, config::ModelChoice::Mlp) {
         bail!("--data trains --model llama or gpt2; the mlp model has its own data");
     }
@@ -269,7 +270,7 @@ fn run_in(
     let rows = i64::from(args.batch / args.microbatches);
     let model = Model::new(
         &choice,
-        args.stages as usize,
+        &stage_layers,
         rows,
         args.microbatches as usize,
         args.data.as_deref(),
@@ -648,6 +649,7 @@ fn finish(
         "model": name,
         "schedule": args.schedule,
         "stages": args.stages,
+        "stage_layers": model.stage_layers,
         "microbatches": args.microbatches,
         "devices": args.devices,
         "parameters": model.param_count(),

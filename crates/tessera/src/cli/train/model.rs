@@ -41,21 +41,25 @@ pub struct Model {
     pub tokens_per_example: u64,
     /// Model FLOPs per token of a training step (decoders only).
     pub flops_per_token: Option<f64>,
+    /// The layers of each stage, in order (one each for the MLP).
+    pub stage_layers: Vec<usize>,
     rows: i64,
     microbatches: usize,
     data: Data,
 }
 
 impl Model {
-    /// Builds `choice` with `stages` stages, micro-batches of `rows` examples.
+    /// Builds `choice` with stages of `stage_layers` layers each, micro-batches of `rows`
+    /// examples.
     pub fn new(
         choice: &ModelChoice,
-        stages: usize,
+        stage_layers: &[usize],
         rows: i64,
         microbatches: usize,
         data_file: Option<&Path>,
         seed: u64,
     ) -> anyhow::Result<Model> {
+        let stages = stage_layers.len();
         match choice {
             ModelChoice::Mlp => {
                 let mlp = TanhMlp {
@@ -71,6 +75,7 @@ impl Model {
                     init: init.flatten(),
                     tokens_per_example: 1,
                     flops_per_token: None,
+                    stage_layers: vec![1; stages],
                     rows,
                     microbatches,
                     data: Data::Teacher(mlp),
@@ -88,13 +93,15 @@ impl Model {
                 };
                 let init = config.init(seed)?;
                 Ok(Model {
-                    loss: config.loss(rows, &StagePlan::even(stages, config.layers)?)?,
+                    loss: config
+                        .loss(rows, &StagePlan::from_counts(stage_layers, config.layers)?)?,
                     eval_loss: Some(config.loss(rows, &StagePlan::single())?),
                     params: (1..=init.len()).collect(),
                     param_avals: config.avals(),
                     init: init.flatten(),
                     tokens_per_example: seq as u64,
                     flops_per_token: Some(config.train_flops_per_token()),
+                    stage_layers: stage_layers.to_vec(),
                     rows,
                     microbatches,
                     data: Data::Corpus(data),
