@@ -35,6 +35,8 @@
 //! ```
 //!
 //! # Passes
+//! - [`validate_forward_only()`]: the same for a forward-only plan ([`ForwardOnly`], an eval
+//!   loss or inference pipelined over the training placement).
 //! - [`validate()`]: every task exactly once, dependencies respected, no deadlock when each
 //!   actor runs its list in order with blocking receives; [`transfers()`] lists the values that
 //!   cross actors.
@@ -70,6 +72,7 @@
 
 pub mod builtins;
 pub mod error;
+pub mod forward;
 pub mod memory;
 pub mod placement;
 pub mod render;
@@ -82,6 +85,7 @@ pub use builtins::{
     DualPipeV, DualPipeVDeepSeek, Eager1F1B, GPipe, Interleaved1F1B, InterleavedGPipe, KimiK2,
     Std1F1B, ZeroBubble,
 };
+pub use forward::{ForwardOnly, forward_actions, validate_forward_only};
 pub use error::{CostError, ScheduleError, SimulateError, ValidationError};
 pub use placement::Placement;
 pub use schedule::{Plan, Registry, Schedule, ScheduleParams};
