@@ -135,6 +135,10 @@ pub struct PipelineOptions {
     /// Plan the pipeline without compiling its tasks (what `mpmd_jit` does for a step it runs as
     /// one program): its schedule, stages and layouts can be read, but running it fails.
     pub plan_only: bool,
+    /// Run the forwards only ([`tessera_schedule::ForwardOnly`] of the schedule: its placement,
+    /// no backward): the step returns the losses and auxiliary results and no gradient (an eval
+    /// loss, inference, on the groups that hold the parameters).
+    pub forward_only: bool,
 }
 
 /// A pipelined step ready to run.
@@ -158,6 +162,8 @@ pub struct CompiledPipeline {
     specs: ValueSpecs,
     /// The programs summing a tied parameter's gradient parts on its groups.
     tied: TiedAdds,
+    /// Whether the plan runs forwards only (no gradients).
+    forward_only: bool,
 }
 
 struct Types<'a> {
@@ -260,8 +266,14 @@ impl CompiledPipeline {
     ) -> Result<Self, DriverError> {
         let processes = options.processes.clone();
         let specs = options.specs.clone();
+        let forward = tessera_schedule::ForwardOnly::new(schedule);
+        let (schedule, validate): (&dyn Schedule, fn(&_) -> Result<(), _>) =
+            match options.forward_only {
+                true => (&forward, tessera_schedule::validate_forward_only),
+                false => (schedule, tessera_schedule::validate),
+            };
         let schedule_plan = schedule.plan(microbatches)?;
-        tessera_schedule::validate(&schedule_plan).map_err(|e| {
+        validate(&schedule_plan).map_err(|e| {
             DriverError::Config(format!(
                 "schedule '{}' does not validate for {} stages and {microbatches} micro-batches: {e}",
                 schedule_plan.name, schedule_plan.num_stages
@@ -358,7 +370,14 @@ impl CompiledPipeline {
             layouts,
             specs,
             tied,
+            forward_only: options.forward_only,
         })
+    }
+
+    /// Whether the pipeline runs forwards only ([`PipelineOptions::forward_only`]): its steps
+    /// return no gradient.
+    pub fn is_forward_only(&self) -> bool {
+        self.forward_only
     }
 
     /// How each value of the pipeline is laid out inside its group.
@@ -606,7 +625,12 @@ impl CompiledPipeline {
         let stages = self.parts.len();
         let mut by_arg: HashMap<usize, Option<DeviceArray>> = HashMap::new();
         let mut results = out.results.into_iter();
-        for s in 0..stages {
+        // A forward-only plan returns no accumulator.
+        let grad_stages = match self.forward_only {
+            true => 0,
+            false => stages,
+        };
+        for s in 0..grad_stages {
             for k in 0..self.parts[s].shape.params {
                 let value = results
                     .next()
@@ -623,7 +647,7 @@ impl CompiledPipeline {
                 by_arg.insert(arg, value);
             }
         }
-        if let Some(processes) = &self.processes {
+        if let (Some(processes), false) = (&self.processes, self.forward_only) {
             self.sum_tied_across(processes.as_ref(), &mut by_arg)?;
         }
         let rest: Vec<Option<DeviceArray>> = results.collect();
@@ -634,11 +658,14 @@ impl CompiledPipeline {
         let aux = (0..m)
             .map(|mb| aux[mb * per_mb..(mb + 1) * per_mb].to_vec())
             .collect();
-        let grads = self
-            .params
-            .iter()
-            .map(|k| by_arg.remove(k).ok_or_else(|| missing(*k)))
-            .collect::<Result<_, _>>()?;
+        let grads = match self.forward_only {
+            true => Vec::new(),
+            false => self
+                .params
+                .iter()
+                .map(|k| by_arg.remove(k).ok_or_else(|| missing(*k)))
+                .collect::<Result<_, _>>()?,
+        };
         Ok(DeviceStepOutput {
             grads,
             losses,
