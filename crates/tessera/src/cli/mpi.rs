@@ -195,6 +195,8 @@ pub struct Finish<'a> {
     pub json: bool,
     pub losses: &'a [f64],
     pub reference_losses: &'a [f64],
+    /// The eval losses (`--eval-every`), by step.
+    pub eval_losses: &'a [(u64, f64)],
     /// Every step's timings of this rank's group.
     pub timings: &'a [Timings],
     pub pipeline: &'a tessera_mpmd::driver::CompiledPipeline,
@@ -252,6 +254,7 @@ pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
             "processes": job.size(),
             "losses": f.losses,
             "reference_losses": f.reference_losses,
+            "eval_losses": f.eval_losses,
             "final_loss": f.losses.last(),
             "reference_loss": f.reference_losses.last(),
             "max_relative_difference": max_diff,
