@@ -85,8 +85,8 @@ pub use builtins::{
     DualPipeV, DualPipeVDeepSeek, Eager1F1B, GPipe, Interleaved1F1B, InterleavedGPipe, KimiK2,
     Std1F1B, ZeroBubble,
 };
-pub use forward::{ForwardOnly, forward_actions, validate_forward_only};
 pub use error::{CostError, ScheduleError, SimulateError, ValidationError};
+pub use forward::{ForwardOnly, forward_actions, validate_forward_only};
 pub use placement::Placement;
 pub use schedule::{Plan, Registry, Schedule, ScheduleParams};
 pub use simulate::{Costs, Simulation, simulate};
