@@ -80,7 +80,8 @@ impl From<tessera_schedule::ScheduleError> for DriverError {
 /// What one pipelined step returns.
 #[derive(Debug)]
 pub struct StepOutput {
-    /// The gradient of each parameter argument (summed over microbatches), in `params` order.
+    /// The gradient of each parameter argument (summed over microbatches), in `params` order
+    /// (none for a forward-only pipeline).
     pub grads: Vec<HostArray>,
     /// Each microbatch's loss.
     pub losses: Vec<f64>,
@@ -94,7 +95,8 @@ pub struct StepOutput {
 #[derive(Debug)]
 pub struct DeviceStepOutput {
     /// The gradient of each parameter argument (summed over microbatches), in `params` order,
-    /// on the group that owns the parameter (`None` when another process runs that group).
+    /// on the group that owns the parameter (`None` when another process runs that group); none
+    /// for a forward-only pipeline.
     pub grads: Vec<Option<DeviceArray>>,
     /// Each microbatch's loss.
     pub losses: Vec<f64>,
