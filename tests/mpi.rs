@@ -457,3 +457,93 @@ fn arrays_move_between_the_spmd_and_mpmd_layouts_across_processes() {
     assert!(!job.stdout.contains("rank 0: group 1"), "{}", job.stdout);
     assert!(job.stdout.lines().any(|l| l == "ok"), "{}", job.stdout);
 }
+
+/// The `eval_losses` of a `--json` summary, as `(step, loss)`.
+fn eval_losses(stdout: &str) -> Vec<(u64, f64)> {
+    let last = stdout.lines().last().unwrap_or_default();
+    let summary: serde_json::Value = serde_json::from_str(last)
+        .unwrap_or_else(|e| panic!("the last line is not the JSON summary ({e}): {stdout}"));
+    summary["eval_losses"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no eval_losses: {summary}"))
+        .iter()
+        .map(|p| (p[0].as_u64().unwrap(), p[1].as_f64().unwrap()))
+        .collect()
+}
+
+/// The eval losses of `tessera train --eval-every 2` over 3 steps, in one process and as a job
+/// of `groups` ranks (the job's in text, with each loss's one-device check, unless `json`).
+fn eval_in_a_job(schedule: &str, stages: &str, groups: &str, json: bool) {
+    let mut args = train_args(schedule, stages, groups, "3");
+    args.extend(["--eval-every", "2"].map(String::from));
+    let alone = {
+        let _one = JOBS.lock().unwrap_or_else(|e| e.into_inner());
+        Command::new(tessera_bin())
+            .args(&args)
+            .env_remove("TESSERA_PJRT_PLUGIN")
+            .output()
+            .unwrap()
+    };
+    let alone_out = String::from_utf8_lossy(&alone.stdout);
+    assert!(
+        alone.status.success(),
+        "{}",
+        String::from_utf8_lossy(&alone.stderr)
+    );
+    let one = eval_losses(&alone_out);
+    assert_eq!(
+        one.iter().map(|e| e.0).collect::<Vec<_>>(),
+        [2, 3],
+        "{alone_out}"
+    );
+    if !json {
+        args.retain(|a| a != "--json");
+    }
+    let bin = tessera_bin();
+    let mut launch = vec!["-n", groups, bin.to_str().unwrap()];
+    launch.extend(args.iter().map(String::as_str));
+    let job = mpirun(&launch, &[], Duration::from_secs(300), None);
+    assert!(job.status.success(), "{}", job.stderr);
+    let many: Vec<(u64, f64)> = match json {
+        true => eval_losses(&job.stdout),
+        // `step    2  eval loss 4.911213  (one device 4.911213)`: rank 0 checked it against the
+        // unstaged loss on one device, on the parameters gathered from every rank.
+        false => job
+            .stdout
+            .lines()
+            .filter(|l| l.contains("eval loss"))
+            .map(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                assert_eq!(words[5], "(one", "no one-device check: {l}");
+                let step = words[1].parse().unwrap();
+                let (loss, device): (f64, f64) = (
+                    words[4].parse().unwrap(),
+                    words[7].trim_end_matches(')').parse().unwrap(),
+                );
+                assert!((loss - device).abs() <= 1e-5 * device.abs(), "{l}");
+                (step, loss)
+            })
+            .collect(),
+    };
+    assert_eq!(many.len(), one.len(), "{schedule}: {}", job.stdout);
+    for ((step, a), (s, b)) in one.iter().zip(&many) {
+        assert_eq!(step, s);
+        let tolerance = match json {
+            true => 1e-5,
+            // The text has 6 decimals.
+            false => 1e-5 + 5e-7 / a.abs(),
+        };
+        assert!(
+            (a - b).abs() <= tolerance * a.abs(),
+            "{schedule}: step {step}: one process {a}, {groups} ranks {b}"
+        );
+    }
+}
+
+#[test]
+fn ranks_compute_the_eval_loss_where_the_model_lives_as_one_process_does() {
+    // Each rank runs its stages' forwards on the parameters it holds.
+    eval_in_a_job("1f1b", "4", "4", true);
+    // Two stages per rank (round robin), the losses checked against one device on rank 0.
+    eval_in_a_job("interleaved-1f1b", "4", "2", false);
+}

@@ -917,3 +917,95 @@ fn compiler_options_reach_every_program_of_a_step() {
         assert!(err.contains("xla_no_such_option"), "{fusion:?}: {err}");
     }
 }
+
+/// `eval(w_0..w_{S-1}, xs, ys) -> mean loss`: a forward-only `treduce` (its body the loss, no
+/// `value_and_grad_call`) over `mbs` micro-batches.
+fn eval_step(kind: Values, stages: usize, mbs: i64, rows: i64, schedule: &str) -> ClosedJaxpr {
+    let loss = loss_of(kind, stages, rows);
+    let mut avals: Vec<ShapedArray> = (0..stages).map(|_| f32(&[WIDTH, WIDTH])).collect();
+    avals.push(f32(&[mbs, rows, WIDTH]));
+    avals.push(f32(&[mbs, rows, WIDTH]));
+    trace(&avals, |a| {
+        let weights: Vec<&_> = a[..stages].iter().collect();
+        let xs = [&a[stages], &a[stages + 1]];
+        let outs = treduce(&weights, &xs, 0, schedule, &[], |w, mb| {
+            let mut args = vec![&mb[0]];
+            args.extend(w.iter());
+            args.push(&mb[1]);
+            tessera_ir::trace::call_closed(&loss, &args)
+        });
+        vec![outs[0].mean(&[0])]
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_forward_only_treduce_runs_the_forwards_pipelined_on_the_training_groups() {
+    use tessera_mpmd::{StepArg, StepResult};
+    let rows = 2;
+    // (model, stages, groups, training schedule, eval micro-batches): the eval's micro-batch
+    // count need not suit the training schedule (interleaved 1F1B, 3 micro-batches).
+    let cases = [
+        (Values::Chain, 2, 2, "1f1b", 4),
+        (Values::Chain, 4, 2, "interleaved-1f1b", 3),
+        (Values::Skips, 4, 4, "gpipe", 5),
+        (Values::Tied, 2, 2, "1f1b", 2),
+    ];
+    for (kind, stages, groups, schedule, mbs) in cases {
+        let client = Client::cpu(8).unwrap();
+        let mesh = MpmdMesh::new(
+            Mesh::auto(&[("stage", groups), ("data", 8 / groups)]).unwrap(),
+            "stage",
+        )
+        .unwrap();
+        // A training step leaves the weights on their groups.
+        let train = step_of(kind, None, stages, 4, rows, schedule);
+        let train_jit = mpmd_jit(&client, &mesh, &train).unwrap();
+        let train_args = step_args(stages, 4, rows);
+        let host: Vec<StepArg> = train_args
+            .iter()
+            .map(|a| StepArg::Host(to_host(a).unwrap()))
+            .collect();
+        let trained = train_jit.call_mpmd(&host).unwrap().outputs;
+        let weights: Vec<Array> = eval_closed(&train, &train_args).unwrap()[..stages].to_vec();
+        // The eval, forward only, on those weights where they are.
+        let program = eval_step(kind, stages, mbs, rows, schedule);
+        let jit = mpmd_jit(&client, &mesh, &program).unwrap();
+        assert!(jit.pipeline().is_forward_only());
+        let (xs, ys) = (
+            values(&[mbs, rows, WIDTH], 30.0),
+            values(&[mbs, rows, WIDTH], 40.0),
+        );
+        let mut args: Vec<StepArg> = trained[..stages]
+            .iter()
+            .cloned()
+            .map(StepResult::into_arg)
+            .collect();
+        args.push(StepArg::Host(to_host(&xs).unwrap()));
+        args.push(StepArg::Host(to_host(&ys).unwrap()));
+        let run = jit.call_mpmd(&args).unwrap();
+        let mut interp_args = weights;
+        interp_args.extend([xs, ys]);
+        let want = eval_closed(&program, &interp_args).unwrap();
+        let got: Vec<_> = run.outputs.iter().map(|o| o.to_host().unwrap()).collect();
+        assert_close(&got, &want);
+        assert_eq!(run.losses.len(), mbs as usize);
+        // Only forwards ran, each group its stages' in the plan's order; the weights are still
+        // live on their groups (not donated).
+        let plan = jit.pipeline().schedule_plan();
+        assert_eq!(run.timings.tasks.len(), stages * mbs as usize);
+        assert!(run.timings.tasks.iter().all(|t| t.name.starts_with("F ")));
+        for (g, list) in plan.actors.iter().enumerate() {
+            for a in list {
+                let stage = a.tasks()[0].stage as usize;
+                assert_eq!(jit.pipeline().group_of_stage(stage), Some(g));
+            }
+        }
+        for (s, arg) in args.iter().take(stages).enumerate() {
+            let StepArg::Mpmd(m) = arg else {
+                panic!("weight {s} is not on the groups");
+            };
+            assert!(!m.is_deleted(), "{schedule}: weight {s} was deleted");
+        }
+    }
+}

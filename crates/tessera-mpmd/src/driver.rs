@@ -80,7 +80,8 @@ impl From<tessera_schedule::ScheduleError> for DriverError {
 /// What one pipelined step returns.
 #[derive(Debug)]
 pub struct StepOutput {
-    /// The gradient of each parameter argument (summed over microbatches), in `params` order.
+    /// The gradient of each parameter argument (summed over microbatches), in `params` order
+    /// (none for a forward-only pipeline).
     pub grads: Vec<HostArray>,
     /// Each microbatch's loss.
     pub losses: Vec<f64>,
@@ -94,7 +95,8 @@ pub struct StepOutput {
 #[derive(Debug)]
 pub struct DeviceStepOutput {
     /// The gradient of each parameter argument (summed over microbatches), in `params` order,
-    /// on the group that owns the parameter (`None` when another process runs that group).
+    /// on the group that owns the parameter (`None` when another process runs that group); none
+    /// for a forward-only pipeline.
     pub grads: Vec<Option<DeviceArray>>,
     /// Each microbatch's loss.
     pub losses: Vec<f64>,
@@ -137,6 +139,10 @@ pub struct PipelineOptions {
     pub plan_only: bool,
     /// XLA options every task is compiled with (JAX's `compiler_options`).
     pub compiler_options: crate::runtime::CompilerOptions,
+    /// Run the forwards only ([`tessera_schedule::ForwardOnly`] of the schedule: its placement,
+    /// no backward): the step returns the losses and auxiliary results and no gradient (an eval
+    /// loss, inference, on the groups that hold the parameters).
+    pub forward_only: bool,
 }
 
 /// A pipelined step ready to run.
@@ -160,6 +166,8 @@ pub struct CompiledPipeline {
     specs: ValueSpecs,
     /// The programs summing a tied parameter's gradient parts on its groups.
     tied: TiedAdds,
+    /// Whether the plan runs forwards only (no gradients).
+    forward_only: bool,
 }
 
 struct Types<'a> {
@@ -262,8 +270,14 @@ impl CompiledPipeline {
     ) -> Result<Self, DriverError> {
         let processes = options.processes.clone();
         let specs = options.specs.clone();
+        let forward = tessera_schedule::ForwardOnly::new(schedule);
+        let (schedule, validate): (&dyn Schedule, fn(&_) -> Result<(), _>) =
+            match options.forward_only {
+                true => (&forward, tessera_schedule::validate_forward_only),
+                false => (schedule, tessera_schedule::validate),
+            };
         let schedule_plan = schedule.plan(microbatches)?;
-        tessera_schedule::validate(&schedule_plan).map_err(|e| {
+        validate(&schedule_plan).map_err(|e| {
             DriverError::Config(format!(
                 "schedule '{}' does not validate for {} stages and {microbatches} micro-batches: {e}",
                 schedule_plan.name, schedule_plan.num_stages
@@ -361,7 +375,14 @@ impl CompiledPipeline {
             layouts,
             specs,
             tied,
+            forward_only: options.forward_only,
         })
+    }
+
+    /// Whether the pipeline runs forwards only ([`PipelineOptions::forward_only`]): its steps
+    /// return no gradient.
+    pub fn is_forward_only(&self) -> bool {
+        self.forward_only
     }
 
     /// How each value of the pipeline is laid out inside its group.
@@ -609,7 +630,12 @@ impl CompiledPipeline {
         let stages = self.parts.len();
         let mut by_arg: HashMap<usize, Option<DeviceArray>> = HashMap::new();
         let mut results = out.results.into_iter();
-        for s in 0..stages {
+        // A forward-only plan returns no accumulator.
+        let grad_stages = match self.forward_only {
+            true => 0,
+            false => stages,
+        };
+        for s in 0..grad_stages {
             for k in 0..self.parts[s].shape.params {
                 let value = results
                     .next()
@@ -626,7 +652,7 @@ impl CompiledPipeline {
                 by_arg.insert(arg, value);
             }
         }
-        if let Some(processes) = &self.processes {
+        if let (Some(processes), false) = (&self.processes, self.forward_only) {
             self.sum_tied_across(processes.as_ref(), &mut by_arg)?;
         }
         let rest: Vec<Option<DeviceArray>> = results.collect();
@@ -637,11 +663,14 @@ impl CompiledPipeline {
         let aux = (0..m)
             .map(|mb| aux[mb * per_mb..(mb + 1) * per_mb].to_vec())
             .collect();
-        let grads = self
-            .params
-            .iter()
-            .map(|k| by_arg.remove(k).ok_or_else(|| missing(*k)))
-            .collect::<Result<_, _>>()?;
+        let grads = match self.forward_only {
+            true => Vec::new(),
+            false => self
+                .params
+                .iter()
+                .map(|k| by_arg.remove(k).ok_or_else(|| missing(*k)))
+                .collect::<Result<_, _>>()?,
+        };
         Ok(DeviceStepOutput {
             grads,
             losses,

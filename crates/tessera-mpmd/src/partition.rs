@@ -29,6 +29,9 @@ use crate::stage_graph::{StageGraph, StageGraphError};
 pub struct StagePrograms {
     /// `params, x (s > 0), data -> x_next | loss, residuals`.
     pub fwd: ClosedJaxpr,
+    /// `params, x (s > 0), data -> x_next | loss`: `fwd` without residuals, for a forward-only
+    /// pipeline (no backward reads them).
+    pub fwd_only: ClosedJaxpr,
     /// `params, residuals, ct (s < last), acc -> ct_in (s > 0), acc'`.
     pub bwd: ClosedJaxpr,
     /// `params, residuals, ct (s < last) -> ct_in (s > 0), wres`.
@@ -269,6 +272,10 @@ fn stage_programs(
         let out = call_closed(program, &refs.iter().collect::<Vec<_>>());
         out.into_iter().chain(a[np..].iter().cloned()).collect()
     })?;
+    let fwd_only = trace(&contract_avals, |a| {
+        let refs: Vec<Tensor> = reorder(a);
+        call_closed(program, &refs.iter().collect::<Vec<_>>())
+    })?;
     // One cotangent per export and consumer; the last stage seeds its loss with 1 and its
     // auxiliary results (not differentiated) with 0.
     let ct_avals: Vec<ShapedArray> = consumers
@@ -359,6 +366,7 @@ fn stage_programs(
     };
     Ok(StagePrograms {
         fwd: clean(fwd),
+        fwd_only: clean(fwd_only),
         bwd: clean(bwd),
         bwd_i: clean(bwd_i),
         bwd_w: clean(bwd_w),
@@ -383,8 +391,16 @@ impl StagePrograms {
     }
 
     /// The program a planned task runs: its kind's, or, for the task that starts the stage's
-    /// accumulators ([`PartSignature::starts_accumulators`]), `bwd_first` / `bwd_w_first`.
+    /// accumulators ([`PartSignature::starts_accumulators`]), `bwd_first` / `bwd_w_first`; for
+    /// a forward that saves no residuals (a forward-only pipeline), `fwd_only`.
     pub fn part_program(&self, part: &PartSignature) -> &ClosedJaxpr {
+        let saves = |k: &Key| matches!(k, Key::Resid { .. });
+        if part.task.kind == tessera_schedule::TaskKind::Fwd
+            && self.shape.residuals > 0
+            && !part.outputs.iter().any(saves)
+        {
+            return &self.fwd_only;
+        }
         match (part.task.kind, part.starts_accumulators()) {
             (tessera_schedule::TaskKind::Bwd, true) => &self.bwd_first,
             (tessera_schedule::TaskKind::BwdW, true) => &self.bwd_w_first,

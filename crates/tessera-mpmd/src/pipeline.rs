@@ -27,6 +27,10 @@
 //! auxiliary results of the last stage: per-micro-batch metrics) — gradients accumulate on the
 //! devices that own the parameters, as in JAXPP.
 //!
+//! A forward-only plan ([`tessera_schedule::ForwardOnly`]: an eval loss, inference) runs only
+//! `Fwd` tasks: they save no residuals, and no accumulator is placed or returned; its results
+//! are the losses and auxiliary results.
+//!
 //! A fused action is one program: its inputs are its tasks' inputs that no earlier task of the
 //! action produces, its outputs are its tasks' outputs that no later task of the action consumes.
 
@@ -256,6 +260,7 @@ pub fn build_plan<T>(
     for stage in 0..num_stages as u32 {
         group_of(stage)?;
     }
+    let forward_only = is_forward_only(schedule);
     let mut ids = Ids::default();
     let mut steps: BTreeMap<u32, u32> = BTreeMap::new();
     let mut tasks = Vec::new();
@@ -266,7 +271,10 @@ pub fn build_plan<T>(
                 .tasks()
                 .iter()
                 .map(|&task| {
-                    let (inputs, outputs) = task_keys(&task, stages, num_stages, &mut steps);
+                    let (inputs, mut outputs) = task_keys(&task, stages, num_stages, &mut steps);
+                    if forward_only {
+                        outputs.retain(|k| !matches!(k, Key::Resid { .. }));
+                    }
                     PartSignature {
                         task,
                         inputs,
@@ -298,6 +306,9 @@ pub fn build_plan<T>(
         let last = steps.get(&stage).copied().unwrap_or(0);
         for k in 0..shape.params {
             inputs.push((Key::Param { stage, k }, group));
+            if forward_only {
+                continue;
+            }
             if last == 0 {
                 // No backward of this stage runs: its gradients are the zeros placed here.
                 inputs.push((Key::Acc { stage, step: 0, k }, group));
@@ -336,6 +347,16 @@ pub fn build_plan<T>(
         ids: ids.map,
         inputs,
     })
+}
+
+/// Whether `schedule` runs forwards only (a forward-only plan: no gradients, no residuals).
+pub fn is_forward_only(schedule: &tessera_schedule::Plan) -> bool {
+    schedule
+        .actors
+        .iter()
+        .flatten()
+        .flat_map(|a| a.tasks())
+        .all(|t| t.kind == TaskKind::Fwd)
 }
 
 /// What stage `stage` reads, in words, for errors.

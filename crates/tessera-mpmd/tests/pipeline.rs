@@ -259,3 +259,51 @@ fn a_stage_placed_on_no_group_is_refused_naming_what_it_reads() {
         "{err}"
     );
 }
+
+/// A forward-only plan (`ForwardOnly` of a schedule) runs forwards that save no residuals and
+/// places and returns no accumulator: its results are the micro-batches' losses.
+#[test]
+fn a_forward_only_plan_saves_no_residuals_and_returns_only_the_losses() {
+    let (stages, microbatches) = (4u32, 3u32);
+    let schedule = Registry::with_builtins()
+        .create(
+            "interleaved-1f1b",
+            ScheduleParams {
+                stages,
+                mpmd_dim: 2,
+            },
+        )
+        .unwrap();
+    let forward = tessera_schedule::ForwardOnly::new(schedule.as_ref());
+    let plan = tessera_schedule::Schedule::plan(&forward, microbatches).unwrap();
+    tessera_schedule::validate_forward_only(&plan).unwrap();
+    assert!(tessera_mpmd::pipeline::is_forward_only(&plan));
+    let shapes: Vec<StageShape> = (0..stages)
+        .map(|s| StageShape::chain(s, stages, 1, 1, 1, 1))
+        .collect();
+    let built = build_plan(&plan, &shapes, |sig: &ActionSignature| sig.clone()).unwrap();
+    assert_eq!(built.plan.tasks.len(), (stages * microbatches) as usize);
+    for task in &built.plan.tasks {
+        for part in &task.payload.parts {
+            assert_eq!(part.task.kind, TaskKind::Fwd);
+            assert!(
+                !part.outputs.iter().any(|k| matches!(k, Key::Resid { .. })),
+                "{part:?}"
+            );
+        }
+    }
+    assert!(
+        !built
+            .inputs
+            .iter()
+            .any(|(k, _)| matches!(k, Key::Acc { .. }))
+    );
+    let ids: HashMap<_, _> = built.ids.iter().map(|(k, v)| (*v, *k)).collect();
+    let results: Vec<Key> = built.plan.results.iter().map(|(id, _)| ids[id]).collect();
+    assert_eq!(
+        results,
+        (0..microbatches)
+            .map(|mb| Key::Loss { mb })
+            .collect::<Vec<_>>()
+    );
+}

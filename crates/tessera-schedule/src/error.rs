@@ -184,6 +184,14 @@ pub enum ValidationError {
         /// The task(s) that would cover it.
         hint: String,
     },
+    /// A backward task in a forward-only plan ([`crate::forward`]).
+    #[error("{at}: {task} is a backward, but the plan runs forwards only; drop it")]
+    BackwardInForwardOnly {
+        /// Where.
+        at: Position,
+        /// The task.
+        task: Task,
+    },
     /// Inside a fused action, a task comes before one it depends on.
     #[error(
         "{at}: in {action}, {task} needs {needs}, which comes later in the same fused action; reorder the fused tasks"

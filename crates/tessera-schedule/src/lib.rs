@@ -35,6 +35,8 @@
 //! ```
 //!
 //! # Passes
+//! - [`validate_forward_only()`]: the same for a forward-only plan ([`ForwardOnly`], an eval
+//!   loss or inference pipelined over the training placement).
 //! - [`validate()`]: every task exactly once, dependencies respected, no deadlock when each
 //!   actor runs its list in order with blocking receives; [`transfers()`] lists the values that
 //!   cross actors.
@@ -72,6 +74,7 @@
 
 pub mod builtins;
 pub mod error;
+pub mod forward;
 pub mod memory;
 pub mod placement;
 pub mod plan;
@@ -86,6 +89,7 @@ pub use builtins::{
     Std1F1B, ZeroBubble,
 };
 pub use error::{CostError, ScheduleError, SimulateError, ValidationError};
+pub use forward::{ForwardOnly, forward_actions, validate_forward_only};
 pub use placement::Placement;
 pub use schedule::{Plan, Registry, Schedule, ScheduleParams};
 pub use simulate::{Costs, Simulation, simulate};

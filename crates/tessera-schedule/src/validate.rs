@@ -41,6 +41,15 @@ pub(crate) struct Index {
 impl Index {
     /// Indexes a plan, checking invariants 1–4 (all but deadlock freedom).
     pub(crate) fn build(plan: &Plan) -> Result<Index, ValidationError> {
+        Index::build_for(plan, false)
+    }
+
+    /// Indexes a forward-only plan ([`crate::forward`]): every forward once, no backward.
+    pub(crate) fn build_forward_only(plan: &Plan) -> Result<Index, ValidationError> {
+        Index::build_for(plan, true)
+    }
+
+    fn build_for(plan: &Plan, forward_only: bool) -> Result<Index, ValidationError> {
         let actors = plan.placement.num_actors();
         if plan.actors.len() != actors as usize {
             return Err(ValidationError::ActorCount {
@@ -67,10 +76,15 @@ impl Index {
                     actor: a as ActorId,
                     index: i,
                 };
+                if let Some(&task) = action.tasks().iter().find(|t| t.kind != TaskKind::Fwd)
+                    && forward_only
+                {
+                    return Err(ValidationError::BackwardInForwardOnly { at, task });
+                }
                 index.add_action(plan, at, action)?;
             }
         }
-        index.check_complete()?;
+        index.check_complete(forward_only)?;
         for (a, list) in plan.actors.iter().enumerate() {
             for (i, action) in list.iter().enumerate() {
                 index.check_fused_order(
@@ -89,7 +103,8 @@ impl Index {
         ((stage as usize) * (self.microbatches as usize) + mb as usize) * Part::COUNT + part.index()
     }
 
-    /// Where `part` of `stage` on `mb` runs (the index is complete once built).
+    /// Where `part` of `stage` on `mb` runs (the index is complete once built; a forward-only
+    /// index holds the forwards, the only parts a forward depends on).
     pub(crate) fn loc(&self, stage: StageId, mb: u32, part: Part) -> Loc {
         self.locs[self.slot(stage, mb, part)].expect("a built index is complete")
     }
@@ -133,7 +148,7 @@ impl Index {
         Ok(())
     }
 
-    fn check_complete(&self) -> Result<(), ValidationError> {
+    fn check_complete(&self, forward_only: bool) -> Result<(), ValidationError> {
         for stage in 0..self.stages {
             for mb in 0..self.microbatches {
                 for (part, what, hint) in [
@@ -149,6 +164,9 @@ impl Index {
                         format!("{} or {}", Task::bwd(stage, mb), Task::bwd_w(stage, mb)),
                     ),
                 ] {
+                    if forward_only && part != Part::F {
+                        continue;
+                    }
                     if self.locs[self.slot(stage, mb, part)].is_none() {
                         return Err(ValidationError::Missing {
                             what,

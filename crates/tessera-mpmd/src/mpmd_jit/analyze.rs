@@ -108,8 +108,16 @@ pub(super) struct LoopBody {
     /// The loss: the body's arguments (invariants, then slices) to the loss and its auxiliary
     /// results, the body's code before its `value_and_grad_call` included.
     pub loss: ClosedJaxpr,
-    /// The body arguments differentiated, in the call's gradient order.
+    /// The body arguments differentiated, in the call's gradient order (none for a
+    /// forward-only body).
     pub argnums: Vec<usize>,
+    /// The body arguments that are parameters (placed on the groups of the stages reading
+    /// them): the differentiated ones, or for a forward-only body its floating-point loop
+    /// invariants that are step arguments.
+    pub params: Vec<usize>,
+    /// Whether the body is the loss itself, with no `value_and_grad_call`: the pipeline runs
+    /// its forwards only.
+    pub forward_only: bool,
     /// Where each body argument comes from.
     pub inputs: Vec<LossInput>,
     /// How many auxiliary results the loss has after the loss itself.
@@ -117,7 +125,8 @@ pub(super) struct LoopBody {
 }
 
 /// Reads the body of the loop: one `value_and_grad_call` whose results are the body's results,
-/// after code preparing its non-differentiated arguments.
+/// after code preparing its non-differentiated arguments; or, with no `value_and_grad_call`,
+/// a forward-only body ([`forward_body`]).
 pub(super) fn read_body(
     p: &TreduceParams<'_>,
     operands: &[Operand],
@@ -126,6 +135,9 @@ pub(super) fn read_body(
     let calls: Vec<usize> = (0..body.eqns.len())
         .filter(|&i| is_value_and_grad(&body.eqns[i]))
         .collect();
+    if calls.is_empty() {
+        return forward_body(p, operands);
+    }
     let [at] = calls[..] else {
         return Err(config(format!(
             "the treduce body must hold one value_and_grad_call (found {}) whose results are the \
@@ -155,8 +167,39 @@ pub(super) fn read_body(
     Ok(LoopBody {
         aux: primal.jaxpr.outvars.len().saturating_sub(1),
         loss,
+        params: argnums.clone(),
         argnums,
         inputs,
+        forward_only: false,
+    })
+}
+
+/// A body with no `value_and_grad_call` is the loss itself (its results the loss, then any
+/// metrics), run forward only: an eval loss or inference, as JAXPP pipelines inference. Its
+/// parameters are its floating-point loop invariants that are step arguments; they stay on the
+/// groups of the stages reading them.
+fn forward_body(p: &TreduceParams<'_>, operands: &[Operand]) -> Result<LoopBody, DriverError> {
+    let body = &p.body.jaxpr;
+    if body.outvars.is_empty() {
+        return Err(config(
+            "the treduce body returns nothing; return the loss (a forward-only body) or a \
+             value_and_grad_call's results",
+        ));
+    }
+    let avals = body.in_avals();
+    let params: Vec<usize> = (0..p.num_invariants.min(body.invars.len()))
+        .filter(|&b| matches!(operands.get(b), Some(Operand::Arg(_))) && avals[b].dtype.is_float())
+        .collect();
+    let inputs = (0..body.invars.len())
+        .map(|b| loss_input(b, &params, p.num_invariants, operands[b]))
+        .collect::<Result<_, _>>()?;
+    Ok(LoopBody {
+        aux: body.outvars.len() - 1,
+        loss: p.body.clone(),
+        argnums: Vec::new(),
+        params,
+        inputs,
+        forward_only: true,
     })
 }
 
@@ -213,11 +256,11 @@ fn differentiated_args(
 
 fn loss_input(
     b: usize,
-    argnums: &[usize],
+    params: &[usize],
     num_invariants: usize,
     operand: Operand,
 ) -> Result<LossInput, DriverError> {
-    match (argnums.contains(&b), b < num_invariants, operand) {
+    match (params.contains(&b), b < num_invariants, operand) {
         (true, _, Operand::Arg(i)) => Ok(LossInput::Param(i)),
         (true, _, Operand::Computed(_)) => Err(config(format!(
             "loop invariant {b} is differentiated but computed in the step before the loop; pass \

@@ -11,6 +11,12 @@
 //! the update pieces compiled with those in and out shardings, so parameters, gradients and
 //! optimizer state stay sharded on their group from step to step.
 //!
+//! A loop whose body holds no `value_and_grad_call` is the loss itself (its results the loss,
+//! then any metrics): it runs forward only ([`crate::driver::PipelineOptions::forward_only`]),
+//! the schedule's placement with forwards only, each stage on the group holding its parameters
+//! (the body's floating-point loop invariants that are step arguments), as JAXPP pipelines
+//! inference: an eval loss on the parameters a training step left on the groups.
+//!
 //! What the loop may hold: code preparing the arguments of one `value_and_grad_call` (e.g.
 //! `treduce_i`'s body slicing the batch by the micro-batch index), whose results are the loop's
 //! results: the loss, combined by `Concat(0)`, `Add` or `Max`; the loss program's auxiliary
@@ -149,6 +155,7 @@ impl MpmdJit {
         let body = read_body(&p, &found.operands)?;
         check_ops(&p.ops, body.aux)?;
         let (loss, argnums, loss_inputs) = (&body.loss, &body.argnums, body.inputs.clone());
+        let loss_params = &body.params;
         let num_host = 1 + body.aux;
         let host_ops = p.ops[..num_host].to_vec();
         let host_avals = loss.jaxpr.out_avals();
@@ -161,7 +168,7 @@ impl MpmdJit {
         };
         let specs = shardings::step_specs(options, &shape, mesh.lowering_mesh(), mesh.mpmd_axis())?;
         let grad_args = shardings::grad_args(&loss_inputs, argnums)?;
-        let stages = crate::partition::partition(loss, argnums)?.len() as u32;
+        let stages = crate::partition::partition(loss, loss_params)?.len() as u32;
         let params = ScheduleParams {
             stages,
             mpmd_dim: mesh.mpmd_dim() as u32,
@@ -178,12 +185,13 @@ impl MpmdJit {
             specs: specs.values.clone(),
             plan_only: fuse,
             compiler_options: options.compiler_options.clone(),
+            forward_only: body.forward_only,
         };
         let mut pipeline = CompiledPipeline::new_in(
             client,
             mesh,
             loss,
-            argnums,
+            loss_params,
             schedule.as_dyn(),
             length as u32,
             &pipeline_options,

@@ -203,6 +203,8 @@ pub struct Finish<'a> {
     pub checkpoints: &'a [std::path::PathBuf],
     /// Where the loss curve was written.
     pub plot: Option<&'a std::path::Path>,
+    /// The eval losses (`--eval-every`), by step.
+    pub eval_losses: &'a [(u64, f64)],
     /// Every step's timings of this rank's group.
     pub timings: &'a [Timings],
     pub pipeline: &'a tessera_mpmd::driver::CompiledPipeline,
@@ -265,6 +267,7 @@ pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
             "history": f.history,
             "checkpoints": f.checkpoints,
             "plot": f.plot,
+            "eval_losses": f.eval_losses,
             "final_loss": f.losses.last(),
             "reference_loss": f.reference_losses.last(),
             "max_relative_difference": max_diff,

@@ -8,6 +8,8 @@
 //! - [`layout`]: the device mesh (`--mesh`, `--mpmd-axis`) and the step arguments' specs
 //!   (tensor parallelism, `--fsdp`); [`reference`]: the unpipelined step each step is checked
 //!   against.
+//! - [`eval`]: the eval loss (`--eval-every`), a forward-only pipeline over the training
+//!   step's groups on the parameters they hold, in one process and under MPI.
 //! - [`checkpoints`]: saving and resuming; [`progress`]: the progress bar; [`report`]: the
 //!   figures printed at the end.
 //!
@@ -19,6 +21,7 @@
 mod args;
 mod checkpoints;
 mod config;
+mod eval;
 mod layout;
 mod model;
 mod phases;
@@ -331,8 +334,7 @@ fn run_in(
         false => jit.reads_here().into_iter().take(n_carried).collect(),
     };
     let (start, carried, history) = starting_point(&args, &model, &training, &description, &reads)?;
-    // The reference and the eval loss run on rank 0 (the only rank in one process); under MPI
-    // the other groups' parameters are on other ranks, so there is no eval loss yet.
+    // The reference runs on rank 0 (the only rank in one process).
     let mut reference = match (args.no_reference || !root, layout.explicit) {
         (true, _) => None,
         (false, false) => Some(reference::Reference::one_device(
@@ -346,9 +348,19 @@ fn run_in(
             &carried,
         )?),
     };
-    let eval_exe = match (&model.eval_loss, args.eval_every, job) {
-        (Some(loss), every, None) if every > 0 => Some(tessera::jit::compile(&client, loss, 0)?),
-        _ => None,
+    // The eval loss runs forward only where the parameters live, on every rank.
+    let eval = match args.eval_every {
+        0 => None,
+        _ => eval::Eval::new(&eval::EvalSetup {
+            client: &client,
+            mesh: &mesh,
+            model: &model,
+            schedule: &args.schedule,
+            training: &options,
+            check: !args.no_reference,
+            root,
+            compute: compute_dtype(&choice),
+        })?,
     };
     let schedule = match args.warmup {
         Some(warmup) => LrSchedule::WarmupCosine {
@@ -446,13 +458,14 @@ fn run_in(
         let eval_due = args.eval_every > 0
             && (step_number.is_multiple_of(args.eval_every) || step_number == stop);
         let save_due = saver.as_ref().is_some_and(|s| s.due(step_number, stop));
-        if let (true, Some(exe)) = (eval_due, &eval_exe) {
-            let now = carried_on_host(&outputs, &carried)?;
-            let eval = eval_loss(&client, exe, &model, &now)?;
-            progress.eval(eval);
-            log.eval_losses.push((step_number, eval));
-            if !args.json {
-                progress.println(&format!("step {step_number:>4}  eval loss {eval:.6}"))?;
+        if let (true, Some(eval)) = (eval_due, &eval) {
+            let got = eval.loss(&client, &model, &outputs, &carried, job)?;
+            progress.eval(got.loss);
+            log.eval_losses.push((step_number, got.loss));
+            if !args.json && root {
+                let one = got.one_device.map(|l| format!("  (one device {l:.6})"));
+                let line = format!("step {step_number:>4}  eval loss {:.6}", got.loss);
+                progress.println(&format!("{line}{}", one.unwrap_or_default()))?;
             }
         }
         if let (true, Some(saver)) = (save_due, &mut saver) {
@@ -511,6 +524,7 @@ fn run_in(
             json: args.json,
             losses: &log.losses,
             reference_losses: &log.reference_losses,
+            eval_losses: &log.eval_losses,
             timings: &log.job_timings,
             pipeline: jit.pipeline(),
             trace: args.trace.as_deref(),
@@ -526,31 +540,6 @@ fn run_in(
         args.optimizer
     );
     finish(&args, &name, &client, &model, &jit, log, saver.as_ref())
-}
-
-/// The mean loss of the current parameters on the held-out batches.
-fn eval_loss(
-    client: &Client,
-    exe: &tessera_pjrt::LoadedExecutable,
-    model: &Model,
-    carried: &[Array],
-) -> anyhow::Result<f64> {
-    let params = &carried[..model.init.len()];
-    let batches = model.eval_batches()?;
-    let mut total = 0.0;
-    for (tokens, targets) in &batches {
-        let args: Vec<_> = std::iter::once(tokens)
-            .chain(params)
-            .chain(std::iter::once(targets))
-            .map(to_host)
-            .collect::<Result<_, _>>()?;
-        let out = step::run_on_one_device(client, exe, &args, &[DType::F32])?;
-        total += out
-            .first()
-            .context("the eval loss returned nothing")?
-            .to_vec()[0];
-    }
-    Ok(total / batches.len().max(1) as f64)
 }
 
 /// What the steps of a run recorded.

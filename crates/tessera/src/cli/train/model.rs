@@ -29,7 +29,7 @@ enum Data {
 pub struct Model {
     /// The loss with a stage marker at each stage boundary: `(data_in, params..., data_out)`.
     pub loss: ClosedJaxpr,
-    /// The same loss unstaged, for the eval loss (decoders only).
+    /// The same loss unstaged, for checking the eval loss on one device (decoders only).
     pub eval_loss: Option<ClosedJaxpr>,
     /// The loss's argument positions of the parameters (1..=n).
     pub params: Vec<usize>,
