@@ -623,3 +623,58 @@ fn the_gradient_flows_back_through_pmaps_axes() {
     let dw: Vec<f64> = (0..4).map(|k| (0..6).map(|r| x[r * 4 + k]).sum()).collect();
     assert_eq!(grads[1].to_vec(), dw);
 }
+
+#[test]
+fn positional_axes_of_psum_pmax_and_pmin_reduce_those_dimensions() {
+    use tessera_ir::text::{parse_closed, print_closed};
+    // JAX prints `psum(x, (0, 'x'))` as `psum[axes=(0, 'x') ...]`: dimension 0 of the block is
+    // reduced, then the mesh axis. Written here by replacing the reduction and the collective
+    // of the same program traced with both spelled out.
+    let input = iota(&[4, 3]);
+    let cases: [(&str, &str, fn(&Tensor) -> Tensor); 3] = [
+        ("psum", "reduce_sum", |x| x.sum(&[0]).psum(&["x"])),
+        ("pmax", "reduce_max", |x| x.max(&[0]).pmax(&["x"])),
+        ("pmin", "reduce_min", |x| x.min(&[0]).pmin(&["x"])),
+    ];
+    for (prim, reduce, f) in cases {
+        let reference = shard_map_program(
+            &mesh(&[("x", 2)]),
+            &[spec("P('x')")],
+            &[spec("P()")],
+            &[input.aval()],
+            |a| vec![f(&a[0])],
+        )
+        .unwrap();
+        let text = print_closed(&reference, 0);
+        for axis in ["0", "-2"] {
+            let positional: String = text
+                .lines()
+                .filter(|l| !l.contains(reduce))
+                .map(|l| match l.contains(&format!("= {prim}[")) {
+                    true => format!(
+                        "{} = {prim}[axes=({axis}, 'x') axis_index_groups=None] c",
+                        l.split(" = ").next().unwrap()
+                    ),
+                    false => l.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            let parsed = parse_closed(&positional).unwrap_or_else(|e| panic!("{e}\n{positional}"));
+            let got = eval_closed(&parsed, std::slice::from_ref(&input)).unwrap();
+            let want = eval_closed(&reference, std::slice::from_ref(&input)).unwrap();
+            assert_eq!(
+                got[0].to_vec(),
+                want[0].to_vec(),
+                "{prim} {axis}:\n{positional}"
+            );
+            // Differentiable as the spelled-out program (psum is linear).
+            if prim == "psum" {
+                let ct = Array::new(DType::F32, &[3], vec![1.0, -2.0, 0.5]).unwrap();
+                let args = [input.clone(), ct];
+                let g = eval_closed(&vjp(&parsed).unwrap(), &args).unwrap();
+                let w = eval_closed(&vjp(&reference).unwrap(), &args).unwrap();
+                assert_eq!(g[0].to_vec(), w[0].to_vec());
+            }
+        }
+    }
+}

@@ -38,6 +38,8 @@ pub fn parse_closed_with_consts(text: &str, consts: &[Array]) -> Result<ClosedJa
         return Err(p.error("unexpected text after the jaxpr"));
     }
     let closed = with_consts(jaxpr, consts)?;
+    // JAX's positional axes of psum/pmax/pmin (`axes=(0, 'i')`) become reductions first.
+    let closed = crate::passes::desugar_positional_axes(&closed);
     // Every equation's parameters are read and checked here, once, by its shape rule.
     crate::verify(&closed)?;
     Ok(closed)
