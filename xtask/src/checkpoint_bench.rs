@@ -144,6 +144,16 @@ fn render(labels: &[&str], medians: &[Vec<f64>]) -> String {
             "| {label} | {m:.1} ms | {lo:.1}–{hi:.1} ms | {ratio:.2}× | {target} | {check} |"
         );
     }
+    let _ = writeln!(
+        md,
+        "\nBoth save modes do the same work: the state is copied from the devices to the host in the \
+         step, then encoded, checksummed (CRC-32), written and synced. In the background \
+         (`--checkpoint-async`) that second half runs on a thread in Linux's `SCHED_IDLE` class \
+         while the next steps run. On the CPU plugin the devices are this machine's cores, which \
+         XLA's threads keep busy during a step, so the writer can only overlap with the step by \
+         taking cores from it; on 2 cores that costs the step more than writing between steps \
+         does. A background save pays off where the devices are not the host's cores (a GPU)."
+    );
     md
 }
 

@@ -15,6 +15,7 @@
 
 mod analysis;
 mod array;
+pub mod background;
 mod buffer;
 mod cache;
 mod client;

@@ -184,8 +184,7 @@ pub struct EvalLoss {
 /// `(params..., tokens, targets) -> mean loss`: a forward-only `treduce` over the stacked eval
 /// batches of the staged loss, under the training schedule's name (its placement).
 fn eval_program(model: &Model, schedule: &str, data: &[Array]) -> anyhow::Result<ClosedJaxpr> {
-    let n_args = model.loss.jaxpr.invars.len();
-    let data_args: Vec<usize> = (0..n_args).filter(|k| !model.params.contains(k)).collect();
+    let data_args = super::step::data_args(model);
     if data_args.len() != data.len() {
         bail!(
             "the loss takes {} data arguments, the eval has {}",
@@ -201,12 +200,7 @@ fn eval_program(model: &Model, schedule: &str, data: &[Array]) -> anyhow::Result
         let weight_refs: Vec<&Tensor> = weights.iter().collect();
         let xs: Vec<&Tensor> = rest.iter().collect();
         let outs = treduce(&weight_refs, &xs, 0, schedule, &[], |w, mb| {
-            let args: Vec<&Tensor> = (0..n_args)
-                .map(|k| match model.params.iter().position(|&p| p == k) {
-                    Some(i) => &w[i],
-                    None => &mb[data_args.iter().position(|&d| d == k).unwrap_or(0)],
-                })
-                .collect();
+            let args = super::step::loss_args(model, &data_args, w, mb);
             call_closed(&model.loss, &args)
         });
         vec![outs[0].mean(&[0])]

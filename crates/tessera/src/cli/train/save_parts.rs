@@ -213,7 +213,11 @@ pub fn start(
     let (dir, writer, m) = (dir.to_path_buf(), writer_of(job), manifest.clone());
     let thread = std::thread::Builder::new()
         .name(format!("checkpoint-{}", manifest.step))
-        .spawn(move || write(&dir, &m, writer, &pieces))
+        .spawn(move || {
+            // On a CPU plugin the devices are this machine's cores: write on idle ones only.
+            tessera_pjrt::background::yield_cores_to_devices();
+            write(&dir, &m, writer, &pieces)
+        })
         .context("starting the checkpoint writer thread")?;
     Ok(Pending { manifest, thread })
 }

@@ -29,9 +29,25 @@ pub struct TrainingStep {
 }
 
 /// The loss's data argument positions (those that are not parameters), in order.
-fn data_args(model: &Model) -> Vec<usize> {
+pub(super) fn data_args(model: &Model) -> Vec<usize> {
     let n_args = model.loss.jaxpr.invars.len();
     (0..n_args).filter(|k| !model.params.contains(k)).collect()
+}
+
+/// The loss's arguments in its order, from the weights `w` (one per parameter argument) and a
+/// micro-batch's data `mb` (one per data argument, `data_args`' order).
+pub(super) fn loss_args<'t>(
+    model: &Model,
+    data_args: &[usize],
+    w: &'t [Tensor],
+    mb: &'t [Tensor],
+) -> Vec<&'t Tensor> {
+    (0..model.loss.jaxpr.invars.len())
+        .map(|k| match model.params.iter().position(|&p| p == k) {
+            Some(i) => &w[i],
+            None => &mb[data_args.iter().position(|&d| d == k).unwrap_or(0)],
+        })
+        .collect()
 }
 
 /// Each data argument of the micro-batches stacked along a new leading axis.
@@ -64,7 +80,6 @@ pub fn training_step(
     clip: Option<f64>,
     data: &[Array],
 ) -> anyhow::Result<TrainingStep> {
-    let n_args = model.loss.jaxpr.invars.len();
     let data_args = data_args(model);
     let mbs = data.first().map_or(1, |d| d.shape()[0]);
     let param_avals = &model.param_avals;
@@ -84,12 +99,7 @@ pub fn training_step(
         let weight_refs: Vec<&Tensor> = weights.iter().collect();
         let xs: Vec<&Tensor> = rest[1..].iter().collect();
         let outs = treduce(&weight_refs, &xs, 0, schedule, &[], |w, mb| {
-            let args: Vec<&Tensor> = (0..n_args)
-                .map(|k| match model.params.iter().position(|&p| p == k) {
-                    Some(i) => &w[i],
-                    None => &mb[data_args.iter().position(|&d| d == k).unwrap_or(0)],
-                })
-                .collect();
+            let args = loss_args(model, &data_args, w, mb);
             value_and_grad_call(&model.loss, &model.params, &args)
         });
         // The mean of the micro-batches' gradients, then the optimizer's update.
