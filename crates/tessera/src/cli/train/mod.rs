@@ -96,8 +96,12 @@ fn check_args(args: &Args, mpmd_dim: u32) -> anyhow::Result<()> {
         bail!("--batch 0: a step trains on at least one example per micro-batch, e.g. --batch 64");
     }
     compiler_options(&args.xla_options)?;
-    if args.checkpoint_every.is_some() && args.checkpoint_dir.is_none() && args.resume.is_none() {
+    let saves = args.checkpoint_dir.is_some() || args.resume.is_some();
+    if args.checkpoint_every.is_some() && !saves {
         bail!("--checkpoint-every needs --checkpoint-dir DIR (where to save)");
+    }
+    if args.checkpoint_async && !saves {
+        bail!("--checkpoint-async needs --checkpoint-dir DIR (where to save in the background)");
     }
     Ok(())
 }
