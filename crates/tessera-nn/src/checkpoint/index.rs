@@ -117,8 +117,12 @@ impl Index {
     }
 }
 
+/// The number of elements of `shape` (saturating: a damaged manifest's sizes never overflow).
 fn elements(shape: &[i64]) -> i64 {
-    shape.iter().product()
+    shape
+        .iter()
+        .try_fold(1i64, |n, &d| n.checked_mul(d))
+        .unwrap_or(i64::MAX)
 }
 
 /// Whether the blocks `a` and `b` share an element.
@@ -140,7 +144,8 @@ fn check_cover(name: &str, tensor: &TensorRecord) -> Result<()> {
         let fits = b.start.len() == rank
             && b.shape.len() == rank
             && (0..rank).all(|d| {
-                b.start[d] >= 0 && b.shape[d] >= 0 && b.start[d] + b.shape[d] <= tensor.shape[d]
+                let end = b.start[d].checked_add(b.shape[d]);
+                b.start[d] >= 0 && b.shape[d] >= 0 && end.is_some_and(|e| e <= tensor.shape[d])
             });
         if !fits {
             return Err(bad(format!(
@@ -160,7 +165,10 @@ fn check_cover(name: &str, tensor: &TensorRecord) -> Result<()> {
             )));
         }
     }
-    let covered: i64 = tensor.blocks.iter().map(|b| elements(&b.shape)).sum();
+    let covered = tensor
+        .blocks
+        .iter()
+        .fold(0i64, |n, b| n.saturating_add(elements(&b.shape)));
     if covered != elements(&tensor.shape) {
         return Err(bad(format!(
             "its blocks hold {covered} of its {} elements",
@@ -254,6 +262,9 @@ mod tests {
         assert!(err.to_string().contains("overlap"), "{err}");
         let outside = tensor(vec![block(&[0, 4], &[4, 3])]).check().unwrap_err();
         assert!(outside.to_string().contains("outside"), "{outside}");
+        // Sizes of a damaged manifest that would overflow are refused, not wrapped.
+        let huge = tensor(vec![block(&[0, i64::MAX], &[4, i64::MAX])]).check().unwrap_err();
+        assert!(huge.to_string().contains("outside"), "{huge}");
     }
 
     #[test]
