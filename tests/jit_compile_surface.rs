@@ -177,3 +177,57 @@ fn compiler_options_reach_xla() {
         .to_string();
     assert!(err.contains("xla_no_such_option"), "{err}");
 }
+
+#[test]
+fn unspecified_inputs_take_the_layout_of_the_arrays_passed() {
+    use tessera::jit::JitCache;
+    let client = Client::cpu(2).unwrap();
+    let mesh = Mesh::auto(&[("data", 2)]).unwrap();
+    let sharding = |spec: &str| NamedSharding::new(&mesh, PartitionSpec::parse(spec).unwrap());
+    let (rows, whole) = (sharding("P('data')").unwrap(), sharding("P()").unwrap());
+    let jit = Jit::new(program(), vec![rows.clone(); 3], vec![rows.clone()])
+        .unwrap()
+        .with_unspecified_inputs(&[0, 2])
+        .unwrap();
+    // Lowered as it is, an unspecified input is replicated (JAX's default).
+    assert!(jit.in_shardings()[0].is_fully_replicated());
+    assert!(jit.in_shardings()[2].is_fully_replicated());
+    let host = [values(0.3), values(1.1), values(2.5)];
+    let want = eval_closed(&program(), &host).unwrap()[0].to_vec();
+    let put = |a: &Array, s: &NamedSharding| DeviceArray::device_put(&client, a, s).unwrap();
+    let cache = JitCache::default();
+    let run = |layouts: [&NamedSharding; 3]| -> Vec<f64> {
+        let args: Vec<DeviceArray> = host.iter().zip(layouts).map(|(a, s)| put(a, s)).collect();
+        let refs: Vec<&DeviceArray> = args.iter().collect();
+        let out = cache.call(&client, &jit, &refs).unwrap();
+        assert_eq!(out[0].sharding().spec(), rows.spec());
+        out[0].to_host().unwrap().to_vec()
+    };
+    assert_eq!(run([&rows, &rows, &rows]), want);
+    assert_eq!(cache.len(), 1);
+    assert_eq!(run([&rows, &rows, &rows]), want);
+    assert_eq!(cache.len(), 1, "the same layouts compile once");
+    assert_eq!(run([&whole, &rows, &rows]), want);
+    assert_eq!(
+        cache.len(),
+        2,
+        "another layout of an unspecified input compiles again"
+    );
+    // A specified input is still checked: passed in another layout it is refused.
+    let args: Vec<DeviceArray> = host.iter().map(|a| put(a, &whole)).collect();
+    let refs: Vec<&DeviceArray> = args.iter().collect();
+    let err = cache
+        .call(&client, &jit, &refs)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("argument 1"), "{err}");
+    // Misuse is named.
+    let err = jit
+        .clone()
+        .with_unspecified_inputs(&[7])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("argument 7"), "{err}");
+}

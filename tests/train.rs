@@ -495,5 +495,8 @@ fn xla_options_reach_the_compiler_and_bad_ones_are_named() {
     let err = String::from_utf8_lossy(&train(&args).stderr).into_owned();
     assert!(err.contains("write NAME=VALUE"), "{err}");
     let err = String::from_utf8_lossy(&train(&["--checkpoint-async"]).stderr).into_owned();
-    assert!(err.contains("--checkpoint-async needs --checkpoint-dir"), "{err}");
+    assert!(
+        err.contains("--checkpoint-async needs --checkpoint-dir"),
+        "{err}"
+    );
 }

@@ -208,6 +208,9 @@ pub struct Jit {
     unspecified: Vec<bool>,
     /// Per argument, whether XLA chooses its sharding (`AUTO`; `jit/unspecified.rs`).
     auto_inputs: Vec<bool>,
+    /// Per argument, whether it takes the sharding of the array passed (`UNSPECIFIED`;
+    /// `jit/unspecified.rs`).
+    unspecified_inputs: Vec<bool>,
     /// Whether arguments the program never reads stay in the compiled program.
     keep_unused: bool,
     /// Compiler options passed to XLA (JAX's `compiler_options`).
@@ -258,6 +261,7 @@ impl Jit {
             partitioner: Partitioner::default(),
             unspecified: vec![false; outs],
             auto_inputs: vec![false; ins],
+            unspecified_inputs: vec![false; ins],
             keep_unused: false,
             compiler_options: Default::default(),
         })

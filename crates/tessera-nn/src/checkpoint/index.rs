@@ -263,7 +263,9 @@ mod tests {
         let outside = tensor(vec![block(&[0, 4], &[4, 3])]).check().unwrap_err();
         assert!(outside.to_string().contains("outside"), "{outside}");
         // Sizes of a damaged manifest that would overflow are refused, not wrapped.
-        let huge = tensor(vec![block(&[0, i64::MAX], &[4, i64::MAX])]).check().unwrap_err();
+        let huge = tensor(vec![block(&[0, i64::MAX], &[4, i64::MAX])])
+            .check()
+            .unwrap_err();
         assert!(huge.to_string().contains("outside"), "{huge}");
     }
 

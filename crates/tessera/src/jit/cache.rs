@@ -37,6 +37,8 @@ struct CacheKey {
     unspecified: Vec<bool>,
     /// The arguments whose shardings XLA chooses.
     auto_inputs: Vec<bool>,
+    /// The arguments taking the shardings of the arrays passed.
+    unspecified_inputs: Vec<bool>,
     /// Whether unread arguments stay in the module.
     keep_unused: bool,
     /// The compiler options, as printed (their values have no `Hash`).
@@ -60,6 +62,7 @@ impl CacheKey {
             partitioner: jit.partitioner,
             unspecified: jit.unspecified.clone(),
             auto_inputs: jit.auto_inputs.clone(),
+            unspecified_inputs: jit.unspecified_inputs.clone(),
             keep_unused: jit.keep_unused,
             compiler_options: format!("{:?}", jit.compiler_options),
         }
@@ -91,6 +94,19 @@ impl JitCache {
         let compiled = Arc::new(jit.lower()?.compile(client)?);
         entries.insert(key, compiled.clone());
         Ok(compiled)
+    }
+
+    /// Calls `jit` on `args`, its unspecified inputs ([`Jit::with_unspecified_inputs`]) taking
+    /// the shardings of the arrays passed, as JAX's `jit` does for arguments without
+    /// `in_shardings`: compiled once per layout of those arguments and kept here.
+    pub fn call(
+        &self,
+        client: &Client,
+        jit: &Jit,
+        args: &[&tessera_pjrt::Array],
+    ) -> Result<Vec<tessera_pjrt::Array>, JitError> {
+        let jit = jit.specialized_to(args)?;
+        self.get_or_compile(client, &jit)?.call(args)
     }
 
     /// How many executables are cached.

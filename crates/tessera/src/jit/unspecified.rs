@@ -62,6 +62,58 @@ impl Jit {
         Ok(self)
     }
 
+    /// The same program taking arguments `inputs` laid out as they come (JAX's `UNSPECIFIED`
+    /// input shardings): lowered as it is, such an argument is replicated over its mesh (JAX's
+    /// default); called through [`super::cache::JitCache::call`], it takes the sharding of the
+    /// array passed, one executable per layout. A donated or `AUTO` argument is refused.
+    pub fn with_unspecified_inputs(mut self, inputs: &[usize]) -> Result<Jit, JitError> {
+        for &k in inputs {
+            let Some(given) = self.in_shardings.get(k) else {
+                return Err(JitError::Convert(format!(
+                    "with_unspecified_inputs names argument {k}, but the program takes {}",
+                    self.in_shardings.len()
+                )));
+            };
+            if self.donated.iter().any(|&(a, _)| a == k) || self.auto_inputs[k] {
+                return Err(JitError::Convert(format!(
+                    "argument {k} is donated or left to XLA (AUTO), so it cannot also take the \
+                     layout of the array passed; leave it specified"
+                )));
+            }
+            let replicated = given
+                .clone()
+                .with_spec(tessera_sharding::PartitionSpec::replicated())
+                .map_err(|e| JitError::Convert(e.to_string()))?;
+            self.in_shardings[k] = replicated;
+            self.unspecified_inputs[k] = true;
+        }
+        Ok(self)
+    }
+
+    /// Per argument, whether it takes the sharding of the array passed.
+    pub fn unspecified_inputs(&self) -> &[bool] {
+        &self.unspecified_inputs
+    }
+
+    /// The same program with each unspecified input's sharding that of the array passed for
+    /// it (`args`, one per argument).
+    pub fn specialized_to(&self, args: &[&tessera_pjrt::Array]) -> Result<Jit, JitError> {
+        if args.len() != self.in_shardings.len() {
+            return Err(JitError::Convert(format!(
+                "the program takes {} arguments, {} were given",
+                self.in_shardings.len(),
+                args.len()
+            )));
+        }
+        let mut jit = self.clone();
+        for (k, arg) in args.iter().enumerate() {
+            if self.unspecified_inputs[k] {
+                jit.in_shardings[k] = arg.sharding().clone();
+            }
+        }
+        Ok(jit)
+    }
+
     /// Per argument, whether XLA chooses its sharding.
     pub fn auto_inputs(&self) -> &[bool] {
         &self.auto_inputs
