@@ -87,7 +87,7 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
             }
         }
         for (_, value) in eqn.params.entries() {
-            if let ParamValue::Jaxpr(inner) = value {
+            for inner in nested_jaxprs(value) {
                 if eqn.prim == crate::prim::Prim::ShardMap {
                     crate::prim::ShardMapParams::read(&eqn.params)?.in_body(|| verify(inner))?;
                 } else {
@@ -104,6 +104,15 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The jaxprs a parameter holds: itself, or those inside a tuple (a `cond`'s branches).
+fn nested_jaxprs(value: &ParamValue) -> Vec<&ClosedJaxpr> {
+    match value {
+        ParamValue::Jaxpr(inner) => vec![inner],
+        ParamValue::Tuple(items) => items.iter().flat_map(nested_jaxprs).collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// The printed equations around equation `index` (two on each side), the failing one marked.

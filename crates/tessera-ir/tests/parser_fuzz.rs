@@ -1,5 +1,5 @@
-//! Malformed jaxpr text and ill-typed programs give errors, never panics: mutations of the
-//! oracle programs (deleted, duplicated and replaced characters, truncations) and arbitrary
+//! Malformed jaxpr text and ill-typed programs give errors, never panics: mutations of every
+//! oracle program (deleted, duplicated and replaced characters, truncations) and arbitrary
 //! strings go through parse, verify and (when they verify) evaluation.
 
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -7,16 +7,27 @@
 use proptest::prelude::*;
 use tessera_ir::text::parse_closed;
 
+/// Every program of JAX's oracle files (the plain, real-model, collectives and sharded cases).
 fn oracle_texts() -> Vec<String> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/oracle/jaxpr_cases.json");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    json["cases"]
-        .as_array()
-        .unwrap()
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/oracle");
+    let files = [
+        "jaxpr_cases.json",
+        "jaxpr_real_cases.json",
+        "jaxpr_collectives_cases.json",
+        "jaxpr_sharded_cases.json",
+    ];
+    files
         .iter()
-        .map(|c| c["jaxpr"].as_str().unwrap().to_owned())
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(dir.join(f)).unwrap();
+            let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+            json["cases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|c| c["jaxpr"].as_str().map(str::to_owned))
+                .collect::<Vec<_>>()
+        })
         .collect()
 }
 
@@ -122,4 +133,51 @@ fn parse_errors_point_at_line_and_column() {
             .starts_with("parse error at line 2, column 7: unknown variable `z`"),
         "{err}"
     );
+}
+
+/// Programs the wider fuzzing of every oracle file found panicking, each now an error naming
+/// the problem: a `cond` branch with an ill-formed equation (nested jaxprs inside a tuple were
+/// not verified), a scatter whose window dimension lies outside its updates, and a window
+/// padding that overflows.
+#[test]
+fn programs_that_once_panicked_are_refused() {
+    let branch = "{ lambda ; a:f32[3] b:i32[]. let
+    e:f32[3] = cond[
+      branches=(
+        { lambda ; f:f32[3]. let g:f32[3] = cos f in (g,) }
+        { lambda ; i:f32[3]. let k:f32[3] = mul i in (k,) }
+      )
+    ] b a
+  in (e,) }";
+    let scatter = "{ lambda ; a:f32[5,4] b:i32[2,1] c:f32[2,4]. let
+    h:f32[5,4] = scatter-mul[
+      dimension_numbers=ScatterDimensionNumbers(update_window_dims=(9,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,), operand_batching_dims=(), scatter_indices_batching_dims=())
+      indices_are_sorted=False
+      mode=GatherScatterMode.FILL_OR_DROP
+      unique_indices=False
+      update_consts=()
+      update_jaxpr={ lambda ; o:f32[] p:f32[]. let q:f32[] = mul o p in (q,) }
+    ] a b c
+  in (h,) }";
+    let window = "{ lambda ; a:f32[3,4]. let
+    b:f32[3,2] = reduce_window_max[
+      base_dilation=(1, 1)
+      padding=((0, 0), (0, 9223372036854775807))
+      window_dilation=(1, 1)
+      window_dimensions=(1, 2)
+      window_strides=(1, 2)
+    ] a
+  in (b,) }";
+    for (text, words) in [
+        (branch, "takes 2 operands"),
+        (scatter, "do not fit operand"),
+        (window, "larger than any array"),
+    ] {
+        let err = parse_closed(text)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains(words), "{words}: {err}");
+        exercise(text);
+    }
 }

@@ -138,9 +138,7 @@ pub(super) fn abstract_eval(
                 .collect();
             let batch = &indices.shape[..indices.rank() - 1];
             let rank = batch.len() + window.len();
-            if dn.offset_dims.len() != window.len()
-                || dn.offset_dims.iter().any(|&d| d < 0 || d as usize >= rank)
-            {
+            if dn.offset_dims.len() != window.len() || !ascending_within(&dn.offset_dims, rank) {
                 return Err(type_error(
                     name,
                     format!(
@@ -182,7 +180,11 @@ pub(super) fn abstract_eval(
                     + dn.inserted_window_dims.len()
                     + dn.operand_batching_dims.len()
                     == operand.rank()
-                && updates.rank() == indices.rank() - 1 + dn.update_window_dims.len();
+                && updates.rank() == indices.rank() - 1 + dn.update_window_dims.len()
+                && ascending_within(&dn.update_window_dims, updates.rank())
+                && ascending_within(&dn.inserted_window_dims, operand.rank())
+                && distinct_within(&dn.scatter_dims_to_operand_dims, operand.rank())
+                && scatter_windows_fit(&dn, operand, indices, updates);
             if !ok {
                 return Err(type_error(
                     name,
@@ -194,6 +196,47 @@ pub(super) fn abstract_eval(
             Ok(vec![operand.clone()])
         }
     }
+}
+
+/// Whether `dims` are strictly increasing and each in `0..bound` (XLA's check of a gather's
+/// `offset_dims` and a scatter's window dimensions).
+fn ascending_within(dims: &[i64], bound: usize) -> bool {
+    dims.windows(2).all(|w| w[0] < w[1]) && dims.iter().all(|&d| (0..bound as i64).contains(&d))
+}
+
+/// Whether `dims` are distinct and each in `0..bound`.
+fn distinct_within(dims: &[i64], bound: usize) -> bool {
+    let mut sorted = dims.to_vec();
+    sorted.sort_unstable();
+    sorted.windows(2).all(|w| w[0] < w[1]) && ascending_within(&sorted, bound)
+}
+
+/// XLA's scatter checks of the updates' shape: each window dimension no larger than the
+/// operand dimension it lands in, and the other (scatter) dimensions those of the indices'
+/// batch, in order.
+fn scatter_windows_fit(
+    dn: &ScatterDims,
+    operand: &ShapedArray,
+    indices: &ShapedArray,
+    updates: &ShapedArray,
+) -> bool {
+    let landing: Vec<usize> = (0..operand.rank())
+        .filter(|&d| {
+            let d = d as i64;
+            !dn.inserted_window_dims.contains(&d) && !dn.operand_batching_dims.contains(&d)
+        })
+        .collect();
+    let windows_fit = landing.len() == dn.update_window_dims.len()
+        && dn
+            .update_window_dims
+            .iter()
+            .zip(&landing)
+            .all(|(&u, &o)| updates.shape[u as usize] <= operand.shape[o]);
+    let scatter: Vec<i64> = (0..updates.rank())
+        .filter(|&d| !dn.update_window_dims.contains(&(d as i64)))
+        .map(|d| updates.shape[d])
+        .collect();
+    windows_fit && scatter == indices.shape[..indices.rank().saturating_sub(1)]
 }
 
 /// XLA's checks of batching dimensions: as many operand as indices batching dimensions, each

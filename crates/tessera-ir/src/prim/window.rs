@@ -83,10 +83,6 @@ pub struct WindowParams {
     pub window_dilation: Vec<i64>,
 }
 
-fn dilate(n: i64, d: i64) -> i64 {
-    if n == 0 { 0 } else { 1 + d * (n - 1) }
-}
-
 impl WindowParams {
     /// Reads them (dilations default to 1 where not printed, as for `select_and_scatter_add`).
     /// The value is read once and kept with the parameters.
@@ -152,8 +148,27 @@ impl WindowParams {
         (0..shape.len())
             .map(|d| {
                 let (lo, hi) = self.padding[d];
-                let padded = dilate(shape[d], self.base_dilation[d]) + lo + hi;
-                let window = dilate(self.dimensions[d], self.window_dilation[d]);
+                // In i128: padding and dilations of a hostile program must not overflow.
+                let wide = |n: i64, dil: i64| {
+                    if n == 0 {
+                        0
+                    } else {
+                        1 + i128::from(dil) * (i128::from(n) - 1)
+                    }
+                };
+                let padded =
+                    wide(shape[d], self.base_dilation[d]) + i128::from(lo) + i128::from(hi);
+                let window = wide(self.dimensions[d], self.window_dilation[d]);
+                if padded > i128::from(i64::MAX) || window > i128::from(i64::MAX) {
+                    return Err(type_error(
+                        prim,
+                        format!(
+                            "padding {:?} and dilations make dimension {d} larger than any array",
+                            self.padding[d]
+                        ),
+                    ));
+                }
+                let (padded, window) = (padded as i64, window as i64);
                 if padded < 0 {
                     return Err(type_error(
                         prim,
