@@ -311,3 +311,50 @@ fn a_300_step_run_with_the_reference_passes() {
     let diff = summary["max_relative_difference"].as_f64().unwrap();
     assert!(diff <= 1e-4, "{diff}");
 }
+
+#[test]
+fn schedules_with_absurd_costs_or_time_units_are_drawn_or_refused_without_a_panic() {
+    // Costs whose sum overflows to infinity: no timeline, no panic.
+    let out = tessera(&["schedule", "1f1b", "--costs", "1e308,1e308,1"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("no timeline"), "{stdout}");
+    // Huge but finite costs draw a bounded timeline.
+    let out = tessera(&["schedule", "1f1b", "--costs", "1e9,2,1"])
+        .output()
+        .unwrap();
+    let widest = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    assert!(
+        out.status.success() && widest < 10_000,
+        "a line of {widest} characters"
+    );
+    // A synthetic run that would sleep for days is refused at once.
+    let out = tessera(&[
+        "schedule",
+        "1f1b",
+        "--stages",
+        "2",
+        "--microbatches",
+        "1",
+        "--execute-synthetic",
+        "--time-unit-ms",
+        "1e9",
+    ])
+    .output()
+    .unwrap();
+    assert_refused(
+        &out,
+        &["would sleep", "--time-unit-ms"],
+        "a days-long synthetic run",
+    );
+}

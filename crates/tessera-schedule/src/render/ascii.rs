@@ -2,7 +2,8 @@
 //!
 //! Each action is its label (`F3`, `B3`, `I3`, `W3`, fused `F3+B3`; `F3s5` names stage 5 when
 //! actors run several stages) padded to its duration; `.` is idle time. Above the rows a time
-//! axis marks every fifth unit, where a unit is the shortest action.
+//! axis marks every fifth unit, where a unit is the shortest action (or a thousandth of the
+//! makespan, where that is longer).
 
 use std::fmt::Write;
 
@@ -10,10 +11,20 @@ use super::{action_label, needs_stage};
 use crate::schedule::Plan;
 use crate::simulate::Simulation;
 
+/// The most time units a timeline is drawn with (wider ones get a longer unit).
+const MAX_UNITS: f64 = 1000.0;
+
 /// The timeline of `plan` as simulated in `sim`.
 pub fn ascii(plan: &Plan, sim: &Simulation) -> String {
+    if !sim.makespan.is_finite() {
+        return format!(
+            "(no timeline: the makespan {} is not a finite time; give smaller costs)\n",
+            sim.makespan
+        );
+    }
     let with_stage = needs_stage(plan);
-    let unit = shortest(sim);
+    // A unit is the shortest action, or longer where that would need over MAX_UNITS columns.
+    let unit = shortest(sim).max(sim.makespan / MAX_UNITS);
     let width = column_width(plan, sim, unit, with_stage);
     let x = |t: f64| ((t / unit) * width as f64).round() as usize;
     let total = x(sim.makespan);

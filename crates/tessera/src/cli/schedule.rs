@@ -105,6 +105,18 @@ fn synthetic(
             args.time_unit_ms
         );
     }
+    // The run sleeps for the simulated makespan: refuse one that would take longer than an hour.
+    let simulated = tessera_schedule::simulate(plan, costs)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .makespan;
+    let wall_s = simulated * args.time_unit_ms / 1000.0;
+    if !wall_s.is_finite() || wall_s > 3600.0 {
+        anyhow::bail!(
+            "--execute-synthetic would sleep for {wall_s:.0} s (makespan {simulated} × \
+             --time-unit-ms {}); give a smaller --time-unit-ms, e.g. 1",
+            args.time_unit_ms
+        );
+    }
     let unit = std::time::Duration::from_secs_f64(args.time_unit_ms / 1000.0);
     let options = tessera_mpmd::runtime::RunOptions::from_env()?;
     let run = tessera_mpmd::synthetic::run_synthetic(plan, costs, unit, &options)?;
