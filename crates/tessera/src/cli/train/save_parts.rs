@@ -53,12 +53,17 @@ pub fn pieces(
                         continue; // a replica of a block already written
                     }
                     let host = shard.buffer.to_host()?;
+                    // The host copy is the snapshot itself where the dtypes agree (no second copy).
+                    let data = match host.dtype() == a.dtype() {
+                        true => host,
+                        false => tessera::jit::from_host(&host, a.dtype())?,
+                    };
                     pieces.push(Piece {
                         part: *part,
                         path: path.clone(),
                         global_shape: m.shape().to_vec(),
                         start: shard.block.iter().map(|(start, _)| *start).collect(),
-                        data: tessera::jit::from_host(&host, a.dtype())?,
+                        data,
                     });
                 }
             }
