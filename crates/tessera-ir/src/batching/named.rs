@@ -19,25 +19,20 @@ fn names(axes: &[String]) -> ParamValue {
 
 /// Whether the equation `prim(params)` is a collective naming `axis`.
 pub(super) fn names_axis(prim: Prim, params: &Params, axis: &str) -> bool {
-    let key = match prim {
-        Prim::Psum | Prim::Pmax | Prim::Pmin | Prim::Pvary | Prim::PsumInvariant => "axes",
-        Prim::Preduced | Prim::VaryUnreducedCast | Prim::UnreducedPsum => "axes",
-        Prim::AllGather
-        | Prim::ReduceScatter
-        | Prim::Ppermute
-        | Prim::AllToAll
-        | Prim::AxisIndex
-        | Prim::Pbroadcast
-        | Prim::AllGatherInvariant => "axis_name",
-        _ => return false,
+    use crate::prim::CollectiveOp::*;
+    let Some(op) = prim.collective() else {
+        return false;
     };
-    match params.get(key) {
-        Some(ParamValue::Name(n)) => n == axis,
-        Some(ParamValue::Tuple(items)) => items
-            .iter()
-            .any(|i| matches!(i, ParamValue::Name(n) if n == axis)),
-        _ => false,
-    }
+    let key = match op {
+        Psum | Pmax | Pmin | Pvary | PsumInvariant | Preduced | VaryUnreducedCast
+        | UnreducedPsum => "axes",
+        AllGather | AllGatherInvariant | ReduceScatter | Ppermute | AllToAll | AxisIndex
+        | Pbroadcast => "axis_name",
+    };
+    let named = |v: &ParamValue| matches!(v, ParamValue::Name(n) | ParamValue::Str(n) if n == axis);
+    params
+        .get(key)
+        .is_some_and(|v| named(v) || v.as_seq().is_some_and(|items| items.iter().any(named)))
 }
 
 /// Batches a collective that names the vmapped axis `axis` (of `size` elements).
