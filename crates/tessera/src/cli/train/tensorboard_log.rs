@@ -7,7 +7,8 @@
 //! steps that compute it. At the invocation's last step, when the step ran the schedule's
 //! pipeline tasks in one process, the measured peak bytes of each MPMD group
 //! (`memory/group_N_peak_bytes`, `--json`'s `memory.groups[N].peak_live_bytes`). Under MPI only
-//! rank 0 writes, and it has no eval loss or per-group memory to write.
+//! rank 0 writes: the eval loss (computed through the pipeline) but no per-group memory, which
+//! it does not see.
 
 use anyhow::Context;
 use tessera_mpmd::MpmdJit;
@@ -41,7 +42,7 @@ pub(super) fn check(args: &Args, writes: bool) -> anyhow::Result<()> {
 /// The event file of this invocation, or nothing without `--tensorboard` (or off rank 0).
 pub(super) struct Board {
     writer: Option<EventWriter>,
-    /// Whether the run is one rank of an MPI job (no eval loss, no per-group memory).
+    /// Whether the run is one rank of an MPI job (no per-group memory).
     in_job: bool,
 }
 
