@@ -22,6 +22,8 @@ mod config;
 mod layout;
 mod model;
 mod phases;
+mod plan_use;
+pub(super) mod profile;
 mod progress;
 mod reference;
 pub(super) mod report;
@@ -241,6 +243,7 @@ fn carried_on_host(outputs: &[StepResult], like: &[Array]) -> anyhow::Result<Vec
 }
 
 pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
+    let args = plan_use::apply(args, plugin)?;
     super::mpi::run_job(args, plugin, run_in)
 }
 
@@ -686,6 +689,7 @@ fn finish(
         fields.insert("mesh".into(), args.mesh.clone().into());
         fields.insert("fsdp".into(), args.fsdp.into());
     }
+    plan_use::report(args, &mut summary, report::settled_median(&log.step_ms))?;
     if args.json {
         outln!("{summary}")?;
     } else {
