@@ -28,7 +28,7 @@
 //! use tessera_schedule::search::{Link, RowCosts, Space, search};
 //!
 //! let part = |f: f64| Part { forward: f, backward: 2.0 * f, activation_bytes: 1000, parameter_bytes: 4000 };
-//! let costs = |rows: u32| Some(RowCosts::uniform_bytes(rows, Profile {
+//! let costs = |rows: u32, _data: u32| Some(RowCosts::uniform_bytes(rows, Profile {
 //!     embedding: part(0.001 * rows as f64),
 //!     layers: vec![part(0.004 * rows as f64); 4],
 //!     head: part(0.004 * rows as f64),
@@ -51,6 +51,10 @@ use crate::{Costs, Registry, ScheduleParams, simulate};
 pub struct RowCosts {
     /// Examples (rows) of one micro-batch on one device.
     pub rows: u32,
+    /// Devices of the group the costs were measured on (each running `rows` rows of a
+    /// micro-batch split over them); times are the group's, bytes one device's.
+    #[serde(default = "one")]
+    pub data: u32,
     /// Each part's forward and backward seconds and its activation bytes per micro-batch;
     /// `parameter_bytes` is what the part holds from the start of a step (its parameters and
     /// their initial gradient accumulators).
@@ -62,18 +66,29 @@ pub struct RowCosts {
     pub data_bytes: Vec<u64>,
     /// Bytes one micro-batch sends across a stage boundary (the hidden state).
     pub boundary_bytes: u64,
+    /// Seconds a step spends outside the pipeline's tasks (the optimizer's update, dispatch),
+    /// added to every prediction.
+    #[serde(default)]
+    pub step_overhead: f64,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl RowCosts {
-    /// Costs with no accumulators, no data and nothing crossing boundaries.
+    /// Costs with no accumulators, no data and nothing crossing boundaries, measured on one
+    /// device.
     pub fn uniform_bytes(rows: u32, profile: Profile) -> RowCosts {
         let parts = profile.layers.len() + 2;
         RowCosts {
             rows,
+            data: 1,
             profile,
             accumulator_bytes: vec![0; parts],
             data_bytes: vec![0; parts],
             boundary_bytes: 0,
+            step_overhead: 0.0,
         }
     }
 }
@@ -193,6 +208,9 @@ pub struct Candidate {
     pub peak_bytes_per_group: Vec<u64>,
     /// Predicted tokens per second.
     pub tokens_per_second: f64,
+    /// Other schedules with the same prediction for this layout.
+    #[serde(default)]
+    pub same_prediction: Vec<String>,
 }
 
 /// Why nothing was ranked; each message names the fix.
@@ -238,10 +256,12 @@ pub enum SearchError {
         microbatches: u32,
     },
     /// The costs of a shape's micro-batch size were not given.
-    #[error("no measured costs for {rows} rows per device")]
+    #[error("no measured costs for {rows} rows per device on groups of {data} devices")]
     MissingCosts {
         /// The rows.
         rows: u32,
+        /// The devices per group.
+        data: u32,
     },
     /// The costs do not describe the model's layers.
     #[error("the costs have {got} layers but the model has {layers}")]
@@ -288,10 +308,12 @@ pub fn shapes(space: &Space) -> Vec<Shape> {
     out
 }
 
-/// Every candidate of `space` that fits its memory, fastest first. `costs(rows)` gives the
-/// measured costs at `rows` rows per device per micro-batch (see [`shapes`] for the sizes).
+/// Every candidate of `space` that fits its memory, fastest first. `costs(rows, data)` gives
+/// the costs measured on a group of `data` devices at `rows` rows per device per micro-batch
+/// (see [`shapes`] for the pairs; costs measured on one device may stand for every group size
+/// where a group's devices run in parallel without overhead).
 pub fn search(
-    costs: &dyn Fn(u32) -> Option<RowCosts>,
+    costs: &dyn Fn(u32, u32) -> Option<RowCosts>,
     space: &Space,
 ) -> Result<Vec<Candidate>, SearchError> {
     let shapes = shapes(space);
@@ -305,7 +327,10 @@ pub fn search(
     let mut any_layout = false;
     for shape in shapes {
         let rows = shape.rows(space.batch);
-        let measured = costs(rows).ok_or(SearchError::MissingCosts { rows })?;
+        let measured = costs(rows, shape.data).ok_or(SearchError::MissingCosts {
+            rows,
+            data: shape.data,
+        })?;
         if measured.profile.layers.len() != space.layers {
             return Err(SearchError::Layers {
                 got: measured.profile.layers.len(),
@@ -385,7 +410,31 @@ pub fn search(
             .then(a.peak_bytes.cmp(&b.peak_bytes))
             .then(a.schedule.cmp(&b.schedule))
     });
-    Ok(fitting)
+    // Schedules that make the same prediction for the same layout are one row.
+    let mut ranked: Vec<Candidate> = Vec::with_capacity(fitting.len());
+    for c in fitting {
+        let same = ranked.iter_mut().find(|r| {
+            (
+                r.stages,
+                &r.stage_layers,
+                r.groups,
+                r.microbatches,
+                r.peak_bytes,
+            ) == (
+                c.stages,
+                &c.stage_layers,
+                c.groups,
+                c.microbatches,
+                c.peak_bytes,
+            ) && r.step_seconds == c.step_seconds
+                && r.bubble == c.bubble
+        });
+        match same {
+            Some(r) => r.same_prediction.push(c.schedule),
+            None => ranked.push(c),
+        }
+    }
+    Ok(ranked)
 }
 
 /// The shapes of `space` that some schedule of `names` accepts.
@@ -476,18 +525,17 @@ pub fn predict(
         Ok(sim) => (sim.makespan, sim.bubble_ratio, sim.busy.iter().sum::<f64>()),
         Err(_) => (f64::INFINITY, 1.0, 0.0),
     };
-    // Devices sharing fewer cores than they are: the summed busy time of every device bounds
-    // the step from below.
-    let devices = f64::from(shape.groups * shape.data);
+    // Devices sharing `cores` host cores: a group's task keeps up to `data` of them busy (one
+    // per device), so the summed core time of every task over the cores bounds the step from
+    // below (never above the simulated makespan when every device has a core of its own).
     let shared = match space.cores {
         0 => 0.0,
-        cores if f64::from(cores) < devices => busy * f64::from(shape.data) / f64::from(cores),
-        _ => 0.0,
+        cores => busy * f64::from(shape.data.min(cores)) / f64::from(cores),
     };
-    let step_seconds = simulated.max(shared);
+    let step_seconds = simulated.max(shared) + measured.step_overhead.max(0.0);
     let stage_bytes: Vec<StageBytes> = (0..counts.len())
         .map(|s| StageBytes {
-            activation: loads.get(s).map_or(0, |l| l.activation_bytes),
+            activation: stage_activation(measured, parts.get(s).cloned().unwrap_or(0..0)),
             weight_residual: 0,
             backward: 0,
             accumulators: sum(&measured.accumulator_bytes, s),
@@ -528,7 +576,28 @@ pub fn predict(
             true => tokens / step_seconds,
             false => 0.0,
         },
+        same_prediction: Vec::new(),
     }
+}
+
+/// A stage's activation bytes per micro-batch from its parts': the runtime keeps a stage's
+/// inputs for its backward (and recomputes inside it), so a stage keeps its first part's
+/// activations and, of each later part, only what goes beyond the hidden state it receives
+/// from the part before (the head's targets).
+fn stage_activation(measured: &RowCosts, range: std::ops::Range<usize>) -> u64 {
+    let profile = &measured.profile;
+    let all: Vec<u64> = std::iter::once(&profile.embedding)
+        .chain(&profile.layers)
+        .chain(std::iter::once(&profile.head))
+        .map(|p| p.activation_bytes)
+        .collect();
+    let parts = all.get(range).unwrap_or(&[]);
+    parts.first().copied().unwrap_or(0)
+        + parts
+            .iter()
+            .skip(1)
+            .map(|b| b.saturating_sub(measured.boundary_bytes))
+            .sum::<u64>()
 }
 
 /// Per stage, the range of its parts in the per-part lists (embedding 0, layers 1..=L, head
@@ -571,7 +640,7 @@ mod tests {
     use super::*;
     use crate::plan::Part;
 
-    fn costs(rows: u32) -> Option<RowCosts> {
+    fn costs(rows: u32, _data: u32) -> Option<RowCosts> {
         let r = f64::from(rows);
         let part = |f: f64, act: u64| Part {
             forward: f * r,
@@ -618,8 +687,13 @@ mod tests {
         }
         let groups: std::collections::BTreeSet<u32> = ranked.iter().map(|c| c.groups).collect();
         assert_eq!(groups.into_iter().collect::<Vec<_>>(), vec![1, 2, 4, 8]);
-        assert!(ranked.iter().any(|c| c.schedule == "interleaved-1f1b"));
-        assert!(ranked.iter().any(|c| c.schedule == "dualpipev"));
+        let named = |n: &str| {
+            ranked
+                .iter()
+                .any(|c| c.schedule == n || c.same_prediction.iter().any(|s| s == n))
+        };
+        assert!(named("interleaved-1f1b"));
+        assert!(named("dualpipev"));
     }
 
     #[test]
@@ -646,8 +720,8 @@ mod tests {
     fn device_count_without_layout_names_the_nearest() {
         // 5 devices: 1 group of 5 cannot split 32 rows; 5 groups need 5 stages of 1 group each,
         // but 3 layers hold at most 5 stages... so use 2 layers (4 stages at most).
-        let cost2 = |rows: u32| {
-            costs(rows).map(|mut c| {
+        let cost2 = |rows: u32, data: u32| {
+            costs(rows, data).map(|mut c| {
                 c.profile.layers.truncate(2);
                 c.accumulator_bytes.truncate(4);
                 c.data_bytes.truncate(4);

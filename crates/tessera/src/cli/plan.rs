@@ -1,6 +1,6 @@
-//! `tessera plan`: measures a decoder's parts on one device of the plugin (forward and backward
-//! time, activation and parameter bytes of the embedding, one block, the head with the loss) and
-//! the link between two devices, caches them under `~/.cache/tessera/plan/`, and ranks the
+//! `tessera plan`: measures a decoder's parts on one MPMD group of the plugin's devices, as many
+//! as a group of the planned run holds (forward and backward time, activation and parameter
+//! bytes of the embedding, each block, the head with the loss) and the link between two devices, caches them under `~/.cache/tessera/plan/`, and ranks the
 //! pipeline configurations of `--devices` devices with `tessera_schedule::search` (stages,
 //! boundaries, MPMD groups, devices per group, micro-batches, schedule) by predicted step time,
 //! dropping those over `--device-memory`. `--out FILE` writes the first as the `tessera train`
@@ -251,7 +251,7 @@ fn model_words(args: &Args) -> Vec<String> {
 
 /// The measured costs and link a search needs, from the cache or measured now.
 struct Measurements {
-    costs: BTreeMap<u32, RowCosts>,
+    costs: BTreeMap<(u32, u32), RowCosts>,
     link: Link,
     /// Per size measured now or read from the cache, what happened (for the user).
     notes: Vec<String>,
@@ -272,10 +272,12 @@ struct CachedLink {
 /// A file name from a cache key.
 fn file_name(key: &str) -> String {
     key.chars()
-        .map(|c| match c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-            true => c,
-            false => '_',
-        })
+        .map(
+            |c| match c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                true => c,
+                false => '_',
+            },
+        )
         .collect()
 }
 
@@ -302,11 +304,11 @@ fn measure_link(plugin: Option<&str>, repeats: u32) -> anyhow::Result<Link> {
     let client = tessera_pjrt::Client::open(plugin, 2)?;
     let to = client.device(1)?;
     let time = |bytes: usize| -> anyhow::Result<f64> {
-        let host =
-            tessera_ir::Array::from_bytes(tessera_ir::DType::F32, &[bytes as i64 / 4], vec![
-                0u8;
-                bytes
-            ])?;
+        let host = tessera_ir::Array::from_bytes(
+            tessera_ir::DType::F32,
+            &[bytes as i64 / 4],
+            vec![0u8; bytes],
+        )?;
         let buffer = tessera_pjrt::Buffer::from_host_to(&client, &host, 0)?;
         buffer.block_until_ready()?;
         let mut times = Vec::new();
@@ -350,12 +352,15 @@ fn measurements(
     let (kind, _) = device_kind(plugin)?;
     let plugin = plugin_label(plugin);
     let mut notes = Vec::new();
-    let mut rows: Vec<u32> = shapes(space).iter().map(|s| s.rows(space.batch)).collect();
-    rows.sort_unstable();
-    rows.dedup();
+    let mut sizes: Vec<(u32, u32)> = shapes(space)
+        .iter()
+        .map(|s| (s.rows(space.batch), s.data))
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
     let mut costs = BTreeMap::new();
-    for r in rows {
-        let key = format!("{model_key} rows={r} device={kind} plugin={plugin}");
+    for (r, d) in sizes {
+        let key = format!("{model_key} rows={r} group={d} device={kind} plugin={plugin}");
         let path = dir.join(format!("{}.json", file_name(&key)));
         let cached = match args.remeasure {
             true => None,
@@ -366,12 +371,15 @@ fn measurements(
         };
         let measured = match cached {
             Some(c) => {
-                notes.push(format!("{r} rows: reused {}", path.display()));
+                notes.push(format!(
+                    "{r} rows on {d} device(s): reused {}",
+                    path.display()
+                ));
                 c.costs
             }
             None => {
                 let began = std::time::Instant::now();
-                let c = profile::measure(words, Some(plugin.as_str()), r, args.repeats)?;
+                let c = profile::measure(words, Some(plugin.as_str()), r, d, args.repeats)?;
                 let entry = CachedCosts {
                     key: key.clone(),
                     costs: c.clone(),
@@ -379,14 +387,14 @@ fn measurements(
                 std::fs::write(&path, serde_json::to_string_pretty(&entry)?)
                     .with_context(|| format!("writing {}", path.display()))?;
                 notes.push(format!(
-                    "{r} rows: measured in {:.1} s, cached in {}",
+                    "{r} rows on {d} device(s): measured in {:.1} s, cached in {}",
                     began.elapsed().as_secs_f64(),
                     path.display()
                 ));
                 c
             }
         };
-        costs.insert(r, measured);
+        costs.insert((r, d), measured);
     }
     let key = format!("link device={kind} plugin={plugin}");
     let path = dir.join(format!("{}.json", file_name(&key)));
@@ -439,11 +447,7 @@ pub fn rank(
     if args.batch == 0 {
         bail!("--batch 0: a step trains on at least one example, e.g. --batch 64");
     }
-    let device_memory = args
-        .device_memory
-        .as_deref()
-        .map(parse_bytes)
-        .transpose()?;
+    let device_memory = args.device_memory.as_deref().map(parse_bytes).transpose()?;
     let (_, is_cpu) = device_kind(plugin)?;
     let cores = args.cores.unwrap_or(match is_cpu {
         true => std::thread::available_parallelism().map_or(0, |n| n.get() as u32),
@@ -465,10 +469,7 @@ pub fn rank(
     }
     let registry = tessera_schedule::Registry::with_builtins();
     let schedules = args.schedules.clone().unwrap_or_default();
-    if let Some(unknown) = schedules
-        .iter()
-        .find(|s| !registry.names().contains(s))
-    {
+    if let Some(unknown) = schedules.iter().find(|s| !registry.names().contains(s)) {
         bail!(
             "unknown schedule `{unknown}`; known: {}",
             registry.names().join(", ")
@@ -488,16 +489,13 @@ pub fn rank(
     };
     // Nothing to measure when no shape exists: say so before measuring.
     if shapes(&space).is_empty() {
-        let err = search(&|_| None, &space).err();
-        bail!(
-            "{}",
-            err.map_or("no layout".to_string(), |e| e.to_string())
-        );
+        let err = search(&|_, _| None, &space).err();
+        bail!("{}", err.map_or("no layout".to_string(), |e| e.to_string()));
     }
     let model_key = format!("{description} batch={}", args.batch);
     let measured = measurements(args, plugin, &space, &model_key, &words)?;
     space.link = measured.link;
-    let costs = |rows: u32| measured.costs.get(&rows).cloned();
+    let costs = |rows: u32, data: u32| measured.costs.get(&(rows, data)).cloned();
     let ranked = search(&costs, &space)?;
     let context = PlanContext {
         model: super::train::profile::model_name(&decoder).to_string(),
@@ -588,7 +586,7 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         top.len()
     )?;
     outln!(
-        "{:>3}  {:>6}  {:<12}  {:>6}  {:>4}  {:>5}  {:<22}  {:>9}  {:>6}  {:>11}  {:>11}",
+        "{:>3}  {:>6}  {:<12}  {:>6}  {:>4}  {:>5}  {:<24}  {:>9}  {:>6}  {:>11}  {:>11}",
         "#",
         "stages",
         "layers",
@@ -603,15 +601,19 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     )?;
     for (i, c) in top.iter().enumerate() {
         let layers: Vec<String> = c.stage_layers.iter().map(usize::to_string).collect();
+        let schedule = match c.same_prediction.len() {
+            0 => c.schedule.clone(),
+            n => format!("{} (+{n} same)", c.schedule),
+        };
         outln!(
-            "{:>3}  {:>6}  {:<12}  {:>6}  {:>4}  {:>5}  {:<22}  {:>9.2}  {:>6.3}  {:>11}  {:>11.0}",
+            "{:>3}  {:>6}  {:<12}  {:>6}  {:>4}  {:>5}  {:<24}  {:>9.2}  {:>6.3}  {:>11}  {:>11.0}",
             i + 1,
             c.stages,
             layers.join(","),
             c.groups,
             c.data,
             c.microbatches,
-            c.schedule,
+            schedule,
             c.step_seconds * 1000.0,
             c.bubble,
             human_bytes(c.peak_bytes),

@@ -34,7 +34,11 @@ pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
     };
     // The model the plan was made for must be the model trained.
     let given = [
-        ("--layers", args.layers.map(|v| v as i64), file.layers as i64),
+        (
+            "--layers",
+            args.layers.map(|v| v as i64),
+            file.layers as i64,
+        ),
         ("--d-model", args.d_model, file.d_model),
         ("--heads", args.heads, file.heads),
         ("--seq-len", args.seq_len, file.seq_len),
@@ -47,8 +51,18 @@ pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
             );
         }
     }
-    let name = |m: &str| if m == "gpt" { "gpt2".to_string() } else { m.to_string() };
-    if let Some(model) = args.model.as_deref().filter(|m| name(m) != name(&file.model)) {
+    let name = |m: &str| {
+        if m == "gpt" {
+            "gpt2".to_string()
+        } else {
+            m.to_string()
+        }
+    };
+    if let Some(model) = args
+        .model
+        .as_deref()
+        .filter(|m| name(m) != name(&file.model))
+    {
         bail!(
             "--plan {which} was made for --model {}, not {model}: drop --model, or plan for {model}",
             file.model
@@ -152,10 +166,10 @@ pub fn report(
             p.step_ms,
             measured_step_ms / p.step_ms,
             p.peak_bytes,
-            measured_peak.map_or("- (one program: no per-group accounting)".into(), |b| format!(
-                "{b} bytes ({:.2}×)",
-                b as f64 / p.peak_bytes.max(1) as f64
-            ))
+            measured_peak.map_or(
+                "- (one program: no per-group accounting)".into(),
+                |b| format!("{b} bytes ({:.2}×)", b as f64 / p.peak_bytes.max(1) as f64)
+            )
         )?;
     }
     Ok(())

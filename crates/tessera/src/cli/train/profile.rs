@@ -1,8 +1,10 @@
 //! What `tessera plan` measures of a model: each part's forward and backward time and bytes on
 //! one device, by running the training step as the runtime runs it, with every part a stage of
 //! its own (the embedding alone, each decoder layer alone, the head and the loss alone: `0,1,…,1,0`
-//! stage layers) on one MPMD group of one device under `interleaved-gpipe`, and reading the
-//! runtime's task times and memory accounting.
+//! stage layers) on one MPMD group under `interleaved-gpipe`, and reading the runtime's task
+//! times and memory accounting. The group has as many devices as a group of the planned run
+//! (on the CPU plugin a task over 2 devices took 2–3× the time of the same rows per device on
+//! one, so one device's times would not stand for a group's).
 
 use clap::Parser;
 
@@ -41,11 +43,14 @@ pub fn model_shape(args: &Args) -> anyhow::Result<(tessera_nn::DecoderConfig, St
 }
 
 /// Measures the parts of `model_words`' model (`--model` and the size flags) with micro-batches
-/// of `rows` rows on one device: `steps` steps after one of warm-up, medians per part.
+/// of `rows` rows per device on one MPMD group of `data` devices (each micro-batch's rows split
+/// over them, as a group of a pipelined run splits them): `steps` steps after one of warm-up,
+/// medians per part. Times are the group's; bytes one device's.
 pub fn measure(
     model_words: &[String],
     plugin: Option<&str>,
     rows: u32,
+    data: u32,
     steps: u32,
 ) -> anyhow::Result<RowCosts> {
     let probe = parse(model_words)?;
@@ -66,13 +71,13 @@ pub fn measure(
             "--mpmd-dim",
             "1",
             "--devices",
-            "1",
+            &data.to_string(),
             "--schedule",
             "interleaved-gpipe",
             "--microbatches",
             &microbatches.to_string(),
             "--batch",
-            &(rows * microbatches).to_string(),
+            &(rows * data * microbatches).to_string(),
             "--no-fuse",
             "--no-reference",
         ]
@@ -86,7 +91,7 @@ pub fn measure(
     let model = Model::new(
         &choice,
         &stage_layers,
-        i64::from(rows),
+        i64::from(rows * data),
         microbatches as usize,
         None,
         args.seed,
@@ -120,6 +125,7 @@ pub fn measure(
     // Per (kind, stage), every measured duration after the warm-up step, in seconds.
     let mut times: std::collections::HashMap<(char, usize), Vec<f64>> = Default::default();
     let mut last = None;
+    let mut overheads = Vec::new();
     for step_index in 0..=u64::from(steps) {
         let data = step::stack(&model, &model.batches(step_index)?)?;
         let host = step::step_args(&[], 0.0, &data)?;
@@ -127,11 +133,15 @@ pub fn measure(
             .drain(..)
             .chain(host.iter().cloned().map(StepArg::Host))
             .collect();
+        let began = std::time::Instant::now();
         let run = jit.call_mpmd_donated(&mut call)?;
+        let wall = began.elapsed().as_secs_f64();
         let mut outputs = run.outputs;
         outputs.pop().context("the step returned nothing")?;
         weights = outputs.into_iter().map(StepResult::into_arg).collect();
         if step_index > 0 {
+            let tasks: f64 = run.timings.tasks.iter().map(|t| t.duration_us / 1e6).sum();
+            overheads.push((wall - tasks).max(0.0));
             for task in &run.timings.tasks {
                 let mut words = task.name.split(' ');
                 let kind = words.next().and_then(|w| w.chars().next());
@@ -139,8 +149,7 @@ pub fn measure(
                     .next()
                     .and_then(|w| w.strip_prefix('s'))
                     .and_then(|s| s.parse::<usize>().ok());
-                if let (Some(kind), Some(stage), false) = (kind, stage, task.name.contains(" + "))
-                {
+                if let (Some(kind), Some(stage), false) = (kind, stage, task.name.contains(" + ")) {
                     times
                         .entry((kind, stage))
                         .or_default()
@@ -159,7 +168,8 @@ pub fn measure(
             .copied()
             .with_context(|| format!("no {kind} task of stage {stage} was timed"))
     };
-    let at = |list: &[u64], s: usize| list.get(s).copied().unwrap_or(0);
+    // The runtime counts a group's bytes over its devices.
+    let at = |list: &[u64], s: usize| list.get(s).copied().unwrap_or(0) / u64::from(data.max(1));
     let mut parts = Vec::with_capacity(stages);
     for s in 0..stages {
         parts.push(Part {
@@ -169,6 +179,8 @@ pub fn measure(
             parameter_bytes: at(&memory.stage_parameter_bytes, s),
         });
     }
+    overheads.sort_by(f64::total_cmp);
+    let step_overhead = overheads.get(overheads.len() / 2).copied().unwrap_or(0.0);
     let head = parts.pop().context("no head stage")?;
     let embedding = parts.first().copied().context("no embedding stage")?;
     let layers: Vec<Part> = parts.into_iter().skip(1).collect();
@@ -179,6 +191,7 @@ pub fn measure(
     let boundary = i64::from(rows) * decoder.seq_len * decoder.d_model * width;
     Ok(RowCosts {
         rows,
+        data,
         profile: Profile {
             embedding,
             layers,
@@ -191,6 +204,7 @@ pub fn measure(
             .map(|s| at(&memory.stage_data_bytes, s) / u64::from(microbatches))
             .collect(),
         boundary_bytes: u64::try_from(boundary).unwrap_or(0),
+        step_overhead,
     })
 }
 
