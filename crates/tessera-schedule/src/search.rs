@@ -537,7 +537,10 @@ pub fn predict(
         .map(|s| StageBytes {
             activation: stage_activation(measured, parts.get(s).cloned().unwrap_or(0..0)),
             weight_residual: 0,
-            backward: 0,
+            // A backward holds the cotangent it receives and the one it sends (the runtime's
+            // accounting shows both: one boundary each, none past the ends).
+            backward: measured.boundary_bytes
+                * (u64::from(s > 0) + u64::from(s + 1 < counts.len())),
             accumulators: sum(&measured.accumulator_bytes, s),
         })
         .collect();
