@@ -51,7 +51,8 @@ def main():
                 mpmd_dim=c["groups"], microbatches=c["microbatches"], schedule=c["schedule"],
                 predicted_step_ms=c["step_seconds"] * 1000.0,
                 predicted_peak_bytes=c["peak_bytes"],
-                predicted_peak_bytes_per_group=c["peak_bytes_per_group"], command="")
+                predicted_peak_bytes_per_group=c["peak_bytes_per_group"], command="",
+                no_fuse=c["groups"] == 1)
             path = os.path.join(tmp, f"plan{i}.json")
             with open(path, "w") as f:
                 json.dump(plan, f)

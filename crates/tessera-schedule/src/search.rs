@@ -287,7 +287,7 @@ pub fn shapes(space: &Space) -> Vec<Shape> {
         let data = space.devices / groups;
         for per_group in 1..=space.max_stages_per_group.max(1) {
             let stages = groups * per_group;
-            // One group runs the step as one program: one stage is all it needs.
+            // On one group, one stage (its schedule's tasks run one after another).
             if stages > most_stages || (groups == 1 && stages > 1) {
                 continue;
             }

@@ -113,6 +113,10 @@ pub struct PlanFile {
     pub microbatches: u32,
     /// `--schedule`.
     pub schedule: String,
+    /// `--no-fuse`: on one MPMD group, run the schedule's tasks (what the costs measure)
+    /// instead of one fused program (which the planner does not model).
+    #[serde(default)]
+    pub no_fuse: bool,
     /// The predicted step time, in milliseconds.
     pub predicted_step_ms: f64,
     /// The predicted peak live bytes on the fullest device.
@@ -181,6 +185,7 @@ impl PlanFile {
         ]
         .into_iter()
         .flat_map(|(flag, value)| [flag.to_string(), value])
+        .chain(self.no_fuse.then(|| "--no-fuse".to_string()))
         .collect()
     }
 }
@@ -360,7 +365,10 @@ fn measurements(
     sizes.dedup();
     let mut costs = BTreeMap::new();
     for (r, d) in sizes {
-        let key = format!("{model_key} rows={r} group={d} device={kind} plugin={plugin}");
+        let key = format!(
+            "{model_key} rows={r} group={d} of={} device={kind} plugin={plugin}",
+            space.devices
+        );
         let path = dir.join(format!("{}.json", file_name(&key)));
         let cached = match args.remeasure {
             true => None,
@@ -379,7 +387,14 @@ fn measurements(
             }
             None => {
                 let began = std::time::Instant::now();
-                let c = profile::measure(words, Some(plugin.as_str()), r, d, args.repeats)?;
+                let c = profile::measure(
+                    words,
+                    Some(plugin.as_str()),
+                    r,
+                    d,
+                    space.devices,
+                    args.repeats,
+                )?;
                 let entry = CachedCosts {
                     key: key.clone(),
                     costs: c.clone(),
@@ -534,6 +549,7 @@ pub fn plan_file(candidate: &Candidate, context: &PlanContext) -> PlanFile {
         mpmd_dim: candidate.groups,
         microbatches: candidate.microbatches,
         schedule: candidate.schedule.clone(),
+        no_fuse: candidate.groups == 1,
         predicted_step_ms: candidate.step_seconds * 1000.0,
         predicted_peak_bytes: candidate.peak_bytes,
         predicted_peak_bytes_per_group: candidate.peak_bytes_per_group.clone(),

@@ -87,6 +87,7 @@ pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
     args.mpmd_dim = Some(file.mpmd_dim);
     args.microbatches = file.microbatches;
     args.schedule = file.schedule.clone();
+    args.no_fuse |= file.no_fuse;
     if !args.json {
         outln!("plan ({which}): {}", file.command)?;
     }

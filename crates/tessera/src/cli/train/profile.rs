@@ -44,13 +44,15 @@ pub fn model_shape(args: &Args) -> anyhow::Result<(tessera_nn::DecoderConfig, St
 
 /// Measures the parts of `model_words`' model (`--model` and the size flags) with micro-batches
 /// of `rows` rows per device on one MPMD group of `data` devices (each micro-batch's rows split
-/// over them, as a group of a pipelined run splits them): `steps` steps after one of warm-up,
+/// over them, as a group of a pipelined run splits them) of a client of `client_devices` devices:
+/// `steps` steps after one of warm-up,
 /// medians per part. Times are the group's; bytes one device's.
 pub fn measure(
     model_words: &[String],
     plugin: Option<&str>,
     rows: u32,
     data: u32,
+    client_devices: u32,
     steps: u32,
 ) -> anyhow::Result<RowCosts> {
     let probe = parse(model_words)?;
@@ -107,7 +109,10 @@ pub fn measure(
     let n_carried = model.init.len() + training.state_avals.len();
     let data_args = program.jaxpr.invars.len() - n_carried - 1;
     let in_specs = layout.step_specs(&choice, &model.param_avals, opt.as_ref(), data_args)?;
-    let (client, mesh) = super::super::mpi::open(None, plugin, &layout.shape, &layout.mpmd_axis)?;
+    // The client has as many devices as the planned run's (the CPU plugin's threads depend on
+    // it); the group uses the first `data`.
+    let client = tessera_pjrt::Client::open(plugin, i64::from(client_devices.max(data)))?;
+    let mesh = tessera_mpmd::MpmdMesh::new(layout.shape.clone(), &layout.mpmd_axis)?;
     let options = tessera_mpmd::MpmdJitOptions {
         donate_argnums: (0..model.init.len()).collect(),
         donate_where_possible: (model.init.len()..n_carried).collect(),
