@@ -36,6 +36,9 @@ pub struct MemoryReport {
     pub stage_data_bytes: Vec<u64>,
     /// Per stage, the gradient accumulators its first weight gradient makes.
     pub stage_accumulator_bytes: Vec<u64>,
+    /// Per stage, the measured weight-gradient residual bytes of one micro-batch (the largest;
+    /// 0 where its backward never split).
+    pub weight_residual_bytes: Vec<u64>,
 }
 
 /// The report of a run of `plan` whose values are named by `keys`.
@@ -124,6 +127,7 @@ pub(crate) fn report(
         stage_parameter_bytes,
         stage_data_bytes,
         stage_accumulator_bytes: stage_bytes.iter().map(|b| b.accumulators).collect(),
+        weight_residual_bytes: stage_bytes.iter().map(|b| b.weight_residual).collect(),
     }
 }
 

@@ -70,6 +70,14 @@ pub struct RowCosts {
     /// added to every prediction.
     #[serde(default)]
     pub step_overhead: f64,
+    /// Per part, the weight-gradient part of its backward (`W`), in seconds (empty: the
+    /// search's [`Space::weight_fraction`] of the backward).
+    #[serde(default)]
+    pub weight_seconds: Vec<f64>,
+    /// Per part, what a split backward's input part keeps for its weight part, per micro-batch
+    /// (empty: 0).
+    #[serde(default)]
+    pub weight_residual_bytes: Vec<u64>,
 }
 
 fn one() -> u32 {
@@ -89,6 +97,8 @@ impl RowCosts {
             data_bytes: vec![0; parts],
             boundary_bytes: 0,
             step_overhead: 0.0,
+            weight_seconds: Vec::new(),
+            weight_residual_bytes: Vec::new(),
         }
     }
 }
@@ -511,10 +521,23 @@ pub fn predict(
     };
     let forward: Vec<f64> = stage_times(profile, counts, |p| p.forward);
     let backward: Vec<f64> = stage_times(profile, counts, |p| p.backward);
-    let weight: Vec<f64> = backward
-        .iter()
-        .map(|b| b * space.weight_fraction.clamp(0.0, 1.0))
-        .collect();
+    let weight: Vec<f64> = match measured.weight_seconds.len() == profile.layers.len() + 2 {
+        true => parts
+            .iter()
+            .zip(&backward)
+            .map(|(r, b)| {
+                let w: f64 = measured
+                    .weight_seconds
+                    .get(r.clone())
+                    .map_or(0.0, |v| v.iter().sum());
+                w.clamp(0.0, *b)
+            })
+            .collect(),
+        false => backward
+            .iter()
+            .map(|b| b * space.weight_fraction.clamp(0.0, 1.0))
+            .collect(),
+    };
     let costs = Costs {
         forward,
         backward,
@@ -536,7 +559,7 @@ pub fn predict(
     let stage_bytes: Vec<StageBytes> = (0..counts.len())
         .map(|s| StageBytes {
             activation: stage_activation(measured, parts.get(s).cloned().unwrap_or(0..0)),
-            weight_residual: 0,
+            weight_residual: sum(&measured.weight_residual_bytes, s),
             // A backward holds the cotangent it receives and the one it sends (the runtime's
             // accounting shows both: one boundary each, none past the ends).
             backward: measured.boundary_bytes

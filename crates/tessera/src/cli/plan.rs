@@ -274,6 +274,9 @@ struct CachedLink {
     link: Link,
 }
 
+/// What the cached costs hold; a new version measures again.
+const COSTS_VERSION: u32 = 2;
+
 /// A file name from a cache key.
 fn file_name(key: &str) -> String {
     key.chars()
@@ -366,7 +369,7 @@ fn measurements(
     let mut costs = BTreeMap::new();
     for (r, d) in sizes {
         let key = format!(
-            "{model_key} rows={r} group={d} of={} device={kind} plugin={plugin}",
+            "v{COSTS_VERSION} {model_key} rows={r} group={d} of={} device={kind} plugin={plugin}",
             space.devices
         );
         let path = dir.join(format!("{}.json", file_name(&key)));

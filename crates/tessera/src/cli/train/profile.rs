@@ -14,7 +14,43 @@ use tessera_mpmd::{StepArg, StepResult};
 use tessera_schedule::plan::{Part, Profile};
 use tessera_schedule::search::RowCosts;
 
+use tessera_schedule::{Action, Placement, Schedule, ScheduleError, Task};
+
 use super::args::Args;
+
+/// The measuring order: every part a stage on one group; each micro-batch's forwards, then its
+/// backwards from the last stage, whole (`Bwd`) on even micro-batches and split (`BwdI`, then
+/// `BwdW`) on odd ones, so one run times both kinds of backward and the weight residuals.
+struct MeasureOrder {
+    stages: u32,
+}
+
+impl Schedule for MeasureOrder {
+    fn name(&self) -> String {
+        "plan-measure".into()
+    }
+
+    fn placement(&self) -> Placement {
+        Placement::from_table(vec![0; self.stages as usize]).unwrap_or_else(|_| Placement::plain(1))
+    }
+
+    fn actions(&self, microbatches: u32) -> Result<Vec<Vec<Action>>, ScheduleError> {
+        let mut list = Vec::new();
+        for mb in 0..microbatches {
+            list.extend((0..self.stages).map(|s| Action::Single(Task::fwd(s, mb))));
+            for s in (0..self.stages).rev() {
+                match mb % 2 {
+                    0 => list.push(Action::Single(Task::bwd(s, mb))),
+                    _ => {
+                        list.push(Action::Single(Task::bwd_i(s, mb)));
+                        list.push(Action::Single(Task::bwd_w(s, mb)));
+                    }
+                }
+            }
+        }
+        Ok(vec![list])
+    }
+}
 use super::{config, layout, model::Model, optimizer, step};
 
 #[derive(Parser)]
@@ -118,6 +154,9 @@ pub fn measure(
         donate_where_possible: (model.init.len()..n_carried).collect(),
         in_specs,
         fusion: tessera_mpmd::Fusion::Never,
+        schedule: Some(std::sync::Arc::new(MeasureOrder {
+            stages: stages as u32,
+        })),
         ..tessera_mpmd::MpmdJitOptions::default()
     };
     let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
@@ -186,6 +225,17 @@ pub fn measure(
     }
     overheads.sort_by(f64::total_cmp);
     let step_overhead = overheads.get(overheads.len() / 2).copied().unwrap_or(0.0);
+    // The weight-gradient part of each backward, as a share of the whole backward's time.
+    let weight_seconds = (0..stages)
+        .map(|s| {
+            let (i, w) = (median('I', s)?, median('W', s)?);
+            let whole = median('B', s)?;
+            Ok(match i + w > 0.0 {
+                true => whole * w / (i + w),
+                false => 0.0,
+            })
+        })
+        .collect::<anyhow::Result<Vec<f64>>>()?;
     let head = parts.pop().context("no head stage")?;
     let embedding = parts.first().copied().context("no embedding stage")?;
     let layers: Vec<Part> = parts.into_iter().skip(1).collect();
@@ -210,6 +260,10 @@ pub fn measure(
             .collect(),
         boundary_bytes: u64::try_from(boundary).unwrap_or(0),
         step_overhead,
+        weight_seconds,
+        weight_residual_bytes: (0..stages)
+            .map(|s| at(&memory.weight_residual_bytes, s))
+            .collect(),
     })
 }
 
