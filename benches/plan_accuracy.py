@@ -33,7 +33,14 @@ def main():
     # micro-batches) not seen yet, alternating between the fastest and the slowest ends.
     picked, seen = [], set()
     top = ranking["top"]
-    order = [c for pair in zip(top, reversed(top)) for c in pair]
+    # The first of each group count, the first split-backward schedule, then alternately the
+    # fastest and the slowest of the rest.
+    firsts = []
+    for c in top:
+        if all(f["groups"] != c["groups"] for f in firsts):
+            firsts.append(c)
+    firsts += [c for c in top if c["schedule"].startswith(("zero-bubble", "dualpipev"))][:1]
+    order = firsts + [c for pair in zip(top, reversed(top)) for c in pair]
     for c in order:
         shape = (c["groups"], c["stages"], c["microbatches"])
         if shape in seen:

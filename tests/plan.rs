@@ -160,8 +160,8 @@ fn a_plan_ranks_caches_and_trains() {
     let mut picked: Vec<&serde_json::Value> = Vec::new();
     for c in top {
         let new_groups = picked.iter().all(|p| p["groups"] != c["groups"]);
-        let split = c["schedule"] == "zero-bubble"
-            && picked.iter().all(|p| p["schedule"] != "zero-bubble");
+        let split =
+            c["schedule"] == "zero-bubble" && picked.iter().all(|p| p["schedule"] != "zero-bubble");
         if new_groups || split {
             picked.push(c);
         }

@@ -526,10 +526,14 @@ pub fn predict(
             .iter()
             .zip(&backward)
             .map(|(r, b)| {
-                let w: f64 = measured
-                    .weight_seconds
-                    .get(r.clone())
-                    .map_or(0.0, |v| v.iter().sum());
+                // The first stage's input part computes nothing (see the bytes below).
+                let w: f64 = match r.start {
+                    0 => *b,
+                    _ => measured
+                        .weight_seconds
+                        .get(r.clone())
+                        .map_or(0.0, |v| v.iter().sum()),
+                };
                 w.clamp(0.0, *b)
             })
             .collect(),
@@ -559,7 +563,13 @@ pub fn predict(
     let stage_bytes: Vec<StageBytes> = (0..counts.len())
         .map(|s| StageBytes {
             activation: stage_activation(measured, parts.get(s).cloned().unwrap_or(0..0)),
-            weight_residual: sum(&measured.weight_residual_bytes, s),
+            // The first stage sends no input gradient back (its input is token ids), so its
+            // split backward's input part computes nothing and keeps only what the
+            // embedding's does; the others keep their parts' weight residuals.
+            weight_residual: match s {
+                0 => measured.weight_residual_bytes.first().copied().unwrap_or(0),
+                _ => sum(&measured.weight_residual_bytes, s),
+            },
             // A backward holds the cotangent it receives and the one it sends (the runtime's
             // accounting shows both: one boundary each, none past the ends).
             backward: measured.boundary_bytes
