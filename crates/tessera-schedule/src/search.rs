@@ -70,10 +70,15 @@ pub struct RowCosts {
     /// added to every prediction.
     #[serde(default)]
     pub step_overhead: f64,
-    /// Per part, the weight-gradient part of its backward (`W`), in seconds (empty: the
+    /// Per part, the weight-gradient part of its split backward (`W`), in seconds (empty: the
     /// search's [`Space::weight_fraction`] of the backward).
     #[serde(default)]
     pub weight_seconds: Vec<f64>,
+    /// Per part, its split backward's input and weight parts together (`I + W`), in seconds:
+    /// what a schedule that splits the backward pays instead of the whole backward (empty: the
+    /// whole backward).
+    #[serde(default)]
+    pub split_seconds: Vec<f64>,
     /// Per part, what a split backward's input part keeps for its weight part, per micro-batch
     /// (empty: 0).
     #[serde(default)]
@@ -98,6 +103,7 @@ impl RowCosts {
             boundary_bytes: 0,
             step_overhead: 0.0,
             weight_seconds: Vec::new(),
+            split_seconds: Vec::new(),
             weight_residual_bytes: Vec::new(),
         }
     }
@@ -520,8 +526,26 @@ pub fn predict(
             .map_or(0, |r| list.get(r.clone()).map_or(0, |v| v.iter().sum()))
     };
     let forward: Vec<f64> = stage_times(profile, counts, |p| p.forward);
-    let backward: Vec<f64> = stage_times(profile, counts, |p| p.backward);
-    let weight: Vec<f64> = match measured.weight_seconds.len() == profile.layers.len() + 2 {
+    let parts_count = profile.layers.len() + 2;
+    let splits = plan
+        .actors
+        .iter()
+        .flatten()
+        .any(|a| a.tasks().iter().any(|t| t.kind == crate::TaskKind::BwdI));
+    // A schedule that splits the backward pays its measured input and weight parts.
+    let backward: Vec<f64> = match splits && measured.split_seconds.len() == parts_count {
+        true => parts
+            .iter()
+            .map(|r| {
+                measured
+                    .split_seconds
+                    .get(r.clone())
+                    .map_or(0.0, |v| v.iter().sum())
+            })
+            .collect(),
+        false => stage_times(profile, counts, |p| p.backward),
+    };
+    let weight: Vec<f64> = match measured.weight_seconds.len() == parts_count {
         true => parts
             .iter()
             .zip(&backward)

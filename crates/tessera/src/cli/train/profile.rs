@@ -225,17 +225,14 @@ pub fn measure(
     }
     overheads.sort_by(f64::total_cmp);
     let step_overhead = overheads.get(overheads.len() / 2).copied().unwrap_or(0.0);
-    // The weight-gradient part of each backward, as a share of the whole backward's time.
-    let weight_seconds = (0..stages)
-        .map(|s| {
-            let (i, w) = (median('I', s)?, median('W', s)?);
-            let whole = median('B', s)?;
-            Ok(match i + w > 0.0 {
-                true => whole * w / (i + w),
-                false => 0.0,
-            })
-        })
-        .collect::<anyhow::Result<Vec<f64>>>()?;
+    // The split backward's parts: its weight part (`W`) and its whole (`I + W`).
+    let mut weight_seconds = Vec::with_capacity(stages);
+    let mut split_seconds = Vec::with_capacity(stages);
+    for s in 0..stages {
+        let (i, w) = (median('I', s)?, median('W', s)?);
+        weight_seconds.push(w);
+        split_seconds.push(i + w);
+    }
     let head = parts.pop().context("no head stage")?;
     let embedding = parts.first().copied().context("no embedding stage")?;
     let layers: Vec<Part> = parts.into_iter().skip(1).collect();
@@ -261,6 +258,7 @@ pub fn measure(
         boundary_bytes: u64::try_from(boundary).unwrap_or(0),
         step_overhead,
         weight_seconds,
+        split_seconds,
         weight_residual_bytes: (0..stages)
             .map(|s| at(&memory.weight_residual_bytes, s))
             .collect(),
