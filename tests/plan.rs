@@ -81,7 +81,8 @@ fn a_plan_ranks_caches_and_trains() {
         .iter()
         .map(|c| c["step_seconds"].as_f64().unwrap())
         .collect();
-    assert!(steps.windows(2).all(|w| w[0] <= w[1]), "{steps:?}");
+    // Fastest first (times within half a percent are ties, fewer bytes first).
+    assert!(steps.windows(2).all(|w| w[0] <= w[1] * 1.005), "{steps:?}");
     for c in top {
         let layers: u64 = c["stage_layers"]
             .as_array()

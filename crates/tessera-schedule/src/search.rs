@@ -35,7 +35,7 @@
 //! }));
 //! let space = Space { devices: 4, batch: 16, layers: 4, ..Space::default() };
 //! let ranked = search(&costs, &space)?;
-//! assert!(ranked[0].step_seconds <= ranked[1].step_seconds);
+//! assert!(ranked[0].step_seconds <= ranked[1].step_seconds * 1.005); // ties: fewer bytes first
 //! # Ok::<(), tessera_schedule::search::SearchError>(())
 //! ```
 
@@ -420,10 +420,17 @@ pub fn search(
             microbatches: least.microbatches,
         });
     }
+    // Step times within half a percent are a tie (well inside what a measurement repeats to),
+    // which the fewer bytes break.
+    let bucket = |c: &Candidate| match c.step_seconds > 0.0 {
+        true => (c.step_seconds.ln() / 1.005_f64.ln()).round() as i64,
+        false => i64::MIN,
+    };
     fitting.sort_by(|a, b| {
-        a.step_seconds
-            .total_cmp(&b.step_seconds)
+        bucket(a)
+            .cmp(&bucket(b))
             .then(a.peak_bytes.cmp(&b.peak_bytes))
+            .then(a.step_seconds.total_cmp(&b.step_seconds))
             .then(a.schedule.cmp(&b.schedule))
     });
     // Schedules that make the same prediction for the same layout are one row.
@@ -737,7 +744,7 @@ mod tests {
         assert!(
             ranked
                 .windows(2)
-                .all(|w| w[0].step_seconds <= w[1].step_seconds)
+                .all(|w| w[0].step_seconds <= w[1].step_seconds * 1.005)
         );
         for c in &ranked {
             assert_eq!(c.stage_layers.iter().sum::<usize>(), 6);
