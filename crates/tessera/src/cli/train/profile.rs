@@ -69,7 +69,7 @@ pub fn parse(words: &[String]) -> anyhow::Result<Args> {
 pub fn model_shape(args: &Args) -> anyhow::Result<(tessera_nn::DecoderConfig, String)> {
     match config::choose_model(args)? {
         config::ModelChoice::Decoder(c) => {
-            let name = config::describe(&config::ModelChoice::Decoder(c.clone()), "sgd");
+            let name = config::describe(&config::ModelChoice::Decoder(c), "sgd");
             Ok((c, name))
         }
         config::ModelChoice::Mlp => {
@@ -267,5 +267,5 @@ pub fn measure(
 
 /// The model's `--model` name.
 pub fn model_name(decoder: &tessera_nn::DecoderConfig) -> &'static str {
-    config::name(&config::ModelChoice::Decoder(decoder.clone()))
+    config::name(&config::ModelChoice::Decoder(*decoder))
 }
