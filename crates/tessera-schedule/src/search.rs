@@ -11,17 +11,24 @@
 //!    at that micro-batch size per device (if the fastest split does not fit the memory limit,
 //!    the fastest that does);
 //! 2. predicts the step time with [`crate::simulate`] from the stages' summed part times (a
-//!    stage's forward and backward are the sums of its parts'), with a hop between groups
-//!    costing [`Link::seconds`] of the boundary bytes; where the devices share fewer host
-//!    cores than they are ([`Space::cores`]), the step takes at least the devices' summed busy
-//!    time over the cores;
-//! 3. predicts each group's peak live bytes with [`crate::memory::predict_peak_bytes`] (per
-//!    device: parameters are replicated in a group, activations and inputs split with the rows)
-//!    and drops candidates over [`Space::device_memory`].
+//!    stage's forward and backward are the sums of its parts'; a schedule that splits the
+//!    backward pays the measured input and weight parts), with a hop between groups costing
+//!    [`Link::seconds`] of the boundary bytes; with devices sharing [`Space::cores`] host
+//!    cores, the step takes at least the summed core time of every task over them (a group's
+//!    task keeps up to its devices' count of cores busy); plus the measured time a step spends
+//!    outside its tasks ([`RowCosts::step_overhead`]);
+//! 3. predicts each group's peak live bytes per device with
+//!    [`crate::memory::predict_peak_bytes`] (parameters and their accumulators replicated in a
+//!    group; a stage keeps its inputs per micro-batch in flight, as the runtime does; a
+//!    backward holds the cotangents it receives and sends; a split backward keeps its parts'
+//!    weight residuals) and drops candidates over [`Space::device_memory`].
 //!
+//! Step times within half a percent rank as ties, fewer bytes first; schedules with the same
+//! prediction for a layout fold into one candidate ([`Candidate::same_prediction`]).
 //! Tensor-parallel splits inside a group are not searched (no measured costs of the split
 //! layers); the search is pure: the costs come from the caller ([`RowCosts`], one per
-//! micro-batch size per device), so a Rust user can plan from costs of their own.
+//! micro-batch size per device and group size), so a Rust user can plan from costs of their
+//! own.
 //!
 //! ```
 //! use tessera_schedule::plan::{Part, Profile};

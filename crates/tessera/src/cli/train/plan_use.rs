@@ -126,9 +126,11 @@ fn auto(args: &Args, plugin: Option<&str>) -> anyhow::Result<PlanFile> {
     };
     let (ranked, context, notes) = plan::rank(&plan_args, plugin)?;
     if !args.json {
-        for note in notes {
-            outln!("plan costs: {note}")?;
-        }
+        let reused = notes.iter().filter(|n| n.contains("reused")).count();
+        outln!(
+            "plan costs: {reused} of {} measurements reused from the cache, the rest measured now",
+            notes.len()
+        )?;
     }
     match ranked.first() {
         Some(first) => Ok(plan::plan_file(first, &context)),

@@ -1,10 +1,11 @@
-//! What `tessera plan` measures of a model: each part's forward and backward time and bytes on
-//! one device, by running the training step as the runtime runs it, with every part a stage of
-//! its own (the embedding alone, each decoder layer alone, the head and the loss alone: `0,1,…,1,0`
-//! stage layers) on one MPMD group under `interleaved-gpipe`, and reading the runtime's task
-//! times and memory accounting. The group has as many devices as a group of the planned run
-//! (on the CPU plugin a task over 2 devices took 2–3× the time of the same rows per device on
-//! one, so one device's times would not stand for a group's).
+//! What `tessera plan` measures of a model: each part's forward, backward and split-backward
+//! time and its bytes, by running the training step as the runtime runs it, with every part a
+//! stage of its own (the embedding alone, each decoder layer alone, the head and the loss alone:
+//! `0,1,…,1,0` stage layers) on one MPMD group under [`MeasureOrder`] (whole and split
+//! backwards), and reading the runtime's task times and memory accounting. The group has as
+//! many devices as a group of the planned run (on the CPU plugin a task over 2 devices took
+//! 2–3× the time of the same rows per device on one, so one device's times would not stand for
+//! a group's), in a client of the run's device count.
 
 use clap::Parser;
 
