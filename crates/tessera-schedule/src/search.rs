@@ -10,7 +10,7 @@
 //! 1. places the stage boundaries with [`crate::plan::partition`] over the measured part costs
 //!    at that micro-batch size per device (if the fastest split does not fit the memory limit,
 //!    the fastest that does);
-//! 2. predicts the step time with [`crate::simulate`] from the stages' summed part times (a
+//! 2. predicts the step time with [`crate::simulate()`] from the stages' summed part times (a
 //!    stage's forward and backward are the sums of its parts'; a schedule that splits the
 //!    backward pays the measured input and weight parts), with a hop between groups costing
 //!    [`Link::seconds`] of the boundary bytes; with devices sharing [`Space::cores`] host
