@@ -73,7 +73,15 @@ fn a_plan_ranks_caches_and_trains() {
     let file_arg = file.to_str().unwrap();
     let first = json(&plan(
         &dir,
-        &["--devices", "4", "--json", "--out", file_arg],
+        &[
+            "--devices",
+            "4",
+            "--json",
+            "--top",
+            "100",
+            "--out",
+            file_arg,
+        ],
     ));
     let top = first["top"].as_array().unwrap();
     assert!(!top.is_empty());
@@ -155,19 +163,25 @@ fn a_plan_ranks_caches_and_trains() {
     for (a, b) in losses.iter().zip(&reference) {
         assert!((a - b).abs() <= 1e-4 * b.abs(), "{a} vs {b}");
     }
-    // The memory model holds within 10% for layouts of every group count and a split-backward
-    // schedule (time is not asserted: on a loaded 2-core machine it moves by a third from run
-    // to run; docs/benchmarks.md has the table).
+    // The memory model holds within 10% for layouts of every group count under a schedule
+    // without a split backward, and within 15% under a split one (its weight residuals are the
+    // measured parts' summed, which a stage of several parts does not keep exactly). Time is not
+    // asserted: on a loaded 2-core machine it moves by a third from run to run
+    // (docs/benchmarks.md has the table).
+    let splits = |c: &serde_json::Value| {
+        let name = c["schedule"].as_str().unwrap();
+        name.starts_with("zero-bubble") || name.starts_with("dualpipev")
+    };
     let mut picked: Vec<&serde_json::Value> = Vec::new();
     for c in top {
-        let new_groups = picked.iter().all(|p| p["groups"] != c["groups"]);
-        let split =
-            c["schedule"] == "zero-bubble" && picked.iter().all(|p| p["schedule"] != "zero-bubble");
-        if new_groups || split {
+        let new_groups = !splits(c) && picked.iter().all(|p| p["groups"] != c["groups"]);
+        let first_split = splits(c) && picked.iter().all(|p| !splits(p));
+        if new_groups || first_split {
             picked.push(c);
         }
     }
-    assert!(picked.len() >= 3, "{picked:?}");
+    let groups: Vec<&serde_json::Value> = top.iter().map(|c| &c["groups"]).collect();
+    assert!(picked.len() >= 4, "{groups:?} {picked:?}");
     for (i, c) in picked.iter().enumerate() {
         let mut file = written.clone();
         for (key, from) in [
@@ -201,8 +215,9 @@ fn a_plan_ranks_caches_and_trains() {
         );
         let predicted = s["plan_predicted_peak_bytes"].as_f64().unwrap();
         let measured = s["plan_measured_peak_bytes"].as_f64().unwrap();
+        let within = if splits(c) { 0.15 } else { 0.10 };
         assert!(
-            (measured / predicted - 1.0).abs() <= 0.10,
+            (measured / predicted - 1.0).abs() <= within,
             "{c}: measured {measured} bytes, predicted {predicted}"
         );
     }
