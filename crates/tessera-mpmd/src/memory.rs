@@ -29,6 +29,16 @@ pub struct MemoryReport {
     pub activation_bytes: Vec<u64>,
     /// Per group, the bytes of the values placed on it before the run.
     pub resident_bytes: Vec<u64>,
+    /// Per stage, the bytes of its parameters and initial gradient accumulators (placed before
+    /// the run; what the planner counts per part).
+    pub stage_parameter_bytes: Vec<u64>,
+    /// Per stage, the bytes of its data inputs over all micro-batches.
+    pub stage_data_bytes: Vec<u64>,
+    /// Per stage, the gradient accumulators its first weight gradient makes.
+    pub stage_accumulator_bytes: Vec<u64>,
+    /// Per stage, the measured weight-gradient residual bytes of one micro-batch (the largest;
+    /// 0 where its backward never split).
+    pub weight_residual_bytes: Vec<u64>,
 }
 
 /// The report of a run of `plan` whose values are named by `keys`.
@@ -76,7 +86,18 @@ pub(crate) fn report(
         *slot = (*slot).max(bytes);
     }
     let mut resident_bytes = vec![0_u64; groups];
+    let (mut stage_parameter_bytes, mut stage_data_bytes) = (vec![0_u64; stages], vec![0; stages]);
     for v in &timings.values {
+        let per_stage = match keys.get(&v.value) {
+            Some(Key::Param { stage, .. } | Key::Acc { stage, step: 0, .. }) => {
+                stage_parameter_bytes.get_mut(*stage as usize)
+            }
+            Some(Key::Data { stage, .. }) => stage_data_bytes.get_mut(*stage as usize),
+            _ => None,
+        };
+        if let Some(b) = per_stage {
+            *b += v.bytes;
+        }
         match keys.get(&v.value) {
             Some(Key::Param { .. } | Key::Data { .. } | Key::Acc { step: 0, .. })
                 if v.group < groups =>
@@ -103,6 +124,10 @@ pub(crate) fn report(
         predicted_inflight_microbatches: tessera_schedule::memory::peak_inflight(plan),
         activation_bytes: stage_bytes.iter().map(|b| b.activation).collect(),
         resident_bytes,
+        stage_parameter_bytes,
+        stage_data_bytes,
+        stage_accumulator_bytes: stage_bytes.iter().map(|b| b.accumulators).collect(),
+        weight_residual_bytes: stage_bytes.iter().map(|b| b.weight_residual).collect(),
     }
 }
 

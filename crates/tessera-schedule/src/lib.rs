@@ -47,6 +47,9 @@
 //!   of live bytes per actor from each stage's activation bytes.
 //! - [`plan`]: the planner's boundary search: the split of a chain of layers into stages with
 //!   the fastest slowest stage from measured per-layer costs, under a memory limit.
+//! - [`search`]: the planner's search over stage counts, boundaries, groups, devices per group,
+//!   micro-batch counts and schedules, ranked by the simulator's step time, with peak bytes per
+//!   device from the memory model (`tessera plan`).
 //!
 //! # Published formulas the tests pin (p actors, m ≥ p microbatches, zero latency)
 //! - GPipe (Huang et al. 2019, "GPipe: Efficient Training of Giant Neural Networks using
@@ -80,6 +83,7 @@ pub mod placement;
 pub mod plan;
 pub mod render;
 pub mod schedule;
+pub mod search;
 pub mod simulate;
 pub mod task;
 pub mod validate;

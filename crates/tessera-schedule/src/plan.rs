@@ -37,11 +37,12 @@
 //! # Ok::<(), tessera_schedule::plan::PartitionError>(())
 //! ```
 
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// One part of the model: the embedding, a decoder layer, or the final norm with the head and
 /// the loss.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Part {
     /// Forward time per micro-batch, in seconds.
     pub forward: f64,
@@ -69,7 +70,7 @@ impl Part {
 }
 
 /// The measured parts of a model, in order.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
     /// The embedding, on the first stage.
     pub embedding: Part,

@@ -4,6 +4,7 @@ mod devices;
 mod mpi;
 mod oracle;
 pub mod out;
+mod plan;
 mod schedule;
 mod sharding;
 mod timing;
@@ -38,6 +39,9 @@ enum Command {
     Oracle(oracle::Args),
     /// Build, validate, simulate and draw a pipeline schedule.
     Schedule(schedule::Args),
+    /// Measure a decoder's costs and rank pipeline configurations (stages, boundaries, groups,
+    /// micro-batches, schedule) by predicted step time and memory.
+    Plan(Box<plan::Args>),
     /// Train a model pipelined over MPMD groups of devices.
     #[command(allow_negative_numbers = true)]
     Train(Box<train::Args>),
@@ -52,6 +56,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sharding(args) => sharding::run(args),
         Command::Oracle(args) => oracle::run(args, cli.plugin.as_deref()),
         Command::Schedule(args) => schedule::run(args),
+        Command::Plan(args) => plan::run(*args, cli.plugin.as_deref()),
         Command::Train(args) => train::run(*args, cli.plugin.as_deref()),
     }
 }

@@ -153,4 +153,17 @@ pub struct Args {
     /// Print a JSON summary as the last line.
     #[arg(long)]
     pub json: bool,
+    /// Train with the configuration `tessera plan --out FILE` chose (its stages, stage layers,
+    /// MPMD groups, micro-batches, schedule, devices, batch and model sizes), or `auto`: plan
+    /// first (measuring or reusing the cached costs), then train with the first choice. The
+    /// run reports the plan's predicted step time and peak bytes next to the measured.
+    #[arg(long, value_name = "FILE|auto")]
+    pub plan: Option<String>,
+    /// With `--plan auto`: the most bytes a device may hold (`2GiB`, `512MiB`, ...).
+    #[arg(long, value_name = "BYTES", requires = "plan")]
+    pub device_memory: Option<String>,
+    /// What `--plan` predicted (set by it).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub plan_prediction: Option<super::plan_use::Prediction>,
 }

@@ -25,6 +25,8 @@ mod eval;
 mod layout;
 mod model;
 mod phases;
+mod plan_use;
+pub(super) mod profile;
 mod progress;
 mod reference;
 pub(super) mod report;
@@ -248,6 +250,7 @@ fn carried_on_host(outputs: &[StepResult], like: &[Array]) -> anyhow::Result<Vec
 }
 
 pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
+    let args = plan_use::apply(args, plugin)?;
     super::mpi::run_job(args, plugin, run_in)
 }
 
@@ -679,6 +682,7 @@ fn finish(
         fields.insert("mesh".into(), args.mesh.clone().into());
         fields.insert("fsdp".into(), args.fsdp.into());
     }
+    plan_use::report(args, &mut summary, report::settled_median(&log.step_ms))?;
     if args.json {
         outln!("{summary}")?;
     } else {

@@ -1,0 +1,179 @@
+//! `tessera train --plan FILE` (written by `tessera plan --out FILE`) and `--plan auto` (which
+//! runs the search first): the plan's options replace the run's, and the run reports the plan's
+//! predicted step time and peak bytes next to what it measured.
+
+use std::path::Path;
+
+use anyhow::bail;
+
+use super::args::Args;
+use crate::cli::out::outln;
+use crate::cli::plan::{self, PlanFile};
+
+/// What the plan predicted, kept for the report.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Prediction {
+    /// Where the plan came from (`auto` or the file).
+    pub source: String,
+    /// The predicted step time, in milliseconds.
+    pub step_ms: f64,
+    /// The predicted peak bytes on the fullest device.
+    pub peak_bytes: u64,
+    /// Devices per group (to turn a group's measured bytes into a device's).
+    pub data: u32,
+}
+
+/// `args` with `--plan`'s options applied (unchanged without `--plan`).
+pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
+    let Some(which) = args.plan.clone() else {
+        return Ok(args);
+    };
+    let file = match which.as_str() {
+        "auto" => auto(&args, plugin)?,
+        path => PlanFile::read(Path::new(path))?,
+    };
+    // The model the plan was made for must be the model trained.
+    let given = [
+        (
+            "--layers",
+            args.layers.map(|v| v as i64),
+            file.layers as i64,
+        ),
+        ("--d-model", args.d_model, file.d_model),
+        ("--heads", args.heads, file.heads),
+        ("--seq-len", args.seq_len, file.seq_len),
+    ];
+    for (flag, value, planned) in given {
+        if let Some(v) = value.filter(|v| *v != planned) {
+            bail!(
+                "--plan {which} was made for {flag} {planned}, not {v}: drop {flag}, or plan for \
+                 this size (tessera plan ... {flag} {v} --out FILE)"
+            );
+        }
+    }
+    let name = |m: &str| {
+        if m == "gpt" {
+            "gpt2".to_string()
+        } else {
+            m.to_string()
+        }
+    };
+    if let Some(model) = args
+        .model
+        .as_deref()
+        .filter(|m| name(m) != name(&file.model))
+    {
+        bail!(
+            "--plan {which} was made for --model {}, not {model}: drop --model, or plan for {model}",
+            file.model
+        );
+    }
+    if args.config.is_some() {
+        bail!("--plan sets the model's sizes; drop --config (plan with it instead)");
+    }
+    if args.mesh.is_some() {
+        bail!("--plan sets the devices and groups; drop --mesh");
+    }
+    args.model = Some(file.model.clone());
+    args.layers = Some(file.layers);
+    args.d_model = Some(file.d_model);
+    args.heads = Some(file.heads);
+    args.seq_len = Some(file.seq_len);
+    args.dtype = file.dtype.clone();
+    args.batch = file.batch;
+    args.devices = file.devices;
+    args.stages = file.stages;
+    args.stage_layers = Some(file.stage_layers.clone());
+    args.mpmd_dim = Some(file.mpmd_dim);
+    args.microbatches = file.microbatches;
+    args.schedule = file.schedule.clone();
+    args.no_fuse |= file.no_fuse;
+    if !args.json {
+        outln!("plan ({which}): {}", file.command)?;
+    }
+    args.plan_prediction = Some(Prediction {
+        source: which,
+        step_ms: file.predicted_step_ms,
+        peak_bytes: file.predicted_peak_bytes,
+        data: file.devices / file.mpmd_dim.max(1),
+    });
+    Ok(args)
+}
+
+/// The planner's first choice for the run's model, batch and devices.
+fn auto(args: &Args, plugin: Option<&str>) -> anyhow::Result<PlanFile> {
+    let plan_args = plan::Args {
+        model: args.model.clone(),
+        config: args.config.clone(),
+        layers: args.layers,
+        d_model: args.d_model,
+        heads: args.heads,
+        seq_len: args.seq_len,
+        dtype: args.dtype.clone(),
+        batch: args.batch,
+        microbatches: None,
+        devices: args.devices,
+        schedules: None,
+        max_stages_per_group: 2,
+        device_memory: args.device_memory.clone(),
+        cores: None,
+        repeats: 5,
+        remeasure: false,
+        cache: None,
+        top: 1,
+        out: None,
+        json: args.json,
+    };
+    let (ranked, context, notes) = plan::rank(&plan_args, plugin)?;
+    if !args.json {
+        let reused = notes.iter().filter(|n| n.contains("reused")).count();
+        outln!(
+            "plan costs: {reused} of {} measurements reused from the cache, the rest measured now",
+            notes.len()
+        )?;
+    }
+    match ranked.first() {
+        Some(first) => Ok(plan::plan_file(first, &context)),
+        None => bail!("--plan auto: the search found no configuration"),
+    }
+}
+
+/// Adds the plan's prediction next to the measurement to the summary, and prints it.
+pub fn report(
+    args: &Args,
+    summary: &mut serde_json::Value,
+    measured_step_ms: f64,
+) -> anyhow::Result<()> {
+    let Some(p) = &args.plan_prediction else {
+        return Ok(());
+    };
+    // A group's measured peak over its devices (parameters replicated, rows split).
+    let measured_peak = summary["memory"]["groups"].as_array().and_then(|groups| {
+        groups
+            .iter()
+            .filter_map(|g| g["peak_live_bytes"].as_u64())
+            .max()
+            .map(|b| b / u64::from(p.data.max(1)))
+    });
+    if let Some(fields) = summary.as_object_mut() {
+        fields.insert("plan".into(), p.source.clone().into());
+        fields.insert("plan_predicted_step_ms".into(), p.step_ms.into());
+        fields.insert("plan_measured_step_ms".into(), measured_step_ms.into());
+        fields.insert("plan_predicted_peak_bytes".into(), p.peak_bytes.into());
+        fields.insert("plan_measured_peak_bytes".into(), measured_peak.into());
+    }
+    if !args.json {
+        outln!(
+            "plan: predicted step {:.2} ms, measured {measured_step_ms:.2} ms ({:.2}×); predicted \
+             peak {} bytes per device, measured {}",
+            p.step_ms,
+            measured_step_ms / p.step_ms,
+            p.peak_bytes,
+            measured_peak.map_or(
+                "- (one program: no per-group accounting)".into(),
+                |b| format!("{b} bytes ({:.2}×)", b as f64 / p.peak_bytes.max(1) as f64)
+            )
+        )?;
+    }
+    Ok(())
+}

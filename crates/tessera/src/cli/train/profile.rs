@@ -1,0 +1,272 @@
+//! What `tessera plan` measures of a model: each part's forward, backward and split-backward
+//! time and its bytes, by running the training step as the runtime runs it, with every part a
+//! stage of its own (the embedding alone, each decoder layer alone, the head and the loss alone:
+//! `0,1,…,1,0` stage layers) on one MPMD group under [`MeasureOrder`] (whole and split
+//! backwards), and reading the runtime's task times and memory accounting. The group has as
+//! many devices as a group of the planned run (on the CPU plugin a task over 2 devices took
+//! 2–3× the time of the same rows per device on one, so one device's times would not stand for
+//! a group's), in a client of the run's device count.
+
+use clap::Parser;
+
+use anyhow::{Context, bail};
+use tessera::jit::to_host;
+use tessera_mpmd::{StepArg, StepResult};
+use tessera_schedule::plan::{Part, Profile};
+use tessera_schedule::search::RowCosts;
+
+use tessera_schedule::{Action, Placement, Schedule, ScheduleError, Task};
+
+use super::args::Args;
+
+/// The measuring order: every part a stage on one group; each micro-batch's forwards, then its
+/// backwards from the last stage, whole (`Bwd`) on even micro-batches and split (`BwdI`, then
+/// `BwdW`) on odd ones, so one run times both kinds of backward and the weight residuals.
+struct MeasureOrder {
+    stages: u32,
+}
+
+impl Schedule for MeasureOrder {
+    fn name(&self) -> String {
+        "plan-measure".into()
+    }
+
+    fn placement(&self) -> Placement {
+        Placement::from_table(vec![0; self.stages as usize]).unwrap_or_else(|_| Placement::plain(1))
+    }
+
+    fn actions(&self, microbatches: u32) -> Result<Vec<Vec<Action>>, ScheduleError> {
+        let mut list = Vec::new();
+        for mb in 0..microbatches {
+            list.extend((0..self.stages).map(|s| Action::Single(Task::fwd(s, mb))));
+            for s in (0..self.stages).rev() {
+                match mb % 2 {
+                    0 => list.push(Action::Single(Task::bwd(s, mb))),
+                    _ => {
+                        list.push(Action::Single(Task::bwd_i(s, mb)));
+                        list.push(Action::Single(Task::bwd_w(s, mb)));
+                    }
+                }
+            }
+        }
+        Ok(vec![list])
+    }
+}
+use super::{config, layout, model::Model, optimizer, step};
+
+#[derive(Parser)]
+struct Wrap {
+    #[command(flatten)]
+    args: Args,
+}
+
+/// `tessera train`'s arguments from the words after `tessera train`.
+pub fn parse(words: &[String]) -> anyhow::Result<Args> {
+    let argv = std::iter::once("tessera-train".to_string()).chain(words.iter().cloned());
+    Ok(Wrap::try_parse_from(argv)?.args)
+}
+
+/// The model `args` names (its sizes checked), its decoder layers and its tokens per example.
+pub fn model_shape(args: &Args) -> anyhow::Result<(tessera_nn::DecoderConfig, String)> {
+    match config::choose_model(args)? {
+        config::ModelChoice::Decoder(c) => {
+            let name = config::describe(&config::ModelChoice::Decoder(c), "sgd");
+            Ok((c, name))
+        }
+        config::ModelChoice::Mlp => {
+            bail!("tessera plan plans the decoders: pass --model gpt or --model llama")
+        }
+    }
+}
+
+/// Measures the parts of `model_words`' model (`--model` and the size flags) with micro-batches
+/// of `rows` rows per device on one MPMD group of `data` devices (each micro-batch's rows split
+/// over them, as a group of a pipelined run splits them) of a client of `client_devices` devices:
+/// `steps` steps after one of warm-up,
+/// medians per part. Times are the group's; bytes one device's.
+pub fn measure(
+    model_words: &[String],
+    plugin: Option<&str>,
+    rows: u32,
+    data: u32,
+    client_devices: u32,
+    steps: u32,
+) -> anyhow::Result<RowCosts> {
+    let probe = parse(model_words)?;
+    let (decoder, _) = model_shape(&probe)?;
+    let layers = decoder.layers;
+    let stages = layers + 2;
+    let counts: Vec<String> = (0..stages)
+        .map(|s| if s == 0 || s + 1 == stages { "0" } else { "1" }.to_string())
+        .collect();
+    let microbatches = 2_u32;
+    let mut words = model_words.to_vec();
+    words.extend(
+        [
+            "--stages",
+            &stages.to_string(),
+            "--stage-layers",
+            &counts.join(","),
+            "--mpmd-dim",
+            "1",
+            "--devices",
+            &data.to_string(),
+            "--schedule",
+            "interleaved-gpipe",
+            "--microbatches",
+            &microbatches.to_string(),
+            "--batch",
+            &(rows * data * microbatches).to_string(),
+            "--no-fuse",
+            "--no-reference",
+        ]
+        .map(String::from),
+    );
+    let args = parse(&words)?;
+    let layout = layout::Layout::choose(&args)?;
+    let choice = config::choose_model(&args)?;
+    let stage_layers = config::stage_layers(&args, &choice)?;
+    let opt = optimizer(&args.optimizer)?;
+    let model = Model::new(
+        &choice,
+        &stage_layers,
+        i64::from(rows * data),
+        microbatches as usize,
+        None,
+        args.seed,
+    )?;
+    let training = step::training_step(
+        &model,
+        &args.schedule,
+        opt.as_ref(),
+        None,
+        &step::stack(&model, &model.batches(0)?)?,
+    )?;
+    let program = &training.program;
+    let n_carried = model.init.len() + training.state_avals.len();
+    let data_args = program.jaxpr.invars.len() - n_carried - 1;
+    let in_specs = layout.step_specs(&choice, &model.param_avals, opt.as_ref(), data_args)?;
+    // The client has as many devices as the planned run's (the CPU plugin's threads depend on
+    // it); the group uses the first `data`.
+    let client = tessera_pjrt::Client::open(plugin, i64::from(client_devices.max(data)))?;
+    let mesh = tessera_mpmd::MpmdMesh::new(layout.shape.clone(), &layout.mpmd_axis)?;
+    let options = tessera_mpmd::MpmdJitOptions {
+        donate_argnums: (0..model.init.len()).collect(),
+        donate_where_possible: (model.init.len()..n_carried).collect(),
+        in_specs,
+        fusion: tessera_mpmd::Fusion::Never,
+        schedule: Some(std::sync::Arc::new(MeasureOrder {
+            stages: stages as u32,
+        })),
+        ..tessera_mpmd::MpmdJitOptions::default()
+    };
+    let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
+    let mut weights: Vec<StepArg> = model
+        .init
+        .iter()
+        .chain(&training.init_state)
+        .map(|a| Ok(StepArg::Host(to_host(a)?)))
+        .collect::<anyhow::Result<_>>()?;
+    // Per (kind, stage), every measured duration after the warm-up step, in seconds.
+    let mut times: std::collections::HashMap<(char, usize), Vec<f64>> = Default::default();
+    let mut last = None;
+    let mut overheads = Vec::new();
+    for step_index in 0..=u64::from(steps) {
+        let data = step::stack(&model, &model.batches(step_index)?)?;
+        let host = step::step_args(&[], 0.0, &data)?;
+        let mut call: Vec<StepArg> = weights
+            .drain(..)
+            .chain(host.iter().cloned().map(StepArg::Host))
+            .collect();
+        let began = std::time::Instant::now();
+        let run = jit.call_mpmd_donated(&mut call)?;
+        let wall = began.elapsed().as_secs_f64();
+        let mut outputs = run.outputs;
+        outputs.pop().context("the step returned nothing")?;
+        weights = outputs.into_iter().map(StepResult::into_arg).collect();
+        if step_index > 0 {
+            let tasks: f64 = run.timings.tasks.iter().map(|t| t.duration_us / 1e6).sum();
+            overheads.push((wall - tasks).max(0.0));
+            for task in &run.timings.tasks {
+                let mut words = task.name.split(' ');
+                let kind = words.next().and_then(|w| w.chars().next());
+                let stage = words
+                    .next()
+                    .and_then(|w| w.strip_prefix('s'))
+                    .and_then(|s| s.parse::<usize>().ok());
+                if let (Some(kind), Some(stage), false) = (kind, stage, task.name.contains(" + ")) {
+                    times
+                        .entry((kind, stage))
+                        .or_default()
+                        .push(task.duration_us / 1e6);
+                }
+            }
+        }
+        last = Some(run.timings);
+    }
+    let timings = last.context("no steps were run")?;
+    let memory = jit.pipeline().memory_report(&timings);
+    let median = |kind: char, stage: usize| -> anyhow::Result<f64> {
+        let mut v = times.get(&(kind, stage)).cloned().unwrap_or_default();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2)
+            .copied()
+            .with_context(|| format!("no {kind} task of stage {stage} was timed"))
+    };
+    // The runtime counts a group's bytes over its devices.
+    let at = |list: &[u64], s: usize| list.get(s).copied().unwrap_or(0) / u64::from(data.max(1));
+    let mut parts = Vec::with_capacity(stages);
+    for s in 0..stages {
+        parts.push(Part {
+            forward: median('F', s)?,
+            backward: median('B', s)?,
+            activation_bytes: at(&memory.activation_bytes, s),
+            parameter_bytes: at(&memory.stage_parameter_bytes, s),
+        });
+    }
+    overheads.sort_by(f64::total_cmp);
+    let step_overhead = overheads.get(overheads.len() / 2).copied().unwrap_or(0.0);
+    // The split backward's parts: its weight part (`W`) and its whole (`I + W`).
+    let mut weight_seconds = Vec::with_capacity(stages);
+    let mut split_seconds = Vec::with_capacity(stages);
+    for s in 0..stages {
+        let (i, w) = (median('I', s)?, median('W', s)?);
+        weight_seconds.push(w);
+        split_seconds.push(i + w);
+    }
+    let head = parts.pop().context("no head stage")?;
+    let embedding = parts.first().copied().context("no embedding stage")?;
+    let layers: Vec<Part> = parts.into_iter().skip(1).collect();
+    let width = match decoder.compute_dtype {
+        tessera_ir::DType::BF16 => 2,
+        _ => 4,
+    };
+    let boundary = i64::from(rows) * decoder.seq_len * decoder.d_model * width;
+    Ok(RowCosts {
+        rows,
+        data,
+        profile: Profile {
+            embedding,
+            layers,
+            head,
+        },
+        accumulator_bytes: (0..stages)
+            .map(|s| at(&memory.stage_accumulator_bytes, s))
+            .collect(),
+        data_bytes: (0..stages)
+            .map(|s| at(&memory.stage_data_bytes, s) / u64::from(microbatches))
+            .collect(),
+        boundary_bytes: u64::try_from(boundary).unwrap_or(0),
+        step_overhead,
+        weight_seconds,
+        split_seconds,
+        weight_residual_bytes: (0..stages)
+            .map(|s| at(&memory.weight_residual_bytes, s))
+            .collect(),
+    })
+}
+
+/// The model's `--model` name.
+pub fn model_name(decoder: &tessera_nn::DecoderConfig) -> &'static str {
+    config::name(&config::ModelChoice::Decoder(*decoder))
+}

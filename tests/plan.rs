@@ -1,0 +1,271 @@
+//! `tessera plan`: measures a tiny GPT's parts, caches the costs (a second run reuses them),
+//! ranks configurations fastest first, writes the first as a plan file that `tessera train
+//! --plan FILE` trains with (equal to the unpipelined run) and reports its prediction next to
+//! the measurement; a memory limit nothing fits, a device count no layout uses, and a missing
+//! or malformed plan file are refused naming the fix.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::path::{Path, PathBuf};
+
+use tessera_tests::{summary_numbers, tessera_bin, tessera_train, train_summary};
+
+const TINY: [&str; 16] = [
+    "--model",
+    "gpt",
+    "--layers",
+    "2",
+    "--d-model",
+    "32",
+    "--heads",
+    "2",
+    "--seq-len",
+    "8",
+    "--batch",
+    "8",
+    "--microbatches",
+    "2,4",
+    "--repeats",
+    "1",
+];
+
+fn dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tessera-plan-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn plan(cache: &Path, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(tessera_bin())
+        .arg("plan")
+        .args(TINY)
+        .arg("--cache")
+        .arg(cache)
+        .args(extra)
+        .env("TF_CPP_MIN_LOG_LEVEL", "2")
+        .output()
+        .unwrap()
+}
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
+fn refused(out: &std::process::Output) -> String {
+    assert!(
+        !out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_plan_ranks_caches_and_trains() {
+    let dir = dir("ranks");
+    let file = dir.join("plan.json");
+    let file_arg = file.to_str().unwrap();
+    let first = json(&plan(
+        &dir,
+        &[
+            "--devices",
+            "4",
+            "--json",
+            "--top",
+            "100",
+            "--out",
+            file_arg,
+        ],
+    ));
+    let top = first["top"].as_array().unwrap();
+    assert!(!top.is_empty());
+    let steps: Vec<f64> = top
+        .iter()
+        .map(|c| c["step_seconds"].as_f64().unwrap())
+        .collect();
+    // Fastest first (times within half a percent are ties, fewer bytes first).
+    assert!(steps.windows(2).all(|w| w[0] <= w[1] * 1.005), "{steps:?}");
+    for c in top {
+        let layers: u64 = c["stage_layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(layers, 2, "{c}");
+        assert_eq!(c["devices"], 4, "{c}");
+        assert!(c["peak_bytes"].as_u64().unwrap() > 0, "{c}");
+    }
+    let notes = first["measurements"].to_string();
+    assert!(notes.contains("measured"), "{notes}");
+    // The second run reuses every measurement.
+    let again = json(&plan(&dir, &["--devices", "4", "--json"]));
+    let notes = again["measurements"].as_array().unwrap();
+    assert!(
+        notes.iter().all(|n| n.as_str().unwrap().contains("reused")),
+        "{notes:?}"
+    );
+    // The same first choice (the cached costs round-trip through JSON to the last bit or so).
+    for key in [
+        "stages",
+        "stage_layers",
+        "groups",
+        "microbatches",
+        "schedule",
+        "peak_bytes",
+    ] {
+        assert_eq!(again["top"][0][key], first["top"][0][key], "{key}");
+    }
+    let (a, b) = (
+        again["top"][0]["step_seconds"].as_f64().unwrap(),
+        first["top"][0]["step_seconds"].as_f64().unwrap(),
+    );
+    assert!((a - b).abs() <= 1e-9 * b, "{a} vs {b}");
+    // Training with the plan file takes its options and reports its prediction.
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let s = train_summary(
+        &tessera_train(&[
+            "--plan",
+            file_arg,
+            "--steps",
+            "2",
+            "--eval-every",
+            "0",
+            "--json",
+        ]),
+        "train --plan",
+    );
+    assert_eq!(s["stages"], written["stages"]);
+    assert_eq!(s["stage_layers"], written["stage_layers"]);
+    assert_eq!(s["microbatches"], written["microbatches"]);
+    assert_eq!(s["schedule"], written["schedule"]);
+    assert_eq!(s["devices"], 4);
+    assert_eq!(
+        s["plan_predicted_step_ms"].as_f64(),
+        written["predicted_step_ms"].as_f64()
+    );
+    assert_eq!(
+        s["plan_predicted_peak_bytes"],
+        written["predicted_peak_bytes"]
+    );
+    assert!(s["plan_measured_step_ms"].as_f64().unwrap() > 0.0);
+    let (losses, reference) = (
+        summary_numbers(&s, "losses"),
+        summary_numbers(&s, "reference_losses"),
+    );
+    for (a, b) in losses.iter().zip(&reference) {
+        assert!((a - b).abs() <= 1e-4 * b.abs(), "{a} vs {b}");
+    }
+    // The memory model holds within 10% for layouts of every group count under a schedule
+    // without a split backward, and within 15% under a split one (its weight residuals are the
+    // measured parts' summed, which a stage of several parts does not keep exactly). Time is not
+    // asserted: on a loaded 2-core machine it moves by a third from run to run
+    // (docs/benchmarks.md has the table).
+    let splits = |c: &serde_json::Value| {
+        let name = c["schedule"].as_str().unwrap();
+        name.starts_with("zero-bubble") || name.starts_with("dualpipev")
+    };
+    let mut picked: Vec<&serde_json::Value> = Vec::new();
+    for c in top {
+        let new_groups = !splits(c) && picked.iter().all(|p| p["groups"] != c["groups"]);
+        let first_split = splits(c) && picked.iter().all(|p| !splits(p));
+        if new_groups || first_split {
+            picked.push(c);
+        }
+    }
+    let groups: Vec<&serde_json::Value> = top.iter().map(|c| &c["groups"]).collect();
+    assert!(picked.len() >= 4, "{groups:?} {picked:?}");
+    for (i, c) in picked.iter().enumerate() {
+        let mut file = written.clone();
+        for (key, from) in [
+            ("devices", "devices"),
+            ("stages", "stages"),
+            ("stage_layers", "stage_layers"),
+            ("mpmd_dim", "groups"),
+            ("microbatches", "microbatches"),
+            ("schedule", "schedule"),
+            ("predicted_step_ms", "step_seconds"),
+            ("predicted_peak_bytes", "peak_bytes"),
+            ("predicted_peak_bytes_per_group", "peak_bytes_per_group"),
+        ] {
+            file[key] = c[from].clone();
+        }
+        file["no_fuse"] = (c["groups"] == 1).into();
+        let path = dir.join(format!("candidate{i}.json"));
+        std::fs::write(&path, file.to_string()).unwrap();
+        let s = train_summary(
+            &tessera_train(&[
+                "--plan",
+                path.to_str().unwrap(),
+                "--steps",
+                "2",
+                "--no-reference",
+                "--eval-every",
+                "0",
+                "--json",
+            ]),
+            &format!("candidate {c}"),
+        );
+        let predicted = s["plan_predicted_peak_bytes"].as_f64().unwrap();
+        let measured = s["plan_measured_peak_bytes"].as_f64().unwrap();
+        let within = if splits(c) { 0.15 } else { 0.10 };
+        assert!(
+            (measured / predicted - 1.0).abs() <= within,
+            "{c}: measured {measured} bytes, predicted {predicted}"
+        );
+    }
+    // A memory limit nothing fits names the least that does, which then fits.
+    let limited = refused(&plan(&dir, &["--devices", "4", "--device-memory", "1KiB"]));
+    let least = limited
+        .split("--device-memory ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .unwrap_or_else(|| panic!("{limited}"));
+    assert!(
+        limited.contains("no configuration fits 1024 bytes"),
+        "{limited}"
+    );
+    let fits = json(&plan(
+        &dir,
+        &["--devices", "4", "--device-memory", least, "--json"],
+    ));
+    assert!(
+        fits["top"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["peak_bytes"].as_u64().unwrap() <= least.parse::<u64>().unwrap())
+    );
+}
+
+#[test]
+fn bad_input_is_refused_with_the_fix() {
+    let dir = dir("bad");
+    // 5 devices: one group of 5 cannot split 8 rows, and 5 groups need 5 stages of 2 layers.
+    let err = refused(&plan(&dir, &["--devices", "5"]));
+    assert!(err.contains("no layout uses 5 devices"), "{err}");
+    assert!(err.contains("use 4 devices"), "{err}");
+    let err = refused(&plan(&dir, &["--device-memory", "2 parsecs"]));
+    assert!(err.contains("e.g. 2GiB"), "{err}");
+    let missing = dir.join("missing.json");
+    let out = tessera_train(&["--plan", missing.to_str().unwrap(), "--steps", "1"]);
+    let err = refused(&out);
+    assert!(err.contains("cannot read it"), "{err}");
+    assert!(err.contains("tessera plan"), "{err}");
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{\"stages\": 4}").unwrap();
+    let err = refused(&tessera_train(&[
+        "--plan",
+        bad.to_str().unwrap(),
+        "--steps",
+        "1",
+    ]));
+    assert!(err.contains("not a plan file"), "{err}");
+}
