@@ -526,8 +526,9 @@ impl StagePlan {
             .collect()
     }
 
-    /// `stages` stages of as equal a number of layers as can be (the earlier ones take the
-    /// extra layers): stage `s` begins at layer `ceil(s × layers / stages)`.
+    /// `stages` stages of as equal a number of layers as can be: stage `s` begins at layer
+    /// `ceil(s × layers / stages)`, so the extra layers spread over the stages (6 layers on 4
+    /// stages are 2, 1, 2, 1).
     pub fn even(stages: usize, layers: usize) -> Result<Self> {
         if stages == 0 || stages > layers {
             return Err(NnError::Config(format!(
