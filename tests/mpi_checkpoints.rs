@@ -282,3 +282,24 @@ fn ranks_resuming_without_the_reference_read_their_part_and_train_on_bit_for_bit
     assert_eq!(losses_of(&resumed), full[3..], "{}", resumed.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_job_of_one_rank_saves_and_resumes_too() {
+    let full = losses_of(&job(1, &gpt("1", &["--steps", "4"]), &[]));
+    let dir = fresh("one-rank");
+    let d = dir.to_str().unwrap();
+    for mode in [None, Some("--checkpoint-async")] {
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut first = vec!["--steps", "4", "--checkpoint-dir", d, "--stop-after", "2"];
+        first.extend(mode);
+        assert_eq!(losses_of(&job(1, &gpt("1", &first), &[])), full[..2]);
+        let resumed = job(1, &gpt("1", &["--steps", "4", "--resume", d]), &[]);
+        assert_eq!(
+            losses_of(&resumed),
+            full[2..],
+            "{mode:?}: {}",
+            resumed.stderr
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -106,20 +106,21 @@ fn prepare(dir: &Path, job: Option<&MpiJob>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes this process's blocks (and, as the only writer, commits).
+/// Writes this process's blocks and, outside a job (`alone`), commits them.
 fn write(
     dir: &Path,
     manifest: &Manifest,
     (writer, writers): (usize, usize),
+    alone: bool,
     pieces: &[Piece],
 ) -> anyhow::Result<Written> {
     let index = checkpoint::write_part(dir, manifest.step, writer, writers, pieces)?;
     injected_fault(writer, manifest.step);
-    match writers {
-        1 => Ok(Written::Committed(checkpoint::commit(
+    match alone {
+        true => Ok(Written::Committed(checkpoint::commit(
             dir, manifest, index,
         )?)),
-        _ => Ok(Written::Part(index)),
+        false => Ok(Written::Part(index)),
     }
 }
 
@@ -202,7 +203,7 @@ pub fn save_now(
     pieces: &[Piece],
 ) -> anyhow::Result<Option<PathBuf>> {
     prepare(dir, job)?;
-    let written = write(dir, manifest, writer_of(job), pieces);
+    let written = write(dir, manifest, writer_of(job), job.is_none(), pieces);
     commit_parts(dir, manifest, job, written)
 }
 
@@ -216,12 +217,13 @@ pub fn start(
 ) -> anyhow::Result<Pending> {
     prepare(dir, job)?;
     let (dir, writer, m) = (dir.to_path_buf(), writer_of(job), manifest.clone());
+    let alone = job.is_none();
     let thread = std::thread::Builder::new()
         .name(format!("checkpoint-{}", manifest.step))
         .spawn(move || {
             // On a CPU plugin the devices are this machine's cores: write on idle ones only.
             tessera_pjrt::background::yield_cores_to_devices();
-            write(&dir, &m, writer, &pieces)
+            write(&dir, &m, writer, alone, &pieces)
         })
         .context("starting the checkpoint writer thread")?;
     Ok(Pending { manifest, thread })
