@@ -9,10 +9,9 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
-use tessera_tests::mpi_launch::{Ended, JOBS, mpirun, scratch};
+use tessera_tests::mpi_launch::{Ended, mpirun, run_alone, scratch};
 use tessera_tests::tessera_bin;
 
 fn train_args(schedule: &str, stages: &str, groups: &str, steps: &str) -> Vec<String> {
@@ -65,14 +64,7 @@ fn equal_to_one_process(schedule: &str, stages: &str, groups: &str) {
 /// Runs `tessera` with `args` in one process and as a job of `groups` ranks, and checks their
 /// losses bit for bit.
 fn same_losses_in_a_job(args: &[String], groups: &str, schedule: &str) {
-    let alone = {
-        let _one = JOBS.lock().unwrap_or_else(|e| e.into_inner());
-        Command::new(tessera_bin())
-            .args(args)
-            .env_remove("TESSERA_PJRT_PLUGIN")
-            .output()
-            .unwrap()
-    };
+    let alone = run_alone(args);
     assert!(
         alone.status.success(),
         "{}",
@@ -476,14 +468,7 @@ fn eval_losses(stdout: &str) -> Vec<(u64, f64)> {
 fn eval_in_a_job(schedule: &str, stages: &str, groups: &str, json: bool) {
     let mut args = train_args(schedule, stages, groups, "3");
     args.extend(["--eval-every", "2"].map(String::from));
-    let alone = {
-        let _one = JOBS.lock().unwrap_or_else(|e| e.into_inner());
-        Command::new(tessera_bin())
-            .args(&args)
-            .env_remove("TESSERA_PJRT_PLUGIN")
-            .output()
-            .unwrap()
-    };
+    let alone = run_alone(&args);
     let alone_out = String::from_utf8_lossy(&alone.stdout);
     assert!(
         alone.status.success(),

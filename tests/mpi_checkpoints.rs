@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use tessera_tests::mpi_launch::{Ended, JOBS, mpirun};
+use tessera_tests::mpi_launch::{Ended, mpirun, run_alone};
 use tessera_tests::tessera_bin;
 
 const LIMIT: Duration = Duration::from_secs(300);
@@ -45,14 +45,7 @@ fn job(ranks: usize, args: &[String], env: &[(&str, &str)]) -> Ended {
 
 /// Runs `args` in one process; its `--json` summary.
 fn alone(args: &[String]) -> serde_json::Value {
-    let out = {
-        let _one = JOBS.lock().unwrap_or_else(|e| e.into_inner());
-        Command::new(tessera_bin())
-            .args(args)
-            .env_remove("TESSERA_PJRT_PLUGIN")
-            .output()
-            .unwrap()
-    };
+    let out = run_alone(args);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

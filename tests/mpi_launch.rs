@@ -105,3 +105,14 @@ pub fn mpirun(
         after_marker: seen.map(|t| exited.duration_since(t)),
     }
 }
+
+/// Runs the `tessera` program with `args` in one process (no job), one at a time with the jobs,
+/// without the caller's plugin choice; its output.
+pub fn run_alone(args: &[String]) -> std::process::Output {
+    let _one = JOBS.lock().unwrap_or_else(|e| e.into_inner());
+    Command::new(crate::tessera_bin())
+        .args(args)
+        .env_remove("TESSERA_PJRT_PLUGIN")
+        .output()
+        .unwrap()
+}
