@@ -24,12 +24,15 @@ pub struct ByteCorpus {
     source: PathBuf,
     train: Vec<u8>,
     eval: Vec<u8>,
+    eval_fraction: f64,
     seq_len: usize,
 }
 
 impl ByteCorpus {
-    /// Reads `path` and holds out its last `eval_fraction` (0 to 0.5) for evaluation. Each part
-    /// must hold at least one window of `seq_len + 1` bytes.
+    /// Reads `path` and holds out its last `eval_fraction` (0 to 0.5) for evaluation. The
+    /// training part must hold at least one window of `seq_len + 1` bytes; a held-out part
+    /// shorter than a window is refused only when its batches are asked for (a run without an
+    /// eval loss trains on any file whose training part holds a window).
     /// The path must be a regular file (or a link to one): a device such as `/dev/zero` or a
     /// pipe could be read without end.
     pub fn from_file(path: &Path, seq_len: usize, eval_fraction: f64) -> Result<Self> {
@@ -63,22 +66,14 @@ impl ByteCorpus {
         }
         let window = seq_len + 1;
         let eval_len = (bytes.len() as f64 * eval_fraction) as usize;
-        let needed = if eval_fraction > 0.0 {
-            2 * window
-        } else {
-            window
-        };
-        if seq_len == 0 || bytes.len() < needed || (eval_fraction > 0.0 && eval_len < window) {
+        let train_len = bytes.len() - eval_len;
+        if seq_len == 0 || train_len < window {
             return Err(NnError::Data(format!(
-                "the data file {} has {} bytes, fewer than {needed} (one window of seq_len + 1 = \
-                 {window} bytes{}). Fix: use a longer file or a shorter sequence length",
+                "the data file {} has {} bytes; its training part (the first {train_len}) is \
+                 shorter than one window of seq_len + 1 = {window} bytes. Fix: use a longer \
+                 file or a shorter sequence length",
                 source.display(),
                 bytes.len(),
-                if eval_fraction > 0.0 {
-                    " for training and one for the held-out part"
-                } else {
-                    ""
-                }
             )));
         }
         let split = bytes.len() - eval_len;
@@ -86,6 +81,7 @@ impl ByteCorpus {
             source: source.to_path_buf(),
             eval: bytes[split..].to_vec(),
             train: bytes[..split].to_vec(),
+            eval_fraction,
             seq_len,
         })
     }
@@ -113,6 +109,18 @@ impl ByteCorpus {
     pub fn batch(&self, split: Split, position: u64, rows: usize) -> Result<(Array, Array)> {
         let data = self.part(split);
         let (seq, window) = (self.seq_len, self.seq_len + 1);
+        if data.len() < window {
+            return Err(NnError::Data(format!(
+                "the held-out part of {} (its last {} bytes) is shorter than one window of \
+                 seq_len + 1 = {window} bytes, so it has no eval batch. Fix: use a file of at \
+                 least {} bytes (the held-out part is its last {}%), a shorter sequence length, \
+                 or no eval loss (--eval-every 0)",
+                self.source.display(),
+                data.len(),
+                (window as f64 / self.eval_fraction).ceil(),
+                self.eval_fraction * 100.0,
+            )));
+        }
         let starts = (data.len() - window) as u64 + 1;
         let (mut tokens, mut targets) = (Vec::new(), Vec::new());
         for row in 0..rows as u64 {
@@ -160,8 +168,25 @@ mod tests {
             err.contains("mem.txt has 10 bytes") && err.contains("longer file"),
             "{err}"
         );
-        let err = corpus(40, 16, 0.1).unwrap_err().to_string();
-        assert!(err.contains("held-out"), "{err}");
+        let err = corpus(40, 16, 0.6).unwrap_err().to_string();
+        assert!(err.contains("between 0 and 0.5"), "{err}");
         assert!(corpus(100, 8, 0.9).is_err());
+    }
+
+    #[test]
+    fn a_short_held_out_part_is_refused_only_when_eval_batches_are_asked_for() {
+        // 40 bytes, 10% held out: 36 to train on (two windows of 17), 4 held out.
+        let c = corpus(40, 16, 0.1).unwrap();
+        assert!(c.batch(Split::Train, 0, 2).is_ok());
+        let err = c.batch(Split::Eval, 0, 1).unwrap_err().to_string();
+        assert!(
+            err.contains("held-out part of mem.txt (its last 4 bytes)")
+                && err.contains("at least 170 bytes")
+                && err.contains("--eval-every 0"),
+            "{err}"
+        );
+        // A training part shorter than a window is refused at once.
+        let err = corpus(17, 16, 0.1).unwrap_err().to_string();
+        assert!(err.contains("training part (the first 16)"), "{err}");
     }
 }
