@@ -114,6 +114,17 @@ impl MpmdArray {
         })
     }
 
+    /// `array`, which a program compiled for `group` with `sharding`'s spec returned, wrapped
+    /// without [`MpmdArray::new`]'s checks (the program's layout is the proof).
+    pub(crate) fn of_group(array: Array, group: usize, sharding: &MpmdSharding) -> MpmdArray {
+        MpmdArray {
+            sharding: sharding.clone(),
+            shape: array.shape().to_vec(),
+            ty: array.element_type(),
+            arrays: BTreeMap::from([(group, array)]),
+        }
+    }
+
     /// An array held by `sharding`'s groups in other processes only: it has a shape and type
     /// here but no data ([`MpmdArray::is_partially_addressable`] is false).
     pub fn remote(shape: &[i64], ty: ElementType, sharding: MpmdSharding) -> MpmdArray {

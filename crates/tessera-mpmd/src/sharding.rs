@@ -1,6 +1,7 @@
 //! `MpmdSharding`: which MPMD groups hold an array, and how it is sharded inside each group.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use tessera_sharding::{DimSpec, NamedSharding, PartitionSpec};
 
@@ -11,7 +12,8 @@ use crate::mesh::MpmdMesh;
 /// replicated across groups, e.g. a weight used by two stages) and its spec within a group.
 #[derive(Debug, Clone)]
 pub struct MpmdSharding {
-    mesh: MpmdMesh,
+    /// Shared: every array of a step carries its sharding, and a clone must stay cheap.
+    mesh: Arc<MpmdMesh>,
     groups: BTreeSet<usize>,
     spec: PartitionSpec,
 }
@@ -33,7 +35,7 @@ impl MpmdSharding {
         let spec = filter_axis(spec, mesh.mpmd_axis());
         NamedSharding::new(mesh.lowering_mesh(), spec.clone())?;
         Ok(MpmdSharding {
-            mesh: mesh.clone(),
+            mesh: Arc::new(mesh.clone()),
             groups,
             spec,
         })

@@ -195,6 +195,17 @@ impl Array {
         crate::Readiness::watch(&buffers)
     }
 
+    /// Watches the launch that computed `outputs` (all the results of one execution of one
+    /// program): PJRT gives every result of an execution on a device the same definition event,
+    /// so one result's shard per device stands for the rest, and the wait costs one callback
+    /// per device instead of one per result and device.
+    pub fn launch_readiness(outputs: &[Array]) -> Result<crate::Readiness> {
+        match outputs.last() {
+            Some(last) => Array::readiness(std::slice::from_ref(last)),
+            None => crate::Readiness::watch(&[]),
+        }
+    }
+
     /// Waits until every shard is computed.
     pub fn block_until_ready(&self) -> Result<()> {
         self.addressable_shards()?

@@ -38,6 +38,10 @@ unsafe impl Send for Buffer {}
 // SAFETY: as above; PJRT synchronises its own accesses.
 unsafe impl Sync for Buffer {}
 
+/// Host arrays up to this size are handed to the plugin to copy during the upload call
+/// (`kImmutableOnlyDuringCall`, as JAX uploads small arrays); larger ones are read in place.
+const STAGED_UPLOAD_BYTES: usize = 1 << 20;
+
 impl Buffer {
     /// Copies `host` to `device`, waiting until the host data is no longer needed.
     pub fn from_host(client: &Client, host: &HostArray, device: &Device<'_>) -> Result<Buffer> {
@@ -53,14 +57,21 @@ impl Buffer {
         memory: *mut sys::PJRT_Memory,
     ) -> Result<Buffer> {
         let (ty, dims) = crate::host::device_layout(host);
+        // A small array is copied by the plugin during the call (a GPU plugin stages it and
+        // returns at once); a large one is read where it lies until the transfer is done,
+        // which this call waits for, rather than copied on the host first.
+        let semantics = if host.bytes().len() <= STAGED_UPLOAD_BYTES {
+            sys::PJRT_HostBufferSemantics::PJRT_HostBufferSemantics_kImmutableOnlyDuringCall
+        } else {
+            sys::PJRT_HostBufferSemantics::PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes
+        };
         let mut args = args!(PJRT_Client_BufferFromHostBuffer_Args {
             client: client.raw(),
             data: host.bytes().as_ptr().cast(),
             type_: ty.to_raw(),
             dims: dims.as_ptr(),
             num_dims: dims.len(),
-            host_buffer_semantics:
-                sys::PJRT_HostBufferSemantics::PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes,
+            host_buffer_semantics: semantics,
             device: device.raw(),
             memory: memory,
         });

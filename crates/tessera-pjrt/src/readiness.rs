@@ -31,10 +31,15 @@ impl Latch {
     fn count_down(&self, error: Option<String>) {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         pending.count = pending.count.saturating_sub(1);
+        let failed = error.is_some();
         if pending.error.is_none() {
             pending.error = error;
         }
-        self.changed.notify_all();
+        // Wake the waiter only when its answer changes: waking it once per buffer would cost
+        // a thread switch per buffer.
+        if pending.count == 0 || failed {
+            self.changed.notify_all();
+        }
     }
 }
 

@@ -38,6 +38,10 @@ pub(super) struct FusedStep {
     losses_result: bool,
     /// The step arguments the program donates.
     pub donated: Vec<usize>,
+    /// Each argument's layout on group 0, made once.
+    arg_shardings: Vec<NamedSharding>,
+    /// Each step result's sharding (on group 0), made once.
+    out_shardings: Vec<MpmdSharding>,
 }
 
 /// What [`compile`] needs of the step.
@@ -77,10 +81,25 @@ pub(super) fn compile(
         partitioner: setup.partitioner,
     };
     let index = compile_program(executor, setup.mesh, &program, 0, layout)?;
+    let group = setup.mesh.group(0)?;
+    let arg_shardings = setup
+        .specs
+        .args
+        .iter()
+        .map(|spec| NamedSharding::new(group, spec.clone()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let out_shardings = setup
+        .specs
+        .outs
+        .iter()
+        .map(|spec| MpmdSharding::new(setup.mesh, [0], spec))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(FusedStep {
         index,
         losses_result,
         donated,
+        arg_shardings,
+        out_shardings,
     })
 }
 
@@ -152,19 +171,20 @@ impl FusedStep {
         let group = ctx.mesh.group(0)?;
         let inputs = args
             .iter()
-            .zip(&ctx.specs.args)
+            .zip(ctx.specs.args.iter().zip(&self.arg_shardings))
             .enumerate()
-            .map(|(i, (arg, spec))| match arg {
-                StepArg::Host(h) => {
-                    let sharding = NamedSharding::new(group, spec.clone())?;
-                    Ok(DeviceArray::device_put(ctx.client, h, &sharding)?)
-                }
+            .map(|(i, (arg, (spec, sharding)))| match arg {
+                StepArg::Host(h) => Ok(DeviceArray::device_put(ctx.client, h, sharding)?),
                 StepArg::Mpmd(m) => {
                     let arrays = m.to_mpmd_local_arrays()?;
                     let a = arrays
                         .get(&0)
                         .or(arrays.values().next())
                         .ok_or_else(|| config(format!("argument {i} holds no array")))?;
+                    // Last step's result, laid out as this step takes it: no check needed.
+                    if a.sharding() == sharding {
+                        return Ok(a.clone());
+                    }
                     crate::cross_group::onto_group(ctx.client, a, group, spec)
                 }
             })
@@ -184,15 +204,9 @@ impl FusedStep {
         let results_ms = clock.lap();
         let outputs = outs
             .into_iter()
-            .zip(&ctx.specs.outs)
-            .map(|(o, spec)| {
-                let sharding = MpmdSharding::new(ctx.mesh, [0], spec)?;
-                Ok(StepResult::Mpmd(Box::new(MpmdArray::new(
-                    vec![o],
-                    sharding,
-                )?)))
-            })
-            .collect::<Result<Vec<_>, DriverError>>()?;
+            .zip(&self.out_shardings)
+            .map(|(o, sharding)| StepResult::Mpmd(Box::new(MpmdArray::of_group(o, 0, sharding))))
+            .collect::<Vec<_>>();
         if outputs.len() != ctx.out_avals.len() {
             return Err(config(
                 "the fused step returned the wrong number of results",

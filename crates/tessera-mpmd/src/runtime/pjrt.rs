@@ -34,6 +34,8 @@ pub struct CompiledTask {
     group: usize,
     executable: LoadedExecutable,
     outputs: Vec<OutputLayout>,
+    /// Each output's sharding on the group, made once (every launch wraps its results in them).
+    output_shardings: Vec<NamedSharding>,
     donated: Vec<usize>,
 }
 
@@ -135,10 +137,16 @@ impl PjrtExecutor {
             |o, (name, value)| o.with_override(name, value.clone()),
         );
         let executable = self.client.compile_cached(module, &options)?;
+        let group_mesh = self.mesh.group(group)?;
+        let output_shardings = outputs
+            .iter()
+            .map(|o| NamedSharding::new(group_mesh, o.spec.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
         self.programs.push(CompiledTask {
             group,
             executable,
             outputs,
+            output_shardings,
             donated,
         });
         self.by_text.insert(key, self.programs.len() - 1);
@@ -167,8 +175,8 @@ impl PjrtExecutor {
         let outputs = self.dispatch(program, inputs)?;
         // PJRT runs executables asynchronously: without waiting, a task's time would be its
         // dispatch and its computation would be charged to whoever next touches the buffers.
-        // One wait on every output's ready callback (`PJRT_Event_OnReady`), which can stop.
-        let readiness = Array::readiness(&outputs)?;
+        // One wait on the launch's ready callbacks (`PJRT_Event_OnReady`), which can stop.
+        let readiness = Array::launch_readiness(&outputs)?;
         if !readiness.wait_unless(stop, STOP_POLL)? {
             return Err(format!(
                 "program {program} was still running when the run stopped; its computation is \
@@ -214,13 +222,13 @@ impl PjrtExecutor {
             .collect();
         let mut per_device = compiled.executable.execute(&args)?;
         let mut outputs = Vec::with_capacity(compiled.outputs.len());
-        for (k, layout) in compiled.outputs.iter().enumerate().rev() {
+        let layouts = compiled.outputs.iter().zip(&compiled.output_shardings);
+        for (k, (layout, sharding)) in layouts.enumerate().rev() {
             let buffers: Vec<Buffer> = per_device.iter_mut().map(|outs| outs.remove(k)).collect();
-            let sharding = NamedSharding::new(mesh, layout.spec.clone())?;
             outputs.push(Array::from_shards(
                 &layout.shape,
                 layout.ty,
-                &sharding,
+                sharding,
                 buffers,
             )?);
         }
