@@ -159,35 +159,36 @@ fn causal_attention_matches_jax() {
     check(
         &program,
         expect![[r#"
-        { lambda ; a:f32[2,2,5] b:f32[2,2,5] c:f32[2,2,5]. let
-            d:f32[2,2,2] = dot_general[
-              dimension_numbers=(([2], [2]), ([0], [0]))
-              preferred_element_type=float32
-            ] a b
-            e:f32[2,2,2] = div d 2.2360680103302:f32[]
-            f:bool[2,2] = jit[
-              name=tril
-              jaxpr={ lambda ; g:f32[2,2,2]. let
-                  h:i32[2,2] = iota[dimension=0 dtype=int32 shape=(2, 2) sharding=None] 
-                  i:i32[2,2] = iota[dimension=1 dtype=int32 shape=(2, 2) sharding=None] 
-                  j:bool[2,2] = ge h i
-                in (j,) }
-            ] e
-            k:bool[2,2,2] = broadcast_in_dim[broadcast_dimensions=(1, 2)] f
-            l:f32[2,2,2] = broadcast_in_dim -1000000000.0:f32[]
-            m:f32[2,2,2] = select_n k l e
-            n:f32[2,2] = reduce_max[axes=(2,)] m
-            o:f32[2,2,1] = broadcast_in_dim[broadcast_dimensions=(0, 1)] n
-            p:f32[2,2,2] = sub m o
-            q:f32[2,2,2] = exp p
-            r:f32[2,2] = reduce_sum[axes=(2,) out_sharding=None] q
-            s:f32[2,2,1] = broadcast_in_dim[broadcast_dimensions=(0, 1)] r
-            t:f32[2,2,2] = div q s
-            u:f32[2,2,5] = dot_general[
-              dimension_numbers=(([2], [1]), ([0], [0]))
-              preferred_element_type=float32
-            ] t c
-          in (u,) }"#]],
+            { lambda ; a:f32[2,2,5] b:f32[2,2,5] c:f32[2,2,5]. let
+                d:f32[2,2,2] = dot_general[
+                  dimension_numbers=(([2], [2]), ([0], [0]))
+                  preferred_element_type=float32
+                ] a b
+                e:f32[2,2,2] = div d 2.2360680103302:f32[]
+                f:bool[2,2] = jit[
+                  name=tril
+                  jaxpr={ lambda ; g:f32[2,2,2]. let
+                      h:i32[2,2] = iota[dimension=0 dtype=int32 shape=(2, 2) sharding=None] 
+                      i:i32[2,2] = iota[dimension=1 dtype=int32 shape=(2, 2) sharding=None] 
+                      j:bool[2,2] = ge h i
+                    in (j,) }
+                ] e
+                k:bool[2,2,2] = broadcast_in_dim[broadcast_dimensions=(1, 2)] f
+                l:f32[2,2,2] = broadcast_in_dim -1000000000.0:f32[]
+                m:f32[2,2,2] = select_n k l e
+                n:f32[2,2] = reduce_max[axes=(2,)] m
+                o:f32[2,2,1] = broadcast_in_dim[broadcast_dimensions=(0, 1)] n
+                p:f32[2,2,1] = stop_gradient o
+                q:f32[2,2,2] = sub m p
+                r:f32[2,2,2] = exp q
+                s:f32[2,2] = reduce_sum[axes=(2,) out_sharding=None] r
+                t:f32[2,2,1] = broadcast_in_dim[broadcast_dimensions=(0, 1)] s
+                u:f32[2,2,2] = div r t
+                v:f32[2,2,5] = dot_general[
+                  dimension_numbers=(([2], [1]), ([0], [0]))
+                  preferred_element_type=float32
+                ] u c
+              in (v,) }"#]],
     );
 }
 

@@ -40,10 +40,13 @@ impl Tensor {
         shifted - lse
     }
 
-    /// `exp(x) / sum(exp(x))` over `axis`, with the max subtracted first.
+    /// `exp(x) / sum(exp(x))` over `axis`, with the max subtracted first. The max is a
+    /// constant to differentiation (as in `jax.nn.softmax`): softmax does not change when its
+    /// inputs shift, so its gradient is the same, without the max's own backward pass (an
+    /// argmax mask over the whole input).
     pub fn softmax(&self, axis: i64) -> Tensor {
         let rank = self.rank();
-        let m = self.max(&[axis]).keep_dims(&[axis], rank);
+        let m = self.max(&[axis]).keep_dims(&[axis], rank).stop_gradient();
         let e = (self - &m).exp();
         let s = e.sum(&[axis]).keep_dims(&[axis], rank);
         e / s
