@@ -627,7 +627,12 @@ fn finish(
     };
     let tokens_per_step = f64::from(args.batch) * model.tokens_per_example as f64;
     let tokens_per_second = tokens_per_step / (report::settled_median(&log.step_ms) / 1000.0);
-    let throughput = report::throughput(client, tokens_per_second, model.flops_per_token)?;
+    let throughput = report::throughput(
+        client,
+        tokens_per_second,
+        model.flops_per_token,
+        model.compute_dtype,
+    )?;
     let plot = write_plot(args, saver, &log.history())?;
     if let Some(path) = &args.trace {
         std::fs::write(path, timings.to_chrome_trace())

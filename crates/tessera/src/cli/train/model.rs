@@ -43,6 +43,8 @@ pub struct Model {
     pub flops_per_token: Option<f64>,
     /// The layers of each stage, in order (one each for the MLP).
     pub stage_layers: Vec<usize>,
+    /// The dtype its matmuls compute in (`--dtype`; float32 for the MLP).
+    pub compute_dtype: tessera_ir::DType,
     rows: i64,
     microbatches: usize,
     data: Data,
@@ -76,6 +78,7 @@ impl Model {
                     tokens_per_example: 1,
                     flops_per_token: None,
                     stage_layers: vec![1; stages],
+                    compute_dtype: tessera_ir::DType::F32,
                     rows,
                     microbatches,
                     data: Data::Teacher(mlp),
@@ -102,6 +105,7 @@ impl Model {
                     tokens_per_example: seq as u64,
                     flops_per_token: Some(config.train_flops_per_token()),
                     stage_layers: stage_layers.to_vec(),
+                    compute_dtype: config.compute_dtype,
                     rows,
                     microbatches,
                     data: Data::Corpus(data),

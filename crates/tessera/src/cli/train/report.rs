@@ -157,14 +157,16 @@ pub struct Throughput {
     pub mfu: Option<f64>,
 }
 
-/// Measures the peak and prints the throughput line.
+/// Measures the peak for the model's compute dtype (bf16 matmuls run at the device's bf16
+/// peak) and prints the throughput line.
 pub fn throughput(
     client: &tessera_pjrt::Client,
     tokens_per_second: f64,
     flops_per_token: Option<f64>,
+    compute: tessera_ir::DType,
 ) -> anyhow::Result<Throughput> {
-    let peak = flops_per_token
-        .and_then(|_| tessera::perf::device_peak(client, 0, tessera_ir::DType::F32).ok());
+    let peak =
+        flops_per_token.and_then(|_| tessera::perf::device_peak(client, 0, compute).ok());
     let mfu = flops_per_token
         .zip(peak.as_ref())
         .map(|(f, p)| tessera::perf::mfu(f, tokens_per_second, p.flops_per_second));
