@@ -12,7 +12,11 @@ layers.rs), written again in plain JAX, layer for layer:
     ceil(8 d / 3) rounded up to a multiple of 8;
   - a final RMSNorm and an untied head [d, 256] (std 0.02); the other weights start with std
     1/sqrt(fan_in), the gains at 1;
-  - loss: the mean cross-entropy of each next byte.
+  - loss: the mean cross-entropy of each next byte;
+  - `--dtype bf16` is Tessera's `--dtype bf16` (mixed precision): every parameter is cast to
+    bfloat16 where it is used (so its gradient is float32), matmuls and activations are
+    bfloat16, and the norms, the attention softmax, the logits' log-softmax and the loss are
+    float32.
 The step is `jax.jit` of value_and_grad and `optax.adamw` (b1 0.9, b2 0.999, eps 1e-8, weight
 decay 1e-4, Tessera's `AdamW::default()`) as one program, parameters and optimizer state donated.
 Without optax installed, the same AdamW is written out here (`optimizer` in the JSON says which).
@@ -95,7 +99,10 @@ def init_params(cfg, seed):
 
 
 def rms_norm(x, gain):
-    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + EPS) * gain
+    """In float32 whatever x's dtype, returned in x's dtype (Tessera's RmsNorm)."""
+    dtype = x.dtype
+    x = x.astype(jnp.float32)
+    return (x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + EPS) * gain).astype(dtype)
 
 
 def rotary(x):
@@ -106,7 +113,7 @@ def rotary(x):
     angle = jnp.arange(t, dtype=jnp.float32)[:, None] * jnp.concatenate([inv_freq, inv_freq])
     x1, x2 = x[..., :half], x[..., half:]
     rotated = jnp.concatenate([-x2, x1], axis=-1)
-    return x * jnp.cos(angle) + rotated * jnp.sin(angle)
+    return x * jnp.cos(angle).astype(x.dtype) + rotated * jnp.sin(angle).astype(x.dtype)
 
 
 def attention(p, b, x, heads):
@@ -115,9 +122,9 @@ def attention(p, b, x, heads):
     qkv = (x @ p[f"{b}.attn.qkv.w"]).reshape(batch, t, heads, 3, dh)
     q, k, v = (qkv[:, :, :, i].transpose(0, 2, 1, 3) for i in range(3))
     q, k = rotary(q), rotary(k)
-    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(dh)
+    scores = (jnp.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(dh)).astype(jnp.float32)
     causal = jnp.tril(jnp.ones((t, t), jnp.bool_))
-    weights = jax.nn.softmax(jnp.where(causal, scores, -1e9), axis=-1)
+    weights = jax.nn.softmax(jnp.where(causal, scores, -1e9), axis=-1).astype(v.dtype)
     out = jnp.einsum("bhqk,bhkd->bhqd", weights, v).transpose(0, 2, 1, 3).reshape(batch, t, d)
     return out @ p[f"{b}.attn.out.w"]
 
@@ -128,12 +135,14 @@ def swiglu(p, b, x):
 
 
 def loss_fn(p, tokens, targets, cfg):
+    compute = jnp.bfloat16 if cfg.get("dtype") == "bf16" else jnp.float32
+    p = {name: x.astype(compute) for name, x in p.items()}
     h = jnp.take(p["embed.tokens.table"], tokens, axis=0)
     for i in range(cfg["layers"]):
         b = f"blocks.{i}"
         h = h + attention(p, b, rms_norm(h, p[f"{b}.norm1.gain"]), cfg["heads"])
         h = h + swiglu(p, b, rms_norm(h, p[f"{b}.norm2.gain"]))
-    logits = rms_norm(h, p["final_norm.gain"]) @ p["head.w"]
+    logits = (rms_norm(h, p["final_norm.gain"]) @ p["head.w"]).astype(jnp.float32)
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
 
@@ -265,10 +274,21 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", required=True, help="the byte corpus (Tessera's --data)")
     parser.add_argument("--check", help="a Tessera checkpoint directory holding step-00000001")
+    parser.add_argument(
+        "--dtype",
+        choices=["f32", "bf16"],
+        default="f32",
+        help="the compute dtype (Tessera's --dtype): bf16 is mixed precision",
+    )
+    parser.add_argument(
+        "--dump-hlo",
+        metavar="FILE",
+        help="write XLA's optimized program of the train step (its HLO text) to FILE",
+    )
     args = parser.parse_args()
     if args.d_model % args.heads or (args.d_model // args.heads) % 2:
         sys.exit("llama_jax.py: heads must divide d_model into an even head width")
-    cfg = {"layers": args.layers, "d_model": args.d_model, "heads": args.heads}
+    cfg = {"layers": args.layers, "d_model": args.d_model, "heads": args.heads, "dtype": args.dtype}
 
     device = jax.devices()[0]
     corpus = Corpus(args.data, args.seq_len)
@@ -291,7 +311,7 @@ def main():
             "seq_len": args.seq_len,
             "ffn": ffn_width(args.d_model),
             "batch": args.batch,
-            "dtype": "float32",
+            "dtype": "float32" if args.dtype == "f32" else "bfloat16 compute, float32 parameters",
         },
         "parameters": sum(math.prod(s) for s, _ in param_shapes(cfg).values()),
     }
@@ -301,6 +321,10 @@ def main():
         params = init_params(cfg, args.seed)
         opt_state = opt.init(params)
         jax.block_until_ready((params, opt_state))
+        if args.dump_hlo:
+            tokens, targets = corpus.batch(0, args.batch)
+            with open(args.dump_hlo, "w") as f:
+                f.write(step.lower(params, opt_state, tokens, targets).compile().as_text())
         losses, step_s = [], []
         for s in range(args.steps):
             tokens, targets = corpus.batch(s, args.batch)

@@ -13,18 +13,22 @@
 # It prints a table and exits non-zero if any part failed.
 #
 # Usage: ./run.sh [--plugin NAME|PATH] [--python PYTHON] [--quick] [--rounds N] [--steps N]
-#                 [--llama LAYERS,D_MODEL,HEADS,SEQ_LEN,BATCH]... [--bundled-libs] [--work DIR]
+#                 [--llama LAYERS,D_MODEL,HEADS,SEQ_LEN,BATCH[,DTYPE]]... [--bundled-libs]
+#                 [--work DIR] [--dump-hlo]
 #   --plugin        Tessera's PJRT plugin (default cuda: the CUDA plugin of the machine's JAX).
 #   --python        the Python with JAX (default python3); optax is used if it has it.
 #   --quick         a small Llama, 1 round of 4 steps, 2 steps of the MPI run (a smoke test).
-#   --llama         a model to compare (repeatable); default: on the CPU the two CPU models of
+#   --llama         a model to compare (repeatable); DTYPE is f32 (the default) or bf16 (mixed
+#                   precision on both sides); default: on the CPU the two CPU models of
 #                   docs/benchmarks.md, else 8 layers, d_model 1024, 16 heads, seq_len 512,
-#                   batch 16 (issue 29's H100 model).
+#                   batch 16 (issue 29's H100 model), in f32 and in bf16.
 #   --rounds N      rounds of JAX then Tessera per model (default 3).
 #   --steps N       steps of each run, the first left out of the median (default 20; 10 on the
 #                   CPU).
 #   --bundled-libs  use every bundled library, not only those the machine lacks.
 #   --work          where the binary is unpacked and the outputs go (default DIR/work).
+#   --dump-hlo      also write XLA's optimized programs of each model's first round (JAX's
+#                   train step and every program Tessera compiles) under WORK/out/hlo-*.
 set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -35,6 +39,7 @@ ROUNDS=""
 STEPS=""
 MODELS=()
 ALL_LIBS=0
+DUMP_HLO=0
 WORK="$HERE/work"
 
 usage() { sed -n '/^# Usage/,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
@@ -48,6 +53,7 @@ while [ $# -gt 0 ]; do
         --llama) MODELS+=("$2"); shift 2 ;;
         --bundled-libs) ALL_LIBS=1; shift ;;
         --work) WORK="$2"; shift 2 ;;
+        --dump-hlo) DUMP_HLO=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -65,14 +71,16 @@ elif [ "$ON_CPU" = 1 ]; then
     [ ${#MODELS[@]} -eq 0 ] && MODELS=("2,1024,16,16,2" "4,256,8,128,16")
     STEPS="${STEPS:-10}"
 else
-    [ ${#MODELS[@]} -eq 0 ] && MODELS=("8,1024,16,512,16")
+    [ ${#MODELS[@]} -eq 0 ] && MODELS=("8,1024,16,512,16,f32" "8,1024,16,512,16,bf16")
 fi
 ROUNDS="${ROUNDS:-3}"
 STEPS="${STEPS:-20}"
 [ "$STEPS" -ge 3 ] || { echo "run.sh: --steps must be at least 3" >&2; exit 2; }
 # The losses JAX recomputes from Tessera's checkpoint agree to float32 rounding on the CPU; a GPU
-# may use TF32 for float32 matmuls and another summation order.
+# may use TF32 for float32 matmuls and another summation order. In bfloat16 the two programs
+# round their activations at places XLA chooses (fusions), so they agree to bfloat16's precision.
 if [ "$ON_CPU" = 1 ]; then TOLERANCE=1e-4; else TOLERANCE=5e-3; fi
+BF16_TOLERANCE=2e-2
 
 OUT="$WORK/out"
 LOGS="$WORK/logs"
@@ -81,7 +89,8 @@ TESSERA="$WORK/bin/tessera"
 ROWS=()
 FAILED=0
 LAST_ERROR=""
-row() { ROWS+=("| $1 | $2 | $3 |"); }
+# A row of the table, also printed at once (a run cut short still shows its rows).
+row() { ROWS+=("| $1 | $2 | $3 |"); echo "run.sh: row: | $1 | $2 | $3 |" >&2; }
 fail() { row "$1" "FAILED" "$2"; FAILED=1; echo "run.sh: FAILED: $1: $2" >&2; }
 # Runs a command with its error output in LOGS/$1.log; on failure shows the log's end.
 logged() {
@@ -189,19 +198,38 @@ EOF
 
 # --- 1. The Llama train step against JAX ----------------------------------------------------
 llama() {
-    local spec="$1" layers d heads seq batch name r
-    IFS=, read -r layers d heads seq batch <<< "$spec"
-    name="llama-${layers}x${d}-h${heads}-s${seq}-b${batch}"
-    local label="Llama $layers layers, d_model $d, $heads heads, seq_len $seq, batch $batch"
-    local sizes=(--layers "$layers" --d-model "$d" --heads "$heads" --seq-len "$seq" --batch "$batch")
-    local train=(--plugin "$PLUGIN" train --model llama "${sizes[@]}" --microbatches 1 --stages 1
+    local spec="$1" layers d heads seq batch dtype name r tolerance="$TOLERANCE"
+    IFS=, read -r layers d heads seq batch dtype <<< "$spec"
+    dtype="${dtype:-f32}"
+    case "$dtype" in
+        f32) ;;
+        bf16) tolerance="$BF16_TOLERANCE" ;;
+        *) fail "Llama $spec" "unknown dtype $dtype (f32 or bf16)"; return ;;
+    esac
+    name="llama-${layers}x${d}-h${heads}-s${seq}-b${batch}-${dtype}"
+    local label="Llama $layers layers, d_model $d, $heads heads, seq_len $seq, batch $batch, $dtype"
+    local sizes=(--layers "$layers" --d-model "$d" --heads "$heads" --seq-len "$seq" --batch "$batch"
+        --dtype "$dtype")
+    local train=(--plugin "$PLUGIN" train --model llama "${sizes[@]}" --data "$HERE/data/corpus.txt"
+        --microbatches 1 --stages 1
         --mpmd-dim 1 --devices 1 --optimizer adamw --lr 0.001 --no-reference --eval-every 0 --json)
     local jax=("$HERE/jax/llama_jax.py" "${sizes[@]}" --lr 0.001 --data "$HERE/data/corpus.txt")
     for r in $(seq 1 "$ROUNDS"); do
+        local jax_dump=() tessera_env=()
+        if [ "$DUMP_HLO" = 1 ] && [ "$r" = 1 ]; then
+            jax_dump=(--dump-hlo "$OUT/hlo-$name-jax.txt")
+            # Tessera's programs are XLA's to dump; the persistent cache would skip compiling.
+            tessera_env=(TESSERA_COMPILE_CACHE=off
+                "XLA_FLAGS=${XLA_FLAGS:-} --xla_dump_to=$OUT/hlo-$name-tessera --xla_dump_hlo_as_text")
+        fi
         logged "$name-jax-$r" env "${JAX_ENV[@]}" "$PYTHON" "${jax[@]}" --steps "$STEPS" \
-            > "$OUT/$name-jax-$r.json" || { fail "$label" "JAX (round $r): $LAST_ERROR"; return; }
-        logged "$name-tessera-$r" "$TESSERA" "${train[@]}" --steps "$STEPS" \
+            "${jax_dump[@]}" > "$OUT/$name-jax-$r.json" ||
+            { fail "$label" "JAX (round $r): $LAST_ERROR"; return; }
+        logged "$name-tessera-$r" env "${tessera_env[@]}" "$TESSERA" "${train[@]}" --steps "$STEPS" \
             > "$OUT/$name-tessera-$r.json" || { fail "$label" "Tessera (round $r): $LAST_ERROR"; return; }
+        # Of XLA's dump, the optimized HLO (a GPU's dump also holds PTX and LLVM IR).
+        [ -d "$OUT/hlo-$name-tessera" ] &&
+            find "$OUT/hlo-$name-tessera" -type f ! -name '*after_optimizations.txt' -delete
     done
     local platform
     platform="$(json "$OUT/$name-jax-1.json" 'd["platform"]')"
@@ -217,7 +245,7 @@ llama() {
         > "$OUT/$name-check.json" || { fail "$label" "JAX's check: $LAST_ERROR"; return; }
     rm -rf "$OUT/$name-checkpoint"
     local verdict
-    verdict="$("$PYTHON" - "$OUT" "$name" "$ROUNDS" "$TOLERANCE" "$label" << 'EOF'
+    verdict="$("$PYTHON" - "$OUT" "$name" "$ROUNDS" "$tolerance" "$label" << 'EOF'
 import json, statistics, sys
 out, name, rounds, tolerance, label = sys.argv[1:]
 def last(path):
@@ -244,6 +272,12 @@ detail = (
     f"Tessera / JAX tokens/s {ratio:.2f}x; same model: losses within {worst:.1e} "
     f"(tolerance {tolerance})"
 )
+phases = tessera[-1].get("step_phases_ms")
+if isinstance(phases, dict):
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in phases.items() if isinstance(v, (int, float)))
+    detail += f"; Tessera's median step in ms: {parts}"
+if tessera[-1].get("mfu") is not None:
+    detail += f"; MFU {100 * tessera[-1]['mfu']:.1f}% of {tessera[-1].get('peak_source')}"
 print(("FAILED " if problems else "ok ") + detail + ("; " + "; ".join(problems) if problems else ""))
 EOF
 )" || { fail "$label" "could not read the runs' JSON (see $OUT)"; return; }
@@ -285,9 +319,11 @@ mpi() {
         flags+=(-x TESSERA_CUDA_MEMORY_FRACTION -x XLA_FLAGS)
     fi
     # interleaved-1f1b runs the 2 stages on one group (one process, one device) and on two.
+    # The one process runs the same stage programs as the ranks (--no-fuse): fused into one
+    # program, XLA may fuse across the stage boundary and round differently on a GPU.
     local args=(--plugin "$PLUGIN" train --model gpt --schedule interleaved-1f1b --stages 2
         --microbatches 4 --batch 16 --steps "$MPI_STEPS" --eval-every 0 --json)
-    logged mpi-one "$TESSERA" "${args[@]}" --mpmd-dim 1 --devices 1 > "$OUT/mpi-one.json" ||
+    logged mpi-one "$TESSERA" "${args[@]}" --mpmd-dim 1 --devices 1 --no-fuse > "$OUT/mpi-one.json" ||
         { fail "$label" "the one-process run: $LAST_ERROR"; return; }
     logged mpi-job mpirun "${flags[@]}" -n 2 "$TESSERA" "${args[@]}" --mpmd-dim 2 --devices 2 \
         > "$OUT/mpi-job.json" || { fail "$label" "the job: $LAST_ERROR"; return; }
