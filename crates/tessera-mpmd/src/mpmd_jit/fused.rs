@@ -42,6 +42,8 @@ pub(super) struct FusedStep {
     arg_shardings: Vec<NamedSharding>,
     /// Each step result's sharding (on group 0), made once.
     out_shardings: Vec<MpmdSharding>,
+    /// Each argument's sharding as an [`MpmdArray`]'s (on group 0), for arrays placed ahead.
+    arg_mpmd_shardings: Vec<MpmdSharding>,
 }
 
 /// What [`compile`] needs of the step.
@@ -94,12 +96,19 @@ pub(super) fn compile(
         .iter()
         .map(|spec| MpmdSharding::new(setup.mesh, [0], spec))
         .collect::<Result<Vec<_>, _>>()?;
+    let arg_mpmd_shardings = setup
+        .specs
+        .args
+        .iter()
+        .map(|spec| MpmdSharding::new(setup.mesh, [0], spec))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(FusedStep {
         index,
         losses_result,
         donated,
         arg_shardings,
         out_shardings,
+        arg_mpmd_shardings,
     })
 }
 
@@ -159,6 +168,25 @@ pub(super) struct FusedRun<'a> {
 }
 
 impl FusedStep {
+    /// `host`, the value of argument `arg`, uploaded onto the layout the program takes it in.
+    pub(super) fn place(
+        &self,
+        client: &tessera_pjrt::Client,
+        arg: usize,
+        host: &tessera_pjrt::HostArray,
+    ) -> Result<MpmdArray, DriverError> {
+        let (Some(sharding), Some(mpmd)) =
+            (self.arg_shardings.get(arg), self.arg_mpmd_shardings.get(arg))
+        else {
+            return Err(config(format!(
+                "the step has {} arguments, not an argument {arg}",
+                self.arg_shardings.len()
+            )));
+        };
+        let array = DeviceArray::device_put(client, host, sharding)?;
+        Ok(MpmdArray::of_group(array, 0, mpmd))
+    }
+
     /// Runs the step on `args` (already checked): each moved onto the layout the program was
     /// compiled for, the program run once, every result left on group 0.
     pub(super) fn run(

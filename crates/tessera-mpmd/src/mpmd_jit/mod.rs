@@ -344,6 +344,24 @@ impl MpmdJit {
         self.fused.is_some()
     }
 
+    /// Argument `arg`'s host value placed where the step takes it, ahead of the call: a
+    /// training loop calls this from another thread for the next step's batch while the current
+    /// step runs (the method takes `&self`; `MpmdJit` is `Sync`). On a step compiled as one
+    /// program ([`MpmdJit::is_fused`]) the value is uploaded onto the program's layout and the
+    /// call passes it on without a copy; otherwise it stays on the host (the pipeline cuts it
+    /// into micro-batches there). Only the step's arguments in this process's hands can be
+    /// placed; the value's shape and type are checked by the call.
+    pub fn place_ahead(&self, arg: usize, host: HostArray) -> Result<StepArg, DriverError> {
+        match &self.fused {
+            Some(fused) => Ok(StepArg::Mpmd(Box::new(fused.place(
+                &self.client,
+                arg,
+                &host,
+            )?))),
+            None => Ok(StepArg::Host(host)),
+        }
+    }
+
     /// For each step argument, whether this process reads it: a parameter of a stage on one of
     /// its groups, an input of an update piece run on one of them or on the host, or loop
     /// data. In one process every argument; under MPI a rank may pass anything of the right

@@ -395,20 +395,32 @@ fn run_in(
     };
     let mut board = tensorboard_log::Board::open(&args, root, job.is_some())?;
     let mut progress = Progress::new(start + 1, last, root);
+    // The next step's batch is made and placed on another thread while a step runs.
+    let carried_count = weights.len();
+    let batch_args = |i: u64| step::batch_args(&model, &schedule, &jit, i, carried_count);
+    let mut next_batch: Option<Vec<StepArg>> = None;
     for step_index in start..stop {
         let step_number = step_index + 1;
         let step_began = std::time::Instant::now();
-        let lr = schedule.at(step_index);
-        let data = step::stack(&model, &model.batches(step_index)?)?;
-        let host = step::step_args(&[], lr, &data)?;
-        let mut call_args: Vec<StepArg> = weights
-            .drain(..)
-            .chain(host.iter().cloned().map(StepArg::Host))
-            .collect();
+        let batch = match next_batch.take() {
+            Some(batch) => batch,
+            None => batch_args(step_index)?,
+        };
+        let mut call_args: Vec<StepArg> = weights.drain(..).chain(batch).collect();
         let began = std::time::Instant::now();
         let batch_ms = began.duration_since(step_began).as_secs_f64() * 1000.0;
-        let run = jit.call_mpmd_donated(&mut call_args)?;
+        let (run, ahead) = std::thread::scope(|scope| {
+            let ahead = (step_index + 1 < stop).then(|| scope.spawn(|| batch_args(step_index + 1)));
+            let run = jit.call_mpmd_donated(&mut call_args);
+            (run, ahead.map(|h| h.join()))
+        });
+        let run = run?;
         let seconds = began.elapsed().as_secs_f64();
+        next_batch = match ahead {
+            Some(Ok(prepared)) => Some(prepared?),
+            Some(Err(_)) => bail!("the thread making the next step's batch panicked"),
+            None => None,
+        };
         let mut outputs = run.outputs;
         let loss = outputs
             .pop()
@@ -437,7 +449,9 @@ fn run_in(
         log.losses.push(loss);
         log.step_ms.push(seconds * 1000.0);
         if let Some(reference) = &mut reference {
-            let ref_loss = reference.step(&client, program, lr, &data)?;
+            // The same batch the step took, made again for the unpipelined reference.
+            let data = step::stack(&model, &model.batches(step_index)?)?;
+            let ref_loss = reference.step(&client, program, schedule.at(step_index), &data)?;
             log.reference_losses.push(ref_loss);
             reference::check_step(step_number, loss, ref_loss, tolerance)?;
         }

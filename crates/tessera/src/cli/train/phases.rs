@@ -12,7 +12,8 @@ use crate::cli::out::outln;
 pub struct StepTime {
     /// From the start of the step to the loss on the host.
     pub wall_ms: f64,
-    /// Building the step's batch and learning rate on the host.
+    /// Taking the step's batch and learning rate (made, and placed where the step takes them, on
+    /// another thread while the step before ran; made here for the first step).
     pub batch_ms: f64,
     /// The pipelined call's parts.
     pub call: StepPhases,

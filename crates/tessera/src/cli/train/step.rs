@@ -147,6 +147,25 @@ pub fn step_args(carried: &[Array], lr: f64, data: &[Array]) -> anyhow::Result<V
         .collect()
 }
 
+/// The arguments of step `step_index` after the carried ones (the learning rate, then the
+/// micro-batches), each placed where the step takes it (`MpmdJit::place_ahead`: on the device
+/// for a step run as one program), `first` being the position of the first of them. Called on
+/// another thread for the next step while the current one runs.
+pub fn batch_args(
+    model: &Model,
+    schedule: &tessera_nn::lr::LrSchedule,
+    jit: &tessera_mpmd::MpmdJit,
+    step_index: u64,
+    first: usize,
+) -> anyhow::Result<Vec<tessera_mpmd::StepArg>> {
+    let data = stack(model, &model.batches(step_index)?)?;
+    step_args(&[], schedule.at(step_index), &data)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, host)| Ok(jit.place_ahead(first + i, host)?))
+        .collect()
+}
+
 /// Runs a compiled program on device 0 of `client` and returns its outputs.
 pub fn run_on_one_device(
     client: &Client,
