@@ -283,6 +283,13 @@ impl Buffer {
 
     /// Copies the buffer to host memory (blocking).
     pub fn to_host(&self) -> Result<HostArray> {
+        self.to_host_started()?.wait()
+    }
+
+    /// Starts copying the buffer to the host and returns at once: the copy runs once the
+    /// buffer is computed (a program's result can be asked for as soon as the program is
+    /// launched, so that its copy follows the program without a round trip).
+    pub fn to_host_started(&self) -> Result<HostCopy> {
         let ty = self.element_type()?;
         let dims = self.dims()?;
         let mut bytes = vec![0u8; element_count(&dims) * ty.size_in_bytes()];
@@ -292,10 +299,46 @@ impl Buffer {
             dst_size: bytes.len(),
         });
         api_call!(self.client.plugin(), PJRT_Buffer_ToHostBuffer, &mut args)?;
-        event::wait(self.client.plugin(), args.event)?;
-        Ok(HostArray::from_bytes(ty.dtype(), &dims, bytes)?)
+        Ok(HostCopy {
+            event: event::Event::new(self.client.plugin(), args.event),
+            bytes,
+            ty,
+            dims,
+        })
     }
 }
+
+/// A copy of a buffer to the host under way ([`Buffer::to_host_started`]). It owns the host
+/// memory the plugin writes into: dropping it unfinished waits for the copy first.
+pub struct HostCopy {
+    event: Option<event::Event>,
+    bytes: Vec<u8>,
+    ty: ElementType,
+    dims: Vec<i64>,
+}
+
+impl HostCopy {
+    /// Waits for the copy and returns the values.
+    pub fn wait(mut self) -> Result<HostArray> {
+        if let Some(event) = self.event.take() {
+            event.wait()?;
+        }
+        let bytes = std::mem::take(&mut self.bytes);
+        Ok(HostArray::from_bytes(self.ty.dtype(), &self.dims, bytes)?)
+    }
+}
+
+impl Drop for HostCopy {
+    fn drop(&mut self) {
+        // The plugin may still be writing into `bytes`.
+        if let Some(event) = self.event.take() {
+            let _ = event.wait();
+        }
+    }
+}
+
+// SAFETY: the copy's event and host memory may be waited for and freed from any thread.
+unsafe impl Send for HostCopy {}
 
 impl Drop for Buffer {
     fn drop(&mut self) {

@@ -41,7 +41,7 @@ mod util;
 
 pub use analysis::{CostAnalysis, MemoryAnalysis};
 pub use array::{Array, Shard};
-pub use buffer::Buffer;
+pub use buffer::{Buffer, HostCopy};
 pub use cache::{CacheOutcome, CompileCache};
 pub use client::{
     CUDA_MEMORY_FRACTION_ENV, Client, ClientOptions, CudaOptions, MAX_CPU_DEVICES, OptionValue,

@@ -346,3 +346,26 @@ fn readiness_is_learnt_from_callbacks_and_a_wait_can_stop_before_the_device_does
     let ready = Readiness::watch(&[&count[0]]).unwrap();
     assert!(ready.wait_for(Duration::ZERO).unwrap());
 }
+
+#[test]
+fn a_copy_to_the_host_asked_for_at_launch_arrives_when_the_program_ends() {
+    use std::time::Instant;
+    let client = client();
+    let exe = client
+        .compile(SPIN.as_bytes(), &CompileOptions::spmd(&[0, 1]))
+        .unwrap();
+    let n = HostArray::from_slice(&[], &[20_000_000]).unwrap();
+    let count = [0, 1].map(|d| Buffer::from_host_to(&client, &n, d).unwrap());
+    let started = Instant::now();
+    let out = exe.execute(&[vec![&count[0]], vec![&count[1]]]).unwrap();
+    // Asked for while the program still counts: the copy waits for the result, not a stale value.
+    let copy = out[0][0].to_host_started().unwrap();
+    let asked = started.elapsed();
+    let early = copy.wait().unwrap().to_typed::<f32>().unwrap()[0];
+    let later = out[0][0].to_host().unwrap().to_typed::<f32>().unwrap()[0];
+    eprintln!("asked for after {asked:?}, arrived after {:?}", started.elapsed());
+    assert_eq!(early, later);
+    assert!(early > 1000.0 && early.is_finite(), "{early}");
+    // Dropping a copy that was never waited for waits for it (the plugin writes into its memory).
+    drop(out[1][0].to_host_started().unwrap());
+}

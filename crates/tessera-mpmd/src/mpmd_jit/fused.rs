@@ -220,14 +220,31 @@ impl FusedStep {
         let arguments_ms = clock.lap();
         let refs: Vec<&DeviceArray> = inputs.iter().collect();
         let started_us = unix_now_us() - epoch_unix_us;
-        let mut outs = ctx
-            .executor
-            .execute(self.index, &refs)
-            .map_err(|e| config(e.to_string()))?;
+        // The per-micro-batch losses (the program's last result) are read as the program ends.
+        let (mut outs, losses_host) = match self.losses_result {
+            true => {
+                let last = ctx.out_avals.len();
+                let (outs, host) = ctx
+                    .executor
+                    .execute_reading(self.index, &refs, last)
+                    .map_err(|e| config(e.to_string()))?;
+                (outs, Some(host))
+            }
+            false => {
+                let outs = ctx
+                    .executor
+                    .execute(self.index, &refs)
+                    .map_err(|e| config(e.to_string()))?;
+                (outs, None)
+            }
+        };
         let tasks_ms = clock.lap();
-        let losses = match self.losses_result {
-            true => per_micro_batch(outs.pop())?,
-            false => Vec::new(),
+        let losses = match losses_host {
+            Some(host) => {
+                outs.pop();
+                per_micro_batch(&host)?
+            }
+            None => Vec::new(),
         };
         let results_ms = clock.lap();
         let outputs = outs
@@ -267,11 +284,9 @@ impl FusedStep {
 }
 
 /// The per-micro-batch losses the program returned, on the host.
-fn per_micro_batch(result: Option<DeviceArray>) -> Result<Vec<f64>, DriverError> {
-    let array = result.ok_or_else(|| config("the fused step returned no losses"))?;
-    let host = array.to_host()?;
+fn per_micro_batch(host: &tessera_pjrt::HostArray) -> Result<Vec<f64>, DriverError> {
     let dtype = host.dtype();
-    Ok(crate::host::from_host(&host, dtype)
+    Ok(crate::host::from_host(host, dtype)
         .map_err(|e| config(e.0))?
         .to_vec())
 }

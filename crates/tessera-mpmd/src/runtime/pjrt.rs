@@ -4,7 +4,9 @@
 //! once its outputs are computed, so task times are compute times, not dispatch times. The
 //! device-copy transport is in `device_copy.rs`.
 
-use tessera_pjrt::{Array, Buffer, Client, CompileOptions, ElementType, LoadedExecutable};
+use tessera_pjrt::{
+    Array, Buffer, Client, CompileOptions, ElementType, HostArray, LoadedExecutable,
+};
 use tessera_sharding::NamedSharding;
 use tessera_stablehlo::{EmittedModule, Partitioner};
 
@@ -185,6 +187,33 @@ impl PjrtExecutor {
             .into());
         }
         Ok(outputs)
+    }
+
+    /// Like [`PjrtExecutor::execute`], also reading output `read` to the host: its copy is
+    /// asked for when the program is launched, so it follows the program without a round trip.
+    /// The output must be replicated (its first shard holds all of it).
+    pub fn execute_reading(
+        &self,
+        program: usize,
+        inputs: &[&Array],
+        read: usize,
+    ) -> Result<(Vec<Array>, HostArray), BoxError> {
+        let outputs = self.dispatch(program, inputs)?;
+        let output = outputs
+            .get(read)
+            .ok_or_else(|| format!("program {program} has no output {read}"))?;
+        let shards = output.addressable_shards()?;
+        let whole = |s: &&tessera_pjrt::Shard| {
+            s.block.iter().zip(output.shape()).all(|(&(a, b), &d)| a == 0 && b == d)
+        };
+        let shard = shards.iter().find(whole).ok_or_else(|| {
+            format!("output {read} of program {program} is not held whole by one device")
+        })?;
+        let copy = shard.buffer.to_host_started()?;
+        let readiness = Array::launch_readiness(&outputs)?;
+        readiness.wait_unless(&|| false, STOP_POLL)?;
+        let host = copy.wait()?;
+        Ok((outputs, host))
     }
 
     /// Launches compiled program `program` on arrays laid out on its group; its results may
