@@ -165,6 +165,9 @@ pub(super) struct FusedRun<'a> {
     pub executor: &'a PjrtExecutor,
     pub specs: &'a StepSpecs,
     pub out_avals: &'a [ShapedArray],
+    /// The step results the pipelined plan computes on the host (the loss and metrics): read
+    /// back as the program ends and returned as host values, as that plan returns them.
+    pub host_outputs: &'a [usize],
 }
 
 impl FusedStep {
@@ -220,37 +223,43 @@ impl FusedStep {
         let arguments_ms = clock.lap();
         let refs: Vec<&DeviceArray> = inputs.iter().collect();
         let started_us = unix_now_us() - epoch_unix_us;
-        // The per-micro-batch losses (the program's last result) are read as the program ends.
-        let (mut outs, losses_host) = match self.losses_result {
-            true => {
-                let last = ctx.out_avals.len();
-                let (outs, host) = ctx
-                    .executor
-                    .execute_reading(self.index, &refs, last)
-                    .map_err(|e| config(e.to_string()))?;
-                (outs, Some(host))
-            }
-            false => {
-                let outs = ctx
-                    .executor
-                    .execute(self.index, &refs)
-                    .map_err(|e| config(e.to_string()))?;
-                (outs, None)
-            }
-        };
+        // The host results and the per-micro-batch losses (the program's last result) are
+        // asked for at launch, so their copies follow the program.
+        let step_results = ctx.out_avals.len();
+        let host_outputs: Vec<usize> = ctx
+            .host_outputs
+            .iter()
+            .copied()
+            .filter(|&k| self.out_shardings.get(k).is_some_and(replicated))
+            .collect();
+        let mut reads = host_outputs.clone();
+        if self.losses_result {
+            reads.push(step_results);
+        }
+        let (mut outs, mut hosts) = ctx
+            .executor
+            .execute_reading(self.index, &refs, &reads)
+            .map_err(|e| config(e.to_string()))?;
         let tasks_ms = clock.lap();
-        let losses = match losses_host {
-            Some(host) => {
+        let losses = match self.losses_result {
+            true => {
                 outs.pop();
+                let host = hosts.pop().ok_or_else(|| config("no losses came back"))?;
                 per_micro_batch(&host)?
             }
-            None => Vec::new(),
+            false => Vec::new(),
         };
+        let mut on_host: std::collections::HashMap<usize, tessera_pjrt::HostArray> =
+            host_outputs.into_iter().zip(hosts).collect();
         let results_ms = clock.lap();
         let outputs = outs
             .into_iter()
             .zip(&self.out_shardings)
-            .map(|(o, sharding)| StepResult::Mpmd(Box::new(MpmdArray::of_group(o, 0, sharding))))
+            .enumerate()
+            .map(|(k, (o, sharding))| match on_host.remove(&k) {
+                Some(host) => StepResult::Host(host),
+                None => StepResult::Mpmd(Box::new(MpmdArray::of_group(o, 0, sharding))),
+            })
             .collect::<Vec<_>>();
         if outputs.len() != ctx.out_avals.len() {
             return Err(config(
@@ -281,6 +290,11 @@ impl FusedStep {
             phases,
         })
     }
+}
+
+/// Whether every device of the group holds the whole result.
+fn replicated(sharding: &MpmdSharding) -> bool {
+    sharding.group_sharding(0).is_ok_and(|s| s.is_fully_replicated())
 }
 
 /// The per-micro-batch losses the program returned, on the host.

@@ -337,9 +337,16 @@ impl MpmdJit {
         })
     }
 
+    /// The step results the pipelined plan computes on the host (the loss and metrics).
+    fn host_outputs(&self) -> Vec<usize> {
+        let on_host = self.pieces.iter().filter(|(p, _)| matches!(p.place, Place::Host));
+        on_host.flat_map(|(p, _)| p.outputs.iter().copied()).collect()
+    }
+
     /// Whether the whole step runs as one program ([`Fusion::Auto`] on one group): then
     /// [`MpmdJit::pipeline`] is its plan only (its tasks are not compiled), and a call's
-    /// timings hold one task, [`FUSED_TASK`].
+    /// timings hold one task, [`FUSED_TASK`]. Results the pipelined plan would compute on the
+    /// host (the loss and metrics) come back as host values here too.
     pub fn is_fused(&self) -> bool {
         self.fused.is_some()
     }
@@ -504,6 +511,7 @@ impl MpmdJit {
                 executor: &self.updates,
                 specs: &self.specs,
                 out_avals: &self.out_avals,
+                host_outputs: &self.host_outputs(),
             };
             let mut run = fused.run(&ctx, args)?;
             run.phases.arguments_ms += check_ms;

@@ -189,31 +189,40 @@ impl PjrtExecutor {
         Ok(outputs)
     }
 
-    /// Like [`PjrtExecutor::execute`], also reading output `read` to the host: its copy is
-    /// asked for when the program is launched, so it follows the program without a round trip.
-    /// The output must be replicated (its first shard holds all of it).
+    /// Like [`PjrtExecutor::execute`], also reading the outputs `reads` to the host: their
+    /// copies are asked for when the program is launched, so they follow the program without a
+    /// round trip. Each must be replicated (one device holds all of it).
     pub fn execute_reading(
         &self,
         program: usize,
         inputs: &[&Array],
-        read: usize,
-    ) -> Result<(Vec<Array>, HostArray), BoxError> {
+        reads: &[usize],
+    ) -> Result<(Vec<Array>, Vec<HostArray>), BoxError> {
         let outputs = self.dispatch(program, inputs)?;
-        let output = outputs
-            .get(read)
-            .ok_or_else(|| format!("program {program} has no output {read}"))?;
-        let shards = output.addressable_shards()?;
-        let whole = |s: &&tessera_pjrt::Shard| {
-            s.block.iter().zip(output.shape()).all(|(&(a, b), &d)| a == 0 && b == d)
-        };
-        let shard = shards.iter().find(whole).ok_or_else(|| {
-            format!("output {read} of program {program} is not held whole by one device")
-        })?;
-        let copy = shard.buffer.to_host_started()?;
+        let copies = reads
+            .iter()
+            .map(|&read| {
+                let output = outputs
+                    .get(read)
+                    .ok_or_else(|| format!("program {program} has no output {read}"))?;
+                let shards = output.addressable_shards()?;
+                let whole = |s: &&tessera_pjrt::Shard| {
+                    let mut spans = s.block.iter().zip(output.shape());
+                    spans.all(|(&(a, b), &d)| a == 0 && b == d)
+                };
+                let shard = shards.iter().find(whole).ok_or_else(|| {
+                    format!("output {read} of program {program} is not held whole by one device")
+                })?;
+                Ok(shard.buffer.to_host_started()?)
+            })
+            .collect::<Result<Vec<_>, BoxError>>()?;
         let readiness = Array::launch_readiness(&outputs)?;
         readiness.wait_unless(&|| false, STOP_POLL)?;
-        let host = copy.wait()?;
-        Ok((outputs, host))
+        let hosts = copies
+            .into_iter()
+            .map(|c| Ok(c.wait()?))
+            .collect::<Result<Vec<_>, BoxError>>()?;
+        Ok((outputs, hosts))
     }
 
     /// Launches compiled program `program` on arrays laid out on its group; its results may

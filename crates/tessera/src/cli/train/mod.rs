@@ -409,10 +409,13 @@ fn run_in(
         let mut call_args: Vec<StepArg> = weights.drain(..).chain(batch).collect();
         let began = std::time::Instant::now();
         let batch_ms = began.duration_since(step_began).as_secs_f64() * 1000.0;
-        let (run, ahead) = std::thread::scope(|scope| {
+        let (run, ahead, waited_ms) = std::thread::scope(|scope| {
             let ahead = (step_index + 1 < stop).then(|| scope.spawn(|| batch_args(step_index + 1)));
             let run = jit.call_mpmd_donated(&mut call_args);
-            (run, ahead.map(|h| h.join()))
+            // Waiting here for the next batch is batch time (a loaded host may run it late).
+            let waiting = std::time::Instant::now();
+            let ahead = ahead.map(|h| h.join());
+            (run, ahead, waiting.elapsed().as_secs_f64() * 1000.0)
         });
         let run = run?;
         let seconds = began.elapsed().as_secs_f64();
@@ -430,7 +433,7 @@ fn run_in(
         let wall_ms = step_began.elapsed().as_secs_f64() * 1000.0;
         log.step_times.push(phases::StepTime {
             wall_ms,
-            batch_ms,
+            batch_ms: batch_ms + waited_ms,
             call: run.phases,
             loss_ms: wall_ms - batch_ms - seconds * 1000.0,
         });

@@ -12,8 +12,9 @@ use crate::cli::out::outln;
 pub struct StepTime {
     /// From the start of the step to the loss on the host.
     pub wall_ms: f64,
-    /// Taking the step's batch and learning rate (made, and placed where the step takes them, on
-    /// another thread while the step before ran; made here for the first step).
+    /// The step's batch and learning rate: made, and placed where the step takes them, on
+    /// another thread while the step before ran (made here for the first step); this is taking
+    /// them, and waiting at the end of the step for the next step's to be ready.
     pub batch_ms: f64,
     /// The pipelined call's parts.
     pub call: StepPhases,
