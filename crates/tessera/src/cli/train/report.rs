@@ -140,6 +140,7 @@ fn memory_json(
                 "peak_inflight_microbatches": memory.peak_inflight_microbatches[s],
                 "predicted_inflight_microbatches": memory.predicted_inflight_microbatches.get(s),
                 "activation_bytes": memory.activation_bytes.get(s),
+                "weight_residual_bytes": memory.weight_residual_bytes.get(s),
             })
         })
         .collect();
