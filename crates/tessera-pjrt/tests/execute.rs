@@ -363,7 +363,10 @@ fn a_copy_to_the_host_asked_for_at_launch_arrives_when_the_program_ends() {
     let asked = started.elapsed();
     let early = copy.wait().unwrap().to_typed::<f32>().unwrap()[0];
     let later = out[0][0].to_host().unwrap().to_typed::<f32>().unwrap()[0];
-    eprintln!("asked for after {asked:?}, arrived after {:?}", started.elapsed());
+    eprintln!(
+        "asked for after {asked:?}, arrived after {:?}",
+        started.elapsed()
+    );
     assert_eq!(early, later);
     assert!(early > 1000.0 && early.is_finite(), "{early}");
     // Dropping a copy that was never waited for waits for it (the plugin writes into its memory).

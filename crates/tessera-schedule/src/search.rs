@@ -90,6 +90,11 @@ pub struct RowCosts {
     /// (empty: 0).
     #[serde(default)]
     pub weight_residual_bytes: Vec<u64>,
+    /// A layer's MLP hidden activation for one micro-batch: a layer measured alone hands it
+    /// from its split backward's input part to its weight part, a layer followed by another
+    /// part of its own stage does not (0: not known).
+    #[serde(default)]
+    pub layer_hidden_bytes: u64,
 }
 
 fn one() -> u32 {
@@ -112,6 +117,42 @@ impl RowCosts {
             weight_seconds: Vec::new(),
             split_seconds: Vec::new(),
             weight_residual_bytes: Vec::new(),
+            layer_hidden_bytes: 0,
+        }
+    }
+}
+
+/// What the split backward of the stage of parts `range` (0 the embedding, then the layers, then
+/// the head) keeps from its input part for its weight part, per micro-batch, from the parts
+/// measured one per stage (`tessera train --json`'s `weight_residual_bytes` of a stage agrees
+/// with this for the GPT and Llama presets):
+/// - a later stage keeps what its parts keep alone, less a layer's MLP hidden activation for
+///   each part followed by another in the stage (that layer's output gradient is computed
+///   inside the stage, not received);
+/// - the first stage of several sends no input gradient back (its input is token ids): its
+///   input part hands on the embedding's residuals and, with layers, every gradient of the
+///   stage (the embedding's and the layers' parameter bytes);
+/// - a single stage keeps what the embedding alone does (not modelled further).
+fn stage_weight_residual(measured: &RowCosts, range: std::ops::Range<usize>, stages: usize) -> u64 {
+    let residuals = &measured.weight_residual_bytes;
+    let profile = &measured.profile;
+    let parts = range.len() as u64;
+    match (range.start, stages) {
+        (0, 1) => residuals.first().copied().unwrap_or(0),
+        (0, _) => {
+            let embedding = residuals.first().copied().unwrap_or(0);
+            let layers = profile.layers.get(range.start..range.end.saturating_sub(1));
+            match layers {
+                Some(layers) if !layers.is_empty() => {
+                    let params: u64 = layers.iter().map(|l| l.parameter_bytes).sum();
+                    embedding + profile.embedding.parameter_bytes + params
+                }
+                _ => embedding,
+            }
+        }
+        _ => {
+            let alone: u64 = residuals.get(range).map_or(0, |v| v.iter().sum());
+            alone.saturating_sub(measured.layer_hidden_bytes * parts.saturating_sub(1))
         }
     }
 }
@@ -601,13 +642,11 @@ pub fn predict(
     let stage_bytes: Vec<StageBytes> = (0..counts.len())
         .map(|s| StageBytes {
             activation: stage_activation(measured, parts.get(s).cloned().unwrap_or(0..0)),
-            // The first stage sends no input gradient back (its input is token ids), so its
-            // split backward's input part computes nothing and keeps only what the
-            // embedding's does; the others keep their parts' weight residuals.
-            weight_residual: match s {
-                0 => measured.weight_residual_bytes.first().copied().unwrap_or(0),
-                _ => sum(&measured.weight_residual_bytes, s),
-            },
+            weight_residual: stage_weight_residual(
+                measured,
+                parts.get(s).cloned().unwrap_or(0..0),
+                counts.len(),
+            ),
             // A backward holds the cotangent it receives and the one it sends (the runtime's
             // accounting shows both: one boundary each, none past the ends).
             backward: measured.boundary_bytes
@@ -826,6 +865,44 @@ mod tests {
         .expect("candidates");
         assert!(shared[0].step_seconds >= free[0].step_seconds);
         assert!(shared.iter().all(|c| c.step_seconds >= c.simulated_seconds));
+    }
+
+    /// The GPT preset's parts measured one per stage (32 rows a micro-batch), and what
+    /// `tessera train --json` measured for stages of several parts (`--stage-layers`).
+    #[test]
+    fn stage_weight_residuals_follow_the_measured_stages() {
+        let part = |parameter_bytes| crate::plan::Part {
+            forward: 0.0,
+            backward: 0.0,
+            activation_bytes: 0,
+            parameter_bytes,
+        };
+        let measured = RowCosts {
+            weight_residual_bytes: vec![
+                266_240, 8_650_752, 8_650_752, 8_650_752, 8_650_752, 1_835_008,
+            ],
+            layer_hidden_bytes: 32 * 32 * 256 * 4,
+            ..RowCosts::uniform_bytes(
+                32,
+                Profile {
+                    embedding: part(73_728),
+                    layers: vec![part(199_936); 4],
+                    head: part(66_048),
+                },
+            )
+        };
+        let at = |counts: &[usize]| -> Vec<u64> {
+            part_ranges(counts)
+                .into_iter()
+                .map(|r| stage_weight_residual(&measured, r, counts.len()))
+                .collect()
+        };
+        // Measured: 1,2,1 -> 539648, 16252928, 9437184; 0,3,1 -> 266240, 23855104, 9437184;
+        // 2,2 -> 739584, 17039360 (the model's first stages differ by 256 bytes).
+        assert_eq!(at(&[1, 2, 1]), vec![539_904, 16_252_928, 9_437_184]);
+        assert_eq!(at(&[0, 3, 1]), vec![266_240, 23_855_104, 9_437_184]);
+        assert_eq!(at(&[2, 2]), vec![739_840, 17_039_360]);
+        assert_eq!(at(&[4, 0]), vec![1_139_712, 1_835_008]);
     }
 
     #[test]

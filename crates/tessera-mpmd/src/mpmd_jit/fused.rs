@@ -178,9 +178,10 @@ impl FusedStep {
         arg: usize,
         host: &tessera_pjrt::HostArray,
     ) -> Result<MpmdArray, DriverError> {
-        let (Some(sharding), Some(mpmd)) =
-            (self.arg_shardings.get(arg), self.arg_mpmd_shardings.get(arg))
-        else {
+        let (Some(sharding), Some(mpmd)) = (
+            self.arg_shardings.get(arg),
+            self.arg_mpmd_shardings.get(arg),
+        ) else {
             return Err(config(format!(
                 "the step has {} arguments, not an argument {arg}",
                 self.arg_shardings.len()
@@ -294,7 +295,9 @@ impl FusedStep {
 
 /// Whether every device of the group holds the whole result.
 fn replicated(sharding: &MpmdSharding) -> bool {
-    sharding.group_sharding(0).is_ok_and(|s| s.is_fully_replicated())
+    sharding
+        .group_sharding(0)
+        .is_ok_and(|s| s.is_fully_replicated())
 }
 
 /// The per-micro-batch losses the program returned, on the host.

@@ -339,8 +339,13 @@ impl MpmdJit {
 
     /// The step results the pipelined plan computes on the host (the loss and metrics).
     fn host_outputs(&self) -> Vec<usize> {
-        let on_host = self.pieces.iter().filter(|(p, _)| matches!(p.place, Place::Host));
-        on_host.flat_map(|(p, _)| p.outputs.iter().copied()).collect()
+        let on_host = self
+            .pieces
+            .iter()
+            .filter(|(p, _)| matches!(p.place, Place::Host));
+        on_host
+            .flat_map(|(p, _)| p.outputs.iter().copied())
+            .collect()
     }
 
     /// Whether the whole step runs as one program ([`Fusion::Auto`] on one group): then

@@ -242,6 +242,7 @@ pub fn measure(
         _ => 4,
     };
     let boundary = i64::from(rows) * decoder.seq_len * decoder.d_model * width;
+    let hidden = i64::from(rows) * decoder.seq_len * decoder.ffn * width;
     Ok(RowCosts {
         rows,
         data,
@@ -263,6 +264,7 @@ pub fn measure(
         weight_residual_bytes: (0..stages)
             .map(|s| at(&memory.weight_residual_bytes, s))
             .collect(),
+        layer_hidden_bytes: u64::try_from(hidden).unwrap_or(0),
     })
 }
 

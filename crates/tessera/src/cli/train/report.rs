@@ -166,8 +166,7 @@ pub fn throughput(
     flops_per_token: Option<f64>,
     compute: tessera_ir::DType,
 ) -> anyhow::Result<Throughput> {
-    let peak =
-        flops_per_token.and_then(|_| tessera::perf::device_peak(client, 0, compute).ok());
+    let peak = flops_per_token.and_then(|_| tessera::perf::device_peak(client, 0, compute).ok());
     let mfu = flops_per_token
         .zip(peak.as_ref())
         .map(|(f, p)| tessera::perf::mfu(f, tokens_per_second, p.flops_per_second));
