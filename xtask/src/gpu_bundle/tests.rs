@@ -86,7 +86,7 @@ fn the_bundle_fits_and_its_script_runs_to_the_end_on_the_cpu() -> anyhow::Result
         setup.contains("libraries from the bundle: libmpi.so.40"),
         "{stdout}"
     );
-    let llama = row("| Llama 2 layers, d_model 64, 4 heads, seq_len 32, batch 4 | ok |");
+    let llama = row("| Llama 2 layers, d_model 64, 4 heads, seq_len 32, batch 4, f32 | ok |");
     assert!(llama.contains("Tessera / JAX tokens/s"), "{stdout}");
     for file in ORACLE_FILES {
         let oracle = row(&format!("| oracle jaxpr {file} | ok |"));

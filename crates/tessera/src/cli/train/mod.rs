@@ -513,7 +513,13 @@ fn run_in(
             log.job_timings.push(run.timings.clone());
         }
         log.timings = Some(run.timings);
-        board.step(&log, &jit, step_number == stop, lr, tokens_per_step)?;
+        board.step(
+            &log,
+            &jit,
+            step_number == stop,
+            schedule.at(step_index),
+            tokens_per_step,
+        )?;
         weights = outputs.into_iter().map(StepResult::into_arg).collect();
         log.iteration_ms
             .push(step_began.elapsed().as_secs_f64() * 1000.0);
