@@ -43,9 +43,14 @@ fn entry_arguments(text: &str) -> usize {
     params.matches("%arg").count()
 }
 
+/// Held by every test of this file: the trivial case counts the process's compiles, so no
+/// other test may compile meanwhile.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// One test, so that no other test of this process compiles while the trivial case counts.
 #[test]
 fn keep_unused_and_the_trivial_fast_path() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     unused_arguments_are_pruned_unless_kept();
     a_program_returning_its_arguments_runs_without_compiling();
     compiler_options_reach_xla();
@@ -180,6 +185,7 @@ fn compiler_options_reach_xla() {
 
 #[test]
 fn unspecified_inputs_take_the_layout_of_the_arrays_passed() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     use tessera::jit::JitCache;
     let client = Client::cpu(2).unwrap();
     let mesh = Mesh::auto(&[("data", 2)]).unwrap();
