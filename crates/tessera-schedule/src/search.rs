@@ -122,6 +122,12 @@ impl RowCosts {
     }
 }
 
+/// A candidate's step time in whole picoseconds: the ranking's key, so that costs read back
+/// from JSON (equal to the last bit or so) rank and merge candidates as the measured ones did.
+fn picoseconds(c: &Candidate) -> i64 {
+    (c.step_seconds * 1e12).round() as i64
+}
+
 /// What the split backward of the stage of parts `range` (0 the embedding, then the layers, then
 /// the head) keeps from its input part for its weight part, per micro-batch, from the parts
 /// measured one per stage (`tessera train --json`'s `weight_residual_bytes` of a stage agrees
@@ -478,7 +484,7 @@ pub fn search(
         bucket(a)
             .cmp(&bucket(b))
             .then(a.peak_bytes.cmp(&b.peak_bytes))
-            .then(a.step_seconds.total_cmp(&b.step_seconds))
+            .then(picoseconds(a).cmp(&picoseconds(b)))
             .then(a.schedule.cmp(&b.schedule))
     });
     // Schedules that make the same prediction for the same layout are one row.
@@ -497,8 +503,8 @@ pub fn search(
                 c.groups,
                 c.microbatches,
                 c.peak_bytes,
-            ) && r.step_seconds == c.step_seconds
-                && r.bubble == c.bubble
+            ) && picoseconds(r) == picoseconds(&c)
+                && (r.bubble - c.bubble).abs() <= 1e-9
         });
         match same {
             Some(r) => r.same_prediction.push(c.schedule),
