@@ -90,25 +90,19 @@ pub(super) fn compile(
         .iter()
         .map(|spec| NamedSharding::new(group, spec.clone()))
         .collect::<Result<Vec<_>, _>>()?;
-    let out_shardings = setup
-        .specs
-        .outs
-        .iter()
-        .map(|spec| MpmdSharding::new(setup.mesh, [0], spec))
-        .collect::<Result<Vec<_>, _>>()?;
-    let arg_mpmd_shardings = setup
-        .specs
-        .args
-        .iter()
-        .map(|spec| MpmdSharding::new(setup.mesh, [0], spec))
-        .collect::<Result<Vec<_>, _>>()?;
+    let on_group_0 = |specs: &[PartitionSpec]| {
+        specs
+            .iter()
+            .map(|spec| MpmdSharding::new(setup.mesh, [0], spec))
+            .collect::<Result<Vec<_>, _>>()
+    };
     Ok(FusedStep {
         index,
         losses_result,
         donated,
         arg_shardings,
-        out_shardings,
-        arg_mpmd_shardings,
+        out_shardings: on_group_0(&setup.specs.outs)?,
+        arg_mpmd_shardings: on_group_0(&setup.specs.args)?,
     })
 }
 
