@@ -174,19 +174,7 @@ impl PjrtExecutor {
         inputs: &[&Array],
         stop: &dyn Fn() -> bool,
     ) -> Result<Vec<Array>, BoxError> {
-        let outputs = self.dispatch(program, inputs)?;
-        // PJRT runs executables asynchronously: without waiting, a task's time would be its
-        // dispatch and its computation would be charged to whoever next touches the buffers.
-        // One wait on the launch's ready callbacks (`PJRT_Event_OnReady`), which can stop.
-        let readiness = Array::launch_readiness(&outputs)?;
-        if !readiness.wait_unless(stop, STOP_POLL)? {
-            return Err(format!(
-                "program {program} was still running when the run stopped; its computation is \
-                 left to finish on the devices (PJRT cannot cancel it)"
-            )
-            .into());
-        }
-        Ok(outputs)
+        Ok(self.launch(program, inputs, &[], stop)?.0)
     }
 
     /// Like [`PjrtExecutor::execute`], also reading the outputs `reads` to the host: their
@@ -198,26 +186,34 @@ impl PjrtExecutor {
         inputs: &[&Array],
         reads: &[usize],
     ) -> Result<(Vec<Array>, Vec<HostArray>), BoxError> {
+        self.launch(program, inputs, reads, &|| false)
+    }
+
+    /// Dispatches the program, asks for the copies of `reads`, and waits for the results until
+    /// `stop()` says to give up.
+    fn launch(
+        &self,
+        program: usize,
+        inputs: &[&Array],
+        reads: &[usize],
+        stop: &dyn Fn() -> bool,
+    ) -> Result<(Vec<Array>, Vec<HostArray>), BoxError> {
         let outputs = self.dispatch(program, inputs)?;
         let copies = reads
             .iter()
-            .map(|&read| {
-                let output = outputs
-                    .get(read)
-                    .ok_or_else(|| format!("program {program} has no output {read}"))?;
-                let shards = output.addressable_shards()?;
-                let whole = |s: &&tessera_pjrt::Shard| {
-                    let mut spans = s.block.iter().zip(output.shape());
-                    spans.all(|(&(a, b), &d)| a == 0 && b == d)
-                };
-                let shard = shards.iter().find(whole).ok_or_else(|| {
-                    format!("output {read} of program {program} is not held whole by one device")
-                })?;
-                Ok(shard.buffer.to_host_started()?)
-            })
+            .map(|&read| start_host_copy(&outputs, program, read))
             .collect::<Result<Vec<_>, BoxError>>()?;
+        // PJRT runs executables asynchronously: without waiting, a task's time would be its
+        // dispatch and its computation would be charged to whoever next touches the buffers.
+        // One wait on the launch's ready callbacks (`PJRT_Event_OnReady`), which can stop.
         let readiness = Array::launch_readiness(&outputs)?;
-        readiness.wait_unless(&|| false, STOP_POLL)?;
+        if !readiness.wait_unless(stop, STOP_POLL)? {
+            return Err(format!(
+                "program {program} was still running when the run stopped; its computation is \
+                 left to finish on the devices (PJRT cannot cancel it)"
+            )
+            .into());
+        }
         let hosts = copies
             .into_iter()
             .map(|c| Ok(c.wait()?))
@@ -273,6 +269,27 @@ impl PjrtExecutor {
         outputs.reverse();
         Ok(outputs)
     }
+}
+
+/// Starts copying output `read` of a launch of `program` to the host, from a device that holds
+/// all of it.
+fn start_host_copy(
+    outputs: &[Array],
+    program: usize,
+    read: usize,
+) -> Result<tessera_pjrt::HostCopy, BoxError> {
+    let output = outputs
+        .get(read)
+        .ok_or_else(|| format!("program {program} has no output {read}"))?;
+    let shards = output.addressable_shards()?;
+    let whole = |s: &&tessera_pjrt::Shard| {
+        let mut spans = s.block.iter().zip(output.shape());
+        spans.all(|(&(a, b), &d)| a == 0 && b == d)
+    };
+    let shard = shards.iter().find(whole).ok_or_else(|| {
+        format!("output {read} of program {program} is not held whole by one device")
+    })?;
+    Ok(shard.buffer.to_host_started()?)
 }
 
 impl Executor<usize, Array> for PjrtExecutor {
