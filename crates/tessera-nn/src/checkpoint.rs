@@ -16,6 +16,7 @@
 mod index;
 mod lock;
 mod reader;
+mod stream;
 pub mod writer;
 
 pub use index::{BlockRecord, FileRecord, Index, TensorRecord};

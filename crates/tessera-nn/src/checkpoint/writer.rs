@@ -16,11 +16,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use safetensors::tensor::TensorView;
 use tessera_ir::Array;
 
-use super::index::{BlockRecord, FileRecord, Index, TensorRecord};
-use super::{Manifest, io_error, st_dtype, sync_dir, write_synced};
+use super::index::{BlockRecord, Index, TensorRecord};
+use super::{Manifest, io_error, st_dtype, stream, sync_dir, write_synced};
 use crate::error::{NnError, Result};
 
 /// Which tree of the checkpoint a block belongs to.
@@ -141,15 +140,8 @@ pub fn write_part(
         if mine.is_empty() && writers > 1 {
             continue;
         }
-        let bytes = encode(&mine)?;
-        write_synced(&partial.join(&file), &bytes)?;
-        index.files.insert(
-            file.clone(),
-            FileRecord {
-                bytes: bytes.len() as u64,
-                crc32: super::index::crc32(&bytes),
-            },
-        );
+        let record = stream::write_file(&partial.join(&file), &entries(&mine)?)?;
+        index.files.insert(file.clone(), record);
         for piece in mine {
             let block = BlockRecord {
                 file: file.clone(),
@@ -170,26 +162,19 @@ pub fn write_part(
     Ok(index)
 }
 
-fn encode(pieces: &[&Piece]) -> Result<Vec<u8>> {
-    let buffers: Vec<(String, Vec<usize>, std::borrow::Cow<'_, [u8]>)> = pieces
+/// The file entries of `pieces`, their bytes borrowed from the arrays.
+fn entries<'a>(pieces: &[&'a Piece]) -> Result<Vec<stream::Entry<'a>>> {
+    pieces
         .iter()
         .map(|p| {
-            st_dtype(p.data.dtype())?;
-            let shape = p.data.shape().iter().map(|&d| d as usize).collect();
-            Ok((p.key(), shape, p.data.to_le_bytes()))
+            Ok(stream::Entry {
+                key: p.key(),
+                dtype: st_dtype(p.data.dtype())?,
+                shape: p.data.shape().iter().map(|&d| d as usize).collect(),
+                bytes: p.data.to_le_bytes(),
+            })
         })
-        .collect::<Result<_>>()?;
-    let views = buffers
-        .iter()
-        .zip(pieces)
-        .map(|((key, shape, bytes), piece)| {
-            let view = TensorView::new(st_dtype(piece.data.dtype())?, shape.clone(), bytes)
-                .map_err(|e| NnError::Checkpoint(format!("tensor `{key}`: {e}")))?;
-            Ok((key.clone(), view))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    safetensors::serialize(views, None)
-        .map_err(|e| NnError::Checkpoint(format!("cannot encode the tensors: {e}")))
+        .collect()
 }
 
 /// The manifest as it is stored: the run's facts and the index of its tensors.
