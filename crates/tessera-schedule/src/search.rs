@@ -138,13 +138,22 @@ fn picoseconds(c: &Candidate) -> i64 {
 /// - the first stage of several sends no input gradient back (its input is token ids): its
 ///   input part hands on the embedding's residuals and, with layers, every gradient of the
 ///   stage (the embedding's and the layers' parameter bytes);
-/// - a single stage keeps what the embedding alone does (not modelled further).
+/// - a single stage (both ends of the pipeline) computes every weight gradient in its input
+///   part: it hands on the gradients of all its parameters and the micro-batch's token ids and
+///   targets, whole on every device of the group.
 fn stage_weight_residual(measured: &RowCosts, range: std::ops::Range<usize>, stages: usize) -> u64 {
     let residuals = &measured.weight_residual_bytes;
     let profile = &measured.profile;
     let parts = range.len() as u64;
     match (range.start, stages) {
-        (0, 1) => residuals.first().copied().unwrap_or(0),
+        (0, 1) => {
+            let params = profile.embedding.parameter_bytes
+                + profile.layers.iter().map(|l| l.parameter_bytes).sum::<u64>()
+                + profile.head.parameter_bytes;
+            let ends = measured.data_bytes.first().copied().unwrap_or(0)
+                + measured.data_bytes.last().copied().unwrap_or(0);
+            params + ends * u64::from(measured.data)
+        }
         (0, _) => {
             let embedding = residuals.first().copied().unwrap_or(0);
             let layers = profile.layers.get(range.start..range.end.saturating_sub(1));
@@ -909,6 +918,13 @@ mod tests {
         assert_eq!(at(&[0, 3, 1]), vec![266_240, 23_855_104, 9_437_184]);
         assert_eq!(at(&[2, 2]), vec![739_840, 17_039_360]);
         assert_eq!(at(&[4, 0]), vec![1_139_712, 1_835_008]);
+        // One stage, 32 rows a micro-batch over 8 devices (4 each): measured 947,712.
+        let single = RowCosts {
+            data: 8,
+            data_bytes: vec![512, 0, 0, 0, 0, 512],
+            ..measured.clone()
+        };
+        assert_eq!(stage_weight_residual(&single, 0..6, 1), 947_712);
     }
 
     #[test]
