@@ -288,3 +288,47 @@ fn a_pmap_over_dimension_1_with_a_whole_argument_and_its_gradient_run_on_pjrt() 
     assert_eq!(got.len(), 3);
     assert!((0..3).all(|k| close(&got[k], &interp[k])));
 }
+
+#[test]
+fn a_ragged_all_to_all_on_the_pjrt_cpu_plugin_runs_or_fails_with_an_error_not_a_crash() {
+    use tessera_ir::{Array, DType};
+    use tessera_sharding::{AbstractMesh, PartitionSpec};
+    // JAX's two-device example: device 0 sends [1] to 0 and [2, 2] to 1, device 1 sends [3] to
+    // 0 and [4] to 1. The interpreter runs it. XLA reads the `ragged_all_to_all` custom call as
+    // its `ragged-all-to-all` op, which its CPU backend does not implement (2026-06 plugin):
+    // compiling must then fail with an error naming the op, not abort.
+    let xs = [
+        (DType::F32, vec![1., 2., 2., 3., 4., 0.]),
+        (DType::F32, vec![0.; 8]),
+        (DType::I32, vec![0., 1., 0., 1.]),
+        (DType::I32, vec![1., 2., 1., 1.]),
+        (DType::I32, vec![0., 0., 1., 2.]),
+        (DType::I32, vec![1., 1., 2., 1.]),
+    ]
+    .map(|(dtype, v)| Array::new(dtype, &[v.len() as i64], v).unwrap());
+    let mesh = AbstractMesh::auto(&[("x", 2)]).unwrap();
+    let spec = PartitionSpec::parse("P('x')").unwrap();
+    let avals: Vec<_> = xs.iter().map(Array::aval).collect();
+    let program = tessera_ir::trace::shard_map_program(
+        &mesh,
+        &vec![spec.clone(); 6],
+        std::slice::from_ref(&spec),
+        &avals,
+        |a| vec![a[0].ragged_all_to_all(&a[1], &a[2], &a[3], &a[4], &a[5], "x")],
+    )
+    .unwrap();
+    let want = vec![1., 3., 0., 0., 2., 2., 4., 0.];
+    let interp = tessera_ir::interp::eval_closed(&program, &xs).unwrap();
+    assert_eq!(interp[0].to_vec(), want);
+    let client = tessera_pjrt::Client::cpu(2).unwrap();
+    match tessera::jit::run_spmd(&client, &program, &xs) {
+        Ok(got) => assert_eq!(got[0].to_vec(), want),
+        Err(e) => {
+            let e = e.to_string();
+            assert!(
+                e.contains("ragged-all-to-all") && e.contains("not supported"),
+                "{e}"
+            );
+        }
+    }
+}

@@ -264,6 +264,7 @@ pub fn our_ops(program: &ClosedJaxpr) -> Outcome<Vec<OpGroups>> {
                 CollectiveKind::AllGather { .. } => ("stablehlo.all_gather", groups()?),
                 CollectiveKind::ReduceScatter { .. } => ("stablehlo.reduce_scatter", groups()?),
                 CollectiveKind::AllToAll { .. } => ("stablehlo.all_to_all", groups()?),
+                CollectiveKind::RaggedAllToAll => ("stablehlo.custom_call", groups()?),
                 CollectiveKind::AxisIndex => ("stablehlo.partition_id", Vec::new()),
                 CollectiveKind::Ppermute { perm } => {
                     let pairs = groups::permute_pairs(&sm.mesh, &p.axes, perm)

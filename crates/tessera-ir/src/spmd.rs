@@ -63,8 +63,7 @@ pub fn eval_spmd(
             .map(|env| eqn.inputs.iter().map(|a| read(env, a)).collect())
             .collect::<Result<_>>()?;
         let results: Vec<Vec<Array>> = if eqn.prim.is_collective() {
-            let xs: Vec<Array> = inputs.into_iter().filter_map(|mut i| i.pop()).collect();
-            simulate(eqn.prim, &eqn.params, mesh, &xs, &out_avals[0])?
+            simulate(eqn.prim, &eqn.params, mesh, &inputs, &out_avals[0])?
                 .into_iter()
                 .map(|a| vec![a])
                 .collect()

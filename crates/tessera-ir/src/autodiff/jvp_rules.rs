@@ -128,6 +128,7 @@ pub(super) fn jvp_rule(
         | VaryUnreducedCast | UnreducedPsum => {
             super::parallel::collective_jvp(prim, params, x, y, t(0))
         }
+        RaggedAllToAll => super::parallel::ragged_jvp(params, x, ts),
         ShardMap => super::parallel::shard_map_jvp(params, x, y, ts),
         // Special functions, bit operations, random numbers, sorting.
         Erf | Erfc | ErfInv | Lgamma | Digamma | Polygamma | Tan | Asin | Acos | Atan | Sinh

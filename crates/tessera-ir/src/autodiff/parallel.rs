@@ -17,6 +17,12 @@
 //! devices over the axes its out_spec leaves out, and an operand's cotangent summed over the
 //! axes its in_spec leaves out. Untiled `all_to_all` (printed with `tiled=False` between the
 //! dimension its wrapper inserts and removes) is refused, as JAX 0.10 refuses it.
+//!
+//! `ragged_all_to_all` is linear in its `operand` and `output` together (its offsets and sizes
+//! are integers, without tangents): its tangent is the same exchange of the two tangents. Its
+//! transpose (JAX's rule) sends each received slice of the cotangent back where it came from (a
+//! `ragged_all_to_all` with the offsets exchanged by a tiled `all_to_all` and the sizes
+//! swapped), and gives `output` the cotangent with the rows written by the exchange zeroed.
 
 use super::rules::zeros_like;
 use crate::axis_env;
@@ -107,6 +113,12 @@ fn collective_transpose(
             Tensor::bind1(Prim::AllToAll, p, &[g])
         }
         &CollectiveKind::Pbroadcast { source } => pbroadcast_transpose(g, &axes, groups, source),
+        CollectiveKind::RaggedAllToAll => {
+            return Err(IrError::Type {
+                prim: prim.name().into(),
+                message: "ragged_all_to_all has six operands; its VJP is `ragged_vjp`".into(),
+            });
+        }
         CollectiveKind::Pmax | CollectiveKind::Pmin | CollectiveKind::AxisIndex => {
             return Err(IrError::Type {
                 prim: prim.name().into(),
@@ -294,6 +306,10 @@ pub(super) fn collective_jvp(
             ))]
         }
         CollectiveOp::Pvary => vec![Some(t.pvary(&axes))],
+        CollectiveOp::RaggedAllToAll => vec![Some(y[0].fail(
+            prim.name(),
+            "ragged_all_to_all has six operands; its JVP is `ragged_jvp`".into(),
+        ))],
         CollectiveOp::Psum
         | CollectiveOp::PsumInvariant
         | CollectiveOp::AllGather
@@ -345,4 +361,81 @@ pub(super) fn shard_map_jvp(
         .skip(y.len())
         .map(Some)
         .collect()
+}
+
+/// The JVP of `ragged_all_to_all`: the same exchange (same offsets and sizes) of the tangents of
+/// `operand` and `output`, a missing one taken as zeros; no tangent where both are missing.
+pub(super) fn ragged_jvp(
+    params: &Params,
+    x: &[Tensor],
+    ts: &[Option<Tensor>],
+) -> Vec<Option<Tensor>> {
+    let t = |i: usize| ts.get(i).cloned().flatten();
+    let (operand_dot, output_dot) = match (t(0), t(1)) {
+        (None, None) => return vec![None],
+        (a, b) => (
+            a.unwrap_or_else(|| zeros_like(&x[0])),
+            b.unwrap_or_else(|| zeros_like(&x[1])),
+        ),
+    };
+    let mut operands = vec![&operand_dot, &output_dot];
+    operands.extend(x.iter().skip(2));
+    vec![Some(Tensor::bind1(
+        Prim::RaggedAllToAll,
+        params.clone(),
+        &operands,
+    ))]
+}
+
+/// The VJP of `ragged_all_to_all` (JAX's transpose rule) for the cotangent `g` of its result:
+/// `operand`'s cotangent gathers back, on each sender, the slices of `g` its receivers wrote
+/// (a `ragged_all_to_all` of `g` whose input offsets are where the slices were written, the
+/// `all_to_all` of `output_offsets`, and whose output offsets are where they were read, the
+/// `all_to_all` of `input_offsets`, with `recv_sizes` and `send_sizes` swapped); `output`'s
+/// cotangent is `g` with the rows the exchange overwrote set to zero. The four integer
+/// operands get none.
+pub(super) fn ragged_vjp(params: &Params, x: &[Tensor], g: &Tensor) -> Vec<Option<Tensor>> {
+    let prim = Prim::RaggedAllToAll;
+    let fail = |e: String| vec![Some(g.fail(prim.name(), e)); x.len()];
+    if x.len() != 6 {
+        return fail(format!("takes 6 operands, got {}", x.len()));
+    }
+    let p = match CollectiveParams::read(prim, params, x[0].rank()) {
+        Ok(p) => p,
+        Err(e) => return fail(e.to_string()),
+    };
+    let axes = p.axis_refs();
+    let groups = p.groups.as_deref();
+    let exchanged = |v: &Tensor| v.all_to_all_over(&axes, groups, 0, 0, true);
+    let written_at = exchanged(&x[4]);
+    let read_at = exchanged(&x[2]);
+    let zero_operand = zeros_like(&x[0]);
+    let operand_ct = Tensor::bind1(
+        prim,
+        params.clone(),
+        &[g, &zero_operand, &written_at, &x[5], &read_at, &x[3]],
+    );
+    // Row m of the result was written by the exchange where some received slice covers it:
+    // written_at[i] <= m < written_at[i] + recv_sizes[i].
+    let rows = g.shape().first().copied().unwrap_or(0);
+    let slices = written_at.shape().first().copied().unwrap_or(0);
+    let grid = [rows, slices];
+    let m = g.iota_along(&grid, 0).astype(written_at.dtype());
+    let start = written_at.broadcast_in_dim(&grid, &[1]);
+    let end = (&written_at + &x[5]).broadcast_in_dim(&grid, &[1]);
+    let covered = m.ge(&start).binary(Prim::And, &m.lt(&end));
+    let written = covered.astype(crate::dtype::DType::I32).max(&[1]);
+    let written = written
+        .binary(Prim::Gt, &written.full_like_scalar(0.0))
+        .broadcast_in_dim(g.shape(), &[0]);
+    let output_ct = where_(&written, &zeros_like(g), g);
+    let float = |i: usize| x[i].dtype().is_float();
+    vec![
+        float(0).then_some(operand_ct),
+        float(1).then_some(output_ct),
+        None,
+        None,
+        None,
+        None,
+    ]
 }

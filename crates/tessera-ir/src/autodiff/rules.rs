@@ -330,6 +330,7 @@ pub(super) fn vjp_rule(
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
         | VaryUnreducedCast | UnreducedPsum => super::parallel::collective_vjp(prim, params, x, &g),
+        RaggedAllToAll => super::parallel::ragged_vjp(params, x, &g),
         ShardMap => super::parallel::shard_map_vjp(params, x, y, gs),
         // Special functions, bit operations, random numbers, sorting.
         Erf | Erfc | ErfInv | Lgamma | Digamma | Polygamma | Tan | Asin | Acos | Atan | Sinh

@@ -6,6 +6,7 @@
 //! exchanges the batch dimension with the split one. A collective over the vmapped axis
 //! together with other (mesh) axes reduces over the batch, then over the others with the same
 //! primitive (`psum`, `pmax`, `pmin`, `pvary`); the others are refused over several axes.
+//! `ragged_all_to_all` over the vmapped axis is refused, as JAX refuses it.
 
 use super::{Batched, move_axis, to_front};
 use crate::dtype::DType;
@@ -27,7 +28,7 @@ pub(super) fn names_axis(prim: Prim, params: &Params, axis: &str) -> bool {
         Psum | Pmax | Pmin | Pvary | PsumInvariant | Preduced | VaryUnreducedCast
         | UnreducedPsum => "axes",
         AllGather | AllGatherInvariant | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pbroadcast => "axis_name",
+        | Pbroadcast | RaggedAllToAll => "axis_name",
     };
     let named = |v: &ParamValue| matches!(v, ParamValue::Name(n) | ParamValue::Str(n) if n == axis);
     params
@@ -133,6 +134,10 @@ pub(super) fn collective(
             };
             alone("pbroadcast").unwrap_or_else(|| (element(x, source), None))
         }
+        CollectiveKind::RaggedAllToAll => fail(format!(
+            "ragged_all_to_all over the vmapped axis '{axis}' is not supported (nor in JAX); \
+             run it over a mesh axis of a shard_map instead"
+        )),
         CollectiveKind::Preduced
         | CollectiveKind::VaryUnreducedCast
         | CollectiveKind::UnreducedPsum => fail(format!(

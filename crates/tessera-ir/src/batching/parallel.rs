@@ -2,9 +2,11 @@
 //! positional dimension, distinct from the mesh axes the collectives name, so a collective
 //! batches like JAX's non-frame batchers: elementwise collectives keep the batch dimension where
 //! it is, and those with dimension parameters get the batch dimension in front and their
-//! dimensions, normalised first (a negative one counts from the end), shifted by one. A `shard_map` batches its body (under the mesh's axes), with an
-//! unsplit leading dimension added to the specs of batched operands and of every result; a
-//! `checkpoint` region batches its body the same way.
+//! dimensions, normalised first (a negative one counts from the end), shifted by one.
+//! `ragged_all_to_all` batches as JAX's rule does: the batch's elements are laid end to end in
+//! one exchange, their offsets shifted to each element's rows. A `shard_map` batches its body
+//! (under the mesh's axes), with an unsplit leading dimension added to the specs of batched
+//! operands and of every result; a `checkpoint` region batches its body the same way.
 
 use tessera_sharding::{DimSpec, PartitionSpec};
 
@@ -47,6 +49,7 @@ pub(super) fn collective(prim: Prim, params: &Params, args: &[Batched], size: i6
             x.fail("axis_index", "axis_index takes no operands to batch".into()),
             None,
         )],
+        CollectiveKind::RaggedAllToAll => vec![ragged(prim, params, &p, args, size)],
         CollectiveKind::Psum
         | CollectiveKind::Pmax
         | CollectiveKind::Pmin
@@ -59,6 +62,76 @@ pub(super) fn collective(prim: Prim, params: &Params, args: &[Batched], size: i6
             vec![(Tensor::bind1(prim, params.clone(), &[x]), args[0].1)]
         }
     }
+}
+
+/// Batches `ragged_all_to_all` (JAX's rule): each element's operand and output are stacked
+/// along their leading dimension (element `b`'s rows after those of elements `0..b`), and its
+/// offsets shifted by as many rows. The offset and size vectors interleave the elements slice by
+/// slice (`[K, B]` flattened), so that entry `k` of every element still goes to the device that
+/// entry `k` names. Groups (`axis_index_groups`) are refused, as JAX refuses them.
+fn ragged(
+    prim: Prim,
+    params: &Params,
+    p: &CollectiveParams,
+    args: &[Batched],
+    size: i64,
+) -> Batched {
+    let anchor = &args[0].0;
+    if args.iter().all(|a| a.1.is_none()) {
+        let refs: Vec<&Tensor> = args.iter().map(|a| &a.0).collect();
+        return (Tensor::bind1(prim, params.clone(), &refs), None);
+    }
+    if p.groups.is_some() {
+        return (
+            anchor.fail(
+                prim.name(),
+                "vmap of ragged_all_to_all with axis_index_groups is not supported (nor in \
+                 JAX); exchange over whole axes"
+                    .into(),
+            ),
+            None,
+        );
+    }
+    let [operand, output, index @ ..] = args else {
+        return (
+            anchor.fail(prim.name(), format!("takes 6 operands, got {}", args.len())),
+            None,
+        );
+    };
+    let operand = to_front(operand, size);
+    let output = to_front(output, size);
+    let (rows_in, rows_out) = (operand.shape()[1], output.shape()[1]);
+    // [B, K] -> [K, B], and each element's offsets shifted to its rows.
+    let index: Vec<Tensor> = index
+        .iter()
+        .map(|v| to_front(v, size).transpose(&[1, 0]))
+        .collect();
+    let shifted = |v: &Tensor, rows: i64| {
+        let element = v.iota_along(v.shape(), 1).astype(v.dtype());
+        v + &(&element * &element.full_like_scalar(rows as f64))
+    };
+    let merge = |t: &Tensor| {
+        let mut shape = vec![t.shape()[0] * t.shape()[1]];
+        shape.extend_from_slice(&t.shape()[2..]);
+        t.reshape(&shape)
+    };
+    let input_offsets = merge(&shifted(&index[0], rows_in));
+    let send_sizes = merge(&index[1]);
+    let output_offsets = merge(&shifted(&index[2], rows_out));
+    let recv_sizes = merge(&index[3]);
+    let result = Tensor::bind1(
+        prim,
+        params.clone(),
+        &[
+            &merge(&operand),
+            &merge(&output),
+            &input_offsets,
+            &send_sizes,
+            &output_offsets,
+            &recv_sizes,
+        ],
+    );
+    (result.reshape(output.shape()), Some(0))
 }
 
 fn with_leading_none(spec: &PartitionSpec) -> PartitionSpec {

@@ -99,7 +99,7 @@ pub(super) fn batch_rule(
             .collect(),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
-        | VaryUnreducedCast | UnreducedPsum => {
+        | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll => {
             super::parallel::collective(prim, params, args, size)
         }
         ShardMap => super::parallel::shard_map(params, args, size, out.len()),

@@ -13,6 +13,9 @@
 //! over its axis; `pvary` casts an invariant value to a varying one. In a `check_vma=False` body
 //! (and `pmap`'s) values carry no such types, and collectives take any operand.
 //!
+//! `ragged_all_to_all`, whose six operands carry its offsets and sizes, has its rules in
+//! `ragged.rs`.
+//!
 //! A single device cannot evaluate a collective: the SPMD interpreter ([`crate::spmd`]) runs
 //! every device of the mesh in lock step and calls [`simulate`] with all devices' operands.
 
@@ -21,7 +24,7 @@ use std::collections::BTreeSet;
 use ndarray::{ArrayD, Axis};
 use tessera_sharding::{AbstractMesh, groups};
 
-use super::{CollectiveKind, CollectiveOp, CollectiveParams, Prim, arity};
+use super::{CollectiveKind, CollectiveOp, CollectiveParams, Prim, arity, ragged};
 use crate::array::{Array, Elem, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::axis_env;
@@ -40,7 +43,24 @@ pub(super) fn abstract_eval(
     params: &Params,
     inputs: &[ShapedArray],
 ) -> Result<Vec<ShapedArray>> {
-    let operands = usize::from(op != CollectiveOp::AxisIndex);
+    let operands = match op {
+        CollectiveOp::AxisIndex => 0,
+        CollectiveOp::RaggedAllToAll => 6,
+        CollectiveOp::Psum
+        | CollectiveOp::Pmax
+        | CollectiveOp::Pmin
+        | CollectiveOp::AllGather
+        | CollectiveOp::ReduceScatter
+        | CollectiveOp::Ppermute
+        | CollectiveOp::AllToAll
+        | CollectiveOp::Pvary
+        | CollectiveOp::Pbroadcast
+        | CollectiveOp::PsumInvariant
+        | CollectiveOp::AllGatherInvariant
+        | CollectiveOp::Preduced
+        | CollectiveOp::VaryUnreducedCast
+        | CollectiveOp::UnreducedPsum => 1,
+    };
     arity(prim, inputs.len(), operands)?;
     let rank = inputs.first().map_or(0, ShapedArray::rank);
     let p = CollectiveParams::read(prim, params, rank)?;
@@ -83,6 +103,13 @@ pub(super) fn abstract_eval(
             out.vma = &x.vma - &axes;
             out.set_reduced_unreduced(x.reduced(), &x.unreduced() | &axes);
             return Ok(vec![out]);
+        }
+        CollectiveKind::RaggedAllToAll => {
+            let n = p
+                .replica_groups(prim, &mesh)?
+                .first()
+                .map_or(1, |g| g.len() as i64);
+            return ragged::out_type(prim, &p, inputs, n);
         }
         CollectiveKind::Psum
         | CollectiveKind::Pmax
@@ -190,8 +217,9 @@ fn out_type(
                 ));
             }
         }
-        // Typed by `abstract_eval` itself.
+        // Typed by `abstract_eval` itself (`ragged_all_to_all` by `ragged::out_type`).
         CollectiveKind::AxisIndex
+        | CollectiveKind::RaggedAllToAll
         | CollectiveKind::Pvary
         | CollectiveKind::Preduced
         | CollectiveKind::VaryUnreducedCast
@@ -250,16 +278,18 @@ pub(super) fn eval(prim: Prim) -> Result<Vec<Array>> {
     )))
 }
 
-/// Evaluates a collective on every device of `mesh` at once: `xs[p]` is the operand on mesh
-/// position `p` (empty for `axis_index`), the result is each position's value of type `out`.
+/// Evaluates a collective on every device of `mesh` at once: `operands[p]` are the operands on
+/// mesh position `p` (none for `axis_index`, six for `ragged_all_to_all`, one for the others),
+/// the result is each position's value of type `out`.
 pub fn simulate(
     prim: Prim,
     params: &Params,
     mesh: &AbstractMesh,
-    xs: &[Array],
+    operands: &[Vec<Array>],
     out: &ShapedArray,
 ) -> Result<Vec<Array>> {
     let size = mesh.size() as usize;
+    let xs: Vec<&Array> = operands.iter().filter_map(|o| o.first()).collect();
     let rank = xs.first().map_or(0, |x| x.dims().len());
     let p = CollectiveParams::read(prim, params, rank)?;
     if p.kind == CollectiveKind::AxisIndex {
@@ -278,11 +308,24 @@ pub fn simulate(
         )));
     }
     if let CollectiveKind::Ppermute { perm } = &p.kind {
-        return permute(prim, mesh, &p.axes, perm, xs, out);
+        return permute(prim, mesh, &p.axes, perm, &xs, out);
+    }
+    if p.kind == CollectiveKind::RaggedAllToAll {
+        return ragged::simulate(prim, &p, mesh, operands, out);
     }
     let mut results: Vec<Option<Array>> = vec![None; size];
     for group in p.replica_groups(prim, mesh)? {
-        let members: Vec<&Array> = group.iter().map(|&g| &xs[g as usize]).collect();
+        let members = group
+            .iter()
+            .map(|&g| {
+                xs.get(g as usize).copied().ok_or_else(|| {
+                    IrError::Eval(format!(
+                        "{}: replica group {group:?} names a position outside the mesh of {size}",
+                        prim.name()
+                    ))
+                })
+            })
+            .collect::<Result<Vec<&Array>>>()?;
         for (k, value) in exchange(prim, &p.kind, &members)?.into_iter().enumerate() {
             results[group[k] as usize] = Some(Array::from_elems(out.dtype, value));
         }
@@ -303,7 +346,7 @@ fn permute(
     mesh: &AbstractMesh,
     axes: &[String],
     perm: &[(i64, i64)],
-    xs: &[Array],
+    xs: &[&Array],
     out: &ShapedArray,
 ) -> Result<Vec<Array>> {
     let pairs = groups::permute_pairs(mesh, axes, perm).map_err(|e| sharding(prim, e))?;
@@ -361,6 +404,12 @@ fn exchange(prim: Prim, kind: &CollectiveKind, xs: &[&Array]) -> Result<Vec<Arra
         CollectiveKind::Ppermute { .. } => {
             return Err(IrError::Eval(
                 "ppermute moves whole operands between positions (see `permute`)".into(),
+            ));
+        }
+        CollectiveKind::RaggedAllToAll => {
+            return Err(IrError::Eval(
+                "ragged_all_to_all exchanges six operands per device (see `ragged::simulate`)"
+                    .into(),
             ));
         }
         &CollectiveKind::AllGather {

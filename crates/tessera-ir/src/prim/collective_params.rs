@@ -11,7 +11,8 @@
 //! `scatter_dimension` and `tiled` on `reduce_scatter`; `axis_index_groups`, `axis_name`,
 //! `concat_axis`, `split_axis` and `tiled` on `all_to_all`; `axis_name` and `perm` on
 //! `ppermute`; `axis_name` and `source` on `pbroadcast`; `axis_name` on `axis_index`; `axes` on
-//! `pvary`. Every parameter JAX prints is required here.
+//! `pvary`; `axis_index_groups` and `axis_name` on `ragged_all_to_all` (whose offsets and sizes
+//! are operands, not parameters). Every parameter JAX prints is required here.
 //!
 //! The collectives of `check_vma=True` bodies read as the kinds they share semantics with:
 //! `psum_invariant` (`axes`) is a [`CollectiveKind::Psum`] and `all_gather_invariant`
@@ -101,6 +102,11 @@ pub enum CollectiveKind {
     /// `unreduced_psum`: the sum over the axes of an operand unreduced over them; the result
     /// is invariant over them.
     UnreducedPsum,
+    /// `ragged_all_to_all`: each device sends slices of its operand's leading dimension (at
+    /// `input_offsets`, `send_sizes`) to the devices of its group and writes the slices it
+    /// receives into a copy of `output` (where the senders' `output_offsets` say, `recv_sizes`
+    /// long). Its six operands carry all of this; the kind has no fields of its own.
+    RaggedAllToAll,
     /// `pbroadcast`.
     Pbroadcast {
         /// `source`: the index (within each group) of the device whose value everyone gets.
@@ -128,7 +134,7 @@ impl CollectiveParams {
             Psum | Pmax | Pmin | Pvary | PsumInvariant | Preduced | VaryUnreducedCast
             | UnreducedPsum => "axes",
             AllGather | AllGatherInvariant | ReduceScatter | Ppermute | AllToAll | AxisIndex
-            | Pbroadcast => "axis_name",
+            | Pbroadcast | RaggedAllToAll => "axis_name",
         };
         Ok(CollectiveParams {
             axes: axis_names(prim, params, axes_key)?,
@@ -194,6 +200,7 @@ fn kind(prim: Prim, op: CollectiveOp, params: &Params, rank: usize) -> Result<Co
             concat_axis: dimension(prim, params, "concat_axis", rank)?,
             tiled: printed_bool(prim, params, "tiled")?,
         },
+        CollectiveOp::RaggedAllToAll => CollectiveKind::RaggedAllToAll,
         CollectiveOp::Pbroadcast => CollectiveKind::Pbroadcast {
             source: match params.get("source").and_then(ParamValue::as_int) {
                 Some(s) if s >= 0 => s,
@@ -227,10 +234,11 @@ fn axis_names(prim: Prim, params: &Params, key: &str) -> Result<Vec<String>> {
 }
 
 /// `axis_index_groups`. JAX prints it (often as `None`) on `psum`, `pmax`, `pmin`,
-/// `all_gather`, `reduce_scatter` and `all_to_all`, so there it is required. JAX's `pbroadcast`
-/// has no such parameter; one parsed on it is honoured by every rule (each group broadcasts from
-/// its own `source`), absent means none. `ppermute`, `axis_index` and `pvary` have none either,
-/// and their rules would not honour one, so anything but absent or `None` is an error.
+/// `all_gather`, `reduce_scatter`, `all_to_all` and `ragged_all_to_all`, so there it is
+/// required. JAX's `pbroadcast` has no such parameter; one parsed on it is honoured by every rule
+/// (each group broadcasts from its own `source`), absent means none. `ppermute`, `axis_index`
+/// and `pvary` have none either, and their rules would not honour one, so anything but absent or
+/// `None` is an error.
 fn index_groups(prim: Prim, op: CollectiveOp, params: &Params) -> Result<Option<Vec<Vec<i64>>>> {
     const KEY: &str = "axis_index_groups";
     let value = params.get(KEY);
@@ -240,7 +248,8 @@ fn index_groups(prim: Prim, op: CollectiveOp, params: &Params) -> Result<Option<
         | CollectiveOp::Pmin
         | CollectiveOp::AllGather
         | CollectiveOp::ReduceScatter
-        | CollectiveOp::AllToAll => {
+        | CollectiveOp::AllToAll
+        | CollectiveOp::RaggedAllToAll => {
             let Some(value) = value else {
                 let why = format!(
                     "None or a tuple of index tuples (JAX prints it on every {})",
@@ -496,6 +505,26 @@ mod tests {
             &[("axis_name", name("x")), groups],
             0,
             "axis_index_groups",
+        );
+        // JAX prints axis_index_groups on every ragged_all_to_all.
+        refused(
+            Prim::RaggedAllToAll,
+            &[("axis_name", name("x"))],
+            2,
+            "axis_index_groups",
+        );
+        let ragged = params(&[
+            ("axis_index_groups", name("None")),
+            ("axis_name", ParamValue::Tuple(vec![name("x"), name("y")])),
+        ]);
+        let p = CollectiveParams::read(Prim::RaggedAllToAll, &ragged, 2).unwrap();
+        assert_eq!(
+            (p.axes, p.groups, p.kind),
+            (
+                vec!["x".into(), "y".into()],
+                None,
+                CollectiveKind::RaggedAllToAll
+            )
         );
         refused(Prim::Pbroadcast, &[("axis_name", name("x"))], 1, "source");
         let negative = ("source", ParamValue::Int(-1));

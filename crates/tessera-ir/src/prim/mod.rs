@@ -18,6 +18,7 @@ mod indexing;
 mod linalg;
 mod numeric;
 mod ops;
+mod ragged;
 mod random;
 mod random_params;
 mod reduce;
@@ -129,7 +130,8 @@ prims! {
     AxisIndex => "axis_index", Pvary => "pvary", Pbroadcast => "pbroadcast",
     PsumInvariant => "psum_invariant", AllGatherInvariant => "all_gather_invariant",
     Preduced => "preduced", VaryUnreducedCast => "vary_unreduced_cast_p",
-    UnreducedPsum => "unreduced_psum", Reshard => "reshard",
+    UnreducedPsum => "unreduced_psum", RaggedAllToAll => "ragged_all_to_all",
+    Reshard => "reshard",
     ShardMap => "shard_map", Checkpoint => "checkpoint", Treduce => "treduce",
     // Special functions, bit operations, random numbers, sorting.
     Erf => "erf", Erfc => "erfc", ErfInv => "erf_inv", Lgamma => "lgamma", Digamma => "digamma",
@@ -285,6 +287,7 @@ impl Prim {
             Preduced => Family::Collective(CollectiveOp::Preduced),
             VaryUnreducedCast => Family::Collective(CollectiveOp::VaryUnreducedCast),
             UnreducedPsum => Family::Collective(CollectiveOp::UnreducedPsum),
+            RaggedAllToAll => Family::Collective(CollectiveOp::RaggedAllToAll),
             Reshard => Family::Control(ControlOp::Reshard),
             ShardMap => Family::ShardMap,
             Treduce => Family::Treduce,

@@ -188,4 +188,5 @@ pub enum CollectiveOp {
     Preduced,
     VaryUnreducedCast,
     UnreducedPsum,
+    RaggedAllToAll,
 }

@@ -1,6 +1,7 @@
 //! The tracing API of `shard_map` and the collectives (JAX's `lax.parallel`): `psum`, `pmean`,
 //! `pmax`, `pmin`, `pargmax`, `pargmin`, `all_gather`, `psum_scatter`, `ppermute`, `pshuffle`,
-//! `all_to_all`, `pswapaxes`, `axis_index`, `axis_size`, `pbroadcast`, `pvary` (`pmap` is
+//! `all_to_all`, `ragged_all_to_all`, `pswapaxes`, `axis_index`, `axis_size`, `pbroadcast`,
+//! `pvary` (`pmap` is
 //! sugar over a one-axis `shard_map`, in `pmap.rs`). The one-axis forms have `_over` forms taking several axes (JAX's
 //! `axis_name=('x', 'y')`: devices indexed row-major over the axes as named, except that
 //! `ppermute` numbers each group's devices in mesh order, as JAX's lowering does) and, where
@@ -314,6 +315,45 @@ impl Tensor {
         let mut shape = out.shape().to_vec();
         shape.remove(split as usize);
         out.reshape(&shape)
+    }
+
+    /// The all-to-all of ragged data (JAX's `lax.ragged_all_to_all`), called on the operand:
+    /// slice `i` of this value's leading dimension (`input_offsets[i]`, `send_sizes[i]` rows
+    /// long) goes to device `i / S` along `axis_name` (`S` is the vectors' length over the
+    /// number of devices), which writes it at row `output_offsets[i]` of its copy of `output`.
+    /// `recv_sizes[j * S + s]` is the size of slice `s` received from device `j`. The four
+    /// vectors are int32 or int64, of one dtype and one length; the result has `output`'s type.
+    pub fn ragged_all_to_all(
+        &self,
+        output: &Tensor,
+        input_offsets: &Tensor,
+        send_sizes: &Tensor,
+        output_offsets: &Tensor,
+        recv_sizes: &Tensor,
+        axis_name: &str,
+    ) -> Tensor {
+        self.ragged_all_to_all_over(
+            output,
+            [input_offsets, send_sizes, output_offsets, recv_sizes],
+            &[axis_name],
+            None,
+        )
+    }
+
+    /// [`Tensor::ragged_all_to_all`] over several axes, within `axis_index_groups` where given;
+    /// `index` holds `input_offsets`, `send_sizes`, `output_offsets` and `recv_sizes`.
+    pub fn ragged_all_to_all_over(
+        &self,
+        output: &Tensor,
+        index: [&Tensor; 4],
+        axes: &[&str],
+        groups: Option<&[Vec<i64>]>,
+    ) -> Tensor {
+        let params = Params::new()
+            .with("axis_index_groups", groups_param(groups))
+            .with("axis_name", names(axes));
+        let [a, b, c, d] = index;
+        Tensor::bind1(Prim::RaggedAllToAll, params, &[self, output, a, b, c, d])
     }
 
     /// Copies the value of the device at index `source` along `axis_name` to every device.

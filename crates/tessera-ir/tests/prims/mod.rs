@@ -68,6 +68,24 @@ fn collective(prim: Prim) -> ClosedJaxpr {
         Prim::VaryUnreducedCast | Prim::UnreducedPsum => {
             single(|a| &a.sin().vary_unreduced_cast(&["y"]).unreduced_psum(&["y"]) * a)
         }
+        Prim::RaggedAllToAll => on_mesh(&[&[8, 4], &[8, 4]], &[both, both], both, |a| {
+            // Over 'x' (2 devices), blocks of 4 rows: each device sends rows 0..1 to device 0
+            // and rows 1..3 to device 1, which write them one after the other (device 0's
+            // rows 2..3 keep the output's value).
+            let here = Tensor::axis_index(&a[0], "x");
+            let slice = a[0].iota_along(&[2], 0);
+            let send_sizes = &slice + &slice.full_like_scalar(1.0);
+            let output_offsets = &here * &send_sizes;
+            let recv_sizes = (&here + &here.full_like_scalar(1.0)).broadcast_to(&[2]);
+            a[0].sin().ragged_all_to_all(
+                &(&a[1] * &a[1]),
+                &slice,
+                &send_sizes,
+                &output_offsets,
+                &recv_sizes,
+                "x",
+            )
+        }),
         _ => on_mesh(
             &[&[4, 4], &[2, 4]],
             &[both, "P(None, 'y')"],
@@ -270,7 +288,7 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
         ),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
-        | VaryUnreducedCast | UnreducedPsum | ShardMap => collective(prim),
+        | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll | ShardMap => collective(prim),
         Treduce => {
             let f64 = |s: &[i64]| ShapedArray::new(DType::F64, s);
             tessera_ir::trace::trace(&[f64(&[3]), f64(&[4, 3])], |a| {

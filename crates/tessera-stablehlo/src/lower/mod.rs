@@ -364,7 +364,9 @@ fn lower_eqn<'c, 'b>(
         Checkpoint => control::call(ctx, p, inputs, functions, Some("checkpoint")),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
-        | VaryUnreducedCast | UnreducedPsum => parallel::collective(ctx, eqn.prim, p, inputs),
+        | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll => {
+            parallel::collective(ctx, eqn.prim, p, inputs)
+        }
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),
         Treduce => loops::treduce(ctx, p, inputs, functions),
         // Special functions, bit operations, random numbers, sorting.

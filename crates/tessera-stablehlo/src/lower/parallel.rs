@@ -6,7 +6,11 @@
 //! become `all_reduce`, `all_gather`, `reduce_scatter`, `all_to_all` and `collective_permute`
 //! over global device ids (both partitioners), with the replica groups and source–target pairs
 //! that `tessera-ir` computes (the interpreter uses the same ones), and `axis_index` reads
-//! `partition_id`.
+//! `partition_id`. `ragged_all_to_all` has no StableHLO op: as JAX does, it becomes a
+//! `stablehlo.custom_call @ragged_all_to_all` (typed-FFI `api_version = 4`) whose
+//! `backend_config` dictionary holds the `replica_groups` and the `channel_id`. XLA's GPU and
+//! TPU backends implement that target; the CPU plugin does not, so such a module compiles only
+//! for those (the interpreter runs the primitive everywhere).
 
 use melior::ir::Value;
 use tessera_ir::passes::inline_all;
@@ -268,6 +272,7 @@ pub(super) fn collective<'c, 'b>(
                 )?[0]
             }
         }
+        CollectiveKind::RaggedAllToAll => ragged_all_to_all(ctx, inputs, &groups()?)?,
         CollectiveKind::Ppermute { perm } => {
             let pairs = groups::permute_pairs(&mesh, &p.axes, perm)
                 .map_err(|e| LowerError::Build(e.to_string()))?;
@@ -285,6 +290,45 @@ pub(super) fn collective<'c, 'b>(
         }
     };
     Ok(vec![value])
+}
+
+/// The attributes of JAX's `ragged_all_to_all` custom call over `groups`: the call target, the
+/// typed-FFI API version and the `backend_config` dictionary (`replica_groups`, `channel_id`).
+/// Groups of unequal sizes are refused, as JAX refuses them.
+fn ragged_all_to_all_attrs(groups: &[Vec<i64>]) -> Result<[(&'static str, String); 3], LowerError> {
+    let n = groups.first().map_or(0, Vec::len);
+    if groups.iter().any(|g| g.len() != n) {
+        return Err(LowerError::Build(format!(
+            "ragged_all_to_all needs replica groups of one size, got {groups:?}; give \
+             axis_index_groups groups of equal size"
+        )));
+    }
+    Ok([
+        ("api_version", "4 : i32".into()),
+        (
+            "backend_config",
+            format!(
+                "{{channel_id = 1 : i64, replica_groups = {}}}",
+                groups_attr(groups)
+            ),
+        ),
+        ("call_target_name", quote("ragged_all_to_all")),
+    ])
+}
+
+/// `ragged_all_to_all`: a custom call on its six operands, typed as `output`.
+fn ragged_all_to_all<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    inputs: &[Value<'c, 'b>],
+    groups: &[Vec<i64>],
+) -> Result<Value<'c, 'b>, LowerError> {
+    let attrs = ragged_all_to_all_attrs(groups)?;
+    Ok(ctx.body.op(
+        "stablehlo.custom_call",
+        inputs,
+        &[&mlir_type(&ctx.out_avals[0])],
+        &attrs,
+    )?[0])
 }
 
 /// `all_gather` along result dimension `d`: an untiled gather first gives each block a unit
