@@ -139,8 +139,9 @@ fn picoseconds(c: &Candidate) -> i64 {
 ///   input part hands on the embedding's residuals and, with layers, every gradient of the
 ///   stage (the embedding's and the layers' parameter bytes);
 /// - a single stage (both ends of the pipeline) computes every weight gradient in its input
-///   part: it hands on the gradients of all its parameters and the micro-batch's token ids and
-///   targets, whole on every device of the group.
+///   part and hands them on split over the group's devices: its parameters' bytes over `data`
+///   on each device (`--json` reports the group's whole residual: those gradients and the
+///   micro-batch's token ids and targets, which the device already holds as its data).
 fn stage_weight_residual(measured: &RowCosts, range: std::ops::Range<usize>, stages: usize) -> u64 {
     let residuals = &measured.weight_residual_bytes;
     let profile = &measured.profile;
@@ -148,11 +149,13 @@ fn stage_weight_residual(measured: &RowCosts, range: std::ops::Range<usize>, sta
     match (range.start, stages) {
         (0, 1) => {
             let params = profile.embedding.parameter_bytes
-                + profile.layers.iter().map(|l| l.parameter_bytes).sum::<u64>()
+                + profile
+                    .layers
+                    .iter()
+                    .map(|l| l.parameter_bytes)
+                    .sum::<u64>()
                 + profile.head.parameter_bytes;
-            let ends = measured.data_bytes.first().copied().unwrap_or(0)
-                + measured.data_bytes.last().copied().unwrap_or(0);
-            params + ends * u64::from(measured.data)
+            params / u64::from(measured.data.max(1))
         }
         (0, _) => {
             let embedding = residuals.first().copied().unwrap_or(0);
@@ -918,13 +921,15 @@ mod tests {
         assert_eq!(at(&[0, 3, 1]), vec![266_240, 23_855_104, 9_437_184]);
         assert_eq!(at(&[2, 2]), vec![739_840, 17_039_360]);
         assert_eq!(at(&[4, 0]), vec![1_139_712, 1_835_008]);
-        // One stage, 32 rows a micro-batch over 8 devices (4 each): measured 947,712.
-        let single = RowCosts {
-            data: 8,
-            data_bytes: vec![512, 0, 0, 0, 0, 512],
-            ..measured.clone()
-        };
-        assert_eq!(stage_weight_residual(&single, 0..6, 1), 947_712);
+        // One stage on 1, 2 and 8 devices: the peak per device of `zero-bubble` exceeds
+        // 1F1B's by 939,520, 469,760 and 117,440 bytes (GPT preset, batch 64, 2 micro-batches).
+        for (data, extra) in [(1, 939_520), (2, 469_760), (8, 117_440)] {
+            let single = RowCosts {
+                data,
+                ..measured.clone()
+            };
+            assert_eq!(stage_weight_residual(&single, 0..6, 1), extra);
+        }
     }
 
     #[test]
