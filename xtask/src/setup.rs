@@ -21,6 +21,8 @@ const APT_PACKAGES: &[&str] = &[
     "zlib1g-dev",
     "openmpi-bin",
     "libopenmpi-dev",
+    // jemalloc, the `tessera` program's allocator, is built from source by `tikv-jemalloc-sys`.
+    "make",
 ];
 
 /// The LLVM prefix that `.cargo/config.toml` names in `MLIR_SYS_220_PREFIX`.
