@@ -292,7 +292,11 @@ impl Buffer {
     pub fn to_host_started(&self) -> Result<HostCopy> {
         let ty = self.element_type()?;
         let dims = self.dims()?;
-        let mut bytes = vec![0u8; element_count(&dims) * ty.size_in_bytes()];
+        let len = element_count(&dims) * ty.size_in_bytes();
+        crate::host_memory::ensure_available(len as u64, || {
+            format!("copying a {ty:?}{dims:?} buffer to the host")
+        })?;
+        let mut bytes = vec![0u8; len];
         let mut args = args!(PJRT_Buffer_ToHostBuffer_Args {
             src: self.raw,
             dst: bytes.as_mut_ptr().cast(),

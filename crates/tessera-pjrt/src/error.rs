@@ -214,6 +214,23 @@ pub enum PjrtError {
         /// The position of its device among the executable's devices.
         device: usize,
     },
+    /// A host allocation (a copy to the host, or a CPU program's results and temporaries) would
+    /// take more memory than the machine has available: refused instead of letting the kernel
+    /// kill the process.
+    #[error(
+        "{what} needs {bytes} bytes of host memory, more than the {available} bytes Linux \
+         reports available (MemAvailable in /proc/meminfo); free memory, make the arrays smaller \
+         (shard them over more devices, or run fewer micro-batches at once), or run on a device \
+         with its own memory"
+    )]
+    HostMemory {
+        /// What needed the memory.
+        what: String,
+        /// The bytes it needed.
+        bytes: u64,
+        /// The bytes available.
+        available: u64,
+    },
     /// An array held only partly by this process was read whole.
     #[error(
         "block {block:?} of the array lives on device {device}, which another process holds; \

@@ -28,6 +28,9 @@ pub struct LoadedExecutable {
     raw: *mut sys::PJRT_LoadedExecutable,
     num_outputs: usize,
     device_ids: Vec<i32>,
+    /// On a CPU plugin, the host bytes one run allocates (its results and temporaries, on
+    /// every device); 0 elsewhere.
+    host_run_bytes: u64,
 }
 
 // SAFETY: PJRT executables may be launched from any thread.
@@ -114,6 +117,7 @@ impl LoadedExecutable {
             raw,
             num_outputs: 0,
             device_ids: Vec::new(),
+            host_run_bytes: 0,
         };
         exec.num_outputs = {
             let inner = exec.executable()?;
@@ -128,7 +132,26 @@ impl LoadedExecutable {
             .iter()
             .map(Device::id)
             .collect::<Result<_>>()?;
+        exec.host_run_bytes = exec.host_bytes_per_run();
         Ok(exec)
+    }
+
+    /// On a CPU plugin, the host bytes one run allocates: its results (less those aliasing
+    /// donated arguments) and temporaries, on each of its devices. 0 on other platforms and
+    /// where the plugin gives no memory analysis.
+    fn host_bytes_per_run(&self) -> u64 {
+        let on_cpu = self
+            .client
+            .platform_name()
+            .is_ok_and(|name| name.eq_ignore_ascii_case("cpu"));
+        let Some(memory) = on_cpu.then(|| self.memory_analysis().ok()).flatten() else {
+            return 0;
+        };
+        let per_device =
+            (memory.output_bytes - memory.alias_bytes).max(0) + memory.temp_bytes.max(0);
+        u64::try_from(per_device)
+            .unwrap_or(0)
+            .saturating_mul(self.device_ids.len() as u64)
     }
 
     pub(crate) fn executable(&self) -> Result<Executable<'_>> {
@@ -195,6 +218,11 @@ impl LoadedExecutable {
                 actual: bad.len(),
             });
         }
+        crate::host_memory::ensure_available(self.host_run_bytes, || {
+            format!(
+                "running the program on {num_devices} CPU device(s) (its results and temporaries)"
+            )
+        })?;
         // Some plugins crash when they run on a donated buffer: refuse it here.
         for (device, list) in arguments.iter().enumerate() {
             for (argument, buffer) in list.iter().enumerate() {

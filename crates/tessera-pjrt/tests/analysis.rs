@@ -39,3 +39,36 @@ fn a_matmul_reports_its_flops_and_bytes() {
         other => panic!("zml-cpu's cost analysis: {other:?}"),
     }
 }
+
+/// A program whose result is 4 TiB: on a CPU plugin its results are host memory, and running it
+/// is refused before the plugin allocates them (the kernel would kill the process when the
+/// pages are written), naming what needed the memory.
+const HUGE: &str = r#"
+module @huge attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%a: tensor<f32>) -> tensor<1048576x1048576xf32> {
+    %0 = stablehlo.broadcast_in_dim %a, dims = [] : (tensor<f32>) -> tensor<1048576x1048576xf32>
+    return %0 : tensor<1048576x1048576xf32>
+  }
+}
+"#;
+
+#[test]
+fn a_cpu_program_whose_results_exceed_the_host_memory_is_refused_before_it_runs() {
+    if tessera_ir::interp::memory::available_now().is_none() {
+        return; // no /proc/meminfo: nothing to compare with (not Linux)
+    }
+    let client = Client::open(Some("zml-cpu"), 1).unwrap();
+    let exe = client
+        .compile(HUGE.as_bytes(), &CompileOptions::spmd(&[0]))
+        .unwrap();
+    let one = tessera_pjrt::HostArray::from_slice(&[], &[1f32]).unwrap();
+    let scalar = tessera_pjrt::Buffer::from_host_to(&client, &one, 0).unwrap();
+    match exe.execute(&[vec![&scalar]]) {
+        Err(PjrtError::HostMemory { what, bytes, .. }) => {
+            assert_eq!(bytes, 4 << 40);
+            assert!(what.contains("running the program"), "{what}");
+        }
+        Err(other) => panic!("expected a host memory refusal, got {other}"),
+        Ok(_) => panic!("a 4 TiB result ran"),
+    }
+}

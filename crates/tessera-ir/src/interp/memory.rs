@@ -140,6 +140,15 @@ fn parse_bytes(text: &str) -> Option<u64> {
     digits.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
+/// The memory Linux reports available to new allocations now (`MemAvailable` of
+/// `/proc/meminfo`, read afresh), in bytes; `None` where it is not known.
+pub fn available_now() -> Option<u64> {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .as_deref()
+        .and_then(mem_available)
+}
+
 /// `MemAvailable` of `/proc/meminfo`'s text, in bytes.
 fn mem_available(meminfo: &str) -> Option<u64> {
     let line = meminfo
