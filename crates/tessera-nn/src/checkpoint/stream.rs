@@ -2,6 +2,12 @@
 //! by the `safetensors` crate's own [`Metadata`]) and then each tensor's bytes go to the file as
 //! they are, the CRC-32 of the file computed on the way. No copy of the whole file is made in
 //! memory (a save of a large model otherwise held a second copy of the state while writing it).
+//!
+//! On Linux a file of [`DIRECT_FROM`] bytes or more is written with direct I/O (`O_DIRECT`):
+//! through one reused, aligned staging buffer straight to the disk, not copied into the page
+//! cache by the kernel. That copy was most of a save's processor time (about 1 GB/s on the CI
+//! machine, against 13 GB/s for the staging copy), taken from the training step when the save
+//! runs in the background. A file system that refuses direct I/O gets the ordinary writes.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -77,9 +83,40 @@ impl<W: Write> Write for Checksummed<W> {
     }
 }
 
+/// Files from this size on are written with direct I/O where the system allows it.
+pub const DIRECT_FROM: u64 = 1 << 20;
+
 /// Writes `entries` as one `safetensors` file at `path`, synced, and returns its size and CRC-32.
 pub(super) fn write_file(path: &Path, entries: &[Entry<'_>]) -> Result<FileRecord> {
     let header = header(entries)?;
+    let pieces = pieces(&header, entries);
+    let total: u64 = pieces.iter().map(|p| p.len() as u64).sum();
+    #[cfg(target_os = "linux")]
+    if total >= DIRECT_FROM {
+        match direct::write(path, &pieces, total) {
+            Ok(record) => return Ok(record),
+            // Refused by the file system (tmpfs, some network file systems): written as below.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => return Err(io_error(path, "cannot write", e)),
+        }
+    }
+    write_buffered(path, &pieces)
+}
+
+/// The file's bytes in order: the header's length, the header, each tensor's bytes.
+fn pieces<'a>(header: &'a [u8], entries: &'a [Entry<'_>]) -> Vec<std::borrow::Cow<'a, [u8]>> {
+    let length = (header.len() as u64).to_le_bytes().to_vec();
+    let mut pieces = vec![length.into(), header.into()];
+    pieces.extend(
+        entries
+            .iter()
+            .map(|e| std::borrow::Cow::Borrowed(&*e.bytes)),
+    );
+    pieces
+}
+
+/// Writes `pieces` to `path` through the page cache, synced.
+fn write_buffered(path: &Path, pieces: &[std::borrow::Cow<'_, [u8]>]) -> Result<FileRecord> {
     let file = File::create(path).map_err(|e| io_error(path, "cannot create", e))?;
     let mut out = Checksummed {
         inner: BufWriter::with_capacity(1 << 20, file),
@@ -87,10 +124,8 @@ pub(super) fn write_file(path: &Path, entries: &[Entry<'_>]) -> Result<FileRecor
         bytes: 0,
     };
     let write = |out: &mut Checksummed<BufWriter<File>>| -> std::io::Result<()> {
-        out.write_all(&(header.len() as u64).to_le_bytes())?;
-        out.write_all(&header)?;
-        for entry in entries {
-            out.write_all(&entry.bytes)?;
+        for piece in pieces {
+            out.write_all(piece)?;
         }
         out.flush()
     };
@@ -106,4 +141,129 @@ pub(super) fn write_file(path: &Path, entries: &[Entry<'_>]) -> Result<FileRecor
     file.sync_all()
         .map_err(|e| io_error(path, "cannot sync", e))?;
     Ok(record)
+}
+
+/// Direct I/O on Linux: aligned writes of a staging buffer that bypass the page cache.
+#[cfg(target_os = "linux")]
+mod direct {
+    use std::borrow::Cow;
+    use std::fs::{File, OpenOptions};
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::path::Path;
+
+    use super::FileRecord;
+
+    /// Buffers, file offsets and lengths of direct I/O are multiples of this.
+    const ALIGN: usize = 4096;
+    /// The staging buffer's size.
+    const CHUNK: usize = 8 << 20;
+
+    /// Writes `pieces` (`total` bytes) to `path` with `O_DIRECT`, synced. An `EINVAL` error
+    /// means the file system does not take direct I/O (the caller writes it otherwise).
+    pub(super) fn write(
+        path: &Path,
+        pieces: &[Cow<'_, [u8]>],
+        total: u64,
+    ) -> std::io::Result<FileRecord> {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)?;
+        let mut staging = vec![0u8; CHUNK + ALIGN];
+        let start = staging.as_ptr().align_offset(ALIGN).min(ALIGN);
+        let chunk = &mut staging[start..start + CHUNK];
+        let mut crc = crc32fast::Hasher::new();
+        let mut filled = 0;
+        for piece in pieces {
+            let mut rest: &[u8] = piece;
+            while !rest.is_empty() {
+                let n = rest.len().min(CHUNK - filled);
+                chunk[filled..filled + n].copy_from_slice(&rest[..n]);
+                (filled, rest) = (filled + n, &rest[n..]);
+                if filled == CHUNK {
+                    flush(&mut file, chunk, CHUNK, &mut crc)?;
+                    filled = 0;
+                }
+            }
+        }
+        // The last chunk goes out padded to the alignment, then the file is cut to its size.
+        let padded = filled.next_multiple_of(ALIGN);
+        chunk[filled..padded].fill(0);
+        crc.update(&chunk[..filled]);
+        file.write_all(&chunk[..padded])?;
+        file.set_len(total)?;
+        file.sync_all()?;
+        Ok(FileRecord {
+            bytes: total,
+            crc32: crc.finalize(),
+        })
+    }
+
+    fn flush(
+        file: &mut File,
+        chunk: &[u8],
+        len: usize,
+        crc: &mut crc32fast::Hasher,
+    ) -> std::io::Result<()> {
+        crc.update(&chunk[..len]);
+        file.write_all(&chunk[..len])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use super::*;
+
+    /// Files below, at and across the direct-I/O chunk sizes read back as `safetensors` with
+    /// every byte in place, and their records give the file's size and CRC-32.
+    #[test]
+    fn files_of_any_size_read_back_whole_with_their_checksum() {
+        let dir = std::env::temp_dir().join(format!("tessera-stream-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for elements in [3_usize, 262_147, 4_194_309] {
+            let values: Vec<u8> = (0..elements * 4).map(|i| (i * 7 % 251) as u8).collect();
+            let small = [1u8, 2, 3, 4, 5, 6, 7, 8];
+            let entries = [
+                Entry {
+                    key: "a".into(),
+                    dtype: safetensors::Dtype::F32,
+                    shape: vec![elements],
+                    bytes: values.as_slice().into(),
+                },
+                Entry {
+                    key: "b@1,0".into(),
+                    dtype: safetensors::Dtype::I32,
+                    shape: vec![2, 1],
+                    bytes: small.as_slice().into(),
+                },
+            ];
+            let path = dir.join(format!("{elements}.safetensors"));
+            let record = write_file(&path, &entries).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            assert_eq!(record.bytes, bytes.len() as u64);
+            assert_eq!(record.crc32, crc32fast::hash(&bytes));
+            let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+            assert_eq!(file.tensor("a").unwrap().data(), values.as_slice());
+            assert_eq!(file.tensor("b@1,0").unwrap().data(), small.as_slice());
+            assert_eq!(file.tensor("b@1,0").unwrap().shape(), [2, 1]);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bytes_that_do_not_fit_the_shape_are_refused() {
+        let entries = [Entry {
+            key: "a".into(),
+            dtype: safetensors::Dtype::F32,
+            shape: vec![3],
+            bytes: [0u8; 8].as_slice().into(),
+        }];
+        let err = write_file(Path::new("/nonexistent/x"), &entries).unwrap_err();
+        assert!(err.to_string().contains("tensor `a`: 8 bytes"), "{err}");
+    }
 }
