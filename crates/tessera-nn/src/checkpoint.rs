@@ -15,11 +15,12 @@
 
 mod index;
 mod lock;
+mod ranged;
 mod reader;
 mod stream;
 pub mod writer;
 
-pub use index::{BlockRecord, FileRecord, Index, TensorRecord};
+pub use index::{BlockRecord, FileRecord, Index, Stored, TensorRecord};
 pub use lock::DirLock;
 pub use writer::{Part, Piece, commit, partial_folder, prepare, write_part};
 

@@ -343,3 +343,72 @@ fn a_process_reads_only_the_tensors_it_asks_for() {
     assert!(err.contains("`w`") && err.contains("[3, 2]"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A process reads only the blocks of the tensors it asks for, not every file holding one of
+/// them whole: damage in another tensor's bytes of the same file goes unread, and is refused,
+/// naming the block, when that tensor is read. A manifest from before blocks recorded where
+/// they lie is read file by file.
+#[test]
+fn only_the_blocks_asked_for_are_read_and_checked() {
+    use tessera_nn::checkpoint::{Part, Piece, commit, load_where, prepare, write_part};
+    let dir = scratch("blocks");
+    let w = Array::new(DType::F32, &[2, 3], (0..6).map(f64::from).collect()).unwrap();
+    let b = Array::new(DType::F32, &[3], vec![1.0, 2.0, 3.0]).unwrap();
+    prepare(&dir).unwrap();
+    let pieces = [
+        Piece::whole(Part::Params, "w", w.clone()),
+        Piece::whole(Part::Params, "b", b.clone()),
+    ];
+    let folder = commit(
+        &dir,
+        &manifest(4),
+        write_part(&dir, 4, 0, 1, &pieces).unwrap(),
+    )
+    .unwrap();
+    let manifest_path = folder.join("manifest.json");
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    let stored = &m["tensors"]["params/w"]["blocks"][0]["stored"];
+    let offset = stored["offset"].as_u64().unwrap() as usize;
+    // Damage the first byte of `w`'s block.
+    let file = folder.join("params.safetensors");
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[offset] ^= 0x01;
+    std::fs::write(&file, &bytes).unwrap();
+    let avals = Tree::node([("b", Tree::Leaf(b.aval())), ("w", Tree::Leaf(w.aval()))]);
+    let empty = Tree::Node(Vec::new());
+    let only_b = load_where(&folder, &avals, &empty, &|_, path| path == "b").unwrap();
+    assert_eq!(
+        only_b.params.leaf("b").unwrap().as_ref().unwrap().to_vec(),
+        b.to_vec()
+    );
+    let err = load(&folder, &avals, &empty).unwrap_err().to_string();
+    assert!(
+        err.contains("params.safetensors")
+            && err.contains("`params/w`")
+            && err.contains("block `w`")
+            && err.contains("CRC-32"),
+        "{err}"
+    );
+    // Without the blocks' places (an older manifest), the whole file is checked.
+    let mut old = m.clone();
+    for t in ["params/w", "params/b"] {
+        old["tensors"][t]["blocks"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("stored");
+    }
+    std::fs::write(&manifest_path, old.to_string()).unwrap();
+    let err = load_where(&folder, &avals, &empty, &|_, path| path == "b")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("CRC-32") && err.contains("`params/b`"),
+        "{err}"
+    );
+    bytes[offset] ^= 0x01;
+    std::fs::write(&file, &bytes).unwrap();
+    let back = load(&folder, &avals, &empty).unwrap();
+    assert_eq!(back.params.leaf("w").unwrap().to_vec(), w.to_vec());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -24,6 +24,20 @@ pub struct BlockRecord {
     pub start: Vec<i64>,
     /// The block's size in each dimension.
     pub shape: Vec<i64>,
+    /// Where its bytes begin in the file, and their CRC-32: a reader reads and checks only the
+    /// blocks it needs. Absent in checkpoints written before 2026-11-27, which are read and
+    /// checked file by file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored: Option<Stored>,
+}
+
+/// Where a block's bytes lie in its file, and their checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stored {
+    /// The offset of its first byte.
+    pub offset: u64,
+    /// The CRC-32 of its bytes.
+    pub crc32: u32,
 }
 
 /// One tensor of a checkpoint.
@@ -228,6 +242,7 @@ mod tests {
 
     fn block(start: &[i64], shape: &[i64]) -> BlockRecord {
         BlockRecord {
+            stored: None,
             file: "f".into(),
             key: "k".into(),
             start: start.to_vec(),

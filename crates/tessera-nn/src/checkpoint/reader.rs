@@ -10,6 +10,7 @@ use safetensors::SafeTensors;
 use tessera_ir::{Array, ShapedArray};
 
 use super::index::{BlockRecord, Index, TensorRecord, copy_block};
+use super::ranged;
 use super::writer::Part;
 use super::{array_from_bytes, io_error, st_dtype};
 use crate::error::{NnError, Result};
@@ -74,8 +75,23 @@ impl<'a> Files<'a> {
         Ok(bytes)
     }
 
-    /// The block's bytes, checked against its record's dtype and shape.
+    /// The block's bytes, checked against its record's dtype and shape: read alone where the
+    /// manifest says where it lies, else from its whole file.
     fn block(&mut self, name: &str, tensor: &TensorRecord, block: &BlockRecord) -> Result<Vec<u8>> {
+        match block.stored {
+            Some(stored) => {
+                ranged::read_block(self.folder, self.index, name, tensor, block, stored)
+            }
+            None => self.block_of_whole_file(name, tensor, block),
+        }
+    }
+
+    fn block_of_whole_file(
+        &mut self,
+        name: &str,
+        tensor: &TensorRecord,
+        block: &BlockRecord,
+    ) -> Result<Vec<u8>> {
         let path = self.folder.join(&block.file);
         let bytes = self.bytes(&block.file, name)?;
         let file = SafeTensors::deserialize(bytes).map_err(|e| {

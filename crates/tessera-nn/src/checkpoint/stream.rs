@@ -9,6 +9,7 @@
 //! machine, against 13 GB/s for the staging copy), taken from the training step when the save
 //! runs in the background. A file system that refuses direct I/O gets the ordinary writes.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -24,7 +25,7 @@ pub(super) struct Entry<'a> {
     pub key: String,
     pub dtype: safetensors::Dtype,
     pub shape: Vec<usize>,
-    pub bytes: std::borrow::Cow<'a, [u8]>,
+    pub bytes: Cow<'a, [u8]>,
 }
 
 /// The header's length is padded with spaces to a multiple of this (the format's alignment).
@@ -62,97 +63,103 @@ fn header(entries: &[Entry<'_>]) -> Result<Vec<u8>> {
     Ok(text)
 }
 
-/// A writer that counts and checksums what passes through it.
-struct Checksummed<W> {
-    inner: W,
-    crc: crc32fast::Hasher,
-    bytes: u64,
+/// What [`write_file`] wrote: the file's size and CRC-32, and each entry's place in it.
+#[derive(Debug)]
+pub(super) struct Written {
+    /// The file's size and CRC-32.
+    pub file: FileRecord,
+    /// Per entry, in order: the offset of its first byte in the file and its bytes' CRC-32.
+    pub entries: Vec<(u64, u32)>,
 }
 
-impl<W: Write> Write for Checksummed<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        let written = buf.get(..n).unwrap_or(buf);
-        self.crc.update(written);
-        self.bytes += n as u64;
-        Ok(n)
+/// Per piece, a CRC-32 of its bytes, updated as they are written.
+struct Checksums(Vec<crc32fast::Hasher>);
+
+impl Checksums {
+    fn new(pieces: usize) -> Checksums {
+        Checksums(vec![crc32fast::Hasher::new(); pieces])
     }
 
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
+    fn update(&mut self, piece: usize, bytes: &[u8]) {
+        if let Some(h) = self.0.get_mut(piece) {
+            h.update(bytes);
+        }
+    }
+
+    /// The file's record and each entry's (the pieces after the two of the header).
+    fn written(self, pieces: &[Cow<'_, [u8]>]) -> Written {
+        let mut whole = crc32fast::Hasher::new();
+        let mut entries = Vec::with_capacity(pieces.len().saturating_sub(2));
+        let mut offset = 0_u64;
+        for (i, (hasher, piece)) in self.0.into_iter().zip(pieces).enumerate() {
+            whole.combine(&hasher);
+            if i >= 2 {
+                entries.push((offset, hasher.finalize()));
+            }
+            offset += piece.len() as u64;
+        }
+        Written {
+            file: FileRecord {
+                bytes: offset,
+                crc32: whole.finalize(),
+            },
+            entries,
+        }
     }
 }
 
 /// Files from this size on are written with direct I/O where the system allows it.
 pub const DIRECT_FROM: u64 = 1 << 20;
 
-/// Writes `entries` as one `safetensors` file at `path`, synced, and returns its size and CRC-32.
-pub(super) fn write_file(path: &Path, entries: &[Entry<'_>]) -> Result<FileRecord> {
+/// Writes `entries` as one `safetensors` file at `path`, synced, and returns where each entry
+/// lies in it and the file's and every entry's CRC-32.
+pub(super) fn write_file(path: &Path, entries: &[Entry<'_>]) -> Result<Written> {
     let header = header(entries)?;
     let pieces = pieces(&header, entries);
     let total: u64 = pieces.iter().map(|p| p.len() as u64).sum();
     #[cfg(target_os = "linux")]
     if total >= DIRECT_FROM {
         match direct::write(path, &pieces, total) {
-            Ok(record) => return Ok(record),
+            Ok(sums) => return Ok(sums.written(&pieces)),
             // Refused by the file system (tmpfs, some network file systems): written as below.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
             Err(e) => return Err(io_error(path, "cannot write", e)),
         }
     }
-    write_buffered(path, &pieces)
+    let sums = write_buffered(&pieces, path).map_err(|e| io_error(path, "cannot write", e))?;
+    Ok(sums.written(&pieces))
 }
 
 /// The file's bytes in order: the header's length, the header, each tensor's bytes.
-fn pieces<'a>(header: &'a [u8], entries: &'a [Entry<'_>]) -> Vec<std::borrow::Cow<'a, [u8]>> {
+fn pieces<'a>(header: &'a [u8], entries: &'a [Entry<'_>]) -> Vec<Cow<'a, [u8]>> {
     let length = (header.len() as u64).to_le_bytes().to_vec();
     let mut pieces = vec![length.into(), header.into()];
-    pieces.extend(
-        entries
-            .iter()
-            .map(|e| std::borrow::Cow::Borrowed(&*e.bytes)),
-    );
+    pieces.extend(entries.iter().map(|e| Cow::Borrowed(&*e.bytes)));
     pieces
 }
 
 /// Writes `pieces` to `path` through the page cache, synced.
-fn write_buffered(path: &Path, pieces: &[std::borrow::Cow<'_, [u8]>]) -> Result<FileRecord> {
-    let file = File::create(path).map_err(|e| io_error(path, "cannot create", e))?;
-    let mut out = Checksummed {
-        inner: BufWriter::with_capacity(1 << 20, file),
-        crc: crc32fast::Hasher::new(),
-        bytes: 0,
-    };
-    let write = |out: &mut Checksummed<BufWriter<File>>| -> std::io::Result<()> {
-        for piece in pieces {
-            out.write_all(piece)?;
-        }
-        out.flush()
-    };
-    write(&mut out).map_err(|e| io_error(path, "cannot write", e))?;
-    let record = FileRecord {
-        bytes: out.bytes,
-        crc32: out.crc.clone().finalize(),
-    };
-    let file = out
-        .inner
-        .into_inner()
-        .map_err(|e| io_error(path, "cannot write", e.into_error()))?;
-    file.sync_all()
-        .map_err(|e| io_error(path, "cannot sync", e))?;
-    Ok(record)
+fn write_buffered(pieces: &[Cow<'_, [u8]>], path: &Path) -> std::io::Result<Checksums> {
+    let mut out = BufWriter::with_capacity(1 << 20, File::create(path)?);
+    let mut sums = Checksums::new(pieces.len());
+    for (i, piece) in pieces.iter().enumerate() {
+        sums.update(i, piece);
+        out.write_all(piece)?;
+    }
+    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    Ok(sums)
 }
 
 /// Direct I/O on Linux: aligned writes of a staging buffer that bypass the page cache.
 #[cfg(target_os = "linux")]
 mod direct {
     use std::borrow::Cow;
-    use std::fs::{File, OpenOptions};
+    use std::fs::OpenOptions;
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     use std::path::Path;
 
-    use super::FileRecord;
+    use super::Checksums;
 
     /// Buffers, file offsets and lengths of direct I/O are multiples of this.
     const ALIGN: usize = 4096;
@@ -165,7 +172,7 @@ mod direct {
         path: &Path,
         pieces: &[Cow<'_, [u8]>],
         total: u64,
-    ) -> std::io::Result<FileRecord> {
+    ) -> std::io::Result<Checksums> {
         let mut file = OpenOptions::new()
             .write(true)
             .create(true)
@@ -175,16 +182,17 @@ mod direct {
         let mut staging = vec![0u8; CHUNK + ALIGN];
         let start = staging.as_ptr().align_offset(ALIGN).min(ALIGN);
         let chunk = &mut staging[start..start + CHUNK];
-        let mut crc = crc32fast::Hasher::new();
+        let mut sums = Checksums::new(pieces.len());
         let mut filled = 0;
-        for piece in pieces {
+        for (i, piece) in pieces.iter().enumerate() {
             let mut rest: &[u8] = piece;
             while !rest.is_empty() {
                 let n = rest.len().min(CHUNK - filled);
+                sums.update(i, &rest[..n]);
                 chunk[filled..filled + n].copy_from_slice(&rest[..n]);
                 (filled, rest) = (filled + n, &rest[n..]);
                 if filled == CHUNK {
-                    flush(&mut file, chunk, CHUNK, &mut crc)?;
+                    file.write_all(chunk)?;
                     filled = 0;
                 }
             }
@@ -192,24 +200,10 @@ mod direct {
         // The last chunk goes out padded to the alignment, then the file is cut to its size.
         let padded = filled.next_multiple_of(ALIGN);
         chunk[filled..padded].fill(0);
-        crc.update(&chunk[..filled]);
         file.write_all(&chunk[..padded])?;
         file.set_len(total)?;
         file.sync_all()?;
-        Ok(FileRecord {
-            bytes: total,
-            crc32: crc.finalize(),
-        })
-    }
-
-    fn flush(
-        file: &mut File,
-        chunk: &[u8],
-        len: usize,
-        crc: &mut crc32fast::Hasher,
-    ) -> std::io::Result<()> {
-        crc.update(&chunk[..len]);
-        file.write_all(&chunk[..len])
+        Ok(sums)
     }
 }
 
@@ -243,10 +237,16 @@ mod tests {
                 },
             ];
             let path = dir.join(format!("{elements}.safetensors"));
-            let record = write_file(&path, &entries).unwrap();
+            let written = write_file(&path, &entries).unwrap();
             let bytes = std::fs::read(&path).unwrap();
-            assert_eq!(record.bytes, bytes.len() as u64);
-            assert_eq!(record.crc32, crc32fast::hash(&bytes));
+            assert_eq!(written.file.bytes, bytes.len() as u64);
+            assert_eq!(written.file.crc32, crc32fast::hash(&bytes));
+            for ((offset, crc), entry) in written.entries.iter().zip(&entries) {
+                let at = *offset as usize;
+                let stored = &bytes[at..at + entry.bytes.len()];
+                assert_eq!(stored, &*entry.bytes);
+                assert_eq!(*crc, crc32fast::hash(stored));
+            }
             let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
             assert_eq!(file.tensor("a").unwrap().data(), values.as_slice());
             assert_eq!(file.tensor("b@1,0").unwrap().data(), small.as_slice());

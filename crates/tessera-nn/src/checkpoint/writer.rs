@@ -140,14 +140,15 @@ pub fn write_part(
         if mine.is_empty() && writers > 1 {
             continue;
         }
-        let record = stream::write_file(&partial.join(&file), &entries(&mine)?)?;
-        index.files.insert(file.clone(), record);
-        for piece in mine {
+        let written = stream::write_file(&partial.join(&file), &entries(&mine)?)?;
+        index.files.insert(file.clone(), written.file);
+        for (piece, &(offset, crc32)) in mine.into_iter().zip(&written.entries) {
             let block = BlockRecord {
                 file: file.clone(),
                 key: piece.key(),
                 start: piece.start.clone(),
                 shape: piece.data.shape().to_vec(),
+                stored: Some(super::index::Stored { offset, crc32 }),
             };
             let name = format!("{}/{}", part.name(), piece.path);
             let dtype = st_dtype(piece.data.dtype())?;
