@@ -93,6 +93,9 @@ pub(super) fn whole_body(
     let call = &body.eqns[at];
     let (primal, argnums) = read_call(call)?;
     let values = primal.jaxpr.outvars.len();
+    if call.outputs.len() < values || body.outvars.len() != p.ops.len() {
+        return Ok(None); // malformed: `read_body` and `check_ops` name it
+    }
     // Each call result's first position among the body's results; the rest are metrics.
     let mut claimed: Vec<Option<usize>> = vec![None; call.outputs.len()];
     let mut metrics = Vec::new();
@@ -159,7 +162,7 @@ pub(super) fn whole_body(
         .copied()
         .collect();
     let ops: Vec<ReduceOp> = order.iter().map(|&i| p.ops[i]).collect();
-    let params = treduce_params(
+    let mut params = treduce_params(
         new_body,
         p.axis,
         p.length,
@@ -167,11 +170,17 @@ pub(super) fn whole_body(
         &ops,
         &p.schedule,
     );
-    let mut params = params;
     for (name, value) in eqn.params.entries() {
         if params.get(name).is_none() {
             params = params.with(name, value.clone());
         }
+    }
+    if eqn.outputs.len() != order.len() {
+        return Err(config(format!(
+            "the treduce has {} results for its body's {}",
+            eqn.outputs.len(),
+            order.len()
+        )));
     }
     let mut rewritten = step.clone();
     rewritten.jaxpr.eqns[index] = Eqn {
