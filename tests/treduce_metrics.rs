@@ -376,3 +376,24 @@ fn a_body_dropping_a_gradient_of_its_call_is_refused_naming_it() {
         "{err}"
     );
 }
+
+#[test]
+fn code_reading_the_call_that_no_result_needs_is_dropped() {
+    let (stages, mbs, rows) = (2, 4, 4);
+    let loss = loss(stages, rows);
+    let program = trace(&step_avals(stages, mbs, rows), |a| {
+        let xs = [&a[stages + 1], &a[stages + 2]];
+        let outs = treduce(&[&a[0], &a[1]], &xs, 0, "1f1b", &[], |w, mb| {
+            let outs = value_and_grad_call(&loss, &[1, 2], &[&mb[0], &w[0], &w[1], &mb[1]]);
+            let _unused = &outs[0] * &outs[1].sum(&[0, 1]);
+            outs
+        });
+        vec![
+            &a[0] - &(&a[stages] * &outs[1]),
+            &a[1] - &(&a[stages] * &outs[2]),
+            outs[0].clone(),
+        ]
+    })
+    .unwrap();
+    assert!(!check(&program, stages, stages, mbs, rows, Fusion::Never));
+}

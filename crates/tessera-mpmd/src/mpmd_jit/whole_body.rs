@@ -110,7 +110,14 @@ pub(super) fn whole_body(
         }
     }
     let in_order = claimed.iter().enumerate().all(|(k, c)| *c == Some(k));
-    if metrics.is_empty() && in_order {
+    // Code reading the call's results that no body result needs is dropped by the rewrite.
+    let read_by_others = body.eqns.iter().enumerate().any(|(i, e)| {
+        i != at
+            && e.inputs
+                .iter()
+                .any(|x| matches!(x, Atom::Var(v) if call.outputs.contains(v)))
+    });
+    if metrics.is_empty() && in_order && !read_by_others {
         return Ok(None);
     }
     let claimed: Vec<usize> = claimed
