@@ -51,8 +51,9 @@ fn step_avals(stages: usize, mbs: i64, rows: i64) -> Vec<ShapedArray> {
 
 /// The body's metrics beside the call: the squared loss (from the call's loss), the targets'
 /// sum (the micro-batch alone), the count of positive targets (an `i32`), the loss again
-/// (combined by Max) and, with `weight_norm`, the first weight's squared norm (a parameter).
-fn metrics(loss: &Tensor, y: &Tensor, w0: &Tensor, weight_norm: bool) -> Vec<Tensor> {
+/// (combined by Max) and, with `weight_norm`, the first and last weights' squared norms
+/// (parameters of the first and last stages).
+fn metrics(loss: &Tensor, y: &Tensor, w: &[Tensor], weight_norm: bool) -> Vec<Tensor> {
     let positives = y.ge(&y.full_like_scalar(0.0)).astype(DType::I32);
     let mut out = vec![
         loss * loss,
@@ -61,7 +62,9 @@ fn metrics(loss: &Tensor, y: &Tensor, w0: &Tensor, weight_norm: bool) -> Vec<Ten
         loss.clone(),
     ];
     if weight_norm {
-        out.push(w0.integer_pow(2).sum(&[0, 1]));
+        for weight in [&w[0], &w[w.len() - 1]] {
+            out.push(weight.integer_pow(2).sum(&[0, 1]));
+        }
     }
     out
 }
@@ -85,14 +88,14 @@ fn step(
     ops.extend((0..stages).map(|_| ReduceOp::Add));
     ops.extend([ReduceOp::Add, ReduceOp::Add, ReduceOp::Max]);
     if weight_norm {
-        ops.push(ReduceOp::Add);
+        ops.extend([ReduceOp::Add, ReduceOp::Max]);
     }
     let body = |w: &[Tensor], x: &Tensor, y: &Tensor| {
         let mut args = vec![x];
         args.extend(w.iter());
         args.push(y);
         let outs = value_and_grad_call(&loss, &argnums, &args);
-        let mut m = metrics(&outs[0], y, &w[0], weight_norm);
+        let mut m = metrics(&outs[0], y, w, weight_norm);
         let mut results = vec![m.remove(0)];
         results.extend(outs);
         results.extend(m);
@@ -198,10 +201,18 @@ fn metrics_of_values_the_body_computes_train_pipelined() {
 }
 
 #[test]
-fn a_metric_of_a_parameter_trains_pipelined() {
-    let (stages, mbs, rows) = (2, 4, 4);
-    let program = step(stages, mbs, rows, "1f1b", ReduceOp::Add, false, true);
-    assert!(!check(&program, stages, stages, mbs, rows, Fusion::Never));
+fn metrics_of_parameters_train_pipelined_and_leave_each_parameter_on_its_stage() {
+    let (mbs, rows) = (4, 4);
+    for (stages, schedule) in [(2, "1f1b"), (4, "gpipe")] {
+        let program = step(stages, mbs, rows, schedule, ReduceOp::Add, false, true);
+        assert!(!check(&program, stages, stages, mbs, rows, Fusion::Never));
+        // Each weight's norm is computed where the weight lives: no weight is tied.
+        let client = Client::cpu(8).unwrap();
+        let jit = mpmd_jit(&client, &mesh(stages), &program).unwrap();
+        for s in 0..stages {
+            assert_eq!(jit.pipeline().groups_of_param(s), vec![s], "weight {s}");
+        }
+    }
 }
 
 #[test]

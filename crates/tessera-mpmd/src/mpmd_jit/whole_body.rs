@@ -8,7 +8,9 @@
 //! into the call's loss program, whose auxiliary results it becomes (forward only, never
 //! differentiated), and the body returns the call's results `(loss, aux..., metrics...,
 //! grads...)`, the loop's results and reductions permuted alike. The loss program then places
-//! each metric on a stage holding its inputs (one reading the loss on the last stage), computes
+//! each metric on a stage holding its inputs (one reading the loss on the last stage, one of
+//! parameters on their stage: the metric code reads each parameter through a marker into the
+//! stage reading it, so no stage holds a copy; one of the micro-batch alone on the last), computes
 //! it per micro-batch in that stage's forward task, and the loop combines it over the
 //! micro-batches by its own reduction, pipelined or fused into one program alike. Values the
 //! metrics read that the call does not take (e.g. the micro-batch's targets sliced in the body)
@@ -128,7 +130,13 @@ pub(super) fn whole_body(
     let after = after_call(body, at, values, &metrics)?;
     let extras = extra_inputs(body, call, &after, &metrics);
     let metric_atoms: Vec<Atom> = metrics.iter().map(|&i| body.outvars[i].clone()).collect();
-    let loss = metric_loss(body, call, &primal, &after, &extras, &metric_atoms)?;
+    let metric_code = MetricCode {
+        after: &after,
+        extras: &extras,
+        metrics: &metric_atoms,
+        argnums: &argnums,
+    };
+    let loss = metric_loss(body, call, &primal, &metric_code)?;
     // The body keeps the code computing the call's arguments, old and new.
     let extra_atoms: Vec<Atom> = extras.iter().map(|&v| Atom::Var(v)).collect();
     let keep = needed_by(body, call.inputs.iter().chain(&extra_atoms));
@@ -346,37 +354,91 @@ fn extra_inputs(body: &Jaxpr, call: &Eqn, after: &[usize], metrics: &[usize]) ->
     extras
 }
 
+/// The metric code of a body: what [`metric_loss`] adds to the call's loss program.
+struct MetricCode<'a> {
+    /// The body's equations computing the metrics, in body order.
+    after: &'a [usize],
+    /// The body values they read that the call does not take.
+    extras: &'a [Var],
+    /// The metrics.
+    metrics: &'a [Atom],
+    /// The call's differentiated arguments.
+    argnums: &'a [usize],
+}
+
 /// The call's loss program with the metrics as more auxiliary results: arguments the call's,
-/// then `extras`; results the loss, its auxiliary results, then `metrics`.
+/// then `extras`; results the loss, its auxiliary results, then `metrics`. The metric code
+/// reads each parameter through a marker into the (first) stage reading it in the loss, so a
+/// metric of parameters runs where they live (by default code reading only arguments would
+/// run on the last stage, which would then hold a copy of the parameter, tied).
 fn metric_loss(
     body: &Jaxpr,
     call: &Eqn,
     primal: &ClosedJaxpr,
-    after: &[usize],
-    extras: &[Var],
-    metrics: &[Atom],
+    code: &MetricCode<'_>,
 ) -> Result<ClosedJaxpr, DriverError> {
     let mut avals = primal.jaxpr.in_avals();
-    avals.extend(extras.iter().map(|&v| body.aval(v).clone()));
+    avals.extend(code.extras.iter().map(|&v| body.aval(v).clone()));
     let n = primal.jaxpr.invars.len();
+    let stages = param_stages(primal, code.argnums);
+    let read: HashSet<Var> = code
+        .after
+        .iter()
+        .flat_map(|&i| body.eqns[i].inputs.iter())
+        .chain(code.metrics)
+        .filter_map(|a| match a {
+            Atom::Var(v) => Some(*v),
+            Atom::Lit(_) => None,
+        })
+        .collect();
     trace(&avals, |args| {
         let Some(anchor) = args.first().cloned() else {
             return Vec::new();
         };
         let mut outs = call_closed(primal, &args[..n].iter().collect::<Vec<_>>());
         let mut env: HashMap<Var, Tensor> = HashMap::new();
-        for (a, arg) in call.inputs.iter().zip(args) {
-            if let Atom::Var(v) = a {
-                env.entry(*v).or_insert_with(|| arg.clone());
+        for (j, (a, arg)) in call.inputs.iter().zip(args).enumerate() {
+            if let Atom::Var(v) = a
+                && read.contains(v)
+                && !env.contains_key(v)
+            {
+                let value = match stages.get(&j) {
+                    Some(&s) => arg.enter_stage(s as i64),
+                    None => arg.clone(),
+                };
+                env.insert(*v, value);
             }
         }
-        env.extend(extras.iter().copied().zip(args[n..].iter().cloned()));
+        env.extend(code.extras.iter().copied().zip(args[n..].iter().cloned()));
         env.extend(call.outputs.iter().copied().zip(outs.iter().cloned()));
-        for &i in after {
+        for &i in code.after {
             replay_into(&mut env, body, &body.eqns[i], &anchor);
         }
-        outs.extend(metrics.iter().map(|a| replay_atom(&env, &anchor, a)));
+        outs.extend(code.metrics.iter().map(|a| replay_atom(&env, &anchor, a)));
         outs
     })
     .map_err(|e| config(format!("the loss with the treduce body's metrics: {e}")))
+}
+
+/// For each differentiated argument of a loss split into several stages, the first stage
+/// reading it (none when the loss does not split: the partitioner then names the problem).
+fn param_stages(primal: &ClosedJaxpr, argnums: &[usize]) -> HashMap<usize, usize> {
+    let flat = tessera_ir::passes::inline_calls(primal);
+    let Ok(split) = tessera_ir::passes::split_stages(&flat) else {
+        return HashMap::new();
+    };
+    if split.stages.len() < 2 {
+        return HashMap::new();
+    }
+    let mut stages = HashMap::new();
+    for (s, stage) in split.stages.iter().enumerate() {
+        for input in &stage.inputs {
+            if let tessera_ir::passes::StageInput::Arg(k) = input
+                && argnums.contains(k)
+            {
+                stages.entry(*k).or_insert(s);
+            }
+        }
+    }
+    stages
 }
