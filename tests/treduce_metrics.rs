@@ -218,7 +218,7 @@ fn metrics_of_parameters_train_pipelined_and_leave_each_parameter_on_its_stage()
 #[test]
 fn metrics_beside_the_call_on_one_group_run_as_one_program_and_as_tasks() {
     let (stages, mbs, rows) = (2, 4, 2);
-    for indexed in [false, true] {
+    for (indexed, weight_norm) in [(false, false), (true, false), (false, true)] {
         let program = step(
             stages,
             mbs,
@@ -226,7 +226,7 @@ fn metrics_beside_the_call_on_one_group_run_as_one_program_and_as_tasks() {
             "interleaved-1f1b",
             ReduceOp::Concat(0),
             indexed,
-            false,
+            weight_norm,
         );
         assert!(check(&program, stages, 1, mbs, rows, Fusion::Auto));
         assert!(!check(&program, stages, 1, mbs, rows, Fusion::Never));
