@@ -57,6 +57,9 @@ pub enum DriverError {
     /// A step argument's spec cannot lay it out on its group.
     #[error(transparent)]
     Spec(#[from] crate::specs::SpecError),
+    /// A `treduce` body's results beside its `value_and_grad_call` cannot run per micro-batch.
+    #[error(transparent)]
+    LoopBody(#[from] crate::mpmd_jit::LoopBodyError),
 }
 
 impl From<tessera_pjrt::PjrtError> for DriverError {

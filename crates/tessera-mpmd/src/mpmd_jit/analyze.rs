@@ -153,9 +153,9 @@ pub(super) fn read_body(
             .zip(&call.outputs)
             .any(|(a, v)| *a != Atom::Var(*v))
     {
+        // `whole_body` has put the body's metrics into the call's loss program already.
         return Err(config(
-            "the treduce body's results must be its value_and_grad_call's results, in order; \
-             compute metrics inside the loss and return them as auxiliary results",
+            "the treduce body's results must be its value_and_grad_call's results, in order",
         ));
     }
     let (primal, call_argnums) = read_call(call)?;
@@ -203,7 +203,7 @@ fn forward_body(p: &TreduceParams<'_>, operands: &[Operand]) -> Result<LoopBody,
     })
 }
 
-fn is_value_and_grad(eqn: &Eqn) -> bool {
+pub(super) fn is_value_and_grad(eqn: &Eqn) -> bool {
     eqn.prim == Prim::Jit
         && matches!(eqn.params.get("name"), Some(ParamValue::Name(n)) if n == "value_and_grad")
 }

@@ -21,8 +21,11 @@
 //! `treduce_i`'s body slicing the batch by the micro-batch index), whose results are the loop's
 //! results: the loss, combined by `Concat(0)`, `Add` or `Max`; the loss program's auxiliary
 //! results (per-micro-batch metrics, [`tessera_ir::trace::value_and_grad_with_aux_call`]),
-//! combined by `Concat(a)`, `Add` or `Max`; the gradients, combined by `Add`. The differentiated
-//! arguments are loop invariants that are step arguments, read only by the call. The loop's
+//! combined by `Concat(a)`, `Add` or `Max`; the gradients, combined by `Add`; and, in any order
+//! among them, metrics the body computes beside the call from its loss and auxiliary results,
+//! the micro-batch and the parameters, combined by their own reduction (`whole_body.rs` moves
+//! them into the loss program as more auxiliary results). The differentiated arguments are
+//! loop invariants that are step arguments, read only by the call and the metrics. The loop's
 //! other operands are step arguments (on the host, or on the groups' devices: micro-batches
 //! are then sliced there, `data.rs`) or computed by the step's code before the loop, which runs
 //! on the host interpreter.
@@ -40,6 +43,7 @@ mod pieces;
 mod shardings;
 mod tied;
 mod update;
+mod whole_body;
 
 use std::collections::HashMap;
 
@@ -60,6 +64,7 @@ pub use options::{Fusion, MpmdJitOptions};
 use pieces::{LoopResults, PieceLayout, compile_piece, input_spec};
 use shardings::{StepShape, StepSpecs};
 use update::{Piece, Place};
+pub use whole_body::LoopBodyError;
 
 /// A compiled step.
 pub struct MpmdJit {
@@ -147,9 +152,12 @@ impl MpmdJit {
         options: &MpmdJitOptions,
     ) -> Result<Self, DriverError> {
         tessera_ir::verify(step).map_err(|e| config(e.to_string()))?;
-        let jaxpr = &step.jaxpr;
         let found = find_loop(step)?;
         let index = found.index;
+        // A body computing metrics beside its call runs them in the call's loss program.
+        let whole = whole_body::whole_body(step, index)?;
+        let step = whole.as_ref().unwrap_or(step);
+        let jaxpr = &step.jaxpr;
         let p =
             TreduceParams::read(&jaxpr.eqns[index].params).map_err(|e| config(e.to_string()))?;
         let body = read_body(&p, &found.operands)?;
