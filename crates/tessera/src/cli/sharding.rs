@@ -51,11 +51,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// A comma-separated list of integers; an empty (or blank) text is the empty list (a scalar's
+/// shape), but an empty entry inside a list (`8,,8`) is refused rather than dropped.
 fn int_list(text: &str, what: &str) -> anyhow::Result<Vec<i64>> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
     text.split(',')
         .map(str::trim)
-        .filter(|s| !s.is_empty())
         .map(|s| {
+            if s.is_empty() {
+                anyhow::bail!(
+                    "{what} {text:?} has an empty entry; give integers separated by single commas"
+                );
+            }
             s.parse::<i64>()
                 .with_context(|| format!("{what}: '{s}' is not an integer"))
         })
