@@ -137,6 +137,17 @@ pub fn stage_layers(args: &Args, choice: &ModelChoice) -> anyhow::Result<Vec<usi
     };
     if counts.len() != stages {
         let refit = StagePlan::even(stages, layers).map(|p| p.counts(layers));
+        if counts.is_empty() {
+            // `stage_layers = []` in a config file: no stage count to suggest from it.
+            bail!(
+                "{source} is empty: give one layer count per stage ({stages} for --stages \
+                 {stages}){}",
+                match refit {
+                    Ok(refit) => format!(", e.g. {}", join(&refit)),
+                    Err(_) => String::new(),
+                }
+            );
+        }
         bail!(
             "{source} {} names {} stages but --stages is {stages}: pass --stages {} with it{}",
             join(&counts),

@@ -1,0 +1,110 @@
+//! Flags at the edges of their types (`u64::MAX`, `i64::MAX`, negative, empty entries) given to
+//! the `tessera` program: each is refused with a message naming the flag or the size to
+//! change, never a panic (debug builds check arithmetic overflow) and never silently altered.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::process::{Command, Output};
+
+use tessera_tests::{tessera_bin, tessera_train};
+
+fn tessera(args: &[&str]) -> Output {
+    Command::new(tessera_bin())
+        .args(args)
+        .env("TF_CPP_MIN_LOG_LEVEL", "2")
+        .env_remove("TESSERA_PJRT_PLUGIN")
+        .output()
+        .unwrap()
+}
+
+/// Asserts that a run failed without a panic and that its error says every one of `words`.
+fn assert_refused(out: &Output, words: &[&str], what: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{what} was accepted: {stderr}");
+    assert_ne!(out.status.code(), Some(101), "{what} panicked: {stderr}");
+    assert!(!stderr.contains("panicked"), "{what} panicked: {stderr}");
+    for word in words {
+        assert!(
+            stderr.contains(word),
+            "{what}: `{word}` missing from: {stderr}"
+        );
+    }
+}
+
+const TINY: &[&str] = &[
+    "--model",
+    "llama",
+    "--steps",
+    "1",
+    "--stages",
+    "2",
+    "--devices",
+    "2",
+    "--microbatches",
+    "2",
+    "--batch",
+    "4",
+];
+
+#[test]
+fn decoder_sizes_at_the_integer_limits_are_refused() {
+    for (extra, words) in [
+        (
+            &["--d-model", "9223372036854775807", "--heads", "1"][..],
+            &["64 bits", "d_model"][..],
+        ),
+        (&["--layers", "18446744073709551615"], &["fewer layers"]),
+        (
+            &["--layers", "2", "--stage-layers", "18446744073709551615,3"],
+            &["--stage-layers", "the model has 2"],
+        ),
+    ] {
+        let args = [TINY, extra].concat();
+        assert_refused(&tessera_train(&args), words, &format!("train {extra:?}"));
+    }
+}
+
+#[test]
+fn an_empty_stage_layers_list_in_a_config_names_the_counts_to_give() {
+    let dir = std::env::temp_dir().join(format!("tessera-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("empty-stage-layers.toml");
+    std::fs::write(
+        &config,
+        "model = \"llama\"\nlayers = 2\nd_model = 16\nheads = 2\nseq_len = 8\nstage_layers = []\n",
+    )
+    .unwrap();
+    let args = [TINY, &["--config", config.to_str().unwrap()]].concat();
+    let out = tessera_train(&args);
+    std::fs::remove_dir_all(&dir).unwrap();
+    // Not "pass --stages 0", which no run accepts.
+    assert_refused(&out, &["is empty", "e.g. 1,1"], "stage_layers = []");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("--stages 0"));
+}
+
+#[test]
+fn device_ids_and_shapes_with_holes_or_signs_are_refused() {
+    let explain = |extra: &[&str]| {
+        let base = ["sharding", "explain", "--mesh", "x=2", "--spec", "P('x')"];
+        tessera(&[&base[..], extra].concat())
+    };
+    for (extra, words) in [
+        (&["--shape", "8,,8"][..], &["--shape", "empty entry"][..]),
+        (
+            &["--shape", "8", "--devices", "1,,0"],
+            &["--devices", "empty entry"],
+        ),
+        (&["--shape", "8", "--devices=-1,5"], &["-1", "start at 0"]),
+    ] {
+        assert_refused(&explain(extra), words, &format!("{extra:?}"));
+    }
+    // A scalar's empty shape is still the empty list.
+    let out = tessera(&[
+        "sharding", "explain", "--mesh", "x=2", "--spec", "P()", "--shape", "",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
