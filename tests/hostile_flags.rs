@@ -108,3 +108,40 @@ fn device_ids_and_shapes_with_holes_or_signs_are_refused() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn an_empty_mesh_or_an_mpmd_axis_named_like_another_axis_is_refused_plainly() {
+    let base = [
+        "--steps",
+        "1",
+        "--stages",
+        "2",
+        "--devices",
+        "4",
+        "--microbatches",
+        "2",
+        "--batch",
+        "4",
+    ];
+    for (extra, words) in [
+        (
+            &["--mesh", ""][..],
+            &["--mesh is empty", "e.g. --mesh stage=2"][..],
+        ),
+        (
+            &["--mesh", "stage=2,data=2", "--mpmd-axis", ""],
+            &["--mpmd-axis ''", "of its own"],
+        ),
+        (
+            &["--mesh", "stage=2,data=2", "--mpmd-axis", "data"],
+            &["--mpmd-axis 'data'", "of its own"],
+        ),
+    ] {
+        let args = [&base[..], extra].concat();
+        let out = tessera_train(&args);
+        assert_refused(&out, words, &format!("{extra:?}"));
+        // The old messages suggested `--mesh stage=2,,` and `--mesh =2,...`.
+        assert!(!String::from_utf8_lossy(&out.stderr).contains(",,"));
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("--mesh =2"));
+    }
+}
