@@ -1,0 +1,174 @@
+//! Hostile input to the schedule crate: garbage plans (tasks of stages and micro-batches that do
+//! not exist, actor lists that do not match the placement, counts at `u32::MAX`) and planner
+//! search spaces at the integer limits. Validation refuses what is wrong and nothing panics
+//! (debug builds check arithmetic overflow) or loops for long.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use proptest::prelude::*;
+use tessera_schedule::memory::{StageBytes, peak_inflight, predict_peak_bytes};
+use tessera_schedule::plan::{Part, Profile};
+use tessera_schedule::search::{RowCosts, Space, search, shapes};
+use tessera_schedule::{
+    Action, Costs, Placement, Plan, Task, render, simulate, transfers, validate,
+};
+
+fn task() -> impl Strategy<Value = Task> {
+    let id = prop_oneof![0u32..4, Just(u32::MAX)];
+    (0u8..4, id.clone(), id).prop_map(|(kind, stage, mb)| match kind {
+        0 => Task::fwd(stage, mb),
+        1 => Task::bwd(stage, mb),
+        2 => Task::bwd_i(stage, mb),
+        _ => Task::bwd_w(stage, mb),
+    })
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        task().prop_map(Action::from),
+        (task(), task()).prop_map(|(a, b)| Action::fuse(a, b)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Any plan: validation answers; an accepted one simulates, renders and predicts memory.
+    #[test]
+    fn garbage_plans_are_refused_or_simulated_without_a_panic(
+        stages in 0u32..4,
+        microbatches in prop_oneof![0u32..4, Just(u32::MAX)],
+        actors in prop::collection::vec(prop::collection::vec(action(), 0..6), 0..5),
+        num_stages in prop_oneof![0u32..5, Just(u32::MAX)],
+    ) {
+        let plan = Plan {
+            name: "garbage".into(),
+            num_stages,
+            num_microbatches: microbatches,
+            actors,
+            placement: Placement::plain(stages),
+        };
+        let costs = Costs::uniform(stages, 1.0, 2.0, 1.0);
+        let simulated = simulate(&plan, &costs);
+        let _ = transfers(&plan);
+        if validate(&plan).is_ok() {
+            let sim = simulated.unwrap();
+            let _ = render::ascii(&plan, &sim);
+            let _ = render::svg(&plan, &costs, &sim);
+            let _ = render::json(&plan, &costs, &sim);
+            let _ = peak_inflight(&plan);
+            let huge = StageBytes {
+                activation: u64::MAX,
+                weight_residual: u64::MAX,
+                backward: u64::MAX,
+                accumulators: u64::MAX,
+            };
+            let _ = predict_peak_bytes(&plan, &[u64::MAX; 4], &[huge; 4]);
+        }
+    }
+}
+
+fn costs(rows: u32, data: u32) -> Option<RowCosts> {
+    let part = Part {
+        forward: 1e-3 * f64::from(rows),
+        backward: 2e-3 * f64::from(rows),
+        activation_bytes: 100 * u64::from(rows),
+        parameter_bytes: 1000,
+    };
+    let _ = data;
+    Some(RowCosts::uniform_bytes(
+        rows,
+        Profile {
+            embedding: part,
+            layers: vec![part; 2],
+            head: part,
+        },
+    ))
+}
+
+#[test]
+fn search_spaces_at_the_integer_limits_answer_at_once() {
+    let base = Space {
+        devices: 2,
+        batch: 4,
+        layers: 2,
+        ..Space::default()
+    };
+    for space in [
+        Space {
+            max_stages_per_group: u32::MAX,
+            ..base.clone()
+        },
+        Space {
+            microbatches: vec![u32::MAX, 2],
+            ..base.clone()
+        },
+        Space {
+            batch: u32::MAX,
+            microbatches: vec![u32::MAX],
+            ..base.clone()
+        },
+        Space {
+            devices: u32::MAX,
+            batch: u32::MAX,
+            microbatches: vec![1],
+            ..base.clone()
+        },
+    ] {
+        let found = shapes(&space);
+        assert!(found.iter().all(|s| s.stages <= 4), "{found:?}");
+    }
+    // The first space still ranks: stages stop at the layers plus the two ends.
+    let ranked = search(
+        &costs,
+        &Space {
+            max_stages_per_group: u32::MAX,
+            ..base
+        },
+    )
+    .unwrap();
+    assert!(ranked.iter().all(|c| c.stages <= 4));
+}
+
+#[test]
+fn memory_predictions_of_huge_bytes_do_not_overflow() {
+    use tessera_schedule::{Registry, ScheduleParams};
+    let params = ScheduleParams {
+        stages: 4,
+        mpmd_dim: 2,
+    };
+    let plan = Registry::with_builtins()
+        .create("interleaved-1f1b", params)
+        .and_then(|s| s.plan(8))
+        .unwrap();
+    let huge = StageBytes {
+        activation: u64::MAX / 2,
+        weight_residual: u64::MAX,
+        backward: u64::MAX,
+        accumulators: u64::MAX,
+    };
+    let peaks = predict_peak_bytes(&plan, &[u64::MAX; 2], &[huge; 4]);
+    assert_eq!(peaks.len(), 2);
+    let costs = Costs::uniform(4, 1e308, 1e308, 0.0);
+    let sim = simulate(&plan, &costs).unwrap();
+    let _ = render::ascii(&plan, &sim);
+    let _ = render::svg(&plan, &costs, &sim);
+    let _ = render::json(&plan, &costs, &sim);
+}
+
+#[test]
+fn memory_predictions_skip_stages_an_unvalidated_plan_does_not_have() {
+    let plan = Plan {
+        name: "garbage".into(),
+        num_stages: 1,
+        num_microbatches: 1,
+        actors: vec![vec![Task::fwd(7, 0).into(), Task::bwd(u32::MAX, 0).into()]],
+        placement: Placement::plain(1),
+    };
+    assert!(validate(&plan).is_err());
+    assert_eq!(peak_inflight(&plan), vec![0]);
+    assert_eq!(
+        predict_peak_bytes(&plan, &[5], &[StageBytes::default()]),
+        vec![5]
+    );
+}
