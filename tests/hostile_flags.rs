@@ -145,3 +145,65 @@ fn an_empty_mesh_or_an_mpmd_axis_named_like_another_axis_is_refused_plainly() {
         assert!(!String::from_utf8_lossy(&out.stderr).contains("--mesh =2"));
     }
 }
+
+#[test]
+fn a_batch_that_cannot_fit_in_memory_is_refused_before_it_is_made() {
+    // 2^32 - 1 examples of 2 × 16 eight-byte values: about 1.1 TB on the host.
+    let out = tessera_train(&[
+        "--steps",
+        "1",
+        "--stages",
+        "2",
+        "--devices",
+        "2",
+        "--microbatches",
+        "1",
+        "--batch",
+        "4294967295",
+    ]);
+    assert_refused(&out, &["--batch 4294967295", "GB"], "a 1 TB batch");
+}
+
+#[test]
+fn plan_counts_of_zero_are_refused_not_rounded_up() {
+    let base = [
+        "plan",
+        "--model",
+        "llama",
+        "--layers",
+        "2",
+        "--d-model",
+        "16",
+        "--heads",
+        "2",
+        "--seq-len",
+        "8",
+        "--batch",
+        "4",
+        "--devices",
+        "2",
+    ];
+    for (extra, words) in [
+        (&["--repeats", "0"][..], &["--repeats 0"][..]),
+        (&["--top", "0"], &["--top 0"]),
+        (
+            &["--max-stages-per-group", "0"],
+            &["--max-stages-per-group 0"],
+        ),
+    ] {
+        let out = tessera(&[&base[..], extra].concat());
+        assert_refused(&out, words, &format!("{extra:?}"));
+    }
+}
+
+#[test]
+fn a_synthetic_time_unit_below_a_nanosecond_is_refused() {
+    let out = tessera(&[
+        "schedule",
+        "1f1b",
+        "--execute-synthetic",
+        "--time-unit-ms",
+        "1e-300",
+    ]);
+    assert_refused(&out, &["--time-unit-ms", "1 ns"], "a 1e-300 ms unit");
+}

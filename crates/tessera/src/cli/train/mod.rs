@@ -273,7 +273,7 @@ fn run_in(
         bail!("--data trains --model llama or gpt2; the mlp model has its own data");
     }
     let opt = optimizer(&args.optimizer)?;
-    config::check_memory(&choice, &args.optimizer)?;
+    config::check_memory(&choice, &args.optimizer, args.batch)?;
     check_output_paths(&args)?;
     tensorboard_log::check(&args, super::mpi::is_root(job))?;
     let description = config::describe(&choice, &args.optimizer);
