@@ -207,3 +207,23 @@ fn a_synthetic_time_unit_below_a_nanosecond_is_refused() {
     ]);
     assert_refused(&out, &["--time-unit-ms", "1 ns"], "a 1e-300 ms unit");
 }
+
+#[test]
+fn an_oracle_file_without_cases_is_not_a_pass() {
+    let dir = std::env::temp_dir().join(format!("tessera-hostile-oracle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let empty = dir.join("empty.json");
+    let no_named = dir.join("no-named.json");
+    std::fs::write(&empty, "{\"cases\": []}").unwrap();
+    std::fs::write(&no_named, "{\"named_sharding\": []}").unwrap();
+    let runs = [
+        ("jaxpr", &empty),
+        ("collectives", &empty),
+        ("sharding", &no_named),
+    ]
+    .map(|(kind, file)| (kind, tessera(&["oracle", kind, file.to_str().unwrap()])));
+    std::fs::remove_dir_all(&dir).unwrap();
+    for (kind, out) in runs {
+        assert_refused(&out, &["no cases"], &format!("oracle {kind} of no cases"));
+    }
+}

@@ -84,10 +84,17 @@ pub fn check_pipeline_size(stages: u32, microbatches: u32) -> anyhow::Result<()>
     Ok(())
 }
 
-/// Prints the closing line of an oracle or test run and turns it into an exit status.
+/// Prints the closing line of an oracle or test run and turns it into an exit status. A run
+/// of no cases is an error, not a pass: the file checked nothing.
 #[allow(dead_code)]
 pub fn report_summary(passed: usize, failed: usize) -> anyhow::Result<ExitCode> {
     outln!("{passed} passed, {failed} failed")?;
+    if passed + failed == 0 {
+        anyhow::bail!(
+            "the oracle file has no cases, so nothing was checked; give a file its generator \
+             wrote with cases in it"
+        );
+    }
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
