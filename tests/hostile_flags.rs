@@ -227,3 +227,57 @@ fn an_oracle_file_without_cases_is_not_a_pass() {
         assert_refused(&out, &["no cases"], &format!("oracle {kind} of no cases"));
     }
 }
+
+#[test]
+fn stop_after_outside_the_run_is_refused_naming_the_steps() {
+    let mlp = [
+        "--stages",
+        "2",
+        "--devices",
+        "2",
+        "--microbatches",
+        "2",
+        "--batch",
+        "4",
+        "--eval-every",
+        "0",
+        "--no-reference",
+    ];
+    let out = tessera_train(&[&mlp[..], &["--steps", "2", "--stop-after", "3"]].concat());
+    assert_refused(
+        &out,
+        &["--stop-after 3", "--steps 2"],
+        "--stop-after past --steps",
+    );
+    let out = tessera_train(&[&mlp[..], &["--steps", "0"]].concat());
+    assert_refused(&out, &["--steps 0"], "--steps 0");
+    // A resumed run told to stop at or before its checkpoint's step says so.
+    let dir = std::env::temp_dir().join(format!("tessera-hostile-stop-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    let saved = tessera_train(
+        &[
+            &mlp[..],
+            &["--steps", "4", "--stop-after", "2", "--checkpoint-dir", d],
+        ]
+        .concat(),
+    );
+    assert!(
+        saved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&saved.stderr)
+    );
+    let out = tessera_train(
+        &[
+            &mlp[..],
+            &["--steps", "4", "--stop-after", "1", "--resume", d],
+        ]
+        .concat(),
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_refused(
+        &out,
+        &["--stop-after 1", "resumes after step 2"],
+        "a stop before the resume",
+    );
+}

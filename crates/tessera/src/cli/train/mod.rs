@@ -91,8 +91,19 @@ fn check_args(args: &Args, mpmd_dim: u32) -> anyhow::Result<()> {
     if let Some(norm) = args.clip_grad_norm.filter(|n| !n.is_finite() || *n <= 0.0) {
         bail!("--clip-grad-norm {norm}: give a finite norm above 0, e.g. --clip-grad-norm 1.0");
     }
+    if args.steps == 0 {
+        bail!("--steps 0: a run trains at least 1 step, e.g. --steps 10");
+    }
     if let Some(stop) = args.stop_after.filter(|&s| s == 0) {
         bail!("--stop-after {stop}: stop after step 1 or later");
+    }
+    if let Some(stop) = args.stop_after.filter(|&s| s > args.steps) {
+        bail!(
+            "--stop-after {stop} is after the run's last step (--steps {}), so it would never \
+             stop the run early; drop it or give a step up to {}",
+            args.steps,
+            args.steps
+        );
     }
     if args.batch == 0 {
         bail!("--batch 0: a step trains on at least one example per micro-batch, e.g. --batch 64");
@@ -382,6 +393,12 @@ fn run_in(
     let last = u64::from(args.steps);
     // Where this invocation stops: the run's last step, or --stop-after.
     let stop = args.stop_after.map_or(last, |s| u64::from(s).min(last));
+    if stop <= start {
+        bail!(
+            "--stop-after {stop}: the run resumes after step {start}, so it would stop before \
+             training; give --stop-after above {start}, or drop it"
+        );
+    }
     let tokens_per_step = u64::from(args.batch) * model.tokens_per_example;
     let mut weights: Vec<StepArg> = carried
         .iter()
