@@ -281,3 +281,40 @@ fn stop_after_outside_the_run_is_refused_naming_the_steps() {
         "a stop before the resume",
     );
 }
+
+#[test]
+fn a_plan_file_is_reported_as_applied_not_as_its_command_text_says() {
+    let dir = std::env::temp_dir().join(format!("tessera-hostile-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("plan.json");
+    // `command` disagrees with the fields (an edited file): the run applies the fields.
+    let plan = serde_json::json!({
+        "model": "llama", "layers": 2, "d_model": 16, "heads": 2, "seq_len": 8, "dtype": "f32",
+        "batch": 4, "devices": 2, "stages": 2, "stage_layers": [1, 1], "mpmd_dim": 2,
+        "microbatches": 2, "schedule": "gpipe", "no_fuse": false, "predicted_step_ms": 1.0,
+        "predicted_peak_bytes": 1, "predicted_peak_bytes_per_group": [1, 1],
+        "command": "tessera train --microbatches 1 --schedule 1f1b",
+    });
+    std::fs::write(&file, plan.to_string()).unwrap();
+    let out = tessera_train(&[
+        "--steps",
+        "1",
+        "--no-reference",
+        "--eval-every",
+        "0",
+        "--plan",
+        file.to_str().unwrap(),
+    ]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout.lines().find(|l| l.starts_with("plan (")).unwrap();
+    assert!(
+        line.contains("--microbatches 2") && line.contains("--schedule gpipe"),
+        "{line}"
+    );
+}

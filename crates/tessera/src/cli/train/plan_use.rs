@@ -89,7 +89,12 @@ pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
     args.schedule = file.schedule.clone();
     args.no_fuse |= file.no_fuse;
     if !args.json {
-        outln!("plan ({which}): {}", file.command)?;
+        // What is applied, made from the fields read: the file's `command` text is only a
+        // note, which an edited file may no longer match.
+        outln!(
+            "plan ({which}): tessera train {}",
+            file.train_words().join(" ")
+        )?;
     }
     args.plan_prediction = Some(Prediction {
         source: which,
