@@ -282,12 +282,12 @@ fn stop_after_outside_the_run_is_refused_naming_the_steps() {
     );
 }
 
-#[test]
-fn a_plan_file_is_reported_as_applied_not_as_its_command_text_says() {
-    let dir = std::env::temp_dir().join(format!("tessera-hostile-plan-{}", std::process::id()));
+/// A plan file for the tiny llama whose `command` text disagrees with its fields (as an edited
+/// file's may), in a fresh directory.
+fn edited_plan_file(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("tessera-hostile-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("plan.json");
-    // `command` disagrees with the fields (an edited file): the run applies the fields.
     let plan = serde_json::json!({
         "model": "llama", "layers": 2, "d_model": 16, "heads": 2, "seq_len": 8, "dtype": "f32",
         "batch": 4, "devices": 2, "stages": 2, "stage_layers": [1, 1], "mpmd_dim": 2,
@@ -296,6 +296,12 @@ fn a_plan_file_is_reported_as_applied_not_as_its_command_text_says() {
         "command": "tessera train --microbatches 1 --schedule 1f1b",
     });
     std::fs::write(&file, plan.to_string()).unwrap();
+    (dir, file)
+}
+
+#[test]
+fn a_plan_file_is_reported_as_applied_not_as_its_command_text_says() {
+    let (dir, file) = edited_plan_file("plan");
     let out = tessera_train(&[
         "--steps",
         "1",
@@ -316,5 +322,46 @@ fn a_plan_file_is_reported_as_applied_not_as_its_command_text_says() {
     assert!(
         line.contains("--microbatches 2") && line.contains("--schedule gpipe"),
         "{line}"
+    );
+}
+
+#[test]
+fn a_flag_the_plan_sets_given_with_another_value_is_refused_not_replaced() {
+    let (dir, file) = edited_plan_file("plan-flags");
+    let path = file.to_str().unwrap();
+    // `--stages 4` is also the flag's default: given on the command line, it still conflicts.
+    let runs = [
+        (&["--stages", "4"][..], "--stages 2, not 4"),
+        (&["--microbatches", "8"], "--microbatches 2, not 8"),
+        (&["--schedule", "1f1b"], "--schedule gpipe, not 1f1b"),
+        (&["--mpmd-dim", "1"], "--mpmd-dim 2, not 1"),
+        (&["--stage-layers", "2,0"], "--stage-layers 1,1, not 2,0"),
+    ]
+    .map(|(extra, words)| {
+        let args = [&["--steps", "1", "--plan", path][..], extra].concat();
+        (extra, words, tessera_train(&args))
+    });
+    // The plan's own values may be repeated.
+    let agreeing = tessera_train(&[
+        "--steps",
+        "1",
+        "--no-reference",
+        "--eval-every",
+        "0",
+        "--plan",
+        path,
+        "--stages",
+        "2",
+        "--schedule",
+        "gpipe",
+    ]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    for (extra, words, out) in runs {
+        assert_refused(&out, &[words, "drop"], &format!("--plan with {extra:?}"));
+    }
+    assert!(
+        agreeing.status.success(),
+        "{}",
+        String::from_utf8_lossy(&agreeing.stderr)
     );
 }

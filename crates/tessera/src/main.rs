@@ -5,10 +5,8 @@ mod cli;
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let args = cli::Cli::parse();
+    let args = cli::Cli::parse_noting_given();
     let result = cli::run(args).and_then(|code| {
         cli::out::flush()?;
         Ok(code)

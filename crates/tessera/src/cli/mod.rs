@@ -47,6 +47,29 @@ enum Command {
     Train(Box<train::Args>),
 }
 
+impl Cli {
+    /// Parses the process's arguments (exiting with clap's message where they do not parse),
+    /// noting which of `train`'s defaulted flags were given on the command line, so that a
+    /// `--plan` can refuse a flag that disagrees with it instead of silently replacing it.
+    pub fn parse_noting_given() -> Cli {
+        let matches = <Cli as clap::CommandFactory>::command().get_matches();
+        let mut cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+            Ok(cli) => cli,
+            Err(err) => err.exit(),
+        };
+        if let (Command::Train(args), Some(("train", sub))) =
+            (&mut cli.command, matches.subcommand())
+        {
+            args.given = train::PLANNED_FLAGS
+                .iter()
+                .filter(|id| sub.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+                .map(|id| id.to_string())
+                .collect();
+        }
+        cli
+    }
+}
+
 /// Runs one parsed command line. A `TESSERA_PARTITIONER` other than `shardy` or `gspmd` is
 /// refused before anything is lowered (the library would fall back to its built-in default).
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {

@@ -166,4 +166,26 @@ pub struct Args {
     #[arg(skip)]
     #[serde(skip)]
     pub plan_prediction: Option<super::plan_use::Prediction>,
+    /// The flags among [`PLANNED_FLAGS`] given on the command line (not left at their
+    /// defaults): a `--plan` refuses one that disagrees with it rather than overriding it.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub given: Vec<String>,
+}
+
+/// The ids of the flags with defaults that a `--plan` sets.
+pub const PLANNED_FLAGS: [&str; 6] = [
+    "stages",
+    "microbatches",
+    "devices",
+    "batch",
+    "schedule",
+    "dtype",
+];
+
+impl Args {
+    /// Whether flag `id` (one of [`PLANNED_FLAGS`]) was given on the command line.
+    pub fn was_given(&self, id: &str) -> bool {
+        self.given.iter().any(|g| g == id)
+    }
 }

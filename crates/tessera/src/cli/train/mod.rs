@@ -48,7 +48,7 @@ use tessera_nn::optim::{AdamW, Optimizer, Sgd};
 use tessera_pjrt::Client;
 use tessera_schedule::{Registry, ScheduleParams};
 
-pub use args::Args;
+pub use args::{Args, PLANNED_FLAGS};
 use model::Model;
 use progress::Progress;
 

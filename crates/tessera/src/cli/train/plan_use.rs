@@ -71,6 +71,67 @@ pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
     if args.config.is_some() {
         bail!("--plan sets the model's sizes; drop --config (plan with it instead)");
     }
+    // The layout flags the plan sets: one given with another value would be silently replaced.
+    let counts = |c: &[usize]| c.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+    let layout = [
+        (
+            "stages",
+            "--stages",
+            args.stages.to_string(),
+            file.stages.to_string(),
+        ),
+        (
+            "microbatches",
+            "--microbatches",
+            args.microbatches.to_string(),
+            file.microbatches.to_string(),
+        ),
+        (
+            "devices",
+            "--devices",
+            args.devices.to_string(),
+            file.devices.to_string(),
+        ),
+        (
+            "batch",
+            "--batch",
+            args.batch.to_string(),
+            file.batch.to_string(),
+        ),
+        (
+            "schedule",
+            "--schedule",
+            args.schedule.clone(),
+            file.schedule.clone(),
+        ),
+        ("dtype", "--dtype", args.dtype.clone(), file.dtype.clone()),
+    ];
+    let optional = [
+        (
+            "--mpmd-dim",
+            args.mpmd_dim.map(|d| d.to_string()),
+            file.mpmd_dim.to_string(),
+        ),
+        (
+            "--stage-layers",
+            args.stage_layers.as_deref().map(counts),
+            counts(&file.stage_layers),
+        ),
+    ];
+    let conflict = layout
+        .into_iter()
+        .filter(|(id, ..)| args.was_given(id))
+        .map(|(_, flag, value, planned)| (flag, Some(value), planned))
+        .chain(optional)
+        .find_map(|(flag, value, planned)| {
+            value.filter(|v| *v != planned).map(|v| (flag, v, planned))
+        });
+    if let Some((flag, value, planned)) = conflict {
+        bail!(
+            "--plan {which} sets {flag} {planned}, not {value}: drop {flag}, or plan with it \
+             (tessera plan ... --out FILE)"
+        );
+    }
     if args.mesh.is_some() {
         bail!("--plan sets the devices and groups; drop --mesh");
     }
