@@ -172,3 +172,26 @@ fn memory_predictions_skip_stages_an_unvalidated_plan_does_not_have() {
         vec![5]
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Every built-in with any small or zero sizes: creation and planning answer, and an
+    /// accepted plan validates.
+    #[test]
+    fn builtins_answer_for_zero_and_odd_sizes(
+        name in prop::sample::select(tessera_schedule::Registry::with_builtins().names()),
+        stages in 0u32..7,
+        mpmd_dim in 0u32..7,
+        microbatches in 0u32..9,
+    ) {
+        use tessera_schedule::{Registry, ScheduleParams};
+        let params = ScheduleParams { stages, mpmd_dim };
+        if let Ok(plan) = Registry::with_builtins()
+            .create(&name, params)
+            .and_then(|s| s.plan(microbatches))
+        {
+            prop_assert!(validate(&plan).is_ok(), "{name} {params:?} m={microbatches}");
+        }
+    }
+}
