@@ -365,3 +365,30 @@ fn a_flag_the_plan_sets_given_with_another_value_is_refused_not_replaced() {
         String::from_utf8_lossy(&agreeing.stderr)
     );
 }
+
+#[test]
+fn eval_every_for_the_mlp_is_refused_not_ignored() {
+    let mlp = [
+        "--steps",
+        "1",
+        "--stages",
+        "2",
+        "--devices",
+        "2",
+        "--microbatches",
+        "2",
+        "--batch",
+        "4",
+    ];
+    let out = tessera_train(&[&mlp[..], &["--eval-every", "1"]].concat());
+    assert_refused(&out, &["--eval-every 1", "mlp"], "--eval-every for the mlp");
+    // Its default and 0 stay accepted.
+    for extra in [&[][..], &["--eval-every", "0"]] {
+        let out = tessera_train(&[&mlp[..], extra, &["--no-reference"]].concat());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

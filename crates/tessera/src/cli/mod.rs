@@ -60,7 +60,7 @@ impl Cli {
         if let (Command::Train(args), Some(("train", sub))) =
             (&mut cli.command, matches.subcommand())
         {
-            args.given = train::PLANNED_FLAGS
+            args.given = train::DEFAULTED_FLAGS
                 .iter()
                 .filter(|id| sub.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
                 .map(|id| id.to_string())

@@ -166,25 +166,28 @@ pub struct Args {
     #[arg(skip)]
     #[serde(skip)]
     pub plan_prediction: Option<super::plan_use::Prediction>,
-    /// The flags among [`PLANNED_FLAGS`] given on the command line (not left at their
-    /// defaults): a `--plan` refuses one that disagrees with it rather than overriding it.
+    /// The flags among [`DEFAULTED_FLAGS`] given on the command line (not left at their
+    /// defaults): a `--plan` refuses one that disagrees with it rather than overriding it, and
+    /// the mlp model one that it would ignore.
     #[arg(skip)]
     #[serde(skip)]
     pub given: Vec<String>,
 }
 
-/// The ids of the flags with defaults that a `--plan` sets.
-pub const PLANNED_FLAGS: [&str; 6] = [
+/// The ids of the flags with defaults whose being given matters: those a `--plan` sets, and
+/// `--eval-every` (which the mlp model, without held-out data, cannot honour).
+pub const DEFAULTED_FLAGS: [&str; 7] = [
     "stages",
     "microbatches",
     "devices",
     "batch",
     "schedule",
     "dtype",
+    "eval_every",
 ];
 
 impl Args {
-    /// Whether flag `id` (one of [`PLANNED_FLAGS`]) was given on the command line.
+    /// Whether flag `id` (one of [`DEFAULTED_FLAGS`]) was given on the command line.
     pub fn was_given(&self, id: &str) -> bool {
         self.given.iter().any(|g| g == id)
     }

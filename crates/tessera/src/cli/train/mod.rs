@@ -48,7 +48,7 @@ use tessera_nn::optim::{AdamW, Optimizer, Sgd};
 use tessera_pjrt::Client;
 use tessera_schedule::{Registry, ScheduleParams};
 
-pub use args::{Args, PLANNED_FLAGS};
+pub use args::{Args, DEFAULTED_FLAGS};
 use model::Model;
 use progress::Progress;
 
@@ -280,6 +280,16 @@ fn run_in(
     layout.check_rows(args.batch / args.microbatches)?;
     let choice = config::choose_model(&args)?;
     let stage_layers = config::stage_layers(&args, &choice)?;
+    if args.was_given("eval_every")
+        && args.eval_every != 0
+        && matches!(choice, config::ModelChoice::Mlp)
+    {
+        bail!(
+            "--eval-every {} computes the held-out loss of a decoder's data; the mlp model has \
+             none: drop it, or use --model llama or gpt2",
+            args.eval_every
+        );
+    }
     if args.data.is_some() && matches!(choice, config::ModelChoice::Mlp) {
         bail!("--data trains --model llama or gpt2; the mlp model has its own data");
     }
