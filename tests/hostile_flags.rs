@@ -392,3 +392,72 @@ fn eval_every_for_the_mlp_is_refused_not_ignored() {
         );
     }
 }
+
+#[test]
+fn a_resumed_run_keeps_its_checkpoints_seed_and_refuses_another() {
+    let mlp = [
+        "--steps",
+        "3",
+        "--stages",
+        "2",
+        "--devices",
+        "2",
+        "--microbatches",
+        "2",
+        "--batch",
+        "4",
+        "--no-reference",
+    ];
+    let dir = std::env::temp_dir().join(format!("tessera-hostile-seed-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    let first = tessera_train(
+        &[
+            &mlp[..],
+            &["--seed", "7", "--stop-after", "1", "--checkpoint-dir", d],
+        ]
+        .concat(),
+    );
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let other = tessera_train(&[&mlp[..], &["--seed", "5", "--resume", d]].concat());
+    // Without --seed the run goes on, and its checkpoints record the seed its parameters came
+    // from (they recorded the default 0).
+    let rest = tessera_train(&[&mlp[..], &["--resume", d]].concat());
+    let manifest = std::fs::read_to_string(dir.join("step-00000003").join("manifest.json"));
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_refused(
+        &other,
+        &["--seed 7, not 5", "drop --seed"],
+        "resume with another seed",
+    );
+    assert!(
+        rest.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rest.stderr)
+    );
+    let manifest: serde_json::Value = serde_json::from_str(&manifest.unwrap()).unwrap();
+    assert_eq!(manifest["seed"], 7, "{manifest}");
+}
+
+#[test]
+fn device_memory_with_a_plan_file_is_refused_not_ignored() {
+    let (dir, file) = edited_plan_file("plan-memory");
+    let out = tessera_train(&[
+        "--steps",
+        "1",
+        "--plan",
+        file.to_str().unwrap(),
+        "--device-memory",
+        "1GiB",
+    ]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_refused(
+        &out,
+        &["--device-memory 1GiB", "--plan auto"],
+        "--device-memory with a file",
+    );
+}

@@ -174,9 +174,11 @@ pub struct Args {
     pub given: Vec<String>,
 }
 
-/// The ids of the flags with defaults whose being given matters: those a `--plan` sets, and
-/// `--eval-every` (which the mlp model, without held-out data, cannot honour).
-pub const DEFAULTED_FLAGS: [&str; 7] = [
+/// The ids of the flags with defaults whose being given matters: those a `--plan` sets,
+/// `--eval-every` (which the mlp model, without held-out data, cannot honour) and `--seed`
+/// (which a resumed run, whose parameters are its checkpoint's, cannot).
+pub const DEFAULTED_FLAGS: [&str; 8] = [
+    "seed",
     "stages",
     "microbatches",
     "devices",

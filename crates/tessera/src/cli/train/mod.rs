@@ -177,19 +177,21 @@ fn optimizer(name: &str) -> anyhow::Result<Box<dyn Optimizer>> {
     }
 }
 
-/// Where a run starts: the number of steps already taken and the carried values (parameters,
-/// then optimizer state). From a checkpoint, only the values `reads[i]` marks are read; the
-/// others (which this process never uses) are placeholders of their type, NaN where they can be.
+/// Where a run starts: the number of steps already taken, the carried values (parameters,
+/// then optimizer state), the history and the seed its parameters were made with (a resumed
+/// run's is its checkpoint's, recorded again in the checkpoints it writes). From a checkpoint,
+/// only the values `reads[i]` marks are read; the others (which this process never uses) are
+/// placeholders of their type, NaN where they can be.
 fn starting_point(
     args: &Args,
     model: &Model,
     training: &step::TrainingStep,
     description: &str,
     reads: &[bool],
-) -> anyhow::Result<(u64, Vec<Array>, History)> {
+) -> anyhow::Result<(u64, Vec<Array>, History, u64)> {
     let Some(dir) = &args.resume else {
         let carried = model.init.iter().chain(&training.init_state).cloned();
-        return Ok((0, carried.collect(), History::default()));
+        return Ok((0, carried.collect(), History::default(), args.seed));
     };
     let names = carried_names(model, training);
     let wanted = |part: Part, path: &str| {
@@ -206,6 +208,15 @@ fn starting_point(
         &wanted,
     )?;
     let step = checkpoint.manifest.step;
+    let seed = checkpoint.manifest.seed;
+    if args.was_given("seed") && args.seed != seed {
+        bail!(
+            "--resume {}: the checkpoint's parameters were made with --seed {seed}, not {}; the \
+             seed only makes the initial parameters, so drop --seed (or give {seed})",
+            dir.display(),
+            args.seed
+        );
+    }
     if step >= u64::from(args.steps) {
         bail!(
             "--resume {}: the newest checkpoint is after step {step}, and --steps {} counts all \
@@ -225,7 +236,7 @@ fn starting_point(
         .zip(avals.iter().chain(&state_avals))
         .map(|(a, aval)| a.map_or_else(|| placeholder(aval), Ok))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok((step, carried, checkpoint.manifest.history))
+    Ok((step, carried, checkpoint.manifest.history, seed))
 }
 
 /// A value of `aval`'s type for a carried value this process does not read: NaN (or the
@@ -361,7 +372,8 @@ fn run_in(
         true => vec![true; n_carried],
         false => jit.reads_here().into_iter().take(n_carried).collect(),
     };
-    let (start, carried, history) = starting_point(&args, &model, &training, &description, &reads)?;
+    let (start, carried, history, run_seed) =
+        starting_point(&args, &model, &training, &description, &reads)?;
     // The reference runs on rank 0 (the only rank in one process).
     let mut reference = match (args.no_reference || !root, layout.explicit) {
         (true, _) => None,
@@ -522,7 +534,7 @@ fn run_in(
         if let (true, Some(saver)) = (save_due, &mut saver) {
             let manifest = Manifest {
                 step: step_number,
-                seed: args.seed,
+                seed: run_seed,
                 data_position: model.data_position(step_number),
                 model: description.clone(),
                 history: log.history(),

@@ -28,6 +28,13 @@ pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
     let Some(which) = args.plan.clone() else {
         return Ok(args);
     };
+    if let (Some(bytes), false) = (&args.device_memory, which == "auto") {
+        bail!(
+            "--device-memory {bytes} limits the search of --plan auto; the plan file {which} \
+             was chosen already: drop --device-memory, or plan with it (tessera plan ... \
+             --device-memory {bytes} --out FILE)"
+        );
+    }
     let file = match which.as_str() {
         "auto" => auto(&args, plugin)?,
         path => PlanFile::read(Path::new(path))?,
