@@ -195,3 +195,31 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn tiny_costs_label_the_time_axis_with_numbers() {
+    use tessera_schedule::{Registry, ScheduleParams};
+    let plan = Registry::with_builtins()
+        .create(
+            "1f1b",
+            ScheduleParams {
+                stages: 2,
+                mpmd_dim: 2,
+            },
+        )
+        .and_then(|s| s.plan(4))
+        .unwrap();
+    for costs in [
+        Costs::uniform(2, 1e-320, 1e-320, 0.0),
+        Costs::uniform(2, 1.0001, 2.0002, 0.0),
+    ] {
+        let sim = simulate(&plan, &costs).unwrap();
+        let text = render::ascii(&plan, &sim);
+        let axis = text.lines().next().unwrap();
+        // No label ends in a bare decimal point (`0.` for 1e-320 before).
+        assert!(
+            axis.split_whitespace().all(|label| !label.ends_with('.')),
+            "{axis}"
+        );
+    }
+}
