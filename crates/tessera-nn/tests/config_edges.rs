@@ -152,3 +152,24 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// Any schedule: `at` answers at any step, and a validated one is finite and non-negative.
+    #[test]
+    fn learning_rate_schedules_answer_at_every_step(
+        init in prop_oneof![Just(f64::NAN), Just(-1.0), 0.0f64..1.0, Just(f64::INFINITY)],
+        peak in prop_oneof![Just(f64::NAN), 0.0f64..1.0, Just(1e308)],
+        end in prop_oneof![Just(-0.5), 0.0f64..1.0],
+        warmup in prop_oneof![Just(0u64), 1u64..10, Just(u64::MAX)],
+        decay_steps in prop_oneof![Just(0u64), 1u64..20, Just(u64::MAX)],
+        step in prop_oneof![0u64..30, Just(u64::MAX)],
+    ) {
+        use tessera_nn::lr::LrSchedule;
+        let schedule = LrSchedule::WarmupCosine { init, peak, warmup, decay_steps, end };
+        let rate = schedule.at(step);
+        if schedule.validate().is_ok() {
+            prop_assert!(rate.is_finite() && rate >= 0.0, "{schedule:?} at {step}: {rate}");
+        }
+        let _ = LrSchedule::Constant(init).at(step);
+    }
+}

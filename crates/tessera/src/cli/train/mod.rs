@@ -412,6 +412,7 @@ fn run_in(
         },
         None => LrSchedule::Constant(lr),
     };
+    schedule.validate()?;
     let last = u64::from(args.steps);
     // Where this invocation stops: the run's last step, or --stop-after.
     let stop = args.stop_after.map_or(last, |s| u64::from(s).min(last));
