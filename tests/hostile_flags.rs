@@ -461,3 +461,46 @@ fn device_memory_with_a_plan_file_is_refused_not_ignored() {
         "--device-memory with a file",
     );
 }
+
+#[test]
+fn a_schedule_named_twice_is_planned_once() {
+    let cache = std::env::temp_dir().join(format!("tessera-hostile-twice-{}", std::process::id()));
+    let out = tessera(&[
+        "plan",
+        "--model",
+        "llama",
+        "--layers",
+        "1",
+        "--d-model",
+        "8",
+        "--heads",
+        "2",
+        "--seq-len",
+        "4",
+        "--batch",
+        "2",
+        "--devices",
+        "1",
+        "--microbatches",
+        "1",
+        "--repeats",
+        "1",
+        "--schedules",
+        "gpipe,gpipe",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--json",
+    ]);
+    let _ = std::fs::remove_dir_all(&cache);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let top = report["top"].as_array().unwrap();
+    assert_eq!(top.len(), 1, "{report}");
+    // Not counted as a second schedule of the same prediction.
+    assert_eq!(top[0]["same_prediction"], serde_json::json!([]), "{report}");
+}
