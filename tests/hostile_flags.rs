@@ -504,3 +504,23 @@ fn a_schedule_named_twice_is_planned_once() {
     // Not counted as a second schedule of the same prediction.
     assert_eq!(top[0]["same_prediction"], serde_json::json!([]), "{report}");
 }
+
+#[test]
+fn a_mesh_too_large_to_list_is_refused_before_listing_it() {
+    let out = tessera(&[
+        "sharding",
+        "explain",
+        "--mesh",
+        "x=4096,y=4096",
+        "--spec",
+        "P('x', 'y')",
+        "--shape",
+        "4096,4096",
+        "--json",
+    ]);
+    assert_refused(
+        &out,
+        &["16777216 positions", "at most 65536"],
+        "a 16M-device mesh",
+    );
+}

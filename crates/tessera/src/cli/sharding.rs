@@ -71,8 +71,20 @@ fn int_list(text: &str, what: &str) -> anyhow::Result<Vec<i64>> {
         .collect()
 }
 
+/// The most mesh positions `explain` lists: it prints (or draws) a block per device, so a mesh
+/// of millions of positions would take gigabytes of memory and output.
+const MAX_EXPLAINED_DEVICES: i64 = 1 << 16;
+
 fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
     let shape_mesh = parse_mesh_axes(&a.mesh)?;
+    if shape_mesh.size() > MAX_EXPLAINED_DEVICES {
+        anyhow::bail!(
+            "--mesh {} has {} positions; explain lists a block per device and takes at most \
+             {MAX_EXPLAINED_DEVICES}: explain the same spec on a smaller mesh of the same axes",
+            a.mesh,
+            shape_mesh.size()
+        );
+    }
     let mesh = match &a.devices {
         Some(d) => Mesh::new(shape_mesh, int_list(d, "--devices")?)?,
         None => Mesh::iota(shape_mesh),
