@@ -223,3 +223,42 @@ fn tiny_costs_label_the_time_axis_with_numbers() {
         );
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// The boundary search with any stage count, odd times, huge bytes and memory limits
+    /// answers without a panic, and a split it returns covers every layer.
+    #[test]
+    fn partition_answers_for_hostile_profiles(
+        layers in 0usize..6,
+        stages in prop_oneof![0usize..9, Just(usize::MAX)],
+        seconds in prop_oneof![Just(f64::NAN), Just(-1.0), 0.0f64..2.0, Just(1e308)],
+        bytes in prop_oneof![0u64..100, Just(u64::MAX)],
+        limit in prop_oneof![Just(None), (0u64..1000).prop_map(Some), Just(Some(u64::MAX))],
+        copies in prop_oneof![0u64..4, Just(u64::MAX)],
+        in_flight in prop::collection::vec(prop_oneof![0u32..4, Just(u32::MAX)], 0..4),
+        empty_ends in any::<bool>(),
+    ) {
+        use tessera_schedule::plan::{MemoryLimit, PartitionOptions, partition};
+        let part = Part {
+            forward: seconds,
+            backward: 1.0,
+            activation_bytes: bytes,
+            parameter_bytes: bytes,
+        };
+        let profile = Profile { embedding: part, layers: vec![part; layers], head: part };
+        let options = PartitionOptions {
+            empty_ends,
+            memory: limit.map(|bytes| MemoryLimit {
+                bytes,
+                parameter_copies: copies,
+                in_flight: in_flight.clone(),
+            }),
+        };
+        if let Ok(split) = partition(&profile, stages, &options) {
+            prop_assert_eq!(split.counts.iter().sum::<usize>(), layers);
+            prop_assert_eq!(split.counts.len(), stages);
+        }
+    }
+}
