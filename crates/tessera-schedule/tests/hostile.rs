@@ -262,3 +262,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn placement_tables_with_huge_actor_ids_are_refused() {
+    use tessera_schedule::ScheduleError;
+    for table in [vec![u32::MAX], vec![0, u32::MAX], vec![1, 2]] {
+        assert!(
+            matches!(
+                Placement::from_table(table.clone()),
+                Err(ScheduleError::ActorWithoutStage { .. })
+            ),
+            "{table:?}"
+        );
+    }
+    assert!(Placement::from_table(Vec::new()).is_err());
+    assert_eq!(
+        Placement::from_table(vec![1, 0, 1]).unwrap().num_actors(),
+        2
+    );
+    assert!(Placement::round_robin(4, 0).is_err());
+    assert!(Placement::v_shape(0, 0).is_err());
+    assert!(Placement::v_shape(u32::MAX, 2).is_err());
+}
