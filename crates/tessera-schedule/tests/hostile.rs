@@ -284,3 +284,33 @@ fn placement_tables_with_huge_actor_ids_are_refused() {
     assert!(Placement::v_shape(0, 0).is_err());
     assert!(Placement::v_shape(u32::MAX, 2).is_err());
 }
+
+#[test]
+fn schedules_of_absurd_sizes_are_refused_before_they_are_built() {
+    use tessera_schedule::{MAX_STAGES, Registry, ScheduleParams};
+    let registry = Registry::with_builtins();
+    for name in registry.names() {
+        for (stages, mpmd_dim) in [(u32::MAX, u32::MAX), (1 << 31, 2), (2, u32::MAX)] {
+            let err = registry
+                .create(&name, ScheduleParams { stages, mpmd_dim })
+                .err()
+                .unwrap_or_else(|| panic!("{name} accepted {stages} stages on {mpmd_dim}"));
+            assert!(
+                err.to_string().contains(&MAX_STAGES.to_string()),
+                "{name}: {err}"
+            );
+        }
+        // u32::MAX micro-batches are refused, not allocated.
+        let schedule = registry.create(
+            &name,
+            ScheduleParams {
+                stages: 4,
+                mpmd_dim: 2,
+            },
+        );
+        if let Ok(schedule) = schedule {
+            let err = schedule.plan(u32::MAX).expect_err(&name).to_string();
+            assert!(err.contains("micro-batches"), "{name}: {err}");
+        }
+    }
+}
