@@ -486,9 +486,12 @@ pub fn rank(
             .filter(|m| args.batch.is_multiple_of(*m))
             .collect()
     });
+    if microbatches.contains(&0) {
+        bail!("--microbatches 0: micro-batch counts start at 1, e.g. --microbatches 4,8");
+    }
     if let Some(m) = microbatches
         .iter()
-        .find(|m| **m == 0 || !args.batch.is_multiple_of(**m))
+        .find(|m| !args.batch.is_multiple_of(**m))
     {
         bail!(
             "--microbatches {m} does not divide --batch {}; try divisors of the batch",
