@@ -190,6 +190,10 @@ fn plan_counts_of_zero_are_refused_not_rounded_up() {
             &["--max-stages-per-group", "0"],
             &["--max-stages-per-group 0"],
         ),
+        (
+            &["--microbatches", "2,0"],
+            &["--microbatches 0", "start at 1"],
+        ),
     ] {
         let out = tessera(&[&base[..], extra].concat());
         assert_refused(&out, words, &format!("{extra:?}"));
