@@ -173,3 +173,18 @@ proptest! {
         let _ = LrSchedule::Constant(init).at(step);
     }
 }
+
+#[test]
+fn parallel_axes_of_zero_or_negative_size_are_refused_or_replicate() {
+    use tessera_nn::ParallelAxes;
+    let c = DecoderConfig::llama(256, 2, 16, 2, 8);
+    for size in [0, -1, i64::MIN, 3, i64::MAX] {
+        assert!(
+            c.param_specs(&ParallelAxes::tensor("model", size)).is_err(),
+            "{size}"
+        );
+        let _ = c.param_specs(&ParallelAxes::replicated().with_fsdp("data", size));
+    }
+    let bad = DecoderConfig::llama(256, 2, 16, 0, 8);
+    let _ = bad.param_specs(&ParallelAxes::tensor("model", 2));
+}
