@@ -67,7 +67,8 @@ impl LrSchedule {
                 end,
             } => {
                 if step < warmup {
-                    return init + (peak - init) * step as f64 / warmup as f64;
+                    // The fraction first: `(peak - init) * step` overflows for a huge peak.
+                    return init + (peak - init) * (step as f64 / warmup as f64);
                 }
                 let span = decay_steps.saturating_sub(warmup).max(1);
                 let progress = (step - warmup).min(span) as f64 / span as f64;

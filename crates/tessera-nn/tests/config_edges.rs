@@ -188,3 +188,18 @@ fn parallel_axes_of_zero_or_negative_size_are_refused_or_replicate() {
     let bad = DecoderConfig::llama(256, 2, 16, 0, 8);
     let _ = bad.param_specs(&ParallelAxes::tensor("model", 2));
 }
+
+#[test]
+fn a_warm_up_to_a_huge_peak_does_not_overflow_to_infinity() {
+    use tessera_nn::lr::LrSchedule;
+    let schedule = LrSchedule::WarmupCosine {
+        init: 0.0,
+        peak: 1e308,
+        warmup: 9,
+        decay_steps: u64::MAX,
+        end: 0.0,
+    };
+    schedule.validate().unwrap();
+    let rate = schedule.at(2);
+    assert!(rate.is_finite() && rate > 0.0, "{rate}");
+}
