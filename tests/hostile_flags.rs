@@ -528,3 +528,33 @@ fn a_mesh_too_large_to_list_is_refused_before_listing_it() {
         "a 16M-device mesh",
     );
 }
+
+#[test]
+fn plan_auto_refuses_a_choice_it_would_make_before_measuring() {
+    for (extra, flag) in [
+        (&["--stages", "2"][..], "--stages"),
+        (&["--schedule", "gpipe"], "--schedule"),
+        (&["--mpmd-dim", "2"], "--mpmd-dim"),
+    ] {
+        let args = [
+            &[
+                "--model",
+                "llama",
+                "--steps",
+                "1",
+                "--plan",
+                "auto",
+                "--devices",
+                "2",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let out = tessera_train(&args);
+        assert_refused(
+            &out,
+            &[&format!("--plan auto chooses {flag}")],
+            &format!("{extra:?}"),
+        );
+    }
+}

@@ -35,6 +35,27 @@ pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
              --device-memory {bytes} --out FILE)"
         );
     }
+    // What `--plan auto` chooses, refused before it measures (the batch, devices and dtype it
+    // plans for are the run's own).
+    if which == "auto" {
+        let chosen = ["stages", "microbatches", "schedule"]
+            .into_iter()
+            .filter(|id| args.was_given(id))
+            .map(|id| format!("--{id}"))
+            .chain(args.mpmd_dim.map(|_| "--mpmd-dim".to_string()))
+            .chain(
+                args.stage_layers
+                    .as_ref()
+                    .map(|_| "--stage-layers".to_string()),
+            )
+            .next();
+        if let Some(flag) = chosen {
+            bail!(
+                "--plan auto chooses {flag}; drop {flag}, or plan with it fixed (tessera plan \
+                 ... --out FILE) and train with --plan FILE"
+            );
+        }
+    }
     let file = match which.as_str() {
         "auto" => auto(&args, plugin)?,
         path => PlanFile::read(Path::new(path))?,
