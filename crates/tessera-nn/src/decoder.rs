@@ -17,6 +17,10 @@ use crate::init::{Init, Rng};
 use crate::layers::{Attention, Embedding, LayerNorm, Linear, Mlp, ParamSpec, RmsNorm, SwiGlu};
 use crate::tree::Tree;
 
+/// The most transformer blocks [`DecoderConfig::validate`] accepts (the parameter tree has a
+/// node per block).
+pub const MAX_LAYERS: usize = 1 << 16;
+
 /// Which decoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecoderKind {
@@ -62,7 +66,7 @@ impl DecoderConfig {
             d_model,
             heads,
             seq_len,
-            ffn: 4 * d_model,
+            ffn: d_model.saturating_mul(4),
             tie_embeddings: false,
             compute_dtype: DType::F32,
         }
@@ -77,7 +81,7 @@ impl DecoderConfig {
             d_model,
             heads,
             seq_len,
-            ffn: ((8 * d_model + 2) / 3 + 7) / 8 * 8,
+            ffn: (d_model.saturating_mul(8).saturating_add(2) / 3 + 7) / 8 * 8,
             tie_embeddings: false,
             compute_dtype: DType::F32,
         }
@@ -108,6 +112,32 @@ impl DecoderConfig {
         }
         if self.layers == 0 {
             return bad("layers must be at least 1".into());
+        }
+        if self.layers > MAX_LAYERS {
+            return bad(format!(
+                "{} layers is more than the {MAX_LAYERS} a decoder may have; use fewer layers",
+                self.layers
+            ));
+        }
+        if self.checked_param_count().is_none() {
+            return bad(format!(
+                "the parameter count of {self:?} does not fit in 64 bits; use a smaller d_model, \
+                 ffn, vocab or fewer layers"
+            ));
+        }
+        let scores = self
+            .seq_len
+            .checked_mul(self.seq_len)
+            .and_then(|s| s.checked_mul(self.heads));
+        let rows = self
+            .seq_len
+            .checked_mul(self.d_model.max(self.ffn).max(self.vocab));
+        if scores.is_none() || rows.is_none() {
+            return bad(format!(
+                "seq_len {} is too long for one example's activations (seq_len² × heads and \
+                 seq_len × width must fit in 64 bits); use a shorter seq_len",
+                self.seq_len
+            ));
         }
         if !matches!(self.compute_dtype, DType::F32 | DType::BF16 | DType::F16) {
             return bad(format!(
@@ -242,13 +272,47 @@ impl DecoderConfig {
         Tree::node(parts)
     }
 
-    /// The number of parameters.
+    /// The number of parameters (`i64::MAX` where that overflows; [`DecoderConfig::validate`]
+    /// refuses such a model). Counted from the sizes, without building the parameter tree.
     pub fn param_count(&self) -> i64 {
-        self.spec()
-            .leaves()
-            .iter()
-            .map(|p| p.shape.iter().product::<i64>())
-            .sum()
+        self.checked_param_count().unwrap_or(i64::MAX)
+    }
+
+    /// The number of parameters, `None` where it overflows or a size is negative: the same
+    /// count as the leaves of [`DecoderConfig::spec`].
+    fn checked_param_count(&self) -> Option<i64> {
+        let (v, d, t, h) = (self.vocab, self.d_model, self.seq_len, self.ffn);
+        if v < 0 || d < 0 || t < 0 || h < 0 {
+            return None;
+        }
+        let gpt = self.kind == DecoderKind::Gpt2;
+        // LayerNorm has a gain and a bias, RMSNorm a gain.
+        let norm = if gpt { d.checked_mul(2)? } else { d };
+        // qkv [d, 3d] and out [d, d], with biases 3d and d in GPT-2.
+        let attn_bias = if gpt { d.checked_mul(4)? } else { 0 };
+        let attn = d.checked_mul(d)?.checked_mul(4)?.checked_add(attn_bias)?;
+        // GPT-2: fc [d, h] + h and proj [h, d] + d; Llama: gate, up [d, h] and down [h, d].
+        let mlp = if gpt {
+            d.checked_mul(h)?
+                .checked_mul(2)?
+                .checked_add(h)?
+                .checked_add(d)?
+        } else {
+            d.checked_mul(h)?.checked_mul(3)?
+        };
+        let block = norm.checked_mul(2)?.checked_add(attn)?.checked_add(mlp)?;
+        let blocks = block.checked_mul(i64::try_from(self.layers).ok()?)?;
+        let positions = if gpt { t.checked_mul(d)? } else { 0 };
+        let embed = v.checked_mul(d)?.checked_add(positions)?;
+        let head = if self.tie_embeddings {
+            0
+        } else {
+            d.checked_mul(v)?
+        };
+        embed
+            .checked_add(blocks)?
+            .checked_add(norm)?
+            .checked_add(head)
     }
 
     /// The parameters' types, in argument order.
@@ -271,9 +335,9 @@ impl DecoderConfig {
         let lookup = if self.tie_embeddings {
             0
         } else {
-            self.vocab * self.d_model
+            self.vocab.saturating_mul(self.d_model)
         };
-        let weights = (self.param_count() - lookup) as f64;
+        let weights = self.param_count().saturating_sub(lookup) as f64;
         let attention = 12.0 * self.layers as f64 * self.d_model as f64 * self.seq_len as f64;
         6.0 * weights + attention
     }
@@ -434,24 +498,49 @@ fn fix_words(sum: usize, layers: usize) -> String {
 
 /// `counts` with `sum(counts) - layers` taken one at a time from the largest stage, or
 /// `layers - sum(counts)` added one at a time to the smallest one (the later stage on ties).
+/// Whole levels move at once, so any counts balance in `O(stages²)` steps (a count near
+/// `usize::MAX` neither overflows nor takes that many steps).
 fn balance_to(counts: &[usize], layers: usize) -> Vec<usize> {
-    let mut out = counts.to_vec();
-    let mut sum: usize = out.iter().sum();
-    while sum != layers && !out.is_empty() {
-        let pick = |better: &dyn Fn(usize, usize) -> bool, v: &[usize]| {
-            (0..v.len()).fold(0, |best, i| if better(v[i], v[best]) { i } else { best })
-        };
-        if sum < layers {
-            let i = pick(&|a, b| a <= b, &out);
-            out[i] += 1;
-            sum += 1;
+    let mut out: Vec<u128> = counts.iter().map(|&c| c as u128).collect();
+    let sum: u128 = out.iter().sum();
+    let target = layers as u128;
+    let adding = sum < target;
+    let mut left = sum.abs_diff(target);
+    while left > 0 && !out.is_empty() {
+        // The stages at the extreme level (the smallest when adding, the largest when
+        // taking) and the next level towards the others.
+        let extreme = if adding {
+            out.iter().copied().min()
         } else {
-            let i = pick(&|a, b| a >= b, &out);
-            out[i] -= 1;
-            sum -= 1;
+            out.iter().copied().max()
         }
+        .unwrap_or(0);
+        let at: Vec<usize> = (0..out.len()).filter(|&i| out[i] == extreme).collect();
+        let next = out
+            .iter()
+            .copied()
+            .filter(|&c| c != extreme)
+            .reduce(|a, b| if adding { a.min(b) } else { a.max(b) });
+        let k = at.len() as u128;
+        let step = match next {
+            Some(next) if next.abs_diff(extreme) * k <= left => next.abs_diff(extreme),
+            _ => left / k,
+        };
+        if step == 0 {
+            // Fewer units than stages at the level: one each to the later stages.
+            for &i in at.iter().rev().take(left as usize) {
+                out[i] = if adding { out[i] + 1 } else { out[i] - 1 };
+            }
+            break;
+        }
+        for &i in &at {
+            out[i] = if adding { out[i] + step } else { out[i] - step };
+        }
+        left -= step * k;
     }
-    out
+    out.into_iter()
+        .map(|c| usize::try_from(c).unwrap_or(usize::MAX))
+        .collect()
 }
 
 impl StagePlan {
@@ -477,11 +566,12 @@ impl StagePlan {
         if counts.is_empty() {
             return Err(StagePlanError::NoStages { layers });
         }
-        let sum: usize = counts.iter().sum();
-        if sum != layers {
+        // Summed without overflow: a count near `usize::MAX` is a wrong sum, not a panic.
+        let sum: u128 = counts.iter().map(|&c| c as u128).sum();
+        if sum != layers as u128 {
             return Err(StagePlanError::Sum {
                 counts: counts.to_vec(),
-                sum,
+                sum: usize::try_from(sum).unwrap_or(usize::MAX),
                 layers,
                 suggestion: balance_to(counts, layers),
             });

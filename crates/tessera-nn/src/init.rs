@@ -3,7 +3,7 @@
 
 use tessera_ir::{Array, DType};
 
-use crate::error::Result;
+use crate::error::{NnError, Result};
 
 /// A seeded pseudo-random generator (SplitMix64).
 #[derive(Debug, Clone)]
@@ -53,7 +53,16 @@ pub enum Init {
 impl Init {
     /// A float32 array of `shape` drawn from `rng`.
     pub fn array(self, shape: &[i64], rng: &mut Rng) -> Result<Array> {
-        let n = shape.iter().product::<i64>().max(0) as usize;
+        let n = shape
+            .iter()
+            .try_fold(1i64, |n, &d| n.checked_mul(d.max(0)))
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| {
+                NnError::Config(format!(
+                    "a parameter of shape {shape:?} has more elements than fit in memory; use \
+                     smaller sizes"
+                ))
+            })?;
         let values: Vec<f64> = match self {
             Init::Zeros => vec![0.0; n],
             Init::Ones => vec![1.0; n],

@@ -275,7 +275,10 @@ pub struct Attention {
 
 impl Attention {
     fn projections(&self) -> (Linear, Linear) {
-        let (qkv, out) = (Linear::new(self.d, 3 * self.d), Linear::new(self.d, self.d));
+        let (qkv, out) = (
+            Linear::new(self.d, self.d.saturating_mul(3)),
+            Linear::new(self.d, self.d),
+        );
         if self.bias {
             (qkv, out)
         } else {

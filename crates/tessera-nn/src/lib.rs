@@ -39,7 +39,7 @@ pub mod toy;
 mod tree;
 mod trees;
 
-pub use decoder::{DecoderConfig, DecoderKind, StagePlan, StagePlanError};
+pub use decoder::{DecoderConfig, DecoderKind, MAX_LAYERS, StagePlan, StagePlanError};
 pub use error::{NnError, Result};
 pub use init::{Init, Rng};
 pub use parallel::{MeshAxis, ParallelAxes};

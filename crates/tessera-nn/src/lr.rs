@@ -1,6 +1,8 @@
 //! Learning-rate schedules, evaluated on the host for each step (the step program takes the
 //! learning rate as an argument, so one compiled step serves every step of a run).
 
+use crate::error::{NnError, Result};
+
 /// A learning rate per step.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum LrSchedule {
@@ -23,6 +25,36 @@ pub enum LrSchedule {
 }
 
 impl LrSchedule {
+    /// Checks that every rate is finite and at least 0 and that the warm-up ends by the end of
+    /// the decay, saying which is wrong: [`LrSchedule::at`] of a schedule that passes is a
+    /// finite rate at every step (one that does not may give NaN or a negative rate).
+    pub fn validate(&self) -> Result<()> {
+        let rates: &[(&str, f64)] = match self {
+            LrSchedule::Constant(lr) => &[("rate", *lr)],
+            LrSchedule::WarmupCosine {
+                init, peak, end, ..
+            } => &[("init", *init), ("peak", *peak), ("end", *end)],
+        };
+        if let Some((name, rate)) = rates.iter().find(|(_, r)| !(r.is_finite() && *r >= 0.0)) {
+            return Err(NnError::Config(format!(
+                "the learning rate schedule's {name} is {rate}; give a finite rate of at least 0"
+            )));
+        }
+        if let LrSchedule::WarmupCosine {
+            warmup,
+            decay_steps,
+            ..
+        } = self
+            && warmup > decay_steps
+        {
+            return Err(NnError::Config(format!(
+                "the learning rate warm-up of {warmup} steps ends after the decay's last step \
+                 {decay_steps}; warm up for at most {decay_steps} steps"
+            )));
+        }
+        Ok(())
+    }
+
     /// The rate at `step` (counted from 0).
     pub fn at(&self, step: u64) -> f64 {
         match *self {
@@ -35,7 +67,8 @@ impl LrSchedule {
                 end,
             } => {
                 if step < warmup {
-                    return init + (peak - init) * step as f64 / warmup as f64;
+                    // The fraction first: `(peak - init) * step` overflows for a huge peak.
+                    return init + (peak - init) * (step as f64 / warmup as f64);
                 }
                 let span = decay_steps.saturating_sub(warmup).max(1);
                 let progress = (step - warmup).min(span) as f64 / span as f64;

@@ -95,7 +95,7 @@ pub use builtins::{
 pub use error::{CostError, ScheduleError, SimulateError, ValidationError};
 pub use forward::{ForwardOnly, forward_actions, validate_forward_only};
 pub use placement::Placement;
-pub use schedule::{Plan, Registry, Schedule, ScheduleParams};
+pub use schedule::{MAX_PIPELINE_CELLS, MAX_STAGES, Plan, Registry, Schedule, ScheduleParams};
 pub use simulate::{Costs, Simulation, simulate};
 pub use task::{Action, ActorId, Microbatch, StageId, Task, TaskKind};
 pub use validate::{Payload, Span, Transfer, transfers, validate};

@@ -50,13 +50,15 @@ pub struct StageBytes {
 pub fn predict_peak_bytes(plan: &Plan, resident: &[u64], bytes: &[StageBytes]) -> Vec<u64> {
     let stages = plan.num_stages as usize;
     let per = |s: usize| bytes.get(s).copied().unwrap_or_default();
+    // Saturating: bytes beyond `u64::MAX` are more than any device holds, not a wrap-around.
     let total = |fwd: &[i64], wgt: &[i64]| -> u64 {
         (0..stages)
             .map(|s| {
-                fwd[s].max(0) as u64 * per(s).activation
-                    + wgt[s].max(0) as u64 * per(s).weight_residual
+                (fwd[s].max(0) as u64)
+                    .saturating_mul(per(s).activation)
+                    .saturating_add((wgt[s].max(0) as u64).saturating_mul(per(s).weight_residual))
             })
-            .sum()
+            .fold(0, u64::saturating_add)
     };
     plan.actors
         .iter()
@@ -70,26 +72,36 @@ pub fn predict_peak_bytes(plan: &Plan, resident: &[u64], bytes: &[StageBytes]) -
                 let (mut during, mut extra) = (fwd.clone(), 0);
                 for task in action.tasks() {
                     let s = task.stage as usize;
+                    if s >= stages {
+                        continue; // a stage the plan does not have (`validate` refuses it)
+                    }
                     match task.kind {
                         TaskKind::Fwd => during[s] += 1,
                         TaskKind::Bwd | TaskKind::BwdW => {
-                            extra += per(s).backward;
+                            extra = u64::saturating_add(extra, per(s).backward);
                             if !accumulating[s] {
                                 accumulating[s] = true;
-                                held += per(s).accumulators;
+                                held = u64::saturating_add(held, per(s).accumulators);
                             }
                         }
                         // Its weight residuals, unless the action's own `BwdW` reads them (then
                         // they stay inside the one program, never a value between actions).
                         TaskKind::BwdI if !weight_gradient_fused(action, task) => {
-                            extra += per(s).weight_residual;
+                            extra = u64::saturating_add(extra, per(s).weight_residual);
                         }
                         TaskKind::BwdI => {}
                     }
                 }
-                peak = peak.max(total(&during, &wgt) + extra + held);
+                peak = peak.max(
+                    total(&during, &wgt)
+                        .saturating_add(extra)
+                        .saturating_add(held),
+                );
                 for task in action.tasks() {
                     let s = task.stage as usize;
+                    if s >= stages {
+                        continue; // a stage the plan does not have (`validate` refuses it)
+                    }
                     match task.kind {
                         TaskKind::Fwd => fwd[s] += 1,
                         TaskKind::Bwd => fwd[s] -= 1,
@@ -101,7 +113,7 @@ pub fn predict_peak_bytes(plan: &Plan, resident: &[u64], bytes: &[StageBytes]) -
                     }
                 }
             }
-            resident.get(a).copied().unwrap_or(0) + peak
+            resident.get(a).copied().unwrap_or(0).saturating_add(peak)
         })
         .collect()
 }

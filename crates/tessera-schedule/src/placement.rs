@@ -52,15 +52,17 @@ impl Placement {
     /// Any table: `actor_of_stage[s]` runs stage `s`. Every actor below the largest one used
     /// must run at least one stage.
     pub fn from_table(actor_of_stage: Vec<ActorId>) -> Result<Placement, ScheduleError> {
-        let num_actors = actor_of_stage.iter().max().map_or(0, |&a| a + 1);
-        if actor_of_stage.is_empty() {
+        let Some(&largest) = actor_of_stage.iter().max() else {
             return Err(ScheduleError::NoStages {
                 schedule: "placement".into(),
             });
-        }
-        if let Some(idle) = (0..num_actors).find(|a| !actor_of_stage.contains(a)) {
+        };
+        // The scan stops at the first idle actor, so an id near `u32::MAX` costs no more than
+        // the table's length (and `largest + 1` cannot overflow once every id below it is used).
+        if let Some(idle) = (0..=largest).find(|a| !actor_of_stage.contains(a)) {
             return Err(ScheduleError::ActorWithoutStage { actor: idle });
         }
+        let num_actors = largest.saturating_add(1);
         Ok(Placement {
             num_actors,
             actor_of_stage,

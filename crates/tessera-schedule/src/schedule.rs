@@ -14,6 +14,13 @@ use crate::error::ScheduleError;
 use crate::placement::Placement;
 use crate::task::Action;
 
+/// The most stages (and MPMD groups) [`Registry::create`] accepts: a plan's placement and
+/// lists grow with the stage count, so a count near `u32::MAX` would exhaust memory.
+pub const MAX_STAGES: u32 = 1 << 16;
+
+/// The most stage-micro-batch pairs [`Schedule::plan`] builds (each becomes two or three tasks).
+pub const MAX_PIPELINE_CELLS: u64 = 1 << 22;
+
 /// A pipeline schedule: a placement of stages on actors and, for a microbatch count, each
 /// actor's ordered list of actions.
 pub trait Schedule {
@@ -39,6 +46,18 @@ pub trait Schedule {
             });
         }
         let placement = self.placement();
+        let cells = u64::from(placement.num_stages()) * u64::from(microbatches);
+        if cells > MAX_PIPELINE_CELLS {
+            return Err(ScheduleError::Invalid {
+                schedule: self.name(),
+                reason: format!(
+                    "{} stages × {microbatches} micro-batches = {cells} is more than the \
+                     {MAX_PIPELINE_CELLS} stage-micro-batch pairs a plan may hold; use fewer \
+                     micro-batches",
+                    placement.num_stages()
+                ),
+            });
+        }
         Ok(Plan {
             name: self.name(),
             num_stages: placement.num_stages(),
@@ -135,7 +154,20 @@ impl Registry {
         params: ScheduleParams,
     ) -> Result<Box<dyn Schedule>, ScheduleError> {
         match self.entries.get(name) {
-            Some(entry) => (entry.make)(params),
+            Some(entry) => {
+                for (what, count) in [("stages", params.stages), ("mpmd_dim", params.mpmd_dim)] {
+                    if count > MAX_STAGES {
+                        return Err(ScheduleError::Invalid {
+                            schedule: name.to_owned(),
+                            reason: format!(
+                                "{what} {count} is more than the {MAX_STAGES} a schedule may \
+                                 have (a plan holds every stage's work); use fewer"
+                            ),
+                        });
+                    }
+                }
+                (entry.make)(params)
+            }
             None => Err(ScheduleError::UnknownSchedule {
                 name: name.to_owned(),
                 known: self.names().join(", "),

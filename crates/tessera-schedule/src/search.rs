@@ -355,6 +355,23 @@ pub enum SearchError {
     },
 }
 
+/// The divisors of `n` in increasing order, found in `O(√n)` steps.
+fn divisors(n: u32) -> Vec<u32> {
+    let (mut low, mut high) = (Vec::new(), Vec::new());
+    let mut d: u32 = 1;
+    while u64::from(d) * u64::from(d) <= u64::from(n) {
+        if n.is_multiple_of(d) {
+            low.push(d);
+            if d != n / d {
+                high.push(n / d);
+            }
+        }
+        d += 1;
+    }
+    low.extend(high.into_iter().rev());
+    low
+}
+
 /// The shapes the search tries for `space` (every one the schedules may accept).
 pub fn shapes(space: &Space) -> Vec<Shape> {
     let mut out = Vec::new();
@@ -364,18 +381,26 @@ pub fn shapes(space: &Space) -> Vec<Shape> {
             .collect(),
         false => space.microbatches.clone(),
     };
-    let most_stages = (space.layers + 2) as u32;
-    for groups in (1..=space.devices).filter(|g| space.devices.is_multiple_of(*g)) {
+    // In 64 bits: the stage and split counts of hostile spaces (`max_stages_per_group` near
+    // `u32::MAX`, huge micro-batch counts) neither overflow nor loop past the useful range.
+    let most_stages = u64::try_from(space.layers)
+        .unwrap_or(u64::MAX)
+        .saturating_add(2);
+    for groups in divisors(space.devices) {
         let data = space.devices / groups;
-        for per_group in 1..=space.max_stages_per_group.max(1) {
-            let stages = groups * per_group;
+        let per_group_max =
+            u64::from(space.max_stages_per_group.max(1)).min(most_stages / u64::from(groups));
+        for per_group in 1..=per_group_max {
             // On one group, one stage (its schedule's tasks run one after another).
-            if stages > most_stages || (groups == 1 && stages > 1) {
+            let Ok(stages) = u32::try_from(u64::from(groups) * per_group) else {
+                break;
+            };
+            if groups == 1 && stages > 1 {
                 continue;
             }
             for &microbatches in &counts {
-                let split = microbatches * data;
-                if microbatches == 0 || split == 0 || !space.batch.is_multiple_of(split) {
+                let split = u64::from(microbatches) * u64::from(data);
+                if split == 0 || !u64::from(space.batch).is_multiple_of(split) {
                     continue;
                 }
                 out.push(Shape {

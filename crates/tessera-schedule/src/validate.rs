@@ -11,6 +11,8 @@
 //! 5. no deadlock: each actor runs its list in order, an action starts once everything it needs
 //!    is done (blocking receives, buffered sends), and every action eventually runs.
 
+use std::collections::HashMap;
+
 use serde::Serialize;
 
 use crate::error::{Blocked, Position, ValidationError};
@@ -35,7 +37,16 @@ pub(crate) struct Loc {
 pub(crate) struct Index {
     stages: u32,
     microbatches: u32,
-    locs: Vec<Option<Loc>>,
+    locs: Locs,
+}
+
+/// The index's storage: a dense grid of stage × micro-batch × part, or, for a plan with fewer
+/// tasks than the grid has stage-micro-batch pairs (which cannot be complete, e.g. a garbage
+/// `num_microbatches` of `u32::MAX`), a map of the parts present, so that such a plan is refused
+/// without allocating the grid. A built index is always dense.
+enum Locs {
+    Dense(Vec<Option<Loc>>),
+    Sparse(HashMap<(StageId, u32, usize), Loc>),
 }
 
 impl Index {
@@ -64,11 +75,21 @@ impl Index {
                 placement: stages,
             });
         }
-        let slots = (stages as usize) * (microbatches as usize) * Part::COUNT;
+        let tasks: u64 = plan
+            .actors
+            .iter()
+            .flatten()
+            .map(|a| a.tasks().len() as u64)
+            .sum();
+        let pairs = u64::from(stages) * u64::from(microbatches);
+        let locs = match usize::try_from(pairs) {
+            Ok(pairs) if pairs as u64 <= tasks => Locs::Dense(vec![None; pairs * Part::COUNT]),
+            _ => Locs::Sparse(HashMap::new()),
+        };
         let mut index = Index {
             stages,
             microbatches,
-            locs: vec![None; slots],
+            locs,
         };
         for (a, list) in plan.actors.iter().enumerate() {
             for (i, action) in list.iter().enumerate() {
@@ -106,7 +127,36 @@ impl Index {
     /// Where `part` of `stage` on `mb` runs (the index is complete once built; a forward-only
     /// index holds the forwards, the only parts a forward depends on).
     pub(crate) fn loc(&self, stage: StageId, mb: u32, part: Part) -> Loc {
-        self.locs[self.slot(stage, mb, part)].expect("a built index is complete")
+        self.get(stage, mb, part)
+            .expect("a built index is complete")
+    }
+
+    fn get(&self, stage: StageId, mb: u32, part: Part) -> Option<Loc> {
+        match &self.locs {
+            Locs::Dense(locs) => locs.get(self.slot(stage, mb, part)).copied().flatten(),
+            Locs::Sparse(locs) => locs.get(&(stage, mb, part.index())).copied(),
+        }
+    }
+
+    fn set(&mut self, stage: StageId, mb: u32, part: Part, loc: Loc) {
+        if let Locs::Sparse(locs) = &mut self.locs {
+            locs.insert((stage, mb, part.index()), loc);
+            return;
+        }
+        let slot = self.slot(stage, mb, part);
+        if let Locs::Dense(locs) = &mut self.locs
+            && let Some(entry) = locs.get_mut(slot)
+        {
+            *entry = Some(loc);
+        }
+    }
+
+    /// The number of dense slots (what [`Index::slot`] numbers).
+    fn slots(&self) -> usize {
+        match &self.locs {
+            Locs::Dense(locs) => locs.len(),
+            Locs::Sparse(_) => 0,
+        }
     }
 
     fn add_action(
@@ -133,8 +183,7 @@ impl Index {
                 return Err(ValidationError::WrongActor { at, task, expected });
             }
             for &part in task.kind.parts() {
-                let s = self.slot(task.stage, task.mb, part);
-                if let Some(first) = self.locs[s] {
+                if let Some(first) = self.get(task.stage, task.mb, part) {
                     return Err(ValidationError::Duplicate {
                         task,
                         at,
@@ -142,7 +191,7 @@ impl Index {
                         first_at: first.at,
                     });
                 }
-                self.locs[s] = Some(Loc { at, slot, task });
+                self.set(task.stage, task.mb, part, Loc { at, slot, task });
             }
         }
         Ok(())
@@ -167,7 +216,9 @@ impl Index {
                     if forward_only && part != Part::F {
                         continue;
                     }
-                    if self.locs[self.slot(stage, mb, part)].is_none() {
+                    // The first missing part ends the scan, so a sparse index is scanned no
+                    // further than the parts it holds.
+                    if self.get(stage, mb, part).is_none() {
                         return Err(ValidationError::Missing {
                             what,
                             stage,
@@ -233,7 +284,7 @@ pub(crate) fn run(
     latency: f64,
 ) -> Result<Vec<Vec<Span>>, ValidationError> {
     let stages = index.stages;
-    let mut done: Vec<Option<f64>> = vec![None; index.locs.len()];
+    let mut done: Vec<Option<f64>> = vec![None; index.slots()];
     let mut spans: Vec<Vec<Span>> = plan
         .actors
         .iter()

@@ -223,7 +223,8 @@ impl Hash for Mesh {
 }
 
 impl Mesh {
-    /// Builds a mesh over `device_ids` (one distinct id per position, row-major).
+    /// Builds a mesh over `device_ids` (one distinct id per position, row-major, each at
+    /// least 0).
     pub fn new(shape: AbstractMesh, device_ids: Vec<i64>) -> Result<Mesh> {
         if device_ids.len() as i64 != shape.size() {
             return Err(ShardingError::InvalidMesh {
@@ -236,6 +237,13 @@ impl Mesh {
         }
         let mut position_of = HashMap::with_capacity(device_ids.len());
         for (p, &d) in device_ids.iter().enumerate() {
+            if d < 0 {
+                return Err(ShardingError::InvalidMesh {
+                    reason: format!(
+                        "device id {d} at mesh position {p} is negative; device ids start at 0"
+                    ),
+                });
+            }
             if position_of.insert(d, p).is_some() {
                 return Err(ShardingError::InvalidMesh {
                     reason: format!("device {d} appears twice in the mesh"),

@@ -5,8 +5,6 @@ mod cli;
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
-
 /// jemalloc for every allocation of the process: Rust's, and (its symbols unprefixed) the C
 /// `malloc` the PJRT plugin calls. XLA's CPU runtime allocates each execution's temporaries as
 /// one block (248 MB for `cargo xtask bench --checkpoints`' model); glibc maps such a block
@@ -28,7 +26,7 @@ pub static malloc_conf: Option<&'static std::ffi::c_char> =
     Some(unsafe { &*c"oversize_threshold:0".as_ptr() });
 
 fn main() -> ExitCode {
-    let args = cli::Cli::parse();
+    let args = cli::Cli::parse_noting_given();
     let result = cli::run(args).and_then(|code| {
         cli::out::flush()?;
         Ok(code)

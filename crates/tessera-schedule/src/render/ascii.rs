@@ -93,8 +93,13 @@ pub(crate) fn placement_summary(plan: &Plan) -> String {
 pub(crate) fn num(t: f64) -> String {
     if t.fract() == 0.0 {
         format!("{t:.0}")
+    } else if t.abs() < 5e-4 {
+        // Below what three decimals show: `1e-320`, not `0.`.
+        format!("{t:.0e}")
     } else {
-        format!("{t:.3}").trim_end_matches('0').to_owned()
+        // Three decimals without trailing zeros, nor a bare point (`3.0001` is `3`, not `3.`).
+        let text = format!("{t:.3}");
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
     }
 }
 

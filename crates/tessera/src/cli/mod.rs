@@ -47,6 +47,29 @@ enum Command {
     Train(Box<train::Args>),
 }
 
+impl Cli {
+    /// Parses the process's arguments (exiting with clap's message where they do not parse),
+    /// noting which of `train`'s defaulted flags were given on the command line, so that a
+    /// `--plan` can refuse a flag that disagrees with it instead of silently replacing it.
+    pub fn parse_noting_given() -> Cli {
+        let matches = <Cli as clap::CommandFactory>::command().get_matches();
+        let mut cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+            Ok(cli) => cli,
+            Err(err) => err.exit(),
+        };
+        if let (Command::Train(args), Some(("train", sub))) =
+            (&mut cli.command, matches.subcommand())
+        {
+            args.given = train::DEFAULTED_FLAGS
+                .iter()
+                .filter(|id| sub.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+                .map(|id| id.to_string())
+                .collect();
+        }
+        cli
+    }
+}
+
 /// Runs one parsed command line. A `TESSERA_PARTITIONER` other than `shardy` or `gspmd` is
 /// refused before anything is lowered (the library would fall back to its built-in default).
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -84,10 +107,17 @@ pub fn check_pipeline_size(stages: u32, microbatches: u32) -> anyhow::Result<()>
     Ok(())
 }
 
-/// Prints the closing line of an oracle or test run and turns it into an exit status.
+/// Prints the closing line of an oracle or test run and turns it into an exit status. A run
+/// of no cases is an error, not a pass: the file checked nothing.
 #[allow(dead_code)]
 pub fn report_summary(passed: usize, failed: usize) -> anyhow::Result<ExitCode> {
     outln!("{passed} passed, {failed} failed")?;
+    if passed + failed == 0 {
+        anyhow::bail!(
+            "the oracle file has no cases, so nothing was checked; give a file its generator \
+             wrote with cases in it"
+        );
+    }
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {

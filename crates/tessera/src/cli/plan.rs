@@ -465,6 +465,16 @@ pub fn rank(
     if args.batch == 0 {
         bail!("--batch 0: a step trains on at least one example, e.g. --batch 64");
     }
+    profile::check_memory(&decoder, args.batch)?;
+    if args.repeats == 0 {
+        bail!("--repeats 0: each measurement times at least 1 step, e.g. --repeats 5");
+    }
+    if args.top == 0 {
+        bail!("--top 0: the table shows at least 1 row, e.g. --top 10");
+    }
+    if args.max_stages_per_group == 0 {
+        bail!("--max-stages-per-group 0: a group runs at least 1 stage, e.g. 2");
+    }
     let device_memory = args.device_memory.as_deref().map(parse_bytes).transpose()?;
     let (_, is_cpu) = device_kind(plugin)?;
     let cores = args.cores.unwrap_or(match is_cpu {
@@ -476,9 +486,12 @@ pub fn rank(
             .filter(|m| args.batch.is_multiple_of(*m))
             .collect()
     });
+    if microbatches.contains(&0) {
+        bail!("--microbatches 0: micro-batch counts start at 1, e.g. --microbatches 4,8");
+    }
     if let Some(m) = microbatches
         .iter()
-        .find(|m| **m == 0 || !args.batch.is_multiple_of(**m))
+        .find(|m| !args.batch.is_multiple_of(**m))
     {
         bail!(
             "--microbatches {m} does not divide --batch {}; try divisors of the batch",
@@ -486,7 +499,14 @@ pub fn rank(
         );
     }
     let registry = tessera_schedule::Registry::with_builtins();
-    let schedules = args.schedules.clone().unwrap_or_default();
+    // A schedule named twice is tried once (not counted as a second schedule of the same
+    // prediction).
+    let mut schedules: Vec<String> = Vec::new();
+    for name in args.schedules.iter().flatten() {
+        if !schedules.contains(name) {
+            schedules.push(name.clone());
+        }
+    }
     if let Some(unknown) = schedules.iter().find(|s| !registry.names().contains(s)) {
         bail!(
             "unknown schedule `{unknown}`; known: {}",

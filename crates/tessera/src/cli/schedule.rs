@@ -105,6 +105,15 @@ fn synthetic(
             args.time_unit_ms
         );
     }
+    // The tasks sleep in whole nanoseconds: a shorter unit would sleep 0 and report a ratio
+    // against a makespan of (nearly) 0.
+    if args.time_unit_ms < 1e-6 {
+        anyhow::bail!(
+            "--time-unit-ms {} is shorter than the 1 ns a task can sleep; give at least 1e-6 \
+             (e.g. 1)",
+            args.time_unit_ms
+        );
+    }
     // The run sleeps for the simulated makespan: refuse one that would take longer than an hour.
     let simulated = tessera_schedule::simulate(plan, costs)
         .map_err(|e| anyhow::anyhow!("{e}"))?

@@ -51,19 +51,40 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// A comma-separated list of integers; an empty (or blank) text is the empty list (a scalar's
+/// shape), but an empty entry inside a list (`8,,8`) is refused rather than dropped.
 fn int_list(text: &str, what: &str) -> anyhow::Result<Vec<i64>> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
     text.split(',')
         .map(str::trim)
-        .filter(|s| !s.is_empty())
         .map(|s| {
+            if s.is_empty() {
+                anyhow::bail!(
+                    "{what} {text:?} has an empty entry; give integers separated by single commas"
+                );
+            }
             s.parse::<i64>()
                 .with_context(|| format!("{what}: '{s}' is not an integer"))
         })
         .collect()
 }
 
+/// The most mesh positions `explain` lists: it prints (or draws) a block per device, so a mesh
+/// of millions of positions would take gigabytes of memory and output.
+const MAX_EXPLAINED_DEVICES: i64 = 1 << 16;
+
 fn explain(a: ExplainArgs) -> anyhow::Result<ExitCode> {
     let shape_mesh = parse_mesh_axes(&a.mesh)?;
+    if shape_mesh.size() > MAX_EXPLAINED_DEVICES {
+        anyhow::bail!(
+            "--mesh {} has {} positions; explain lists a block per device and takes at most \
+             {MAX_EXPLAINED_DEVICES}: explain the same spec on a smaller mesh of the same axes",
+            a.mesh,
+            shape_mesh.size()
+        );
+    }
     let mesh = match &a.devices {
         Some(d) => Mesh::new(shape_mesh, int_list(d, "--devices")?)?,
         None => Mesh::iota(shape_mesh),

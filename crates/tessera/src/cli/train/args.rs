@@ -166,4 +166,31 @@ pub struct Args {
     #[arg(skip)]
     #[serde(skip)]
     pub plan_prediction: Option<super::plan_use::Prediction>,
+    /// The flags among [`DEFAULTED_FLAGS`] given on the command line (not left at their
+    /// defaults): a `--plan` refuses one that disagrees with it rather than overriding it, and
+    /// the mlp model one that it would ignore.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub given: Vec<String>,
+}
+
+/// The ids of the flags with defaults whose being given matters: those a `--plan` sets,
+/// `--eval-every` (which the mlp model, without held-out data, cannot honour) and `--seed`
+/// (which a resumed run, whose parameters are its checkpoint's, cannot).
+pub const DEFAULTED_FLAGS: [&str; 8] = [
+    "seed",
+    "stages",
+    "microbatches",
+    "devices",
+    "batch",
+    "schedule",
+    "dtype",
+    "eval_every",
+];
+
+impl Args {
+    /// Whether flag `id` (one of [`DEFAULTED_FLAGS`]) was given on the command line.
+    pub fn was_given(&self, id: &str) -> bool {
+        self.given.iter().any(|g| g == id)
+    }
 }

@@ -137,6 +137,17 @@ pub fn stage_layers(args: &Args, choice: &ModelChoice) -> anyhow::Result<Vec<usi
     };
     if counts.len() != stages {
         let refit = StagePlan::even(stages, layers).map(|p| p.counts(layers));
+        if counts.is_empty() {
+            // `stage_layers = []` in a config file: no stage count to suggest from it.
+            bail!(
+                "{source} is empty: give one layer count per stage ({stages} for --stages \
+                 {stages}){}",
+                match refit {
+                    Ok(refit) => format!(", e.g. {}", join(&refit)),
+                    Err(_) => String::new(),
+                }
+            );
+        }
         bail!(
             "{source} {} names {} stages but --stages is {stages}: pass --stages {} with it{}",
             join(&counts),
@@ -189,15 +200,35 @@ pub fn describe(choice: &ModelChoice, optimizer: &str) -> String {
     }
 }
 
-/// Refuses a decoder whose parameters, with their gradients and the optimizer's state, cannot
-/// fit in this machine's available memory (where the CPU plugin's devices keep them too), before
-/// any of it is allocated: a too-large model would otherwise abort the process when the first
-/// tensor is allocated.
-pub fn check_memory(choice: &ModelChoice, optimizer: &str) -> anyhow::Result<()> {
-    let ModelChoice::Decoder(config) = choice else {
+/// Refuses a run whose parameters (with their gradients and the optimizer's state) or whose
+/// step's batch and activations cannot fit in this machine's available memory (where the CPU
+/// plugin's devices keep them too), before any of it is allocated: a too-large model or
+/// `--batch` would otherwise abort the process when the first tensor is allocated.
+pub fn check_memory(choice: &ModelChoice, optimizer: &str, batch: u32) -> anyhow::Result<()> {
+    let Some(available) = available_memory_bytes() else {
         return Ok(());
     };
-    let Some(available) = available_memory_bytes() else {
+    let gb = |b: f64| b / 1e9;
+    // A lower bound on one step's data on the host: its inputs and targets as 8-byte values
+    // (the devices' activations, in GPU memory under a GPU plugin, are not counted).
+    let batch = f64::from(batch);
+    let step_bytes = match choice {
+        ModelChoice::Mlp => batch * super::model::MLP_WIDTH as f64 * 2.0 * 8.0,
+        ModelChoice::Decoder(c) => batch * c.seq_len as f64 * 2.0 * 8.0,
+    };
+    if step_bytes > available as f64 {
+        bail!(
+            "one step's batch needs at least {:.1} GB on the host (--batch {batch}) but this \
+             machine has {:.1} GB of memory available; use a smaller --batch{}",
+            gb(step_bytes),
+            gb(available as f64),
+            match choice {
+                ModelChoice::Mlp => "",
+                ModelChoice::Decoder(_) => ", or --seq-len",
+            }
+        );
+    }
+    let ModelChoice::Decoder(config) = choice else {
         return Ok(());
     };
     let params = config.param_count().max(0) as f64;
@@ -207,7 +238,6 @@ pub fn check_memory(choice: &ModelChoice, optimizer: &str) -> anyhow::Result<()>
     let copies = 4.0 + if optimizer == "adamw" { 2.0 } else { 0.0 };
     let needed = params * bytes_per_param * copies;
     if needed > available as f64 {
-        let gb = |b: f64| b / 1e9;
         bail!(
             "the model's {params:.0} parameters need about {:.1} GB ({copies} float32 copies: \
              parameters, gradients and optimizer state) but this machine has {:.1} GB of memory \

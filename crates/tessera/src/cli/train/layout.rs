@@ -77,6 +77,13 @@ impl Layout {
     /// The layout the arguments ask for, checked before any device work.
     pub fn choose(args: &Args) -> anyhow::Result<Layout> {
         let axis = args.mpmd_axis.as_str();
+        if axis.is_empty() || axis == DATA_AXIS || axis == MODEL_AXIS {
+            bail!(
+                "--mpmd-axis '{axis}': the MPMD axis needs a name of its own (not empty, \
+                 '{DATA_AXIS}' or '{MODEL_AXIS}', which split each group's work); e.g. \
+                 --mpmd-axis stage"
+            );
+        }
         let Some(text) = &args.mesh else {
             if axis != "stage" {
                 bail!("--mpmd-axis {axis} names an axis of --mesh; give --mesh too");
@@ -92,6 +99,9 @@ impl Layout {
                 fsdp: args.fsdp,
             });
         };
+        if text.trim().is_empty() {
+            bail!("--mesh is empty: give its axes as name=size, e.g. --mesh {axis}=2,data=2");
+        }
         let shape = parse_mesh_axes(text).with_context(|| {
             format!("--mesh {text}: give axes as name=size, e.g. --mesh stage=2,data=2,model=2")
         })?;

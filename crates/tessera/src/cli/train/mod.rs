@@ -48,7 +48,7 @@ use tessera_nn::optim::{AdamW, Optimizer, Sgd};
 use tessera_pjrt::Client;
 use tessera_schedule::{Registry, ScheduleParams};
 
-pub use args::Args;
+pub use args::{Args, DEFAULTED_FLAGS};
 use model::Model;
 use progress::Progress;
 
@@ -91,8 +91,19 @@ fn check_args(args: &Args, mpmd_dim: u32) -> anyhow::Result<()> {
     if let Some(norm) = args.clip_grad_norm.filter(|n| !n.is_finite() || *n <= 0.0) {
         bail!("--clip-grad-norm {norm}: give a finite norm above 0, e.g. --clip-grad-norm 1.0");
     }
+    if args.steps == 0 {
+        bail!("--steps 0: a run trains at least 1 step, e.g. --steps 10");
+    }
     if let Some(stop) = args.stop_after.filter(|&s| s == 0) {
         bail!("--stop-after {stop}: stop after step 1 or later");
+    }
+    if let Some(stop) = args.stop_after.filter(|&s| s > args.steps) {
+        bail!(
+            "--stop-after {stop} is after the run's last step (--steps {}), so it would never \
+             stop the run early; drop it or give a step up to {}",
+            args.steps,
+            args.steps
+        );
     }
     if args.batch == 0 {
         bail!("--batch 0: a step trains on at least one example per micro-batch, e.g. --batch 64");
@@ -166,19 +177,21 @@ fn optimizer(name: &str) -> anyhow::Result<Box<dyn Optimizer>> {
     }
 }
 
-/// Where a run starts: the number of steps already taken and the carried values (parameters,
-/// then optimizer state). From a checkpoint, only the values `reads[i]` marks are read; the
-/// others (which this process never uses) are placeholders of their type, NaN where they can be.
+/// Where a run starts: the number of steps already taken, the carried values (parameters,
+/// then optimizer state), the history and the seed its parameters were made with (a resumed
+/// run's is its checkpoint's, recorded again in the checkpoints it writes). From a checkpoint,
+/// only the values `reads[i]` marks are read; the others (which this process never uses) are
+/// placeholders of their type, NaN where they can be.
 fn starting_point(
     args: &Args,
     model: &Model,
     training: &step::TrainingStep,
     description: &str,
     reads: &[bool],
-) -> anyhow::Result<(u64, Vec<Array>, History)> {
+) -> anyhow::Result<(u64, Vec<Array>, History, u64)> {
     let Some(dir) = &args.resume else {
         let carried = model.init.iter().chain(&training.init_state).cloned();
-        return Ok((0, carried.collect(), History::default()));
+        return Ok((0, carried.collect(), History::default(), args.seed));
     };
     let names = carried_names(model, training);
     let wanted = |part: Part, path: &str| {
@@ -195,6 +208,15 @@ fn starting_point(
         &wanted,
     )?;
     let step = checkpoint.manifest.step;
+    let seed = checkpoint.manifest.seed;
+    if args.was_given("seed") && args.seed != seed {
+        bail!(
+            "--resume {}: the checkpoint's parameters were made with --seed {seed}, not {}; the \
+             seed only makes the initial parameters, so drop --seed (or give {seed})",
+            dir.display(),
+            args.seed
+        );
+    }
     if step >= u64::from(args.steps) {
         bail!(
             "--resume {}: the newest checkpoint is after step {step}, and --steps {} counts all \
@@ -214,7 +236,7 @@ fn starting_point(
         .zip(avals.iter().chain(&state_avals))
         .map(|(a, aval)| a.map_or_else(|| placeholder(aval), Ok))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok((step, carried, checkpoint.manifest.history))
+    Ok((step, carried, checkpoint.manifest.history, seed))
 }
 
 /// A value of `aval`'s type for a carried value this process does not read: NaN (or the
@@ -269,11 +291,21 @@ fn run_in(
     layout.check_rows(args.batch / args.microbatches)?;
     let choice = config::choose_model(&args)?;
     let stage_layers = config::stage_layers(&args, &choice)?;
+    if args.was_given("eval_every")
+        && args.eval_every != 0
+        && matches!(choice, config::ModelChoice::Mlp)
+    {
+        bail!(
+            "--eval-every {} computes the held-out loss of a decoder's data; the mlp model has \
+             none: drop it, or use --model llama or gpt2",
+            args.eval_every
+        );
+    }
     if args.data.is_some() && matches!(choice, config::ModelChoice::Mlp) {
         bail!("--data trains --model llama or gpt2; the mlp model has its own data");
     }
     let opt = optimizer(&args.optimizer)?;
-    config::check_memory(&choice, &args.optimizer)?;
+    config::check_memory(&choice, &args.optimizer, args.batch)?;
     check_output_paths(&args)?;
     tensorboard_log::check(&args, super::mpi::is_root(job))?;
     let description = config::describe(&choice, &args.optimizer);
@@ -340,7 +372,8 @@ fn run_in(
         true => vec![true; n_carried],
         false => jit.reads_here().into_iter().take(n_carried).collect(),
     };
-    let (start, carried, history) = starting_point(&args, &model, &training, &description, &reads)?;
+    let (start, carried, history, run_seed) =
+        starting_point(&args, &model, &training, &description, &reads)?;
     // The reference runs on rank 0 (the only rank in one process).
     let mut reference = match (args.no_reference || !root, layout.explicit) {
         (true, _) => None,
@@ -379,9 +412,16 @@ fn run_in(
         },
         None => LrSchedule::Constant(lr),
     };
+    schedule.validate()?;
     let last = u64::from(args.steps);
     // Where this invocation stops: the run's last step, or --stop-after.
     let stop = args.stop_after.map_or(last, |s| u64::from(s).min(last));
+    if stop <= start {
+        bail!(
+            "--stop-after {stop}: the run resumes after step {start}, so it would stop before \
+             training; give --stop-after above {start}, or drop it"
+        );
+    }
     let tokens_per_step = u64::from(args.batch) * model.tokens_per_example;
     let mut weights: Vec<StepArg> = carried
         .iter()
@@ -495,7 +535,7 @@ fn run_in(
         if let (true, Some(saver)) = (save_due, &mut saver) {
             let manifest = Manifest {
                 step: step_number,
-                seed: args.seed,
+                seed: run_seed,
                 data_position: model.data_position(step_number),
                 model: description.clone(),
                 history: log.history(),

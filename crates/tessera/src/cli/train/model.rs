@@ -11,7 +11,8 @@ use tessera_nn::{StagePlan, Tree};
 
 use super::config::ModelChoice;
 
-const MLP_WIDTH: i64 = 16;
+/// The toy MLP's width.
+pub(super) const MLP_WIDTH: i64 = 16;
 /// The share of a data file held out for the eval loss.
 const EVAL_FRACTION: f64 = 0.1;
 /// Eval batches of one micro-batch's rows each, averaged for the eval loss.

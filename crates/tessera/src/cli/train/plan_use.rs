@@ -28,6 +28,34 @@ pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
     let Some(which) = args.plan.clone() else {
         return Ok(args);
     };
+    if let (Some(bytes), false) = (&args.device_memory, which == "auto") {
+        bail!(
+            "--device-memory {bytes} limits the search of --plan auto; the plan file {which} \
+             was chosen already: drop --device-memory, or plan with it (tessera plan ... \
+             --device-memory {bytes} --out FILE)"
+        );
+    }
+    // What `--plan auto` chooses, refused before it measures (the batch, devices and dtype it
+    // plans for are the run's own).
+    if which == "auto" {
+        let chosen = ["stages", "microbatches", "schedule"]
+            .into_iter()
+            .filter(|id| args.was_given(id))
+            .map(|id| format!("--{id}"))
+            .chain(args.mpmd_dim.map(|_| "--mpmd-dim".to_string()))
+            .chain(
+                args.stage_layers
+                    .as_ref()
+                    .map(|_| "--stage-layers".to_string()),
+            )
+            .next();
+        if let Some(flag) = chosen {
+            bail!(
+                "--plan auto chooses {flag}; drop {flag}, or plan with it fixed (tessera plan \
+                 ... --out FILE) and train with --plan FILE"
+            );
+        }
+    }
     let file = match which.as_str() {
         "auto" => auto(&args, plugin)?,
         path => PlanFile::read(Path::new(path))?,
@@ -71,6 +99,67 @@ pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
     if args.config.is_some() {
         bail!("--plan sets the model's sizes; drop --config (plan with it instead)");
     }
+    // The layout flags the plan sets: one given with another value would be silently replaced.
+    let counts = |c: &[usize]| c.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+    let layout = [
+        (
+            "stages",
+            "--stages",
+            args.stages.to_string(),
+            file.stages.to_string(),
+        ),
+        (
+            "microbatches",
+            "--microbatches",
+            args.microbatches.to_string(),
+            file.microbatches.to_string(),
+        ),
+        (
+            "devices",
+            "--devices",
+            args.devices.to_string(),
+            file.devices.to_string(),
+        ),
+        (
+            "batch",
+            "--batch",
+            args.batch.to_string(),
+            file.batch.to_string(),
+        ),
+        (
+            "schedule",
+            "--schedule",
+            args.schedule.clone(),
+            file.schedule.clone(),
+        ),
+        ("dtype", "--dtype", args.dtype.clone(), file.dtype.clone()),
+    ];
+    let optional = [
+        (
+            "--mpmd-dim",
+            args.mpmd_dim.map(|d| d.to_string()),
+            file.mpmd_dim.to_string(),
+        ),
+        (
+            "--stage-layers",
+            args.stage_layers.as_deref().map(counts),
+            counts(&file.stage_layers),
+        ),
+    ];
+    let conflict = layout
+        .into_iter()
+        .filter(|(id, ..)| args.was_given(id))
+        .map(|(_, flag, value, planned)| (flag, Some(value), planned))
+        .chain(optional)
+        .find_map(|(flag, value, planned)| {
+            value.filter(|v| *v != planned).map(|v| (flag, v, planned))
+        });
+    if let Some((flag, value, planned)) = conflict {
+        bail!(
+            "--plan {which} sets {flag} {planned}, not {value}: drop {flag}, or plan with it \
+             (tessera plan ... --out FILE)"
+        );
+    }
     if args.mesh.is_some() {
         bail!("--plan sets the devices and groups; drop --mesh");
     }
@@ -89,7 +178,12 @@ pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
     args.schedule = file.schedule.clone();
     args.no_fuse |= file.no_fuse;
     if !args.json {
-        outln!("plan ({which}): {}", file.command)?;
+        // What is applied, made from the fields read: the file's `command` text is only a
+        // note, which an edited file may no longer match.
+        outln!(
+            "plan ({which}): tessera train {}",
+            file.train_words().join(" ")
+        )?;
     }
     args.plan_prediction = Some(Prediction {
         source: which,

@@ -79,6 +79,12 @@ pub fn model_shape(args: &Args) -> anyhow::Result<(tessera_nn::DecoderConfig, St
     }
 }
 
+/// Refuses a decoder or a `--batch` whose parameters or step data cannot fit in this machine's
+/// memory (as `tessera train` does), before any measurement allocates them.
+pub fn check_memory(decoder: &tessera_nn::DecoderConfig, batch: u32) -> anyhow::Result<()> {
+    config::check_memory(&config::ModelChoice::Decoder(*decoder), "sgd", batch)
+}
+
 /// Measures the parts of `model_words`' model (`--model` and the size flags) with micro-batches
 /// of `rows` rows per device on one MPMD group of `data` devices (each micro-batch's rows split
 /// over them, as a group of a pipelined run splits them) of a client of `client_devices` devices:
