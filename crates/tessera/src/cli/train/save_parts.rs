@@ -32,6 +32,9 @@ pub fn pieces(
     like: &[Array],
     root: bool,
 ) -> anyhow::Result<Vec<Piece>> {
+    // Every shard's copy to the host starts before any is waited for: one wait for all of
+    // them instead of a round trip per tensor.
+    let mut started = Vec::new();
     let mut pieces = Vec::new();
     for ((output, (part, path)), a) in outputs.iter().zip(names).zip(like) {
         match output {
@@ -52,22 +55,27 @@ pub fn pieces(
                     if !seen.insert(shard.block.clone()) {
                         continue; // a replica of a block already written
                     }
-                    let host = shard.buffer.to_host()?;
-                    // The host copy is the snapshot itself where the dtypes agree (no second copy).
-                    let data = match host.dtype() == a.dtype() {
-                        true => host,
-                        false => tessera::jit::from_host(&host, a.dtype())?,
-                    };
-                    pieces.push(Piece {
-                        part: *part,
-                        path: path.clone(),
-                        global_shape: m.shape().to_vec(),
-                        start: shard.block.iter().map(|(start, _)| *start).collect(),
-                        data,
-                    });
+                    let start = shard.block.iter().map(|(start, _)| *start).collect();
+                    let place = (*part, path.clone(), m.shape().to_vec(), start);
+                    started.push((place, shard.buffer.to_host_started()?, a.dtype()));
                 }
             }
         }
+    }
+    for ((part, path, global_shape, start), copy, dtype) in started {
+        let host = copy.wait()?;
+        // The host copy is the snapshot itself where the dtypes agree (no second copy).
+        let data = match host.dtype() == dtype {
+            true => host,
+            false => tessera::jit::from_host(&host, dtype)?,
+        };
+        pieces.push(Piece {
+            part,
+            path,
+            global_shape,
+            start,
+            data,
+        });
     }
     Ok(pieces)
 }
