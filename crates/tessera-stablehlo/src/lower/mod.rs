@@ -367,6 +367,12 @@ fn lower_eqn<'c, 'b>(
         | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll => {
             parallel::collective(ctx, eqn.prim, p, inputs)
         }
+        // A start lowers as its synchronous collective and its done as the identity (see
+        // `parallel.rs`): XLA schedules collectives asynchronously itself.
+        PsumStart | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart
+        | PpermuteStart => parallel::collective(ctx, eqn.prim.synchronous(), p, inputs),
+        PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
+        | PpermuteDone => Ok(inputs.to_vec()),
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),
         Treduce => loops::treduce(ctx, p, inputs, functions),
         // Special functions, bit operations, random numbers, sorting.
