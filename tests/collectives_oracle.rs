@@ -368,6 +368,17 @@ fn started_then_done_collectives_run_on_eight_pjrt_devices_as_on_the_interpreter
     )
     .unwrap();
     tessera_ir::verify(&program).unwrap();
+    // The psum, all_gather, psum_scatter, all_to_all and ppermute lower to async_start/done
+    // pairs (the pbroadcast, several operations, synchronously): XLA's CPU plugin compiles them.
+    let options = tessera_stablehlo::LowerOptions {
+        num_partitions: 8,
+        ..tessera_stablehlo::LowerOptions::default()
+    };
+    let text = tessera_stablehlo::lower_closed(&program, &options)
+        .unwrap()
+        .text;
+    assert_eq!(text.matches("stablehlo.async_start").count(), 5, "{text}");
+    assert_eq!(text.matches("stablehlo.async_done").count(), 5, "{text}");
     let x = Array::new(
         DType::F32,
         &[4, 16],
