@@ -325,3 +325,20 @@ fn the_primitives_name_their_pairs() {
     );
     assert_eq!(Prim::PbroadcastDone.name(), "pbroadcast_done");
 }
+
+#[test]
+fn common_subexpression_elimination_keeps_each_start_ended_once() {
+    use tessera_ir::passes::eliminate_common_subexpressions;
+    // Two identical pairs on one value: whatever CSE merges, it merges a start with its done
+    // (same operands, same parameters), so every start is still ended exactly once.
+    let p = program(|a| &a.psum_start(&["x"]).done() + &a.psum_start(&["x"]).done());
+    let merged = eliminate_common_subexpressions(&p);
+    verify(&merged).unwrap();
+    let text = print_closed(&merged, 0);
+    assert_eq!(
+        text.matches("psum_start").count(),
+        text.matches("psum_done").count(),
+        "{text}"
+    );
+    assert_equivalent("cse", &merged, &p);
+}
