@@ -342,3 +342,41 @@ fn common_subexpression_elimination_keeps_each_start_ended_once() {
     );
     assert_equivalent("cse", &merged, &p);
 }
+
+#[test]
+fn a_named_vmap_and_a_pmap_treat_a_pair_as_its_collective() {
+    use tessera_ir::trace::{pmap, trace, vmap_named_call};
+    let x = inputs(&[ShapedArray::new(DType::F64, &[4, 6])], 3).remove(0);
+    type Pair = (fn(&Tensor) -> Tensor, fn(&Tensor) -> Tensor);
+    let cases: [Pair; 3] = [
+        (|s| s.psum_start(&["b"]).done(), |s| s.psum(&["b"])),
+        (
+            |s| s.all_gather_start("b", 0, true).done(),
+            |s| s.all_gather("b", 0, true),
+        ),
+        (
+            |s| {
+                s.ppermute_start("b", &[(0, 1), (1, 2), (2, 3), (3, 0)])
+                    .done()
+            },
+            |s| s.ppermute("b", &[(0, 1), (1, 2), (2, 3), (3, 0)]),
+        ),
+    ];
+    for (started, synchronous) in cases {
+        let named = |f: fn(&Tensor) -> Tensor| {
+            trace(&[x.aval()], |a| {
+                vmap_named_call("b", &[Some(0)], &[0], &[&a[0]], |s| vec![f(&s[0])])
+            })
+            .unwrap()
+        };
+        let (a, s) = (named(started), named(synchronous));
+        verify(&a).unwrap();
+        assert_equivalent("named vmap", &a, &s);
+        let mapped = |f: fn(&Tensor) -> Tensor| {
+            trace(&[x.aval()], |a| pmap("b", &[&a[0]], |s| vec![f(&s[0])])).unwrap()
+        };
+        let (a, s) = (mapped(started), mapped(synchronous));
+        verify(&a).unwrap();
+        assert_equivalent("pmap", &a, &s);
+    }
+}
