@@ -380,3 +380,29 @@ fn a_named_vmap_and_a_pmap_treat_a_pair_as_its_collective() {
         assert_equivalent("pmap", &a, &s);
     }
 }
+
+#[test]
+fn a_start_never_ended_is_refused_and_an_unused_pair_is_dead_code() {
+    let mesh = AbstractMesh::auto(&[("x", 2), ("y", 2)]).unwrap();
+    let both = spec("P('x', 'y')");
+    let aval = ShapedArray::new(DType::F64, &[4, 8]);
+    // Tracing verifies the body: a dropped `Pending` fails the trace, naming the fix.
+    let dangling = shard_map_program(
+        &mesh,
+        &[both.clone()],
+        &[both.clone()],
+        &[aval.clone()],
+        |a| {
+            drop(a[0].psum_start(&["x"]));
+            vec![a[0].sin()]
+        },
+    );
+    let e = dangling.unwrap_err().to_string();
+    assert!(e.contains("never ended") && e.contains("psum_done"), "{e}");
+    let unused = shard_map_program(&mesh, &[both.clone()], &[both], &[aval], |a| {
+        let _ = a[0].psum_start(&["x"]).done();
+        vec![a[0].sin()]
+    })
+    .unwrap();
+    verify(&unused).unwrap();
+}

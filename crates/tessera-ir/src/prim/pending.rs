@@ -17,8 +17,14 @@
 //! property of the variable: a variable a start defines is pending, and [`pending_misuse`]
 //! (run by the verifier) requires that a done take a start's result (of its own collective),
 //! that a pending variable be used by exactly that one done and nowhere else (not by another
-//! equation, not as a result of the jaxpr, not by a second done). The tracing API makes misuse
-//! impossible (`Pending` is not a `Tensor` and `Pending::done` consumes it).
+//! equation, not as a result of the jaxpr, not by a second done), and that every start be
+//! ended (its `async_start` would otherwise lower without an `async_done`; dead-code
+//! elimination removes an unused pair whole). The tracing API prevents all but the last
+//! (`Pending` is not a `Tensor` and `Pending::done` consumes it); a `Pending` dropped without
+//! its done leaves a start the verifier refuses.
+//!
+//! Lowering (in `tessera-stablehlo`): a start becomes `stablehlo.async_start` around its
+//! collective, a done `stablehlo.async_done`, as JAX lowers them.
 //!
 //! Transformations treat a start/done pair as its collective: the JVP and transpose of a start
 //! are its collective's (the tangent and cotangent programs use the synchronous collective),
@@ -86,8 +92,9 @@ impl Prim {
 /// The first misuse of a pending value in `jaxpr` (not its nested jaxprs): the index of the
 /// offending equation (the number of equations for the jaxpr's results) and what is wrong.
 pub fn pending_misuse(jaxpr: &Jaxpr) -> Option<(usize, String)> {
-    // For each variable a start defines: that start, and whether a done has taken it.
-    let mut pending: Vec<Option<(Prim, bool)>> = vec![None; jaxpr.vars.len()];
+    // For each variable a start defines: that start, whether a done has taken it, and the
+    // start's equation.
+    let mut pending: Vec<Option<(Prim, bool, usize)>> = vec![None; jaxpr.vars.len()];
     let of = |atom: &Atom| match atom {
         Atom::Var(v) => Some(v.index()),
         Atom::Lit(..) => None,
@@ -105,7 +112,7 @@ pub fn pending_misuse(jaxpr: &Jaxpr) -> Option<(usize, String)> {
                     ),
                 ));
             };
-            let Some(Some((start, done))) = pending.get_mut(k) else {
+            let Some(Some((start, done, _))) = pending.get_mut(k) else {
                 continue;
             };
             if start.async_done() != Some(eqn.prim) {
@@ -130,7 +137,7 @@ pub fn pending_misuse(jaxpr: &Jaxpr) -> Option<(usize, String)> {
                     ),
                 ));
             }
-        } else if let Some((start, _)) = eqn
+        } else if let Some((start, _, _)) = eqn
             .inputs
             .iter()
             .filter_map(of)
@@ -150,13 +157,13 @@ pub fn pending_misuse(jaxpr: &Jaxpr) -> Option<(usize, String)> {
         if eqn.prim.is_async_start() {
             for v in &eqn.outputs {
                 if let Some(slot) = pending.get_mut(v.index()) {
-                    *slot = Some((eqn.prim, false));
+                    *slot = Some((eqn.prim, false, i));
                 }
             }
         }
     }
-    jaxpr.outvars.iter().filter_map(of).find_map(|k| {
-        pending.get(k).copied().flatten().map(|(start, _)| {
+    let returned = jaxpr.outvars.iter().filter_map(of).find_map(|k| {
+        pending.get(k).copied().flatten().map(|(start, _, _)| {
             (
                 jaxpr.eqns.len(),
                 format!(
@@ -166,5 +173,23 @@ pub fn pending_misuse(jaxpr: &Jaxpr) -> Option<(usize, String)> {
                 ),
             )
         })
+    });
+    // A start never ended would lower to an `async_start` without its `async_done`.
+    returned.or_else(|| {
+        pending
+            .iter()
+            .flatten()
+            .find(|(_, done, _)| !done)
+            .map(|&(start, _, i)| {
+                (
+                    i,
+                    format!(
+                        "equation {i}: the {} is never ended; pass its result to {} (with the \
+                     tracing API, call `done()` on the `Pending`), or remove the start",
+                        start.name(),
+                        start.async_done().map_or("its done", Prim::name)
+                    ),
+                )
+            })
     })
 }
