@@ -21,8 +21,14 @@ fn program(f: impl FnOnce(&Tensor) -> Tensor) -> ClosedJaxpr {
     let mesh = AbstractMesh::auto(&[("x", 2), ("y", 2)]).unwrap();
     let aval = ShapedArray::new(DType::F64, &[4, 8]);
     let both = spec("P('x', 'y')");
-    let p =
-        shard_map_program(&mesh, &[both.clone()], &[both], &[aval], |a| vec![f(&a[0])]).unwrap();
+    let p = shard_map_program(
+        &mesh,
+        std::slice::from_ref(&both),
+        std::slice::from_ref(&both),
+        &[aval],
+        |a| vec![f(&a[0])],
+    )
+    .unwrap();
     verify(&p).unwrap();
     p
 }
@@ -382,16 +388,16 @@ fn a_named_vmap_and_a_pmap_treat_a_pair_as_its_collective() {
 }
 
 #[test]
-fn a_start_never_ended_is_refused_and_an_unused_pair_is_dead_code() {
+fn a_start_never_ended_is_refused_and_an_ended_unused_pair_is_accepted() {
     let mesh = AbstractMesh::auto(&[("x", 2), ("y", 2)]).unwrap();
     let both = spec("P('x', 'y')");
     let aval = ShapedArray::new(DType::F64, &[4, 8]);
     // Tracing verifies the body: a dropped `Pending` fails the trace, naming the fix.
     let dangling = shard_map_program(
         &mesh,
-        &[both.clone()],
-        &[both.clone()],
-        &[aval.clone()],
+        std::slice::from_ref(&both),
+        std::slice::from_ref(&both),
+        std::slice::from_ref(&aval),
         |a| {
             drop(a[0].psum_start(&["x"]));
             vec![a[0].sin()]
@@ -399,10 +405,16 @@ fn a_start_never_ended_is_refused_and_an_unused_pair_is_dead_code() {
     );
     let e = dangling.unwrap_err().to_string();
     assert!(e.contains("never ended") && e.contains("psum_done"), "{e}");
-    let unused = shard_map_program(&mesh, &[both.clone()], &[both], &[aval], |a| {
-        let _ = a[0].psum_start(&["x"]).done();
-        vec![a[0].sin()]
-    })
+    let unused = shard_map_program(
+        &mesh,
+        std::slice::from_ref(&both),
+        std::slice::from_ref(&both),
+        &[aval],
+        |a| {
+            let _ = a[0].psum_start(&["x"]).done();
+            vec![a[0].sin()]
+        },
+    )
     .unwrap();
     verify(&unused).unwrap();
 }

@@ -11,11 +11,20 @@ use tessera_ir::{ClosedJaxpr, DType, ShapedArray};
 use tessera_sharding::{AbstractMesh, PartitionSpec};
 use tessera_stablehlo::{LowerOptions, Partitioner, lower_closed};
 
-fn program(f: fn(&Tensor) -> Tensor) -> ClosedJaxpr {
+type Body = fn(&Tensor) -> Tensor;
+
+fn program(f: Body) -> ClosedJaxpr {
     let mesh = AbstractMesh::auto(&[("x", 2), ("y", 2)]).unwrap();
     let both = PartitionSpec::parse("P('x', 'y')").unwrap();
     let aval = ShapedArray::new(DType::F32, &[4, 8]);
-    shard_map_program(&mesh, &[both.clone()], &[both], &[aval], |a| vec![f(&a[0])]).unwrap()
+    shard_map_program(
+        &mesh,
+        std::slice::from_ref(&both),
+        std::slice::from_ref(&both),
+        &[aval],
+        |a| vec![f(&a[0])],
+    )
+    .unwrap()
 }
 
 fn lower(program: &ClosedJaxpr, partitioner: Partitioner) -> String {
@@ -29,7 +38,7 @@ fn lower(program: &ClosedJaxpr, partitioner: Partitioner) -> String {
 
 #[test]
 fn single_op_collectives_lower_inside_async_start_and_done() {
-    let cases: [(&str, fn(&Tensor) -> Tensor); 5] = [
+    let cases: [(&str, Body); 5] = [
         ("stablehlo.all_reduce", |a| a.psum_start(&["x"]).done()),
         ("stablehlo.all_gather", |a| {
             Tensor::slice_axis(&a.all_gather_start("y", 1, true).done(), 1, 0, 4)
@@ -69,7 +78,7 @@ fn single_op_collectives_lower_inside_async_start_and_done() {
 
 #[test]
 fn multi_op_lowerings_fall_back_to_the_synchronous_collective() {
-    let cases: [fn(&Tensor) -> Tensor; 2] = [
+    let cases: [Body; 2] = [
         |a| a.pbroadcast_start("x", 1).done(),
         |a| {
             let gathered = a.all_gather_start("x", 0, false).done();
