@@ -332,3 +332,69 @@ fn a_ragged_all_to_all_on_the_pjrt_cpu_plugin_runs_or_fails_with_an_error_not_a_
         }
     }
 }
+
+#[test]
+fn started_then_done_collectives_run_on_eight_pjrt_devices_as_on_the_interpreter() {
+    use tessera_ir::trace::Tensor;
+    use tessera_ir::{Array, DType, ShapedArray};
+    use tessera_sharding::{AbstractMesh, PartitionSpec};
+    // A psum and an all_gather started, local work traced while they are pending, then done;
+    // with a psum_scatter, an all_to_all, a pbroadcast and a ppermute pair too.
+    let mesh = AbstractMesh::auto(&[("x", 2), ("y", 4)]).unwrap();
+    let spec = PartitionSpec::parse("P('x', 'y')").unwrap();
+    let program = tessera_ir::trace::shard_map_program(
+        &mesh,
+        std::slice::from_ref(&spec),
+        &vec![spec.clone(); 3],
+        &[ShapedArray::new(DType::F32, &[4, 16])],
+        |a| {
+            let summed = a[0].psum_start(&["y"]);
+            let gathered = a[0].all_gather_start("x", 0, true);
+            let local = a[0].sin();
+            let summed = summed.done();
+            let gathered = Tensor::slice_axis(&gathered.done(), 0, 0, 2);
+            let scattered = a[0].psum_scatter_start("y", 1, true).done();
+            let swapped = a[0].all_to_all_start("y", 1, 1, true).done();
+            let broadcast = a[0].pbroadcast_start("x", 1).done();
+            let permuted = a[0]
+                .ppermute_start("y", &[(0, 1), (1, 2), (2, 3), (3, 0)])
+                .done();
+            vec![
+                &(&summed * &local) + &gathered,
+                &(&swapped + &broadcast) + &permuted,
+                scattered.broadcast_to(&[2, 4]),
+            ]
+        },
+    )
+    .unwrap();
+    tessera_ir::verify(&program).unwrap();
+    // The psum, all_gather, psum_scatter, all_to_all and ppermute lower to async_start/done
+    // pairs (the pbroadcast, several operations, synchronously): XLA's CPU plugin compiles them.
+    let options = tessera_stablehlo::LowerOptions {
+        num_partitions: 8,
+        ..tessera_stablehlo::LowerOptions::default()
+    };
+    let text = tessera_stablehlo::lower_closed(&program, &options)
+        .unwrap()
+        .text;
+    assert_eq!(text.matches("stablehlo.async_start").count(), 5, "{text}");
+    assert_eq!(text.matches("stablehlo.async_done").count(), 5, "{text}");
+    let x = Array::new(
+        DType::F32,
+        &[4, 16],
+        (0..64).map(|v| f64::from(v) / 8.0).collect(),
+    )
+    .unwrap();
+    let client = tessera_pjrt::Client::cpu(8).unwrap();
+    let got = tessera::jit::run_spmd(&client, &program, std::slice::from_ref(&x)).unwrap();
+    let interp = tessera_ir::interp::eval_closed(&program, std::slice::from_ref(&x)).unwrap();
+    for (k, (g, i)) in got.iter().zip(&interp).enumerate() {
+        assert_eq!(g.shape(), i.shape(), "result {k}");
+        for (a, b) in g.to_vec().iter().zip(i.to_vec()) {
+            assert!(
+                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                "result {k}: {a} vs {b}"
+            );
+        }
+    }
+}

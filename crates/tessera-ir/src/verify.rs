@@ -1,6 +1,8 @@
 //! The verifier. Invariants of a jaxpr:
 //! - every variable is defined once (constvars, invars, or one equation's outputs), before use;
 //! - every equation's result types are what its primitive's rule gives for its operand types;
+//! - the pending result of an asynchronous collective's start is taken by its done alone,
+//!   once (`prim/pending.rs`);
 //! - nested jaxprs verify too, and a closed jaxpr has one constant per constvar of its type.
 //!
 //! Errors show the offending equation with its printed neighbours.
@@ -95,6 +97,9 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
                 }
             }
         }
+    }
+    if let Some((index, message)) = crate::prim::pending_misuse(jaxpr) {
+        return Err(fail(index.min(jaxpr.eqns.len().saturating_sub(1)), message));
     }
     for atom in &jaxpr.outvars {
         if let Atom::Var(v) = atom

@@ -129,6 +129,12 @@ pub(super) fn jvp_rule(
             super::parallel::collective_jvp(prim, params, x, y, t(0))
         }
         RaggedAllToAll => super::parallel::ragged_jvp(params, x, ts),
+        // A start differentiates as its collective (the tangent takes the synchronous one,
+        // already complete); a done passes it through.
+        PsumStart | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart
+        | PpermuteStart => super::parallel::collective_jvp(prim.synchronous(), params, x, y, t(0)),
+        PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
+        | PpermuteDone => ts.to_vec(),
         ShardMap => super::parallel::shard_map_jvp(params, x, y, ts),
         // Special functions, bit operations, random numbers, sorting.
         Erf | Erfc | ErfInv | Lgamma | Digamma | Polygamma | Tan | Asin | Acos | Atan | Sinh

@@ -217,13 +217,18 @@ fn replay(
             .collect();
         let out_avals: Vec<ShapedArray> =
             eqn.outputs.iter().map(|&v| jaxpr.aval(v).clone()).collect();
-        let over_named = named.filter(|axis| named::names_axis(eqn.prim, &eqn.params, axis));
-        let results: Vec<Batched> = if let Some(axis) = over_named {
+        // The batched program runs a start/done pair as its synchronous collective: a start
+        // batches as its collective, a done passes the value through.
+        let prim = eqn.prim.synchronous();
+        let over_named = named.filter(|axis| named::names_axis(prim, &eqn.params, axis));
+        let results: Vec<Batched> = if eqn.prim.is_async_done() {
+            args.clone()
+        } else if let Some(axis) = over_named {
             let rank = args
                 .first()
                 .map_or(0, |(t, b)| t.rank() - usize::from(b.is_some()));
             vec![named::collective(
-                eqn.prim,
+                prim,
                 &eqn.params,
                 &args,
                 anchor,
@@ -234,18 +239,13 @@ fn replay(
         } else if args.iter().all(|(_, b)| b.is_none()) {
             let refs: Vec<&Tensor> = args.iter().map(|(t, _)| t).collect();
             let outs = if refs.is_empty() {
-                vec![Tensor::bind_nullary(eqn.prim, eqn.params.clone(), anchor)]
+                vec![Tensor::bind_nullary(prim, eqn.params.clone(), anchor)]
             } else {
-                Tensor::bind_typed(
-                    eqn.prim,
-                    eqn.params.clone(),
-                    &refs,
-                    out_avals.first().cloned(),
-                )
+                Tensor::bind_typed(prim, eqn.params.clone(), &refs, out_avals.first().cloned())
             };
             outs.into_iter().map(|t| (t, None)).collect()
         } else {
-            rules::batch_rule(eqn.prim, &eqn.params, &args, size, &out_avals)
+            rules::batch_rule(prim, &eqn.params, &args, size, &out_avals)
         };
         for (&v, r) in eqn.outputs.iter().zip(results) {
             env.insert(v, r);

@@ -102,6 +102,12 @@ pub(super) fn batch_rule(
         | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll => {
             super::parallel::collective(prim, params, args, size)
         }
+        // A start batches as its collective (the batched program runs the synchronous one);
+        // a done passes the batched value through.
+        PsumStart | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart
+        | PpermuteStart => super::parallel::collective(prim.synchronous(), params, args, size),
+        PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
+        | PpermuteDone => args.to_vec(),
         ShardMap => super::parallel::shard_map(params, args, size, out.len()),
         // Special functions, bit operations, random numbers, sorting.
         Erf | Erfc | ErfInv | Lgamma | Digamma | Tan | Asin | Acos | Atan | Sinh | Cosh | Asinh

@@ -18,6 +18,7 @@ mod indexing;
 mod linalg;
 mod numeric;
 mod ops;
+mod pending;
 mod ragged;
 mod random;
 mod random_params;
@@ -56,6 +57,7 @@ pub use ops::{
     BinaryOp, CollectiveOp, CompareOp, ControlOp, ElementwiseOp, IndexingOp, ReduceKind,
     ReductionOp, StructuralOp, UnaryOp,
 };
+pub use pending::pending_misuse;
 pub use random::RandomOp;
 pub use random_params::{PrngImpl, RandomParams};
 pub use reduce_params::ReductionParams;
@@ -131,6 +133,13 @@ prims! {
     PsumInvariant => "psum_invariant", AllGatherInvariant => "all_gather_invariant",
     Preduced => "preduced", VaryUnreducedCast => "vary_unreduced_cast_p",
     UnreducedPsum => "unreduced_psum", RaggedAllToAll => "ragged_all_to_all",
+    // Asynchronous collectives (see `pending.rs`).
+    PsumStart => "psum_start", AllGatherStart => "all_gather_start",
+    ReduceScatterStart => "reduce_scatter_start", AllToAllStart => "all_to_all_start",
+    PbroadcastStart => "pbroadcast_start", PpermuteStart => "ppermute_start",
+    PsumDone => "psum_done", AllGatherDone => "all_gather_done",
+    ReduceScatterDone => "reduce_scatter_done", AllToAllDone => "all_to_all_done",
+    PbroadcastDone => "pbroadcast_done", PpermuteDone => "ppermute_done",
     Reshard => "reshard",
     ShardMap => "shard_map", Checkpoint => "checkpoint", Treduce => "treduce",
     // Special functions, bit operations, random numbers, sorting.
@@ -288,6 +297,16 @@ impl Prim {
             VaryUnreducedCast => Family::Collective(CollectiveOp::VaryUnreducedCast),
             UnreducedPsum => Family::Collective(CollectiveOp::UnreducedPsum),
             RaggedAllToAll => Family::Collective(CollectiveOp::RaggedAllToAll),
+            // A start has its collective's parameters, type and values; a done is the
+            // identity on values (`pending.rs`).
+            PsumStart => Family::Collective(CollectiveOp::Psum),
+            AllGatherStart => Family::Collective(CollectiveOp::AllGather),
+            ReduceScatterStart => Family::Collective(CollectiveOp::ReduceScatter),
+            AllToAllStart => Family::Collective(CollectiveOp::AllToAll),
+            PbroadcastStart => Family::Collective(CollectiveOp::Pbroadcast),
+            PpermuteStart => Family::Collective(CollectiveOp::Ppermute),
+            PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
+            | PpermuteDone => Family::Control(ControlOp::AsyncDone),
             Reshard => Family::Control(ControlOp::Reshard),
             ShardMap => Family::ShardMap,
             Treduce => Family::Treduce,

@@ -167,6 +167,9 @@ pub enum ControlOp {
     ShardingConstraint,
     /// `reshard`: the identity on values, a change of an explicit sharding.
     Reshard,
+    /// `psum_done`, `all_gather_done`, ...: the end of an asynchronous collective, the
+    /// identity on the value its start computed.
+    AsyncDone,
 }
 
 /// The collectives (and `pvary`, `axis_index`).

@@ -104,6 +104,14 @@ impl Scope<'_> {
         format!("{name}:{}", self.jaxpr.aval(var))
     }
 
+    /// A binder of a pending value (an asynchronous start's result), typed `Todo[...]` as JAX
+    /// prints its `AbstractTodo`.
+    fn bind_pending(&mut self, var: Var, namer: &mut Namer) -> String {
+        let name = namer.fresh();
+        self.names.insert(var, name.clone());
+        format!("{name}:Todo[{}]", self.jaxpr.aval(var))
+    }
+
     fn atom(&self, atom: &Atom) -> String {
         match atom {
             Atom::Var(v) => self
@@ -154,7 +162,17 @@ fn print_eqn(eqn: &Eqn, scope: &mut Scope<'_>, indent: usize, namer: &mut Namer)
         .iter()
         .any(|(_, v)| namer.inline_jaxpr(v));
     // The results are named before a nested jaxpr's variables, as JAX does.
-    let outs: Vec<String> = eqn.outputs.iter().map(|&v| scope.bind(v, namer)).collect();
+    let outs: Vec<String> = eqn
+        .outputs
+        .iter()
+        .map(|&v| {
+            if eqn.prim.is_async_start() {
+                scope.bind_pending(v, namer)
+            } else {
+                scope.bind(v, namer)
+            }
+        })
+        .collect();
     let params: Vec<String> = eqn
         .params
         .entries()

@@ -359,12 +359,38 @@ impl Parser {
             return Err(self.error("expected a variable binder `name:type`"));
         }
         self.expect(":")?;
-        let aval = self.aval()?;
+        let (aval, todo_at) = self.maybe_todo_aval()?;
+        if let Some(at) = todo_at {
+            return Err(self.error_at(
+                at,
+                "a jaxpr's parameter cannot be pending (`Todo[...]`): only an asynchronous \
+                 collective's start makes a pending value, inside the jaxpr",
+            ));
+        }
         let var = jaxpr.new_var(aval);
         if name != "_" && names.insert(name.clone(), var).is_some() {
             return Err(self.error(&format!("variable `{name}` is bound twice")));
         }
         Ok(var)
+    }
+
+    /// A type, or the pending type `Todo[type]` of an asynchronous start's result (JAX's
+    /// `AbstractTodo`), read as the type it wraps, with where `Todo` was written.
+    fn maybe_todo_aval(&mut self) -> Result<(ShapedArray, Option<usize>)> {
+        self.skip_ws();
+        const TODO: &str = "Todo[";
+        let at = self.pos;
+        let is_todo = self
+            .chars
+            .get(at..at + TODO.len())
+            .is_some_and(|c| c.iter().copied().eq(TODO.chars()));
+        if !is_todo {
+            return Ok((self.aval()?, None));
+        }
+        self.pos += TODO.len();
+        let aval = self.aval()?;
+        self.expect("]")?;
+        Ok((aval, Some(at)))
     }
 
     fn aval(&mut self) -> Result<ShapedArray> {
@@ -481,19 +507,32 @@ impl Parser {
 
     fn eqn(&mut self, jaxpr: &mut Jaxpr, names: &mut HashMap<String, Var>) -> Result<Eqn> {
         let mut pending = Vec::new();
+        // Where a result is typed `Todo[...]` (the pending result of an asynchronous start).
+        let mut todo_at = None;
         while !self.eat("=") {
             let name = self.word();
             if name.is_empty() {
                 return Err(self.error("expected an equation `outputs = primitive inputs`"));
             }
             self.expect(":")?;
-            pending.push((name, self.aval()?));
+            let (aval, at) = self.maybe_todo_aval()?;
+            todo_at = todo_at.or(at);
+            pending.push((name, aval));
         }
         self.skip_ws();
         let prim_at = self.pos;
         let prim_name = self.prim_word();
         let prim =
             Prim::from_name(&prim_name).map_err(|e| self.error_at(prim_at, &e.to_string()))?;
+        if let Some(at) = todo_at.filter(|_| !prim.is_async_start()) {
+            return Err(self.error_at(
+                at,
+                &format!(
+                    "a `Todo[...]` type is the pending result of an asynchronous collective's \
+                     start, but `{prim_name}` is not one; write the plain type"
+                ),
+            ));
+        }
         let params = if self.peek() == Some('[') {
             self.params(&prim_name)?
         } else {

@@ -68,7 +68,12 @@ impl Tensor {
         )
     }
 
-    fn reduction(&self, prim: Prim, axes: &[&str], groups: Option<&[Vec<i64>]>) -> Tensor {
+    pub(super) fn reduction(
+        &self,
+        prim: Prim,
+        axes: &[&str],
+        groups: Option<&[Vec<i64>]>,
+    ) -> Tensor {
         let x = if self.dtype() == DType::Bool {
             self.astype(DType::I32)
         } else {
@@ -166,13 +171,25 @@ impl Tensor {
         axis: i64,
         tiled: bool,
     ) -> Tensor {
+        self.all_gather_with(Prim::AllGather, axes, groups, axis, tiled)
+    }
+
+    /// `all_gather` or its start.
+    pub(super) fn all_gather_with(
+        &self,
+        prim: Prim,
+        axes: &[&str],
+        groups: Option<&[Vec<i64>]>,
+        axis: i64,
+        tiled: bool,
+    ) -> Tensor {
         let params = Params::new()
             .with("all_gather_dimension", ParamValue::Int(axis))
             .with("axis_index_groups", groups_param(groups))
             .with("axis_name", names(axes))
             .with("axis_size", ParamValue::Int(group_size(self, axes, groups)))
             .with("tiled", ParamValue::Bool(tiled));
-        Tensor::bind1(Prim::AllGather, params, &[&self.pvary(axes)])
+        Tensor::bind1(prim, params, &[&self.pvary(axes)])
     }
 
     /// Sums over `axis_name` and keeps this device's part of dimension `scatter_dimension`
@@ -189,13 +206,25 @@ impl Tensor {
         scatter_dimension: i64,
         tiled: bool,
     ) -> Tensor {
+        self.psum_scatter_with(Prim::ReduceScatter, axes, groups, scatter_dimension, tiled)
+    }
+
+    /// `reduce_scatter` or its start.
+    pub(super) fn psum_scatter_with(
+        &self,
+        prim: Prim,
+        axes: &[&str],
+        groups: Option<&[Vec<i64>]>,
+        scatter_dimension: i64,
+        tiled: bool,
+    ) -> Tensor {
         let params = Params::new()
             .with("axis_index_groups", groups_param(groups))
             .with("axis_name", names(axes))
             .with("axis_size", ParamValue::Int(group_size(self, axes, groups)))
             .with("scatter_dimension", ParamValue::Int(scatter_dimension))
             .with("tiled", ParamValue::Bool(tiled));
-        Tensor::bind1(Prim::ReduceScatter, params, &[&self.pvary(axes)])
+        Tensor::bind1(prim, params, &[&self.pvary(axes)])
     }
 
     /// Sends this device's value to the device `perm` pairs it with (`(source, target)` indices
@@ -207,6 +236,11 @@ impl Tensor {
     /// [`Tensor::ppermute`] over several axes: `perm`'s indices number the devices of each group
     /// in mesh order (JAX's lowering sorts each group), whatever order `axes` names them in.
     pub fn ppermute_over(&self, axes: &[&str], perm: &[(i64, i64)]) -> Tensor {
+        self.ppermute_with(Prim::Ppermute, axes, perm)
+    }
+
+    /// `ppermute` or its start.
+    pub(super) fn ppermute_with(&self, prim: Prim, axes: &[&str], perm: &[(i64, i64)]) -> Tensor {
         let perm = ParamValue::Tuple(
             perm.iter()
                 .map(|&(s, t)| ParamValue::ints(&[s, t]))
@@ -215,7 +249,7 @@ impl Tensor {
         let params = Params::new()
             .with("axis_name", names(axes))
             .with("perm", perm);
-        Tensor::bind1(Prim::Ppermute, params, &[&self.pvary(axes)])
+        Tensor::bind1(prim, params, &[&self.pvary(axes)])
     }
 
     /// [`Tensor::ppermute`] with the permutation given as sources: the device at index `i`
@@ -273,6 +307,25 @@ impl Tensor {
         concat_axis: i64,
         tiled: bool,
     ) -> Tensor {
+        let (out, shape) =
+            self.all_to_all_with(Prim::AllToAll, axes, groups, split_axis, concat_axis, tiled);
+        match shape {
+            Some(shape) => out.reshape(&shape),
+            None => out,
+        }
+    }
+
+    /// `all_to_all` or its start, and the shape to reshape its result to (untiled, where the
+    /// split dimension must go).
+    pub(super) fn all_to_all_with(
+        &self,
+        prim: Prim,
+        axes: &[&str],
+        groups: Option<&[Vec<i64>]>,
+        split_axis: i64,
+        concat_axis: i64,
+        tiled: bool,
+    ) -> (Tensor, Option<Vec<i64>>) {
         let x = self.pvary(axes);
         let rank = x.rank() as i64;
         let norm = |a: i64, r: i64| if a < 0 { a + r } else { a };
@@ -284,7 +337,7 @@ impl Tensor {
         if !tiled {
             let n = group_size(self, axes, groups);
             if !(0..rank).contains(&split) || x.shape()[split as usize] != n {
-                return self.fail(
+                let failed = self.fail(
                     "all_to_all",
                     format!(
                         "untiled all_to_all needs split_axis {split_axis} of size {n} (the \
@@ -293,6 +346,7 @@ impl Tensor {
                         x.shape()
                     ),
                 );
+                return (failed, None);
             }
             if split < concat {
                 concat += 1;
@@ -308,13 +362,13 @@ impl Tensor {
             .with("concat_axis", ParamValue::Int(concat))
             .with("split_axis", ParamValue::Int(split))
             .with("tiled", ParamValue::Bool(tiled));
-        let out = Tensor::bind1(Prim::AllToAll, params, &[&operand]);
+        let out = Tensor::bind1(prim, params, &[&operand]);
         if tiled || split == concat {
-            return out;
+            return (out, None);
         }
         let mut shape = out.shape().to_vec();
         shape.remove(split as usize);
-        out.reshape(&shape)
+        (out, Some(shape))
     }
 
     /// The all-to-all of ragged data (JAX's `lax.ragged_all_to_all`), called on the operand:
@@ -363,10 +417,15 @@ impl Tensor {
 
     /// [`Tensor::pbroadcast`] over several axes (`source` an index along the axes combined).
     pub fn pbroadcast_over(&self, axes: &[&str], source: i64) -> Tensor {
+        self.pbroadcast_with(Prim::Pbroadcast, axes, source)
+    }
+
+    /// `pbroadcast` or its start.
+    pub(super) fn pbroadcast_with(&self, prim: Prim, axes: &[&str], source: i64) -> Tensor {
         let params = Params::new()
             .with("axis_name", names(axes))
             .with("source", ParamValue::Int(source));
-        Tensor::bind1(Prim::Pbroadcast, params, &[&self.pvary(axes)])
+        Tensor::bind1(prim, params, &[&self.pvary(axes)])
     }
 }
 

@@ -68,6 +68,37 @@ fn collective(prim: Prim) -> ClosedJaxpr {
         Prim::VaryUnreducedCast | Prim::UnreducedPsum => {
             single(|a| &a.sin().vary_unreduced_cast(&["y"]).unreduced_psum(&["y"]) * a)
         }
+        // Asynchronous collectives: work traced between the start and the done.
+        Prim::PsumStart | Prim::PsumDone => single(|a| {
+            let pending = a.psum_start(&["x"]);
+            let local = a.sin();
+            &pending.done() * &local
+        }),
+        Prim::AllGatherStart | Prim::AllGatherDone => single(|a| {
+            a.all_gather_start("x", 1, true)
+                .done()
+                .all_gather_start("y", 0, false)
+                .done()
+                .sum(&[0])
+        }),
+        Prim::ReduceScatterStart | Prim::ReduceScatterDone => single(|a| {
+            let pending = a.psum_scatter_start("y", 1, true);
+            let local = a.cos();
+            &pending.done().all_gather("y", 1, true) * &local
+        }),
+        Prim::AllToAllStart | Prim::AllToAllDone => single(|a| {
+            a.all_to_all_start("x", 1, 0, true)
+                .done()
+                .all_to_all_start("y", 0, 1, true)
+                .done()
+        }),
+        Prim::PbroadcastStart | Prim::PbroadcastDone => {
+            single(|a| &a.pbroadcast_start("x", 1).done() * &a.sin())
+        }
+        Prim::PpermuteStart | Prim::PpermuteDone => single(|a| {
+            let pending = a.ppermute_start("x", &[(0, 1), (1, 0)]);
+            &pending.done() + &a.ppermute_start("y", &[(0, 1)]).done()
+        }),
         Prim::RaggedAllToAll => on_mesh(&[&[8, 4], &[8, 4]], &[both, both], both, |a| {
             // Over 'x' (2 devices), blocks of 4 rows: each device sends rows 0..1 to device 0
             // and rows 1..3 to device 1, which write them one after the other (device 0's
@@ -288,7 +319,10 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
         ),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
-        | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll | ShardMap => collective(prim),
+        | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll | ShardMap | PsumStart
+        | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart | PpermuteStart
+        | PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
+        | PpermuteDone => collective(prim),
         Treduce => {
             let f64 = |s: &[i64]| ShapedArray::new(DType::F64, s);
             tessera_ir::trace::trace(&[f64(&[3]), f64(&[4, 3])], |a| {

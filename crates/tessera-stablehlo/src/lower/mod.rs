@@ -11,6 +11,7 @@ mod indexing;
 mod loops;
 mod numeric;
 mod parallel;
+mod pending;
 mod random;
 mod reduce;
 mod sort;
@@ -367,6 +368,12 @@ fn lower_eqn<'c, 'b>(
         | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll => {
             parallel::collective(ctx, eqn.prim, p, inputs)
         }
+        // A start lowers to `async_start` around its collective, its done to `async_done`
+        // (or both synchronously where the collective takes several operations: `pending.rs`).
+        PsumStart | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart
+        | PpermuteStart => pending::start(ctx, eqn.prim, p, inputs),
+        PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
+        | PpermuteDone => pending::done(ctx, inputs),
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),
         Treduce => loops::treduce(ctx, p, inputs, functions),
         // Special functions, bit operations, random numbers, sorting.
