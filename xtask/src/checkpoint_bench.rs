@@ -146,13 +146,15 @@ fn render(labels: &[&str], medians: &[Vec<f64>]) -> String {
     }
     let _ = writeln!(
         md,
-        "\nBoth save modes do the same work: the state is copied from the devices to the host in the \
-         step, then encoded, checksummed (CRC-32), written and synced. In the background \
-         (`--checkpoint-async`) that second half runs on a thread in Linux's `SCHED_IDLE` class \
-         while the next steps run. On the CPU plugin the devices are this machine's cores, which \
-         XLA's threads keep busy during a step, so the writer can only overlap with the step by \
-         taking cores from it; on 2 cores that costs the step more than writing between steps \
-         does. A background save pays off where the devices are not the host's cores (a GPU)."
+        "\nBoth save modes do the same work: every shard's copy from the devices to the host is \
+         started in the step and waited for together; then each file is written from those \
+         bytes, checksummed on the way (CRC-32 of the file and of each block), with direct I/O \
+         (`O_DIRECT`: the kernel does not copy it into the page cache, which on this machine \
+         took most of a save's processor time) and synced. In the background \
+         (`--checkpoint-async`) the writing runs on a thread in Linux's `SCHED_IDLE` class while \
+         the next steps run, so it costs the step little processor time; in the step, the step \
+         waits for the disk. The `tessera` program's allocator (jemalloc, keeping freed pages) \
+         also spares the step the page faults of its fresh host copies."
     );
     md
 }
