@@ -8,7 +8,7 @@ use std::process::ExitCode;
 /// jemalloc for every allocation of the process: Rust's, and (its symbols unprefixed) the C
 /// `malloc` the PJRT plugin calls. XLA's CPU runtime allocates each execution's temporaries as
 /// one block (248 MB for `cargo xtask bench --checkpoints`' model); glibc maps such a block
-/// afresh and unmaps it on free, so every step page-faulted it in again (65,000 faults a step).
+/// afresh and unmaps it on free, so every step page-faulted it in again (about 70,000 faults a step).
 /// jemalloc keeps freed pages for reuse (docs/profiling.md, "Page faults of XLA's temporaries").
 #[cfg(all(target_os = "linux", not(target_env = "musl")))]
 #[global_allocator]
