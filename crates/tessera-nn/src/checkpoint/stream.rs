@@ -4,7 +4,7 @@
 //! memory (a save of a large model otherwise held a second copy of the state while writing it).
 //!
 //! On Linux a file of [`DIRECT_FROM`] bytes or more is written with direct I/O (`O_DIRECT`):
-//! through one reused, aligned staging buffer straight to the disk, not copied into the page
+//! through an aligned staging buffer straight to the disk, not copied into the page
 //! cache by the kernel. That copy was most of a save's processor time (about 1 GB/s on the CI
 //! machine, against 13 GB/s for the staging copy), taken from the training step when the save
 //! runs in the background. A file system that refuses direct I/O gets the ordinary writes.
