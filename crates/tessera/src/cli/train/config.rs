@@ -205,7 +205,7 @@ pub fn describe(choice: &ModelChoice, optimizer: &str) -> String {
 /// plugin's devices keep them too), before any of it is allocated: a too-large model or
 /// `--batch` would otherwise abort the process when the first tensor is allocated.
 pub fn check_memory(choice: &ModelChoice, optimizer: &str, batch: u32) -> anyhow::Result<()> {
-    let Some(available) = available_memory_bytes() else {
+    let Some(available) = tessera_ir::interp::memory::available_now() else {
         return Ok(());
     };
     let gb = |b: f64| b / 1e9;
@@ -247,12 +247,4 @@ pub fn check_memory(choice: &ModelChoice, optimizer: &str, batch: u32) -> anyhow
         );
     }
     Ok(())
-}
-
-/// The memory available to new allocations (`MemAvailable` of /proc/meminfo), if known.
-fn available_memory_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib.saturating_mul(1024))
 }
