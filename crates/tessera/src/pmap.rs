@@ -4,8 +4,9 @@
 //! donated arguments' buffers to the executable (aliased to results of the same type, through
 //! [`Jit::donate_argnums`]) and deletes the arrays passed for them.
 //!
-//! A `pmap` inside a `pmap` (two named axes) traces and runs on the interpreter, but is not
-//! lowered for PJRT yet: [`PmapRun::new`] refuses it with [`PmapError::Nested`].
+//! A `pmap` inside a `pmap` (two named axes) traces, but neither the interpreter nor the
+//! lowering runs a `shard_map` nested in another yet: [`PmapRun::new`] refuses it with
+//! [`PmapError::Nested`].
 
 use tessera_ir::{Array, ClosedJaxpr, Prim};
 use tessera_pjrt::{Array as DeviceArray, Client};
@@ -21,9 +22,9 @@ pub enum PmapError {
     NoPmap,
     /// A `pmap` inside a `pmap`.
     #[error(
-        "the program nests a pmap (axis {inner}) inside a pmap (axis {outer}); nested pmap runs \
-         on the interpreter (tessera_ir::interp::eval_closed) but is not lowered for PJRT yet: \
-         use one pmap over a flattened axis, or shard_map over a two-axis mesh"
+        "the program nests a pmap (axis {inner}) inside a pmap (axis {outer}); nested pmap is not \
+         run yet (neither on PJRT nor on the interpreter): use one pmap over a flattened axis, \
+         or one shard_map over a two-axis mesh"
     )]
     Nested {
         /// The outer pmap's axis.
