@@ -195,10 +195,9 @@ impl PmapRun {
     /// arguments are deleted afterwards (their buffers now hold results), and passing one again
     /// is [`PmapError::Donated`].
     pub fn call(&self, args: &mut [DeviceArray]) -> Result<Vec<DeviceArray>, PmapError> {
-        if let Some(index) = (0..args.len()).find(|&i| args[i].is_deleted()) {
-            if self.donated.contains(&index) {
-                return Err(PmapError::Donated { index });
-            }
+        let donated_again = |i: &usize| args[*i].is_deleted() && self.donated.contains(i);
+        if let Some(index) = (0..args.len()).find(donated_again) {
+            return Err(PmapError::Donated { index });
         }
         Ok(match self.donated.is_empty() {
             true => self.compiled.call(&args.iter().collect::<Vec<_>>())?,
