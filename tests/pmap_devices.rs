@@ -102,6 +102,20 @@ fn a_device_list_of_the_wrong_length_repeated_or_unknown_devices_are_refused() {
     assert!(matches!(e, PmapError::UnknownDevice { id: 8, .. }), "{e}");
     let e = refused(&[-1, 1, 2, 3]);
     assert!(matches!(e, PmapError::UnknownDevice { id: -1, .. }), "{e}");
+    // Without a list, a client with too few devices.
+    let small = Client::cpu(2).unwrap();
+    let e = PmapRun::new(&small, &program(), None, &[]).err().unwrap();
+    assert!(
+        matches!(
+            e,
+            PmapError::TooFewDevices {
+                size: 4,
+                available: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]

@@ -45,6 +45,19 @@ pub enum PmapError {
         /// How many devices were given.
         given: usize,
     },
+    /// No device list was given and the client has fewer devices than the mapped axis.
+    #[error(
+        "the pmap over axis {axis} has size {size} but the client has {available} devices; \
+         open a client with at least {size} devices or map over fewer"
+    )]
+    TooFewDevices {
+        /// The mapped axis.
+        axis: String,
+        /// Its size.
+        size: i64,
+        /// How many devices the client has.
+        available: usize,
+    },
     /// A device listed twice.
     #[error("device {id} is listed twice in devices; list each device once")]
     RepeatedDevice {
@@ -129,6 +142,13 @@ impl PmapRun {
             .map_err(JitError::from)?;
         let devices: Vec<i64> = match devices {
             Some(d) => d.to_vec(),
+            None if (available.len() as i64) < mesh.size() => {
+                return Err(PmapError::TooFewDevices {
+                    axis: mesh.axis_names().join(","),
+                    size: mesh.size(),
+                    available: available.len(),
+                });
+            }
             None => available
                 .iter()
                 .take(mesh.size() as usize)
