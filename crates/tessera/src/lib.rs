@@ -9,6 +9,7 @@ mod jit_trivial;
 mod jit_unused;
 pub mod perf;
 pub mod plot;
+pub mod pmap;
 pub mod trees;
 
 pub use tessera_ir as ir;
