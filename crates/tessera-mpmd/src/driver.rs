@@ -60,6 +60,9 @@ pub enum DriverError {
     /// A `treduce` body's results beside its `value_and_grad_call` cannot run per micro-batch.
     #[error(transparent)]
     LoopBody(#[from] crate::mpmd_jit::LoopBodyError),
+    /// The step holds no `treduce` or several: `mpmd_jit` pipelines one loop per step.
+    #[error(transparent)]
+    StepLoops(#[from] crate::mpmd_jit::StepLoopsError),
 }
 
 impl From<tessera_pjrt::PjrtError> for DriverError {

@@ -47,15 +47,7 @@ pub(super) struct StepLoop {
 /// The loop equation and the source of each of its operands.
 pub(super) fn find_loop(step: &ClosedJaxpr) -> Result<StepLoop, DriverError> {
     let jaxpr = &step.jaxpr;
-    let loops: Vec<usize> = (0..jaxpr.eqns.len())
-        .filter(|&i| jaxpr.eqns[i].prim == Prim::Treduce)
-        .collect();
-    let [index] = loops[..] else {
-        return Err(config(format!(
-            "mpmd_jit needs exactly one treduce in the step, found {}",
-            loops.len()
-        )));
-    };
+    let index = super::step_loops::the_loop(step)?;
     let inputs = &jaxpr.eqns[index].inputs;
     let mut computed = Vec::new();
     let operands = inputs

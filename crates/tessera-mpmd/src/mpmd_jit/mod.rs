@@ -41,6 +41,7 @@ mod options;
 mod phases;
 mod pieces;
 mod shardings;
+mod step_loops;
 mod tied;
 mod update;
 mod whole_body;
@@ -63,6 +64,7 @@ pub use fused::FUSED_TASK;
 pub use options::{Fusion, MpmdJitOptions};
 use pieces::{LoopResults, PieceLayout, compile_piece, input_spec};
 use shardings::{StepShape, StepSpecs};
+pub use step_loops::{LoopKind, StepLoopsError};
 use update::{Piece, Place};
 pub use whole_body::LoopBodyError;
 
