@@ -398,6 +398,7 @@ fn step_phases_add_up_to_the_step() {
         "pipeline_rest",
         "results",
         "update",
+        "release",
         "loss",
         "other",
     ];

@@ -114,6 +114,9 @@ pub struct StepPhases {
     pub results_ms: f64,
     /// The optimizer update (and sharing tied results between groups).
     pub update_ms: f64,
+    /// Releasing the step's intermediates (the gradients' buffers, the placed parameters) and
+    /// deleting the donated arguments.
+    pub release_ms: f64,
 }
 
 impl StepPhases {
@@ -125,5 +128,6 @@ impl StepPhases {
             + self.pipeline_rest_ms
             + self.results_ms
             + self.update_ms
+            + self.release_ms
     }
 }

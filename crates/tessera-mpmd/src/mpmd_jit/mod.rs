@@ -503,7 +503,8 @@ impl MpmdJit {
     /// [`MpmdJit::call_mpmd`], then deletes the donated arrays on the groups (their buffers now
     /// hold results). Passing a deleted array again is an error naming the argument.
     pub fn call_mpmd_donated(&self, args: &mut [StepArg]) -> Result<MpmdStepRun, DriverError> {
-        let run = self.run(args)?;
+        let mut run = self.run(args)?;
+        let deleting = std::time::Instant::now();
         for &a in &self.donated {
             // An array of another process's groups holds nothing here to delete.
             if let Some(StepArg::Mpmd(m)) = args.get_mut(a)
@@ -512,6 +513,7 @@ impl MpmdJit {
                 m.delete()?;
             }
         }
+        run.phases.release_ms += deleting.elapsed().as_secs_f64() * 1000.0;
         Ok(run)
     }
 
@@ -581,18 +583,22 @@ impl MpmdJit {
             .map(|o| o.ok_or_else(|| config("a result of the step was not computed")))
             .collect::<Result<_, _>>()?;
         let tasks_ms = out.timings.task_span_ms().min(pipeline_ms);
+        let update_ms = clock.lap();
+        let (losses, timings) = (out.losses, out.timings);
+        drop((params, data, out.aux, results));
         let phases = StepPhases {
             arguments_ms,
             microbatches_ms,
             tasks_ms,
             pipeline_rest_ms: pipeline_ms - tasks_ms,
             results_ms,
-            update_ms: clock.lap(),
+            update_ms,
+            release_ms: clock.lap(),
         };
         Ok(MpmdStepRun {
             outputs,
-            losses: out.losses,
-            timings: out.timings,
+            losses,
+            timings,
             phases,
         })
     }

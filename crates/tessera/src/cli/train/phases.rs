@@ -40,6 +40,7 @@ impl StepTime {
             "pipeline_rest": c.pipeline_rest_ms,
             "results": c.results_ms,
             "update": c.update_ms,
+            "release": c.release_ms,
             "loss": self.loss_ms,
             "other": self.other_ms(),
         })
@@ -62,8 +63,8 @@ pub fn print(step: &StepTime) -> anyhow::Result<()> {
     let c = step.call;
     outln!(
         "step time (median step): {:.2} ms = batch {:.2} + arguments {:.2} + micro-batches {:.2} \
-         + tasks {:.2} + rest of the loop {:.2} + results {:.2} + update {:.2} + loss {:.2} + \
-         other {:.2}",
+         + tasks {:.2} + rest of the loop {:.2} + results {:.2} + update {:.2} + release {:.2} + \
+         loss {:.2} + other {:.2}",
         step.wall_ms,
         step.batch_ms,
         c.arguments_ms,
@@ -72,6 +73,7 @@ pub fn print(step: &StepTime) -> anyhow::Result<()> {
         c.pipeline_rest_ms,
         c.results_ms,
         c.update_ms,
+        c.release_ms,
         step.loss_ms,
         step.other_ms()
     )?;
