@@ -242,3 +242,14 @@ fn compiles_are_logged_when_asked() {
         String::from_utf8_lossy(&bad.stderr)
     );
 }
+
+/// The program runs on jemalloc with `oversize_threshold:0` (`tessera::use_jemalloc!`): its
+/// statistics, printed at exit when asked through `MALLOC_CONF`, show the option in force.
+#[cfg(all(target_os = "linux", not(target_env = "musl")))]
+#[test]
+fn the_program_runs_on_jemalloc_keeping_large_blocks() {
+    let out = tessera(&["--version"], &[("MALLOC_CONF", "stats_print:true")]);
+    assert!(out.status.success());
+    let stats = String::from_utf8_lossy(&out.stderr);
+    assert!(stats.contains("opt.oversize_threshold: 0\n"), "{stats}");
+}

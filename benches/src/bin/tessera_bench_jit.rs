@@ -19,6 +19,10 @@ use tessera::jit::{Jit, to_host};
 use tessera::pjrt::{Array as DeviceArray, Client, CompileOptions, HostArray};
 use tessera::sharding::{Mesh, NamedSharding, PartitionSpec};
 
+// The allocator the `tessera` program runs with (`tessera::alloc`): XLA's temporaries keep their
+// pages from step to step instead of being faulted in again.
+tessera::use_jemalloc!();
+
 const DIMS: [i64; 4] = [256, 512, 512, 10];
 const BATCH: i64 = 256;
 const LEARNING_RATE: f64 = 0.1;

@@ -4,6 +4,7 @@
 //! `src/main.rs` and `src/cli/`) is the command-line front end. See `docs/ARCHITECTURE.md` for the
 //! code map.
 
+pub mod alloc;
 pub mod jit;
 mod jit_trivial;
 mod jit_unused;
