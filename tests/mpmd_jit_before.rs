@@ -13,7 +13,6 @@ use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
 use tessera_mpmd::{BeforeLoopRuns, MpmdArray, MpmdMesh, StepArg, mpmd_jit};
 use tessera_pjrt::{Array as DeviceArray, Client};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
-use tessera_tests::assert_close;
 
 const WIDTH: i64 = 8;
 
@@ -125,6 +124,22 @@ fn on_group(
     let sharding = NamedSharding::new(mesh.group(group).unwrap(), spec.clone()).unwrap();
     let array = DeviceArray::device_put(client, &to_host(host).unwrap(), &sharding).unwrap();
     StepArg::Mpmd(Box::new(MpmdArray::on_its_group(mesh, array).unwrap()))
+}
+
+/// Each result of `got` within 1e-6 (relative above 1) of the interpreter's `want`.
+fn assert_close(got: &[tessera_pjrt::HostArray], want: &[Array]) {
+    assert_eq!(got.len(), want.len(), "the number of results");
+    for (k, (got, want)) in got.iter().zip(want).enumerate() {
+        let got = tessera::jit::from_host(got, want.dtype()).unwrap();
+        assert_eq!(got.shape(), want.shape(), "result {k}");
+        for (a, b) in got.to_vec().iter().zip(want.to_vec()) {
+            let tolerance = 1e-6 * b.abs().max(1.0);
+            assert!(
+                (a - b).abs() <= tolerance,
+                "result {k}: {a} vs interpreter {b}"
+            );
+        }
+    }
 }
 
 /// `on_groups` runs on the devices, the last on `group`, none on the host.

@@ -2,10 +2,12 @@
 //! `treduce_i`'s micro-batch indices) runs on the groups' devices, as JAXPP runs the whole
 //! partitioned step there. It is compiled as one program from the step arguments it reads to
 //! each loop operand it computes, a sliced operand as its every micro-batch (so no slicing is
-//! left for the host), for the group it runs on (compiled on first use per group): the group
-//! holding its first device-array argument, else the group of the first stage. Its results are
-//! device arrays the pipeline moves to the groups of the stages reading them (device to device
-//! where it can), like micro-batches of data already on a group.
+//! left for the host), for the group it runs on: the group holding its first device-array
+//! argument, else the group of the first stage (compiled for that group with the step, so a
+//! program the groups cannot run is refused then; for another group on first use). Its results
+//! are device arrays, replicated in their group (operands computed before the loop are laid out
+//! by default, `shardings.rs`), that the pipeline moves to the groups of the stages reading them
+//! (device to device where it can), like micro-batches of data already on a group.
 //!
 //! The host interpreter runs it only under several processes (MPI): its results would have to
 //! reach other processes' groups, and values cross processes only through the pipeline's own
