@@ -32,8 +32,9 @@ pub use array::MpmdArray;
 pub use error::{MpmdError, Result};
 pub use mesh::MpmdMesh;
 pub use mpmd_jit::{
-    FUSED_TASK, Fusion, LoopBodyError, LoopKind, MpmdJit, MpmdJitOptions, MpmdStepRun, StepArg,
-    StepLoopsError, StepPhases, StepResult, mpmd_jit, mpmd_jit_by_yield, mpmd_jit_with,
+    BeforeLoopRuns, FUSED_TASK, Fusion, LoopBodyError, LoopKind, MpmdJit, MpmdJitOptions,
+    MpmdStepRun, StepArg, StepLoopsError, StepPhases, StepResult, mpmd_jit, mpmd_jit_by_yield,
+    mpmd_jit_with,
 };
 pub use reshard::{
     group_by_size_threshold, interleaved_order, mpmd_to_spmd_batches, mpmd_to_spmd_reshard,

@@ -1,5 +1,6 @@
 //! Reading a step for `mpmd_jit`: its one `treduce` and the step code computing its operands
-//! (run on the host before the loop, e.g. `treduce_i`'s micro-batch indices), the loop body
+//! (run before the loop on a group's devices, `before.rs`, e.g. `treduce_i`'s micro-batch
+//! indices), the loop body
 //! (code preparing the arguments of one `value_and_grad_call`, which may return auxiliary
 //! results), the loss program the pipeline runs, and the code after the loop as a program of
 //! its own.
@@ -18,7 +19,7 @@ use crate::driver::DriverError;
 pub(super) enum Operand {
     /// Step argument `i`.
     Arg(usize),
-    /// Result `i` of the code before the loop ([`StepLoop::before`]), run on the host.
+    /// Result `i` of the code before the loop ([`StepLoop::before`], run by `before.rs`).
     Computed(usize),
 }
 

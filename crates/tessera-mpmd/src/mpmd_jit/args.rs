@@ -3,7 +3,6 @@
 
 use tessera_pjrt::HostArray;
 
-use super::config;
 use crate::array::MpmdArray;
 use crate::driver::{DriverError, Placed};
 use crate::runtime::Timings;
@@ -34,16 +33,6 @@ impl StepArg {
         match self {
             StepArg::Host(h) => Ok(Placed::Host(h.clone())),
             StepArg::Mpmd(m) => Ok(Placed::PerGroup(m.to_mpmd_local_arrays()?.clone())),
-        }
-    }
-
-    pub(super) fn host(&self, what: &str) -> Result<HostArray, DriverError> {
-        match self {
-            StepArg::Host(h) => Ok(h.clone()),
-            StepArg::Mpmd(_) => Err(config(format!(
-                "{what} must be a host array for now (mpmd_jit slices it into micro-batches on \
-                 the host)"
-            ))),
         }
     }
 
@@ -102,7 +91,8 @@ pub struct MpmdStepRun {
 pub struct StepPhases {
     /// Checking the arguments and placing the parameters.
     pub arguments_ms: f64,
-    /// Slicing the data into micro-batches and placing them on their groups.
+    /// Running the step's code before its loop (on a group's devices), slicing the data into
+    /// micro-batches and placing them on their groups.
     pub microbatches_ms: f64,
     /// The pipeline's tasks, from the first one's start to the last one's end.
     pub tasks_ms: f64,

@@ -2,22 +2,24 @@
 //! group's devices (an `MpmdArray` argument) are sliced there, by one compiled program per
 //! argument and group that returns every micro-batch; the driver then moves each micro-batch
 //! to the groups of the stages reading it (device to device where it can). Loop operands the
-//! step computes before the loop run on the host interpreter.
+//! step computes before the loop come from `before.rs`: device arrays (a sliced one already cut
+//! into micro-batches by the program computing it) moved the same way, or, under several
+//! processes, host arrays sliced here.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use tessera_ir::ClosedJaxpr;
 use tessera_ir::trace::{Tensor, trace};
-use tessera_ir::{Array, Atom, ClosedJaxpr};
 use tessera_pjrt::{Array as DeviceArray, HostArray};
 use tessera_sharding::PartitionSpec;
 
 use super::analyze::{LossInput, Operand};
+use super::before::Computed;
 use super::pieces::{PieceLayout, compile_program};
 use super::{MpmdJit, StepArg, config};
 use crate::array::MpmdArray;
 use crate::driver::{DriverError, Placed};
-use crate::host::{from_host, to_host};
 use crate::runtime::PjrtExecutor;
 
 /// The slicing programs compiled so far, by (step argument, group).
@@ -36,30 +38,47 @@ impl MpmdJit {
         args: &[StepArg],
     ) -> Result<Vec<HashMap<usize, Placed>>, DriverError> {
         let computed = self.computed_operands(args)?;
-        let operand = |op: Operand| -> Result<StepArg, DriverError> {
-            match op {
-                Operand::Arg(i) => Ok(args[i].clone()),
-                Operand::Computed(c) => Ok(StepArg::Host(computed[c].clone())),
-            }
+        let device = |a: DeviceArray| Placed::Device(Box::new(a));
+        let host_slices = |host: &HostArray| -> Result<Vec<Placed>, DriverError> {
+            (0..self.length)
+                .map(|mb| micro_batch(host, self.axis, mb).map(Placed::Host))
+                .collect()
         };
         let mut data: Vec<HashMap<usize, Placed>> = vec![HashMap::new(); self.length];
         for (a, input) in self.loss_inputs.iter().enumerate() {
             let slices: Vec<Placed> = match *input {
                 LossInput::Param(_) => continue,
-                LossInput::Invariant(op) => vec![operand(op)?.placed()?; self.length],
-                LossInput::Sliced(op) => match (operand(op)?, op) {
-                    (StepArg::Mpmd(m), Operand::Arg(i)) => self
-                        .slice_on_device(i, &m)?
+                LossInput::Invariant(Operand::Arg(i)) => vec![args[i].placed()?; self.length],
+                LossInput::Sliced(Operand::Arg(i)) => match &args[i] {
+                    StepArg::Mpmd(m) => self
+                        .slice_on_device(i, m)?
                         .into_iter()
-                        .map(|s| Placed::Device(Box::new(s)))
+                        .map(device)
                         .collect(),
-                    (arg, _) => {
-                        let host = arg.host("micro-batch data")?;
-                        (0..self.length)
-                            .map(|mb| micro_batch(&host, self.axis, mb).map(Placed::Host))
-                            .collect::<Result<_, _>>()?
-                    }
+                    StepArg::Host(host) => host_slices(host)?,
                 },
+                LossInput::Invariant(Operand::Computed(c))
+                | LossInput::Sliced(Operand::Computed(c)) => {
+                    let sliced = matches!(input, LossInput::Sliced(_));
+                    match (computed.get(c), sliced) {
+                        (Some(Computed::Host(h)), false) => {
+                            vec![Placed::Host(h.clone()); self.length]
+                        }
+                        (Some(Computed::Host(h)), true) => host_slices(h)?,
+                        (Some(Computed::Whole(d)), false) => {
+                            vec![Placed::Device(d.clone()); self.length]
+                        }
+                        (Some(Computed::Slices(s)), true) => {
+                            s.iter().cloned().map(device).collect()
+                        }
+                        _ => {
+                            return Err(config(format!(
+                                "loop operand {c} computed before the loop is missing or not cut \
+                                 into micro-batches as the loop reads it"
+                            )));
+                        }
+                    }
+                }
             };
             // Data held only by another process's groups is left to that process.
             for (d, slice) in data.iter_mut().zip(slices) {
@@ -67,35 +86,6 @@ impl MpmdJit {
             }
         }
         Ok(data)
-    }
-
-    /// The loop operands the step computes before the loop, on the host interpreter.
-    fn computed_operands(&self, args: &[StepArg]) -> Result<Vec<HostArray>, DriverError> {
-        let Some(before) = &self.before else {
-            return Ok(Vec::new());
-        };
-        let jaxpr = &before.jaxpr;
-        let read = |v| {
-            let atom = Atom::Var(v);
-            jaxpr.outvars.contains(&atom) || jaxpr.eqns.iter().any(|e| e.inputs.contains(&atom))
-        };
-        let inputs = jaxpr
-            .invars
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| {
-                let aval = jaxpr.aval(v);
-                match read(v) {
-                    true => from_host(&args[i].to_host()?, aval.dtype).map_err(|e| config(e.0)),
-                    false => Ok(Array::zeros(aval)),
-                }
-            })
-            .collect::<Result<Vec<_>, DriverError>>()?;
-        tessera_ir::interp::eval_closed(before, &inputs)
-            .map_err(|e| config(format!("the code before the loop: {e}")))?
-            .iter()
-            .map(|o| to_host(o).map_err(|e| config(e.0)))
-            .collect()
     }
 
     /// Every micro-batch of step argument `arg`, an array on a group, sliced on that group.

@@ -27,11 +27,13 @@
 //! them into the loss program as more auxiliary results). The differentiated arguments are
 //! loop invariants that are step arguments, read only by the call and the metrics. The loop's
 //! other operands are step arguments (on the host, or on the groups' devices: micro-batches
-//! are then sliced there, `data.rs`) or computed by the step's code before the loop, which runs
-//! on the host interpreter.
+//! are then sliced there, `data.rs`) or computed by the step's code before the loop, which is
+//! compiled and runs on a group's devices each step, its results moved to the groups reading
+//! them (`before.rs`; on the host interpreter only under several processes).
 
 mod analyze;
 mod args;
+mod before;
 mod by_yield;
 mod crossing;
 mod data;
@@ -59,6 +61,7 @@ use crate::mesh::MpmdMesh;
 use crate::runtime::{PjrtExecutor, RunOptions, Timings};
 use analyze::{LossInput, check_ops, find_loop, read_body, update_program};
 pub use args::{MpmdStepRun, StepArg, StepPhases, StepResult};
+pub use before::BeforeLoopRuns;
 pub use by_yield::mpmd_jit_by_yield;
 pub use fused::FUSED_TASK;
 pub use options::{Fusion, MpmdJitOptions};
@@ -80,8 +83,8 @@ pub struct MpmdJit {
     host_ops: Vec<ReduceOp>,
     /// The types of the loss and of each auxiliary result of one micro-batch.
     host_avals: Vec<ShapedArray>,
-    /// The step's code computing loop operands that are not step arguments.
-    before: Option<ClosedJaxpr>,
+    /// The step's code computing loop operands that are not step arguments (`before.rs`).
+    before: Option<before::BeforeLoop>,
     in_avals: Vec<ShapedArray>,
     /// The types of the step's results.
     out_avals: Vec<ShapedArray>,
@@ -319,7 +322,19 @@ impl MpmdJit {
             };
             pieces.push((piece, compiled));
         }
-        Ok(MpmdJit {
+        // The code before the loop runs on the groups (on the host under several processes;
+        // a fused step runs it inside its one program).
+        let before = match found.before {
+            Some(code) => Some(before::BeforeLoop::new(
+                code,
+                &loss_inputs,
+                (p.axis, length),
+                options.processes.is_some() || fused.is_some(),
+                &options.compiler_options,
+            )?),
+            None => None,
+        };
+        let jit = MpmdJit {
             client: client.clone(),
             mesh: mesh.clone(),
             pipeline,
@@ -328,7 +343,7 @@ impl MpmdJit {
             length,
             host_ops,
             host_avals,
-            before: found.before,
+            before,
             in_avals,
             out_avals,
             num_outputs: jaxpr.outvars.len(),
@@ -344,7 +359,9 @@ impl MpmdJit {
             partitioner,
             crossing,
             fused,
-        })
+        };
+        jit.compile_before()?;
+        Ok(jit)
     }
 
     /// The step results the pipelined plan computes on the host (the loss and metrics).
@@ -419,6 +436,16 @@ impl MpmdJit {
             }
         }
         reads
+    }
+
+    /// How many times the step's code before its loop ran on a group's devices and on the host
+    /// interpreter (under several processes only; `None`: the step computes no loop operand
+    /// before the loop, or runs as one program, [`MpmdJit::is_fused`]).
+    pub fn before_loop_runs(&self) -> Option<BeforeLoopRuns> {
+        match &self.fused {
+            Some(_) => None,
+            None => self.before.as_ref().map(before::BeforeLoop::runs),
+        }
     }
 
     /// The spec of each step argument inside its group.
