@@ -345,3 +345,65 @@ fn in_axes_mismatches_and_unbound_axes_of_the_inner_pmap_are_typed_errors() {
         "{e}"
     );
 }
+
+#[test]
+fn a_shard_map_nested_in_a_shard_map_keeps_the_outer_axis_manual_on_the_interpreter_and_pjrt() {
+    use tessera_ir::trace::shard_map;
+    use tessera_sharding::{AbstractMesh, PartitionSpec};
+    let spec = |t: &str| PartitionSpec::parse(t).unwrap();
+    let outer = AbstractMesh::auto(&[("x", 2)]).unwrap();
+    let inner = AbstractMesh::auto(&[("y", 3)]).unwrap();
+    let aval = ShapedArray::new(DType::F32, &[4, 6]);
+    let p = trace(&[aval], |a| {
+        shard_map(
+            &outer,
+            &[spec("P('x')")],
+            &[spec("P('x')"), spec("P('x')"), spec("P()")],
+            &[&a[0]],
+            |s| {
+                // Rows split over x: [2, 6]; then columns over y: [2, 2].
+                let r = shard_map(
+                    &inner,
+                    &[spec("P(None, 'y')")],
+                    &[spec("P(None, 'y')"), spec("P()")],
+                    &[&s[0]],
+                    |t| vec![&t[0] + &t[0].psum(&["x"]), t[0].sum(&[1]).psum(&["y"])],
+                );
+                let total = r[1].psum(&["x"]);
+                vec![r[0].clone(), r[1].clone(), total]
+            },
+        )
+    })
+    .unwrap();
+    let x = Array::new(
+        DType::F32,
+        &[4, 6],
+        (0..24).map(|k| f64::from(k) * 0.5 - 3.0).collect(),
+    )
+    .unwrap();
+    let v = x.to_vec();
+    let at = |r: usize, c: usize| v[r * 6 + c];
+    let mut r0 = Vec::new();
+    for r in 0..4 {
+        for c in 0..6 {
+            r0.push(at(r, c) + (0..2).map(|o| at(o * 2 + r % 2, c)).sum::<f64>());
+        }
+    }
+    let r1: Vec<f64> = (0..4).map(|r| (0..6).map(|c| at(r, c)).sum()).collect();
+    let r2: Vec<f64> = (0..2).map(|k| r1[k] + r1[2 + k]).collect();
+    let want = [r0, r1, r2];
+    let interp = eval_closed(&p, std::slice::from_ref(&x)).unwrap();
+    let client = Client::cpu(8).unwrap();
+    let run = PmapRun::new(&client, &p, None, &[]).unwrap();
+    assert_eq!(run.devices(), (0..6).collect::<Vec<i64>>());
+    let device = run.run(std::slice::from_ref(&x)).unwrap();
+    for (what, got) in [("interpreter", &interp), ("PJRT", &device)] {
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                close(&g.to_vec(), w, 1e-5),
+                "{what}: result {k}: {:?} != {w:?}",
+                g.to_vec()
+            );
+        }
+    }
+}
