@@ -407,3 +407,45 @@ fn a_shard_map_nested_in_a_shard_map_keeps_the_outer_axis_manual_on_the_interpre
         }
     }
 }
+
+#[test]
+fn an_inner_pmap_in_a_loop_runs_on_the_interpreter_and_is_a_typed_error_for_pjrt() {
+    use tessera_ir::trace::fori_loop;
+    // Twice: c <- c + psum(c, 'i'), the inner pmap inside a fori_loop of the outer body.
+    let aval = ShapedArray::new(DType::F32, &[2, 4, 3]);
+    let p = trace(&[aval], |a| {
+        pmap("i", &[&a[0]], |s| {
+            fori_loop(0, 2, &[], &[&s[0]], |_, _, c| {
+                pmap("j", &[&c[0]], |t| vec![&t[0] + &t[0].psum(&["i"])])
+            })
+        })
+    })
+    .unwrap();
+    let x = input();
+    let mut want = x.to_vec();
+    for _ in 0..2 {
+        let before = want.clone();
+        for (k, w) in want.iter_mut().enumerate() {
+            let local = k % (INNER * ROW);
+            *w += (0..OUTER)
+                .map(|o| before[o * INNER * ROW + local])
+                .sum::<f64>();
+        }
+    }
+    let got = eval_closed(&p, std::slice::from_ref(&x)).unwrap();
+    assert!(
+        close(&got[0].to_vec(), &want, 1e-5),
+        "{:?}",
+        got[0].to_vec()
+    );
+    let client = Client::cpu(8).unwrap();
+    let e = PmapRun::new(&client, &p, None, &[]).err().unwrap();
+    assert!(
+        matches!(&e, PmapError::Nested { outer, inner, .. } if outer == "i" && inner == "j"),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("call the inner pmap directly"),
+        "{e}"
+    );
+}
