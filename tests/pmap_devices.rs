@@ -1,6 +1,5 @@
-//! `pmap` on PJRT with JAX's `devices=` and `donate_argnums=` (tessera::pmap::PmapRun), and
-//! nested `pmap`: it traces, and is refused (typed errors, no panic) by the interpreter and for
-//! PJRT.
+//! `pmap` on PJRT with JAX's `devices=` and `donate_argnums=` (tessera::pmap::PmapRun). Nested
+//! `pmap` is tested in `pmap_nested.rs`.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -140,38 +139,4 @@ fn a_donated_pmap_argument_is_consumed_and_using_it_again_is_a_typed_error() {
     let sums = trace(&[aval], |a| pmap("i", &[&a[0]], |s| vec![s[0].sum(&[0])])).unwrap();
     let e = PmapRun::new(&client, &sums, None, &[0]).err().unwrap();
     assert!(e.to_string().contains("no result left has its type"), "{e}");
-}
-
-#[test]
-fn a_nested_pmap_traces_and_is_refused_by_the_interpreter_and_for_pjrt_by_name() {
-    let aval = ShapedArray::new(DType::F32, &[2, 4, 3]);
-    // psum over the inner axis inside, over the outer axis after the inner pmap.
-    let nested = trace(std::slice::from_ref(&aval), |a| {
-        pmap("i", &[&a[0]], |s| {
-            let inner = pmap("j", &[&s[0]], |t| vec![t[0].psum(&["j"])]);
-            vec![inner[0].clone(), inner[0].psum(&["i"])]
-        })
-    })
-    .unwrap();
-    let x = Array::new(DType::F32, &[2, 4, 3], (0..24).map(f64::from).collect()).unwrap();
-    // The interpreter refuses a shard_map inside a shard_map by name (not a panic).
-    let e = eval_closed(&nested, std::slice::from_ref(&x))
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("nested inside another shard_map"), "{e}");
-    let client = Client::cpu(8).unwrap();
-    let e = PmapRun::new(&client, &nested, None, &[]).err().unwrap();
-    assert!(
-        matches!(&e, PmapError::Nested { outer, inner } if outer == "i" && inner == "j"),
-        "{e}"
-    );
-    // A collective over the outer axis inside the inner pmap is not traced yet: an error
-    // naming the unbound axis, not a panic.
-    let both = trace(&[aval], |a| {
-        pmap("i", &[&a[0]], |s| {
-            pmap("j", &[&s[0]], |t| vec![t[0].psum(&["i", "j"])])
-        })
-    });
-    let e = both.err().unwrap().to_string();
-    assert!(e.contains("unbound axis name: 'i'"), "{e}");
 }

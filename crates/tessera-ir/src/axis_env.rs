@@ -3,7 +3,10 @@
 //! an axis no `shard_map` binds is refused when it is built ("unbound axis name"), as in JAX.
 //!
 //! The environment is a per-thread stack of meshes: [`with_mesh`] pushes one for the duration of
-//! a closure (the body of a `shard_map`) and pops it even if the closure unwinds.
+//! a closure (the body of a `shard_map`) and pops it even if the closure unwinds. The stack
+//! nests as JAX's axis environment does: inside a `shard_map` (or `pmap`) nested in another, the
+//! frame pushed is the enclosing frame's axes followed by the inner mesh's ([`stacked`]), so a
+//! collective in the inner body may name the outer axes, the inner ones or both.
 
 use std::cell::RefCell;
 use std::thread::LocalKey;
@@ -60,7 +63,61 @@ pub fn with_manual<T>(mesh: &AbstractMesh, check_vma: bool, f: impl FnOnce() -> 
     }
     CHECKED.with(|s| s.borrow_mut().push(check_vma));
     let _pop = Pop;
-    MANUAL.with(mesh, f)
+    let frame = match current_mesh() {
+        Some(outer) => merged(&outer, mesh),
+        None => mesh.clone(),
+    };
+    MANUAL.with(&frame, f)
+}
+
+/// The axes of `outer` followed by those of `inner` it lacks (an axis of both, as a named
+/// `vmap` re-binds the enclosing axes, is kept once, at its outer place and size).
+fn merged(outer: &AbstractMesh, inner: &AbstractMesh) -> AbstractMesh {
+    let mut names = outer.axis_names().to_vec();
+    let mut sizes = outer.axis_sizes().to_vec();
+    let mut types = outer.axis_types().to_vec();
+    for (k, name) in inner.axis_names().iter().enumerate() {
+        if !names.contains(name) {
+            names.push(name.clone());
+            sizes.push(inner.axis_sizes()[k]);
+            types.push(inner.axis_types()[k]);
+        }
+    }
+    AbstractMesh::from_parts(names, sizes, types).unwrap_or_else(|_| inner.clone())
+}
+
+/// The mesh of a `shard_map` over `inner` nested in one over `outer`: the outer axes then the
+/// inner ones, row-major (position `o * inner.size() + q` is outer position `o`, inner `q`).
+/// An axis name of both levels is refused: the inner one would shadow the outer one.
+pub fn stacked(outer: &AbstractMesh, inner: &AbstractMesh) -> Result<AbstractMesh> {
+    if let Some(axis) = inner
+        .axis_names()
+        .iter()
+        .find(|a| outer.axis_index(a).is_some())
+    {
+        return Err(reused_axis("shard_map", axis));
+    }
+    Ok(merged(outer, inner))
+}
+
+/// The error of a nested `shard_map` or `pmap` naming an axis the enclosing one binds.
+pub fn reused_axis(prim: &str, axis: &str) -> IrError {
+    IrError::Type {
+        prim: prim.to_owned(),
+        message: format!(
+            "the axis name '{axis}' is already bound by an enclosing shard_map or pmap; a nested \
+             {prim} must name its axes differently (e.g. 'i' outside, 'j' inside)"
+        ),
+    }
+}
+
+/// The first axis of `mesh` that an enclosing `shard_map` already binds, if any.
+pub fn rebound_axis(mesh: &AbstractMesh) -> Option<String> {
+    let outer = current_mesh()?;
+    mesh.axis_names()
+        .iter()
+        .find(|a| outer.axis_index(a).is_some())
+        .cloned()
 }
 
 /// Whether the innermost `shard_map` types values by the axes they vary over (`check_vma`;

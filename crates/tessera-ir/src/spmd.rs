@@ -3,7 +3,8 @@
 //! equations on each position's own values and collectives across positions (through
 //! [`crate::prim::simulate`], with the same replica groups the lowering emits). The blocks of the
 //! results are assembled into global arrays as the out_specs say, which is what a real
-//! multi-device run returns.
+//! multi-device run returns. A `shard_map` nested in the body runs on the stacked mesh of both
+//! levels (outer axes, then inner), so the outer axes stay manual inside it.
 
 use tessera_sharding::{AbstractMesh, PartitionSpec};
 
@@ -70,11 +71,7 @@ pub fn eval_spmd(
         } else if eqn.prim == Prim::Scan {
             scan_in_lockstep(&eqn.params, mesh, inputs, &out_avals)?
         } else if eqn.prim == Prim::ShardMap {
-            return Err(IrError::Eval(
-                "a shard_map nested inside another shard_map is not supported; merge the meshes \
-                 into one shard_map"
-                    .into(),
-            ));
+            nested_shard_map(&eqn.params, mesh, &inputs)?
         } else {
             inputs
                 .iter()
@@ -89,6 +86,47 @@ pub fn eval_spmd(
     }
     envs.iter()
         .map(|env| jaxpr.outvars.iter().map(|a| read(env, a)).collect())
+        .collect()
+}
+
+/// A `shard_map` nested in the body being run (`pmap` inside `pmap`); `inputs[o]` are outer
+/// position `o`'s operands. Every outer position splits its operands over the inner mesh, and
+/// the inner body runs once on the stacked mesh (the outer axes, then the inner ones: position
+/// `o * inner + q`), so that its collectives over outer axes, inner axes or both exchange between
+/// the right positions; each outer position's results are assembled from its inner positions'
+/// blocks as the inner out_specs say.
+fn nested_shard_map(
+    params: &crate::params::Params,
+    outer: &AbstractMesh,
+    inputs: &[Vec<Array>],
+) -> Result<Vec<Vec<Array>>> {
+    let p = ShardMapParams::read(params)?;
+    let grid = crate::axis_env::stacked(outer, &p.mesh)?;
+    let n = p.mesh.size().max(1) as usize;
+    let mut per_device = Vec::with_capacity(inputs.len() * n);
+    for operands in inputs {
+        for q in 0..n {
+            let blocks = operands
+                .iter()
+                .zip(&p.in_specs)
+                .map(|(x, spec)| block_of(x, spec, &p.mesh, q as i64))
+                .collect::<Result<Vec<_>>>()?;
+            per_device.push(blocks);
+        }
+    }
+    let body = inline_all(p.body);
+    let outs = p.in_body(|| eval_spmd(&body, &grid, per_device))?;
+    outs.chunks(n)
+        .map(|inner| {
+            p.out_specs
+                .iter()
+                .enumerate()
+                .map(|(k, spec)| {
+                    let blocks: Vec<&Array> = inner.iter().map(|d| &d[k]).collect();
+                    assemble(&blocks, spec, &p.mesh)
+                })
+                .collect()
+        })
         .collect()
 }
 

@@ -4,9 +4,12 @@
 //! donated arguments' buffers to the executable (aliased to results of the same type, through
 //! [`Jit::donate_argnums`]) and deletes the arrays passed for them.
 //!
-//! A `pmap` inside a `pmap` (two named axes) traces, but neither the interpreter nor the
-//! lowering runs a `shard_map` nested in another yet: [`PmapRun::new`] refuses it with
-//! [`PmapError::Nested`].
+//! A `pmap` inside a `pmap` (JAX's `pmap(pmap(f, axis_name='j'), axis_name='i')`) runs over
+//! the outer × inner grid of devices: [`PmapRun::new`] flattens it into one `shard_map` over the
+//! two-axis mesh `(i, j)` ([`tessera_ir::passes::flatten_nested_shard_maps`]), so collectives
+//! over `i`, `j` or both lower to replica groups of the flattened device grid; `devices` then
+//! lists outer × inner devices, row-major (outer index first). A nest the pass cannot flatten
+//! (a `shard_map` inside a `scan` or `cond` of a `shard_map` body) is [`PmapError::Nested`].
 
 use tessera_ir::{Array, ClosedJaxpr, Prim};
 use tessera_pjrt::{Array as DeviceArray, Client};
@@ -20,26 +23,32 @@ pub enum PmapError {
     /// The program has no `pmap` (no `shard_map`) to run.
     #[error("the program has no pmap (no shard_map); run it with tessera::jit::run_on_device")]
     NoPmap,
-    /// A `pmap` inside a `pmap`.
+    /// A `pmap` inside a `pmap` that could not be flattened into one `shard_map` (nested in a
+    /// loop or conditional of the outer body, or refused by the flattening pass).
     #[error(
-        "the program nests a pmap (axis {inner}) inside a pmap (axis {outer}); nested pmap is not \
-         run yet (neither on PJRT nor on the interpreter): use one pmap over a flattened axis, \
-         or one shard_map over a two-axis mesh"
+        "the program nests a pmap (axis {inner}) inside a pmap (axis {outer}) in a way that is \
+         not flattened into one shard_map over both axes ({reason}); call the inner pmap \
+         directly in the outer pmap's body, or use one shard_map over a two-axis mesh"
     )]
     Nested {
         /// The outer pmap's axis.
         outer: String,
         /// The inner pmap's axis.
         inner: String,
+        /// Why it was not flattened.
+        reason: String,
     },
-    /// `devices` lists another number of devices than the mapped axis has.
+    /// `devices` lists another number of devices than the mapped axes have (outer × inner for
+    /// a nested pmap).
     #[error(
-        "devices lists {given} devices but the pmap over axis {axis} has size {size}; give \
-         exactly {size} devices, one per index of the mapped axis"
+        "devices lists {given} devices but the pmap over {grid} maps {size} devices; give \
+         exactly {size} devices, one per index of the mapped axes (row-major, outer axis first)"
     )]
     DeviceCount {
-        /// The mapped axis.
+        /// The mapped axes, comma-separated (outer first).
         axis: String,
+        /// The mapped axes with their sizes, e.g. `i=2 × j=4`.
+        grid: String,
         /// Its size.
         size: i64,
         /// How many devices were given.
@@ -127,12 +136,27 @@ impl PmapRun {
         devices: Option<&[i64]>,
         donate_argnums: &[usize],
     ) -> Result<PmapRun, PmapError> {
+        let flat = match nested_axes(program, None) {
+            None => program.clone(),
+            Some((outer, inner)) => tessera_ir::passes::flatten_nested_shard_maps(program)
+                .map_err(|e| PmapError::Nested {
+                    outer: outer.clone(),
+                    inner: inner.clone(),
+                    reason: e.to_string(),
+                })?,
+        };
+        if let Some((outer, inner)) = nested_axes(&flat, None) {
+            let reason = "the inner pmap is inside a loop or conditional".to_owned();
+            return Err(PmapError::Nested {
+                outer,
+                inner,
+                reason,
+            });
+        }
+        let program = &flat;
         let mesh = program_mesh(program)
             .map_err(|e| JitError::Convert(e.to_string()))?
             .ok_or(PmapError::NoPmap)?;
-        if let Some((outer, inner)) = nested_axes(program, None) {
-            return Err(PmapError::Nested { outer, inner });
-        }
         let available: Vec<i64> = client
             .devices()
             .map_err(JitError::from)?
@@ -158,6 +182,13 @@ impl PmapRun {
         if devices.len() as i64 != mesh.size() {
             return Err(PmapError::DeviceCount {
                 axis: mesh.axis_names().join(","),
+                grid: mesh
+                    .axis_names()
+                    .iter()
+                    .zip(mesh.axis_sizes())
+                    .map(|(n, s)| format!("{n}={s}"))
+                    .collect::<Vec<_>>()
+                    .join(" × "),
                 size: mesh.size(),
                 given: devices.len(),
             });
@@ -195,7 +226,8 @@ impl PmapRun {
         })
     }
 
-    /// The devices the pmap runs on, in the order of the mapped axis.
+    /// The devices the pmap runs on, in the order of the mapped axis (row-major over the outer
+    /// and inner axes of a nested pmap).
     pub fn devices(&self) -> Vec<i64> {
         self.sharding
             .concrete_mesh()

@@ -4,6 +4,7 @@
 
 mod cse;
 mod dce;
+mod flatten_shard_map;
 mod fold;
 mod inline;
 mod positional;
@@ -13,6 +14,7 @@ mod unroll;
 
 pub use cse::eliminate_common_subexpressions;
 pub use dce::eliminate_dead_code;
+pub use flatten_shard_map::flatten_nested_shard_maps;
 pub use fold::fold_constants;
 pub use inline::{inline_all, inline_calls};
 pub use positional::desugar_positional_axes;

@@ -233,7 +233,8 @@ pub fn split_factors(spec: &PartitionSpec, mesh: &AbstractMesh, rank: usize) -> 
 }
 
 /// The per-device block type of a global value laid out by `spec`; its `vma` is the set of axes
-/// the spec names.
+/// the spec names, with those the value already varies over (the manual axes of an enclosing
+/// `shard_map`, for a `shard_map` nested in another).
 pub fn block_aval(
     global: &ShapedArray,
     spec: &PartitionSpec,
@@ -255,10 +256,12 @@ pub fn block_aval(
         block.shape[d] /= f;
     }
     block.vma = spec.used_axes().map(str::to_owned).collect();
+    block.vma.extend(global.vma.iter().cloned());
     Ok(block)
 }
 
-/// The global type assembled from per-device blocks laid out by `spec`.
+/// The global type assembled from per-device blocks laid out by `spec`; it still varies over
+/// the block's axes that are not `mesh`'s (those of an enclosing `shard_map`).
 pub fn global_aval(
     block: &ShapedArray,
     spec: &PartitionSpec,
@@ -271,11 +274,21 @@ pub fn global_aval(
         .zip(&factors)
         .map(|(s, f)| s * f)
         .collect();
-    Ok(ShapedArray::new(block.dtype, &shape))
+    let mut global = ShapedArray::new(block.dtype, &shape);
+    global.vma = block
+        .vma
+        .iter()
+        .filter(|a| mesh.axis_index(a).is_none())
+        .cloned()
+        .collect();
+    Ok(global)
 }
 
 pub(super) fn abstract_eval(params: &Params, inputs: &[ShapedArray]) -> Result<Vec<ShapedArray>> {
     let p = ShardMapParams::read(params)?;
+    if let Some(axis) = crate::axis_env::rebound_axis(&p.mesh) {
+        return Err(crate::axis_env::reused_axis(NAME, &axis));
+    }
     let body_in = p.body.jaxpr.in_avals();
     if inputs.len() != p.in_specs.len() || inputs.len() != body_in.len() {
         return Err(type_error(

@@ -510,6 +510,10 @@ fn body(
         Err(_) => args.iter().map(|a| a.aval().clone()).collect(),
     };
     let mut specs = Vec::new();
+    let blocks = match axis_env::rebound_axis(mesh) {
+        Some(axis) => Err(axis_env::reused_axis("shard_map", &axis)),
+        None => blocks,
+    };
     let (program, outs) = axis_env::with_mesh(mesh, || {
         trace_counted(&avals, |bargs| {
             let outs = f(bargs);
@@ -531,7 +535,7 @@ fn body(
             }
             outs.iter()
                 .zip(&specs)
-                .map(|(o, s)| match_out_spec(o, s))
+                .map(|(o, s)| match_out_spec(o, s, mesh))
                 .collect()
         })
     });
@@ -539,11 +543,12 @@ fn body(
     (traced, outs)
 }
 
-/// Checks that `spec` names every axis `out` varies over, and casts `out` to vary over the
-/// axes it names.
-fn match_out_spec(out: &Tensor, spec: &PartitionSpec) -> Tensor {
+/// Checks that `spec` names every axis of `mesh` that `out` varies over (it may vary over an
+/// enclosing `shard_map`'s axes too), and casts `out` to vary over the axes it names.
+fn match_out_spec(out: &Tensor, spec: &PartitionSpec, mesh: &AbstractMesh) -> Tensor {
     let named: Vec<&str> = spec.used_axes().collect();
-    if let Some(axis) = out.aval().vma.iter().find(|a| !named.contains(&a.as_str())) {
+    let unnamed = |a: &&String| !named.contains(&a.as_str()) && mesh.axis_index(a).is_some();
+    if let Some(axis) = out.aval().vma.iter().find(unnamed) {
         return out.fail(
             "shard_map",
             format!(

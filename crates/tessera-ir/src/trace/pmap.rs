@@ -6,6 +6,11 @@
 //! The mapped dimension of an argument is moved to the front and split over the axis; the body
 //! sees each device's slice without it. A mapped result gets the axis back at its `out_axes`
 //! position; an unmapped one must not vary over the axis (as `shard_map`'s `P()` out_spec).
+//!
+//! A `pmap` inside a `pmap` (JAX's `pmap(pmap(f, axis_name='j'), axis_name='i')`) is a
+//! `shard_map` nested in a `shard_map`: the inner body sees both axes bound (the axis
+//! environment stacks, [`crate::axis_env`]), so its collectives may name `'i'`, `'j'` or both,
+//! and each level maps its leading dimension away. The inner `pmap` must name a new axis.
 
 use tessera_sharding::{AbstractMesh, DimSpec, PartitionSpec};
 
@@ -51,8 +56,12 @@ pub fn pmap_with(
         true => vec![Some(0); args.len()],
         false => axes.in_axes.clone(),
     };
-    let checked = check_in_axes(args, &in_axes, axes.axis_size)
-        .and_then(|n| AbstractMesh::auto(&[(axis_name, n)]).map_err(|e| e.to_string()));
+    let rebound = crate::axis_env::current_mesh().filter(|m| m.axis_index(axis_name).is_some());
+    let checked = match rebound {
+        Some(_) => Err(crate::axis_env::reused_axis("pmap", axis_name).to_string()),
+        None => check_in_axes(args, &in_axes, axes.axis_size),
+    }
+    .and_then(|n| AbstractMesh::auto(&[(axis_name, n)]).map_err(|e| e.to_string()));
     let mesh = match checked {
         Ok(mesh) => mesh,
         Err(e) => {
