@@ -266,3 +266,21 @@ fn outside_shard_map_a_send_is_refused() {
     .to_string();
     assert!(e.contains("unbound axis name: 'y'"), "{e}");
 }
+
+#[test]
+fn dead_code_elimination_drops_an_unused_pair_whole() {
+    let p = program(|x| {
+        let _ = precv(x.psend("y", &[(0, 1)]), x.aval(), "y", &[(0, 1)]);
+        x.sin()
+    });
+    let text = print_closed(&p, 0);
+    assert!(text.contains("psend[") && text.contains("precv["), "{text}");
+    let dce = tessera_ir::passes::eliminate_dead_code(&p);
+    verify(&dce).unwrap();
+    let text = print_closed(&dce, 0);
+    assert!(
+        !text.contains("psend[") && !text.contains("precv["),
+        "{text}"
+    );
+    assert_equivalent("dce", &dce, &p);
+}
