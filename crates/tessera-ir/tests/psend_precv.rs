@@ -67,7 +67,10 @@ fn assert_equivalent(what: &str, a: &ClosedJaxpr, b: &ClosedJaxpr) {
 
 /// Pairs over `y` (4 devices) and over both axes (8 devices): a ring, a partial shift (devices
 /// no pair targets receive zeros) and a swap.
-const CASES: [(&[&str], &[(i64, i64)]); 4] = [
+/// The axes and the `(source, target)` pairs of one case.
+type Case = (&'static [&'static str], &'static [(i64, i64)]);
+
+const CASES: [Case; 4] = [
     (&["y"], &[(0, 1), (1, 2), (2, 3), (3, 0)]),
     (&["y"], &[(0, 2), (3, 1)]),
     (&["x"], &[(0, 1), (1, 0)]),
