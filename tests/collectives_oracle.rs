@@ -398,3 +398,45 @@ fn started_then_done_collectives_run_on_eight_pjrt_devices_as_on_the_interpreter
         }
     }
 }
+
+#[test]
+fn a_psend_precv_pair_on_the_pjrt_cpu_plugin_fails_with_a_typed_error_not_a_crash() {
+    use tessera_ir::trace::precv;
+    use tessera_ir::{Array, DType, ShapedArray};
+    use tessera_sharding::{AbstractMesh, PartitionSpec};
+    // A send around a ring of 4 devices and its receive. The interpreter runs it as the
+    // ppermute; JAX lowers send/recv for GPUs only, and XLA's CPU plugin does not implement
+    // them: compiling for it fails with its Unimplemented error, typed, not a crash (a plugin
+    // that did run them must give the interpreter's values).
+    let mesh = AbstractMesh::auto(&[("x", 4)]).unwrap();
+    let spec = PartitionSpec::parse("P('x')").unwrap();
+    let aval = ShapedArray::new(DType::F32, &[8]);
+    let perm = [(0, 1), (1, 2), (2, 3), (3, 0)];
+    let program = tessera_ir::trace::shard_map_program(
+        &mesh,
+        std::slice::from_ref(&spec),
+        std::slice::from_ref(&spec),
+        std::slice::from_ref(&aval),
+        |a| vec![precv(a[0].psend("x", &perm), a[0].aval(), "x", &perm)],
+    )
+    .unwrap();
+    let xs = [Array::new(DType::F32, &[8], (0..8).map(f64::from).collect()).unwrap()];
+    let want = vec![6., 7., 0., 1., 2., 3., 4., 5.];
+    let interp = tessera_ir::interp::eval_closed(&program, &xs).unwrap();
+    assert_eq!(interp[0].to_vec(), want);
+    let client = tessera_pjrt::Client::cpu(4).unwrap();
+    match tessera::jit::run_spmd(&client, &program, &xs) {
+        Ok(got) => assert_eq!(got[0].to_vec(), want),
+        // The 2026-06 plugin: `Pjrt(Call { function: "PJRT_Client_Compile", code:
+        // Unimplemented, message: "HLO opcode `send` is not supported by XLA:CPU ..." })`.
+        Err(e) => {
+            let typed = format!("{e:?}");
+            assert!(
+                typed.starts_with("Pjrt(") && typed.contains("Unimplemented"),
+                "{typed}"
+            );
+            let e = e.to_string();
+            assert!(e.contains("`send`") && e.contains("not supported"), "{e}");
+        }
+    }
+}

@@ -76,6 +76,11 @@ impl ShapedArray {
         }
     }
 
+    /// The abstract token (JAX's `abstract_token`, printed `Tok`): a `psend`'s result.
+    pub fn token() -> Self {
+        ShapedArray::new(DType::Token, &[])
+    }
+
     /// A scalar.
     pub fn scalar(dtype: DType) -> Self {
         ShapedArray::new(dtype, &[])
@@ -142,6 +147,10 @@ impl ShapedArray {
 
 impl fmt::Display for ShapedArray {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // JAX prints its abstract token `Tok`, without a shape.
+        if self.dtype.is_token() {
+            return f.write_str("Tok");
+        }
         write!(f, "{}[", self.dtype)?;
         let explicit = self.explicit.as_deref();
         for (i, d) in self.shape.iter().enumerate() {

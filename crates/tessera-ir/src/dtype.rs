@@ -35,6 +35,11 @@ pub enum DType {
     /// interpreter holds each key as one value whose 64 bits are the two words (`DType::round`
     /// leaves it alone); lowering gives a key array of shape `S` the type `tensor<S x 2 x ui32>`.
     KeyFry,
+    /// An abstract token (JAX's `abstract_token`, printed `Tok`): the result of `psend`, taken
+    /// by `precv` to order the pair. It has no elements a program can compute with; its type
+    /// is always a scalar (printed without a shape). Not in [`DType::ALL`] (not an array
+    /// element type); the SPMD interpreter holds a token as the value its `psend` sends.
+    Token,
 }
 
 impl DType {
@@ -74,6 +79,7 @@ impl DType {
             F32 => "f32",
             F64 => "f64",
             KeyFry => "key<fry>",
+            Token => "Tok",
         }
     }
 
@@ -95,14 +101,23 @@ impl DType {
             F32 => "float32",
             F64 => "float64",
             KeyFry => "key<fry>",
+            Token => "token",
         }
     }
 
-    /// Parses either spelling.
+    /// Parses either spelling (`Tok` is the token type).
     pub fn parse(text: &str) -> Option<DType> {
+        if text == "Tok" {
+            return Some(DType::Token);
+        }
         DType::ALL
             .into_iter()
             .find(|d| d.short_name() == text || d.numpy_name() == text)
+    }
+
+    /// The abstract token type?
+    pub fn is_token(self) -> bool {
+        matches!(self, DType::Token)
     }
 
     /// Floating point?
@@ -112,7 +127,7 @@ impl DType {
 
     /// Signed or unsigned integer?
     pub fn is_int(self) -> bool {
-        !self.is_float() && !matches!(self, DType::Bool | DType::KeyFry)
+        !self.is_float() && !matches!(self, DType::Bool | DType::KeyFry | DType::Token)
     }
 
     /// A PRNG key type?
@@ -133,6 +148,7 @@ impl DType {
             I16 | U16 | BF16 | F16 => 2,
             I32 | U32 | F32 => 4,
             I64 | U64 | F64 | KeyFry => 8,
+            Token => 0,
         }
     }
 
@@ -154,7 +170,7 @@ impl DType {
             U16 => f64::from(x as i64 as u16),
             U32 => f64::from(x as i64 as u32),
             U64 => (x as u64) as f64,
-            KeyFry => x,
+            KeyFry | Token => x,
         }
     }
 }

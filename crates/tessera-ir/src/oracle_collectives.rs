@@ -274,6 +274,15 @@ pub fn our_ops(program: &ClosedJaxpr) -> Outcome<Vec<OpGroups>> {
                         pairs.iter().map(|&(s, t)| vec![s, t]).collect(),
                     )
                 }
+                CollectiveKind::Psend { perm } | CollectiveKind::Precv { perm, .. } => {
+                    let pairs = groups::permute_pairs(&sm.mesh, &p.axes, perm)
+                        .map_err(|e| e.to_string())?;
+                    let name = match p.kind {
+                        CollectiveKind::Psend { .. } => "stablehlo.send",
+                        _ => "stablehlo.recv",
+                    };
+                    (name, pairs.iter().map(|&(s, t)| vec![s, t]).collect())
+                }
                 CollectiveKind::Pvary
                 | CollectiveKind::Preduced
                 | CollectiveKind::VaryUnreducedCast

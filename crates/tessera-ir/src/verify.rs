@@ -98,7 +98,9 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
             }
         }
     }
-    if let Some((index, message)) = crate::prim::pending_misuse(jaxpr) {
+    if let Some((index, message)) =
+        crate::prim::pending_misuse(jaxpr).or_else(|| crate::prim::token_misuse(jaxpr))
+    {
         return Err(fail(index.min(jaxpr.eqns.len().saturating_sub(1)), message));
     }
     for atom in &jaxpr.outvars {

@@ -100,6 +100,9 @@ impl ElementType {
             DType::F16 => ElementType::F16,
             DType::F32 => ElementType::F32,
             DType::F64 => ElementType::F64,
+            // Never held by a buffer: a token (`psend`'s result) is never a program's argument
+            // or result (the verifier refuses one), so no transfer asks for its type.
+            DType::Token => ElementType::Pred,
         }
     }
 

@@ -74,6 +74,8 @@ pub(super) fn encode(dtype: DType, e: Elem, out: &mut Vec<u8>) {
             ((bits >> 32) as u32).put(out);
             (bits as u32).put(out);
         }
+        // A token has no bytes.
+        DType::Token => {}
     }
 }
 
@@ -95,6 +97,7 @@ pub(super) fn decode(dtype: DType, bytes: &[u8]) -> Elem {
         DType::F16 => float(f64::from(half::f16::get(bytes))),
         DType::F32 => float(f64::from(f32::get(bytes))),
         DType::F64 => float(f64::get(bytes)),
+        DType::Token => Elem::from_bits(0),
         DType::KeyFry => {
             let (hi, lo) = (u32::get(bytes), u32::get(&bytes[4..]));
             Elem::from_bits((u64::from(hi) << 32) | u64::from(lo))

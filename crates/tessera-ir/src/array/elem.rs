@@ -41,6 +41,7 @@ impl Elem {
             U64 => v as u64,
             // A key's integer is its packed words.
             KeyFry => v as u64,
+            Token => 0,
             F64 => return Elem::from_f64(dtype, v as f64),
             // Rounded once: through an f64 rounded to odd, which then rounds to the narrower
             // float as a direct conversion would.
@@ -134,7 +135,7 @@ pub(super) enum Storage {
 pub(super) fn storage(dtype: DType) -> Storage {
     use DType::*;
     match dtype {
-        BF16 | F16 | F32 | F64 | KeyFry => Storage::Float,
+        BF16 | F16 | F32 | F64 | KeyFry | Token => Storage::Float,
         Bool | U8 | U16 | U32 | U64 => Storage::Unsigned,
         I8 | I16 | I32 | I64 => Storage::Signed,
     }

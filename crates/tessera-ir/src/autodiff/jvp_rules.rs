@@ -129,6 +129,7 @@ pub(super) fn jvp_rule(
             super::parallel::collective_jvp(prim, params, x, y, t(0))
         }
         RaggedAllToAll => super::parallel::ragged_jvp(params, x, ts),
+        Psend | Precv => super::parallel::p2p_jvp(prim, y, ts),
         // A start differentiates as its collective (the tangent takes the synchronous one,
         // already complete); a done passes it through.
         PsumStart | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart

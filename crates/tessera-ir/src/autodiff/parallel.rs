@@ -119,7 +119,11 @@ fn collective_transpose(
                 message: "ragged_all_to_all has six operands; its VJP is `ragged_vjp`".into(),
             });
         }
-        CollectiveKind::Pmax | CollectiveKind::Pmin | CollectiveKind::AxisIndex => {
+        CollectiveKind::Pmax
+        | CollectiveKind::Pmin
+        | CollectiveKind::AxisIndex
+        | CollectiveKind::Psend { .. }
+        | CollectiveKind::Precv { .. } => {
             return Err(IrError::Type {
                 prim: prim.name().into(),
                 message: format!(
@@ -296,7 +300,11 @@ pub(super) fn collective_jvp(
         Err(e) => return vec![Some(y[0].fail(prim.name(), e.to_string()))],
     };
     match op {
-        CollectiveOp::Pmax | CollectiveOp::Pmin | CollectiveOp::AxisIndex => {
+        CollectiveOp::Pmax
+        | CollectiveOp::Pmin
+        | CollectiveOp::AxisIndex
+        | CollectiveOp::Psend
+        | CollectiveOp::Precv => {
             vec![Some(y[0].fail(
                 prim.name(),
                 format!(
@@ -438,4 +446,32 @@ pub(super) fn ragged_vjp(params: &Params, x: &[Tensor], g: &Tensor) -> Vec<Optio
         None,
         None,
     ]
+}
+
+/// Why `psend`/`precv` refuse differentiation: JAX defines no JVP or transpose rule for them,
+/// so differentiating through one fails there too.
+fn p2p_not_differentiable(prim: Prim) -> String {
+    format!(
+        "{} is not differentiable (JAX defines no JVP or transpose for psend and precv); use \
+         ppermute, which is, or stop_gradient the value sent",
+        prim.name()
+    )
+}
+
+/// The JVP of `psend` and `precv`: none. A tangent reaching either is a typed error naming it;
+/// without one (a constant sent, or the token into `precv`) the result has no tangent.
+pub(super) fn p2p_jvp(prim: Prim, y: &[Tensor], ts: &[Option<Tensor>]) -> Vec<Option<Tensor>> {
+    match (ts.iter().flatten().next(), y.first()) {
+        (Some(_), Some(y0)) => vec![Some(y0.fail(prim.name(), p2p_not_differentiable(prim)))],
+        _ => vec![None],
+    }
+}
+
+/// The transpose of `psend` and `precv`: none. A cotangent reaching either is a typed error
+/// naming it.
+pub(super) fn p2p_vjp(prim: Prim, gs: &[Option<Tensor>]) -> Vec<Option<Tensor>> {
+    match gs.iter().flatten().next() {
+        Some(g) => vec![Some(g.fail(prim.name(), p2p_not_differentiable(prim)))],
+        None => vec![None],
+    }
 }

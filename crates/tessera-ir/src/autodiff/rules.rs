@@ -331,6 +331,7 @@ pub(super) fn vjp_rule(
         | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
         | VaryUnreducedCast | UnreducedPsum => super::parallel::collective_vjp(prim, params, x, &g),
         RaggedAllToAll => super::parallel::ragged_vjp(params, x, &g),
+        Psend | Precv => super::parallel::p2p_vjp(prim, gs),
         // A start/done pair transposes as its collective: the done passes the cotangent to
         // the start, whose cotangent is the synchronous collective's.
         PsumStart | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart

@@ -6,7 +6,8 @@
 //! exchanges the batch dimension with the split one. A collective over the vmapped axis
 //! together with other (mesh) axes reduces over the batch, then over the others with the same
 //! primitive (`psum`, `pmax`, `pmin`, `pvary`); the others are refused over several axes.
-//! `ragged_all_to_all` over the vmapped axis is refused, as JAX refuses it.
+//! `ragged_all_to_all` over the vmapped axis is refused, as JAX refuses it. A `psend`/`precv`
+//! pair over it is the `ppermute` of the value sent (the send passes the value on as its token).
 
 use super::{Batched, move_axis, to_front};
 use crate::dtype::DType;
@@ -28,7 +29,7 @@ pub(super) fn names_axis(prim: Prim, params: &Params, axis: &str) -> bool {
         Psum | Pmax | Pmin | Pvary | PsumInvariant | Preduced | VaryUnreducedCast
         | UnreducedPsum => "axes",
         AllGather | AllGatherInvariant | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pbroadcast | RaggedAllToAll => "axis_name",
+        | Pbroadcast | RaggedAllToAll | Psend | Precv => "axis_name",
     };
     let named = |v: &ParamValue| matches!(v, ParamValue::Name(n) | ParamValue::Str(n) if n == axis);
     params
@@ -133,6 +134,26 @@ pub(super) fn collective(
                 return fail("no operand".into());
             };
             alone("pbroadcast").unwrap_or_else(|| (element(x, source), None))
+        }
+        // A send and its receive over the vmapped axis are a `ppermute` of the batch: the
+        // send's token is the value sent (only its receive takes it, as the verifier checks),
+        // and the receive reorders the batch.
+        CollectiveKind::Psend { .. } => {
+            let Some(x) = x else {
+                return fail("no operand".into());
+            };
+            alone("psend").unwrap_or_else(|| x.clone())
+        }
+        CollectiveKind::Precv { perm, .. } => {
+            let Some(x) = x else {
+                return fail("no operand".into());
+            };
+            if x.0.dtype().is_token() {
+                return fail(format!(
+                    "precv over the vmapped axis '{axis}' takes the token of a psend over it"
+                ));
+            }
+            alone("precv").unwrap_or_else(|| (permute(x, size, &perm), Some(0)))
         }
         CollectiveKind::RaggedAllToAll => fail(format!(
             "ragged_all_to_all over the vmapped axis '{axis}' is not supported (nor in JAX); \

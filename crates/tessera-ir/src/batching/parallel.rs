@@ -19,7 +19,8 @@ use crate::trace::Tensor;
 pub(super) fn collective(prim: Prim, params: &Params, args: &[Batched], size: i64) -> Vec<Batched> {
     let x = &args[0].0;
     // The operand's rank without the batch dimension.
-    let rank = x.rank() - usize::from(args[0].1.is_some());
+    // (A `precv`'s token has rank 0 but may carry its send's batch dimension.)
+    let rank = x.rank().saturating_sub(usize::from(args[0].1.is_some()));
     let p = match CollectiveParams::read(prim, params, rank) {
         Ok(p) => p,
         Err(e) => return vec![(x.fail(prim.name(), e.to_string()), None)],
@@ -50,6 +51,21 @@ pub(super) fn collective(prim: Prim, params: &Params, args: &[Batched], size: i6
             None,
         )],
         CollectiveKind::RaggedAllToAll => vec![ragged(prim, params, &p, args, size)],
+        // A send of a batched value sends the whole batch: its token stands for the batch
+        // (batched where the value is), and the receive taking it receives the batch there.
+        CollectiveKind::Psend { .. } => {
+            vec![(Tensor::bind1(prim, params.clone(), &[x]), args[0].1)]
+        }
+        CollectiveKind::Precv { mut out_shape, .. } => {
+            let d = args[0].1.unwrap_or(0).min(out_shape.rank());
+            out_shape.shape.insert(d, size);
+            let p = with_param(
+                params,
+                "out_shape",
+                crate::prim::out_shape_param(&out_shape),
+            );
+            vec![(Tensor::bind1(prim, p, &[x]), Some(d))]
+        }
         CollectiveKind::Psum
         | CollectiveKind::Pmax
         | CollectiveKind::Pmin

@@ -99,7 +99,7 @@ pub(super) fn batch_rule(
             .collect(),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
-        | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll => {
+        | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll | Psend | Precv => {
             super::parallel::collective(prim, params, args, size)
         }
         // A start batches as its collective (the batched program runs the synchronous one);

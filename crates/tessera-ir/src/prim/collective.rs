@@ -14,7 +14,7 @@
 //! (and `pmap`'s) values carry no such types, and collectives take any operand.
 //!
 //! `ragged_all_to_all`, whose six operands carry its offsets and sizes, has its rules in
-//! `ragged.rs`.
+//! `ragged.rs`; `psend` and `precv` (a token-ordered send and receive) in `p2p.rs`.
 //!
 //! A single device cannot evaluate a collective: the SPMD interpreter ([`crate::spmd`]) runs
 //! every device of the mesh in lock step and calls [`simulate`] with all devices' operands.
@@ -24,7 +24,7 @@ use std::collections::BTreeSet;
 use ndarray::{ArrayD, Axis};
 use tessera_sharding::{AbstractMesh, groups};
 
-use super::{CollectiveKind, CollectiveOp, CollectiveParams, Prim, arity, ragged};
+use super::{CollectiveKind, CollectiveOp, CollectiveParams, Prim, arity, p2p, ragged};
 use crate::array::{Array, Elem, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::axis_env;
@@ -46,6 +46,7 @@ pub(super) fn abstract_eval(
     let operands = match op {
         CollectiveOp::AxisIndex => 0,
         CollectiveOp::RaggedAllToAll => 6,
+        CollectiveOp::Psend | CollectiveOp::Precv => 1,
         CollectiveOp::Psum
         | CollectiveOp::Pmax
         | CollectiveOp::Pmin
@@ -110,6 +111,13 @@ pub(super) fn abstract_eval(
                 .first()
                 .map_or(1, |g| g.len() as i64);
             return ragged::out_type(prim, &p, inputs, n);
+        }
+        CollectiveKind::Psend { .. } | CollectiveKind::Precv { .. } => {
+            let n = p
+                .replica_groups(prim, &mesh)?
+                .first()
+                .map_or(1, |g| g.len() as i64);
+            return p2p::out_type(prim, &p, x, n);
         }
         CollectiveKind::Psum
         | CollectiveKind::Pmax
@@ -220,6 +228,8 @@ fn out_type(
         // Typed by `abstract_eval` itself (`ragged_all_to_all` by `ragged::out_type`).
         CollectiveKind::AxisIndex
         | CollectiveKind::RaggedAllToAll
+        | CollectiveKind::Psend { .. }
+        | CollectiveKind::Precv { .. }
         | CollectiveKind::Pvary
         | CollectiveKind::Preduced
         | CollectiveKind::VaryUnreducedCast
@@ -313,6 +323,12 @@ pub fn simulate(
     if p.kind == CollectiveKind::RaggedAllToAll {
         return ragged::simulate(prim, &p, mesh, operands, out);
     }
+    if matches!(
+        p.kind,
+        CollectiveKind::Psend { .. } | CollectiveKind::Precv { .. }
+    ) {
+        return p2p::simulate(prim, &p, mesh, &xs, out);
+    }
     let mut results: Vec<Option<Array>> = vec![None; size];
     for group in p.replica_groups(prim, mesh)? {
         let members = group
@@ -341,7 +357,7 @@ pub fn simulate(
 /// `ppermute`: each target position takes its source's operand, the others zeros. The pairs
 /// are those the lowering sends (`groups::permute_pairs`: JAX numbers each group's members in
 /// device order, whatever order the axes are named in).
-fn permute(
+pub(super) fn permute(
     prim: Prim,
     mesh: &AbstractMesh,
     axes: &[String],
@@ -405,6 +421,12 @@ fn exchange(prim: Prim, kind: &CollectiveKind, xs: &[&Array]) -> Result<Vec<Arra
             return Err(IrError::Eval(
                 "ppermute moves whole operands between positions (see `permute`)".into(),
             ));
+        }
+        CollectiveKind::Psend { .. } | CollectiveKind::Precv { .. } => {
+            return Err(IrError::Eval(format!(
+                "{} is simulated as a send/receive pair (see `p2p::simulate`)",
+                prim.name()
+            )));
         }
         CollectiveKind::RaggedAllToAll => {
             return Err(IrError::Eval(

@@ -12,7 +12,8 @@
 //! `concat_axis`, `split_axis` and `tiled` on `all_to_all`; `axis_name` and `perm` on
 //! `ppermute`; `axis_name` and `source` on `pbroadcast`; `axis_name` on `axis_index`; `axes` on
 //! `pvary`; `axis_index_groups` and `axis_name` on `ragged_all_to_all` (whose offsets and sizes
-//! are operands, not parameters). Every parameter JAX prints is required here.
+//! are operands, not parameters); `axis_name` and `perm` on `psend`, and `axis_name`,
+//! `out_shape` and `perm` on `precv`. Every parameter JAX prints is required here.
 //!
 //! The collectives of `check_vma=True` bodies read as the kinds they share semantics with:
 //! `psum_invariant` (`axes`) is a [`CollectiveKind::Psum`] and `all_gather_invariant`
@@ -107,6 +108,20 @@ pub enum CollectiveKind {
     /// receives into a copy of `output` (where the senders' `output_offsets` say, `recv_sizes`
     /// long). Its six operands carry all of this; the kind has no fields of its own.
     RaggedAllToAll,
+    /// `psend`: each source sends its operand to its target (`perm`, as `ppermute`'s); the
+    /// result is a token (`Tok`) for the matching `precv` (see `p2p.rs`).
+    Psend {
+        /// `perm`: `(source, target)` indices along the axes, no source or target twice.
+        perm: Vec<(i64, i64)>,
+    },
+    /// `precv`: takes a `psend`'s token; each target receives its source's value, the other
+    /// devices zeros, of type `out_shape`.
+    Precv {
+        /// `perm`: `(source, target)` indices along the axes, no source or target twice.
+        perm: Vec<(i64, i64)>,
+        /// `out_shape`: the type of the received value (`ShapedArray(float32[4])`).
+        out_shape: crate::aval::ShapedArray,
+    },
     /// `pbroadcast`.
     Pbroadcast {
         /// `source`: the index (within each group) of the device whose value everyone gets.
@@ -134,7 +149,7 @@ impl CollectiveParams {
             Psum | Pmax | Pmin | Pvary | PsumInvariant | Preduced | VaryUnreducedCast
             | UnreducedPsum => "axes",
             AllGather | AllGatherInvariant | ReduceScatter | Ppermute | AllToAll | AxisIndex
-            | Pbroadcast | RaggedAllToAll => "axis_name",
+            | Pbroadcast | RaggedAllToAll | Psend | Precv => "axis_name",
         };
         Ok(CollectiveParams {
             axes: axis_names(prim, params, axes_key)?,
@@ -201,6 +216,13 @@ fn kind(prim: Prim, op: CollectiveOp, params: &Params, rank: usize) -> Result<Co
             tiled: printed_bool(prim, params, "tiled")?,
         },
         CollectiveOp::RaggedAllToAll => CollectiveKind::RaggedAllToAll,
+        CollectiveOp::Psend => CollectiveKind::Psend {
+            perm: permutation(prim, params)?,
+        },
+        CollectiveOp::Precv => CollectiveKind::Precv {
+            perm: permutation(prim, params)?,
+            out_shape: super::p2p::out_shape(prim, params)?,
+        },
         CollectiveOp::Pbroadcast => CollectiveKind::Pbroadcast {
             source: match params.get("source").and_then(ParamValue::as_int) {
                 Some(s) if s >= 0 => s,
@@ -261,6 +283,8 @@ fn index_groups(prim: Prim, op: CollectiveOp, params: &Params) -> Result<Option<
         }
         CollectiveOp::Pbroadcast => value.map_or(Ok(None), |v| groups_value(prim, v)),
         CollectiveOp::Ppermute
+        | CollectiveOp::Psend
+        | CollectiveOp::Precv
         | CollectiveOp::AxisIndex
         | CollectiveOp::Pvary
         | CollectiveOp::PsumInvariant

@@ -94,7 +94,7 @@ pub(super) fn default_fill(dtype: DType) -> f64 {
         DType::U64 => u64::MAX as f64,
         DType::BF16 | DType::F16 | DType::F32 | DType::F64 => f64::NAN,
         // The key whose two words are 0.
-        DType::KeyFry => 0.0,
+        DType::KeyFry | DType::Token => 0.0,
     }
 }
 

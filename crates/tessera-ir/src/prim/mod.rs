@@ -18,6 +18,7 @@ mod indexing;
 mod linalg;
 mod numeric;
 mod ops;
+mod p2p;
 mod pending;
 mod ragged;
 mod random;
@@ -57,6 +58,7 @@ pub use ops::{
     BinaryOp, CollectiveOp, CompareOp, ControlOp, ElementwiseOp, IndexingOp, ReduceKind,
     ReductionOp, StructuralOp, UnaryOp,
 };
+pub use p2p::{out_shape_param, token_misuse};
 pub use pending::pending_misuse;
 pub use random::RandomOp;
 pub use random_params::{PrngImpl, RandomParams};
@@ -133,6 +135,8 @@ prims! {
     PsumInvariant => "psum_invariant", AllGatherInvariant => "all_gather_invariant",
     Preduced => "preduced", VaryUnreducedCast => "vary_unreduced_cast_p",
     UnreducedPsum => "unreduced_psum", RaggedAllToAll => "ragged_all_to_all",
+    // Point-to-point sends and receives (see `p2p.rs`).
+    Psend => "psend", Precv => "precv",
     // Asynchronous collectives (see `pending.rs`).
     PsumStart => "psum_start", AllGatherStart => "all_gather_start",
     ReduceScatterStart => "reduce_scatter_start", AllToAllStart => "all_to_all_start",
@@ -297,6 +301,8 @@ impl Prim {
             VaryUnreducedCast => Family::Collective(CollectiveOp::VaryUnreducedCast),
             UnreducedPsum => Family::Collective(CollectiveOp::UnreducedPsum),
             RaggedAllToAll => Family::Collective(CollectiveOp::RaggedAllToAll),
+            Psend => Family::Collective(CollectiveOp::Psend),
+            Precv => Family::Collective(CollectiveOp::Precv),
             // A start has its collective's parameters, type and values; a done is the
             // identity on values (`pending.rs`).
             PsumStart => Family::Collective(CollectiveOp::Psum),

@@ -241,7 +241,7 @@ pub(crate) fn bits_of(e: Elem, dtype: DType) -> u64 {
     use DType::*;
     let x = e.to_f64(dtype);
     match dtype {
-        Bool | U8 | U16 | U32 | U64 | I64 | F64 | KeyFry => e.bits(),
+        Bool | U8 | U16 | U32 | U64 | I64 | F64 | KeyFry | Token => e.bits(),
         I8 | I16 | I32 => e.bits() & ((1 << (8 * dtype.size_in_bytes())) - 1),
         BF16 => u64::from(crate::dtype::bf16_from_f64(x).to_bits()),
         F16 => u64::from(crate::dtype::f16_from_f64(x).to_bits()),
@@ -259,6 +259,6 @@ pub(crate) fn from_bits(bits: u64, dtype: DType) -> Elem {
         BF16 => Elem::from_f64(dtype, f64::from(half::bf16::from_bits(bits as u16))),
         F16 => Elem::from_f64(dtype, f64::from(half::f16::from_bits(bits as u16))),
         F32 => Elem::from_f64(dtype, f64::from(f32::from_bits(bits as u32))),
-        F64 | KeyFry => Elem::from_bits(bits),
+        F64 | KeyFry | Token => Elem::from_bits(bits),
     }
 }

@@ -192,4 +192,6 @@ pub enum CollectiveOp {
     VaryUnreducedCast,
     UnreducedPsum,
     RaggedAllToAll,
+    Psend,
+    Precv,
 }

@@ -45,8 +45,9 @@ pub fn lowest(dtype: DType) -> f64 {
         DType::I32 => f64::from(i32::MIN),
         DType::I64 => i64::MIN as f64,
         DType::BF16 | DType::F16 | DType::F32 | DType::F64 => f64::NEG_INFINITY,
-        // Keys have no order; windows over keys are refused before an identity is needed.
-        DType::KeyFry => 0.0,
+        // Keys and tokens have no order; windows over them are refused before an identity is
+        // needed.
+        DType::KeyFry | DType::Token => 0.0,
     }
 }
 
@@ -63,8 +64,9 @@ pub fn highest(dtype: DType) -> f64 {
         DType::I32 => f64::from(i32::MAX),
         DType::I64 => i64::MAX as f64,
         DType::BF16 | DType::F16 | DType::F32 | DType::F64 => f64::INFINITY,
-        // Keys have no order; windows over keys are refused before an identity is needed.
-        DType::KeyFry => 0.0,
+        // Keys and tokens have no order; windows over them are refused before an identity is
+        // needed.
+        DType::KeyFry | DType::Token => 0.0,
     }
 }
 

@@ -407,6 +407,10 @@ impl Parser {
         }
         let dtype = DType::parse(&dtype_name)
             .ok_or_else(|| self.error(&format!("unknown dtype `{dtype_name}`")))?;
+        // JAX's abstract token (`Tok`) has no shape.
+        if dtype.is_token() {
+            return Ok(ShapedArray::token());
+        }
         self.expect("[")?;
         let mut shape = Vec::new();
         let mut explicit = ExplicitType::default();
@@ -657,6 +661,13 @@ impl Parser {
                     "True" => Ok(ParamValue::Bool(true)),
                     "False" => Ok(ParamValue::Bool(false)),
                     _ if self.peek() == Some('(') => self.record(word),
+                    // A type as JAX's `str_short` writes it (`float32[4,2]`, inside
+                    // `ShapedArray(...)`: `precv`'s `out_shape`), kept as one name.
+                    _ if self.peek() == Some('[') && DType::parse(&word).is_some() => {
+                        let dims = self.sequence('[', ']')?;
+                        let dims: Vec<String> = dims.iter().map(ToString::to_string).collect();
+                        Ok(ParamValue::Name(format!("{word}[{}]", dims.join(","))))
+                    }
                     _ => Ok(ParamValue::Name(word)),
                 }
             }

@@ -22,7 +22,7 @@ use crate::jaxpr::ClosedJaxpr;
 use crate::params::{ParamValue, Params};
 use crate::prim::{Prim, block_aval, shard_map_params};
 
-fn names(axes: &[impl AsRef<str>]) -> ParamValue {
+pub(super) fn names(axes: &[impl AsRef<str>]) -> ParamValue {
     ParamValue::Tuple(
         axes.iter()
             .map(|a| ParamValue::Name(a.as_ref().to_owned()))

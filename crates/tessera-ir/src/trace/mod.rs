@@ -30,6 +30,7 @@ mod loops;
 mod nn;
 mod numeric;
 mod ops;
+mod p2p;
 mod pending;
 mod pmap;
 pub mod random;
@@ -45,6 +46,7 @@ pub use flow::{
 };
 pub use loops::{default_ops, treduce, treduce_i};
 pub use nn::where_;
+pub use p2p::{SendToken, precv, precv_over};
 pub use pending::Pending;
 pub use pmap::{PmapAxes, pmap, pmap_with};
 pub use sharding::{context_mesh, use_mesh};

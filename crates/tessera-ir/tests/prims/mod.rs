@@ -14,7 +14,7 @@ use tessera_sharding::{AbstractMesh, PartitionSpec};
 pub const FORWARD_ONLY: &[Prim] = &[Prim::While];
 
 /// The collectives that have no derivative (as in JAX).
-pub const NOT_DIFFERENTIABLE: &[Prim] = &[Prim::Pmax, Prim::Pmin];
+pub const NOT_DIFFERENTIABLE: &[Prim] = &[Prim::Pmax, Prim::Pmin, Prim::Psend, Prim::Precv];
 
 /// `shard_map(f)` over a 2×2 mesh (`x`, `y`) on f64 arguments of `shapes`, operand `i` laid
 /// out by `in_specs[i]`, one result laid out by `out_spec`.
@@ -98,6 +98,13 @@ fn collective(prim: Prim) -> ClosedJaxpr {
         Prim::PpermuteStart | Prim::PpermuteDone => single(|a| {
             let pending = a.ppermute_start("x", &[(0, 1), (1, 0)]);
             &pending.done() + &a.ppermute_start("y", &[(0, 1)]).done()
+        }),
+        // A send and its receive, with work traced between them.
+        Prim::Psend | Prim::Precv => single(|a| {
+            let perm = [(0, 1), (1, 0)];
+            let token = a.psend("x", &perm);
+            let local = a.sin();
+            &tessera_ir::trace::precv(token, a.aval(), "x", &perm) * &local
         }),
         Prim::RaggedAllToAll => on_mesh(&[&[8, 4], &[8, 4]], &[both, both], both, |a| {
             // Over 'x' (2 devices), blocks of 4 rows: each device sends rows 0..1 to device 0
@@ -322,7 +329,7 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
         | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll | ShardMap | PsumStart
         | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart | PpermuteStart
         | PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
-        | PpermuteDone => collective(prim),
+        | PpermuteDone | Psend | Precv => collective(prim),
         Treduce => {
             let f64 = |s: &[i64]| ShapedArray::new(DType::F64, s);
             tessera_ir::trace::trace(&[f64(&[3]), f64(&[4, 3])], |a| {

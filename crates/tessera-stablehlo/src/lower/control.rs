@@ -27,6 +27,8 @@ pub(crate) fn elem_text(e: Elem, dtype: DType) -> String {
         DType::BF16 => format!("0x{:04X}", bf16_from_f64(e.to_f64(dtype)).to_bits()),
         // Never reached: `refuse_key` stops key constants before their text is built.
         DType::KeyFry => format!("{}", e.bits() & 0xFFFF_FFFF),
+        // Never reached: a token is never a constant (only a `psend` makes one).
+        DType::Token => "0".to_owned(),
     }
 }
 

@@ -10,6 +10,7 @@ mod flow;
 mod indexing;
 mod loops;
 mod numeric;
+mod p2p;
 mod parallel;
 mod pending;
 mod random;
@@ -63,11 +64,15 @@ pub fn element_type(dtype: DType) -> &'static str {
         DType::F32 => "f32",
         DType::F64 => "f64",
         DType::KeyFry => "ui32",
+        DType::Token => p2p::TOKEN,
     }
 }
 
 /// The MLIR tensor type of an aval.
 pub fn mlir_type(aval: &ShapedArray) -> String {
+    if aval.dtype.is_token() {
+        return p2p::TOKEN.to_owned();
+    }
     if aval.dtype.is_key() {
         // A key array's physical type: its two `u32` words in a trailing dimension.
         let mut dims = aval.shape.clone();
@@ -368,6 +373,8 @@ fn lower_eqn<'c, 'b>(
         | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll => {
             parallel::collective(ctx, eqn.prim, p, inputs)
         }
+        // `stablehlo.send`/`stablehlo.recv` as JAX's GPU lowering emits them.
+        Psend | Precv => p2p::lower(ctx, eqn.prim, p, inputs),
         // A start lowers to `async_start` around its collective, its done to `async_done`
         // (or both synchronously where the collective takes several operations: `pending.rs`).
         PsumStart | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart

@@ -26,7 +26,7 @@ use crate::emit::quote;
 use crate::sharding::Partitioner;
 use tessera_ir::prim::ReduceKind;
 
-const CHANNEL: &str = "#stablehlo.channel_handle<handle = 1, type = 1>";
+pub(super) const CHANNEL: &str = "#stablehlo.channel_handle<handle = 1, type = 1>";
 
 fn custom_call<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
@@ -190,7 +190,7 @@ fn spmd_custom_calls<'c, 'b>(
 }
 
 /// `dense<[[...]]> : tensor<GxNxi64>`, uneven groups padded with -1 as JAX does.
-fn groups_attr(groups: &[Vec<i64>]) -> String {
+pub(super) fn groups_attr(groups: &[Vec<i64>]) -> String {
     let width = groups.iter().map(Vec::len).max().unwrap_or(0);
     let rows: Vec<String> = groups
         .iter()
@@ -273,6 +273,9 @@ pub(super) fn collective<'c, 'b>(
             }
         }
         CollectiveKind::RaggedAllToAll => ragged_all_to_all(ctx, inputs, &groups()?)?,
+        CollectiveKind::Psend { .. } | CollectiveKind::Precv { .. } => {
+            return super::p2p::lower(ctx, prim, params, inputs);
+        }
         CollectiveKind::Ppermute { perm } => {
             let pairs = groups::permute_pairs(&mesh, &p.axes, perm)
                 .map_err(|e| LowerError::Build(e.to_string()))?;
