@@ -329,12 +329,14 @@ pub(super) fn vjp_rule(
         While => super::branch::while_vjp(x, y),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
-        | VaryUnreducedCast | UnreducedPsum => super::parallel::collective_vjp(prim, params, x, &g),
+        | VaryUnreducedCast | UnreducedPsum | ReducedVaryCast | AllGatherReduced
+        | UnreducedReduceScatter => super::parallel::collective_vjp(prim, params, x, &g),
         RaggedAllToAll => super::parallel::ragged_vjp(params, x, &g),
         // A start/done pair transposes as its collective: the done passes the cotangent to
         // the start, whose cotangent is the synchronous collective's.
         PsumStart | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart
-        | PpermuteStart => super::parallel::collective_vjp(prim.synchronous(), params, x, &g),
+        | PpermuteStart | PsumInvariantStart | UnreducedPsumStart | UnreducedReduceScatterStart
+        | AllGatherReducedStart => super::parallel::collective_vjp(prim.synchronous(), params, x, &g),
         PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
         | PpermuteDone => gs.to_vec(),
         ShardMap => super::parallel::shard_map_vjp(params, x, y, gs),

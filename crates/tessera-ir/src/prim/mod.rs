@@ -20,6 +20,7 @@ mod numeric;
 mod ops;
 mod pending;
 mod ragged;
+mod reduced;
 mod random;
 mod random_params;
 mod reduce;
@@ -133,10 +134,15 @@ prims! {
     PsumInvariant => "psum_invariant", AllGatherInvariant => "all_gather_invariant",
     Preduced => "preduced", VaryUnreducedCast => "vary_unreduced_cast_p",
     UnreducedPsum => "unreduced_psum", RaggedAllToAll => "ragged_all_to_all",
+    ReducedVaryCast => "reduced_vary_cast_p", AllGatherReduced => "all_gather_reduced",
+    UnreducedReduceScatter => "unreduced_reduce_scatter",
     // Asynchronous collectives (see `pending.rs`).
     PsumStart => "psum_start", AllGatherStart => "all_gather_start",
     ReduceScatterStart => "reduce_scatter_start", AllToAllStart => "all_to_all_start",
     PbroadcastStart => "pbroadcast_start", PpermuteStart => "ppermute_start",
+    PsumInvariantStart => "psum_invariant_start", UnreducedPsumStart => "unreduced_psum_start",
+    UnreducedReduceScatterStart => "unreduced_reduce_scatter_start",
+    AllGatherReducedStart => "all_gather_reduced_start",
     PsumDone => "psum_done", AllGatherDone => "all_gather_done",
     ReduceScatterDone => "reduce_scatter_done", AllToAllDone => "all_to_all_done",
     PbroadcastDone => "pbroadcast_done", PpermuteDone => "ppermute_done",
@@ -297,6 +303,9 @@ impl Prim {
             VaryUnreducedCast => Family::Collective(CollectiveOp::VaryUnreducedCast),
             UnreducedPsum => Family::Collective(CollectiveOp::UnreducedPsum),
             RaggedAllToAll => Family::Collective(CollectiveOp::RaggedAllToAll),
+            ReducedVaryCast => Family::Collective(CollectiveOp::ReducedVaryCast),
+            AllGatherReduced => Family::Collective(CollectiveOp::AllGatherReduced),
+            UnreducedReduceScatter => Family::Collective(CollectiveOp::UnreducedReduceScatter),
             // A start has its collective's parameters, type and values; a done is the
             // identity on values (`pending.rs`).
             PsumStart => Family::Collective(CollectiveOp::Psum),
@@ -305,6 +314,12 @@ impl Prim {
             AllToAllStart => Family::Collective(CollectiveOp::AllToAll),
             PbroadcastStart => Family::Collective(CollectiveOp::Pbroadcast),
             PpermuteStart => Family::Collective(CollectiveOp::Ppermute),
+            PsumInvariantStart => Family::Collective(CollectiveOp::PsumInvariant),
+            UnreducedPsumStart => Family::Collective(CollectiveOp::UnreducedPsum),
+            UnreducedReduceScatterStart => {
+                Family::Collective(CollectiveOp::UnreducedReduceScatter)
+            }
+            AllGatherReducedStart => Family::Collective(CollectiveOp::AllGatherReduced),
             PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
             | PpermuteDone => Family::Control(ControlOp::AsyncDone),
             Reshard => Family::Control(ControlOp::Reshard),
@@ -561,6 +576,17 @@ impl Prim {
             inputs.iter().flat_map(|a| a.vma.iter().cloned()).collect();
         for out in &mut outs {
             out.vma.clone_from(&vma);
+        }
+        // A sum of values reduced (or unreduced) over the same axes is so too, as in JAX: the
+        // cotangents of a reduced value's uses accumulate with `add_any` as unreduced values.
+        if matches!(self, Prim::Add | Prim::AddAny)
+            && let [a, b] = inputs
+            && a.reduced() == b.reduced()
+            && a.unreduced() == b.unreduced()
+        {
+            for out in &mut outs {
+                out.set_reduced_unreduced(a.reduced(), a.unreduced());
+            }
         }
         Ok(outs)
     }

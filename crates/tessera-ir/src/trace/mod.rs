@@ -45,6 +45,7 @@ pub use flow::{
 };
 pub use loops::{default_ops, treduce, treduce_i};
 pub use nn::where_;
+pub use invariant::PcastTo;
 pub use pending::Pending;
 pub use pmap::{PmapAxes, pmap, pmap_with};
 pub use sharding::{context_mesh, use_mesh};
@@ -260,7 +261,8 @@ impl Tensor {
 }
 
 /// Inside `shard_map`, operands of a local primitive must vary over the same manual axes: as
-/// JAX does, a variable that varies over fewer axes than its partners is cast with `pvary`
+/// JAX does, a variable that varies over fewer axes than its partners is cast with `pvary` (or,
+/// when it is reduced over exactly those axes, with `reduced_vary_cast_p`)
 /// (whose transpose, `psum`, is what makes gradients of invariant values correct). Literals stay
 /// as they are: they carry no cotangent.
 fn lift_to_common_vma(prim: Prim, inputs: &[&Tensor]) -> Vec<Tensor> {
@@ -281,6 +283,11 @@ fn lift_to_common_vma(prim: Prim, inputs: &[&Tensor]) -> Vec<Tensor> {
             let missing: Vec<String> = all.difference(&t.aval.vma).cloned().collect();
             if missing.is_empty() || matches!(t.atom, Atom::Lit(_)) {
                 (*t).clone()
+            } else if t.aval.reduced().iter().eq(missing.iter()) {
+                // A value reduced over exactly the missing axes is cast with
+                // `reduced_vary_cast_p` (JAX's `auto_insert_reshard`), whose transpose leaves
+                // the sum to the `preduced` that made it reduced.
+                t.reduced_vary_cast(&missing)
             } else {
                 t.pvary(&missing)
             }

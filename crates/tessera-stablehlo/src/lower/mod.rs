@@ -365,13 +365,15 @@ fn lower_eqn<'c, 'b>(
         Checkpoint => control::call(ctx, p, inputs, functions, Some("checkpoint")),
         Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
         | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
-        | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll => {
+        | VaryUnreducedCast | UnreducedPsum | ReducedVaryCast | AllGatherReduced
+        | UnreducedReduceScatter | RaggedAllToAll => {
             parallel::collective(ctx, eqn.prim, p, inputs)
         }
         // A start lowers to `async_start` around its collective, its done to `async_done`
         // (or both synchronously where the collective takes several operations: `pending.rs`).
         PsumStart | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart
-        | PpermuteStart => pending::start(ctx, eqn.prim, p, inputs),
+        | PpermuteStart | PsumInvariantStart | UnreducedPsumStart | UnreducedReduceScatterStart
+        | AllGatherReducedStart => pending::start(ctx, eqn.prim, p, inputs),
         PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
         | PpermuteDone => pending::done(ctx, inputs),
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),
