@@ -358,7 +358,15 @@ fn pcast_dispatches_as_jax_and_refuses_the_other_pairs() {
 
 #[test]
 fn misuse_gives_jaxs_errors() {
-    let cases: [(fn(&Tensor) -> Tensor, &str); 7] = [
+    let cases: [(fn(&Tensor) -> Tensor, &str); 9] = [
+        (
+            |a| &a.psum(&["y"]).unreduced_psum(&["y"]) * a,
+            "must be unreduced (`U:`) over some of its axes",
+        ),
+        (
+            |a| &a.psum(&["y"]).preduced(&["y"]).preduced(&["y"]) * a,
+            "already reduced over some of its axes",
+        ),
         (|a| a.reduced_vary_cast(&["y"]), "takes only reduced values"),
         (
             |a| {

@@ -336,6 +336,10 @@ pub(super) fn collective_jvp(
         CollectiveOp::ReducedVaryCast if t.aval().reduced().is_disjoint(&axis_set(&axes)) => {
             vec![Some(t.pvary(&axes))]
         }
+        CollectiveOp::UnreducedPsum if t.aval().unreduced().is_disjoint(&axis_set(&axes)) => {
+            let refs: Vec<&str> = axes.iter().map(String::as_str).collect();
+            vec![Some(t.psum(&refs))]
+        }
         CollectiveOp::UnreducedReduceScatter
             if t.aval().unreduced().is_disjoint(&axis_set(&axes)) =>
         {

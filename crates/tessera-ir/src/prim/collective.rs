@@ -99,10 +99,26 @@ pub(super) fn abstract_eval(
     match p.kind {
         CollectiveKind::Preduced => {
             invariant_operand("preduced")?;
+            if !x.reduced().is_disjoint(&axes) {
+                return Err(type_error(
+                    prim.name(),
+                    format!("the operand is already reduced over some of its axes: {x}"),
+                ));
+            }
             out.set_reduced_unreduced(&x.reduced() | &axes, x.unreduced());
             return Ok(vec![out]);
         }
         CollectiveKind::UnreducedPsum => {
+            if x.unreduced().is_disjoint(&axes) {
+                return Err(type_error(
+                    prim.name(),
+                    format!(
+                        "is an Unreduced -> Invariant collective: the operand must be unreduced \
+                         (`U:`) over some of its axes, got {x}; cast a varying value with \
+                         vary_unreduced_cast first, or use psum"
+                    ),
+                ));
+            }
             invariant_operand("unreduced_psum")?;
             out.set_reduced_unreduced(x.reduced(), &x.unreduced() - &axes);
             return Ok(vec![out]);
