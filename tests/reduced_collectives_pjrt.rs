@@ -40,7 +40,9 @@ fn input(seed: f64) -> Array {
     Array::new(
         DType::F32,
         &[4, 16],
-        (0..64).map(|v| (f64::from(v) * 0.37 + seed).sin()).collect(),
+        (0..64)
+            .map(|v| (f64::from(v) * 0.37 + seed).sin())
+            .collect(),
     )
     .unwrap()
 }
@@ -82,9 +84,14 @@ fn body(a: &Tensor) -> Vec<Tensor> {
         * a;
     // The starts, with local work traced while they are pending.
     let summed = a.psum_invariant_start(&["y"]);
-    let owed = a.sin().vary_unreduced_cast(&["x"]).unreduced_psum_start(&["x"]);
+    let owed = a
+        .sin()
+        .vary_unreduced_cast(&["x"])
+        .unreduced_psum_start(&["x"]);
     let gathered = a.all_gather_reduced_start("x", 0, true);
-    let scattered = a.vary_unreduced_cast(&["y"]).unreduced_psum_scatter_start("y", 1, true);
+    let scattered = a
+        .vary_unreduced_cast(&["y"])
+        .unreduced_psum_scatter_start("y", 1, true);
     let local = a.tanh();
     let fourth = &(&summed.done() * &local) + &owed.done();
     let fifth = &Tensor::slice_axis(&gathered.done(), 0, 2, 4) * &local;
@@ -95,10 +102,16 @@ fn body(a: &Tensor) -> Vec<Tensor> {
 #[test]
 fn reduced_and_unreduced_collectives_and_their_starts_run_on_eight_pjrt_devices() {
     let p = program(6, body);
-    let text = tessera_stablehlo::lower_closed(&p, &options()).unwrap().text;
+    let text = tessera_stablehlo::lower_closed(&p, &options())
+        .unwrap()
+        .text;
     assert_eq!(text.matches("stablehlo.async_start").count(), 4, "{text}");
     assert_eq!(text.matches("stablehlo.async_done").count(), 4, "{text}");
-    assert_eq!(text.matches("stablehlo.reduce_scatter").count(), 2, "{text}");
+    assert_eq!(
+        text.matches("stablehlo.reduce_scatter").count(),
+        2,
+        "{text}"
+    );
     pjrt_matches_interpreter("values", &p, &[input(0.3)]);
 }
 

@@ -59,7 +59,10 @@ fn assert_same(what: &str, got: &[Array], want: &[Array]) {
     for (g, w) in got.iter().zip(want) {
         assert_eq!(g.shape(), w.shape(), "{what}");
         for (a, b) in g.to_vec().iter().zip(w.to_vec()) {
-            assert!((a - b).abs() <= 1e-12 * (1.0 + b.abs()), "{what}: {a} vs {b}");
+            assert!(
+                (a - b).abs() <= 1e-12 * (1.0 + b.abs()),
+                "{what}: {a} vs {b}"
+            );
         }
     }
 }
@@ -241,11 +244,20 @@ fn reduced_vary_cast_is_the_identity_and_its_gradient_sums_once() {
             .collect();
         let moved = Array::new(DType::F64, &[4, 16], moved).unwrap();
         let y = &eval_closed(&explicit, &[moved]).unwrap()[0];
-        y.to_vec().iter().zip(ct.to_vec()).map(|(a, b)| a * b).sum::<f64>()
+        y.to_vec()
+            .iter()
+            .zip(ct.to_vec())
+            .map(|(a, b)| a * b)
+            .sum::<f64>()
     };
     let eps = 1e-6;
     let numeric = (f(eps) - f(-eps)) / (2.0 * eps);
-    let analytic: f64 = grad.to_vec().iter().zip(d.to_vec()).map(|(a, b)| a * b).sum();
+    let analytic: f64 = grad
+        .to_vec()
+        .iter()
+        .zip(d.to_vec())
+        .map(|(a, b)| a * b)
+        .sum();
     assert!(
         (numeric - analytic).abs() <= 1e-6 * (1.0 + analytic.abs()),
         "{numeric} vs {analytic}"
@@ -334,13 +346,18 @@ fn pcast_dispatches_as_jax_and_refuses_the_other_pairs() {
     // No axes: the value itself.
     assert_eq!(cast(|a| a.pcast(&[], PcastTo::Reduced)), Vec::<Prim>::new());
     for (from, to, f) in [
-        ("varying", "reduced", (|a| a.pcast(&["y"], PcastTo::Reduced)) as fn(&Tensor) -> Tensor),
+        (
+            "varying",
+            "reduced",
+            (|a| a.pcast(&["y"], PcastTo::Reduced)) as fn(&Tensor) -> Tensor,
+        ),
         ("varying", "varying", |a| a.pcast(&["y"], PcastTo::Varying)),
         ("invarying", "unreduced", |a| {
             &a.psum(&["y"]).pcast(&["y"], PcastTo::Unreduced) * a
         }),
         ("unreduced", "varying", |a| {
-            a.vary_unreduced_cast(&["y"]).pcast(&["y"], PcastTo::Varying)
+            a.vary_unreduced_cast(&["y"])
+                .pcast(&["y"], PcastTo::Varying)
         }),
     ] {
         let err = error(f);
@@ -350,10 +367,16 @@ fn pcast_dispatches_as_jax_and_refuses_the_other_pairs() {
         );
     }
     let mixed = error(|a| &a.psum(&["y"]).pcast(&["x", "y"], PcastTo::Reduced) * a);
-    assert!(mixed.contains("one state") && mixed.contains("{varying, invarying}"), "{mixed}");
+    assert!(
+        mixed.contains("one state") && mixed.contains("{varying, invarying}"),
+        "{mixed}"
+    );
     assert_eq!(PcastTo::parse("reduced").unwrap(), PcastTo::Reduced);
     let bad = PcastTo::parse("sharded").unwrap_err().to_string();
-    assert!(bad.contains("'varying', 'reduced' and 'unreduced'"), "{bad}");
+    assert!(
+        bad.contains("'varying', 'reduced' and 'unreduced'"),
+        "{bad}"
+    );
 }
 
 #[test]
@@ -427,6 +450,15 @@ fn parsed_programs_are_checked_and_vmap_refuses_them() {
     );
     let err = parse_closed(&grouped).unwrap_err().to_string();
     assert!(err.contains("axis_index_groups"), "{err}");
+    // Its result's reduced axes are those the rule derives.
+    let retyped = text.replace("{V:x, R:y}", "{V:x}");
+    assert_ne!(retyped, text);
+    let err = parse_closed(&retyped).unwrap_err().to_string();
+    assert!(
+        err.contains("all_gather_reduced_start gives a result of type")
+            && err.contains("reduced and unreduced axes differ"),
+        "{err}"
+    );
     // The start is ended by all_gather_done, not another done.
     let wrong = text.replace("all_gather_done", "reduce_scatter_done");
     let err = parse_closed(&wrong).unwrap_err().to_string();
@@ -448,4 +480,40 @@ fn parsed_programs_are_checked_and_vmap_refuses_them() {
     });
     let err = vmap(&scatter, &[Some(1)], &[1], 2).unwrap_err().to_string();
     assert!(err.contains("NotImplementedError"), "{err}");
+}
+
+#[test]
+fn a_tangent_that_lost_its_unreduced_type_takes_the_plain_collective() {
+    // `sin` keeps the primal's `U:y`, its tangent (`cos x * t`) drops it: the JVP of the
+    // unreduced collectives then takes `psum_scatter` / `psum`, the same values.
+    let p = program("P('x', 'y')", |a| {
+        let owed = a.vary_unreduced_cast(&["y"]).sin();
+        let scattered = owed
+            .unreduced_psum_scatter("y", 1, true)
+            .all_gather("y", 1, true);
+        &scattered + &owed.unreduced_psum(&["y"])
+    });
+    let j = tessera_ir::jvp(&p).unwrap();
+    verify(&j).unwrap();
+    let (x, t) = (input(0.9), input(3.3));
+    let tangent = eval_closed(&j, &[x.clone(), t.clone()]).unwrap()[1].to_vec();
+    let at = |s: f64| {
+        let moved: Vec<f64> = x
+            .to_vec()
+            .iter()
+            .zip(t.to_vec())
+            .map(|(a, b)| a + s * b)
+            .collect();
+        let moved = Array::new(DType::F64, &[4, 16], moved).unwrap();
+        eval_closed(&p, &[moved]).unwrap()[0].to_vec()
+    };
+    let eps = 1e-6;
+    let (up, down) = (at(eps), at(-eps));
+    for (k, dy) in tangent.iter().enumerate() {
+        let numeric = (up[k] - down[k]) / (2.0 * eps);
+        assert!(
+            (numeric - dy).abs() <= 1e-6 * (1.0 + dy.abs()),
+            "{k}: {numeric} vs {dy}"
+        );
+    }
 }

@@ -316,10 +316,11 @@ pub(super) fn collective_jvp(
     let Some(t) = t else {
         return vec![None];
     };
-    let axes = match CollectiveParams::read(prim, params, x.first().map_or(0, Tensor::rank)) {
-        Ok(p) => p.axes,
+    let p = match CollectiveParams::read(prim, params, x.first().map_or(0, Tensor::rank)) {
+        Ok(p) => p,
         Err(e) => return vec![Some(y[0].fail(prim.name(), e.to_string()))],
     };
+    let axes = p.axes.clone();
     match op {
         CollectiveOp::Pmax | CollectiveOp::Pmin | CollectiveOp::AxisIndex => {
             vec![Some(y[0].fail(
@@ -344,11 +345,20 @@ pub(super) fn collective_jvp(
             if t.aval().unreduced().is_disjoint(&axis_set(&axes)) =>
         {
             let refs: Vec<&str> = axes.iter().map(String::as_str).collect();
-            let dim = params.int(prim.name(), "scatter_dimension");
-            let tiled = params.get("tiled") == Some(&ParamValue::Bool(true));
-            match dim {
-                Ok(d) => vec![Some(t.psum_scatter_over(&refs, None, d, tiled))],
-                Err(e) => vec![Some(y[0].fail(prim.name(), e.to_string()))],
+            if let CollectiveKind::ReduceScatter {
+                dimension, tiled, ..
+            } = p.kind
+            {
+                vec![Some(t.psum_scatter_over(
+                    &refs,
+                    None,
+                    dimension as i64,
+                    tiled,
+                ))]
+            } else {
+                vec![Some(
+                    y[0].fail(prim.name(), "reads as a reduce_scatter".into()),
+                )]
             }
         }
         CollectiveOp::RaggedAllToAll => vec![Some(y[0].fail(

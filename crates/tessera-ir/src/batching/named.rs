@@ -27,8 +27,16 @@ pub(super) fn names_axis(prim: Prim, params: &Params, axis: &str) -> bool {
     let key = match op {
         Psum | Pmax | Pmin | Pvary | PsumInvariant | Preduced | VaryUnreducedCast
         | UnreducedPsum | ReducedVaryCast => "axes",
-        AllGather | AllGatherInvariant | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pbroadcast | RaggedAllToAll | AllGatherReduced | UnreducedReduceScatter => "axis_name",
+        AllGather
+        | AllGatherInvariant
+        | ReduceScatter
+        | Ppermute
+        | AllToAll
+        | AxisIndex
+        | Pbroadcast
+        | RaggedAllToAll
+        | AllGatherReduced
+        | UnreducedReduceScatter => "axis_name",
     };
     let named = |v: &ParamValue| matches!(v, ParamValue::Name(n) | ParamValue::Str(n) if n == axis);
     params

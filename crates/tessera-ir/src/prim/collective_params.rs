@@ -141,10 +141,16 @@ impl CollectiveParams {
         let axes_key = match op {
             Psum | Pmax | Pmin | Pvary | PsumInvariant | Preduced | VaryUnreducedCast
             | UnreducedPsum | ReducedVaryCast => "axes",
-            AllGather | AllGatherInvariant | ReduceScatter | Ppermute | AllToAll | AxisIndex
-            | Pbroadcast | RaggedAllToAll | AllGatherReduced | UnreducedReduceScatter => {
-                "axis_name"
-            }
+            AllGather
+            | AllGatherInvariant
+            | ReduceScatter
+            | Ppermute
+            | AllToAll
+            | AxisIndex
+            | Pbroadcast
+            | RaggedAllToAll
+            | AllGatherReduced
+            | UnreducedReduceScatter => "axis_name",
         };
         Ok(CollectiveParams {
             axes: axis_names(prim, params, axes_key)?,

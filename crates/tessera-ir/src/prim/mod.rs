@@ -20,11 +20,11 @@ mod numeric;
 mod ops;
 mod pending;
 mod ragged;
-mod reduced;
 mod random;
 mod random_params;
 mod reduce;
 mod reduce_params;
+mod reduced;
 mod rounding;
 pub(crate) mod scan;
 mod scatter;
@@ -316,9 +316,7 @@ impl Prim {
             PpermuteStart => Family::Collective(CollectiveOp::Ppermute),
             PsumInvariantStart => Family::Collective(CollectiveOp::PsumInvariant),
             UnreducedPsumStart => Family::Collective(CollectiveOp::UnreducedPsum),
-            UnreducedReduceScatterStart => {
-                Family::Collective(CollectiveOp::UnreducedReduceScatter)
-            }
+            UnreducedReduceScatterStart => Family::Collective(CollectiveOp::UnreducedReduceScatter),
             AllGatherReducedStart => Family::Collective(CollectiveOp::AllGatherReduced),
             PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
             | PpermuteDone => Family::Control(ControlOp::AsyncDone),

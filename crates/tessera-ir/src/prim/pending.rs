@@ -58,8 +58,16 @@ const PAIRS: [(Prim, Prim, Prim); 10] = [
     ),
     (Prim::PpermuteStart, Prim::Ppermute, Prim::PpermuteDone),
     // JAX ends these with the done of the collective they share a wrapper with.
-    (Prim::PsumInvariantStart, Prim::PsumInvariant, Prim::PsumDone),
-    (Prim::UnreducedPsumStart, Prim::UnreducedPsum, Prim::PsumDone),
+    (
+        Prim::PsumInvariantStart,
+        Prim::PsumInvariant,
+        Prim::PsumDone,
+    ),
+    (
+        Prim::UnreducedPsumStart,
+        Prim::UnreducedPsum,
+        Prim::PsumDone,
+    ),
     (
         Prim::UnreducedReduceScatterStart,
         Prim::UnreducedReduceScatter,

@@ -174,7 +174,10 @@ pub(super) fn out_type(
         | CollectiveKind::Pbroadcast { .. } => {
             return Err(type_error(
                 prim.name(),
-                format!("has no reduced/unreduced gather or scatter rule for {:?}", p.kind),
+                format!(
+                    "has no reduced/unreduced gather or scatter rule for {:?}",
+                    p.kind
+                ),
             ));
         }
     }

@@ -111,10 +111,7 @@ fn state_over(x: &Tensor, axes: &[&str], what: &str) -> Result<AxisState, String
         many => Err(format!(
             "{what} takes axes over which the value is in one state (varying, unreduced, \
              reduced or invarying); got {aval} and axes {axes:?}, states {{{}}}",
-            many.iter()
-                .map(|s| s.name())
-                .collect::<Vec<_>>()
-                .join(", ")
+            many.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
         )),
     }
 }

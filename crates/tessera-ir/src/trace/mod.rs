@@ -43,9 +43,9 @@ pub use collectives::{shard_map, shard_map_program};
 pub use flow::{
     Branch, cond, custom_jvp, custom_vjp, fori_loop, fori_loop_dynamic, scan, switch, while_loop,
 };
+pub use invariant::PcastTo;
 pub use loops::{default_ops, treduce, treduce_i};
 pub use nn::where_;
-pub use invariant::PcastTo;
 pub use pending::Pending;
 pub use pmap::{PmapAxes, pmap, pmap_with};
 pub use sharding::{context_mesh, use_mesh};

@@ -106,7 +106,10 @@ fn collective(prim: Prim) -> ClosedJaxpr {
             &pending.done() * &a.sin()
         }),
         Prim::UnreducedPsumStart => single(|a| {
-            let pending = a.sin().vary_unreduced_cast(&["y"]).unreduced_psum_start(&["y"]);
+            let pending = a
+                .sin()
+                .vary_unreduced_cast(&["y"])
+                .unreduced_psum_start(&["y"]);
             &pending.done() * a
         }),
         Prim::AllGatherReducedStart => single(|a| {
@@ -369,13 +372,41 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             "c:f64[2,3] = jit[\nname=inner\njaxpr={ lambda ; x:f64[2,3] y:f64[2,3]. let\nz:f64[2,3] = mul x y\nw:f64[2,3] = sin z\nin (w,) }\n] a b",
             "c",
         ),
-        Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
-        | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll | ShardMap | PsumStart
-        | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart | PpermuteStart
-        | PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
-        | PpermuteDone | ReducedVaryCast | AllGatherReduced | UnreducedReduceScatter
-        | PsumInvariantStart | UnreducedPsumStart | UnreducedReduceScatterStart
+        Psum
+        | Pmax
+        | Pmin
+        | AllGather
+        | ReduceScatter
+        | Ppermute
+        | AllToAll
+        | AxisIndex
+        | Pvary
+        | Pbroadcast
+        | PsumInvariant
+        | AllGatherInvariant
+        | Preduced
+        | VaryUnreducedCast
+        | UnreducedPsum
+        | RaggedAllToAll
+        | ShardMap
+        | PsumStart
+        | AllGatherStart
+        | ReduceScatterStart
+        | AllToAllStart
+        | PbroadcastStart
+        | PpermuteStart
+        | PsumDone
+        | AllGatherDone
+        | ReduceScatterDone
+        | AllToAllDone
+        | PbroadcastDone
+        | PpermuteDone
+        | ReducedVaryCast
+        | AllGatherReduced
+        | UnreducedReduceScatter
+        | PsumInvariantStart
+        | UnreducedPsumStart
+        | UnreducedReduceScatterStart
         | AllGatherReducedStart => collective(prim),
         Treduce => {
             let f64 = |s: &[i64]| ShapedArray::new(DType::F64, s);
