@@ -14,6 +14,9 @@ use tessera_ir::trace::{PcastTo, Tensor, shard_map_program};
 use tessera_ir::{Array, ClosedJaxpr, DType, Prim, ShapedArray, verify, vjp, vmap};
 use tessera_sharding::{AbstractMesh, PartitionSpec};
 
+/// A traced `shard_map` body.
+type Body = fn(&Tensor) -> Tensor;
+
 /// `shard_map(f)` over a 2×4 mesh (`x`, `y`) on an f64 `[4, 16]` array laid out by
 /// `P('x', 'y')` (blocks of `[2, 4]`), one result laid out by `out_spec`.
 fn try_program(
@@ -266,7 +269,6 @@ fn reduced_vary_cast_is_the_identity_and_its_gradient_sums_once() {
 
 #[test]
 fn each_start_gives_its_synchronous_collective() {
-    type Body = fn(&Tensor) -> Tensor;
     let cases: [(&str, &str, Body, Body); 4] = [
         (
             "psum_invariant",
@@ -381,7 +383,7 @@ fn pcast_dispatches_as_jax_and_refuses_the_other_pairs() {
 
 #[test]
 fn misuse_gives_jaxs_errors() {
-    let cases: [(fn(&Tensor) -> Tensor, &str); 9] = [
+    let cases: [(Body, &str); 9] = [
         (
             |a| &a.psum(&["y"]).unreduced_psum(&["y"]) * a,
             "must be unreduced (`U:`) over some of its axes",
