@@ -286,6 +286,7 @@ pub fn our_ops(program: &ClosedJaxpr) -> Outcome<Vec<OpGroups>> {
                 CollectiveKind::Pvary
                 | CollectiveKind::Preduced
                 | CollectiveKind::VaryUnreducedCast
+                | CollectiveKind::ReducedVaryCast
                 | CollectiveKind::Pbroadcast { .. } => continue,
             };
             ops.push(op);

@@ -83,6 +83,9 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
                 ),
             ));
         }
+        if let Some(message) = reduced_mismatch(eqn.prim, &expected, &written) {
+            return Err(fail(i, format!("equation {i}: {message}")));
+        }
         for &v in &eqn.outputs {
             if std::mem::replace(&mut defined[v.index()], true) {
                 return Err(fail(i, format!("equation {i} redefines a variable")));
@@ -111,6 +114,48 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Where `prim` is one of the collectives that make values reduced or unreduced (or undo it),
+/// a result typed with other reduced (`R:`) or unreduced (`U:`) axes than the rule derives.
+/// (Other primitives keep or drop these axes less precisely than JAX, so their results are not
+/// checked.)
+fn reduced_mismatch(
+    prim: crate::prim::Prim,
+    expected: &[crate::aval::ShapedArray],
+    written: &[crate::aval::ShapedArray],
+) -> Option<String> {
+    use crate::prim::CollectiveOp as C;
+    let checked = match prim.collective()? {
+        C::Preduced
+        | C::VaryUnreducedCast
+        | C::ReducedVaryCast
+        | C::UnreducedPsum
+        | C::AllGatherReduced
+        | C::UnreducedReduceScatter => true,
+        C::Psum
+        | C::Pmax
+        | C::Pmin
+        | C::AllGather
+        | C::ReduceScatter
+        | C::Ppermute
+        | C::AllToAll
+        | C::AxisIndex
+        | C::Pvary
+        | C::Pbroadcast
+        | C::PsumInvariant
+        | C::AllGatherInvariant
+        | C::RaggedAllToAll => false,
+    };
+    let (e, w) = expected
+        .iter()
+        .zip(written)
+        .find(|(e, w)| checked && (e.reduced() != w.reduced() || e.unreduced() != w.unreduced()))?;
+    Some(format!(
+        "{} gives a result of type {e}, but it is typed {w} (its reduced and unreduced axes \
+         differ)",
+        prim.name()
+    ))
 }
 
 /// The jaxprs a parameter holds: itself, or those inside a tuple (a `cond`'s branches).

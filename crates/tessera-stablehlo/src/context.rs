@@ -35,6 +35,15 @@ pub enum LowerError {
     /// value's rank).
     #[error("sharding annotation: {0}")]
     Sharding(#[from] tessera_sharding::ShardingError),
+    /// A program JAX's lowering refuses too (e.g. an untiled
+    /// `unreduced_reduce_scatter_start`).
+    #[error("cannot lower {prim}: {reason}")]
+    Unsupported {
+        /// The primitive.
+        prim: String,
+        /// Why, and what to do instead.
+        reason: String,
+    },
     /// An unknown partitioner name.
     #[error(
         "unknown partitioner `{0}`: use `shardy` or `gspmd` (e.g. in {env})",

@@ -123,17 +123,40 @@ pub(super) fn jvp_rule(
         ));
             y.len()
         ],
-        Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
-        | VaryUnreducedCast | UnreducedPsum => {
-            super::parallel::collective_jvp(prim, params, x, y, t(0))
-        }
+        Psum
+        | Pmax
+        | Pmin
+        | AllGather
+        | ReduceScatter
+        | Ppermute
+        | AllToAll
+        | AxisIndex
+        | Pvary
+        | Pbroadcast
+        | PsumInvariant
+        | AllGatherInvariant
+        | Preduced
+        | VaryUnreducedCast
+        | UnreducedPsum
+        | ReducedVaryCast
+        | AllGatherReduced
+        | UnreducedReduceScatter => super::parallel::collective_jvp(prim, params, x, y, t(0)),
         RaggedAllToAll => super::parallel::ragged_jvp(params, x, ts),
         Psend | Precv => super::parallel::p2p_jvp(prim, y, ts),
         // A start differentiates as its collective (the tangent takes the synchronous one,
         // already complete); a done passes it through.
-        PsumStart | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart
-        | PpermuteStart => super::parallel::collective_jvp(prim.synchronous(), params, x, y, t(0)),
+        PsumStart
+        | AllGatherStart
+        | ReduceScatterStart
+        | AllToAllStart
+        | PbroadcastStart
+        | PpermuteStart
+        | PsumInvariantStart
+        | UnreducedPsumStart
+        | UnreducedReduceScatterStart
+        | AllGatherReducedStart => {
+            super::parallel::collective_jvp(prim.synchronous(), params, x, y, t(0))
+        }
         PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
         | PpermuteDone => ts.to_vec(),
         ShardMap => super::parallel::shard_map_jvp(params, x, y, ts),

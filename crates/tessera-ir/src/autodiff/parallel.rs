@@ -8,9 +8,21 @@
 //!
 //! `psum_invariant` transposes like `psum` (to `pvary`); `all_gather_invariant`, whose result
 //! is the same on every device, to each device's own block of the cotangent (JAX's rule: a
-//! dynamic slice at the device's index). The reduced/unreduced casts are identities on values:
-//! `preduced` transposes to the cotangent itself, `unreduced_psum` to `preduced` and
-//! `vary_unreduced_cast_p` to `pvary`, so that a sum owed by an unreduced value is taken once.
+//! dynamic slice at the device's index).
+//!
+//! The reduced/unreduced collectives: JAX types the cotangent of a reduced value as unreduced
+//! (a sum still owed) and the reverse, and takes the sum where the primal was reduced
+//! (`preduced` transposes to `unreduced_psum`, `reduced_vary_cast_p` to
+//! `vary_unreduced_cast_p`, `all_gather_reduced` to `unreduced_reduce_scatter`). Tessera's
+//! avals carry reduced/unreduced axes through the collectives, unary operations and agreeing
+//! sums only, so a cotangent's type cannot say whether its sum is owed. Tessera therefore keeps
+//! every cotangent whole (the value the derivative has, on every device) and takes the sum
+//! where the primal became varying: `reduced_vary_cast_p` transposes like `pvary`, to `psum`;
+//! `preduced` and `vary_unreduced_cast_p` to the cotangent itself (cast with `pvary`);
+//! `unreduced_psum` to `preduced`; `all_gather_reduced`, whose cotangent is whole, to each
+//! device's own block (as `all_gather_invariant`); `unreduced_reduce_scatter` to
+//! `all_gather_reduced` (JAX's rule). The gradients equal JAX's; the backward programs place
+//! the sum at the other end of the chain.
 //!
 //! A `check_vma=False` body (and `pmap`'s) types no value by the axes it varies over, so JAX
 //! transposes it differently: `psum` to `psum`, a result's cotangent divided by the number of
@@ -65,13 +77,15 @@ fn collective_transpose(
 ) -> Result<Tensor, IrError> {
     let axes = p.axis_refs();
     let groups = p.groups.as_deref();
+    let op = prim.collective();
     Ok(match &p.kind {
         CollectiveKind::Psum => match groups {
             Some(groups) => g.psum_in_groups(&axes, groups),
             None if !axis_env::check_vma() => g.psum(&axes),
             None => g.pvary(&axes),
         },
-        CollectiveKind::Pvary => g.psum(&axes),
+        // A reduced value's cotangent is whole on every device (see the module doc).
+        CollectiveKind::Pvary | CollectiveKind::ReducedVaryCast => g.psum(&axes),
         CollectiveKind::Preduced => g.clone(),
         CollectiveKind::UnreducedPsum => Tensor::bind1(
             Prim::Preduced,
@@ -81,10 +95,17 @@ fn collective_transpose(
         CollectiveKind::VaryUnreducedCast => g.pvary(&axes),
         &CollectiveKind::AllGather {
             dimension, tiled, ..
-        } if prim == Prim::AllGatherInvariant => own_block(g, &axes, dimension, tiled),
+        } if prim == Prim::AllGatherInvariant || op == Some(CollectiveOp::AllGatherReduced) => {
+            own_block(g, &axes, dimension, tiled)
+        }
         &CollectiveKind::AllGather {
             dimension, tiled, ..
         } => g.psum_scatter_over(&axes, groups, dimension as i64, tiled),
+        &CollectiveKind::ReduceScatter {
+            dimension, tiled, ..
+        } if op == Some(CollectiveOp::UnreducedReduceScatter) => g
+            .pvary(&axes)
+            .all_gather_reduced_over(&axes, dimension as i64, tiled),
         &CollectiveKind::ReduceScatter {
             dimension, tiled, ..
         } => g.all_gather_over(&axes, groups, dimension as i64, tiled),
@@ -142,6 +163,10 @@ fn axes_value(axes: &[&str]) -> ParamValue {
             .map(|a| ParamValue::Str((*a).to_owned()))
             .collect(),
     )
+}
+
+fn axis_set(axes: &[String]) -> std::collections::BTreeSet<String> {
+    axes.iter().cloned().collect()
 }
 
 /// The transpose of `all_gather_invariant`: each device's own block of the (invariant)
@@ -295,10 +320,11 @@ pub(super) fn collective_jvp(
     let Some(t) = t else {
         return vec![None];
     };
-    let axes = match CollectiveParams::read(prim, params, x.first().map_or(0, Tensor::rank)) {
-        Ok(p) => p.axes,
+    let p = match CollectiveParams::read(prim, params, x.first().map_or(0, Tensor::rank)) {
+        Ok(p) => p,
         Err(e) => return vec![Some(y[0].fail(prim.name(), e.to_string()))],
     };
+    let axes = p.axes.clone();
     match op {
         CollectiveOp::Pmax
         | CollectiveOp::Pmin
@@ -314,6 +340,35 @@ pub(super) fn collective_jvp(
             ))]
         }
         CollectiveOp::Pvary => vec![Some(t.pvary(&axes))],
+        // A tangent that lost its reduced/unreduced type on the way (most operations drop it)
+        // takes the collective with the same values and the plain type.
+        CollectiveOp::ReducedVaryCast if t.aval().reduced().is_disjoint(&axis_set(&axes)) => {
+            vec![Some(t.pvary(&axes))]
+        }
+        CollectiveOp::UnreducedPsum if t.aval().unreduced().is_disjoint(&axis_set(&axes)) => {
+            let refs: Vec<&str> = axes.iter().map(String::as_str).collect();
+            vec![Some(t.psum(&refs))]
+        }
+        CollectiveOp::UnreducedReduceScatter
+            if t.aval().unreduced().is_disjoint(&axis_set(&axes)) =>
+        {
+            let refs: Vec<&str> = axes.iter().map(String::as_str).collect();
+            if let CollectiveKind::ReduceScatter {
+                dimension, tiled, ..
+            } = p.kind
+            {
+                vec![Some(t.psum_scatter_over(
+                    &refs,
+                    None,
+                    dimension as i64,
+                    tiled,
+                ))]
+            } else {
+                vec![Some(
+                    y[0].fail(prim.name(), "reads as a reduce_scatter".into()),
+                )]
+            }
+        }
         CollectiveOp::RaggedAllToAll => vec![Some(y[0].fail(
             prim.name(),
             "ragged_all_to_all has six operands; its JVP is `ragged_jvp`".into(),
@@ -328,7 +383,10 @@ pub(super) fn collective_jvp(
         | CollectiveOp::Pbroadcast
         | CollectiveOp::Preduced
         | CollectiveOp::VaryUnreducedCast
-        | CollectiveOp::UnreducedPsum => {
+        | CollectiveOp::UnreducedPsum
+        | CollectiveOp::ReducedVaryCast
+        | CollectiveOp::AllGatherReduced
+        | CollectiveOp::UnreducedReduceScatter => {
             let varying: Vec<&String> = x[0].aval().vma.iter().collect();
             let t = t.pvary(&varying);
             vec![Some(Tensor::bind1(prim, params.clone(), &[&t]))]

@@ -327,15 +327,40 @@ pub(super) fn vjp_rule(
         Scan => super::scan::scan_vjp(params, x, y, gs),
         Cond => super::branch::cond_vjp(params, x, y, gs),
         While => super::branch::while_vjp(x, y),
-        Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
-        | VaryUnreducedCast | UnreducedPsum => super::parallel::collective_vjp(prim, params, x, &g),
+        Psum
+        | Pmax
+        | Pmin
+        | AllGather
+        | ReduceScatter
+        | Ppermute
+        | AllToAll
+        | AxisIndex
+        | Pvary
+        | Pbroadcast
+        | PsumInvariant
+        | AllGatherInvariant
+        | Preduced
+        | VaryUnreducedCast
+        | UnreducedPsum
+        | ReducedVaryCast
+        | AllGatherReduced
+        | UnreducedReduceScatter => super::parallel::collective_vjp(prim, params, x, &g),
         RaggedAllToAll => super::parallel::ragged_vjp(params, x, &g),
         Psend | Precv => super::parallel::p2p_vjp(prim, gs),
         // A start/done pair transposes as its collective: the done passes the cotangent to
         // the start, whose cotangent is the synchronous collective's.
-        PsumStart | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart
-        | PpermuteStart => super::parallel::collective_vjp(prim.synchronous(), params, x, &g),
+        PsumStart
+        | AllGatherStart
+        | ReduceScatterStart
+        | AllToAllStart
+        | PbroadcastStart
+        | PpermuteStart
+        | PsumInvariantStart
+        | UnreducedPsumStart
+        | UnreducedReduceScatterStart
+        | AllGatherReducedStart => {
+            super::parallel::collective_vjp(prim.synchronous(), params, x, &g)
+        }
         PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
         | PpermuteDone => gs.to_vec(),
         ShardMap => super::parallel::shard_map_vjp(params, x, y, gs),

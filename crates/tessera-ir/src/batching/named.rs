@@ -12,7 +12,7 @@
 use super::{Batched, move_axis, to_front};
 use crate::dtype::DType;
 use crate::params::{ParamValue, Params};
-use crate::prim::{CollectiveKind, CollectiveParams, Prim};
+use crate::prim::{CollectiveKind, CollectiveOp, CollectiveParams, Prim};
 use crate::trace::Tensor;
 
 fn names(axes: &[String]) -> ParamValue {
@@ -27,9 +27,19 @@ pub(super) fn names_axis(prim: Prim, params: &Params, axis: &str) -> bool {
     };
     let key = match op {
         Psum | Pmax | Pmin | Pvary | PsumInvariant | Preduced | VaryUnreducedCast
-        | UnreducedPsum => "axes",
-        AllGather | AllGatherInvariant | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pbroadcast | RaggedAllToAll | Psend | Precv => "axis_name",
+        | UnreducedPsum | ReducedVaryCast => "axes",
+        AllGather
+        | AllGatherInvariant
+        | ReduceScatter
+        | Ppermute
+        | AllToAll
+        | AxisIndex
+        | Pbroadcast
+        | RaggedAllToAll
+        | AllGatherReduced
+        | UnreducedReduceScatter
+        | Psend
+        | Precv => "axis_name",
     };
     let named = |v: &ParamValue| matches!(v, ParamValue::Name(n) | ParamValue::Str(n) if n == axis);
     params
@@ -55,6 +65,15 @@ pub(super) fn collective(
     if p.groups.is_some() {
         return fail(format!(
             "axis_index_groups over the vmapped axis '{axis}' are not supported"
+        ));
+    }
+    if let Some(CollectiveOp::AllGatherReduced | CollectiveOp::UnreducedReduceScatter) =
+        prim.collective()
+    {
+        return fail(format!(
+            "{} over the vmapped axis '{axis}' is not supported (reduced and unreduced \
+             types exist over mesh axes only)",
+            prim.name()
         ));
     }
     let others: Vec<String> = p.axes.iter().filter(|a| *a != axis).cloned().collect();
@@ -161,6 +180,7 @@ pub(super) fn collective(
         )),
         CollectiveKind::Preduced
         | CollectiveKind::VaryUnreducedCast
+        | CollectiveKind::ReducedVaryCast
         | CollectiveKind::UnreducedPsum => fail(format!(
             "{} over the vmapped axis '{axis}' is not supported (reduced and unreduced types \
              exist over mesh axes only)",

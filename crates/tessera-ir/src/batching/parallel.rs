@@ -3,6 +3,9 @@
 //! batches like JAX's non-frame batchers: elementwise collectives keep the batch dimension where
 //! it is, and those with dimension parameters get the batch dimension in front and their
 //! dimensions, normalised first (a negative one counts from the end), shifted by one.
+//! The reduced/unreduced collectives (`preduced`, `vary_unreduced_cast_p`,
+//! `reduced_vary_cast_p`, `unreduced_psum`, `all_gather_reduced`, `unreduced_reduce_scatter`)
+//! are refused, as JAX's batchers refuse them.
 //! `ragged_all_to_all` batches as JAX's rule does: the batch's elements are laid end to end in
 //! one exchange, their offsets shifted to each element's rows. A `shard_map` batches its body
 //! (under the mesh's axes), with an unsplit leading dimension added to the specs of batched
@@ -12,7 +15,9 @@ use tessera_sharding::{DimSpec, PartitionSpec};
 
 use super::{Batched, to_front, with_param};
 use crate::params::{ParamValue, Params};
-use crate::prim::{CollectiveKind, CollectiveParams, Prim, ShardMapParams, shard_map_params};
+use crate::prim::{
+    CollectiveKind, CollectiveOp, CollectiveParams, Prim, ShardMapParams, shard_map_params,
+};
 use crate::trace::Tensor;
 
 /// Batches a collective; `size` is the batch size.
@@ -34,6 +39,46 @@ pub(super) fn collective(prim: Prim, params: &Params, args: &[Batched], size: i6
         let x = to_front(&args[0], size);
         vec![(Tensor::bind1(prim, p, &[&x]), Some(0))]
     };
+    // JAX's batchers of the reduced/unreduced collectives raise NotImplementedError.
+    let refused = |what: &str| {
+        vec![(
+            x.fail(
+                prim.name(),
+                format!(
+                    "vmap of {what} is not supported (nor in JAX, whose batching rule raises \
+                     NotImplementedError); vmap the program without the reduced/unreduced \
+                     casts (psum and pvary batch)"
+                ),
+            ),
+            None,
+        )]
+    };
+    match prim.collective() {
+        Some(
+            CollectiveOp::AllGatherReduced
+            | CollectiveOp::UnreducedReduceScatter
+            | CollectiveOp::ReducedVaryCast
+            | CollectiveOp::Preduced
+            | CollectiveOp::VaryUnreducedCast
+            | CollectiveOp::UnreducedPsum,
+        ) => return refused(prim.name()),
+        Some(
+            CollectiveOp::Psum
+            | CollectiveOp::Pmax
+            | CollectiveOp::Pmin
+            | CollectiveOp::AllGather
+            | CollectiveOp::ReduceScatter
+            | CollectiveOp::Ppermute
+            | CollectiveOp::AllToAll
+            | CollectiveOp::AxisIndex
+            | CollectiveOp::Pvary
+            | CollectiveOp::Pbroadcast
+            | CollectiveOp::PsumInvariant
+            | CollectiveOp::AllGatherInvariant
+            | CollectiveOp::RaggedAllToAll,
+        )
+        | None => {}
+    }
     match p.kind {
         CollectiveKind::AllGather { dimension, .. } => {
             front(&[("all_gather_dimension", dimension)])
@@ -73,6 +118,7 @@ pub(super) fn collective(prim: Prim, params: &Params, args: &[Batched], size: i6
         | CollectiveKind::Pvary
         | CollectiveKind::Preduced
         | CollectiveKind::VaryUnreducedCast
+        | CollectiveKind::ReducedVaryCast
         | CollectiveKind::UnreducedPsum
         | CollectiveKind::Pbroadcast { .. } => {
             vec![(Tensor::bind1(prim, params.clone(), &[x]), args[0].1)]

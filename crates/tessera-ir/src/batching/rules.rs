@@ -97,15 +97,41 @@ pub(super) fn batch_rule(
                 )
             })
             .collect(),
-        Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
-        | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll | Psend | Precv => {
-            super::parallel::collective(prim, params, args, size)
-        }
+        Psum
+        | Pmax
+        | Pmin
+        | AllGather
+        | ReduceScatter
+        | Ppermute
+        | AllToAll
+        | AxisIndex
+        | Pvary
+        | Pbroadcast
+        | PsumInvariant
+        | AllGatherInvariant
+        | Preduced
+        | VaryUnreducedCast
+        | UnreducedPsum
+        | ReducedVaryCast
+        | AllGatherReduced
+        | UnreducedReduceScatter
+        | RaggedAllToAll
+        | Psend
+        | Precv => super::parallel::collective(prim, params, args, size),
         // A start batches as its collective (the batched program runs the synchronous one);
         // a done passes the batched value through.
-        PsumStart | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart
-        | PpermuteStart => super::parallel::collective(prim.synchronous(), params, args, size),
+        PsumStart
+        | AllGatherStart
+        | ReduceScatterStart
+        | AllToAllStart
+        | PbroadcastStart
+        | PpermuteStart
+        | PsumInvariantStart
+        | UnreducedPsumStart
+        | UnreducedReduceScatterStart
+        | AllGatherReducedStart => {
+            super::parallel::collective(prim.synchronous(), params, args, size)
+        }
         PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
         | PpermuteDone => args.to_vec(),
         ShardMap => super::parallel::shard_map(params, args, size, out.len()),

@@ -14,7 +14,9 @@
 //! (and `pmap`'s) values carry no such types, and collectives take any operand.
 //!
 //! `ragged_all_to_all`, whose six operands carry its offsets and sizes, has its rules in
-//! `ragged.rs`; `psend` and `precv` (a token-ordered send and receive) in `p2p.rs`.
+//! `ragged.rs`; `psend` and `precv` (a token-ordered send and receive) in `p2p.rs`; the type
+//! rules of `reduced_vary_cast_p`, `all_gather_reduced` and `unreduced_reduce_scatter` (JAX's
+//! checks of reduced and unreduced axes) are in `reduced.rs`.
 //!
 //! A single device cannot evaluate a collective: the SPMD interpreter ([`crate::spmd`]) runs
 //! every device of the mesh in lock step and calls [`simulate`] with all devices' operands.
@@ -24,7 +26,7 @@ use std::collections::BTreeSet;
 use ndarray::{ArrayD, Axis};
 use tessera_sharding::{AbstractMesh, groups};
 
-use super::{CollectiveKind, CollectiveOp, CollectiveParams, Prim, arity, p2p, ragged};
+use super::{CollectiveKind, CollectiveOp, CollectiveParams, Prim, arity, p2p, ragged, reduced};
 use crate::array::{Array, Elem, is_exact_int};
 use crate::aval::ShapedArray;
 use crate::axis_env;
@@ -60,7 +62,10 @@ pub(super) fn abstract_eval(
         | CollectiveOp::AllGatherInvariant
         | CollectiveOp::Preduced
         | CollectiveOp::VaryUnreducedCast
-        | CollectiveOp::UnreducedPsum => 1,
+        | CollectiveOp::UnreducedPsum
+        | CollectiveOp::ReducedVaryCast
+        | CollectiveOp::AllGatherReduced
+        | CollectiveOp::UnreducedReduceScatter => 1,
     };
     arity(prim, inputs.len(), operands)?;
     let rank = inputs.first().map_or(0, ShapedArray::rank);
@@ -76,6 +81,16 @@ pub(super) fn abstract_eval(
     out.sharding = None;
     let checked = axis_env::check_vma();
     let axes: BTreeSet<String> = p.axes.iter().cloned().collect();
+    if matches!(
+        op,
+        CollectiveOp::AllGatherReduced | CollectiveOp::UnreducedReduceScatter
+    ) {
+        let n = p
+            .replica_groups(prim, &mesh)?
+            .first()
+            .map_or(1, |g| g.len() as i64);
+        return reduced::out_type(prim, &p, x, out, n);
+    }
     let invariant_operand = |what: &str| match p.axes.iter().find(|a| x.vma.contains(*a)) {
         Some(a) if checked => Err(type_error(
             prim.name(),
@@ -86,10 +101,26 @@ pub(super) fn abstract_eval(
     match p.kind {
         CollectiveKind::Preduced => {
             invariant_operand("preduced")?;
+            if !x.reduced().is_disjoint(&axes) {
+                return Err(type_error(
+                    prim.name(),
+                    format!("the operand is already reduced over some of its axes: {x}"),
+                ));
+            }
             out.set_reduced_unreduced(&x.reduced() | &axes, x.unreduced());
             return Ok(vec![out]);
         }
         CollectiveKind::UnreducedPsum => {
+            if x.unreduced().is_disjoint(&axes) {
+                return Err(type_error(
+                    prim.name(),
+                    format!(
+                        "is an Unreduced -> Invariant collective: the operand must be unreduced \
+                         (`U:`) over some of its axes, got {x}; cast a varying value with \
+                         vary_unreduced_cast first, or use psum"
+                    ),
+                ));
+            }
             invariant_operand("unreduced_psum")?;
             out.set_reduced_unreduced(x.reduced(), &x.unreduced() - &axes);
             return Ok(vec![out]);
@@ -104,6 +135,9 @@ pub(super) fn abstract_eval(
             out.vma = &x.vma - &axes;
             out.set_reduced_unreduced(x.reduced(), &x.unreduced() | &axes);
             return Ok(vec![out]);
+        }
+        CollectiveKind::ReducedVaryCast => {
+            return Ok(vec![reduced::reduced_vary_cast(prim, x, out, &axes)?]);
         }
         CollectiveKind::RaggedAllToAll => {
             let n = p
@@ -233,12 +267,13 @@ fn out_type(
         | CollectiveKind::Pvary
         | CollectiveKind::Preduced
         | CollectiveKind::VaryUnreducedCast
+        | CollectiveKind::ReducedVaryCast
         | CollectiveKind::UnreducedPsum => {}
     }
     Ok(vec![out])
 }
 
-fn check_axis_size(prim: Prim, axis_size: i64, n: i64) -> Result<()> {
+pub(super) fn check_axis_size(prim: Prim, axis_size: i64, n: i64) -> Result<()> {
     if axis_size != n {
         return Err(type_error(
             prim.name(),
@@ -250,7 +285,7 @@ fn check_axis_size(prim: Prim, axis_size: i64, n: i64) -> Result<()> {
 
 /// `psum_scatter`'s result shape: dimension `d` divided by `n` (tiled) or removed (untiled,
 /// where it must equal `n`).
-fn scatter_shape(shape: &[i64], d: usize, n: i64, tiled: bool) -> Result<Vec<i64>> {
+pub(super) fn scatter_shape(shape: &[i64], d: usize, n: i64, tiled: bool) -> Result<Vec<i64>> {
     let mut out = shape.to_vec();
     let size = shape[d];
     if tiled {
@@ -406,9 +441,10 @@ fn exchange(prim: Prim, kind: &CollectiveKind, xs: &[&Array]) -> Result<Vec<Arra
         }
         CollectiveKind::Pmax => fold(xs, i128::max, f64::max),
         CollectiveKind::Pmin => fold(xs, i128::min, f64::min),
-        CollectiveKind::Pvary | CollectiveKind::Preduced | CollectiveKind::VaryUnreducedCast => {
-            xs.iter().map(|x| x.elems()).collect()
-        }
+        CollectiveKind::Pvary
+        | CollectiveKind::Preduced
+        | CollectiveKind::VaryUnreducedCast
+        | CollectiveKind::ReducedVaryCast => xs.iter().map(|x| x.elems()).collect(),
         &CollectiveKind::Pbroadcast { source } => {
             let from = xs.get(source as usize).ok_or_else(|| {
                 IrError::Eval(format!(

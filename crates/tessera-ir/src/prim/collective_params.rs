@@ -20,8 +20,13 @@
 //! (`all_gather_dimension`, `axis_name`, `axis_size`, `tiled`) an [`CollectiveKind::AllGather`],
 //! without groups; their results are invariant over the axes. The casts of JAX's
 //! reduced/unreduced types take `axes`: `preduced` ([`CollectiveKind::Preduced`]),
-//! `vary_unreduced_cast_p` ([`CollectiveKind::VaryUnreducedCast`]) and `unreduced_psum`
-//! ([`CollectiveKind::UnreducedPsum`]).
+//! `vary_unreduced_cast_p` ([`CollectiveKind::VaryUnreducedCast`]), `reduced_vary_cast_p`
+//! ([`CollectiveKind::ReducedVaryCast`]) and `unreduced_psum`
+//! ([`CollectiveKind::UnreducedPsum`]). `all_gather_reduced` (`all_gather_dimension`,
+//! `axis_name`, `axis_size`, `tiled`) reads as an [`CollectiveKind::AllGather`] and
+//! `unreduced_reduce_scatter` (`axis_name`, `scatter_dimension`, `axis_size`, `tiled`) as a
+//! [`CollectiveKind::ReduceScatter`], both without groups; their rules tell them apart by
+//! [`CollectiveOp`] (the value's reduced/unreduced type changes, not the values).
 
 use tessera_sharding::{AbstractMesh, groups};
 
@@ -103,6 +108,9 @@ pub enum CollectiveKind {
     /// `unreduced_psum`: the sum over the axes of an operand unreduced over them; the result
     /// is invariant over them.
     UnreducedPsum,
+    /// `reduced_vary_cast_p`: the identity on values; the operand is reduced over the axes,
+    /// the result varies over them.
+    ReducedVaryCast,
     /// `ragged_all_to_all`: each device sends slices of its operand's leading dimension (at
     /// `input_offsets`, `send_sizes`) to the devices of its group and writes the slices it
     /// receives into a copy of `output` (where the senders' `output_offsets` say, `recv_sizes`
@@ -147,9 +155,19 @@ impl CollectiveParams {
         let op = prim.collective().ok_or_else(|| not_collective(prim))?;
         let axes_key = match op {
             Psum | Pmax | Pmin | Pvary | PsumInvariant | Preduced | VaryUnreducedCast
-            | UnreducedPsum => "axes",
-            AllGather | AllGatherInvariant | ReduceScatter | Ppermute | AllToAll | AxisIndex
-            | Pbroadcast | RaggedAllToAll | Psend | Precv => "axis_name",
+            | UnreducedPsum | ReducedVaryCast => "axes",
+            AllGather
+            | AllGatherInvariant
+            | ReduceScatter
+            | Ppermute
+            | AllToAll
+            | AxisIndex
+            | Pbroadcast
+            | RaggedAllToAll
+            | AllGatherReduced
+            | UnreducedReduceScatter
+            | Psend
+            | Precv => "axis_name",
         };
         Ok(CollectiveParams {
             axes: axis_names(prim, params, axes_key)?,
@@ -189,11 +207,14 @@ fn kind(prim: Prim, op: CollectiveOp, params: &Params, rank: usize) -> Result<Co
         CollectiveOp::Preduced => CollectiveKind::Preduced,
         CollectiveOp::VaryUnreducedCast => CollectiveKind::VaryUnreducedCast,
         CollectiveOp::UnreducedPsum => CollectiveKind::UnreducedPsum,
+        CollectiveOp::ReducedVaryCast => CollectiveKind::ReducedVaryCast,
         CollectiveOp::Pmax => CollectiveKind::Pmax,
         CollectiveOp::Pmin => CollectiveKind::Pmin,
         CollectiveOp::Pvary => CollectiveKind::Pvary,
         CollectiveOp::AxisIndex => CollectiveKind::AxisIndex,
-        CollectiveOp::AllGather | CollectiveOp::AllGatherInvariant => {
+        CollectiveOp::AllGather
+        | CollectiveOp::AllGatherInvariant
+        | CollectiveOp::AllGatherReduced => {
             let tiled = printed_bool(prim, params, "tiled")?;
             let result_rank = rank + usize::from(!tiled);
             CollectiveKind::AllGather {
@@ -202,11 +223,13 @@ fn kind(prim: Prim, op: CollectiveOp, params: &Params, rank: usize) -> Result<Co
                 axis_size: axis_size(prim, params)?,
             }
         }
-        CollectiveOp::ReduceScatter => CollectiveKind::ReduceScatter {
-            dimension: dimension(prim, params, "scatter_dimension", rank)?,
-            tiled: printed_bool(prim, params, "tiled")?,
-            axis_size: axis_size(prim, params)?,
-        },
+        CollectiveOp::ReduceScatter | CollectiveOp::UnreducedReduceScatter => {
+            CollectiveKind::ReduceScatter {
+                dimension: dimension(prim, params, "scatter_dimension", rank)?,
+                tiled: printed_bool(prim, params, "tiled")?,
+                axis_size: axis_size(prim, params)?,
+            }
+        }
         CollectiveOp::Ppermute => CollectiveKind::Ppermute {
             perm: permutation(prim, params)?,
         },
@@ -291,7 +314,10 @@ fn index_groups(prim: Prim, op: CollectiveOp, params: &Params) -> Result<Option<
         | CollectiveOp::AllGatherInvariant
         | CollectiveOp::Preduced
         | CollectiveOp::VaryUnreducedCast
-        | CollectiveOp::UnreducedPsum => match value {
+        | CollectiveOp::UnreducedPsum
+        | CollectiveOp::ReducedVaryCast
+        | CollectiveOp::AllGatherReduced
+        | CollectiveOp::UnreducedReduceScatter => match value {
             None => Ok(None),
             Some(v) if v.is_none() => Ok(None),
             Some(v) => Err(param_error(

@@ -25,6 +25,7 @@ mod random;
 mod random_params;
 mod reduce;
 mod reduce_params;
+mod reduced;
 mod rounding;
 pub(crate) mod scan;
 mod scatter;
@@ -137,10 +138,15 @@ prims! {
     UnreducedPsum => "unreduced_psum", RaggedAllToAll => "ragged_all_to_all",
     // Point-to-point sends and receives (see `p2p.rs`).
     Psend => "psend", Precv => "precv",
+    ReducedVaryCast => "reduced_vary_cast_p", AllGatherReduced => "all_gather_reduced",
+    UnreducedReduceScatter => "unreduced_reduce_scatter",
     // Asynchronous collectives (see `pending.rs`).
     PsumStart => "psum_start", AllGatherStart => "all_gather_start",
     ReduceScatterStart => "reduce_scatter_start", AllToAllStart => "all_to_all_start",
     PbroadcastStart => "pbroadcast_start", PpermuteStart => "ppermute_start",
+    PsumInvariantStart => "psum_invariant_start", UnreducedPsumStart => "unreduced_psum_start",
+    UnreducedReduceScatterStart => "unreduced_reduce_scatter_start",
+    AllGatherReducedStart => "all_gather_reduced_start",
     PsumDone => "psum_done", AllGatherDone => "all_gather_done",
     ReduceScatterDone => "reduce_scatter_done", AllToAllDone => "all_to_all_done",
     PbroadcastDone => "pbroadcast_done", PpermuteDone => "ppermute_done",
@@ -303,6 +309,9 @@ impl Prim {
             RaggedAllToAll => Family::Collective(CollectiveOp::RaggedAllToAll),
             Psend => Family::Collective(CollectiveOp::Psend),
             Precv => Family::Collective(CollectiveOp::Precv),
+            ReducedVaryCast => Family::Collective(CollectiveOp::ReducedVaryCast),
+            AllGatherReduced => Family::Collective(CollectiveOp::AllGatherReduced),
+            UnreducedReduceScatter => Family::Collective(CollectiveOp::UnreducedReduceScatter),
             // A start has its collective's parameters, type and values; a done is the
             // identity on values (`pending.rs`).
             PsumStart => Family::Collective(CollectiveOp::Psum),
@@ -311,6 +320,10 @@ impl Prim {
             AllToAllStart => Family::Collective(CollectiveOp::AllToAll),
             PbroadcastStart => Family::Collective(CollectiveOp::Pbroadcast),
             PpermuteStart => Family::Collective(CollectiveOp::Ppermute),
+            PsumInvariantStart => Family::Collective(CollectiveOp::PsumInvariant),
+            UnreducedPsumStart => Family::Collective(CollectiveOp::UnreducedPsum),
+            UnreducedReduceScatterStart => Family::Collective(CollectiveOp::UnreducedReduceScatter),
+            AllGatherReducedStart => Family::Collective(CollectiveOp::AllGatherReduced),
             PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
             | PpermuteDone => Family::Control(ControlOp::AsyncDone),
             Reshard => Family::Control(ControlOp::Reshard),
@@ -567,6 +580,17 @@ impl Prim {
             inputs.iter().flat_map(|a| a.vma.iter().cloned()).collect();
         for out in &mut outs {
             out.vma.clone_from(&vma);
+        }
+        // A sum of values reduced (or unreduced) over the same axes is so too, as in JAX: the
+        // cotangents of a reduced value's uses accumulate with `add_any` as unreduced values.
+        if matches!(self, Prim::Add | Prim::AddAny)
+            && let [a, b] = inputs
+            && a.reduced() == b.reduced()
+            && a.unreduced() == b.unreduced()
+        {
+            for out in &mut outs {
+                out.set_reduced_unreduced(a.reduced(), a.unreduced());
+            }
         }
         Ok(outs)
     }

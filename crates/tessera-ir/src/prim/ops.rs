@@ -191,6 +191,13 @@ pub enum CollectiveOp {
     Preduced,
     VaryUnreducedCast,
     UnreducedPsum,
+    /// `reduced_vary_cast_p`: a reduced value cast to a varying one (the identity on values).
+    ReducedVaryCast,
+    /// `all_gather_reduced`: an `all_gather` of a varying value whose result is reduced.
+    AllGatherReduced,
+    /// `unreduced_reduce_scatter` (`unreduced_psum_scatter`): a `psum_scatter` of an
+    /// unreduced value whose result varies.
+    UnreducedReduceScatter,
     RaggedAllToAll,
     Psend,
     Precv,

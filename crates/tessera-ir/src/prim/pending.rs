@@ -4,8 +4,14 @@
 //!
 //! Representation: one primitive per start and one per done, named as JAX names them
 //! (`psum_start`, `all_gather_start`, `reduce_scatter_start`, `all_to_all_start`,
-//! `pbroadcast_start`, `ppermute_start`, and `psum_done`, `all_gather_done`,
-//! `reduce_scatter_done`, `all_to_all_done`, `pbroadcast_done`, `ppermute_done`). A start
+//! `pbroadcast_start`, `ppermute_start`, the starts of the `check_vma` and reduced/unreduced
+//! collectives `psum_invariant_start`, `unreduced_psum_start`,
+//! `unreduced_reduce_scatter_start` and `all_gather_reduced_start`, and `psum_done`,
+//! `all_gather_done`, `reduce_scatter_done`, `all_to_all_done`, `pbroadcast_done`,
+//! `ppermute_done`). As in JAX, the four later starts have no done of their own: `psum_done`
+//! ends `psum_invariant_start` and `unreduced_psum_start` (JAX's `psum_start` binds either,
+//! by the operand's type), `reduce_scatter_done` ends `unreduced_reduce_scatter_start` and
+//! `all_gather_done` ends `all_gather_reduced_start`. A start
 //! belongs to the collective family with its synchronous collective's `CollectiveOp`, so it
 //! takes the same parameters (printed the same way), has the same shape and `vma` rule and is
 //! simulated by the same code; a done takes no parameters and is the identity on values.
@@ -36,7 +42,7 @@ use super::Prim;
 use crate::jaxpr::{Atom, Jaxpr};
 
 /// The starts, their synchronous collectives and their dones.
-const PAIRS: [(Prim, Prim, Prim); 6] = [
+const PAIRS: [(Prim, Prim, Prim); 10] = [
     (Prim::PsumStart, Prim::Psum, Prim::PsumDone),
     (Prim::AllGatherStart, Prim::AllGather, Prim::AllGatherDone),
     (
@@ -51,6 +57,27 @@ const PAIRS: [(Prim, Prim, Prim); 6] = [
         Prim::PbroadcastDone,
     ),
     (Prim::PpermuteStart, Prim::Ppermute, Prim::PpermuteDone),
+    // JAX ends these with the done of the collective they share a wrapper with.
+    (
+        Prim::PsumInvariantStart,
+        Prim::PsumInvariant,
+        Prim::PsumDone,
+    ),
+    (
+        Prim::UnreducedPsumStart,
+        Prim::UnreducedPsum,
+        Prim::PsumDone,
+    ),
+    (
+        Prim::UnreducedReduceScatterStart,
+        Prim::UnreducedReduceScatter,
+        Prim::ReduceScatterDone,
+    ),
+    (
+        Prim::AllGatherReducedStart,
+        Prim::AllGatherReduced,
+        Prim::AllGatherDone,
+    ),
 ];
 
 impl Prim {

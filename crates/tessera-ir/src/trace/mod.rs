@@ -44,6 +44,7 @@ pub use collectives::{shard_map, shard_map_program};
 pub use flow::{
     Branch, cond, custom_jvp, custom_vjp, fori_loop, fori_loop_dynamic, scan, switch, while_loop,
 };
+pub use invariant::PcastTo;
 pub use loops::{default_ops, treduce, treduce_i};
 pub use nn::where_;
 pub use p2p::{SendToken, precv, precv_over};
@@ -262,7 +263,8 @@ impl Tensor {
 }
 
 /// Inside `shard_map`, operands of a local primitive must vary over the same manual axes: as
-/// JAX does, a variable that varies over fewer axes than its partners is cast with `pvary`
+/// JAX does, a variable that varies over fewer axes than its partners is cast with `pvary` (or,
+/// when it is reduced over exactly those axes, with `reduced_vary_cast_p`)
 /// (whose transpose, `psum`, is what makes gradients of invariant values correct). Literals stay
 /// as they are: they carry no cotangent.
 fn lift_to_common_vma(prim: Prim, inputs: &[&Tensor]) -> Vec<Tensor> {
@@ -283,6 +285,11 @@ fn lift_to_common_vma(prim: Prim, inputs: &[&Tensor]) -> Vec<Tensor> {
             let missing: Vec<String> = all.difference(&t.aval.vma).cloned().collect();
             if missing.is_empty() || matches!(t.atom, Atom::Lit(_)) {
                 (*t).clone()
+            } else if t.aval.reduced().iter().eq(missing.iter()) {
+                // A value reduced over exactly the missing axes is cast with
+                // `reduced_vary_cast_p` (JAX's `auto_insert_reshard`), whose transpose leaves
+                // the sum to the `preduced` that made it reduced.
+                t.reduced_vary_cast(&missing)
             } else {
                 t.pvary(&missing)
             }

@@ -25,7 +25,7 @@ pub struct Pending {
 }
 
 impl Pending {
-    fn new(start: Prim, started: Tensor) -> Self {
+    pub(super) fn new(start: Prim, started: Tensor) -> Self {
         Pending {
             started,
             done: start.async_done().unwrap_or(start),

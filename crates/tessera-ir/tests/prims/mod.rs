@@ -16,6 +16,21 @@ pub const FORWARD_ONLY: &[Prim] = &[Prim::While];
 /// The collectives that have no derivative (as in JAX).
 pub const NOT_DIFFERENTIABLE: &[Prim] = &[Prim::Pmax, Prim::Pmin, Prim::Psend, Prim::Precv];
 
+/// The primitives whose examples `vmap` refuses (JAX's batchers of the reduced/unreduced
+/// collectives raise NotImplementedError): the example uses the primitive itself or, for
+/// `preduced`, the `reduced_vary_cast_p` the tracing API inserts after it.
+pub const NOT_BATCHED: &[Prim] = &[
+    Prim::Preduced,
+    Prim::VaryUnreducedCast,
+    Prim::UnreducedPsum,
+    Prim::ReducedVaryCast,
+    Prim::AllGatherReduced,
+    Prim::UnreducedReduceScatter,
+    Prim::UnreducedPsumStart,
+    Prim::AllGatherReducedStart,
+    Prim::UnreducedReduceScatterStart,
+];
+
 /// `shard_map(f)` over a 2×2 mesh (`x`, `y`) on f64 arguments of `shapes`, operand `i` laid
 /// out by `in_specs[i]`, one result laid out by `out_spec`.
 fn on_mesh(
@@ -68,6 +83,46 @@ fn collective(prim: Prim) -> ClosedJaxpr {
         Prim::VaryUnreducedCast | Prim::UnreducedPsum => {
             single(|a| &a.sin().vary_unreduced_cast(&["y"]).unreduced_psum(&["y"]) * a)
         }
+        Prim::ReducedVaryCast => single(|a| {
+            &a.psum(&["y"])
+                .preduced(&["y"])
+                .sin()
+                .reduced_vary_cast(&["y"])
+                * a
+        }),
+        Prim::AllGatherReduced => single(|a| {
+            let gathered = a.all_gather_reduced("y", 1, true).sin();
+            &Tensor::slice_axis(&gathered, 1, 1, 3) * a
+        }),
+        Prim::UnreducedReduceScatter => single(|a| {
+            let scattered = a
+                .sin()
+                .vary_unreduced_cast(&["y"])
+                .unreduced_psum_scatter("y", 1, true);
+            &scattered.all_gather("y", 1, true) * a
+        }),
+        Prim::PsumInvariantStart => single(|a| {
+            let pending = a.psum_invariant_start(&["x"]);
+            &pending.done() * &a.sin()
+        }),
+        Prim::UnreducedPsumStart => single(|a| {
+            let pending = a
+                .sin()
+                .vary_unreduced_cast(&["y"])
+                .unreduced_psum_start(&["y"]);
+            &pending.done() * a
+        }),
+        Prim::AllGatherReducedStart => single(|a| {
+            let pending = a.all_gather_reduced_start("y", 0, false);
+            &pending.done().sum(&[0]) * a
+        }),
+        Prim::UnreducedReduceScatterStart => single(|a| {
+            let pending = a
+                .cos()
+                .vary_unreduced_cast(&["x"])
+                .unreduced_psum_scatter_start("x", 0, false);
+            &pending.done().all_gather("x", 0, false) * a
+        }),
         // Asynchronous collectives: work traced between the start and the done.
         Prim::PsumStart | Prim::PsumDone => single(|a| {
             let pending = a.psum_start(&["x"]);
@@ -324,12 +379,44 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             "c:f64[2,3] = jit[\nname=inner\njaxpr={ lambda ; x:f64[2,3] y:f64[2,3]. let\nz:f64[2,3] = mul x y\nw:f64[2,3] = sin z\nin (w,) }\n] a b",
             "c",
         ),
-        Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
-        | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll | ShardMap | PsumStart
-        | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart | PpermuteStart
-        | PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
-        | PpermuteDone | Psend | Precv => collective(prim),
+        Psum
+        | Pmax
+        | Pmin
+        | AllGather
+        | ReduceScatter
+        | Ppermute
+        | AllToAll
+        | AxisIndex
+        | Pvary
+        | Pbroadcast
+        | PsumInvariant
+        | AllGatherInvariant
+        | Preduced
+        | VaryUnreducedCast
+        | UnreducedPsum
+        | RaggedAllToAll
+        | ShardMap
+        | PsumStart
+        | AllGatherStart
+        | ReduceScatterStart
+        | AllToAllStart
+        | PbroadcastStart
+        | PpermuteStart
+        | PsumDone
+        | AllGatherDone
+        | ReduceScatterDone
+        | AllToAllDone
+        | PbroadcastDone
+        | PpermuteDone
+        | ReducedVaryCast
+        | AllGatherReduced
+        | UnreducedReduceScatter
+        | Psend
+        | Precv
+        | PsumInvariantStart
+        | UnreducedPsumStart
+        | UnreducedReduceScatterStart
+        | AllGatherReducedStart => collective(prim),
         Treduce => {
             let f64 = |s: &[i64]| ShapedArray::new(DType::F64, s);
             tessera_ir::trace::trace(&[f64(&[3]), f64(&[4, 3])], |a| {

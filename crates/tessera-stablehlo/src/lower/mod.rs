@@ -368,17 +368,39 @@ fn lower_eqn<'c, 'b>(
         ShardingConstraint => constraint::sharding_constraint(ctx, p, inputs),
         Jit => control::call(ctx, p, inputs, functions, None),
         Checkpoint => control::call(ctx, p, inputs, functions, Some("checkpoint")),
-        Psum | Pmax | Pmin | AllGather | ReduceScatter | Ppermute | AllToAll | AxisIndex
-        | Pvary | Pbroadcast | PsumInvariant | AllGatherInvariant | Preduced
-        | VaryUnreducedCast | UnreducedPsum | RaggedAllToAll => {
-            parallel::collective(ctx, eqn.prim, p, inputs)
-        }
+        Psum
+        | Pmax
+        | Pmin
+        | AllGather
+        | ReduceScatter
+        | Ppermute
+        | AllToAll
+        | AxisIndex
+        | Pvary
+        | Pbroadcast
+        | PsumInvariant
+        | AllGatherInvariant
+        | Preduced
+        | VaryUnreducedCast
+        | UnreducedPsum
+        | ReducedVaryCast
+        | AllGatherReduced
+        | UnreducedReduceScatter
+        | RaggedAllToAll => parallel::collective(ctx, eqn.prim, p, inputs),
         // `stablehlo.send`/`stablehlo.recv` as JAX's GPU lowering emits them.
         Psend | Precv => p2p::lower(ctx, eqn.prim, p, inputs),
         // A start lowers to `async_start` around its collective, its done to `async_done`
         // (or both synchronously where the collective takes several operations: `pending.rs`).
-        PsumStart | AllGatherStart | ReduceScatterStart | AllToAllStart | PbroadcastStart
-        | PpermuteStart => pending::start(ctx, eqn.prim, p, inputs),
+        PsumStart
+        | AllGatherStart
+        | ReduceScatterStart
+        | AllToAllStart
+        | PbroadcastStart
+        | PpermuteStart
+        | PsumInvariantStart
+        | UnreducedPsumStart
+        | UnreducedReduceScatterStart
+        | AllGatherReducedStart => pending::start(ctx, eqn.prim, p, inputs),
         PsumDone | AllGatherDone | ReduceScatterDone | AllToAllDone | PbroadcastDone
         | PpermuteDone => pending::done(ctx, inputs),
         ShardMap => parallel::shard_map(ctx, p, inputs, functions),

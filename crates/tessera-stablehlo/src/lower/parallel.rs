@@ -222,9 +222,10 @@ pub(super) fn collective<'c, 'b>(
     let out = &ctx.out_avals[0];
     let groups = || p.replica_groups(prim, &mesh).map_err(ir);
     let value = match &p.kind {
-        CollectiveKind::Pvary | CollectiveKind::Preduced | CollectiveKind::VaryUnreducedCast => {
-            inputs[0]
-        }
+        CollectiveKind::Pvary
+        | CollectiveKind::Preduced
+        | CollectiveKind::VaryUnreducedCast
+        | CollectiveKind::ReducedVaryCast => inputs[0],
         CollectiveKind::AxisIndex => axis_index(ctx, &mesh, &p.axes)?,
         CollectiveKind::Psum | CollectiveKind::UnreducedPsum => {
             all_reduce(ctx, ReduceKind::Sum, inputs[0], &groups()?)?

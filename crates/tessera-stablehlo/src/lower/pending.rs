@@ -9,7 +9,13 @@
 //! over a single device, which is no operation at all), the start lowers as the synchronous
 //! collective and its done as the identity: the values are the same, and XLA schedules
 //! collectives asynchronously by itself. (JAX refuses to lower an untiled `reduce_scatter_start`
-//! and lowers `pbroadcast_start` on GPU only.)
+//! and lowers `pbroadcast_start` on GPU only.) An untiled `unreduced_reduce_scatter_start` is
+//! refused with [`LowerError::Unsupported`], as JAX refuses it.
+//!
+//! The starts of the reduced/unreduced collectives (`psum_invariant_start`,
+//! `unreduced_psum_start`, `all_gather_reduced_start`, `unreduced_reduce_scatter_start`) wrap
+//! the lowering of their collective, which is that of `psum`, `all_gather` and
+//! `psum_scatter` (the types differ, not the values).
 
 use melior::ir::block::BlockLike;
 use melior::ir::operation::OperationLike;
@@ -27,6 +33,17 @@ pub(super) fn start<'c, 'b>(
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    if prim == Prim::UnreducedReduceScatterStart
+        && params.get("tiled") == Some(&tessera_ir::ParamValue::Bool(false))
+    {
+        return Err(LowerError::Unsupported {
+            prim: prim.name().into(),
+            reason: "an untiled unreduced_reduce_scatter_start has no asynchronous lowering (nor \
+                     in JAX, whose lowering raises NotImplementedError); pass tiled=true, or \
+                     use the synchronous unreduced_psum_scatter"
+                .into(),
+        });
+    }
     let (Some(x), Some(out)) = (ctx.in_avals.first(), ctx.out_avals.first()) else {
         return Err(LowerError::Build(format!(
             "{} takes one operand and gives one result",
