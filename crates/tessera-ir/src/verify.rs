@@ -145,7 +145,9 @@ fn reduced_mismatch(
         | C::Pbroadcast
         | C::PsumInvariant
         | C::AllGatherInvariant
-        | C::RaggedAllToAll => false,
+        | C::RaggedAllToAll
+        | C::Psend
+        | C::Precv => false,
     };
     let (e, w) = expected
         .iter()

@@ -75,7 +75,9 @@ pub(super) fn collective(prim: Prim, params: &Params, args: &[Batched], size: i6
             | CollectiveOp::Pbroadcast
             | CollectiveOp::PsumInvariant
             | CollectiveOp::AllGatherInvariant
-            | CollectiveOp::RaggedAllToAll,
+            | CollectiveOp::RaggedAllToAll
+            | CollectiveOp::Psend
+            | CollectiveOp::Precv,
         )
         | None => {}
     }

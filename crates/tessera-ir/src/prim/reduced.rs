@@ -171,6 +171,8 @@ pub(super) fn out_type(
         | CollectiveKind::UnreducedPsum
         | CollectiveKind::ReducedVaryCast
         | CollectiveKind::RaggedAllToAll
+        | CollectiveKind::Psend { .. }
+        | CollectiveKind::Precv { .. }
         | CollectiveKind::Pbroadcast { .. } => {
             return Err(type_error(
                 prim.name(),
