@@ -519,10 +519,10 @@ fn p2p_not_differentiable(prim: Prim) -> String {
 /// The JVP of `psend` and `precv`: none. A tangent reaching either is a typed error naming it;
 /// without one (a constant sent, or the token into `precv`) the result has no tangent.
 pub(super) fn p2p_jvp(prim: Prim, y: &[Tensor], ts: &[Option<Tensor>]) -> Vec<Option<Tensor>> {
-    match (ts.iter().flatten().next(), y.first()) {
-        (Some(_), Some(y0)) => vec![Some(y0.fail(prim.name(), p2p_not_differentiable(prim)))],
-        _ => vec![None],
+    if let (Some(_), Some(y0)) = (ts.iter().flatten().next(), y.first()) {
+        return vec![Some(y0.fail(prim.name(), p2p_not_differentiable(prim)))];
     }
+    vec![None]
 }
 
 /// The transpose of `psend` and `precv`: none. A cotangent reaching either is a typed error

@@ -49,19 +49,24 @@ pub(super) fn out_shape(prim: Prim, params: &Params) -> Result<ShapedArray> {
     let value = params
         .get("out_shape")
         .ok_or_else(|| bad("a type, `ShapedArray(float32[4])` (JAX prints it)".into()))?;
-    let (text, weak) = match value {
-        ParamValue::Record(name, fields) if name == "ShapedArray" => {
-            let text = fields.iter().find_map(|(k, v)| match (k.as_str(), v) {
-                ("", ParamValue::Name(t)) => Some(t.clone()),
-                _ => None,
-            });
-            let weak = fields
-                .iter()
-                .any(|(k, v)| k == "weak_type" && *v == ParamValue::Bool(true));
-            (text, weak)
-        }
-        ParamValue::Name(t) => (Some(t.clone()), false),
-        _ => (None, false),
+    let (text, weak) = if let ParamValue::Record(name, fields) = value
+        && name == "ShapedArray"
+    {
+        let text = fields.iter().find_map(|(k, v)| {
+            if let ("", ParamValue::Name(t)) = (k.as_str(), v) {
+                Some(t.clone())
+            } else {
+                None
+            }
+        });
+        let weak = fields
+            .iter()
+            .any(|(k, v)| k == "weak_type" && *v == ParamValue::Bool(true));
+        (text, weak)
+    } else if let ParamValue::Name(t) = value {
+        (Some(t.clone()), false)
+    } else {
+        (None, false)
     };
     let parsed = text.as_deref().and_then(parse_type);
     let Some(mut aval) = parsed else {

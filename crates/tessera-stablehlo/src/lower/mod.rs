@@ -388,7 +388,8 @@ fn lower_eqn<'c, 'b>(
         | UnreducedReduceScatter
         | RaggedAllToAll => parallel::collective(ctx, eqn.prim, p, inputs),
         // `stablehlo.send`/`stablehlo.recv` as JAX's GPU lowering emits them.
-        Psend | Precv => p2p::lower(ctx, eqn.prim, p, inputs),
+        Psend => p2p::lower(ctx, p2p::Direction::Send, eqn.prim, p, inputs),
+        Precv => p2p::lower(ctx, p2p::Direction::Receive, eqn.prim, p, inputs),
         // A start lowers to `async_start` around its collective, its done to `async_done`
         // (or both synchronously where the collective takes several operations: `pending.rs`).
         PsumStart

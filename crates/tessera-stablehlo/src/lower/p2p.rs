@@ -21,9 +21,19 @@ use crate::emit::quote;
 /// The MLIR type of a token.
 pub(super) const TOKEN: &str = "!stablehlo.token";
 
+/// Which of the pair an equation is.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Direction {
+    /// `psend`.
+    Send,
+    /// `precv`.
+    Receive,
+}
+
 /// Lowers a `psend` or a `precv`.
 pub(super) fn lower<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
+    direction: Direction,
     prim: Prim,
     params: &Params,
     inputs: &[Value<'c, 'b>],
@@ -52,12 +62,12 @@ pub(super) fn lower<'c, 'b>(
             prim.name()
         )));
     };
-    match prim {
-        Prim::Psend => {
+    match direction {
+        Direction::Send => {
             let token = ctx.body.op("stablehlo.after_all", &[], &[TOKEN], &[])?[0];
             ctx.body.op("stablehlo.send", &[x, token], &[TOKEN], &attrs)
         }
-        _ => {
+        Direction::Receive => {
             let out = mlir_type(&ctx.out_avals[0]);
             let received = ctx
                 .body

@@ -274,8 +274,11 @@ pub(super) fn collective<'c, 'b>(
             }
         }
         CollectiveKind::RaggedAllToAll => ragged_all_to_all(ctx, inputs, &groups()?)?,
-        CollectiveKind::Psend { .. } | CollectiveKind::Precv { .. } => {
-            return super::p2p::lower(ctx, prim, params, inputs);
+        CollectiveKind::Psend { .. } => {
+            return super::p2p::lower(ctx, super::p2p::Direction::Send, prim, params, inputs);
+        }
+        CollectiveKind::Precv { .. } => {
+            return super::p2p::lower(ctx, super::p2p::Direction::Receive, prim, params, inputs);
         }
         CollectiveKind::Ppermute { perm } => {
             let pairs = groups::permute_pairs(&mesh, &p.axes, perm)
