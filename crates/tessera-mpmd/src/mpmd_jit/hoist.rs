@@ -67,7 +67,7 @@ pub(super) fn hoist(step: &ClosedJaxpr, index: usize) -> Result<Option<ClosedJax
     }
     let mut code: Vec<usize> = code.into_iter().collect();
     code.sort_unstable();
-    let new_body = body_reading(&p.body, p.num_invariants, &moved)?;
+    let new_body = body_reading(p.body, p.num_invariants, &moved)?;
     let num_invariants = p.num_invariants + moved.len();
     let mut params = treduce_params(
         new_body,
