@@ -14,7 +14,7 @@ use tessera_ir::prim::ReduceOp;
 use tessera_ir::trace::{trace, treduce, value_and_grad_call};
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
 use tessera_mpmd::driver::DriverError;
-use tessera_mpmd::{Fusion, MpmdJitOptions, MpmdMesh, mpmd_jit, mpmd_jit_with};
+use tessera_mpmd::{Fusion, MpmdJitOptions, MpmdMesh, StepArg, mpmd_jit, mpmd_jit_with};
 use tessera_pjrt::Client;
 use tessera_sharding::Mesh;
 
@@ -260,6 +260,32 @@ fn values_computed_before_the_loop_are_differentiated_like_parameters() {
         3,
         3,
     );
+}
+
+#[test]
+fn computed_values_train_over_steps_from_weights_left_on_the_groups() {
+    // Step two and three read the weights the step before left on the groups: the masked and
+    // scaled weights are computed there and moved to the stages reading them.
+    let program = computed_step(true, "1f1b");
+    let client = Client::cpu(8).unwrap();
+    let jit = mpmd_jit(&client, &mesh(2), &program).unwrap();
+    let mut want_args = step_args();
+    let mut call: Vec<StepArg> = want_args
+        .iter()
+        .map(|a| StepArg::Host(to_host(a).unwrap()))
+        .collect();
+    for n in 1..=3 {
+        let want = eval_closed(&program, &want_args).unwrap();
+        let run = jit.call_mpmd(&call).unwrap();
+        let got: Vec<_> = run.outputs.iter().map(|o| o.to_host().unwrap()).collect();
+        assert_close(&got, &want, &format!("step {n}"));
+        assert_eq!(jit.before_loop_runs().map(|r| r.on_groups), Some(n));
+        for (arg, out) in call.iter_mut().zip(&run.outputs).take(2) {
+            *arg = out.clone().into_arg();
+        }
+        assert!(matches!(call[0], StepArg::Mpmd(_)), "w0' stays on a group");
+        want_args[..2].clone_from_slice(&want[..2]);
+    }
 }
 
 #[test]
