@@ -28,6 +28,12 @@ pub(super) enum Operand {
 pub(super) enum LossInput {
     /// A parameter: step argument `i`, the same for every micro-batch.
     Param(usize),
+    /// A differentiated loop invariant the step computes before the loop (`w.astype(bf16)`,
+    /// `w * mask`): result `c` of that code, placed on the groups of the stages reading it like
+    /// a parameter; its gradient (with respect to the computed value, as JAX's
+    /// `value_and_grad` of its argument) accumulates over the micro-batches like a
+    /// parameter's.
+    ComputedParam(usize),
     /// Loop-invariant data, the same for every micro-batch.
     Invariant(Operand),
     /// Sliced data: micro-batch `mb` of the operand.
@@ -156,7 +162,7 @@ pub(super) fn read_body(
     let inputs = (0..body.invars.len())
         .map(|b| loss_input(b, &argnums, p.num_invariants, operands[b]))
         .collect::<Result<_, _>>()?;
-    let loss = body_loss(body, at, &primal)?;
+    let loss = body_loss(body, at, &primal, &call_argnums)?;
     Ok(LoopBody {
         aux: primal.jaxpr.outvars.len().saturating_sub(1),
         loss,
@@ -202,7 +208,9 @@ pub(super) fn is_value_and_grad(eqn: &Eqn) -> bool {
 }
 
 /// The body argument behind each differentiated argument of the call at `at`: a loop
-/// invariant read by nothing else in the body.
+/// invariant (a step argument, or a value the step computes before the loop), differentiated
+/// once. Other code of the body may read it too (a regularizer, a metric): it reads its value,
+/// not its gradient ([`body_loss`]).
 fn differentiated_args(
     body: &Jaxpr,
     at: usize,
@@ -210,41 +218,35 @@ fn differentiated_args(
     num_invariants: usize,
 ) -> Result<Vec<usize>, DriverError> {
     let call = &body.eqns[at];
-    call_argnums
-        .iter()
-        .map(|&a| {
-            let b = match call.inputs.get(a) {
-                Some(Atom::Var(v)) => body.invars.iter().position(|i| i == v),
-                _ => None,
-            }
-            .ok_or_else(|| {
-                config(format!(
-                    "argument {a} of the loss is differentiated but is computed in the loop \
-                     body; pass the parameter itself as a loop invariant"
-                ))
-            })?;
-            if b >= num_invariants {
-                return Err(config(format!(
-                    "argument {a} of the loss is differentiated but sliced per micro-batch; pass \
-                     parameters as loop invariants"
-                )));
-            }
-            let var = Atom::Var(body.invars[b]);
-            let uses = body
-                .eqns
-                .iter()
-                .flat_map(|e| &e.inputs)
-                .filter(|x| **x == var)
-                .count();
-            if uses != 1 {
-                return Err(config(format!(
-                    "loop invariant {b} is differentiated (argument {a} of the loss) and also \
-                     read elsewhere in the loop body; read a parameter only as the loss's argument"
-                )));
-            }
-            Ok(b)
-        })
-        .collect()
+    let mut seen: Vec<usize> = Vec::new();
+    for &a in call_argnums {
+        let b = match call.inputs.get(a) {
+            Some(Atom::Var(v)) => body.invars.iter().position(|i| i == v),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            config(format!(
+                "argument {a} of the loss is differentiated but is computed in the loop \
+                 body (once per micro-batch); compute it before the loop (it is then \
+                 differentiated as a loop invariant) or pass the parameter itself as a loop \
+                 invariant"
+            ))
+        })?;
+        if b >= num_invariants {
+            return Err(config(format!(
+                "argument {a} of the loss is differentiated but sliced per micro-batch; pass \
+                 parameters as loop invariants"
+            )));
+        }
+        if seen.contains(&b) {
+            return Err(config(format!(
+                "loop invariant {b} is differentiated twice (argument {a} of the loss and an \
+                 earlier one); differentiate each parameter once"
+            )));
+        }
+        seen.push(b);
+    }
+    Ok(seen)
 }
 
 fn loss_input(
@@ -255,17 +257,24 @@ fn loss_input(
 ) -> Result<LossInput, DriverError> {
     match (params.contains(&b), b < num_invariants, operand) {
         (true, _, Operand::Arg(i)) => Ok(LossInput::Param(i)),
-        (true, _, Operand::Computed(_)) => Err(config(format!(
-            "loop invariant {b} is differentiated but computed in the step before the loop; pass \
-             the parameter itself as an argument of the step"
-        ))),
+        (true, _, Operand::Computed(c)) => Ok(LossInput::ComputedParam(c)),
         (false, true, o) => Ok(LossInput::Invariant(o)),
         (false, false, o) => Ok(LossInput::Sliced(o)),
     }
 }
 
 /// The body as one loss program: its code before the call, then the call's primal program.
-fn body_loss(body: &Jaxpr, at: usize, primal: &ClosedJaxpr) -> Result<ClosedJaxpr, DriverError> {
+/// A differentiated argument the body also reads elsewhere (its code before the call, or a
+/// non-differentiated argument of the call) is read there through `stop_gradient`: the call's
+/// gradient is with respect to its differentiated arguments alone, as JAX's `value_and_grad`,
+/// so the loss program's gradient with respect to that parameter must not flow through its
+/// other reads.
+fn body_loss(
+    body: &Jaxpr,
+    at: usize,
+    primal: &ClosedJaxpr,
+    call_argnums: &[usize],
+) -> Result<ClosedJaxpr, DriverError> {
     let call = &body.eqns[at];
     let read_by_others = body.eqns.iter().enumerate().any(|(i, e)| {
         i != at
@@ -278,16 +287,54 @@ fn body_loss(body: &Jaxpr, at: usize, primal: &ClosedJaxpr) -> Result<ClosedJaxp
             "the loop body reads the value_and_grad_call's results; return them as they are",
         ));
     }
+    // The body arguments differentiated (`read_body` checked each is one).
+    let differentiated: Vec<usize> = call_argnums
+        .iter()
+        .filter_map(|&a| match call.inputs.get(a) {
+            Some(Atom::Var(v)) => body.invars.iter().position(|i| i == v),
+            _ => None,
+        })
+        .collect();
+    let reads = |b: usize| {
+        let var = Atom::Var(body.invars[b]);
+        let in_call = call.inputs.iter().filter(|x| **x == var).count();
+        let elsewhere = body
+            .eqns
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != at)
+            .flat_map(|(_, e)| &e.inputs)
+            .any(|x| *x == var);
+        elsewhere || in_call > 1
+    };
+    let cut: Vec<usize> = differentiated.into_iter().filter(|&b| reads(b)).collect();
     trace(&body.in_avals(), |args| {
         let Some(anchor) = args.first().cloned() else {
             return Vec::new();
         };
-        let bound = body.invars.iter().copied().zip(args.iter().cloned());
+        let bound = body.invars.iter().enumerate().map(|(b, &v)| {
+            let value = match cut.contains(&b) {
+                true => args[b].stop_gradient(),
+                false => args[b].clone(),
+            };
+            (v, value)
+        });
         let env = replay_where(body, bound, &anchor, |i| i != at);
         let operands: Vec<Tensor> = call
             .inputs
             .iter()
-            .map(|a| replay_atom(&env, &anchor, a))
+            .enumerate()
+            .map(|(j, a)| {
+                let raw = match a {
+                    Atom::Var(v) if call_argnums.contains(&j) => body
+                        .invars
+                        .iter()
+                        .position(|i| i == v)
+                        .map(|b| args[b].clone()),
+                    _ => None,
+                };
+                raw.unwrap_or_else(|| replay_atom(&env, &anchor, a))
+            })
             .collect();
         call_closed(primal, &operands.iter().collect::<Vec<_>>())
     })

@@ -14,7 +14,7 @@
 //! transport, so every process computes them on its host from the arguments (which is why every
 //! process reads every argument of such a step, [`super::MpmdJit::reads_here`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -26,7 +26,7 @@ use tessera_sharding::{NamedSharding, PartitionSpec};
 use super::analyze::{LossInput, Operand};
 use super::pieces::{PieceLayout, compile_program};
 use super::{MpmdJit, StepArg, config};
-use crate::driver::DriverError;
+use crate::driver::{DriverError, Placed};
 use crate::host::{from_host, to_host};
 use crate::runtime::{CompilerOptions, PjrtExecutor};
 
@@ -198,6 +198,52 @@ impl MpmdJit {
                 Ok(values.into_iter().map(Computed::Host).collect())
             }
         }
+    }
+
+    /// The differentiated loop invariants the code before the loop computed
+    /// ([`LossInput::ComputedParam`]), added to `params` by loss argument: each on every group
+    /// of this process running a stage that reads it (moved there from the group that computed
+    /// it), or on the host under several processes.
+    pub(super) fn computed_params(
+        &self,
+        computed: &[Computed],
+        params: &mut HashMap<usize, Placed>,
+    ) -> Result<(), DriverError> {
+        for (a, input) in self.loss_inputs.iter().enumerate() {
+            let LossInput::ComputedParam(c) = *input else {
+                continue;
+            };
+            let groups: Vec<usize> = self
+                .pipeline
+                .groups_of_param(a)
+                .into_iter()
+                .filter(|&g| self.pipeline.is_local(g))
+                .collect();
+            if groups.is_empty() {
+                continue;
+            }
+            let placed = match computed.get(c) {
+                Some(Computed::Host(h)) => Placed::Host(h.clone()),
+                Some(Computed::Whole(d)) => {
+                    let spec = self.pipeline.specs().param(a);
+                    let mut arrays = BTreeMap::new();
+                    for g in groups {
+                        let mesh = self.mesh.group(g)?;
+                        let moved = crate::cross_group::onto_group(&self.client, d, mesh, &spec)?;
+                        arrays.insert(g, moved);
+                    }
+                    Placed::PerGroup(arrays)
+                }
+                _ => {
+                    return Err(config(format!(
+                        "loop invariant {a}, differentiated, was not computed whole by the code \
+                         before the loop"
+                    )));
+                }
+            };
+            params.insert(a, placed);
+        }
+        Ok(())
     }
 
     /// The group the code before the loop runs on: that of its first argument already on a

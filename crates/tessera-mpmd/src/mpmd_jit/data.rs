@@ -32,12 +32,13 @@ pub(super) struct Slicers {
 type Compiled = (PjrtExecutor, HashMap<(usize, usize), usize>);
 
 impl MpmdJit {
-    /// Every micro-batch's data: for each loss argument that is not a parameter, its value.
+    /// Every micro-batch's data: for each loss argument that is not a parameter, its value
+    /// (`computed`: the loop operands the code before the loop computed this step).
     pub(super) fn micro_batches(
         &self,
         args: &[StepArg],
+        computed: &[Computed],
     ) -> Result<Vec<HashMap<usize, Placed>>, DriverError> {
-        let computed = self.computed_operands(args)?;
         let device = |a: DeviceArray| Placed::Device(Box::new(a));
         let host_slices = |host: &HostArray| -> Result<Vec<Placed>, DriverError> {
             (0..self.length)
@@ -47,7 +48,7 @@ impl MpmdJit {
         let mut data: Vec<HashMap<usize, Placed>> = vec![HashMap::new(); self.length];
         for (a, input) in self.loss_inputs.iter().enumerate() {
             let slices: Vec<Placed> = match *input {
-                LossInput::Param(_) => continue,
+                LossInput::Param(_) | LossInput::ComputedParam(_) => continue,
                 LossInput::Invariant(Operand::Arg(i)) => vec![args[i].placed()?; self.length],
                 LossInput::Sliced(Operand::Arg(i)) => match &args[i] {
                     StepArg::Mpmd(m) => self

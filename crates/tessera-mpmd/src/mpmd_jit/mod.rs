@@ -25,7 +25,10 @@
 //! among them, metrics the body computes beside the call from its loss and auxiliary results,
 //! the micro-batch and the parameters, combined by their own reduction (`whole_body.rs` moves
 //! them into the loss program as more auxiliary results). The differentiated arguments are
-//! loop invariants that are step arguments, read only by the call and the metrics. The loop's
+//! loop invariants: step arguments, values the step computes before the loop, or values the
+//! body computes from loop invariants alone (moved before the loop, `hoist.rs`), each
+//! differentiated as the value it is (JAX's `value_and_grad` of its argument); other code of the
+//! body reading one reads its value, not its gradient. The loop's
 //! other operands are step arguments (on the host, or on the groups' devices: micro-batches
 //! are then sliced there, `data.rs`) or computed by the step's code before the loop, which is
 //! compiled and runs on a group's devices each step, its results moved to the groups reading
@@ -39,6 +42,7 @@ mod crossing;
 mod data;
 mod donation;
 mod fused;
+mod hoist;
 mod options;
 mod phases;
 mod pieces;
@@ -100,8 +104,9 @@ pub struct MpmdJit {
     homes: Vec<Vec<usize>>,
     /// The layouts of the step's arguments, results and pipeline values inside their groups.
     specs: StepSpecs,
-    /// For each gradient the loop returns, the step argument of its parameter.
-    grad_args: Vec<usize>,
+    /// For each gradient the loop returns, the step argument of its parameter (`None`: a value
+    /// the step computes before the loop).
+    grad_args: Vec<Option<usize>>,
     /// Programs slicing micro-batches of data already on a group, compiled on first use.
     slicers: data::Slicers,
     /// The partitioner every program of the step is compiled for.
@@ -157,6 +162,9 @@ impl MpmdJit {
         options: &MpmdJitOptions,
     ) -> Result<Self, DriverError> {
         tessera_ir::verify(step).map_err(|e| config(e.to_string()))?;
+        // Differentiated values the body computes from loop invariants move before the loop.
+        let hoisted = hoist::hoist(step, step_loops::the_loop(step)?)?;
+        let step = hoisted.as_ref().unwrap_or(step);
         let found = find_loop(step)?;
         let index = found.index;
         // A body computing metrics beside its call runs them in the call's loss program.
@@ -423,7 +431,7 @@ impl MpmdJit {
                 }
                 LossInput::Invariant(analyze::Operand::Arg(i))
                 | LossInput::Sliced(analyze::Operand::Arg(i)) => mark(i),
-                LossInput::Invariant(_) | LossInput::Sliced(_) => {}
+                LossInput::ComputedParam(_) | LossInput::Invariant(_) | LossInput::Sliced(_) => {}
             }
         }
         for (piece, _) in &self.pieces {
@@ -571,8 +579,10 @@ impl MpmdJit {
                 }
             }
         }
+        let computed = self.computed_operands(args)?;
+        self.computed_params(&computed, &mut params)?;
         let arguments_ms = clock.lap();
-        let data = self.micro_batches(args)?;
+        let data = self.micro_batches(args, &computed)?;
         let microbatches_ms = clock.lap();
         let out = self.pipeline.step_on_device(&params, &data)?;
         let pipeline_ms = clock.lap();
@@ -612,7 +622,7 @@ impl MpmdJit {
         let tasks_ms = out.timings.task_span_ms().min(pipeline_ms);
         let update_ms = clock.lap();
         let (losses, timings) = (out.losses, out.timings);
-        drop((params, data, out.aux, results));
+        drop((params, data, computed, out.aux, results));
         let phases = StepPhases {
             arguments_ms,
             microbatches_ms,

@@ -204,10 +204,10 @@ impl LoopResults {
 }
 
 /// The spec of update input `i`: a step argument's, a host loop result's (replicated), or a
-/// gradient's (its parameter's).
+/// gradient's (its parameter's; replicated for a value computed before the loop).
 pub(super) fn input_spec(
     specs: &StepSpecs,
-    grad_args: &[usize],
+    grad_args: &[Option<usize>],
     num_args: usize,
     num_host: usize,
     i: usize,
@@ -220,7 +220,9 @@ pub(super) fn input_spec(
     }
     grad_args
         .get(i - num_args - num_host)
-        .map(|&a| specs.args[a].clone())
+        .copied()
+        .flatten()
+        .and_then(|a| specs.args.get(a).cloned())
         .unwrap_or_default()
 }
 

@@ -93,7 +93,8 @@ fn value_specs(
                 values = values.with_param(a, ins[i].clone().unwrap_or_default());
             }
             // Operands computed before the loop are laid out by default.
-            LossInput::Invariant(Operand::Computed(_))
+            LossInput::ComputedParam(_)
+            | LossInput::Invariant(Operand::Computed(_))
             | LossInput::Sliced(Operand::Computed(_)) => {}
             LossInput::Invariant(Operand::Arg(i)) => {
                 if let Some(spec) = &ins[i] {
@@ -145,15 +146,17 @@ fn without_dim(spec: &PartitionSpec, axis: usize, what: &str) -> Result<Partitio
 }
 
 /// For each gradient of the loop (loss argument `argnums[k]`), the step argument of its
-/// parameter, whose spec the gradient takes.
+/// parameter, whose spec the gradient takes (`None`: a value computed before the loop, laid
+/// out by default).
 pub(super) fn grad_args(
     loss_inputs: &[LossInput],
     argnums: &[usize],
-) -> Result<Vec<usize>, DriverError> {
+) -> Result<Vec<Option<usize>>, DriverError> {
     argnums
         .iter()
         .map(|&a| match loss_inputs.get(a) {
-            Some(LossInput::Param(i)) => Ok(*i),
+            Some(LossInput::Param(i)) => Ok(Some(*i)),
+            Some(LossInput::ComputedParam(_)) => Ok(None),
             _ => Err(DriverError::Config(format!(
                 "loss argument {a} is differentiated but is not a parameter of the loop"
             ))),
