@@ -631,7 +631,8 @@ fn positional_axes_of_psum_pmax_and_pmin_reduce_those_dimensions() {
     // reduced, then the mesh axis. Written here by replacing the reduction and the collective
     // of the same program traced with both spelled out.
     let input = iota(&[4, 3]);
-    let cases: [(&str, &str, fn(&Tensor) -> Tensor); 3] = [
+    type Reduce = fn(&Tensor) -> Tensor;
+    let cases: [(&str, &str, Reduce); 3] = [
         ("psum", "reduce_sum", |x| x.sum(&[0]).psum(&["x"])),
         ("pmax", "reduce_max", |x| x.max(&[0]).pmax(&["x"])),
         ("pmin", "reduce_min", |x| x.min(&[0]).pmin(&["x"])),

@@ -132,6 +132,28 @@ impl std::fmt::Debug for AlignedBytes {
     }
 }
 
+/// Host allocations of at least this many bytes are checked against the memory available
+/// ([`ensure_available`]); smaller ones are not worth reading `/proc/meminfo` for.
+pub const CHECKED_FROM: u64 = 256 << 20;
+
+/// Refuses an allocation of `bytes` for `what` that the machine has no memory for now: with
+/// Linux's overcommit the allocation itself would succeed, and the kernel would kill the
+/// process when the pages are touched. Allocations under [`CHECKED_FROM`] and machines that do
+/// not report `MemAvailable` pass unchecked.
+pub fn ensure_available(bytes: u64, what: impl FnOnce() -> String) -> crate::Result<()> {
+    if bytes < CHECKED_FROM {
+        return Ok(());
+    }
+    match tessera_ir::interp::memory::available_now() {
+        Some(available) if bytes > available => Err(crate::PjrtError::HostMemory {
+            what: what(),
+            bytes,
+            available,
+        }),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,27 +179,5 @@ mod tests {
         assert_eq!(again.len(), len);
         assert_eq!(again.as_ptr() as usize % ALIGNMENT, 0);
         assert_eq!(AlignedBytes::recycled(len + 64).len(), len + 64);
-    }
-}
-
-/// Host allocations of at least this many bytes are checked against the memory available
-/// ([`ensure_available`]); smaller ones are not worth reading `/proc/meminfo` for.
-pub const CHECKED_FROM: u64 = 256 << 20;
-
-/// Refuses an allocation of `bytes` for `what` that the machine has no memory for now: with
-/// Linux's overcommit the allocation itself would succeed, and the kernel would kill the
-/// process when the pages are touched. Allocations under [`CHECKED_FROM`] and machines that do
-/// not report `MemAvailable` pass unchecked.
-pub fn ensure_available(bytes: u64, what: impl FnOnce() -> String) -> crate::Result<()> {
-    if bytes < CHECKED_FROM {
-        return Ok(());
-    }
-    match tessera_ir::interp::memory::available_now() {
-        Some(available) if bytes > available => Err(crate::PjrtError::HostMemory {
-            what: what(),
-            bytes,
-            available,
-        }),
-        _ => Ok(()),
     }
 }
