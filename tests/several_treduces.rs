@@ -1,8 +1,11 @@
-//! Steps holding several `treduce` loops (issue 32, JAXPP's gradient accumulation then an eval
-//! loop, or two accumulation loops over two data sources). `mpmd_jit` pipelines one loop per
-//! step: such a step is refused with a typed [`StepLoopsError`] naming the loops and how to
-//! restructure, and the restructured steps, pipelined (1F1B over 2 groups), equal the original
-//! step interpreted.
+//! Steps holding several sequential `treduce` loops (issue 32, JAXPP's gradient accumulation
+//! then an eval loop, two accumulation loops over two data sources, an eval loop before the
+//! training loop). `mpmd_jit` runs each loop as its own pipeline, the code between two loops as
+//! the first one's update: pipelined (1F1B over 2 groups) and on one group (each loop's segment
+//! one program), each such step equals the step interpreted, over consecutive calls whose
+//! parameters stay on their groups. What a step of several loops does not support (donation,
+//! custom layouts, several processes) is refused with a typed [`StepLoopsError`] naming the
+//! loops and how to restructure; the restructured steps equal the original step too.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -11,7 +14,10 @@ use tessera_ir::interp::eval_closed;
 use tessera_ir::trace::{Tensor, call_closed, trace, treduce, value_and_grad_call};
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
 use tessera_mpmd::driver::DriverError;
-use tessera_mpmd::{LoopKind, MpmdMesh, StepArg, StepLoopsError, StepResult, mpmd_jit};
+use tessera_mpmd::{
+    LoopKind, MpmdJitOptions, MpmdMesh, StepArg, StepLoopsError, StepResult, mpmd_jit,
+    mpmd_jit_with,
+};
 use tessera_pjrt::Client;
 use tessera_sharding::Mesh;
 use tessera_tests::assert_close;
@@ -44,10 +50,10 @@ fn loss() -> ClosedJaxpr {
 }
 
 /// The training loop over `(xs, ys)`: `(losses, grads..)`.
-fn train_loop(w: &[&Tensor], xs: &Tensor, ys: &Tensor) -> Vec<Tensor> {
+fn train_loop(w: &[&Tensor], xs: &Tensor, ys: &Tensor, schedule: &str) -> Vec<Tensor> {
     let loss = loss();
     let argnums: Vec<usize> = (1..=STAGES).collect();
-    treduce(w, &[xs, ys], 0, "1f1b", &[], |w, mb| {
+    treduce(w, &[xs, ys], 0, schedule, &[], |w, mb| {
         let mut args = vec![&mb[0]];
         args.extend(w.iter());
         args.push(&mb[1]);
@@ -56,9 +62,9 @@ fn train_loop(w: &[&Tensor], xs: &Tensor, ys: &Tensor) -> Vec<Tensor> {
 }
 
 /// The forward-only loop over `(xs, ys)`: the losses.
-fn eval_loop(w: &[&Tensor], xs: &Tensor, ys: &Tensor) -> Tensor {
+fn eval_loop(w: &[&Tensor], xs: &Tensor, ys: &Tensor, schedule: &str) -> Tensor {
     let loss = loss();
-    let outs = treduce(w, &[xs, ys], 0, "1f1b", &[], |w, mb| {
+    let outs = treduce(w, &[xs, ys], 0, schedule, &[], |w, mb| {
         let mut args = vec![&mb[0]];
         args.extend(w.iter());
         args.push(&mb[1]);
@@ -88,14 +94,14 @@ fn sgd(a: &[Tensor], grads: &[Tensor]) -> Vec<Tensor> {
 
 /// `step(w.., lr, xs, ys, ex, ey) -> (w'.., train loss, eval loss)`: train on `(xs, ys)`, then
 /// an eval loss of the updated weights on `(ex, ey)`, a forward-only loop.
-fn train_then_eval(mbs: i64, eval_mbs: i64) -> ClosedJaxpr {
+fn train_then_eval(mbs: i64, eval_mbs: i64, schedule: &str) -> ClosedJaxpr {
     let avals = avals(&[batch(mbs), batch(mbs), batch(eval_mbs), batch(eval_mbs)]);
     trace(&avals, |a| {
         let w: Vec<&Tensor> = a[..STAGES].iter().collect();
-        let outs = train_loop(&w, &a[STAGES + 1], &a[STAGES + 2]);
+        let outs = train_loop(&w, &a[STAGES + 1], &a[STAGES + 2], schedule);
         let mut results = sgd(a, &outs[1..]);
         let updated: Vec<&Tensor> = results.iter().collect();
-        let eval = eval_loop(&updated, &a[STAGES + 3], &a[STAGES + 4]).mean(&[0]);
+        let eval = eval_loop(&updated, &a[STAGES + 3], &a[STAGES + 4], schedule).mean(&[0]);
         results.extend([outs[0].mean(&[0]), eval]);
         results
     })
@@ -103,10 +109,10 @@ fn train_then_eval(mbs: i64, eval_mbs: i64) -> ClosedJaxpr {
 }
 
 /// The training half: `(w.., lr, xs, ys) -> (w'.., train loss)`.
-fn train_step(mbs: i64) -> ClosedJaxpr {
+fn train_step(mbs: i64, schedule: &str) -> ClosedJaxpr {
     trace(&avals(&[batch(mbs), batch(mbs)]), |a| {
         let w: Vec<&Tensor> = a[..STAGES].iter().collect();
-        let outs = train_loop(&w, &a[STAGES + 1], &a[STAGES + 2]);
+        let outs = train_loop(&w, &a[STAGES + 1], &a[STAGES + 2], schedule);
         let mut results = sgd(a, &outs[1..]);
         results.push(outs[0].mean(&[0]));
         results
@@ -115,24 +121,24 @@ fn train_step(mbs: i64) -> ClosedJaxpr {
 }
 
 /// The eval half: `(w.., ex, ey) -> eval loss`.
-fn eval_step(mbs: i64) -> ClosedJaxpr {
+fn eval_step(mbs: i64, schedule: &str) -> ClosedJaxpr {
     let mut avals: Vec<ShapedArray> = (0..STAGES).map(|_| f32(&[WIDTH, WIDTH])).collect();
     avals.extend([batch(mbs), batch(mbs)]);
     trace(&avals, |a| {
         let w: Vec<&Tensor> = a[..STAGES].iter().collect();
-        vec![eval_loop(&w, &a[STAGES], &a[STAGES + 1]).mean(&[0])]
+        vec![eval_loop(&w, &a[STAGES], &a[STAGES + 1], schedule).mean(&[0])]
     })
     .unwrap()
 }
 
 /// `step(w.., lr, xs, ys, xs2, ys2) -> (w'.., losses, losses2)`: two accumulation loops over two
 /// data sources, their gradients summed before the update.
-fn two_sources(mbs: i64, mbs2: i64) -> ClosedJaxpr {
+fn two_sources(mbs: i64, mbs2: i64, schedule: &str) -> ClosedJaxpr {
     let avals = avals(&[batch(mbs), batch(mbs), batch(mbs2), batch(mbs2)]);
     trace(&avals, |a| {
         let w: Vec<&Tensor> = a[..STAGES].iter().collect();
-        let one = train_loop(&w, &a[STAGES + 1], &a[STAGES + 2]);
-        let two = train_loop(&w, &a[STAGES + 3], &a[STAGES + 4]);
+        let one = train_loop(&w, &a[STAGES + 1], &a[STAGES + 2], schedule);
+        let two = train_loop(&w, &a[STAGES + 3], &a[STAGES + 4], schedule);
         let grads: Vec<Tensor> = (1..=STAGES).map(|g| &one[g] + &two[g]).collect();
         let mut results = sgd(a, &grads);
         results.extend([one[0].clone(), two[0].clone()]);
@@ -141,12 +147,27 @@ fn two_sources(mbs: i64, mbs2: i64) -> ClosedJaxpr {
     .unwrap()
 }
 
+/// `step(w.., lr, ex, ey, xs, ys) -> (w'.., eval loss, train loss)`: a forward-only loop on the
+/// incoming weights, then the training loop and the update.
+fn eval_then_train(eval_mbs: i64, mbs: i64, schedule: &str) -> ClosedJaxpr {
+    let avals = avals(&[batch(eval_mbs), batch(eval_mbs), batch(mbs), batch(mbs)]);
+    trace(&avals, |a| {
+        let w: Vec<&Tensor> = a[..STAGES].iter().collect();
+        let eval = eval_loop(&w, &a[STAGES + 1], &a[STAGES + 2], schedule).mean(&[0]);
+        let outs = train_loop(&w, &a[STAGES + 3], &a[STAGES + 4], schedule);
+        let mut results = sgd(a, &outs[1..]);
+        results.extend([eval, outs[0].mean(&[0])]);
+        results
+    })
+    .unwrap()
+}
+
 /// The same as one loop over the micro-batches of both sources: `(w.., lr, xs, ys) -> (w'..,
 /// losses)`.
-fn one_loop(mbs: i64) -> ClosedJaxpr {
+fn one_loop(mbs: i64, schedule: &str) -> ClosedJaxpr {
     trace(&avals(&[batch(mbs), batch(mbs)]), |a| {
         let w: Vec<&Tensor> = a[..STAGES].iter().collect();
-        let outs = train_loop(&w, &a[STAGES + 1], &a[STAGES + 2]);
+        let outs = train_loop(&w, &a[STAGES + 1], &a[STAGES + 2], schedule);
         let mut results = sgd(a, &outs[1..]);
         results.push(outs[0].clone());
         results
@@ -182,15 +203,6 @@ fn mesh(groups: i64) -> MpmdMesh {
     .unwrap()
 }
 
-fn refusal(program: &ClosedJaxpr, groups: i64) -> StepLoopsError {
-    let client = Client::cpu(8).unwrap();
-    match mpmd_jit(&client, &mesh(groups), program) {
-        Err(DriverError::StepLoops(e)) => e,
-        Err(e) => panic!("another error: {e}"),
-        Ok(_) => panic!("a step with several treduces compiled"),
-    }
-}
-
 fn host(arrays: &[Array]) -> Vec<StepArg> {
     arrays
         .iter()
@@ -198,21 +210,176 @@ fn host(arrays: &[Array]) -> Vec<StepArg> {
         .collect()
 }
 
+/// `a` within `1e-6` (relative above 1) of `b`, value by value.
+fn assert_near(got: &[tessera_pjrt::HostArray], want: &[Array]) {
+    assert_eq!(got.len(), want.len(), "the number of results");
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        let g = tessera::jit::from_host(g, w.dtype()).unwrap();
+        assert_eq!(g.shape(), w.shape(), "result {k}");
+        for (a, b) in g.to_vec().iter().zip(w.to_vec()) {
+            assert!(
+                (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                "result {k}: {a} vs interpreter {b}"
+            );
+        }
+    }
+}
+
+/// The schedule of a step on `groups` groups: 1F1B over 2, interleaved 1F1B on one (both
+/// stages on it).
+fn schedule(groups: i64) -> &'static str {
+    match groups {
+        1 => "interleaved-1f1b",
+        _ => "1f1b",
+    }
+}
+
+/// Runs `step` compiled for `groups` groups twice on `all` (weights first), the second call on
+/// the first's updated weights where they are, each call's results against the interpreter's;
+/// returns the compiled step.
+fn twice_equals_interpreted(
+    step: impl Fn(&str) -> ClosedJaxpr,
+    all: &[Array],
+    groups: i64,
+) -> tessera_mpmd::MpmdJit {
+    let step = &step(schedule(groups));
+    let client = Client::cpu(8).unwrap();
+    let jit = mpmd_jit(&client, &mesh(groups), step).unwrap();
+    assert_eq!(jit.is_fused(), groups == 1);
+    let want = eval_closed(step, all).unwrap();
+    let first = jit.call_mpmd(&host(all)).unwrap();
+    let got: Vec<_> = first.outputs.iter().map(|o| o.to_host().unwrap()).collect();
+    assert_near(&got, &want);
+    // The updated weights stay on their groups and feed the next call as they are.
+    let mut next_args: Vec<StepArg> = Vec::new();
+    for out in &first.outputs[..STAGES] {
+        assert!(
+            matches!(out, StepResult::Mpmd(_)),
+            "a weight came back to the host"
+        );
+        next_args.push(out.clone().into_arg());
+    }
+    next_args.extend(host(&all[STAGES..]));
+    let mut next_all = want[..STAGES].to_vec();
+    next_all.extend(all[STAGES..].iter().cloned());
+    let want = eval_closed(step, &next_all).unwrap();
+    let second = jit.call_mpmd(&next_args).unwrap();
+    let got: Vec<_> = second
+        .outputs
+        .iter()
+        .map(|o| o.to_host().unwrap())
+        .collect();
+    assert_near(&got, &want);
+    jit
+}
+
 #[test]
-fn a_training_loop_then_an_eval_loop_is_refused_naming_both_and_how_to_restructure() {
-    let step = train_then_eval(4, 3);
-    // Pipelined over 2 groups and on one group (the fused path) alike.
+fn a_training_loop_then_an_eval_loop_on_the_updated_weights_equals_it_interpreted() {
+    let (mbs, eval_mbs) = (4, 3);
+    let step = |schedule: &str| train_then_eval(mbs, eval_mbs, schedule);
+    let all = args(&[mbs, eval_mbs]);
+    // Pipelined over 2 groups, and on one group (each loop's segment one program).
     for groups in [2, 1] {
-        let err = refusal(&step, groups);
-        let StepLoopsError::SeveralLoops { kinds, .. } = &err else {
-            panic!("{err}");
-        };
-        assert_eq!(kinds, &[LoopKind::Training, LoopKind::ForwardOnly]);
-        let text = err.to_string();
-        assert!(text.contains("2 treduce loops"), "{text}");
-        assert!(text.contains("training, forward-only"), "{text}");
-        assert!(text.contains("one treduce per step"), "{text}");
-        assert!(text.contains("a step of its own"), "{text}");
+        let jit = twice_equals_interpreted(step, &all, groups);
+        assert_eq!(jit.num_loops(), 2);
+        let forward_only: Vec<bool> = jit
+            .pipelines()
+            .iter()
+            .map(|p| p.is_forward_only())
+            .collect();
+        assert_eq!(forward_only, [false, true]);
+        assert_eq!(jit.in_specs().len(), all.len());
+        assert_eq!(jit.out_specs().len(), STAGES + 2);
+    }
+    // Pipelined, every micro-batch's loss of both loops, the training loop's first.
+    let client = Client::cpu(8).unwrap();
+    let step = step("1f1b");
+    let jit = mpmd_jit(&client, &mesh(2), &step).unwrap();
+    let run = jit.call(&host_arrays(&all)).unwrap();
+    assert_eq!(run.losses.len(), (mbs + eval_mbs) as usize);
+    let train_mean = run.losses[..mbs as usize].iter().sum::<f64>() / mbs as f64;
+    let want = eval_closed(&step, &all).unwrap();
+    assert!((train_mean - want[STAGES].to_vec()[0]).abs() < 1e-6);
+}
+
+#[test]
+fn an_eval_loop_before_the_training_loop_equals_it_interpreted() {
+    let (eval_mbs, mbs) = (2, 4);
+    let step = |schedule: &str| eval_then_train(eval_mbs, mbs, schedule);
+    let all = args(&[eval_mbs, mbs]);
+    for groups in [2, 1] {
+        let jit = twice_equals_interpreted(step, &all, groups);
+        let forward_only: Vec<bool> = jit
+            .pipelines()
+            .iter()
+            .map(|p| p.is_forward_only())
+            .collect();
+        assert_eq!(forward_only, [true, false]);
+    }
+}
+
+#[test]
+fn two_training_loops_whose_gradients_are_summed_equal_it_interpreted() {
+    let (mbs, mbs2) = (4, 2);
+    let step = |schedule: &str| two_sources(mbs, mbs2, schedule);
+    let all = args(&[mbs, mbs2]);
+    for groups in [2, 1] {
+        let jit = twice_equals_interpreted(step, &all, groups);
+        assert_eq!(jit.num_loops(), 2);
+    }
+}
+
+#[test]
+fn three_loops_equal_it_interpreted() {
+    // An eval loop, two training loops summed, on 2 groups.
+    let (e, m, m2) = (2, 3, 2);
+    let avals = avals(&[batch(e), batch(e), batch(m), batch(m), batch(m2), batch(m2)]);
+    let step = |schedule: &str| {
+        trace(&avals, |a| {
+            let w: Vec<&Tensor> = a[..STAGES].iter().collect();
+            let eval = eval_loop(&w, &a[STAGES + 1], &a[STAGES + 2], schedule);
+            let one = train_loop(&w, &a[STAGES + 3], &a[STAGES + 4], schedule);
+            let two = train_loop(&w, &a[STAGES + 5], &a[STAGES + 6], schedule);
+            let grads: Vec<Tensor> = (1..=STAGES).map(|g| &one[g] + &two[g]).collect();
+            let mut results = sgd(a, &grads);
+            results.extend([eval.mean(&[0]), &one[0].mean(&[0]) + &two[0].mean(&[0])]);
+            results
+        })
+        .unwrap()
+    };
+    let jit = twice_equals_interpreted(step, &args(&[e, m, m2]), 2);
+    assert_eq!(jit.num_loops(), 3);
+}
+
+#[test]
+fn several_loops_with_donation_or_layouts_are_refused_naming_the_loops_and_the_option() {
+    let client = Client::cpu(8).unwrap();
+    let donating = MpmdJitOptions {
+        donate_argnums: vec![0],
+        ..MpmdJitOptions::default()
+    };
+    let laid_out = MpmdJitOptions {
+        in_specs: vec![Some(tessera_sharding::PartitionSpec::default())],
+        ..MpmdJitOptions::default()
+    };
+    for (options, option) in [(donating, "donates arguments"), (laid_out, "in_specs")] {
+        for groups in [2, 1] {
+            let step = train_then_eval(4, 3, schedule(groups));
+            let err = match mpmd_jit_with(&client, &mesh(groups), &step, &options) {
+                Err(DriverError::StepLoops(e)) => e,
+                Err(e) => panic!("another error: {e}"),
+                Ok(_) => panic!("a step of several loops with {option} compiled"),
+            };
+            let StepLoopsError::SeveralLoops { kinds, .. } = &err else {
+                panic!("{err}");
+            };
+            assert_eq!(kinds, &[LoopKind::Training, LoopKind::ForwardOnly]);
+            let text = err.to_string();
+            assert!(text.contains("2 treduce loops"), "{text}");
+            assert!(text.contains("training, forward-only"), "{text}");
+            assert!(text.contains(option), "{text}");
+            assert!(text.contains("a step of its own"), "{text}");
+        }
     }
 }
 
@@ -220,15 +387,15 @@ fn a_training_loop_then_an_eval_loop_is_refused_naming_both_and_how_to_restructu
 fn the_train_then_eval_step_split_in_two_pipelined_steps_equals_it_interpreted() {
     let (mbs, eval_mbs) = (4, 3);
     let all = args(&[mbs, eval_mbs]);
-    let want = eval_closed(&train_then_eval(mbs, eval_mbs), &all).unwrap();
+    let want = eval_closed(&train_then_eval(mbs, eval_mbs, "1f1b"), &all).unwrap();
     let client = Client::cpu(8).unwrap();
     let mesh = mesh(2);
     // The training step, 1F1B over 2 groups; its weights stay on their groups.
-    let train = mpmd_jit(&client, &mesh, &train_step(mbs)).unwrap();
+    let train = mpmd_jit(&client, &mesh, &train_step(mbs, "1f1b")).unwrap();
     let trained = train.call_mpmd(&host(&all[..STAGES + 3])).unwrap();
     assert_eq!(trained.losses.len(), mbs as usize);
     // The eval step, forward only, on the updated weights where they are.
-    let eval = mpmd_jit(&client, &mesh, &eval_step(eval_mbs)).unwrap();
+    let eval = mpmd_jit(&client, &mesh, &eval_step(eval_mbs, "1f1b")).unwrap();
     assert!(eval.pipeline().is_forward_only());
     let mut eval_args: Vec<StepArg> = trained.outputs[..STAGES]
         .iter()
@@ -248,15 +415,9 @@ fn the_train_then_eval_step_split_in_two_pipelined_steps_equals_it_interpreted()
 }
 
 #[test]
-fn two_accumulation_loops_are_refused_and_equal_one_loop_over_both_sources() {
+fn two_accumulation_loops_equal_one_loop_over_both_sources() {
     let (mbs, mbs2) = (4, 2);
-    let step = two_sources(mbs, mbs2);
-    let err = refusal(&step, 2);
-    let StepLoopsError::SeveralLoops { kinds, .. } = &err else {
-        panic!("{err}");
-    };
-    assert_eq!(kinds, &[LoopKind::Training, LoopKind::Training]);
-    assert!(err.to_string().contains("concatenated"), "{err}");
+    let step = two_sources(mbs, mbs2, "1f1b");
     // The restructured step: one loop over the micro-batches of both sources.
     let all = args(&[mbs, mbs2]);
     let want = eval_closed(&step, &all).unwrap();
@@ -269,7 +430,7 @@ fn two_accumulation_loops_are_refused_and_equal_one_loop_over_both_sources() {
     joined.push(concat(&all[STAGES + 1], &all[STAGES + 3]));
     joined.push(concat(&all[STAGES + 2], &all[STAGES + 4]));
     let client = Client::cpu(8).unwrap();
-    let jit = mpmd_jit(&client, &mesh(2), &one_loop(mbs + mbs2)).unwrap();
+    let jit = mpmd_jit(&client, &mesh(2), &one_loop(mbs + mbs2, "1f1b")).unwrap();
     let run = jit.call(&host_arrays(&joined)).unwrap();
     assert_eq!(run.losses.len(), (mbs + mbs2) as usize);
     assert_close(&run.outputs[..STAGES], &want[..STAGES]);

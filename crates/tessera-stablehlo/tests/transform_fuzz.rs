@@ -131,5 +131,9 @@ proptest! {
 fn the_oracle_programs_go_through() {
     let texts = oracle_texts();
     let through = texts.iter().filter(|t| exercise(t)).count();
-    assert!(through * 10 >= texts.len() * 9, "{through} of {}", texts.len());
+    assert!(
+        through * 10 >= texts.len() * 9,
+        "{through} of {}",
+        texts.len()
+    );
 }

@@ -35,6 +35,7 @@ mod analyze;
 mod args;
 mod before;
 mod by_yield;
+mod chain;
 mod crossing;
 mod data;
 mod donation;
@@ -110,6 +111,9 @@ pub struct MpmdJit {
     crossing: Option<crossing::Crossing>,
     /// The whole step as one program, when one group runs it all ([`Fusion::Auto`]).
     fused: Option<fused::FusedStep>,
+    /// For a step of several loops: this is the first loop's segment, the chain runs the others
+    /// after it (`chain.rs`).
+    chain: Option<Box<chain::Chain>>,
 }
 
 /// What one call returns besides the step's results.
@@ -157,6 +161,10 @@ impl MpmdJit {
         options: &MpmdJitOptions,
     ) -> Result<Self, DriverError> {
         tessera_ir::verify(step).map_err(|e| config(e.to_string()))?;
+        let loops = step_loops::top_level_loops(step)?;
+        if loops.len() > 1 {
+            return chain::compile(client, mesh, step, options, &loops);
+        }
         let found = find_loop(step)?;
         let index = found.index;
         // A body computing metrics beside its call runs them in the call's loss program.
@@ -359,6 +367,7 @@ impl MpmdJit {
             partitioner,
             crossing,
             fused,
+            chain: None,
         };
         jit.compile_before()?;
         Ok(jit)
@@ -378,7 +387,9 @@ impl MpmdJit {
     /// Whether the whole step runs as one program ([`Fusion::Auto`] on one group): then
     /// [`MpmdJit::pipeline`] is its plan only (its tasks are not compiled), and a call's
     /// timings hold one task, [`FUSED_TASK`]. Results the pipelined plan would compute on the
-    /// host (the loss and metrics) come back as host values here too.
+    /// host (the loss and metrics) come back as host values here too. For a step of several
+    /// loops, whether its first loop's segment runs as one program (each segment is one program
+    /// on one group).
     pub fn is_fused(&self) -> bool {
         self.fused.is_some()
     }
@@ -391,6 +402,9 @@ impl MpmdJit {
     /// into micro-batches there). Only the step's arguments in this process's hands can be
     /// placed; the value's shape and type are checked by the call.
     pub fn place_ahead(&self, arg: usize, host: HostArray) -> Result<StepArg, DriverError> {
+        if self.chain.is_some() {
+            return Ok(StepArg::Host(host));
+        }
         match &self.fused {
             Some(fused) => Ok(StepArg::Mpmd(Box::new(fused.place(
                 &self.client,
@@ -406,6 +420,9 @@ impl MpmdJit {
     /// data. In one process every argument; under MPI a rank may pass anything of the right
     /// type for an argument it does not read (e.g. without loading it from a checkpoint).
     pub fn reads_here(&self) -> Vec<bool> {
+        if let Some(chain) = &self.chain {
+            return vec![true; chain.num_args()];
+        }
         let everything = self.fused.is_some() || self.crossing.is_some() || self.before.is_some();
         let mut reads = vec![everything; self.num_args];
         let mut mark = |i: usize| {
@@ -440,7 +457,8 @@ impl MpmdJit {
 
     /// How many times the step's code before its loop ran on a group's devices and on the host
     /// interpreter (under several processes only; `None`: the step computes no loop operand
-    /// before the loop, or runs as one program, [`MpmdJit::is_fused`]).
+    /// before the loop, or runs as one program, [`MpmdJit::is_fused`]). For a step of several
+    /// loops, the first loop's.
     pub fn before_loop_runs(&self) -> Option<BeforeLoopRuns> {
         match &self.fused {
             Some(_) => None,
@@ -450,12 +468,18 @@ impl MpmdJit {
 
     /// The spec of each step argument inside its group.
     pub fn in_specs(&self) -> &[PartitionSpec] {
-        &self.specs.args
+        match &self.chain {
+            Some(chain) => chain.in_specs(),
+            None => &self.specs.args,
+        }
     }
 
     /// The spec of each step result inside its group.
     pub fn out_specs(&self) -> &[PartitionSpec] {
-        &self.specs.outs
+        match &self.chain {
+            Some(chain) => chain.out_specs(),
+            None => &self.specs.outs,
+        }
     }
 
     /// The step arguments the update donates (`donate_argnums`, and those of
@@ -465,19 +489,38 @@ impl MpmdJit {
     }
 
     /// The pipeline that runs the loop (for a step run as one program, [`MpmdJit::is_fused`],
-    /// its plan only: its schedule, stages and layouts, with no task compiled).
+    /// its plan only: its schedule, stages and layouts, with no task compiled); for a step of
+    /// several loops, the first loop's ([`MpmdJit::pipelines`] lists them all).
     pub fn pipeline(&self) -> &CompiledPipeline {
         &self.pipeline
+    }
+
+    /// The pipeline of each of the step's top-level `treduce` loops, in program order.
+    pub fn pipelines(&self) -> Vec<&CompiledPipeline> {
+        let mut all = vec![&self.pipeline];
+        if let Some(chain) = &self.chain {
+            all.extend(chain.pipelines());
+        }
+        all
+    }
+
+    /// The number of the step's top-level `treduce` loops, each run as its own pipeline.
+    pub fn num_loops(&self) -> usize {
+        self.chain.as_ref().map_or(1, |c| c.len())
     }
 
     /// Sets how the pipeline's runs are bounded (the deadline of every wait) from the next call
     /// on.
     pub fn set_run_options(&mut self, options: RunOptions) {
         self.pipeline.set_run_options(options);
+        if let Some(chain) = &mut self.chain {
+            chain.set_run_options(options);
+        }
     }
 
     /// Where the code after the loop runs: for each piece, its group (`None`: the host) and the
-    /// step results it computes.
+    /// step results it computes (for a step of several loops, the code after the first loop up
+    /// to the second, its results numbered as that segment returns them).
     pub fn update_places(&self) -> Vec<(Option<usize>, Vec<usize>)> {
         self.pieces
             .iter()
@@ -545,6 +588,14 @@ impl MpmdJit {
     }
 
     fn run(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
+        match &self.chain {
+            Some(chain) => chain.run(self, args),
+            None => self.run_loop(args),
+        }
+    }
+
+    /// Runs the step of one loop (for a step of several, its first loop's segment).
+    fn run_loop(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
         let mut clock = PhaseClock::start();
         self.check_args(args)?;
         if let Some(fused) = &self.fused {
