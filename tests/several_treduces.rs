@@ -460,3 +460,20 @@ fn a_step_without_a_treduce_is_refused_pointing_to_mpmd_jit_by_yield() {
         Ok(_) => panic!("a step without a treduce compiled"),
     }
 }
+
+#[test]
+fn a_mistyped_argument_of_a_later_loop_is_named_by_its_index_in_the_step() {
+    let (mbs, eval_mbs) = (4, 3);
+    let client = Client::cpu(8).unwrap();
+    let jit = mpmd_jit(&client, &mesh(2), &train_then_eval(mbs, eval_mbs, "1f1b")).unwrap();
+    // The eval inputs with one micro-batch too many.
+    let mut all = args(&[mbs, eval_mbs]);
+    all[STAGES + 3] = values(&[eval_mbs + 1, ROWS, WIDTH], 3.0);
+    let err = jit.call(&host_arrays(&all)).unwrap_err().to_string();
+    let index = STAGES + 3;
+    assert!(err.contains(&format!("argument {index} is")), "{err}");
+    assert!(
+        err.contains(&format!("takes f32[{eval_mbs},{ROWS},{WIDTH}]")),
+        "{err}"
+    );
+}

@@ -297,13 +297,7 @@ impl Chain {
         first: &MpmdJit,
         args: &[StepArg],
     ) -> Result<MpmdStepRun, DriverError> {
-        if args.len() != self.in_avals.len() {
-            return Err(config(format!(
-                "the step takes {} arguments, got {}",
-                self.in_avals.len(),
-                args.len()
-            )));
-        }
+        super::check_args(args, &self.in_avals)?;
         let mut results: Vec<Vec<StepResult>> = Vec::new();
         let mut losses = Vec::new();
         let mut timings = Timings::default();

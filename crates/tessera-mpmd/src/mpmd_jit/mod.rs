@@ -30,6 +30,11 @@
 //! are then sliced there, `data.rs`) or computed by the step's code before the loop, which is
 //! compiled and runs on a group's devices each step, its results moved to the groups reading
 //! them (`before.rs`; on the host interpreter only under several processes).
+//!
+//! A step may hold several sequential top-level `treduce`s (a training loop then an eval loop
+//! on the updated parameters, two accumulation loops whose gradients the update sums): it is cut
+//! at its loops into steps of one loop each, run one after the other, the code between two
+//! loops as the first one's update (`chain.rs`).
 
 mod analyze;
 mod args;
@@ -682,27 +687,7 @@ impl MpmdJit {
     }
 
     fn check_args(&self, args: &[StepArg]) -> Result<(), DriverError> {
-        if args.len() != self.in_avals.len() {
-            return Err(config(format!(
-                "the step takes {} arguments, got {}",
-                self.in_avals.len(),
-                args.len()
-            )));
-        }
-        for (i, (a, aval)) in args.iter().zip(&self.in_avals).enumerate() {
-            if matches!(a, StepArg::Mpmd(m) if m.is_deleted()) {
-                return Err(config(format!(
-                    "argument {i} of the step ({aval}) is a deleted array (donated to an earlier call, or deleted); pass a live array"
-                )));
-            }
-            let (dims, ty) = a.signature();
-            if dims != aval.shape.as_slice() || ty != ElementType::from_dtype(aval.dtype) {
-                return Err(config(format!(
-                    "argument {i} is {ty:?}{dims:?}, the step takes {aval}"
-                )));
-            }
-        }
-        Ok(())
+        check_args(args, &self.in_avals)
     }
 
     /// The loop's loss and auxiliary results, each combined over the micro-batches by its
@@ -785,6 +770,31 @@ impl MpmdJit {
             })
             .collect()
     }
+}
+
+/// Whether `args` are live arrays of the types `in_avals`, one per step argument.
+pub(super) fn check_args(args: &[StepArg], in_avals: &[ShapedArray]) -> Result<(), DriverError> {
+    if args.len() != in_avals.len() {
+        return Err(config(format!(
+            "the step takes {} arguments, got {}",
+            in_avals.len(),
+            args.len()
+        )));
+    }
+    for (i, (a, aval)) in args.iter().zip(in_avals).enumerate() {
+        if matches!(a, StepArg::Mpmd(m) if m.is_deleted()) {
+            return Err(config(format!(
+                "argument {i} of the step ({aval}) is a deleted array (donated to an earlier call, or deleted); pass a live array"
+            )));
+        }
+        let (dims, ty) = a.signature();
+        if dims != aval.shape.as_slice() || ty != ElementType::from_dtype(aval.dtype) {
+            return Err(config(format!(
+                "argument {i} is {ty:?}{dims:?}, the step takes {aval}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Under several processes, values cross groups only through the pipeline's transport, the
