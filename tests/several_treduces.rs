@@ -300,6 +300,17 @@ fn a_training_loop_then_an_eval_loop_on_the_updated_weights_equals_it_interprete
     let train_mean = run.losses[..mbs as usize].iter().sum::<f64>() / mbs as f64;
     let want = eval_closed(&step, &all).unwrap();
     assert!((train_mean - want[STAGES].to_vec()[0]).abs() < 1e-6);
+    // Its timings hold both loops' tasks, as the two restructured steps run them.
+    let train = mpmd_jit(&client, &mesh(2), &train_step(mbs, "1f1b")).unwrap();
+    let eval = mpmd_jit(&client, &mesh(2), &eval_step(eval_mbs, "1f1b")).unwrap();
+    let trained = train.call(&host_arrays(&all[..STAGES + 3])).unwrap();
+    let mut eval_args = host_arrays(&all[..STAGES]);
+    eval_args.extend(host_arrays(&all[STAGES + 3..]));
+    let evaluated = eval.call(&eval_args).unwrap();
+    let tasks = trained.timings.tasks.len() + evaluated.timings.tasks.len();
+    assert_eq!(run.timings.tasks.len(), tasks);
+    let starts: Vec<f64> = run.timings.tasks.iter().map(|t| t.start_us).collect();
+    assert!(starts.windows(2).all(|w| w[0] <= w[1]), "{starts:?}");
 }
 
 #[test]

@@ -300,7 +300,7 @@ impl Chain {
         super::check_args(args, &self.in_avals)?;
         let mut results: Vec<Vec<StepResult>> = Vec::new();
         let mut losses = Vec::new();
-        let mut timings = Timings::default();
+        let mut timings = Vec::new();
         let mut phases = StepPhases::default();
         for (s, wires) in self.wiring.iter().enumerate() {
             let seg_args = wires
@@ -320,7 +320,7 @@ impl Chain {
                 _ => self.rest[s - 1].run_loop(&seg_args)?,
             };
             losses.extend(run.losses);
-            add_timings(&mut timings, run.timings);
+            timings.push(run.timings);
             add_phases(&mut phases, &run.phases);
             results.push(run.outputs);
         }
@@ -342,20 +342,25 @@ impl Chain {
         Ok(MpmdStepRun {
             outputs,
             losses,
-            timings,
+            timings: joined(timings),
             phases,
         })
     }
 }
 
-/// Appends one loop's timings (each loop's tasks after the previous loop's).
-fn add_timings(all: &mut Timings, one: Timings) {
-    if all.tasks.is_empty() && all.transfers.is_empty() {
-        all.epoch_unix_us = one.epoch_unix_us;
+/// The loops' timings on one clock (the first loop's start), each loop's tasks after the
+/// previous loop's; concatenated as they are where a loop's clock is unknown.
+fn joined(parts: Vec<Timings>) -> Timings {
+    if parts.iter().all(|t| t.epoch_unix_us > 0.0) {
+        return Timings::merged(parts);
     }
-    all.tasks.extend(one.tasks);
-    all.transfers.extend(one.transfers);
-    all.values.extend(one.values);
+    let mut all = Timings::default();
+    for part in parts {
+        all.tasks.extend(part.tasks);
+        all.transfers.extend(part.transfers);
+        all.values.extend(part.values);
+    }
+    all
 }
 
 fn add_phases(all: &mut StepPhases, one: &StepPhases) {
