@@ -243,9 +243,20 @@ fn twice_equals_interpreted(
     groups: i64,
 ) -> tessera_mpmd::MpmdJit {
     let step = &step(schedule(groups));
-    let client = Client::cpu(8).unwrap();
-    let jit = mpmd_jit(&client, &mesh(groups), step).unwrap();
+    let jit = twice_with(step, all, &mesh(groups), &MpmdJitOptions::default());
     assert_eq!(jit.is_fused(), groups == 1);
+    jit
+}
+
+/// [`twice_equals_interpreted`] of `step` on `mesh` compiled with `options`.
+fn twice_with(
+    step: &ClosedJaxpr,
+    all: &[Array],
+    mesh: &MpmdMesh,
+    options: &MpmdJitOptions,
+) -> tessera_mpmd::MpmdJit {
+    let client = Client::cpu(8).unwrap();
+    let jit = mpmd_jit_with(&client, mesh, step, options).unwrap();
     let want = eval_closed(step, all).unwrap();
     let first = jit.call_mpmd(&host(all)).unwrap();
     let got: Vec<_> = first.outputs.iter().map(|o| o.to_host().unwrap()).collect();
@@ -363,17 +374,67 @@ fn three_loops_equal_it_interpreted() {
 }
 
 #[test]
-fn several_loops_with_donation_or_layouts_are_refused_naming_the_loops_and_the_option() {
+fn several_loops_keep_the_weights_sharded_as_their_specs_say() {
+    // Column- then row-parallel weights over `model`, inside each of 2 groups.
+    let mesh = MpmdMesh::new(
+        Mesh::auto(&[("stage", 2), ("data", 2), ("model", 2)]).unwrap(),
+        "stage",
+    )
+    .unwrap();
+    let spec = |text: &str| Some(tessera_sharding::PartitionSpec::parse(text).unwrap());
+    let options = MpmdJitOptions {
+        in_specs: vec![spec("P(None, 'model')"), spec("P('model', None)")],
+        ..MpmdJitOptions::default()
+    };
+    let (mbs, eval_mbs) = (4, 3);
+    let step = train_then_eval(mbs, eval_mbs, "1f1b");
+    let jit = twice_with(&step, &args(&[mbs, eval_mbs]), &mesh, &options);
+    // The updated weights take their arguments' specs; the eval loop read them as they are.
+    for k in 0..STAGES {
+        assert_eq!(Some(&jit.out_specs()[k]), options.in_specs[k].as_ref());
+        assert_eq!(Some(&jit.in_specs()[k]), options.in_specs[k].as_ref());
+    }
+    let run = jit.call_mpmd(&host(&args(&[mbs, eval_mbs]))).unwrap();
+    for k in 0..STAGES {
+        let StepResult::Mpmd(m) = &run.outputs[k] else {
+            panic!("weight {k} came back to the host")
+        };
+        assert_eq!(Some(m.spec()), options.in_specs[k].as_ref(), "weight {k}");
+        let arrays = m.to_mpmd_local_arrays().unwrap();
+        assert_eq!(
+            arrays.keys().copied().collect::<Vec<_>>(),
+            [k],
+            "weight {k}"
+        );
+    }
+    // A spec too many is refused as for a step of one loop.
+    let too_many = MpmdJitOptions {
+        in_specs: vec![None; STAGES + 6],
+        ..MpmdJitOptions::default()
+    };
+    let client = Client::cpu(8).unwrap();
+    match mpmd_jit_with(&client, &mesh, &step, &too_many) {
+        Err(DriverError::Spec(e)) => assert!(e.to_string().contains("specs were given"), "{e}"),
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("too many specs compiled"),
+    }
+}
+
+#[test]
+fn several_loops_with_donation_are_refused_naming_the_loops_and_the_option() {
     let client = Client::cpu(8).unwrap();
     let donating = MpmdJitOptions {
         donate_argnums: vec![0],
         ..MpmdJitOptions::default()
     };
-    let laid_out = MpmdJitOptions {
-        in_specs: vec![Some(tessera_sharding::PartitionSpec::default())],
+    let keeping = MpmdJitOptions {
+        donate_where_possible: vec![1],
         ..MpmdJitOptions::default()
     };
-    for (options, option) in [(donating, "donates arguments"), (laid_out, "in_specs")] {
+    for (options, option) in [
+        (donating, "donates arguments"),
+        (keeping, "donates arguments"),
+    ] {
         for groups in [2, 1] {
             let step = train_then_eval(4, 3, schedule(groups));
             let err = match mpmd_jit_with(&client, &mesh(groups), &step, &options) {

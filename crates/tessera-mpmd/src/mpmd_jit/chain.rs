@@ -56,14 +56,6 @@ fn unsupported(options: &MpmdJitOptions) -> Option<&'static str> {
     if !options.donate_argnums.is_empty() || !options.donate_where_possible.is_empty() {
         return Some("donates arguments");
     }
-    if options
-        .in_specs
-        .iter()
-        .chain(&options.out_specs)
-        .any(Option::is_some)
-    {
-        return Some("sets in_specs or out_specs");
-    }
     None
 }
 
@@ -79,15 +71,22 @@ pub(super) fn compile(
         return Err(several(step, loops, limit).into());
     }
     let plan = plan(&step.jaxpr, loops);
+    let specs = segment_specs(step, options, &plan)?;
     let mut segments = plan
         .programs
         .iter()
-        .map(|jaxpr| {
+        .zip(specs)
+        .map(|(jaxpr, (in_specs, out_specs))| {
             let program = ClosedJaxpr {
                 jaxpr: jaxpr.clone(),
                 consts: step.consts.clone(),
             };
-            MpmdJit::new(client, mesh, &program, options)
+            let options = MpmdJitOptions {
+                in_specs,
+                out_specs,
+                ..options.clone()
+            };
+            MpmdJit::new(client, mesh, &program, &options)
         })
         .collect::<Result<Vec<_>, DriverError>>()?;
     let in_specs = (0..step.jaxpr.invars.len())
@@ -124,6 +123,54 @@ pub(super) fn compile(
         out_specs,
     }));
     Ok(first)
+}
+
+/// Each segment's `in_specs` and `out_specs` from the step's: a step argument keeps its spec in
+/// every segment reading it; a step result takes its spec (by default its argument's, when it
+/// replaces it); a value passed between segments, its producer's spec, given explicitly on both
+/// sides (replicated unless it is a step result with a spec).
+#[allow(clippy::type_complexity)]
+fn segment_specs(
+    step: &ClosedJaxpr,
+    options: &MpmdJitOptions,
+    plan: &Plan,
+) -> Result<Vec<(Vec<Option<PartitionSpec>>, Vec<Option<PartitionSpec>>)>, DriverError> {
+    let (in_avals, out_avals) = (step.jaxpr.in_avals(), step.jaxpr.out_avals());
+    for (given, n) in [
+        (options.in_specs.len(), in_avals.len()),
+        (options.out_specs.len(), out_avals.len()),
+    ] {
+        if given > n {
+            return Err(crate::SpecError::Count { given, args: n }.into());
+        }
+    }
+    let arg_spec = |i: usize| options.in_specs.get(i).cloned().flatten();
+    // The spec of each result of each segment.
+    let mut outs: Vec<Vec<Option<PartitionSpec>>> = plan
+        .programs
+        .iter()
+        .map(|p| vec![Some(PartitionSpec::replicated()); p.outvars.len()])
+        .collect();
+    for (k, source) in plan.outputs.iter().enumerate() {
+        if let Source::Result { segment, index } = *source {
+            let spec = match options.out_specs.get(k).cloned().flatten() {
+                Some(spec) => Some(spec),
+                None if in_avals.get(k) == out_avals.get(k) => arg_spec(k),
+                None => None,
+            };
+            outs[segment][index] = Some(spec.unwrap_or_else(PartitionSpec::replicated));
+        }
+    }
+    let ins = plan.wiring.iter().map(|wires| {
+        wires
+            .iter()
+            .map(|&w| match w {
+                Source::Arg(i) => arg_spec(i),
+                Source::Result { segment, index } => outs[segment][index].clone(),
+            })
+            .collect()
+    });
+    Ok(ins.collect::<Vec<_>>().into_iter().zip(outs).collect())
 }
 
 /// The segments' programs and wiring.
