@@ -407,12 +407,26 @@ fn several_loops_keep_the_weights_sharded_as_their_specs_say() {
             "weight {k}"
         );
     }
+    // A bad spec of the eval loop's data is named by its index in the step.
+    let mut bad = options.clone();
+    bad.in_specs.resize(STAGES + 4, None);
+    bad.in_specs[STAGES + 3] = spec("P(None, 'tensor')");
+    let client = Client::cpu(8).unwrap();
+    match mpmd_jit_with(&client, &mesh, &step, &bad) {
+        Err(DriverError::Spec(e)) => {
+            let text = e.to_string();
+            let index = STAGES + 3;
+            assert!(text.contains(&format!("step argument {index} (")), "{text}");
+            assert!(text.contains("'tensor'"), "{text}");
+        }
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("a spec naming a missing axis compiled"),
+    }
     // A spec too many is refused as for a step of one loop.
     let too_many = MpmdJitOptions {
         in_specs: vec![None; STAGES + 6],
         ..MpmdJitOptions::default()
     };
-    let client = Client::cpu(8).unwrap();
     match mpmd_jit_with(&client, &mesh, &step, &too_many) {
         Err(DriverError::Spec(e)) => assert!(e.to_string().contains("specs were given"), "{e}"),
         Err(e) => panic!("another error: {e}"),

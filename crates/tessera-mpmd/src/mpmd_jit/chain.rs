@@ -71,7 +71,7 @@ pub(super) fn compile(
         return Err(several(step, loops, limit).into());
     }
     let plan = plan(&step.jaxpr, loops);
-    let specs = segment_specs(step, options, &plan)?;
+    let specs = segment_specs(step, options, &plan, mesh)?;
     let mut segments = plan
         .programs
         .iter()
@@ -134,6 +134,7 @@ fn segment_specs(
     step: &ClosedJaxpr,
     options: &MpmdJitOptions,
     plan: &Plan,
+    mesh: &MpmdMesh,
 ) -> Result<Vec<(Vec<Option<PartitionSpec>>, Vec<Option<PartitionSpec>>)>, DriverError> {
     let (in_avals, out_avals) = (step.jaxpr.in_avals(), step.jaxpr.out_avals());
     for (given, n) in [
@@ -142,6 +143,20 @@ fn segment_specs(
     ] {
         if given > n {
             return Err(crate::SpecError::Count { given, args: n }.into());
+        }
+    }
+    // Checked here, naming the step's argument or result rather than a segment's.
+    let checks = [
+        ("step argument", &options.in_specs, &in_avals),
+        ("step result", &options.out_specs, &out_avals),
+    ];
+    for (what, specs, avals) in checks {
+        for (i, (spec, aval)) in specs.iter().zip(avals).enumerate() {
+            if let Some(spec) = spec {
+                let what = format!("{what} {i} ({aval})");
+                let group = mesh.lowering_mesh();
+                crate::specs::check_spec(&what, &aval.shape, spec, group, mesh.mpmd_axis())?;
+            }
         }
     }
     let arg_spec = |i: usize| options.in_specs.get(i).cloned().flatten();
