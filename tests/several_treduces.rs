@@ -435,38 +435,66 @@ fn several_loops_keep_the_weights_sharded_as_their_specs_say() {
 }
 
 #[test]
-fn several_loops_with_donation_are_refused_naming_the_loops_and_the_option() {
+fn several_loops_donate_each_argument_in_the_last_loop_reading_it() {
     let client = Client::cpu(8).unwrap();
-    let donating = MpmdJitOptions {
-        donate_argnums: vec![0],
+    let options = MpmdJitOptions {
+        donate_argnums: vec![0, 1],
         ..MpmdJitOptions::default()
     };
-    let keeping = MpmdJitOptions {
-        donate_where_possible: vec![1],
-        ..MpmdJitOptions::default()
-    };
-    for (options, option) in [
-        (donating, "donates arguments"),
-        (keeping, "donates arguments"),
-    ] {
-        for groups in [2, 1] {
-            let step = train_then_eval(4, 3, schedule(groups));
-            let err = match mpmd_jit_with(&client, &mesh(groups), &step, &options) {
-                Err(DriverError::StepLoops(e)) => e,
-                Err(e) => panic!("another error: {e}"),
-                Ok(_) => panic!("a step of several loops with {option} compiled"),
-            };
-            let StepLoopsError::SeveralLoops { kinds, .. } = &err else {
-                panic!("{err}");
-            };
-            assert_eq!(kinds, &[LoopKind::Training, LoopKind::ForwardOnly]);
-            let text = err.to_string();
-            assert!(text.contains("2 treduce loops"), "{text}");
-            assert!(text.contains("training, forward-only"), "{text}");
-            assert!(text.contains(option), "{text}");
-            assert!(text.contains("a step of its own"), "{text}");
+    // The weights are read by the training loop, last by it in the first step and by it after
+    // the eval loop in the second.
+    let (mbs, eval_mbs) = (4, 3);
+    let steps = [
+        (
+            train_then_eval(mbs, eval_mbs, "1f1b"),
+            args(&[mbs, eval_mbs]),
+        ),
+        (
+            eval_then_train(eval_mbs, mbs, "1f1b"),
+            args(&[eval_mbs, mbs]),
+        ),
+    ];
+    for (step, all) in steps {
+        let jit = mpmd_jit_with(&client, &mesh(2), &step, &options).unwrap();
+        assert_eq!(jit.donated(), [0, 1]);
+        let mut carried: Vec<StepArg> = host(&all[..STAGES]);
+        let mut want_args = all.clone();
+        for call in 0..2 {
+            let want = eval_closed(&step, &want_args).unwrap();
+            let mut call_args = std::mem::take(&mut carried);
+            call_args.extend(host(&all[STAGES..]));
+            if call == 1 {
+                // Arrays on the groups are donated only through call_mpmd_donated.
+                let err = jit.call_mpmd(&call_args).unwrap_err().to_string();
+                assert!(err.contains("call_mpmd_donated"), "{err}");
+            }
+            let run = jit.call_mpmd_donated(&mut call_args).unwrap();
+            let got: Vec<_> = run.outputs.iter().map(|o| o.to_host().unwrap()).collect();
+            assert_near(&got, &want);
+            for (k, arg) in call_args[..STAGES].iter().enumerate() {
+                if let StepArg::Mpmd(m) = arg {
+                    assert!(m.is_deleted(), "call {call}: weight {k} was not deleted");
+                }
+            }
+            carried = run.outputs[..STAGES]
+                .iter()
+                .cloned()
+                .map(StepResult::into_arg)
+                .collect();
+            want_args.splice(0..STAGES, want[..STAGES].iter().cloned());
         }
     }
+    // An argument out of range is named.
+    let out_of_range = MpmdJitOptions {
+        donate_argnums: vec![40],
+        ..MpmdJitOptions::default()
+    };
+    let step = train_then_eval(mbs, eval_mbs, "1f1b");
+    let err = match mpmd_jit_with(&client, &mesh(2), &step, &out_of_range) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a donated argument out of range compiled"),
+    };
+    assert!(err.contains("argument 40"), "{err}");
 }
 
 #[test]
@@ -562,4 +590,83 @@ fn a_mistyped_argument_of_a_later_loop_is_named_by_its_index_in_the_step() {
         err.contains(&format!("takes f32[{eval_mbs},{ROWS},{WIDTH}]")),
         "{err}"
     );
+}
+
+/// A process of a two-process job running group 0 (never asked anything: the step is refused
+/// before it runs).
+struct OneOfTwo;
+
+impl tessera_mpmd::processes::Processes for OneOfTwo {
+    fn local_groups(&self) -> Vec<usize> {
+        vec![0]
+    }
+    fn process_index(&self) -> (usize, usize) {
+        (2, 0)
+    }
+    fn process_of(&self, group: usize) -> usize {
+        group
+    }
+    fn exchange(
+        &self,
+        _: Vec<Vec<u8>>,
+    ) -> Result<Vec<Vec<u8>>, tessera_mpmd::processes::ProcessError> {
+        Err(unused())
+    }
+    fn transport(
+        &self,
+        _: &std::sync::Arc<
+            std::collections::HashMap<
+                tessera_mpmd::runtime::ValueId,
+                tessera_mpmd::runtime::OutputLayout,
+            >,
+        >,
+    ) -> Result<
+        std::sync::Arc<dyn tessera_mpmd::runtime::Transport<tessera_pjrt::Array>>,
+        tessera_mpmd::processes::ProcessError,
+    > {
+        Err(unused())
+    }
+    fn broadcast(
+        &self,
+        _: usize,
+        _: Vec<f64>,
+    ) -> Result<Vec<f64>, tessera_mpmd::processes::ProcessError> {
+        Err(unused())
+    }
+    fn agree(&self, _: u64, _: &str) -> Result<(), tessera_mpmd::processes::ProcessError> {
+        Err(unused())
+    }
+}
+
+fn unused() -> tessera_mpmd::processes::ProcessError {
+    tessera_mpmd::processes::ProcessError::Comm("a refused step asked its processes".into())
+}
+
+#[test]
+fn several_loops_under_several_processes_are_refused_naming_the_loops_and_how_to_restructure() {
+    let client = Client::cpu(8).unwrap();
+    let options = MpmdJitOptions {
+        processes: Some(std::sync::Arc::new(OneOfTwo)),
+        ..MpmdJitOptions::default()
+    };
+    let step = train_then_eval(4, 3, "1f1b");
+    let err = match mpmd_jit_with(&client, &mesh(2), &step, &options) {
+        Err(DriverError::StepLoops(e)) => e,
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("a step of several loops compiled for several processes"),
+    };
+    let StepLoopsError::SeveralLoops {
+        equations, kinds, ..
+    } = &err
+    else {
+        panic!("{err}");
+    };
+    assert_eq!(kinds, &[LoopKind::Training, LoopKind::ForwardOnly]);
+    assert_eq!(equations.len(), 2);
+    let text = err.to_string();
+    assert!(text.contains("2 treduce loops"), "{text}");
+    assert!(text.contains("training, forward-only"), "{text}");
+    assert!(text.contains("runs in several processes"), "{text}");
+    assert!(text.contains("a step of its own"), "{text}");
+    assert!(text.contains("concatenated"), "{text}");
 }

@@ -43,6 +43,8 @@ pub(super) struct Chain {
     outputs: Vec<Source>,
     /// The step's argument types.
     in_avals: Vec<ShapedArray>,
+    /// The step arguments the segments donate.
+    donated: Vec<usize>,
     /// The spec of each step argument and result inside its group (those of the segments).
     in_specs: Vec<PartitionSpec>,
     out_specs: Vec<PartitionSpec>,
@@ -52,9 +54,6 @@ pub(super) struct Chain {
 fn unsupported(options: &MpmdJitOptions) -> Option<&'static str> {
     if options.processes.is_some() {
         return Some("runs in several processes");
-    }
-    if !options.donate_argnums.is_empty() || !options.donate_where_possible.is_empty() {
-        return Some("donates arguments");
     }
     None
 }
@@ -72,6 +71,8 @@ pub(super) fn compile(
     }
     let plan = plan(&step.jaxpr, loops);
     let specs = segment_specs(step, options, &plan, mesh)?;
+    let mut donations =
+        segment_donations(options, &plan.wiring, step.jaxpr.invars.len())?.into_iter();
     let mut segments = plan
         .programs
         .iter()
@@ -81,9 +82,12 @@ pub(super) fn compile(
                 jaxpr: jaxpr.clone(),
                 consts: step.consts.clone(),
             };
+            let (donate_argnums, donate_where_possible) = donations.next().unwrap_or_default();
             let options = MpmdJitOptions {
                 in_specs,
                 out_specs,
+                donate_argnums,
+                donate_where_possible,
                 ..options.clone()
             };
             MpmdJit::new(client, mesh, &program, &options)
@@ -113,16 +117,65 @@ pub(super) fn compile(
             Source::Arg(_) => PartitionSpec::default(),
         })
         .collect();
+    let mut donated: Vec<usize> = plan
+        .wiring
+        .iter()
+        .zip(&segments)
+        .flat_map(|(wires, seg)| {
+            seg.donated().iter().filter_map(|&j| match wires.get(j) {
+                Some(Source::Arg(i)) => Some(*i),
+                _ => None,
+            })
+        })
+        .collect();
+    donated.sort_unstable();
     let mut first = segments.remove(0);
     first.chain = Some(Box::new(Chain {
         rest: segments,
         wiring: plan.wiring,
         outputs: plan.outputs,
         in_avals: step.jaxpr.in_avals(),
+        donated,
         in_specs,
         out_specs,
     }));
     Ok(first)
+}
+
+/// Each segment's `donate_argnums` and `donate_where_possible`: a step argument is donated by
+/// the last segment reading it (the earlier ones read it before its buffer is reused).
+#[allow(clippy::type_complexity)]
+fn segment_donations(
+    options: &MpmdJitOptions,
+    wiring: &[Vec<Source>],
+    num_args: usize,
+) -> Result<Vec<(Vec<usize>, Vec<usize>)>, DriverError> {
+    let mut out: Vec<(Vec<usize>, Vec<usize>)> = vec![Default::default(); wiring.len()];
+    let last_reader = |i: usize| {
+        wiring.iter().enumerate().rev().find_map(|(s, wires)| {
+            let j = wires.iter().position(|&w| w == Source::Arg(i))?;
+            Some((s, j))
+        })
+    };
+    for &i in &options.donate_argnums {
+        if i >= num_args {
+            return Err(config(format!(
+                "donate_argnums names argument {i}, but the step takes {num_args}"
+            )));
+        }
+        let (s, j) = last_reader(i).ok_or_else(|| {
+            config(format!(
+                "donate_argnums names step argument {i}, which the step never reads; donate only arguments the update replaces"
+            ))
+        })?;
+        out[s].0.push(j);
+    }
+    for &i in &options.donate_where_possible {
+        if let Some((s, j)) = last_reader(i) {
+            out[s].1.push(j);
+        }
+    }
+    Ok(out)
 }
 
 /// Each segment's `in_specs` and `out_specs` from the step's: a step argument keeps its spec in
@@ -332,6 +385,10 @@ impl Chain {
     /// The number of step arguments.
     pub(super) fn num_args(&self) -> usize {
         self.in_avals.len()
+    }
+
+    pub(super) fn donated(&self) -> &[usize] {
+        &self.donated
     }
 
     pub(super) fn in_specs(&self) -> &[PartitionSpec] {

@@ -490,7 +490,10 @@ impl MpmdJit {
     /// The step arguments the update donates (`donate_argnums`, and those of
     /// `donate_where_possible` it can donate): [`MpmdJit::call_mpmd_donated`] deletes them.
     pub fn donated(&self) -> &[usize] {
-        &self.donated
+        match &self.chain {
+            Some(chain) => chain.donated(),
+            None => &self.donated,
+        }
     }
 
     /// The pipeline that runs the loop (for a step run as one program, [`MpmdJit::is_fused`],
@@ -563,7 +566,7 @@ impl MpmdJit {
     /// groups of the stages reading it.
     pub fn call_mpmd(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
         if let Some(&a) = self
-            .donated
+            .donated()
             .iter()
             .find(|&&a| matches!(args.get(a), Some(StepArg::Mpmd(_))))
         {
@@ -580,7 +583,7 @@ impl MpmdJit {
     pub fn call_mpmd_donated(&self, args: &mut [StepArg]) -> Result<MpmdStepRun, DriverError> {
         let mut run = self.run(args)?;
         let deleting = std::time::Instant::now();
-        for &a in &self.donated {
+        for &a in self.donated() {
             // An array of another process's groups holds nothing here to delete.
             if let Some(StepArg::Mpmd(m)) = args.get_mut(a)
                 && m.is_partially_addressable()

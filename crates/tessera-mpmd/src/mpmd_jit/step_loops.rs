@@ -44,7 +44,7 @@ pub enum StepLoopsError {
         "the step holds {} treduce loops (equations {equations:?}: {}) and {limit}; mpmd_jit \
          runs a step's sequential top-level treduce loops one pipeline after another (the code \
          between two loops runs as the update of the first, on the groups holding its values) in \
-         one process and without donation. Drop that, or restructure: \
+         one process. Drop that, or restructure: \
          compile each loop as a step of its own and call them one after the other, passing the \
          results of one (e.g. the updated parameters, left on their groups by call_mpmd) to the \
          next; two accumulation loops over two data sources whose gradients are summed are also \
