@@ -444,18 +444,24 @@ fn several_loops_donate_each_argument_in_the_last_loop_reading_it() {
     // The weights are read by the training loop, last by it in the first step and by it after
     // the eval loop in the second.
     let (mbs, eval_mbs) = (4, 3);
-    let steps = [
-        (
-            train_then_eval(mbs, eval_mbs, "1f1b"),
-            args(&[mbs, eval_mbs]),
-        ),
-        (
-            eval_then_train(eval_mbs, mbs, "1f1b"),
-            args(&[eval_mbs, mbs]),
-        ),
-    ];
-    for (step, all) in steps {
-        let jit = mpmd_jit_with(&client, &mesh(2), &step, &options).unwrap();
+    // Pipelined over 2 groups, and on one group (each segment one program).
+    let steps = [2, 1].into_iter().flat_map(|groups| {
+        let s = schedule(groups);
+        [
+            (
+                groups,
+                train_then_eval(mbs, eval_mbs, s),
+                args(&[mbs, eval_mbs]),
+            ),
+            (
+                groups,
+                eval_then_train(eval_mbs, mbs, s),
+                args(&[eval_mbs, mbs]),
+            ),
+        ]
+    });
+    for (groups, step, all) in steps {
+        let jit = mpmd_jit_with(&client, &mesh(groups), &step, &options).unwrap();
         assert_eq!(jit.donated(), [0, 1]);
         let mut carried: Vec<StepArg> = host(&all[..STAGES]);
         let mut want_args = all.clone();
