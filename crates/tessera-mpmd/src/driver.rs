@@ -60,7 +60,8 @@ pub enum DriverError {
     /// A `treduce` body's results beside its `value_and_grad_call` cannot run per micro-batch.
     #[error(transparent)]
     LoopBody(#[from] crate::mpmd_jit::LoopBodyError),
-    /// The step holds no `treduce` or several: `mpmd_jit` pipelines one loop per step.
+    /// The step holds no `treduce`, or several with an option a step of several loops does not
+    /// support.
     #[error(transparent)]
     StepLoops(#[from] crate::mpmd_jit::StepLoopsError),
 }

@@ -33,11 +33,17 @@
 //! are then sliced there, `data.rs`) or computed by the step's code before the loop, which is
 //! compiled and runs on a group's devices each step, its results moved to the groups reading
 //! them (`before.rs`; on the host interpreter only under several processes).
+//!
+//! A step may hold several sequential top-level `treduce`s (a training loop then an eval loop
+//! on the updated parameters, two accumulation loops whose gradients the update sums): it is cut
+//! at its loops into steps of one loop each, run one after the other, the code between two
+//! loops as the first one's update (`chain.rs`).
 
 mod analyze;
 mod args;
 mod before;
 mod by_yield;
+mod chain;
 mod crossing;
 mod data;
 mod donation;
@@ -115,6 +121,9 @@ pub struct MpmdJit {
     crossing: Option<crossing::Crossing>,
     /// The whole step as one program, when one group runs it all ([`Fusion::Auto`]).
     fused: Option<fused::FusedStep>,
+    /// For a step of several loops: this is the first loop's segment, the chain runs the others
+    /// after it (`chain.rs`).
+    chain: Option<Box<chain::Chain>>,
 }
 
 /// What one call returns besides the step's results.
@@ -162,6 +171,10 @@ impl MpmdJit {
         options: &MpmdJitOptions,
     ) -> Result<Self, DriverError> {
         tessera_ir::verify(step).map_err(|e| config(e.to_string()))?;
+        let loops = step_loops::top_level_loops(step)?;
+        if loops.len() > 1 {
+            return chain::compile(client, mesh, step, options, &loops);
+        }
         // Differentiated values the body computes from loop invariants move before the loop.
         let hoisted = hoist::hoist(step, step_loops::the_loop(step)?)?;
         let step = hoisted.as_ref().unwrap_or(step);
@@ -367,6 +380,7 @@ impl MpmdJit {
             partitioner,
             crossing,
             fused,
+            chain: None,
         };
         jit.compile_before()?;
         Ok(jit)
@@ -386,7 +400,9 @@ impl MpmdJit {
     /// Whether the whole step runs as one program ([`Fusion::Auto`] on one group): then
     /// [`MpmdJit::pipeline`] is its plan only (its tasks are not compiled), and a call's
     /// timings hold one task, [`FUSED_TASK`]. Results the pipelined plan would compute on the
-    /// host (the loss and metrics) come back as host values here too.
+    /// host (the loss and metrics) come back as host values here too. For a step of several
+    /// loops, whether its first loop's segment runs as one program (each segment is one program
+    /// on one group).
     pub fn is_fused(&self) -> bool {
         self.fused.is_some()
     }
@@ -399,6 +415,9 @@ impl MpmdJit {
     /// into micro-batches there). Only the step's arguments in this process's hands can be
     /// placed; the value's shape and type are checked by the call.
     pub fn place_ahead(&self, arg: usize, host: HostArray) -> Result<StepArg, DriverError> {
+        if self.chain.is_some() {
+            return Ok(StepArg::Host(host));
+        }
         match &self.fused {
             Some(fused) => Ok(StepArg::Mpmd(Box::new(fused.place(
                 &self.client,
@@ -414,6 +433,9 @@ impl MpmdJit {
     /// data. In one process every argument; under MPI a rank may pass anything of the right
     /// type for an argument it does not read (e.g. without loading it from a checkpoint).
     pub fn reads_here(&self) -> Vec<bool> {
+        if let Some(chain) = &self.chain {
+            return vec![true; chain.num_args()];
+        }
         let everything = self.fused.is_some() || self.crossing.is_some() || self.before.is_some();
         let mut reads = vec![everything; self.num_args];
         let mut mark = |i: usize| {
@@ -448,7 +470,8 @@ impl MpmdJit {
 
     /// How many times the step's code before its loop ran on a group's devices and on the host
     /// interpreter (under several processes only; `None`: the step computes no loop operand
-    /// before the loop, or runs as one program, [`MpmdJit::is_fused`]).
+    /// before the loop, or runs as one program, [`MpmdJit::is_fused`]). For a step of several
+    /// loops, the first loop's.
     pub fn before_loop_runs(&self) -> Option<BeforeLoopRuns> {
         match &self.fused {
             Some(_) => None,
@@ -458,34 +481,62 @@ impl MpmdJit {
 
     /// The spec of each step argument inside its group.
     pub fn in_specs(&self) -> &[PartitionSpec] {
-        &self.specs.args
+        match &self.chain {
+            Some(chain) => chain.in_specs(),
+            None => &self.specs.args,
+        }
     }
 
     /// The spec of each step result inside its group.
     pub fn out_specs(&self) -> &[PartitionSpec] {
-        &self.specs.outs
+        match &self.chain {
+            Some(chain) => chain.out_specs(),
+            None => &self.specs.outs,
+        }
     }
 
     /// The step arguments the update donates (`donate_argnums`, and those of
     /// `donate_where_possible` it can donate): [`MpmdJit::call_mpmd_donated`] deletes them.
     pub fn donated(&self) -> &[usize] {
-        &self.donated
+        match &self.chain {
+            Some(chain) => chain.donated(),
+            None => &self.donated,
+        }
     }
 
     /// The pipeline that runs the loop (for a step run as one program, [`MpmdJit::is_fused`],
-    /// its plan only: its schedule, stages and layouts, with no task compiled).
+    /// its plan only: its schedule, stages and layouts, with no task compiled); for a step of
+    /// several loops, the first loop's ([`MpmdJit::pipelines`] lists them all).
     pub fn pipeline(&self) -> &CompiledPipeline {
         &self.pipeline
+    }
+
+    /// The pipeline of each of the step's top-level `treduce` loops, in program order.
+    pub fn pipelines(&self) -> Vec<&CompiledPipeline> {
+        let mut all = vec![&self.pipeline];
+        if let Some(chain) = &self.chain {
+            all.extend(chain.pipelines());
+        }
+        all
+    }
+
+    /// The number of the step's top-level `treduce` loops, each run as its own pipeline.
+    pub fn num_loops(&self) -> usize {
+        self.chain.as_ref().map_or(1, |c| c.len())
     }
 
     /// Sets how the pipeline's runs are bounded (the deadline of every wait) from the next call
     /// on.
     pub fn set_run_options(&mut self, options: RunOptions) {
         self.pipeline.set_run_options(options);
+        if let Some(chain) = &mut self.chain {
+            chain.set_run_options(options);
+        }
     }
 
     /// Where the code after the loop runs: for each piece, its group (`None`: the host) and the
-    /// step results it computes.
+    /// step results it computes (for a step of several loops, the code after the first loop up
+    /// to the second, its results numbered as that segment returns them).
     pub fn update_places(&self) -> Vec<(Option<usize>, Vec<usize>)> {
         self.pieces
             .iter()
@@ -523,7 +574,7 @@ impl MpmdJit {
     /// groups of the stages reading it.
     pub fn call_mpmd(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
         if let Some(&a) = self
-            .donated
+            .donated()
             .iter()
             .find(|&&a| matches!(args.get(a), Some(StepArg::Mpmd(_))))
         {
@@ -540,7 +591,7 @@ impl MpmdJit {
     pub fn call_mpmd_donated(&self, args: &mut [StepArg]) -> Result<MpmdStepRun, DriverError> {
         let mut run = self.run(args)?;
         let deleting = std::time::Instant::now();
-        for &a in &self.donated {
+        for &a in self.donated() {
             // An array of another process's groups holds nothing here to delete.
             if let Some(StepArg::Mpmd(m)) = args.get_mut(a)
                 && m.is_partially_addressable()
@@ -553,6 +604,14 @@ impl MpmdJit {
     }
 
     fn run(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
+        match &self.chain {
+            Some(chain) => chain.run(self, args),
+            None => self.run_loop(args),
+        }
+    }
+
+    /// Runs the step of one loop (for a step of several, its first loop's segment).
+    fn run_loop(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
         let mut clock = PhaseClock::start();
         self.check_args(args)?;
         if let Some(fused) = &self.fused {
@@ -641,27 +700,7 @@ impl MpmdJit {
     }
 
     fn check_args(&self, args: &[StepArg]) -> Result<(), DriverError> {
-        if args.len() != self.in_avals.len() {
-            return Err(config(format!(
-                "the step takes {} arguments, got {}",
-                self.in_avals.len(),
-                args.len()
-            )));
-        }
-        for (i, (a, aval)) in args.iter().zip(&self.in_avals).enumerate() {
-            if matches!(a, StepArg::Mpmd(m) if m.is_deleted()) {
-                return Err(config(format!(
-                    "argument {i} of the step ({aval}) is a deleted array (donated to an earlier call, or deleted); pass a live array"
-                )));
-            }
-            let (dims, ty) = a.signature();
-            if dims != aval.shape.as_slice() || ty != ElementType::from_dtype(aval.dtype) {
-                return Err(config(format!(
-                    "argument {i} is {ty:?}{dims:?}, the step takes {aval}"
-                )));
-            }
-        }
-        Ok(())
+        check_args(args, &self.in_avals)
     }
 
     /// The loop's loss and auxiliary results, each combined over the micro-batches by its
@@ -744,6 +783,31 @@ impl MpmdJit {
             })
             .collect()
     }
+}
+
+/// Whether `args` are live arrays of the types `in_avals`, one per step argument.
+pub(super) fn check_args(args: &[StepArg], in_avals: &[ShapedArray]) -> Result<(), DriverError> {
+    if args.len() != in_avals.len() {
+        return Err(config(format!(
+            "the step takes {} arguments, got {}",
+            in_avals.len(),
+            args.len()
+        )));
+    }
+    for (i, (a, aval)) in args.iter().zip(in_avals).enumerate() {
+        if matches!(a, StepArg::Mpmd(m) if m.is_deleted()) {
+            return Err(config(format!(
+                "argument {i} of the step ({aval}) is a deleted array (donated to an earlier call, or deleted); pass a live array"
+            )));
+        }
+        let (dims, ty) = a.signature();
+        if dims != aval.shape.as_slice() || ty != ElementType::from_dtype(aval.dtype) {
+            return Err(config(format!(
+                "argument {i} is {ty:?}{dims:?}, the step takes {aval}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Under several processes, values cross groups only through the pipeline's transport, the

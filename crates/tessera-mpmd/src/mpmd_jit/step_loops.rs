@@ -1,6 +1,8 @@
-//! How many `treduce` loops a step holds. `mpmd_jit` pipelines one loop per step: its plan,
-//! schedule and runtime run one pipeline, then the code after it (the update). A step with no
-//! loop or with several is refused with a [`StepLoopsError`] saying how to restructure it.
+//! How many `treduce` loops a step holds. `mpmd_jit` pipelines each loop of a step: a step of
+//! one loop runs its pipeline, then the code after it (the update); a step of several
+//! sequential top-level loops is split into steps of one loop each (`chain.rs`). A step with no
+//! loop, or with several and an option they do not support, is refused with a
+//! [`StepLoopsError`] saying how to restructure it.
 
 use std::fmt;
 
@@ -36,15 +38,17 @@ pub enum StepLoopsError {
          value_and_grad_call with mpmd_jit_by_yield"
     )]
     NoLoop,
-    /// The step holds several `treduce`s at its top level.
+    /// The step holds several `treduce`s at its top level and asks for what a step of several
+    /// loops does not support (`limit`).
     #[error(
-        "the step holds {} treduce loops (equations {equations:?}: {}); mpmd_jit pipelines one \
-         treduce per step. Restructure: compile each loop as a step of its own and call them one \
-         after the other, passing the results of one (e.g. the updated parameters, left on their \
-         groups by call_mpmd) to the next: a training step, then an eval step whose treduce body \
-         is the staged loss alone (run forward only); two accumulation loops over two data \
-         sources whose gradients are summed are one treduce over the micro-batches of both \
-         (concatenated along the micro-batch axis)",
+        "the step holds {} treduce loops (equations {equations:?}: {}) and {limit}; mpmd_jit \
+         runs a step's sequential top-level treduce loops one pipeline after another (the code \
+         between two loops runs as the update of the first, on the groups holding its values) in \
+         one process. Drop that, or restructure: \
+         compile each loop as a step of its own and call them one after the other, passing the \
+         results of one (e.g. the updated parameters, left on their groups by call_mpmd) to the \
+         next; two accumulation loops over two data sources whose gradients are summed are also \
+         one treduce over the micro-batches of both (concatenated along the micro-batch axis)",
         .equations.len(),
         kinds_text(.kinds)
     )]
@@ -53,6 +57,8 @@ pub enum StepLoopsError {
         equations: Vec<usize>,
         /// What each loop computes.
         kinds: Vec<LoopKind>,
+        /// What the step asks for that a step of several loops does not support.
+        limit: String,
     },
 }
 
@@ -64,22 +70,41 @@ fn kinds_text(kinds: &[LoopKind]) -> String {
         .join(", ")
 }
 
-/// The index of the step's one top-level `treduce`.
-pub(super) fn the_loop(step: &ClosedJaxpr) -> Result<usize, StepLoopsError> {
+/// The indices of the step's top-level `treduce`s, in program order (at least one).
+pub(super) fn top_level_loops(step: &ClosedJaxpr) -> Result<Vec<usize>, StepLoopsError> {
     let jaxpr = &step.jaxpr;
     let equations: Vec<usize> = (0..jaxpr.eqns.len())
         .filter(|&i| jaxpr.eqns[i].prim == Prim::Treduce)
         .collect();
-    match equations[..] {
-        [] => Err(StepLoopsError::NoLoop),
+    match equations.is_empty() {
+        true => Err(StepLoopsError::NoLoop),
+        false => Ok(equations),
+    }
+}
+
+/// The refusal of a step whose loops are `equations`, for `limit`.
+pub(super) fn several(step: &ClosedJaxpr, equations: &[usize], limit: &str) -> StepLoopsError {
+    let kinds = equations
+        .iter()
+        .map(|&i| loop_kind(&step.jaxpr.eqns[i]))
+        .collect();
+    StepLoopsError::SeveralLoops {
+        equations: equations.to_vec(),
+        kinds,
+        limit: limit.to_string(),
+    }
+}
+
+/// The index of the step's one top-level `treduce` (a step of several is split into steps of
+/// one loop each before this, `chain.rs`).
+pub(super) fn the_loop(step: &ClosedJaxpr) -> Result<usize, StepLoopsError> {
+    match top_level_loops(step)?[..] {
         [index] => Ok(index),
-        _ => {
-            let kinds = equations
-                .iter()
-                .map(|&i| loop_kind(&jaxpr.eqns[i]))
-                .collect();
-            Err(StepLoopsError::SeveralLoops { equations, kinds })
-        }
+        ref equations => Err(several(
+            step,
+            equations,
+            "reached the analysis of a step of one loop",
+        )),
     }
 }
 
