@@ -19,10 +19,13 @@ pub use tikv_jemallocator::Jemalloc;
 /// Makes jemalloc the program's allocator, with `oversize_threshold:0` (see [`crate::alloc`]).
 /// Call it once, at the top level of a binary crate:
 ///
-/// ```ignore
+/// ```standalone_crate
 /// tessera::use_jemalloc!();
 ///
-/// fn main() { /* ... */ }
+/// fn main() {
+///     let v = vec![1u8; 1 << 20]; // allocated by jemalloc
+///     assert_eq!(v.len(), 1 << 20);
+/// }
 /// ```
 ///
 /// `MALLOC_CONF` in the environment overrides the option when the program starts.
