@@ -183,12 +183,13 @@ fn causal_attention_matches_jax() {
                 r:f32[2,2,2] = exp q
                 s:f32[2,2] = reduce_sum[axes=(2,) out_sharding=None] r
                 t:f32[2,2,1] = broadcast_in_dim[broadcast_dimensions=(0, 1)] s
-                u:f32[2,2,2] = div r t
-                v:f32[2,2,5] = dot_general[
+                u:f32[2,2,1] = div 1.0:f32[] t
+                v:f32[2,2,2] = mul r u
+                w:f32[2,2,5] = dot_general[
                   dimension_numbers=(([2], [1]), ([0], [0]))
                   preferred_element_type=float32
-                ] u c
-              in (v,) }"#]],
+                ] v c
+              in (w,) }"#]],
     );
 }
 

@@ -44,12 +44,19 @@ impl Tensor {
     /// constant to differentiation (as in `jax.nn.softmax`): softmax does not change when its
     /// inputs shift, so its gradient is the same, without the max's own backward pass (an
     /// argmax mask over the whole input).
+    ///
+    /// The exponentials are scaled by the sum's reciprocal rather than divided by the sum: the
+    /// gradient then reads the exponentials (which XLA recomputes from the input and the max)
+    /// and the reciprocal (one value per row), never the softmax itself, so the result has no
+    /// user but the caller. In mixed precision XLA then writes it once, in the caller's
+    /// dtype, as `jax.nn.softmax`'s gradient lets it (a division's gradient reads its result,
+    /// which kept a float32 copy of the whole softmax alive for the backward pass).
     pub fn softmax(&self, axis: i64) -> Tensor {
         let rank = self.rank();
         let m = self.max(&[axis]).keep_dims(&[axis], rank).stop_gradient();
         let e = (self - &m).exp();
         let s = e.sum(&[axis]).keep_dims(&[axis], rank);
-        e / s
+        e * (1.0 / s)
     }
 
     /// One-hot vectors of length `n` for integer class indices, as `dtype`.
