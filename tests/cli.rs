@@ -253,3 +253,41 @@ fn the_program_runs_on_jemalloc_keeping_large_blocks() {
     let stats = String::from_utf8_lossy(&out.stderr);
     assert!(stats.contains("opt.oversize_threshold: 0\n"), "{stats}");
 }
+
+#[test]
+fn check_collectives_runs_what_the_plugin_has_and_names_what_it_lacks() {
+    let out = tessera(&["check", "collectives", "--devices", "4"], &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let (checks, summary) = lines.split_at(lines.len() - 1);
+    assert_eq!(checks.len(), 4, "{stdout}");
+    let mut unsupported = 0;
+    for line in checks {
+        match line.split_whitespace().next() {
+            Some("ok") => {}
+            // XLA's CPU backend has no ragged_all_to_all or send/recv: the plugin's error is
+            // passed on, naming the operation.
+            Some("unsupported") => {
+                unsupported += 1;
+                assert!(line.contains("not supported"), "{line}");
+            }
+            _ => panic!("a check neither passed nor was unsupported: {line}"),
+        }
+    }
+    let passed = checks.len() - unsupported;
+    assert!(passed >= 2, "{stdout}");
+    assert_eq!(
+        summary[0],
+        format!("{passed} passed, {unsupported} unsupported by the plugin, 0 failed")
+    );
+    // --require-all counts an unsupported operation as a failure.
+    let strict = tessera(
+        &["check", "collectives", "--devices", "2", "--require-all"],
+        &[],
+    );
+    assert_eq!(strict.status.success(), unsupported == 0, "{stdout}");
+    let none = tessera(&["check", "collectives", "--devices", "0"], &[]);
+    assert!(!none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("at least 1 device"));
+}

@@ -92,6 +92,24 @@ fn collectives_run_on_eight_gpus() {
 }
 
 #[test]
+fn ragged_all_to_all_and_send_receive_run_on_every_gpu() {
+    // What XLA's CPU backend lacks must run on a GPU, equal to the interpreter.
+    match gpus() {
+        Ok(_) => {
+            let line = tessera_last_line(&[
+                "--plugin",
+                "cuda",
+                "check",
+                "collectives",
+                "--require-all",
+            ]);
+            assert!(line.ends_with(" 0 unsupported by the plugin, 0 failed"), "{line}");
+        }
+        Err(why) => eprintln!("skipped: {why}"),
+    }
+}
+
+#[test]
 fn the_gpt_trains_on_cuda() {
     let n = match gpus() {
         Ok(n) => n,

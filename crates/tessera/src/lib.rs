@@ -11,6 +11,7 @@ mod jit_unused;
 pub mod perf;
 pub mod plot;
 pub mod pmap;
+pub mod selfcheck;
 pub mod trees;
 
 pub use tessera_ir as ir;

@@ -6,7 +6,9 @@
 #      (jax/llama_jax.py: jax.jit of value_and_grad + AdamW), alternating, as tokens/s, after
 #      checking that both train the same model (JAX started from Tessera's checkpoint gives
 #      Tessera's next two losses);
-#   2. `tessera oracle jaxpr FILE --backend pjrt --grads` on JAX's programs in oracle/;
+#   2. `tessera oracle jaxpr FILE --backend pjrt --grads` on JAX's programs in oracle/, and
+#      `tessera check collectives` (ragged_all_to_all, psend/precv, async collectives on every
+#      device, against the interpreter; all must run on a GPU);
 #   3. a GPT pipelined over 2 stages as an `mpirun -n 2` job sharing the one device (each CUDA
 #      client gets TESSERA_CUDA_MEMORY_FRACTION of its memory), whose losses must equal those of
 #      one process running both stages on the device, bit for bit.
@@ -298,6 +300,18 @@ for file in "$HERE"/oracle/*.json; do
         fail "oracle jaxpr $base.json" "$(grep -m 3 FAILED "$OUT/oracle-$base.txt" | tr '\n' ' ')$(tail -n 1 "$OUT/oracle-$base.txt") $LAST_ERROR"
     fi
 done
+
+# --- 2b. The collectives XLA's CPU backend lacks, on the plugin's devices ---------------------
+# `ragged_all_to_all` and `psend`/`precv` lower for GPUs only: on a GPU every program must run
+# and equal the interpreter (--require-all); on the CPU they are reported unsupported.
+check_flags=()
+[ "$ON_CPU" = 0 ] && check_flags=(--require-all)
+if logged check-collectives "$TESSERA" --plugin "$PLUGIN" check collectives "${check_flags[@]}" \
+    > "$OUT/check-collectives.txt"; then
+    row "check collectives" "ok" "$(tail -n 1 "$OUT/check-collectives.txt")"
+else
+    fail "check collectives" "$(grep -E -m 4 '^(FAILED|unsupported)' "$OUT/check-collectives.txt" | cut -c 1-200 | tr '\n' ' ')$(tail -n 1 "$OUT/check-collectives.txt") $LAST_ERROR"
+fi
 
 # --- 3. Two ranks sharing the one device, equal to one process -------------------------------
 mpi() {

@@ -1,5 +1,6 @@
 //! Subcommands of the `tessera` program, one module each.
 
+mod check;
 mod devices;
 mod mpi;
 mod oracle;
@@ -37,6 +38,9 @@ enum Command {
     Sharding(sharding::Args),
     /// Run a file of JAX-made test vectors and report `N passed, M failed`.
     Oracle(oracle::Args),
+    /// Check that the plugin runs Tessera's programs as the interpreter does (`check
+    /// collectives`: the collectives some backends lack, on every device).
+    Check(check::Args),
     /// Build, validate, simulate and draw a pipeline schedule.
     Schedule(schedule::Args),
     /// Measure a decoder's costs and rank pipeline configurations (stages, boundaries, groups,
@@ -78,6 +82,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Devices(args) => devices::run(args, cli.plugin.as_deref()),
         Command::Sharding(args) => sharding::run(args),
         Command::Oracle(args) => oracle::run(args, cli.plugin.as_deref()),
+        Command::Check(args) => check::run(args, cli.plugin.as_deref()),
         Command::Schedule(args) => schedule::run(args),
         Command::Plan(args) => plan::run(*args, cli.plugin.as_deref()),
         Command::Train(args) => train::run(*args, cli.plugin.as_deref()),
