@@ -261,7 +261,7 @@ fn check_collectives_runs_what_the_plugin_has_and_names_what_it_lacks() {
     assert!(out.status.success(), "{stdout}");
     let lines: Vec<&str> = stdout.lines().collect();
     let (checks, summary) = lines.split_at(lines.len() - 1);
-    assert_eq!(checks.len(), 4, "{stdout}");
+    assert_eq!(checks.len(), 6, "{stdout}");
     let mut unsupported = 0;
     for line in checks {
         match line.split_whitespace().next() {
@@ -279,7 +279,21 @@ fn check_collectives_runs_what_the_plugin_has_and_names_what_it_lacks() {
     assert!(passed >= 2, "{stdout}");
     assert_eq!(
         summary[0],
-        format!("{passed} passed, {unsupported} unsupported by the plugin, 0 failed")
+        format!(
+            "{passed} passed, {unsupported} unsupported by the plugin, 0 skipped (too few \
+             devices), 0 failed"
+        )
+    );
+    // One device has no pair of devices for psend/precv: skipped, not failed.
+    let alone = tessera(
+        &["check", "collectives", "--devices", "1", "--only", "psend"],
+        &[],
+    );
+    let text = String::from_utf8_lossy(&alone.stdout);
+    assert!(alone.status.success(), "{text}");
+    assert!(
+        text.starts_with("skipped      psend/precv: needs 2 devices"),
+        "{text}"
     );
     // --require-all counts an unsupported operation as a failure.
     let strict = tessera(

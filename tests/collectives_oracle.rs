@@ -440,3 +440,37 @@ fn a_psend_precv_pair_on_the_pjrt_cpu_plugin_fails_with_a_typed_error_not_a_cras
         }
     }
 }
+
+#[test]
+fn a_ppermute_with_no_pairs_gives_zeros_on_pjrt_as_on_the_interpreter() {
+    use tessera_ir::{Array, DType, ShapedArray};
+    use tessera_sharding::{AbstractMesh, PartitionSpec};
+    // JAX allows `perm=[]`: nothing is sent, every device receives zeros. The lowering must
+    // give StableHLO an empty `0x2` table of pairs (it once wrote a `0x0` one MLIR refuses).
+    let mesh = AbstractMesh::auto(&[("x", 2)]).unwrap();
+    let spec = PartitionSpec::parse("P('x')").unwrap();
+    let program = tessera_ir::trace::shard_map_program(
+        &mesh,
+        std::slice::from_ref(&spec),
+        std::slice::from_ref(&spec),
+        &[ShapedArray::new(DType::F32, &[4])],
+        |a| vec![&a[0].ppermute("x", &[]) + &a[0]],
+    )
+    .unwrap();
+    let text = tessera_stablehlo::lower_closed(
+        &program,
+        &tessera_stablehlo::LowerOptions {
+            num_partitions: 2,
+            ..tessera_stablehlo::LowerOptions::default()
+        },
+    )
+    .unwrap()
+    .text;
+    assert!(text.contains("tensor<0x2xi64>"), "{text}");
+    let x = Array::new(DType::F32, &[4], vec![1., 2., 3., 4.]).unwrap();
+    let client = tessera_pjrt::Client::cpu(2).unwrap();
+    let got = tessera::jit::run_spmd(&client, &program, std::slice::from_ref(&x)).unwrap();
+    let interp = tessera_ir::interp::eval_closed(&program, std::slice::from_ref(&x)).unwrap();
+    assert_eq!(interp[0].to_vec(), vec![1., 2., 3., 4.]);
+    assert_eq!(got[0].to_vec(), interp[0].to_vec());
+}

@@ -94,3 +94,34 @@ fn multi_op_lowerings_fall_back_to_the_synchronous_collective() {
         assert!(text.contains("stablehlo.all_reduce") || text.contains("stablehlo.all_gather"));
     }
 }
+
+#[test]
+fn starts_within_single_device_groups_lower_synchronously() {
+    // Over an axis of size 1 each group is one device: XLA removes the collective, and an
+    // `async_done` left without it aborted XLA's GPU compiler (H100, 2026-11-27).
+    let mesh = AbstractMesh::auto(&[("x", 1), ("y", 2)]).unwrap();
+    let both = PartitionSpec::parse("P('x', 'y')").unwrap();
+    let lowered = |f: Body| {
+        let program = shard_map_program(
+            &mesh,
+            std::slice::from_ref(&both),
+            std::slice::from_ref(&both),
+            &[ShapedArray::new(DType::F32, &[4, 8])],
+            |a| vec![f(&a[0])],
+        )
+        .unwrap();
+        let options = LowerOptions {
+            num_partitions: 2,
+            ..LowerOptions::default()
+        };
+        lower_closed(&program, &options).unwrap().text
+    };
+    let alone = lowered(|a| a.psum_start(&["x"]).done());
+    assert!(
+        !alone.contains("async_start") && !alone.contains("async_done"),
+        "{alone}"
+    );
+    // Over `y` (2 devices) the same start stays asynchronous.
+    let pair = lowered(|a| a.psum_start(&["y"]).done());
+    assert!(pair.contains("stablehlo.async_start"), "{pair}");
+}

@@ -94,7 +94,10 @@ fn the_bundle_fits_and_its_script_runs_to_the_end_on_the_cpu() -> anyhow::Result
     }
     // On the CPU the collectives XLA's CPU backend lacks are reported, not failed.
     let check = row("| check collectives | ok |");
-    assert!(check.contains(" passed, ") && check.ends_with(" 0 failed |"), "{stdout}");
+    assert!(
+        check.contains(" passed, ") && check.ends_with(" 0 failed |"),
+        "{stdout}"
+    );
     let mpi = row("| mpirun -n 2: GPT, 2 stages, one per rank, one device | ok |");
     assert!(mpi.contains("losses equal bit for bit: ["), "{stdout}");
     assert!(stdout.contains("run.sh: every part passed"), "{stdout}");

@@ -13,7 +13,7 @@ use tessera_ir::prim::{CollectiveKind, CollectiveParams};
 use tessera_ir::{Params, Prim, ShapedArray, axis_env};
 use tessera_sharding::groups;
 
-use super::parallel::{CHANNEL, groups_attr};
+use super::parallel::{CHANNEL, pairs_attr};
 use super::{Ctx, ir, mlir_type};
 use crate::context::LowerError;
 use crate::emit::quote;
@@ -49,12 +49,11 @@ pub(super) fn lower<'c, 'b>(
     };
     let pairs = groups::permute_pairs(&mesh, &p.axes, perm)
         .map_err(|e| LowerError::Build(format!("{}: {e}", prim.name())))?;
-    let pairs: Vec<Vec<i64>> = pairs.iter().map(|&(s, t)| vec![s, t]).collect();
     let attrs = [
         ("channel_handle", CHANNEL.to_owned()),
         ("is_host_transfer", "false".to_owned()),
         ("mhlo.sharding", quote("{manual}")),
-        ("source_target_pairs", groups_attr(&pairs)),
+        ("source_target_pairs", pairs_attr(&pairs)),
     ];
     let Some(&x) = inputs.first() else {
         return Err(LowerError::Build(format!(

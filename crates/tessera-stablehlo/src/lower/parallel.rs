@@ -209,6 +209,16 @@ pub(super) fn groups_attr(groups: &[Vec<i64>]) -> String {
     )
 }
 
+/// `source_target_pairs` of a permutation: `[source, target]` rows, a `0x2` tensor when there
+/// are none (a `ppermute` or `psend` with an empty `perm`, whose result is zeros).
+pub(super) fn pairs_attr(pairs: &[(i64, i64)]) -> String {
+    if pairs.is_empty() {
+        return "dense<> : tensor<0x2xi64>".to_owned();
+    }
+    let rows: Vec<Vec<i64>> = pairs.iter().map(|&(s, t)| vec![s, t]).collect();
+    groups_attr(&rows)
+}
+
 /// Every collective (and `pvary`, a no-op once lowered).
 pub(super) fn collective<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
@@ -283,10 +293,9 @@ pub(super) fn collective<'c, 'b>(
         CollectiveKind::Ppermute { perm } => {
             let pairs = groups::permute_pairs(&mesh, &p.axes, perm)
                 .map_err(|e| LowerError::Build(e.to_string()))?;
-            let pairs: Vec<Vec<i64>> = pairs.iter().map(|&(s, t)| vec![s, t]).collect();
             let attrs = [
                 ("channel_handle", CHANNEL.into()),
-                ("source_target_pairs", groups_attr(&pairs)),
+                ("source_target_pairs", pairs_attr(&pairs)),
             ];
             ctx.body.op(
                 "stablehlo.collective_permute",

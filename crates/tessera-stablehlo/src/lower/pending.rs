@@ -6,8 +6,10 @@
 //! StableHLO requires the region to hold exactly one operation before its return. Where the
 //! synchronous lowering takes more (a `pbroadcast`, built from a select and an all-reduce; an
 //! untiled `all_gather` or `psum_scatter`, whose reshape follows the collective; a collective
-//! over a single device, which is no operation at all), the start lowers as the synchronous
-//! collective and its done as the identity: the values are the same, and XLA schedules
+//! over a single device, which is no operation at all), and where every group of the
+//! collective holds one device (XLA removes such a collective, and its GPU compiler then
+//! aborts on the done left behind), the start lowers as the synchronous collective and its
+//! done as the identity: the values are the same, and XLA schedules
 //! collectives asynchronously by itself. (JAX refuses to lower an untiled `reduce_scatter_start`
 //! and lowers `pbroadcast_start` on GPU only.) An untiled `unreduced_reduce_scatter_start` is
 //! refused with [`LowerError::Unsupported`], as JAX refuses it.
@@ -21,7 +23,8 @@ use melior::ir::block::BlockLike;
 use melior::ir::operation::OperationLike;
 use melior::ir::{Region, Value};
 use melior::ir::{RegionLike, ValueLike};
-use tessera_ir::{Params, Prim};
+use tessera_ir::prim::CollectiveParams;
+use tessera_ir::{Params, Prim, axis_env};
 
 use super::{Ctx, mlir_type, parallel};
 use crate::context::LowerError;
@@ -60,7 +63,7 @@ pub(super) fn start<'c, 'b>(
             };
             parallel::collective(&inner, prim.synchronous(), params, args)
         })?;
-    if operations(&region) != 2 {
+    if operations(&region) != 2 || within_single_devices(ctx, prim, params) {
         return parallel::collective(ctx, prim.synchronous(), params, inputs);
     }
     let future = format!("!stablehlo.future<{}>", mlir_type(out));
@@ -71,6 +74,27 @@ pub(super) fn start<'c, 'b>(
         &[],
         vec![region],
     )
+}
+
+/// Whether the start's collective runs within groups of one device each (its axes of size 1):
+/// it then moves nothing, XLA removes it, and the `async_done` left without its collective
+/// stops XLA's GPU compiler (a failed check that aborts the process; JAX's `psum_start` on one
+/// GPU fails too, "Unsupported async done wrapped instruction"). Such a start lowers
+/// synchronously.
+fn within_single_devices(ctx: &Ctx<'_, '_, '_>, prim: Prim, params: &Params) -> bool {
+    let sync = prim.synchronous();
+    let rank = ctx
+        .in_avals
+        .first()
+        .map_or(0, tessera_ir::ShapedArray::rank);
+    let Ok(p) = CollectiveParams::read(sync, params, rank) else {
+        return false;
+    };
+    let Ok(mesh) = axis_env::mesh_for(sync.name(), &p.axes) else {
+        return false;
+    };
+    p.replica_groups(sync, &mesh)
+        .is_ok_and(|groups| groups.iter().all(|g| g.len() <= 1))
 }
 
 /// The number of operations in the first block of `region`, its terminator included.

@@ -26,6 +26,9 @@ enum What {
         /// Count an operation the plugin does not implement as a failure.
         #[arg(long)]
         require_all: bool,
+        /// Run only the programs whose name contains this text (e.g. `ragged`).
+        #[arg(long)]
+        only: Option<String>,
     },
 }
 
@@ -33,13 +36,22 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     let What::Collectives {
         devices,
         require_all,
+        only,
     } = args.what;
     if devices < 1 {
         anyhow::bail!("--devices {devices}: give at least 1 device, e.g. --devices 8");
     }
     let client = tessera_pjrt::Client::open(plugin, devices)?;
-    let checks = selfcheck::collectives(&client).map_err(anyhow::Error::msg)?;
-    let (mut passed, mut unsupported, mut failed) = (0, 0, 0);
+    let only = only.unwrap_or_default();
+    let checks = selfcheck::collectives_named(&client, |name| name.contains(only.as_str()))
+        .map_err(anyhow::Error::msg)?;
+    if checks.is_empty() {
+        anyhow::bail!(
+            "--only {only:?} names none of the programs: {}",
+            selfcheck::COLLECTIVES.join("; ")
+        );
+    }
+    let (mut passed, mut unsupported, mut skipped, mut failed) = (0, 0, 0, 0);
     for check in &checks {
         match &check.outcome {
             Outcome::Passed => {
@@ -50,13 +62,24 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
                 unsupported += 1;
                 outln!("unsupported  {}: {why}", check.name)?;
             }
+            Outcome::Skipped(why) => {
+                skipped += 1;
+                outln!("skipped      {}: {why}", check.name)?;
+            }
             Outcome::Failed(why) => {
                 failed += 1;
                 outln!("FAILED       {}: {why}", check.name)?;
             }
         }
     }
-    outln!("{passed} passed, {unsupported} unsupported by the plugin, {failed} failed")?;
+    outln!(
+        "{passed} passed, {unsupported} unsupported by the plugin, {skipped} skipped (too few \
+         devices), {failed} failed"
+    )?;
     let bad = failed > 0 || (require_all && unsupported > 0);
-    Ok(if bad { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if bad {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
