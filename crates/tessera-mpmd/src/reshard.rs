@@ -41,14 +41,32 @@ pub fn spmd_to_mpmd_reshard(
             let Some(source) = slots[i].take() else {
                 continue;
             };
-            let mut per_group = Vec::new();
+            let mut per_group: Vec<Array> = Vec::new();
             for group in shardings[i].groups() {
-                per_group.push(source.reshard(client, &shardings[i].group_sharding(group)?)?);
+                let target = shardings[i].group_sharding(group)?;
+                // Groups hold the same blocks on meshes of one shape: a group whose blocks the
+                // source does not hold whole is copied, device to device, from the first
+                // group's copy, so the source goes through the host at most once.
+                let from = match per_group.first() {
+                    Some(first) if !holds_every_block(&source, &target)? => first,
+                    _ => &source,
+                };
+                per_group.push(from.reshard(client, &target)?);
             }
             done.insert(i, MpmdArray::new(per_group, shardings[i].clone())?);
         }
     }
     Ok(done.into_values().collect())
+}
+
+/// Whether some shard of `array` holds each block `target` lays out, so that resharding to it
+/// copies device to device only.
+fn holds_every_block(array: &Array, target: &NamedSharding) -> Result<bool> {
+    let shards = array.addressable_shards()?;
+    Ok(target
+        .devices_indices_map(array.shape())?
+        .iter()
+        .all(|(_, block)| shards.iter().any(|s| &s.block == block)))
 }
 
 /// Reshards MPMD arrays back to SPMD arrays with the given shardings, consuming the inputs; each

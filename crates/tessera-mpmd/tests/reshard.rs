@@ -246,3 +246,54 @@ fn the_default_threshold_across_processes_is_the_smallest_of_theirs() {
     let err = global_threshold(&bad, 5).unwrap_err();
     assert!(matches!(err, MpmdError::Reshard(_)), "{err}");
 }
+
+/// An SPMD array whose blocks the groups' devices already hold reaches every group by device
+/// copies alone; one sharded over the MPMD axis (no device holds a group's block whole) is read
+/// to the host once, for the first group, and the other groups copy that group's buffers
+/// device to device ([`Array::host_round_trips`] counts the host reads on this thread).
+#[test]
+fn groups_are_filled_by_device_copies_and_the_host_is_read_at_most_once() {
+    let (client, mesh) = setup();
+    let values: Vec<f32> = (0..32).map(|i| i as f32).collect();
+    let host = HostArray::from_slice(&[8, 4], &values).unwrap();
+    let every_group = |spec: &str| vec![MpmdSharding::new(&mesh, 0..4, &p(spec)).unwrap()];
+    let cases = [
+        // Split over 'data' only: device (g, d) already holds group g's block d.
+        ("P('data')", "P('data')", 0),
+        // Split over the MPMD axis: each group needs rows of all four stages.
+        ("P('stage', 'data')", "P(None, 'data')", 1),
+        ("P(('data', 'stage'))", "P()", 1),
+    ];
+    for (source, target, trips) in cases {
+        let spmd = NamedSharding::new(mesh.mesh(), p(source)).unwrap();
+        let array = Array::device_put(&client, &host, &spmd).unwrap();
+        let before = Array::host_round_trips();
+        let mpmd =
+            spmd_to_mpmd_reshard(&client, &mesh, vec![array], every_group(target), None).unwrap();
+        assert_eq!(
+            Array::host_round_trips() - before,
+            trips,
+            "{source} -> {target}"
+        );
+        let local = mpmd[0].to_mpmd_local_arrays().unwrap();
+        assert_eq!(local.len(), 4);
+        for (&group, array) in local {
+            assert_eq!(array.to_host().unwrap(), host, "group {group}");
+            let want = MpmdSharding::new(&mesh, [group], &p(target))
+                .unwrap()
+                .group_sharding(group)
+                .unwrap();
+            for shard in array.addressable_shards().unwrap() {
+                let block = want
+                    .devices_indices_map(&[8, 4])
+                    .unwrap()
+                    .into_iter()
+                    .find(|(d, _)| *d as i32 == shard.device)
+                    .map(|(_, b)| b)
+                    .unwrap();
+                assert_eq!(shard.block, block, "group {group}");
+                assert_eq!(shard.buffer.to_host().unwrap(), host.block(&block).unwrap());
+            }
+        }
+    }
+}

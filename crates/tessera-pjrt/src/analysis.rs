@@ -1,7 +1,8 @@
 //! What XLA says about a compiled program before it runs: its cost analysis (FLOPs, bytes
 //! accessed, and the other properties the plugin reports, JAX's `compiled.cost_analysis()`) and
 //! its memory analysis (argument, output, alias, temporary and code bytes, JAX's
-//! `compiled.memory_analysis()`).
+//! `compiled.memory_analysis()`), and the memory kind of each output
+//! (`PJRT_Executable_OutputMemoryKinds`, JAX's `get_output_memory_kinds`).
 
 use std::collections::BTreeMap;
 
@@ -111,6 +112,38 @@ impl LoadedExecutable {
             host_temp_bytes: a.host_temp_size_in_bytes,
             peak_bytes: a.peak_memory_in_bytes,
         })
+    }
+
+    /// The memory kind each output of one device is returned in (`device`, `pinned_host`, ...),
+    /// as the plugin compiled it: JAX's `get_output_memory_kinds`, from which it gives results
+    /// their memory kind.
+    pub fn output_memory_kinds(&self) -> Result<Vec<String>> {
+        let inner = self.executable()?;
+        let mut a = args!(PJRT_Executable_OutputMemoryKinds_Args {
+            executable: inner.raw
+        });
+        api_call!(
+            self.client.plugin(),
+            PJRT_Executable_OutputMemoryKinds,
+            &mut a
+        )?;
+        if a.num_outputs == 0 || a.memory_kinds.is_null() || a.memory_kind_sizes.is_null() {
+            return Ok(Vec::new());
+        }
+        // SAFETY: the plugin returns `num_outputs` strings and their sizes, owned by the
+        // executable.
+        let (kinds, sizes) = unsafe {
+            (
+                std::slice::from_raw_parts(a.memory_kinds, a.num_outputs),
+                std::slice::from_raw_parts(a.memory_kind_sizes, a.num_outputs),
+            )
+        };
+        Ok(kinds
+            .iter()
+            .zip(sizes)
+            // SAFETY: each kind is `size` bytes owned by the executable.
+            .map(|(&k, &size)| unsafe { string_from_raw(k, size) })
+            .collect())
     }
 }
 

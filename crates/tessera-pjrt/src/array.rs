@@ -248,24 +248,29 @@ impl Array {
     }
 
     /// The same values laid out by another sharding. Each target block that some shard already
-    /// holds whole is copied device to device; the rest are cut from a host copy of the array
-    /// (every block, into its memory kind, when the target sharding names one).
+    /// holds whole is copied device to device (into the target's memory kind when it names
+    /// one, where the plugin copies between memories); the rest are cut from a host copy of the
+    /// array, counted by [`Array::host_round_trips`].
     pub fn reshard(&self, client: &Client, sharding: &NamedSharding) -> Result<Array> {
         let shards = self.addressable_shards()?;
         let mut host: Option<HostArray> = None;
         let mut out = Vec::new();
         for (device, block) in sharding.devices_indices_map(&self.shape)? {
             let device = device as i32;
-            // A device-to-device copy lands in the default memory: a target with a memory
-            // kind is filled from the host, in that kind.
             let source = shards
                 .iter()
-                .filter(|s| s.block == block && sharding.memory_kind().is_none())
+                .filter(|s| s.block == block)
                 .min_by_key(|s| s.device != device);
-            let buffer = match source {
-                Some(shard) => shard.buffer.copy_to(device)?,
+            let copied = match (source, sharding.memory_kind()) {
+                (Some(shard), None) => Some(shard.buffer.copy_to(device)?),
+                (Some(shard), Some(kind)) => copy_to_memory(&shard.buffer, device, kind)?,
+                (None, _) => None,
+            };
+            let buffer = match copied {
+                Some(buffer) => buffer,
                 None => {
                     if host.is_none() {
+                        HOST_ROUND_TRIPS.with(|n| n.set(n.get() + 1));
                         host = Some(self.to_host()?);
                     }
                     let piece = host
@@ -292,10 +297,35 @@ impl Array {
         })
     }
 
+    /// How many reshards on this thread so far read their array to the host to cut target
+    /// blocks no device held whole (a count per thread, so concurrent work elsewhere does not
+    /// change it).
+    pub fn host_round_trips() -> u64 {
+        HOST_ROUND_TRIPS.with(std::cell::Cell::get)
+    }
+
     /// The size of one shard in bytes.
     pub fn shard_bytes(&self) -> Result<usize> {
         let shape = self.sharding.shard_shape(&self.shape)?;
         Ok(crate::host::element_count(&shape) * self.ty.size_in_bytes())
+    }
+}
+
+thread_local! {
+    /// Reshards on this thread that went through the host ([`Array::host_round_trips`]).
+    static HOST_ROUND_TRIPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// `buffer` copied into memory `kind` of `device`, or `None` where the plugin does not copy
+/// between memories (the block is then cut from the host).
+fn copy_to_memory(buffer: &Buffer, device: i32, kind: &str) -> Result<Option<Buffer>> {
+    match buffer.copy_to_memory(device, kind) {
+        Ok(copied) => Ok(Some(copied)),
+        Err(PjrtError::Call {
+            code: crate::error::ErrorCode::Unimplemented,
+            ..
+        }) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -276,6 +276,24 @@ impl Buffer {
         })
     }
 
+    /// Copies the buffer into the memory of kind `kind` of device `device_id`, without going
+    /// through the host (`PJRT_Buffer_CopyToMemory`); a kind the device lacks is
+    /// [`PjrtError::UnknownMemoryKind`].
+    pub fn copy_to_memory(&self, device_id: i32, kind: &str) -> Result<Buffer> {
+        let device = self.client.device(device_id)?;
+        let memory = device.memory_of_kind(kind)?;
+        let mut args = args!(PJRT_Buffer_CopyToMemory_Args {
+            buffer: self.raw,
+            dst_memory: memory
+        });
+        api_call!(self.client.plugin(), PJRT_Buffer_CopyToMemory, &mut args)?;
+        Ok(Buffer {
+            client: self.client.clone(),
+            raw: args.dst_buffer,
+            _aliased: None,
+        })
+    }
+
     /// Copies the buffer to the device with id `device_id`.
     pub fn copy_to(&self, device_id: i32) -> Result<Buffer> {
         self.copy_to_device(&self.client.device(device_id)?)

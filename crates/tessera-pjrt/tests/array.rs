@@ -175,3 +175,38 @@ fn memory_kinds_place_shards_and_unknown_kinds_name_the_available_ones() {
         "{err}"
     );
 }
+
+/// Resharding into another memory kind copies each block held whole between memories on the
+/// device (`PJRT_Buffer_CopyToMemory`), never through a host copy of the array; a block no
+/// device holds whole is cut from one host copy, which [`Array::host_round_trips`] counts.
+#[test]
+fn reshards_into_a_memory_kind_copy_between_memories_without_the_host() {
+    let client = Client::cpu(2).unwrap();
+    let kinds: Vec<String> = (client.device(0).unwrap().memories().unwrap())
+        .into_iter()
+        .map(|m| m.kind)
+        .collect();
+    let mesh = Mesh::auto(&[("x", 2)]).unwrap();
+    let split = sharding(&mesh, "P('x')");
+    let host = HostArray::from_slice(&[4, 2], &[1f32, 2., 3., 4., 5., 6., 7., 8.]).unwrap();
+    let array = Array::device_put(&client, &host, &split).unwrap();
+    for kind in &kinds {
+        let before = Array::host_round_trips();
+        let moved = array
+            .reshard(&client, &split.clone().with_memory_kind(kind))
+            .unwrap();
+        assert_eq!(Array::host_round_trips(), before, "{kind}");
+        for shard in moved.addressable_shards().unwrap() {
+            assert_eq!(&shard.buffer.memory_kind().unwrap(), kind);
+        }
+        assert_eq!(moved.to_host().unwrap(), host);
+        // Replicated blocks are held whole by no device of the split array: one host copy.
+        let whole = sharding(&mesh, "P()").with_memory_kind(kind);
+        let gathered = array.reshard(&client, &whole).unwrap();
+        assert_eq!(Array::host_round_trips(), before + 1, "{kind}");
+        for shard in gathered.addressable_shards().unwrap() {
+            assert_eq!(&shard.buffer.memory_kind().unwrap(), kind);
+            assert_eq!(shard.buffer.to_host().unwrap(), host);
+        }
+    }
+}

@@ -32,6 +32,9 @@ pub struct ArgSpec {
     pub aliased_output: Option<usize>,
     /// Donated without a fixed output (`jax.buffer_donor`).
     pub buffer_donor: bool,
+    /// The memory kind the argument is passed in (`mhlo.memory_kind`: `device`,
+    /// `pinned_host`, ...), if annotated.
+    pub memory_kind: Option<String>,
 }
 
 impl ArgSpec {
@@ -42,7 +45,14 @@ impl ArgSpec {
             sharding: None,
             aliased_output: None,
             buffer_donor: false,
+            memory_kind: None,
         }
+    }
+
+    /// The same argument passed in memory of kind `kind`, if one is given.
+    pub fn with_memory_kind(mut self, kind: Option<String>) -> Self {
+        self.memory_kind = kind;
+        self
     }
 
     /// The same argument laid out by `sharding`.
@@ -69,6 +79,9 @@ impl ArgSpec {
         if self.buffer_donor {
             parts.push("jax.buffer_donor = true".into());
         }
+        if let Some(kind) = &self.memory_kind {
+            parts.push(format!("mhlo.memory_kind = {}", quote(kind)));
+        }
         Ok(format!("{{{}}}", parts.join(", ")))
     }
 }
@@ -80,6 +93,8 @@ pub struct ResultSpec {
     pub ty: String,
     /// How the result is laid out over the devices, if fixed.
     pub sharding: Option<NamedSharding>,
+    /// The memory kind the result is returned in (`mhlo.memory_kind`), if annotated.
+    pub memory_kind: Option<String>,
 }
 
 impl ResultSpec {
@@ -88,7 +103,14 @@ impl ResultSpec {
         ResultSpec {
             ty: ty.into(),
             sharding: None,
+            memory_kind: None,
         }
+    }
+
+    /// The same result returned in memory of kind `kind`, if one is given.
+    pub fn with_memory_kind(mut self, kind: Option<String>) -> Self {
+        self.memory_kind = kind;
+        self
     }
 
     /// The same result laid out by `sharding`.
@@ -104,13 +126,15 @@ impl ResultSpec {
     }
 
     fn attributes(&self, state: &ModuleState, ty: Type<'_>) -> Result<String, LowerError> {
-        match &self.sharding {
-            Some(sharding) => {
-                let (name, value) = state.value_attr(sharding, rank_of(ty, &self.ty)?)?;
-                Ok(format!("{{{name} = {value}}}"))
-            }
-            None => Ok("{}".into()),
+        let mut parts = Vec::new();
+        if let Some(sharding) = &self.sharding {
+            let (name, value) = state.value_attr(sharding, rank_of(ty, &self.ty)?)?;
+            parts.push(format!("{name} = {value}"));
         }
+        if let Some(kind) = &self.memory_kind {
+            parts.push(format!("mhlo.memory_kind = {}", quote(kind)));
+        }
+        Ok(format!("{{{}}}", parts.join(", ")))
     }
 }
 

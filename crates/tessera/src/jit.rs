@@ -58,6 +58,38 @@ pub enum JitError {
         /// How many the program takes.
         want: usize,
     },
+    /// The program returns results in host memory, which the plugin's compiler cannot place
+    /// there (XLA's CPU compiler has no host offloading).
+    #[error(
+        "the program returns {results}, but the PJRT plugin {plugin} cannot place results in \
+         host memory: XLA's CPU compiler has no host offloading (JAX refuses this on CPU too). \
+         Run it with the CUDA plugin (`--plugin cuda`, TESSERA_PJRT_PLUGIN=cuda), which places \
+         them; or return the result in the device memory (a sharding without a memory kind) \
+         and move it with `Array::reshard` to a sharding in that memory kind. Arguments in \
+         host memory need no such support. (The plugin said: {detail})"
+    )]
+    HostResultsUnsupported {
+        /// The results and their kinds, in words.
+        results: String,
+        /// The plugin, by name and path.
+        plugin: String,
+        /// The plugin's compile error.
+        detail: String,
+    },
+    /// A result's buffers are not in the memory kind its sharding names.
+    #[error(
+        "result {index} should be in memory kind '{want}' but the plugin returned it in \
+         '{got}'; the plugin does not honour the module's `mhlo.memory_kind`: return it in \
+         '{got}' and move it with `Array::reshard`"
+    )]
+    ResultMemoryKind {
+        /// The result's position.
+        index: usize,
+        /// The kind its sharding names.
+        want: String,
+        /// The kind of the memory its buffers are in.
+        got: String,
+    },
 }
 
 /// Checks that `inputs` match `program`'s parameters in number, dtype and shape: PJRT would
@@ -157,6 +189,7 @@ pub fn run_on_device(
 
 mod cache;
 mod layout;
+mod memory;
 mod mpmd_args;
 mod unspecified;
 
@@ -438,8 +471,8 @@ impl Lowered {
     }
 
     /// Compiles for the mesh's devices. A memory kind the devices lack is refused naming the
-    /// kinds they have, and so is one other than their default memory (not lowered yet). A
-    /// trivial program (its results are its arguments, laid out alike, or its constants) is
+    /// kinds they have; results in host memory on a plugin whose compiler cannot place them
+    /// there (the CPU plugins) are [`JitError::HostResultsUnsupported`]. A trivial program (its results are its arguments, laid out alike, or its constants) is
     /// not compiled at all ([`Compiled::is_trivial`]).
     pub fn compile(&self, client: &Client) -> Result<Compiled, JitError> {
         let jit = &self.jit;
@@ -472,7 +505,15 @@ impl Lowered {
                     let kept: Vec<bool> = self.kept.iter().map(|&i| jit.auto_inputs[i]).collect();
                     options = options.with_parameter_propagation(&kept);
                 }
-                let executable = client.compile_cached(self.module.text.as_bytes(), &options)?;
+                let outputs: Vec<Option<&NamedSharding>> = (jit.out_shardings.iter())
+                    .zip(&jit.unspecified)
+                    .map(|(s, &open)| (!open).then_some(s))
+                    .collect();
+                let placed = memory::placed_results(&outputs);
+                let executable = client
+                    .compile_cached(self.module.text.as_bytes(), &options)
+                    .map_err(|e| memory::compile_error(e, client, &placed))?;
+                memory::check_compiled_kinds(&executable, &placed)?;
                 Some(std::sync::Arc::new(executable))
             }
         };
@@ -710,6 +751,9 @@ impl Compiled {
             .rev()
         {
             let buffers: Vec<Buffer> = per_device.iter_mut().map(|outs| outs.remove(k)).collect();
+            if sharding.memory_kind().is_some() {
+                memory::check_result_memory(k, sharding, &buffers)?;
+            }
             outputs.push(DeviceArray::from_shards(
                 &aval.shape,
                 tessera_pjrt::ElementType::from_dtype(aval.dtype),

@@ -9,6 +9,7 @@ mod elementwise;
 mod flow;
 mod indexing;
 mod loops;
+mod memory;
 mod numeric;
 mod p2p;
 mod parallel;
@@ -29,7 +30,11 @@ use crate::sharding::Partitioner;
 use melior::ir::Value;
 use tessera_sharding::NamedSharding;
 
-/// How the entry function is laid out over devices, and for which partitioner.
+pub use memory::DEFAULT_MEMORY_KIND;
+
+/// How the entry function is laid out over devices, and for which partitioner. The memory kinds
+/// of the argument and result shardings are lowered as JAX lowers them (`mhlo.memory_kind`, and
+/// `annotate_device_placement` on results outside the default memory).
 #[derive(Debug, Clone, Default)]
 pub struct LowerOptions {
     /// SPMD partitions (devices) the module is compiled for.
@@ -123,24 +128,27 @@ fn lower_in(
         next: 0,
     };
     let jaxpr = &closed.jaxpr;
+    let out_avals = jaxpr.out_avals();
+    let memory = memory::entry_memory_kinds(&options.arg_shardings, &options.result_shardings);
     let args: Vec<ArgSpec> = jaxpr
         .invars
         .iter()
         .enumerate()
         .map(|(i, &v)| {
             let mut arg = ArgSpec::new(mlir_type(jaxpr.aval(v)))
-                .with_sharding(options.arg_shardings.get(i).cloned().flatten());
+                .with_sharding(options.arg_shardings.get(i).cloned().flatten())
+                .with_memory_kind(memory.args.get(i).cloned().flatten());
             arg.aliased_output = options.aliased_outputs.get(i).copied().flatten();
             arg
         })
         .collect();
-    let results: Vec<ResultSpec> = jaxpr
-        .out_avals()
+    let results: Vec<ResultSpec> = out_avals
         .iter()
         .enumerate()
         .map(|(i, a)| {
             ResultSpec::new(mlir_type(a))
                 .with_sharding(options.result_shardings.get(i).cloned().flatten())
+                .with_memory_kind(memory.results.get(i).cloned().flatten())
         })
         .collect();
     emitter.add_function("main", &args, &results, true, |body, params| {
@@ -149,7 +157,8 @@ fn lower_in(
             .iter()
             .map(|c| control::constant_array(body, c))
             .collect::<Result<Vec<_>, _>>()?;
-        lower_body(body, jaxpr, &consts, params, &mut functions)
+        let outputs = lower_body(body, jaxpr, &consts, params, &mut functions)?;
+        memory::place_results(body, outputs, &memory.results, &out_avals)
     })?;
     emitter.finish()
 }

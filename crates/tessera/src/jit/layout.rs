@@ -68,9 +68,7 @@ pub(super) fn describe(sharding: &NamedSharding) -> String {
 
 /// Checks the memory kinds of `shardings` (a program's inputs then outputs) on `client`'s
 /// device `device`: a kind the device lacks is [`tessera_pjrt::PjrtError::UnknownMemoryKind`]
-/// naming the kinds it has; a kind other than the device's default memory is refused too, since
-/// executables take and return arrays in the default memory (JAX's `mhlo.memory_kind`
-/// annotations are not lowered).
+/// naming the kinds it has. Kinds it has are lowered (`super::memory`).
 pub(super) fn check_memory_kinds(
     client: &tessera_pjrt::Client,
     device: i64,
@@ -81,7 +79,7 @@ pub(super) fn check_memory_kinds(
     }
     let id = i32::try_from(device).map_err(|_| JitError::Convert(format!("device id {device}")))?;
     let memories = client.device(id)?.memories()?;
-    for (position, sharding) in shardings.iter().enumerate() {
+    for sharding in shardings {
         let Some(kind) = sharding.memory_kind() else {
             continue;
         };
@@ -92,15 +90,6 @@ pub(super) fn check_memory_kinds(
                 available: memories.iter().map(|m| m.kind.clone()).collect(),
             }
             .into());
-        }
-        let default = memories.first().map(|m| m.kind.as_str()).unwrap_or("");
-        if kind != default {
-            return Err(JitError::Convert(format!(
-                "sharding {position} of the program's inputs then outputs is in memory kind \
-                 '{kind}', but executables take and return arrays in the device's default memory \
-                 '{default}' (memory kinds are not lowered); give it no memory kind (or \
-                 '{default}') and move the array there with Array::reshard"
-            )));
         }
     }
     Ok(())
