@@ -520,6 +520,18 @@ impl CompiledPipeline {
         groups
     }
 
+    /// The groups running a stage that reads data (non-parameter) loss argument `arg`, in
+    /// increasing order.
+    pub fn groups_of_data(&self, arg: usize) -> Vec<usize> {
+        let mut groups: Vec<usize> = (0..self.parts.len())
+            .filter(|&s| self.parts[s].data_args.contains(&arg))
+            .filter_map(|s| self.group_of_stage(s))
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        groups
+    }
+
     /// Parameter `arg`'s value on `group` (which runs a stage reading it), laid out by its
     /// spec: an array on the group in another layout is resharded there; a tied weight's copy
     /// on another group is moved shard by shard.
