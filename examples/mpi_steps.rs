@@ -278,8 +278,20 @@ fn main() -> anyhow::Result<()> {
     let lr = Array::scalar(DType::F32, 0.1);
     let mut common = vec![weights(0.0)?, weights(1.0)?, lr];
     let loops = [data(10.0)?, data(20.0)?, data(30.0)?, data(40.0)?];
-    run(&at, "two loops", &two_loops()?, [&common[..], &loops].concat(), None)?;
-    run(&at, "two sources", &two_sources()?, [&common[..], &loops].concat(), None)?;
+    run(
+        &at,
+        "two loops",
+        &two_loops()?,
+        [&common[..], &loops].concat(),
+        None,
+    )?;
+    run(
+        &at,
+        "two sources",
+        &two_sources()?,
+        [&common[..], &loops].concat(),
+        None,
+    )?;
     let args = [&common[..], &[data(10.0)?, data(20.0)?]].concat();
     run(&at, "before", &before()?, args, Some(3))?;
     common.insert(2, values(&[WIDTH, WIDTH], 3.0, 0.5)?);

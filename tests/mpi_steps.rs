@@ -78,8 +78,16 @@ fn three_step_shapes_on_two_ranks_equal_the_one_process_run_bit_for_bit() {
     let all: BTreeSet<&str> = one.iter().map(|l| name(l)).collect();
     assert_eq!(covered, all, "results no rank printed");
     // Rank 1 holds the second weight and rank 0 the first: each prints only its own.
-    assert!(job.stdout.contains("rank 1: before call 2 result 1: "), "{}", job.stdout);
-    assert!(!job.stdout.contains("rank 1: before call 2 result 0: "), "{}", job.stdout);
+    assert!(
+        job.stdout.contains("rank 1: before call 2 result 1: "),
+        "{}",
+        job.stdout
+    );
+    assert!(
+        !job.stdout.contains("rank 1: before call 2 result 0: "),
+        "{}",
+        job.stdout
+    );
     // The code before the loop ran on a group's devices, never on the host: for `before`, last
     // on group 1, which holds the last weight it reads (the batch it reads came from group 0);
     // for `computed`, on group 0, which holds `w0` (`w1` came from group 1).

@@ -16,8 +16,7 @@ use tessera_ir::trace::{Tensor, call_closed, trace, treduce, value_and_grad_call
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
 use tessera_mpmd::driver::DriverError;
 use tessera_mpmd::{
-    MpmdJitOptions, MpmdMesh, StepArg, StepLoopsError, StepResult, mpmd_jit,
-    mpmd_jit_with,
+    MpmdJitOptions, MpmdMesh, StepArg, StepLoopsError, StepResult, mpmd_jit, mpmd_jit_with,
 };
 use tessera_pjrt::Client;
 use tessera_sharding::Mesh;

@@ -196,7 +196,9 @@ impl MpmdJit {
             Some(device) => {
                 let group = self.before_group(device, args)?;
                 let values = match self.pipeline.processes() {
-                    Some(processes) => self.before_across(processes.as_ref(), device, group, args)?,
+                    Some(processes) => {
+                        self.before_across(processes.as_ref(), device, group, args)?
+                    }
                     None => self.before_on_group(device, group, args)?,
                 };
                 before.on_groups.fetch_add(1, Ordering::Relaxed);

@@ -66,7 +66,9 @@ impl MpmdJit {
             for (key, bytes) in exchanged(processes, outgoing)? {
                 let i = key as usize;
                 let aval = self.in_avals.get(i).ok_or_else(|| {
-                    config(format!("an argument {i} arrived for the code before the loop"))
+                    config(format!(
+                        "an argument {i} arrived for the code before the loop"
+                    ))
                 })?;
                 local[i] = StepArg::Host(host_array(aval, bytes)?);
             }
@@ -74,7 +76,9 @@ impl MpmdJit {
         // 2. The runner runs it.
         let mut values = match runner == me {
             true => self.before_on_group(device, group, &local)?,
-            false => (0..device.sliced.len()).map(|_| Computed::Elsewhere).collect(),
+            false => (0..device.sliced.len())
+                .map(|_| Computed::Elsewhere)
+                .collect(),
         };
         // 3. Each computed value to the processes reading it.
         let readers: Vec<BTreeSet<usize>> = (0..device.sliced.len())
@@ -96,7 +100,9 @@ impl MpmdJit {
                 let key = |slot: usize| c as u64 * slots + slot as u64;
                 for &p in to {
                     match value {
-                        Computed::Whole(d) => put_frame(&mut outgoing[p], key(0), d.to_host()?.bytes()),
+                        Computed::Whole(d) => {
+                            put_frame(&mut outgoing[p], key(0), d.to_host()?.bytes())
+                        }
                         Computed::Slices(s) => {
                             for (mb, d) in s.iter().enumerate() {
                                 put_frame(&mut outgoing[p], key(1 + mb), d.to_host()?.bytes());
@@ -182,9 +188,8 @@ impl MpmdJit {
 fn exchanged(processes: &dyn Processes, outgoing: Vec<Vec<u8>>) -> Result<Received, DriverError> {
     let mut out = Vec::new();
     for message in processes.exchange(outgoing)? {
-        let parts = frames(&message).ok_or_else(|| {
-            config("a value for the code before the loop arrived cut short")
-        })?;
+        let parts = frames(&message)
+            .ok_or_else(|| config("a value for the code before the loop arrived cut short"))?;
         out.extend(parts.into_iter().map(|(k, b)| (k, b.to_vec())));
     }
     Ok(out)
