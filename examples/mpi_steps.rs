@@ -1,4 +1,4 @@
-//! Three `mpmd_jit` step shapes with one process per MPMD group (issue 32):
+//! Four `mpmd_jit` step shapes with one process per MPMD group (issue 32):
 //! `cargo build -p tessera-examples --example mpi_steps`, then
 //! `mpirun -n 2 target/debug/examples/mpi_steps` (as root: `--allow-run-as-root`), or alone in
 //! one process with 8 devices.
@@ -304,7 +304,7 @@ fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn three_step_shapes_equal_the_interpreter_in_one_process() -> anyhow::Result<()> {
+    fn four_step_shapes_equal_the_interpreter_in_one_process() -> anyhow::Result<()> {
         super::main()
     }
 }

@@ -41,7 +41,7 @@ fn name(line: &str) -> &str {
 }
 
 #[test]
-fn three_step_shapes_on_two_ranks_equal_the_one_process_run_bit_for_bit() {
+fn four_step_shapes_on_two_ranks_equal_the_one_process_run_bit_for_bit() {
     let program = example("mpi_steps");
     let alone = std::process::Command::new(&program)
         .env_remove("TESSERA_PJRT_PLUGIN")

@@ -9,7 +9,8 @@
 //! where the arguments live and on the step's plan). A process reading a computed value gets it
 //! on the host ([`Computed::Host`], or [`Computed::HostSlices`] micro-batch by micro-batch) and
 //! the pipeline puts it on its group as it does host data; a process neither running the code
-//! nor reading a value holds [`Computed::Elsewhere`].
+//! nor reading a value holds [`Computed::Elsewhere`]. Every process must pass each argument
+//! alike (from the host, or as an array of the same groups), as it must for the pipeline.
 
 use std::collections::BTreeSet;
 

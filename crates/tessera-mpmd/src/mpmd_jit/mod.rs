@@ -476,9 +476,10 @@ impl MpmdJit {
     }
 
     /// How many times the step's code before its loop ran on a group's devices (in this
-    /// process, or under several in the process of the group running it) and on the host
-    /// interpreter (`None`: the step computes no loop operand before the loop, or runs as one
-    /// program, [`MpmdJit::is_fused`]). For a step of several loops, the first loop's.
+    /// process, or under several in the process of the group running it; never on the host
+    /// interpreter), and on which group last (`None`: the step computes no loop operand before
+    /// the loop, or runs as one program, [`MpmdJit::is_fused`]). For a step of several loops,
+    /// the first loop's.
     pub fn before_loop_runs(&self) -> Option<BeforeLoopRuns> {
         match &self.fused {
             Some(_) => None,
