@@ -642,6 +642,7 @@ impl MpmdJit {
                 // Under MPI, only this process's groups take parameters.
                 let groups = self.pipeline.groups_of_param(a);
                 if groups.iter().any(|&g| self.pipeline.is_local(g)) {
+                    held_here(&args[i], i, &groups)?;
                     params.insert(a, args[i].placed()?);
                 }
             }
@@ -811,6 +812,23 @@ fn homes(
         .position(|input| matches!(input, LossInput::Param(i) if *i == arg))
         .map(|a| pipeline.groups_of_param(a))
         .unwrap_or_default()
+}
+
+/// Under several processes, whether parameter step argument `i`, read by a stage on `groups` (some
+/// of them this process's), has data here; an error naming the fix otherwise.
+fn held_here(arg: &StepArg, i: usize, groups: &[usize]) -> Result<(), DriverError> {
+    match arg {
+        StepArg::Mpmd(m) if !m.is_partially_addressable() && !m.is_deleted() => {
+            Err(config(format!(
+                "step argument {i} lies on groups {:?}, of other processes, but stages on groups \
+                 {groups:?} read it; under several processes a parameter on devices must lie on \
+                 the groups of the stages reading it (as a step's own result left there does): \
+                 pass it from the host, or put it on those groups' devices",
+                m.mpmd_idxs()
+            )))
+        }
+        StepArg::Mpmd(_) | StepArg::Host(_) => Ok(()),
+    }
 }
 
 /// Whether `args` are live arrays of the types `in_avals`, one per step argument.
