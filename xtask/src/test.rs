@@ -49,7 +49,7 @@ pub fn run(extra: &[String]) -> anyhow::Result<ExitCode> {
     cmd::cargo(&["build", "--package", "tessera"])?;
     step("test: building the release tessera binary (the GPU bundle's test packs it)");
     cmd::build_release_tessera()?;
-    step("test: building the examples tests/mpi.rs runs under mpirun");
+    step("test: building the examples tests/mpi.rs and tests/mpi_steps.rs run under mpirun");
     cmd::cargo(&[
         "build",
         "--package",
@@ -58,6 +58,8 @@ pub fn run(extra: &[String]) -> anyhow::Result<ExitCode> {
         "mpi_reshard",
         "--example",
         "pipeline_metrics",
+        "--example",
+        "mpi_steps",
     ])?;
     step("test: cargo test --workspace --no-fail-fast");
     let mut child = cmd::cargo_command(&["test", "--workspace", "--no-fail-fast"])

@@ -520,6 +520,18 @@ impl CompiledPipeline {
         groups
     }
 
+    /// The groups running a stage that reads data (non-parameter) loss argument `arg`, in
+    /// increasing order.
+    pub fn groups_of_data(&self, arg: usize) -> Vec<usize> {
+        let mut groups: Vec<usize> = (0..self.parts.len())
+            .filter(|&s| self.parts[s].data_args.contains(&arg))
+            .filter_map(|s| self.group_of_stage(s))
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        groups
+    }
+
     /// Parameter `arg`'s value on `group` (which runs a stage reading it), laid out by its
     /// spec: an array on the group in another layout is resharded there; a tied weight's copy
     /// on another group is moved shard by shard.
@@ -540,6 +552,14 @@ impl CompiledPipeline {
             Placed::PerGroup(arrays) => match (arrays.get(&group), arrays.values().next()) {
                 (Some(a), _) => Ok(Some(on_group(&self.client, a, mesh, &spec, arg)?)),
                 (None, Some(a)) if tied => Ok(Some(onto(a)?)),
+                // Under several processes: held only by other processes' groups.
+                (None, None) if self.processes.is_some() => Err(DriverError::Config(format!(
+                    "parameter argument {arg} is held by no group of this process, but its group \
+                     {group} runs a stage that reads it; under several processes a parameter on \
+                     devices must lie on the groups of the stages reading it (as a step's own \
+                     result left there does): pass it from the host, or put it on group {group}'s \
+                     devices"
+                ))),
                 _ => Err(DriverError::Config(format!(
                     "parameter argument {arg} lives on groups {:?}, but group {group} runs a \
                      stage that reads it; reshard it there or pass it from the host",

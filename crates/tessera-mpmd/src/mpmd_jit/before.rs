@@ -9,17 +9,18 @@
 //! by default, `shardings.rs`), that the pipeline moves to the groups of the stages reading them
 //! (device to device where it can), like micro-batches of data already on a group.
 //!
-//! The host interpreter runs it only under several processes (MPI): its results would have to
-//! reach other processes' groups, and values cross processes only through the pipeline's own
-//! transport, so every process computes them on its host from the arguments (which is why every
-//! process reads every argument of such a step, [`super::MpmdJit::reads_here`]).
+//! Under several processes (MPI, one process per group) it runs on the devices of the group
+//! holding its first argument already on a group (else the first stage's group), in that
+//! group's process; arguments held only by other processes come to it, and its results go to
+//! the processes whose stages read them, over [`crate::processes::Processes::exchange`]
+//! (`before_across.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tessera_ir::trace::{Tensor, call_closed, trace};
-use tessera_ir::{Array, Atom, ClosedJaxpr, ShapedArray};
+use tessera_ir::{Atom, ClosedJaxpr, ShapedArray};
 use tessera_pjrt::{Array as DeviceArray, HostArray};
 use tessera_sharding::{NamedSharding, PartitionSpec};
 
@@ -27,7 +28,6 @@ use super::analyze::{LossInput, Operand};
 use super::pieces::{PieceLayout, compile_program};
 use super::{MpmdJit, StepArg, config};
 use crate::driver::{DriverError, Placed};
-use crate::host::{from_host, to_host};
 use crate::runtime::{CompilerOptions, PjrtExecutor};
 
 /// How many times the code before the loop ran where, since the step was compiled.
@@ -35,7 +35,8 @@ use crate::runtime::{CompilerOptions, PjrtExecutor};
 pub struct BeforeLoopRuns {
     /// Runs as a compiled program on a group's devices.
     pub on_groups: usize,
-    /// Runs on the host interpreter (under several processes only).
+    /// Runs on the host interpreter: none (it runs on a group's devices in one process and
+    /// under several processes alike; the field stays for callers counting both).
     pub on_host: usize,
     /// The group of the last run on a group's devices.
     pub last_group: Option<usize>,
@@ -43,34 +44,37 @@ pub struct BeforeLoopRuns {
 
 /// A loop operand the code before the loop computed.
 pub(super) enum Computed {
-    /// On the host (the interpreter's result).
+    /// On the host: a whole value another process computed and sent.
     Host(HostArray),
     /// On a group, whole (a loop invariant).
     Whole(Box<DeviceArray>),
     /// On a group, micro-batch by micro-batch (sliced data).
     Slices(Vec<DeviceArray>),
+    /// On the host, micro-batch by micro-batch: sliced data another process computed and sent.
+    HostSlices(Vec<HostArray>),
+    /// Computed by another process and read by no stage of this one.
+    Elsewhere,
 }
 
 /// The code before the loop, and where it runs.
 pub(super) struct BeforeLoop {
-    /// All step arguments to the computed loop operands, for the host interpreter.
-    host: ClosedJaxpr,
-    /// The program the groups run; `None`: the host runs it.
+    /// All step arguments to the computed loop operands (its results' types).
+    code: ClosedJaxpr,
+    /// The program the groups run; `None`: the step runs as one program, which computes it.
     device: Option<DeviceBefore>,
     on_groups: AtomicUsize,
-    on_host: AtomicUsize,
     /// The group of the last run on the groups, plus one (0: none yet).
     last_group: AtomicUsize,
 }
 
 /// The code before the loop as the groups run it.
-struct DeviceBefore {
+pub(super) struct DeviceBefore {
     /// The step arguments `reads` to the computed operands (a sliced one as its micro-batches).
-    program: ClosedJaxpr,
+    pub(super) program: ClosedJaxpr,
     /// The step arguments the program reads, in its argument order.
-    reads: Vec<usize>,
+    pub(super) reads: Vec<usize>,
     /// For each computed operand, whether it is returned micro-batch by micro-batch.
-    sliced: Vec<bool>,
+    pub(super) sliced: Vec<bool>,
     compiler_options: CompilerOptions,
     /// The executor, and the index of the program compiled for each group.
     compiled: Mutex<Option<Executors>>,
@@ -81,15 +85,15 @@ type Executors = (PjrtExecutor, HashMap<usize, usize>);
 
 impl BeforeLoop {
     /// The code before the loop (`before`: step arguments to the computed operands), run on the
-    /// groups unless `on_host`.
+    /// groups unless the step runs as one program (`fused`).
     pub(super) fn new(
         before: ClosedJaxpr,
         loss_inputs: &[LossInput],
         (axis, length): (usize, usize),
-        on_host: bool,
+        fused: bool,
         compiler_options: &CompilerOptions,
     ) -> Result<Self, DriverError> {
-        let device = match on_host {
+        let device = match fused {
             true => None,
             false => {
                 let n = before.jaxpr.outvars.len();
@@ -111,18 +115,22 @@ impl BeforeLoop {
             }
         };
         Ok(BeforeLoop {
-            host: before,
+            code: before,
             device,
             on_groups: AtomicUsize::new(0),
-            on_host: AtomicUsize::new(0),
             last_group: AtomicUsize::new(0),
         })
+    }
+
+    /// The type of each loop operand it computes, whole.
+    pub(super) fn out_avals(&self) -> Vec<ShapedArray> {
+        self.code.jaxpr.out_avals()
     }
 
     pub(super) fn runs(&self) -> BeforeLoopRuns {
         BeforeLoopRuns {
             on_groups: self.on_groups.load(Ordering::Relaxed),
-            on_host: self.on_host.load(Ordering::Relaxed),
+            on_host: 0,
             last_group: self.last_group.load(Ordering::Relaxed).checked_sub(1),
         }
     }
@@ -178,8 +186,8 @@ fn micro_batches(x: &Tensor, aval: &ShapedArray, axis: usize, length: usize) -> 
 }
 
 impl MpmdJit {
-    /// The loop operands the step computes before the loop: on a group's devices, or (under
-    /// several processes) on the host interpreter.
+    /// The loop operands the step computes before the loop, on a group's devices (under several
+    /// processes, sent from its process to those reading them, `before_across.rs`).
     pub(super) fn computed_operands(&self, args: &[StepArg]) -> Result<Vec<Computed>, DriverError> {
         let Some(before) = &self.before else {
             return Ok(Vec::new());
@@ -187,23 +195,27 @@ impl MpmdJit {
         match &before.device {
             Some(device) => {
                 let group = self.before_group(device, args)?;
-                let values = self.before_on_group(device, group, args)?;
+                let values = match self.pipeline.processes() {
+                    Some(processes) => {
+                        self.before_across(processes.as_ref(), device, group, args)?
+                    }
+                    None => self.before_on_group(device, group, args)?,
+                };
                 before.on_groups.fetch_add(1, Ordering::Relaxed);
                 before.last_group.store(group + 1, Ordering::Relaxed);
                 Ok(values)
             }
-            None => {
-                let values = before_on_host(&before.host, args)?;
-                before.on_host.fetch_add(1, Ordering::Relaxed);
-                Ok(values.into_iter().map(Computed::Host).collect())
-            }
+            // A step run as one program computes it inside that program.
+            None => Err(config(
+                "the code before the loop of a step run as one program runs inside that program",
+            )),
         }
     }
 
     /// The differentiated loop invariants the code before the loop computed
     /// ([`LossInput::ComputedParam`]), added to `params` by loss argument: each on every group
     /// of this process running a stage that reads it (moved there from the group that computed
-    /// it), or on the host under several processes.
+    /// it), or on the host where another process computed it.
     pub(super) fn computed_params(
         &self,
         computed: &[Computed],
@@ -247,11 +259,12 @@ impl MpmdJit {
     }
 
     /// The group the code before the loop runs on: that of its first argument already on a
-    /// group, else the first stage's.
+    /// group (the first of its groups; the same in every process, which all know where an array
+    /// lives), else the first stage's.
     fn before_group(&self, device: &DeviceBefore, args: &[StepArg]) -> Result<usize, DriverError> {
         for &i in &device.reads {
             if let StepArg::Mpmd(m) = &args[i]
-                && let Some(&g) = m.to_mpmd_local_arrays()?.keys().next()
+                && let Some(&g) = m.mpmd_idxs().first()
             {
                 return Ok(g);
             }
@@ -266,6 +279,10 @@ impl MpmdJit {
             return Ok(());
         };
         let group = self.pipeline.group_of_stage(0).unwrap_or(0);
+        if !self.pipeline.is_local(group) {
+            // Another process runs it there; this one compiles it on first use, if ever.
+            return Ok(());
+        }
         let mut guard = device
             .compiled
             .lock()
@@ -307,7 +324,7 @@ impl MpmdJit {
         Ok((executor, index))
     }
 
-    fn before_on_group(
+    pub(super) fn before_on_group(
         &self,
         device: &DeviceBefore,
         group: usize,
@@ -365,31 +382,4 @@ impl MpmdJit {
         }
         Ok(values)
     }
-}
-
-/// The code before the loop on the host interpreter, from every argument it reads (copied to
-/// the host).
-fn before_on_host(before: &ClosedJaxpr, args: &[StepArg]) -> Result<Vec<HostArray>, DriverError> {
-    let jaxpr = &before.jaxpr;
-    let read = |v| {
-        let atom = Atom::Var(v);
-        jaxpr.outvars.contains(&atom) || jaxpr.eqns.iter().any(|e| e.inputs.contains(&atom))
-    };
-    let inputs = jaxpr
-        .invars
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| {
-            let aval = jaxpr.aval(v);
-            match read(v) {
-                true => from_host(&args[i].to_host()?, aval.dtype).map_err(|e| config(e.0)),
-                false => Ok(Array::zeros(aval)),
-            }
-        })
-        .collect::<Result<Vec<_>, DriverError>>()?;
-    tessera_ir::interp::eval_closed(before, &inputs)
-        .map_err(|e| config(format!("the code before the loop: {e}")))?
-        .iter()
-        .map(|o| to_host(o).map_err(|e| config(e.0)))
-        .collect()
 }

@@ -11,6 +11,11 @@
 //! the values of earlier segments it reads, in that order, and returns the step results it
 //! computes, then the values later segments read; the values stay where their segment left them
 //! (updated parameters on their groups), so the next loop's pipeline reads them there.
+//!
+//! Under several processes (MPI, one process per group) every process runs its groups' part of
+//! each segment in the same order: each loop's pipeline run gets its own transport (numbered
+//! alike in every process), host results are computed in every process, and a value left on a
+//! group stays in that group's process, where the next segment's stages on that group read it.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -18,7 +23,6 @@ use tessera_ir::{Atom, ClosedJaxpr, Jaxpr, ShapedArray, Var};
 use tessera_pjrt::Client;
 use tessera_sharding::PartitionSpec;
 
-use super::step_loops::several;
 use super::{MpmdJit, MpmdJitOptions, MpmdStepRun, StepArg, StepPhases, StepResult, config};
 use crate::driver::{CompiledPipeline, DriverError};
 use crate::mesh::MpmdMesh;
@@ -50,14 +54,6 @@ pub(super) struct Chain {
     out_specs: Vec<PartitionSpec>,
 }
 
-/// What a step of several loops cannot do, if `options` asks for it.
-fn unsupported(options: &MpmdJitOptions) -> Option<&'static str> {
-    if options.processes.is_some() {
-        return Some("runs in several processes");
-    }
-    None
-}
-
 /// Compiles a step whose top-level loops are the equations `loops` (two or more).
 pub(super) fn compile(
     client: &Client,
@@ -66,9 +62,6 @@ pub(super) fn compile(
     options: &MpmdJitOptions,
     loops: &[usize],
 ) -> Result<MpmdJit, DriverError> {
-    if let Some(limit) = unsupported(options) {
-        return Err(several(step, loops, limit).into());
-    }
     let plan = plan(&step.jaxpr, loops);
     let specs = segment_specs(step, options, &plan, mesh)?;
     let mut donations =
@@ -77,7 +70,8 @@ pub(super) fn compile(
         .programs
         .iter()
         .zip(specs)
-        .map(|(jaxpr, (in_specs, out_specs))| {
+        .enumerate()
+        .map(|(segment, (jaxpr, (in_specs, out_specs)))| {
             let program = ClosedJaxpr {
                 jaxpr: jaxpr.clone(),
                 consts: step.consts.clone(),
@@ -90,7 +84,9 @@ pub(super) fn compile(
                 donate_where_possible,
                 ..options.clone()
             };
-            MpmdJit::new(client, mesh, &program, &options)
+            let mut jit = MpmdJit::new(client, mesh, &program, &options)?;
+            jit.set_replaced(&plan.replaced(segment, jaxpr.outvars.len()));
+            Ok(jit)
         })
         .collect::<Result<Vec<_>, DriverError>>()?;
     let in_specs = (0..step.jaxpr.invars.len())
@@ -246,6 +242,26 @@ struct Plan {
     programs: Vec<Jaxpr>,
     wiring: Vec<Vec<Source>>,
     outputs: Vec<Source>,
+}
+
+impl Plan {
+    /// For each of segment `segment`'s `n` results, the segment argument it replaces: step result
+    /// `k` replaces step argument `k` (as a step of one loop's result `k` does), at its position
+    /// among the segment's arguments; a value passed to later segments replaces none.
+    fn replaced(&self, segment: usize, n: usize) -> Vec<Option<usize>> {
+        let mut out = vec![None; n];
+        for (k, source) in self.outputs.iter().enumerate() {
+            if let Source::Result { segment: s, index } = *source
+                && s == segment
+                && let Some(slot) = out.get_mut(index)
+            {
+                *slot = self.wiring[segment]
+                    .iter()
+                    .position(|&w| w == Source::Arg(k));
+            }
+        }
+        out
+    }
 }
 
 /// The variables an equation range reads.

@@ -3,8 +3,8 @@
 //! argument and group that returns every micro-batch; the driver then moves each micro-batch
 //! to the groups of the stages reading it (device to device where it can). Loop operands the
 //! step computes before the loop come from `before.rs`: device arrays (a sliced one already cut
-//! into micro-batches by the program computing it) moved the same way, or, under several
-//! processes, host arrays sliced here.
+//! into micro-batches by the program computing it) moved the same way, or, sent by another
+//! process, host arrays (micro-batch by micro-batch when sliced).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -72,6 +72,11 @@ impl MpmdJit {
                         (Some(Computed::Slices(s)), true) => {
                             s.iter().cloned().map(device).collect()
                         }
+                        (Some(Computed::HostSlices(s)), true) => {
+                            s.iter().cloned().map(Placed::Host).collect()
+                        }
+                        // Read only by another process's stages.
+                        (Some(Computed::Elsewhere), _) => continue,
                         _ => {
                             return Err(config(format!(
                                 "loop operand {c} computed before the loop is missing or not cut \

@@ -32,16 +32,18 @@
 //! other operands are step arguments (on the host, or on the groups' devices: micro-batches
 //! are then sliced there, `data.rs`) or computed by the step's code before the loop, which is
 //! compiled and runs on a group's devices each step, its results moved to the groups reading
-//! them (`before.rs`; on the host interpreter only under several processes).
+//! them (`before.rs`; under several processes sent to the processes reading them,
+//! `before_across.rs`).
 //!
 //! A step may hold several sequential top-level `treduce`s (a training loop then an eval loop
 //! on the updated parameters, two accumulation loops whose gradients the update sums): it is cut
 //! at its loops into steps of one loop each, run one after the other, the code between two
-//! loops as the first one's update (`chain.rs`).
+//! loops as the first one's update (`chain.rs`), in one process or under several.
 
 mod analyze;
 mod args;
 mod before;
+mod before_across;
 mod by_yield;
 mod chain;
 mod crossing;
@@ -251,15 +253,7 @@ impl MpmdJit {
         // Result k updates step argument k when that is a parameter of the same type: it lives on
         // the groups of the stages reading that parameter.
         let homes: Vec<Vec<usize>> = (0..jaxpr.outvars.len())
-            .map(|k| {
-                let same_type = jaxpr.in_avals().get(k) == out_avals.get(k);
-                loss_inputs
-                    .iter()
-                    .position(|input| matches!(input, LossInput::Param(i) if *i == k))
-                    .filter(|_| same_type)
-                    .map(|a| pipeline.groups_of_param(a))
-                    .unwrap_or_default()
-            })
+            .map(|k| homes(&pipeline, &loss_inputs, (&in_avals, &out_avals), k, Some(k)))
             .collect();
         let mut updates =
             PjrtExecutor::new(client, mesh).with_compiler_options(&options.compiler_options);
@@ -343,14 +337,14 @@ impl MpmdJit {
             };
             pieces.push((piece, compiled));
         }
-        // The code before the loop runs on the groups (on the host under several processes;
-        // a fused step runs it inside its one program).
+        // The code before the loop runs on a group's devices (a fused step runs it inside its
+        // one program).
         let before = match found.before {
             Some(code) => Some(before::BeforeLoop::new(
                 code,
                 &loss_inputs,
                 (p.axis, length),
-                options.processes.is_some() || fused.is_some(),
+                fused.is_some(),
                 &options.compiler_options,
             )?),
             None => None,
@@ -384,6 +378,19 @@ impl MpmdJit {
         };
         jit.compile_before()?;
         Ok(jit)
+    }
+
+    /// Says which argument each result replaces (`replaces[k]`; by default result `k` replaces
+    /// argument `k`): a result replacing a parameter lives on its groups. A step of several loops
+    /// sets it for each segment, whose results and arguments are numbered apart (`chain.rs`).
+    pub(super) fn set_replaced(&mut self, replaces: &[Option<usize>]) {
+        let avals = (self.in_avals.as_slice(), self.out_avals.as_slice());
+        self.homes = (0..self.num_outputs)
+            .map(|k| {
+                let arg = replaces.get(k).copied().flatten();
+                homes(&self.pipeline, &self.loss_inputs, avals, k, arg)
+            })
+            .collect();
     }
 
     /// The step results the pipelined plan computes on the host (the loss and metrics).
@@ -468,10 +475,11 @@ impl MpmdJit {
         reads
     }
 
-    /// How many times the step's code before its loop ran on a group's devices and on the host
-    /// interpreter (under several processes only; `None`: the step computes no loop operand
-    /// before the loop, or runs as one program, [`MpmdJit::is_fused`]). For a step of several
-    /// loops, the first loop's.
+    /// How many times the step's code before its loop ran on a group's devices (in this
+    /// process, or under several in the process of the group running it; never on the host
+    /// interpreter), and on which group last (`None`: the step computes no loop operand before
+    /// the loop, or runs as one program, [`MpmdJit::is_fused`]). For a step of several loops,
+    /// the first loop's.
     pub fn before_loop_runs(&self) -> Option<BeforeLoopRuns> {
         match &self.fused {
             Some(_) => None,
@@ -634,6 +642,7 @@ impl MpmdJit {
                 // Under MPI, only this process's groups take parameters.
                 let groups = self.pipeline.groups_of_param(a);
                 if groups.iter().any(|&g| self.pipeline.is_local(g)) {
+                    held_here(&args[i], i, &groups)?;
                     params.insert(a, args[i].placed()?);
                 }
             }
@@ -782,6 +791,43 @@ impl MpmdJit {
                     .map_err(|e| config(e.to_string()))
             })
             .collect()
+    }
+}
+
+/// The groups step result `k` lives on when it replaces step argument `replaces`: those of the
+/// stages reading that argument when it is a parameter of the result's type; none (where its
+/// update runs) otherwise.
+fn homes(
+    pipeline: &CompiledPipeline,
+    loss_inputs: &[LossInput],
+    (in_avals, out_avals): (&[ShapedArray], &[ShapedArray]),
+    k: usize,
+    replaces: Option<usize>,
+) -> Vec<usize> {
+    let Some(arg) = replaces.filter(|&i| in_avals.get(i) == out_avals.get(k)) else {
+        return Vec::new();
+    };
+    loss_inputs
+        .iter()
+        .position(|input| matches!(input, LossInput::Param(i) if *i == arg))
+        .map(|a| pipeline.groups_of_param(a))
+        .unwrap_or_default()
+}
+
+/// Under several processes, whether parameter step argument `i`, read by a stage on `groups` (some
+/// of them this process's), has data here; an error naming the fix otherwise.
+fn held_here(arg: &StepArg, i: usize, groups: &[usize]) -> Result<(), DriverError> {
+    match arg {
+        StepArg::Mpmd(m) if !m.is_partially_addressable() && !m.is_deleted() => {
+            Err(config(format!(
+                "step argument {i} lies on groups {:?}, of other processes, but stages on groups \
+                 {groups:?} read it; under several processes a parameter on devices must lie on \
+                 the groups of the stages reading it (as a step's own result left there does): \
+                 pass it from the host, or put it on those groups' devices",
+                m.mpmd_idxs()
+            )))
+        }
+        StepArg::Mpmd(_) | StepArg::Host(_) => Ok(()),
     }
 }
 

@@ -43,8 +43,8 @@ pub enum StepLoopsError {
     #[error(
         "the step holds {} treduce loops (equations {equations:?}: {}) and {limit}; mpmd_jit \
          runs a step's sequential top-level treduce loops one pipeline after another (the code \
-         between two loops runs as the update of the first, on the groups holding its values) in \
-         one process. Drop that, or restructure: \
+         between two loops runs as the update of the first, on the groups holding its values), in \
+         one process or one per group. Drop that, or restructure: \
          compile each loop as a step of its own and call them one after the other, passing the \
          results of one (e.g. the updated parameters, left on their groups by call_mpmd) to the \
          next; two accumulation loops over two data sources whose gradients are summed are also \

@@ -1,0 +1,195 @@
+//! `mpmd_jit` step shapes under MPI (issue 32), two ranks, one per group: steps of two
+//! sequential `treduce` loops (train then eval, two accumulation loops), a step whose code before its loop runs on a group's devices and
+//! sends its results to the ranks reading them, and a step differentiating values it computes
+//! before its loop. The `mpi_steps` example runs each twice (the second call on the weights the
+//! first left on their groups) and checks every result it holds against the interpreter; here
+//! every result of the job equals the one-process run's bit for bit (the same programs run on
+//! the same groups), and every result is printed by some rank. A parameter on devices held by
+//! another process's group than the one reading it is refused, naming the fix.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tessera_ir::trace::{trace, treduce, value_and_grad_call};
+use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
+use tessera_mpmd::processes::{ProcessError, Processes};
+use tessera_mpmd::runtime::{OutputLayout, Transport, ValueId};
+use tessera_mpmd::{MpmdArray, MpmdJitOptions, MpmdMesh, MpmdSharding, StepArg, mpmd_jit_with};
+use tessera_pjrt::{Client, ElementType};
+use tessera_sharding::{Mesh, PartitionSpec};
+use tessera_tests::mpi_launch::mpirun;
+use tessera_tests::tessera_bin;
+
+/// The example program `name` (built by `cargo build -p tessera-examples --example NAME`).
+fn example(name: &str) -> PathBuf {
+    let path = tessera_bin().parent().unwrap().join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo xtask test` builds it (cargo build -p tessera-examples --example {name})",
+        path.display()
+    );
+    path
+}
+
+/// The `SHAPE call N result K: BITS` lines of an output, without their `rank R: ` prefix.
+fn results(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter(|l| l.contains(" result "))
+        .map(|l| l.split_once(": ").unwrap().1.to_owned())
+        .collect()
+}
+
+/// `SHAPE call N result K` of a result line.
+fn name(line: &str) -> &str {
+    line.split_once(": ").unwrap().0
+}
+
+#[test]
+fn four_step_shapes_on_two_ranks_equal_the_one_process_run_bit_for_bit() {
+    let program = example("mpi_steps");
+    let alone = std::process::Command::new(&program)
+        .env_remove("TESSERA_PJRT_PLUGIN")
+        .output()
+        .unwrap();
+    let alone_out = String::from_utf8_lossy(&alone.stdout).into_owned();
+    assert!(
+        alone.status.success(),
+        "{alone_out}{}",
+        String::from_utf8_lossy(&alone.stderr)
+    );
+    let job = mpirun(
+        &["-n", "2", program.to_str().unwrap()],
+        &[],
+        Duration::from_secs(300),
+        None,
+    );
+    assert!(job.status.success(), "{}\n{}", job.stdout, job.stderr);
+    for rank in 0..2 {
+        let done = format!("rank {rank}: every step equals the interpreter");
+        assert!(job.stdout.contains(&done), "{}", job.stdout);
+    }
+    let one: BTreeSet<String> = results(&alone_out).into_iter().collect();
+    let many = results(&job.stdout);
+    // 2 calls of: two loops (4 results), two sources (4), before (3), computed (5).
+    assert_eq!(one.len(), 2 * (4 + 4 + 3 + 5), "{alone_out}");
+    for line in &many {
+        assert!(
+            one.contains(line),
+            "a job's result differs from the one-process run's: {line}\none process:\n{alone_out}"
+        );
+    }
+    let covered: BTreeSet<&str> = many.iter().map(|l| name(l)).collect();
+    let all: BTreeSet<&str> = one.iter().map(|l| name(l)).collect();
+    assert_eq!(covered, all, "results no rank printed");
+    // Rank 1 holds the second weight and rank 0 the first: each prints only its own.
+    assert!(
+        job.stdout.contains("rank 1: before call 2 result 1: "),
+        "{}",
+        job.stdout
+    );
+    assert!(
+        !job.stdout.contains("rank 1: before call 2 result 0: "),
+        "{}",
+        job.stdout
+    );
+    // The code before the loop ran on a group's devices, never on the host: for `before`, last
+    // on group 1, which holds the last weight it reads (the batch it reads came from group 0);
+    // for `computed`, on group 0, which holds `w0` (`w1` came from group 1).
+    for rank in 0..2 {
+        for (shape, group) in [("before", 1), ("computed", 0)] {
+            let line = format!(
+                "rank {rank}: {shape} ran its code before the loop 2 times on the groups (the last on group Some({group})), 0 on the host"
+            );
+            assert!(job.stdout.contains(&line), "{}", job.stdout);
+        }
+    }
+}
+
+/// Process 0 of a two-process job, running group 0: it agrees with itself and moves nothing.
+struct GroupZeroOfTwo;
+
+impl Processes for GroupZeroOfTwo {
+    fn local_groups(&self) -> Vec<usize> {
+        vec![0]
+    }
+    fn process_index(&self) -> (usize, usize) {
+        (2, 0)
+    }
+    fn process_of(&self, group: usize) -> usize {
+        group
+    }
+    fn exchange(&self, outgoing: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, ProcessError> {
+        Ok(vec![Vec::new(); outgoing.len()])
+    }
+    fn transport(
+        &self,
+        _: &std::sync::Arc<std::collections::HashMap<ValueId, OutputLayout>>,
+    ) -> Result<std::sync::Arc<dyn Transport<tessera_pjrt::Array>>, ProcessError> {
+        Err(ProcessError::Comm("no transport in this test".into()))
+    }
+    fn broadcast(&self, _: usize, values: Vec<f64>) -> Result<Vec<f64>, ProcessError> {
+        Ok(values)
+    }
+    fn agree(&self, _: u64, _: &str) -> Result<(), ProcessError> {
+        Ok(())
+    }
+}
+
+fn f32(shape: &[i64]) -> ShapedArray {
+    ShapedArray::new(DType::F32, shape)
+}
+
+/// `(w0, w1, lr, xs, ys) -> (w0', w1')`: 1F1B over two stages, a layer each, then SGD.
+fn one_loop_step() -> ClosedJaxpr {
+    let (rows, w) = (f32(&[4, 8]), f32(&[8, 8]));
+    let loss = trace(&[rows.clone(), w.clone(), w.clone(), rows], |a| {
+        let h = a[0]
+            .matmul(&a[1])
+            .tanh()
+            .enter_stage(1)
+            .matmul(&a[2])
+            .tanh();
+        vec![(&h - &a[3]).integer_pow(2).mean(&[0, 1])]
+    })
+    .unwrap();
+    let batch = f32(&[2, 4, 8]);
+    trace(&[w.clone(), w, f32(&[]), batch.clone(), batch], |a| {
+        let outs = treduce(&[&a[0], &a[1]], &[&a[3], &a[4]], 0, "1f1b", &[], |w, mb| {
+            value_and_grad_call(&loss, &[1, 2], &[&mb[0], &w[0], &w[1], &mb[1]])
+        });
+        vec![&a[0] - &(&a[2] * &outs[1]), &a[1] - &(&a[2] * &outs[2])]
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_parameter_held_by_another_processs_group_is_refused_naming_the_fix() {
+    let client = Client::cpu(8).unwrap();
+    let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 2), ("data", 4)]).unwrap(), "stage").unwrap();
+    let options = MpmdJitOptions {
+        processes: Some(std::sync::Arc::new(GroupZeroOfTwo)),
+        ..MpmdJitOptions::default()
+    };
+    let step = one_loop_step();
+    let jit = mpmd_jit_with(&client, &mesh, &step, &options).unwrap();
+    let mut args: Vec<StepArg> = step
+        .jaxpr
+        .in_avals()
+        .iter()
+        .map(|a| StepArg::Host(Array::zeros(a)))
+        .collect();
+    // The first stage's weight, on group 1 (process 1) instead of group 0, where it is read.
+    let sharding = MpmdSharding::new(&mesh, [1], &PartitionSpec::replicated()).unwrap();
+    let remote = MpmdArray::remote(&[8, 8], ElementType::F32, sharding);
+    args[0] = StepArg::Mpmd(Box::new(remote));
+    let err = jit.call_mpmd(&args).unwrap_err().to_string();
+    assert!(
+        err.contains("step argument 0 lies on groups [1], of other processes"),
+        "{err}"
+    );
+    assert!(err.contains("pass it from the host"), "{err}");
+}
