@@ -83,6 +83,9 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
                 ),
             ));
         }
+        if let Some(message) = explicit_mismatch(eqn.prim, &expected, &written) {
+            return Err(fail(i, format!("equation {i}: {message}")));
+        }
         if let Some(message) = reduced_mismatch(eqn.prim, &expected, &written) {
             return Err(fail(i, format!("equation {i}: {message}")));
         }
@@ -95,6 +98,9 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
             for inner in nested_jaxprs(value) {
                 if eqn.prim == crate::prim::Prim::ShardMap {
                     crate::prim::ShardMapParams::read(&eqn.params)?.in_body(|| verify(inner))?;
+                } else if let Some(mesh) = context_mesh(&eqn.params) {
+                    // A `jit` on an explicit mesh: its sharding rules know the axis sizes.
+                    crate::trace::use_mesh(&mesh, || verify(inner))?;
                 } else {
                     verify(inner)?;
                 }
@@ -158,6 +164,35 @@ fn reduced_mismatch(
          differ)",
         prim.name()
     ))
+}
+
+/// A result whose printed explicit sharding (`f32[8@pp,4]`) is not the one its primitive's
+/// sharding rule derives (primitives without a rule take the written one, so pass). The
+/// collectives and `shard_map` are typed by their own rules.
+fn explicit_mismatch(
+    prim: crate::prim::Prim,
+    expected: &[crate::aval::ShapedArray],
+    written: &[crate::aval::ShapedArray],
+) -> Option<String> {
+    if prim.is_collective() || prim == crate::prim::Prim::ShardMap {
+        return None;
+    }
+    let (e, w) = expected
+        .iter()
+        .zip(written)
+        .find(|(e, w)| e.explicit_dims() != w.explicit_dims())?;
+    Some(format!(
+        "{} gives a result split as {} (type {e}), but it is typed {w}; print the type the \
+         rule derives, or reshard the value to the sharding wanted",
+        prim.name(),
+        e.explicit_spec(),
+    ))
+}
+
+/// The mesh a `jit` was traced on (`ctx_mesh=Mesh('pp': 2, ...)`), where it names one.
+fn context_mesh(params: &crate::params::Params) -> Option<tessera_sharding::AbstractMesh> {
+    params.get("ctx_mesh")?;
+    crate::prim::read_mesh_param(params, "ctx_mesh").ok()
 }
 
 /// The jaxprs a parameter holds: itself, or those inside a tuple (a `cond`'s branches).

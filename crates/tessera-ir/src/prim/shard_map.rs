@@ -120,8 +120,13 @@ fn spec_value(spec: &PartitionSpec) -> ParamValue {
 }
 
 fn read_mesh(params: &Params) -> Result<AbstractMesh> {
-    let bad = |why: String| type_error(NAME, format!("parameter `mesh` {why}"));
-    let value = params.get("mesh");
+    read_mesh_param(params, "mesh")
+}
+
+/// Reads a mesh parameter (`mesh=Mesh('data': 2, ...)`, a `jit`'s `ctx_mesh=...`).
+pub(crate) fn read_mesh_param(params: &Params, key: &str) -> Result<AbstractMesh> {
+    let bad = |why: String| type_error(NAME, format!("parameter `{key}` {why}"));
+    let value = params.get(key);
     let Some(value @ ParamValue::Record(kind, fields)) = value else {
         return Err(bad("must be Mesh('axis': size, ...)".into()));
     };
