@@ -35,12 +35,13 @@ pub struct ShapedArray {
 
 /// What JAX prints of a value's explicit sharding in its type: the mesh axes splitting each
 /// dimension (`8@pp`) and the reduced (`R:`) and unreduced (`U:`) axes. They describe the
-/// layout, not the values: the interpreter ignores them. A parsed program keeps them as
-/// printed; the rules of the reduced/unreduced collectives (`preduced`, `unreduced_psum`,
+/// layout, not the values: the interpreter ignores them. The primitives' sharding rules
+/// (`prim/explicit.rs`) derive the dimensions' axes and the verifier checks printed ones; the
+/// rules of the reduced/unreduced collectives (`preduced`, `unreduced_psum`,
 /// `vary_unreduced_cast_p`, `reduced_vary_cast_p`, `all_gather_reduced`,
-/// `unreduced_reduce_scatter`) check and derive the reduced and unreduced axes, unary
-/// operations keep them, `add`/`add_any` keep them where both operands agree, and the other
-/// operations drop them.
+/// `unreduced_reduce_scatter`) and of `shard_map` on an explicit mesh derive the reduced and
+/// unreduced axes, unary operations keep them, `add`/`add_any` keep them where both operands
+/// agree, and the other operations drop them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ExplicitType {
     /// Per dimension, the mesh axes splitting it, major to minor (empty: not split); empty

@@ -4,7 +4,8 @@
 //!
 //! - elementwise operations broadcast: along each dimension the operands split over the same
 //!   axes, or some are not split (a scalar, a replicated operand) and adopt the others';
-//!   operands split over different axes are refused (reshard one). Unary operations and
+//!   operands split over different axes are refused (reshard one). `select_n` is checked so
+//!   too (JAX, stricter, wants its cases split exactly alike). Unary operations and
 //!   `convert_element_type` keep the operand's sharding, `clamp` its middle operand's;
 //! - `broadcast_in_dim`, `transpose`, `squeeze`, `expand_dims` move the dimensions' axes with
 //!   the dimensions; reductions drop the reduced dimensions;
@@ -75,16 +76,11 @@ pub(super) fn apply(
     written: Option<&[ShapedArray]>,
     outs: &mut [ShapedArray],
 ) -> Result<()> {
-    let derived = if inputs.iter().any(ShapedArray::is_explicitly_sharded) {
-        derive(prim, params, inputs, outs)?
-    } else {
-        // Nothing split: every rule leaves the results unsplit, but a result may be given
-        // a sharding of its own (`reshard`, a `sharding=` parameter).
-        match derive(prim, params, inputs, outs)? {
-            Derived::Dims(_) => Derived::Dims(Vec::new()),
-            other => other,
-        }
-    };
+    if written.is_none() && !inputs.iter().any(ShapedArray::is_explicitly_sharded) {
+        // Nothing split and no result type given: every rule leaves the results unsplit.
+        return Ok(());
+    }
+    let derived = derive(prim, params, inputs, outs)?;
     match derived {
         Derived::Dims(dims) => {
             if let Some(out) = outs.first_mut() {
@@ -110,14 +106,22 @@ fn derive(
     inputs: &[ShapedArray],
     outs: &[ShapedArray],
 ) -> Result<Derived> {
-    let first = || inputs.first().map(ShapedArray::explicit_dims).unwrap_or_default();
+    let first = || {
+        inputs
+            .first()
+            .map(ShapedArray::explicit_dims)
+            .unwrap_or_default()
+    };
     let out_shape = || outs.first().map(|o| o.shape.clone()).unwrap_or_default();
     let dims = match prim.family() {
         Family::Elementwise(op) => match op {
             ElementwiseOp::Unary(_) => first(),
             ElementwiseOp::Convert if given(params, "sharding") => return Ok(Derived::Written),
             ElementwiseOp::Convert => first(),
-            ElementwiseOp::Clamp => inputs.get(1).map(ShapedArray::explicit_dims).unwrap_or_default(),
+            ElementwiseOp::Clamp => inputs
+                .get(1)
+                .map(ShapedArray::explicit_dims)
+                .unwrap_or_default(),
             ElementwiseOp::Binary(_) | ElementwiseOp::Compare(_) | ElementwiseOp::SelectN => {
                 broadcasting(prim, inputs)?
             }
@@ -155,7 +159,9 @@ fn derive(
         },
         Family::Structural(op) => return structural(prim, op, params, inputs, &out_shape()),
         Family::Reduce(op) => {
-            let x = inputs.first().ok_or_else(|| refuse(prim, "takes an operand"))?;
+            let x = inputs
+                .first()
+                .ok_or_else(|| refuse(prim, "takes an operand"))?;
             match op {
                 ReductionOp::Reduce(_) if given(params, "out_sharding") => {
                     return Ok(Derived::Written);
@@ -229,7 +235,7 @@ fn broadcasting(prim: Prim, inputs: &[ShapedArray]) -> Result<Dims> {
         return Ok(Vec::new());
     };
     let mut out: Dims = vec![Vec::new(); rank];
-    for d in 0..rank {
+    for (d, slot) in out.iter_mut().enumerate() {
         let mut from: Option<&ShapedArray> = None;
         for &a in &shaped {
             let axes = a.explicit_dims().get(d).cloned().unwrap_or_default();
@@ -238,10 +244,10 @@ fn broadcasting(prim: Prim, inputs: &[ShapedArray]) -> Result<Dims> {
             }
             match from {
                 None => {
-                    out[d] = axes;
+                    *slot = axes;
                     from = Some(a);
                 }
-                Some(b) if out[d] != axes => {
+                Some(b) if *slot != axes => {
                     return Err(refuse(
                         prim,
                         format!(

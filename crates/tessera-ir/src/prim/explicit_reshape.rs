@@ -35,11 +35,7 @@ enum Fail {
 
 /// The result's axes, or `None` where the mesh's sizes are needed but not known and `prim`
 /// should take the written result type.
-pub(super) fn reshape_dims(
-    prim: Prim,
-    x: &ShapedArray,
-    new_sizes: &[i64],
-) -> Result<Option<Dims>> {
+pub(super) fn reshape_dims(prim: Prim, x: &ShapedArray, new_sizes: &[i64]) -> Result<Option<Dims>> {
     let dims = x.explicit_dims();
     if dims.iter().all(Vec::is_empty) {
         return Ok(Some(vec![Vec::new(); new_sizes.len()]));
