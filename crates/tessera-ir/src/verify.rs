@@ -86,7 +86,7 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
         if let Some(message) = explicit_mismatch(eqn.prim, &expected, &written) {
             return Err(fail(i, format!("equation {i}: {message}")));
         }
-        if let Some(message) = reduced_mismatch(eqn.prim, &expected, &written) {
+        if let Some(message) = reduced_mismatch(eqn.prim, &eqn.params, &expected, &written) {
             return Err(fail(i, format!("equation {i}: {message}")));
         }
         for &v in &eqn.outputs {
@@ -128,33 +128,39 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
 /// checked.)
 fn reduced_mismatch(
     prim: crate::prim::Prim,
+    params: &crate::params::Params,
     expected: &[crate::aval::ShapedArray],
     written: &[crate::aval::ShapedArray],
 ) -> Option<String> {
     use crate::prim::CollectiveOp as C;
-    let checked = match prim.collective()? {
-        C::Preduced
-        | C::VaryUnreducedCast
-        | C::ReducedVaryCast
-        | C::UnreducedPsum
-        | C::AllGatherReduced
-        | C::UnreducedReduceScatter => true,
-        C::Psum
-        | C::Pmax
-        | C::Pmin
-        | C::AllGather
-        | C::ReduceScatter
-        | C::Ppermute
-        | C::AllToAll
-        | C::AxisIndex
-        | C::Pvary
-        | C::Pbroadcast
-        | C::PsumInvariant
-        | C::AllGatherInvariant
-        | C::RaggedAllToAll
-        | C::Psend
-        | C::Precv => false,
-    };
+    // A `shard_map` on an explicit mesh types its results by its out specs' reduced and
+    // unreduced sets.
+    let explicit_shard_map =
+        prim == crate::prim::Prim::ShardMap && crate::prim::on_explicit_mesh(params);
+    let checked = explicit_shard_map
+        || match prim.collective()? {
+            C::Preduced
+            | C::VaryUnreducedCast
+            | C::ReducedVaryCast
+            | C::UnreducedPsum
+            | C::AllGatherReduced
+            | C::UnreducedReduceScatter => true,
+            C::Psum
+            | C::Pmax
+            | C::Pmin
+            | C::AllGather
+            | C::ReduceScatter
+            | C::Ppermute
+            | C::AllToAll
+            | C::AxisIndex
+            | C::Pvary
+            | C::Pbroadcast
+            | C::PsumInvariant
+            | C::AllGatherInvariant
+            | C::RaggedAllToAll
+            | C::Psend
+            | C::Precv => false,
+        };
     let (e, w) = expected
         .iter()
         .zip(written)

@@ -477,6 +477,20 @@ fn shard_map_on_an_explicit_mesh_types_its_results_by_their_out_specs() {
             err.contains(&format!("but it is typed {plain}")),
             "{name}: {err}"
         );
+        // So is one printed without its reduced axes.
+        let mut unreduced = derived[0].clone();
+        unreduced.set_reduced_unreduced(Default::default(), Default::default());
+        let wrong = text.replacen(
+            &format!(":{} = shard_map[", derived[0]),
+            &format!(":{unreduced} = shard_map["),
+            1,
+        );
+        assert_ne!(wrong, text);
+        let err = parse_closed(&wrong).expect_err(name).to_string();
+        assert!(
+            err.contains("reduced and unreduced axes differ"),
+            "{name}: {err}"
+        );
     }
 }
 

@@ -347,6 +347,12 @@ pub(super) fn abstract_eval(params: &Params, inputs: &[ShapedArray]) -> Result<V
         .collect()
 }
 
+/// Whether a `shard_map`'s mesh has axes typed `Explicit` (its results are typed by its out
+/// specs).
+pub(crate) fn on_explicit_mesh(params: &Params) -> bool {
+    !explicit_axes(params).is_empty()
+}
+
 /// The mesh axes typed `Explicit` (`mesh=AbstractMesh(..., axis_types=(Explicit, ...))`).
 fn explicit_axes(params: &Params) -> Vec<String> {
     let Some(mesh) = params.get("mesh") else {
