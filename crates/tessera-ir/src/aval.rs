@@ -11,9 +11,10 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use tessera_sharding::NamedSharding;
+use tessera_sharding::{DimSpec, NamedSharding, PartitionSpec};
 
 use crate::dtype::DType;
+use crate::error::{IrError, Result};
 
 /// The type of an IR value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,12 +35,13 @@ pub struct ShapedArray {
 
 /// What JAX prints of a value's explicit sharding in its type: the mesh axes splitting each
 /// dimension (`8@pp`) and the reduced (`R:`) and unreduced (`U:`) axes. They describe the
-/// layout, not the values: the interpreter ignores them. A parsed program keeps them as
-/// printed; the rules of the reduced/unreduced collectives (`preduced`, `unreduced_psum`,
+/// layout, not the values: the interpreter ignores them. The primitives' sharding rules
+/// (`prim/explicit.rs`) derive the dimensions' axes and the verifier checks printed ones; the
+/// rules of the reduced/unreduced collectives (`preduced`, `unreduced_psum`,
 /// `vary_unreduced_cast_p`, `reduced_vary_cast_p`, `all_gather_reduced`,
-/// `unreduced_reduce_scatter`) check and derive the reduced and unreduced axes, unary
-/// operations keep them, `add`/`add_any` keep them where both operands agree, and the other
-/// operations drop them.
+/// `unreduced_reduce_scatter`) and of `shard_map` on an explicit mesh derive the reduced and
+/// unreduced axes, unary operations keep them, `add`/`add_any` keep them where both operands
+/// agree, and the other operations drop them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ExplicitType {
     /// Per dimension, the mesh axes splitting it, major to minor (empty: not split); empty
@@ -143,6 +145,90 @@ impl ShapedArray {
         }
     }
 
+    /// This type with the explicit sharding `spec` (JAX's `ShapedArray(..., sharding=
+    /// NamedSharding(mesh, spec))` on an `Explicit` mesh): dimension `i` is split over the mesh
+    /// axes `spec` gives it (`f32[8@pp,4]` for `P('pp')`). The varying, reduced and unreduced
+    /// axes are kept. A spec longer than the rank, naming a mesh axis twice or leaving a
+    /// dimension `UNCONSTRAINED` is an error.
+    pub fn with_explicit(&self, spec: &PartitionSpec) -> Result<ShapedArray> {
+        let bad = |why: String| IrError::Sharding {
+            prim: "explicit sharding".into(),
+            message: format!("{spec} cannot type {self}: {why}"),
+        };
+        if spec.len() > self.rank() {
+            return Err(bad(format!(
+                "it has {} entries, more than the rank {}; give one entry per dimension",
+                spec.len(),
+                self.rank()
+            )));
+        }
+        let mut dims = vec![Vec::new(); self.rank()];
+        let mut seen = BTreeSet::new();
+        for (d, entry) in spec.dims().iter().enumerate() {
+            if matches!(entry, DimSpec::Unconstrained) {
+                return Err(bad(format!(
+                    "dimension {d} is UNCONSTRAINED, which an explicit type cannot be; name its \
+                     mesh axes or None"
+                )));
+            }
+            for axis in entry.axes() {
+                if !seen.insert(axis.clone()) {
+                    return Err(bad(format!(
+                        "mesh axis '{axis}' splits two dimensions; name each axis once"
+                    )));
+                }
+            }
+            dims[d] = entry.axes().to_vec();
+        }
+        let mut out = self.clone();
+        out.set_explicit_dims(dims);
+        Ok(out)
+    }
+
+    /// Per dimension, the mesh axes an explicit sharding splits it over (empty: not split);
+    /// one entry per dimension.
+    pub fn explicit_dims(&self) -> Vec<Vec<String>> {
+        let mut dims = self
+            .explicit
+            .as_ref()
+            .map(|e| e.dims.clone())
+            .unwrap_or_default();
+        dims.resize(self.rank(), Vec::new());
+        dims
+    }
+
+    /// Whether an explicit sharding splits any dimension.
+    pub fn is_explicitly_sharded(&self) -> bool {
+        self.explicit
+            .as_ref()
+            .is_some_and(|e| e.dims.iter().any(|d| !d.is_empty()))
+    }
+
+    /// The explicit sharding of the dimensions as a partition spec (`P('pp', None)`).
+    pub fn explicit_spec(&self) -> PartitionSpec {
+        PartitionSpec::new(
+            self.explicit_dims()
+                .iter()
+                .map(|axes| DimSpec::from_axes(axes))
+                .collect(),
+        )
+    }
+
+    /// Sets the mesh axes splitting each dimension (keeping the reduced and unreduced axes),
+    /// dropping an explicit type that then says nothing.
+    pub fn set_explicit_dims(&mut self, mut dims: Vec<Vec<String>>) {
+        let mut e = self.explicit.take().map(|e| *e).unwrap_or_default();
+        if dims.iter().all(Vec::is_empty) {
+            dims.clear();
+        } else {
+            dims.resize(self.rank(), Vec::new());
+        }
+        e.dims = dims;
+        if !e.is_empty() {
+            self.explicit = Some(Box::new(e));
+        }
+    }
+
     /// Equal ignoring weak type.
     pub fn same_type(&self, other: &ShapedArray) -> bool {
         self.dtype == other.dtype && self.shape == other.shape
@@ -191,7 +277,7 @@ impl fmt::Display for ShapedArray {
 
 #[cfg(test)]
 mod tests {
-    use tessera_sharding::{Mesh, PartitionSpec};
+    use tessera_sharding::Mesh;
 
     use super::*;
 

@@ -21,6 +21,15 @@ pub enum IrError {
         /// What is wrong, with the shapes involved.
         message: String,
     },
+    /// Explicit shardings (JAX's sharding in types) that a primitive's sharding rule refuses,
+    /// or an explicit type that does not fit its value.
+    #[error("{prim}: {message}")]
+    Sharding {
+        /// The primitive (or what was being typed).
+        prim: String,
+        /// What is wrong, with the types involved, and how to fix it.
+        message: String,
+    },
     /// An unknown primitive name.
     #[error("unknown primitive `{0}`")]
     UnknownPrimitive(String),

@@ -83,7 +83,10 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
                 ),
             ));
         }
-        if let Some(message) = reduced_mismatch(eqn.prim, &expected, &written) {
+        if let Some(message) = explicit_mismatch(eqn.prim, &expected, &written) {
+            return Err(fail(i, format!("equation {i}: {message}")));
+        }
+        if let Some(message) = reduced_mismatch(eqn.prim, &eqn.params, &expected, &written) {
             return Err(fail(i, format!("equation {i}: {message}")));
         }
         for &v in &eqn.outputs {
@@ -95,6 +98,9 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
             for inner in nested_jaxprs(value) {
                 if eqn.prim == crate::prim::Prim::ShardMap {
                     crate::prim::ShardMapParams::read(&eqn.params)?.in_body(|| verify(inner))?;
+                } else if let Some(mesh) = context_mesh(&eqn.params) {
+                    // A `jit` on an explicit mesh: its sharding rules know the axis sizes.
+                    crate::trace::use_mesh(&mesh, || verify(inner))?;
                 } else {
                     verify(inner)?;
                 }
@@ -122,33 +128,39 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
 /// checked.)
 fn reduced_mismatch(
     prim: crate::prim::Prim,
+    params: &crate::params::Params,
     expected: &[crate::aval::ShapedArray],
     written: &[crate::aval::ShapedArray],
 ) -> Option<String> {
     use crate::prim::CollectiveOp as C;
-    let checked = match prim.collective()? {
-        C::Preduced
-        | C::VaryUnreducedCast
-        | C::ReducedVaryCast
-        | C::UnreducedPsum
-        | C::AllGatherReduced
-        | C::UnreducedReduceScatter => true,
-        C::Psum
-        | C::Pmax
-        | C::Pmin
-        | C::AllGather
-        | C::ReduceScatter
-        | C::Ppermute
-        | C::AllToAll
-        | C::AxisIndex
-        | C::Pvary
-        | C::Pbroadcast
-        | C::PsumInvariant
-        | C::AllGatherInvariant
-        | C::RaggedAllToAll
-        | C::Psend
-        | C::Precv => false,
-    };
+    // A `shard_map` on an explicit mesh types its results by its out specs' reduced and
+    // unreduced sets.
+    let explicit_shard_map =
+        prim == crate::prim::Prim::ShardMap && crate::prim::on_explicit_mesh(params);
+    let checked = explicit_shard_map
+        || match prim.collective()? {
+            C::Preduced
+            | C::VaryUnreducedCast
+            | C::ReducedVaryCast
+            | C::UnreducedPsum
+            | C::AllGatherReduced
+            | C::UnreducedReduceScatter => true,
+            C::Psum
+            | C::Pmax
+            | C::Pmin
+            | C::AllGather
+            | C::ReduceScatter
+            | C::Ppermute
+            | C::AllToAll
+            | C::AxisIndex
+            | C::Pvary
+            | C::Pbroadcast
+            | C::PsumInvariant
+            | C::AllGatherInvariant
+            | C::RaggedAllToAll
+            | C::Psend
+            | C::Precv => false,
+        };
     let (e, w) = expected
         .iter()
         .zip(written)
@@ -158,6 +170,36 @@ fn reduced_mismatch(
          differ)",
         prim.name()
     ))
+}
+
+/// A result whose printed explicit sharding (`f32[8@pp,4]`) is not the one its primitive's
+/// sharding rule derives (primitives without a rule take the written one, so pass); a
+/// `shard_map` on an explicit mesh types its results by its out specs. The collectives, inside
+/// `shard_map` bodies, split no dimension explicitly.
+fn explicit_mismatch(
+    prim: crate::prim::Prim,
+    expected: &[crate::aval::ShapedArray],
+    written: &[crate::aval::ShapedArray],
+) -> Option<String> {
+    if prim.is_collective() {
+        return None;
+    }
+    let (e, w) = expected
+        .iter()
+        .zip(written)
+        .find(|(e, w)| e.explicit_dims() != w.explicit_dims())?;
+    Some(format!(
+        "{} gives a result split as {} (type {e}), but it is typed {w}; print the type the \
+         rule derives, or reshard the value to the sharding wanted",
+        prim.name(),
+        e.explicit_spec(),
+    ))
+}
+
+/// The mesh a `jit` was traced on (`ctx_mesh=Mesh('pp': 2, ...)`), where it names one.
+fn context_mesh(params: &crate::params::Params) -> Option<tessera_sharding::AbstractMesh> {
+    params.get("ctx_mesh")?;
+    crate::prim::read_mesh_param(params, "ctx_mesh").ok()
 }
 
 /// The jaxprs a parameter holds: itself, or those inside a tuple (a `cond`'s branches).

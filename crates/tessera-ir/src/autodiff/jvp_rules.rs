@@ -76,7 +76,8 @@ pub(super) fn jvp_rule(
         Sign | Floor | Ceil | Round | StopGradient => one(None),
         Not | And | Or | Xor | Eq | Ne | Lt | Le | Gt | Ge | Iota | Argmax | Argmin | ReduceAnd
         | ReduceOr => vec![None; y.len()],
-        Copy | Reshard | PipelineEnterStage => ts.to_vec(),
+        Copy | PipelineEnterStage => ts.to_vec(),
+        Reshard => one(t(0).map(|t0| super::rules::resharded_like(&t0, &y[0]))),
         // The constraint applies to the tangent too (as in JAX).
         ShardingConstraint => one(t(0).map(|t0| Tensor::bind1(prim, params.clone(), &[&t0]))),
         Clamp => one(clamp_jvp(x, &t)),

@@ -169,7 +169,9 @@ pub(super) fn vjp_rule(
             vec![None; x.len()]
         }
         StopGradient => vec![None],
-        Copy | Reshard | PipelineEnterStage => gs.to_vec(),
+        Copy | PipelineEnterStage => gs.to_vec(),
+        // The cotangent goes back to the operand's explicit sharding (as in JAX).
+        Reshard => vec![Some(resharded_like(&g, &x[0]))],
         // The cotangent is laid out as the primal was (as in JAX).
         ShardingConstraint => vec![Some(Tensor::bind1(prim, params.clone(), &[&g]))],
         ConvertElementType => vec![float(0).then(|| g.astype(x[0].dtype()))],
@@ -504,11 +506,11 @@ fn dot_general_vjp(params: &Params, g: &Tensor, x: &Tensor, y: &Tensor) -> Vec<O
     let dx = x
         .dtype()
         .is_float()
-        .then(|| transpose_lhs(g, x.rank(), y, (xc, yc), (xb, yb), false));
+        .then(|| transpose_lhs(g, x, y, (xc, yc), (xb, yb), false));
     let dy = y
         .dtype()
         .is_float()
-        .then(|| transpose_lhs(g, y.rank(), x, (yc, xc), (yb, xb), true));
+        .then(|| transpose_lhs(g, y, x, (yc, xc), (yb, xb), true));
     vec![
         dx.map(|t| t.astype(x.dtype())),
         dy.map(|t| t.astype(y.dtype())),
@@ -521,7 +523,7 @@ fn as_i64(dims: &[usize]) -> Vec<i64> {
 
 fn transpose_lhs(
     g: &Tensor,
-    x_rank: usize,
+    x: &Tensor,
     y: &Tensor,
     contract: (&[usize], &[usize]),
     batch: (&[usize], &[usize]),
@@ -529,6 +531,7 @@ fn transpose_lhs(
 ) -> Tensor {
     let (x_contract, y_contract) = contract;
     let (x_batch, y_batch) = batch;
+    let x_rank = x.rank();
     let x_kept = crate::prim::free_dims(x_rank, x_contract, x_batch);
     let y_kept = crate::prim::free_dims(y.rank(), y_contract, y_batch);
     let nb = x_batch.len();
@@ -550,14 +553,32 @@ fn transpose_lhs(
         .collect();
     let mut out_axes: Vec<usize> = (0..produced.len()).collect();
     out_axes.sort_by_key(|&i| produced[i]);
-    let prod = g.dot_general(
+    // On explicit types the product is split as the operand it is the cotangent of (JAX's
+    // transpose passes `out_sharding`): a contraction split on both sides is then no error.
+    let explicit = [g, x, y].iter().any(|t| t.aval().is_explicitly_sharded());
+    let x_dims = x.aval().explicit_dims();
+    let out_dims = explicit.then(|| produced.iter().map(|&d| x_dims[d].clone()).collect());
+    let prod = g.dot_general_out(
         y,
         (&as_i64(&ans_y), &as_i64(&y_kept)),
         (&as_i64(&ans_batch), &as_i64(y_batch)),
+        out_dims,
     );
     if out_axes.iter().enumerate().all(|(i, &a)| i == a) {
         prod
     } else {
         prod.transpose(&as_i64(&out_axes))
+    }
+}
+
+/// `t`, resharded to `like`'s explicit sharding where the two split their dimensions
+/// differently (the transpose and tangent of `reshard`).
+pub(crate) fn resharded_like(t: &Tensor, like: &Tensor) -> Tensor {
+    if t.aval().explicit_dims() == like.aval().explicit_dims() {
+        t.clone()
+    } else {
+        let mut target = t.aval().clone();
+        target.set_explicit_dims(like.aval().explicit_dims());
+        t.reshard_to(&target)
     }
 }

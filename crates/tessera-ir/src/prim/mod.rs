@@ -11,6 +11,8 @@ mod control;
 mod conv;
 mod cumulative;
 mod elementwise;
+mod explicit;
+mod explicit_reshape;
 mod flow;
 mod index_modes;
 mod index_params;
@@ -68,6 +70,7 @@ pub use rounding::RoundingMethod;
 pub use scan::{ScanParams, scan_params, stacked, unstacked};
 pub use scatter::ScatterKind;
 pub use shard_map::{ShardMapParams, block_aval, global_aval, shard_map_params, split_factors};
+pub(crate) use shard_map::{on_explicit_mesh, read_mesh_param};
 pub use sort::{SortOp, SortParams, sort_order, top_k_params};
 pub use structural_params::StructuralParams;
 pub use threefry::{PARITY, counter, pack_key, threefry2x32, unpack_key};
@@ -575,6 +578,8 @@ impl Prim {
             Family::Window(op) => window::abstract_eval(self, op, params, inputs),
             Family::Flow(op) => flow::abstract_eval(self, op, params, inputs),
         }?;
+        // Which mesh axes split each dimension of an explicitly sharded result.
+        explicit::apply(self, params, inputs, outputs, &mut outs)?;
         // Inside shard_map, a local computation varies over every axis an operand varies over.
         let vma: std::collections::BTreeSet<String> =
             inputs.iter().flat_map(|a| a.vma.iter().cloned()).collect();

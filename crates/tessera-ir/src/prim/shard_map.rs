@@ -10,6 +10,9 @@
 //! with optional `reduced={...}`/`unreduced={...}` sets (which describe the result's type, not
 //! its blocks), and `newly_manual_axes=frozenset({...})` (kept as printed).
 //!
+//! On a mesh whose axes are `Explicit`, a result is typed by its out spec as JAX types it
+//! (`f32[8@pp,4]{R:tp}` for `P('pp', reduced={'tp'})`).
+//!
 //! `check_vma=False` (and `pmap`, printed as such a `shard_map`) leaves values untyped by the
 //! axes they vary over: collectives then take any operand, and differentiation follows JAX's
 //! unchecked rules (see `autodiff/parallel.rs`). The shape rule maps global
@@ -120,8 +123,13 @@ fn spec_value(spec: &PartitionSpec) -> ParamValue {
 }
 
 fn read_mesh(params: &Params) -> Result<AbstractMesh> {
-    let bad = |why: String| type_error(NAME, format!("parameter `mesh` {why}"));
-    let value = params.get("mesh");
+    read_mesh_param(params, "mesh")
+}
+
+/// Reads a mesh parameter (`mesh=Mesh('data': 2, ...)`, a `jit`'s `ctx_mesh=...`).
+pub(crate) fn read_mesh_param(params: &Params, key: &str) -> Result<AbstractMesh> {
+    let bad = |why: String| type_error(NAME, format!("parameter `{key}` {why}"));
+    let value = params.get(key);
     let Some(value @ ParamValue::Record(kind, fields)) = value else {
         return Err(bad("must be Mesh('axis': size, ...)".into()));
     };
@@ -324,11 +332,79 @@ pub(super) fn abstract_eval(params: &Params, inputs: &[ShapedArray]) -> Result<V
             ),
         ));
     }
+    let explicit = explicit_axes(params);
     body_out
         .iter()
         .zip(&p.out_specs)
-        .map(|(b, spec)| global_aval(b, spec, &p.mesh))
+        .enumerate()
+        .map(|(i, (b, spec))| {
+            let mut global = global_aval(b, spec, &p.mesh)?;
+            if !explicit.is_empty() {
+                explicit_result_type(&mut global, spec, params, i, &explicit);
+            }
+            Ok(global)
+        })
         .collect()
+}
+
+/// Whether a `shard_map`'s mesh has axes typed `Explicit` (its results are typed by its out
+/// specs).
+pub(crate) fn on_explicit_mesh(params: &Params) -> bool {
+    !explicit_axes(params).is_empty()
+}
+
+/// The mesh axes typed `Explicit` (`mesh=AbstractMesh(..., axis_types=(Explicit, ...))`).
+fn explicit_axes(params: &Params) -> Vec<String> {
+    let Some(mesh) = params.get("mesh") else {
+        return Vec::new();
+    };
+    let Some(types) = mesh.field("axis_types").and_then(ParamValue::as_seq) else {
+        return Vec::new();
+    };
+    mesh.entries()
+        .iter()
+        .zip(types)
+        .filter(|(_, t)| matches!(t, ParamValue::Name(n) if n == "Explicit"))
+        .map(|((name, _), _)| (*name).to_owned())
+        .collect()
+}
+
+/// On an explicit mesh a result is typed by its out spec, as JAX types it: each dimension
+/// split over the spec's explicit axes, reduced and unreduced over the spec's `reduced=` and
+/// `unreduced=` sets (`f32[8@pp,4]{R:tp}` for `P('pp', reduced={'tp'})`).
+fn explicit_result_type(
+    global: &mut ShapedArray,
+    spec: &PartitionSpec,
+    params: &Params,
+    index: usize,
+    explicit: &[String],
+) {
+    let dims = spec
+        .dims()
+        .iter()
+        .map(|d| {
+            d.axes()
+                .iter()
+                .filter(|a| explicit.contains(a))
+                .cloned()
+                .collect()
+        })
+        .collect();
+    global.set_explicit_dims(dims);
+    let printed = params
+        .get("out_specs")
+        .and_then(ParamValue::as_seq)
+        .and_then(|specs| specs.get(index));
+    let set = |key: &str| -> std::collections::BTreeSet<String> {
+        match printed.and_then(|s| s.field(key)) {
+            Some(ParamValue::Set(items)) => items
+                .iter()
+                .filter_map(|a| a.as_str().map(str::to_owned))
+                .collect(),
+            Some(_) | None => Default::default(),
+        }
+    };
+    global.set_reduced_unreduced(set("reduced"), set("unreduced"));
 }
 
 pub(super) fn eval(params: &Params, inputs: &[Array]) -> Result<Vec<Array>> {

@@ -4,6 +4,7 @@
 use std::ops;
 
 use super::Tensor;
+use crate::aval::ShapedArray;
 use crate::dtype::DType;
 use crate::params::{ParamValue, Params};
 use crate::prim::{Prim, RoundingMethod};
@@ -397,6 +398,18 @@ impl Tensor {
         contract: (&[i64], &[i64]),
         batch: (&[i64], &[i64]),
     ) -> Tensor {
+        self.dot_general_out(other, contract, batch, None)
+    }
+
+    /// [`Tensor::dot_general`] whose result, where `out_dims` is given, is split over those
+    /// mesh axes per dimension (JAX's `out_sharding`, as its transpose rules pass it).
+    pub(crate) fn dot_general_out(
+        &self,
+        other: &Tensor,
+        contract: (&[i64], &[i64]),
+        batch: (&[i64], &[i64]),
+        out_dims: Option<Vec<Vec<String>>>,
+    ) -> Tensor {
         let dtype = promote(self, other);
         let (a, b) = (self.astype(dtype), other.astype(dtype));
         let list = |v: &[i64]| ParamValue::List(v.iter().map(|&x| ParamValue::Int(x)).collect());
@@ -404,11 +417,24 @@ impl Tensor {
             ParamValue::Tuple(vec![list(contract.0), list(contract.1)]),
             ParamValue::Tuple(vec![list(batch.0), list(batch.1)]),
         ]);
-        let params = Params::new().with("dimension_numbers", dims).with(
-            "preferred_element_type",
-            ParamValue::Name(dtype.numpy_name().into()),
-        );
-        Tensor::bind1(Prim::DotGeneral, params, &[&a, &b])
+        let params = Params::new().with("dimension_numbers", dims);
+        let preferred = ParamValue::Name(dtype.numpy_name().into());
+        match out_dims {
+            None => {
+                let params = params.with("preferred_element_type", preferred);
+                Tensor::bind1(Prim::DotGeneral, params, &[&a, &b])
+            }
+            Some(out_dims) => {
+                // The result's explicit sharding is given (JAX's `out_sharding`).
+                let mut out = ShapedArray::new(dtype, &vec![1; out_dims.len()]);
+                out.set_explicit_dims(out_dims);
+                let spec = out.explicit_spec().to_string();
+                let params = params
+                    .with("out_sharding", ParamValue::Name(spec))
+                    .with("preferred_element_type", preferred);
+                Tensor::bind_typed(Prim::DotGeneral, params, &[&a, &b], Some(out)).remove(0)
+            }
+        }
     }
 
     /// Matrix product: `[.., m, k] x [k, n]`, or batched `[b, m, k] x [b, k, n]`.

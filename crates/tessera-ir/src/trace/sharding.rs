@@ -2,13 +2,19 @@
 //! [`PartitionSpec`] is over the mesh set by [`use_mesh`] (JAX's `jax.sharding.use_mesh`);
 //! [`Tensor::with_sharding_on`] names its mesh explicitly. The constraint is the identity on
 //! values; it tells the SPMD partitioner how to lay the value out.
+//!
+//! On an `Explicit` mesh the sharding is part of the type instead: [`Tensor::reshard`] binds
+//! JAX's `reshard`, the identity on values whose result is typed by the new sharding
+//! (`f32[8@pp,4]`); the primitives' sharding rules (`prim/explicit.rs`) carry it on.
 
 use std::cell::RefCell;
 
 use tessera_sharding::{AbstractMesh, PartitionSpec};
 
 use super::Tensor;
+use crate::aval::ShapedArray;
 use crate::axis_env::MeshStack;
+use crate::params::Params;
 use crate::prim::{ConstraintParams, Prim};
 
 thread_local! {
@@ -52,5 +58,53 @@ impl Tensor {
             ConstraintParams::new(mesh, spec).to_params(),
             &[self],
         )
+    }
+
+    /// Reshards this value to the explicit sharding `spec` (`jax.sharding.reshard(x, P(...))`
+    /// on an `Explicit` mesh): the identity on values, typed `f32[8@pp,4]` for `P('pp')`;
+    /// reduced and unreduced axes are dropped. Inside [`use_mesh`] each axis must be the mesh's
+    /// and divide the dimension it splits.
+    pub fn reshard(&self, spec: &PartitionSpec) -> Tensor {
+        let name = Prim::Reshard.name();
+        let mut target = match self.aval.with_explicit(spec) {
+            Ok(t) => t,
+            Err(e) => return self.fail(name, e.to_string()),
+        };
+        if let Some(mesh) = context_mesh() {
+            for (d, axes) in target.explicit_dims().iter().enumerate() {
+                let mut size = 1;
+                for axis in axes {
+                    match mesh.axis_size(axis) {
+                        Some(n) => size *= n,
+                        None => {
+                            return self.fail(
+                                name,
+                                format!(
+                                    "{spec} names mesh axis '{axis}', which the mesh ({}) lacks",
+                                    mesh.axis_names().join(", ")
+                                ),
+                            );
+                        }
+                    }
+                }
+                if self.aval.shape[d] % size != 0 {
+                    return self.fail(
+                        name,
+                        format!(
+                            "{spec} splits dimension {d} of {} over {size} devices, which do \
+                             not divide its size; choose axes whose sizes divide it",
+                            self.aval
+                        ),
+                    );
+                }
+            }
+        }
+        target.set_reduced_unreduced(Default::default(), Default::default());
+        self.reshard_to(&target)
+    }
+
+    /// Binds `reshard` to `target`'s explicit type (which must be of this value's shape).
+    pub(crate) fn reshard_to(&self, target: &ShapedArray) -> Tensor {
+        Tensor::bind_typed(Prim::Reshard, Params::new(), &[self], Some(target.clone())).remove(0)
     }
 }
