@@ -367,7 +367,7 @@ fn run_pipelined(root: &Path) -> anyhow::Result<Vec<PipelinedRow>> {
 }
 
 /// Rounds of (JAX, Tessera) runs.
-const ROUNDS: usize = 2;
+const ROUNDS: usize = 3;
 
 /// Runs Tessera's side (`benches/src/bin/tessera_bench_jit.rs`, built in release mode).
 fn run_tessera(root: &Path) -> anyhow::Result<TesseraResults> {
