@@ -101,9 +101,12 @@ fn run(client: &Client, program: &ClosedJaxpr, inputs: &[Array]) -> Outcome {
     };
     let got = match crate::jit::run_spmd(client, program, inputs) {
         Ok(got) => got,
-        Err(e) if format!("{e:?}").contains("Unimplemented") => {
-            return Outcome::Unsupported(e.to_string());
-        }
+        Err(
+            e @ crate::jit::JitError::Pjrt(tessera_pjrt::PjrtError::Call {
+                code: tessera_pjrt::ErrorCode::Unimplemented,
+                ..
+            }),
+        ) => return Outcome::Unsupported(e.to_string()),
         Err(e) => return Outcome::Failed(e.to_string()),
     };
     if got.len() != want.len() {
