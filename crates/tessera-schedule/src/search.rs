@@ -11,8 +11,9 @@
 //!    at that micro-batch size per device (if the fastest split does not fit the memory limit,
 //!    the fastest that does);
 //! 2. predicts the step time with [`crate::simulate()`] from the stages' summed part times (a
-//!    stage's forward and backward are the sums of its parts'; a schedule that splits the
-//!    backward pays the measured input and weight parts), with a hop between groups costing
+//!    stage's forward and backward are the sums of its parts'; a split backward pays the
+//!    measured input and weight parts, a whole one the whole backward, also in schedules that
+//!    split only some, as DualPipeV), with a hop between groups costing
 //!    [`Link::seconds`] of the boundary bytes; with devices sharing [`Space::cores`] host
 //!    cores, the step takes at least the summed core time of every task over them (a group's
 //!    task keeps up to its devices' count of cores busy); plus the measured time a step spends
@@ -625,13 +626,10 @@ pub fn predict(
     };
     let forward: Vec<f64> = stage_times(profile, counts, |p| p.forward);
     let parts_count = profile.layers.len() + 2;
-    let splits = plan
-        .actors
-        .iter()
-        .flatten()
-        .any(|a| a.tasks().iter().any(|t| t.kind == crate::TaskKind::BwdI));
-    // A schedule that splits the backward pays its measured input and weight parts.
-    let backward: Vec<f64> = match splits && measured.split_seconds.len() == parts_count {
+    let backward: Vec<f64> = stage_times(profile, counts, |p| p.backward);
+    // A split backward pays its measured input and weight parts; a whole one (the schedules
+    // that split only some, as DualPipeV's) the whole backward.
+    let split: Vec<f64> = match measured.split_seconds.len() == parts_count {
         true => parts
             .iter()
             .map(|r| {
@@ -641,12 +639,16 @@ pub fn predict(
                     .map_or(0.0, |v| v.iter().sum())
             })
             .collect(),
-        false => stage_times(profile, counts, |p| p.backward),
+        false => Vec::new(),
+    };
+    let split_total: Vec<f64> = match split.is_empty() {
+        true => backward.clone(),
+        false => split.clone(),
     };
     let weight: Vec<f64> = match measured.weight_seconds.len() == parts_count {
         true => parts
             .iter()
-            .zip(&backward)
+            .zip(&split_total)
             .map(|(r, b)| {
                 // The first stage's input part computes nothing (see the bytes below).
                 let w: f64 = match r.start {
@@ -659,7 +661,7 @@ pub fn predict(
                 w.clamp(0.0, *b)
             })
             .collect(),
-        false => backward
+        false => split_total
             .iter()
             .map(|b| b * space.weight_fraction.clamp(0.0, 1.0))
             .collect(),
@@ -668,6 +670,7 @@ pub fn predict(
         forward,
         backward,
         weight,
+        split,
         latency: space.link.seconds(measured.boundary_bytes),
     };
     let (simulated, bubble, busy) = match simulate(plan, &costs) {

@@ -2,7 +2,9 @@
 //!
 //! Costs follow the notation of DeepSeek's DualPipe table: per stage, `F` is the forward, `B`
 //! the whole backward and `W` its weight-gradient part, so `BwdI` costs `B - W`, `BwdW` costs
-//! `W` and `Bwd` costs `B`. A fused action costs the sum of its tasks. A value that crosses
+//! `W` and `Bwd` costs `B`. Where a split backward costs more in all than the whole one (two
+//! programs instead of one), [`Costs::split`] gives `I + W`, and `BwdI` costs `I + W - W`
+//! while a whole `Bwd` of the same plan still costs `B`. A fused action costs the sum of its tasks. A value that crosses
 //! actors arrives `latency` after its producing action ends.
 //!
 //! Statistics: the makespan; each actor's idle time (makespan minus busy time) and the bubble
@@ -26,6 +28,9 @@ pub struct Costs {
     pub backward: Vec<f64>,
     /// `W` per stage: the weight-gradient part of `B`.
     pub weight: Vec<f64>,
+    /// `I + W` per stage: what a split backward costs in all, its input part (`BwdI`) this
+    /// less `W`. Empty: a split backward costs the whole backward `B`.
+    pub split: Vec<f64>,
     /// Time for a value to go from one actor to another.
     pub latency: f64,
 }
@@ -38,6 +43,7 @@ impl Costs {
             forward: vec![f; n],
             backward: vec![b; n],
             weight: vec![w; n],
+            split: Vec::new(),
             latency: 0.0,
         }
     }
@@ -61,11 +67,15 @@ impl Costs {
 
     /// Checks lengths and signs against a plan of `stages` stages.
     pub fn check(&self, stages: u32) -> Result<(), CostError> {
+        let split = (!self.split.is_empty()).then_some(("I + W", &self.split));
         for (what, list) in [
             ("F", &self.forward),
             ("B", &self.backward),
             ("W", &self.weight),
-        ] {
+        ]
+        .into_iter()
+        .chain(split)
+        {
             if list.len() != stages as usize {
                 return Err(CostError::Length {
                     what,
@@ -85,10 +95,10 @@ impl Costs {
                 });
             }
         }
-        if let Some(s) = (0..stages as usize).find(|&s| self.weight[s] > self.backward[s]) {
+        if let Some(s) = (0..stages as usize).find(|&s| self.weight[s] > self.split_total(s)) {
             return Err(CostError::WeightExceedsBackward {
                 stage: s as u32,
-                b: self.backward[s],
+                b: self.split_total(s),
                 w: self.weight[s],
             });
         }
@@ -104,9 +114,14 @@ impl Costs {
         match task.kind {
             TaskKind::Fwd => self.forward[s],
             TaskKind::Bwd => self.backward[s],
-            TaskKind::BwdI => self.backward[s] - self.weight[s],
+            TaskKind::BwdI => self.split_total(s) - self.weight[s],
             TaskKind::BwdW => self.weight[s],
         }
+    }
+
+    /// What stage `s`'s split backward costs in all: `I + W` where given, else `B`.
+    fn split_total(&self, s: usize) -> f64 {
+        self.split.get(s).copied().unwrap_or(self.backward[s])
     }
 
     /// The cost of one action: the sum of its tasks.

@@ -245,3 +245,21 @@ fn in_flight_micro_batches_follow_the_schedules_memory_bound() {
     let fused = one_stage(vec![vec![f.into(), Action::Fused(vec![i, w])]]);
     assert_eq!(predict_peak_bytes(&fused, &[0], &[split]), [1010]);
 }
+
+#[test]
+fn a_split_backward_pays_its_own_total_and_a_whole_one_the_whole_backward() {
+    use tessera_schedule::{Costs, Task};
+    // B = 4, W = 1; split in two programs the backward costs I + W = 6 in all.
+    let mut costs = Costs::uniform(1, 1.0, 4.0, 1.0);
+    assert_eq!(costs.task(&Task::bwd_i(0, 0)), 3.0);
+    costs.split = vec![6.0];
+    assert!(costs.check(1).is_ok());
+    assert_eq!(costs.task(&Task::bwd(0, 0)), 4.0);
+    assert_eq!(costs.task(&Task::bwd_i(0, 0)), 5.0);
+    assert_eq!(costs.task(&Task::bwd_w(0, 0)), 1.0);
+    // W above the split total, or a split list of the wrong length, is refused.
+    costs.split = vec![0.5];
+    assert!(costs.check(1).is_err());
+    costs.split = vec![6.0, 6.0];
+    assert!(costs.check(1).is_err());
+}

@@ -129,6 +129,7 @@ pub fn calibrate(
         forward: f,
         backward: b,
         weight: w,
+        split: Vec::new(),
         latency: 0.0,
     };
     let predicted = tessera_schedule::simulate(plan, &costs).map_or(f64::NAN, |s| s.makespan);
