@@ -258,6 +258,16 @@ pub enum CostError {
         /// The value.
         value: f64,
     },
+    /// A fused action's factor that is not a positive finite number.
+    #[error(
+        "costs: the {what} factor is {value}; a fused action's factor must be finite, ≥ 0 for the chain and > 0 apart (1: the sum of its tasks)"
+    )]
+    FusedFactor {
+        /// Which factor.
+        what: &'static str,
+        /// The value.
+        value: f64,
+    },
     /// The weight-gradient part is larger than the whole backward.
     #[error(
         "costs: W = {w} exceeds B = {b} for stage {stage}; W is the weight-gradient part of B, so W ≤ B"

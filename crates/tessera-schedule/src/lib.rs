@@ -42,6 +42,8 @@
 //!   cross actors.
 //! - [`simulate()`]: discrete-event simulation with per-stage costs `F`, `B`, `W` and a transfer
 //!   latency: makespan, idle time, bubble ratio, peak live activations.
+//! - [`shared`]: the same simulation for actors whose devices share a few host cores (the CPU
+//!   plugin's virtual devices): actions running at once slow each other down.
 //! - [`render`]: ASCII timeline, SVG timeline, JSON.
 //! - [`memory`]: per-stage peak in-flight micro-batches between actions, and a predicted peak
 //!   of live bytes per actor from each stage's activation bytes.
@@ -84,6 +86,7 @@ pub mod plan;
 pub mod render;
 pub mod schedule;
 pub mod search;
+pub mod shared;
 pub mod simulate;
 pub mod task;
 pub mod validate;
@@ -96,6 +99,7 @@ pub use error::{CostError, ScheduleError, SimulateError, ValidationError};
 pub use forward::{ForwardOnly, forward_actions, validate_forward_only};
 pub use placement::Placement;
 pub use schedule::{MAX_PIPELINE_CELLS, MAX_STAGES, Plan, Registry, Schedule, ScheduleParams};
+pub use shared::{Sharing, simulate_shared};
 pub use simulate::{Costs, Simulation, simulate};
 pub use task::{Action, ActorId, Microbatch, StageId, Task, TaskKind};
 pub use validate::{Payload, Span, Transfer, transfers, validate};

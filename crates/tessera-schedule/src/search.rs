@@ -15,8 +15,9 @@
 //!    measured input and weight parts, a whole one the whole backward, also in schedules that
 //!    split only some, as DualPipeV), with a hop between groups costing
 //!    [`Link::seconds`] of the boundary bytes; with devices sharing [`Space::cores`] host
-//!    cores, the step takes at least the summed core time of every task over them (a group's
-//!    task keeps up to its devices' count of cores busy); plus the measured time a step spends
+//!    cores, tasks of different groups running at once share them and contend beyond their
+//!    share by the measured [`RowCosts::contention`] ([`crate::shared`]: a group's task keeps up
+//!    to its devices' count of cores busy); plus the measured time a step spends
 //!    outside its tasks ([`RowCosts::step_overhead`]);
 //! 3. predicts each group's peak live bytes per device with
 //!    [`crate::memory::predict_peak_bytes`] (parameters and their accumulators replicated in a
@@ -52,7 +53,7 @@ use thiserror::Error;
 
 use crate::memory::{StageBytes, peak_inflight, predict_peak_bytes};
 use crate::plan::{MemoryLimit, PartitionOptions, Profile, partition, stage_loads};
-use crate::{Costs, Registry, ScheduleParams, simulate};
+use crate::{Costs, Registry, ScheduleParams, Sharing, simulate, simulate_shared};
 
 /// A model's measured costs at one micro-batch size per device.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -74,8 +75,8 @@ pub struct RowCosts {
     pub data_bytes: Vec<u64>,
     /// Bytes one micro-batch sends across a stage boundary (the hidden state).
     pub boundary_bytes: u64,
-    /// Seconds a step spends outside the pipeline's tasks (the optimizer's update, dispatch),
-    /// added to every prediction.
+    /// Seconds a step spends outside the span of the pipeline's tasks (the optimizer's update,
+    /// placing arguments), added to every prediction.
     #[serde(default)]
     pub step_overhead: f64,
     /// Per part, the weight-gradient part of its split backward (`W`), in seconds (empty: the
@@ -96,10 +97,31 @@ pub struct RowCosts {
     /// part of its own stage does not (0: not known).
     #[serde(default)]
     pub layer_hidden_bytes: u64,
+    /// How many times longer a task takes, beyond its fair share of the host's cores, while
+    /// every group of the run works at once (measured by running the groups' work together;
+    /// 1: no contention, or each device has a processor of its own). See [`crate::shared`].
+    #[serde(default = "one_f64")]
+    pub contention: f64,
+    /// A fused action of one stage's forward and backward on one micro-batch against its tasks
+    /// run apart ([`Costs::fused_chain`]; 1: the sum).
+    #[serde(default = "one_f64")]
+    pub fused_chain: f64,
+    /// A fused action of independent tasks (another stage or micro-batch) against its tasks
+    /// run apart ([`Costs::fused_apart`]; 1: the sum).
+    #[serde(default = "one_f64")]
+    pub fused_apart: f64,
+    /// Seconds from one task's end to the next one's start on a group (dispatch), added to
+    /// every action ([`Costs::dispatch`]).
+    #[serde(default)]
+    pub dispatch: f64,
 }
 
 fn one() -> u32 {
     1
+}
+
+fn one_f64() -> f64 {
+    1.0
 }
 
 impl RowCosts {
@@ -119,6 +141,10 @@ impl RowCosts {
             split_seconds: Vec::new(),
             weight_residual_bytes: Vec::new(),
             layer_hidden_bytes: 0,
+            contention: 1.0,
+            fused_chain: 1.0,
+            fused_apart: 1.0,
+            dispatch: 0.0,
         }
     }
 }
@@ -672,19 +698,27 @@ pub fn predict(
         weight,
         split,
         latency: space.link.seconds(measured.boundary_bytes),
+        fused_chain: measured.fused_chain,
+        fused_apart: measured.fused_apart,
+        dispatch: measured.dispatch,
     };
-    let (simulated, bubble, busy) = match simulate(plan, &costs) {
-        Ok(sim) => (sim.makespan, sim.bubble_ratio, sim.busy.iter().sum::<f64>()),
-        Err(_) => (f64::INFINITY, 1.0, 0.0),
+    let (simulated, bubble) = match simulate(plan, &costs) {
+        Ok(sim) => (sim.makespan, sim.bubble_ratio),
+        Err(_) => (f64::INFINITY, 1.0),
     };
-    // Devices sharing `cores` host cores: a group's task keeps up to `data` of them busy (one
-    // per device), so the summed core time of every task over the cores bounds the step from
-    // below (never above the simulated makespan when every device has a core of its own).
-    let shared = match space.cores {
-        0 => 0.0,
-        cores => busy * f64::from(shape.data.min(cores)) / f64::from(cores),
+    // Devices sharing `cores` host cores: tasks of different groups running at once share them
+    // (a group's task keeps up to `data` of them busy, one per device) and contend beyond their
+    // share by the measured factor ([`crate::shared`]).
+    let sharing = Sharing {
+        cores: space.cores,
+        demand: shape.data.min(space.cores).max(1),
+        contention: measured.contention,
     };
-    let step_seconds = simulated.max(shared) + measured.step_overhead.max(0.0);
+    let on_cores = match space.cores {
+        0 => simulated,
+        _ => simulate_shared(plan, &costs, &sharing).map_or(f64::INFINITY, |(m, _)| m),
+    };
+    let step_seconds = on_cores + measured.step_overhead.max(0.0);
     let stage_bytes: Vec<StageBytes> = (0..counts.len())
         .map(|s| StageBytes {
             activation: stage_activation(measured, parts.get(s).cloned().unwrap_or(0..0)),

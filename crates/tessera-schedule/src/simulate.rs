@@ -4,8 +4,12 @@
 //! the whole backward and `W` its weight-gradient part, so `BwdI` costs `B - W`, `BwdW` costs
 //! `W` and `Bwd` costs `B`. Where a split backward costs more in all than the whole one (two
 //! programs instead of one), [`Costs::split`] gives `I + W`, and `BwdI` costs `I + W - W`
-//! while a whole `Bwd` of the same plan still costs `B`. A fused action costs the sum of its tasks. A value that crosses
-//! actors arrives `latency` after its producing action ends.
+//! while a whole `Bwd` of the same plan still costs `B`. A fused action costs the sum of its
+//! tasks with measured factors (one program instead of several): a forward fused with its own
+//! backward pays [`Costs::fused_chain`] of itself, both parts of a split backward in one
+//! program cost the whole backward, and independent work in one program (other stages or
+//! micro-batches) costs [`Costs::fused_apart`] of its sum. A value that crosses actors arrives `latency` after its producing
+//! action ends.
 //!
 //! Statistics: the makespan; each actor's idle time (makespan minus busy time) and the bubble
 //! ratio (total idle over actors × makespan); each actor's peak live activations, counting a
@@ -33,6 +37,16 @@ pub struct Costs {
     pub split: Vec<f64>,
     /// Time for a value to go from one actor to another.
     pub latency: f64,
+    /// The share of its forward that a fused action of one stage's forward and backward on one
+    /// micro-batch (a chain, e.g. the last stage's) still pays: the backward recomputes the
+    /// forward's intermediates, so in one program the two share work (1: the sum).
+    pub fused_chain: f64,
+    /// What a fused action of tasks on different stages or micro-batches (independent work in
+    /// one program, as DualPipeV's forward-backward pairs) costs, as a fraction of its tasks'
+    /// sum (1: the sum).
+    pub fused_apart: f64,
+    /// Time an actor spends starting each action (dispatch), added to every action's cost.
+    pub dispatch: f64,
 }
 
 impl Costs {
@@ -45,6 +59,9 @@ impl Costs {
             weight: vec![w; n],
             split: Vec::new(),
             latency: 0.0,
+            fused_chain: 1.0,
+            fused_apart: 1.0,
+            dispatch: 0.0,
         }
     }
 
@@ -105,6 +122,25 @@ impl Costs {
         if !(self.latency.is_finite() && self.latency >= 0.0) {
             return Err(CostError::Latency(self.latency));
         }
+        if !(self.fused_chain.is_finite() && self.fused_chain >= 0.0) {
+            return Err(CostError::FusedFactor {
+                what: "fused chain",
+                value: self.fused_chain,
+            });
+        }
+        if !(self.dispatch.is_finite() && self.dispatch >= 0.0) {
+            return Err(CostError::Negative {
+                what: "dispatch",
+                stage: 0,
+                value: self.dispatch,
+            });
+        }
+        if !(self.fused_apart.is_finite() && self.fused_apart > 0.0) {
+            return Err(CostError::FusedFactor {
+                what: "fused apart",
+                value: self.fused_apart,
+            });
+        }
         Ok(())
     }
 
@@ -124,9 +160,62 @@ impl Costs {
         self.split.get(s).copied().unwrap_or(self.backward[s])
     }
 
-    /// The cost of one action: the sum of its tasks.
+    /// The cost of one action: [`Costs::dispatch`] plus its tasks. A single task costs
+    /// [`Costs::task`]. A fused action groups its tasks by stage and micro-batch (chains): a
+    /// chain holding both parts of a split backward runs them as one backward (`B`), a forward
+    /// chained with its backward pays [`Costs::fused_chain`] of itself, and several chains in
+    /// one action cost [`Costs::fused_apart`] of their sum.
     pub fn action(&self, action: &Action) -> f64 {
-        action.tasks().iter().map(|t| self.task(t)).sum()
+        self.dispatch + self.fused(action.tasks())
+    }
+
+    /// The tasks of one action, without its dispatch.
+    fn fused(&self, tasks: &[Task]) -> f64 {
+        if let [task] = tasks {
+            return self.task(task);
+        }
+        let mut chains: Vec<(u32, u32, Vec<TaskKind>)> = Vec::new();
+        for t in tasks {
+            match chains
+                .iter_mut()
+                .find(|(s, mb, _)| *s == t.stage && *mb == t.mb)
+            {
+                Some((_, _, kinds)) => kinds.push(t.kind),
+                None => chains.push((t.stage, t.mb, vec![t.kind])),
+            }
+        }
+        let apart = match chains.len() > 1 {
+            true => self.fused_apart,
+            false => 1.0,
+        };
+        let sum: f64 = chains
+            .iter()
+            .map(|(stage, _, kinds)| self.chain(*stage as usize, kinds))
+            .sum();
+        sum * apart
+    }
+
+    /// One stage's fused tasks on one micro-batch.
+    fn chain(&self, s: usize, kinds: &[TaskKind]) -> f64 {
+        let has = |k: TaskKind| kinds.contains(&k);
+        let whole_split = has(TaskKind::BwdI) && has(TaskKind::BwdW);
+        // With its backward in the same program, a forward costs its share `fused_chain`.
+        let forward = match kinds.iter().any(|k| *k != TaskKind::Fwd) {
+            true => self.forward[s] * self.fused_chain,
+            false => self.forward[s],
+        };
+        kinds
+            .iter()
+            .map(|kind| match kind {
+                TaskKind::Fwd => forward,
+                TaskKind::Bwd => self.backward[s],
+                // Both parts in one program: one whole backward.
+                TaskKind::BwdI if whole_split => self.backward[s],
+                TaskKind::BwdW if whole_split => 0.0,
+                TaskKind::BwdI => self.split_total(s) - self.weight[s],
+                TaskKind::BwdW => self.weight[s],
+            })
+            .sum()
     }
 }
 

@@ -120,7 +120,7 @@ impl Index {
         Ok(index)
     }
 
-    fn slot(&self, stage: StageId, mb: u32, part: Part) -> usize {
+    pub(crate) fn slot(&self, stage: StageId, mb: u32, part: Part) -> usize {
         ((stage as usize) * (self.microbatches as usize) + mb as usize) * Part::COUNT + part.index()
     }
 
@@ -129,6 +129,11 @@ impl Index {
     pub(crate) fn loc(&self, stage: StageId, mb: u32, part: Part) -> Loc {
         self.get(stage, mb, part)
             .expect("a built index is complete")
+    }
+
+    /// The plan's stage count.
+    pub(crate) fn stages(&self) -> u32 {
+        self.stages
     }
 
     fn get(&self, stage: StageId, mb: u32, part: Part) -> Option<Loc> {
@@ -152,7 +157,7 @@ impl Index {
     }
 
     /// The number of dense slots (what [`Index::slot`] numbers).
-    fn slots(&self) -> usize {
+    pub(crate) fn slots(&self) -> usize {
         match &self.locs {
             Locs::Dense(locs) => locs.len(),
             Locs::Sparse(_) => 0,

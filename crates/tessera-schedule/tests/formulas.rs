@@ -263,3 +263,49 @@ fn a_split_backward_pays_its_own_total_and_a_whole_one_the_whole_backward() {
     costs.split = vec![6.0, 6.0];
     assert!(costs.check(1).is_err());
 }
+
+#[test]
+fn a_fused_action_costs_its_chains_with_the_measured_factors() {
+    use tessera_schedule::{Action, Costs, Task};
+    // F = 1, B = 4, W = 1, a split backward 6 in all; a forward fused with its backward pays a
+    // quarter of itself, independent chains in one program 0.9 of their sum.
+    let mut costs = Costs::uniform(2, 1.0, 4.0, 1.0);
+    costs.split = vec![6.0, 6.0];
+    costs.fused_chain = 0.25;
+    costs.fused_apart = 0.9;
+    assert!(costs.check(2).is_ok());
+    let fused = |tasks: Vec<Task>| costs.action(&Action::Fused(tasks));
+    // Both parts of a split backward in one program: the whole backward.
+    assert_eq!(fused(vec![Task::bwd_i(1, 0), Task::bwd_w(1, 0)]), 4.0);
+    // A forward with its own backward (the last stage's F+B): B + F/4.
+    assert_eq!(fused(vec![Task::fwd(1, 0), Task::bwd(1, 0)]), 4.25);
+    // ... with only the input part of its backward: (I + W) - W + F/4.
+    assert_eq!(fused(vec![Task::fwd(1, 0), Task::bwd_i(1, 0)]), 5.25);
+    // A forward of another micro-batch with a whole split backward (DualPipeV's pairs).
+    let pair = fused(vec![Task::fwd(0, 1), Task::bwd_i(1, 0), Task::bwd_w(1, 0)]);
+    assert!((pair - 0.9 * (1.0 + 4.0)).abs() < 1e-12, "{pair}");
+    // A single task is never scaled; bad factors are refused, naming them.
+    assert_eq!(costs.action(&Action::Single(Task::fwd(0, 0))), 1.0);
+    costs.fused_apart = 0.0;
+    let err = costs.check(2).map_err(|e| e.to_string());
+    assert!(
+        matches!(&err, Err(m) if m.contains("fused apart")),
+        "{err:?}"
+    );
+    costs.fused_apart = 1.0;
+    costs.fused_chain = f64::NAN;
+    assert!(costs.check(2).is_err());
+}
+
+#[test]
+fn every_action_pays_its_dispatch_once() {
+    use tessera_schedule::{Action, Costs, Task};
+    let mut costs = Costs::uniform(2, 1.0, 4.0, 1.0);
+    costs.dispatch = 0.5;
+    assert!(costs.check(2).is_ok());
+    assert_eq!(costs.action(&Action::Single(Task::fwd(0, 0))), 1.5);
+    let pair = Action::Fused(vec![Task::fwd(1, 0), Task::bwd(1, 0)]);
+    assert_eq!(costs.action(&pair), 5.5);
+    costs.dispatch = -1.0;
+    assert!(costs.check(2).is_err());
+}

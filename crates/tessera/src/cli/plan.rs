@@ -275,7 +275,7 @@ struct CachedLink {
 }
 
 /// What the cached costs hold; a new version measures again.
-const COSTS_VERSION: u32 = 4;
+const COSTS_VERSION: u32 = 6;
 
 /// A file name from a cache key.
 fn file_name(key: &str) -> String {
@@ -397,6 +397,7 @@ fn measurements(
                     d,
                     space.devices,
                     args.repeats,
+                    space.cores,
                 )?;
                 let entry = CachedCosts {
                     key: key.clone(),

@@ -131,6 +131,9 @@ pub fn calibrate(
         weight: w,
         split: Vec::new(),
         latency: 0.0,
+        fused_chain: 1.0,
+        fused_apart: 1.0,
+        dispatch: 0.0,
     };
     let predicted = tessera_schedule::simulate(plan, &costs).map_or(f64::NAN, |s| s.makespan);
     ((end - start) / 1000.0, predicted)

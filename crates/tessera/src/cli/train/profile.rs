@@ -52,6 +52,43 @@ impl Schedule for MeasureOrder {
         Ok(vec![list])
     }
 }
+/// The order measuring fused actions, on 2 micro-batches: micro-batch 0's forwards, its last
+/// part's forward and backward as one action (a chain), then each later forward of micro-batch 1
+/// fused with a backward of micro-batch 0 on another part (independent work, as DualPipeV
+/// pairs them), then micro-batch 1's last forward and its backwards.
+struct MeasureFused {
+    stages: u32,
+}
+
+impl Schedule for MeasureFused {
+    fn name(&self) -> String {
+        "plan-measure-fused".into()
+    }
+
+    fn placement(&self) -> Placement {
+        Placement::from_table(vec![0; self.stages as usize]).unwrap_or_else(|_| Placement::plain(1))
+    }
+
+    fn actions(&self, _microbatches: u32) -> Result<Vec<Vec<Action>>, ScheduleError> {
+        let last = self.stages - 1;
+        let mut list: Vec<Action> = (0..last).map(|s| Action::Single(Task::fwd(s, 0))).collect();
+        list.push(Action::Fused(vec![Task::fwd(last, 0), Task::bwd(last, 0)]));
+        for k in 0..last {
+            list.push(Action::Fused(vec![
+                Task::fwd(k, 1),
+                Task::bwd(last - 1 - k, 0),
+            ]));
+        }
+        list.push(Action::Single(Task::fwd(last, 1)));
+        list.extend(
+            (0..self.stages)
+                .rev()
+                .map(|s| Action::Single(Task::bwd(s, 1))),
+        );
+        Ok(vec![list])
+    }
+}
+
 use super::{config, layout, model::Model, optimizer, step};
 
 #[derive(Parser)]
@@ -97,6 +134,7 @@ pub fn measure(
     data: u32,
     client_devices: u32,
     steps: u32,
+    cores: u32,
 ) -> anyhow::Result<RowCosts> {
     let probe = parse(model_words)?;
     let (decoder, _) = model_shape(&probe)?;
@@ -167,49 +205,31 @@ pub fn measure(
         ..tessera_mpmd::MpmdJitOptions::default()
     };
     let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
-    let mut weights: Vec<StepArg> = model
-        .init
-        .iter()
-        .chain(&training.init_state)
-        .map(|a| Ok(StepArg::Host(to_host(a)?)))
-        .collect::<anyhow::Result<_>>()?;
-    // Per (kind, stage), every measured duration after the warm-up step, in seconds.
-    let mut times: std::collections::HashMap<(char, usize), Vec<f64>> = Default::default();
-    let mut last = None;
-    let mut overheads = Vec::new();
-    for step_index in 0..=u64::from(steps) {
-        let data = step::stack(&model, &model.batches(step_index)?)?;
-        let host = step::step_args(&[], 0.0, &data)?;
-        let mut call: Vec<StepArg> = weights
-            .drain(..)
-            .chain(host.iter().cloned().map(StepArg::Host))
-            .collect();
-        let began = std::time::Instant::now();
-        let run = jit.call_mpmd_donated(&mut call)?;
-        let wall = began.elapsed().as_secs_f64();
-        let mut outputs = run.outputs;
-        outputs.pop().context("the step returned nothing")?;
-        weights = outputs.into_iter().map(StepResult::into_arg).collect();
-        if step_index > 0 {
-            let tasks: f64 = run.timings.tasks.iter().map(|t| t.duration_us / 1e6).sum();
-            overheads.push((wall - tasks).max(0.0));
-            for task in &run.timings.tasks {
-                let mut words = task.name.split(' ');
-                let kind = words.next().and_then(|w| w.chars().next());
-                let stage = words
-                    .next()
-                    .and_then(|w| w.strip_prefix('s'))
-                    .and_then(|s| s.parse::<usize>().ok());
-                if let (Some(kind), Some(stage), false) = (kind, stage, task.name.contains(" + ")) {
-                    times
-                        .entry((kind, stage))
-                        .or_default()
-                        .push(task.duration_us / 1e6);
-                }
-            }
-        }
-        last = Some(run.timings);
-    }
+    let run = Runs {
+        model: &model,
+        training: &training,
+        steps,
+    };
+    let alone = run.time(&jit, None)?;
+    let contention = measure_contention(&run, &client, &layout, &options, &alone, cores)?;
+    let fused_options = tessera_mpmd::MpmdJitOptions {
+        schedule: Some(std::sync::Arc::new(MeasureFused {
+            stages: stages as u32,
+        })),
+        ..options.clone()
+    };
+    let fused = run.time(
+        &tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &fused_options)?,
+        None,
+    )?;
+    let (fused_chain, fused_apart) = fused_factors(&fused, &alone.times, stages);
+    let dispatch = median(alone.gaps.clone());
+    let Timed {
+        times,
+        mut overheads,
+        last,
+        ..
+    } = alone;
     let timings = last.context("no steps were run")?;
     let memory = jit.pipeline().memory_report(&timings);
     let median = |kind: char, stage: usize| -> anyhow::Result<f64> {
@@ -271,6 +291,238 @@ pub fn measure(
             .map(|s| at(&memory.weight_residual_bytes, s))
             .collect(),
         layer_hidden_bytes: u64::try_from(hidden).unwrap_or(0),
+        contention,
+        fused_chain,
+        fused_apart,
+        dispatch,
+    })
+}
+
+/// The fused actions' factors from their durations in `fused` and their tasks' medians alone
+/// (`singles`), each the median over steps: the chain (the last part's forward and backward of
+/// one micro-batch) as the share of the forward it still pays over the backward alone, in
+/// 0–1; the independent pairs (a forward of one micro-batch with another part's backward of the
+/// other) as their time over the sum of their tasks', in 0.2–2. 1 when unmeasured.
+fn fused_factors(
+    fused: &Timed,
+    singles: &std::collections::HashMap<(char, usize), Vec<f64>>,
+    stages: usize,
+) -> (f64, f64) {
+    let single = |kind: char, s: usize| singles.get(&(kind, s)).cloned().map(median);
+    let (mut chain, mut apart) = (Vec::new(), Vec::new());
+    for step in &fused.fused {
+        let (mut a, mut a_parts) = (0.0, 0.0);
+        for (tasks, seconds) in step {
+            if tasks.iter().all(|&(_, s)| s == stages - 1) {
+                if let (Some(f), Some(b)) = (single('F', stages - 1), single('B', stages - 1))
+                    && f > 0.0
+                {
+                    chain.push((seconds - b) / f);
+                }
+                continue;
+            }
+            if let Some(parts) = tasks
+                .iter()
+                .map(|&(kind, s)| single(kind, s))
+                .sum::<Option<f64>>()
+            {
+                a += seconds;
+                a_parts += parts;
+            }
+        }
+        if a_parts > 0.0 {
+            apart.push(a / a_parts);
+        }
+    }
+    let factor = |v: Vec<f64>, low: f64, high: f64| match v.is_empty() {
+        true => 1.0,
+        false => median(v).clamp(low, high),
+    };
+    (factor(chain, 0.0, 1.0), factor(apart, 0.2, 2.0))
+}
+
+/// What one measuring run needs: the model, its training step and how many steps to time.
+struct Runs<'a> {
+    model: &'a Model,
+    training: &'a step::TrainingStep,
+    steps: u32,
+}
+
+/// The durations one run measured.
+struct Timed {
+    /// Per (kind, stage), every task duration after the warm-up step, in seconds.
+    times: std::collections::HashMap<(char, usize), Vec<f64>>,
+    /// Per timed step, its time outside the span of its tasks.
+    overheads: Vec<f64>,
+    /// Per timed step, the mean time between one task's end and the next one's start.
+    gaps: Vec<f64>,
+    /// Per timed step, its wall time.
+    walls: Vec<f64>,
+    /// Per timed step, each fused action's tasks (kind, stage) and its seconds.
+    fused: Vec<FusedTimes>,
+    /// The last step's task timings.
+    last: Option<tessera_mpmd::runtime::Timings>,
+}
+
+/// One step's fused actions: each one's tasks as (kind, stage), and its seconds.
+type FusedTimes = Vec<(Vec<(char, usize)>, f64)>;
+
+impl Runs<'_> {
+    /// Runs `jit` for one warm-up step and `steps` timed ones, each started when every runner
+    /// sharing `barrier` is ready (so that concurrent groups overlap).
+    fn time(
+        &self,
+        jit: &tessera_mpmd::MpmdJit,
+        barrier: Option<&std::sync::Barrier>,
+    ) -> anyhow::Result<Timed> {
+        let (model, training) = (self.model, self.training);
+        let mut weights: Vec<StepArg> = model
+            .init
+            .iter()
+            .chain(&training.init_state)
+            .map(|a| Ok(StepArg::Host(to_host(a)?)))
+            .collect::<anyhow::Result<_>>()?;
+        let mut timed = Timed {
+            times: Default::default(),
+            overheads: Vec::new(),
+            gaps: Vec::new(),
+            walls: Vec::new(),
+            fused: Vec::new(),
+            last: None,
+        };
+        for step_index in 0..=u64::from(self.steps) {
+            let data = step::stack(model, &model.batches(step_index)?)?;
+            let host = step::step_args(&[], 0.0, &data)?;
+            let mut call: Vec<StepArg> = weights
+                .drain(..)
+                .chain(host.iter().cloned().map(StepArg::Host))
+                .collect();
+            if let Some(b) = barrier {
+                b.wait();
+            }
+            let began = std::time::Instant::now();
+            let run = jit.call_mpmd_donated(&mut call)?;
+            let wall = began.elapsed().as_secs_f64();
+            let mut outputs = run.outputs;
+            outputs.pop().context("the step returned nothing")?;
+            weights = outputs.into_iter().map(StepResult::into_arg).collect();
+            if step_index > 0 {
+                timed.record(&run.timings, run.phases.tasks_ms / 1e3, wall);
+            }
+            timed.last = Some(run.timings);
+        }
+        Ok(timed)
+    }
+}
+
+impl Timed {
+    /// Records one step: its tasks' durations, the time between them (the span of the tasks
+    /// less their sum, per task: on one group they run one after another), and the rest.
+    fn record(&mut self, timings: &tessera_mpmd::runtime::Timings, span: f64, wall: f64) {
+        let tasks: f64 = timings.tasks.iter().map(|t| t.duration_us / 1e6).sum();
+        let count = timings.tasks.len().max(1) as f64;
+        self.gaps.push(((span - tasks) / count).max(0.0));
+        self.overheads.push((wall - span.max(tasks)).max(0.0));
+        self.walls.push(wall);
+        let mut fused = Vec::new();
+        for task in &timings.tasks {
+            let tasks: Option<Vec<(char, usize)>> =
+                task.name.split(" + ").map(kind_and_stage).collect();
+            match tasks.as_deref() {
+                Some([one]) => self
+                    .times
+                    .entry(*one)
+                    .or_default()
+                    .push(task.duration_us / 1e6),
+                Some(several) if several.len() > 1 => {
+                    fused.push((several.to_vec(), task.duration_us / 1e6));
+                }
+                _ => {}
+            }
+        }
+        self.fused.push(fused);
+    }
+}
+
+/// `F s3 mb1` as `('F', 3)`.
+fn kind_and_stage(name: &str) -> Option<(char, usize)> {
+    let mut words = name.split(' ');
+    let kind = words.next().and_then(|w| w.chars().next())?;
+    let stage = words.next()?.strip_prefix('s')?.parse::<usize>().ok()?;
+    Some((kind, stage))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// How much longer than their fair share of `cores` the step's work takes when every group of
+/// the planned run does it at once: the measuring step runs on each group's devices of the
+/// client together (the same program on `client devices / group devices` disjoint groups),
+/// against `alone`. 1 when the run has one group or the devices do not share cores.
+fn measure_contention(
+    run: &Runs,
+    client: &tessera_pjrt::Client,
+    layout: &layout::Layout,
+    options: &tessera_mpmd::MpmdJitOptions,
+    alone: &Timed,
+    cores: u32,
+) -> anyhow::Result<f64> {
+    let data = layout.shape.device_ids().len();
+    let groups = client
+        .addressable_devices()?
+        .len()
+        .checked_div(data)
+        .unwrap_or(0);
+    if cores == 0 || groups < 2 {
+        return Ok(1.0);
+    }
+    let jits = (0..groups)
+        .map(|g| {
+            let ids: Vec<i64> = (0..data).map(|d| (g * data + d) as i64).collect();
+            let mesh = tessera_sharding::Mesh::new(layout.shape.abstract_mesh().clone(), ids)?;
+            let mesh = tessera_mpmd::MpmdMesh::new(mesh, &layout.mpmd_axis)?;
+            Ok(tessera_mpmd::mpmd_jit_with(
+                client,
+                &mesh,
+                &run.training.program,
+                options,
+            )?)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let barrier = std::sync::Barrier::new(groups);
+    let walls: Vec<Vec<f64>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = jits
+            .iter()
+            .map(|jit| scope.spawn(|| run.time(jit, Some(&barrier)).map(|t| t.walls)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a measuring group panicked"))?
+            })
+            .collect::<anyhow::Result<Vec<_>>>()
+    })?;
+    // Per step, the slowest group's wall time.
+    let together = median(
+        (0..run.steps as usize)
+            .map(|i| {
+                walls
+                    .iter()
+                    .filter_map(|w| w.get(i))
+                    .copied()
+                    .fold(0.0, f64::max)
+            })
+            .collect(),
+    );
+    let demand = (data as u32).clamp(1, cores);
+    let share = (groups as f64 * f64::from(demand) / f64::from(cores)).max(1.0);
+    let fair = median(alone.walls.clone()) * share;
+    Ok(match fair > 0.0 {
+        true => (together / fair).max(1.0),
+        false => 1.0,
     })
 }
 
