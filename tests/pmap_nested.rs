@@ -578,7 +578,11 @@ fn an_inner_pmap_in_a_while_loop_runs_on_pjrt_equal_to_the_interpreter() {
                     let first = Tensor::slice_axis(&row, 1, 0, 1).reshape(&[]);
                     first.lt(&first.full_like_scalar(50.0))
                 },
-                |_, c| pmap("j", &[&c[0]], |t| vec![&t[0] * 2.0 + &t[0].psum(&["j"]) + 1.0]),
+                |_, c| {
+                    pmap("j", &[&c[0]], |t| {
+                        vec![&t[0] * 2.0 + &t[0].psum(&["j"]) + 1.0]
+                    })
+                },
             )
         })
     })

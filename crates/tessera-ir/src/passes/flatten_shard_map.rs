@@ -25,12 +25,12 @@ use std::collections::HashMap;
 
 use tessera_sharding::{AbstractMesh, PartitionSpec};
 
+use crate::axis_env;
 use crate::dtype::DType;
 use crate::error::{Result, type_error};
 use crate::jaxpr::{ClosedJaxpr, Eqn, Jaxpr, Var};
 use crate::params::{ParamValue, Params};
 use crate::prim::{Prim, ShardMapParams, block_aval, shard_map_params};
-use crate::axis_env;
 use crate::trace::{Tensor, replay, replay_atom, shard_map, trace};
 
 use super::inline_calls;
@@ -239,7 +239,12 @@ fn run_body(body: &ClosedJaxpr, args: &[Tensor]) -> Vec<Tensor> {
             .collect();
         let outs = match eqn.prim {
             Prim::ShardMap => inner_level(&eqn.params, &inputs, &anchor),
-            _ if eqn.params.jaxprs().iter().any(|j| holds_shard_map(&j.jaxpr)) => {
+            _ if eqn
+                .params
+                .jaxprs()
+                .iter()
+                .any(|j| holds_shard_map(&j.jaxpr)) =>
+            {
                 holding_level(eqn, jaxpr, &inputs, &anchor)
             }
             _ => replay(eqn, jaxpr, &inputs, &anchor),
@@ -287,9 +292,7 @@ fn inline_levels_in(value: &mut ParamValue, failure: &mut Option<String>) {
             }
         }
         ParamValue::Tuple(items) | ParamValue::List(items) | ParamValue::Set(items) => {
-            items
-                .iter_mut()
-                .for_each(|v| inline_levels_in(v, failure));
+            items.iter_mut().for_each(|v| inline_levels_in(v, failure));
         }
         ParamValue::Record(_, fields) => {
             fields

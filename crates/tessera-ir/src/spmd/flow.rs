@@ -10,9 +10,9 @@ use tessera_sharding::AbstractMesh;
 use super::eval_spmd;
 use crate::array::Array;
 use crate::error::Result;
+use crate::params::Params;
 use crate::passes::inline_all;
 use crate::prim::{WhileParams, branch_index, cond_branches};
-use crate::params::Params;
 
 /// A `cond` on every position: `inputs[p]` is position `p`'s index then operands.
 pub(super) fn cond_in_lockstep(
