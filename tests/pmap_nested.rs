@@ -749,3 +749,40 @@ fn sibling_inner_pmaps_giving_one_axis_two_sizes_are_a_typed_error_for_pjrt() {
     );
     assert!(e.to_string().contains("sizes 4 and 2"), "{e}");
 }
+
+#[test]
+fn the_gradient_of_jax_s_printed_nested_pmap_in_a_scan_runs_on_pjrt_equal_to_the_interpreter() {
+    let p = tessera_ir::text::parse_closed(UNCHECKED).unwrap();
+    let f64_text = UNCHECKED
+        .replace("f32", "f64")
+        .replace("float32", "float64");
+    let p64 = tessera_ir::text::parse_closed(&f64_text).unwrap();
+    assert_eq!(p.jaxpr.eqns.len(), p64.jaxpr.eqns.len());
+    // loss = sum(b * b); `c` (an inner result whose out_spec leaves out 'j', over which it
+    // varies) is left out: JAX's unchecked transpose spreads its cotangent over 'j' as if it
+    // were replicated, which is not the derivative of taking the first replica.
+    let loss = trace(&[ShapedArray::new(DType::F64, &[2, 4, 3])], |a| {
+        let r = tessera_ir::trace::call_closed(&p64, &[&a[0]]);
+        vec![(&r[0] * &r[0]).sum(&[0, 1, 2])]
+    })
+    .unwrap();
+    let vg = value_and_grad(&loss, &[0]).unwrap();
+    let x = input().converted(DType::F64);
+    let got = device_equals_interpreter(&vg, std::slice::from_ref(&x), "unchecked gradient");
+    let value = |a: &Array| eval_closed(&loss, std::slice::from_ref(a)).unwrap()[0].to_vec()[0];
+    let (base, grad) = (x.to_vec(), got[1].to_vec());
+    let eps = 1e-6;
+    for k in (0..base.len()).step_by(3) {
+        let at = |d: f64| {
+            let mut v = base.clone();
+            v[k] += d;
+            value(&Array::new(DType::F64, &[2, 4, 3], v).unwrap())
+        };
+        let fd = (at(eps) - at(-eps)) / (2.0 * eps);
+        assert!(
+            (grad[k] - fd).abs() <= 1e-5 * (1.0 + fd.abs()),
+            "d loss / d x[{k}]: {} vs finite difference {fd}",
+            grad[k]
+        );
+    }
+}
