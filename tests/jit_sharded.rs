@@ -456,3 +456,62 @@ fn an_unconstrained_dimension_lowers_open_under_both_partitioners_and_runs() {
         }
     }
 }
+
+/// A `reshard` (explicit sharding) in a jitted program whose argument and result are
+/// replicated: it lowers as a sharding constraint to its destination (under each partitioner),
+/// so XLA computes the `tanh` after it on one block of `P('pp', 'tp')` per device, and the
+/// values equal the interpreter's.
+#[test]
+fn reshard_lowers_as_a_sharding_constraint_and_runs_equal_to_the_interpreter() {
+    use tessera_ir::trace::use_mesh;
+    let client = Client::cpu(8).unwrap();
+    let mesh = Mesh::auto(&[("pp", 2), ("tp", 4)]).unwrap();
+    let program = use_mesh(mesh.abstract_mesh(), || {
+        trace(&[ShapedArray::new(DType::F32, &[8, 4])], |a| {
+            let x = a[0].reshard(&PartitionSpec::parse("P('pp', 'tp')").unwrap());
+            vec![x.tanh()]
+        })
+    })
+    .unwrap();
+    let replicated = sharding(&mesh, "P()");
+    let x = values(&[8, 4], 0.25);
+    let want = eval_closed(&program, std::slice::from_ref(&x)).unwrap();
+    for partitioner in [Partitioner::Shardy, Partitioner::Gspmd] {
+        let jit = Jit::new(
+            program.clone(),
+            vec![replicated.clone()],
+            vec![replicated.clone()],
+        )
+        .unwrap()
+        .with_partitioner(partitioner);
+        let lowered = jit.lower().unwrap();
+        let text = lowered.as_text();
+        let marker = match partitioner {
+            Partitioner::Shardy => "\"sdy.sharding_constraint\"",
+            Partitioner::Gspmd => "call_target_name = \"Sharding\"",
+        };
+        assert_eq!(text.matches(marker).count(), 1, "{partitioner:?}: {text}");
+        let compiled = lowered.compile(&client).unwrap();
+        let optimized = compiled.optimized_program().unwrap();
+        let tanh: Vec<&[i64]> = optimized
+            .instructions()
+            .into_iter()
+            .filter(|(op, _)| *op == "tanh")
+            .map(|(_, dims)| dims)
+            .collect();
+        assert_eq!(
+            tanh,
+            [[4, 1]],
+            "{partitioner:?}: one tanh on a block per device"
+        );
+        let arg = DeviceArray::device_put(&client, &to_host(&x).unwrap(), &replicated).unwrap();
+        let got = compiled.call(&[&arg]).unwrap();
+        let got = from_host(&got[0].to_host().unwrap(), DType::F32).unwrap();
+        for (a, b) in got.to_vec().iter().zip(want[0].to_vec()) {
+            assert!(
+                (a - b).abs() <= 1e-6,
+                "{partitioner:?}: {a} vs interpreter {b}"
+            );
+        }
+    }
+}

@@ -408,8 +408,29 @@ fn a_shard_map_nested_in_a_shard_map_keeps_the_outer_axis_manual_on_the_interpre
     }
 }
 
+/// Runs `p` on the interpreter and through `PmapRun` on the first 8 CPU devices, asserts
+/// they agree, and returns the interpreter's results.
+fn device_equals_interpreter(p: &ClosedJaxpr, args: &[Array], what: &str) -> Vec<Array> {
+    let interp = eval_closed(p, args).unwrap();
+    let client = Client::cpu(8).unwrap();
+    let run = PmapRun::new(&client, p, None, &[]).unwrap();
+    assert_eq!(run.devices(), (0..8).collect::<Vec<i64>>(), "{what}");
+    let device = run.run(args).unwrap();
+    assert_eq!(device.len(), interp.len(), "{what}");
+    for (k, (d, i)) in device.iter().zip(&interp).enumerate() {
+        assert_eq!(d.shape(), i.shape(), "{what}: result {k}");
+        assert!(
+            close(&d.to_vec(), &i.to_vec(), 1e-5),
+            "{what}: result {k}: PJRT {:?} != interpreter {:?}",
+            d.to_vec(),
+            i.to_vec()
+        );
+    }
+    interp
+}
+
 #[test]
-fn an_inner_pmap_in_a_loop_runs_on_the_interpreter_and_is_a_typed_error_for_pjrt() {
+fn an_inner_pmap_in_a_fori_loop_runs_on_the_interpreter_and_on_pjrt() {
     use tessera_ir::trace::fori_loop;
     // Twice: c <- c + psum(c, 'i'), the inner pmap inside a fori_loop of the outer body.
     let aval = ShapedArray::new(DType::F32, &[2, 4, 3]);
@@ -432,20 +453,336 @@ fn an_inner_pmap_in_a_loop_runs_on_the_interpreter_and_is_a_typed_error_for_pjrt
                 .sum::<f64>();
         }
     }
-    let got = eval_closed(&p, std::slice::from_ref(&x)).unwrap();
+    let got = device_equals_interpreter(&p, std::slice::from_ref(&x), "fori_loop");
     assert!(
         close(&got[0].to_vec(), &want, 1e-5),
         "{:?}",
         got[0].to_vec()
     );
+}
+
+/// `pmap(f, 'i')` over `[2, 5, 4, 3]`: `f` scans its 5 slices `[4, 3]` with a carry `[4, 3]`;
+/// each step runs `pmap(g, 'j')` on the slice and the carry, where `g` mixes the slice, the
+/// carry, `psum` over 'i', over 'j' and over both, and `axis_index` of each axis.
+fn scanned(dtype: DType) -> ClosedJaxpr {
+    let aval = ShapedArray::new(dtype, &[2, 5, 4, 3]);
+    trace(&[aval], |a| scanned_on(&a[0])).unwrap()
+}
+
+fn scanned_on(a: &Tensor) -> Vec<Tensor> {
+    use tessera_ir::trace::scan;
+    {
+        pmap("i", &[a], |s| {
+            let init = s[0].sum(&[0]) * 0.1;
+            let (carry, ys) = scan(&[], &[&init], &[&s[0]], None, false, |_, c, x| {
+                let r = pmap("j", &[&x[0], &c[0]], |t| {
+                    let (x, c) = (&t[0], &t[1]);
+                    let i = Tensor::axis_index(x, "i").astype(x.dtype());
+                    let j = Tensor::axis_index(x, "j").astype(x.dtype());
+                    let next = &(&x.sin() * &c.psum(&["i"])) * 0.5
+                        + (&c.psum(&["j"]) * 0.1).cos()
+                        + &j * 0.25;
+                    let y = &x.psum(&["i", "j"]) * &i + c.clone();
+                    vec![next, y]
+                });
+                (vec![r[0].clone()], vec![r[1].clone()])
+            });
+            vec![carry[0].clone(), ys[0].clone()]
+        })
+    }
+}
+
+fn input4(dtype: DType) -> Array {
+    let values = (0..120).map(|k| ((f64::from(k)) * 0.37 + 0.2).sin() * 2.0);
+    Array::new(dtype, &[2, 5, 4, 3], values.collect()).unwrap()
+}
+
+#[test]
+fn an_inner_pmap_in_a_scan_runs_on_pjrt_equal_to_the_interpreter() {
+    let p = scanned(DType::F32);
+    let got = device_equals_interpreter(&p, &[input4(DType::F32)], "scan");
+    assert_eq!(got[0].shape(), vec![2, 4, 3]);
+    assert_eq!(got[1].shape(), vec![2, 5, 4, 3]);
+    // The last y of each outer device is computed from the carry before the last step: y[4]
+    // differs from y[3] (the carry moved), so the loop really ran 5 steps.
+    let ys = got[1].to_vec();
+    assert!((0..12).any(|k| (ys[4 * 12 + k] - ys[3 * 12 + k]).abs() > 1e-3));
+}
+
+/// `pmap(f, 'i')` over `[2, 4, 3]`: on outer device 0 `f` runs `pmap(g0, 'j')`, elsewhere
+/// `pmap(g1, 'j')` (a `cond` on `axis_index('i')`), each with collectives over 'j'.
+fn branched(dtype: DType) -> ClosedJaxpr {
+    let aval = ShapedArray::new(dtype, &[2, 4, 3]);
+    trace(&[aval], |a| branched_on(&a[0])).unwrap()
+}
+
+fn branched_on(a: &Tensor) -> Vec<Tensor> {
+    use tessera_ir::trace::cond;
+    {
+        pmap("i", &[a], |s| {
+            let i = Tensor::axis_index(&s[0], "i");
+            let first = i.eq(&i.full_like_scalar(0.0));
+            cond(
+                &first,
+                &[&s[0]],
+                |o| pmap("j", &[&o[0]], |t| vec![&t[0].sin() * &t[0].psum(&["j"])]),
+                |o| {
+                    pmap("j", &[&o[0]], |t| {
+                        let j = Tensor::axis_index(&t[0], "j").astype(t[0].dtype());
+                        vec![&t[0].cos() - &(&t[0].psum(&["j"]) * &j)]
+                    })
+                },
+            )
+        })
+    }
+}
+
+#[test]
+fn an_inner_pmap_in_a_cond_runs_on_pjrt_equal_to_the_interpreter() {
+    let x = input();
+    let got = device_equals_interpreter(&branched(DType::F32), std::slice::from_ref(&x), "cond");
+    // Outer device 0 took the first branch, device 1 the second: checked against loops.
+    let v = x.to_vec();
+    let at = |o: usize, q: usize, k: usize| v[(o * INNER + q) * ROW + k];
+    let mut want = Vec::new();
+    for o in 0..OUTER {
+        for q in 0..INNER {
+            for k in 0..ROW {
+                let over_j = (0..INNER).map(|q2| at(o, q2, k));
+                want.push(match o {
+                    0 => at(o, q, k).sin() * over_j.sum::<f64>(),
+                    _ => at(o, q, k).cos() - over_j.sum::<f64>() * q as f64,
+                });
+            }
+        }
+    }
+    assert!(
+        close(&got[0].to_vec(), &want, 1e-5),
+        "{:?} != {want:?}",
+        got[0].to_vec()
+    );
+}
+
+#[test]
+fn an_inner_pmap_in_a_while_loop_runs_on_pjrt_equal_to_the_interpreter() {
+    use tessera_ir::trace::while_loop;
+    // While the carry's first element is below 50: c <- 2 c + psum(c, 'j') + 1.
+    let aval = ShapedArray::new(DType::F32, &[2, 4, 3]);
+    let p = trace(&[aval], |a| {
+        pmap("i", &[&a[0]], |s| {
+            while_loop(
+                &[],
+                &[&s[0]],
+                |_, c| {
+                    let row = Tensor::slice_axis(&c[0], 0, 0, 1);
+                    let first = Tensor::slice_axis(&row, 1, 0, 1).reshape(&[]);
+                    first.lt(&first.full_like_scalar(50.0))
+                },
+                |_, c| {
+                    pmap("j", &[&c[0]], |t| {
+                        vec![&t[0] * 2.0 + &t[0].psum(&["j"]) + 1.0]
+                    })
+                },
+            )
+        })
+    })
+    .unwrap();
+    let x = Array::new(DType::F32, &[2, 4, 3], (0..24).map(f64::from).collect()).unwrap();
+    let got = device_equals_interpreter(&p, std::slice::from_ref(&x), "while");
+    assert!(got[0].to_vec()[0] >= 50.0 && got[0].to_vec()[12] >= 50.0);
+}
+
+/// `sum` of the scan program's results, and of the cond program's.
+fn scanned_and_branched_loss() -> ClosedJaxpr {
+    let avals = [
+        ShapedArray::new(DType::F64, &[2, 5, 4, 3]),
+        ShapedArray::new(DType::F64, &[2, 4, 3]),
+    ];
+    trace(&avals, |a| {
+        let s = scanned_on(&a[0]);
+        let c = branched_on(&a[1]);
+        let total = s[0].sum(&[0, 1, 2]) + s[1].sum(&[0, 1, 2, 3]) + c[0].sum(&[0, 1, 2]);
+        vec![total]
+    })
+    .unwrap()
+}
+
+#[test]
+fn gradients_through_an_inner_pmap_in_a_scan_and_a_cond_match_finite_differences_on_pjrt() {
+    let program = scanned_and_branched_loss();
+    let vg = value_and_grad(&program, &[0, 1]).unwrap();
+    let args = [input4(DType::F64), input().converted(DType::F64)];
+    let got = device_equals_interpreter(&vg, &args, "gradient");
+    let value = |a: &[Array]| eval_closed(&program, a).unwrap()[0].to_vec()[0];
+    let eps = 1e-6;
+    for (arg, grad) in [(0usize, &got[1]), (1, &got[2])] {
+        let base = args[arg].to_vec();
+        let grad = grad.to_vec();
+        // Every fifth element (the check costs two evaluations per element).
+        for k in (0..base.len()).step_by(5) {
+            let at = |d: f64| {
+                let mut v = base.clone();
+                v[k] += d;
+                let mut moved = args.to_vec();
+                moved[arg] = Array::new(DType::F64, &args[arg].shape(), v).unwrap();
+                value(&moved)
+            };
+            let fd = (at(eps) - at(-eps)) / (2.0 * eps);
+            assert!(
+                (grad[k] - fd).abs() <= 1e-5 * (1.0 + fd.abs()),
+                "d loss / d arg{arg}[{k}]: {} vs finite difference {fd}",
+                grad[k]
+            );
+        }
+    }
+}
+
+/// JAX's printed nested `pmap`: `shard_map`s with `check_vma=False` (values untyped by the
+/// axes they vary over), the inner one inside a `scan` of the outer body; its second result's
+/// out_spec leaves out 'j', over which the value varies (JAX and the interpreter take the
+/// first replica's value).
+const UNCHECKED: &str = "{ lambda ; a:f32[2,4,3]. let
+    b:f32[2,4,3] c:f32[2,2,3] = shard_map[
+      check_vma=False
+      in_specs=(P('i',),)
+      jaxpr={ lambda ; d:f32[1,4,3]. let
+          e:f32[4,3] = squeeze[dimensions=(0,)] d
+          f:f32[4,3] g:f32[2,3] = scan[
+            _split_transpose=False
+            jaxpr={ lambda ; h:f32[4,3]. let
+                i:f32[4,3] j:f32[3] = shard_map[
+                  check_vma=False
+                  in_specs=(P('j',),)
+                  jaxpr={ lambda ; k:f32[1,3]. let
+                      l:f32[3] = squeeze[dimensions=(0,)] k
+                      m:f32[3] = psum[axes=('i',) axis_index_groups=None] l
+                      n:f32[3] = psum[axes=('j',) axis_index_groups=None] l
+                      o:f32[3] = mul m 0.25:f32[]
+                      p:f32[3] = add o n
+                      q:i32[] = axis_index[axis_name=j]
+                      r:f32[] = convert_element_type[new_dtype=float32 weak_type=False] q
+                      s:f32[3] = add l r
+                      t:f32[1,3] = broadcast_in_dim[broadcast_dimensions=(1,) shape=(1, 3) sharding=None] p
+                    in (t, s) }
+                  mesh=Mesh('j': 4, axis_types=(Auto,))
+                  out_specs=(P('j',), P())
+                ] h
+              in (i, j) }
+            length=2
+            linear=(False,)
+            num_carry=1
+            num_consts=0
+            reverse=False
+            unroll=1
+          ] e
+          u:f32[1,4,3] = broadcast_in_dim[broadcast_dimensions=(1, 2) shape=(1, 4, 3) sharding=None] f
+          v:f32[1,2,3] = broadcast_in_dim[broadcast_dimensions=(1, 2) shape=(1, 2, 3) sharding=None] g
+        in (u, v) }
+      mesh=Mesh('i': 2, axis_types=(Auto,))
+      out_specs=(P('i',), P('i',))
+    ] a
+  in (b, c) }";
+
+#[test]
+fn jax_s_printed_nested_pmap_with_check_vma_false_in_a_scan_runs_on_pjrt() {
+    let p = tessera_ir::text::parse_closed(UNCHECKED).unwrap();
+    let x = input();
+    let got = device_equals_interpreter(&p, std::slice::from_ref(&x), "check_vma=False");
+    let carry = got[0].to_vec();
+    let second = got[1].to_vec();
+    assert_eq!(second.len(), OUTER * 2 * ROW);
+    // Against loops: one step maps c[o][q][k] to psum_i(c)[q][k] / 4 + psum_j(c)[o][k].
+    let step = |c: &[f64]| -> Vec<f64> {
+        let mut next = vec![0.0; c.len()];
+        for o in 0..OUTER {
+            for q in 0..INNER {
+                for k in 0..ROW {
+                    let over_i: f64 = (0..OUTER).map(|o2| c[(o2 * INNER + q) * ROW + k]).sum();
+                    let over_j: f64 = (0..INNER).map(|q2| c[(o * INNER + q2) * ROW + k]).sum();
+                    next[(o * INNER + q) * ROW + k] = over_i * 0.25 + over_j;
+                }
+            }
+        }
+        next
+    };
+    let c0 = x.to_vec();
+    let c1 = step(&c0);
+    let c2 = step(&c1);
+    assert!(close(&carry, &c2, 1e-5), "{carry:?} != {c2:?}");
+    // Step t's ys: the carry before it at q = 0 (the first replica of 'j'), plus
+    // axis_index('j') = 0 there.
+    let mut want = Vec::new();
+    for o in 0..OUTER {
+        for c in [&c0, &c1] {
+            want.extend((0..ROW).map(|k| c[o * INNER * ROW + k]));
+        }
+    }
+    assert!(close(&second, &want, 1e-5), "{second:?} != {want:?}");
+}
+
+#[test]
+fn sibling_inner_pmaps_giving_one_axis_two_sizes_are_a_typed_error_for_pjrt() {
+    use tessera_ir::trace::shard_map;
+    use tessera_sharding::{AbstractMesh, PartitionSpec};
+    let spec = |t: &str| PartitionSpec::parse(t).unwrap();
+    let four = AbstractMesh::auto(&[("j", 4)]).unwrap();
+    let two = AbstractMesh::auto(&[("j", 2)]).unwrap();
+    let aval = ShapedArray::new(DType::F32, &[2, 4, 3]);
+    let p = trace(&[aval], |a| {
+        pmap("i", &[&a[0]], |s| {
+            let r = shard_map(&four, &[spec("P('j')")], &[spec("P('j')")], &[&s[0]], |t| {
+                vec![t[0].psum(&["j"])]
+            });
+            shard_map(&two, &[spec("P('j')")], &[spec("P('j')")], &[&r[0]], |t| {
+                vec![t[0].psum(&["j"])]
+            })
+        })
+    })
+    .unwrap();
+    // The interpreter runs it (each level binds its own 'j').
+    eval_closed(&p, &[input()]).unwrap();
     let client = Client::cpu(8).unwrap();
     let e = PmapRun::new(&client, &p, None, &[]).err().unwrap();
     assert!(
         matches!(&e, PmapError::Nested { outer, inner, .. } if outer == "i" && inner == "j"),
         "{e}"
     );
-    assert!(
-        e.to_string().contains("call the inner pmap directly"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("sizes 4 and 2"), "{e}");
+}
+
+#[test]
+fn the_gradient_of_jax_s_printed_nested_pmap_in_a_scan_runs_on_pjrt_equal_to_the_interpreter() {
+    let p = tessera_ir::text::parse_closed(UNCHECKED).unwrap();
+    let f64_text = UNCHECKED
+        .replace("f32", "f64")
+        .replace("float32", "float64");
+    let p64 = tessera_ir::text::parse_closed(&f64_text).unwrap();
+    assert_eq!(p.jaxpr.eqns.len(), p64.jaxpr.eqns.len());
+    // loss = sum(b * b); `c` (an inner result whose out_spec leaves out 'j', over which it
+    // varies) is left out: JAX's unchecked transpose spreads its cotangent over 'j' as if it
+    // were replicated, which is not the derivative of taking the first replica.
+    let loss = trace(&[ShapedArray::new(DType::F64, &[2, 4, 3])], |a| {
+        let r = tessera_ir::trace::call_closed(&p64, &[&a[0]]);
+        vec![(&r[0] * &r[0]).sum(&[0, 1, 2])]
+    })
+    .unwrap();
+    let vg = value_and_grad(&loss, &[0]).unwrap();
+    let x = input().converted(DType::F64);
+    let got = device_equals_interpreter(&vg, std::slice::from_ref(&x), "unchecked gradient");
+    let value = |a: &Array| eval_closed(&loss, std::slice::from_ref(a)).unwrap()[0].to_vec()[0];
+    let (base, grad) = (x.to_vec(), got[1].to_vec());
+    let eps = 1e-6;
+    for k in (0..base.len()).step_by(3) {
+        let at = |d: f64| {
+            let mut v = base.clone();
+            v[k] += d;
+            value(&Array::new(DType::F64, &[2, 4, 3], v).unwrap())
+        };
+        let fd = (at(eps) - at(-eps)) / (2.0 * eps);
+        assert!(
+            (grad[k] - fd).abs() <= 1e-5 * (1.0 + fd.abs()),
+            "d loss / d x[{k}]: {} vs finite difference {fd}",
+            grad[k]
+        );
+    }
 }

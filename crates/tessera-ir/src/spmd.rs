@@ -4,7 +4,11 @@
 //! [`crate::prim::simulate`], with the same replica groups the lowering emits). The blocks of the
 //! results are assembled into global arrays as the out_specs say, which is what a real
 //! multi-device run returns. A `shard_map` nested in the body runs on the stacked mesh of both
-//! levels (outer axes, then inner), so the outer axes stay manual inside it.
+//! levels (outer axes, then inner), so the outer axes stay manual inside it. `scan`, `cond` and
+//! `while` run on all positions together too (`flow.rs`), so collectives and nested
+//! `shard_map`s in their bodies do.
+
+mod flow;
 
 use tessera_sharding::{AbstractMesh, PartitionSpec};
 
@@ -70,6 +74,10 @@ pub fn eval_spmd(
                 .collect()
         } else if eqn.prim == Prim::Scan {
             scan_in_lockstep(&eqn.params, mesh, inputs, &out_avals)?
+        } else if eqn.prim == Prim::Cond {
+            flow::cond_in_lockstep(&eqn.params, mesh, inputs)?
+        } else if eqn.prim == Prim::While {
+            flow::while_in_lockstep(&eqn.params, mesh, inputs)?
         } else if eqn.prim == Prim::ShardMap {
             nested_shard_map(&eqn.params, mesh, &inputs)?
         } else {

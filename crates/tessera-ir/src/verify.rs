@@ -98,7 +98,7 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
             for inner in nested_jaxprs(value) {
                 if eqn.prim == crate::prim::Prim::ShardMap {
                     crate::prim::ShardMapParams::read(&eqn.params)?.in_body(|| verify(inner))?;
-                } else if let Some(mesh) = context_mesh(&eqn.params) {
+                } else if let Some(mesh) = crate::prim::context_mesh(&eqn.params) {
                     // A `jit` on an explicit mesh: its sharding rules know the axis sizes.
                     crate::trace::use_mesh(&mesh, || verify(inner))?;
                 } else {
@@ -194,12 +194,6 @@ fn explicit_mismatch(
         prim.name(),
         e.explicit_spec(),
     ))
-}
-
-/// The mesh a `jit` was traced on (`ctx_mesh=Mesh('pp': 2, ...)`), where it names one.
-fn context_mesh(params: &crate::params::Params) -> Option<tessera_sharding::AbstractMesh> {
-    params.get("ctx_mesh")?;
-    crate::prim::read_mesh_param(params, "ctx_mesh").ok()
 }
 
 /// The jaxprs a parameter holds: itself, or those inside a tuple (a `cond`'s branches).

@@ -525,3 +525,113 @@ fn the_verifier_takes_axis_sizes_from_the_jit_s_context_mesh() {
     // Without the mesh the rule cannot place the axis and takes the printed type.
     parse_closed(&program("f32[2,4@pp,4]", false)).unwrap_or_else(|e| panic!("{e}"));
 }
+
+#[test]
+fn vmap_keeps_explicit_shardings_with_the_batch_dimension_unsharded() {
+    // f(x: f32[8@pp,4], w: f32[4,8@tp]) = (sum(sin(x) @ w, 1), sin(x) @ w, x + 1).
+    let program = traced(
+        &[typed(&[8, 4], "('pp',)"), typed(&[4, 8], "(None, 'tp')")],
+        |a| {
+            let y = (&a[0].sin() * 2.0).matmul(&a[1]);
+            vec![y.sum(&[1]), y, &a[0] + 1.0]
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        out_types(&program),
+        ["f32[8@pp]", "f32[8@pp,8@tp]", "f32[8@pp,4]"]
+    );
+    // x batched at 0 (size 3), w shared; results batched at 0, 1 and 2 (JAX's
+    // `vmap(f, in_axes=(0, None), out_axes=(0, 1, 2))`, `spmd_axis_name=None`).
+    let batched = use_mesh(&mesh(), || {
+        tessera_ir::vmap(&program, &[Some(0), None], &[0, 1, 2], 3)
+    })
+    .unwrap();
+    let ins: Vec<String> = batched
+        .jaxpr
+        .in_avals()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(ins, ["f32[3,8@pp,4]", "f32[4,8@tp]"]);
+    assert_eq!(
+        out_types(&batched),
+        ["f32[3,8@pp]", "f32[8@pp,3,8@tp]", "f32[8@pp,4,3]"]
+    );
+    // The batched program verifies, prints and parses back, and computes f per batch element.
+    tessera_ir::verify(&batched).unwrap();
+    let text = print_closed(&batched, 0);
+    let back = parse_closed(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(print_closed(&back, 0), text);
+    let xs: Vec<f64> = (0..96).map(|k| (f64::from(k) * 0.3).cos()).collect();
+    let w: Vec<f64> = (0..32).map(|k| f64::from(k % 5) - 2.0).collect();
+    let xa = Array::new(DType::F32, &[3, 8, 4], xs.clone()).unwrap();
+    let wa = Array::new(DType::F32, &[4, 8], w.clone()).unwrap();
+    let got = interp::eval_closed(&batched, &[xa, wa.clone()]).unwrap();
+    for b in 0..3 {
+        let x = Array::new(DType::F32, &[8, 4], xs[b * 32..(b + 1) * 32].to_vec()).unwrap();
+        let one = interp::eval_closed(&program, &[x, wa.clone()]).unwrap();
+        let sums = got[0].to_vec();
+        assert_eq!(&sums[b * 8..(b + 1) * 8], one[0].to_vec().as_slice());
+        let ys = got[1].to_vec();
+        for r in 0..8 {
+            for c in 0..8 {
+                assert_eq!(ys[(r * 3 + b) * 8 + c], one[1].to_vec()[r * 8 + c]);
+            }
+        }
+    }
+}
+
+#[test]
+fn traced_shard_maps_print_and_parse_their_mesh_s_axis_types_as_jax_does() {
+    use tessera_ir::prim::ShardMapParams;
+    use tessera_ir::trace::shard_map;
+    use tessera_sharding::AxisType;
+    // An Auto mesh prints as the oracle's pmap cases print theirs.
+    let auto = AbstractMesh::auto(&[("i", 8)]).unwrap();
+    let program = trace(&[ShapedArray::new(DType::F32, &[8, 2])], |a| {
+        shard_map(&auto, &[p("('i',)")], &[p("('i',)")], &[&a[0]], |b| {
+            vec![b[0].psum(&["i"])]
+        })
+    })
+    .unwrap();
+    let text = print_closed(&program, 0);
+    let line = "mesh=Mesh('i': 8, axis_types=(Auto,))";
+    assert!(text.contains(line), "{text}");
+    let oracle = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/oracle/jaxpr_collectives_cases.json"),
+    )
+    .unwrap();
+    assert!(oracle.contains(line), "JAX prints the same line");
+    // A mesh of Explicit and Auto axes: printed, parsed back with its types, and the results
+    // of a shard_map on it typed by their out specs over the Explicit axes.
+    let mixed = AbstractMesh::new(
+        &["pp", "tp"],
+        &[2, 2],
+        &[AxisType::Explicit, AxisType::Auto],
+    )
+    .unwrap();
+    let program = trace(&[typed(&[8, 4], "('pp',)")], |a| {
+        shard_map(&mixed, &[p("('pp',)")], &[p("('pp',)")], &[&a[0]], |b| {
+            vec![b[0].sin()]
+        })
+    })
+    .unwrap();
+    let text = print_closed(&program, 0);
+    assert!(
+        text.contains("mesh=Mesh('pp': 2, 'tp': 2, axis_types=(Explicit, Auto))"),
+        "{text}"
+    );
+    assert_eq!(out_types(&program), ["f32[8@pp,4]"]);
+    let back = parse_closed(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(print_closed(&back, 0), text);
+    let p = ShardMapParams::read(&back.jaxpr.eqns[0].params).unwrap();
+    assert_eq!(p.mesh.axis_types(), [AxisType::Explicit, AxisType::Auto]);
+    // An unknown axis type is a typed error naming it.
+    let bad = text.replace("(Explicit, Auto)", "(Explicit, Sideways)");
+    let err = parse_closed(&bad)
+        .expect_err("unknown axis type")
+        .to_string();
+    assert!(err.contains("unknown axis type Sideways"), "{err}");
+}

@@ -8,8 +8,10 @@
 //! the outer × inner grid of devices: [`PmapRun::new`] flattens it into one `shard_map` over the
 //! two-axis mesh `(i, j)` ([`tessera_ir::passes::flatten_nested_shard_maps`]), so collectives
 //! over `i`, `j` or both lower to replica groups of the flattened device grid; `devices` then
-//! lists outer × inner devices, row-major (outer index first). A nest the pass cannot flatten
-//! (a `shard_map` inside a `scan` or `cond` of a `shard_map` body) is [`PmapError::Nested`].
+//! lists outer × inner devices, row-major (outer index first). The inner `pmap` may sit in a
+//! `scan`, `fori_loop`, `cond` or `while` of the outer body, and the levels may have
+//! `check_vma=False` (JAX's printed `pmap`). A nest the pass refuses (levels of different
+//! `check_vma`, an axis name given two sizes, closed-over constants) is [`PmapError::Nested`].
 
 use tessera_ir::{Array, ClosedJaxpr, Prim};
 use tessera_pjrt::{Array as DeviceArray, Client};
@@ -23,12 +25,12 @@ pub enum PmapError {
     /// The program has no `pmap` (no `shard_map`) to run.
     #[error("the program has no pmap (no shard_map); run it with tessera::jit::run_on_device")]
     NoPmap,
-    /// A `pmap` inside a `pmap` that could not be flattened into one `shard_map` (nested in a
-    /// loop or conditional of the outer body, or refused by the flattening pass).
+    /// A `pmap` inside a `pmap` that could not be flattened into one `shard_map` (refused by
+    /// the flattening pass: levels of different `check_vma`, an axis name of two sizes, ...).
     #[error(
         "the program nests a pmap (axis {inner}) inside a pmap (axis {outer}) in a way that is \
-         not flattened into one shard_map over both axes ({reason}); call the inner pmap \
-         directly in the outer pmap's body, or use one shard_map over a two-axis mesh"
+         not flattened into one shard_map over both axes ({reason}); fix what the reason \
+         names, or use one shard_map over a two-axis mesh"
     )]
     Nested {
         /// The outer pmap's axis.
@@ -146,7 +148,7 @@ impl PmapRun {
                 })?,
         };
         if let Some((outer, inner)) = nested_axes(&flat, None) {
-            let reason = "the inner pmap is inside a loop or conditional".to_owned();
+            let reason = "a shard_map is left nested after flattening".to_owned();
             return Err(PmapError::Nested {
                 outer,
                 inner,

@@ -109,6 +109,14 @@ fn batch(
                 batched.shape.insert(ax, axis_size);
                 // Keep the manual axes the value varies over (inside a shard_map body).
                 batched.vma.clone_from(&a.vma);
+                // Keep an explicit sharding, the batch dimension unsharded (JAX's `vmap` with
+                // `spmd_axis_name=None`); the sharding rules carry it through the batched
+                // program.
+                if a.explicit.is_some() {
+                    let mut dims = a.explicit_dims();
+                    dims.insert(ax, Vec::new());
+                    batched.set_explicit_dims(dims);
+                }
             }
             if let Some(name) = named {
                 batched.vma.remove(name);

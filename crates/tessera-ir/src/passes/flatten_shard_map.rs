@@ -10,17 +10,27 @@
 //! this position's block of each operand (a `dynamic_slice` at `axis_index` of the axes that
 //! split each dimension, as the inner in_specs say), its results gathered back along the
 //! dimensions the inner out_specs split (`all_gather_invariant`, innermost axis first), so they
-//! are invariant over the inner axes again, as the outer body's values are.
+//! are invariant over the inner axes again, as the outer body's values are. An inner
+//! `shard_map` inside a nested program of the outer body (a `scan`, `cond` or `while` body, a
+//! `jit`, a custom-derivative rule) is reached too: that program is traced again, with the
+//! stacked mesh's axes bound, with its inner `shard_map`s inlined the same way, and its
+//! equation recorded with the new program (the loop or branch keeps its types).
+//!
+//! Levels with `check_vma=False` (JAX's printed `pmap`) flatten into a `shard_map` with
+//! `check_vma=False`; an inner result whose out_spec leaves out an inner axis it may vary over
+//! takes the first replica's value (gathered over that axis, index 0), as the interpreter and
+//! JAX take it.
 
 use std::collections::HashMap;
 
 use tessera_sharding::{AbstractMesh, PartitionSpec};
 
+use crate::axis_env;
 use crate::dtype::DType;
 use crate::error::{Result, type_error};
-use crate::jaxpr::{ClosedJaxpr, Jaxpr, Var};
+use crate::jaxpr::{ClosedJaxpr, Eqn, Jaxpr, Var};
 use crate::params::{ParamValue, Params};
-use crate::prim::{Prim, ShardMapParams};
+use crate::prim::{Prim, ShardMapParams, block_aval, shard_map_params};
 use crate::trace::{Tensor, replay, replay_atom, shard_map, trace};
 
 use super::inline_calls;
@@ -73,25 +83,38 @@ pub fn flatten_nested_shard_maps(closed: &ClosedJaxpr) -> Result<ClosedJaxpr> {
     })
 }
 
-/// Whether an equation is a `shard_map` whose body (calls inlined) holds another.
+/// Whether an equation is a `shard_map` whose body holds another, at any depth (in a loop,
+/// branch or call of the body too).
 fn nests(params: &Params, prim: Prim) -> bool {
     prim == Prim::ShardMap
-        && ShardMapParams::read(params).is_ok_and(|p| {
-            inline_calls(p.body)
-                .jaxpr
-                .eqns
-                .iter()
-                .any(|e| e.prim == Prim::ShardMap)
-        })
+        && ShardMapParams::read(params).is_ok_and(|p| holds_shard_map(&p.body.jaxpr))
+}
+
+/// Whether `jaxpr` or a program nested in its equations has a `shard_map` equation.
+fn holds_shard_map(jaxpr: &Jaxpr) -> bool {
+    jaxpr.eqns.iter().any(|e| {
+        e.prim == Prim::ShardMap || e.params.jaxprs().iter().any(|j| holds_shard_map(&j.jaxpr))
+    })
 }
 
 /// The stacked mesh of `mesh` and every `shard_map` nested in `body` (at any depth): the
 /// axes in order of first appearance. Sibling inner `shard_map`s may share an axis of the
-/// same size; every level must have `check_vma` as the outermost.
+/// same size; every level must have `check_vma` as the outermost (all typed by varying axes,
+/// or none, as JAX prints `pmap`).
 fn grid(mesh: &AbstractMesh, body: &Jaxpr, check_vma: bool) -> Result<AbstractMesh> {
     let mut mesh = mesh.clone();
+    stack_levels(&mut mesh, body, check_vma)?;
+    Ok(mesh)
+}
+
+/// Adds to `mesh` the axes of every `shard_map` in `body` (in its loops, branches and calls
+/// too) and of those nested in them.
+fn stack_levels(mesh: &mut AbstractMesh, body: &Jaxpr, check_vma: bool) -> Result<()> {
     for eqn in &body.eqns {
         if eqn.prim != Prim::ShardMap {
+            for sub in eqn.params.jaxprs() {
+                stack_levels(mesh, &sub.jaxpr, check_vma)?;
+            }
             continue;
         }
         let p = ShardMapParams::read(&eqn.params)?;
@@ -126,10 +149,10 @@ fn grid(mesh: &AbstractMesh, body: &Jaxpr, check_vma: bool) -> Result<AbstractMe
                 }
             }
         }
-        mesh = AbstractMesh::from_parts(names, sizes, types)
+        *mesh = AbstractMesh::from_parts(names, sizes, types)
             .map_err(|e| type_error(NAME, e.to_string()))?;
     }
-    Ok(mesh)
+    Ok(())
 }
 
 /// The outer `shard_map` of `params` as one `shard_map` over its stacked mesh.
@@ -139,19 +162,50 @@ fn flattened(params: &Params, inputs: &[Tensor], anchor: &Tensor) -> Vec<Tensor>
         Err(e) => return vec![anchor.fail(NAME, e.to_string())],
     };
     let body = inline_calls(p.body);
-    let stacked = match (p.check_vma, grid(&p.mesh, &body.jaxpr, p.check_vma)) {
-        (true, Ok(g)) => g,
-        (false, Ok(_)) => {
-            let msg = "nested shard_maps with check_vma=False are not flattened (an unmentioned \
-                       inner axis would need its first replica chosen); use check_vma=True";
-            return failed(anchor, &body, msg.into());
-        }
-        (_, Err(e)) => return failed(anchor, &body, e.to_string()),
+    let stacked = match grid(&p.mesh, &body.jaxpr, p.check_vma) {
+        Ok(g) => g,
+        Err(e) => return failed(anchor, &body, e.to_string()),
     };
     let refs: Vec<&Tensor> = inputs.iter().collect();
+    if !p.check_vma {
+        return unchecked(&stacked, &p, &body, &refs, anchor);
+    }
     shard_map(&stacked, &p.in_specs, &p.out_specs, &refs, |blocks| {
         run_body(&body, blocks)
     })
+}
+
+/// The flattened `shard_map` of levels with `check_vma=False` (JAX's printed `pmap`): its body
+/// traced untyped by varying axes, as such a body is, and recorded with `check_vma=False`.
+fn unchecked(
+    stacked: &AbstractMesh,
+    p: &ShardMapParams<'_>,
+    body: &ClosedJaxpr,
+    inputs: &[&Tensor],
+    anchor: &Tensor,
+) -> Vec<Tensor> {
+    let avals = inputs
+        .iter()
+        .zip(&p.in_specs)
+        .map(|(x, spec)| {
+            let mut block = block_aval(x.aval(), spec, stacked)?;
+            block.vma.clear();
+            Ok(block)
+        })
+        .collect::<Result<Vec<_>>>();
+    let traced = avals.and_then(|avals| {
+        axis_env::with_manual(stacked, false, || {
+            trace(&avals, |blocks| run_body(body, blocks))
+        })
+    });
+    match traced {
+        Ok(flat) => {
+            let params = shard_map_params(stacked, &p.in_specs, &p.out_specs, flat)
+                .with("check_vma", ParamValue::Bool(false));
+            Tensor::bind(Prim::ShardMap, params, inputs)
+        }
+        Err(e) => failed(anchor, body, e.to_string()),
+    }
 }
 
 /// Placeholders for the results of a `shard_map` that could not be flattened, with the error.
@@ -185,6 +239,14 @@ fn run_body(body: &ClosedJaxpr, args: &[Tensor]) -> Vec<Tensor> {
             .collect();
         let outs = match eqn.prim {
             Prim::ShardMap => inner_level(&eqn.params, &inputs, &anchor),
+            _ if eqn
+                .params
+                .jaxprs()
+                .iter()
+                .any(|j| holds_shard_map(&j.jaxpr)) =>
+            {
+                holding_level(eqn, jaxpr, &inputs, &anchor)
+            }
             _ => replay(eqn, jaxpr, &inputs, &anchor),
         };
         env.extend(eqn.outputs.iter().copied().zip(outs));
@@ -194,6 +256,57 @@ fn run_body(body: &ClosedJaxpr, args: &[Tensor]) -> Vec<Tensor> {
         .iter()
         .map(|a| replay_atom(&env, &anchor, a))
         .collect()
+}
+
+/// An equation of the flattened body (a loop, branch or call) whose nested programs hold inner
+/// `shard_map`s: recorded again with each such program traced anew (the stacked mesh's axes
+/// bound) with its inner `shard_map`s inlined; the programs keep their types.
+fn holding_level(eqn: &Eqn, jaxpr: &Jaxpr, inputs: &[Tensor], anchor: &Tensor) -> Vec<Tensor> {
+    let mut failure = None;
+    let mut params = eqn.params.clone();
+    for (_, value) in params.entries_mut() {
+        inline_levels_in(value, &mut failure);
+    }
+    if let Some(message) = failure {
+        let avals: Vec<_> = eqn.outputs.iter().map(|&v| jaxpr.aval(v).clone()).collect();
+        return anchor.fail_with(NAME, message, &avals);
+    }
+    let eqn = Eqn {
+        params,
+        ..eqn.clone()
+    };
+    replay(&eqn, jaxpr, inputs, anchor)
+}
+
+/// `value` with each nested program that holds a `shard_map` traced again with them inlined;
+/// the first failure is kept in `failure`.
+fn inline_levels_in(value: &mut ParamValue, failure: &mut Option<String>) {
+    match value {
+        ParamValue::Jaxpr(j) if holds_shard_map(&j.jaxpr) => {
+            let sub = j.as_ref().clone();
+            match trace(&sub.jaxpr.in_avals(), |args| run_body(&sub, args)) {
+                Ok(flat) => **j = flat,
+                Err(e) => {
+                    failure.get_or_insert(format!("in a program nested in the shard_map: {e}"));
+                }
+            }
+        }
+        ParamValue::Tuple(items) | ParamValue::List(items) | ParamValue::Set(items) => {
+            items.iter_mut().for_each(|v| inline_levels_in(v, failure));
+        }
+        ParamValue::Record(_, fields) => {
+            fields
+                .iter_mut()
+                .for_each(|(_, v)| inline_levels_in(v, failure));
+        }
+        ParamValue::Jaxpr(_)
+        | ParamValue::Str(_)
+        | ParamValue::Int(_)
+        | ParamValue::NpInt(_)
+        | ParamValue::Float(..)
+        | ParamValue::Bool(_)
+        | ParamValue::Name(_) => {}
+    }
 }
 
 /// An inner `shard_map` inside the flattened body: its body on this position's blocks of the
@@ -212,8 +325,23 @@ fn inner_level(params: &Params, inputs: &[Tensor], anchor: &Tensor) -> Vec<Tenso
     run_body(&body, &blocks)
         .iter()
         .zip(&p.out_specs)
-        .map(|(o, spec)| gathered(o, spec))
+        .map(|(o, spec)| match p.check_vma {
+            true => gathered(o, spec),
+            // Unchecked, a result may vary over an inner axis its out_spec leaves out: as the
+            // interpreter (and JAX) do, the first replica's value is taken.
+            false => p
+                .unmentioned(spec)
+                .iter()
+                .fold(gathered(o, spec), |v, axis| first_replica(&v, axis)),
+        })
         .collect()
+}
+
+/// The value `o` has at index 0 of mesh axis `axis`, on every index of it.
+fn first_replica(o: &Tensor, axis: &str) -> Tensor {
+    let all = o.all_gather_invariant(axis, 0, false);
+    let first = Tensor::slice_axis(&all, 0, 0, 1);
+    first.reshape(o.shape())
 }
 
 /// This position's block of `x` laid out by `spec` on `mesh`: along each dimension `spec`

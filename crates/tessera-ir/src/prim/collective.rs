@@ -165,7 +165,9 @@ pub(super) fn abstract_eval(
         | CollectiveKind::Pbroadcast { .. } => {}
     }
     if p.kind == CollectiveKind::Pvary {
-        if let Some(a) = p.axes.iter().find(|a| x.vma.contains(*a)) {
+        // Unchecked (`check_vma=False`) the varying axes are not typed, so a cast over an axis
+        // the value already varies over says nothing (JAX's `pvary` there is the identity).
+        if let Some(a) = p.axes.iter().find(|a| checked && x.vma.contains(*a)) {
             return Err(type_error(
                 prim.name(),
                 format!("the value already varies over '{a}'; pvary casts invariant values only"),

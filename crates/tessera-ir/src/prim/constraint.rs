@@ -286,7 +286,8 @@ fn read_dim_set(value: &ParamValue) -> Result<Vec<usize>> {
         .collect()
 }
 
-fn mesh_value(mesh: &AbstractMesh) -> ParamValue {
+/// `mesh` as JAX prints it: `Mesh('data': 4, 'model': 2, axis_types=(Auto, Explicit))`.
+pub(crate) fn mesh_value(mesh: &AbstractMesh) -> ParamValue {
     let mut fields: Vec<(String, ParamValue)> = mesh
         .axis_names()
         .iter()

@@ -19,7 +19,7 @@
 //! operand shapes to the body's block shapes (each dimension divided by the sizes of the axes
 //! that split it) and the body's result blocks back to global shapes.
 
-use tessera_sharding::{AbstractMesh, DimSpec, PartitionSpec};
+use tessera_sharding::{AbstractMesh, AxisType, DimSpec, PartitionSpec};
 
 use crate::array::Array;
 use crate::aval::ShapedArray;
@@ -91,14 +91,7 @@ pub fn shard_map_params(
     out_specs: &[PartitionSpec],
     body: ClosedJaxpr,
 ) -> Params {
-    let mesh_record = ParamValue::Record(
-        "Mesh".into(),
-        mesh.axis_names()
-            .iter()
-            .zip(mesh.axis_sizes())
-            .map(|(n, &s)| (n.clone(), ParamValue::Int(s)))
-            .collect(),
-    );
+    let mesh_record = super::constraint::mesh_value(mesh);
     let specs = |specs: &[PartitionSpec]| ParamValue::Tuple(specs.iter().map(spec_value).collect());
     Params::new()
         .with("check_vma", ParamValue::Bool(true))
@@ -126,6 +119,13 @@ fn read_mesh(params: &Params) -> Result<AbstractMesh> {
     read_mesh_param(params, "mesh")
 }
 
+/// The mesh a `jit` was traced on (`ctx_mesh=Mesh('pp': 2, ...)`), where it names one: the
+/// mesh of its explicit types' axes, which `verify` and the lowering of `reshard` use.
+pub fn context_mesh(params: &Params) -> Option<AbstractMesh> {
+    params.get("ctx_mesh")?;
+    read_mesh_param(params, "ctx_mesh").ok()
+}
+
 /// Reads a mesh parameter (`mesh=Mesh('data': 2, ...)`, a `jit`'s `ctx_mesh=...`).
 pub(crate) fn read_mesh_param(params: &Params, key: &str) -> Result<AbstractMesh> {
     let bad = |why: String| type_error(NAME, format!("parameter `{key}` {why}"));
@@ -146,14 +146,30 @@ pub(crate) fn read_mesh_param(params: &Params, key: &str) -> Result<AbstractMesh
     } else {
         entries
     };
-    let mut sized = Vec::new();
+    let mut names = Vec::new();
+    let mut sizes = Vec::new();
     for (name, size) in axes {
         let size = size
             .as_int()
             .ok_or_else(|| bad(format!("gives axis '{name}' no size")))?;
-        sized.push((name, size));
+        names.push(name);
+        sizes.push(size);
     }
-    AbstractMesh::auto(&sized).map_err(|e| bad(e.to_string()))
+    // JAX prints the axis types (`axis_types=(Explicit, Auto)`); without them every axis is
+    // `Auto`.
+    let types = match value.field("axis_types").and_then(ParamValue::as_seq) {
+        None => vec![AxisType::Auto; names.len()],
+        Some(types) => types
+            .iter()
+            .map(|t| match t {
+                ParamValue::Name(n) => {
+                    AxisType::parse(n).ok_or_else(|| bad(format!("has unknown axis type {n}")))
+                }
+                other => Err(bad(format!("has axis type {other}, not a name"))),
+            })
+            .collect::<Result<Vec<_>>>()?,
+    };
+    AbstractMesh::new(&names, &sizes, &types).map_err(|e| bad(e.to_string()))
 }
 
 fn read_specs(params: &Params, key: &str) -> Result<Vec<PartitionSpec>> {

@@ -108,7 +108,22 @@ pub fn lower_closed_unrolled(
 }
 
 fn lower_module(closed: &ClosedJaxpr, options: &LowerOptions) -> Result<EmittedModule, LowerError> {
-    crate::with_context(|context| lower_in(context, closed, options))
+    // The mesh a `reshard`'s destination is over: the one set around the lowering
+    // (`trace::use_mesh`), else that of the entry shardings (a `jit`'s `ctx_mesh` overrides
+    // either inside its call).
+    let entry_mesh = options
+        .arg_shardings
+        .iter()
+        .chain(&options.result_shardings)
+        .flatten()
+        .next()
+        .map(|s| s.mesh().clone());
+    match (tessera_ir::trace::context_mesh(), entry_mesh) {
+        (None, Some(mesh)) => tessera_ir::trace::use_mesh(&mesh, || {
+            crate::with_context(|context| lower_in(context, closed, options))
+        }),
+        (Some(_) | None, _) => crate::with_context(|context| lower_in(context, closed, options)),
+    }
 }
 
 fn lower_in(
@@ -373,9 +388,15 @@ fn lower_eqn<'c, 'b>(
         ScatterAdd | Scatter | ScatterMul | ScatterMin | ScatterMax => {
             indexing::scatter(ctx, eqn.prim, p, inputs)
         }
-        StopGradient | Copy | Reshard | PipelineEnterStage => Ok(inputs.to_vec()),
+        StopGradient | Copy | PipelineEnterStage => Ok(inputs.to_vec()),
+        Reshard => constraint::reshard(ctx, inputs),
         ShardingConstraint => constraint::sharding_constraint(ctx, p, inputs),
-        Jit => control::call(ctx, p, inputs, functions, None),
+        Jit => match tessera_ir::prim::context_mesh(p) {
+            Some(mesh) => tessera_ir::trace::use_mesh(&mesh, || {
+                control::call(ctx, p, inputs, functions, None)
+            }),
+            None => control::call(ctx, p, inputs, functions, None),
+        },
         Checkpoint => control::call(ctx, p, inputs, functions, Some("checkpoint")),
         Psum
         | Pmax
