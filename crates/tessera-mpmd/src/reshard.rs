@@ -192,20 +192,25 @@ pub fn group_by_size_threshold(sizes: &[u64], threshold: u64) -> Vec<Vec<usize>>
     batches
 }
 
-/// A third of the smallest free memory over the client's devices; unbounded where the plugin
-/// reports no memory limits (the CPU plugin).
+/// A third of the smallest free memory over the client's devices (JAXPP's
+/// `_get_working_memory_threshold`); unbounded where the plugin reports no memory limits (the
+/// CPU plugin).
 pub(crate) fn default_threshold(client: &Client) -> u64 {
-    let free = client
-        .addressable_devices()
-        .ok()
-        .and_then(|devices| {
-            devices
-                .iter()
-                .map(|d| d.available_memory())
-                .collect::<Option<Vec<_>>>()
-        })
-        .and_then(|free| free.into_iter().min());
-    free.map_or(u64::MAX, |bytes| (bytes.max(0) / 3) as u64)
+    let free = client.addressable_devices().ok().and_then(|devices| {
+        devices
+            .iter()
+            .map(|d| d.available_memory())
+            .collect::<Option<Vec<_>>>()
+    });
+    threshold_of_free(free.as_deref())
+}
+
+/// A third of the smallest of `free`, each device's `bytes_limit - peak_bytes_in_use` (JAXPP's
+/// `min(...) // 3`; a device over its limit gives 0); unbounded when a device reports no limit
+/// (`None`) or there are no devices.
+fn threshold_of_free(free: Option<&[i64]>) -> u64 {
+    free.and_then(|free| free.iter().copied().min())
+        .map_or(u64::MAX, |bytes| (bytes.max(0) / 3) as u64)
 }
 
 #[cfg(test)]
@@ -217,6 +222,17 @@ mod tests {
         let sizes = [10, 50, 20, 40, 30];
         let groups = [0, 0, 1, 1, 0];
         assert_eq!(interleaved_order(&sizes, &groups), [1, 3, 4, 2, 0]);
+    }
+
+    #[test]
+    fn the_default_threshold_is_a_third_of_the_least_free_memory() {
+        assert_eq!(threshold_of_free(Some(&[900, 301, 600])), 100);
+        assert_eq!(threshold_of_free(Some(&[3 << 30])), 1 << 30);
+        // A device past its limit leaves no room to move anything in one batch.
+        assert_eq!(threshold_of_free(Some(&[900, -5])), 0);
+        // No limit reported (the CPU plugin), or no devices: unbounded.
+        assert_eq!(threshold_of_free(None), u64::MAX);
+        assert_eq!(threshold_of_free(Some(&[])), u64::MAX);
     }
 
     #[test]
