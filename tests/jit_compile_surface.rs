@@ -4,7 +4,8 @@
 //! are its arguments, laid out alike, runs without an XLA compile (counted by
 //! `tessera_pjrt::compile_counts`) and returns those arrays; another layout compiles. Compiler
 //! options reach XLA: `xla_dump_to` makes it write the compiled module there, and a name XLA
-//! does not know is refused, naming it.
+//! does not know is refused, naming it. One lowering, made with no client, compiles on both CPU
+//! plugins (JAX's `lowering_platform`).
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -236,4 +237,39 @@ fn unspecified_inputs_take_the_layout_of_the_arrays_passed() {
         .unwrap()
         .to_string();
     assert!(err.contains("argument 7"), "{err}");
+}
+
+/// JAX's `lowering_platform`: Tessera's lowering has no platform-specific rules and needs no
+/// client, so one `Lowered`, made before any client exists, compiles on any plugin: here on
+/// both CPU plugins of `cargo xtask setup` (XLA of June and of November 2025), each giving the
+/// interpreter's values from the same module text.
+#[test]
+fn one_lowering_compiles_on_every_plugin() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mesh = Mesh::auto(&[("data", 2)]).unwrap();
+    let rows = NamedSharding::new(&mesh, PartitionSpec::parse("P('data')").unwrap()).unwrap();
+    let lowered = Jit::new(program(), vec![rows.clone(); 3], vec![rows.clone()])
+        .unwrap()
+        .lower()
+        .unwrap();
+    let host = [values(0.2), values(0.9), values(1.7)];
+    let want = eval_closed(&program(), &host).unwrap()[0].to_vec();
+    let mut platforms = Vec::new();
+    for plugin in ["zml-cpu", "xla-cpu-pjrt"] {
+        let client = Client::open(Some(plugin), 2)
+            .unwrap_or_else(|e| panic!("{plugin} (installed by `cargo xtask setup`): {e}"));
+        platforms.push(client.plugin().path().display().to_string());
+        let compiled = lowered.compile(&client).unwrap();
+        assert_eq!(compiled.as_text(), lowered.as_text(), "{plugin}");
+        let args: Vec<DeviceArray> = host
+            .iter()
+            .map(|a| DeviceArray::device_put(&client, a, &rows).unwrap())
+            .collect();
+        let refs: Vec<&DeviceArray> = args.iter().collect();
+        let got = compiled.call(&refs).unwrap()[0].to_host().unwrap().to_vec();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-6, "{plugin}: {g} vs {w}");
+        }
+    }
+    assert_ne!(platforms[0], platforms[1], "two different plugin libraries");
 }

@@ -76,6 +76,25 @@ pub enum JitError {
         /// The plugin's compile error.
         detail: String,
     },
+    /// The program's mesh names devices the client does not have (JAX's "compiling computation
+    /// that requires N logical devices, but only M XLA devices are available").
+    #[error(
+        "the program needs {needed} devices ({devices:?}) but the client has {available} \
+         ({have:?}), without {missing:?}; open a client with more devices (`Client::cpu(N)`, \
+         `--devices N`) or build the program's mesh on the client's devices"
+    )]
+    Devices {
+        /// How many devices the program's mesh holds.
+        needed: usize,
+        /// The mesh's device ids, in mesh order.
+        devices: Vec<i64>,
+        /// How many devices the client addresses.
+        available: usize,
+        /// The client's device ids.
+        have: Vec<i64>,
+        /// The mesh's devices the client lacks.
+        missing: Vec<i64>,
+    },
     /// A result's buffers are not in the memory kind its sharding names.
     #[error(
         "result {index} should be in memory kind '{want}' but the plugin returned it in \
@@ -188,12 +207,14 @@ pub fn run_on_device(
 }
 
 mod cache;
+mod device;
 mod layout;
 mod memory;
 mod mpmd_args;
 mod unspecified;
 
 pub use cache::JitCache;
+pub use device::{default_device, single_device_sharding};
 
 /// The mesh of the first `shard_map` or `sharding_constraint` in `program` (nested programs,
 /// `cond` branches among them, included), if any: the devices an SPMD run of it needs.
@@ -470,11 +491,13 @@ impl Lowered {
         &self.kept
     }
 
-    /// Compiles for the mesh's devices. A memory kind the devices lack is refused naming the
+    /// Compiles for the mesh's devices. A mesh naming devices the client lacks is
+    /// [`JitError::Devices`], before anything is compiled. A memory kind the devices lack is refused naming the
     /// kinds they have; results in host memory on a plugin whose compiler cannot place them
     /// there (the CPU plugins) are [`JitError::HostResultsUnsupported`]. A trivial program (its results are its arguments, laid out alike, or its constants) is
     /// not compiled at all ([`Compiled::is_trivial`]).
     pub fn compile(&self, client: &Client) -> Result<Compiled, JitError> {
+        layout::check_devices(client, &self.devices)?;
         let jit = &self.jit;
         let declared = jit.out_shardings.iter().zip(&jit.unspecified);
         let given = jit.in_shardings.iter().zip(&jit.auto_inputs);
