@@ -41,12 +41,28 @@ pub fn spmd_to_mpmd_reshard(
             let Some(source) = slots[i].take() else {
                 continue;
             };
+            // Split over the MPMD axis: no device holds a group's block whole, so one program
+            // over the mesh moves the blocks (JAXPP's `jit(identity, out_shardings)`).
+            let first = shardings[i].group_sharding(shardings[i].groups()[0])?;
+            if !holds_every_block(&source, &first)?
+                && let Some(per_group) = crate::reshard_device::replicate_over_groups(
+                    client,
+                    mesh,
+                    &source,
+                    &shardings[i],
+                )?
+            {
+                let arrays = per_group.into_values().collect();
+                done.insert(i, MpmdArray::new(arrays, shardings[i].clone())?);
+                continue;
+            }
             let mut per_group: Vec<Array> = Vec::new();
             for group in shardings[i].groups() {
                 let target = shardings[i].group_sharding(group)?;
                 // Groups hold the same blocks on meshes of one shape: a group whose blocks the
                 // source does not hold whole is copied, device to device, from the first
-                // group's copy, so the source goes through the host at most once.
+                // group's copy, so a source the program above does not take (on another mesh,
+                // in another memory) goes through the host at most once.
                 let from = match per_group.first() {
                     Some(first) if !holds_every_block(&source, &target)? => first,
                     _ => &source,
