@@ -95,6 +95,26 @@ pub enum JitError {
         /// The mesh's devices the client lacks.
         missing: Vec<i64>,
     },
+    /// A floating-point result holds a NaN and the program checks for them
+    /// ([`Jit::debug_nans`], JAX's `jax_debug_nans`).
+    #[error(
+        "result {result} of the program holds a NaN (debug_nans){}; \
+         look at that equation's operands, or run the program on the interpreter \
+         (`tessera_ir::interp::eval_closed`) to see every value",
+        match equation {
+            Some(e) => format!(": the interpreter first makes one at {e}"),
+            None => String::from(
+                " (the interpreter, run on the same arguments, makes none: XLA's arithmetic \
+                 differs there, or an argument holds one)"
+            ),
+        }
+    )]
+    Nan {
+        /// The result's position.
+        result: usize,
+        /// The first top-level equation that made a NaN on the interpreter, in words.
+        equation: Option<String>,
+    },
     /// A result's buffers are not in the memory kind its sharding names.
     #[error(
         "result {index} should be in memory kind '{want}' but the plugin returned it in \
@@ -211,6 +231,7 @@ mod device;
 mod layout;
 mod memory;
 mod mpmd_args;
+mod nans;
 mod unspecified;
 
 pub use cache::JitCache;
@@ -269,6 +290,8 @@ pub struct Jit {
     keep_unused: bool,
     /// Compiler options passed to XLA (JAX's `compiler_options`).
     compiler_options: std::collections::BTreeMap<String, tessera_pjrt::OptionOverride>,
+    /// Whether each call checks its floating-point results for NaNs (`jit/nans.rs`).
+    debug_nans: bool,
 }
 
 /// A lowered [`Jit`]: the StableHLO module and its device assignment.
@@ -318,6 +341,7 @@ impl Jit {
             unspecified_inputs: vec![false; ins],
             keep_unused: false,
             compiler_options: Default::default(),
+            debug_nans: false,
         })
     }
 
@@ -709,6 +733,14 @@ impl Compiled {
     }
 
     fn run(&self, args: &[&DeviceArray]) -> Result<Vec<DeviceArray>, JitError> {
+        let outputs = self.execute(args)?;
+        if self.jit.debug_nans {
+            nans::check(&self.jit.program, args, &outputs)?;
+        }
+        Ok(outputs)
+    }
+
+    fn execute(&self, args: &[&DeviceArray]) -> Result<Vec<DeviceArray>, JitError> {
         let jaxpr = &self.jit.program.jaxpr;
         let in_avals = jaxpr.in_avals();
         if args.len() != in_avals.len() {
