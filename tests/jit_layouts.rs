@@ -5,7 +5,7 @@
 //! is accepted, and the `JitCache` gives it the executable compiled for the other spelling;
 //! shardings on different device assignments do not lower; a mesh on devices the client lacks
 //! is refused before compiling, naming them; a program without shardings runs on the default
-//! device; XLA chooses `UNSPECIFIED` results'
+//! device; an array held only in part is refused; XLA chooses `UNSPECIFIED` results'
 //! and `AUTO` arguments' layouts, read back from the executable.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
@@ -490,4 +490,40 @@ fn a_program_without_shardings_runs_on_the_default_device() {
         matches!(&err, JitError::Devices { missing, .. } if missing == &[9]),
         "{err}"
     );
+}
+
+/// An array this process holds only in part (as a process of a job holds its devices' shards)
+/// is refused by a call, naming how many shards it holds, never run on the shards it has; the
+/// whole array runs.
+#[test]
+fn an_array_held_only_in_part_is_refused() {
+    let client = Client::cpu(4).unwrap();
+    let want = sharding(&mesh(&[0, 1, 2, 3]), "P('x', 'y')");
+    let exe = Jit::new(program(), vec![want.clone()], vec![want.clone()])
+        .unwrap()
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .unwrap();
+    let x = DeviceArray::device_put(&client, &to_host(&host()).unwrap(), &want).unwrap();
+    let half = (x.addressable_shards().unwrap().iter())
+        .filter(|s| s.device < 2)
+        .map(|s| (s.device, s.buffer.clone()))
+        .collect();
+    let part = DeviceArray::from_shared_shards(x.shape(), x.element_type(), &want, half).unwrap();
+    assert!(!part.is_fully_addressable().unwrap());
+    let err = exe.call(&[&part]).err().unwrap();
+    assert!(
+        matches!(
+            err,
+            JitError::NotAddressable {
+                index: 0,
+                held: 2,
+                total: 4
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("2 of its 4 shards"), "{err}");
+    assert_right_values(&exe, &x);
 }

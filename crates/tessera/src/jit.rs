@@ -115,6 +115,22 @@ pub enum JitError {
         /// The first top-level equation that made a NaN on the interpreter, in words.
         equation: Option<String>,
     },
+    /// An argument is held only in part by this process (a partially addressable array of a
+    /// multi-process job): a `jit` program runs in one process, on every shard (JAX refuses
+    /// non-fully-addressable arrays outside a multi-process SPMD program too).
+    #[error(
+        "argument {index} is held only in part by this process ({held} of its {total} shards): \
+         a jit program runs within one process on every shard; gather the array first (e.g. \
+         `mpmd_to_spmd_reshard_across`), or compile the program for this process's devices"
+    )]
+    NotAddressable {
+        /// The argument's position.
+        index: usize,
+        /// How many of its shards this process holds.
+        held: usize,
+        /// How many shards its sharding has.
+        total: usize,
+    },
     /// A result's buffers are not in the memory kind its sharding names.
     #[error(
         "result {index} should be in memory kind '{want}' but the plugin returned it in \
@@ -777,6 +793,15 @@ impl Compiled {
                 )));
             }
             layout::check_argument_layout(i, arg.sharding(), sharding, aval.shape.len())?;
+            let held = arg.addressable_shards()?.len();
+            let total = arg.sharding().num_devices() as usize;
+            if held != total {
+                return Err(JitError::NotAddressable {
+                    index: i,
+                    held,
+                    total,
+                });
+            }
         }
         let Some(executable) = &self.executable else {
             let jit = &self.jit;
