@@ -4,7 +4,9 @@
 //! are its arguments, laid out alike, runs without an XLA compile (counted by
 //! `tessera_pjrt::compile_counts`) and returns those arrays; another layout compiles. Compiler
 //! options reach XLA: `xla_dump_to` makes it write the compiled module there, and a name XLA
-//! does not know is refused, naming it.
+//! does not know is refused, naming it. One lowering, made with no client, compiles on both CPU
+//! plugins (JAX's `lowering_platform`). `Jit::debug_nans` refuses a NaN result, naming the
+//! equation that made it (JAX's `jax_debug_nans`).
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -236,4 +238,104 @@ fn unspecified_inputs_take_the_layout_of_the_arrays_passed() {
         .unwrap()
         .to_string();
     assert!(err.contains("argument 7"), "{err}");
+}
+
+/// JAX's `lowering_platform`: Tessera's lowering has no platform-specific rules and needs no
+/// client, so one `Lowered`, made before any client exists, compiles on any plugin: here on
+/// both CPU plugins of `cargo xtask setup` (XLA of June and of November 2025), each giving the
+/// interpreter's values from the same module text.
+#[test]
+fn one_lowering_compiles_on_every_plugin() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mesh = Mesh::auto(&[("data", 2)]).unwrap();
+    let rows = NamedSharding::new(&mesh, PartitionSpec::parse("P('data')").unwrap()).unwrap();
+    let lowered = Jit::new(program(), vec![rows.clone(); 3], vec![rows.clone()])
+        .unwrap()
+        .lower()
+        .unwrap();
+    let host = [values(0.2), values(0.9), values(1.7)];
+    let want = eval_closed(&program(), &host).unwrap()[0].to_vec();
+    let mut platforms = Vec::new();
+    for plugin in ["zml-cpu", "xla-cpu-pjrt"] {
+        let client = Client::open(Some(plugin), 2)
+            .unwrap_or_else(|e| panic!("{plugin} (installed by `cargo xtask setup`): {e}"));
+        platforms.push(client.plugin().path().display().to_string());
+        let compiled = lowered.compile(&client).unwrap();
+        assert_eq!(compiled.as_text(), lowered.as_text(), "{plugin}");
+        let args: Vec<DeviceArray> = host
+            .iter()
+            .map(|a| DeviceArray::device_put(&client, a, &rows).unwrap())
+            .collect();
+        let refs: Vec<&DeviceArray> = args.iter().collect();
+        let got = compiled.call(&refs).unwrap()[0].to_host().unwrap().to_vec();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-6, "{plugin}: {g} vs {w}");
+        }
+    }
+    assert_ne!(platforms[0], platforms[1], "two different plugin libraries");
+}
+
+/// JAX's `jax_debug_nans`: a `Jit::debug_nans(true)` call whose float result holds a NaN fails
+/// naming the result and the equation that first made one (found on the interpreter, as JAX
+/// re-runs de-optimized); without it the NaN comes back; NaN-free calls pass; the `JitCache`
+/// keeps the checking and the plain program apart.
+#[test]
+fn debug_nans_names_the_result_and_the_equation_that_made_the_nan() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    use tessera::jit::{JitCache, JitError};
+    let f32 = ShapedArray::new(DType::F32, &[8]);
+    // (a) -> (a * 2, log(a - 1)): NaN where a < 1.
+    let program = trace(&[f32], |a| vec![&a[0] * 2.0, (&a[0] - 1.0).log()]).unwrap();
+    let log_at = program
+        .jaxpr
+        .eqns
+        .iter()
+        .position(|e| e.prim.name() == "log")
+        .unwrap();
+    let client = Client::cpu(2).unwrap();
+    let mesh = Mesh::auto(&[("data", 2)]).unwrap();
+    let rows = NamedSharding::new(&mesh, PartitionSpec::parse("P('data')").unwrap()).unwrap();
+    let plain = Jit::new(program.clone(), vec![rows.clone()], vec![rows.clone(); 2]).unwrap();
+    let checked = plain.clone().debug_nans(true);
+    let put = |values: Vec<f64>| {
+        let host = Array::new(DType::F32, &[8], values).unwrap();
+        DeviceArray::device_put(&client, &host, &rows).unwrap()
+    };
+    let some_below_one = put((0..8).map(|i| f64::from(i) * 0.5).collect());
+    let all_above_one = put((0..8).map(|i| 2.0 + f64::from(i)).collect());
+    let cache = JitCache::default();
+
+    let out = cache.call(&client, &plain, &[&some_below_one]).unwrap();
+    let logs = out[1].to_host().unwrap().to_vec();
+    assert!(logs.iter().any(|v| v.is_nan()), "{logs:?}");
+
+    let err = cache
+        .call(&client, &checked, &[&some_below_one])
+        .expect_err("a NaN result is refused under debug_nans");
+    match &err {
+        JitError::Nan { result, equation } => {
+            assert_eq!(*result, 1, "{err}");
+            assert_eq!(
+                equation.as_deref(),
+                Some(format!("equation {log_at} (log)").as_str()),
+                "{err}"
+            );
+        }
+        other => panic!("not a NaN error: {other}"),
+    }
+    assert!(err.to_string().contains("debug_nans"), "{err}");
+    assert_eq!(cache.len(), 2, "the checking program is cached apart");
+
+    let out = cache.call(&client, &checked, &[&all_above_one]).unwrap();
+    let want = eval_closed(&program, &[from_values(&all_above_one)]).unwrap();
+    for (got, want) in out.iter().zip(&want) {
+        for (g, w) in got.to_host().unwrap().to_vec().iter().zip(want.to_vec()) {
+            assert!((g - w).abs() < 1e-5, "{g} vs {w}");
+        }
+    }
+}
+
+/// The host values of a device array of f32.
+fn from_values(array: &DeviceArray) -> Array {
+    tessera::jit::from_host(&array.to_host().unwrap(), DType::F32).unwrap()
 }

@@ -3,7 +3,9 @@
 //! another memory kind, is refused with what differs and how to move it (and gives the right
 //! values once resharded to the executable's input sharding); an equivalent spelling of the spec
 //! is accepted, and the `JitCache` gives it the executable compiled for the other spelling;
-//! shardings on different device assignments do not lower; XLA chooses `UNSPECIFIED` results'
+//! shardings on different device assignments do not lower; a mesh on devices the client lacks
+//! is refused before compiling, naming them; a program without shardings runs on the default
+//! device; an array held only in part is refused; XLA chooses `UNSPECIFIED` results'
 //! and `AUTO` arguments' layouts, read back from the executable.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
@@ -388,4 +390,140 @@ fn shardings_on_different_device_assignments_do_not_lower() {
             && err.contains("[1, 0, 3, 2]"),
         "{err}"
     );
+}
+
+/// A program whose mesh names devices the client lacks is refused before XLA sees it, naming
+/// the missing devices (JAX: "requires N logical devices, but only M XLA devices are
+/// available"); the same program on a mesh of the client's devices compiles and runs.
+#[test]
+fn a_mesh_on_devices_the_client_lacks_is_refused_before_compiling() {
+    let client = Client::cpu(4).unwrap();
+    let eight = Mesh::new(
+        AbstractMesh::auto(&[("x", 2), ("y", 4)]).unwrap(),
+        (0..8).collect(),
+    )
+    .unwrap();
+    let cases = [
+        (eight, 8, vec![4, 5, 6, 7]),
+        (mesh(&[0, 1, 2, 5]), 4, vec![5]),
+    ];
+    for (m, needed, missing) in cases {
+        let s = sharding(&m, "P('x', 'y')");
+        let lowered = Jit::new(program(), vec![s.clone()], vec![s])
+            .unwrap()
+            .lower()
+            .unwrap();
+        let err = lowered.compile(&client).err().unwrap();
+        match &err {
+            JitError::Devices {
+                needed: n,
+                available,
+                have,
+                missing: m,
+                ..
+            } => {
+                assert_eq!((*n, *available), (needed, 4), "{err}");
+                assert_eq!(have, &[0, 1, 2, 3], "{err}");
+                assert_eq!(m, &missing, "{err}");
+            }
+            other => panic!("not a device error: {other}"),
+        }
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("needs {needed} devices")) && text.contains("Client::cpu"),
+            "{text}"
+        );
+    }
+    let fits = sharding(&mesh(&[3, 2, 1, 0]), "P('x', 'y')");
+    let exe = Jit::new(program(), vec![fits.clone()], vec![fits.clone()])
+        .unwrap()
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .unwrap();
+    let x = DeviceArray::device_put(&client, &to_host(&host()).unwrap(), &fits).unwrap();
+    assert_right_values(&exe, &x);
+}
+
+/// JAX's default device: a program without shardings runs whole on the client's first device
+/// (`Jit::on_default_device`) or on the device named (`Jit::on_device`, as with
+/// `jax_default_device`); an array on another device is refused until moved there, and a
+/// device the client lacks is refused before compiling.
+#[test]
+fn a_program_without_shardings_runs_on_the_default_device() {
+    use tessera::jit::default_device;
+    let client = Client::cpu(4).unwrap();
+    assert_eq!(default_device(&client).unwrap(), 0);
+    let exe = Jit::on_default_device(program(), &client)
+        .unwrap()
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .unwrap();
+    let whole = exe.input_shardings()[0].clone();
+    assert_eq!(whole.device_set().unwrap(), [0]);
+    assert!(whole.is_fully_replicated());
+    let x = DeviceArray::device_put(&client, &to_host(&host()).unwrap(), &whole).unwrap();
+    assert_eq!(exe.call(&[&x]).unwrap()[0].sharding(), &whole);
+    assert_right_values(&exe, &x);
+
+    let on_two = Jit::on_device(program(), 2)
+        .unwrap()
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .unwrap();
+    assert_eq!(on_two.output_shardings()[0].device_set().unwrap(), [2]);
+    let err = on_two.call(&[&x]).err().unwrap();
+    assert!(matches!(err, JitError::Layout { index: 0, .. }), "{err}");
+    let moved = x.reshard(&client, &on_two.input_shardings()[0]).unwrap();
+    assert_right_values(&on_two, &moved);
+
+    let err = Jit::on_device(program(), 9)
+        .unwrap()
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, JitError::Devices { missing, .. } if missing == &[9]),
+        "{err}"
+    );
+}
+
+/// An array this process holds only in part (as a process of a job holds its devices' shards)
+/// is refused by a call, naming how many shards it holds, never run on the shards it has; the
+/// whole array runs.
+#[test]
+fn an_array_held_only_in_part_is_refused() {
+    let client = Client::cpu(4).unwrap();
+    let want = sharding(&mesh(&[0, 1, 2, 3]), "P('x', 'y')");
+    let exe = Jit::new(program(), vec![want.clone()], vec![want.clone()])
+        .unwrap()
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .unwrap();
+    let x = DeviceArray::device_put(&client, &to_host(&host()).unwrap(), &want).unwrap();
+    let half = (x.addressable_shards().unwrap().iter())
+        .filter(|s| s.device < 2)
+        .map(|s| (s.device, s.buffer.clone()))
+        .collect();
+    let part = DeviceArray::from_shared_shards(x.shape(), x.element_type(), &want, half).unwrap();
+    assert!(!part.is_fully_addressable().unwrap());
+    let err = exe.call(&[&part]).err().unwrap();
+    assert!(
+        matches!(
+            err,
+            JitError::NotAddressable {
+                index: 0,
+                held: 2,
+                total: 4
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("2 of its 4 shards"), "{err}");
+    assert_right_values(&exe, &x);
 }

@@ -163,6 +163,14 @@ impl MpmdArray {
         ShapedArray::new(self.ty.dtype(), &self.shape)
     }
 
+    /// The sharding over every device of the array's groups, by its spec within each group and
+    /// replicated across the groups (JAXPP's `MpmdArray.sharding`, a `NamedSharding` of the
+    /// `mpmd_idxs` submesh): the layout of [`MpmdArray::to_global_array`]. Known in every
+    /// process, holding data or not.
+    pub fn sharding(&self) -> Result<tessera_sharding::NamedSharding> {
+        self.sharding.sharding()
+    }
+
     /// The MPMD sharding.
     pub fn mpmd_sharding(&self) -> &MpmdSharding {
         &self.sharding

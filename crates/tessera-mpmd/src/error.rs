@@ -108,6 +108,16 @@ pub enum MpmdError {
     /// A reshard across the processes of a job failed to exchange its blocks.
     #[error("a reshard across processes: {0}")]
     Reshard(String),
+    /// The identity program that moves an SPMD array onto its groups on the devices could not
+    /// be built or run (`reshard_device.rs`).
+    #[error(
+        "moving an array onto its MPMD groups on the devices: {what}; \
+         `Array::reshard` each group's copy instead"
+    )]
+    ReshardProgram {
+        /// What failed.
+        what: String,
+    },
     /// A device error from tessera-pjrt.
     #[error(transparent)]
     Pjrt(#[from] tessera_pjrt::PjrtError),

@@ -20,6 +20,7 @@ pub mod pipeline;
 pub mod processes;
 mod reshard;
 mod reshard_across;
+mod reshard_device;
 pub mod runtime;
 mod sharding;
 pub mod specs;

@@ -41,12 +41,28 @@ pub fn spmd_to_mpmd_reshard(
             let Some(source) = slots[i].take() else {
                 continue;
             };
+            // Split over the MPMD axis: no device holds a group's block whole, so one program
+            // over the mesh moves the blocks (JAXPP's `jit(identity, out_shardings)`).
+            let first = shardings[i].group_sharding(shardings[i].groups()[0])?;
+            if !holds_every_block(&source, &first)?
+                && let Some(per_group) = crate::reshard_device::replicate_over_groups(
+                    client,
+                    mesh,
+                    &source,
+                    &shardings[i],
+                )?
+            {
+                let arrays = per_group.into_values().collect();
+                done.insert(i, MpmdArray::new(arrays, shardings[i].clone())?);
+                continue;
+            }
             let mut per_group: Vec<Array> = Vec::new();
             for group in shardings[i].groups() {
                 let target = shardings[i].group_sharding(group)?;
                 // Groups hold the same blocks on meshes of one shape: a group whose blocks the
                 // source does not hold whole is copied, device to device, from the first
-                // group's copy, so the source goes through the host at most once.
+                // group's copy, so a source the program above does not take (on another mesh,
+                // in another memory) goes through the host at most once.
                 let from = match per_group.first() {
                     Some(first) if !holds_every_block(&source, &target)? => first,
                     _ => &source,
@@ -192,20 +208,25 @@ pub fn group_by_size_threshold(sizes: &[u64], threshold: u64) -> Vec<Vec<usize>>
     batches
 }
 
-/// A third of the smallest free memory over the client's devices; unbounded where the plugin
-/// reports no memory limits (the CPU plugin).
+/// A third of the smallest free memory over the client's devices (JAXPP's
+/// `_get_working_memory_threshold`); unbounded where the plugin reports no memory limits (the
+/// CPU plugin).
 pub(crate) fn default_threshold(client: &Client) -> u64 {
-    let free = client
-        .addressable_devices()
-        .ok()
-        .and_then(|devices| {
-            devices
-                .iter()
-                .map(|d| d.available_memory())
-                .collect::<Option<Vec<_>>>()
-        })
-        .and_then(|free| free.into_iter().min());
-    free.map_or(u64::MAX, |bytes| (bytes.max(0) / 3) as u64)
+    let free = client.addressable_devices().ok().and_then(|devices| {
+        devices
+            .iter()
+            .map(|d| d.available_memory())
+            .collect::<Option<Vec<_>>>()
+    });
+    threshold_of_free(free.as_deref())
+}
+
+/// A third of the smallest of `free`, each device's `bytes_limit - peak_bytes_in_use` (JAXPP's
+/// `min(...) // 3`; a device over its limit gives 0); unbounded when a device reports no limit
+/// (`None`) or there are no devices.
+fn threshold_of_free(free: Option<&[i64]>) -> u64 {
+    free.and_then(|free| free.iter().copied().min())
+        .map_or(u64::MAX, |bytes| (bytes.max(0) / 3) as u64)
 }
 
 #[cfg(test)]
@@ -217,6 +238,17 @@ mod tests {
         let sizes = [10, 50, 20, 40, 30];
         let groups = [0, 0, 1, 1, 0];
         assert_eq!(interleaved_order(&sizes, &groups), [1, 3, 4, 2, 0]);
+    }
+
+    #[test]
+    fn the_default_threshold_is_a_third_of_the_least_free_memory() {
+        assert_eq!(threshold_of_free(Some(&[900, 301, 600])), 100);
+        assert_eq!(threshold_of_free(Some(&[3 << 30])), 1 << 30);
+        // A device past its limit leaves no room to move anything in one batch.
+        assert_eq!(threshold_of_free(Some(&[900, -5])), 0);
+        // No limit reported (the CPU plugin), or no devices: unbounded.
+        assert_eq!(threshold_of_free(None), u64::MAX);
+        assert_eq!(threshold_of_free(Some(&[])), u64::MAX);
     }
 
     #[test]

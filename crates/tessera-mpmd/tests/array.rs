@@ -237,3 +237,29 @@ fn the_global_array_spans_the_groups_and_shares_their_buffers() {
     let err = array.to_global_array().unwrap_err();
     assert!(matches!(err, MpmdError::Deleted), "{err}");
 }
+
+#[test]
+fn the_sharding_spans_every_device_of_the_groups_holding_data_or_not() {
+    let (client, mesh) = setup();
+    let mpmd = MpmdSharding::new(&mesh, [3, 1], &p("P('data')")).unwrap();
+    let array = MpmdArray::new(
+        vec![
+            on_group(&client, &mesh, 1, &value(), "P('data')"),
+            on_group(&client, &mesh, 3, &value(), "P('data')"),
+        ],
+        mpmd.clone(),
+    )
+    .unwrap();
+    let sharding = array.sharding().unwrap();
+    // Groups 1 and 3 of the 4 x 2 mesh: devices 2, 3 and 6, 7, the spec within each group.
+    assert_eq!(sharding.device_set().unwrap(), [2, 3, 6, 7]);
+    assert_eq!(sharding.spec(), &p("P('data')"));
+    assert_eq!(sharding.num_devices(), 4);
+    assert_eq!(sharding.concrete_mesh().unwrap().axis_sizes(), [2, 2]);
+    // The global array is laid out by it.
+    assert_eq!(array.to_global_array().unwrap().sharding(), &sharding);
+    // A process holding none of the groups knows the same sharding.
+    let remote = MpmdArray::remote(&[2, 2], array.dtype(), mpmd);
+    assert!(!remote.is_partially_addressable());
+    assert_eq!(remote.sharding().unwrap(), sharding);
+}

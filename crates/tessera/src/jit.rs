@@ -76,6 +76,61 @@ pub enum JitError {
         /// The plugin's compile error.
         detail: String,
     },
+    /// The program's mesh names devices the client does not have (JAX's "compiling computation
+    /// that requires N logical devices, but only M XLA devices are available").
+    #[error(
+        "the program needs {needed} devices ({devices:?}) but the client has {available} \
+         ({have:?}), without {missing:?}; open a client with more devices (`Client::cpu(N)`, \
+         `--devices N`) or build the program's mesh on the client's devices"
+    )]
+    Devices {
+        /// How many devices the program's mesh holds.
+        needed: usize,
+        /// The mesh's device ids, in mesh order.
+        devices: Vec<i64>,
+        /// How many devices the client addresses.
+        available: usize,
+        /// The client's device ids.
+        have: Vec<i64>,
+        /// The mesh's devices the client lacks.
+        missing: Vec<i64>,
+    },
+    /// A floating-point result holds a NaN and the program checks for them
+    /// ([`Jit::debug_nans`], JAX's `jax_debug_nans`).
+    #[error(
+        "result {result} of the program holds a NaN (debug_nans){}; \
+         look at that equation's operands, or run the program on the interpreter \
+         (`tessera_ir::interp::eval_closed`) to see every value",
+        match equation {
+            Some(e) => format!(": the interpreter first makes one at {e}"),
+            None => String::from(
+                " (the interpreter, run on the same arguments, makes none: XLA's arithmetic \
+                 differs there, or an argument holds one)"
+            ),
+        }
+    )]
+    Nan {
+        /// The result's position.
+        result: usize,
+        /// The first top-level equation that made a NaN on the interpreter, in words.
+        equation: Option<String>,
+    },
+    /// An argument is held only in part by this process (a partially addressable array of a
+    /// multi-process job): a `jit` program runs in one process, on every shard (JAX refuses
+    /// non-fully-addressable arrays outside a multi-process SPMD program too).
+    #[error(
+        "argument {index} is held only in part by this process ({held} of its {total} shards): \
+         a jit program runs within one process on every shard; gather the array first (e.g. \
+         `mpmd_to_spmd_reshard_across`), or compile the program for this process's devices"
+    )]
+    NotAddressable {
+        /// The argument's position.
+        index: usize,
+        /// How many of its shards this process holds.
+        held: usize,
+        /// How many shards its sharding has.
+        total: usize,
+    },
     /// A result's buffers are not in the memory kind its sharding names.
     #[error(
         "result {index} should be in memory kind '{want}' but the plugin returned it in \
@@ -188,12 +243,15 @@ pub fn run_on_device(
 }
 
 mod cache;
+mod device;
 mod layout;
 mod memory;
 mod mpmd_args;
+mod nans;
 mod unspecified;
 
 pub use cache::JitCache;
+pub use device::{default_device, single_device_sharding};
 
 /// The mesh of the first `shard_map` or `sharding_constraint` in `program` (nested programs,
 /// `cond` branches among them, included), if any: the devices an SPMD run of it needs.
@@ -248,6 +306,8 @@ pub struct Jit {
     keep_unused: bool,
     /// Compiler options passed to XLA (JAX's `compiler_options`).
     compiler_options: std::collections::BTreeMap<String, tessera_pjrt::OptionOverride>,
+    /// Whether each call checks its floating-point results for NaNs (`jit/nans.rs`).
+    debug_nans: bool,
 }
 
 /// A lowered [`Jit`]: the StableHLO module and its device assignment.
@@ -297,6 +357,7 @@ impl Jit {
             unspecified_inputs: vec![false; ins],
             keep_unused: false,
             compiler_options: Default::default(),
+            debug_nans: false,
         })
     }
 
@@ -470,11 +531,13 @@ impl Lowered {
         &self.kept
     }
 
-    /// Compiles for the mesh's devices. A memory kind the devices lack is refused naming the
+    /// Compiles for the mesh's devices. A mesh naming devices the client lacks is
+    /// [`JitError::Devices`], before anything is compiled. A memory kind the devices lack is refused naming the
     /// kinds they have; results in host memory on a plugin whose compiler cannot place them
     /// there (the CPU plugins) are [`JitError::HostResultsUnsupported`]. A trivial program (its results are its arguments, laid out alike, or its constants) is
     /// not compiled at all ([`Compiled::is_trivial`]).
     pub fn compile(&self, client: &Client) -> Result<Compiled, JitError> {
+        layout::check_devices(client, &self.devices)?;
         let jit = &self.jit;
         let declared = jit.out_shardings.iter().zip(&jit.unspecified);
         let given = jit.in_shardings.iter().zip(&jit.auto_inputs);
@@ -686,6 +749,14 @@ impl Compiled {
     }
 
     fn run(&self, args: &[&DeviceArray]) -> Result<Vec<DeviceArray>, JitError> {
+        let outputs = self.execute(args)?;
+        if self.jit.debug_nans {
+            nans::check(&self.jit.program, args, &outputs)?;
+        }
+        Ok(outputs)
+    }
+
+    fn execute(&self, args: &[&DeviceArray]) -> Result<Vec<DeviceArray>, JitError> {
         let jaxpr = &self.jit.program.jaxpr;
         let in_avals = jaxpr.in_avals();
         if args.len() != in_avals.len() {
@@ -722,6 +793,15 @@ impl Compiled {
                 )));
             }
             layout::check_argument_layout(i, arg.sharding(), sharding, aval.shape.len())?;
+            let held = arg.addressable_shards()?.len();
+            let total = arg.sharding().num_devices() as usize;
+            if held != total {
+                return Err(JitError::NotAddressable {
+                    index: i,
+                    held,
+                    total,
+                });
+            }
         }
         let Some(executable) = &self.executable else {
             let jit = &self.jit;

@@ -43,6 +43,9 @@ struct CacheKey {
     keep_unused: bool,
     /// The compiler options, as printed (their values have no `Hash`).
     compiler_options: String,
+    /// Whether calls check their results for NaNs (the executable is the same, but the
+    /// `Compiled` returned carries the check).
+    debug_nans: bool,
 }
 
 impl CacheKey {
@@ -65,6 +68,7 @@ impl CacheKey {
             unspecified_inputs: jit.unspecified_inputs.clone(),
             keep_unused: jit.keep_unused,
             compiler_options: format!("{:?}", jit.compiler_options),
+            debug_nans: jit.debug_nans,
         }
     }
 }

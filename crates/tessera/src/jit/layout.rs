@@ -6,10 +6,38 @@
 //! for `P('x')`) or a mesh with other axis names that puts the same blocks on the same devices
 //! passes. Anything else is refused with what differs and how to move the array, never run as
 //! is: the executable would read each device's buffer as the block it was compiled for.
+//! Before compiling, the program's devices are checked against the client's
+//! ([`check_devices`]).
 
 use tessera_sharding::NamedSharding;
 
 use super::JitError;
+
+/// Refuses a program whose mesh holds `devices` the client does not address, naming them
+/// (XLA would otherwise fail on the device assignment).
+pub(super) fn check_devices(
+    client: &tessera_pjrt::Client,
+    devices: &[i64],
+) -> Result<(), JitError> {
+    let have: Vec<i64> = client
+        .addressable_devices()?
+        .iter()
+        .map(|d| d.id().map(i64::from))
+        .collect::<Result<_, _>>()?;
+    let missing: Vec<i64> = (devices.iter().copied())
+        .filter(|d| !have.contains(d))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(JitError::Devices {
+        needed: devices.len(),
+        devices: devices.to_vec(),
+        available: have.len(),
+        have,
+        missing,
+    })
+}
 
 /// Refuses argument `index` laid out by `have` when the executable takes `want` for an array of
 /// rank `rank`.
