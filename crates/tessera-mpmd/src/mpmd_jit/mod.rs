@@ -40,6 +40,7 @@
 //! at its loops into steps of one loop each, run one after the other, the code between two
 //! loops as the first one's update (`chain.rs`), in one process or under several.
 
+mod agree;
 mod analyze;
 mod args;
 mod before;
@@ -58,6 +59,7 @@ mod shardings;
 mod step_loops;
 mod tied;
 mod update;
+mod update_across;
 mod whole_body;
 
 use std::collections::HashMap;
@@ -77,7 +79,7 @@ pub use before::BeforeLoopRuns;
 pub use by_yield::mpmd_jit_by_yield;
 pub use fused::FUSED_TASK;
 pub use options::{Fusion, MpmdJitOptions};
-use pieces::{LoopResults, PieceLayout, compile_piece, input_spec};
+use pieces::{LoopResults, PieceInputs, PieceLayout, compile_piece, input_spec};
 use shardings::{StepShape, StepSpecs};
 pub use step_loops::{LoopKind, StepLoopsError};
 use update::{Piece, Place};
@@ -126,6 +128,11 @@ pub struct MpmdJit {
     /// For a step of several loops: this is the first loop's segment, the chain runs the others
     /// after it (`chain.rs`).
     chain: Option<Box<chain::Chain>>,
+    /// For each gradient the loop returns, the group holding it after the loop.
+    grad_groups: Vec<Option<usize>>,
+    /// The step's identity, which the processes of a job compare before every call
+    /// (`agree.rs`).
+    identity: u64,
 }
 
 /// What one call returns besides the step's results.
@@ -167,6 +174,17 @@ pub fn mpmd_jit_with(
 impl MpmdJit {
     /// Partitions and compiles `step`.
     pub fn new(
+        client: &Client,
+        mesh: &MpmdMesh,
+        step: &ClosedJaxpr,
+        options: &MpmdJitOptions,
+    ) -> Result<Self, DriverError> {
+        let mut jit = Self::compile(client, mesh, step, options)?;
+        jit.identity = agree::step_identity(step, (jit.in_specs(), jit.out_specs()));
+        Ok(jit)
+    }
+
+    fn compile(
         client: &Client,
         mesh: &MpmdMesh,
         step: &ClosedJaxpr,
@@ -249,7 +267,8 @@ impl MpmdJit {
             }
         }
         place_of_input.extend(std::iter::repeat_n(None, num_host)); // the loss and the metrics
-        place_of_input.extend(argnums.iter().map(|&a| group_of_arg(a)));
+        let grad_groups: Vec<Option<usize>> = argnums.iter().map(|&a| group_of_arg(a)).collect();
+        place_of_input.extend(grad_groups.iter().copied());
         // Result k updates step argument k when that is a parameter of the same type: it lives on
         // the groups of the stages reading that parameter.
         let homes: Vec<Vec<usize>> = (0..jaxpr.outvars.len())
@@ -278,9 +297,6 @@ impl MpmdJit {
             None => (update, place_of_input, None),
         };
         let split = update::split(&update, &place_of_input)?;
-        if options.processes.is_some() {
-            refuse_cross_process(&split)?;
-        }
         let same_layout = |i: usize, k: usize| input_spec(i) == specs.outs[k];
         let fused = match fuse {
             true => {
@@ -375,6 +391,8 @@ impl MpmdJit {
             crossing,
             fused,
             chain: None,
+            grad_groups,
+            identity: 0,
         };
         jit.compile_before()?;
         Ok(jit)
@@ -612,6 +630,8 @@ impl MpmdJit {
     }
 
     fn run(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
+        // Under several processes, every process checks first that all call it alike.
+        self.agree_on_call(args)?;
         match &self.chain {
             Some(chain) => chain.run(self, args),
             None => self.run_loop(args),
@@ -662,15 +682,27 @@ impl MpmdJit {
         if let Some(crossing) = &self.crossing {
             results.crossing = self.crossing_values(crossing, args, &results)?;
         }
+        // Under MPI, the inputs of this process's pieces that other processes hold.
+        let moved = self.move_update_inputs(args, &results)?;
         let results_ms = clock.lap();
+        let inputs = PieceInputs {
+            args,
+            results: &results,
+            moved: &moved,
+        };
         let mut outputs: Vec<Option<StepResult>> = vec![None; self.num_outputs];
+        let mut computed_here = HashMap::new();
         for (piece, compiled) in &self.pieces {
             let values = match (piece.place, compiled) {
-                (Place::Group(g), Some(index)) => self
-                    .run_on_group(piece, *index, g, args, &results)?
-                    .into_iter()
-                    .map(|m| StepResult::Mpmd(Box::new(m)))
-                    .collect(),
+                (Place::Group(g), Some(index)) => {
+                    let outs = self.run_on_group(piece, *index, g, inputs)?;
+                    let mut values = Vec::new();
+                    for (&k, (array, raw)) in piece.outputs.iter().zip(outs) {
+                        computed_here.insert(k, raw);
+                        values.push(StepResult::Mpmd(Box::new(array)));
+                    }
+                    values
+                }
                 (Place::Group(g), None) => self.elsewhere(piece, g)?,
                 _ => self
                     .run_on_host(piece, args, &results)?
@@ -682,7 +714,8 @@ impl MpmdJit {
                 outputs[k] = Some(v);
             }
         }
-        self.share_tied_results(&mut outputs)?;
+        self.share_results(&mut outputs, &computed_here)?;
+        drop(computed_here);
         let outputs = outputs
             .into_iter()
             .map(|o| o.ok_or_else(|| config("a result of the step was not computed")))
@@ -690,7 +723,7 @@ impl MpmdJit {
         let tasks_ms = out.timings.task_span_ms().min(pipeline_ms);
         let update_ms = clock.lap();
         let (losses, timings) = (out.losses, out.timings);
-        drop((params, data, computed, out.aux, results));
+        drop((params, data, computed, out.aux, results, moved));
         let phases = StepPhases {
             arguments_ms,
             microbatches_ms,
@@ -852,23 +885,6 @@ pub(super) fn check_args(args: &[StepArg], in_avals: &[ShapedArray]) -> Result<(
                 "argument {i} is {ty:?}{dims:?}, the step takes {aval}"
             )));
         }
-    }
-    Ok(())
-}
-
-/// Under several processes, values cross groups only through the pipeline's transport, the
-/// small values of a cut update and a tied weight's gradient parts and update: an update mixing
-/// large values of several groups is refused, naming it.
-fn refuse_cross_process(pieces: &[Piece]) -> Result<(), DriverError> {
-    if let Some(piece) = pieces.iter().find(|p| p.groups.len() > 1) {
-        return Err(config(format!(
-            "step results {:?} combine large values of the groups {:?}; an update may mix \
-             groups with one process per group only through small values (at most {} elements, \
-             e.g. a global gradient norm): run in one process, or reduce to small values first",
-            piece.outputs,
-            piece.groups,
-            phases::SMALL
-        )));
     }
     Ok(())
 }
