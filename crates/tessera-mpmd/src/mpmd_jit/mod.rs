@@ -21,7 +21,7 @@
 //! `treduce_i`'s body slicing the batch by the micro-batch index), whose results are the loop's
 //! results: the loss, combined by `Concat(0)`, `Add` or `Max`; the loss program's auxiliary
 //! results (per-micro-batch metrics, [`tessera_ir::trace::value_and_grad_with_aux_call`]),
-//! combined by `Concat(a)`, `Add` or `Max`; the gradients, combined by `Add`; and, in any order
+//! combined by `Concat(a)`, `Add` or `Max`; the gradients, combined by `Add` or `Max`; and, in any order
 //! among them, metrics the body computes beside the call from its loss and auxiliary results,
 //! the micro-batch and the parameters, combined by their own reduction (`whole_body.rs` moves
 //! them into the loss program as more auxiliary results). The differentiated arguments are
@@ -240,6 +240,7 @@ impl MpmdJit {
             plan_only: fuse,
             compiler_options: options.compiler_options.clone(),
             forward_only: body.forward_only,
+            max_grads: analyze::max_grads(&p.ops, body.aux, argnums),
         };
         let mut pipeline = CompiledPipeline::new_in(
             client,
