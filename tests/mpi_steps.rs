@@ -213,7 +213,7 @@ fn one_loop_step() -> ClosedJaxpr {
 }
 
 #[test]
-fn a_parameter_held_by_another_processs_group_is_refused_naming_the_fix() {
+fn a_parameter_or_data_held_by_another_processs_group_is_refused_naming_the_fix() {
     let client = Client::cpu(8).unwrap();
     let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 2), ("data", 4)]).unwrap(), "stage").unwrap();
     let options = MpmdJitOptions {
@@ -238,4 +238,20 @@ fn a_parameter_held_by_another_processs_group_is_refused_naming_the_fix() {
         "{err}"
     );
     assert!(err.contains("pass it from the host"), "{err}");
+    // Micro-batch data read by stage 0 (group 0), on group 1: refused alike, by every process
+    // (the check reads only where arguments lie, which the processes agreed on), so none waits
+    // for the others.
+    args[0] = StepArg::Host(Array::zeros(&f32(&[8, 8])));
+    let sharding = MpmdSharding::new(&mesh, [1], &PartitionSpec::replicated()).unwrap();
+    let remote = MpmdArray::remote(&[2, 4, 8], ElementType::F32, sharding);
+    args[3] = StepArg::Mpmd(Box::new(remote));
+    let err = jit.call_mpmd(&args).unwrap_err().to_string();
+    assert!(
+        err.contains("step argument 3 lies on groups [1], of other processes, but stages on groups [0] read it"),
+        "{err}"
+    );
+    assert!(
+        err.contains("micro-batch data on devices must lie"),
+        "{err}"
+    );
 }

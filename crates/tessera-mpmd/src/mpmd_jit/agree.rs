@@ -10,13 +10,17 @@
 //! ([`Processes::exchange`], 8 bytes to each). Every process sees every hash, so all of them
 //! decide alike: when the hashes agree the call goes on; otherwise a second exchange sends the
 //! descriptions themselves, and every process returns the same
-//! [`ProcessError::CallsDiffer`] naming the ranks and the argument that differ.
+//! [`ProcessError::CallsDiffer`] naming the ranks and the argument that differ. A stage's
+//! argument on devices of other processes' groups than the stages reading it is then refused by
+//! every process alike too ([`MpmdJit::held_by_readers`]).
 
+use std::collections::BTreeSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use tessera_sharding::PartitionSpec;
 
-use super::{MpmdJit, StepArg};
+use super::analyze::{LossInput, Operand};
+use super::{MpmdJit, StepArg, config};
 use crate::driver::DriverError;
 use crate::processes::{ProcessError, Processes, frames, put_frame};
 
@@ -54,6 +58,49 @@ fn describe(arg: &StepArg) -> String {
 }
 
 impl MpmdJit {
+    /// Under several processes, whether every argument on devices that a stage reads (a
+    /// parameter, or micro-batch data) lies on groups of the processes running the stages
+    /// reading it; an error naming the fix otherwise. Every process decides alike (from the
+    /// placements the processes agreed on), so all of them refuse the call together instead of
+    /// the others waiting for the one that lacks the value.
+    pub(super) fn held_by_readers(&self, args: &[StepArg]) -> Result<(), DriverError> {
+        let Some(processes) = self.pipeline.processes() else {
+            return Ok(());
+        };
+        for (a, input) in self.loss_inputs.iter().enumerate() {
+            let (i, readers, what) = match *input {
+                LossInput::Param(i) => (i, self.pipeline.groups_of_param(a), "a parameter"),
+                LossInput::Invariant(Operand::Arg(i)) | LossInput::Sliced(Operand::Arg(i)) => {
+                    (i, self.pipeline.groups_of_data(a), "micro-batch data")
+                }
+                LossInput::ComputedParam(_) | LossInput::Invariant(_) | LossInput::Sliced(_) => {
+                    continue;
+                }
+            };
+            let Some(StepArg::Mpmd(m)) = args.get(i) else {
+                continue;
+            };
+            let holders: BTreeSet<usize> = m
+                .mpmd_idxs()
+                .iter()
+                .map(|&g| processes.process_of(g))
+                .collect();
+            if readers
+                .iter()
+                .any(|&g| !holders.contains(&processes.process_of(g)))
+            {
+                return Err(config(format!(
+                    "step argument {i} lies on groups {:?}, of other processes, but stages on \
+                     groups {readers:?} read it; under several processes {what} on devices must \
+                     lie on the groups of the stages reading it (as a step's own result left \
+                     there does): pass it from the host, or put it on those groups' devices",
+                    m.mpmd_idxs()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks that every process calls this step with arguments alike (see the module docs);
     /// nothing to check in one process.
     pub(super) fn agree_on_call(&self, args: &[StepArg]) -> Result<(), DriverError> {

@@ -457,7 +457,9 @@ impl MpmdJit {
     /// For each step argument, whether this process reads it: a parameter of a stage on one of
     /// its groups, an input of an update piece run on one of them or on the host, or loop
     /// data. In one process every argument; under MPI a rank may pass anything of the right
-    /// type for an argument it does not read (e.g. without loading it from a checkpoint).
+    /// type for an argument it does not read (e.g. without loading it from a checkpoint), placed
+    /// as the other ranks place it (from the host when they pass it from the host: the ranks
+    /// compare every argument's shape, type and placement before each call, `agree.rs`).
     pub fn reads_here(&self) -> Vec<bool> {
         if let Some(chain) = &self.chain {
             return vec![true; chain.num_args()];
@@ -663,7 +665,6 @@ impl MpmdJit {
                 // Under MPI, only this process's groups take parameters.
                 let groups = self.pipeline.groups_of_param(a);
                 if groups.iter().any(|&g| self.pipeline.is_local(g)) {
-                    held_here(&args[i], i, &groups)?;
                     params.insert(a, args[i].placed()?);
                 }
             }
@@ -743,7 +744,8 @@ impl MpmdJit {
     }
 
     fn check_args(&self, args: &[StepArg]) -> Result<(), DriverError> {
-        check_args(args, &self.in_avals)
+        check_args(args, &self.in_avals)?;
+        self.held_by_readers(args)
     }
 
     /// The loop's loss and auxiliary results, each combined over the micro-batches by its
@@ -846,23 +848,6 @@ fn homes(
         .position(|input| matches!(input, LossInput::Param(i) if *i == arg))
         .map(|a| pipeline.groups_of_param(a))
         .unwrap_or_default()
-}
-
-/// Under several processes, whether parameter step argument `i`, read by a stage on `groups` (some
-/// of them this process's), has data here; an error naming the fix otherwise.
-fn held_here(arg: &StepArg, i: usize, groups: &[usize]) -> Result<(), DriverError> {
-    match arg {
-        StepArg::Mpmd(m) if !m.is_partially_addressable() && !m.is_deleted() => {
-            Err(config(format!(
-                "step argument {i} lies on groups {:?}, of other processes, but stages on groups \
-                 {groups:?} read it; under several processes a parameter on devices must lie on \
-                 the groups of the stages reading it (as a step's own result left there does): \
-                 pass it from the host, or put it on those groups' devices",
-                m.mpmd_idxs()
-            )))
-        }
-        StepArg::Mpmd(_) | StepArg::Host(_) => Ok(()),
-    }
 }
 
 /// Whether `args` are live arrays of the types `in_avals`, one per step argument.
