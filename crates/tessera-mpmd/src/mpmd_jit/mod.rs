@@ -602,6 +602,9 @@ impl MpmdJit {
     /// host. Micro-batch data on a group is sliced there, each micro-batch then moved to the
     /// groups of the stages reading it.
     pub fn call_mpmd(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
+        // Under several processes, every process checks first that all call it alike, so
+        // that any refusal below is every process's.
+        self.agree_on_call(args)?;
         if let Some(&a) = self
             .donated()
             .iter()
@@ -611,7 +614,7 @@ impl MpmdJit {
                 "the step donates argument {a}, an array on the groups; run it with call_mpmd_donated, which takes the donated arrays and deletes them"
             )));
         }
-        self.run(args)
+        self.run_agreed(args)
     }
 
     /// Runs a step that donates arguments ([`MpmdJitOptions::donate_argnums`]): like
@@ -635,6 +638,11 @@ impl MpmdJit {
     fn run(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
         // Under several processes, every process checks first that all call it alike.
         self.agree_on_call(args)?;
+        self.run_agreed(args)
+    }
+
+    /// Runs the step once the processes agreed on the call.
+    fn run_agreed(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
         match &self.chain {
             Some(chain) => chain.run(self, args),
             None => self.run_loop(args),
