@@ -1,4 +1,4 @@
-//! Four `mpmd_jit` step shapes with one process per MPMD group (issue 32):
+//! Five `mpmd_jit` step shapes with one process per MPMD group (issue 32):
 //! `cargo build -p tessera-examples --example mpi_steps`, then
 //! `mpirun -n 2 target/debug/examples/mpi_steps` (as root: `--allow-run-as-root`), or alone in
 //! one process with 8 devices.
@@ -14,11 +14,19 @@
 //!   to the ranks whose stages read them.
 //! - `computed`: the loop differentiates values computed before it (`w0 * mask`, `w1 / 2`), the
 //!   update applying the chain rule by hand.
+//! - `mixed`: an update mixing large values of both groups (each weight's update reads both
+//!   gradients; a result multiplies both weights): under MPI, group 1's values are sent to rank
+//!   0, which runs it, and `w1'` is sent back to rank 1.
 //!
 //! Each step is called twice, the second call on the weights the first left on their groups.
 //! Every result this process holds is checked against the interpreter (1e-6, relative above 1)
-//! and printed as `rank R: SHAPE call N result K: BITS` (the f32 bits in hex), so that a test can
+//! and printed as `rank R: SHAPE call N result K: BITS` (the f32 bits in hex; for more than 64
+//! values, their count and a hash of the bits), so that a test can
 //! compare a job's results with the one-process run's bit for bit.
+//!
+//! With `--mismatch` (under `mpirun -n 2`), rank 1 calls `mixed` differently from rank 0 (a batch
+//! of another shape, then targets from the host where rank 0 passes them on group 0): both ranks
+//! are refused with the same error, then a call made alike runs.
 
 use tessera::ir::interp::eval_closed;
 use tessera::ir::trace::{Tensor, call_closed, trace, treduce, value_and_grad_call};
@@ -40,8 +48,13 @@ fn f32(shape: &[i64]) -> ShapedArray {
 
 /// `x, w0, w1, y[, c] -> mean((tanh(tanh(x w0) w1) - y [+ c])^2)`, the second layer in stage 1.
 fn loss(shifted: bool) -> anyhow::Result<ClosedJaxpr> {
-    let rows = f32(&[WIDTH, WIDTH]);
-    let mut avals = vec![rows.clone(); 4];
+    loss_of(WIDTH, WIDTH, shifted)
+}
+
+/// [`loss`] on `rows` rows of `width` features (weights `width` x `width`).
+fn loss_of(rows: i64, width: i64, shifted: bool) -> anyhow::Result<ClosedJaxpr> {
+    let (rows, w) = (f32(&[rows, width]), f32(&[width, width]));
+    let mut avals = vec![rows.clone(), w.clone(), w, rows.clone()];
     if shifted {
         avals.push(rows);
     }
@@ -150,6 +163,30 @@ fn computed() -> anyhow::Result<ClosedJaxpr> {
     })?)
 }
 
+/// The weights' width in `mixed`: over the 4096 elements of a small value, so that the update mixes
+/// large values of both groups (small ones would be cut and crossed on the host).
+const WIDE: i64 = 72;
+
+/// `(w0, w1, lr, xs, ys) -> (w0', w1', mean loss, w0 * w1)`, weights `WIDE` x `WIDE`: each
+/// weight's update reads both groups' gradients, and `w0 * w1` both weights, so under MPI the
+/// update's piece on group 0 receives group 1's gradient and weight from its rank and sends
+/// `w1'` back there.
+fn mixed() -> anyhow::Result<ClosedJaxpr> {
+    let loss = loss_of(4, WIDE, false)?;
+    let w = f32(&[WIDE, WIDE]);
+    let data = f32(&[MBS, 4, WIDE]);
+    let avals = [w.clone(), w, f32(&[]), data.clone(), data];
+    Ok(trace(&avals, |a| {
+        let outs = treduce(&[&a[0], &a[1]], &[&a[3], &a[4]], 0, "1f1b", &[], |w, mb| {
+            value_and_grad_call(&loss, &[1, 2], &[&mb[0], &w[0], &w[1], &mb[1]])
+        });
+        let (g0, g1) = (&outs[1], &outs[2]);
+        let w0 = &a[0] - &(&a[2] * &(g0 + &(g1 * 0.5)));
+        let w1 = &a[1] - &(&a[2] * &(g1 + &(g0 * 0.5)));
+        vec![w0, w1, outs[0].mean(&[0]), &a[0] * &a[1]]
+    })?)
+}
+
 fn values(shape: &[i64], seed: f64, scale: f64) -> anyhow::Result<Array> {
     let n: i64 = shape.iter().product();
     let data = (0..n).map(|i| (((i as f64 + 1.0) * 0.618 + seed).sin() * 2.0 + 0.5) * scale);
@@ -243,15 +280,10 @@ fn run(
                     "{name}, call {n}, result {k}: {a} vs the interpreter's {b}"
                 );
             }
-            let bits: Vec<String> = got
-                .to_vec()
-                .iter()
-                .map(|&v| format!("{:08x}", (v as f32).to_bits()))
-                .collect();
             println!(
                 "rank {}: {name} call {n} result {k}: {}",
                 at.rank,
-                bits.join(" ")
+                bits(&got.to_vec())
             );
         }
         want_args[..2].clone_from_slice(&want[..2]);
@@ -271,8 +303,46 @@ fn run(
     Ok(())
 }
 
+/// `--mismatch`: rank 1 calls `mixed` with its batch of another shape, then with its targets
+/// from the host where rank 0 passes them on group 0: every rank gets the same error naming rank
+/// 1 and the argument (printed as `rank R: refused: ERROR`), then a call made alike runs.
+fn mismatch(at: &Place) -> anyhow::Result<()> {
+    let step = mixed()?;
+    let options = MpmdJitOptions {
+        processes: at.processes.clone(),
+        ..MpmdJitOptions::default()
+    };
+    let jit = mpmd_jit_with(&at.client, &at.mesh, &step, &options)?;
+    let args = mixed_args()?;
+    let host: Vec<StepArg> = args.iter().cloned().map(StepArg::Host).collect();
+    let mut other_shape = host.clone();
+    if at.rank == 1 {
+        other_shape[3] = StepArg::Host(values(&[MBS, 2, WIDE], 10.0, 0.5)?);
+    }
+    let mut other_place = host.clone();
+    if at.rank == 0 {
+        other_place[4] = on_group(at, 0, &args[4])?;
+    }
+    for call in [other_shape, other_place] {
+        match jit.call_mpmd(&call) {
+            Ok(_) => anyhow::bail!("rank {}: a call made differently ran", at.rank),
+            Err(e) => println!("rank {}: refused: {e}", at.rank),
+        }
+    }
+    let run = jit.call_mpmd(&host)?;
+    let loss = run.outputs[2].to_host()?.to_vec();
+    println!(
+        "rank {}: the call after the refused ones ran (loss {loss:?})",
+        at.rank
+    );
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let at = place()?;
+    if std::env::args().any(|a| a == "--mismatch") {
+        return mismatch(&at);
+    }
     let weights = |seed: f64| values(&[WIDTH, WIDTH], seed, 0.2);
     let data = |seed: f64| values(&[MBS, WIDTH, WIDTH], seed, 0.5);
     let lr = Array::scalar(DType::F32, 0.1);
@@ -297,8 +367,42 @@ fn main() -> anyhow::Result<()> {
     common.insert(2, values(&[WIDTH, WIDTH], 3.0, 0.5)?);
     let args = [&common[..], &[data(10.0)?, data(20.0)?]].concat();
     run(&at, "computed", &computed()?, args, None)?;
+    run(&at, "mixed", &mixed()?, mixed_args()?, None)?;
     println!("rank {}: every step equals the interpreter", at.rank);
     Ok(())
+}
+
+/// The f32 bits of `values` in hex; for more than 64 values, their count and a 64-bit FNV-1a
+/// hash of the bits (whole lines of thousands of values from two ranks would interleave in
+/// `mpirun`'s output).
+fn bits(values: &[f64]) -> String {
+    let bits = values.iter().map(|&v| (v as f32).to_bits());
+    if values.len() <= 64 {
+        return bits
+            .map(|b| format!("{b:08x}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
+    let hash = bits
+        .flat_map(u32::to_le_bytes)
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, byte| {
+            (h ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("{} values, FNV-1a {hash:016x}", values.len())
+}
+
+/// The arguments of [`mixed`].
+fn mixed_args() -> anyhow::Result<Vec<Array>> {
+    let weights = |seed: f64| values(&[WIDE, WIDE], seed, 0.05);
+    let data = |seed: f64| values(&[MBS, 4, WIDE], seed, 0.5);
+    let lr = Array::scalar(DType::F32, 0.1);
+    Ok(vec![
+        weights(0.0)?,
+        weights(1.0)?,
+        lr,
+        data(10.0)?,
+        data(20.0)?,
+    ])
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
 //! `mpmd_jit` step shapes under MPI (issue 32), two ranks, one per group: steps of two
 //! sequential `treduce` loops (train then eval, two accumulation loops), a step whose code before its loop runs on a group's devices and
-//! sends its results to the ranks reading them, and a step differentiating values it computes
-//! before its loop. The `mpi_steps` example runs each twice (the second call on the weights the
+//! sends its results to the ranks reading them, a step differentiating values it computes
+//! before its loop, and a step whose update mixes large values of both groups (run by rank 0,
+//! group 1's values sent to it). The `mpi_steps` example runs each twice (the second call on the weights the
 //! first left on their groups) and checks every result it holds against the interpreter; here
 //! every result of the job equals the one-process run's bit for bit (the same programs run on
 //! the same groups), and every result is printed by some rank. A parameter on devices held by
-//! another process's group than the one reading it is refused, naming the fix.
+//! another process's group than the one reading it is refused, naming the fix; ranks calling a
+//! step with arguments of other shapes or placements are refused alike instead of hanging.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -49,7 +51,7 @@ fn name(line: &str) -> &str {
 }
 
 #[test]
-fn four_step_shapes_on_two_ranks_equal_the_one_process_run_bit_for_bit() {
+fn five_step_shapes_on_two_ranks_equal_the_one_process_run_bit_for_bit() {
     let program = example("mpi_steps");
     let alone = std::process::Command::new(&program)
         .env_remove("TESSERA_PJRT_PLUGIN")
@@ -74,8 +76,8 @@ fn four_step_shapes_on_two_ranks_equal_the_one_process_run_bit_for_bit() {
     }
     let one: BTreeSet<String> = results(&alone_out).into_iter().collect();
     let many = results(&job.stdout);
-    // 2 calls of: two loops (4 results), two sources (4), before (3), computed (5).
-    assert_eq!(one.len(), 2 * (4 + 4 + 3 + 5), "{alone_out}");
+    // 2 calls of: two loops (4 results), two sources (4), before (3), computed (5), mixed (4).
+    assert_eq!(one.len(), 2 * (4 + 4 + 3 + 5 + 4), "{alone_out}");
     for line in &many {
         assert!(
             one.contains(line),
@@ -85,6 +87,16 @@ fn four_step_shapes_on_two_ranks_equal_the_one_process_run_bit_for_bit() {
     let covered: BTreeSet<&str> = many.iter().map(|l| name(l)).collect();
     let all: BTreeSet<&str> = one.iter().map(|l| name(l)).collect();
     assert_eq!(covered, all, "results no rank printed");
+    // `mixed`'s update, run by rank 0 on group 0, sent `w1'` to rank 1, and rank 0 holds none of
+    // it; `w0 * w1` (read from rank 1 on the second call) stays on group 0.
+    for (line, printed) in [
+        ("rank 1: mixed call 2 result 1: ", true),
+        ("rank 0: mixed call 2 result 1: ", false),
+        ("rank 0: mixed call 2 result 3: ", true),
+        ("rank 1: mixed call 2 result 3: ", false),
+    ] {
+        assert_eq!(job.stdout.contains(line), printed, "{line}\n{}", job.stdout);
+    }
     // Rank 1 holds the second weight and rank 0 the first: each prints only its own.
     assert!(
         job.stdout.contains("rank 1: before call 2 result 1: "),
@@ -106,6 +118,40 @@ fn four_step_shapes_on_two_ranks_equal_the_one_process_run_bit_for_bit() {
             );
             assert!(job.stdout.contains(&line), "{}", job.stdout);
         }
+    }
+}
+
+/// Rank 1 calls a step with an argument of another shape, then of another placement: instead of
+/// waiting forever for each other, both ranks are refused with the same error naming rank 1,
+/// the argument and the fix, and a call made alike then runs; the job ends.
+#[test]
+fn ranks_calling_a_step_differently_are_refused_alike_and_the_job_goes_on() {
+    let program = example("mpi_steps");
+    let job = mpirun(
+        &["-n", "2", program.to_str().unwrap(), "--mismatch"],
+        &[],
+        Duration::from_secs(240),
+        None,
+    );
+    assert!(job.status.success(), "{}\n{}", job.stdout, job.stderr);
+    for rank in 0..2 {
+        let refused: Vec<&str> = job
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with(&format!("rank {rank}: refused: ")))
+            .collect();
+        assert_eq!(refused.len(), 2, "{}", job.stdout);
+        let shape = "called the step differently (rank 1): rank 1 passes argument 3 as \
+                     F32[4, 2, 72] from the host, rank 0 as F32[4, 4, 72] from the host";
+        assert!(refused[0].contains(shape), "{}", refused[0]);
+        let place = "rank 1 passes argument 4 as F32[4, 4, 72] from the host, rank 0 as \
+                     F32[4, 4, 72] as an array on groups [0]";
+        assert!(refused[1].contains(place), "{}", refused[1]);
+        for line in &refused {
+            assert!(line.contains("fix the call on the ranks named"), "{line}");
+        }
+        let ran = format!("rank {rank}: the call after the refused ones ran");
+        assert!(job.stdout.contains(&ran), "{}", job.stdout);
     }
 }
 
@@ -167,7 +213,7 @@ fn one_loop_step() -> ClosedJaxpr {
 }
 
 #[test]
-fn a_parameter_held_by_another_processs_group_is_refused_naming_the_fix() {
+fn a_parameter_or_data_held_by_another_processs_group_is_refused_naming_the_fix() {
     let client = Client::cpu(8).unwrap();
     let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 2), ("data", 4)]).unwrap(), "stage").unwrap();
     let options = MpmdJitOptions {
@@ -192,4 +238,20 @@ fn a_parameter_held_by_another_processs_group_is_refused_naming_the_fix() {
         "{err}"
     );
     assert!(err.contains("pass it from the host"), "{err}");
+    // Micro-batch data read by stage 0 (group 0), on group 1: refused alike, by every process
+    // (the check reads only where arguments lie, which the processes agreed on), so none waits
+    // for the others.
+    args[0] = StepArg::Host(Array::zeros(&f32(&[8, 8])));
+    let sharding = MpmdSharding::new(&mesh, [1], &PartitionSpec::replicated()).unwrap();
+    let remote = MpmdArray::remote(&[2, 4, 8], ElementType::F32, sharding);
+    args[3] = StepArg::Mpmd(Box::new(remote));
+    let err = jit.call_mpmd(&args).unwrap_err().to_string();
+    assert!(
+        err.contains("step argument 3 lies on groups [1], of other processes, but stages on groups [0] read it"),
+        "{err}"
+    );
+    assert!(
+        err.contains("micro-batch data on devices must lie"),
+        "{err}"
+    );
 }

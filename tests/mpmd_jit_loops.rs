@@ -1,5 +1,6 @@
 //! `mpmd_jit` on general loop bodies: per-micro-batch metrics (the loss program's auxiliary
 //! results) combined by `Concat` on any axis, `Add` or `Max`; a loss combined by `Max`;
+//! gradients combined by `Max`;
 //! `treduce_i`, whose body slices the batch by the micro-batch index; and micro-batch data
 //! already on a group's devices. Each runs pipelined and equals the step interpreted
 //! sequentially.
@@ -257,8 +258,67 @@ fn micro_batches_already_on_the_first_group_are_sliced_there() {
     assert_close(&jit.call(&host).unwrap().outputs, &want);
 }
 
+/// `step(w.., lr, xs, ys) -> (w'.., mean loss)` whose loop combines the gradients by `grad_ops`.
+fn grad_op_step(
+    stages: usize,
+    mbs: i64,
+    rows: i64,
+    schedule: &str,
+    grad_ops: &[ReduceOp],
+) -> ClosedJaxpr {
+    let loss = loss(stages, rows, false);
+    let mut avals: Vec<ShapedArray> = (0..stages).map(|_| f32(&[WIDTH, WIDTH])).collect();
+    avals.extend([f32(&[]), f32(&[mbs, rows, WIDTH]), f32(&[mbs, rows, WIDTH])]);
+    let argnums: Vec<usize> = (1..=stages).collect();
+    let mut ops = vec![ReduceOp::Concat(0)];
+    ops.extend_from_slice(grad_ops);
+    trace(&avals, |a| {
+        let weights: Vec<&Tensor> = a[..stages].iter().collect();
+        let xs = [&a[stages + 1], &a[stages + 2]];
+        let outs = treduce(&weights, &xs, 0, schedule, &ops, |w, mb| {
+            let mut args = vec![&mb[0]];
+            args.extend(w.iter());
+            args.push(&mb[1]);
+            value_and_grad_call(&loss, &argnums, &args)
+        });
+        let mut results = sgd(a, &outs, stages, mbs, 1);
+        results.push(outs[0].mean(&[0]));
+        results
+    })
+    .unwrap()
+}
+
+/// JAXPP's `treduce` takes an operation per result: a gradient combined by `Max` (each
+/// element's largest value over the micro-batches) accumulates by `max` on its stage's group,
+/// beside gradients summed, under schedules with whole and split backwards, and as one program
+/// on one group; each equals the step interpreted (the sequential loop).
 #[test]
-fn a_gradient_combined_by_max_is_refused_naming_it() {
+fn a_gradient_combined_by_max_is_pipelined_like_the_sequential_loop() {
+    let (mbs, rows) = (4, 4);
+    let (add, max) = (ReduceOp::Add, ReduceOp::Max);
+    for (stages, schedule, ops) in [
+        (2, "1f1b", vec![max, add]),
+        (4, "zero-bubble", vec![add, max, max, add]),
+        (2, "gpipe", vec![max, max]),
+        (1, "1f1b", vec![max]),
+    ] {
+        let program = grad_op_step(stages, mbs, rows, schedule, &ops);
+        check(&program, stages, mbs, rows);
+    }
+    // Max differs from the sum here, so the check above tells them apart.
+    let summed = grad_op_step(2, mbs, rows, "1f1b", &[add, add]);
+    let maxed = grad_op_step(2, mbs, rows, "1f1b", &[max, add]);
+    let args = step_args(2, mbs, rows);
+    let (s, m) = (
+        eval_closed(&summed, &args).unwrap(),
+        eval_closed(&maxed, &args).unwrap(),
+    );
+    assert_ne!(s[0].to_vec(), m[0].to_vec());
+    assert_eq!(s[1].to_vec(), m[1].to_vec());
+}
+
+#[test]
+fn a_gradient_combined_by_concat_is_refused_naming_it_and_why() {
     let (stages, mbs, rows) = (2, 4, 4);
     let loss = loss(stages, rows, false);
     let mut avals: Vec<ShapedArray> = (0..stages).map(|_| f32(&[WIDTH, WIDTH])).collect();
@@ -266,7 +326,7 @@ fn a_gradient_combined_by_max_is_refused_naming_it() {
     let program = trace(&avals, |a| {
         let weights: Vec<&Tensor> = a[..stages].iter().collect();
         let xs = [&a[stages], &a[stages + 1]];
-        let ops = [ReduceOp::Add, ReduceOp::Add, ReduceOp::Max];
+        let ops = [ReduceOp::Add, ReduceOp::Add, ReduceOp::Concat(0)];
         treduce(&weights, &xs, 0, "1f1b", &ops, |w, mb| {
             value_and_grad_call(&loss, &[1, 2], &[&mb[0], &w[0], &w[1], &mb[1]])
         })
@@ -277,7 +337,41 @@ fn a_gradient_combined_by_max_is_refused_naming_it() {
         .err()
         .unwrap()
         .to_string();
-    assert!(err.contains("gradient 1 by Max"), "{err}");
+    assert!(err.contains("gradient 1 by Concat(0)"), "{err}");
+    assert!(err.contains("combine it by Add or Max"), "{err}");
+}
+
+/// A tied weight's gradient is the sum of its stages' parts within each micro-batch, which
+/// per-stage accumulators cannot combine by `Max`: refused naming it.
+#[test]
+fn a_tied_weights_gradient_combined_by_max_is_refused() {
+    let (mbs, rows) = (4, 4);
+    let w = f32(&[WIDTH, WIDTH]);
+    let loss = trace(
+        &[f32(&[rows, WIDTH]), w.clone(), f32(&[rows, WIDTH])],
+        |a| {
+            let h = a[0].matmul(&a[1]).tanh().enter_stage(1).matmul(&a[1]);
+            vec![(&h - &a[2]).integer_pow(2).mean(&[0, 1])]
+        },
+    )
+    .unwrap();
+    let batch = f32(&[mbs, rows, WIDTH]);
+    let program = trace(&[w, batch.clone(), batch], |a| {
+        let ops = [ReduceOp::Concat(0), ReduceOp::Max];
+        treduce(&[&a[0]], &[&a[1], &a[2]], 0, "1f1b", &ops, |w, mb| {
+            value_and_grad_call(&loss, &[1], &[&mb[0], &w[0], &mb[1]])
+        })
+    })
+    .unwrap();
+    let client = Client::cpu(8).unwrap();
+    let err = mpmd_jit(&client, &mesh(2), &program)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("read by 2 stages (tied), combines over the micro-batches by Max"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -23,7 +23,7 @@ use tessera_stablehlo::{KeyTypes, PartBody, Partitioner, lower_flat, mlir_type};
 
 use crate::compose::action_module;
 use crate::mesh::MpmdMesh;
-use crate::partition::{PartitionError, StagePrograms, key_aval, partition};
+use crate::partition::{PartitionError, StagePrograms, key_aval, partition_with};
 use crate::pipeline::{Key, PartSignature, PipelinePlan, build_plan};
 use crate::processes::Processes;
 use crate::runtime::{
@@ -150,6 +150,11 @@ pub struct PipelineOptions {
     /// no backward): the step returns the losses and auxiliary results and no gradient (an eval
     /// loss, inference, on the groups that hold the parameters).
     pub forward_only: bool,
+    /// The parameters (loss arguments) whose gradients combine over the micro-batches by their
+    /// elementwise maximum instead of their sum (a `treduce` gradient result combined by `Max`;
+    /// [`crate::partition::partition_with`]). A parameter read by several stages (a tied
+    /// weight) cannot be among them: its per-stage parts add up per micro-batch.
+    pub max_grads: Vec<usize>,
 }
 
 /// A pipelined step ready to run.
@@ -297,7 +302,18 @@ impl CompiledPipeline {
                 mesh.mpmd_dim()
             )));
         }
-        let parts = partition(loss, params)?;
+        let parts = partition_with(loss, params, &options.max_grads)?;
+        let reading = |arg: usize| parts.iter().filter(|p| p.param_args.contains(&arg)).count();
+        if let Some(&arg) = options.max_grads.iter().find(|&&a| reading(a) > 1) {
+            return Err(DriverError::Config(format!(
+                "the gradient of loss argument {arg}, a weight read by {} stages (tied), combines \
+                 over the micro-batches by Max; its parts from the stages add up within each \
+                 micro-batch before the micro-batches combine, which the stages' own \
+                 accumulators cannot do for Max: combine it by Add, or read the weight in one \
+                 stage",
+                reading(arg)
+            )));
+        }
         if parts.len() != schedule_plan.num_stages as usize {
             return Err(DriverError::Config(format!(
                 "the model has {} stages (its stage markers + 1) but the schedule has {}",

@@ -86,6 +86,19 @@ pub fn partition(
     loss: &ClosedJaxpr,
     params: &[usize],
 ) -> Result<Vec<StagePrograms>, PartitionError> {
+    partition_with(loss, params, &[])
+}
+
+/// [`partition`], the gradients of the parameters `maxed` (loss arguments among `params`)
+/// combined over the micro-batches by their elementwise maximum instead of their sum (a
+/// `treduce` gradient result combined by `Max`): the backward's accumulating programs take
+/// `max(acc, g)` for them (the first backward of a step starts the accumulator with its `g`
+/// either way).
+pub fn partition_with(
+    loss: &ClosedJaxpr,
+    params: &[usize],
+    maxed: &[usize],
+) -> Result<Vec<StagePrograms>, PartitionError> {
     let flat = inline_calls(loss);
     refuse_nested_markers(&flat.jaxpr)?;
     let mut split = split_stages(&flat)?;
@@ -135,7 +148,7 @@ pub fn partition(
                     ),
                 });
             }
-            stage_programs(&split, s, params, &reads[s], consumers)
+            stage_programs(&split, s, (params, maxed), &reads[s], consumers)
         })
         .collect()
 }
@@ -239,7 +252,7 @@ fn roles(inputs: &[StageInput], params: &[usize]) -> Roles {
 fn stage_programs(
     split: &tessera_ir::passes::StageSplit,
     s: usize,
-    params: &[usize],
+    (params, maxed): (&[usize], &[usize]),
     reads: &[ActRef],
     consumers: Vec<Vec<u32>>,
 ) -> Result<StagePrograms, PartitionError> {
@@ -318,6 +331,11 @@ fn stage_programs(
     let mut bwd_avals = contract_avals.clone();
     bwd_avals.extend(ct_avals);
     let acc_avals: Vec<ShapedArray> = r.params.iter().map(|&i| avals[i].clone()).collect();
+    // Each parameter's accumulator takes the next micro-batch's gradient by its combination.
+    let combine = |k: usize, acc: &Tensor, g: &Tensor| match maxed.contains(&r.param_args[k]) {
+        true => acc.maximum(g),
+        false => acc + g,
+    };
     let mut full_avals = bwd_avals.clone();
     full_avals.extend(acc_avals.iter().cloned());
     let bwd = trace(&full_avals, |a| {
@@ -326,7 +344,7 @@ fn stage_programs(
             .params
             .iter()
             .enumerate()
-            .map(|(k, &i)| &a[np + nr + n_ct + k] + &g[i]);
+            .map(|(k, &i)| combine(k, &a[np + nr + n_ct + k], &g[i]));
         ct_out(&g).into_iter().chain(accs).collect()
     })?;
     // The backward pass split by its results: BwdI computes the imported values' cotangents and
@@ -352,7 +370,11 @@ fn stage_programs(
     let bwd_w = trace(&w_avals, |a| {
         let refs: Vec<&Tensor> = a[..handed].iter().collect();
         let g = call_closed(&weight_grads, &refs);
-        g.iter().zip(&a[handed..]).map(|(g, acc)| acc + g).collect()
+        g.iter()
+            .zip(&a[handed..])
+            .enumerate()
+            .map(|(k, (g, acc))| combine(k, acc, g))
+            .collect()
     })?;
     let clean = |p: ClosedJaxpr| eliminate_dead_code(&inline_calls(&p));
     let shape = StageShape {

@@ -7,7 +7,11 @@
 //!
 //! Before the first step, [`Processes::agree`] compares a fingerprint of the step every process
 //! built (the plan and the layout of every value), so that processes that traced different steps
-//! refuse to start instead of exchanging mismatched buffers.
+//! refuse to start instead of exchanging mismatched buffers; before every call of an
+//! `mpmd_jit` step, the processes compare the step they call and the shapes, element types and
+//! placements of its arguments (one [`Processes::exchange`] of a hash, `mpmd_jit/agree.rs`), so
+//! that a rank calling it differently gets [`ProcessError::CallsDiffer`] on every rank instead
+//! of a hang.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -26,6 +30,32 @@ pub enum ProcessError {
     /// A collective operation or the transport failed.
     #[error("{0}")]
     Comm(String),
+    /// The processes called a step differently (checked before every call, so that no process
+    /// waits forever for values another never sends): another step, another number of
+    /// arguments, or argument `argument` of another shape, element type or placement.
+    #[error(
+        "the processes of the job called the step differently ({}): {detail}; every rank must \
+         call the same step at the same point, passing each argument with the same shape and \
+         element type, and alike from the host or as an array of the same groups and layout \
+         (e.g. the step's own result of the last call): fix the call on the ranks named",
+        ranks_text(ranks)
+    )]
+    CallsDiffer {
+        /// The ranks whose call differs from rank 0's.
+        ranks: Vec<usize>,
+        /// The first argument that differs (`None`: the step or the number of arguments).
+        argument: Option<usize>,
+        /// What differs, as each side passes it.
+        detail: String,
+    },
+}
+
+/// `rank R`, or `ranks [R, S]`.
+fn ranks_text(ranks: &[usize]) -> String {
+    match ranks {
+        [one] => format!("rank {one}"),
+        many => format!("ranks {many:?}"),
+    }
 }
 
 /// How the groups of a step are spread over processes (see the module docs).

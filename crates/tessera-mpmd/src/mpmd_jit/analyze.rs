@@ -342,7 +342,7 @@ fn body_loss(
 }
 
 /// Checks how the loop combines its results: the loss by `Concat(0)`, `Add` or `Max`, each
-/// auxiliary result by `Concat(a)`, `Add` or `Max`, the gradients by `Add`.
+/// auxiliary result by `Concat(a)`, `Add` or `Max`, the gradients by `Add` or `Max`.
 pub(super) fn check_ops(ops: &[ReduceOp], aux: usize) -> Result<(), DriverError> {
     if !matches!(
         ops.first(),
@@ -358,15 +358,29 @@ pub(super) fn check_ops(ops: &[ReduceOp], aux: usize) -> Result<(), DriverError>
         .iter()
         .enumerate()
         .skip(1 + aux)
-        .find(|(_, o)| **o != ReduceOp::Add)
+        .find(|(_, o)| !matches!(o, ReduceOp::Add | ReduceOp::Max))
     {
         return Err(config(format!(
-            "the loop combines gradient {} by {op:?}; gradients accumulate over the micro-batches, \
-             combine them by Add",
+            "the loop combines gradient {} by {op:?}; gradients accumulate over the micro-batches \
+             in one buffer of the parameter's shape on its stage's group, combined by Add or \
+             Max, while a gradient per micro-batch (Concat) would need a buffer as many times \
+             larger as there are micro-batches, each backward writing its own slice: combine \
+             it by Add or Max",
             k - 1 - aux
         )));
     }
     Ok(())
+}
+
+/// The loss arguments (among `argnums`, in gradient order) whose gradients the loop combines by
+/// `Max` (`ops`: the loss's, `aux` auxiliary results', then the gradients').
+pub(super) fn max_grads(ops: &[ReduceOp], aux: usize, argnums: &[usize]) -> Vec<usize> {
+    ops.iter()
+        .skip(1 + aux)
+        .zip(argnums)
+        .filter(|(op, _)| **op == ReduceOp::Max)
+        .map(|(_, &a)| a)
+        .collect()
 }
 
 /// The step without its loop: arguments `(step args..., loop results...)`, the step's results.

@@ -8,7 +8,7 @@ use tessera_pjrt::HostArray;
 use tessera_sharding::PartitionSpec;
 
 use super::phases::Phases;
-use super::pieces::{LoopResults, LoopValue, PieceLayout, compile_piece};
+use super::pieces::{LoopResults, LoopValue, PieceInputs, PieceLayout, compile_piece};
 use super::update::{Piece, Place, split};
 use super::{MpmdJit, StepArg, config};
 use crate::driver::{CompiledPipeline, DriverError};
@@ -117,7 +117,16 @@ impl MpmdJit {
             let avals = piece.program.jaxpr.out_avals();
             let held = match compiled {
                 Some(index) => self
-                    .run_raw(piece, *index, group, args, results)?
+                    .run_raw(
+                        piece,
+                        *index,
+                        group,
+                        PieceInputs {
+                            args,
+                            results,
+                            moved: &Default::default(),
+                        },
+                    )?
                     .into_iter()
                     .map(Some)
                     .collect(),

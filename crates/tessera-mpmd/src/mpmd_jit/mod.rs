@@ -21,7 +21,7 @@
 //! `treduce_i`'s body slicing the batch by the micro-batch index), whose results are the loop's
 //! results: the loss, combined by `Concat(0)`, `Add` or `Max`; the loss program's auxiliary
 //! results (per-micro-batch metrics, [`tessera_ir::trace::value_and_grad_with_aux_call`]),
-//! combined by `Concat(a)`, `Add` or `Max`; the gradients, combined by `Add`; and, in any order
+//! combined by `Concat(a)`, `Add` or `Max`; the gradients, combined by `Add` or `Max`; and, in any order
 //! among them, metrics the body computes beside the call from its loss and auxiliary results,
 //! the micro-batch and the parameters, combined by their own reduction (`whole_body.rs` moves
 //! them into the loss program as more auxiliary results). The differentiated arguments are
@@ -40,6 +40,7 @@
 //! at its loops into steps of one loop each, run one after the other, the code between two
 //! loops as the first one's update (`chain.rs`), in one process or under several.
 
+mod agree;
 mod analyze;
 mod args;
 mod before;
@@ -58,6 +59,7 @@ mod shardings;
 mod step_loops;
 mod tied;
 mod update;
+mod update_across;
 mod whole_body;
 
 use std::collections::HashMap;
@@ -77,7 +79,7 @@ pub use before::BeforeLoopRuns;
 pub use by_yield::mpmd_jit_by_yield;
 pub use fused::FUSED_TASK;
 pub use options::{Fusion, MpmdJitOptions};
-use pieces::{LoopResults, PieceLayout, compile_piece, input_spec};
+use pieces::{LoopResults, PieceInputs, PieceLayout, compile_piece, input_spec};
 use shardings::{StepShape, StepSpecs};
 pub use step_loops::{LoopKind, StepLoopsError};
 use update::{Piece, Place};
@@ -126,6 +128,11 @@ pub struct MpmdJit {
     /// For a step of several loops: this is the first loop's segment, the chain runs the others
     /// after it (`chain.rs`).
     chain: Option<Box<chain::Chain>>,
+    /// For each gradient the loop returns, the group holding it after the loop.
+    grad_groups: Vec<Option<usize>>,
+    /// The step's identity, which the processes of a job compare before every call
+    /// (`agree.rs`).
+    identity: u64,
 }
 
 /// What one call returns besides the step's results.
@@ -167,6 +174,17 @@ pub fn mpmd_jit_with(
 impl MpmdJit {
     /// Partitions and compiles `step`.
     pub fn new(
+        client: &Client,
+        mesh: &MpmdMesh,
+        step: &ClosedJaxpr,
+        options: &MpmdJitOptions,
+    ) -> Result<Self, DriverError> {
+        let mut jit = Self::compile(client, mesh, step, options)?;
+        jit.identity = agree::step_identity(step, (jit.in_specs(), jit.out_specs()));
+        Ok(jit)
+    }
+
+    fn compile(
         client: &Client,
         mesh: &MpmdMesh,
         step: &ClosedJaxpr,
@@ -222,6 +240,7 @@ impl MpmdJit {
             plan_only: fuse,
             compiler_options: options.compiler_options.clone(),
             forward_only: body.forward_only,
+            max_grads: analyze::max_grads(&p.ops, body.aux, argnums),
         };
         let mut pipeline = CompiledPipeline::new_in(
             client,
@@ -249,7 +268,8 @@ impl MpmdJit {
             }
         }
         place_of_input.extend(std::iter::repeat_n(None, num_host)); // the loss and the metrics
-        place_of_input.extend(argnums.iter().map(|&a| group_of_arg(a)));
+        let grad_groups: Vec<Option<usize>> = argnums.iter().map(|&a| group_of_arg(a)).collect();
+        place_of_input.extend(grad_groups.iter().copied());
         // Result k updates step argument k when that is a parameter of the same type: it lives on
         // the groups of the stages reading that parameter.
         let homes: Vec<Vec<usize>> = (0..jaxpr.outvars.len())
@@ -278,9 +298,6 @@ impl MpmdJit {
             None => (update, place_of_input, None),
         };
         let split = update::split(&update, &place_of_input)?;
-        if options.processes.is_some() {
-            refuse_cross_process(&split)?;
-        }
         let same_layout = |i: usize, k: usize| input_spec(i) == specs.outs[k];
         let fused = match fuse {
             true => {
@@ -375,6 +392,8 @@ impl MpmdJit {
             crossing,
             fused,
             chain: None,
+            grad_groups,
+            identity: 0,
         };
         jit.compile_before()?;
         Ok(jit)
@@ -438,7 +457,9 @@ impl MpmdJit {
     /// For each step argument, whether this process reads it: a parameter of a stage on one of
     /// its groups, an input of an update piece run on one of them or on the host, or loop
     /// data. In one process every argument; under MPI a rank may pass anything of the right
-    /// type for an argument it does not read (e.g. without loading it from a checkpoint).
+    /// type for an argument it does not read (e.g. without loading it from a checkpoint), placed
+    /// as the other ranks place it (from the host when they pass it from the host: the ranks
+    /// compare every argument's shape, type and placement before each call, `agree.rs`).
     pub fn reads_here(&self) -> Vec<bool> {
         if let Some(chain) = &self.chain {
             return vec![true; chain.num_args()];
@@ -581,6 +602,9 @@ impl MpmdJit {
     /// host. Micro-batch data on a group is sliced there, each micro-batch then moved to the
     /// groups of the stages reading it.
     pub fn call_mpmd(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
+        // Under several processes, every process checks first that all call it alike, so
+        // that any refusal below is every process's.
+        self.agree_on_call(args)?;
         if let Some(&a) = self
             .donated()
             .iter()
@@ -590,7 +614,7 @@ impl MpmdJit {
                 "the step donates argument {a}, an array on the groups; run it with call_mpmd_donated, which takes the donated arrays and deletes them"
             )));
         }
-        self.run(args)
+        self.run_agreed(args)
     }
 
     /// Runs a step that donates arguments ([`MpmdJitOptions::donate_argnums`]): like
@@ -612,6 +636,13 @@ impl MpmdJit {
     }
 
     fn run(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
+        // Under several processes, every process checks first that all call it alike.
+        self.agree_on_call(args)?;
+        self.run_agreed(args)
+    }
+
+    /// Runs the step once the processes agreed on the call.
+    fn run_agreed(&self, args: &[StepArg]) -> Result<MpmdStepRun, DriverError> {
         match &self.chain {
             Some(chain) => chain.run(self, args),
             None => self.run_loop(args),
@@ -642,7 +673,6 @@ impl MpmdJit {
                 // Under MPI, only this process's groups take parameters.
                 let groups = self.pipeline.groups_of_param(a);
                 if groups.iter().any(|&g| self.pipeline.is_local(g)) {
-                    held_here(&args[i], i, &groups)?;
                     params.insert(a, args[i].placed()?);
                 }
             }
@@ -662,15 +692,27 @@ impl MpmdJit {
         if let Some(crossing) = &self.crossing {
             results.crossing = self.crossing_values(crossing, args, &results)?;
         }
+        // Under MPI, the inputs of this process's pieces that other processes hold.
+        let moved = self.move_update_inputs(args, &results)?;
         let results_ms = clock.lap();
+        let inputs = PieceInputs {
+            args,
+            results: &results,
+            moved: &moved,
+        };
         let mut outputs: Vec<Option<StepResult>> = vec![None; self.num_outputs];
+        let mut computed_here = HashMap::new();
         for (piece, compiled) in &self.pieces {
             let values = match (piece.place, compiled) {
-                (Place::Group(g), Some(index)) => self
-                    .run_on_group(piece, *index, g, args, &results)?
-                    .into_iter()
-                    .map(|m| StepResult::Mpmd(Box::new(m)))
-                    .collect(),
+                (Place::Group(g), Some(index)) => {
+                    let outs = self.run_on_group(piece, *index, g, inputs)?;
+                    let mut values = Vec::new();
+                    for (&k, (array, raw)) in piece.outputs.iter().zip(outs) {
+                        computed_here.insert(k, raw);
+                        values.push(StepResult::Mpmd(Box::new(array)));
+                    }
+                    values
+                }
                 (Place::Group(g), None) => self.elsewhere(piece, g)?,
                 _ => self
                     .run_on_host(piece, args, &results)?
@@ -682,7 +724,8 @@ impl MpmdJit {
                 outputs[k] = Some(v);
             }
         }
-        self.share_tied_results(&mut outputs)?;
+        self.share_results(&mut outputs, &computed_here)?;
+        drop(computed_here);
         let outputs = outputs
             .into_iter()
             .map(|o| o.ok_or_else(|| config("a result of the step was not computed")))
@@ -690,7 +733,7 @@ impl MpmdJit {
         let tasks_ms = out.timings.task_span_ms().min(pipeline_ms);
         let update_ms = clock.lap();
         let (losses, timings) = (out.losses, out.timings);
-        drop((params, data, computed, out.aux, results));
+        drop((params, data, computed, out.aux, results, moved));
         let phases = StepPhases {
             arguments_ms,
             microbatches_ms,
@@ -709,7 +752,8 @@ impl MpmdJit {
     }
 
     fn check_args(&self, args: &[StepArg]) -> Result<(), DriverError> {
-        check_args(args, &self.in_avals)
+        check_args(args, &self.in_avals)?;
+        self.held_by_readers(args)
     }
 
     /// The loop's loss and auxiliary results, each combined over the micro-batches by its
@@ -814,23 +858,6 @@ fn homes(
         .unwrap_or_default()
 }
 
-/// Under several processes, whether parameter step argument `i`, read by a stage on `groups` (some
-/// of them this process's), has data here; an error naming the fix otherwise.
-fn held_here(arg: &StepArg, i: usize, groups: &[usize]) -> Result<(), DriverError> {
-    match arg {
-        StepArg::Mpmd(m) if !m.is_partially_addressable() && !m.is_deleted() => {
-            Err(config(format!(
-                "step argument {i} lies on groups {:?}, of other processes, but stages on groups \
-                 {groups:?} read it; under several processes a parameter on devices must lie on \
-                 the groups of the stages reading it (as a step's own result left there does): \
-                 pass it from the host, or put it on those groups' devices",
-                m.mpmd_idxs()
-            )))
-        }
-        StepArg::Mpmd(_) | StepArg::Host(_) => Ok(()),
-    }
-}
-
 /// Whether `args` are live arrays of the types `in_avals`, one per step argument.
 pub(super) fn check_args(args: &[StepArg], in_avals: &[ShapedArray]) -> Result<(), DriverError> {
     if args.len() != in_avals.len() {
@@ -852,23 +879,6 @@ pub(super) fn check_args(args: &[StepArg], in_avals: &[ShapedArray]) -> Result<(
                 "argument {i} is {ty:?}{dims:?}, the step takes {aval}"
             )));
         }
-    }
-    Ok(())
-}
-
-/// Under several processes, values cross groups only through the pipeline's transport, the
-/// small values of a cut update and a tied weight's gradient parts and update: an update mixing
-/// large values of several groups is refused, naming it.
-fn refuse_cross_process(pieces: &[Piece]) -> Result<(), DriverError> {
-    if let Some(piece) = pieces.iter().find(|p| p.groups.len() > 1) {
-        return Err(config(format!(
-            "step results {:?} combine large values of the groups {:?}; an update may mix \
-             groups with one process per group only through small values (at most {} elements, \
-             e.g. a global gradient norm): run in one process, or reduce to small values first",
-            piece.outputs,
-            piece.groups,
-            phases::SMALL
-        )));
     }
     Ok(())
 }

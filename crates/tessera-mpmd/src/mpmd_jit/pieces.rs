@@ -1,9 +1,12 @@
 //! Running the update pieces of a step (the code after its `treduce`): compiled for their
 //! group with the step's in and out shardings (`compile_piece`), run on that group with their
-//! inputs moved or resharded onto the layouts they were compiled for (`run_on_group`), results
-//! sent to every group of the parameter they update; on the host interpreter when they read no
+//! inputs moved or resharded onto the layouts they were compiled for (`run_on_group`; under MPI
+//! those held by other processes received first, `update_across.rs`), results sent to every
+//! group of the parameter they update; on the host interpreter when they read no
 //! group's value (`run_on_host`); or, under MPI, left as remote arrays of another process's
 //! group (`elsewhere`).
+
+use std::collections::HashMap;
 
 use tessera_ir::{Array, ShapedArray};
 use tessera_pjrt::{Array as DeviceArray, ElementType, HostArray};
@@ -44,18 +47,19 @@ impl MpmdJit {
             .collect()
     }
 
+    /// Runs compiled piece `index` on `group`; each result as it lives on this process's
+    /// groups among its homes (a remote array when none is here: [`MpmdJit::share_results`]
+    /// sends it), with the array the program left on `group`.
     pub(super) fn run_on_group(
         &self,
         piece: &Piece,
         index: usize,
         group: usize,
-        args: &[StepArg],
-        results: &LoopResults,
-    ) -> Result<Vec<MpmdArray>, DriverError> {
-        let outs = self.run_raw(piece, index, group, args, results)?;
+        inputs: PieceInputs<'_>,
+    ) -> Result<Vec<(MpmdArray, DeviceArray)>, DriverError> {
+        let outs = self.run_raw(piece, index, group, inputs)?;
         // Each result goes to the groups of the parameter it updates (all of them for a tied
-        // weight; those of other processes get it from `share_tied_results`), the others stay
-        // here.
+        // weight; those of other processes get it from `share_results`), the others stay here.
         outs.into_iter()
             .zip(&piece.outputs)
             .map(|(o, &k)| {
@@ -73,7 +77,11 @@ impl MpmdJit {
                     })
                     .collect::<Result<Vec<_>, DriverError>>()?;
                 let sharding = MpmdSharding::new(&self.mesh, homes, spec)?;
-                Ok(MpmdArray::new(arrays, sharding)?)
+                let array = match arrays.is_empty() {
+                    true => MpmdArray::remote(o.shape(), o.element_type(), sharding),
+                    false => MpmdArray::new(arrays, sharding)?,
+                };
+                Ok((array, o))
             })
             .collect()
     }
@@ -85,8 +93,11 @@ impl MpmdJit {
         piece: &Piece,
         index: usize,
         group: usize,
-        args: &[StepArg],
-        results: &LoopResults,
+        PieceInputs {
+            args,
+            results,
+            moved,
+        }: PieceInputs<'_>,
     ) -> Result<Vec<DeviceArray>, DriverError> {
         let mesh = self.mesh.group(group)?;
         let inputs = piece
@@ -107,6 +118,10 @@ impl MpmdJit {
                     let sharding = NamedSharding::new(mesh, spec.clone())?;
                     Ok(DeviceArray::device_put(&self.client, h, &sharding)?)
                 };
+                // A value another process held, received on the host (`update_across.rs`).
+                if let Some(h) = moved.get(&i) {
+                    return put(h);
+                }
                 if i < self.num_args {
                     match &args[i] {
                         StepArg::Host(h) => put(h),
@@ -161,6 +176,15 @@ impl MpmdJit {
             .map(|o| to_host(o).map_err(|e| config(e.0)))
             .collect()
     }
+}
+
+/// What an update piece reads: the step's arguments, the loop's results, and the inputs another
+/// process held, received here on the host, by update input.
+#[derive(Clone, Copy)]
+pub(super) struct PieceInputs<'a> {
+    pub args: &'a [StepArg],
+    pub results: &'a LoopResults,
+    pub moved: &'a HashMap<usize, HostArray>,
 }
 
 /// The loop's results as the update reads them: the loss and the auxiliary results combined on

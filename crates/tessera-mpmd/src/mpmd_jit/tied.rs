@@ -1,7 +1,10 @@
-//! Tied weights across the processes of a job: a step result that updates a weight read by
-//! stages of several processes is computed by one of them (the update of its first stage's
-//! group) and sent, through host memory by one exchange, to the other processes, each of which
-//! puts it on its own groups among the weight's.
+//! Step results across the processes of a job: a result that updates a weight read by stages of
+//! several processes (a tied weight) is computed by one of them (the update of its first stage's
+//! group), and one an update mixing groups computes on the lowest of them may update a weight of
+//! another process's group; each is sent, through host memory by one exchange, to the other
+//! processes holding it, each of which puts it on its own groups among the weight's.
+
+use std::collections::{BTreeSet, HashMap};
 
 use tessera_pjrt::{Array as DeviceArray, HostArray};
 use tessera_sharding::NamedSharding;
@@ -22,51 +25,56 @@ impl MpmdJit {
         }
     }
 
-    /// Sends each result whose home groups run in several processes from the process that
-    /// computed it to the others (every process calls this, after the update).
-    pub(super) fn share_tied_results(
+    /// Sends each result whose home groups run in other processes than the one computing it
+    /// (a tied weight's, read by stages of several processes, or one an update mixing groups
+    /// computed on another process's group, `update_across.rs`) from that process to the
+    /// others; every process calls this, after the update. `computed_here` holds the results
+    /// this process computed, as their programs left them.
+    pub(super) fn share_results(
         &self,
         outputs: &mut [Option<StepResult>],
+        computed_here: &HashMap<usize, DeviceArray>,
     ) -> Result<(), DriverError> {
         let Some(processes) = self.pipeline.processes() else {
             return Ok(());
         };
-        // The same in every process, so either all of them exchange or none does.
-        let spans_processes = |homes: &[usize]| {
-            homes
-                .iter()
-                .any(|&h| processes.process_of(h) != processes.process_of(homes[0]))
-        };
-        if !self.homes.iter().any(|h| spans_processes(h)) {
-            return Ok(());
-        }
-        let (count, me) = processes.process_index();
-        let mut outgoing: Vec<Vec<u8>> = vec![Vec::new(); count];
+        // For each result computed on a group, the other processes holding it: the same in
+        // every process, so either all of them exchange or none does.
+        let mut receivers: Vec<(usize, usize, BTreeSet<usize>)> = Vec::new();
         for (piece, _) in &self.pieces {
             let Place::Group(group) = piece.place else {
                 continue;
             };
+            let runner = processes.process_of(group);
             for &k in &piece.outputs {
-                let homes = self.homes_of(k, group);
-                if processes.process_of(group) != me || homes.len() < 2 {
-                    continue;
+                let to: BTreeSet<usize> = self
+                    .homes_of(k, group)
+                    .iter()
+                    .map(|&h| processes.process_of(h))
+                    .filter(|&p| p != runner)
+                    .collect();
+                if !to.is_empty() {
+                    receivers.push((k, runner, to));
                 }
-                let Some(Some(StepResult::Mpmd(result))) = outputs.get(k) else {
-                    return Err(config(format!("step result {k} was not computed here")));
-                };
-                let host = result.first_mpmd_replica()?.to_host()?;
-                let mut sent = Vec::new();
-                for p in homes.iter().map(|&h| processes.process_of(h)) {
-                    if p != me && !sent.contains(&p) {
-                        sent.push(p);
-                        put_frame(&mut outgoing[p], k as u64, host.bytes());
-                    }
-                }
+            }
+        }
+        if receivers.is_empty() {
+            return Ok(());
+        }
+        let (count, me) = processes.process_index();
+        let mut outgoing: Vec<Vec<u8>> = vec![Vec::new(); count];
+        for (k, _, to) in receivers.iter().filter(|(_, runner, _)| *runner == me) {
+            let raw = computed_here
+                .get(k)
+                .ok_or_else(|| config(format!("step result {k} was not computed here")))?;
+            let host = raw.to_host()?;
+            for &p in to {
+                put_frame(&mut outgoing[p], *k as u64, host.bytes());
             }
         }
         for message in processes.exchange(outgoing)? {
             let results =
-                frames(&message).ok_or_else(|| config("a tied weight's update is cut short"))?;
+                frames(&message).ok_or_else(|| config("a step result sent is cut short"))?;
             for (k, bytes) in results {
                 let k = k as usize;
                 outputs[k] = Some(self.on_local_homes(k, bytes)?);

@@ -2,7 +2,8 @@
 //! arguments and the loop's results to the step's results, split by where each result can run.
 //! A result that reads a parameter or a gradient runs on the group holding it; one that reads
 //! neither (the mean loss) runs on the host; one that mixes groups (e.g. clipping by the global
-//! gradient norm) runs on the lowest of them, the other groups' values copied there.
+//! gradient norm) runs on the lowest of them, the other groups' values copied there (under MPI
+//! sent there by the processes holding them, `update_across.rs`).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -29,8 +30,6 @@ pub(super) struct Piece {
     pub program: ClosedJaxpr,
     pub inputs: Vec<usize>,
     pub outputs: Vec<usize>,
-    /// The groups whose values it reads (more than one for an update that mixes groups).
-    pub groups: BTreeSet<usize>,
 }
 
 /// The inputs each variable of `jaxpr` depends on (indices into its invars).
@@ -67,8 +66,7 @@ pub(super) fn split(
 ) -> Result<Vec<Piece>, DriverError> {
     let jaxpr = &update.jaxpr;
     let deps = dependencies(jaxpr);
-    let mut by_place: std::collections::BTreeMap<Place, (Vec<usize>, BTreeSet<usize>)> =
-        Default::default();
+    let mut by_place: std::collections::BTreeMap<Place, Vec<usize>> = Default::default();
     for (k, out) in jaxpr.outvars.iter().enumerate() {
         let groups: BTreeSet<usize> = atom_deps(&deps, out)
             .iter()
@@ -78,20 +76,17 @@ pub(super) fn split(
             None => Place::Host,
             Some(&lowest) => Place::Group(lowest),
         };
-        let entry = by_place.entry(place).or_default();
-        entry.0.push(k);
-        entry.1.extend(groups);
+        by_place.entry(place).or_default().push(k);
     }
     by_place
         .into_iter()
-        .map(|(place, (outputs, groups))| {
+        .map(|(place, outputs)| {
             let (program, inputs) = restrict(update, &deps, &outputs)?;
             Ok(Piece {
                 place,
                 program,
                 inputs,
                 outputs,
-                groups,
             })
         })
         .collect()

@@ -36,7 +36,9 @@ pub fn run_job<A>(
         Err(err) => {
             let collective = matches!(
                 err.downcast_ref::<DriverError>(),
-                Some(DriverError::Processes(ProcessError::Mismatch(_)))
+                Some(DriverError::Processes(
+                    ProcessError::Mismatch(_) | ProcessError::CallsDiffer { .. }
+                ))
             );
             if !collective || job.rank() == 0 {
                 eprintln!(
