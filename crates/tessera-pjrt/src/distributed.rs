@@ -359,3 +359,124 @@ fn not_multi_process_reason(platform: Option<PluginPlatform>) -> String {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The callbacks as a plugin calls them (no installed plugin calls them: XLA's CPU plugins
+    //! never use the store).
+
+    use std::cell::RefCell;
+
+    use super::*;
+
+    thread_local! {
+        static LAST_ERROR: RefCell<Option<(sys::PJRT_Error_Code, String)>> =
+            const { RefCell::new(None) };
+    }
+
+    /// Stands for the plugin's `callback_error`: records the error, returns a non-null marker
+    /// that is never dereferenced.
+    unsafe extern "C" fn record_error(
+        code: sys::PJRT_Error_Code,
+        message: *const c_char,
+        size: usize,
+    ) -> *mut sys::PJRT_Error {
+        // SAFETY: the message is valid for the call.
+        let text = unsafe { crate::util::string_from_raw(message, size) };
+        LAST_ERROR.with(|last| *last.borrow_mut() = Some((code, text)));
+        std::ptr::NonNull::<sys::PJRT_Error>::dangling().as_ptr()
+    }
+
+    fn bridge(name: &str) -> (Arc<KvBridge>, PathBuf) {
+        let dir =
+            std::env::temp_dir().join(format!("tessera-kv-unit-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store: Arc<dyn KeyValueStore> = Arc::new(DirKeyValueStore::new(&dir).unwrap());
+        (KvBridge::new(store), dir)
+    }
+
+    #[test]
+    fn put_then_get_and_try_get_round_trip_through_the_c_callbacks() {
+        let (bridge, dir) = bridge("roundtrip");
+        let mut create = sys::PJRT_Client_Create_Args::default();
+        bridge.install(&mut create);
+        let user = create.kv_put_user_arg;
+        let mut maker: sys::PJRT_CallbackError = Some(record_error);
+        let (key, value) = ("gpu:local_topology/1", b"\x00topology\xff");
+        let mut put = sys::PJRT_KeyValuePutCallback_Args {
+            key: key.as_ptr().cast(),
+            key_size: key.len(),
+            value: value.as_ptr().cast(),
+            value_size: value.len(),
+            callback_error: &mut maker,
+            user_arg: user,
+            ..Default::default()
+        };
+        let put_fn = create.kv_put_callback.unwrap();
+        assert!(unsafe { put_fn(&mut put) }.is_null());
+
+        let mut get = sys::PJRT_KeyValueGetCallback_Args {
+            key: key.as_ptr().cast(),
+            key_size: key.len(),
+            timeout_in_ms: 1000,
+            callback_error: &mut maker,
+            user_arg: create.kv_get_user_arg,
+            ..Default::default()
+        };
+        assert!(unsafe { create.kv_get_callback.unwrap()(&mut get) }.is_null());
+        let got = unsafe { std::slice::from_raw_parts(get.value.cast::<u8>(), get.value_size) };
+        assert_eq!(got, value);
+        unsafe { get.value_deleter_callback.unwrap()(get.value) };
+
+        let mut try_get = sys::PJRT_KeyValueTryGetCallback_Args {
+            key: key.as_ptr().cast(),
+            key_size: key.len(),
+            callback_error: &mut maker,
+            user_arg: create.kv_try_get_user_arg,
+            ..Default::default()
+        };
+        assert!(unsafe { create.kv_try_get_callback.unwrap()(&mut try_get) }.is_null());
+        assert_eq!(try_get.value_size, value.len());
+        unsafe { try_get.value_deleter_callback.unwrap()(try_get.value) };
+        assert_eq!(bridge.calls(), 3);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_missing_key_is_the_plugins_error_with_the_right_code() {
+        let (bridge, dir) = bridge("missing");
+        let mut create = sys::PJRT_Client_Create_Args::default();
+        bridge.install(&mut create);
+        let mut maker: sys::PJRT_CallbackError = Some(record_error);
+        let key = "never/put";
+        let mut try_get = sys::PJRT_KeyValueTryGetCallback_Args {
+            key: key.as_ptr().cast(),
+            key_size: key.len(),
+            callback_error: &mut maker,
+            user_arg: create.kv_try_get_user_arg,
+            ..Default::default()
+        };
+        assert!(!unsafe { create.kv_try_get_callback.unwrap()(&mut try_get) }.is_null());
+        let (code, text) = LAST_ERROR.with(|last| last.borrow_mut().take()).unwrap();
+        assert_eq!(code, sys::PJRT_Error_Code::PJRT_Error_Code_NOT_FOUND);
+        assert!(text.contains("never/put"), "{text}");
+
+        let mut get = sys::PJRT_KeyValueGetCallback_Args {
+            key: key.as_ptr().cast(),
+            key_size: key.len(),
+            timeout_in_ms: 30,
+            callback_error: &mut maker,
+            user_arg: create.kv_get_user_arg,
+            ..Default::default()
+        };
+        assert!(!unsafe { create.kv_get_callback.unwrap()(&mut get) }.is_null());
+        let (code, text) = LAST_ERROR.with(|last| last.borrow_mut().take()).unwrap();
+        assert_eq!(
+            code,
+            sys::PJRT_Error_Code::PJRT_Error_Code_DEADLINE_EXCEEDED
+        );
+        assert!(text.contains("not put within"), "{text}");
+        assert!(get.value.is_null());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
