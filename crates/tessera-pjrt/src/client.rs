@@ -290,6 +290,8 @@ struct ClientInner {
     raw: *mut sys::PJRT_Client,
     /// The create options, as text (part of the persistent compile cache's key).
     create_options: String,
+    /// The key-value store the plugin was given, kept alive as long as the client.
+    _store: Option<Arc<crate::distributed::KvBridge>>,
 }
 
 // SAFETY: PJRT clients are thread-safe; all calls go through the plugin's thread-safe API.
@@ -301,11 +303,32 @@ impl Client {
     /// Creates a client of `plugin` with `options`. An option the plugin refuses is a
     /// [`PjrtError::OptionRejected`] naming it and the plugin.
     pub fn new(plugin: &'static Plugin, options: &ClientOptions) -> Result<Client> {
+        Client::create(plugin, options, None)
+    }
+
+    /// [`Client::new`] handing the plugin a key-value store through `PJRT_Client_Create`'s
+    /// `kv_*` callbacks (see [`Client::open_distributed`]).
+    pub(crate) fn new_with_store(
+        plugin: &'static Plugin,
+        options: &ClientOptions,
+        store: &Arc<crate::distributed::KvBridge>,
+    ) -> Result<Client> {
+        Client::create(plugin, options, Some(store))
+    }
+
+    fn create(
+        plugin: &'static Plugin,
+        options: &ClientOptions,
+        store: Option<&Arc<crate::distributed::KvBridge>>,
+    ) -> Result<Client> {
         let raw_opts = raw_options(options)?;
         let mut args = args!(PJRT_Client_Create_Args {
             create_options: raw_opts.values.as_ptr(),
             num_options: raw_opts.values.len(),
         });
+        if let Some(store) = store {
+            store.install(&mut args);
+        }
         api_call!(plugin, PJRT_Client_Create, &mut args)
             .map_err(|err| explain_create_error(err, plugin, options))?;
         Ok(Client {
@@ -313,6 +336,7 @@ impl Client {
                 plugin,
                 raw: args.client,
                 create_options: format!("{:?}", options.named),
+                _store: store.cloned(),
             }),
         })
     }

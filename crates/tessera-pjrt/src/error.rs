@@ -318,6 +318,10 @@ pub enum PjrtError {
         /// What the plugin said.
         message: String,
     },
+    /// A client opened for a multi-process job holds only some processes' devices: the plugin
+    /// made a single-process client (as XLA's CPU plugins always do).
+    #[error("{0}")]
+    NotMultiProcess(Box<crate::distributed::SingleProcessClient>),
     /// A client create option could not be passed to PJRT.
     #[error("invalid PJRT create option `{name}`: {reason}")]
     InvalidOption {

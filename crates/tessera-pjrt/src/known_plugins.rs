@@ -16,8 +16,9 @@ pub enum PluginPlatform {
 }
 
 impl PluginPlatform {
-    /// The client create options the platform's plugin takes (XLA's names). XLA's CPU plugins
-    /// ignore names they do not know, so Tessera checks against this list itself.
+    /// The client create options the platform's plugin takes (XLA's names). Some of XLA's CPU
+    /// plugins ignore names they do not know (xla-cpu-pjrt, zml-cpu; jax-0.11-cpu refuses
+    /// them), so Tessera checks against this list itself.
     pub fn option_names(self) -> &'static [&'static str] {
         match self {
             PluginPlatform::Cpu => &["cpu_device_count"],

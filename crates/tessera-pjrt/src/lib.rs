@@ -24,6 +24,7 @@ mod compile_options;
 mod cuda;
 mod device;
 mod discovery;
+mod distributed;
 mod element_type;
 mod error;
 mod event;
@@ -52,6 +53,7 @@ pub use discovery::{
     PLUGIN_ENV, PluginChoice, cache_dir, cached_cpu_plugin, cached_plugin, find_cuda_plugin,
     find_plugin, nvidia_driver_present, resolve_plugin,
 };
+pub use distributed::{DirKeyValueStore, DistributedOptions, KeyValueStore, SingleProcessClient};
 pub use element_type::ElementType;
 pub use error::{ErrorCode, PjrtError, Result};
 pub use executable::LoadedExecutable;

@@ -15,7 +15,7 @@ fn the_default_plugin_opens_with_its_platform_options() {
     assert_eq!(client.addressable_devices().unwrap().len(), 4);
 }
 
-/// XLA's CPU plugins ignore option names they do not know, so Tessera checks them.
+/// xla-cpu-pjrt and zml-cpu ignore option names they do not know, so Tessera checks them.
 #[test]
 fn a_cuda_option_given_to_the_cpu_plugin_is_named_in_the_error() {
     let choice = resolve_plugin(Some("cpu")).unwrap();
