@@ -82,8 +82,12 @@ fn constraints_get_the_spmd_axis_at_the_batch_dimension() {
     // Values: the constraint is the identity, so the batch equals tanh of each element.
     let batched = vmap_spmd(&program, &[Some(0)], &[0], 4, &["dp"]).unwrap();
     let xs = values(&[4, 8, 4], 0.3);
-    let got = interp::eval_closed(&batched, &[xs.clone()]).unwrap();
-    let want: Vec<f64> = xs.to_vec().iter().map(|v| (*v as f32).tanh().into()).collect();
+    let got = interp::eval_closed(&batched, std::slice::from_ref(&xs)).unwrap();
+    let want: Vec<f64> = xs
+        .to_vec()
+        .iter()
+        .map(|v| (*v as f32).tanh().into())
+        .collect();
     for (g, w) in got[0].to_vec().iter().zip(&want) {
         assert!((g - w).abs() < 1e-6, "{g} vs {w}");
     }
@@ -107,7 +111,7 @@ fn constraints_in_a_loop_body_get_the_spmd_axis_too() {
         "{specs:?}"
     );
     let xs = values(&[2, 8], 1.0);
-    let got = interp::eval_closed(&batched, &[xs.clone()]).unwrap();
+    let got = interp::eval_closed(&batched, std::slice::from_ref(&xs)).unwrap();
     for (g, x) in got[0].to_vec().iter().zip(xs.to_vec()) {
         assert_eq!(*g, x * 8.0);
     }
@@ -160,9 +164,16 @@ fn explicit_types_get_the_spmd_axis_on_the_batch_dimension() {
     let w = values(&[4, 8], 2.0);
     let got = interp::eval_closed(&batched, &[xs.clone(), w.clone()]).unwrap();
     for b in 0..4 {
-        let x = Array::new(DType::F32, &[8, 4], xs.to_vec()[b * 32..(b + 1) * 32].to_vec());
+        let x = Array::new(
+            DType::F32,
+            &[8, 4],
+            xs.to_vec()[b * 32..(b + 1) * 32].to_vec(),
+        );
         let one = interp::eval_closed(&program, &[x.unwrap(), w.clone()]).unwrap();
-        assert_eq!(&got[0].to_vec()[b * 8..(b + 1) * 8], one[0].to_vec().as_slice());
+        assert_eq!(
+            &got[0].to_vec()[b * 8..(b + 1) * 8],
+            one[0].to_vec().as_slice()
+        );
     }
 }
 
@@ -187,10 +198,7 @@ fn a_batched_argument_keeps_its_reduced_and_unreduced_axes() {
     x.set_reduced_unreduced(BTreeSet::new(), BTreeSet::from(["tp".to_owned()]));
     let mut r = f32(&[4]);
     r.set_reduced_unreduced(BTreeSet::from(["dp".to_owned()]), BTreeSet::new());
-    let program = use_mesh(&mesh(), || {
-        trace(&[x, r], |a| vec![&a[0] + &a[0], -&a[1]])
-    })
-    .unwrap();
+    let program = use_mesh(&mesh(), || trace(&[x, r], |a| vec![&a[0] + &a[0], -&a[1]])).unwrap();
     assert_eq!(out_types(&program), ["f32[8@pp,4]{U:tp}", "f32[4]{R:dp}"]);
     let batched = use_mesh(&mesh(), || vmap(&program, &[Some(0), Some(0)], &[0, 0], 2)).unwrap();
     let ins: Vec<String> = batched
@@ -200,7 +208,10 @@ fn a_batched_argument_keeps_its_reduced_and_unreduced_axes() {
         .map(ToString::to_string)
         .collect();
     assert_eq!(ins, ["f32[2,8@pp,4]{U:tp}", "f32[2,4]{R:dp}"]);
-    assert_eq!(out_types(&batched), ["f32[2,8@pp,4]{U:tp}", "f32[2,4]{R:dp}"]);
+    assert_eq!(
+        out_types(&batched),
+        ["f32[2,8@pp,4]{U:tp}", "f32[2,4]{R:dp}"]
+    );
 }
 
 #[test]
@@ -216,10 +227,15 @@ fn unary_operations_keep_reduced_axes_and_refuse_unreduced_operands_as_jax_does(
         |t| -t,
         |t| t.exp(),
     ] {
-        let err = use_mesh(&mesh(), || trace(std::slice::from_ref(&x), |a| vec![f(&a[0])]))
-            .expect_err("an unreduced operand of a unary operation");
+        let err = use_mesh(&mesh(), || {
+            trace(std::slice::from_ref(&x), |a| vec![f(&a[0])])
+        })
+        .expect_err("an unreduced operand of a unary operation");
         let text = err.to_string();
-        assert!(matches!(err, tessera_ir::IrError::Sharding { .. }), "{text}");
+        assert!(
+            matches!(err, tessera_ir::IrError::Sharding { .. }),
+            "{text}"
+        );
         assert!(text.contains("unreduced over [\"tp\"]"), "{text}");
         assert!(text.contains("psum"), "{text}");
     }
@@ -272,7 +288,9 @@ fn linear_operations_follow_jax_s_reduced_and_unreduced_rules() {
 fn vmap_error(program: &ClosedJaxpr, size: i64, spmd: &[&str]) -> String {
     let in_axes = vec![Some(0); program.jaxpr.invars.len()];
     let out_axes = vec![0; program.jaxpr.outvars.len()];
-    match use_mesh(&mesh(), || vmap_spmd(program, &in_axes, &out_axes, size, spmd)) {
+    match use_mesh(&mesh(), || {
+        vmap_spmd(program, &in_axes, &out_axes, size, spmd)
+    }) {
         Ok(p) => panic!("expected an error, got\n{}", print_closed(&p, 0)),
         Err(e) => e.to_string(),
     }

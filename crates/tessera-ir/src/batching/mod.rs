@@ -85,6 +85,14 @@ pub(crate) fn spmd_axes() -> Vec<String> {
     SPMD_AXES.with(|s| s.borrow().last().cloned().unwrap_or_default())
 }
 
+/// Runs `f` with no `spmd_axis_name` in force (for bodies it does not reach).
+pub(crate) fn without_spmd<T>(f: impl FnOnce() -> T) -> T {
+    SPMD_AXES.with(|s| s.borrow_mut().push(Vec::new()));
+    let out = f();
+    SPMD_AXES.with(|s| s.borrow_mut().pop());
+    out
+}
+
 fn check_spmd(program: &ClosedJaxpr, in_axes: &[Option<usize>], spmd: &[String]) -> Result<()> {
     let mut seen = std::collections::BTreeSet::new();
     for axis in spmd {
@@ -105,7 +113,10 @@ fn check_spmd(program: &ClosedJaxpr, in_axes: &[Option<usize>], spmd: &[String])
             continue;
         }
         let used = a.explicit_dims().into_iter().flatten();
-        let reduced = a.explicit.iter().flat_map(|e| e.reduced.iter().chain(&e.unreduced).cloned());
+        let reduced = a
+            .explicit
+            .iter()
+            .flat_map(|e| e.reduced.iter().chain(&e.unreduced).cloned());
         if let Some(axis) = used.chain(reduced).find(|x| spmd.contains(x)) {
             return Err(vmap_error(format!(
                 "the batched argument {a} already uses mesh axis '{axis}', which \

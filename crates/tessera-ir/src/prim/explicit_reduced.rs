@@ -120,7 +120,12 @@ fn mul_axes(
         (false, true) => need(&xu, y),
         (true, false) => need(&yu, x),
         (true, true) => Ok((
-            common(prim, &[x.clone(), y.clone()], ShapedArray::reduced, "reduced")?,
+            common(
+                prim,
+                &[x.clone(), y.clone()],
+                ShapedArray::reduced,
+                "reduced",
+            )?,
             BTreeSet::new(),
         )),
     }
