@@ -515,3 +515,53 @@ fn reshard_lowers_as_a_sharding_constraint_and_runs_equal_to_the_interpreter() {
         }
     }
 }
+
+/// JAX's `vmap(f, spmd_axis_name='data')` of `f(x) = tanh(with_sharding_constraint(x,
+/// P('model')))`: the batched constraint is `P('data', 'model')`, so XLA runs one `tanh` on a
+/// quarter of the batch and half of each row per device, equal to the interpreter.
+#[test]
+fn vmap_with_an_spmd_axis_splits_the_batch_over_it_on_eight_devices() {
+    use tessera_ir::trace::use_mesh;
+    let client = Client::cpu(8).unwrap();
+    let mesh = Mesh::auto(&[("data", 4), ("model", 2)]).unwrap();
+    let element = use_mesh(mesh.abstract_mesh(), || {
+        trace(&[ShapedArray::new(DType::F32, &[16])], |a| {
+            let cols = PartitionSpec::parse("P('model')").unwrap();
+            vec![a[0].with_sharding(&cols).tanh()]
+        })
+    })
+    .unwrap();
+    let program = tessera_ir::vmap_spmd(&element, &[Some(0)], &[0], 8, &["data"]).unwrap();
+    let replicated = sharding(&mesh, "P()");
+    let jit = Jit::new(
+        program.clone(),
+        vec![replicated.clone()],
+        vec![replicated.clone()],
+    )
+    .unwrap();
+    let lowered = jit.lower().unwrap();
+    assert!(
+        lowered
+            .as_text()
+            .contains("#sdy.sharding<@mesh, [{\"data\"}, {\"model\"}]>"),
+        "{}",
+        lowered.as_text()
+    );
+    let compiled = lowered.compile(&client).unwrap();
+    let optimized = compiled.optimized_program().unwrap();
+    let tanh: Vec<&[i64]> = optimized
+        .instructions()
+        .into_iter()
+        .filter(|(op, _)| *op == "tanh")
+        .map(|(_, dims)| dims)
+        .collect();
+    assert_eq!(tanh, [[2, 8]], "one tanh on a 2x8 block per device");
+    let x = values(&[8, 16], 0.25);
+    let arg = DeviceArray::device_put(&client, &to_host(&x).unwrap(), &replicated).unwrap();
+    let got = compiled.call(&[&arg]).unwrap();
+    let got = from_host(&got[0].to_host().unwrap(), DType::F32).unwrap();
+    let want = eval_closed(&program, &[x]).unwrap();
+    for (a, b) in got.to_vec().iter().zip(want[0].to_vec()) {
+        assert!((a - b).abs() <= 1e-6, "{a} vs interpreter {b}");
+    }
+}

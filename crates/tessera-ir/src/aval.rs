@@ -40,8 +40,9 @@ pub struct ShapedArray {
 /// rules of the reduced/unreduced collectives (`preduced`, `unreduced_psum`,
 /// `vary_unreduced_cast_p`, `reduced_vary_cast_p`, `all_gather_reduced`,
 /// `unreduced_reduce_scatter`) and of `shard_map` on an explicit mesh derive the reduced and
-/// unreduced axes, unary operations keep them, `add`/`add_any` keep them where both operands
-/// agree, and the other operations drop them.
+/// unreduced axes, and `prim/explicit_reduced.rs` those of the other primitives JAX has rules
+/// for (unary operations, `mul`, `dot_general`, `reshape`, `slice`, `reduce_sum`,
+/// `concatenate`, `add`/`add_any`); the remaining operations drop them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ExplicitType {
     /// Per dimension, the mesh axes splitting it, major to minor (empty: not split); empty

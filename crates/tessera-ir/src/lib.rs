@@ -35,7 +35,7 @@ mod verify;
 pub use array::{Array, Block, Elem, Element, element_count};
 pub use autodiff::{jvp, linearize, value_and_grad, value_and_grad_with_aux, vjp};
 pub use aval::{ExplicitType, ShapedArray};
-pub use batching::{vmap, vmap_named};
+pub use batching::{vmap, vmap_named, vmap_spmd};
 pub use dtype::DType;
 pub use error::{IrError, Result};
 pub use jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Var};

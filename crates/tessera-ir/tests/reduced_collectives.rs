@@ -485,11 +485,13 @@ fn parsed_programs_are_checked_and_vmap_refuses_them() {
 }
 
 #[test]
-fn a_tangent_that_lost_its_unreduced_type_takes_the_plain_collective() {
-    // `sin` keeps the primal's `U:y`, its tangent (`cos x * t`) drops it: the JVP of the
-    // unreduced collectives then takes `psum_scatter` / `psum`, the same values.
+fn the_jvp_of_the_unreduced_collectives_matches_finite_differences() {
+    // A sum of unreduced values keeps `U:y` in the primal and the tangent (a unary operation
+    // such as `sin` refuses an unreduced operand, as in JAX), and the JVP of the unreduced
+    // collectives gives the derivative.
     let p = program("P('x', 'y')", |a| {
-        let owed = a.vary_unreduced_cast(&["y"]).sin();
+        let partial = a.vary_unreduced_cast(&["y"]);
+        let owed = &partial + &partial;
         let scattered = owed
             .unreduced_psum_scatter("y", 1, true)
             .all_gather("y", 1, true);

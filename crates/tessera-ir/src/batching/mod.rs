@@ -48,6 +48,86 @@ pub fn vmap(
     batch(program, in_axes, out_axes, axis_size, None)
 }
 
+/// [`vmap`] with JAX's `spmd_axis_name`: the new batch dimension is split over the mesh axes
+/// `spmd_axis_name` (major to minor). Sharding constraints inside the program get those axes at
+/// the batch dimension (as JAX's sharding-constraint batcher inserts them), also in the bodies
+/// of loops and branches, and an argument with an explicit-sharding type (`f32[8@pp,4]`) gets
+/// them on its batch dimension (`f32[4@dp,8@pp,4]`), which the sharding rules carry through the
+/// batched program. An argument whose type already splits a dimension over one of the axes is
+/// refused (an axis splits one dimension); so is an axis of an enclosing `shard_map` or `vmap`.
+/// Empty `spmd_axis_name` is plain [`vmap`].
+pub fn vmap_spmd(
+    program: &ClosedJaxpr,
+    in_axes: &[Option<usize>],
+    out_axes: &[usize],
+    axis_size: i64,
+    spmd_axis_name: &[&str],
+) -> Result<ClosedJaxpr> {
+    check_axes(program, in_axes, out_axes, axis_size)?;
+    crate::verify(program)?;
+    let spmd: Vec<String> = spmd_axis_name.iter().map(|&a| a.to_owned()).collect();
+    check_spmd(program, in_axes, &spmd)?;
+    SPMD_AXES.with(|s| s.borrow_mut().push(spmd));
+    let out = batch(program, in_axes, out_axes, axis_size, None);
+    SPMD_AXES.with(|s| s.borrow_mut().pop());
+    out
+}
+
+thread_local! {
+    /// The `spmd_axis_name`s of the [`vmap_spmd`]s running, innermost last; the batching rules
+    /// of the bodies batched inside one (loops, branches, shard_maps) see its axes.
+    static SPMD_AXES: std::cell::RefCell<Vec<Vec<String>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The mesh axes splitting the batch dimension of the innermost running [`vmap_spmd`] (empty:
+/// none, JAX's `spmd_axis_name=None`).
+pub(crate) fn spmd_axes() -> Vec<String> {
+    SPMD_AXES.with(|s| s.borrow().last().cloned().unwrap_or_default())
+}
+
+/// Runs `f` with no `spmd_axis_name` in force (for bodies it does not reach).
+pub(crate) fn without_spmd<T>(f: impl FnOnce() -> T) -> T {
+    SPMD_AXES.with(|s| s.borrow_mut().push(Vec::new()));
+    let out = f();
+    SPMD_AXES.with(|s| s.borrow_mut().pop());
+    out
+}
+
+fn check_spmd(program: &ClosedJaxpr, in_axes: &[Option<usize>], spmd: &[String]) -> Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for axis in spmd {
+        if !seen.insert(axis) {
+            return Err(vmap_error(format!(
+                "spmd_axis_name names axis '{axis}' twice; name each mesh axis once"
+            )));
+        }
+        if crate::axis_env::current_mesh().is_some_and(|m| m.axis_size(axis).is_some()) {
+            return Err(vmap_error(format!(
+                "spmd_axis_name '{axis}' is a manual axis of the enclosing shard_map; vmap \
+                 over another mesh axis, or outside the shard_map"
+            )));
+        }
+    }
+    for (a, ax) in program.jaxpr.in_avals().iter().zip(in_axes) {
+        if ax.is_none() {
+            continue;
+        }
+        let used = a.explicit_dims().into_iter().flatten();
+        let reduced = a
+            .explicit
+            .iter()
+            .flat_map(|e| e.reduced.iter().chain(&e.unreduced).cloned());
+        if let Some(axis) = used.chain(reduced).find(|x| spmd.contains(x)) {
+            return Err(vmap_error(format!(
+                "the batched argument {a} already uses mesh axis '{axis}', which \
+                 spmd_axis_name splits the batch dimension over; an axis splits one dimension \
+                 (reshard the argument first)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// [`vmap`] over an axis named `axis_name`, which the program's collectives may name (JAX's
 /// `vmap(axis_name=...)`): the batch elements are that axis's devices, so `psum` over it sums
 /// the batch, `axis_index` numbers the elements, and so on. The program is checked with the
@@ -105,16 +185,17 @@ fn batch(
         .map(|(a, &ax)| {
             let mut batched = a.clone();
             if let Some(ax) = ax {
-                batched = ShapedArray::new(a.dtype, &a.shape);
+                // Keep the manual axes the value varies over (inside a shard_map body), its
+                // weak type and its reduced and unreduced axes; a known layout is dropped.
+                batched.sharding = None;
+                batched.weak_type = false;
                 batched.shape.insert(ax, axis_size);
-                // Keep the manual axes the value varies over (inside a shard_map body).
-                batched.vma.clone_from(&a.vma);
-                // Keep an explicit sharding, the batch dimension unsharded (JAX's `vmap` with
-                // `spmd_axis_name=None`); the sharding rules carry it through the batched
-                // program.
+                // Keep an explicit sharding, the batch dimension split over the spmd axes
+                // (unsplit for JAX's `spmd_axis_name=None`); the sharding rules carry it
+                // through the batched program.
                 if a.explicit.is_some() {
                     let mut dims = a.explicit_dims();
-                    dims.insert(ax, Vec::new());
+                    dims.insert(ax, spmd_axes());
                     batched.set_explicit_dims(dims);
                 }
             }

@@ -231,7 +231,11 @@ pub(super) fn shard_map(
     };
     let (operands, in_axes) = batched_in_front(args, size);
     let out_axes = vec![0; results];
-    let body = match p.in_body(|| super::vmap(p.body, &in_axes, &out_axes, size)) {
+    // The body's constraints name the mesh's manual axes: `spmd_axis_name` does not reach
+    // them (the specs keep the batch dimension unsplit).
+    let body = match p
+        .in_body(|| super::without_spmd(|| super::vmap(p.body, &in_axes, &out_axes, size)))
+    {
         Ok(b) => b,
         Err(e) => return fail(format!("in the batched body: {e}")),
     };

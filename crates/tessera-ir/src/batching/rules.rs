@@ -162,14 +162,15 @@ pub(super) fn batch_rule(
 
 /// Primitives that act on each element or pass values through: the same equation on the
 /// batched operands, each result keeping its operand's batch dimension.
-/// The constraint on a batched operand: the batch dimension is left unsplit.
+/// The constraint on a batched operand: the batch dimension is split over the running
+/// `vmap_spmd`'s axes (JAX's `spmd_axis_name`), or left unsplit.
 fn sharding_constraint(params: &Params, arg: &Batched) -> Batched {
     let bdim = arg.1.unwrap_or(0);
     match crate::prim::ConstraintParams::read(params) {
         Ok(p) => (
             Tensor::bind1(
                 Prim::ShardingConstraint,
-                p.batched(bdim).to_params(),
+                p.batched_over(bdim, &super::spmd_axes()).to_params(),
                 &[&arg.0],
             ),
             arg.1,

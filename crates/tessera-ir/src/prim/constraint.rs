@@ -178,11 +178,18 @@ impl ConstraintParams {
     /// The constraint for a batched operand whose batch dimension is `bdim`: that dimension is
     /// not split, and unconstrained dimensions at or after it shift by one.
     pub fn batched(&self, bdim: usize) -> ConstraintParams {
+        self.batched_over(bdim, &[])
+    }
+
+    /// [`batched`](Self::batched) with the batch dimension split over `spmd_axes` (JAX's
+    /// `vmap(..., spmd_axis_name=...)`, whose batcher inserts the axes into the constraint's
+    /// spec at the batch dimension); empty `spmd_axes` leave it unsplit.
+    pub fn batched_over(&self, bdim: usize, spmd_axes: &[String]) -> ConstraintParams {
         let mut dims: Vec<DimSpec> = self.spec.dims().to_vec();
         while dims.len() < bdim {
             dims.push(DimSpec::from_axes::<&str>(&[]));
         }
-        dims.insert(bdim, DimSpec::from_axes::<&str>(&[]));
+        dims.insert(bdim, DimSpec::from_axes(spmd_axes));
         ConstraintParams {
             mesh: self.mesh.clone(),
             spec: PartitionSpec::new(dims),

@@ -12,6 +12,7 @@ mod conv;
 mod cumulative;
 mod elementwise;
 mod explicit;
+mod explicit_reduced;
 mod explicit_reshape;
 mod flow;
 mod index_modes;
@@ -564,6 +565,7 @@ impl Prim {
         inputs: &[ShapedArray],
         outputs: Option<&[ShapedArray]>,
     ) -> Result<Vec<ShapedArray>> {
+        explicit_reduced::check(self, inputs)?;
         let mut outs = match self.family() {
             Family::Elementwise(op) => elementwise::abstract_eval(self, op, params, inputs),
             Family::Structural(op) => structural::abstract_eval(self, op, params, inputs, outputs),
@@ -588,17 +590,8 @@ impl Prim {
         for out in &mut outs {
             out.vma.clone_from(&vma);
         }
-        // A sum of values reduced (or unreduced) over the same axes is so too, as in JAX: the
-        // cotangents of a reduced value's uses accumulate with `add_any` as unreduced values.
-        if matches!(self, Prim::Add | Prim::AddAny)
-            && let [a, b] = inputs
-            && a.reduced() == b.reduced()
-            && a.unreduced() == b.unreduced()
-        {
-            for out in &mut outs {
-                out.set_reduced_unreduced(a.reduced(), a.unreduced());
-            }
-        }
+        // The reduced and unreduced axes of the results (`explicit_reduced.rs`).
+        explicit_reduced::carry(self, inputs, &mut outs)?;
         Ok(outs)
     }
 

@@ -55,7 +55,7 @@ pub use sort::sort;
 pub use stages::{mark_stage_end, pipeline_yield};
 pub use transforms::{
     grad_call, jvp_call, value_and_grad_call, value_and_grad_with_aux_call, vjp_call, vmap_call,
-    vmap_named_call,
+    vmap_named_call, vmap_spmd_call,
 };
 
 use std::cell::RefCell;

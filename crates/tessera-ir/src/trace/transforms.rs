@@ -7,7 +7,7 @@
 use super::{Tensor, call_closed};
 use crate::autodiff::{jvp, value_and_grad, vjp};
 use crate::aval::ShapedArray;
-use crate::batching::{vmap, vmap_named};
+use crate::batching::vmap_named;
 use crate::error::Result;
 use crate::jaxpr::ClosedJaxpr;
 use crate::params::{ParamValue, Params};
@@ -55,6 +55,19 @@ pub fn vmap_call(
     out_axes: &[usize],
     args: &[&Tensor],
 ) -> Vec<Tensor> {
+    vmap_spmd_call(program, in_axes, out_axes, &[], args)
+}
+
+/// [`vmap_call`] with JAX's `spmd_axis_name` (see [`crate::vmap_spmd`]): the batch dimension
+/// is split over the mesh axes `spmd_axis_name` in the program's sharding constraints and
+/// explicit-sharding types.
+pub fn vmap_spmd_call(
+    program: &ClosedJaxpr,
+    in_axes: &[Option<usize>],
+    out_axes: &[usize],
+    spmd_axis_name: &[&str],
+    args: &[&Tensor],
+) -> Vec<Tensor> {
     let size = args
         .iter()
         .zip(in_axes)
@@ -82,7 +95,7 @@ pub fn vmap_call(
     };
     call_transformed(
         "vmap",
-        vmap(program, in_axes, out_axes, size),
+        crate::vmap_spmd(program, in_axes, out_axes, size, spmd_axis_name),
         args,
         &expected,
     )
