@@ -222,18 +222,7 @@ fn read_mesh(value: &ParamValue) -> Result<AbstractMesh> {
                 .ok_or_else(|| bad(format!("gives axis '{n}' no size")))
         })
         .collect::<Result<Vec<_>>>()?;
-    let types = match value.field("axis_types").and_then(ParamValue::as_seq) {
-        None => vec![AxisType::Auto; names.len()],
-        Some(types) => types
-            .iter()
-            .map(|t| match t {
-                ParamValue::Name(n) => {
-                    AxisType::parse(n).ok_or_else(|| bad(format!("has unknown axis type {n}")))
-                }
-                other => Err(bad(format!("has axis type {other}, not a name"))),
-            })
-            .collect::<Result<Vec<_>>>()?,
-    };
+    let types = super::shard_map::read_axis_types(value, names.len(), &bad)?;
     AbstractMesh::new(&names, &sizes, &types).map_err(|e| bad(e.to_string()))
 }
 

@@ -155,10 +155,19 @@ pub(crate) fn read_mesh_param(params: &Params, key: &str) -> Result<AbstractMesh
         names.push(name);
         sizes.push(size);
     }
-    // JAX prints the axis types (`axis_types=(Explicit, Auto)`); without them every axis is
-    // `Auto`.
-    let types = match value.field("axis_types").and_then(ParamValue::as_seq) {
-        None => vec![AxisType::Auto; names.len()],
+    let types = read_axis_types(value, names.len(), &bad)?;
+    AbstractMesh::new(&names, &sizes, &types).map_err(|e| bad(e.to_string()))
+}
+
+/// A printed mesh's axis types (`axis_types=(Explicit, Auto)`); without them every one of its
+/// `count` axes is `Auto`, as JAX reads it.
+pub(crate) fn read_axis_types(
+    value: &ParamValue,
+    count: usize,
+    bad: &dyn Fn(String) -> crate::IrError,
+) -> Result<Vec<AxisType>> {
+    match value.field("axis_types").and_then(ParamValue::as_seq) {
+        None => Ok(vec![AxisType::Auto; count]),
         Some(types) => types
             .iter()
             .map(|t| match t {
@@ -167,9 +176,8 @@ pub(crate) fn read_mesh_param(params: &Params, key: &str) -> Result<AbstractMesh
                 }
                 other => Err(bad(format!("has axis type {other}, not a name"))),
             })
-            .collect::<Result<Vec<_>>>()?,
-    };
-    AbstractMesh::new(&names, &sizes, &types).map_err(|e| bad(e.to_string()))
+            .collect(),
+    }
 }
 
 fn read_specs(params: &Params, key: &str) -> Result<Vec<PartitionSpec>> {
