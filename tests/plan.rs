@@ -104,6 +104,28 @@ fn a_plan_ranks_caches_and_trains() {
     }
     let notes = first["measurements"].to_string();
     assert!(notes.contains("measured"), "{notes}");
+    // Every cached measurement holds the time model's measured terms: the contention of groups
+    // running at once (a group of 2 of the 4 devices has another beside it), the fused
+    // actions' factors and the dispatch, each in its range.
+    let mut cached = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
+        let costs = &value["costs"];
+        if costs.is_null() || costs["profile"].is_null() {
+            continue;
+        }
+        cached += 1;
+        let term = |name: &str| costs[name].as_f64().unwrap_or(f64::NAN);
+        assert!(term("contention") >= 1.0, "{}: {costs}", path.display());
+        assert!((0.0..=1.0).contains(&term("fused_chain")), "{costs}");
+        assert!((0.2..=2.0).contains(&term("fused_apart")), "{costs}");
+        assert!(term("dispatch") >= 0.0, "{costs}");
+    }
+    assert!(cached > 0, "no cached costs in {}", dir.display());
     // The second run reuses every measurement.
     let again = json(&plan(&dir, &["--devices", "4", "--json"]));
     let notes = again["measurements"].as_array().unwrap();
