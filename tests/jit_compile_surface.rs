@@ -335,6 +335,64 @@ fn debug_nans_names_the_result_and_the_equation_that_made_the_nan() {
     }
 }
 
+#[test]
+fn debug_infs_names_the_result_and_the_equation_that_made_the_infinity() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    use tessera::jit::{JitCache, JitError};
+    let f32 = ShapedArray::new(DType::F32, &[8]);
+    // (a) -> (a + 1, exp(a * 100)): infinite where a * 100 overflows f32 (a > ~0.887).
+    let program = trace(&[f32], |a| vec![&a[0] + 1.0, (&a[0] * 100.0).exp()]).unwrap();
+    let exp_at = program
+        .jaxpr
+        .eqns
+        .iter()
+        .position(|e| e.prim.name() == "exp")
+        .unwrap();
+    let client = Client::cpu(2).unwrap();
+    let mesh = Mesh::auto(&[("data", 2)]).unwrap();
+    let rows = NamedSharding::new(&mesh, PartitionSpec::parse("P('data')").unwrap()).unwrap();
+    let plain = Jit::new(program.clone(), vec![rows.clone()], vec![rows.clone(); 2]).unwrap();
+    let put = |values: Vec<f64>| {
+        let host = Array::new(DType::F32, &[8], values).unwrap();
+        DeviceArray::device_put(&client, &host, &rows).unwrap()
+    };
+    let some_large = put((0..8).map(|i| f64::from(i) * 0.25).collect());
+    let all_small = put((0..8).map(|i| f64::from(i) * 0.1).collect());
+    let cache = JitCache::default();
+
+    // NaN checks alone let infinities through, as JAX's debug_nans does.
+    let nans_only = plain.clone().debug_nans(true);
+    let out = cache.call(&client, &nans_only, &[&some_large]).unwrap();
+    let exps = out[1].to_host().unwrap().to_vec();
+    assert!(exps.iter().any(|v| v.is_infinite()), "{exps:?}");
+
+    let checked = plain.clone().debug_infs(true);
+    let err = cache
+        .call(&client, &checked, &[&some_large])
+        .expect_err("an infinite result is refused under debug_infs");
+    match &err {
+        JitError::Inf { result, equation } => {
+            assert_eq!(*result, 1, "{err}");
+            assert_eq!(
+                equation.as_deref(),
+                Some(format!("equation {exp_at} (exp)").as_str()),
+                "{err}"
+            );
+        }
+        other => panic!("not an infinity error: {other}"),
+    }
+    assert!(err.to_string().contains("debug_infs"), "{err}");
+    assert_eq!(cache.len(), 2, "the checking program is cached apart");
+
+    let out = cache.call(&client, &checked, &[&all_small]).unwrap();
+    let want = eval_closed(&program, &[from_values(&all_small)]).unwrap();
+    for (got, want) in out.iter().zip(&want) {
+        for (g, w) in got.to_host().unwrap().to_vec().iter().zip(want.to_vec()) {
+            assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{g} vs {w}");
+        }
+    }
+}
+
 /// The host values of a device array of f32.
 fn from_values(array: &DeviceArray) -> Array {
     tessera::jit::from_host(&array.to_host().unwrap(), DType::F32).unwrap()

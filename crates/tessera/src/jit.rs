@@ -115,6 +115,26 @@ pub enum JitError {
         /// The first top-level equation that made a NaN on the interpreter, in words.
         equation: Option<String>,
     },
+    /// A floating-point result holds an infinity and the program checks for them
+    /// ([`Jit::debug_infs`], JAX's `jax_debug_infs`).
+    #[error(
+        "result {result} of the program holds an infinity (debug_infs){}; \
+         look at that equation's operands, or run the program on the interpreter \
+         (`tessera_ir::interp::eval_closed`) to see every value",
+        match equation {
+            Some(e) => format!(": the interpreter first makes one at {e}"),
+            None => String::from(
+                " (the interpreter, run on the same arguments, makes none: XLA's arithmetic \
+                 differs there, or an argument holds one)"
+            ),
+        }
+    )]
+    Inf {
+        /// The result's position.
+        result: usize,
+        /// The first top-level equation that made an infinity on the interpreter, in words.
+        equation: Option<String>,
+    },
     /// An argument is held only in part by this process (a partially addressable array of a
     /// multi-process job): a `jit` program runs in one process, on every shard (JAX refuses
     /// non-fully-addressable arrays outside a multi-process SPMD program too).
@@ -308,6 +328,8 @@ pub struct Jit {
     compiler_options: std::collections::BTreeMap<String, tessera_pjrt::OptionOverride>,
     /// Whether each call checks its floating-point results for NaNs (`jit/nans.rs`).
     debug_nans: bool,
+    /// Whether each call checks its floating-point results for infinities (`jit/nans.rs`).
+    debug_infs: bool,
 }
 
 /// A lowered [`Jit`]: the StableHLO module and its device assignment.
@@ -358,6 +380,7 @@ impl Jit {
             keep_unused: false,
             compiler_options: Default::default(),
             debug_nans: false,
+            debug_infs: false,
         })
     }
 
@@ -751,7 +774,10 @@ impl Compiled {
     fn run(&self, args: &[&DeviceArray]) -> Result<Vec<DeviceArray>, JitError> {
         let outputs = self.execute(args)?;
         if self.jit.debug_nans {
-            nans::check(&self.jit.program, args, &outputs)?;
+            nans::check(nans::Bad::Nan, &self.jit.program, args, &outputs)?;
+        }
+        if self.jit.debug_infs {
+            nans::check(nans::Bad::Inf, &self.jit.program, args, &outputs)?;
         }
         Ok(outputs)
     }

@@ -46,6 +46,8 @@ struct CacheKey {
     /// Whether calls check their results for NaNs (the executable is the same, but the
     /// `Compiled` returned carries the check).
     debug_nans: bool,
+    /// Whether calls check their results for infinities.
+    debug_infs: bool,
 }
 
 impl CacheKey {
@@ -69,6 +71,7 @@ impl CacheKey {
             keep_unused: jit.keep_unused,
             compiler_options: format!("{:?}", jit.compiler_options),
             debug_nans: jit.debug_nans,
+            debug_infs: jit.debug_infs,
         }
     }
 }
