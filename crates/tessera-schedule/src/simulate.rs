@@ -174,46 +174,38 @@ impl Costs {
         if let [task] = tasks {
             return self.task(task);
         }
-        let mut chains: Vec<(u32, u32, Vec<TaskKind>)> = Vec::new();
+        let mut chains: Vec<Vec<&Task>> = Vec::new();
         for t in tasks {
             match chains
                 .iter_mut()
-                .find(|(s, mb, _)| *s == t.stage && *mb == t.mb)
+                .find(|c| c[0].stage == t.stage && c[0].mb == t.mb)
             {
-                Some((_, _, kinds)) => kinds.push(t.kind),
-                None => chains.push((t.stage, t.mb, vec![t.kind])),
+                Some(chain) => chain.push(t),
+                None => chains.push(vec![t]),
             }
         }
         let apart = match chains.len() > 1 {
             true => self.fused_apart,
             false => 1.0,
         };
-        let sum: f64 = chains
-            .iter()
-            .map(|(stage, _, kinds)| self.chain(*stage as usize, kinds))
-            .sum();
+        let sum: f64 = chains.iter().map(|c| self.chain(c)).sum();
         sum * apart
     }
 
-    /// One stage's fused tasks on one micro-batch.
-    fn chain(&self, s: usize, kinds: &[TaskKind]) -> f64 {
-        let has = |k: TaskKind| kinds.contains(&k);
+    /// One stage's fused tasks on one micro-batch: each at [`Costs::task`], except that a
+    /// forward with its backward in the same program pays its share `fused_chain`, and both
+    /// parts of a split backward cost one whole backward.
+    fn chain(&self, tasks: &[&Task]) -> f64 {
+        let has = |k: TaskKind| tasks.iter().any(|t| t.kind == k);
         let whole_split = has(TaskKind::BwdI) && has(TaskKind::BwdW);
-        // With its backward in the same program, a forward costs its share `fused_chain`.
-        let forward = match kinds.iter().any(|k| *k != TaskKind::Fwd) {
-            true => self.forward[s] * self.fused_chain,
-            false => self.forward[s],
-        };
-        kinds
+        let with_backward = tasks.iter().any(|t| t.kind != TaskKind::Fwd);
+        tasks
             .iter()
-            .map(|kind| match kind {
-                TaskKind::Fwd => forward,
-                TaskKind::Bwd => self.backward[s],
-                // Both parts in one program: one whole backward.
-                TaskKind::BwdI if whole_split => self.backward[s],
-                TaskKind::BwdW if whole_split => 0.0,
-                TaskKind::BwdI => self.split_total(s) - self.weight[s],
-                TaskKind::BwdW => self.weight[s],
+            .map(|t| match (t.kind, with_backward, whole_split) {
+                (TaskKind::Fwd, true, _) => self.task(t) * self.fused_chain,
+                (TaskKind::BwdI, _, true) => self.backward[t.stage as usize],
+                (TaskKind::BwdW, _, true) => 0.0,
+                _ => self.task(t),
             })
             .sum()
     }

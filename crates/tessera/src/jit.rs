@@ -101,13 +101,7 @@ pub enum JitError {
         "result {result} of the program holds a NaN (debug_nans){}; \
          look at that equation's operands, or run the program on the interpreter \
          (`tessera_ir::interp::eval_closed`) to see every value",
-        match equation {
-            Some(e) => format!(": the interpreter first makes one at {e}"),
-            None => String::from(
-                " (the interpreter, run on the same arguments, makes none: XLA's arithmetic \
-                 differs there, or an argument holds one)"
-            ),
-        }
+        found_at(equation)
     )]
     Nan {
         /// The result's position.
@@ -121,13 +115,7 @@ pub enum JitError {
         "result {result} of the program holds an infinity (debug_infs){}; \
          look at that equation's operands, or run the program on the interpreter \
          (`tessera_ir::interp::eval_closed`) to see every value",
-        match equation {
-            Some(e) => format!(": the interpreter first makes one at {e}"),
-            None => String::from(
-                " (the interpreter, run on the same arguments, makes none: XLA's arithmetic \
-                 differs there, or an argument holds one)"
-            ),
-        }
+        found_at(equation)
     )]
     Inf {
         /// The result's position.
@@ -165,6 +153,18 @@ pub enum JitError {
         /// The kind of the memory its buffers are in.
         got: String,
     },
+}
+
+/// Where the interpreter first made the value a `debug_nans`/`debug_infs` check found, as the
+/// end of [`JitError::Nan`]'s and [`JitError::Inf`]'s message.
+fn found_at(equation: &Option<String>) -> String {
+    match equation {
+        Some(e) => format!(": the interpreter first makes one at {e}"),
+        None => String::from(
+            " (the interpreter, run on the same arguments, makes none: XLA's arithmetic \
+             differs there, or an argument holds one)",
+        ),
+    }
 }
 
 /// Checks that `inputs` match `program`'s parameters in number, dtype and shape: PJRT would
