@@ -174,6 +174,27 @@ fn a_bad_program_is_a_typed_error_with_the_plugins_message() {
     }
 }
 
+/// JAX compiles a shape-polymorphic module only after `jax.export` refines its symbolic
+/// dimensions (the reference's `refine_shape_polymorphism` itself raises `NotImplementedError`);
+/// the plugins refuse one with unrefined dimensions, and that reaches the caller as a typed error
+/// with the plugin's reason, never a crash.
+#[test]
+fn a_module_with_dynamic_dimensions_is_a_typed_error() {
+    let dynamic = ADD.replace("2x2xf32", "?x2xf32");
+    let err = client()
+        .compile(dynamic.as_bytes(), &CompileOptions::spmd(&[0]))
+        .unwrap_err();
+    match &err {
+        PjrtError::Call {
+            function, message, ..
+        } => {
+            assert_eq!(*function, "PJRT_Client_Compile");
+            assert!(message.contains("dynamism"), "{message}");
+        }
+        other => panic!("expected a PJRT call error, got {other:?}"),
+    }
+}
+
 #[test]
 fn wrong_argument_counts_are_refused_before_reaching_pjrt() {
     let client = client();
