@@ -3,11 +3,17 @@
 ranking, trains each with `tessera train --plan FILE` and prints predicted against measured step
 time and peak bytes per device (the table in docs/benchmarks.md).
 
-    python3 benches/plan_accuracy.py target/release/tessera --model gpt [--count 6] [--steps 8]
+    python3 benches/plan_accuracy.py target/release/tessera --model gpt [--count 6] [--steps 8] \
+        [--rounds 3]
+
+With `--rounds R` every candidate trains R times, the candidates taking turns (round 1 of each,
+then round 2 of each, ...), so a change of the machine's load during the run falls on all of
+them alike; the table shows the median of the rounds and their range.
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +32,7 @@ def main():
     p.add_argument("tessera")
     p.add_argument("--count", type=int, default=6)
     p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=1)
     args, model = p.parse_known_args()
     ranking = run([args.tessera, "plan", *model, "--json", "--top", "1000"])
     first = ranking["first"]
@@ -49,7 +56,8 @@ def main():
         picked.append(c)
         if len(picked) == args.count:
             break
-    rows = []
+    paths = []
+    runs = [[] for _ in picked]
     with tempfile.TemporaryDirectory() as tmp:
         for i, c in enumerate(picked):
             plan = dict(first)
@@ -63,20 +71,27 @@ def main():
             path = os.path.join(tmp, f"plan{i}.json")
             with open(path, "w") as f:
                 json.dump(plan, f)
-            s = run([args.tessera, "train", "--plan", path, "--steps", str(args.steps),
-                     "--no-reference", "--eval-every", "0", "--json"])
-            rows.append((c, s))
+            paths.append(path)
+        for _ in range(args.rounds):
+            for i, path in enumerate(paths):
+                runs[i].append(run([args.tessera, "train", "--plan", path, "--steps",
+                                    str(args.steps), "--no-reference", "--eval-every", "0",
+                                    "--json"]))
+    rows = list(zip(picked, runs))
     print("| groups × devices | stages (layers) | micro-batches | schedule | predicted ms | "
           "measured ms | measured / predicted | predicted bytes | measured bytes | "
           "measured / predicted |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for c, s in rows:
-        pt, mt = s["plan_predicted_step_ms"], s["plan_measured_step_ms"]
+    for c, ss in rows:
+        s = ss[0]
+        times = sorted(r["plan_measured_step_ms"] for r in ss)
+        pt, mt = s["plan_predicted_step_ms"], statistics.median(times)
+        spread = f" ({times[0]:.1f}–{times[-1]:.1f})" if len(times) > 1 else ""
         pb, mb = s["plan_predicted_peak_bytes"], s["plan_measured_peak_bytes"]
         layers = ",".join(str(x) for x in c["stage_layers"])
         bytes_ratio = f"{mb / pb:.2f}×" if mb else "– (one program)"
         print(f"| {c['groups']} × {c['data']} | {c['stages']} ({layers}) | {c['microbatches']} | "
-              f"{c['schedule']} | {pt:.1f} | {mt:.1f} | {mt / pt:.2f}× | {pb} | "
+              f"{c['schedule']} | {pt:.1f} | {mt:.1f}{spread} | {mt / pt:.2f}× | {pb} | "
               f"{mb if mb else '–'} | {bytes_ratio} |")
 
 
