@@ -18,7 +18,9 @@
 //!
 //! Refused, with a [`LoopBodyError`]: a metric reading a gradient (gradients exist only summed
 //! over the micro-batches), a metric recomputing the staged loss (an intermediate value of the
-//! loss function, behind a `pipeline_enter_stage` marker), a body dropping a call result.
+//! loss function, behind a `pipeline_enter_stage` marker). A call result the body drops (the
+//! gradients alone, or the loss alone) is still computed by the pipeline's stages: it becomes a
+//! hidden result of the loop, combined by `Add`, that the step never reads.
 
 use std::collections::{HashMap, HashSet};
 
@@ -63,15 +65,6 @@ pub enum LoopBodyError {
         aval: String,
         /// The stage its marker enters.
         stage: i64,
-    },
-    /// The body does not return one of the call's results.
-    #[error(
-        "the treduce body does not return result {output} of its value_and_grad_call; return \
-         the loss, every auxiliary result and every gradient (metrics may follow in any order)"
-    )]
-    DropsCallResult {
-        /// The call result's position.
-        output: usize,
     },
 }
 
@@ -122,11 +115,21 @@ pub(super) fn whole_body(
     if metrics.is_empty() && in_order && !read_by_others {
         return Ok(None);
     }
-    let claimed: Vec<usize> = claimed
-        .iter()
-        .enumerate()
-        .map(|(output, c)| c.ok_or(LoopBodyError::DropsCallResult { output }))
-        .collect::<Result<_, _>>()?;
+    // A call result the body drops still comes out of the pipeline (its stages compute it):
+    // it becomes a hidden result of the loop, combined by `Add` and read by nothing after.
+    let dropped: Vec<usize> = (0..claimed.len())
+        .filter(|&k| claimed[k].is_none())
+        .collect();
+    let mut all_ops = p.ops.clone();
+    let mut rewritten = step.clone();
+    let mut outputs = eqn.outputs.clone();
+    for &k in &dropped {
+        claimed[k] = Some(all_ops.len());
+        all_ops.push(ReduceOp::Add);
+        let aval = body.aval(call.outputs[k]).clone();
+        outputs.push(rewritten.jaxpr.new_var(aval));
+    }
+    let claimed: Vec<usize> = claimed.into_iter().flatten().collect();
     let after = after_call(body, at, values, &metrics)?;
     let extras = extra_inputs(body, call, &after, &metrics);
     let metric_atoms: Vec<Atom> = metrics.iter().map(|&i| body.outvars[i].clone()).collect();
@@ -176,7 +179,7 @@ pub(super) fn whole_body(
         .chain(&claimed[values..])
         .copied()
         .collect();
-    let ops: Vec<ReduceOp> = order.iter().map(|&i| p.ops[i]).collect();
+    let ops: Vec<ReduceOp> = order.iter().map(|&i| all_ops[i]).collect();
     let mut params = treduce_params(
         new_body,
         p.axis,
@@ -190,19 +193,18 @@ pub(super) fn whole_body(
             params = params.with(name, value.clone());
         }
     }
-    if eqn.outputs.len() != order.len() {
+    if outputs.len() != order.len() {
         return Err(config(format!(
             "the treduce has {} results for its body's {}",
-            eqn.outputs.len(),
+            outputs.len(),
             order.len()
         )));
     }
-    let mut rewritten = step.clone();
     rewritten.jaxpr.eqns[index] = Eqn {
         prim: Prim::Treduce,
         params,
         inputs: eqn.inputs.clone(),
-        outputs: order.iter().map(|&i| eqn.outputs[i]).collect(),
+        outputs: order.iter().map(|&i| outputs[i]).collect(),
     };
     tessera_ir::verify(&rewritten).map_err(|e| config(e.to_string()))?;
     Ok(Some(rewritten))
