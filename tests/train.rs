@@ -49,6 +49,10 @@ fn pipelined_mlp_training_matches_the_unpipelined_run() {
             "{schedule}: the loss falls: {losses:?}"
         );
         assert_eq!(s["order_matches_schedule"], true, "{schedule}");
+        // Every group (one per stage here) was busy in the last step.
+        let busy = numbers(&s, "group_busy_ms");
+        assert_eq!(busy.len(), stages.parse::<usize>().unwrap(), "{schedule}");
+        assert!(busy.iter().all(|&b| b > 0.0), "{schedule}: {busy:?}");
     }
 }
 

@@ -160,6 +160,19 @@ impl Timings {
             .map_or(0.0, |(start, end)| (end - start).max(0.0) / 1000.0)
     }
 
+    /// Each of `groups` groups' busy time, the sum of its tasks' durations, in milliseconds:
+    /// how evenly the stage boundaries spread the work (the group that leads sets a pipeline's
+    /// pace).
+    pub fn group_busy_ms(&self, groups: usize) -> Vec<f64> {
+        let mut busy = vec![0.0; groups];
+        for t in &self.tasks {
+            if let Some(b) = busy.get_mut(t.group) {
+                *b += t.duration_us / 1000.0;
+            }
+        }
+        busy
+    }
+
     /// The fraction of group-time spent idle between the first start and the last end.
     pub fn bubble_ratio(&self, groups: usize) -> f64 {
         let Some((start, end)) = self.task_bounds_us() else {

@@ -727,6 +727,7 @@ fn finish(
         "max_relative_difference": max_diff,
         "bubble_ratio_measured": figures.bubble_measured,
         "bubble_ratio_simulated": figures.bubble_simulated,
+        "group_busy_ms": figures.group_busy_ms,
         "makespan_ms": figures.makespan_ms,
         "predicted_makespan_ms": figures.predicted_ms,
         "step_wall_ms": log.step_ms.last(),

@@ -11,6 +11,8 @@ use tessera_schedule::Costs;
 pub struct PipelineFigures {
     pub bubble_measured: f64,
     pub bubble_simulated: f64,
+    /// Each group's busy milliseconds in the last step (empty for one program).
+    pub group_busy_ms: Vec<f64>,
     pub makespan_ms: f64,
     pub predicted_ms: f64,
     /// Whether every group ran the schedule's order (`None`: the step ran as one program, with
@@ -30,6 +32,7 @@ pub fn one_program_figures(makespans_ms: &[f64]) -> anyhow::Result<PipelineFigur
     Ok(PipelineFigures {
         bubble_measured: f64::NAN,
         bubble_simulated: f64::NAN,
+        group_busy_ms: Vec::new(),
         makespan_ms: settled_median(makespans_ms),
         predicted_ms: f64::NAN,
         orders_match: None,
@@ -71,6 +74,9 @@ pub fn pipeline_figures(
     outln!(
         "bubble ratio: measured {bubble_measured:.3}, simulator (F=1, B=2) {bubble_simulated:.3}"
     )?;
+    let group_busy_ms = timings.group_busy_ms(groups);
+    let shown: Vec<String> = group_busy_ms.iter().map(|b| format!("{b:.2}")).collect();
+    outln!("busy ms per group in the last step: {}", shown.join(", "))?;
     let makespan_ms = settled_median(&per_step.iter().map(|s| s.0).collect::<Vec<_>>());
     let predicted_ms = settled_median(&per_step.iter().map(|s| s.1).collect::<Vec<_>>());
     outln!(
@@ -105,6 +111,7 @@ pub fn pipeline_figures(
     Ok(PipelineFigures {
         bubble_measured,
         bubble_simulated,
+        group_busy_ms,
         makespan_ms,
         predicted_ms,
         orders_match: Some(orders_match),
