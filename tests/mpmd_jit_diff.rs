@@ -368,17 +368,43 @@ fn a_differentiated_value_computed_per_micro_batch_is_refused() {
     assert!(message.contains("computed in the loop body"), "{message}");
 }
 
+/// `loss(x, w0, w0, y)` differentiated at both weight positions (one weight read by both
+/// stages): JAX gives each position's partial derivative, which differ; the pipeline gives each
+/// position a parameter of its own and equals the step interpreted, pipelined and as one
+/// program, the update summing the two partials as a tied weight's.
 #[test]
-fn a_parameter_differentiated_twice_is_refused() {
+fn a_parameter_differentiated_at_two_positions_gets_each_partial() {
     let loss = loss(false);
-    let program = trace(&avals(), |a| {
-        treduce(&[&a[0], &a[1]], &[&a[4], &a[5]], 0, "1f1b", &[], |w, mb| {
-            value_and_grad_call(&loss, &[1, 2], &[&mb[0], &w[0], &w[0], &mb[1]])
+    let step = |schedule: &str| {
+        trace(&avals(), |a| {
+            let (w0, lr) = (&a[0], &a[3]);
+            let outs = treduce(&[w0], &[&a[4], &a[5]], 0, schedule, &[], |w, mb| {
+                value_and_grad_call(&loss, &[1, 2], &[&mb[0], &w[0], &w[0], &mb[1]])
+            });
+            let g = &(&outs[1] + &outs[2]) / MBS as f64;
+            vec![
+                w0 - &(lr * &g),
+                outs[0].mean(&[0]),
+                outs[1].clone(),
+                outs[2].clone(),
+            ]
         })
-    })
-    .unwrap();
-    let message = refusal(&program);
-    assert!(message.contains("differentiated twice"), "{message}");
+        .unwrap()
+    };
+    let want = eval_closed(&step("1f1b"), &step_args()).unwrap();
+    let gap = want[2]
+        .to_vec()
+        .iter()
+        .zip(&want[3].to_vec())
+        .map(|(p, q)| (p - q).abs())
+        .fold(0.0, f64::max);
+    assert!(gap > 1e-4, "the two partials differ by only {gap}");
+    for schedule in ["1f1b", "gpipe"] {
+        assert!(!check(&step(schedule), 2, Fusion::Auto, schedule));
+    }
+    let program = step("interleaved-1f1b");
+    assert!(check(&program, 1, Fusion::Auto, "one group"));
+    assert!(!check(&program, 1, Fusion::Never, "one group, pipelined"));
 }
 
 #[test]

@@ -58,6 +58,7 @@ mod pieces;
 mod shardings;
 mod step_loops;
 mod tied;
+mod twice;
 mod update;
 mod update_across;
 mod whole_body;
@@ -195,6 +196,9 @@ impl MpmdJit {
         if loops.len() > 1 {
             return chain::compile(client, mesh, step, options, &loops);
         }
+        // A loop invariant differentiated at two argument positions gets a copy per position.
+        let split = twice::split_repeated(step, step_loops::the_loop(step)?)?;
+        let step = split.as_ref().unwrap_or(step);
         // Differentiated values the body computes from loop invariants move before the loop.
         let hoisted = hoist::hoist(step, step_loops::the_loop(step)?)?;
         let step = hoisted.as_ref().unwrap_or(step);
