@@ -95,7 +95,7 @@ pub fn check_same_config(job: &MpiJob, args: &super::train::Args) -> anyhow::Res
             .map(|bytes| format!("{:x}", sha2::Sha256::digest(&bytes)));
         fields.insert("data_sha256".into(), data_sha256.into());
     }
-    let Some(parts) = job.gather_to_root(&serde_json::to_vec(&config)?) else {
+    let Some(parts) = job.gather_to_root(&serde_json::to_vec(&config)?)? else {
         return Ok(());
     };
     let ranks = parts
@@ -226,7 +226,7 @@ pub struct Finish<'a> {
 /// its last line).
 pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
     let mine = serde_json::to_vec(f.timings)?;
-    let Some(parts) = job.gather_to_root(&mine) else {
+    let Some(parts) = job.gather_to_root(&mine)? else {
         return Ok(ExitCode::SUCCESS);
     };
     let parts = parts
@@ -315,7 +315,7 @@ pub fn gather_carried(
             mine.extend_from_slice(&bytes);
         }
     }
-    let Some(parts) = job.gather_to_root(&mine) else {
+    let Some(parts) = job.gather_to_root(&mine)? else {
         return Ok(None);
     };
     let mut found: Vec<Option<Array>> = vec![None; like.len()];
