@@ -289,10 +289,11 @@ fn a_rank_stalled_before_an_exchange_times_the_others_out_naming_it() {
             assert!(report.contains(part), "missing '{part}': {report}");
         }
     }
-    // The others waited the deadline, no more (and the job ended: rank 2 was aborted).
+    // The others gave up at the deadline (3 s after they reached the exchange, which may be
+    // before or after rank 2 stalled) and the job ended, rank 2 aborted with them.
     let after = job.after_marker.unwrap();
     assert!(
-        (Duration::from_millis(2500)..Duration::from_secs(15)).contains(&after),
+        after < Duration::from_secs(15),
         "the job ended {after:?} after rank 2 stalled"
     );
 }

@@ -23,7 +23,6 @@ mod endpoint;
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -110,7 +109,8 @@ impl MpiJob {
     }
 
     /// Sets the deadline of every later collective of the job and of its processes (by
-    /// default `TESSERA_MPI_TIMEOUT_S`, or [`DEFAULT_TIMEOUT`]).
+    /// default `TESSERA_MPI_TIMEOUT_S`, or [`DEFAULT_TIMEOUT`]); every rank should set the same
+    /// one.
     pub fn set_timeout(&self, timeout: Duration) {
         self.collectives.set_timeout(timeout);
     }
