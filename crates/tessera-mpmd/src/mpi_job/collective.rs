@@ -100,7 +100,7 @@ pub(crate) struct Collectives {
     thread: Mutex<Option<JoinHandle<()>>>,
     timeout: Mutex<Duration>,
     started: AtomicU64,
-    /// The collective that passed its deadline, if one did.
+    /// The error of the collective that passed its deadline, if one did.
     stuck: Mutex<Option<String>>,
     arrivals: Arc<Arrivals>,
     rank: usize,
@@ -152,8 +152,9 @@ impl Collectives {
     ) -> Result<R, ProcessError> {
         if let Some(stuck) = lock(&self.stuck).clone() {
             return Err(ProcessError::Comm(format!(
-                "{operation}: the job's collective '{stuck}' passed its deadline earlier and may \
-                 still be waiting, so no other collective can run; end the job (MpiJob::abort)"
+                "{operation}: an earlier collective of the job passed its deadline and may still \
+                 be waiting, so no other collective can run; end the job (MpiJob::abort). It \
+                 was: {stuck}"
             )));
         }
         let n = self.started.fetch_add(1, Ordering::SeqCst);
@@ -181,17 +182,18 @@ impl Collectives {
                 Ok(value)
             }
             Err(RecvTimeoutError::Timeout) => {
-                *lock(&self.stuck) = Some(operation.to_owned());
                 let arrived = self.arrivals.of(n);
                 let missing = (0..self.size)
                     .filter(|r| *r != self.rank && !arrived.contains(r))
                     .collect();
-                Err(ProcessError::Timeout {
+                let err = ProcessError::Timeout {
                     operation: operation.to_owned(),
                     rank: self.rank,
                     missing,
                     timeout,
-                })
+                };
+                *lock(&self.stuck) = Some(err.to_string());
+                Err(err)
             }
             Err(RecvTimeoutError::Disconnected) => Err(ProcessError::Comm(format!(
                 "{operation}: the job's collective thread ended inside it"
@@ -199,8 +201,8 @@ impl Collectives {
         }
     }
 
-    /// Ends the thread once its work is done; the collective that passed its deadline instead,
-    /// if one did (the thread is then left inside MPI and the job must be aborted).
+    /// Ends the thread once its work is done; the error of the collective that passed its
+    /// deadline instead, if one did (the thread is then left inside MPI and the job must be aborted).
     pub(crate) fn shutdown(&self) -> Option<String> {
         drop(lock(&self.work).take());
         if let Some(stuck) = lock(&self.stuck).clone() {

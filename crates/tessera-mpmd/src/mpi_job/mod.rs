@@ -188,8 +188,7 @@ impl Drop for MpiJob {
             // A collective passed its deadline and is still inside MPI: MPI_Finalize (and the
             // transport's goodbyes) would wait for it forever.
             eprintln!(
-                "tessera: rank {} ends the MPI job (MPI_Abort): its collective '{stuck}' passed \
-                 its deadline",
+                "tessera: rank {} ends the MPI job (MPI_Abort) as it is dropped: {stuck}",
                 self.rank
             );
             self.abort(1)
