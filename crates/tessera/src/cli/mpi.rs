@@ -3,8 +3,10 @@
 //! reference and prints. Without an MPI launcher the command runs in one process, as before.
 //!
 //! An error on any rank is printed by that rank and ends the whole job with `MPI_Abort`, never
-//! by unwinding into `MPI_Finalize`; a disagreement found at the rendezvous, which every rank
-//! finds at the same collective, is printed by rank 0 and every rank exits with a failure.
+//! by unwinding into `MPI_Finalize` (a collective that passed its deadline,
+//! `TESSERA_MPI_TIMEOUT_S`, is such an error on the ranks that waited for it); a disagreement
+//! found at the rendezvous, which every rank finds at the same collective, is printed by rank 0
+//! and every rank exits with a failure.
 
 use super::out::outln;
 use std::io::Write;
