@@ -1,7 +1,8 @@
 //! `tessera train` as an MPI job (`mpirun -n G`, one rank per MPMD group): its losses equal the
 //! one-process run's bit for bit (also with tensor-parallel and FSDP stages), and failures end the whole job in bounded time — a task that
-//! fails on rank 2, a rank killed with SIGKILL, a rank that stalls, ranks that built different
-//! steps, and a job whose size is not the group count.
+//! fails on rank 2, a rank killed with SIGKILL, a rank that stalls (in a task, or before an
+//! exchange: the others' collective times out), ranks that built different steps, and a job
+//! whose size is not the group count.
 //!
 //! Every job runs under a time limit after which the test kills it (mpirun and its ranks, by
 //! process group); the jobs run one at a time (4 ranks on a small machine).
@@ -253,6 +254,48 @@ fn a_stalled_rank_gives_the_deadline_error_naming_the_value() {
         .unwrap_or_else(|| panic!("no error reported: {}", job.stderr));
     assert!(report.contains("deadline passed"), "{report}");
     assert!(report.contains("value"), "{report}");
+}
+
+/// Rank 2 never starts its second exchange (`TESSERA_FAULT=stall-exchange@2`): the other ranks,
+/// waiting in that exchange, give up at the collectives' deadline (3 s here) with the typed
+/// timeout naming the exchange, rank 2 and the fix, and the job ends (`MPI_Abort`) instead of
+/// hanging.
+#[test]
+fn a_rank_stalled_before_an_exchange_times_the_others_out_naming_it() {
+    let job = faulty_job(
+        &[
+            ("TESSERA_FAULT", "stall-exchange@2"),
+            ("TESSERA_MPI_TIMEOUT_S", "3"),
+        ],
+        Duration::from_secs(120),
+        Some("never starts its second exchange"),
+    );
+    assert!(!job.status.success(), "{}", job.stderr);
+    let reports: Vec<&str> = job
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error (rank"))
+        .collect();
+    assert!(!reports.is_empty(), "no error reported: {}", job.stderr);
+    for report in &reports {
+        assert!(!report.starts_with("error (rank 2 "), "{report}");
+        for part in [
+            "the MPI collective 'exchange' did not complete",
+            "within 3s",
+            "rank 2 never reached it",
+            "look at the output of rank 2",
+            "TESSERA_MPI_TIMEOUT_S",
+        ] {
+            assert!(report.contains(part), "missing '{part}': {report}");
+        }
+    }
+    // The others gave up at the deadline (3 s after they reached the exchange, which may be
+    // before or after rank 2 stalled) and the job ended, rank 2 aborted with them.
+    let after = job.after_marker.unwrap();
+    assert!(
+        after < Duration::from_secs(15),
+        "the job ended {after:?} after rank 2 stalled"
+    );
 }
 
 #[test]

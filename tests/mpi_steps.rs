@@ -7,7 +7,8 @@
 //! every result of the job equals the one-process run's bit for bit (the same programs run on
 //! the same groups), and every result is printed by some rank. A parameter on devices held by
 //! another process's group than the one reading it is refused, naming the fix; ranks calling a
-//! step with arguments of other shapes or placements are refused alike instead of hanging.
+//! step with arguments of other shapes or placements are refused alike instead of hanging; a
+//! rank that never starts an exchange times the other out, and dropping the job ends it.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -153,6 +154,47 @@ fn ranks_calling_a_step_differently_are_refused_alike_and_the_job_goes_on() {
         let ran = format!("rank {rank}: the call after the refused ones ran");
         assert!(job.stdout.contains(&ran), "{}", job.stdout);
     }
+}
+
+/// Rank 1 never starts its second exchange (`TESSERA_FAULT=stall-exchange@1`): rank 0's exchange
+/// gives up at the deadline (3 s) with the typed timeout naming rank 1, the example's `?` drops
+/// the job, and dropping a job whose collective is stuck aborts it (rank 1 with it) instead of
+/// waiting in `MPI_Finalize`: the job ends well within its limit.
+#[test]
+fn a_library_user_dropping_the_job_after_an_exchange_timed_out_ends_the_job() {
+    let program = example("mpi_steps");
+    let began = std::time::Instant::now();
+    let job = mpirun(
+        &["-n", "2", program.to_str().unwrap()],
+        &[
+            ("TESSERA_FAULT", "stall-exchange@1"),
+            ("TESSERA_MPI_TIMEOUT_S", "3"),
+        ],
+        Duration::from_secs(120),
+        Some("never starts its second exchange"),
+    );
+    assert!(!job.status.success(), "{}\n{}", job.stdout, job.stderr);
+    let report = job
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("tessera: rank 0 ends the MPI job (MPI_Abort) as it is dropped"))
+        .unwrap_or_else(|| panic!("rank 0 did not abort the job: {}", job.stderr));
+    for part in [
+        "the MPI collective 'exchange' did not complete on rank 0 within 3s",
+        "rank 1 never reached it",
+    ] {
+        assert!(report.contains(part), "missing '{part}': {report}");
+    }
+    let after = job.after_marker.unwrap();
+    assert!(
+        after < Duration::from_secs(15),
+        "the job ended {after:?} after the stall"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(90),
+        "{:?}",
+        began.elapsed()
+    );
 }
 
 /// Process 0 of a two-process job, running group 0: it agrees with itself and moves nothing.

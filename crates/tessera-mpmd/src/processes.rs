@@ -12,6 +12,11 @@
 //! placements of its arguments (one [`Processes::exchange`] of a hash, `mpmd_jit/agree.rs`), so
 //! that a rank calling it differently gets [`ProcessError::CallsDiffer`] on every rank instead
 //! of a hang.
+//!
+//! The collectives ([`Processes::exchange`], [`Processes::broadcast`], [`Processes::agree`])
+//! wait for every process; a process that never reaches one (failed, stalled) must not leave the
+//! others waiting forever: the MPI implementation bounds each by a deadline and fails with
+//! [`ProcessError::Timeout`], after which the caller ends the job.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -48,6 +53,45 @@ pub enum ProcessError {
         /// What differs, as each side passes it.
         detail: String,
     },
+    /// A collective of the job (an exchange, a broadcast, the agreement, a barrier) did not
+    /// complete within the job's deadline: a rank failed, stalled or is still busy before it.
+    /// This rank stopped waiting, no later collective can run, and the job must end (the caller
+    /// aborts it, e.g. `MpiJob::abort`).
+    #[error(
+        "the MPI collective '{operation}' did not complete on rank {rank} within {timeout:?}: \
+         {}; this rank stopped waiting and the job must end: look at the output of {} (it \
+         failed, stalled or is still busy, e.g. compiling), or raise the deadline \
+         (TESSERA_MPI_TIMEOUT_S=SECONDS, or MpiJob::set_timeout) if the job is only slow",
+        missing_text(missing),
+        look_at(missing)
+    )]
+    Timeout {
+        /// The collective (e.g. `exchange`).
+        operation: String,
+        /// The rank that stopped waiting.
+        rank: usize,
+        /// The ranks that never reached the collective (empty: every rank reached it and one
+        /// stopped inside it, e.g. it died).
+        missing: Vec<usize>,
+        /// The deadline that passed.
+        timeout: std::time::Duration,
+    },
+}
+
+/// Who did not reach a collective that timed out.
+fn missing_text(missing: &[usize]) -> String {
+    match missing {
+        [] => "every rank reached it, so one stopped inside it (it may have died)".into(),
+        some => format!("{} never reached it", ranks_text(some)),
+    }
+}
+
+/// Whose output explains a collective that timed out.
+fn look_at(missing: &[usize]) -> String {
+    match missing {
+        [] => "every rank".into(),
+        some => ranks_text(some),
+    }
 }
 
 /// `rank R`, or `ranks [R, S]`.

@@ -16,9 +16,12 @@
 //! inbox keyed by run and value id, where the run's [`MpiTransport`] takes it with the runtime's
 //! deadline and puts it on the group's devices.
 //!
-//! Both threads use `MPI_COMM_WORLD`'s point-to-point traffic only; the collectives of the main
-//! thread (rendezvous, losses) never match point-to-point messages. The process must have
-//! `MPI_THREAD_MULTIPLE`.
+//! The receiving thread also records the messages (tag [`ARRIVED`]) by which a peer says it
+//! reached a collective (`collective.rs`).
+//!
+//! Both threads use `MPI_COMM_WORLD`'s point-to-point traffic only; the collectives of the
+//! collective thread (rendezvous, losses, exchanges) never match point-to-point messages. The
+//! process must have `MPI_THREAD_MULTIPLE`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +37,7 @@ use mpi::traits::{Destination, Source};
 use tessera_pjrt::{AlignedBytes, Array, Buffer, Client, HostArray};
 use tessera_sharding::NamedSharding;
 
+use super::collective::{ARRIVED, Arrivals};
 use crate::mesh::MpmdMesh;
 use crate::runtime::{BoxError, OutputLayout, Transport, ValueId};
 
@@ -154,7 +158,7 @@ pub(crate) struct Endpoint {
 
 impl Endpoint {
     /// Starts the threads of a process of `size` ranks.
-    pub(crate) fn start(size: i32) -> std::io::Result<Endpoint> {
+    pub(crate) fn start(size: i32, arrivals: Arc<Arrivals>) -> std::io::Result<Endpoint> {
         let (jobs, queue) = mpsc::channel::<Job>();
         let inbox = Arc::new(Inbox::default());
         let sender = std::thread::Builder::new()
@@ -163,7 +167,7 @@ impl Endpoint {
         let into = inbox.clone();
         let receiver = std::thread::Builder::new()
             .name("tessera-mpi-recv".into())
-            .spawn(move || receive_loop(&into, size))?;
+            .spawn(move || receive_loop(&into, &arrivals, size))?;
         Ok(Endpoint {
             jobs: Mutex::new(jobs),
             inbox,
@@ -258,7 +262,7 @@ impl Partial {
     }
 }
 
-fn receive_loop(inbox: &Inbox, size: i32) {
+fn receive_loop(inbox: &Inbox, arrivals: &Arrivals, size: i32) {
     let world = SimpleCommunicator::world();
     let mut open = size - 1;
     let mut partial: HashMap<i32, Partial> = HashMap::new();
@@ -271,6 +275,13 @@ fn receive_loop(inbox: &Inbox, size: i32) {
         if tag == CLOSE {
             let _ = probed.matched_receive_vec::<u8>();
             open -= 1;
+            continue;
+        }
+        if tag == ARRIVED {
+            let (collective, _) = probed.matched_receive_vec::<u64>();
+            if let Some(&n) = collective.first() {
+                arrivals.record(n, source as usize);
+            }
             continue;
         }
         let mut value = match partial.remove(&source) {

@@ -7,14 +7,24 @@
 //! hook that calls `MPI_Abort`, and a caller that gives up on an error calls [`MpiJob::abort`],
 //! which ends every rank of the job.
 //!
+//! No collective waits forever (`collective.rs`): each (an exchange, a broadcast, the
+//! agreement, [`MpiJob::all`], [`MpiJob::gather_to_root`]) waits at most the job's deadline
+//! ([`DEFAULT_TIMEOUT`], 600 s; `TESSERA_MPI_TIMEOUT_S=SECONDS` or [`MpiJob::set_timeout`]), then
+//! fails with [`ProcessError::Timeout`] naming the collective, the ranks that never reached it
+//! and the fix; the caller then aborts the job (dropping it aborts it too).
+//!
 //! `TESSERA_FAULT=KIND@RANK` (KIND `fail`, `stall` or `kill`) makes rank RANK's second task fail,
-//! never return, or SIGKILL its process: the fault tests use it.
+//! never return, or SIGKILL its process; KIND `stall-exchange` makes rank RANK never start its
+//! second exchange (`Processes::exchange`): the fault tests use it.
 
+mod collective;
 mod endpoint;
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use mpi::collective::CommunicatorCollectives;
 use mpi::collective::Root;
@@ -22,11 +32,13 @@ use mpi::environment::{Threading, Universe};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use tessera_pjrt::{Array, Client};
 
+pub use collective::{DEFAULT_TIMEOUT, TIMEOUT_ENV, parse_timeout};
 pub use endpoint::{CHUNK, MpiTransport};
 
 use crate::mesh::MpmdMesh;
 use crate::processes::{Fault, FaultyExecutor, ProcessError, Processes};
 use crate::runtime::{Executor, OutputLayout, Transport, ValueId};
+use collective::{Arrivals, Collectives, all_to_all};
 use endpoint::Endpoint;
 
 /// The environment variable that injects a fault (see the module docs).
@@ -52,6 +64,7 @@ pub fn launched() -> Option<(usize, usize)> {
 /// An initialized MPI job (finalized when dropped, after the transport's threads have ended).
 pub struct MpiJob {
     endpoint: Arc<Endpoint>,
+    collectives: Arc<Collectives>,
     rank: usize,
     size: usize,
     _universe: Universe,
@@ -72,15 +85,34 @@ impl MpiJob {
             )));
         }
         install_abort_hook();
+        let timeout = collective::timeout_from_env()?;
         let world = universe.world();
-        let endpoint = Endpoint::start(world.size())
-            .map_err(|e| ProcessError::Comm(format!("could not start the MPI threads: {e}")))?;
+        let (rank, size) = (world.rank() as usize, world.size() as usize);
+        let threads =
+            |e: std::io::Error| ProcessError::Comm(format!("could not start the MPI threads: {e}"));
+        let arrivals = Arc::new(Arrivals::default());
+        let endpoint = Endpoint::start(world.size(), arrivals.clone()).map_err(threads)?;
+        let collectives = Collectives::start(rank, size, timeout, arrivals).map_err(threads)?;
         Ok(Some(MpiJob {
             endpoint: Arc::new(endpoint),
-            rank: world.rank() as usize,
-            size: world.size() as usize,
+            collectives: Arc::new(collectives),
+            rank,
+            size,
             _universe: universe,
         }))
+    }
+
+    /// How long each collective of the job (and of its [`MpiJob::processes`]) waits before it
+    /// fails with [`ProcessError::Timeout`].
+    pub fn timeout(&self) -> Duration {
+        self.collectives.timeout()
+    }
+
+    /// Sets the deadline of every later collective of the job and of its processes (by
+    /// default `TESSERA_MPI_TIMEOUT_S`, or [`DEFAULT_TIMEOUT`]); every rank should set the same
+    /// one.
+    pub fn set_timeout(&self, timeout: Duration) {
+        self.collectives.set_timeout(timeout);
     }
 
     /// This process's rank (the group it runs).
@@ -93,51 +125,27 @@ impl MpiJob {
         self.size
     }
 
-    /// Whether `ok` holds on every rank (a collective: every rank calls it).
-    pub fn all(&self, ok: bool) -> bool {
-        let mut all = 0u8;
-        SimpleCommunicator::world().all_reduce_into(
-            &u8::from(ok),
-            &mut all,
-            mpi::collective::SystemOperation::logical_and(),
-        );
-        all != 0
+    /// Whether `ok` holds on every rank (a collective: every rank calls it; bounded by the
+    /// job's deadline).
+    pub fn all(&self, ok: bool) -> Result<bool, ProcessError> {
+        self.collectives.run("all", move |world| {
+            let mut all = 0u8;
+            world.all_reduce_into(
+                &u8::from(ok),
+                &mut all,
+                mpi::collective::SystemOperation::logical_and(),
+            );
+            all != 0
+        })
     }
 
     /// Every rank's `mine`, in rank order, on rank 0 (`None` on the others); a collective: every
-    /// rank calls it.
-    pub fn gather_to_root(&self, mine: &[u8]) -> Option<Vec<Vec<u8>>> {
-        let world = SimpleCommunicator::world();
-        let root = world.process_at_rank(0);
-        let len = i32::try_from(mine.len()).unwrap_or(i32::MAX);
-        if self.rank != 0 {
-            root.gather_into(&len);
-            root.gather_varcount_into(&mine[..len as usize]);
-            return None;
-        }
-        let mut lens = vec![0i32; self.size];
-        root.gather_into_root(&len, &mut lens[..]);
-        let starts: Vec<i32> = lens
-            .iter()
-            .scan(0i32, |at, &l| {
-                let start = *at;
-                *at = at.saturating_add(l);
-                Some(start)
-            })
-            .collect();
-        let total: usize = lens.iter().map(|&l| l.max(0) as usize).sum();
-        let mut all = vec![0u8; total];
-        {
-            let mut parts = mpi::datatype::PartitionMut::new(&mut all[..], &lens[..], &starts[..]);
-            root.gather_varcount_into_root(&mine[..len as usize], &mut parts);
-        }
-        Some(
-            starts
-                .iter()
-                .zip(&lens)
-                .map(|(&s, &l)| all[s as usize..(s + l) as usize].to_vec())
-                .collect(),
-        )
+    /// rank calls it (bounded by the job's deadline).
+    pub fn gather_to_root(&self, mine: &[u8]) -> Result<Option<Vec<Vec<u8>>>, ProcessError> {
+        let (rank, size, mine) = (self.rank, self.size, mine.to_vec());
+        self.collectives.run("gather_to_root", move |world| {
+            gather_to_root(world, rank, size, &mine)
+        })
     }
 
     /// Ends every rank of the job with `code` (`MPI_Abort`).
@@ -161,6 +169,7 @@ impl MpiJob {
             .map(|(fault, _)| fault);
         Ok(Arc::new(MpiProcesses {
             endpoint: self.endpoint.clone(),
+            collectives: self.collectives.clone(),
             rank: self.rank,
             size: self.size,
             client: client.clone(),
@@ -168,72 +177,91 @@ impl MpiJob {
             devices: client.addressable_devices().map_err(comm)?.len(),
             plugin: client.platform_version().map_err(comm)?,
             fault,
+            exchanges: AtomicUsize::new(0),
         }))
     }
 }
 
 impl Drop for MpiJob {
     fn drop(&mut self) {
+        if let Some(stuck) = self.collectives.shutdown() {
+            // A collective passed its deadline and is still inside MPI: MPI_Finalize (and the
+            // transport's goodbyes) would wait for it forever.
+            eprintln!(
+                "tessera: rank {} ends the MPI job (MPI_Abort) as it is dropped: {stuck}",
+                self.rank
+            );
+            self.abort(1)
+        }
         self.endpoint.shutdown();
     }
 }
 
+/// The body of [`MpiJob::gather_to_root`], on the collective thread.
+fn gather_to_root(
+    world: &SimpleCommunicator,
+    rank: usize,
+    size: usize,
+    mine: &[u8],
+) -> Option<Vec<Vec<u8>>> {
+    let root = world.process_at_rank(0);
+    let len = i32::try_from(mine.len()).unwrap_or(i32::MAX);
+    if rank != 0 {
+        root.gather_into(&len);
+        root.gather_varcount_into(&mine[..len as usize]);
+        return None;
+    }
+    let mut lens = vec![0i32; size];
+    root.gather_into_root(&len, &mut lens[..]);
+    let starts: Vec<i32> = lens
+        .iter()
+        .scan(0i32, |at, &l| {
+            let start = *at;
+            *at = at.saturating_add(l);
+            Some(start)
+        })
+        .collect();
+    let total: usize = lens.iter().map(|&l| l.max(0) as usize).sum();
+    let mut all = vec![0u8; total];
+    {
+        let mut parts = mpi::datatype::PartitionMut::new(&mut all[..], &lens[..], &starts[..]);
+        root.gather_varcount_into_root(&mine[..len as usize], &mut parts);
+    }
+    Some(
+        starts
+            .iter()
+            .zip(&lens)
+            .map(|(&s, &l)| all[s as usize..(s + l) as usize].to_vec())
+            .collect(),
+    )
+}
+
+/// A fault `TESSERA_FAULT` injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Injected {
+    /// Into the rank's second task.
+    Task(Fault),
+    /// The rank never starts its second exchange.
+    StallExchange,
+}
+
 /// `KIND@RANK` as a fault and the rank it strikes.
-fn parse_fault(text: &str) -> Result<(Fault, usize), ProcessError> {
+fn parse_fault(text: &str) -> Result<(Injected, usize), ProcessError> {
     let bad = || {
         ProcessError::Comm(format!(
-            "{FAULT_ENV} is '{text}'; give KIND@RANK with KIND fail, stall or kill, e.g. fail@2"
+            "{FAULT_ENV} is '{text}'; give KIND@RANK with KIND fail, stall, kill or \
+             stall-exchange, e.g. fail@2"
         ))
     };
     let (kind, rank) = text.split_once('@').ok_or_else(bad)?;
     let fault = match kind {
-        "fail" => Fault::Fail,
-        "stall" => Fault::Stall,
-        "kill" => Fault::Kill,
+        "fail" => Injected::Task(Fault::Fail),
+        "stall" => Injected::Task(Fault::Stall),
+        "kill" => Injected::Task(Fault::Kill),
+        "stall-exchange" => Injected::StallExchange,
         _ => return Err(bad()),
     };
     Ok((fault, rank.parse().map_err(|_| bad())?))
-}
-
-/// An all-to-all of byte messages on a communicator of its own (so that the transport's probes
-/// never see them): the sizes by `MPI_Alltoall`, then one `MPI_Sendrecv` per step `k`, to rank
-/// `me + k` and from rank `me - k`.
-fn all_to_all(size: usize, mut outgoing: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, ProcessError> {
-    if outgoing.len() != size {
-        return Err(ProcessError::Comm(format!(
-            "an exchange needs one message per rank ({size}), got {}",
-            outgoing.len()
-        )));
-    }
-    let count = |n: usize| {
-        i32::try_from(n).map_err(|_| {
-            ProcessError::Comm(format!(
-                "a message of {n} bytes is over MPI's 2 GiB count limit"
-            ))
-        })
-    };
-    let send_counts = outgoing
-        .iter()
-        .map(|m| count(m.len()))
-        .collect::<Result<Vec<_>, _>>()?;
-    let comm = SimpleCommunicator::world().duplicate();
-    let mut recv_counts = vec![0i32; size];
-    comm.all_to_all_into(&send_counts[..], &mut recv_counts[..]);
-    let me = comm.rank() as usize;
-    let mut incoming: Vec<Vec<u8>> = vec![Vec::new(); size];
-    incoming[me] = std::mem::take(&mut outgoing[me]);
-    for k in 1..size {
-        let (to, from) = ((me + k) % size, (me + size - k) % size);
-        let mut buffer = vec![0u8; recv_counts[from].max(0) as usize];
-        mpi::point_to_point::send_receive_into(
-            &outgoing[to][..],
-            &comm.process_at_rank(to as i32),
-            &mut buffer[..],
-            &comm.process_at_rank(from as i32),
-        );
-        incoming[from] = buffer;
-    }
-    Ok(incoming)
 }
 
 /// A panic anywhere ends the whole job at once instead of unwinding into `MPI_Finalize`.
@@ -247,13 +275,23 @@ fn install_abort_hook() {
 
 struct MpiProcesses {
     endpoint: Arc<Endpoint>,
+    collectives: Arc<Collectives>,
     rank: usize,
     size: usize,
     client: Client,
     mesh: MpmdMesh,
     devices: usize,
     plugin: String,
-    fault: Option<Fault>,
+    fault: Option<Injected>,
+    /// How many exchanges this process started (for `stall-exchange`).
+    exchanges: AtomicUsize,
+}
+
+/// A stalled exchange (`stall-exchange`): this rank sleeps for an hour, until the others' deadline
+/// passes and they abort the job.
+fn stall_exchange(rank: usize) {
+    eprintln!("injected fault ({FAULT_ENV}): rank {rank} never starts its second exchange");
+    std::thread::sleep(Duration::from_secs(3600));
 }
 
 impl Processes for MpiProcesses {
@@ -270,7 +308,13 @@ impl Processes for MpiProcesses {
     }
 
     fn exchange(&self, outgoing: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, ProcessError> {
-        all_to_all(self.size, outgoing)
+        let n = self.exchanges.fetch_add(1, Ordering::SeqCst);
+        if self.fault == Some(Injected::StallExchange) && n == 1 {
+            stall_exchange(self.rank);
+        }
+        let size = self.size;
+        self.collectives
+            .run("exchange", move |world| all_to_all(world, size, outgoing))?
     }
 
     fn transport(
@@ -289,10 +333,10 @@ impl Processes for MpiProcesses {
             .ok()
             .filter(|&r| (r as usize) < self.size)
             .ok_or_else(|| ProcessError::Comm(format!("no rank runs group {root}")))?;
-        SimpleCommunicator::world()
-            .process_at_rank(root)
-            .broadcast_into(&mut values[..]);
-        Ok(values)
+        self.collectives.run("broadcast", move |world| {
+            world.process_at_rank(root).broadcast_into(&mut values[..]);
+            values
+        })
     }
 
     fn agree(&self, fingerprint: u64, partitioner: &str) -> Result<(), ProcessError> {
@@ -308,8 +352,12 @@ impl Processes for MpiProcesses {
             hash(&|h| partitioner.hash(h)),
         ];
         let n = mine.len();
-        let mut all = vec![0u64; n * self.size];
-        SimpleCommunicator::world().all_gather_into(&mine[..], &mut all[..]);
+        let size = self.size;
+        let all = self.collectives.run("agree", move |world| {
+            let mut all = vec![0u64; n * size];
+            world.all_gather_into(&mine[..], &mut all[..]);
+            all
+        })?;
         let what = [
             "the step (plan and value layouts)",
             "the device count",
@@ -336,8 +384,8 @@ impl Processes for MpiProcesses {
         executor: Arc<dyn Executor<usize, Array>>,
     ) -> Arc<dyn Executor<usize, Array>> {
         match self.fault {
-            Some(fault) => Arc::new(FaultyExecutor::new(executor, fault, 1)),
-            None => executor,
+            Some(Injected::Task(fault)) => Arc::new(FaultyExecutor::new(executor, fault, 1)),
+            Some(Injected::StallExchange) | None => executor,
         }
     }
 }

@@ -3,8 +3,10 @@
 //! reference and prints. Without an MPI launcher the command runs in one process, as before.
 //!
 //! An error on any rank is printed by that rank and ends the whole job with `MPI_Abort`, never
-//! by unwinding into `MPI_Finalize`; a disagreement found at the rendezvous, which every rank
-//! finds at the same collective, is printed by rank 0 and every rank exits with a failure.
+//! by unwinding into `MPI_Finalize` (a collective that passed its deadline,
+//! `TESSERA_MPI_TIMEOUT_S`, is such an error on the ranks that waited for it); a disagreement
+//! found at the rendezvous, which every rank finds at the same collective, is printed by rank 0
+//! and every rank exits with a failure.
 
 use super::out::outln;
 use std::io::Write;
@@ -95,7 +97,7 @@ pub fn check_same_config(job: &MpiJob, args: &super::train::Args) -> anyhow::Res
             .map(|bytes| format!("{:x}", sha2::Sha256::digest(&bytes)));
         fields.insert("data_sha256".into(), data_sha256.into());
     }
-    let Some(parts) = job.gather_to_root(&serde_json::to_vec(&config)?) else {
+    let Some(parts) = job.gather_to_root(&serde_json::to_vec(&config)?)? else {
         return Ok(());
     };
     let ranks = parts
@@ -226,7 +228,7 @@ pub struct Finish<'a> {
 /// its last line).
 pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
     let mine = serde_json::to_vec(f.timings)?;
-    let Some(parts) = job.gather_to_root(&mine) else {
+    let Some(parts) = job.gather_to_root(&mine)? else {
         return Ok(ExitCode::SUCCESS);
     };
     let parts = parts
@@ -315,7 +317,7 @@ pub fn gather_carried(
             mine.extend_from_slice(&bytes);
         }
     }
-    let Some(parts) = job.gather_to_root(&mine) else {
+    let Some(parts) = job.gather_to_root(&mine)? else {
         return Ok(None);
     };
     let mut found: Vec<Option<Array>> = vec![None; like.len()];

@@ -103,7 +103,10 @@ fn prepare(dir: &Path, job: Option<&MpiJob>) -> anyhow::Result<()> {
         0 => checkpoint::prepare(dir).map_err(anyhow::Error::from),
         _ => Ok(()),
     };
-    let all = job.is_none_or(|j| j.all(prepared.is_ok()));
+    let all = match job {
+        Some(j) => j.all(prepared.is_ok())?,
+        None => true,
+    };
     prepared?;
     if !all {
         bail!(
@@ -175,10 +178,10 @@ fn commit_parts(
     };
     let bytes = serde_json::to_vec(&mine).context("encoding this rank's part")?;
     let committed = job
-        .gather_to_root(&bytes)
+        .gather_to_root(&bytes)?
         .map(|parts| join_and_commit(dir, manifest, &parts))
         .transpose();
-    let ok = job.all(committed.is_ok());
+    let ok = job.all(committed.is_ok())?;
     let folder = committed?;
     if !ok {
         bail!(
