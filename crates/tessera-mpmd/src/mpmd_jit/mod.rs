@@ -56,6 +56,7 @@ mod options;
 mod phases;
 mod pieces;
 mod shardings;
+mod stacked_grads;
 mod step_loops;
 mod tied;
 mod update;
@@ -203,6 +204,23 @@ impl MpmdJit {
         // A body computing metrics beside its call runs them in the call's loss program.
         let whole = whole_body::whole_body(step, index)?;
         let step = whole.as_ref().unwrap_or(step);
+        // Gradients kept per micro-batch (`Concat`, of a value differing per micro-batch)
+        // accumulate stacked (`stacked_grads.rs`); then a tied weight's `Max` too.
+        let stacked = stacked_grads::stack_gradients(step, index, &[])?;
+        let (step, found) = match &stacked {
+            Some(stacked) => (stacked, find_loop(stacked)?),
+            None => (step, found),
+        };
+        let tied_max = tied_max_args(step, found.index, &found.operands)?;
+        let tied = match tied_max.is_empty() {
+            true => None,
+            false => stacked_grads::stack_gradients(step, found.index, &tied_max)?,
+        };
+        let (step, found) = match &tied {
+            Some(tied) => (tied, find_loop(tied)?),
+            None => (step, found),
+        };
+        let index = found.index;
         let jaxpr = &step.jaxpr;
         let p =
             TreduceParams::read(&jaxpr.eqns[index].params).map_err(|e| config(e.to_string()))?;
@@ -898,4 +916,26 @@ impl PhaseClock {
         self.0 = now;
         ms
     }
+}
+
+/// The loop invariants differentiated by the loop at `index` whose gradients it combines by
+/// `Max` and that several stages read (tied weights): their per-micro-batch gradients are sums
+/// of the stages' parts, so they are kept per micro-batch and maximized after the loop
+/// (`stacked_grads.rs`).
+fn tied_max_args(
+    step: &ClosedJaxpr,
+    index: usize,
+    operands: &[analyze::Operand],
+) -> Result<Vec<usize>, DriverError> {
+    let p = TreduceParams::read(&step.jaxpr.eqns[index].params).map_err(|e| config(e.to_string()))?;
+    let body = read_body(&p, operands)?;
+    let maxed = analyze::max_grads(&p.ops, body.aux, &body.argnums);
+    if maxed.is_empty() || body.forward_only {
+        return Ok(Vec::new());
+    }
+    let parts = crate::partition::partition(&body.loss, &body.params)?;
+    Ok(maxed
+        .into_iter()
+        .filter(|a| parts.iter().filter(|p| p.param_args.contains(a)).count() > 1)
+        .collect())
 }
