@@ -140,7 +140,11 @@ fn check(program: &ClosedJaxpr, groups: usize, args: &[Array], fused: bool) -> V
 fn a_gradient_combined_by_concat_is_pipelined_like_the_sequential_loop() {
     let (mbs, rows) = (4, 4);
     let (add, max) = (ReduceOp::Add, ReduceOp::Max);
-    let (c0, c1, c2) = (ReduceOp::Concat(0), ReduceOp::Concat(1), ReduceOp::Concat(2));
+    let (c0, c1, c2) = (
+        ReduceOp::Concat(0),
+        ReduceOp::Concat(1),
+        ReduceOp::Concat(2),
+    );
     for (stages, groups, schedule, ops) in [
         (2, 2, "1f1b", vec![c0, add]),
         (2, 2, "gpipe", vec![c1, c2]),
@@ -150,8 +154,11 @@ fn a_gradient_combined_by_concat_is_pipelined_like_the_sequential_loop() {
         let program = step(stages, mbs, rows, schedule, &ops);
         let args = step_args(stages, mbs, rows);
         let want = check(&program, groups, &args, false);
-        let summed = eval_closed(&step(stages, mbs, rows, schedule, &vec![add; stages]), &args)
-            .unwrap();
+        let summed = eval_closed(
+            &step(stages, mbs, rows, schedule, &vec![add; stages]),
+            &args,
+        )
+        .unwrap();
         for (s, op) in ops.iter().enumerate() {
             let ReduceOp::Concat(a) = *op else { continue };
             let g = &want[stages + 1 + s];
@@ -268,9 +275,103 @@ fn a_tied_weights_gradient_combined_by_max_is_the_maximum_of_the_per_micro_batch
 fn a_tied_weights_gradient_combined_by_concat_is_pipelined_like_the_sequential_loop() {
     let (mbs, rows) = (4, 4);
     let args = tied_args(mbs, rows);
-    for (schedule, groups, fused) in [("1f1b", 2, false), ("zero-bubble", 2, false), ("interleaved-1f1b", 1, true)] {
+    for (schedule, groups, fused) in [
+        ("1f1b", 2, false),
+        ("zero-bubble", 2, false),
+        ("interleaved-1f1b", 1, true),
+    ] {
         let program = tied_step(mbs, rows, schedule, ReduceOp::Concat(1));
         let want = check(&program, groups, &args, fused);
         assert_eq!(want[2].shape(), &[WIDTH, mbs, WIDTH]);
+    }
+}
+
+/// `step(w0, w1, xs, ys[, zs]) -> (mean loss, g0, g1)`: the loss differentiated with respect to
+/// `w0` and a value differing per micro-batch: `w1` scaled by the micro-batch's mean input
+/// (computed in the body), or with `sliced`, micro-batch `i` of `zs` itself; its gradient
+/// combined by `op`.
+fn per_micro_batch_step(schedule: &str, op: ReduceOp, sliced: bool) -> ClosedJaxpr {
+    let (mbs, rows) = (4, 4);
+    let loss = loss(2, rows);
+    let mut avals = vec![f32(&[WIDTH, WIDTH]), f32(&[WIDTH, WIDTH])];
+    avals.extend([f32(&[mbs, rows, WIDTH]), f32(&[mbs, rows, WIDTH])]);
+    if sliced {
+        avals.push(f32(&[mbs, WIDTH, WIDTH]));
+    }
+    let ops = [ReduceOp::Concat(0), ReduceOp::Add, op];
+    trace(&avals, |a| {
+        let xs: Vec<&Tensor> = a[2..].iter().collect();
+        let outs = treduce(&[&a[0], &a[1]], &xs, 0, schedule, &ops, |w, mb| {
+            let value = match sliced {
+                true => mb[2].clone(),
+                false => &w[1] * &mb[0].mean(&[0, 1]),
+            };
+            value_and_grad_call(&loss, &[1, 2], &[&mb[0], &w[0], &value, &mb[1]])
+        });
+        vec![outs[0].mean(&[0]), outs[1].clone(), outs[2].clone()]
+    })
+    .unwrap()
+}
+
+fn per_micro_batch_args(sliced: bool) -> Vec<Array> {
+    let (mbs, rows) = (4, 4);
+    let mut args = vec![
+        values(&[WIDTH, WIDTH], 0.0),
+        values(&[WIDTH, WIDTH], 1.0),
+        values(&[mbs, rows, WIDTH], 10.0),
+        values(&[mbs, rows, WIDTH], 20.0),
+    ];
+    if sliced {
+        args.push(values(&[mbs, WIDTH, WIDTH], 30.0));
+    }
+    args
+}
+
+/// A differentiated value the body computes from the micro-batch differs per micro-batch, so
+/// its gradient is per micro-batch too (JAX's `value_and_grad` of that argument), combined over
+/// the micro-batches by the loop's operation for that result: summed, maximized or stacked.
+/// Pipelined (2 groups: 1f1b, gpipe, zero-bubble) and as one program on one group, it equals
+/// the sequential loop.
+#[test]
+fn a_differentiated_value_computed_per_micro_batch_has_its_gradient_combined_by_the_loop() {
+    let args = per_micro_batch_args(false);
+    for op in [ReduceOp::Add, ReduceOp::Max, ReduceOp::Concat(1)] {
+        for (schedule, groups, fused) in [
+            ("1f1b", 2, false),
+            ("gpipe", 2, false),
+            ("zero-bubble", 2, false),
+            ("interleaved-1f1b", 1, true),
+        ] {
+            check(
+                &per_micro_batch_step(schedule, op, false),
+                groups,
+                &args,
+                fused,
+            );
+        }
+    }
+    // The value's gradient is not the weight's: the check above tells them apart.
+    let want = eval_closed(&per_micro_batch_step("1f1b", ReduceOp::Add, false), &args).unwrap();
+    let weight = eval_closed(
+        &step(2, 4, 4, "1f1b", &[ReduceOp::Add; 2]),
+        &step_args(2, 4, 4),
+    )
+    .unwrap();
+    assert_ne!(want[2].to_vec(), weight[3].to_vec());
+}
+
+/// A differentiated argument sliced from a loop operand (micro-batch data, e.g. an input
+/// embedding differentiated for saliency): its gradient per micro-batch, combined by the loop.
+#[test]
+fn a_sliced_differentiated_argument_has_its_gradient_combined_by_the_loop() {
+    let args = per_micro_batch_args(true);
+    for op in [ReduceOp::Concat(0), ReduceOp::Add] {
+        for (schedule, groups, fused) in [("1f1b", 2, false), ("interleaved-1f1b", 1, true)] {
+            let program = per_micro_batch_step(schedule, op, true);
+            let want = check(&program, groups, &args, fused);
+            if op == ReduceOp::Concat(0) {
+                assert_eq!(want[2].shape(), vec![4, WIDTH, WIDTH]);
+            }
+        }
     }
 }

@@ -109,12 +109,15 @@ pub(super) fn stack_gradients(
         let rank = aval.rank();
         let (axis, max) = match (p.ops.get(result), source) {
             (Some(ReduceOp::Concat(a)), _) => {
-                let axis = usize::try_from(*a).ok().filter(|&a| a <= rank).ok_or_else(|| {
-                    config(format!(
-                        "the loop combines gradient {j} by Concat({a}), out of range for a \
+                let axis = usize::try_from(*a)
+                    .ok()
+                    .filter(|&a| a <= rank)
+                    .ok_or_else(|| {
+                        config(format!(
+                            "the loop combines gradient {j} by Concat({a}), out of range for a \
                          gradient of rank {rank}; stack it along an axis from 0 to {rank}"
-                    ))
-                })?;
+                        ))
+                    })?;
                 (Some(axis), false)
             }
             (Some(ReduceOp::Max), Source::Param(b)) if tied_max.contains(&b) => (Some(0), true),
@@ -196,7 +199,11 @@ pub(super) fn stack_gradients(
             .map(|a| replay_atom(&env, &anchor, a))
             .collect()
     })
-    .map_err(|e| config(format!("the loop body keeping gradients per micro-batch: {e}")))?;
+    .map_err(|e| {
+        config(format!(
+            "the loop body keeping gradients per micro-batch: {e}"
+        ))
+    })?;
     let mut ops = p.ops.clone();
     for s in &stacked {
         ops[s.result] = ReduceOp::Add;
