@@ -12,7 +12,7 @@ use tessera_ir::interp::eval_closed;
 use tessera_ir::prim::ReduceOp;
 use tessera_ir::trace::{Tensor, trace, treduce, value_and_grad_call};
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
-use tessera_mpmd::{MpmdMesh, mpmd_jit};
+use tessera_mpmd::{MpmdMesh, StepArg, mpmd_jit};
 use tessera_pjrt::Client;
 use tessera_sharding::Mesh;
 use tessera_tests::assert_close;
@@ -372,6 +372,33 @@ fn a_sliced_differentiated_argument_has_its_gradient_combined_by_the_loop() {
             if op == ReduceOp::Concat(0) {
                 assert_eq!(want[2].shape(), vec![4, WIDTH, WIDTH]);
             }
+        }
+    }
+}
+
+/// Two steps, the second on the weights the first left on their groups (a weight whose
+/// gradient is stacked is read by the pipeline only through its stacked copy, computed before
+/// the loop from wherever the weight lies): both equal the interpreter's two steps.
+#[test]
+fn a_step_stacking_gradients_trains_over_two_calls_from_weights_left_on_the_groups() {
+    let (stages, mbs, rows) = (2, 4, 4);
+    let ops = [ReduceOp::Concat(2), ReduceOp::Add];
+    let program = step(stages, mbs, rows, "1f1b", &ops);
+    let client = Client::cpu(8).unwrap();
+    let jit = mpmd_jit(&client, &mesh(stages), &program).unwrap();
+    let mut args = step_args(stages, mbs, rows);
+    let mut call: Vec<StepArg> = args
+        .iter()
+        .map(|a| StepArg::Host(to_host(a).unwrap()))
+        .collect();
+    for _ in 0..2 {
+        let want = eval_closed(&program, &args).unwrap();
+        let outputs = jit.call_mpmd(&call).unwrap().outputs;
+        let host: Vec<_> = outputs.iter().map(|o| o.to_host().unwrap()).collect();
+        assert_close(&host, &want);
+        args[..stages].clone_from_slice(&want[..stages]);
+        for (w, out) in outputs.into_iter().take(stages).enumerate() {
+            call[w] = out.into_arg();
         }
     }
 }
