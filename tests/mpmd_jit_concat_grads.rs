@@ -195,7 +195,7 @@ fn a_gradient_combined_by_concat_runs_as_one_program_on_one_group() {
 fn a_stacked_gradient_counts_its_micro_batches_in_the_memory_report() {
     let (mbs, rows) = (4, 4);
     let client = Client::cpu(8).unwrap();
-    let accumulators = |ops: &[ReduceOp]| {
+    let report = |ops: &[ReduceOp]| {
         let program = step(2, mbs, rows, "1f1b", ops);
         let jit = mpmd_jit(&client, &mesh(2), &program).unwrap();
         let host: Vec<_> = step_args(2, mbs, rows)
@@ -203,13 +203,20 @@ fn a_stacked_gradient_counts_its_micro_batches_in_the_memory_report() {
             .map(|a| to_host(a).unwrap())
             .collect();
         let run = jit.call(&host).unwrap();
-        jit.pipeline()
-            .memory_report(&run.timings)
-            .stage_accumulator_bytes
+        jit.pipeline().memory_report(&run.timings)
     };
+    let accumulators = |ops: &[ReduceOp]| report(ops).stage_accumulator_bytes;
+    let parameters = |ops: &[ReduceOp]| report(ops).stage_parameter_bytes;
     let summed = accumulators(&[ReduceOp::Add, ReduceOp::Add]);
     let stacked = accumulators(&[ReduceOp::Add, ReduceOp::Concat(0)]);
     assert!(summed[1] > 0, "{summed:?}");
+    assert_eq!(stacked[0], summed[0]);
+    assert_eq!(stacked[1], summed[1] * mbs as u64);
+    // The stacked copy of the weight is placed on its stage's group before the run.
+    let (summed, stacked) = (
+        parameters(&[ReduceOp::Add, ReduceOp::Add]),
+        parameters(&[ReduceOp::Add, ReduceOp::Concat(0)]),
+    );
     assert_eq!(stacked[0], summed[0]);
     assert_eq!(stacked[1], summed[1] * mbs as u64);
 }
@@ -401,4 +408,83 @@ fn a_step_stacking_gradients_trains_over_two_calls_from_weights_left_on_the_grou
             call[w] = out.into_arg();
         }
     }
+}
+
+/// Column- then row-parallel weights over `model` inside each of 2 groups, the second weight's
+/// gradient stacked: over two calls on the weights left on their groups, every result equals the
+/// interpreter's, and each updated weight keeps its spec on its own group.
+#[test]
+fn a_stacked_gradient_of_a_tensor_parallel_weight_keeps_the_weights_sharded() {
+    use tessera_mpmd::{MpmdJitOptions, StepResult, mpmd_jit_with};
+    let (stages, mbs, rows) = (2, 4, 4);
+    let mesh = MpmdMesh::new(
+        Mesh::auto(&[("stage", 2), ("data", 2), ("model", 2)]).unwrap(),
+        "stage",
+    )
+    .unwrap();
+    let spec = |text: &str| Some(tessera_sharding::PartitionSpec::parse(text).unwrap());
+    let options = MpmdJitOptions {
+        in_specs: vec![spec("P(None, 'model')"), spec("P('model', None)")],
+        ..MpmdJitOptions::default()
+    };
+    let program = step(
+        stages,
+        mbs,
+        rows,
+        "1f1b",
+        &[ReduceOp::Add, ReduceOp::Concat(1)],
+    );
+    let client = Client::cpu(8).unwrap();
+    let jit = mpmd_jit_with(&client, &mesh, &program, &options).unwrap();
+    let mut args = step_args(stages, mbs, rows);
+    let mut call: Vec<StepArg> = args
+        .iter()
+        .map(|a| StepArg::Host(to_host(a).unwrap()))
+        .collect();
+    for _ in 0..2 {
+        let want = eval_closed(&program, &args).unwrap();
+        let outputs = jit.call_mpmd(&call).unwrap().outputs;
+        let host: Vec<_> = outputs.iter().map(|o| o.to_host().unwrap()).collect();
+        assert_close(&host, &want);
+        for (k, out) in outputs.iter().take(stages).enumerate() {
+            let StepResult::Mpmd(m) = out else {
+                panic!("weight {k} came back to the host")
+            };
+            assert_eq!(Some(m.spec()), options.in_specs[k].as_ref(), "weight {k}");
+            let groups: Vec<usize> = m.to_mpmd_local_arrays().unwrap().keys().copied().collect();
+            assert_eq!(groups, [k], "weight {k}");
+        }
+        args[..stages].clone_from_slice(&want[..stages]);
+        for (w, out) in outputs.into_iter().take(stages).enumerate() {
+            call[w] = out.into_arg();
+        }
+    }
+}
+
+/// A step holding constants (here its learning rate, a constant of the closed program) is not
+/// rewritten to keep gradients per micro-batch: a gradient combined by `Concat` is refused,
+/// naming the gradient and the fix, and the interpreter still runs it.
+#[test]
+fn a_stacked_gradient_in_a_step_holding_constants_is_refused_naming_the_fix() {
+    let (stages, mbs, rows) = (2, 4, 4);
+    let mut program = step(
+        stages,
+        mbs,
+        rows,
+        "1f1b",
+        &[ReduceOp::Add, ReduceOp::Concat(0)],
+    );
+    let lr = program.jaxpr.invars.remove(stages);
+    program.jaxpr.constvars.push(lr);
+    program.consts.push(Array::scalar(DType::F32, 0.5));
+    let mut args = step_args(stages, mbs, rows);
+    args.remove(stages);
+    assert!(eval_closed(&program, &args).is_ok());
+    let client = Client::cpu(8).unwrap();
+    let err = mpmd_jit(&client, &mesh(stages), &program)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("gradient 1 by Concat(0)"), "{err}");
+    assert!(err.contains("pass the constants as arguments"), "{err}");
 }
