@@ -488,3 +488,63 @@ fn a_stacked_gradient_in_a_step_holding_constants_is_refused_naming_the_fix() {
     assert!(err.contains("gradient 1 by Concat(0)"), "{err}");
     assert!(err.contains("pass the constants as arguments"), "{err}");
 }
+
+/// A stacked gradient beside the loss's auxiliary result and a metric the body computes, of a
+/// value the body computes from loop invariants (`w1 * mask`, moved before the loop): each
+/// equals the sequential loop, pipelined and as one program.
+#[test]
+fn a_stacked_gradient_of_a_computed_value_beside_metrics_is_pipelined_like_the_sequential_loop() {
+    use tessera_ir::trace::value_and_grad_with_aux_call;
+    let (mbs, rows) = (4, 4);
+    let aux_loss = {
+        let base = loss(2, rows);
+        let avals = base.jaxpr.in_avals();
+        trace(&avals, |a| {
+            let l = tessera_ir::trace::call_closed(&base, &a.iter().collect::<Vec<_>>());
+            vec![l[0].clone(), a[0].abs().max(&[0, 1])]
+        })
+        .unwrap()
+    };
+    let mut avals = vec![f32(&[WIDTH, WIDTH]); 3];
+    avals.extend([f32(&[mbs, rows, WIDTH]), f32(&[mbs, rows, WIDTH])]);
+    let ops = [
+        ReduceOp::Concat(0),
+        ReduceOp::Max,
+        ReduceOp::Add,
+        ReduceOp::Add,
+        ReduceOp::Concat(2),
+    ];
+    let program = |schedule: &str| {
+        trace(&avals, |a| {
+            let xs = [&a[3], &a[4]];
+            let outs = treduce(&[&a[0], &a[1], &a[2]], &xs, 0, schedule, &ops, |w, mb| {
+                let masked = &w[1] * &w[2];
+                let mut outs = value_and_grad_with_aux_call(
+                    &aux_loss,
+                    &[1, 2],
+                    &[&mb[0], &w[0], &masked, &mb[1]],
+                );
+                // A metric beside the call: the micro-batch's mean target.
+                outs.insert(2, mb[1].mean(&[0, 1]));
+                outs
+            });
+            outs
+        })
+        .unwrap()
+    };
+    let args = vec![
+        values(&[WIDTH, WIDTH], 0.0),
+        values(&[WIDTH, WIDTH], 1.0),
+        values(&[WIDTH, WIDTH], 2.0),
+        values(&[mbs, rows, WIDTH], 10.0),
+        values(&[mbs, rows, WIDTH], 20.0),
+    ];
+    for (schedule, groups, fused) in [
+        ("1f1b", 2, false),
+        ("zero-bubble", 2, false),
+        ("interleaved-1f1b", 1, true),
+    ] {
+        let want = check(&program(schedule), groups, &args, fused);
+        assert_eq!(want[4].shape(), vec![WIDTH, WIDTH, mbs]);
+    }
+}
