@@ -517,7 +517,7 @@ fn a_stacked_gradient_of_a_computed_value_beside_metrics_is_pipelined_like_the_s
     let program = |schedule: &str| {
         trace(&avals, |a| {
             let xs = [&a[3], &a[4]];
-            let outs = treduce(&[&a[0], &a[1], &a[2]], &xs, 0, schedule, &ops, |w, mb| {
+            treduce(&[&a[0], &a[1], &a[2]], &xs, 0, schedule, &ops, |w, mb| {
                 let masked = &w[1] * &w[2];
                 let mut outs = value_and_grad_with_aux_call(
                     &aux_loss,
@@ -527,8 +527,7 @@ fn a_stacked_gradient_of_a_computed_value_beside_metrics_is_pipelined_like_the_s
                 // A metric beside the call: the micro-batch's mean target.
                 outs.insert(2, mb[1].mean(&[0, 1]));
                 outs
-            });
-            outs
+            })
         })
         .unwrap()
     };
