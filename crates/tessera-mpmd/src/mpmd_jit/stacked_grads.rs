@@ -15,6 +15,12 @@
 //! parts add up per micro-batch in its slot as they do for `Add`; its `Max` is then the maximum
 //! along the stacked axis, computed after the loop by the step's update on the group.
 //!
+//! A differentiated argument whose value differs per micro-batch (computed in the body from the
+//! micro-batch, or a slice of a loop operand) has no parameter to stack: the loss reads it plus
+//! a zero probe, computed before the loop and differentiated in its place (stacked for `Max` and
+//! `Concat`, its slot read at the index; whole for `Add`), so the probe's gradient is the value's
+//! (JAX's `value_and_grad` of that argument) and the accumulators combine it like a parameter's.
+//!
 //! Why this and not per-micro-batch gradient buffers: the pipeline's plan already places,
 //! donates, sums (tied weights), predicts the memory of, and under every schedule (split
 //! backwards included) and on one group as one program, runs a parameter and its accumulator;
