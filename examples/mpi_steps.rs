@@ -1,4 +1,4 @@
-//! Five `mpmd_jit` step shapes with one process per MPMD group (issue 32):
+//! Six `mpmd_jit` step shapes with one process per MPMD group (issue 32):
 //! `cargo build -p tessera-examples --example mpi_steps`, then
 //! `mpirun -n 2 target/debug/examples/mpi_steps` (as root: `--allow-run-as-root`), or alone in
 //! one process with 8 devices.
@@ -17,6 +17,9 @@
 //! - `mixed`: an update mixing large values of both groups (each weight's update reads both
 //!   gradients; a result multiplies both weights): under MPI, group 1's values are sent to rank
 //!   0, which runs it, and `w1'` is sent back to rank 1.
+//! - `stacked`: gradients kept per micro-batch: `w0`'s stacked by `Concat(0)` (on group 0), and
+//!   the gradient of a value differing per micro-batch (`w1` scaled by the micro-batch's mean
+//!   input, read in stage 1) stacked by `Concat(1)`.
 //!
 //! Each step is called twice, the second call on the weights the first left on their groups.
 //! Every result this process holds is checked against the interpreter (1e-6, relative above 1)
@@ -184,6 +187,41 @@ fn mixed() -> anyhow::Result<ClosedJaxpr> {
         let w0 = &a[0] - &(&a[2] * &(g0 + &(g1 * 0.5)));
         let w1 = &a[1] - &(&a[2] * &(g1 + &(g0 * 0.5)));
         vec![w0, w1, outs[0].mean(&[0]), &a[0] * &a[1]]
+    })?)
+}
+
+/// `(w0, w1, lr, xs, ys) -> (w0', w1', mean loss, g0, g1)`: `g0` stacks `w0`'s gradient of each
+/// micro-batch (`Concat(0)`), `g1` the gradient of `w1 * mean(x)` of each (`Concat(1)`); the
+/// update sums them over the micro-batches.
+fn stacked() -> anyhow::Result<ClosedJaxpr> {
+    let loss = loss(false)?;
+    let w = f32(&[WIDTH, WIDTH]);
+    let avals = [w.clone(), w, f32(&[]), batch(), batch()];
+    let ops = [
+        tessera::ir::prim::ReduceOp::Concat(0),
+        tessera::ir::prim::ReduceOp::Concat(0),
+        tessera::ir::prim::ReduceOp::Concat(1),
+    ];
+    Ok(trace(&avals, |a| {
+        let outs = treduce(
+            &[&a[0], &a[1]],
+            &[&a[3], &a[4]],
+            0,
+            "1f1b",
+            &ops,
+            |w, mb| {
+                let scaled = &w[1] * &mb[0].mean(&[0, 1]);
+                value_and_grad_call(&loss, &[1, 2], &[&mb[0], &w[0], &scaled, &mb[1]])
+            },
+        );
+        let (g0, g1) = (&outs[1], &outs[2]);
+        vec![
+            &a[0] - &(&a[2] * &(&g0.sum(&[0]) / MBS as f64)),
+            &a[1] - &(&a[2] * &(&g1.sum(&[1]) / MBS as f64)),
+            outs[0].mean(&[0]),
+            g0.clone(),
+            g1.clone(),
+        ]
     })?)
 }
 
@@ -368,6 +406,14 @@ fn main() -> anyhow::Result<()> {
     let args = [&common[..], &[data(10.0)?, data(20.0)?]].concat();
     run(&at, "computed", &computed()?, args, None)?;
     run(&at, "mixed", &mixed()?, mixed_args()?, None)?;
+    let args = vec![
+        weights(0.0)?,
+        weights(1.0)?,
+        Array::scalar(DType::F32, 0.1),
+        data(10.0)?,
+        data(20.0)?,
+    ];
+    run(&at, "stacked", &stacked()?, args, None)?;
     println!("rank {}: every step equals the interpreter", at.rank);
     Ok(())
 }

@@ -1,8 +1,9 @@
 //! `mpmd_jit` step shapes under MPI (issue 32), two ranks, one per group: steps of two
 //! sequential `treduce` loops (train then eval, two accumulation loops), a step whose code before its loop runs on a group's devices and
 //! sends its results to the ranks reading them, a step differentiating values it computes
-//! before its loop, and a step whose update mixes large values of both groups (run by rank 0,
-//! group 1's values sent to it). The `mpi_steps` example runs each twice (the second call on the weights the
+//! before its loop, a step whose update mixes large values of both groups (run by rank 0,
+//! group 1's values sent to it), and a step keeping gradients per micro-batch (`Concat`, of a
+//! value differing per micro-batch). The `mpi_steps` example runs each twice (the second call on the weights the
 //! first left on their groups) and checks every result it holds against the interpreter; here
 //! every result of the job equals the one-process run's bit for bit (the same programs run on
 //! the same groups), and every result is printed by some rank. A parameter on devices held by
@@ -52,7 +53,7 @@ fn name(line: &str) -> &str {
 }
 
 #[test]
-fn five_step_shapes_on_two_ranks_equal_the_one_process_run_bit_for_bit() {
+fn six_step_shapes_on_two_ranks_equal_the_one_process_run_bit_for_bit() {
     let program = example("mpi_steps");
     let alone = std::process::Command::new(&program)
         .env_remove("TESSERA_PJRT_PLUGIN")
@@ -77,8 +78,9 @@ fn five_step_shapes_on_two_ranks_equal_the_one_process_run_bit_for_bit() {
     }
     let one: BTreeSet<String> = results(&alone_out).into_iter().collect();
     let many = results(&job.stdout);
-    // 2 calls of: two loops (4 results), two sources (4), before (3), computed (5), mixed (4).
-    assert_eq!(one.len(), 2 * (4 + 4 + 3 + 5 + 4), "{alone_out}");
+    // 2 calls of: two loops (4 results), two sources (4), before (3), computed (5), mixed (4),
+    // stacked (5).
+    assert_eq!(one.len(), 2 * (4 + 4 + 3 + 5 + 4 + 5), "{alone_out}");
     for line in &many {
         assert!(
             one.contains(line),

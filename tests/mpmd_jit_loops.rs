@@ -317,62 +317,7 @@ fn a_gradient_combined_by_max_is_pipelined_like_the_sequential_loop() {
     assert_eq!(s[1].to_vec(), m[1].to_vec());
 }
 
-#[test]
-fn a_gradient_combined_by_concat_is_refused_naming_it_and_why() {
-    let (stages, mbs, rows) = (2, 4, 4);
-    let loss = loss(stages, rows, false);
-    let mut avals: Vec<ShapedArray> = (0..stages).map(|_| f32(&[WIDTH, WIDTH])).collect();
-    avals.extend([f32(&[mbs, rows, WIDTH]), f32(&[mbs, rows, WIDTH])]);
-    let program = trace(&avals, |a| {
-        let weights: Vec<&Tensor> = a[..stages].iter().collect();
-        let xs = [&a[stages], &a[stages + 1]];
-        let ops = [ReduceOp::Add, ReduceOp::Add, ReduceOp::Concat(0)];
-        treduce(&weights, &xs, 0, "1f1b", &ops, |w, mb| {
-            value_and_grad_call(&loss, &[1, 2], &[&mb[0], &w[0], &w[1], &mb[1]])
-        })
-    })
-    .unwrap();
-    let client = Client::cpu(8).unwrap();
-    let err = mpmd_jit(&client, &mesh(stages), &program)
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(err.contains("gradient 1 by Concat(0)"), "{err}");
-    assert!(err.contains("combine it by Add or Max"), "{err}");
-}
-
-/// A tied weight's gradient is the sum of its stages' parts within each micro-batch, which
-/// per-stage accumulators cannot combine by `Max`: refused naming it.
-#[test]
-fn a_tied_weights_gradient_combined_by_max_is_refused() {
-    let (mbs, rows) = (4, 4);
-    let w = f32(&[WIDTH, WIDTH]);
-    let loss = trace(
-        &[f32(&[rows, WIDTH]), w.clone(), f32(&[rows, WIDTH])],
-        |a| {
-            let h = a[0].matmul(&a[1]).tanh().enter_stage(1).matmul(&a[1]);
-            vec![(&h - &a[2]).integer_pow(2).mean(&[0, 1])]
-        },
-    )
-    .unwrap();
-    let batch = f32(&[mbs, rows, WIDTH]);
-    let program = trace(&[w, batch.clone(), batch], |a| {
-        let ops = [ReduceOp::Concat(0), ReduceOp::Max];
-        treduce(&[&a[0]], &[&a[1], &a[2]], 0, "1f1b", &ops, |w, mb| {
-            value_and_grad_call(&loss, &[1], &[&mb[0], &w[0], &mb[1]])
-        })
-    })
-    .unwrap();
-    let client = Client::cpu(8).unwrap();
-    let err = mpmd_jit(&client, &mesh(2), &program)
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(
-        err.contains("read by 2 stages (tied), combines over the micro-batches by Max"),
-        "{err}"
-    );
-}
+// Gradients combined by `Concat`, and a tied weight's by `Max`: `tests/mpmd_jit_concat_grads.rs`.
 
 #[test]
 fn a_call_whose_execution_fails_leaves_the_client_usable() {

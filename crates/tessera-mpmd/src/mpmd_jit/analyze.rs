@@ -227,15 +227,16 @@ fn differentiated_args(
         .ok_or_else(|| {
             config(format!(
                 "argument {a} of the loss is differentiated but is computed in the loop \
-                 body (once per micro-batch); compute it before the loop (it is then \
-                 differentiated as a loop invariant) or pass the parameter itself as a loop \
-                 invariant"
+                 body (once per micro-batch) of a step holding constants, whose per-micro-batch \
+                 gradients mpmd_jit does not rewrite: pass the constants as arguments, compute \
+                 the value before the loop, or pass the parameter itself as a loop invariant"
             ))
         })?;
         if b >= num_invariants {
             return Err(config(format!(
-                "argument {a} of the loss is differentiated but sliced per micro-batch; pass \
-                 parameters as loop invariants"
+                "argument {a} of the loss is differentiated but sliced per micro-batch in a \
+                 step holding constants, whose per-micro-batch gradients mpmd_jit does not \
+                 rewrite: pass the constants as arguments, or parameters as loop invariants"
             )));
         }
         if seen.contains(&b) {
@@ -342,7 +343,8 @@ fn body_loss(
 }
 
 /// Checks how the loop combines its results: the loss by `Concat(0)`, `Add` or `Max`, each
-/// auxiliary result by `Concat(a)`, `Add` or `Max`, the gradients by `Add` or `Max`.
+/// auxiliary result by `Concat(a)`, `Add` or `Max`, the gradients by `Add` or `Max` (by then:
+/// `stacked_grads.rs` has rewritten those combined by `Concat` to stacked ones summed).
 pub(super) fn check_ops(ops: &[ReduceOp], aux: usize) -> Result<(), DriverError> {
     if !matches!(
         ops.first(),
@@ -360,12 +362,12 @@ pub(super) fn check_ops(ops: &[ReduceOp], aux: usize) -> Result<(), DriverError>
         .skip(1 + aux)
         .find(|(_, o)| !matches!(o, ReduceOp::Add | ReduceOp::Max))
     {
+        // A gradient kept per micro-batch is accumulated stacked (`stacked_grads.rs` rewrote
+        // it to Add) unless the step holds constants, which that rewrite does not replay.
         return Err(config(format!(
-            "the loop combines gradient {} by {op:?}; gradients accumulate over the micro-batches \
-             in one buffer of the parameter's shape on its stage's group, combined by Add or \
-             Max, while a gradient per micro-batch (Concat) would need a buffer as many times \
-             larger as there are micro-batches, each backward writing its own slice: combine \
-             it by Add or Max",
+            "the loop combines gradient {} by {op:?}, which mpmd_jit keeps per micro-batch only \
+             in a step without constants: pass the constants as arguments, or combine it by \
+             Add or Max",
             k - 1 - aux
         )));
     }

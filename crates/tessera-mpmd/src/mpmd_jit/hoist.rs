@@ -4,8 +4,8 @@
 //! invariants the step computes (`analyze::LossInput::ComputedParam`): placed on the groups of
 //! the stages reading them like parameters, their gradient (with respect to the value, as JAX's
 //! `value_and_grad` of its argument) accumulated over the micro-batches. A differentiated value
-//! that reads the micro-batch (or a stage marker) stays in the body, where `analyze.rs` refuses
-//! it: its value differs per micro-batch, so no parameter holds it.
+//! that reads the micro-batch (or a stage marker) stays in the body: its value differs per
+//! micro-batch, so `stacked_grads.rs` differentiates a zero probe added to it instead.
 
 use std::collections::{HashMap, HashSet};
 

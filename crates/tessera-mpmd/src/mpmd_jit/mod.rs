@@ -21,14 +21,18 @@
 //! `treduce_i`'s body slicing the batch by the micro-batch index), whose results are the loop's
 //! results: the loss, combined by `Concat(0)`, `Add` or `Max`; the loss program's auxiliary
 //! results (per-micro-batch metrics, [`tessera_ir::trace::value_and_grad_with_aux_call`]),
-//! combined by `Concat(a)`, `Add` or `Max`; the gradients, combined by `Add` or `Max`; and, in any order
+//! combined by `Concat(a)`, `Add` or `Max`; the gradients, combined by `Add`, `Max` or
+//! `Concat(a)` (one kept per micro-batch, by `Concat` or a tied weight's `Max`, accumulates
+//! stacked by the micro-batch, `stacked_grads.rs`); and, in any order
 //! among them, metrics the body computes beside the call from its loss and auxiliary results,
 //! the micro-batch and the parameters, combined by their own reduction (`whole_body.rs` moves
 //! them into the loss program as more auxiliary results). The differentiated arguments are
 //! loop invariants: step arguments, values the step computes before the loop, or values the
 //! body computes from loop invariants alone (moved before the loop, `hoist.rs`), each
-//! differentiated as the value it is (JAX's `value_and_grad` of its argument); other code of the
-//! body reading one reads its value, not its gradient. The loop's
+//! differentiated as the value it is (JAX's `value_and_grad` of its argument); or values that
+//! differ per micro-batch (computed in the body from the micro-batch, or slices), whose
+//! per-micro-batch gradients the loop combines through a zero probe (`stacked_grads.rs`); other
+//! code of the body reading one reads its value, not its gradient. The loop's
 //! other operands are step arguments (on the host, or on the groups' devices: micro-batches
 //! are then sliced there, `data.rs`) or computed by the step's code before the loop, which is
 //! compiled and runs on a group's devices each step, its results moved to the groups reading
@@ -56,6 +60,7 @@ mod options;
 mod phases;
 mod pieces;
 mod shardings;
+mod stacked_grads;
 mod step_loops;
 mod tied;
 mod twice;
@@ -207,6 +212,23 @@ impl MpmdJit {
         // A body computing metrics beside its call runs them in the call's loss program.
         let whole = whole_body::whole_body(step, index)?;
         let step = whole.as_ref().unwrap_or(step);
+        // Gradients kept per micro-batch (`Concat`, of a value differing per micro-batch)
+        // accumulate stacked (`stacked_grads.rs`); then a tied weight's `Max` too.
+        let stacked = stacked_grads::stack_gradients(step, index, &[])?;
+        let (step, found) = match &stacked {
+            Some(stacked) => (stacked, find_loop(stacked)?),
+            None => (step, found),
+        };
+        let tied_max = tied_max_args(step, found.index, &found.operands)?;
+        let tied = match tied_max.is_empty() {
+            true => None,
+            false => stacked_grads::stack_gradients(step, found.index, &tied_max)?,
+        };
+        let (step, found) = match &tied {
+            Some(tied) => (tied, find_loop(tied)?),
+            None => (step, found),
+        };
+        let index = found.index;
         let jaxpr = &step.jaxpr;
         let p =
             TreduceParams::read(&jaxpr.eqns[index].params).map_err(|e| config(e.to_string()))?;
@@ -902,4 +924,27 @@ impl PhaseClock {
         self.0 = now;
         ms
     }
+}
+
+/// The loop invariants differentiated by the loop at `index` whose gradients it combines by
+/// `Max` and that several stages read (tied weights): their per-micro-batch gradients are sums
+/// of the stages' parts, so they are kept per micro-batch and maximized after the loop
+/// (`stacked_grads.rs`).
+fn tied_max_args(
+    step: &ClosedJaxpr,
+    index: usize,
+    operands: &[analyze::Operand],
+) -> Result<Vec<usize>, DriverError> {
+    let p =
+        TreduceParams::read(&step.jaxpr.eqns[index].params).map_err(|e| config(e.to_string()))?;
+    let body = read_body(&p, operands)?;
+    let maxed = analyze::max_grads(&p.ops, body.aux, &body.argnums);
+    if maxed.is_empty() || body.forward_only {
+        return Ok(Vec::new());
+    }
+    let parts = crate::partition::partition(&body.loss, &body.params)?;
+    Ok(maxed
+        .into_iter()
+        .filter(|a| parts.iter().filter(|p| p.param_args.contains(a)).count() > 1)
+        .collect())
 }
