@@ -15,6 +15,7 @@ pub mod array;
 pub mod autodiff;
 pub mod aval;
 pub mod axis_env;
+pub mod callback;
 pub mod batching;
 pub mod dtype;
 pub mod error;

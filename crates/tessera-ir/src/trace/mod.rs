@@ -22,6 +22,7 @@
 //! numpy broadcasting (ranks aligned on the right) and JAX's dtype promotion (Rust numbers are
 //! weakly typed and take their partner's dtype).
 
+mod callback;
 mod collectives;
 mod failure;
 mod flow;
@@ -40,6 +41,7 @@ mod stages;
 mod transforms;
 mod windowed;
 
+pub use callback::{debug_callback, io_callback, pure_callback};
 pub use collectives::{shard_map, shard_map_program};
 pub use flow::{
     Branch, cond, custom_jvp, custom_vjp, fori_loop, fori_loop_dynamic, scan, switch, while_loop,
