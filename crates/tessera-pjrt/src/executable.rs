@@ -52,6 +52,7 @@ impl Client {
         options: &CompileOptions,
         key: Option<&str>,
     ) -> Result<LoadedExecutable> {
+        self.host_callbacks_for(module)?;
         let format = "mlir";
         let program = args!(PJRT_Program {
             code: module.as_ptr().cast_mut().cast(),
@@ -81,8 +82,19 @@ impl Client {
         Ok(executable)
     }
 
+    /// Registers the host callback handler with the plugin when `program` (text, bytecode or a
+    /// serialised executable) calls it.
+    fn host_callbacks_for(&self, program: &[u8]) -> Result<()> {
+        let target = crate::HOST_CALLBACK_TARGET.as_bytes();
+        if program.windows(target.len()).any(|w| w == target) {
+            crate::register_host_callbacks(self.plugin())?;
+        }
+        Ok(())
+    }
+
     /// Loads an executable serialised by [`LoadedExecutable::serialize`] with this plugin.
     pub fn deserialize_executable(&self, bytes: &[u8]) -> Result<LoadedExecutable> {
+        self.host_callbacks_for(bytes)?;
         let mut args = args!(PJRT_Executable_DeserializeAndLoad_Args {
             client: self.raw(),
             serialized_executable: bytes.as_ptr().cast(),

@@ -30,6 +30,7 @@ mod error;
 mod event;
 mod executable;
 mod host;
+mod host_callback;
 mod host_memory;
 pub mod known_plugins;
 pub mod optimized;
@@ -57,6 +58,7 @@ pub use distributed::{DirKeyValueStore, DistributedOptions, KeyValueStore, Singl
 pub use element_type::ElementType;
 pub use error::{ErrorCode, PjrtError, Result};
 pub use executable::LoadedExecutable;
+pub use host_callback::{CALLBACK_ID_ATTR, HOST_CALLBACK_TARGET, register_host_callbacks};
 pub use host::{Block, Element, HostArray, device_layout, element_count};
 pub use host_memory::{ALIGNMENT, AlignedBytes};
 pub use known_plugins::{DEFAULT_CPU_PLUGIN, KnownPlugin, PluginPlatform};
