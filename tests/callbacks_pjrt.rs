@@ -65,11 +65,18 @@ fn pure_callback_runs_inside_xla_on_both_cpu_plugins_and_matches_the_interpreter
         let x = arr(&[2, 3], &[0.5, -1.0, 2.0, 3.0, 0.0, 1.5]);
         let want = eval_closed(&program, std::slice::from_ref(&x)).unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 1, "{name}");
-        let got = run_on_device(&client, &program, &[x], 0)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(calls.load(Ordering::SeqCst), 2, "{name}: the callback ran in XLA");
+        let got =
+            run_on_device(&client, &program, &[x], 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            2,
+            "{name}: the callback ran in XLA"
+        );
         for (g, w) in values(&got[0]).iter().zip(values(&want[0])) {
-            assert!((g - w).abs() <= 1e-6 * w.abs().max(1.0), "{name}: {g} vs {w}");
+            assert!(
+                (g - w).abs() <= 1e-6 * w.abs().max(1.0),
+                "{name}: {g} vs {w}"
+            );
         }
     }
 }
@@ -88,7 +95,9 @@ fn an_io_callback_with_unused_results_and_a_debug_callback_run_on_pjrt() {
             debug_callback(
                 move |x: &[Array]| {
                     d.fetch_add(1, Ordering::SeqCst);
-                    s.lock().unwrap().push(x[0].values().into_raw_vec_and_offset().0);
+                    s.lock()
+                        .unwrap()
+                        .push(x[0].values().into_raw_vec_and_offset().0);
                 },
                 &[&doubled],
             );
@@ -98,9 +107,21 @@ fn an_io_callback_with_unused_results_and_a_debug_callback_run_on_pjrt() {
         let out = run_on_device(&client, &program, &[arr(&[3], &[0.0, 1.0, 2.0])], 0)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!((values(&out[0])[0] - 1.0).abs() < 1e-6, "{name}");
-        assert_eq!(io_calls.load(Ordering::SeqCst), 1, "{name}: io_callback ran");
-        assert_eq!(debug_calls.load(Ordering::SeqCst), 1, "{name}: debug_callback ran");
-        assert_eq!(*seen.lock().unwrap(), [vec![0.0, 2.0, 4.0]], "{name}: it saw the operand");
+        assert_eq!(
+            io_calls.load(Ordering::SeqCst),
+            1,
+            "{name}: io_callback ran"
+        );
+        assert_eq!(
+            debug_calls.load(Ordering::SeqCst),
+            1,
+            "{name}: debug_callback ran"
+        );
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [vec![0.0, 2.0, 4.0]],
+            "{name}: it saw the operand"
+        );
     }
 }
 
@@ -125,10 +146,39 @@ fn ordered_io_callbacks_run_in_program_order_across_calls_on_pjrt() {
             vec![a[0].sin()]
         })
         .unwrap();
-        let exe = tessera::jit::compile(&client, &program, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // The lowering chains the three calls: each takes the token the one before returned.
+        let options = tessera_stablehlo::LowerOptions {
+            num_partitions: 1,
+            ..Default::default()
+        };
+        let text = tessera_stablehlo::lower_closed(&program, &options)
+            .unwrap()
+            .text;
+        let calls: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("tessera_host_callback"))
+            .collect();
+        assert_eq!(calls.len(), 3, "{text}");
+        for pair in calls.windows(2) {
+            let token = pair[0]
+                .split_once(":2 = ")
+                .map_or("?", |(lhs, _)| lhs.trim());
+            assert!(
+                pair[1].contains(&format!("{token}#1")),
+                "{name}: not chained:\n{text}"
+            );
+        }
+        assert!(
+            calls.iter().all(|l| l.contains("order_token = 1")),
+            "{text}"
+        );
+        let exe =
+            tessera::jit::compile(&client, &program, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
         for call in 0..3 {
-            let x = tessera_pjrt::Buffer::from_host_to(&client, &arr(&[], &[f64::from(call)]), 0).unwrap();
-            exe.execute(&[vec![&x]]).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let x = tessera_pjrt::Buffer::from_host_to(&client, &arr(&[], &[f64::from(call)]), 0)
+                .unwrap();
+            exe.execute(&[vec![&x]])
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
         }
         assert_eq!(*log.lock().unwrap(), [1, 2, 3, 1, 2, 3, 1, 2, 3], "{name}");
     }
@@ -140,18 +190,33 @@ fn a_callback_in_a_scan_body_runs_once_per_iteration_on_pjrt() {
         let calls = Arc::new(AtomicUsize::new(0));
         let f = counting(&calls);
         let program = trace(&[f32s(&[5, 2])], |a| {
-            let (carry, ys) = scan(&[], &[&a[0].sum(&[0, 1])], &[&a[0]], None, false, |_, h, x| {
-                let y = io_callback(f, &[f32s(&[2])], &[&x[0]], false).remove(0);
-                (vec![&h[0] + &y.sum(&[0])], vec![y])
-            });
+            let (carry, ys) = scan(
+                &[],
+                &[&a[0].sum(&[0, 1])],
+                &[&a[0]],
+                None,
+                false,
+                |_, h, x| {
+                    let y = io_callback(f, &[f32s(&[2])], &[&x[0]], false).remove(0);
+                    (vec![&h[0] + &y.sum(&[0])], vec![y])
+                },
+            );
             vec![carry[0].clone(), ys[0].clone()]
         })
         .unwrap();
-        let x = arr(&[5, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]);
+        let x = arr(
+            &[5, 2],
+            &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0],
+        );
         let want = eval_closed(&program, std::slice::from_ref(&x)).unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 5, "{name}: interpreter");
-        let got = run_on_device(&client, &program, &[x], 0).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(calls.load(Ordering::SeqCst), 10, "{name}: once per iteration in XLA");
+        let got =
+            run_on_device(&client, &program, &[x], 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            10,
+            "{name}: once per iteration in XLA"
+        );
         assert_eq!(values(&got[1]), values(&want[1]), "{name}");
         assert_eq!(values(&got[0]), values(&want[0]), "{name}");
     }
@@ -170,7 +235,10 @@ fn vmap_sequential_of_a_pure_callback_runs_per_element_on_pjrt() {
     let x = arr(&[4, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
     let got = run_on_device(&client, &batched, &[x], 0).unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 4);
-    assert_eq!(values(&got[0]), [2.0, 5.0, 10.0, 17.0, 26.0, 37.0, 50.0, 65.0]);
+    assert_eq!(
+        values(&got[0]),
+        [2.0, 5.0, 10.0, 17.0, 26.0, 37.0, 50.0, 65.0]
+    );
 }
 
 #[test]
@@ -188,7 +256,10 @@ fn a_callback_returning_the_wrong_shape_fails_the_execution_with_a_typed_error()
         let err = run_on_device(&client, &program, &[arr(&[4], &[0.0; 4])], 0).unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, JitError::Pjrt(_)), "{name}: {err:?}");
-        assert!(text.contains("float32[3]") && text.contains("float32[4]"), "{name}: {text}");
+        assert!(
+            text.contains("float32[3]") && text.contains("float32[4]"),
+            "{name}: {text}"
+        );
     }
 }
 
@@ -202,6 +273,12 @@ fn ordered_effects_on_eight_devices_are_refused() {
     let s = NamedSharding::new(&mesh, PartitionSpec::parse("P()").unwrap()).unwrap();
     let jit = Jit::new(program, vec![s.clone()], vec![s]).unwrap();
     let err = jit.lower().unwrap_err();
-    assert!(matches!(err, JitError::OrderedEffects { devices: 8 }), "{err:?}");
-    assert!(err.to_string().contains("Ordered effects are not supported for more than 1 device"));
+    assert!(
+        matches!(err, JitError::OrderedEffects { devices: 8 }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("Ordered effects are not supported for more than 1 device")
+    );
 }

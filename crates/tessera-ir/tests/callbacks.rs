@@ -48,7 +48,10 @@ fn pure_callback_runs_its_closure_on_the_interpreter() {
     })
     .unwrap();
     let out = eval_closed(&program, &[arr(&[4], &[1.0, 2.0, 3.0, -1.0])]).unwrap();
-    assert_eq!(out[0].values().into_raw_vec_and_offset().0, [2.0, 6.0, 12.0, 0.0]);
+    assert_eq!(
+        out[0].values().into_raw_vec_and_offset().0,
+        [2.0, 6.0, 12.0, 0.0]
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
@@ -68,7 +71,10 @@ fn a_callback_returning_the_wrong_shape_is_a_typed_error() {
         panic!("expected IrError::Callback, got {err:?}");
     };
     assert_eq!(prim, "pure_callback");
-    assert!(message.contains("float32[3]") && message.contains("float32[4]"), "{message}");
+    assert!(
+        message.contains("float32[3]") && message.contains("float32[4]"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -83,7 +89,10 @@ fn a_failing_callback_is_a_typed_error_with_its_message() {
     })
     .unwrap();
     let err = eval_closed(&program, &[arr(&[2], &[0.0; 2])]).unwrap_err();
-    assert!(matches!(&err, IrError::Callback { message, .. } if message.contains("disk full")), "{err:?}");
+    assert!(
+        matches!(&err, IrError::Callback { message, .. } if message.contains("disk full")),
+        "{err:?}"
+    );
 }
 
 #[test]

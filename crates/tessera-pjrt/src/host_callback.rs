@@ -24,8 +24,8 @@ use crate::error::{PjrtError, Result};
 use crate::plugin::Plugin;
 use crate::sys;
 
-pub use tessera_ir::callback::{CALLBACK_ID_ATTR, HOST_CALLBACK_TARGET};
 use tessera_ir::callback::ORDER_TOKEN_ATTR;
+pub use tessera_ir::callback::{CALLBACK_ID_ATTR, HOST_CALLBACK_TARGET};
 
 // ---- XLA FFI C API (xla/ffi/api/c_api.h, API 0.1) ----
 
@@ -204,10 +204,18 @@ fn dtype_of(code: i32) -> Option<DType> {
 ///
 /// # Safety
 /// `list` must be XLA's argument or result list of the current call frame.
-unsafe fn buffer(list: &XlaList, i: usize) -> std::result::Result<(&XlaBuffer, DType, Vec<i64>), String> {
+unsafe fn buffer(
+    list: &XlaList,
+    i: usize,
+) -> std::result::Result<(&XlaBuffer, DType, Vec<i64>), String> {
     // SAFETY: `i < list.size`; each item of a buffer list is an `XLA_FFI_Buffer`.
     let b = unsafe { &*(*list.items.add(i)).cast::<XlaBuffer>() };
-    let dtype = dtype_of(b.dtype).ok_or_else(|| format!("buffer {i} has XLA element type {}, which host callbacks do not take", b.dtype))?;
+    let dtype = dtype_of(b.dtype).ok_or_else(|| {
+        format!(
+            "buffer {i} has XLA element type {}, which host callbacks do not take",
+            b.dtype
+        )
+    })?;
     let dims = if b.rank == 0 {
         Vec::new()
     } else {
@@ -348,10 +356,12 @@ unsafe extern "C" fn tessera_host_callback(frame: *mut XlaCallFrame) -> *mut c_v
     }
 }
 
-/// The outcome of registering the handler with each plugin (by path), so it happens once.
-fn registered() -> &'static Mutex<Vec<(std::path::PathBuf, std::result::Result<(), String>)>> {
-    static DONE: OnceLock<Mutex<Vec<(std::path::PathBuf, std::result::Result<(), String>)>>> =
-        OnceLock::new();
+/// Per plugin (by path), the outcome of registering the handler with it.
+type Registrations = Mutex<Vec<(std::path::PathBuf, std::result::Result<(), String>)>>;
+
+/// The outcome of registering the handler with each plugin, so it happens once.
+fn registered() -> &'static Registrations {
+    static DONE: OnceLock<Registrations> = OnceLock::new();
     DONE.get_or_init(|| Mutex::new(Vec::new()))
 }
 
@@ -385,7 +395,9 @@ fn register(plugin: &Plugin) -> std::result::Result<(), String> {
     }
     // SAFETY: as above.
     let Some(e) = (unsafe { ext.as_ref() }) else {
-        return Err("the plugin has no PJRT FFI extension, so it cannot call host callbacks".into());
+        return Err(
+            "the plugin has no PJRT FFI extension, so it cannot call host callbacks".into(),
+        );
     };
     // The extension's function pointers follow its base: version 2 holds `type_id_register`,
     // `user_data_add`, `register_handler`; version 1 `user_data_add`, `register_handler`.

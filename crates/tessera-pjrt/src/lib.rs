@@ -58,8 +58,8 @@ pub use distributed::{DirKeyValueStore, DistributedOptions, KeyValueStore, Singl
 pub use element_type::ElementType;
 pub use error::{ErrorCode, PjrtError, Result};
 pub use executable::LoadedExecutable;
-pub use host_callback::{CALLBACK_ID_ATTR, HOST_CALLBACK_TARGET, register_host_callbacks};
 pub use host::{Block, Element, HostArray, device_layout, element_count};
+pub use host_callback::{CALLBACK_ID_ATTR, HOST_CALLBACK_TARGET, register_host_callbacks};
 pub use host_memory::{ALIGNMENT, AlignedBytes};
 pub use known_plugins::{DEFAULT_CPU_PLUGIN, KnownPlugin, PluginPlatform};
 pub use optimized::OptimizedProgram;

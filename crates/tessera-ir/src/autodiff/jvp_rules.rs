@@ -189,7 +189,9 @@ pub(super) fn jvp_rule(
         DebugCallback => Vec::new(),
         // A host callback has no derivative (`prim/callback.rs`); zero tangents pass.
         PureCallback | IoCallback => match ts.iter().flatten().next() {
-            Some(t) => vec![Some(t.fail(prim.name(), crate::prim::differentiation_refusal(prim))); y.len()],
+            Some(t) => {
+                vec![Some(t.fail(prim.name(), crate::prim::differentiation_refusal(prim))); y.len()]
+            }
             None => vec![None; y.len()],
         },
     }

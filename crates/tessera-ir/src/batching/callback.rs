@@ -47,7 +47,9 @@ pub(super) fn callback(
             }
         },
         CallbackOp::Io if p.ordered => {
-            return fail("cannot vmap an ordered io_callback (as in JAX); use ordered=false".into());
+            return fail(
+                "cannot vmap an ordered io_callback (as in JAX); use ordered=false".into(),
+            );
         }
         CallbackOp::Io | CallbackOp::Debug => VmapMethod::Sequential,
     };

@@ -151,11 +151,23 @@ impl CallbackParams {
             param: param.to_owned(),
             expected: expected.to_owned(),
         };
-        let id = match params.get("callback") {
-            Some(ParamValue::Name(n)) => parse_id(n),
-            _ => None,
-        }
-        .ok_or_else(|| bad("callback", "a registered host callback `<tessera host callback N>`"))?;
+        let name_of = |v: &ParamValue| {
+            if let ParamValue::Name(n) = v {
+                Some(n.clone())
+            } else {
+                None
+            }
+        };
+        let id = params
+            .get("callback")
+            .and_then(name_of)
+            .and_then(|n| parse_id(&n))
+            .ok_or_else(|| {
+                bad(
+                    "callback",
+                    "a registered host callback `<tessera host callback N>`",
+                )
+            })?;
         let result_avals = match op {
             CallbackOp::Debug => Vec::new(),
             CallbackOp::Pure | CallbackOp::Io => params
@@ -164,22 +176,24 @@ impl CallbackParams {
                 .and_then(|items| {
                     items
                         .iter()
-                        .map(|v| match v {
-                            ParamValue::Name(t) => parse_aval(t),
-                            _ => None,
-                        })
+                        .map(|v| name_of(v).and_then(|t| parse_aval(&t)))
                         .collect::<Option<Vec<_>>>()
                 })
                 .ok_or_else(|| bad("result_avals", "a tuple of `ShapedArray(dtype[dims])`"))?,
         };
         let vmap_method = match op {
-            CallbackOp::Pure => match params.get("vmap_method") {
-                Some(v) if v.is_none() => None,
-                Some(ParamValue::Name(m)) => Some(VmapMethod::parse(m).ok_or_else(|| {
-                    bad("vmap_method", "sequential, expand_dims, broadcast_all or None")
-                })?),
-                _ => return Err(bad("vmap_method", "sequential, expand_dims, broadcast_all or None")),
-            },
+            CallbackOp::Pure => {
+                let expected = "sequential, expand_dims, broadcast_all or None";
+                let text = params
+                    .get("vmap_method")
+                    .and_then(name_of)
+                    .ok_or_else(|| bad("vmap_method", expected))?;
+                if text == "None" {
+                    None
+                } else {
+                    Some(VmapMethod::parse(&text).ok_or_else(|| bad("vmap_method", expected))?)
+                }
+            }
             CallbackOp::Io | CallbackOp::Debug => None,
         };
         let ordered = match op {
@@ -300,7 +314,11 @@ pub fn call_host_callback(
 /// not support JVP", "IO callbacks do not support JVP"). `debug_callback` is never refused: it
 /// returns nothing and runs on the primals.
 pub fn differentiation_refusal(prim: Prim) -> String {
-    let kind = if prim == Prim::IoCallback { "IO" } else { "Pure" };
+    let kind = if prim == Prim::IoCallback {
+        "IO"
+    } else {
+        "Pure"
+    };
     format!(
         "{} is not differentiable: {kind} callbacks do not support JVP (as in JAX); wrap the \
          call in custom_jvp/custom_vjp with a derivative rule, or stop_gradient its operands",
@@ -311,7 +329,11 @@ pub fn differentiation_refusal(prim: Prim) -> String {
 /// Whether `jaxpr` (or a jaxpr nested in it) holds an effectful equation.
 pub fn jaxpr_has_effects(jaxpr: &crate::jaxpr::Jaxpr) -> bool {
     jaxpr.eqns.iter().any(|e| {
-        is_effectful(e.prim) || e.params.jaxprs().iter().any(|j| jaxpr_has_effects(&j.jaxpr))
+        is_effectful(e.prim)
+            || e.params
+                .jaxprs()
+                .iter()
+                .any(|j| jaxpr_has_effects(&j.jaxpr))
     })
 }
 

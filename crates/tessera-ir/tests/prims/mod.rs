@@ -505,20 +505,23 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
         // Host callbacks computing `sin` on the host (any shape, so every vmap_method fits).
         PureCallback | IoCallback | DebugCallback => {
             let f64s = ShapedArray::new(DType::F64, &[2, 3]);
-            tessera_ir::trace::trace(&[f64s.clone()], |a| {
+            tessera_ir::trace::trace(std::slice::from_ref(&f64s), |a| {
                 let x = &a[0] * 2.0;
                 let y = match prim {
                     PureCallback => tessera_ir::trace::pure_callback(
                         host_sin,
-                        &[f64s.clone()],
+                        std::slice::from_ref(&f64s),
                         &[&x],
                         Some(tessera_ir::prim::VmapMethod::Sequential),
                     )
                     .remove(0),
-                    IoCallback => {
-                        tessera_ir::trace::io_callback(host_sin, &[f64s.clone()], &[&x], false)
-                            .remove(0)
-                    }
+                    IoCallback => tessera_ir::trace::io_callback(
+                        host_sin,
+                        std::slice::from_ref(&f64s),
+                        &[&x],
+                        false,
+                    )
+                    .remove(0),
                     _ => {
                         tessera_ir::trace::debug_callback(|_| {}, &[&x]);
                         x.sin()

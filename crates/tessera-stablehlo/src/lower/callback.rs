@@ -17,7 +17,11 @@ use super::control::constant_scalar;
 use crate::context::LowerError;
 use crate::emit::quote;
 
-fn attrs(prim: Prim, p: &tessera_ir::Params, ordered: bool) -> Result<Vec<(&'static str, String)>, LowerError> {
+fn attrs(
+    prim: Prim,
+    p: &tessera_ir::Params,
+    ordered: bool,
+) -> Result<Vec<(&'static str, String)>, LowerError> {
     let refused = |reason: String| LowerError::Unsupported {
         prim: prim.name().into(),
         reason,
@@ -53,7 +57,12 @@ pub(super) fn callback<'c, 'b>(
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     let results: Vec<&ShapedArray> = ctx.out_avals.iter().collect();
-    ctx.op("stablehlo.custom_call", inputs, &results, &attrs(prim, p, false)?)
+    ctx.op(
+        "stablehlo.custom_call",
+        inputs,
+        &results,
+        &attrs(prim, p, false)?,
+    )
 }
 
 /// An ordered `io_callback`: the custom call also takes the order token `token` (the previous
@@ -75,5 +84,10 @@ pub(super) fn ordered<'c, 'b>(
     operands.push(token);
     let mut results: Vec<&ShapedArray> = ctx.out_avals.iter().collect();
     results.push(&token_aval);
-    ctx.op("stablehlo.custom_call", &operands, &results, &attrs(prim, p, true)?)
+    ctx.op(
+        "stablehlo.custom_call",
+        &operands,
+        &results,
+        &attrs(prim, p, true)?,
+    )
 }

@@ -464,9 +464,7 @@ fn lower_eqn<'c, 'b>(
         Scan => flow::scan(ctx, p, inputs, functions),
         Cond => flow::cond(ctx, p, inputs, functions),
         While => flow::while_loop(ctx, p, inputs, functions),
-        PureCallback | IoCallback | DebugCallback => {
-            callback::callback(ctx, eqn.prim, p, inputs)
-        }
+        PureCallback | IoCallback | DebugCallback => callback::callback(ctx, eqn.prim, p, inputs),
     }
 }
 
