@@ -82,6 +82,49 @@ fn pure_callback_runs_inside_xla_on_both_cpu_plugins_and_matches_the_interpreter
 }
 
 #[test]
+fn a_callback_with_several_operands_and_results_of_other_dtypes_runs_on_pjrt() {
+    for (name, client) in clients() {
+        let program = trace(&[f32s(&[3]), ShapedArray::new(DType::I32, &[])], |a| {
+            pure_callback(
+                |args: &[Array]| {
+                    let x = args[0].values();
+                    let k = args[1].values()[[]];
+                    Ok(vec![
+                        Array::new(DType::I32, &[3], x.iter().map(|v| v.floor() + k).collect())
+                            .map_err(|e| e.to_string())?,
+                        Array::new(
+                            DType::Bool,
+                            &[3],
+                            x.iter().map(|&v| f64::from(u8::from(v > 0.0))).collect(),
+                        )
+                        .map_err(|e| e.to_string())?,
+                        Array::new(DType::F64, &[], vec![x.sum()]).map_err(|e| e.to_string())?,
+                    ])
+                },
+                &[
+                    ShapedArray::new(DType::I32, &[3]),
+                    ShapedArray::new(DType::Bool, &[3]),
+                    ShapedArray::new(DType::F64, &[]),
+                ],
+                &[&a[0], &a[1]],
+                None,
+            )
+        })
+        .unwrap();
+        let args = [
+            arr(&[3], &[1.5, -2.25, 0.0]),
+            Array::new(DType::I32, &[], vec![10.0]).unwrap(),
+        ];
+        let got =
+            run_on_device(&client, &program, &args, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(values(&got[0]), [11.0, 7.0, 10.0], "{name}");
+        assert_eq!(values(&got[1]), [1.0, 0.0, 0.0], "{name}");
+        assert_eq!(values(&got[2]), [-0.75], "{name}");
+        assert_eq!(got[1].dtype(), DType::Bool, "{name}");
+    }
+}
+
+#[test]
 fn an_io_callback_with_unused_results_and_a_debug_callback_run_on_pjrt() {
     for (name, client) in clients() {
         let io_calls = Arc::new(AtomicUsize::new(0));

@@ -10,10 +10,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tessera_ir::interp::eval_closed;
-use tessera_ir::passes::eliminate_dead_code;
+use tessera_ir::passes::{eliminate_common_subexpressions, eliminate_dead_code, inline_calls};
 use tessera_ir::prim::VmapMethod;
 use tessera_ir::text::{parse_closed, print_closed};
-use tessera_ir::trace::{debug_callback, io_callback, pure_callback, trace};
+use tessera_ir::trace::{call_closed, debug_callback, io_callback, pure_callback, trace};
 use tessera_ir::{Array, DType, IrError, Prim, ShapedArray, jvp, vjp, vmap};
 
 fn f32s(shape: &[i64]) -> ShapedArray {
@@ -111,6 +111,39 @@ fn dead_code_elimination_keeps_io_and_debug_callbacks_but_drops_unused_pure_ones
         .map(|e| e.prim)
         .collect();
     assert_eq!(prims, [Prim::IoCallback, Prim::DebugCallback, Prim::Sin]);
+}
+
+#[test]
+fn common_subexpression_elimination_never_merges_effects() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let f = counting_square(&calls);
+    let inner = trace(&[f32s(&[2])], |a| {
+        io_callback(f, &[f32s(&[2])], &[&a[0]], false)
+    })
+    .unwrap();
+    let pure = trace(&[f32s(&[2])], |a| {
+        pure_callback(|x: &[Array]| Ok(x.to_vec()), &[f32s(&[2])], &[&a[0]], None)
+    })
+    .unwrap();
+    // The same callback equations twice on the same operand (a function called twice).
+    let program = trace(&[f32s(&[2])], |a| {
+        let x = call_closed(&inner, &[&a[0]]).remove(0);
+        let y = call_closed(&inner, &[&a[0]]).remove(0);
+        let p = call_closed(&pure, &[&a[0]]).remove(0);
+        let q = call_closed(&pure, &[&a[0]]).remove(0);
+        vec![&(&x + &y) + &(&p + &q)]
+    })
+    .unwrap();
+    let merged = eliminate_common_subexpressions(&inline_calls(&program));
+    let count = |prim| merged.jaxpr.eqns.iter().filter(|e| e.prim == prim).count();
+    assert_eq!(count(Prim::IoCallback), 2);
+    assert_eq!(
+        count(Prim::PureCallback),
+        1,
+        "pure callbacks may be merged, as in JAX"
+    );
+    eval_closed(&merged, &[arr(&[2], &[1.0, 2.0])]).unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
 
 #[test]
