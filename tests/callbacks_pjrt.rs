@@ -325,3 +325,50 @@ fn ordered_effects_on_eight_devices_are_refused() {
             .contains("Ordered effects are not supported for more than 1 device")
     );
 }
+
+#[test]
+fn an_unordered_callback_in_an_spmd_program_runs_on_every_device_with_the_whole_array() {
+    // As JAX lowers `sharding=None`: the call is replicated, each device calling it on the
+    // whole (gathered) operand, whatever the operand's layout.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (c, s) = (calls.clone(), seen.clone());
+    let program = trace(&[f32s(&[8])], |a| {
+        let triple = move |x: &[Array]| {
+            c.fetch_add(1, Ordering::SeqCst);
+            s.lock().unwrap().push(x[0].dims().to_vec());
+            Ok(vec![Array::from_values(
+                DType::F32,
+                x[0].values().mapv(|v| v * 3.0),
+            )])
+        };
+        pure_callback(triple, &[f32s(&[8])], &[&a[0]], None)
+    })
+    .unwrap();
+    let client = Client::cpu(8).unwrap();
+    let mesh = Mesh::auto(&[("x", 8)]).unwrap();
+    let x = arr(&[8], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+    for (k, spec) in ["P()", "P('x')"].into_iter().enumerate() {
+        let s = NamedSharding::new(&mesh, PartitionSpec::parse(spec).unwrap()).unwrap();
+        let jit = Jit::new(program.clone(), vec![s.clone()], vec![s.clone()]).unwrap();
+        let compiled = jit.lower().unwrap().compile(&client).unwrap();
+        let arg = tessera_pjrt::Array::device_put(&client, &x, &s).unwrap();
+        let out = compiled.call(&[&arg]).unwrap();
+        let host = out[0].to_host().unwrap();
+        assert_eq!(
+            values(&host),
+            [3.0, 6.0, 9.0, 12.0, 15.0, 18.0, 21.0, 24.0],
+            "{spec}"
+        );
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            8 * (k + 1),
+            "{spec}: once per device"
+        );
+    }
+    assert!(
+        seen.lock().unwrap().iter().all(|d| d == &[8]),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+}
