@@ -145,8 +145,8 @@ pub enum PjrtError {
     /// handler).
     #[error(
         "the PJRT plugin {plugin} cannot run host callbacks: {message}. Fix: run programs with \
-         pure_callback/io_callback/debug_callback on a plugin with the PJRT FFI extension (the \
-         CPU plugins `cpu` and `fastatomstruct`), or on the interpreter"
+         pure_callback/io_callback/debug_callback on a CPU plugin with the PJRT FFI extension \
+         (`zml-cpu`, `xla-cpu-pjrt`), or on the interpreter"
     )]
     HostCallbacks {
         /// The plugin's path.

@@ -87,6 +87,18 @@ impl Client {
     fn host_callbacks_for(&self, program: &[u8]) -> Result<()> {
         let target = crate::HOST_CALLBACK_TARGET.as_bytes();
         if program.windows(target.len()).any(|w| w == target) {
+            // The handler reads and writes its buffers as host memory: only a CPU plugin's
+            // buffers are.
+            let platform = self.platform_name()?;
+            if !platform.eq_ignore_ascii_case("cpu") {
+                return Err(crate::PjrtError::HostCallbacks {
+                    plugin: self.plugin().path().to_path_buf(),
+                    message: format!(
+                        "its platform is {platform}, and Tessera's host callback handler runs \
+                         on CPU plugins only (it reads its operands as host memory)"
+                    ),
+                });
+            }
             crate::register_host_callbacks(self.plugin())?;
         }
         Ok(())
