@@ -125,6 +125,34 @@ fn a_callback_with_several_operands_and_results_of_other_dtypes_runs_on_pjrt() {
 }
 
 #[test]
+fn an_io_callback_without_operands_reads_host_state_on_each_call_on_pjrt() {
+    for (name, client) in clients() {
+        let counter = Arc::new(AtomicUsize::new(0));
+        let c = counter.clone();
+        let program = trace(&[f32s(&[])], |a| {
+            let next = move |_: &[Array]| {
+                let n = c.fetch_add(1, Ordering::SeqCst) + 1;
+                Array::new(DType::F32, &[], vec![n as f64])
+                    .map(|a| vec![a])
+                    .map_err(|e| e.to_string())
+            };
+            let n = io_callback(next, &[f32s(&[])], &[], true).remove(0);
+            vec![&a[0] * &n]
+        })
+        .unwrap();
+        let exe =
+            tessera::jit::compile(&client, &program, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let x = tessera_pjrt::Buffer::from_host_to(&client, &arr(&[], &[10.0]), 0).unwrap();
+        for want in [10.0, 20.0, 30.0] {
+            let out = exe
+                .execute(&[vec![&x]])
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(values(&out[0][0].to_host().unwrap()), [want], "{name}");
+        }
+    }
+}
+
+#[test]
 fn an_io_callback_with_unused_results_and_a_debug_callback_run_on_pjrt() {
     for (name, client) in clients() {
         let io_calls = Arc::new(AtomicUsize::new(0));

@@ -185,6 +185,46 @@ fn ordered_io_callbacks_run_in_program_order_on_the_interpreter() {
 }
 
 #[test]
+fn a_callback_without_operands_joins_the_innermost_trace() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let next = move |_: &[Array]| {
+        let n = c.fetch_add(1, Ordering::SeqCst) + 1;
+        Array::new(DType::F32, &[], vec![n as f64])
+            .map(|a| vec![a])
+            .map_err(|e| e.to_string())
+    };
+    let program = trace(&[f32s(&[])], |a| {
+        let n = io_callback(next, &[f32s(&[])], &[], true).remove(0);
+        vec![&a[0] + &n]
+    })
+    .unwrap();
+    assert!(program.jaxpr.eqns[0].inputs.is_empty());
+    let x = arr(&[], &[10.0]);
+    let first = eval_closed(&program, std::slice::from_ref(&x)).unwrap();
+    let second = eval_closed(&program, &[x]).unwrap();
+    assert_eq!(first[0].values()[[]], 11.0);
+    assert_eq!(second[0].values()[[]], 12.0);
+}
+
+#[test]
+fn a_callback_without_operands_outside_any_trace_fails_the_trace_that_uses_it() {
+    let outside = io_callback(
+        |_: &[Array]| Ok(Vec::new()),
+        &[f32s(&[2]), f32s(&[])],
+        &[],
+        false,
+    );
+    assert_eq!(
+        outside.len(),
+        2,
+        "one placeholder per declared result, no panic"
+    );
+    let err = trace(&[f32s(&[2])], |a| vec![&a[0] + &outside[0]]).unwrap_err();
+    assert!(!err.to_string().is_empty());
+}
+
+#[test]
 fn vmap_sequential_calls_the_callback_once_per_element() {
     let calls = Arc::new(AtomicUsize::new(0));
     let f = counting_square(&calls);

@@ -36,8 +36,9 @@ where
 /// `jax.pure_callback(f, result_avals, *args, vmap_method=...)`: calls `f` on the host with
 /// `args`' values; it must return arrays of `result_avals`' types and have no side effects (it
 /// may be dropped when its results are unused, or called more than once). `vmap_method` says how
-/// `vmap` batches it (`None`: `vmap` refuses it). Not differentiable (as in JAX). At least one
-/// operand is needed.
+/// `vmap` batches it (`None`: `vmap` refuses it). Not differentiable (as in JAX). A callback
+/// without operands joins the innermost trace (called outside any trace, it returns placeholders
+/// that fail the trace using them).
 pub fn pure_callback<F>(
     f: F,
     result_avals: &[ShapedArray],
