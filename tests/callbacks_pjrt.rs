@@ -256,6 +256,62 @@ fn ordered_io_callbacks_run_in_program_order_across_calls_on_pjrt() {
 }
 
 #[test]
+fn a_long_call_with_ordered_effects_returns_once_its_callback_has_run() {
+    for (name, client) in clients() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let l = log.clone();
+        let program = trace(&[f32s(&[256, 256])], |a| {
+            // Seconds of work before the callback: an asynchronous launch returns long before.
+            let (carry, _) = scan(&[], &[&a[0]], &[], Some(400), false, |_, h, _| {
+                (vec![(h[0].matmul(&h[0]) * 0.001).tanh()], vec![])
+            });
+            let record = move |x: &[Array]| {
+                l.lock().unwrap().push(x[0].dims().to_vec());
+                Ok(Vec::new())
+            };
+            let _ = io_callback(record, &[], &[&carry[0]], true);
+            vec![carry[0].clone()]
+        })
+        .unwrap();
+        let exe =
+            tessera::jit::compile(&client, &program, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let x = tessera_pjrt::Buffer::from_host_to(
+            &client,
+            &Array::new(DType::F32, &[256, 256], vec![0.01; 65536]).unwrap(),
+            0,
+        )
+        .unwrap();
+        let out = exe
+            .execute(&[vec![&x]])
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            *log.lock().unwrap(),
+            [vec![256, 256]],
+            "{name}: returned before the callback ran"
+        );
+        drop(out);
+    }
+}
+
+#[test]
+fn a_call_with_ordered_effects_returns_once_its_callbacks_have_run() {
+    for (name, client) in clients() {
+        let program = trace(&[f32s(&[2])], |a| {
+            let fail = |_: &[Array]| -> Result<Vec<Array>, String> { Err("sensor offline".into()) };
+            let _ = io_callback(fail, &[f32s(&[2])], &[&a[0]], true);
+            vec![a[0].sin()]
+        })
+        .unwrap();
+        let exe =
+            tessera::jit::compile(&client, &program, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let x = tessera_pjrt::Buffer::from_host_to(&client, &arr(&[2], &[0.0, 1.0]), 0).unwrap();
+        // The execution itself fails: the call waited for its ordered callback.
+        let err = exe.execute(&[vec![&x]]).unwrap_err().to_string();
+        assert!(err.contains("sensor offline"), "{name}: {err}");
+    }
+}
+
+#[test]
 fn a_callback_in_a_scan_body_runs_once_per_iteration_on_pjrt() {
     for (name, client) in clients() {
         let calls = Arc::new(AtomicUsize::new(0));

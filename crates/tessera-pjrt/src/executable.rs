@@ -31,6 +31,10 @@ pub struct LoadedExecutable {
     /// On a CPU plugin, the host bytes one run allocates (its results and temporaries, on
     /// every device); 0 elsewhere.
     host_run_bytes: u64,
+    /// Whether the program holds ordered host callbacks (`io_callback(ordered=True)`): each
+    /// execution then returns once it has completed, so the callbacks of successive calls run
+    /// in call order (JAX threads a runtime token through the calls instead).
+    ordered_effects: bool,
 }
 
 // SAFETY: PJRT executables may be launched from any thread.
@@ -69,7 +73,8 @@ impl Client {
         });
         let began = std::time::Instant::now();
         api_call!(self.plugin(), PJRT_Client_Compile, &mut args)?;
-        let executable = LoadedExecutable::wrap(self, args.executable)?;
+        let mut executable = LoadedExecutable::wrap(self, args.executable)?;
+        executable.ordered_effects = has_ordered_effects(module);
         if crate::compile_log::enabled() {
             crate::compile_log::log(format_args!(
                 "compile: {} ({:.1} ms, {} devices)",
@@ -113,7 +118,9 @@ impl Client {
             serialized_executable_size: bytes.len(),
         });
         api_call!(self.plugin(), PJRT_Executable_DeserializeAndLoad, &mut args)?;
-        LoadedExecutable::wrap(self, args.loaded_executable)
+        let mut executable = LoadedExecutable::wrap(self, args.loaded_executable)?;
+        executable.ordered_effects = has_ordered_effects(bytes);
+        Ok(executable)
     }
 }
 
@@ -134,6 +141,17 @@ impl Drop for Executable<'_> {
     }
 }
 
+/// Whether `program` (text, bytecode or a serialised executable) calls ordered host callbacks:
+/// the lowering marks their custom calls with `order_token`.
+fn has_ordered_effects(program: &[u8]) -> bool {
+    let contains = |needle: &str| {
+        program
+            .windows(needle.len())
+            .any(|w| w == needle.as_bytes())
+    };
+    contains(crate::HOST_CALLBACK_TARGET) && contains(tessera_ir::callback::ORDER_TOKEN_ATTR)
+}
+
 impl LoadedExecutable {
     fn wrap(client: &Client, raw: *mut sys::PJRT_LoadedExecutable) -> Result<LoadedExecutable> {
         let mut exec = LoadedExecutable {
@@ -142,6 +160,7 @@ impl LoadedExecutable {
             num_outputs: 0,
             device_ids: Vec::new(),
             host_run_bytes: 0,
+            ordered_effects: false,
         };
         exec.num_outputs = {
             let inner = exec.executable()?;
@@ -272,6 +291,7 @@ impl LoadedExecutable {
         let mut options = args!(PJRT_ExecuteOptions {
             launch_id: next_launch_id()
         });
+        let mut done: Vec<*mut sys::PJRT_Event> = vec![std::ptr::null_mut(); num_devices];
         let mut args = args!(PJRT_LoadedExecutable_Execute_Args {
             executable: self.raw,
             options: &mut options,
@@ -280,19 +300,30 @@ impl LoadedExecutable {
             num_args: num_args,
             output_lists: output_ptrs.as_ptr(),
         });
+        if self.ordered_effects {
+            args.device_complete_events = done.as_mut_ptr();
+        }
         api_call!(
             self.client.plugin(),
             PJRT_LoadedExecutable_Execute,
             &mut args
         )?;
-        Ok(outputs
+        let outputs = outputs
             .into_iter()
             .map(|list| {
                 list.into_iter()
                     .map(|raw| Buffer::from_raw(&self.client, raw))
                     .collect()
             })
-            .collect())
+            .collect();
+        // Ordered effects: the call returns when every device has run it (each event is
+        // awaited and destroyed; an error, e.g. of a host callback, is returned).
+        let waits: Vec<Result<()>> = done
+            .into_iter()
+            .map(|raw| crate::event::wait(self.client.plugin(), raw))
+            .collect();
+        waits.into_iter().collect::<Result<Vec<()>>>()?;
+        Ok(outputs)
     }
 
     /// The optimized HLO module XLA compiled (after SPMD partitioning): its instructions'
