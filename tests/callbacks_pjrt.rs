@@ -456,3 +456,29 @@ fn an_unordered_callback_in_an_spmd_program_runs_on_every_device_with_the_whole_
         seen.lock().unwrap()
     );
 }
+
+#[test]
+fn a_jit_that_returns_its_argument_still_runs_its_effects() {
+    let client = Client::cpu(1).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let f = counting(&calls);
+    let program = trace(&[f32s(&[2])], |a| {
+        let _ = io_callback(f, &[f32s(&[2])], &[&a[0]], false);
+        vec![a[0].clone()]
+    })
+    .unwrap();
+    let s = tessera::jit::single_device_sharding(0).unwrap();
+    let compiled = Jit::new(program, vec![s.clone()], vec![s.clone()])
+        .unwrap()
+        .lower()
+        .unwrap()
+        .compile(&client)
+        .unwrap();
+    assert!(!compiled.is_trivial(), "a program with effects is compiled");
+    let x = tessera_pjrt::Array::device_put(&client, &arr(&[2], &[1.0, 2.0]), &s).unwrap();
+    for k in 1..=2 {
+        let out = compiled.call(&[&x]).unwrap();
+        assert_eq!(values(&out[0].to_host().unwrap()), [1.0, 2.0]);
+        assert_eq!(calls.load(Ordering::SeqCst), k);
+    }
+}
