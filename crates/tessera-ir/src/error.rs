@@ -30,6 +30,14 @@ pub enum IrError {
         /// What is wrong, with the types involved, and how to fix it.
         message: String,
     },
+    /// A host callback failed, returned arrays of the wrong types, or cannot be used here.
+    #[error("{prim}: {message}")]
+    Callback {
+        /// The callback primitive.
+        prim: String,
+        /// What went wrong and how to fix it.
+        message: String,
+    },
     /// An unknown primitive name.
     #[error("unknown primitive `{0}`")]
     UnknownPrimitive(String),

@@ -16,6 +16,7 @@ pub mod autodiff;
 pub mod aval;
 pub mod axis_env;
 pub mod batching;
+pub mod callback;
 pub mod dtype;
 pub mod error;
 pub mod interp;

@@ -141,6 +141,19 @@ pub enum PjrtError {
         /// The missing C function.
         function: &'static str,
     },
+    /// The plugin cannot run Tessera's host callbacks (no PJRT FFI extension, or it refused the
+    /// handler).
+    #[error(
+        "the PJRT plugin {plugin} cannot run host callbacks: {message}. Fix: run programs with \
+         pure_callback/io_callback/debug_callback on a CPU plugin with the PJRT FFI extension \
+         (`zml-cpu`, `xla-cpu-pjrt`), or on the interpreter"
+    )]
+    HostCallbacks {
+        /// The plugin's path.
+        plugin: PathBuf,
+        /// Why.
+        message: String,
+    },
     /// A PJRT call returned an error.
     #[error("{function} failed ({code}): {message}")]
     Call {

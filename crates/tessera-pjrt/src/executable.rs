@@ -31,6 +31,10 @@ pub struct LoadedExecutable {
     /// On a CPU plugin, the host bytes one run allocates (its results and temporaries, on
     /// every device); 0 elsewhere.
     host_run_bytes: u64,
+    /// Whether the program holds ordered host callbacks (`io_callback(ordered=True)`): each
+    /// execution then returns once it has completed, so the callbacks of successive calls run
+    /// in call order (JAX threads a runtime token through the calls instead).
+    ordered_effects: bool,
 }
 
 // SAFETY: PJRT executables may be launched from any thread.
@@ -52,6 +56,7 @@ impl Client {
         options: &CompileOptions,
         key: Option<&str>,
     ) -> Result<LoadedExecutable> {
+        self.host_callbacks_for(module)?;
         let format = "mlir";
         let program = args!(PJRT_Program {
             code: module.as_ptr().cast_mut().cast(),
@@ -68,7 +73,8 @@ impl Client {
         });
         let began = std::time::Instant::now();
         api_call!(self.plugin(), PJRT_Client_Compile, &mut args)?;
-        let executable = LoadedExecutable::wrap(self, args.executable)?;
+        let mut executable = LoadedExecutable::wrap(self, args.executable)?;
+        executable.ordered_effects = has_ordered_effects(module);
         if crate::compile_log::enabled() {
             crate::compile_log::log(format_args!(
                 "compile: {} ({:.1} ms, {} devices)",
@@ -81,15 +87,40 @@ impl Client {
         Ok(executable)
     }
 
+    /// Registers the host callback handler with the plugin when `program` (text, bytecode or a
+    /// serialised executable) calls it.
+    fn host_callbacks_for(&self, program: &[u8]) -> Result<()> {
+        let target = crate::HOST_CALLBACK_TARGET.as_bytes();
+        if program.windows(target.len()).any(|w| w == target) {
+            // The handler reads and writes its buffers as host memory: only a CPU plugin's
+            // buffers are.
+            let platform = self.platform_name()?;
+            if !platform.eq_ignore_ascii_case("cpu") {
+                return Err(crate::PjrtError::HostCallbacks {
+                    plugin: self.plugin().path().to_path_buf(),
+                    message: format!(
+                        "its platform is {platform}, and Tessera's host callback handler runs \
+                         on CPU plugins only (it reads its operands as host memory)"
+                    ),
+                });
+            }
+            crate::register_host_callbacks(self.plugin())?;
+        }
+        Ok(())
+    }
+
     /// Loads an executable serialised by [`LoadedExecutable::serialize`] with this plugin.
     pub fn deserialize_executable(&self, bytes: &[u8]) -> Result<LoadedExecutable> {
+        self.host_callbacks_for(bytes)?;
         let mut args = args!(PJRT_Executable_DeserializeAndLoad_Args {
             client: self.raw(),
             serialized_executable: bytes.as_ptr().cast(),
             serialized_executable_size: bytes.len(),
         });
         api_call!(self.plugin(), PJRT_Executable_DeserializeAndLoad, &mut args)?;
-        LoadedExecutable::wrap(self, args.loaded_executable)
+        let mut executable = LoadedExecutable::wrap(self, args.loaded_executable)?;
+        executable.ordered_effects = has_ordered_effects(bytes);
+        Ok(executable)
     }
 }
 
@@ -110,6 +141,17 @@ impl Drop for Executable<'_> {
     }
 }
 
+/// Whether `program` (text, bytecode or a serialised executable) calls ordered host callbacks:
+/// the lowering marks their custom calls with `order_token`.
+fn has_ordered_effects(program: &[u8]) -> bool {
+    let contains = |needle: &str| {
+        program
+            .windows(needle.len())
+            .any(|w| w == needle.as_bytes())
+    };
+    contains(crate::HOST_CALLBACK_TARGET) && contains(tessera_ir::callback::ORDER_TOKEN_ATTR)
+}
+
 impl LoadedExecutable {
     fn wrap(client: &Client, raw: *mut sys::PJRT_LoadedExecutable) -> Result<LoadedExecutable> {
         let mut exec = LoadedExecutable {
@@ -118,6 +160,7 @@ impl LoadedExecutable {
             num_outputs: 0,
             device_ids: Vec::new(),
             host_run_bytes: 0,
+            ordered_effects: false,
         };
         exec.num_outputs = {
             let inner = exec.executable()?;
@@ -248,6 +291,7 @@ impl LoadedExecutable {
         let mut options = args!(PJRT_ExecuteOptions {
             launch_id: next_launch_id()
         });
+        let mut done: Vec<*mut sys::PJRT_Event> = vec![std::ptr::null_mut(); num_devices];
         let mut args = args!(PJRT_LoadedExecutable_Execute_Args {
             executable: self.raw,
             options: &mut options,
@@ -256,19 +300,30 @@ impl LoadedExecutable {
             num_args: num_args,
             output_lists: output_ptrs.as_ptr(),
         });
+        if self.ordered_effects {
+            args.device_complete_events = done.as_mut_ptr();
+        }
         api_call!(
             self.client.plugin(),
             PJRT_LoadedExecutable_Execute,
             &mut args
         )?;
-        Ok(outputs
+        let outputs = outputs
             .into_iter()
             .map(|list| {
                 list.into_iter()
                     .map(|raw| Buffer::from_raw(&self.client, raw))
                     .collect()
             })
-            .collect())
+            .collect();
+        // Ordered effects: the call returns when every device has run it (each event is
+        // awaited and destroyed; an error, e.g. of a host callback, is returned).
+        let waits: Vec<Result<()>> = done
+            .into_iter()
+            .map(|raw| crate::event::wait(self.client.plugin(), raw))
+            .collect();
+        waits.into_iter().collect::<Result<Vec<()>>>()?;
+        Ok(outputs)
     }
 
     /// The optimized HLO module XLA compiled (after SPMD partitioning): its instructions'

@@ -17,6 +17,17 @@ pub enum JitError {
     /// An array could not be converted.
     #[error("{0}")]
     Convert(String),
+    /// A program with an ordered `io_callback` compiled for more than one device (JAX:
+    /// "Ordered effects are not supported for more than 1 device").
+    #[error(
+        "Ordered effects are not supported for more than 1 device: the program holds an \
+         ordered io_callback and is compiled for {devices} devices; run it on one device, or \
+         trace the callback with ordered=false"
+    )]
+    OrderedEffects {
+        /// How many devices the program was compiled for.
+        devices: usize,
+    },
     /// An argument's type is not the program's parameter type.
     #[error(
         "argument {index} is {got} but the program takes {want}; convert it to the parameter's \
@@ -503,6 +514,11 @@ impl Jit {
     /// Unless `keep_unused`, arguments the program never reads are left out of the module.
     pub fn lower(&self) -> Result<Lowered, JitError> {
         let devices = self.devices()?;
+        if devices.len() > 1 && tessera_ir::prim::jaxpr_has_ordered_effects(&self.program.jaxpr) {
+            return Err(JitError::OrderedEffects {
+                devices: devices.len(),
+            });
+        }
         // Arguments whose sharding XLA chooses are read back by position: all are kept then.
         let mut keep = if self.keep_unused || self.auto_inputs.contains(&true) {
             vec![true; self.in_shardings.len()]

@@ -50,7 +50,9 @@ pub(crate) fn is_trivial(
     out_shardings: &[NamedSharding],
     donates: bool,
 ) -> bool {
-    sources(program, in_shardings, out_shardings, donates).is_some()
+    // A program with effects (io_callback, debug_callback) must run them: it is compiled.
+    !tessera_ir::prim::jaxpr_has_effects(&program.jaxpr)
+        && sources(program, in_shardings, out_shardings, donates).is_some()
 }
 
 /// Runs a trivial program on checked arguments.

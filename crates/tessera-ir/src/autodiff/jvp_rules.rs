@@ -185,6 +185,15 @@ pub(super) fn jvp_rule(
         Scan => super::scan::scan_jvp(params, x, y, ts),
         Cond => super::branch::cond_jvp(params, x, y, ts),
         While => super::branch::while_jvp(params, x, y, ts),
+        // `debug_callback` returns nothing: it runs on the primals, as in JAX.
+        DebugCallback => Vec::new(),
+        // A host callback has no derivative (`prim/callback.rs`); zero tangents pass.
+        PureCallback | IoCallback => match ts.iter().flatten().next() {
+            Some(t) => {
+                vec![Some(t.fail(prim.name(), crate::prim::differentiation_refusal(prim))); y.len()]
+            }
+            None => vec![None; y.len()],
+        },
     }
 }
 

@@ -329,6 +329,12 @@ pub(super) fn vjp_rule(
         Scan => super::scan::scan_vjp(params, x, y, gs),
         Cond => super::branch::cond_vjp(params, x, y, gs),
         While => super::branch::while_vjp(x, y),
+        // `debug_callback` has no results, so no cotangents reach it.
+        DebugCallback => vec![None; x.len()],
+        // A host callback has no derivative (`prim/callback.rs`).
+        PureCallback | IoCallback => {
+            vec![Some(g.fail(prim.name(), crate::prim::differentiation_refusal(prim))); x.len()]
+        }
         Psum
         | Pmax
         | Pmin

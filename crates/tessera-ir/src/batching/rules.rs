@@ -157,6 +157,9 @@ pub(super) fn batch_rule(
         Scan => super::flow::scan(params, args, size, out.len()),
         Cond => super::flow::cond(params, args, size, out.len()),
         While => super::flow::while_loop(params, args, size, out.len()),
+        PureCallback | IoCallback | DebugCallback => {
+            super::callback::callback(prim, params, args, size, out)
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! Common-subexpression elimination: an equation with the same primitive, parameters and
-//! operands as an earlier one reuses the earlier results.
+//! operands as an earlier one reuses the earlier results. Effectful equations (`io_callback`,
+//! `debug_callback`, or one whose nested jaxprs hold one) each run: they are never merged.
 
 use std::collections::HashMap;
 
@@ -13,6 +14,10 @@ pub fn eliminate_common_subexpressions(closed: &ClosedJaxpr) -> ClosedJaxpr {
     let mut rb = Rebuild::new(jaxpr);
     let mut seen: HashMap<String, Vec<Atom>> = HashMap::new();
     for eqn in &jaxpr.eqns {
+        if super::has_effects(eqn) {
+            rb.copy(eqn);
+            continue;
+        }
         let inputs: Vec<Atom> = eqn.inputs.iter().map(|a| rb.atom(a)).collect();
         let key = format!("{:?}|{:?}|{:?}", eqn.prim, eqn.params, inputs);
         let out_types: Vec<_> = eqn.outputs.iter().map(|&v| jaxpr.aval(v).clone()).collect();

@@ -1,5 +1,6 @@
-//! Dead-code elimination: drops equations none of whose results is used (all primitives are
-//! pure), inside nested jaxprs too.
+//! Dead-code elimination: drops equations none of whose results is used, inside nested jaxprs
+//! too, except effectful ones (`io_callback`, `debug_callback`, and any equation whose nested
+//! jaxprs hold one), which always run, as in JAX. `pure_callback` is pure and may be dropped.
 
 use crate::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr};
 use crate::params::ParamValue;
@@ -24,7 +25,7 @@ fn dce_jaxpr(jaxpr: &Jaxpr) -> Jaxpr {
     jaxpr.outvars.iter().for_each(|a| mark(&mut live, a));
     let mut keep = vec![false; jaxpr.eqns.len()];
     for (i, eqn) in jaxpr.eqns.iter().enumerate().rev() {
-        if eqn.outputs.iter().any(|v| live[v.index()]) {
+        if eqn.outputs.iter().any(|v| live[v.index()]) || has_effects(eqn) {
             keep[i] = true;
             eqn.inputs.iter().for_each(|a| mark(&mut live, a));
         }
@@ -34,6 +35,16 @@ fn dce_jaxpr(jaxpr: &Jaxpr) -> Jaxpr {
         rb.copy(&with_dce_params(eqn));
     }
     rb.finish()
+}
+
+/// Whether `eqn` has a side effect: an effectful primitive, or one in its nested jaxprs.
+pub fn has_effects(eqn: &Eqn) -> bool {
+    crate::prim::is_effectful(eqn.prim)
+        || eqn
+            .params
+            .jaxprs()
+            .iter()
+            .any(|j| j.jaxpr.eqns.iter().any(has_effects))
 }
 
 fn with_dce_params(eqn: &Eqn) -> Eqn {

@@ -13,7 +13,7 @@ mod split_stages;
 mod unroll;
 
 pub use cse::eliminate_common_subexpressions;
-pub use dce::eliminate_dead_code;
+pub use dce::{eliminate_dead_code, has_effects};
 pub use flatten_shard_map::flatten_nested_shard_maps;
 pub use fold::fold_constants;
 pub use inline::{inline_all, inline_calls};

@@ -203,7 +203,8 @@ fn derive(
         | Family::Random(_)
         | Family::Sort(_)
         | Family::Window(_)
-        | Family::Flow(_) => return Ok(Derived::Written),
+        | Family::Flow(_)
+        | Family::Callback(_) => return Ok(Derived::Written),
     };
     unique_axes(prim, &dims)?;
     Ok(Derived::Dims(dims))

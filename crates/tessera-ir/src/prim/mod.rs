@@ -1,9 +1,10 @@
 //! The primitive table. Every primitive is a variant of [`Prim`]; its rules are reached through
 //! exhaustive matches here, each delegating to the family module that defines the primitive
-//! (`elementwise`, `structural`, `reduce`, `linalg`, `indexing`, `control`), so a primitive without a rule
+//! (`elementwise`, `structural`, `reduce`, `linalg`, `indexing`, `control`, `callback`, ...), so a primitive without a rule
 //! does not compile.
 
 mod branch;
+mod callback;
 mod collective;
 mod collective_params;
 mod constraint;
@@ -42,6 +43,11 @@ mod treduce;
 mod window;
 
 pub use branch::{WhileParams, branch_index, cond_branches, cond_params, while_params};
+pub use callback::{
+    CallbackOp, CallbackParams, VmapMethod, call_host_callback, callback_name,
+    differentiation_refusal, is_effectful, is_ordered, jaxpr_has_effects,
+    jaxpr_has_ordered_effects,
+};
 pub use collective::simulate;
 pub use collective_params::{CollectiveKind, CollectiveParams};
 pub use constraint::ConstraintParams;
@@ -181,6 +187,9 @@ prims! {
     // Control flow and custom derivatives.
     CustomJvpCall => "custom_jvp_call", CustomVjpCall => "custom_vjp_call", Scan => "scan",
     Cond => "cond", While => "while",
+    // Host callbacks (see `callback.rs`).
+    PureCallback => "pure_callback", IoCallback => "io_callback",
+    DebugCallback => "debug_callback",
 }
 
 /// The primitives of module `flow`: control flow and custom derivatives.
@@ -215,6 +224,7 @@ enum Family {
     Sort(SortOp),
     Window(WindowOp),
     Flow(FlowOp),
+    Callback(CallbackOp),
 }
 
 impl Prim {
@@ -388,6 +398,9 @@ impl Prim {
             Scan => Family::Flow(FlowOp::Scan),
             Cond => Family::Flow(FlowOp::Cond),
             While => Family::Flow(FlowOp::While),
+            PureCallback => Family::Callback(CallbackOp::Pure),
+            IoCallback => Family::Callback(CallbackOp::Io),
+            DebugCallback => Family::Callback(CallbackOp::Debug),
         }
     }
 
@@ -407,7 +420,8 @@ impl Prim {
             | Family::Random(_)
             | Family::Sort(_)
             | Family::Window(_)
-            | Family::Flow(_) => None,
+            | Family::Flow(_)
+            | Family::Callback(_) => None,
         }
     }
 
@@ -427,7 +441,8 @@ impl Prim {
             | Family::Random(_)
             | Family::Sort(_)
             | Family::Window(_)
-            | Family::Flow(_) => None,
+            | Family::Flow(_)
+            | Family::Callback(_) => None,
         }
     }
 
@@ -447,7 +462,8 @@ impl Prim {
             | Family::Random(_)
             | Family::Sort(_)
             | Family::Window(_)
-            | Family::Flow(_) => None,
+            | Family::Flow(_)
+            | Family::Callback(_) => None,
         }
     }
 
@@ -467,7 +483,8 @@ impl Prim {
             | Family::Random(_)
             | Family::Sort(_)
             | Family::Window(_)
-            | Family::Flow(_) => None,
+            | Family::Flow(_)
+            | Family::Callback(_) => None,
         }
     }
 
@@ -487,7 +504,8 @@ impl Prim {
             | Family::Random(_)
             | Family::Sort(_)
             | Family::Window(_)
-            | Family::Flow(_) => None,
+            | Family::Flow(_)
+            | Family::Callback(_) => None,
         }
     }
 
@@ -507,7 +525,8 @@ impl Prim {
             | Family::Numeric(_)
             | Family::Random(_)
             | Family::Sort(_)
-            | Family::Flow(_) => None,
+            | Family::Flow(_)
+            | Family::Callback(_) => None,
         }
     }
 
@@ -527,7 +546,8 @@ impl Prim {
             | Family::Numeric(_)
             | Family::Sort(_)
             | Family::Window(_)
-            | Family::Flow(_) => None,
+            | Family::Flow(_)
+            | Family::Callback(_) => None,
         }
     }
 
@@ -546,6 +566,28 @@ impl Prim {
             | Family::Treduce
             | Family::Numeric(_)
             | Family::Random(_)
+            | Family::Window(_)
+            | Family::Flow(_)
+            | Family::Callback(_) => None,
+        }
+    }
+
+    /// The typed kind of a host callback (`None` for the others).
+    pub fn callback_op(self) -> Option<CallbackOp> {
+        match self.family() {
+            Family::Callback(op) => Some(op),
+            Family::Elementwise(_)
+            | Family::Indexing(_)
+            | Family::Structural(_)
+            | Family::Reduce(_)
+            | Family::Linalg
+            | Family::Control(_)
+            | Family::Collective(_)
+            | Family::ShardMap
+            | Family::Treduce
+            | Family::Numeric(_)
+            | Family::Random(_)
+            | Family::Sort(_)
             | Family::Window(_)
             | Family::Flow(_) => None,
         }
@@ -581,6 +623,7 @@ impl Prim {
             Family::Sort(op) => sort::abstract_eval(self, op, params, inputs),
             Family::Window(op) => window::abstract_eval(self, op, params, inputs),
             Family::Flow(op) => flow::abstract_eval(self, op, params, inputs),
+            Family::Callback(op) => callback::abstract_eval(self, op, params, inputs),
         }?;
         // Which mesh axes split each dimension of an explicitly sharded result.
         explicit::apply(self, params, inputs, outputs, &mut outs)?;
@@ -617,6 +660,7 @@ impl Prim {
             Family::Sort(op) => sort::eval(op, params, inputs, outputs),
             Family::Window(op) => window::eval(self, op, params, inputs, outputs),
             Family::Flow(op) => flow::eval(self, op, params, inputs, outputs),
+            Family::Callback(op) => callback::eval(self, op, params, inputs),
         }
     }
 }

@@ -528,6 +528,19 @@ impl Parser {
         let prim_name = self.prim_word();
         let prim =
             Prim::from_name(&prim_name).map_err(|e| self.error_at(prim_at, &e.to_string()))?;
+        if matches!(
+            prim,
+            Prim::PureCallback | Prim::IoCallback | Prim::DebugCallback
+        ) {
+            return Err(self.error_at(
+                prim_at,
+                &format!(
+                    "`{prim_name}` calls a host callback, and its closure cannot be recovered \
+                     from text; trace the program again (trace::pure_callback, \
+                     trace::io_callback, trace::debug_callback) instead of parsing it"
+                ),
+            ));
+        }
         if let Some(at) = todo_at.filter(|_| !prim.is_async_start()) {
             return Err(self.error_at(
                 at,

@@ -45,6 +45,23 @@ fn innermost() -> Option<Rc<RefCell<Builder>>> {
     ACTIVE.with(|a| a.borrow().last().cloned())
 }
 
+/// The innermost trace, for an operation `op` without operands; outside any trace, a new trace
+/// that has failed (its tensors are placeholders; using them in a real trace fails it too).
+pub(super) fn innermost_or_failed(op: &str) -> Rc<RefCell<Builder>> {
+    innermost().unwrap_or_else(|| {
+        let builder = Builder {
+            error: Some(IrError::Type {
+                prim: op.to_owned(),
+                message: "called with no operands outside any trace; call it inside the \
+                          function given to trace (or jit, vmap, ...)"
+                    .to_owned(),
+            }),
+            ..Builder::default()
+        };
+        Rc::new(RefCell::new(builder))
+    })
+}
+
 /// Records `error` as the trace's error unless it already has one.
 pub(super) fn record(builder: &Rc<RefCell<Builder>>, error: &IrError) {
     let mut b = builder.borrow_mut();

@@ -22,6 +22,7 @@
 //! numpy broadcasting (ranks aligned on the right) and JAX's dtype promotion (Rust numbers are
 //! weakly typed and take their partner's dtype).
 
+mod callback;
 mod collectives;
 mod failure;
 mod flow;
@@ -40,6 +41,7 @@ mod stages;
 mod transforms;
 mod windowed;
 
+pub use callback::{debug_callback, io_callback, pure_callback};
 pub use collectives::{shard_map, shard_map_program};
 pub use flow::{
     Branch, cond, custom_jvp, custom_vjp, fori_loop, fori_loop_dynamic, scan, switch, while_loop,
@@ -172,7 +174,12 @@ impl Tensor {
         let lifted = lift_to_common_vma(prim, inputs);
         let inputs: Vec<&Tensor> = lifted.iter().collect();
         let inputs = inputs.as_slice();
-        let builder = inputs[0].builder.clone();
+        // An operation without operands (a host callback taking nothing) joins the innermost
+        // trace.
+        let builder = match inputs.first() {
+            Some(t) => t.builder.clone(),
+            None => failure::innermost_or_failed(prim.name()),
+        };
         let in_avals: Vec<ShapedArray> = inputs.iter().map(|t| t.aval.clone()).collect();
         let mut b = builder.borrow_mut();
         let result = if b.error.is_some() {
@@ -186,7 +193,7 @@ impl Tensor {
                 }
             }
         };
-        let avals = result.unwrap_or_else(|()| failed_results(&params, &in_avals, out));
+        let avals = result.unwrap_or_else(|()| failed_results(prim, &params, &in_avals, out));
         let outputs: Vec<_> = avals.iter().map(|a| b.jaxpr.new_var(a.clone())).collect();
         if b.error.is_none() {
             let eqn = Eqn {
@@ -405,10 +412,18 @@ fn close(builder: &Rc<RefCell<Builder>>, outputs: &[Tensor]) -> Result<ClosedJax
 /// The result types a failed operation stands in for: those of its nested program when it has
 /// one (`jit`, `checkpoint`, `treduce`, `shard_map`), else the given or first operand's type.
 fn failed_results(
+    prim: Prim,
     params: &Params,
     in_avals: &[ShapedArray],
     out: Option<ShapedArray>,
 ) -> Vec<ShapedArray> {
+    // A host callback declares its results.
+    if let Some(p) = prim
+        .callback_op()
+        .and_then(|op| crate::prim::CallbackParams::read(prim, op, params).ok())
+    {
+        return p.result_avals;
+    }
     match (params.get("jaxpr"), out) {
         (Some(ParamValue::Jaxpr(j)), _) => j.jaxpr.out_avals(),
         (None | Some(_), Some(out)) => vec![out],

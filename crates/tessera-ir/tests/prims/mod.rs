@@ -13,8 +13,15 @@ use tessera_sharding::{AbstractMesh, PartitionSpec};
 /// The primitives with forward-mode derivatives only (as in JAX): their VJP is an error.
 pub const FORWARD_ONLY: &[Prim] = &[Prim::While];
 
-/// The collectives that have no derivative (as in JAX).
-pub const NOT_DIFFERENTIABLE: &[Prim] = &[Prim::Pmax, Prim::Pmin, Prim::Psend, Prim::Precv];
+/// The primitives with no derivative, as in JAX (collectives, pure and io callbacks).
+pub const NOT_DIFFERENTIABLE: &[Prim] = &[
+    Prim::Pmax,
+    Prim::Pmin,
+    Prim::Psend,
+    Prim::Precv,
+    Prim::PureCallback,
+    Prim::IoCallback,
+];
 
 /// The primitives whose examples `vmap` refuses (JAX's batchers of the reduced/unreduced
 /// collectives raise NotImplementedError): the example uses the primitive itself or, for
@@ -247,6 +254,14 @@ const GATHER_DIMS: &str = "dimension_numbers=GatherDimensionNumbers(offset_dims=
 const SCATTER_DIMS: &str = "dimension_numbers=ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,), operand_batching_dims=(), scatter_indices_batching_dims=())";
 
 /// The example program of `prim`.
+/// `sin` of the one operand, computed on the host (the callback of the callback examples).
+pub fn host_sin(args: &[Array]) -> Result<Vec<Array>, String> {
+    Ok(vec![Array::from_values(
+        args[0].dtype(),
+        args[0].values().mapv(f64::sin),
+    )])
+}
+
 pub fn example(prim: Prim) -> ClosedJaxpr {
     use Prim::*;
     let name = prim.name();
@@ -487,6 +502,35 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
             "c:f64[2,3] d:f64[1,3] = cond[\nbranches=(\n{ lambda ; x:f64[2,3] y:f64[1,3]. let\nz:f64[2,3] = sin x\nin (z, y) }\n{ lambda ; x:f64[2,3] y:f64[1,3]. let\nz:f64[2,3] = mul x y\nw:f64[1,3] = cos y\nin (z, w) }\n{ lambda ; x:f64[2,3] y:f64[1,3]. let\nz:f64[2,3] = tanh x\nw:f64[1,3] = mul y 2.0:f64[]\nin (z, w) }\n)\n] i a b\ne:f64[2,3] = mul c d",
             "e",
         ),
+        // Host callbacks computing `sin` on the host (any shape, so every vmap_method fits).
+        PureCallback | IoCallback | DebugCallback => {
+            let f64s = ShapedArray::new(DType::F64, &[2, 3]);
+            tessera_ir::trace::trace(std::slice::from_ref(&f64s), |a| {
+                let x = &a[0] * 2.0;
+                let y = match prim {
+                    PureCallback => tessera_ir::trace::pure_callback(
+                        host_sin,
+                        std::slice::from_ref(&f64s),
+                        &[&x],
+                        Some(tessera_ir::prim::VmapMethod::Sequential),
+                    )
+                    .remove(0),
+                    IoCallback => tessera_ir::trace::io_callback(
+                        host_sin,
+                        std::slice::from_ref(&f64s),
+                        &[&x],
+                        false,
+                    )
+                    .remove(0),
+                    _ => {
+                        tessera_ir::trace::debug_callback(|_| {}, &[&x]);
+                        x.sin()
+                    }
+                };
+                vec![&y * &a[0]]
+            })
+            .unwrap_or_else(|e| panic!("{e}"))
+        }
         // A loop whose trip count is an operand (0..=3).
         While => {
             let i32s = ShapedArray::new(DType::I32, &[]);

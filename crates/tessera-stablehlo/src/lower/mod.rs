@@ -2,6 +2,7 @@
 //! exhaustive `match` in [`lower_eqn`], in the file of its family (mirroring `tessera-ir`'s
 //! `prim/` layout). Nested `jit` calls become private functions called with `func.call`.
 
+mod callback;
 mod constraint;
 mod control;
 mod conv;
@@ -278,6 +279,8 @@ pub(crate) fn lower_body<'c, 'b>(
     {
         env.insert(v, value);
     }
+    // The order token of the body's ordered `io_callback`s (`callback.rs`).
+    let mut order: Option<Value<'c, 'b>> = None;
     for eqn in &jaxpr.eqns {
         let inputs = eqn
             .inputs
@@ -296,7 +299,14 @@ pub(crate) fn lower_body<'c, 'b>(
             in_avals: &in_avals,
             out_avals: &out_avals,
         };
-        let results = lower_eqn(&ctx, eqn, &inputs, functions).map_err(|e| match e {
+        let results = if tessera_ir::prim::is_ordered(eqn.prim, &eqn.params) {
+            let mut results = callback::ordered(&ctx, eqn.prim, &eqn.params, &inputs, order)?;
+            order = results.pop();
+            Ok(results)
+        } else {
+            lower_eqn(&ctx, eqn, &inputs, functions)
+        };
+        let results = results.map_err(|e| match e {
             LowerError::Build(m) => LowerError::Build(format!("{}: {m}", eqn.prim.name())),
             other => other,
         })?;
@@ -454,6 +464,7 @@ fn lower_eqn<'c, 'b>(
         Scan => flow::scan(ctx, p, inputs, functions),
         Cond => flow::cond(ctx, p, inputs, functions),
         While => flow::while_loop(ctx, p, inputs, functions),
+        PureCallback | IoCallback | DebugCallback => callback::callback(ctx, eqn.prim, p, inputs),
     }
 }
 
