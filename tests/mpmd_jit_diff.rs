@@ -14,7 +14,6 @@ use tessera_ir::interp::eval_closed;
 use tessera_ir::prim::ReduceOp;
 use tessera_ir::trace::{trace, treduce, value_and_grad_call};
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
-use tessera_mpmd::driver::DriverError;
 use tessera_mpmd::{Fusion, MpmdJitOptions, MpmdMesh, StepArg, mpmd_jit, mpmd_jit_with};
 use tessera_pjrt::Client;
 use tessera_sharding::Mesh;
@@ -343,15 +342,6 @@ fn a_differentiated_value_the_body_computes_from_invariants_is_computed_before_t
     let program = in_body_step("interleaved-1f1b");
     assert!(check(&program, 1, Fusion::Auto, "one group"));
     assert!(!check(&program, 1, Fusion::Never, "one group, pipelined"));
-}
-
-fn refusal(program: &ClosedJaxpr) -> String {
-    let client = Client::cpu(8).unwrap();
-    match mpmd_jit(&client, &mesh(2), program) {
-        Err(DriverError::Config(message)) => message,
-        Err(other) => panic!("another error: {other}"),
-        Ok(_) => panic!("the step compiled"),
-    }
 }
 
 /// A differentiated value computed from the micro-batch differs per micro-batch: its gradient
