@@ -2,7 +2,10 @@
 //! forward, in the loop body beside the `value_and_grad_call`, before the loop and in the update
 //! after it; a `pure_callback` computing a value the loss uses; ordered `io_callback`s in stages
 //! on different groups. Each step runs under 1F1B over 2 groups and as one program on one group
-//! (`Fusion::Auto`), its results equal to the step interpreted and each callback counted.
+//! (`Fusion::Auto`), its results equal to the step interpreted and each callback counted; what
+//! the pipeline cannot run as the step says (ordered callbacks in two stages, an `io_callback`
+//! the loss reads, callbacks outside the loop, groups of several devices) is refused with a
+//! `CallbackStageError` naming the fix, before any callback runs.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -442,5 +445,42 @@ fn side_effecting_callbacks_on_groups_of_several_devices_are_refused() {
             }
         );
         assert_eq!(taken(&cb.in_stage), 0);
+    }
+}
+
+#[test]
+fn body_callbacks_on_a_weight_and_on_a_value_the_body_computes_run_once_per_micro_batch() {
+    for (groups, fusion, schedule) in SETUPS {
+        let c = Arc::new(AtomicUsize::new(0));
+        let cc = c.clone();
+        let avals = [
+            f32(&[WIDTH, WIDTH]),
+            f32(&[WIDTH, WIDTH]),
+            f32(&[]),
+            f32(&[MBS, ROWS, WIDTH]),
+            f32(&[MBS, ROWS, WIDTH]),
+        ];
+        let l = loss(&Callbacks::default());
+        let program = trace(&avals, |a| {
+            let ops = [ReduceOp::Add, ReduceOp::Add, ReduceOp::Add];
+            let outs = treduce(
+                &[&a[0], &a[1]],
+                &[&a[3], &a[4]],
+                0,
+                schedule,
+                &ops,
+                |w, mb| {
+                    debug_callback(counter(&cc), &[&w[1]]);
+                    let y = &mb[1] * 2.0;
+                    debug_callback(counter(&cc), &[&y]);
+                    value_and_grad_call(&l, &[1, 2], &[&mb[0], &w[0], &w[1], &y])
+                },
+            );
+            vec![&a[0] - &outs[1], &a[1] - &outs[2], outs[0].clone()]
+        })
+        .unwrap();
+        run(&program, groups, 1, fusion).unwrap();
+        // Two callbacks, once per micro-batch each on the devices, then on the interpreter.
+        assert_eq!(c.load(Ordering::SeqCst), 2 * N + 2 * N, "{schedule}");
     }
 }
