@@ -484,3 +484,43 @@ fn body_callbacks_on_a_weight_and_on_a_value_the_body_computes_run_once_per_micr
         assert_eq!(c.load(Ordering::SeqCst), 2 * N + 2 * N, "{schedule}");
     }
 }
+
+#[test]
+fn a_callback_between_two_loops_is_refused_naming_where_it_sits() {
+    let l = loss(&Callbacks::default());
+    let avals = [
+        f32(&[WIDTH, WIDTH]),
+        f32(&[WIDTH, WIDTH]),
+        f32(&[]),
+        f32(&[MBS, ROWS, WIDTH]),
+        f32(&[MBS, ROWS, WIDTH]),
+    ];
+    let calls = calls();
+    let program = trace(&avals, |a| {
+        let ops = [ReduceOp::Add, ReduceOp::Add, ReduceOp::Add];
+        let body = |w: &[Tensor], mb: &[Tensor]| {
+            value_and_grad_call(&l, &[1, 2], &[&mb[0], &w[0], &w[1], &mb[1]])
+        };
+        let first = treduce(&[&a[0], &a[1]], &[&a[3], &a[4]], 0, "1f1b", &ops, body);
+        let w0 = &a[0] - &(&a[2] * &first[1]);
+        debug_callback(counter(calls.as_ref().unwrap()), &[&w0]);
+        let second = treduce(&[&w0, &a[1]], &[&a[3], &a[4]], 0, "1f1b", &ops, body);
+        vec![&w0 - &(&a[2] * &second[1]), second[0].clone()]
+    })
+    .unwrap();
+    for (groups, fusion) in [(2, Fusion::Never), (1, Fusion::Auto)] {
+        let (client, mesh) = mesh(groups, 1);
+        let err = match mpmd_jit_with(&client, &mesh, &program, &options(fusion)) {
+            Err(DriverError::Callbacks(e)) => e,
+            other => panic!("{:?}", other.map(|_| ()).map_err(|e| e.to_string())),
+        };
+        assert_eq!(
+            err,
+            CallbackStageError::OutsideTheLoop {
+                prim: "debug_callback",
+                place: "between two treduces"
+            }
+        );
+    }
+    assert_eq!(taken(&calls), 0);
+}
