@@ -1,6 +1,7 @@
 //! Stage partitioning: a 4-stage MLP marked with `pipeline_enter_stage` splits into verified
 //! per-stage programs whose chained evaluation equals the original program; every weight is read
-//! only by its stage; a marker that goes backwards is refused.
+//! only by its stage; a host callback nothing reads stays in the stage of its operands; a marker
+//! that goes backwards is refused.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -119,4 +120,46 @@ fn a_marker_that_goes_back_a_stage_is_refused() {
         err.to_string().contains("stages must not go backwards"),
         "{err}"
     );
+}
+
+/// The stages holding a `debug_callback`, and the stages reading argument `arg`.
+fn callback_stages(program: &ClosedJaxpr, arg: usize) -> (Vec<usize>, Vec<usize>) {
+    let split = split_stages(program).unwrap();
+    let holding = (0..split.stages.len())
+        .filter(|&s| {
+            let eqns = &split.stages[s].program.jaxpr.eqns;
+            eqns.iter()
+                .any(|e| e.prim == tessera_ir::Prim::DebugCallback)
+        })
+        .collect();
+    let reading = (0..split.stages.len())
+        .filter(|&s| split.stages[s].inputs.contains(&StageInput::Arg(arg)))
+        .collect();
+    (holding, reading)
+}
+
+#[test]
+fn a_callback_nothing_reads_runs_in_the_stage_of_its_operands() {
+    use tessera_ir::trace::debug_callback;
+    // Stage 0's activation and stage 0's weight logged before the marker: both callbacks stay
+    // in stage 0, and the weight is read by stage 0 alone.
+    let avals = [f32(&[4, 8]), f32(&[8, 8]), f32(&[8, 8])];
+    let program = trace(&avals, |a| {
+        let h = a[0].matmul(&a[1]).tanh();
+        debug_callback(|_| {}, &[&h]);
+        debug_callback(|_| {}, &[&a[1]]);
+        let h = h.enter_stage(1);
+        vec![h.matmul(&a[2]).sum(&[0, 1])]
+    })
+    .unwrap();
+    assert_eq!(callback_stages(&program, 1), (vec![0], vec![0]));
+    // Logged after the marker, stage 0's weight alone: the callback runs in stage 1, the code
+    // around it, which then reads the weight too.
+    let program = trace(&avals, |a| {
+        let h = a[0].matmul(&a[1]).tanh().enter_stage(1);
+        debug_callback(|_| {}, &[&a[2]]);
+        vec![h.matmul(&a[2]).sum(&[0, 1])]
+    })
+    .unwrap();
+    assert_eq!(callback_stages(&program, 2), (vec![1], vec![1]));
 }

@@ -60,6 +60,9 @@ pub enum DriverError {
     /// A `treduce` body's results beside its `value_and_grad_call` cannot run per micro-batch.
     #[error(transparent)]
     LoopBody(#[from] crate::mpmd_jit::LoopBodyError),
+    /// The step's host callbacks cannot run where `mpmd_jit` would run them.
+    #[error(transparent)]
+    Callbacks(#[from] crate::effects::CallbackStageError),
     /// The step holds no `treduce`, or several with an option a step of several loops does not
     /// support.
     #[error(transparent)]
@@ -303,6 +306,14 @@ impl CompiledPipeline {
             )));
         }
         let parts = partition_with(loss, params, &options.max_grads)?;
+        if !options.plan_only {
+            // One program (`plan_only`) runs the step itself, its callbacks in program order.
+            let forwards: Vec<&ClosedJaxpr> = parts
+                .iter()
+                .map(|p| p.program(tessera_schedule::TaskKind::Fwd))
+                .collect();
+            crate::effects::refuse_unkeepable_effects(&forwards, !options.forward_only)?;
+        }
         let reading = |arg: usize| parts.iter().filter(|p| p.param_args.contains(&arg)).count();
         if let Some(&arg) = options.max_grads.iter().find(|&&a| reading(a) > 1) {
             return Err(DriverError::Config(format!(

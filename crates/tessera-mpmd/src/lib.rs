@@ -9,6 +9,7 @@ mod array;
 pub mod compose;
 pub mod cross_group;
 pub mod driver;
+pub mod effects;
 mod error;
 pub mod host;
 pub mod memory;

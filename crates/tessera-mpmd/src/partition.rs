@@ -279,7 +279,8 @@ fn stage_programs(
         }
         args
     };
-    let grads = vjp(program)?;
+    // The forward task runs the stage's callbacks; its backward's recomputation does not.
+    let grads = crate::effects::drop_recomputed_effects(&vjp(program)?);
     let fwd = trace(&contract_avals, |a| {
         let refs: Vec<Tensor> = reorder(a);
         let out = call_closed(program, &refs.iter().collect::<Vec<_>>());

@@ -3,7 +3,10 @@
 //! sets its result's stage); an equation that reads only arguments and literals (e.g. a
 //! transposed weight, or the first layer before any marker) belongs to the lowest stage that
 //! consumes it, counting a marker into stage k as a consumer in stage k - 1, so parameters are
-//! used where they live. Each stage program takes the original arguments it uses and the earlier stages'
+//! used where they live. A host callback with side effects whose results nothing reads (a
+//! `debug_callback`, an `io_callback` logging a value) belongs to the highest stage of the
+//! values it reads, or, reading only arguments, to the stage of the code around it; it never
+//! pulls the values it reads into another stage. Each stage program takes the original arguments it uses and the earlier stages'
 //! values it reads, and returns what later stages or the program's results need.
 
 use std::collections::HashMap;
@@ -155,32 +158,95 @@ fn assign_stages(jaxpr: &Jaxpr) -> Result<Vec<usize>> {
     }
     // Argument-only computations go to their lowest consumer's stage (or the last stage).
     let last = stage.iter().flatten().copied().max().unwrap_or(0);
+    let sinks = effect_sinks(jaxpr);
+    // The stage of the code around equation i: the highest stage staged before it.
+    let mut around = Vec::with_capacity(stage.len());
+    let mut highest = 0;
+    for s in &stage {
+        around.push(highest);
+        highest = highest.max(s.unwrap_or(0));
+    }
     let mut resolved = vec![0usize; stage.len()];
     for i in (0..jaxpr.eqns.len()).rev() {
         resolved[i] = match stage[i] {
             Some(s) => s,
+            // A host callback nothing reads runs where the code around it runs (placed below).
+            None if sinks[i] => around[i],
             None => {
                 let outs = &jaxpr.eqns[i].outputs;
-                let consumers = jaxpr.eqns.iter().enumerate().skip(i + 1).filter(|(_, e)| {
-                    e.inputs
-                        .iter()
-                        .any(|a| matches!(a, Atom::Var(v) if outs.contains(v)))
-                });
+                let consumers: Vec<(usize, &crate::jaxpr::Eqn)> = jaxpr
+                    .eqns
+                    .iter()
+                    .enumerate()
+                    .skip(i + 1)
+                    .filter(|(_, e)| {
+                        e.inputs
+                            .iter()
+                            .any(|a| matches!(a, Atom::Var(v) if outs.contains(v)))
+                    })
+                    .collect();
                 // A value entering stage k through a marker is produced in stage k - 1.
-                consumers
+                let lowest = consumers
+                    .iter()
+                    .filter(|(j, _)| !sinks[*j])
                     .map(|(j, e)| {
                         if e.prim == Prim::PipelineEnterStage {
-                            resolved[j].saturating_sub(1)
+                            resolved[*j].saturating_sub(1)
                         } else {
-                            resolved[j]
+                            resolved[*j]
                         }
                     })
-                    .min()
-                    .unwrap_or(last)
+                    .min();
+                match (lowest, consumers.is_empty()) {
+                    (Some(s), _) => s,
+                    (None, true) => last,
+                    // Read by host callbacks alone: computed where the code around it runs.
+                    (None, false) => around[i],
+                }
             }
         };
     }
+    // A host callback nothing reads runs in the stage of the values it reads (the highest), so
+    // a callback logging a stage's activation runs in that stage's forward, once per
+    // micro-batch; one reading only arguments runs in the stage of the code around it.
+    let mut var_resolved: HashMap<Var, usize> = HashMap::new();
+    for (i, eqn) in jaxpr.eqns.iter().enumerate() {
+        if sinks[i] && stage[i].is_none() {
+            resolved[i] = eqn
+                .inputs
+                .iter()
+                .filter_map(|a| match a {
+                    Atom::Var(v) => var_resolved.get(v).copied(),
+                    Atom::Lit(_) => None,
+                })
+                .max()
+                .unwrap_or(around[i]);
+        }
+        for &v in &eqn.outputs {
+            var_resolved.insert(v, resolved[i]);
+        }
+    }
     Ok(resolved)
+}
+
+/// For each equation of `jaxpr`: whether it is a host callback with side effects (an
+/// `io_callback` or `debug_callback`) whose results nothing reads.
+fn effect_sinks(jaxpr: &Jaxpr) -> Vec<bool> {
+    let read: std::collections::HashSet<Var> = jaxpr
+        .eqns
+        .iter()
+        .flat_map(|e| e.inputs.iter())
+        .chain(&jaxpr.outvars)
+        .filter_map(|a| match a {
+            Atom::Var(v) => Some(*v),
+            Atom::Lit(_) => None,
+        })
+        .collect();
+    jaxpr
+        .eqns
+        .iter()
+        .map(|e| crate::prim::is_effectful(e.prim) && e.outputs.iter().all(|v| !read.contains(v)))
+        .collect()
 }
 
 fn build_stage(

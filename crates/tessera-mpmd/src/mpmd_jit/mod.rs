@@ -198,6 +198,16 @@ impl MpmdJit {
     ) -> Result<Self, DriverError> {
         tessera_ir::verify(step).map_err(|e| config(e.to_string()))?;
         let loops = step_loops::top_level_loops(step)?;
+        // Only the step run as one program runs host callbacks outside its loop.
+        let one_program = options.fusion == Fusion::Auto
+            && mesh.mpmd_dim() == 1
+            && options.processes.is_none()
+            && loops.len() == 1;
+        if !one_program {
+            crate::effects::refuse_effects_outside_loops(step)?;
+        }
+        let per_group = mesh.groups().first().map_or(1, |g| g.device_ids().len());
+        crate::effects::refuse_effects_on_several_devices(step, per_group)?;
         if loops.len() > 1 {
             return chain::compile(client, mesh, step, options, &loops);
         }
