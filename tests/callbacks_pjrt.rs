@@ -482,3 +482,52 @@ fn a_jit_that_returns_its_argument_still_runs_its_effects() {
         assert_eq!(calls.load(Ordering::SeqCst), k);
     }
 }
+
+#[test]
+fn callbacks_on_empty_and_zero_dimensional_operands_run_on_pjrt() {
+    for (name, client) in clients() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = calls.clone();
+        let program = trace(&[f32s(&[0, 3]), f32s(&[])], |a| {
+            pure_callback(
+                move |args: &[Array]| {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    let s = args[1].values()[[]];
+                    Ok(vec![
+                        Array::new(DType::F32, &[3, 0], Vec::new()).map_err(|e| e.to_string())?,
+                        Array::new(DType::F32, &[], vec![s * 2.0 + args[0].dims()[0] as f64])
+                            .map_err(|e| e.to_string())?,
+                    ])
+                },
+                &[f32s(&[3, 0]), f32s(&[])],
+                &[&a[0], &a[1]],
+                None,
+            )
+        })
+        .unwrap();
+        let args = [arr(&[0, 3], &[]), arr(&[], &[1.5])];
+        let got =
+            run_on_device(&client, &program, &args, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "{name}");
+        assert_eq!(got[0].dims(), [3, 0], "{name}");
+        assert_eq!(values(&got[1]), [3.0], "{name}");
+    }
+}
+
+#[test]
+fn a_callback_that_panics_fails_the_execution_with_a_typed_error() {
+    for (name, client) in clients() {
+        let program = trace(&[f32s(&[2])], |a| {
+            pure_callback(
+                |_: &[Array]| -> Result<Vec<Array>, String> { panic!("a closure's bug") },
+                &[f32s(&[2])],
+                &[&a[0]],
+                None,
+            )
+        })
+        .unwrap();
+        let err = run_on_device(&client, &program, &[arr(&[2], &[1.0, 2.0])], 0).unwrap_err();
+        assert!(matches!(err, JitError::Pjrt(_)), "{name}: {err:?}");
+        assert!(err.to_string().contains("panicked"), "{name}: {err}");
+    }
+}
