@@ -631,3 +631,30 @@ fn a_weight_differentiated_twice_with_its_partials_combined_by_concat_is_the_loo
         assert_ne!(want[1].to_vec(), want[2].to_vec(), "{ops:?}");
     }
 }
+
+/// A body returning its call's loss twice (combined by `Add` and by `Max`), a gradient stacked
+/// by `Concat` and the other dropped (a hidden result of the loop): the loop's results.
+#[test]
+fn a_repeated_loss_beside_a_stacked_and_a_dropped_gradient_is_the_loop_s() {
+    let (stages, mbs, rows) = (2, 3, 4);
+    let loss = loss(stages, rows);
+    let mut avals: Vec<ShapedArray> = (0..stages).map(|_| f32(&[WIDTH, WIDTH])).collect();
+    avals.extend([f32(&[mbs, rows, WIDTH]), f32(&[mbs, rows, WIDTH])]);
+    let ops = [ReduceOp::Max, ReduceOp::Concat(1), ReduceOp::Add];
+    let program = trace(&avals, |a| {
+        let xs = [&a[2], &a[3]];
+        treduce(&[&a[0], &a[1]], &xs, 0, "1f1b", &ops, |w, mb| {
+            let outs = value_and_grad_call(&loss, &[1, 2], &[&mb[0], &w[0], &w[1], &mb[1]]);
+            vec![outs[0].clone(), outs[2].clone(), outs[0].clone()]
+        })
+    })
+    .unwrap();
+    let mut args: Vec<Array> = (0..stages)
+        .map(|s| values(&[WIDTH, WIDTH], s as f64))
+        .collect();
+    args.push(values(&[mbs, rows, WIDTH], 10.0));
+    args.push(values(&[mbs, rows, WIDTH], 20.0));
+    let want = check(&program, 2, &args, false);
+    assert_eq!(want[1].shape(), [WIDTH, mbs, WIDTH]);
+    assert!(want[2].to_vec()[0] > want[0].to_vec()[0], "the sum of the losses exceeds their max");
+}
