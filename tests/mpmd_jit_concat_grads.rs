@@ -656,5 +656,8 @@ fn a_repeated_loss_beside_a_stacked_and_a_dropped_gradient_is_the_loop_s() {
     args.push(values(&[mbs, rows, WIDTH], 20.0));
     let want = check(&program, 2, &args, false);
     assert_eq!(want[1].shape(), [WIDTH, mbs, WIDTH]);
-    assert!(want[2].to_vec()[0] > want[0].to_vec()[0], "the sum of the losses exceeds their max");
+    assert!(
+        want[2].to_vec()[0] > want[0].to_vec()[0],
+        "the sum of the losses exceeds their max"
+    );
 }
