@@ -661,3 +661,47 @@ fn a_repeated_loss_beside_a_stacked_and_a_dropped_gradient_is_the_loop_s() {
         "the sum of the losses exceeds their max"
     );
 }
+
+/// An integer argument differentiated beside a weight, its gradient (zeros, JAX's float0)
+/// combined by `Concat`: the loop's results.
+#[test]
+fn an_integer_argument_s_gradient_combined_by_concat_is_the_loop_s() {
+    let (mbs, rows) = (2, 4);
+    let loss = trace(
+        &[
+            f32(&[rows, WIDTH]),
+            f32(&[WIDTH, WIDTH]),
+            ShapedArray::new(DType::I32, &[WIDTH]),
+            f32(&[rows, WIDTH]),
+        ],
+        |a| {
+            let k = a[2].astype(DType::F32);
+            let h = &a[0].matmul(&a[1]).tanh() * &k;
+            let h = h.enter_stage(1).tanh();
+            vec![(&h - &a[3]).integer_pow(2).mean(&[0, 1])]
+        },
+    )
+    .unwrap();
+    let avals = vec![
+        f32(&[WIDTH, WIDTH]),
+        ShapedArray::new(DType::I32, &[WIDTH]),
+        f32(&[mbs, rows, WIDTH]),
+        f32(&[mbs, rows, WIDTH]),
+    ];
+    let ops = [ReduceOp::Add, ReduceOp::Concat(0), ReduceOp::Concat(1)];
+    let program = trace(&avals, |a| {
+        let xs = [&a[2], &a[3]];
+        treduce(&[&a[0], &a[1]], &xs, 0, "1f1b", &ops, |w, mb| {
+            value_and_grad_call(&loss, &[1, 2], &[&mb[0], &w[0], &w[1], &mb[1]])
+        })
+    })
+    .unwrap();
+    let args = vec![
+        values(&[WIDTH, WIDTH], 1.0),
+        Array::new(DType::I32, &[WIDTH], (0..WIDTH).map(|i| (i % 3) as f64).collect()).unwrap(),
+        values(&[mbs, rows, WIDTH], 10.0),
+        values(&[mbs, rows, WIDTH], 20.0),
+    ];
+    let want = check(&program, 2, &args, false);
+    assert_eq!(want[2].shape(), [WIDTH, mbs]);
+}
