@@ -531,3 +531,42 @@ fn a_callback_that_panics_fails_the_execution_with_a_typed_error() {
         assert!(err.to_string().contains("panicked"), "{name}: {err}");
     }
 }
+
+#[test]
+fn a_deserialized_executable_runs_its_ordered_callbacks_in_call_order() {
+    for (name, client) in clients() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let program = trace(&[f32s(&[])], |a| {
+            for k in 1..=2 {
+                let l = log.clone();
+                let _ = io_callback(
+                    move |x: &[Array]| {
+                        l.lock().unwrap().push((k, x[0].values()[[]]));
+                        Ok(Vec::new())
+                    },
+                    &[],
+                    &[&(&a[0] * f64::from(k))],
+                    true,
+                );
+            }
+            vec![a[0].sin()]
+        })
+        .unwrap();
+        let exe =
+            tessera::jit::compile(&client, &program, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let bytes = exe.serialize().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let exe = client
+            .deserialize_executable(&bytes)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for call in 0..3 {
+            let x = tessera_pjrt::Buffer::from_host_to(&client, &arr(&[], &[f64::from(call)]), 0)
+                .unwrap();
+            exe.execute(&[vec![&x]])
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        let want: Vec<(i32, f64)> = (0..3)
+            .flat_map(|c| [(1, f64::from(c)), (2, 2.0 * f64::from(c))])
+            .collect();
+        assert_eq!(*log.lock().unwrap(), want, "{name}");
+    }
+}
