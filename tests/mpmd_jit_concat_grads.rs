@@ -698,7 +698,12 @@ fn an_integer_argument_s_gradient_combined_by_concat_is_the_loop_s() {
     .unwrap();
     let args = vec![
         values(&[WIDTH, WIDTH], 1.0),
-        Array::new(DType::I32, &[WIDTH], (0..WIDTH).map(|i| (i % 3) as f64).collect()).unwrap(),
+        Array::new(
+            DType::I32,
+            &[WIDTH],
+            (0..WIDTH).map(|i| (i % 3) as f64).collect(),
+        )
+        .unwrap(),
         values(&[mbs, rows, WIDTH], 10.0),
         values(&[mbs, rows, WIDTH], 20.0),
     ];
