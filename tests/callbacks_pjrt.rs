@@ -482,3 +482,91 @@ fn a_jit_that_returns_its_argument_still_runs_its_effects() {
         assert_eq!(calls.load(Ordering::SeqCst), k);
     }
 }
+
+#[test]
+fn callbacks_on_empty_and_zero_dimensional_operands_run_on_pjrt() {
+    for (name, client) in clients() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = calls.clone();
+        let program = trace(&[f32s(&[0, 3]), f32s(&[])], |a| {
+            pure_callback(
+                move |args: &[Array]| {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    let s = args[1].values()[[]];
+                    Ok(vec![
+                        Array::new(DType::F32, &[3, 0], Vec::new()).map_err(|e| e.to_string())?,
+                        Array::new(DType::F32, &[], vec![s * 2.0 + args[0].dims()[0] as f64])
+                            .map_err(|e| e.to_string())?,
+                    ])
+                },
+                &[f32s(&[3, 0]), f32s(&[])],
+                &[&a[0], &a[1]],
+                None,
+            )
+        })
+        .unwrap();
+        let args = [arr(&[0, 3], &[]), arr(&[], &[1.5])];
+        let got =
+            run_on_device(&client, &program, &args, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "{name}");
+        assert_eq!(got[0].dims(), [3, 0], "{name}");
+        assert_eq!(values(&got[1]), [3.0], "{name}");
+    }
+}
+
+#[test]
+fn a_callback_that_panics_fails_the_execution_with_a_typed_error() {
+    for (name, client) in clients() {
+        let program = trace(&[f32s(&[2])], |a| {
+            pure_callback(
+                |_: &[Array]| -> Result<Vec<Array>, String> { panic!("a closure's bug") },
+                &[f32s(&[2])],
+                &[&a[0]],
+                None,
+            )
+        })
+        .unwrap();
+        let err = run_on_device(&client, &program, &[arr(&[2], &[1.0, 2.0])], 0).unwrap_err();
+        assert!(matches!(err, JitError::Pjrt(_)), "{name}: {err:?}");
+        assert!(err.to_string().contains("panicked"), "{name}: {err}");
+    }
+}
+
+#[test]
+fn a_deserialized_executable_runs_its_ordered_callbacks_in_call_order() {
+    for (name, client) in clients() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let program = trace(&[f32s(&[])], |a| {
+            for k in 1..=2 {
+                let l = log.clone();
+                let _ = io_callback(
+                    move |x: &[Array]| {
+                        l.lock().unwrap().push((k, x[0].values()[[]]));
+                        Ok(Vec::new())
+                    },
+                    &[],
+                    &[&(&a[0] * f64::from(k))],
+                    true,
+                );
+            }
+            vec![a[0].sin()]
+        })
+        .unwrap();
+        let exe =
+            tessera::jit::compile(&client, &program, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let bytes = exe.serialize().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let exe = client
+            .deserialize_executable(&bytes)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for call in 0..3 {
+            let x = tessera_pjrt::Buffer::from_host_to(&client, &arr(&[], &[f64::from(call)]), 0)
+                .unwrap();
+            exe.execute(&[vec![&x]])
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        let want: Vec<(i32, f64)> = (0..3)
+            .flat_map(|c| [(1, f64::from(c)), (2, 2.0 * f64::from(c))])
+            .collect();
+        assert_eq!(*log.lock().unwrap(), want, "{name}");
+    }
+}

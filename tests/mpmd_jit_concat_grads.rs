@@ -547,3 +547,166 @@ fn a_stacked_gradient_of_a_computed_value_beside_metrics_is_pipelined_like_the_s
         assert_eq!(want[4].shape(), vec![WIDTH, WIDTH, mbs]);
     }
 }
+
+/// One micro-batch: a stacked gradient has a micro-batch axis of size 1, pipelined and fused.
+#[test]
+fn a_gradient_combined_by_concat_over_one_micro_batch_is_the_loop_s() {
+    let (mbs, rows) = (1, 4);
+    for (stages, groups, fused, ops) in [
+        (2, 2, false, vec![ReduceOp::Concat(2), ReduceOp::Max]),
+        (1, 1, true, vec![ReduceOp::Concat(0)]),
+    ] {
+        let program = step(stages, mbs, rows, "gpipe", &ops);
+        let want = check(&program, groups, &step_args(stages, mbs, rows), fused);
+        let mut shape = vec![WIDTH, WIDTH];
+        if let ReduceOp::Concat(a) = ops[0] {
+            shape.insert(a as usize, 1);
+        }
+        assert_eq!(want[stages + 1].shape(), shape);
+    }
+}
+
+/// Micro-batches sliced along axis 1 of the data (`xs: [rows, mbs, WIDTH]`): the micro-batch
+/// index the rewrite adds is sliced along the same axis, and the stacked gradients are the loop's.
+#[test]
+fn a_gradient_combined_by_concat_of_a_loop_along_axis_one_is_the_loop_s() {
+    let (stages, mbs, rows) = (2, 3, 4);
+    let loss = loss(stages, rows);
+    let mut avals: Vec<ShapedArray> = (0..stages).map(|_| f32(&[WIDTH, WIDTH])).collect();
+    avals.extend([f32(&[rows, mbs, WIDTH]), f32(&[rows, mbs, WIDTH])]);
+    let argnums: Vec<usize> = (1..=stages).collect();
+    let ops = [ReduceOp::Add, ReduceOp::Concat(1), ReduceOp::Concat(0)];
+    let program = trace(&avals, |a| {
+        let weights: Vec<&Tensor> = a[..stages].iter().collect();
+        let xs = [&a[stages], &a[stages + 1]];
+        treduce(&weights, &xs, 1, "1f1b", &ops, |w, mb| {
+            let mut args = vec![&mb[0]];
+            args.extend(w.iter());
+            args.push(&mb[1]);
+            value_and_grad_call(&loss, &argnums, &args)
+        })
+    })
+    .unwrap();
+    let mut args: Vec<Array> = (0..stages)
+        .map(|s| values(&[WIDTH, WIDTH], s as f64))
+        .collect();
+    args.push(values(&[rows, mbs, WIDTH], 10.0));
+    args.push(values(&[rows, mbs, WIDTH], 20.0));
+    let want = check(&program, 2, &args, false);
+    assert_eq!(want[1].shape(), [WIDTH, mbs, WIDTH]);
+    assert_eq!(want[2].shape(), [mbs, WIDTH, WIDTH]);
+    let slices = slots(&want[2], 0);
+    assert_ne!(slices[0], slices[1]);
+}
+
+/// One weight differentiated at two argument positions (`loss(x, w, w, y)`), each partial
+/// combined by `Concat` along a different axis (or one by `Max`): each position's stacked
+/// partials are the loop's.
+#[test]
+fn a_weight_differentiated_twice_with_its_partials_combined_by_concat_is_the_loop_s() {
+    let (mbs, rows) = (3, 4);
+    let loss = loss(2, rows);
+    let avals = vec![
+        f32(&[WIDTH, WIDTH]),
+        f32(&[mbs, rows, WIDTH]),
+        f32(&[mbs, rows, WIDTH]),
+    ];
+    for ops in [
+        [ReduceOp::Add, ReduceOp::Concat(0), ReduceOp::Concat(2)],
+        [ReduceOp::Add, ReduceOp::Concat(1), ReduceOp::Max],
+    ] {
+        let program = trace(&avals, |a| {
+            let xs = [&a[1], &a[2]];
+            treduce(&[&a[0]], &xs, 0, "1f1b", &ops, |w, mb| {
+                value_and_grad_call(&loss, &[1, 2], &[&mb[0], &w[0], &w[0], &mb[1]])
+            })
+        })
+        .unwrap();
+        let args = vec![
+            values(&[WIDTH, WIDTH], 1.0),
+            values(&[mbs, rows, WIDTH], 10.0),
+            values(&[mbs, rows, WIDTH], 20.0),
+        ];
+        let want = check(&program, 2, &args, false);
+        assert_ne!(want[1].to_vec(), want[2].to_vec(), "{ops:?}");
+    }
+}
+
+/// A body returning its call's loss twice (combined by `Add` and by `Max`), a gradient stacked
+/// by `Concat` and the other dropped (a hidden result of the loop): the loop's results.
+#[test]
+fn a_repeated_loss_beside_a_stacked_and_a_dropped_gradient_is_the_loop_s() {
+    let (stages, mbs, rows) = (2, 3, 4);
+    let loss = loss(stages, rows);
+    let mut avals: Vec<ShapedArray> = (0..stages).map(|_| f32(&[WIDTH, WIDTH])).collect();
+    avals.extend([f32(&[mbs, rows, WIDTH]), f32(&[mbs, rows, WIDTH])]);
+    let ops = [ReduceOp::Max, ReduceOp::Concat(1), ReduceOp::Add];
+    let program = trace(&avals, |a| {
+        let xs = [&a[2], &a[3]];
+        treduce(&[&a[0], &a[1]], &xs, 0, "1f1b", &ops, |w, mb| {
+            let outs = value_and_grad_call(&loss, &[1, 2], &[&mb[0], &w[0], &w[1], &mb[1]]);
+            vec![outs[0].clone(), outs[2].clone(), outs[0].clone()]
+        })
+    })
+    .unwrap();
+    let mut args: Vec<Array> = (0..stages)
+        .map(|s| values(&[WIDTH, WIDTH], s as f64))
+        .collect();
+    args.push(values(&[mbs, rows, WIDTH], 10.0));
+    args.push(values(&[mbs, rows, WIDTH], 20.0));
+    let want = check(&program, 2, &args, false);
+    assert_eq!(want[1].shape(), [WIDTH, mbs, WIDTH]);
+    assert!(
+        want[2].to_vec()[0] > want[0].to_vec()[0],
+        "the sum of the losses exceeds their max"
+    );
+}
+
+/// An integer argument differentiated beside a weight, its gradient (zeros, JAX's float0)
+/// combined by `Concat`: the loop's results.
+#[test]
+fn an_integer_argument_s_gradient_combined_by_concat_is_the_loop_s() {
+    let (mbs, rows) = (2, 4);
+    let loss = trace(
+        &[
+            f32(&[rows, WIDTH]),
+            f32(&[WIDTH, WIDTH]),
+            ShapedArray::new(DType::I32, &[WIDTH]),
+            f32(&[rows, WIDTH]),
+        ],
+        |a| {
+            let k = a[2].astype(DType::F32);
+            let h = &a[0].matmul(&a[1]).tanh() * &k;
+            let h = h.enter_stage(1).tanh();
+            vec![(&h - &a[3]).integer_pow(2).mean(&[0, 1])]
+        },
+    )
+    .unwrap();
+    let avals = vec![
+        f32(&[WIDTH, WIDTH]),
+        ShapedArray::new(DType::I32, &[WIDTH]),
+        f32(&[mbs, rows, WIDTH]),
+        f32(&[mbs, rows, WIDTH]),
+    ];
+    let ops = [ReduceOp::Add, ReduceOp::Concat(0), ReduceOp::Concat(1)];
+    let program = trace(&avals, |a| {
+        let xs = [&a[2], &a[3]];
+        treduce(&[&a[0], &a[1]], &xs, 0, "1f1b", &ops, |w, mb| {
+            value_and_grad_call(&loss, &[1, 2], &[&mb[0], &w[0], &w[1], &mb[1]])
+        })
+    })
+    .unwrap();
+    let args = vec![
+        values(&[WIDTH, WIDTH], 1.0),
+        Array::new(
+            DType::I32,
+            &[WIDTH],
+            (0..WIDTH).map(|i| (i % 3) as f64).collect(),
+        )
+        .unwrap(),
+        values(&[mbs, rows, WIDTH], 10.0),
+        values(&[mbs, rows, WIDTH], 20.0),
+    ];
+    let want = check(&program, 2, &args, false);
+    assert_eq!(want[2].shape(), [WIDTH, mbs]);
+}

@@ -139,3 +139,30 @@ fn the_vjp_of_a_loop_is_a_loop_with_the_unrolled_gradients() {
         }
     }
 }
+
+#[test]
+fn combining_micro_batches_with_a_bad_axis_or_unequal_shapes_is_an_error() {
+    use tessera_ir::prim::combine_micro_batches;
+    let two = || vec![values(&[2, 3]), values(&[2, 3])];
+    for a in [-1, -3, 3, i64::MAX] {
+        let err = combine_micro_batches(two(), ReduceOp::Concat(a))
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.contains(&format!("Concat axis {a}"))),
+            "Concat({a}): {err:?}"
+        );
+    }
+    let stacked = combine_micro_batches(two(), ReduceOp::Concat(2)).unwrap();
+    assert_eq!(stacked.dims(), [2, 3, 2]);
+    for op in [ReduceOp::Add, ReduceOp::Max, ReduceOp::Concat(0)] {
+        let err = combine_micro_batches(vec![values(&[2, 3]), values(&[3])], op)
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            err.as_deref().is_some_and(|e| e.contains("micro-batch 1")),
+            "{op:?}: {err:?}"
+        );
+    }
+}

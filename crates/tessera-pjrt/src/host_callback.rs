@@ -200,29 +200,64 @@ fn dtype_of(code: i32) -> Option<DType> {
     })
 }
 
-/// Reads buffer `i` of a list of buffers as a host array (a copy).
+/// XLA's `XLA_FFI_ArgType_BUFFER` / `XLA_FFI_RetType_BUFFER`.
+const XLA_BUFFER: i32 = 1;
+
+/// Buffer `i` of a list of buffers: the buffer, its element type, its dimensions and its size
+/// in bytes. Anything else than a buffer of a mapped element type, a non-negative rank and an
+/// addressable size is an error (never read).
 ///
 /// # Safety
-/// `list` must be XLA's argument or result list of the current call frame.
+/// `list` must be XLA's argument or result list of the current call frame, `i < list.size`.
 unsafe fn buffer(
     list: &XlaList,
     i: usize,
-) -> std::result::Result<(&XlaBuffer, DType, Vec<i64>), String> {
+) -> std::result::Result<(&XlaBuffer, DType, Vec<i64>, usize), String> {
+    if list.items.is_null() {
+        return Err(format!("buffer {i}: the list of buffers is null"));
+    }
+    // SAFETY: `types`, when given, has `size > i` entries.
+    if !list.types.is_null() && unsafe { *list.types.add(i) } != XLA_BUFFER {
+        return Err(format!(
+            "operand or result {i} is not a buffer (FFI type {}); host callbacks take arrays",
+            // SAFETY: as above.
+            unsafe { *list.types.add(i) }
+        ));
+    }
     // SAFETY: `i < list.size`; each item of a buffer list is an `XLA_FFI_Buffer`.
-    let b = unsafe { &*(*list.items.add(i)).cast::<XlaBuffer>() };
+    let b = unsafe { (*list.items.add(i)).cast::<XlaBuffer>().as_ref() }
+        .ok_or_else(|| format!("buffer {i} is null"))?;
     let dtype = dtype_of(b.dtype).ok_or_else(|| {
         format!(
             "buffer {i} has XLA element type {}, which host callbacks do not take",
             b.dtype
         )
     })?;
-    let dims = if b.rank == 0 {
+    let rank = usize::try_from(b.rank)
+        .map_err(|_| format!("buffer {i} has rank {}, which is negative", b.rank))?;
+    let dims = if rank == 0 {
         Vec::new()
+    } else if b.dims.is_null() {
+        return Err(format!("buffer {i} has rank {rank} but no dimensions"));
     } else {
         // SAFETY: `dims` has `rank` entries.
-        unsafe { std::slice::from_raw_parts(b.dims, b.rank as usize) }.to_vec()
+        unsafe { std::slice::from_raw_parts(b.dims, rank) }.to_vec()
     };
-    Ok((b, dtype, dims))
+    let bytes = dims
+        .iter()
+        .try_fold(dtype.size_in_bytes(), |n, &d| {
+            usize::try_from(d).ok().and_then(|d| n.checked_mul(d))
+        })
+        .filter(|&n| isize::try_from(n).is_ok())
+        .ok_or_else(|| {
+            format!("buffer {i} of dimensions {dims:?} is negative or too large to address")
+        })?;
+    if bytes > 0 && b.data.is_null() {
+        return Err(format!(
+            "buffer {i} of {bytes} bytes has a null data pointer"
+        ));
+    }
+    Ok((b, dtype, dims, bytes))
 }
 
 /// The `i64` attribute `wanted` among the call's attributes.
@@ -267,38 +302,61 @@ unsafe fn run(frame: &XlaCallFrame) -> std::result::Result<(), String> {
     // callback's.
     // SAFETY: as above.
     let token = usize::from(unsafe { int_attr(&frame.attrs, ORDER_TOKEN_ATTR) } == Some(1));
-    let n_args = (frame.args.size.max(0) as usize).saturating_sub(token);
-    let n_rets = (frame.rets.size.max(0) as usize).saturating_sub(token);
+    let (args, rets) = (
+        usize::try_from(frame.args.size).unwrap_or(0),
+        usize::try_from(frame.rets.size).unwrap_or(0),
+    );
+    if args < token || rets < token {
+        return Err(format!(
+            "the custom call is ordered but has {args} operands and {rets} results, so no order \
+             token (an i32[] operand and result)"
+        ));
+    }
+    let (n_args, n_rets) = (args - token, rets - token);
     let mut inputs = Vec::with_capacity(n_args);
     for i in 0..n_args {
-        // SAFETY: as above.
-        let (b, dtype, dims) = unsafe { buffer(&frame.args, i) }?;
-        let n = tessera_ir::element_count(&dims) * dtype.size_in_bytes();
-        // SAFETY: an operand buffer holds its elements, `n` bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(b.data.cast::<u8>(), n) }.to_vec();
+        // SAFETY: as above, `i < args`.
+        let (b, dtype, dims, n) = unsafe { buffer(&frame.args, i) }?;
+        let bytes = match n {
+            0 => Vec::new(),
+            // SAFETY: an operand buffer holds its elements, `n` bytes (its data is not null).
+            _ => unsafe { std::slice::from_raw_parts(b.data.cast::<u8>(), n) }.to_vec(),
+        };
         inputs.push(Array::from_bytes(dtype, &dims, bytes).map_err(|e| e.to_string())?);
     }
     let mut expected = Vec::with_capacity(n_rets);
     let mut targets = Vec::with_capacity(n_rets);
     for i in 0..n_rets {
-        // SAFETY: as above.
-        let (b, dtype, dims) = unsafe { buffer(&frame.rets, i) }?;
+        // SAFETY: as above, `i < rets`.
+        let (b, dtype, dims, n) = unsafe { buffer(&frame.rets, i) }?;
         expected.push(ShapedArray::new(dtype, &dims));
-        targets.push(b.data);
-    }
-    let outs = tessera_ir::prim::call_host_callback("host callback", id, &inputs, &expected)
-        .map_err(|e| e.to_string())?;
-    for (out, target) in outs.iter().zip(targets) {
-        let bytes = out.bytes();
-        // SAFETY: the result buffer has the checked shape and dtype, `bytes.len()` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), target.cast::<u8>(), bytes.len()) };
+        targets.push((b.data, n));
     }
     if token == 1 {
-        // SAFETY: as above.
-        let (b, dtype, dims) = unsafe { buffer(&frame.rets, n_rets) }?;
+        // SAFETY: as above, `n_rets < rets`.
+        let (_, dtype, dims, _) = unsafe { buffer(&frame.rets, n_rets) }?;
         if dtype != DType::I32 || !dims.is_empty() {
             return Err("the order token result must be i32[]".into());
         }
+    }
+    let outs = tessera_ir::prim::call_host_callback("host callback", id, &inputs, &expected)
+        .map_err(|e| e.to_string())?;
+    for (k, (out, (target, n))) in outs.iter().zip(targets).enumerate() {
+        let bytes = out.bytes();
+        if bytes.len() != n {
+            return Err(format!(
+                "result {k} has {} bytes but its buffer {n}",
+                bytes.len()
+            ));
+        }
+        if n > 0 {
+            // SAFETY: the result buffer has `n` bytes and a data pointer that is not null.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), target.cast::<u8>(), n) };
+        }
+    }
+    if token == 1 {
+        // SAFETY: checked above: an `i32[]` buffer, whose data is not null.
+        let (b, ..) = unsafe { buffer(&frame.rets, n_rets) }?;
         // SAFETY: an `i32[]` buffer holds one `i32`.
         unsafe { b.data.cast::<i32>().write_unaligned(0) };
     }
@@ -449,3 +507,7 @@ fn register(plugin: &Plugin) -> std::result::Result<(), String> {
         .check(error, "PJRT_FFI_Register_Handler")
         .map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+#[path = "host_callback_tests.rs"]
+mod tests;

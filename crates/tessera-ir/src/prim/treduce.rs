@@ -225,14 +225,44 @@ pub fn combine_micro_batches(values: Vec<Array>, op: ReduceOp) -> Result<Array> 
         .first()
         .ok_or_else(|| type_error(NAME, "a treduce of no micro-batches"))?;
     let dtype = first.dtype();
+    if let Some((k, v)) = values
+        .iter()
+        .enumerate()
+        .find(|(_, v)| v.dims() != first.dims() || v.dtype() != dtype)
+    {
+        return Err(type_error(
+            NAME,
+            format!(
+                "micro-batch {k} gives {}{:?} but micro-batch 0 gave {}{:?}; every micro-batch \
+                 must give a result of one shape and dtype",
+                v.dtype().numpy_name(),
+                v.dims(),
+                dtype.numpy_name(),
+                first.dims()
+            ),
+        ));
+    }
     let data = match op {
         ReduceOp::Concat(a) => {
+            let rank = first.dims().len();
+            let at = usize::try_from(a)
+                .ok()
+                .filter(|&a| a <= rank)
+                .ok_or_else(|| {
+                    type_error(
+                        NAME,
+                        format!(
+                            "Concat axis {a} is out of range for results of rank {rank}; use an \
+                             axis from 0 to {rank}"
+                        ),
+                    )
+                })?;
             let elems: Vec<_> = values.iter().map(Array::elems).collect();
             let views: Vec<_> = elems
                 .iter()
-                .map(|v| v.view().insert_axis(Axis(a as usize)))
+                .map(|v| v.view().insert_axis(Axis(at)))
                 .collect();
-            concatenate(Axis(a as usize), &views).map_err(|e| type_error(NAME, e.to_string()))?
+            concatenate(Axis(at), &views).map_err(|e| type_error(NAME, e.to_string()))?
         }
         ReduceOp::Add | ReduceOp::Max => {
             let mut acc = first.elems();
