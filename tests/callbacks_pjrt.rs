@@ -412,7 +412,8 @@ fn ordered_effects_on_eight_devices_are_refused() {
 
 #[test]
 fn an_unordered_callback_in_an_spmd_program_runs_on_every_device_with_the_whole_array() {
-    // As JAX lowers `sharding=None`: the call is replicated, each device calling it on the
+    // Unlike JAX's `jit` (one call on device 0, a maximal sharding; see the README), the call is
+    // replicated here, each device calling it on the
     // whole (gathered) operand, whatever the operand's layout.
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = Arc::new(Mutex::new(Vec::new()));
