@@ -35,6 +35,10 @@ pub struct LoadedExecutable {
     /// execution then returns once it has completed, so the callbacks of successive calls run
     /// in call order (JAX threads a runtime token through the calls instead).
     ordered_effects: bool,
+    /// The bytes a deserialized executable was loaded from: [`LoadedExecutable::serialize`]
+    /// gives them back, since zml-cpu serializes a deserialized executable without its compiled
+    /// kernels (loaded again, it fails with "Function wrapped_sine not found").
+    serialized: Option<std::sync::Arc<[u8]>>,
 }
 
 // SAFETY: PJRT executables may be launched from any thread.
@@ -120,6 +124,7 @@ impl Client {
         api_call!(self.plugin(), PJRT_Executable_DeserializeAndLoad, &mut args)?;
         let mut executable = LoadedExecutable::wrap(self, args.loaded_executable)?;
         executable.ordered_effects = has_ordered_effects(bytes);
+        executable.serialized = Some(bytes.into());
         Ok(executable)
     }
 }
@@ -161,6 +166,7 @@ impl LoadedExecutable {
             device_ids: Vec::new(),
             host_run_bytes: 0,
             ordered_effects: false,
+            serialized: None,
         };
         exec.num_outputs = {
             let inner = exec.executable()?;
@@ -361,6 +367,9 @@ impl LoadedExecutable {
 
     /// Serialises the compiled executable (for a persistent compile cache).
     pub fn serialize(&self) -> Result<Vec<u8>> {
+        if let Some(bytes) = &self.serialized {
+            return Ok(bytes.to_vec());
+        }
         let inner = self.executable()?;
         let mut args = args!(PJRT_Executable_Serialize_Args {
             executable: inner.raw
