@@ -17,6 +17,7 @@ use tessera_ir::trace::{debug_callback, io_callback, pure_callback, scan, trace}
 use tessera_ir::{Array, DType, ShapedArray, vmap};
 use tessera_pjrt::Client;
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
+use tessera_stablehlo::Partitioner;
 
 fn f32s(shape: &[i64]) -> ShapedArray {
     ShapedArray::new(DType::F32, shape)
@@ -449,6 +450,77 @@ fn an_unordered_callback_in_an_spmd_program_runs_on_every_device_with_the_whole_
             calls.load(Ordering::SeqCst),
             8 * (k + 1),
             "{spec}: once per device"
+        );
+    }
+    assert!(
+        seen.lock().unwrap().iter().all(|d| d == &[8]),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+}
+
+/// Under GSPMD a callback of a multi-device `jit` carries JAX's maximal sharding on device 0:
+/// pure, io and debug callbacks each run once per call, on the whole operand, whatever its
+/// layout, and their results reach every device.
+#[test]
+fn under_gspmd_callbacks_of_an_eight_device_jit_run_once_on_the_whole_array() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (c, s) = (calls.clone(), seen.clone());
+    let record = move |x: &[Array]| {
+        c.fetch_add(1, Ordering::SeqCst);
+        s.lock().unwrap().push(x[0].dims().to_vec());
+    };
+    let (r1, r2, r3) = (record.clone(), record.clone(), record);
+    let program = trace(&[f32s(&[8])], |a| {
+        let triple = move |x: &[Array]| {
+            r1(x);
+            Ok(vec![Array::from_values(
+                DType::F32,
+                x[0].values().mapv(|v| v * 3.0),
+            )])
+        };
+        let y = pure_callback(triple, &[f32s(&[8])], &[&a[0]], None).remove(0);
+        let logged = io_callback(
+            move |x: &[Array]| {
+                r2(x);
+                Ok(vec![x[0].clone()])
+            },
+            &[f32s(&[8])],
+            &[&y],
+            false,
+        )
+        .remove(0);
+        debug_callback(move |x: &[Array]| r3(x), &[&logged]);
+        vec![&logged + 1.0]
+    })
+    .unwrap();
+    let client = Client::cpu(8).unwrap();
+    let mesh = Mesh::auto(&[("x", 8)]).unwrap();
+    let x = arr(&[8], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+    for (k, spec) in ["P()", "P('x')"].into_iter().enumerate() {
+        let s = NamedSharding::new(&mesh, PartitionSpec::parse(spec).unwrap()).unwrap();
+        let jit = Jit::new(program.clone(), vec![s.clone()], vec![s.clone()])
+            .unwrap()
+            .with_partitioner(Partitioner::Gspmd);
+        let lowered = jit.lower().unwrap();
+        assert!(
+            lowered.as_text().contains("{maximal device=0}"),
+            "{}",
+            lowered.as_text()
+        );
+        let compiled = lowered.compile(&client).unwrap();
+        let arg = tessera_pjrt::Array::device_put(&client, &x, &s).unwrap();
+        let out = compiled.call(&[&arg]).unwrap();
+        assert_eq!(
+            values(&out[0].to_host().unwrap()),
+            [4.0, 7.0, 10.0, 13.0, 16.0, 19.0, 22.0, 25.0],
+            "{spec}"
+        );
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            3 * (k + 1),
+            "{spec}: once each"
         );
     }
     assert!(

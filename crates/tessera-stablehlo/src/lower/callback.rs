@@ -6,6 +6,15 @@
 //! them. An ordered `io_callback` takes and returns one more value, an `i32[]` order token
 //! (`order_token = 1` in its `backend_config`): the body's ordered callbacks are chained through
 //! it, so each waits for the one before (JAX threads a runtime token the same way).
+//!
+//! Under GSPMD, in a module for several partitions, the call carries JAX's sharding for a
+//! callback of a `jit` (`_callback_op_sharding`): maximal on device 0 (`{maximal device=0}`),
+//! so it runs once, on the first device, with the whole logical operands, and XLA hands its
+//! results to every device (its partitioner refuses a side-effecting call without a sharding).
+//! Under Shardy the plugins drop the same annotation (`sdy.sharding` with a one-device mesh)
+//! from the call, so there it carries none: a `pure_callback` is then called by every device,
+//! and a side-effecting callback is refused by XLA's partitioner. Inside a `shard_map` body
+//! (all axes manual) it carries none either.
 
 use melior::ir::Value;
 use tessera_ir::callback::{CALLBACK_ID_ATTR, HOST_CALLBACK_TARGET, ORDER_TOKEN_ATTR};
@@ -16,8 +25,23 @@ use super::Ctx;
 use super::control::constant_scalar;
 use crate::context::LowerError;
 use crate::emit::quote;
+use crate::sharding::Partitioner;
+
+/// The sharding attribute of a callback in `ctx`'s module (see the module docs).
+fn placement(ctx: &Ctx<'_, '_, '_>) -> Option<(&'static str, String)> {
+    let manual = tessera_ir::axis_env::current_mesh().is_some();
+    match (
+        ctx.body.partitioner(),
+        ctx.body.num_partitions() > 1,
+        manual,
+    ) {
+        (Partitioner::Gspmd, true, false) => Some(("mhlo.sharding", quote("{maximal device=0}"))),
+        _ => None,
+    }
+}
 
 fn attrs(
+    ctx: &Ctx<'_, '_, '_>,
     prim: Prim,
     p: &tessera_ir::Params,
     ordered: bool,
@@ -46,6 +70,7 @@ fn attrs(
     if is_effectful(prim) {
         attrs.push(("has_side_effect", "true".to_owned()));
     }
+    attrs.extend(placement(ctx));
     Ok(attrs)
 }
 
@@ -61,7 +86,7 @@ pub(super) fn callback<'c, 'b>(
         "stablehlo.custom_call",
         inputs,
         &results,
-        &attrs(prim, p, false)?,
+        &attrs(ctx, prim, p, false)?,
     )
 }
 
@@ -88,6 +113,6 @@ pub(super) fn ordered<'c, 'b>(
         "stablehlo.custom_call",
         &operands,
         &results,
-        &attrs(prim, p, true)?,
+        &attrs(ctx, prim, p, true)?,
     )
 }
