@@ -30,14 +30,12 @@ use crate::sharding::Partitioner;
 /// The sharding attribute of a callback in `ctx`'s module (see the module docs).
 fn placement(ctx: &Ctx<'_, '_, '_>) -> Option<(&'static str, String)> {
     let manual = tessera_ir::axis_env::current_mesh().is_some();
-    match (
-        ctx.body.partitioner(),
-        ctx.body.num_partitions() > 1,
-        manual,
-    ) {
-        (Partitioner::Gspmd, true, false) => Some(("mhlo.sharding", quote("{maximal device=0}"))),
-        _ => None,
-    }
+    let gspmd = match ctx.body.partitioner() {
+        Partitioner::Gspmd => true,
+        Partitioner::Shardy => false,
+    };
+    (gspmd && ctx.body.num_partitions() > 1 && !manual)
+        .then(|| ("mhlo.sharding", quote("{maximal device=0}")))
 }
 
 fn attrs(
