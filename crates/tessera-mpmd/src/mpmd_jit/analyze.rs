@@ -202,6 +202,16 @@ fn forward_body(p: &TreduceParams<'_>, operands: &[Operand]) -> Result<LoopBody,
     })
 }
 
+/// The index of `body`'s one `value_and_grad_call`; `None` when it holds none or several
+/// (`read_body` reads or refuses those).
+pub(super) fn the_call(body: &Jaxpr) -> Option<usize> {
+    let mut calls = (0..body.eqns.len()).filter(|&i| is_value_and_grad(&body.eqns[i]));
+    match (calls.next(), calls.next()) {
+        (Some(at), None) => Some(at),
+        (None, _) | (Some(_), Some(_)) => None,
+    }
+}
+
 pub(super) fn is_value_and_grad(eqn: &Eqn) -> bool {
     eqn.prim == Prim::Jit
         && matches!(eqn.params.get("name"), Some(ParamValue::Name(n)) if n == "value_and_grad")

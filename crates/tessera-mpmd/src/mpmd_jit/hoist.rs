@@ -13,7 +13,7 @@ use tessera_ir::prim::{TreduceParams, treduce_params};
 use tessera_ir::trace::{Tensor, replay, replay_atom, replay_into, trace};
 use tessera_ir::{Atom, ClosedJaxpr, Eqn, Jaxpr, Prim, Var};
 
-use super::analyze::{is_value_and_grad, read_call};
+use super::analyze::{is_value_and_grad, read_call, the_call};
 use super::config;
 use crate::driver::DriverError;
 
@@ -30,10 +30,7 @@ pub(super) fn hoist(step: &ClosedJaxpr, index: usize) -> Result<Option<ClosedJax
     }
     let p = TreduceParams::read(&eqn.params).map_err(|e| config(e.to_string()))?;
     let body = &p.body.jaxpr;
-    let calls: Vec<usize> = (0..body.eqns.len())
-        .filter(|&i| is_value_and_grad(&body.eqns[i]))
-        .collect();
-    let [at] = calls[..] else {
+    let Some(at) = the_call(body) else {
         return Ok(None);
     };
     let call = &body.eqns[at];

@@ -38,7 +38,7 @@ use tessera_ir::trace::{
 };
 use tessera_ir::{Atom, ClosedJaxpr, DType, Eqn, Prim, ShapedArray, Var};
 
-use super::analyze::{is_value_and_grad, read_call};
+use super::analyze::{read_call, the_call};
 use super::config;
 use crate::driver::DriverError;
 
@@ -84,10 +84,7 @@ pub(super) fn stack_gradients(
     };
     let p = TreduceParams::read(&eqn.params).map_err(|e| config(e.to_string()))?;
     let body = &p.body.jaxpr;
-    let calls: Vec<usize> = (0..body.eqns.len())
-        .filter(|&i| is_value_and_grad(&body.eqns[i]))
-        .collect();
-    let [at] = calls[..] else {
+    let Some(at) = the_call(body) else {
         return Ok(None);
     };
     let call = &body.eqns[at];

@@ -30,7 +30,7 @@ use tessera_ir::trace::{
 };
 use tessera_ir::{Atom, ClosedJaxpr, Eqn, Jaxpr, ParamValue, Prim, Var};
 
-use super::analyze::{is_value_and_grad, read_call};
+use super::analyze::{read_call, the_call};
 use super::config;
 use crate::driver::DriverError;
 
@@ -79,10 +79,7 @@ pub(super) fn whole_body(
     let eqn = &step.jaxpr.eqns[index];
     let p = TreduceParams::read(&eqn.params).map_err(|e| config(e.to_string()))?;
     let body = &p.body.jaxpr;
-    let calls: Vec<usize> = (0..body.eqns.len())
-        .filter(|&i| is_value_and_grad(&body.eqns[i]))
-        .collect();
-    let [at] = calls[..] else {
+    let Some(at) = the_call(body) else {
         return Ok(None);
     };
     let call = &body.eqns[at];
