@@ -411,59 +411,13 @@ fn ordered_effects_on_eight_devices_are_refused() {
     );
 }
 
+/// A callback of a multi-device `jit` runs as JAX's does (`_callback_op_sharding`): a maximal
+/// sharding on device 0, so pure, io and debug callbacks each run once per call on the whole
+/// operand, whatever its layout, and their results reach every device. Such a program is
+/// lowered for GSPMD whichever partitioner was asked for (XLA's Shardy import keeps a custom
+/// call's sharding only for JAX's own callback targets).
 #[test]
-fn an_unordered_callback_in_an_spmd_program_runs_on_every_device_with_the_whole_array() {
-    // Unlike JAX's `jit` (one call on device 0, a maximal sharding; see the README), the call is
-    // replicated here, each device calling it on the
-    // whole (gathered) operand, whatever the operand's layout.
-    let calls = Arc::new(AtomicUsize::new(0));
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let (c, s) = (calls.clone(), seen.clone());
-    let program = trace(&[f32s(&[8])], |a| {
-        let triple = move |x: &[Array]| {
-            c.fetch_add(1, Ordering::SeqCst);
-            s.lock().unwrap().push(x[0].dims().to_vec());
-            Ok(vec![Array::from_values(
-                DType::F32,
-                x[0].values().mapv(|v| v * 3.0),
-            )])
-        };
-        pure_callback(triple, &[f32s(&[8])], &[&a[0]], None)
-    })
-    .unwrap();
-    let client = Client::cpu(8).unwrap();
-    let mesh = Mesh::auto(&[("x", 8)]).unwrap();
-    let x = arr(&[8], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
-    for (k, spec) in ["P()", "P('x')"].into_iter().enumerate() {
-        let s = NamedSharding::new(&mesh, PartitionSpec::parse(spec).unwrap()).unwrap();
-        let jit = Jit::new(program.clone(), vec![s.clone()], vec![s.clone()]).unwrap();
-        let compiled = jit.lower().unwrap().compile(&client).unwrap();
-        let arg = tessera_pjrt::Array::device_put(&client, &x, &s).unwrap();
-        let out = compiled.call(&[&arg]).unwrap();
-        let host = out[0].to_host().unwrap();
-        assert_eq!(
-            values(&host),
-            [3.0, 6.0, 9.0, 12.0, 15.0, 18.0, 21.0, 24.0],
-            "{spec}"
-        );
-        assert_eq!(
-            calls.load(Ordering::SeqCst),
-            8 * (k + 1),
-            "{spec}: once per device"
-        );
-    }
-    assert!(
-        seen.lock().unwrap().iter().all(|d| d == &[8]),
-        "{:?}",
-        seen.lock().unwrap()
-    );
-}
-
-/// Under GSPMD a callback of a multi-device `jit` carries JAX's maximal sharding on device 0:
-/// pure, io and debug callbacks each run once per call, on the whole operand, whatever its
-/// layout, and their results reach every device.
-#[test]
-fn under_gspmd_callbacks_of_an_eight_device_jit_run_once_on_the_whole_array() {
+fn callbacks_of_an_eight_device_jit_run_once_on_the_whole_array() {
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let (c, s) = (calls.clone(), seen.clone());
@@ -498,12 +452,20 @@ fn under_gspmd_callbacks_of_an_eight_device_jit_run_once_on_the_whole_array() {
     let client = Client::cpu(8).unwrap();
     let mesh = Mesh::auto(&[("x", 8)]).unwrap();
     let x = arr(&[8], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
-    for (k, spec) in ["P()", "P('x')"].into_iter().enumerate() {
+    let runs = [
+        ("P()", None),
+        ("P('x')", None),
+        ("P('x')", Some(Partitioner::Shardy)),
+        ("P('x')", Some(Partitioner::Gspmd)),
+    ];
+    for (k, (spec, partitioner)) in runs.into_iter().enumerate() {
         let s = NamedSharding::new(&mesh, PartitionSpec::parse(spec).unwrap()).unwrap();
-        let jit = Jit::new(program.clone(), vec![s.clone()], vec![s.clone()])
-            .unwrap()
-            .with_partitioner(Partitioner::Gspmd);
+        let mut jit = Jit::new(program.clone(), vec![s.clone()], vec![s.clone()]).unwrap();
+        if let Some(p) = partitioner {
+            jit = jit.with_partitioner(p);
+        }
         let lowered = jit.lower().unwrap();
+        assert_eq!(lowered.partitioner(), Partitioner::Gspmd, "{spec}");
         assert!(
             lowered.as_text().contains("{maximal device=0}"),
             "{}",

@@ -331,6 +331,17 @@ pub fn jaxpr_has_effects(jaxpr: &crate::jaxpr::Jaxpr) -> bool {
     })
 }
 
+/// Whether `jaxpr` (or a jaxpr nested in it) holds a host callback of any kind.
+pub fn jaxpr_has_callbacks(jaxpr: &crate::jaxpr::Jaxpr) -> bool {
+    jaxpr.eqns.iter().any(|e| {
+        e.prim.callback_op().is_some()
+            || e.params
+                .jaxprs()
+                .iter()
+                .any(|j| jaxpr_has_callbacks(&j.jaxpr))
+    })
+}
+
 /// Whether `jaxpr` (or a jaxpr nested in it) holds an ordered `io_callback`: such a program
 /// runs on one device only (JAX: "Ordered effects are not supported for more than 1 device").
 pub fn jaxpr_has_ordered_effects(jaxpr: &crate::jaxpr::Jaxpr) -> bool {

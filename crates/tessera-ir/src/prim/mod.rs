@@ -45,7 +45,7 @@ mod window;
 pub use branch::{WhileParams, branch_index, cond_branches, cond_params, while_params};
 pub use callback::{
     CallbackOp, CallbackParams, VmapMethod, call_host_callback, callback_name,
-    differentiation_refusal, is_effectful, is_ordered, jaxpr_has_effects,
+    differentiation_refusal, is_effectful, is_ordered, jaxpr_has_callbacks, jaxpr_has_effects,
     jaxpr_has_ordered_effects,
 };
 pub use collective::simulate;
