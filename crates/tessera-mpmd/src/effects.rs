@@ -10,14 +10,16 @@
 //! run on different groups, interleaved by the schedule, so their calls cannot keep program
 //! order). [`refuse_effects_outside_loops`] refuses effectful callbacks outside the loop of a step
 //! that does not run as one program (the update and the code before the loop are split by where
-//! their results live, which would drop a callback returning nothing), and
-//! [`refuse_effects_on_several_devices`] those compiled for groups of several devices (XLA's SPMD
-//! partitioner wants a sharding on a side-effecting custom call, which the lowering lacks).
+//! their results live, which would drop a callback returning nothing). [`partitioner_for`]
+//! lowers the programs holding callbacks on groups of several devices for GSPMD, where each
+//! callback runs once, on the group's first device, with the whole operands (JAX's maximal
+//! sharding; XLA's Shardy import drops a custom call's sharding unless its target is JAX's).
 
 use std::collections::HashSet;
 
 use tessera_ir::passes::eliminate_dead_code;
 use tessera_ir::{Atom, ClosedJaxpr, Jaxpr, ParamValue, Prim, Var};
+use tessera_stablehlo::Partitioner;
 
 /// Why a loss's host callbacks cannot run in a pipeline's stages.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,20 +50,6 @@ pub enum CallbackStageError {
         prim: &'static str,
         /// Where it sits: "before the treduce", "after the treduce", "between two treduces".
         place: &'static str,
-    },
-    /// A side-effecting host callback would compile for a group of several devices.
-    #[error(
-        "the step holds `{prim}` and each MPMD group has {devices} devices; a debug_callback or \
-         io_callback compiled for several devices is not supported yet (XLA's SPMD partitioner \
-         needs a sharding on the side-effecting call, which the lowering does not emit): use \
-         groups of one device (an MpmdMesh whose other axes have size 1), or a pure_callback \
-         for a value the step computes"
-    )]
-    SeveralDevices {
-        /// The callback's primitive name.
-        prim: &'static str,
-        /// The devices of each group.
-        devices: usize,
     },
     /// Ordered `io_callback`s sit in several stages.
     #[error(
@@ -203,14 +191,20 @@ pub fn refuse_effects_outside_loops(step: &ClosedJaxpr) -> Result<(), CallbackSt
     Ok(())
 }
 
-/// Refuses a `debug_callback` or `io_callback` anywhere in `step` when each group has more than
-/// one device (`devices`).
-pub fn refuse_effects_on_several_devices(
-    step: &ClosedJaxpr,
+/// The partitioner a program of a group of `devices` devices is lowered for: `chosen`, except
+/// that programs holding host callbacks on several devices are lowered for GSPMD, where a
+/// callback carries JAX's maximal sharding on the group's first device (XLA's Shardy import
+/// keeps a custom call's sharding only for JAX's own callback targets), as `Jit` does.
+pub fn partitioner_for<'a>(
+    chosen: Partitioner,
     devices: usize,
-) -> Result<(), CallbackStageError> {
-    match (devices > 1, step.jaxpr.eqns.iter().find_map(effect_name)) {
-        (true, Some(prim)) => Err(CallbackStageError::SeveralDevices { prim, devices }),
-        _ => Ok(()),
+    programs: impl IntoIterator<Item = &'a ClosedJaxpr>,
+) -> Partitioner {
+    let callbacks = programs
+        .into_iter()
+        .any(|p| tessera_ir::prim::jaxpr_has_callbacks(&p.jaxpr));
+    match devices > 1 && callbacks {
+        true => Partitioner::Gspmd,
+        false => chosen,
     }
 }

@@ -206,8 +206,6 @@ impl MpmdJit {
         if !one_program {
             crate::effects::refuse_effects_outside_loops(step)?;
         }
-        let per_group = mesh.groups().first().map_or(1, |g| g.device_ids().len());
-        crate::effects::refuse_effects_on_several_devices(step, per_group)?;
         if loops.len() > 1 {
             return chain::compile(client, mesh, step, options, &loops);
         }

@@ -287,12 +287,13 @@ pub(super) fn compile_program(
             .map(|(a, s)| checked_sharding(group_mesh, s, a.rank()).map(Some))
             .collect::<Result<Vec<_>, DriverError>>()
     };
+    let devices = group_mesh.device_ids().len();
     let options = LowerOptions {
-        num_partitions: group_mesh.device_ids().len(),
+        num_partitions: devices,
         arg_shardings: shardings(&in_avals, layout.ins)?,
         result_shardings: shardings(&out_avals, layout.outs)?,
         aliased_outputs: layout.aliased,
-        partitioner: layout.partitioner,
+        partitioner: crate::effects::partitioner_for(layout.partitioner, devices, [program]),
     };
     let module = lower_closed(program, &options)?;
     let layouts = out_avals
