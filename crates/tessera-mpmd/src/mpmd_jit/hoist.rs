@@ -10,11 +10,12 @@
 use std::collections::{HashMap, HashSet};
 
 use tessera_ir::prim::{TreduceParams, treduce_params};
-use tessera_ir::trace::{Tensor, replay, replay_atom, replay_into, trace};
+use tessera_ir::trace::{Tensor, replay_atom, replay_into, trace};
 use tessera_ir::{Atom, ClosedJaxpr, Eqn, Jaxpr, Prim, Var};
 
 use super::analyze::{is_value_and_grad, read_call, the_call};
 use super::config;
+use super::retrace::{keep_other_params, retrace_loop};
 use crate::driver::DriverError;
 
 /// The step with the loop at `index` rewritten so that each differentiated argument of its
@@ -66,43 +67,24 @@ pub(super) fn hoist(step: &ClosedJaxpr, index: usize) -> Result<Option<ClosedJax
     code.sort_unstable();
     let new_body = body_reading(p.body, p.num_invariants, &moved)?;
     let num_invariants = p.num_invariants + moved.len();
-    let mut params = treduce_params(
-        new_body,
-        p.axis,
-        p.length,
-        num_invariants,
-        &p.ops,
-        &p.schedule,
+    let params = keep_other_params(
+        treduce_params(
+            new_body,
+            p.axis,
+            p.length,
+            num_invariants,
+            &p.ops,
+            &p.schedule,
+        ),
+        eqn,
     );
-    for (name, value) in eqn.params.entries() {
-        if params.get(name).is_none() {
-            params = params.with(name, value.clone());
-        }
-    }
     let looped = Eqn {
         prim: Prim::Treduce,
         params,
         inputs: Vec::new(),
         outputs: eqn.outputs.clone(),
     };
-    let rewritten = trace(&jaxpr.in_avals(), |args| {
-        let Some(anchor) = args.first().cloned() else {
-            return Vec::new();
-        };
-        let mut env: HashMap<Var, Tensor> = jaxpr
-            .invars
-            .iter()
-            .copied()
-            .zip(args.iter().cloned())
-            .collect();
-        for e in &jaxpr.eqns[..index] {
-            replay_into(&mut env, jaxpr, e, &anchor);
-        }
-        let operands: Vec<Tensor> = eqn
-            .inputs
-            .iter()
-            .map(|a| replay_atom(&env, &anchor, a))
-            .collect();
+    let inputs = |operands: &[Tensor], anchor: &Tensor| {
         // The moved code, from the loop's invariant operands.
         let mut inner: HashMap<Var, Tensor> = body
             .invars
@@ -112,27 +94,18 @@ pub(super) fn hoist(step: &ClosedJaxpr, index: usize) -> Result<Option<ClosedJax
             .take(p.num_invariants)
             .collect();
         for &i in &code {
-            replay_into(&mut inner, body, &body.eqns[i], &anchor);
+            replay_into(&mut inner, body, &body.eqns[i], anchor);
         }
         let mut inputs: Vec<Tensor> = operands[..p.num_invariants].to_vec();
         inputs.extend(
             moved
                 .iter()
-                .map(|v| replay_atom(&inner, &anchor, &Atom::Var(*v))),
+                .map(|v| replay_atom(&inner, anchor, &Atom::Var(*v))),
         );
         inputs.extend(operands[p.num_invariants..].iter().cloned());
-        let outs = replay(&looped, jaxpr, &inputs, &anchor);
-        env.extend(eqn.outputs.iter().copied().zip(outs));
-        for e in &jaxpr.eqns[index + 1..] {
-            replay_into(&mut env, jaxpr, e, &anchor);
-        }
-        jaxpr
-            .outvars
-            .iter()
-            .map(|a| replay_atom(&env, &anchor, a))
-            .collect()
-    })
-    .map_err(|e| {
+        inputs
+    };
+    let rewritten = retrace_loop(step, index, &looped, inputs, |outs| outs).map_err(|e| {
         config(format!(
             "the step with loop-invariant code moved before the loop: {e}"
         ))

@@ -59,6 +59,7 @@ mod hoist;
 mod options;
 mod phases;
 mod pieces;
+mod retrace;
 mod shardings;
 mod stacked_grads;
 mod step_loops;

@@ -33,13 +33,14 @@ use std::collections::HashMap;
 
 use tessera_ir::prim::{GatherScatterMode, ReduceOp, TreduceParams, treduce_params};
 use tessera_ir::trace::{
-    Tensor, call_closed, replay, replay_atom, replay_into, trace, value_and_grad_call,
+    Tensor, call_closed, replay_atom, replay_into, trace, value_and_grad_call,
     value_and_grad_with_aux_call,
 };
 use tessera_ir::{Atom, ClosedJaxpr, DType, Eqn, Prim, ShapedArray, Var};
 
 use super::analyze::{read_call, the_call};
 use super::config;
+use super::retrace::{keep_other_params, retrace_loop};
 use crate::driver::DriverError;
 
 /// What a rewritten gradient is taken with respect to.
@@ -211,36 +212,17 @@ pub(super) fn stack_gradients(
     for s in &stacked {
         ops[s.result] = ReduceOp::Add;
     }
-    let mut params = treduce_params(new_body, p.axis, n, num_invariants, &ops, &p.schedule);
-    for (name, value) in eqn.params.entries() {
-        if params.get(name).is_none() {
-            params = params.with(name, value.clone());
-        }
-    }
+    let params = keep_other_params(
+        treduce_params(new_body, p.axis, n, num_invariants, &ops, &p.schedule),
+        eqn,
+    );
     let looped = Eqn {
         prim: Prim::Treduce,
         params,
         inputs: Vec::new(),
         outputs: Vec::new(),
     };
-    let rewritten = trace(&jaxpr.in_avals(), |args| {
-        let Some(anchor) = args.first().cloned() else {
-            return Vec::new();
-        };
-        let mut env: HashMap<Var, Tensor> = jaxpr
-            .invars
-            .iter()
-            .copied()
-            .zip(args.iter().cloned())
-            .collect();
-        for e in &jaxpr.eqns[..index] {
-            replay_into(&mut env, jaxpr, e, &anchor);
-        }
-        let operands: Vec<Tensor> = eqn
-            .inputs
-            .iter()
-            .map(|a| replay_atom(&env, &anchor, a))
-            .collect();
+    let inputs = |operands: &[Tensor], anchor: &Tensor| {
         let mut inputs: Vec<Tensor> = operands[..p.num_invariants].to_vec();
         for s in &stacked {
             let shape = big(s).shape;
@@ -262,21 +244,15 @@ pub(super) fn stack_gradients(
         }
         inputs.extend(operands[p.num_invariants..].iter().cloned());
         inputs.push(anchor.iota_along(&index_shape, p.axis as i64));
-        let mut outs = replay(&looped, jaxpr, &inputs, &anchor);
+        inputs
+    };
+    let outputs = |mut outs: Vec<Tensor>| {
         for s in stacked.iter().filter(|s| s.max) {
             outs[s.result] = outs[s.result].max(&[0]);
         }
-        env.extend(eqn.outputs.iter().copied().zip(outs));
-        for e in &jaxpr.eqns[index + 1..] {
-            replay_into(&mut env, jaxpr, e, &anchor);
-        }
-        jaxpr
-            .outvars
-            .iter()
-            .map(|a| replay_atom(&env, &anchor, a))
-            .collect()
-    })
-    .map_err(|e| {
+        outs
+    };
+    let rewritten = retrace_loop(step, index, &looped, inputs, outputs).map_err(|e| {
         config(format!(
             "the step keeping gradients per micro-batch (stacked parameters): {e}"
         ))

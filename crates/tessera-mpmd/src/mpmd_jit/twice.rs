@@ -11,6 +11,7 @@ use tessera_ir::{Atom, ClosedJaxpr, Eqn, Params, Prim, Var};
 
 use super::analyze::{read_call, the_call};
 use super::config;
+use super::retrace::keep_other_params;
 use crate::driver::DriverError;
 
 /// The step with the loop at `index` rewritten so that no loop invariant is differentiated at
@@ -58,19 +59,17 @@ pub(super) fn split_repeated(
         });
         operands.push(Atom::Var(v));
     }
-    let mut params = treduce_params(
-        new_body,
-        p.axis,
-        p.length,
-        n + repeated.len(),
-        &p.ops,
-        &p.schedule,
+    let params = keep_other_params(
+        treduce_params(
+            new_body,
+            p.axis,
+            p.length,
+            n + repeated.len(),
+            &p.ops,
+            &p.schedule,
+        ),
+        eqn,
     );
-    for (name, value) in eqn.params.entries() {
-        if params.get(name).is_none() {
-            params = params.with(name, value.clone());
-        }
-    }
     let mut inputs = eqn.inputs.clone();
     inputs.splice(n..n, operands);
     let looped = Eqn {

@@ -32,6 +32,7 @@ use tessera_ir::{Atom, ClosedJaxpr, Eqn, Jaxpr, ParamValue, Prim, Var};
 
 use super::analyze::{read_call, the_call};
 use super::config;
+use super::retrace::keep_other_params;
 use crate::driver::DriverError;
 
 /// Why `mpmd_jit` cannot run a `treduce` body's results beside its `value_and_grad_call`.
@@ -177,19 +178,17 @@ pub(super) fn whole_body(
         .copied()
         .collect();
     let ops: Vec<ReduceOp> = order.iter().map(|&i| all_ops[i]).collect();
-    let mut params = treduce_params(
-        new_body,
-        p.axis,
-        p.length,
-        p.num_invariants,
-        &ops,
-        &p.schedule,
+    let params = keep_other_params(
+        treduce_params(
+            new_body,
+            p.axis,
+            p.length,
+            p.num_invariants,
+            &ops,
+            &p.schedule,
+        ),
+        eqn,
     );
-    for (name, value) in eqn.params.entries() {
-        if params.get(name).is_none() {
-            params = params.with(name, value.clone());
-        }
-    }
     if outputs.len() != order.len() {
         return Err(config(format!(
             "the treduce has {} results for its body's {}",
