@@ -952,7 +952,7 @@ fn compile_action(
         .parts
         .iter()
         .map(|part| parts[part.task.stage as usize].part_program(part));
-    let partitioner = crate::effects::partitioner_for(partitioner, group_size, programs);
+    let partitioner = partitioner.for_callbacks(group_size, programs);
     let module = action_module(sig, &types, group_size, partitioner, &part_body)?;
     let group = plan.placement.actor(sig.parts[0].task.stage).unwrap_or(0) as usize;
     let layouts = sig

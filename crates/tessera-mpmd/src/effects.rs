@@ -10,16 +10,15 @@
 //! run on different groups, interleaved by the schedule, so their calls cannot keep program
 //! order). [`refuse_effects_outside_loops`] refuses effectful callbacks outside the loop of a step
 //! that does not run as one program (the update and the code before the loop are split by where
-//! their results live, which would drop a callback returning nothing). [`partitioner_for`]
-//! lowers the programs holding callbacks on groups of several devices for GSPMD, where each
-//! callback runs once, on the group's first device, with the whole operands (JAX's maximal
-//! sharding; XLA's Shardy import drops a custom call's sharding unless its target is JAX's).
+//! their results live, which would drop a callback returning nothing). Programs holding
+//! callbacks on groups of several devices are lowered for GSPMD
+//! ([`Partitioner::for_callbacks`](tessera_stablehlo::Partitioner::for_callbacks)), each callback
+//! running once, on the group's first device, with the whole operands.
 
 use std::collections::HashSet;
 
 use tessera_ir::passes::eliminate_dead_code;
 use tessera_ir::{Atom, ClosedJaxpr, Jaxpr, ParamValue, Prim, Var};
-use tessera_stablehlo::Partitioner;
 
 /// Why a loss's host callbacks cannot run in a pipeline's stages.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -189,22 +188,4 @@ pub fn refuse_effects_outside_loops(step: &ClosedJaxpr) -> Result<(), CallbackSt
         }
     }
     Ok(())
-}
-
-/// The partitioner a program of a group of `devices` devices is lowered for: `chosen`, except
-/// that programs holding host callbacks on several devices are lowered for GSPMD, where a
-/// callback carries JAX's maximal sharding on the group's first device (XLA's Shardy import
-/// keeps a custom call's sharding only for JAX's own callback targets), as `Jit` does.
-pub fn partitioner_for<'a>(
-    chosen: Partitioner,
-    devices: usize,
-    programs: impl IntoIterator<Item = &'a ClosedJaxpr>,
-) -> Partitioner {
-    let callbacks = programs
-        .into_iter()
-        .any(|p| tessera_ir::prim::jaxpr_has_callbacks(&p.jaxpr));
-    match devices > 1 && callbacks {
-        true => Partitioner::Gspmd,
-        false => chosen,
-    }
 }

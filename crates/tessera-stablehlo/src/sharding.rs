@@ -47,6 +47,26 @@ impl Partitioner {
     /// The partitioner when [`PARTITIONER_ENV`] is unset.
     pub const BUILT_IN: Partitioner = Partitioner::Shardy;
 
+    /// The partitioner to lower `programs` for on `devices` devices: `self`, except that
+    /// programs holding host callbacks on several devices are lowered for GSPMD. A callback
+    /// runs as JAX's does only with a maximal sharding on the first device, and XLA's Shardy
+    /// import keeps a custom call's sharding only for JAX's own callback targets, so under Shardy
+    /// a side-effecting callback is refused by the partitioner and a pure one called by every
+    /// device (see `lower/callback.rs`).
+    pub fn for_callbacks<'a>(
+        self,
+        devices: usize,
+        programs: impl IntoIterator<Item = &'a tessera_ir::ClosedJaxpr>,
+    ) -> Partitioner {
+        let callbacks = programs
+            .into_iter()
+            .any(|p| tessera_ir::prim::jaxpr_has_callbacks(&p.jaxpr));
+        match devices > 1 && callbacks {
+            true => Partitioner::Gspmd,
+            false => self,
+        }
+    }
+
     /// Both, in a fixed order (for tests that run every program both ways).
     pub const ALL: [Partitioner; 2] = [Partitioner::Shardy, Partitioner::Gspmd];
 

@@ -510,19 +510,6 @@ impl Jit {
         Ok(devices)
     }
 
-    /// The partitioner the program is lowered for on `devices` devices: the chosen one, except
-    /// that a multi-device program holding host callbacks is lowered for GSPMD. A callback
-    /// runs as JAX's does only with a maximal sharding on device 0, and XLA's Shardy import
-    /// keeps a custom call's sharding only for JAX's own callback targets, so under Shardy a
-    /// side-effecting callback is refused by the partitioner and a pure one is called by every
-    /// device.
-    fn lowering_partitioner(&self, devices: usize) -> Partitioner {
-        match devices > 1 && tessera_ir::prim::jaxpr_has_callbacks(&self.program.jaxpr) {
-            true => Partitioner::Gspmd,
-            false => self.partitioner,
-        }
-    }
-
     /// Lowers to StableHLO with the shardings on the entry's arguments and results.
     /// Unless `keep_unused`, arguments the program never reads are left out of the module.
     pub fn lower(&self) -> Result<Lowered, JitError> {
@@ -553,7 +540,10 @@ impl Jit {
                 .map(|(s, &open)| (!open).then(|| s.clone()))
                 .collect(),
             aliased_outputs: kept.iter().map(|&i| aliases[i]).collect(),
-            partitioner: self.lowering_partitioner(devices.len()),
+            // A multi-device program holding host callbacks is lowered for GSPMD.
+            partitioner: self
+                .partitioner
+                .for_callbacks(devices.len(), [&self.program]),
         };
         let program = crate::jit_unused::keep_arguments(&self.program, &keep);
         let module = lower_closed(&program, &options)?;

@@ -293,7 +293,7 @@ pub(super) fn compile_program(
         arg_shardings: shardings(&in_avals, layout.ins)?,
         result_shardings: shardings(&out_avals, layout.outs)?,
         aliased_outputs: layout.aliased,
-        partitioner: crate::effects::partitioner_for(layout.partitioner, devices, [program]),
+        partitioner: layout.partitioner.for_callbacks(devices, [program]),
     };
     let module = lower_closed(program, &options)?;
     let layouts = out_avals
