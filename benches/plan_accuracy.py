@@ -34,7 +34,8 @@ def main():
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--rounds", type=int, default=1)
     args, model = p.parse_known_args()
-    ranking = run([args.tessera, "plan", *model, "--json", "--top", "1000"])
+    # Every layout's stages measured as they run (`--refine`), as the first ten are by default.
+    ranking = run([args.tessera, "plan", *model, "--json", "--top", "1000", "--refine", "1000"])
     first = ranking["first"]
     # Candidates of different shapes: the first, then the first of each (groups, stages,
     # micro-batches) not seen yet, alternating between the fastest and the slowest ends.

@@ -88,6 +88,7 @@ pub mod schedule;
 pub mod search;
 pub mod shared;
 pub mod simulate;
+pub mod stage_costs;
 pub mod task;
 pub mod validate;
 

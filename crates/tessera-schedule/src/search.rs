@@ -17,7 +17,8 @@
 //!    [`Link::seconds`] of the boundary bytes; with devices sharing [`Space::cores`] host
 //!    cores, tasks of different groups running at once share them and contend beyond their
 //!    share by the measured [`RowCosts::contention`] ([`crate::shared`]: a group's task keeps up
-//!    to its devices' count of cores busy); plus the measured time a step spends
+//!    to its devices' count of cores busy; the factor is below 1 where tasks alone leave cores
+//!    idle); plus the measured time a step spends
 //!    outside its tasks ([`RowCosts::step_overhead`]);
 //! 3. predicts each group's peak live bytes per device with
 //!    [`crate::memory::predict_peak_bytes`] (parameters and their accumulators replicated in a
@@ -53,6 +54,7 @@ use thiserror::Error;
 
 use crate::memory::{StageBytes, peak_inflight, predict_peak_bytes};
 use crate::plan::{MemoryLimit, PartitionOptions, Profile, partition, stage_loads};
+use crate::stage_costs::{StageCosts, part_ranges};
 use crate::{Costs, Registry, ScheduleParams, Sharing, simulate, simulate_shared};
 
 /// A model's measured costs at one micro-batch size per device.
@@ -99,7 +101,8 @@ pub struct RowCosts {
     pub layer_hidden_bytes: u64,
     /// How many times longer a task takes, beyond its fair share of the host's cores, while
     /// every group of the run works at once (measured by running the groups' work together;
-    /// 1: no contention, or each device has a processor of its own). See [`crate::shared`].
+    /// 1: no contention, or each device has a processor of its own; below 1: the tasks leave
+    /// cores idle alone and overlap better than their fair share). See [`crate::shared`].
     #[serde(default = "one_f64")]
     pub contention: f64,
     /// A fused action of one stage's forward and backward on one micro-batch against its tasks
@@ -114,6 +117,10 @@ pub struct RowCosts {
     /// every action ([`Costs::dispatch`]).
     #[serde(default)]
     pub dispatch: f64,
+    /// Stage compositions measured as one stage each, used in place of their parts' summed
+    /// times ([`crate::stage_costs`]; empty: every stage is the sum of its parts).
+    #[serde(default)]
+    pub stages: Vec<StageCosts>,
 }
 
 fn one() -> u32 {
@@ -145,6 +152,7 @@ impl RowCosts {
             fused_chain: 1.0,
             fused_apart: 1.0,
             dispatch: 0.0,
+            stages: Vec::new(),
         }
     }
 }
@@ -320,6 +328,10 @@ pub struct Candidate {
     /// Other schedules with the same prediction for this layout.
     #[serde(default)]
     pub same_prediction: Vec<String>,
+    /// Whether every stage's times are those of its composition measured as one stage
+    /// ([`crate::stage_costs`]), not the sums of its parts'.
+    #[serde(default)]
+    pub measured_stages: bool,
 }
 
 /// Why nothing was ranked; each message names the fix.
@@ -692,6 +704,8 @@ pub fn predict(
             .map(|b| b * space.weight_fraction.clamp(0.0, 1.0))
             .collect(),
     };
+    let (forward, backward, weight, split) =
+        with_measured_stages(measured, &parts, forward, backward, weight, split);
     let costs = Costs {
         forward,
         backward,
@@ -770,6 +784,7 @@ pub fn predict(
             false => 0.0,
         },
         same_prediction: Vec::new(),
+        measured_stages: measured.has_stages(counts),
     }
 }
 
@@ -793,26 +808,38 @@ fn stage_activation(measured: &RowCosts, range: std::ops::Range<usize>) -> u64 {
             .sum::<u64>()
 }
 
-/// Per stage, the range of its parts in the per-part lists (embedding 0, layers 1..=L, head
-/// L + 1).
-fn part_ranges(counts: &[usize]) -> Vec<std::ops::Range<usize>> {
-    let last = counts.len().saturating_sub(1);
-    let mut start = 1;
-    counts
-        .iter()
-        .enumerate()
-        .map(|(s, &c)| {
-            let (mut i, mut j) = (start, start + c);
-            start += c;
-            if s == 0 {
-                i = 0;
+/// The stage times with those of every stage measured as a composition
+/// ([`RowCosts::stages`]) in place of its parts' sums: forward, whole backward, weight part and
+/// split backward (when the split is known per stage, or a composition gives it).
+fn with_measured_stages(
+    measured: &RowCosts,
+    parts: &[std::ops::Range<usize>],
+    mut forward: Vec<f64>,
+    mut backward: Vec<f64>,
+    mut weight: Vec<f64>,
+    mut split: Vec<f64>,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+    if measured.stages.is_empty() {
+        return (forward, backward, weight, split);
+    }
+    if split.len() != parts.len() {
+        split = backward.clone();
+    }
+    for (s, range) in parts.iter().enumerate() {
+        let Some(stage) = measured.stage(range) else {
+            continue;
+        };
+        let put = |list: &mut Vec<f64>, value: f64| {
+            if let Some(slot) = list.get_mut(s) {
+                *slot = value.max(0.0);
             }
-            if s == last {
-                j += 1;
-            }
-            i..j
-        })
-        .collect()
+        };
+        put(&mut forward, stage.forward);
+        put(&mut backward, stage.backward);
+        put(&mut split, stage.split);
+        put(&mut weight, stage.weight.clamp(0.0, stage.split.max(0.0)));
+    }
+    (forward, backward, weight, split)
 }
 
 /// Per stage, the sum of `of` over its parts.
@@ -992,12 +1019,5 @@ mod tests {
             };
             assert_eq!(stage_weight_residual(&single, 0..6, 1), extra);
         }
-    }
-
-    #[test]
-    fn part_ranges_cover_every_part_once() {
-        assert_eq!(part_ranges(&[2, 0, 1]), vec![0..3, 3..3, 3..5]);
-        assert_eq!(part_ranges(&[0, 3, 0]), vec![0..1, 1..4, 4..5]);
-        assert_eq!(part_ranges(&[4]), vec![0..6]);
     }
 }

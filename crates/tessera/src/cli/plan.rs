@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use tessera_schedule::search::{Candidate, Link, RowCosts, Space, search, shapes};
+use tessera_schedule::stage_costs::{StageCosts, StageLayout, layouts_to_measure};
 
 use super::out::outln;
 use super::train::profile;
@@ -77,6 +78,11 @@ pub struct Args {
     /// Rows of the table.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
+    /// Measure the stages of the N fastest layouts as they run (each stage one program, not
+    /// the sum of its parts measured apart) and rank again with those times, until the N
+    /// fastest are all measured so; 0: predict every stage from its parts.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub refine: usize,
     /// Write the first configuration here as `tessera train` options (for `tessera train
     /// --plan FILE`).
     #[arg(long, value_name = "FILE")]
@@ -260,6 +266,17 @@ struct Measurements {
     link: Link,
     /// Per size measured now or read from the cache, what happened (for the user).
     notes: Vec<String>,
+    /// The cache folder.
+    dir: PathBuf,
+    /// The device kind and the plugin, as the cache keys name them.
+    kind: String,
+    plugin: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct CachedStages {
+    key: String,
+    stages: Vec<StageCosts>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -275,7 +292,7 @@ struct CachedLink {
 }
 
 /// What the cached costs hold; a new version measures again.
-const COSTS_VERSION: u32 = 6;
+const COSTS_VERSION: u32 = 7;
 
 /// A file name from a cache key.
 fn file_name(key: &str) -> String {
@@ -442,7 +459,117 @@ fn measurements(
             link
         }
     };
-    Ok(Measurements { costs, link, notes })
+    Ok(Measurements {
+        costs,
+        link,
+        notes,
+        dir,
+        kind,
+        plugin,
+    })
+}
+
+/// The ranking from `measured`, with the stages of its `--refine` fastest layouts measured as
+/// compositions (from the cache or now): each round measures those not measured yet and ranks
+/// again, until the fastest are all measured (each round measures a layout more, so this ends;
+/// a layout measured in an earlier round keeps its times).
+fn refined_ranking(
+    args: &Args,
+    space: &Space,
+    model_key: &str,
+    words: &[String],
+    measured: &mut Measurements,
+) -> anyhow::Result<Vec<Candidate>> {
+    let mut ranked = {
+        let costs = |rows: u32, data: u32| measured.costs.get(&(rows, data)).cloned();
+        search(&costs, space)?
+    };
+    let mut tried: Vec<StageLayout> = Vec::new();
+    loop {
+        let todo: Vec<StageLayout> = {
+            let costs = |rows: u32, data: u32| measured.costs.get(&(rows, data)).cloned();
+            layouts_to_measure(&ranked, args.refine, &costs)
+                .into_iter()
+                .filter(|l| !tried.contains(l))
+                .collect()
+        };
+        if todo.is_empty() {
+            break;
+        }
+        tried.extend(todo.iter().cloned());
+        for layout in todo {
+            let stages = stage_compositions(args, space, model_key, words, measured, &layout)?;
+            if let Some(costs) = measured.costs.get_mut(&(layout.rows, layout.data)) {
+                costs.add_stages(&stages);
+            }
+        }
+        let costs = |rows: u32, data: u32| measured.costs.get(&(rows, data)).cloned();
+        ranked = search(&costs, space)?;
+    }
+    Ok(ranked)
+}
+
+/// The stages of `layout` measured as compositions, from the cache or measured now.
+fn stage_compositions(
+    args: &Args,
+    space: &Space,
+    model_key: &str,
+    words: &[String],
+    measured: &mut Measurements,
+    layout: &StageLayout,
+) -> anyhow::Result<Vec<StageCosts>> {
+    let counts: Vec<String> = layout.stage_layers.iter().map(usize::to_string).collect();
+    let key = format!(
+        "v{COSTS_VERSION} {model_key} rows={} group={} of={} stages={} device={} plugin={}",
+        layout.rows,
+        layout.data,
+        space.devices,
+        counts.join(","),
+        measured.kind,
+        measured.plugin
+    );
+    let path = measured.dir.join(format!("{}.json", file_name(&key)));
+    let label = format!(
+        "stages {} at {} rows on {} device(s)",
+        counts.join(","),
+        layout.rows,
+        layout.data
+    );
+    let cached = match args.remeasure {
+        true => None,
+        false => std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<CachedStages>(&t).ok())
+            .filter(|c| c.key == key),
+    };
+    if let Some(c) = cached {
+        measured
+            .notes
+            .push(format!("{label}: reused {}", path.display()));
+        return Ok(c.stages);
+    }
+    let began = std::time::Instant::now();
+    let stages = profile::measure_stages(
+        words,
+        Some(measured.plugin.as_str()),
+        layout.rows,
+        layout.data,
+        space.devices,
+        args.repeats,
+        &layout.stage_layers,
+    )?;
+    let entry = CachedStages {
+        key: key.clone(),
+        stages: stages.clone(),
+    };
+    std::fs::write(&path, serde_json::to_string_pretty(&entry)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    measured.notes.push(format!(
+        "{label}: measured in {:.1} s, cached in {}",
+        began.elapsed().as_secs_f64(),
+        path.display()
+    ));
+    Ok(stages)
 }
 
 /// The ranking of `args`' configurations, and the measurement notes.
@@ -532,10 +659,9 @@ pub fn rank(
         bail!("{}", err.map_or("no layout".to_string(), |e| e.to_string()));
     }
     let model_key = format!("{description} batch={}", args.batch);
-    let measured = measurements(args, plugin, &space, &model_key, &words)?;
+    let mut measured = measurements(args, plugin, &space, &model_key, &words)?;
     space.link = measured.link;
-    let costs = |rows: u32, data: u32| measured.costs.get(&(rows, data)).cloned();
-    let ranked = search(&costs, &space)?;
+    let ranked = refined_ranking(args, &space, &model_key, &words, &mut measured)?;
     let context = PlanContext {
         model: super::train::profile::model_name(&decoder).to_string(),
         decoder,
@@ -646,7 +772,7 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
             n => format!("{} (+{n} same)", c.schedule),
         };
         outln!(
-            "{:>3}  {:>6}  {:<12}  {:>6}  {:>4}  {:>5}  {:<24}  {:>9.2}  {:>6.3}  {:>11}  {:>11.0}",
+            "{:>3}  {:>6}  {:<12}  {:>6}  {:>4}  {:>5}  {:<24}  {:>8.2}{}  {:>6.3}  {:>11}  {:>11.0}",
             i + 1,
             c.stages,
             layers.join(","),
@@ -655,10 +781,14 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
             c.microbatches,
             schedule,
             c.step_seconds * 1000.0,
+            if c.measured_stages { "*" } else { " " },
             c.bubble,
             human_bytes(c.peak_bytes),
             c.tokens_per_second
         )?;
+    }
+    if top.iter().any(|c| c.measured_stages) {
+        outln!("* from its stages measured as they run (the others: sums of measured parts)")?;
     }
     if let Some(first) = top.first() {
         let file = plan_file(first, &context);

@@ -215,6 +215,7 @@ fn auto(args: &Args, plugin: Option<&str>) -> anyhow::Result<PlanFile> {
         remeasure: false,
         cache: None,
         top: 1,
+        refine: 10,
         out: None,
         json: args.json,
     };

@@ -5,7 +5,8 @@
 //! backwards), and reading the runtime's task times and memory accounting. The group has as
 //! many devices as a group of the planned run (on the CPU plugin a task over 2 devices took
 //! 2–3× the time of the same rows per device on one, so one device's times would not stand for
-//! a group's), in a client of the run's device count.
+//! a group's), in a client of the run's device count. [`measure_stages`] measures a planned
+//! layout's stages the same way, each stage as the program it runs as (a composition of parts).
 
 use clap::Parser;
 
@@ -14,6 +15,7 @@ use tessera::jit::to_host;
 use tessera_mpmd::{StepArg, StepResult};
 use tessera_schedule::plan::{Part, Profile};
 use tessera_schedule::search::RowCosts;
+use tessera_schedule::stage_costs::StageCosts;
 
 use tessera_schedule::{Action, Placement, Schedule, ScheduleError, Task};
 
@@ -140,71 +142,20 @@ pub fn measure(
     let (decoder, _) = model_shape(&probe)?;
     let layers = decoder.layers;
     let stages = layers + 2;
-    let counts: Vec<String> = (0..stages)
-        .map(|s| if s == 0 || s + 1 == stages { "0" } else { "1" }.to_string())
+    let counts: Vec<usize> = (0..stages)
+        .map(|s| usize::from(s != 0 && s + 1 != stages))
         .collect();
     let microbatches = 2_u32;
-    let mut words = model_words.to_vec();
-    words.extend(
-        [
-            "--stages",
-            &stages.to_string(),
-            "--stage-layers",
-            &counts.join(","),
-            "--mpmd-dim",
-            "1",
-            "--devices",
-            &data.to_string(),
-            "--schedule",
-            "interleaved-gpipe",
-            "--microbatches",
-            &microbatches.to_string(),
-            "--batch",
-            &(rows * data * microbatches).to_string(),
-            "--no-fuse",
-            "--no-reference",
-        ]
-        .map(String::from),
-    );
-    let args = parse(&words)?;
-    let layout = layout::Layout::choose(&args)?;
-    let choice = config::choose_model(&args)?;
-    let stage_layers = config::stage_layers(&args, &choice)?;
-    let opt = optimizer(&args.optimizer)?;
-    let model = Model::new(
-        &choice,
-        &stage_layers,
-        i64::from(rows * data),
-        microbatches as usize,
-        None,
-        args.seed,
-    )?;
-    let training = step::training_step(
-        &model,
-        &args.schedule,
-        opt.as_ref(),
-        None,
-        &step::stack(&model, &model.batches(0)?)?,
-    )?;
+    let Measuring {
+        model,
+        training,
+        layout,
+        options,
+        client,
+        mesh,
+        jit,
+    } = Measuring::new(model_words, plugin, rows, data, client_devices, &counts)?;
     let program = &training.program;
-    let n_carried = model.init.len() + training.state_avals.len();
-    let data_args = program.jaxpr.invars.len() - n_carried - 1;
-    let in_specs = layout.step_specs(&choice, &model.param_avals, opt.as_ref(), data_args)?;
-    // The client has as many devices as the planned run's (the CPU plugin's threads depend on
-    // it); the group uses the first `data`.
-    let client = tessera_pjrt::Client::open(plugin, i64::from(client_devices.max(data)))?;
-    let mesh = tessera_mpmd::MpmdMesh::new(layout.shape.clone(), &layout.mpmd_axis)?;
-    let options = tessera_mpmd::MpmdJitOptions {
-        donate_argnums: (0..model.init.len()).collect(),
-        donate_where_possible: (model.init.len()..n_carried).collect(),
-        in_specs,
-        fusion: tessera_mpmd::Fusion::Never,
-        schedule: Some(std::sync::Arc::new(MeasureOrder {
-            stages: stages as u32,
-        })),
-        ..tessera_mpmd::MpmdJitOptions::default()
-    };
-    let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
     let run = Runs {
         model: &model,
         training: &training,
@@ -295,7 +246,151 @@ pub fn measure(
         fused_chain,
         fused_apart,
         dispatch,
+        stages: Vec::new(),
     })
+}
+
+/// A measuring run's pieces: the model split at `counts`, its training step, and the step
+/// compiled under [`MeasureOrder`] on one MPMD group of `data` devices.
+struct Measuring {
+    model: Model,
+    training: step::TrainingStep,
+    layout: layout::Layout,
+    options: tessera_mpmd::MpmdJitOptions,
+    client: tessera_pjrt::Client,
+    mesh: tessera_mpmd::MpmdMesh,
+    jit: tessera_mpmd::MpmdJit,
+}
+
+impl Measuring {
+    /// The measuring step of `model_words`' model with stage layers `counts` (the embedding in
+    /// the first stage, the head in the last), 2 micro-batches of `rows` rows per device.
+    fn new(
+        model_words: &[String],
+        plugin: Option<&str>,
+        rows: u32,
+        data: u32,
+        client_devices: u32,
+        counts: &[usize],
+    ) -> anyhow::Result<Measuring> {
+        let stages = counts.len();
+        let microbatches = 2_u32;
+        let layers: Vec<String> = counts.iter().map(usize::to_string).collect();
+        let mut words = model_words.to_vec();
+        words.extend(
+            [
+                "--stages",
+                &stages.to_string(),
+                "--stage-layers",
+                &layers.join(","),
+                "--mpmd-dim",
+                "1",
+                "--devices",
+                &data.to_string(),
+                "--schedule",
+                "interleaved-gpipe",
+                "--microbatches",
+                &microbatches.to_string(),
+                "--batch",
+                &(rows * data * microbatches).to_string(),
+                "--no-fuse",
+                "--no-reference",
+            ]
+            .map(String::from),
+        );
+        let args = parse(&words)?;
+        let layout = layout::Layout::choose(&args)?;
+        let choice = config::choose_model(&args)?;
+        let stage_layers = config::stage_layers(&args, &choice)?;
+        let opt = optimizer(&args.optimizer)?;
+        let model = Model::new(
+            &choice,
+            &stage_layers,
+            i64::from(rows * data),
+            microbatches as usize,
+            None,
+            args.seed,
+        )?;
+        let training = step::training_step(
+            &model,
+            &args.schedule,
+            opt.as_ref(),
+            None,
+            &step::stack(&model, &model.batches(0)?)?,
+        )?;
+        let program = &training.program;
+        let n_carried = model.init.len() + training.state_avals.len();
+        let data_args = program.jaxpr.invars.len() - n_carried - 1;
+        let in_specs = layout.step_specs(&choice, &model.param_avals, opt.as_ref(), data_args)?;
+        // The client has as many devices as the planned run's (the CPU plugin's threads depend
+        // on it); the group uses the first `data`.
+        let client = tessera_pjrt::Client::open(plugin, i64::from(client_devices.max(data)))?;
+        let mesh = tessera_mpmd::MpmdMesh::new(layout.shape.clone(), &layout.mpmd_axis)?;
+        let options = tessera_mpmd::MpmdJitOptions {
+            donate_argnums: (0..model.init.len()).collect(),
+            donate_where_possible: (model.init.len()..n_carried).collect(),
+            in_specs,
+            fusion: tessera_mpmd::Fusion::Never,
+            schedule: Some(std::sync::Arc::new(MeasureOrder {
+                stages: stages as u32,
+            })),
+            ..tessera_mpmd::MpmdJitOptions::default()
+        };
+        let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
+        Ok(Measuring {
+            model,
+            training,
+            layout,
+            options,
+            client,
+            mesh,
+            jit,
+        })
+    }
+}
+
+/// Measures the stages of the layout `counts` (decoder layers per stage) as compositions: the
+/// training step split there, every stage on one MPMD group of `data` devices under
+/// [`MeasureOrder`], `steps` steps after one of warm-up, each stage's median forward, whole
+/// backward and split backward (`I + W`, and `W`).
+pub fn measure_stages(
+    model_words: &[String],
+    plugin: Option<&str>,
+    rows: u32,
+    data: u32,
+    client_devices: u32,
+    steps: u32,
+    counts: &[usize],
+) -> anyhow::Result<Vec<StageCosts>> {
+    let measuring = Measuring::new(model_words, plugin, rows, data, client_devices, counts)?;
+    let run = Runs {
+        model: &measuring.model,
+        training: &measuring.training,
+        steps,
+    };
+    let times = run.time(&measuring.jit, None)?.times;
+    let median = |kind: char, stage: usize| -> anyhow::Result<f64> {
+        let v = times.get(&(kind, stage)).cloned().unwrap_or_default();
+        match v.is_empty() {
+            true => bail!("no {kind} task of stage {stage} was timed"),
+            false => Ok(median(v)),
+        }
+    };
+    tessera_schedule::stage_costs::part_ranges(counts)
+        .into_iter()
+        .enumerate()
+        .map(|(s, parts)| {
+            let (i, w) = (median('I', s)?, median('W', s)?);
+            Ok(StageCosts {
+                first_part: parts.start,
+                end_part: parts.end,
+                forward: median('F', s)?,
+                backward: median('B', s)?,
+                split: i + w,
+                weight: w,
+            })
+        })
+        .collect()
 }
 
 /// The fused actions' factors from their durations in `fused` and their tasks' medians alone
@@ -458,9 +553,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// How much longer than their fair share of `cores` the step's work takes when every group of
-/// the planned run does it at once: the measuring step runs on each group's devices of the
-/// client together (the same program on `client devices / group devices` disjoint groups),
-/// against `alone`. 1 when the run has one group or the devices do not share cores.
+/// the planned run does it at once (below 1: shorter, the tasks alone leaving cores idle): the
+/// measuring step runs on each group's devices of the client together (the same program on
+/// `client devices / group devices` disjoint groups), against `alone`. 1 when the run has one group or the devices do not share cores.
 fn measure_contention(
     run: &Runs,
     client: &tessera_pjrt::Client,
@@ -520,8 +615,10 @@ fn measure_contention(
     let demand = (data as u32).clamp(1, cores);
     let share = (groups as f64 * f64::from(demand) / f64::from(cores)).max(1.0);
     let fair = median(alone.walls.clone()) * share;
-    Ok(match fair > 0.0 {
-        true => (together / fair).max(1.0),
+    // Below 1 where the tasks alone leave cores idle; never below what keeps a step together
+    // at least as long as alone.
+    Ok(match fair > 0.0 && together > 0.0 {
+        true => (together / fair).max(1.0 / share),
         false => 1.0,
     })
 }
