@@ -54,7 +54,7 @@ use thiserror::Error;
 
 use crate::memory::{StageBytes, peak_inflight, predict_peak_bytes};
 use crate::plan::{MemoryLimit, PartitionOptions, Profile, partition, stage_loads};
-use crate::stage_costs::{StageCosts, part_ranges};
+use crate::stage_costs::{LayoutContention, StageCosts, part_ranges};
 use crate::{Costs, Registry, ScheduleParams, Sharing, simulate, simulate_shared};
 
 /// A model's measured costs at one micro-batch size per device.
@@ -121,6 +121,10 @@ pub struct RowCosts {
     /// times ([`crate::stage_costs`]; empty: every stage is the sum of its parts).
     #[serde(default)]
     pub stages: Vec<StageCosts>,
+    /// Per layout whose stages were measured as they run, the contention measured with them,
+    /// used in place of [`RowCosts::contention`] for that layout.
+    #[serde(default)]
+    pub layout_contention: Vec<LayoutContention>,
 }
 
 fn one() -> u32 {
@@ -153,6 +157,7 @@ impl RowCosts {
             fused_apart: 1.0,
             dispatch: 0.0,
             stages: Vec::new(),
+            layout_contention: Vec::new(),
         }
     }
 }
@@ -726,7 +731,7 @@ pub fn predict(
     let sharing = Sharing {
         cores: space.cores,
         demand: shape.data.min(space.cores).max(1),
-        contention: measured.contention,
+        contention: measured.contention_of(counts),
     };
     let on_cores = match space.cores {
         0 => simulated,

@@ -41,7 +41,35 @@ impl StageCosts {
     }
 }
 
+/// The contention of a layout's stages measured as they run ([`crate::search::RowCosts::contention`]
+/// for that layout): its measuring step on every group of the run at once against alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LayoutContention {
+    /// Decoder layers per stage.
+    pub stage_layers: Vec<usize>,
+    /// Its time together over its fair share of the cores (see [`crate::shared`]).
+    pub contention: f64,
+}
+
 impl RowCosts {
+    /// The contention to simulate the layout `counts` with: its own, measured with its stages,
+    /// or the parts' measuring step's.
+    pub fn contention_of(&self, counts: &[usize]) -> f64 {
+        self.layout_contention
+            .iter()
+            .find(|l| l.stage_layers == counts)
+            .map_or(self.contention, |l| l.contention)
+    }
+
+    /// Sets the contention measured with the stages of the layout `counts`.
+    pub fn set_layout_contention(&mut self, counts: &[usize], contention: f64) {
+        self.layout_contention.retain(|l| l.stage_layers != counts);
+        self.layout_contention.push(LayoutContention {
+            stage_layers: counts.to_vec(),
+            contention,
+        });
+    }
+
     /// The measured composition of parts `range`, if measured.
     pub fn stage(&self, range: &Range<usize>) -> Option<&StageCosts> {
         self.stages.iter().find(|s| s.parts() == *range)
@@ -187,6 +215,14 @@ mod tests {
         let both = predict(&costs, &space, shape, "1f1b", &plan, &[2, 2]);
         assert!(both.measured_stages);
         assert!((both.step_seconds - (0.005 + 0.011 + 0.007 + 0.013)).abs() < 1e-12);
+        // A layout's own contention stands in for the parts' step's, for that layout only.
+        costs.contention = 1.5;
+        costs.set_layout_contention(&[2, 2], 0.8);
+        assert_eq!(costs.contention_of(&[2, 2]), 0.8);
+        assert_eq!(costs.contention_of(&[1, 3]), 1.5);
+        costs.set_layout_contention(&[2, 2], 0.9);
+        assert_eq!(costs.layout_contention.len(), 1);
+        assert_eq!(costs.contention_of(&[2, 2]), 0.9);
         // Other boundaries keep their parts' sums.
         let other = predict(&costs, &space, shape, "1f1b", &plan, &[1, 3]);
         assert!(!other.measured_stages);

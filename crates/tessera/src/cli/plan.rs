@@ -277,6 +277,7 @@ struct Measurements {
 struct CachedStages {
     key: String,
     stages: Vec<StageCosts>,
+    contention: f64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -292,7 +293,7 @@ struct CachedLink {
 }
 
 /// What the cached costs hold; a new version measures again.
-const COSTS_VERSION: u32 = 7;
+const COSTS_VERSION: u32 = 8;
 
 /// A file name from a cache key.
 fn file_name(key: &str) -> String {
@@ -498,9 +499,11 @@ fn refined_ranking(
         }
         tried.extend(todo.iter().cloned());
         for layout in todo {
-            let stages = stage_compositions(args, space, model_key, words, measured, &layout)?;
+            let (stages, contention) =
+                stage_compositions(args, space, model_key, words, measured, &layout)?;
             if let Some(costs) = measured.costs.get_mut(&(layout.rows, layout.data)) {
                 costs.add_stages(&stages);
+                costs.set_layout_contention(&layout.stage_layers, contention);
             }
         }
         let costs = |rows: u32, data: u32| measured.costs.get(&(rows, data)).cloned();
@@ -509,7 +512,8 @@ fn refined_ranking(
     Ok(ranked)
 }
 
-/// The stages of `layout` measured as compositions, from the cache or measured now.
+/// The stages of `layout` measured as compositions, and their contention on the run's groups,
+/// from the cache or measured now.
 fn stage_compositions(
     args: &Args,
     space: &Space,
@@ -517,7 +521,7 @@ fn stage_compositions(
     words: &[String],
     measured: &mut Measurements,
     layout: &StageLayout,
-) -> anyhow::Result<Vec<StageCosts>> {
+) -> anyhow::Result<(Vec<StageCosts>, f64)> {
     let counts: Vec<String> = layout.stage_layers.iter().map(usize::to_string).collect();
     let key = format!(
         "v{COSTS_VERSION} {model_key} rows={} group={} of={} stages={} device={} plugin={}",
@@ -546,21 +550,23 @@ fn stage_compositions(
         measured
             .notes
             .push(format!("{label}: reused {}", path.display()));
-        return Ok(c.stages);
+        return Ok((c.stages, c.contention));
     }
     let began = std::time::Instant::now();
-    let stages = profile::measure_stages(
+    let (stages, contention) = profile::measure_stages(
         words,
         Some(measured.plugin.as_str()),
         layout.rows,
         layout.data,
         space.devices,
         args.repeats,
+        space.cores,
         &layout.stage_layers,
     )?;
     let entry = CachedStages {
         key: key.clone(),
         stages: stages.clone(),
+        contention,
     };
     std::fs::write(&path, serde_json::to_string_pretty(&entry)?)
         .with_context(|| format!("writing {}", path.display()))?;
@@ -569,7 +575,7 @@ fn stage_compositions(
         began.elapsed().as_secs_f64(),
         path.display()
     ));
-    Ok(stages)
+    Ok((stages, contention))
 }
 
 /// The ranking of `args`' configurations, and the measurement notes.

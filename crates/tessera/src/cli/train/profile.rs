@@ -247,6 +247,7 @@ pub fn measure(
         fused_apart,
         dispatch,
         stages: Vec::new(),
+        layout_contention: Vec::new(),
     })
 }
 
@@ -352,7 +353,9 @@ impl Measuring {
 /// Measures the stages of the layout `counts` (decoder layers per stage) as compositions: the
 /// training step split there, every stage on one MPMD group of `data` devices under
 /// [`MeasureOrder`], `steps` steps after one of warm-up, each stage's median forward, whole
-/// backward and split backward (`I + W`, and `W`).
+/// backward and split backward (`I + W`, and `W`); and the contention of this step run on every
+/// group of the planned run at once (as [`measure`]'s, with these stages).
+#[allow(clippy::too_many_arguments)]
 pub fn measure_stages(
     model_words: &[String],
     plugin: Option<&str>,
@@ -360,15 +363,25 @@ pub fn measure_stages(
     data: u32,
     client_devices: u32,
     steps: u32,
+    cores: u32,
     counts: &[usize],
-) -> anyhow::Result<Vec<StageCosts>> {
+) -> anyhow::Result<(Vec<StageCosts>, f64)> {
     let measuring = Measuring::new(model_words, plugin, rows, data, client_devices, counts)?;
     let run = Runs {
         model: &measuring.model,
         training: &measuring.training,
         steps,
     };
-    let times = run.time(&measuring.jit, None)?.times;
+    let alone = run.time(&measuring.jit, None)?;
+    let contention = measure_contention(
+        &run,
+        &measuring.client,
+        &measuring.layout,
+        &measuring.options,
+        &alone,
+        cores,
+    )?;
+    let times = alone.times;
     let median = |kind: char, stage: usize| -> anyhow::Result<f64> {
         let v = times.get(&(kind, stage)).cloned().unwrap_or_default();
         match v.is_empty() {
@@ -376,7 +389,7 @@ pub fn measure_stages(
             false => Ok(median(v)),
         }
     };
-    tessera_schedule::stage_costs::part_ranges(counts)
+    let stages = tessera_schedule::stage_costs::part_ranges(counts)
         .into_iter()
         .enumerate()
         .map(|(s, parts)| {
@@ -390,7 +403,8 @@ pub fn measure_stages(
                 weight: w,
             })
         })
-        .collect()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((stages, contention))
 }
 
 /// The fused actions' factors from their durations in `fused` and their tasks' medians alone
