@@ -118,8 +118,8 @@ pub fn layouts_to_measure(
             data: c.data,
             stage_layers: c.stage_layers.clone(),
         };
-        let measured = costs(layout.rows, layout.data)
-            .is_some_and(|m| m.has_stages(&layout.stage_layers));
+        let measured =
+            costs(layout.rows, layout.data).is_some_and(|m| m.has_stages(&layout.stage_layers));
         if !measured && !out.contains(&layout) {
             out.push(layout);
         }
@@ -190,7 +190,10 @@ mod tests {
         // One micro-batch: the step is both forwards and both backwards in a row.
         let sums = predict(&costs, &space, shape, "1f1b", &plan, &[2, 2]);
         assert!(!sums.measured_stages);
-        assert!((sums.step_seconds - (0.019 + 0.038)).abs() < 1e-12, "{sums:?}");
+        assert!(
+            (sums.step_seconds - (0.019 + 0.038)).abs() < 1e-12,
+            "{sums:?}"
+        );
         let first = StageCosts {
             first_part: 0,
             end_part: 3,

@@ -477,12 +477,14 @@ struct Timed {
 type FusedTimes = Vec<(Vec<(char, usize)>, f64)>;
 
 impl Runs<'_> {
-    /// Runs `jit` for one warm-up step and `steps` timed ones, each started when every runner
-    /// sharing `barrier` is ready (so that concurrent groups overlap).
+    /// Runs `jit` for one warm-up step and `steps` timed ones back to back. With `start`, the
+    /// timed steps begin when every runner sharing its barrier has warmed up, plus its offset
+    /// (runners of the same order offset from each other overlap different phases of their
+    /// steps, as a pipeline's groups do, rather than all running the same task at once).
     fn time(
         &self,
         jit: &tessera_mpmd::MpmdJit,
-        barrier: Option<&std::sync::Barrier>,
+        start: Option<(&std::sync::Barrier, std::time::Duration)>,
     ) -> anyhow::Result<Timed> {
         let (model, training) = (self.model, self.training);
         let mut weights: Vec<StepArg> = model
@@ -506,8 +508,9 @@ impl Runs<'_> {
                 .drain(..)
                 .chain(host.iter().cloned().map(StepArg::Host))
                 .collect();
-            if let Some(b) = barrier {
-                b.wait();
+            if let (Some((barrier, offset)), 1) = (start, step_index) {
+                barrier.wait();
+                std::thread::sleep(offset);
             }
             let began = std::time::Instant::now();
             let run = jit.call_mpmd_donated(&mut call)?;
@@ -569,7 +572,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// How much longer than their fair share of `cores` the step's work takes when every group of
 /// the planned run does it at once (below 1: shorter, the tasks alone leaving cores idle): the
 /// measuring step runs on each group's devices of the client together (the same program on
-/// `client devices / group devices` disjoint groups), against `alone`. 1 when the run has one group or the devices do not share cores.
+/// `client devices / group devices` disjoint groups, each group starting a fraction of a step
+/// after the one before, so that they overlap different tasks, as a pipeline's groups do),
+/// against `alone`. 1 when the run has one group or the devices do not share cores.
 fn measure_contention(
     run: &Runs,
     client: &tessera_pjrt::Client,
@@ -601,10 +606,18 @@ fn measure_contention(
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let barrier = std::sync::Barrier::new(groups);
+    // Group `g` starts `g / groups` of a step alone after the first.
+    let step_alone = median(alone.walls.clone());
+    let offset =
+        |g: usize| std::time::Duration::from_secs_f64(step_alone * g as f64 / groups as f64);
     let walls: Vec<Vec<f64>> = std::thread::scope(|scope| {
         let handles: Vec<_> = jits
             .iter()
-            .map(|jit| scope.spawn(|| run.time(jit, Some(&barrier)).map(|t| t.walls)))
+            .enumerate()
+            .map(|(g, jit)| {
+                let barrier = &barrier;
+                scope.spawn(move || run.time(jit, Some((barrier, offset(g)))).map(|t| t.walls))
+            })
             .collect();
         handles
             .into_iter()
@@ -614,21 +627,11 @@ fn measure_contention(
             })
             .collect::<anyhow::Result<Vec<_>>>()
     })?;
-    // Per step, the slowest group's wall time.
-    let together = median(
-        (0..run.steps as usize)
-            .map(|i| {
-                walls
-                    .iter()
-                    .filter_map(|w| w.get(i))
-                    .copied()
-                    .fold(0.0, f64::max)
-            })
-            .collect(),
-    );
+    // The slowest group's median step.
+    let together = walls.iter().map(|w| median(w.clone())).fold(0.0, f64::max);
     let demand = (data as u32).clamp(1, cores);
     let share = (groups as f64 * f64::from(demand) / f64::from(cores)).max(1.0);
-    let fair = median(alone.walls.clone()) * share;
+    let fair = step_alone * share;
     // Below 1 where the tasks alone leave cores idle; never below what keeps a step together
     // at least as long as alone.
     Ok(match fair > 0.0 && together > 0.0 {
