@@ -238,7 +238,7 @@ struct Place {
     mesh: MpmdMesh,
     processes: Option<std::sync::Arc<dyn Processes>>,
     rank: usize,
-    _job: Option<MpiJob>,
+    job: Option<MpiJob>,
 }
 
 fn place() -> anyhow::Result<Place> {
@@ -249,7 +249,7 @@ fn place() -> anyhow::Result<Place> {
             mesh: MpmdMesh::new(shape, "stage")?,
             processes: None,
             rank: 0,
-            _job: None,
+            job: None,
         });
     };
     anyhow::ensure!(job.size() == 2, "run with mpirun -n 2 (one rank per group)");
@@ -262,7 +262,7 @@ fn place() -> anyhow::Result<Place> {
         mesh,
         processes,
         rank,
-        _job: Some(job),
+        job: Some(job),
     })
 }
 
@@ -415,6 +415,27 @@ fn main() -> anyhow::Result<()> {
     ];
     run(&at, "stacked", &stacked()?, args, None)?;
     println!("rank {}: every step equals the interpreter", at.rank);
+    gather(&at)
+}
+
+/// Under MPI, each rank's bytes (of a length that differs per rank) gathered on rank 0 whole and
+/// in pieces of 5 bytes (several rounds, a shorter rank done before the others) arrive as sent.
+fn gather(at: &Place) -> anyhow::Result<()> {
+    let Some(job) = &at.job else {
+        return Ok(());
+    };
+    let bytes = |r: usize| -> Vec<u8> { (0..11 * r + 3).map(|i| (i * 7 + r) as u8).collect() };
+    let whole = job.gather_to_root(&bytes(at.rank))?;
+    let pieces = job.gather_to_root_in_pieces(&bytes(at.rank), 5)?;
+    if let (Some(whole), Some(pieces)) = (whole, pieces) {
+        let sent: Vec<Vec<u8>> = (0..job.size()).map(bytes).collect();
+        anyhow::ensure!(whole == sent, "the whole gather differs: {whole:?}");
+        anyhow::ensure!(pieces == sent, "the gather in pieces differs: {pieces:?}");
+        println!(
+            "rank 0: gathered {} ranks' bytes whole and in pieces of 5, as each rank sent them",
+            sent.len()
+        );
+    }
     Ok(())
 }
 

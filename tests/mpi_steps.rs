@@ -76,6 +76,10 @@ fn six_step_shapes_on_two_ranks_equal_the_one_process_run_bit_for_bit() {
         let done = format!("rank {rank}: every step equals the interpreter");
         assert!(job.stdout.contains(&done), "{}", job.stdout);
     }
+    // `MpiJob::gather_to_root` in rounds of pieces (as it moves more than MPI's 32-bit counts).
+    let gathered =
+        "rank 0: gathered 2 ranks' bytes whole and in pieces of 5, as each rank sent them";
+    assert!(job.stdout.contains(gathered), "{}", job.stdout);
     let one: BTreeSet<String> = results(&alone_out).into_iter().collect();
     let many = results(&job.stdout);
     // 2 calls of: two loops (4 results), two sources (4), before (3), computed (5), mixed (4),

@@ -140,11 +140,26 @@ impl MpiJob {
     }
 
     /// Every rank's `mine`, in rank order, on rank 0 (`None` on the others); a collective: every
-    /// rank calls it (bounded by the job's deadline).
+    /// rank calls it (bounded by the job's deadline). Any length: MPI counts bytes in 32 bits,
+    /// so the bytes move in rounds of pieces that fit them (see
+    /// [`MpiJob::gather_to_root_in_pieces`]).
     pub fn gather_to_root(&self, mine: &[u8]) -> Result<Option<Vec<Vec<u8>>>, ProcessError> {
+        self.gather_to_root_in_pieces(mine, largest_piece(self.size))
+    }
+
+    /// [`MpiJob::gather_to_root`] moving at most `piece` bytes of each rank per round (at
+    /// least 1; capped so that a round's bytes on the root fit MPI's 32-bit counts): every
+    /// rank learns every length first, then all take part in as many rounds as the longest
+    /// needs. Every rank must pass the same `piece`.
+    pub fn gather_to_root_in_pieces(
+        &self,
+        mine: &[u8],
+        piece: usize,
+    ) -> Result<Option<Vec<Vec<u8>>>, ProcessError> {
         let (rank, size, mine) = (self.rank, self.size, mine.to_vec());
+        let piece = piece.clamp(1, largest_piece(size));
         self.collectives.run("gather_to_root", move |world| {
-            gather_to_root(world, rank, size, &mine)
+            gather_to_root(world, rank, size, &mine, piece)
         })
     }
 
@@ -197,43 +212,73 @@ impl Drop for MpiJob {
     }
 }
 
-/// The body of [`MpiJob::gather_to_root`], on the collective thread.
+/// The most bytes of one rank a gather round moves: the round's bytes on the root (one piece
+/// per rank) and their offsets are 32-bit MPI counts.
+fn largest_piece(size: usize) -> usize {
+    (i32::MAX as usize / size.max(1)).max(1)
+}
+
+/// The body of [`MpiJob::gather_to_root_in_pieces`], on the collective thread: every rank's
+/// length to every rank, then rounds of at most `piece` bytes per rank, which the root appends
+/// to each rank's bytes.
 fn gather_to_root(
     world: &SimpleCommunicator,
     rank: usize,
     size: usize,
     mine: &[u8],
+    piece: usize,
 ) -> Option<Vec<Vec<u8>>> {
+    let mut lengths = vec![0u64; size];
+    world.all_gather_into(&(mine.len() as u64), &mut lengths[..]);
+    let rounds = lengths
+        .iter()
+        .map(|&l| (l as usize).div_ceil(piece))
+        .max()
+        .unwrap_or(0);
     let root = world.process_at_rank(0);
-    let len = i32::try_from(mine.len()).unwrap_or(i32::MAX);
+    let slice = |bytes: &[u8], round: usize| -> std::ops::Range<usize> {
+        let start = (round * piece).min(bytes.len());
+        start..(start + piece).min(bytes.len())
+    };
     if rank != 0 {
-        root.gather_into(&len);
-        root.gather_varcount_into(&mine[..len as usize]);
+        for round in 0..rounds {
+            root.gather_varcount_into(&mine[slice(mine, round)]);
+        }
         return None;
     }
-    let mut lens = vec![0i32; size];
-    root.gather_into_root(&len, &mut lens[..]);
-    let starts: Vec<i32> = lens
+    let mut all: Vec<Vec<u8>> = lengths
         .iter()
-        .scan(0i32, |at, &l| {
-            let start = *at;
-            *at = at.saturating_add(l);
-            Some(start)
-        })
+        .map(|&l| Vec::with_capacity(l as usize))
         .collect();
-    let total: usize = lens.iter().map(|&l| l.max(0) as usize).sum();
-    let mut all = vec![0u8; total];
-    {
-        let mut parts = mpi::datatype::PartitionMut::new(&mut all[..], &lens[..], &starts[..]);
-        root.gather_varcount_into_root(&mine[..len as usize], &mut parts);
-    }
-    Some(
-        starts
+    for round in 0..rounds {
+        // Each rank's piece this round: what is left of its length, at most `piece`.
+        let counts: Vec<i32> = lengths
             .iter()
-            .zip(&lens)
-            .map(|(&s, &l)| all[s as usize..(s + l) as usize].to_vec())
-            .collect(),
-    )
+            .map(|&l| {
+                let left = (l as usize).saturating_sub(round * piece).min(piece);
+                i32::try_from(left).unwrap_or(i32::MAX)
+            })
+            .collect();
+        let starts: Vec<i32> = counts
+            .iter()
+            .scan(0i32, |at, &c| {
+                let start = *at;
+                *at = at.saturating_add(c);
+                Some(start)
+            })
+            .collect();
+        let total: usize = counts.iter().map(|&c| c as usize).sum();
+        let mut buffer = vec![0u8; total];
+        {
+            let mut parts =
+                mpi::datatype::PartitionMut::new(&mut buffer[..], &counts[..], &starts[..]);
+            root.gather_varcount_into_root(&mine[slice(mine, round)], &mut parts);
+        }
+        for ((into, &start), &count) in all.iter_mut().zip(&starts).zip(&counts) {
+            into.extend_from_slice(&buffer[start as usize..(start + count) as usize]);
+        }
+    }
+    Some(all)
 }
 
 /// A fault `TESSERA_FAULT` injects.
