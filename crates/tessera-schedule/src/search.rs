@@ -10,7 +10,9 @@
 //! 1. places the stage boundaries with [`crate::plan::partition`] over the measured part costs
 //!    at that micro-batch size per device (if the fastest split does not fit the memory limit,
 //!    the fastest that does);
-//! 2. predicts the step time with [`crate::simulate()`] from the stages' summed part times (a
+//! 2. predicts the step time with [`crate::simulate()`] from the stages' times: those of the
+//!    stage measured as one program where [`RowCosts::stages`] has it ([`crate::stage_costs`]),
+//!    else its summed part times (a
 //!    stage's forward and backward are the sums of its parts'; a split backward pays the
 //!    measured input and weight parts, a whole one the whole backward, also in schedules that
 //!    split only some, as DualPipeV), with a hop between groups costing
@@ -54,7 +56,7 @@ use thiserror::Error;
 
 use crate::memory::{StageBytes, peak_inflight, predict_peak_bytes};
 use crate::plan::{MemoryLimit, PartitionOptions, Profile, partition, stage_loads};
-use crate::stage_costs::{LayoutContention, StageCosts, part_ranges};
+use crate::stage_costs::{LayoutFactors, StageCosts, part_ranges};
 use crate::{Costs, Registry, ScheduleParams, Sharing, simulate, simulate_shared};
 
 /// A model's measured costs at one micro-batch size per device.
@@ -121,10 +123,11 @@ pub struct RowCosts {
     /// times ([`crate::stage_costs`]; empty: every stage is the sum of its parts).
     #[serde(default)]
     pub stages: Vec<StageCosts>,
-    /// Per layout whose stages were measured as they run, the contention measured with them,
-    /// used in place of [`RowCosts::contention`] for that layout.
+    /// Per layout whose stages were measured as they run, the contention and fused factors
+    /// measured with them, used in place of [`RowCosts::contention`], [`RowCosts::fused_chain`]
+    /// and [`RowCosts::fused_apart`] for that layout.
     #[serde(default)]
-    pub layout_contention: Vec<LayoutContention>,
+    pub layout_factors: Vec<LayoutFactors>,
 }
 
 fn one() -> u32 {
@@ -157,7 +160,7 @@ impl RowCosts {
             fused_apart: 1.0,
             dispatch: 0.0,
             stages: Vec::new(),
-            layout_contention: Vec::new(),
+            layout_factors: Vec::new(),
         }
     }
 }
@@ -711,14 +714,15 @@ pub fn predict(
     };
     let (forward, backward, weight, split) =
         with_measured_stages(measured, &parts, forward, backward, weight, split);
+    let factors = measured.factors_of(counts);
     let costs = Costs {
         forward,
         backward,
         weight,
         split,
         latency: space.link.seconds(measured.boundary_bytes),
-        fused_chain: measured.fused_chain,
-        fused_apart: measured.fused_apart,
+        fused_chain: factors.fused_chain,
+        fused_apart: factors.fused_apart,
         dispatch: measured.dispatch,
     };
     let (simulated, bubble) = match simulate(plan, &costs) {
@@ -731,7 +735,7 @@ pub fn predict(
     let sharing = Sharing {
         cores: space.cores,
         demand: shape.data.min(space.cores).max(1),
-        contention: measured.contention_of(counts),
+        contention: factors.contention,
     };
     let on_cores = match space.cores {
         0 => simulated,

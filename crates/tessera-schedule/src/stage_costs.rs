@@ -41,33 +41,45 @@ impl StageCosts {
     }
 }
 
-/// The contention of a layout's stages measured as they run ([`crate::search::RowCosts::contention`]
-/// for that layout): its measuring step on every group of the run at once against alone.
+/// The factors of a layout measured with its own stages as they run, in place of those of the
+/// parts' measuring step ([`crate::search::RowCosts::contention`], `fused_chain`,
+/// `fused_apart`) for that layout.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LayoutContention {
+pub struct LayoutFactors {
     /// Decoder layers per stage.
     pub stage_layers: Vec<usize>,
-    /// Its time together over its fair share of the cores (see [`crate::shared`]).
+    /// Its measuring step on every group of the run at once against alone, over the fair share
+    /// of the cores (see [`crate::shared`]).
     pub contention: f64,
+    /// Its last stage's forward fused with its backward: the share of the forward it pays
+    /// beyond the backward ([`crate::Costs::fused_chain`]).
+    pub fused_chain: f64,
+    /// A forward of one micro-batch fused with another stage's backward of another, against the
+    /// two apart ([`crate::Costs::fused_apart`]).
+    pub fused_apart: f64,
 }
 
 impl RowCosts {
-    /// The contention to simulate the layout `counts` with: its own, measured with its stages,
-    /// or the parts' measuring step's.
-    pub fn contention_of(&self, counts: &[usize]) -> f64 {
-        self.layout_contention
+    /// The factors to simulate the layout `counts` with: its own, measured with its stages, or
+    /// the parts' measuring step's.
+    pub fn factors_of(&self, counts: &[usize]) -> LayoutFactors {
+        self.layout_factors
             .iter()
             .find(|l| l.stage_layers == counts)
-            .map_or(self.contention, |l| l.contention)
+            .cloned()
+            .unwrap_or_else(|| LayoutFactors {
+                stage_layers: counts.to_vec(),
+                contention: self.contention,
+                fused_chain: self.fused_chain,
+                fused_apart: self.fused_apart,
+            })
     }
 
-    /// Sets the contention measured with the stages of the layout `counts`.
-    pub fn set_layout_contention(&mut self, counts: &[usize], contention: f64) {
-        self.layout_contention.retain(|l| l.stage_layers != counts);
-        self.layout_contention.push(LayoutContention {
-            stage_layers: counts.to_vec(),
-            contention,
-        });
+    /// Sets the factors measured with the stages of the layout `factors.stage_layers`.
+    pub fn set_layout_factors(&mut self, factors: LayoutFactors) {
+        self.layout_factors
+            .retain(|l| l.stage_layers != factors.stage_layers);
+        self.layout_factors.push(factors);
     }
 
     /// The measured composition of parts `range`, if measured.
@@ -218,14 +230,22 @@ mod tests {
         let both = predict(&costs, &space, shape, "1f1b", &plan, &[2, 2]);
         assert!(both.measured_stages);
         assert!((both.step_seconds - (0.005 + 0.011 + 0.007 + 0.013)).abs() < 1e-12);
-        // A layout's own contention stands in for the parts' step's, for that layout only.
+        // A layout's own factors stand in for the parts' step's, for that layout only.
         costs.contention = 1.5;
-        costs.set_layout_contention(&[2, 2], 0.8);
-        assert_eq!(costs.contention_of(&[2, 2]), 0.8);
-        assert_eq!(costs.contention_of(&[1, 3]), 1.5);
-        costs.set_layout_contention(&[2, 2], 0.9);
-        assert_eq!(costs.layout_contention.len(), 1);
-        assert_eq!(costs.contention_of(&[2, 2]), 0.9);
+        let own = |contention: f64| LayoutFactors {
+            stage_layers: vec![2, 2],
+            contention,
+            fused_chain: 0.25,
+            fused_apart: 0.9,
+        };
+        costs.set_layout_factors(own(0.8));
+        assert_eq!(costs.factors_of(&[2, 2]), own(0.8));
+        assert_eq!(costs.factors_of(&[1, 3]).contention, 1.5);
+        assert_eq!(costs.factors_of(&[1, 3]).fused_chain, 1.0);
+        costs.set_layout_factors(own(0.9));
+        assert_eq!(costs.layout_factors.len(), 1);
+        assert_eq!(costs.factors_of(&[2, 2]).contention, 0.9);
+        costs.layout_factors.clear();
         // Other boundaries keep their parts' sums.
         let other = predict(&costs, &space, shape, "1f1b", &plan, &[1, 3]);
         assert!(!other.measured_stages);

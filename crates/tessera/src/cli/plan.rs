@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use tessera_schedule::search::{Candidate, Link, RowCosts, Space, search, shapes};
-use tessera_schedule::stage_costs::{StageCosts, StageLayout, layouts_to_measure};
+use tessera_schedule::stage_costs::{LayoutFactors, StageCosts, StageLayout, layouts_to_measure};
 
 use super::out::outln;
 use super::train::profile;
@@ -277,7 +277,7 @@ struct Measurements {
 struct CachedStages {
     key: String,
     stages: Vec<StageCosts>,
-    contention: f64,
+    factors: LayoutFactors,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -292,8 +292,43 @@ struct CachedLink {
     link: Link,
 }
 
+/// A cache entry, with the key of what it was measured for.
+trait Cached: serde::de::DeserializeOwned {
+    fn key(&self) -> &str;
+}
+
+impl Cached for CachedCosts {
+    fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl Cached for CachedLink {
+    fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl Cached for CachedStages {
+    fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+/// The entry cached at `path` for `key` (none with `--remeasure`, or when it is missing, is
+/// not such an entry, or was measured for another key).
+fn read_cache<T: Cached>(path: &Path, key: &str, remeasure: bool) -> Option<T> {
+    if remeasure {
+        return None;
+    }
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<T>(&t).ok())
+        .filter(|c| c.key() == key)
+}
+
 /// What the cached costs hold; a new version measures again.
-const COSTS_VERSION: u32 = 9;
+const COSTS_VERSION: u32 = 10;
 
 /// A file name from a cache key.
 fn file_name(key: &str) -> String {
@@ -391,13 +426,7 @@ fn measurements(
             space.devices
         );
         let path = dir.join(format!("{}.json", file_name(&key)));
-        let cached = match args.remeasure {
-            true => None,
-            false => std::fs::read_to_string(&path)
-                .ok()
-                .and_then(|t| serde_json::from_str::<CachedCosts>(&t).ok())
-                .filter(|c| c.key == key),
-        };
+        let cached: Option<CachedCosts> = read_cache(&path, &key, args.remeasure);
         let measured = match cached {
             Some(c) => {
                 notes.push(format!(
@@ -435,13 +464,7 @@ fn measurements(
     }
     let key = format!("link device={kind} plugin={plugin}");
     let path = dir.join(format!("{}.json", file_name(&key)));
-    let cached = match args.remeasure {
-        true => None,
-        false => std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|t| serde_json::from_str::<CachedLink>(&t).ok())
-            .filter(|c| c.key == key),
-    };
+    let cached: Option<CachedLink> = read_cache(&path, &key, args.remeasure);
     let link = match cached {
         Some(c) => {
             notes.push(format!("link: reused {}", path.display()));
@@ -499,11 +522,11 @@ fn refined_ranking(
         }
         tried.extend(todo.iter().cloned());
         for layout in todo {
-            let (stages, contention) =
+            let (stages, factors) =
                 stage_compositions(args, space, model_key, words, measured, &layout)?;
             if let Some(costs) = measured.costs.get_mut(&(layout.rows, layout.data)) {
                 costs.add_stages(&stages);
-                costs.set_layout_contention(&layout.stage_layers, contention);
+                costs.set_layout_factors(factors);
             }
         }
         let costs = |rows: u32, data: u32| measured.costs.get(&(rows, data)).cloned();
@@ -512,8 +535,8 @@ fn refined_ranking(
     Ok(ranked)
 }
 
-/// The stages of `layout` measured as compositions, and their contention on the run's groups,
-/// from the cache or measured now.
+/// The stages of `layout` measured as compositions, and the layout's factors (its contention on
+/// the run's groups, its fused actions'), from the cache or measured now.
 fn stage_compositions(
     args: &Args,
     space: &Space,
@@ -521,7 +544,7 @@ fn stage_compositions(
     words: &[String],
     measured: &mut Measurements,
     layout: &StageLayout,
-) -> anyhow::Result<(Vec<StageCosts>, f64)> {
+) -> anyhow::Result<(Vec<StageCosts>, LayoutFactors)> {
     let counts: Vec<String> = layout.stage_layers.iter().map(usize::to_string).collect();
     let key = format!(
         "v{COSTS_VERSION} {model_key} rows={} group={} of={} stages={} device={} plugin={}",
@@ -539,21 +562,15 @@ fn stage_compositions(
         layout.rows,
         layout.data
     );
-    let cached = match args.remeasure {
-        true => None,
-        false => std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|t| serde_json::from_str::<CachedStages>(&t).ok())
-            .filter(|c| c.key == key),
-    };
+    let cached: Option<CachedStages> = read_cache(&path, &key, args.remeasure);
     if let Some(c) = cached {
         measured
             .notes
             .push(format!("{label}: reused {}", path.display()));
-        return Ok((c.stages, c.contention));
+        return Ok((c.stages, c.factors));
     }
     let began = std::time::Instant::now();
-    let (stages, contention) = profile::measure_stages(
+    let (stages, factors) = profile::measure_stages(
         words,
         Some(measured.plugin.as_str()),
         layout.rows,
@@ -566,7 +583,7 @@ fn stage_compositions(
     let entry = CachedStages {
         key: key.clone(),
         stages: stages.clone(),
-        contention,
+        factors: factors.clone(),
     };
     std::fs::write(&path, serde_json::to_string_pretty(&entry)?)
         .with_context(|| format!("writing {}", path.display()))?;
@@ -575,7 +592,7 @@ fn stage_compositions(
         began.elapsed().as_secs_f64(),
         path.display()
     ));
-    Ok((stages, contention))
+    Ok((stages, factors))
 }
 
 /// The ranking of `args`' configurations, and the measurement notes.

@@ -15,7 +15,7 @@ use tessera::jit::to_host;
 use tessera_mpmd::{StepArg, StepResult};
 use tessera_schedule::plan::{Part, Profile};
 use tessera_schedule::search::RowCosts;
-use tessera_schedule::stage_costs::StageCosts;
+use tessera_schedule::stage_costs::{LayoutFactors, StageCosts};
 
 use tessera_schedule::{Action, Placement, Schedule, ScheduleError, Task};
 
@@ -146,33 +146,15 @@ pub fn measure(
         .map(|s| usize::from(s != 0 && s + 1 != stages))
         .collect();
     let microbatches = 2_u32;
-    let Measuring {
-        model,
-        training,
-        layout,
-        options,
-        client,
-        mesh,
-        jit,
-    } = Measuring::new(model_words, plugin, rows, data, client_devices, &counts)?;
-    let program = &training.program;
+    let measuring = Measuring::new(model_words, plugin, rows, data, client_devices, &counts)?;
     let run = Runs {
-        model: &model,
-        training: &training,
+        model: &measuring.model,
+        training: &measuring.training,
         steps,
     };
-    let alone = run.time(&jit, None)?;
-    let contention = measure_contention(&run, &client, &layout, &options, &alone, cores)?;
-    let fused_options = tessera_mpmd::MpmdJitOptions {
-        schedule: Some(std::sync::Arc::new(MeasureFused {
-            stages: stages as u32,
-        })),
-        ..options.clone()
-    };
-    let fused = run.time(
-        &tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &fused_options)?,
-        None,
-    )?;
+    let alone = run.time(&measuring.jit, None)?;
+    let contention = measuring.contention(&run, &alone, cores)?;
+    let fused = measuring.time_fused(&run)?;
     let (fused_chain, fused_apart) = fused_factors(&fused, &alone.times, stages);
     let dispatch = median(alone.gaps.clone());
     let Timed {
@@ -182,7 +164,7 @@ pub fn measure(
         ..
     } = alone;
     let timings = last.context("no steps were run")?;
-    let memory = jit.pipeline().memory_report(&timings);
+    let memory = measuring.jit.pipeline().memory_report(&timings);
     let median = |kind: char, stage: usize| -> anyhow::Result<f64> {
         let mut v = times.get(&(kind, stage)).cloned().unwrap_or_default();
         v.sort_by(f64::total_cmp);
@@ -247,7 +229,7 @@ pub fn measure(
         fused_apart,
         dispatch,
         stages: Vec::new(),
-        layout_contention: Vec::new(),
+        layout_factors: Vec::new(),
     })
 }
 
@@ -261,6 +243,8 @@ struct Measuring {
     client: tessera_pjrt::Client,
     mesh: tessera_mpmd::MpmdMesh,
     jit: tessera_mpmd::MpmdJit,
+    /// Its stages, all on the one group.
+    stages: u32,
 }
 
 impl Measuring {
@@ -346,15 +330,39 @@ impl Measuring {
             client,
             mesh,
             jit,
+            stages: stages as u32,
         })
+    }
+
+    /// `run`'s step under [`MeasureFused`] (this layout's fused actions).
+    fn time_fused(&self, run: &Runs) -> anyhow::Result<Timed> {
+        let options = tessera_mpmd::MpmdJitOptions {
+            schedule: Some(std::sync::Arc::new(MeasureFused {
+                stages: self.stages,
+            })),
+            ..self.options.clone()
+        };
+        let jit = tessera_mpmd::mpmd_jit_with(
+            &self.client,
+            &self.mesh,
+            &self.training.program,
+            &options,
+        )?;
+        run.time(&jit, None)
+    }
+
+    /// The contention of `run`'s step on every group of the planned run against `alone`.
+    fn contention(&self, run: &Runs, alone: &Timed, cores: u32) -> anyhow::Result<f64> {
+        measure_contention(run, &self.client, &self.layout, &self.options, alone, cores)
     }
 }
 
 /// Measures the stages of the layout `counts` (decoder layers per stage) as compositions: the
 /// training step split there, every stage on one MPMD group of `data` devices under
 /// [`MeasureOrder`], `steps` steps after one of warm-up, each stage's median forward, whole
-/// backward and split backward (`I + W`, and `W`); and the contention of this step run on every
-/// group of the planned run at once (as [`measure`]'s, with these stages).
+/// backward and split backward (`I + W`, and `W`); and the layout's factors (as [`measure`]'s,
+/// with these stages): the contention of this step run on every group of the planned run at
+/// once, and the fused actions' factors under [`MeasureFused`].
 #[allow(clippy::too_many_arguments)]
 pub fn measure_stages(
     model_words: &[String],
@@ -365,7 +373,7 @@ pub fn measure_stages(
     steps: u32,
     cores: u32,
     counts: &[usize],
-) -> anyhow::Result<(Vec<StageCosts>, f64)> {
+) -> anyhow::Result<(Vec<StageCosts>, LayoutFactors)> {
     let measuring = Measuring::new(model_words, plugin, rows, data, client_devices, counts)?;
     let run = Runs {
         model: &measuring.model,
@@ -373,14 +381,15 @@ pub fn measure_stages(
         steps,
     };
     let alone = run.time(&measuring.jit, None)?;
-    let contention = measure_contention(
-        &run,
-        &measuring.client,
-        &measuring.layout,
-        &measuring.options,
-        &alone,
-        cores,
-    )?;
+    let contention = measuring.contention(&run, &alone, cores)?;
+    let fused = measuring.time_fused(&run)?;
+    let (fused_chain, fused_apart) = fused_factors(&fused, &alone.times, counts.len());
+    let factors = LayoutFactors {
+        stage_layers: counts.to_vec(),
+        contention,
+        fused_chain,
+        fused_apart,
+    };
     let times = alone.times;
     let median = |kind: char, stage: usize| -> anyhow::Result<f64> {
         let v = times.get(&(kind, stage)).cloned().unwrap_or_default();
@@ -404,7 +413,7 @@ pub fn measure_stages(
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok((stages, contention))
+    Ok((stages, factors))
 }
 
 /// The fused actions' factors from their durations in `fused` and their tasks' medians alone
