@@ -147,15 +147,7 @@ pub fn measure(
         .collect();
     let microbatches = 2_u32;
     let measuring = Measuring::new(model_words, plugin, rows, data, client_devices, &counts)?;
-    let run = Runs {
-        model: &measuring.model,
-        training: &measuring.training,
-        steps,
-    };
-    let alone = run.time(&measuring.jit, None)?;
-    let contention = measuring.contention(&run, &alone, cores)?;
-    let fused = measuring.time_fused(&run)?;
-    let (fused_chain, fused_apart) = fused_factors(&fused, &alone.times, stages);
+    let (alone, factors) = measuring.time_with_factors(steps, cores)?;
     let dispatch = median(alone.gaps.clone());
     let Timed {
         times,
@@ -224,9 +216,9 @@ pub fn measure(
             .map(|s| at(&memory.weight_residual_bytes, s))
             .collect(),
         layer_hidden_bytes: u64::try_from(hidden).unwrap_or(0),
-        contention,
-        fused_chain,
-        fused_apart,
+        contention: factors.contention,
+        fused_chain: factors.fused_chain,
+        fused_apart: factors.fused_apart,
         dispatch,
         stages: Vec::new(),
         layout_factors: Vec::new(),
@@ -245,6 +237,8 @@ struct Measuring {
     jit: tessera_mpmd::MpmdJit,
     /// Its stages, all on the one group.
     stages: u32,
+    /// Decoder layers per stage.
+    counts: Vec<usize>,
 }
 
 impl Measuring {
@@ -331,7 +325,30 @@ impl Measuring {
             mesh,
             jit,
             stages: stages as u32,
+            counts: counts.to_vec(),
         })
+    }
+
+    /// The step timed alone under [`MeasureOrder`] (`steps` after one of warm-up), and the
+    /// layout's factors measured around it: the contention of the step on every group of the
+    /// planned run at once, and the fused actions' factors under [`MeasureFused`].
+    fn time_with_factors(&self, steps: u32, cores: u32) -> anyhow::Result<(Timed, LayoutFactors)> {
+        let run = Runs {
+            model: &self.model,
+            training: &self.training,
+            steps,
+        };
+        let alone = run.time(&self.jit, None)?;
+        let contention = self.contention(&run, &alone, cores)?;
+        let fused = self.time_fused(&run)?;
+        let (fused_chain, fused_apart) = fused_factors(&fused, &alone.times, self.stages as usize);
+        let factors = LayoutFactors {
+            stage_layers: self.counts.clone(),
+            contention,
+            fused_chain,
+            fused_apart,
+        };
+        Ok((alone, factors))
     }
 
     /// `run`'s step under [`MeasureFused`] (this layout's fused actions).
@@ -375,21 +392,7 @@ pub fn measure_stages(
     counts: &[usize],
 ) -> anyhow::Result<(Vec<StageCosts>, LayoutFactors)> {
     let measuring = Measuring::new(model_words, plugin, rows, data, client_devices, counts)?;
-    let run = Runs {
-        model: &measuring.model,
-        training: &measuring.training,
-        steps,
-    };
-    let alone = run.time(&measuring.jit, None)?;
-    let contention = measuring.contention(&run, &alone, cores)?;
-    let fused = measuring.time_fused(&run)?;
-    let (fused_chain, fused_apart) = fused_factors(&fused, &alone.times, counts.len());
-    let factors = LayoutFactors {
-        stage_layers: counts.to_vec(),
-        contention,
-        fused_chain,
-        fused_apart,
-    };
+    let (alone, factors) = measuring.time_with_factors(steps, cores)?;
     let times = alone.times;
     let median = |kind: char, stage: usize| -> anyhow::Result<f64> {
         let v = times.get(&(kind, stage)).cloned().unwrap_or_default();
