@@ -21,6 +21,10 @@ use tessera_schedule::{Action, Placement, Schedule, ScheduleError, Task};
 
 use super::args::Args;
 
+/// Micro-batches of every measuring step (the orders below time whole and split backwards on
+/// alternate ones, fused actions across the two).
+const MICROBATCHES: u32 = 2;
+
 /// The measuring order: every part a stage on one group; each micro-batch's forwards, then its
 /// backwards from the last stage, whole (`Bwd`) on even micro-batches and split (`BwdI`, then
 /// `BwdW`) on odd ones, so one run times both kinds of backward and the weight residuals.
@@ -145,7 +149,6 @@ pub fn measure(
     let counts: Vec<usize> = (0..stages)
         .map(|s| usize::from(s != 0 && s + 1 != stages))
         .collect();
-    let microbatches = 2_u32;
     let measuring = Measuring::new(model_words, plugin, rows, data, client_devices, &counts)?;
     let (alone, factors) = measuring.time_with_factors(steps, cores)?;
     let dispatch = median(alone.gaps.clone());
@@ -206,7 +209,7 @@ pub fn measure(
             .map(|s| at(&memory.stage_accumulator_bytes, s))
             .collect(),
         data_bytes: (0..stages)
-            .map(|s| at(&memory.stage_data_bytes, s) / u64::from(microbatches))
+            .map(|s| at(&memory.stage_data_bytes, s) / u64::from(MICROBATCHES))
             .collect(),
         boundary_bytes: u64::try_from(boundary).unwrap_or(0),
         step_overhead,
@@ -253,7 +256,7 @@ impl Measuring {
         counts: &[usize],
     ) -> anyhow::Result<Measuring> {
         let stages = counts.len();
-        let microbatches = 2_u32;
+        let microbatches = MICROBATCHES;
         let layers: Vec<String> = counts.iter().map(usize::to_string).collect();
         let mut words = model_words.to_vec();
         words.extend(
