@@ -7,6 +7,7 @@ mod checkpoint_bench;
 mod cmd;
 mod compile_count;
 mod demo;
+mod doc_check;
 mod gpu_bundle;
 mod jax;
 #[allow(dead_code)]
