@@ -88,6 +88,7 @@ impl MpmdArray {
                     ),
                 });
             }
+            check_group_layout(index, &array, group, &sharding)?;
             if by_group.insert(group, array).is_some() {
                 return Err(MpmdError::DuplicateGroup { index, group });
             }
@@ -291,5 +292,33 @@ impl MpmdArray {
             array.block_until_ready()?;
         }
         Ok(self)
+    }
+}
+
+/// Refuses `array` unless every device holds the block that `group`'s own layout with
+/// `sharding`'s spec gives it. The device set alone does not say so: a mesh that lists the
+/// group's devices in another order shards the same spec onto other devices, and reading it back
+/// by the group's layout would permute the data (JAXPP raises there too).
+fn check_group_layout(
+    index: usize,
+    array: &Array,
+    group: usize,
+    sharding: &MpmdSharding,
+) -> Result<()> {
+    let shape = array.shape();
+    let mut held = array.sharding().devices_indices_map(shape)?;
+    let mut expected = sharding.group_sharding(group)?.devices_indices_map(shape)?;
+    held.sort_by_key(|(d, _)| *d);
+    expected.sort_by_key(|(d, _)| *d);
+    match held.iter().zip(&expected).find(|(h, e)| h != e) {
+        None => Ok(()),
+        Some(((device, held), (_, expected))) => Err(MpmdError::LayoutDiffers {
+            index,
+            shape: shape.to_vec(),
+            group,
+            device: *device,
+            held: held.to_vec(),
+            expected: expected.to_vec(),
+        }),
     }
 }

@@ -43,6 +43,25 @@ pub enum MpmdError {
         /// The sharding's groups.
         groups: Vec<usize>,
     },
+    /// An array lies on a group's devices, but a device holds another block than the group's
+    /// own layout gives it (its mesh lists the devices in another order).
+    #[error(
+        "array {index} (shape {shape:?}) lies on MPMD group {group}'s devices, but device {device} holds block {held:?} where the group's layout with the same spec gives it {expected:?}; place the array on the group's own mesh (MpmdMesh::group({group})), or reshard it there first"
+    )]
+    LayoutDiffers {
+        /// Position of the array.
+        index: usize,
+        /// Its shape.
+        shape: Vec<i64>,
+        /// The group.
+        group: usize,
+        /// The first device whose block differs.
+        device: i64,
+        /// The block (start, end per dimension) the array puts on that device.
+        held: Vec<(i64, i64)>,
+        /// The block the group's layout puts there.
+        expected: Vec<(i64, i64)>,
+    },
     /// Two arrays lie on the same group.
     #[error(
         "array {index} lies on MPMD group {group}, which another array already holds; give one array per group"

@@ -263,3 +263,31 @@ fn the_sharding_spans_every_device_of_the_groups_holding_data_or_not() {
     assert!(!remote.is_partially_addressable());
     assert_eq!(remote.sharding().unwrap(), sharding);
 }
+
+#[test]
+fn an_array_on_the_groups_devices_in_another_order_is_refused() {
+    // Group 2 holds devices [4, 5]; a mesh listing them as [5, 4] shards `P('data')` the other
+    // way round, so reading it by the group's layout would swap its rows.
+    let (client, mesh) = setup();
+    let swapped = Mesh::new(
+        tessera_sharding::AbstractMesh::auto(&[("data", 2)]).unwrap(),
+        vec![5, 4],
+    )
+    .unwrap();
+    let on_swapped = |spec: &str| {
+        let sharding = NamedSharding::new(&swapped, p(spec)).unwrap();
+        Array::device_put(&client, &value(), &sharding).unwrap()
+    };
+    let sharding = MpmdSharding::new(&mesh, [2], &p("P('data')")).unwrap();
+    let err = MpmdArray::new(vec![on_swapped("P('data')")], sharding).unwrap_err();
+    assert!(
+        matches!(&err, MpmdError::LayoutDiffers { index: 0, group: 2, device: 4, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("MpmdMesh::group(2)"), "{err}");
+    // Replicated, every device holds the whole array whatever the order: accepted, and read
+    // back unchanged.
+    let replicated = MpmdSharding::new(&mesh, [2], &p("P()")).unwrap();
+    let array = MpmdArray::new(vec![on_swapped("P()")], replicated).unwrap();
+    assert_eq!(array.to_global_array().unwrap().to_host().unwrap(), value());
+}
