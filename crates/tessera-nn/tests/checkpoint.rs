@@ -412,3 +412,48 @@ fn only_the_blocks_asked_for_are_read_and_checked() {
     assert_eq!(back.params.leaf("w").unwrap().to_vec(), w.to_vec());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A damaged safetensors header placing a block near `u64::MAX` is refused naming the file and
+/// the block; the offsets' sums are checked (they overflowed: a panic in debug builds, a huge
+/// allocation in release).
+#[test]
+fn a_header_with_offsets_near_the_end_of_u64_is_refused() {
+    use tessera_nn::checkpoint::{Part, Piece, commit, load_where, prepare, write_part};
+    let dir = scratch("offsets");
+    let w = Array::new(DType::F32, &[2, 3], (0..6).map(f64::from).collect()).unwrap();
+    prepare(&dir).unwrap();
+    let pieces = [Piece::whole(Part::Params, "w", w.clone())];
+    let folder = commit(
+        &dir,
+        &manifest(4),
+        write_part(&dir, 4, 0, 1, &pieces).unwrap(),
+    )
+    .unwrap();
+    let file = folder.join("params.safetensors");
+    let bytes = std::fs::read(&file).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    header["w"]["data_offsets"] = serde_json::json!([u64::MAX - 8, u64::MAX]);
+    let text = header.to_string().into_bytes();
+    let mut damaged = (text.len() as u64).to_le_bytes().to_vec();
+    damaged.extend_from_slice(&text);
+    damaged.extend_from_slice(&bytes[8 + n..]);
+    std::fs::write(&file, &damaged).unwrap();
+    // The manifest agrees with the file's new size, so the header itself is what is read.
+    let manifest_path = folder.join("manifest.json");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    m["files"]["params.safetensors"]["bytes"] = (damaged.len() as u64).into();
+    m["files"]["params.safetensors"]["crc32"] = crc32(&damaged).into();
+    std::fs::write(&manifest_path, m.to_string()).unwrap();
+    let avals = Tree::node([("w", Tree::Leaf(w.aval()))]);
+    let empty = Tree::Node(Vec::new());
+    let err = load_where(&folder, &avals, &empty, &|_, _| true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("params.safetensors") && err.contains("block `w`"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

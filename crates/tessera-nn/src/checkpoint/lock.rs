@@ -1,6 +1,12 @@
 //! One writer per checkpoint directory: [`DirLock`] holds `.tessera.lock` (the owner's process
 //! id) while a run saves there, so a second run started on the same directory is refused
 //! instead of silently overwriting the first run's checkpoints with its own.
+//!
+//! Taking the lock is atomic: the process id is written to a file of its own first, which is
+//! then hard-linked into place (the link fails when a lock exists), so a lock file never exists
+//! without its owner's id in it. A lock left by an ended process is moved aside by an atomic
+//! rename before a new one is linked, and put back if what was moved is not the stale lock that
+//! was judged (another run took it over in between).
 
 use std::fs;
 use std::io::Write;
@@ -24,26 +30,24 @@ impl DirLock {
     pub fn acquire(dir: &Path) -> Result<DirLock> {
         fs::create_dir_all(dir).map_err(|e| io_error(dir, "cannot create", e))?;
         let path = dir.join(LOCK_FILE);
-        // Two tries: the second after removing a lock whose owner has ended.
-        for _ in 0..2 {
-            match fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-            {
-                Ok(mut file) => {
-                    write!(file, "{}", std::process::id())
-                        .map_err(|e| io_error(&path, "cannot write", e))?;
-                    return Ok(DirLock { path });
-                }
+        let mine = Private::write(dir, "new")?;
+        // A few tries: again after moving aside a lock whose owner has ended.
+        for _ in 0..4 {
+            match fs::hard_link(&mine.0, &path) {
+                Ok(()) => return Ok(DirLock { path }),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let owner = fs::read_to_string(&path).unwrap_or_default();
+                    let owner = match fs::read_to_string(&path) {
+                        Ok(owner) => owner,
+                        // Released (or moved aside) since the link failed: try again.
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(io_error(&path, "cannot read", e)),
+                    };
                     let pid = owner.trim().parse::<u32>().ok();
                     if pid.is_some_and(|pid| alive_after(pid, OWNER_GRACE)) {
                         return Err(held(dir, &path, &owner));
                     }
                     // The owner ended without releasing it (or the file is damaged).
-                    fs::remove_file(&path).map_err(|e| io_error(&path, "cannot remove", e))?;
+                    take_stale(dir, &path, &owner)?;
                 }
                 Err(e) => return Err(io_error(&path, "cannot create", e)),
             }
@@ -66,6 +70,48 @@ impl Drop for DirLock {
             let _ = fs::remove_file(&self.path);
         }
     }
+}
+
+/// A file of this process's own in the checkpoint directory, removed when dropped.
+struct Private(PathBuf);
+
+impl Private {
+    /// A new file holding this process's id, under a name no other caller uses.
+    fn write(dir: &Path, what: &str) -> Result<Private> {
+        static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let pid = std::process::id();
+        let path = dir.join(format!("{LOCK_FILE}.{what}.{pid}.{call}"));
+        let mut file = fs::File::create(&path).map_err(|e| io_error(&path, "cannot create", e))?;
+        let private = Private(path);
+        write!(file, "{pid}")
+            .and_then(|()| file.sync_all())
+            .map_err(|e| io_error(&private.0, "cannot write", e))?;
+        Ok(private)
+    }
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+/// Moves the stale lock at `path` (whose content was `stale`) aside. If what was moved is not
+/// that lock (another run replaced it in between), it is linked back into place.
+fn take_stale(dir: &Path, path: &Path, stale: &str) -> Result<()> {
+    let aside = Private::write(dir, "stale")?;
+    match fs::rename(path, &aside.0) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_error(path, "cannot move aside", e)),
+    }
+    let moved = fs::read_to_string(&aside.0).map_err(|e| io_error(&aside.0, "cannot read", e))?;
+    if moved != stale {
+        // Someone else's live lock: back into place (unless a third run holds it by now).
+        let _ = fs::hard_link(&aside.0, path);
+    }
+    Ok(())
 }
 
 fn held(dir: &Path, path: &Path, owner: &str) -> NnError {
@@ -141,6 +187,39 @@ mod tests {
             std::process::id().to_string()
         );
         drop(lock);
+        // An empty lock is damaged (a lock is never seen without its owner's id): taken over.
+        fs::write(dir.join(LOCK_FILE), "").unwrap();
+        drop(DirLock::acquire(&dir).unwrap());
+        // Only the lock file is left behind by acquire and drop, never a private file.
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Threads of one process (one pid, so each sees the others' locks as live) acquiring at
+    /// once: exactly one holds the lock in each round. When the id was written after the file
+    /// was created, a thread could read the new lock empty, take it for damaged, remove it and
+    /// take its own, so that two held it.
+    #[test]
+    fn racing_acquirers_get_one_lock() {
+        let dir = std::env::temp_dir().join(format!("tessera-lock-race-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        for round in 0..100 {
+            let start = std::sync::Barrier::new(6);
+            let locks: Vec<Option<DirLock>> = std::thread::scope(|s| {
+                let racers: Vec<_> = (0..6)
+                    .map(|_| {
+                        s.spawn(|| {
+                            start.wait();
+                            DirLock::acquire(&dir).ok()
+                        })
+                    })
+                    .collect();
+                racers.into_iter().map(|r| r.join().unwrap()).collect()
+            });
+            let held = locks.iter().filter(|l| l.is_some()).count();
+            assert_eq!(held, 1, "round {round}: {held} threads hold the lock");
+        }
         fs::remove_dir_all(&dir).unwrap();
     }
 }

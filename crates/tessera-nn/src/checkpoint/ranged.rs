@@ -68,15 +68,18 @@ pub(super) fn read_block(
             block.key, entry.dtype, entry.shape, tensor.dtype, block.shape
         )));
     }
-    let offset = data_start + begin;
-    if offset != stored.offset || end < begin || offset + (end - begin) > size {
+    // Checked: a damaged header's offsets may lie anywhere up to u64::MAX.
+    let place = data_start
+        .checked_add(begin)
+        .zip(data_start.checked_add(end))
+        .filter(|&(offset, stop)| offset == stored.offset && begin <= end && stop <= size);
+    let Some((offset, _)) = place else {
         return Err(damaged(format!(
-            "places block `{}` at bytes {offset}..{}, but the manifest says it begins at {}",
-            block.key,
-            data_start + end,
-            stored.offset
+            "places block `{}` at data offsets {begin}..{end} after a header ending at byte \
+             {data_start}, but the manifest says it begins at byte {} of a {size}-byte file",
+            block.key, stored.offset
         )));
-    }
+    };
     let mut bytes = vec![0u8; (end - begin) as usize];
     file.seek(SeekFrom::Start(offset))
         .and_then(|_| file.read_exact(&mut bytes))
