@@ -384,6 +384,25 @@ pub enum SearchError {
         /// Its micro-batches.
         microbatches: u32,
     },
+    /// The simulator refused a schedule's plan (a bug of the schedule or the simulator: a
+    /// candidate is never dropped, or ranked last, in silence).
+    #[error(
+        "the simulator failed on {schedule} with {stages} stages on {groups} groups and \
+         {microbatches} micro-batches: {reason}; this is a bug of the schedule or the simulator \
+         (please report it); leave that schedule out with --schedules meanwhile"
+    )]
+    Simulation {
+        /// The schedule.
+        schedule: String,
+        /// Its stages.
+        stages: u32,
+        /// Its groups.
+        groups: u32,
+        /// Its micro-batches.
+        microbatches: u32,
+        /// The simulator's error.
+        reason: String,
+    },
     /// The costs of a shape's micro-batch size were not given.
     #[error("no measured costs for {rows} rows per device on groups of {data} devices")]
     MissingCosts {
@@ -502,14 +521,14 @@ pub fn search(
             let Ok(plan) = schedule.plan(shape.microbatches) else {
                 continue;
             };
-            let Some(candidate) = evaluate(&measured, space, shape, name, &plan, None) else {
+            let Some(candidate) = evaluate(&measured, space, shape, name, &plan, None)? else {
                 continue;
             };
             any_layout = true;
             let candidate = match space.device_memory {
                 Some(limit) if candidate.peak_bytes > limit => {
                     // The fastest split that fits, if another does.
-                    match evaluate(&measured, space, shape, name, &plan, Some(limit)) {
+                    match evaluate(&measured, space, shape, name, &plan, Some(limit))? {
                         Some(c) if c.peak_bytes <= limit => c,
                         _ => {
                             if least
@@ -618,7 +637,8 @@ fn shapes_with_schedules(space: &Space, registry: &Registry, names: &[String]) -
 
 /// The prediction for one shape and schedule: boundaries from [`partition`] (under `limit`,
 /// counting each stage's in-flight micro-batches under `plan`, when given), step time from the
-/// simulator, peak bytes from the memory model. `None` when no split exists.
+/// simulator, peak bytes from the memory model. `None` when no split exists; an error where the
+/// simulator fails ([`SearchError::Simulation`]).
 pub fn evaluate(
     measured: &RowCosts,
     space: &Space,
@@ -626,7 +646,7 @@ pub fn evaluate(
     schedule: &str,
     plan: &crate::Plan,
     limit: Option<u64>,
-) -> Option<Candidate> {
+) -> Result<Option<Candidate>, SearchError> {
     let stages = shape.stages as usize;
     let inflight = peak_inflight(plan);
     let memory = limit.map(|bytes| {
@@ -641,18 +661,14 @@ pub fn evaluate(
         empty_ends: true,
         memory,
     };
-    let split = partition(&measured.profile, stages, &options).ok()?;
-    Some(predict(
-        measured,
-        space,
-        shape,
-        schedule,
-        plan,
-        &split.counts,
-    ))
+    let Ok(split) = partition(&measured.profile, stages, &options) else {
+        return Ok(None);
+    };
+    predict(measured, space, shape, schedule, plan, &split.counts).map(Some)
 }
 
-/// The prediction for one configuration with the stage boundaries `counts` given.
+/// The prediction for one configuration with the stage boundaries `counts` given; an error where
+/// the simulator fails on the plan ([`SearchError::Simulation`]).
 pub fn predict(
     measured: &RowCosts,
     space: &Space,
@@ -660,7 +676,7 @@ pub fn predict(
     schedule: &str,
     plan: &crate::Plan,
     counts: &[usize],
-) -> Candidate {
+) -> Result<Candidate, SearchError> {
     let profile = &measured.profile;
     let loads = stage_loads(profile, counts);
     // Per stage, its parts' indices in the per-part lists (embedding 0, layers, head last).
@@ -725,10 +741,15 @@ pub fn predict(
         fused_apart: factors.fused_apart,
         dispatch: measured.dispatch,
     };
-    let (simulated, bubble) = match simulate(plan, &costs) {
-        Ok(sim) => (sim.makespan, sim.bubble_ratio),
-        Err(_) => (f64::INFINITY, 1.0),
+    let failed = |reason: String| SearchError::Simulation {
+        schedule: schedule.to_string(),
+        stages: shape.stages,
+        groups: shape.groups,
+        microbatches: shape.microbatches,
+        reason,
     };
+    let sim = simulate(plan, &costs).map_err(|e| failed(e.to_string()))?;
+    let (simulated, bubble) = (sim.makespan, sim.bubble_ratio);
     // Devices sharing `cores` host cores: tasks of different groups running at once share them
     // (a group's task keeps up to `data` of them busy, one per device) and contend beyond their
     // share by the measured factor ([`crate::shared`]).
@@ -739,7 +760,11 @@ pub fn predict(
     };
     let on_cores = match space.cores {
         0 => simulated,
-        _ => simulate_shared(plan, &costs, &sharing).map_or(f64::INFINITY, |(m, _)| m),
+        _ => {
+            simulate_shared(plan, &costs, &sharing)
+                .map_err(|e| failed(e.to_string()))?
+                .0
+        }
     };
     let step_seconds = on_cores + measured.step_overhead.max(0.0);
     let stage_bytes: Vec<StageBytes> = (0..counts.len())
@@ -774,7 +799,7 @@ pub fn predict(
     let per_group = predict_peak_bytes(plan, &resident, &stage_bytes);
     let peak_bytes = per_group.iter().copied().max().unwrap_or(0);
     let tokens = f64::from(space.batch) * space.tokens_per_example as f64;
-    Candidate {
+    Ok(Candidate {
         stages: shape.stages,
         stage_layers: counts.to_vec(),
         groups: shape.groups,
@@ -794,7 +819,7 @@ pub fn predict(
         },
         same_prediction: Vec::new(),
         measured_stages: measured.has_stages(counts),
-    }
+    })
 }
 
 /// A stage's activation bytes per micro-batch from its parts': the runtime keeps a stage's

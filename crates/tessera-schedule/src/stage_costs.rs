@@ -200,7 +200,7 @@ mod tests {
         };
         let plan = Registry::with_builtins().create("1f1b", params)?.plan(1)?;
         // One micro-batch: the step is both forwards and both backwards in a row.
-        let sums = predict(&costs, &space, shape, "1f1b", &plan, &[2, 2]);
+        let sums = predict(&costs, &space, shape, "1f1b", &plan, &[2, 2]).unwrap();
         assert!(!sums.measured_stages);
         assert!(
             (sums.step_seconds - (0.019 + 0.038)).abs() < 1e-12,
@@ -216,7 +216,7 @@ mod tests {
         };
         costs.add_stages(&[first]);
         assert!(!costs.has_stages(&[2, 2]));
-        let one = predict(&costs, &space, shape, "1f1b", &plan, &[2, 2]);
+        let one = predict(&costs, &space, shape, "1f1b", &plan, &[2, 2]).unwrap();
         assert!(!one.measured_stages);
         assert!((one.step_seconds - (0.005 + 0.011 + 0.010 + 0.020)).abs() < 1e-12);
         costs.add_stages(&[StageCosts {
@@ -227,7 +227,7 @@ mod tests {
             split: 0.015,
             weight: 0.006,
         }]);
-        let both = predict(&costs, &space, shape, "1f1b", &plan, &[2, 2]);
+        let both = predict(&costs, &space, shape, "1f1b", &plan, &[2, 2]).unwrap();
         assert!(both.measured_stages);
         assert!((both.step_seconds - (0.005 + 0.011 + 0.007 + 0.013)).abs() < 1e-12);
         // A layout's own factors stand in for the parts' step's, for that layout only.
@@ -247,9 +247,53 @@ mod tests {
         assert_eq!(costs.factors_of(&[2, 2]).contention, 0.9);
         costs.layout_factors.clear();
         // Other boundaries keep their parts' sums.
-        let other = predict(&costs, &space, shape, "1f1b", &plan, &[1, 3]);
+        let other = predict(&costs, &space, shape, "1f1b", &plan, &[1, 3]).unwrap();
         assert!(!other.measured_stages);
         assert!((other.step_seconds - sums.step_seconds).abs() < 1e-12);
+        Ok(())
+    }
+
+    #[test]
+    fn a_plan_the_simulator_refuses_is_an_error_not_a_slow_candidate()
+    -> Result<(), crate::ScheduleError> {
+        let part = Part {
+            forward: 0.001,
+            backward: 0.002,
+            activation_bytes: 0,
+            parameter_bytes: 0,
+        };
+        let profile = Profile {
+            embedding: part,
+            layers: vec![part; 2],
+            head: part,
+        };
+        let costs = RowCosts::uniform_bytes(1, profile);
+        let space = Space {
+            devices: 2,
+            batch: 2,
+            layers: 2,
+            ..Space::default()
+        };
+        let shape = Shape {
+            groups: 2,
+            stages: 2,
+            microbatches: 2,
+            data: 1,
+        };
+        let params = ScheduleParams {
+            stages: 2,
+            mpmd_dim: 2,
+        };
+        let mut plan = Registry::with_builtins().create("1f1b", params)?.plan(2)?;
+        // The last stage's actions backwards: its first backward waits for a forward it runs
+        // later, a deadlock the simulator reports.
+        plan.actors[1].reverse();
+        let err = predict(&costs, &space, shape, "1f1b", &plan, &[1, 1]).unwrap_err();
+        assert!(
+            matches!(&err, crate::search::SearchError::Simulation { schedule, microbatches: 2, .. } if schedule == "1f1b"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("--schedules"), "{err}");
         Ok(())
     }
 
