@@ -59,10 +59,19 @@ struct Event {
     name: String,
 }
 
-fn read(path: &PathBuf) -> Vec<Event> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
+/// The events of the log at `path`; a log that is missing (no process wrote it) reads as `None`,
+/// one that cannot be read is an error.
+fn read(path: &PathBuf) -> anyhow::Result<Option<Vec<Event>>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    Ok(Some(parse(&text)))
+}
+
+fn parse(text: &str) -> Vec<Event> {
+    text.lines()
         .filter_map(|line| {
             let mut words = line.split(' ');
             let load = match words.next()? {
@@ -80,10 +89,21 @@ fn read(path: &PathBuf) -> Vec<Event> {
 }
 
 /// Prints the demo's compile and cache-load counts, and which of its compiles the previous demo
-/// had compiled too.
-pub fn report() {
-    let Some(log) = LOG.get() else { return };
-    let events = read(log);
+/// had compiled too. A log that no process wrote, or wrote no event to, is an error: the demo's
+/// programs were compiled or loaded somewhere, so an empty count means the events were lost
+/// (not that nothing was compiled).
+pub fn report() -> anyhow::Result<()> {
+    let Some(log) = LOG.get() else {
+        return Ok(());
+    };
+    let events = match read(log)? {
+        Some(events) if !events.is_empty() => events,
+        _ => anyhow::bail!(
+            "no compile events were recorded in {} ({EVENTS_ENV}), though the demo ran programs: \
+             the count of compiles is unknown (see the warnings above for a failed write)",
+            log.display()
+        ),
+    };
     let compiled: Vec<&Event> = events.iter().filter(|e| !e.load).collect();
     let loaded = events.len() - compiled.len();
     let uncached = compiled.iter().filter(|e| e.key == "-").count();
@@ -98,10 +118,10 @@ pub fn report() {
         },
         log.display()
     ));
-    let previous = read(&previous_path());
+    let previous = read(&previous_path())?.unwrap_or_default();
     if compiled.is_empty() {
         println!("this demo compiled nothing: every program came from the cache");
-        return;
+        return Ok(());
     }
     if previous.is_empty() {
         println!(
@@ -109,7 +129,7 @@ pub fn report() {
              these {} programs from the cache, and says so here",
             compiled.len()
         );
-        return;
+        return Ok(());
     }
     let before: BTreeSet<&str> = previous
         .iter()
@@ -140,5 +160,28 @@ pub fn report() {
             again.len(),
             again.join(", ")
         );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_no_process_wrote_is_an_unknown_count_not_zero_compiles() {
+        let dir = std::env::temp_dir().join(format!("tessera-compile-count-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing.log");
+        assert!(read(&missing).unwrap().is_none());
+        let written = dir.join("written.log");
+        std::fs::write(&written, "compile abc @main\nload def @step\nnoise\n").unwrap();
+        let events = read(&written).unwrap().unwrap();
+        assert_eq!(events.len(), 2);
+        assert!(!events[0].load && events[1].load);
+        assert_eq!((events[1].key.as_str(), events[1].name.as_str()), ("def", "@step"));
+        // A folder in place of the log cannot be read: an error, not an empty log.
+        assert!(read(&dir).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -17,8 +17,11 @@ pub fn run() -> anyhow::Result<ExitCode> {
     setup::run()?;
     crate::compile_count::start()?;
     let result = run_demos();
-    crate::compile_count::report();
-    result
+    // The demo's own failure first; then a count that cannot be made.
+    let counted = crate::compile_count::report();
+    let code = result?;
+    counted?;
+    Ok(code)
 }
 
 fn run_demos() -> anyhow::Result<ExitCode> {

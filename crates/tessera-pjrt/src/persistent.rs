@@ -72,12 +72,25 @@ pub(crate) fn record(event: Event, key: Option<&str>, module: &[u8]) {
         crate::compile_log::module_name(module)
     );
     // One short write with O_APPEND: lines of concurrent processes do not interleave.
-    let _ = std::fs::OpenOptions::new()
+    let written = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(path)
+        .open(&path)
         .and_then(|mut f| f.write_all(line.as_bytes()));
+    if let Err(err) = written
+        && !EVENTS_WRITE_FAILED.swap(true, Ordering::Relaxed)
+    {
+        crate::compile_log::log(format_args!(
+            "warning: could not append to the compile-events log {} ({COMPILE_EVENTS_ENV}): {err}; \
+             its count of compiles and cache loads is incomplete",
+            std::path::Path::new(&path).display()
+        ));
+    }
 }
+
+/// Raised once the compile-events log could not be written (said once per process).
+static EVENTS_WRITE_FAILED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 /// `None`: follow the environment; `Some(setting)`: [`set_compile_cache`]'s.
 static OVERRIDE: RwLock<Option<Option<CompileCache>>> = RwLock::new(None);
