@@ -575,3 +575,70 @@ fn ranks_compute_the_eval_loss_where_the_model_lives_as_one_process_does() {
     // Two stages per rank (round robin), the losses checked against one device on rank 0.
     eval_in_a_job("interleaved-1f1b", "4", "2", false);
 }
+
+/// Rank 1's sending thread cannot read the shards it sends
+/// (`TESSERA_FAULT=unreadable-send@1`): it tells the receiver, whose wait fails at once naming
+/// rank 1 and the value, instead of waiting for the task deadline (600 s by default, which
+/// the test's own limit of 180 s would pass first).
+#[test]
+fn a_send_whose_shard_cannot_be_read_fails_its_receiver_naming_the_sender() {
+    let job = faulty_job(
+        &[("TESSERA_FAULT", "unreadable-send@1")],
+        Duration::from_secs(180),
+        None,
+    );
+    assert!(!job.status.success(), "{}", job.stderr);
+    let report = job
+        .stderr
+        .lines()
+        .find(|l| l.contains("was not sent"))
+        .unwrap_or_else(|| panic!("no receiver named the failed send: {}", job.stderr));
+    assert!(
+        report.contains("rank 1 could not read a shard's memory"),
+        "{report}"
+    );
+    assert!(!job.stderr.contains("deadline passed"), "{}", job.stderr);
+}
+
+/// Rank 2's second task panics (`TESSERA_FAULT=panic@2`): its worker's catch turns the panic
+/// into the typed error a failed task gives, and the job ends with Tessera's report naming the
+/// rank, instead of the panic hook aborting the job (exit 101, no report) before the catch could
+/// run.
+#[test]
+fn a_panic_a_worker_catches_ends_the_job_with_its_report() {
+    let job = faulty_job(
+        &[("TESSERA_FAULT", "panic@2")],
+        Duration::from_secs(180),
+        Some("injected panic"),
+    );
+    assert!(!job.status.success(), "{}", job.stderr);
+    let reports: Vec<&str> = job
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error (rank"))
+        .collect();
+    assert_eq!(reports.len(), 1, "{}", job.stderr);
+    assert!(
+        reports[0].contains("rank 2 of 4") && reports[0].contains("panicked"),
+        "{}",
+        reports[0]
+    );
+}
+
+/// A `--data` file that no rank can read is refused at the options check, naming the rank, the
+/// file and the reason (every rank hashed it as "no data" alike, so the check passed and the
+/// run failed later).
+#[test]
+fn a_data_file_no_rank_can_read_is_refused_naming_it() {
+    let bin = tessera_bin();
+    let missing = std::env::temp_dir().join(format!("tessera-no-such-data-{}", std::process::id()));
+    let mut args = train_args("1f1b", "2", "2", "1");
+    args.extend(["--data".into(), missing.display().to_string()]);
+    let mut launch = vec!["-n", "2", bin.to_str().unwrap()];
+    launch.extend(args.iter().map(String::as_str));
+    let job = mpirun(&launch, &[], Duration::from_secs(120), None);
+    assert!(!job.status.success(), "{}", job.stderr);
+    let expected = format!("rank 0 cannot read the --data file {}", missing.display());
+    assert!(job.stderr.contains(&expected), "{}", job.stderr);
+    assert!(job.stderr.contains("No such file"), "{}", job.stderr);
+}

@@ -25,6 +25,7 @@ pub mod jaxpr;
 pub mod oracle;
 #[cfg(feature = "oracle")]
 pub mod oracle_collectives;
+pub mod panics;
 pub mod params;
 pub mod passes;
 pub mod prim;

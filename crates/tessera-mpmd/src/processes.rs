@@ -211,6 +211,8 @@ pub enum Fault {
     Stall,
     /// The process kills itself with SIGKILL when the task starts.
     Kill,
+    /// The task panics (the worker's catch turns it into a typed error).
+    Panic,
 }
 
 impl FaultyExecutor {
@@ -257,6 +259,7 @@ impl Executor<usize, Array> for FaultyExecutor {
                     );
                 }
                 Fault::Stall => stall(stop),
+                Fault::Panic => panic!("injected panic (TESSERA_FAULT) in '{}'", task.name),
                 Fault::Kill => {
                     let pid = std::process::id().to_string();
                     eprintln!("injected fault (TESSERA_FAULT): killing process {pid} with SIGKILL");

@@ -279,7 +279,7 @@ pub fn call_host_callback(
             id.0
         ))
     })?;
-    let outs = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(inputs)))
+    let outs = crate::panics::catch_unwind(|| f(inputs))
         .map_err(|_| err("the callback panicked".into()))?
         .map_err(|m| err(format!("the callback failed: {m}")))?;
     if outs.len() != expected.len() {

@@ -48,15 +48,19 @@ const CLOSE: i32 = 0;
 /// How long the receiving thread sleeps when no message is waiting.
 const IDLE: Duration = Duration::from_micros(50);
 
-/// The tag of a value's messages (in `1..32767`, the range every MPI allows).
+/// The tag of the message by which a sender says it could not send a value (`[run, id]`).
+const FAILED: i32 = 32766;
+
+/// The tag of a value's messages (in `1..32766`: within the range every MPI allows, below
+/// [`FAILED`] and [`ARRIVED`]).
 fn tag_of(id: ValueId) -> i32 {
-    1 + (id % 32766) as i32
+    1 + (id % 32765) as i32
 }
 
-/// Received values, by run and value id.
+/// Received values, by run and value id; or the rank that could not send one.
 #[derive(Default)]
 struct Inbox {
-    values: Mutex<HashMap<(u64, ValueId), Incoming>>,
+    values: Mutex<HashMap<(u64, ValueId), Result<Incoming, i32>>>,
     arrived: Condvar,
 }
 
@@ -65,12 +69,12 @@ fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
 }
 
 impl Inbox {
-    fn put(&self, run: u64, id: ValueId, bytes: Incoming) {
+    fn put(&self, run: u64, id: ValueId, bytes: Result<Incoming, i32>) {
         lock(&self.values).insert((run, id), bytes);
         self.arrived.notify_all();
     }
 
-    fn take(&self, run: u64, id: ValueId, deadline: Instant) -> Option<Incoming> {
+    fn take(&self, run: u64, id: ValueId, deadline: Instant) -> Option<Result<Incoming, i32>> {
         let mut values = lock(&self.values);
         loop {
             if let Some(bytes) = values.remove(&(run, id)) {
@@ -103,6 +107,16 @@ enum Outgoing {
 }
 
 impl Outgoing {
+    /// The bytes to send; `None` where a shard's memory cannot be read (or is not its length).
+    fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            Outgoing::Staged(bytes) => Some(bytes),
+            Outgoing::InPlace(buffer, len) => {
+                buffer.host_memory().ok().filter(|b| b.len() == *len)
+            }
+        }
+    }
+
     fn len(&self) -> usize {
         match self {
             Outgoing::InPlace(_, len) => *len,
@@ -207,25 +221,26 @@ impl Endpoint {
 
 fn send_loop(queue: mpsc::Receiver<Job>, size: i32) {
     let world = SimpleCommunicator::world();
+    let unreadable = usize::try_from(world.rank())
+        .is_ok_and(super::unreadable_sends_injected);
     for job in queue {
         match job {
             Job::Send { run, id, to, parts } => {
                 let peer = world.process_at_rank(to);
+                // Every part's memory is read before anything is sent: a part that cannot be
+                // read is told to the receiver at once (its wait fails naming this rank and the
+                // value), never a header followed by missing bytes.
+                let Some(slices) = parts
+                    .iter()
+                    .map(|(_, part)| part.bytes().filter(|_| !unreadable))
+                    .collect::<Option<Vec<&[u8]>>>()
+                else {
+                    peer.send_with_tag(&[run, id as u64][..], FAILED);
+                    continue;
+                };
                 let tag = tag_of(id);
                 peer.send_with_tag(&header(run, id, &parts)[..], tag);
-                for (_, part) in &parts {
-                    let bytes = match part {
-                        Outgoing::Staged(bytes) => bytes.as_slice(),
-                        Outgoing::InPlace(buffer, len) => match buffer.host_memory() {
-                            Ok(bytes) if bytes.len() == *len => bytes,
-                            // Checked when queued; a failure here leaves the receiver waiting
-                            // until its deadline, whose error names the value.
-                            Ok(_) | Err(_) => {
-                                eprintln!("tessera: value {id}: a shard's memory is unreadable");
-                                break;
-                            }
-                        },
-                    };
+                for bytes in slices {
                     for chunk in bytes.chunks(CHUNK) {
                         peer.send_with_tag(chunk, tag);
                     }
@@ -277,6 +292,13 @@ fn receive_loop(inbox: &Inbox, arrivals: &Arrivals, size: i32) {
             open -= 1;
             continue;
         }
+        if tag == FAILED {
+            let (failed, _) = probed.matched_receive_vec::<u64>();
+            if let [run, id] = failed[..] {
+                inbox.put(run, id as ValueId, Err(source));
+            }
+            continue;
+        }
         if tag == ARRIVED {
             let (collective, _) = probed.matched_receive_vec::<u64>();
             if let Some(&n) = collective.first() {
@@ -307,7 +329,7 @@ fn receive_loop(inbox: &Inbox, arrivals: &Arrivals, size: i32) {
             }
         };
         if value.complete() {
-            inbox.put(value.run, value.id, value.parts);
+            inbox.put(value.run, value.id, Ok(value.parts));
         } else {
             partial.insert(source, value);
         }
@@ -357,8 +379,16 @@ impl Transport<Array> for MpiTransport {
     }
 
     fn recv(&self, id: ValueId, to: usize, deadline: Instant) -> Result<Option<Array>, BoxError> {
-        let Some(mut parts) = self.endpoint.inbox.take(self.run, id, deadline) else {
-            return Ok(None);
+        let mut parts = match self.endpoint.inbox.take(self.run, id, deadline) {
+            None => return Ok(None),
+            Some(Ok(parts)) => parts,
+            Some(Err(rank)) => {
+                return Err(format!(
+                    "value {id} was not sent: rank {rank} could not read a shard's memory of it \
+                     (see rank {rank}'s own error)"
+                )
+                .into());
+            }
         };
         let layout = self
             .layouts

@@ -13,9 +13,10 @@
 //! fails with [`ProcessError::Timeout`] naming the collective, the ranks that never reached it
 //! and the fix; the caller then aborts the job (dropping it aborts it too).
 //!
-//! `TESSERA_FAULT=KIND@RANK` (KIND `fail`, `stall` or `kill`) makes rank RANK's second task fail,
-//! never return, or SIGKILL its process; KIND `stall-exchange` makes rank RANK never start its
-//! second exchange (`Processes::exchange`): the fault tests use it.
+//! `TESSERA_FAULT=KIND@RANK` (KIND `fail`, `stall`, `kill` or `panic`) makes rank RANK's second
+//! task fail, never return, SIGKILL its process, or panic; KIND `stall-exchange` makes rank RANK never start its
+//! second exchange (`Processes::exchange`); KIND `unreadable-send` makes its sending thread find
+//! every shard unreadable (its receivers fail at once, naming it): the fault tests use them.
 
 mod collective;
 mod endpoint;
@@ -288,14 +289,25 @@ enum Injected {
     Task(Fault),
     /// The rank never starts its second exchange.
     StallExchange,
+    /// The rank's sending thread finds every shard it sends unreadable (its receivers must fail
+    /// at once, naming it, not wait for their deadline).
+    UnreadableSend,
+}
+
+/// Whether [`FAULT_ENV`] makes rank `rank`'s sends find their shards unreadable.
+pub(crate) fn unreadable_sends_injected(rank: usize) -> bool {
+    std::env::var(FAULT_ENV)
+        .ok()
+        .and_then(|text| parse_fault(&text).ok())
+        .is_some_and(|(fault, r)| fault == Injected::UnreadableSend && r == rank)
 }
 
 /// `KIND@RANK` as a fault and the rank it strikes.
 fn parse_fault(text: &str) -> Result<(Injected, usize), ProcessError> {
     let bad = || {
         ProcessError::Comm(format!(
-            "{FAULT_ENV} is '{text}'; give KIND@RANK with KIND fail, stall, kill or \
-             stall-exchange, e.g. fail@2"
+            "{FAULT_ENV} is '{text}'; give KIND@RANK with KIND fail, stall, kill, panic, \
+             stall-exchange or unreadable-send, e.g. fail@2"
         ))
     };
     let (kind, rank) = text.split_once('@').ok_or_else(bad)?;
@@ -303,18 +315,24 @@ fn parse_fault(text: &str) -> Result<(Injected, usize), ProcessError> {
         "fail" => Injected::Task(Fault::Fail),
         "stall" => Injected::Task(Fault::Stall),
         "kill" => Injected::Task(Fault::Kill),
+        "panic" => Injected::Task(Fault::Panic),
         "stall-exchange" => Injected::StallExchange,
+        "unreadable-send" => Injected::UnreadableSend,
         _ => return Err(bad()),
     };
     Ok((fault, rank.parse().map_err(|_| bad())?))
 }
 
-/// A panic anywhere ends the whole job at once instead of unwinding into `MPI_Finalize`.
+/// A panic that nothing catches ends the whole job at once instead of unwinding into
+/// `MPI_Finalize`; one that Tessera turns into a typed error (a worker's, a host callback's:
+/// [`tessera_ir::panics::catch_unwind`]) unwinds to it, and the error ends the job as errors do.
 fn install_abort_hook() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         default(info);
-        SimpleCommunicator::world().abort(101);
+        if !tessera_ir::panics::will_be_caught() {
+            SimpleCommunicator::world().abort(101);
+        }
     }));
 }
 
@@ -430,7 +448,7 @@ impl Processes for MpiProcesses {
     ) -> Arc<dyn Executor<usize, Array>> {
         match self.fault {
             Some(Injected::Task(fault)) => Arc::new(FaultyExecutor::new(executor, fault, 1)),
-            Some(Injected::StallExchange) | None => executor,
+            Some(Injected::StallExchange | Injected::UnreadableSend) | None => executor,
         }
     }
 }

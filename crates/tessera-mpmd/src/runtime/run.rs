@@ -247,8 +247,7 @@ where
         let spawned = std::thread::Builder::new()
             .name(format!("tessera-group-{group}"))
             .spawn(move || {
-                let result =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.run()));
+                let result = tessera_ir::panics::catch_unwind(|| worker.run());
                 let store = result.unwrap_or_else(|_| {
                     shared_here.fail(RunError::Panicked(group));
                     None

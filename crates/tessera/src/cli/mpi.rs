@@ -76,6 +76,9 @@ fn message(err: &anyhow::Error) -> String {
     text
 }
 
+/// The field of a rank's gathered options that says why it could not read `--data`.
+const DATA_ERROR: &str = "data_error";
+
 /// Refuses a job whose ranks were started with different options or data: every option of
 /// `args` but those that only name output files, and the SHA-256 of the `--data` file (not its
 /// path), are
@@ -89,22 +92,37 @@ pub fn check_same_config(job: &MpiJob, args: &super::train::Args) -> anyhow::Res
         for field in ["trace", "plot", "tensorboard", "json", "data"] {
             fields.remove(field);
         }
-        let data_sha256 = args
-            .data
-            .as_deref()
-            .filter(|path| path.is_file())
-            .and_then(|path| std::fs::read(path).ok())
-            .map(|bytes| format!("{:x}", sha2::Sha256::digest(&bytes)));
+        // A --data file a rank cannot read is said after the gather (every rank must take
+        // part in it), naming the rank, not hashed as "no data" on every rank alike.
+        let (data_sha256, data_error) = match args.data.as_deref().map(std::fs::read) {
+            None => (None, None),
+            Some(Ok(bytes)) => (Some(format!("{:x}", sha2::Sha256::digest(&bytes))), None),
+            Some(Err(e)) => (None, Some(e.to_string())),
+        };
         fields.insert("data_sha256".into(), data_sha256.into());
+        fields.insert(DATA_ERROR.into(), data_error.into());
     }
+    let unreadable = |rank: usize, config: &serde_json::Value| -> anyhow::Result<()> {
+        match config.get(DATA_ERROR).and_then(|e| e.as_str()) {
+            Some(error) => bail!(
+                "rank {rank} cannot read the --data file {}: {error}; give every rank a path to \
+                 the same file that it can read",
+                args.data.as_deref().map_or("?".into(), |p| p.display().to_string())
+            ),
+            None => Ok(()),
+        }
+    };
     let Some(parts) = job.gather_to_root(&serde_json::to_vec(&config)?)? else {
-        return Ok(());
+        return unreadable(job.rank(), &config);
     };
     let ranks = parts
         .iter()
         .map(|p| serde_json::from_slice::<serde_json::Value>(p))
         .collect::<Result<Vec<_>, _>>()
         .context("a rank's options did not decode")?;
+    for (rank, other) in ranks.iter().enumerate() {
+        unreadable(rank, other)?;
+    }
     let empty = serde_json::Map::new();
     let root = config.as_object().unwrap_or(&empty);
     for (rank, other) in ranks.iter().enumerate().skip(1) {
