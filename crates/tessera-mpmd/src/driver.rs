@@ -19,7 +19,7 @@ use tessera_ir::{ClosedJaxpr, DType};
 use tessera_pjrt::{Array as DeviceArray, Client, ElementType, HostArray};
 use tessera_schedule::Schedule;
 use tessera_sharding::{NamedSharding, PartitionSpec};
-use tessera_stablehlo::{KeyTypes, PartBody, Partitioner, lower_flat, mlir_type};
+use tessera_stablehlo::{KeyTypes, LowerError, PartBody, Partitioner, lower_flat, mlir_type};
 
 use crate::compose::action_module;
 use crate::mesh::MpmdMesh;
@@ -196,16 +196,21 @@ impl KeyTypes<Key> for Types<'_> {
         accumulator_output(key, outputs)
     }
 
-    fn mlir_type(&self, key: &Key) -> String {
+    fn mlir_type(&self, key: &Key) -> Result<String, LowerError> {
         key_aval(self.parts, *key)
             .map(|a| mlir_type(&a))
-            .unwrap_or_default()
+            .ok_or_else(|| LowerError::ValueLayout(format!("pipeline value {key:?} has no type")))
     }
-    fn sharding(&self, key: &Key) -> Option<NamedSharding> {
+    fn sharding(&self, key: &Key) -> Result<Option<NamedSharding>, LowerError> {
         let spec = self.specs.spec(self.parts, *key, self.mesh);
-        NamedSharding::new(self.mesh, spec)
-            .or_else(|_| NamedSharding::new(self.mesh, PartitionSpec::replicated()))
-            .ok()
+        NamedSharding::new(self.mesh, spec.clone())
+            .map(Some)
+            .map_err(|e| {
+                LowerError::ValueLayout(format!(
+                    "pipeline value {key:?} cannot be laid out as {spec} on its group's mesh {}: {e}; give it a spec that names the group's axes and divides its shape (ValueSpecs)",
+                    self.mesh
+                ))
+            })
     }
 }
 

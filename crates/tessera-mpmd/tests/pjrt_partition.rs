@@ -28,13 +28,11 @@ struct Types<'a> {
 }
 
 impl KeyTypes<Key> for Types<'_> {
-    fn mlir_type(&self, key: &Key) -> String {
-        key_aval(self.stages, *key)
-            .map(|a| mlir_type(&a))
-            .unwrap_or_default()
+    fn mlir_type(&self, key: &Key) -> Result<String, tessera_stablehlo::LowerError> {
+        Ok(key_aval(self.stages, *key).map(|a| mlir_type(&a)).unwrap())
     }
-    fn sharding(&self, _key: &Key) -> Option<NamedSharding> {
-        Some(self.replicated.clone())
+    fn sharding(&self, _key: &Key) -> Result<Option<NamedSharding>, tessera_stablehlo::LowerError> {
+        Ok(Some(self.replicated.clone()))
     }
 }
 
@@ -185,4 +183,36 @@ fn partitioned_pipelines_on_eight_devices_match_value_and_grad() {
     check(&client, "1f1b", 4, 8);
     check(&client, "zero-bubble", 4, 4);
     check(&client, "dualpipev", 8, 8);
+}
+
+/// A parameter spec the group's mesh cannot take (an axis it lacks), given to the driver
+/// directly (unchecked, as `mpmd_jit`'s own specs are checked before): the pipeline is refused
+/// naming the value and the spec, not built with the value silently replicated.
+#[test]
+fn a_value_spec_the_group_cannot_take_is_refused_not_replaced() {
+    use tessera_mpmd::ValueSpecs;
+    use tessera_mpmd::driver::{CompiledPipeline, PipelineOptions};
+    let client = Client::cpu(8).unwrap();
+    let mesh = MpmdMesh::new(Mesh::auto(&[("stage", 4), ("data", 2)]).unwrap(), "stage").unwrap();
+    let schedule = Registry::with_builtins()
+        .create(
+            "1f1b",
+            ScheduleParams {
+                stages: 4,
+                mpmd_dim: 4,
+            },
+        )
+        .unwrap();
+    let options = PipelineOptions {
+        specs: ValueSpecs::default().with_param(1, PartitionSpec::parse("P('model')").unwrap()),
+        ..PipelineOptions::default()
+    };
+    let err = CompiledPipeline::new_in(&client, &mesh, &loss(4), &[1, 2, 3, 4], &*schedule, 4, &options)
+        .err()
+        .expect("the pipeline must be refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("cannot be laid out as P('model',)") && text.contains("ValueSpecs"),
+        "{text}"
+    );
 }

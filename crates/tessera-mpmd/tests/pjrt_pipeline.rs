@@ -26,19 +26,19 @@ struct Types {
 }
 
 impl KeyTypes<Key> for Types {
-    fn mlir_type(&self, key: &Key) -> String {
-        if matches!(key, Key::Loss { .. }) {
+    fn mlir_type(&self, key: &Key) -> Result<String, LowerError> {
+        Ok(if matches!(key, Key::Loss { .. }) {
             S.into()
         } else {
             V.into()
-        }
+        })
     }
-    fn sharding(&self, key: &Key) -> Option<NamedSharding> {
-        Some(if matches!(key, Key::Loss { .. }) {
+    fn sharding(&self, key: &Key) -> Result<Option<NamedSharding>, LowerError> {
+        Ok(Some(if matches!(key, Key::Loss { .. }) {
             self.replicated.clone()
         } else {
             self.sharded.clone()
-        })
+        }))
     }
 }
 

@@ -31,11 +31,13 @@ pub struct Part<'a, K> {
 
 /// The MLIR type and optional sharding of each key.
 pub trait KeyTypes<K> {
-    /// The MLIR type text (global shape), e.g. `tensor<4xf32>`.
-    fn mlir_type(&self, key: &K) -> String;
+    /// The MLIR type text (global shape), e.g. `tensor<4xf32>`; an error where the key has no
+    /// known type (the module is not built rather than built with a wrong signature).
+    fn mlir_type(&self, key: &K) -> Result<String, LowerError>;
     /// The sharding of the value in `main`'s signature, if any (emitted for the module's
-    /// partitioner).
-    fn sharding(&self, key: &K) -> Option<NamedSharding>;
+    /// partitioner); an error where the key's layout cannot be made on the module's mesh (never
+    /// a silent fallback to another layout).
+    fn sharding(&self, key: &K) -> Result<Option<NamedSharding>, LowerError>;
     /// The result of `main` (an index into `outputs`) that input `key` is donated to
     /// (`tf.aliasing_output`: its buffer is reused for that result), if any. None by default.
     fn aliased_output(&self, key: &K, outputs: &[K]) -> Option<usize> {
@@ -82,32 +84,36 @@ fn compose_in<K: Copy + Eq + Hash + Debug>(
         header.partitioner,
     )?;
     for (i, part) in parts.iter().enumerate() {
-        let args: Vec<ArgSpec> = part
+        let args = part
             .inputs
             .iter()
-            .map(|k| ArgSpec::new(types.mlir_type(k)))
-            .collect();
-        let results: Vec<ResultSpec> = part
+            .map(|k| Ok(ArgSpec::new(types.mlir_type(k)?)))
+            .collect::<Result<Vec<_>, LowerError>>()?;
+        let results = part
             .outputs
             .iter()
-            .map(|k| ResultSpec::new(types.mlir_type(k)))
-            .collect();
+            .map(|k| Ok(ResultSpec::new(types.mlir_type(k)?)))
+            .collect::<Result<Vec<_>, LowerError>>()?;
         emitter.add_function(&format!("part{i}"), &args, &results, false, |b, params| {
             (part.body)(b, params)
         })?;
     }
-    let args: Vec<ArgSpec> = inputs
+    let args = inputs
         .iter()
         .map(|k| {
-            let mut arg = ArgSpec::new(types.mlir_type(k)).with_sharding(types.sharding(k));
+            let mut arg = ArgSpec::new(types.mlir_type(k)?).with_sharding(types.sharding(k)?);
             arg.aliased_output = types.aliased_output(k, outputs);
-            arg
+            Ok(arg)
         })
-        .collect();
-    let results: Vec<ResultSpec> = outputs
+        .collect::<Result<Vec<_>, LowerError>>()?;
+    let results = outputs
         .iter()
-        .map(|k| ResultSpec::new(types.mlir_type(k)).with_sharding(types.sharding(k)))
-        .collect();
+        .map(|k| Ok(ResultSpec::new(types.mlir_type(k)?).with_sharding(types.sharding(k)?)))
+        .collect::<Result<Vec<_>, LowerError>>()?;
+    let part_result_types = parts
+        .iter()
+        .map(|part| part.outputs.iter().map(|k| types.mlir_type(k)).collect())
+        .collect::<Result<Vec<Vec<String>>, LowerError>>()?;
     emitter.add_function("main", &args, &results, true, |body, params| {
         let mut env: HashMap<K, Value<'_, '_>> =
             inputs.iter().copied().zip(params.iter().copied()).collect();
@@ -117,9 +123,8 @@ fn compose_in<K: Copy + Eq + Hash + Debug>(
                 .iter()
                 .map(|k| lookup(&env, k))
                 .collect::<Result<Vec<_>, _>>()?;
-            let result_types: Vec<String> =
-                part.outputs.iter().map(|k| types.mlir_type(k)).collect();
-            let result_refs: Vec<&str> = result_types.iter().map(String::as_str).collect();
+            let result_refs: Vec<&str> =
+                part_result_types[i].iter().map(String::as_str).collect();
             let outs = body.op(
                 "func.call",
                 &operands,

@@ -44,6 +44,10 @@ pub enum LowerError {
         /// Why, and what to do instead.
         reason: String,
     },
+    /// A value of a composed module whose type or layout its caller cannot give (the message
+    /// names the value and the fix).
+    #[error("{0}")]
+    ValueLayout(String),
     /// An unknown partitioner name.
     #[error(
         "unknown partitioner `{0}`: use `shardy` or `gspmd` (e.g. in {env})",
