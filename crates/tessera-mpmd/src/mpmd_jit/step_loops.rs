@@ -38,6 +38,17 @@ pub enum StepLoopsError {
          value_and_grad_call with mpmd_jit_by_yield"
     )]
     NoLoop,
+    /// A `treduce`'s parameters cannot be read.
+    #[error(
+        "the step's treduce (equation {equation}) has malformed parameters: {reason}; build \
+         the loop with the tracing API's treduce, or give it the parameters treduce takes"
+    )]
+    MalformedLoop {
+        /// The loop's equation index in the step.
+        equation: usize,
+        /// What is wrong with its parameters.
+        reason: String,
+    },
     /// The step holds several `treduce`s at its top level and asks for what a step of several
     /// loops does not support (`limit`).
     #[error(
@@ -82,12 +93,17 @@ pub(super) fn top_level_loops(step: &ClosedJaxpr) -> Result<Vec<usize>, StepLoop
     }
 }
 
-/// The refusal of a step whose loops are `equations`, for `limit`.
+/// The refusal of a step whose loops are `equations`, for `limit` (or of the first loop whose
+/// parameters cannot be read).
 pub(super) fn several(step: &ClosedJaxpr, equations: &[usize], limit: &str) -> StepLoopsError {
-    let kinds = equations
+    let kinds = match equations
         .iter()
-        .map(|&i| loop_kind(&step.jaxpr.eqns[i]))
-        .collect();
+        .map(|&i| loop_kind(i, &step.jaxpr.eqns[i]))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(kinds) => kinds,
+        Err(malformed) => return malformed,
+    };
     StepLoopsError::SeveralLoops {
         equations: equations.to_vec(),
         kinds,
@@ -108,13 +124,60 @@ pub(super) fn the_loop(step: &ClosedJaxpr) -> Result<usize, StepLoopsError> {
     }
 }
 
-/// Whether a `treduce` equation's body takes gradients.
-fn loop_kind(eqn: &tessera_ir::Eqn) -> LoopKind {
-    let body = tessera_ir::prim::TreduceParams::read(&eqn.params)
-        .ok()
-        .map(|p| p.body.jaxpr.eqns.iter().any(is_value_and_grad));
-    match body {
-        Some(true) => LoopKind::Training,
-        Some(false) | None => LoopKind::ForwardOnly,
+/// Whether a `treduce` equation's body takes gradients; an error where its parameters cannot be
+/// read (a malformed loop is not taken for a forward-only one).
+fn loop_kind(equation: usize, eqn: &tessera_ir::Eqn) -> Result<LoopKind, StepLoopsError> {
+    let params = tessera_ir::prim::TreduceParams::read(&eqn.params).map_err(|e| {
+        StepLoopsError::MalformedLoop {
+            equation,
+            reason: e.to_string(),
+        }
+    })?;
+    Ok(match params.body.jaxpr.eqns.iter().any(is_value_and_grad) {
+        true => LoopKind::Training,
+        false => LoopKind::ForwardOnly,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use super::*;
+    use tessera_ir::trace::{call_closed, trace, treduce};
+    use tessera_ir::{DType, Params, ShapedArray};
+
+    /// Two forward-only loops over one batch: `(w, xs) -> (sum of losses, sum of losses)`.
+    fn two_loops() -> ClosedJaxpr {
+        let f = |s: &[i64]| ShapedArray::new(DType::F32, s);
+        let loss = trace(&[f(&[3]), f(&[3])], |a| vec![(&a[0] * &a[1]).sum(&[0])]).unwrap();
+        trace(&[f(&[3]), f(&[2, 3])], |a| {
+            let run = || {
+                treduce(&[&a[0]], &[&a[1]], 0, "1f1b", &[], |w, mb| {
+                    call_closed(&loss, &[&w[0], &mb[0]])
+                })
+            };
+            let (first, second) = (run(), run());
+            vec![first[0].sum(&[0]), second[0].sum(&[0])]
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_loop_whose_parameters_cannot_be_read_is_an_error_not_a_forward_only_loop() {
+        let mut step = two_loops();
+        let loops = top_level_loops(&step).unwrap();
+        assert_eq!(loops.len(), 2);
+        let err = several(&step, &loops, "asks for something");
+        assert!(
+            matches!(&err, StepLoopsError::SeveralLoops { kinds, .. } if kinds == &[LoopKind::ForwardOnly; 2]),
+            "{err}"
+        );
+        step.jaxpr.eqns[loops[1]].params = Params::new();
+        let err = several(&step, &loops, "asks for something");
+        assert!(
+            matches!(&err, StepLoopsError::MalformedLoop { equation, .. } if *equation == loops[1]),
+            "{err}"
+        );
     }
 }
