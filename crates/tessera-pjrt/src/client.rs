@@ -329,8 +329,10 @@ impl Client {
         if let Some(store) = store {
             store.install(&mut args);
         }
-        api_call!(plugin, PJRT_Client_Create, &mut args)
-            .map_err(|err| explain_create_error(err, plugin, options))?;
+        crate::quiet_stderr::without_client_chatter(|| {
+            api_call!(plugin, PJRT_Client_Create, &mut args)
+        })
+        .map_err(|err| explain_create_error(err, plugin, options))?;
         Ok(Client {
             inner: Arc::new(ClientInner {
                 plugin,

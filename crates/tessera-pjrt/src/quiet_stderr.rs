@@ -1,4 +1,5 @@
-//! Hiding one known false alarm of the CPU plugin while it loads a cached executable.
+//! Hiding known noise of the plugins: a false alarm of the CPU plugin while it loads a cached
+//! executable, and the lines its client's creation logs before anything asked for a log.
 //!
 //! zml-cpu logs two long `cpu_aot_loader` error lines for every executable it deserializes,
 //! saying the compile machine had features the host lacks (`+prefer-no-gather`,
@@ -8,6 +9,12 @@
 //! temporary file; afterwards every line but those is written to the real standard error, so
 //! nothing else the plugin says is lost (a line another thread wrote in that moment comes out
 //! after the load).
+//!
+//! Creating a client, the CPU plugins log (through absl, before any program of the process
+//! initialised absl's logging) absl's one-time `WARNING: All log messages before
+//! absl::InitializeLog() is called are written to STDERR` and an info line about the device
+//! count it was given: each MPI rank printed both. They are dropped the same way
+//! ([`without_client_chatter`]); everything else the plugin says at creation is kept.
 
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
@@ -23,9 +30,26 @@ fn is_false_alarm(line: &str) -> bool {
         && line.contains("not  supported on the host machine")
 }
 
+/// Whether `line` is a client creation's chatter (see the module docs).
+fn is_client_chatter(line: &str) -> bool {
+    line.starts_with("WARNING: All log messages before absl::InitializeLog() is called")
+        || (line.contains("pjrt_c_api_cpu_internal.cc")
+            && line.contains("cpu_device_count set via create_options"))
+}
+
+/// Runs `create` (a client's creation) with its chatter dropped from standard error.
+pub(crate) fn without_client_chatter<T>(create: impl FnOnce() -> T) -> T {
+    without_lines(is_client_chatter, create)
+}
+
 /// Runs `load` with the loader's false alarms dropped from standard error. If standard error
 /// cannot be redirected, `load` runs as it is.
 pub(crate) fn without_loader_alarms<T>(load: impl FnOnce() -> T) -> T {
+    without_lines(is_false_alarm, load)
+}
+
+/// Runs `load` with the lines `is_noise` names dropped from standard error.
+fn without_lines<T>(is_noise: fn(&str) -> bool, load: impl FnOnce() -> T) -> T {
     let _guard = REDIRECT.lock().unwrap_or_else(|e| e.into_inner());
     let Some(mut capture) = tempfile() else {
         return load();
@@ -50,7 +74,7 @@ pub(crate) fn without_loader_alarms<T>(load: impl FnOnce() -> T) -> T {
     if capture.rewind().is_ok() && capture.read_to_string(&mut text).is_ok() {
         let kept: String = text
             .split_inclusive('\n')
-            .filter(|line| !is_false_alarm(line))
+            .filter(|line| !is_noise(line))
             .collect();
         let _ = std::io::stderr().write_all(kept.as_bytes());
     }
@@ -77,7 +101,19 @@ fn tempfile() -> Option<std::fs::File> {
 
 #[cfg(test)]
 mod tests {
-    use super::is_false_alarm;
+    use super::{is_client_chatter, is_false_alarm};
+
+    #[test]
+    fn only_absls_preamble_and_the_device_count_line_are_client_chatter() {
+        assert!(is_client_chatter(
+            "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+        ));
+        assert!(is_client_chatter(
+            "I0000 00:00:1795929385.219669   16233 pjrt_c_api_cpu_internal.cc:61] cpu_device_count set via create_options: 8\n"
+        ));
+        assert!(!is_client_chatter("E0000 pjrt_c_api_cpu_internal.cc:70] bad option\n"));
+        assert!(!is_client_chatter("WARNING: something else\n"));
+    }
 
     #[test]
     fn only_the_loaders_preference_warning_is_a_false_alarm() {
