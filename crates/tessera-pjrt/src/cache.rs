@@ -74,7 +74,20 @@ impl CompileCache {
                     None
                 }
             },
-            Err(_) => None,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+            Err(err) => {
+                say_once(&READ_FAILED, || {
+                    format!(
+                        "compile cache: could not read {} ({err}); compiling it again (check the \
+                         cache folder's permissions, set {} to another folder, or {}=0 to turn \
+                         the cache off)",
+                        path.display(),
+                        crate::persistent::COMPILE_CACHE_DIR_ENV,
+                        crate::persistent::COMPILE_CACHE_ENV
+                    )
+                });
+                None
+            }
         };
         if let Some(executable) = cached {
             if crate::compile_log::enabled() {
@@ -177,6 +190,7 @@ fn host_cpu() -> &'static str {
 static SERIALIZE_FAILED: AtomicBool = AtomicBool::new(false);
 static LOAD_FAILED: AtomicBool = AtomicBool::new(false);
 static STORE_FAILED: AtomicBool = AtomicBool::new(false);
+static READ_FAILED: AtomicBool = AtomicBool::new(false);
 
 /// Writes `line()` on stderr the first time `flag` is raised in this process.
 fn say_once(flag: &AtomicBool, line: impl FnOnce() -> String) {
@@ -193,4 +207,30 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("tmp{}-{call}", std::process::id()));
     fs::write(&tmp, bytes)?;
     fs::rename(tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use super::*;
+
+    /// An entry that exists but cannot be read (here a folder in its place) is compiled again
+    /// and said on stderr once ([`READ_FAILED`]); it read as a plain miss, in silence.
+    #[test]
+    fn an_unreadable_entry_is_compiled_again_and_said() {
+        let client = Client::cpu(1).expect("the PJRT CPU plugin (run `cargo xtask setup`)");
+        let dir = std::env::temp_dir().join(format!("tessera-cache-unreadable-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let cache = CompileCache::new(&dir);
+        let module = b"module @m attributes {mhlo.num_partitions = 1 : i32} {\n  func.func public @main(%a: tensor<f32>) -> tensor<f32> {\n    return %a : tensor<f32>\n  }\n}\n";
+        let options = CompileOptions::spmd(&[0]);
+        let key = cache.key(&client, module, &options).unwrap();
+        fs::create_dir_all(dir.join(format!("{key}.xla"))).unwrap();
+        assert!(!READ_FAILED.load(Ordering::Relaxed));
+        let (_, outcome) = cache.get_or_compile(&client, module, &options).unwrap();
+        assert_eq!(outcome, CacheOutcome::Miss);
+        assert!(READ_FAILED.load(Ordering::Relaxed));
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }
