@@ -260,6 +260,19 @@ pub enum PjrtError {
         "the array was deleted; it cannot be used any more (copy it before deleting, or keep the original)"
     )]
     Deleted,
+    /// A CPU plugin gave no memory analysis of a program, so the host-memory guard cannot be
+    /// kept for it.
+    #[error(
+        "the CPU plugin {plugin} gave no memory analysis of the compiled program ({reason}), so \
+         Tessera cannot check that each run fits in host memory. Fix: use a CPU plugin whose \
+         PJRT_Executable_GetCompiledMemoryStats works (`cargo xtask setup` installs two)"
+    )]
+    NoMemoryAnalysis {
+        /// The plugin's path.
+        plugin: String,
+        /// Why the analysis failed.
+        reason: String,
+    },
     /// What the plugin returned could not be decoded (e.g. the optimized HLO module).
     #[error("cannot decode {0}; the plugin may be newer than Tessera's reader of it")]
     Decode(String),

@@ -181,26 +181,33 @@ impl LoadedExecutable {
             .iter()
             .map(Device::id)
             .collect::<Result<_>>()?;
-        exec.host_run_bytes = exec.host_bytes_per_run();
+        exec.host_run_bytes = exec.host_bytes_per_run()?;
         Ok(exec)
     }
 
     /// On a CPU plugin, the host bytes one run allocates: its results (less those aliasing
-    /// donated arguments) and temporaries, on each of its devices. 0 on other platforms and
-    /// where the plugin gives no memory analysis.
-    fn host_bytes_per_run(&self) -> u64 {
+    /// donated arguments) and temporaries, on each of its devices; 0 on other platforms. A CPU
+    /// plugin that gives no memory analysis is an error ([`PjrtError::NoMemoryAnalysis`]), not a
+    /// guard silently switched off.
+    fn host_bytes_per_run(&self) -> Result<u64> {
         let on_cpu = self
             .client
             .platform_name()
             .is_ok_and(|name| name.eq_ignore_ascii_case("cpu"));
-        let Some(memory) = on_cpu.then(|| self.memory_analysis().ok()).flatten() else {
-            return 0;
-        };
+        if !on_cpu {
+            return Ok(0);
+        }
+        let memory = self
+            .memory_analysis()
+            .map_err(|e| PjrtError::NoMemoryAnalysis {
+                plugin: self.client.plugin().path().display().to_string(),
+                reason: e.to_string(),
+            })?;
         let per_device =
             (memory.output_bytes - memory.alias_bytes).max(0) + memory.temp_bytes.max(0);
-        u64::try_from(per_device)
+        Ok(u64::try_from(per_device)
             .unwrap_or(0)
-            .saturating_mul(self.device_ids.len() as u64)
+            .saturating_mul(self.device_ids.len() as u64))
     }
 
     pub(crate) fn executable(&self) -> Result<Executable<'_>> {

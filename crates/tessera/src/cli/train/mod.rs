@@ -262,6 +262,38 @@ fn carried_names(model: &Model, training: &step::TrainingStep) -> Vec<(Part, Str
     params.chain(state.map(|p| (Part::Optimizer, p))).collect()
 }
 
+/// Says on stderr which optimizer-state arrays the step could not donate (their update is not
+/// one program on their group returning a value of their type and layout): each step then holds
+/// two copies of them. Scalars (a step count) are left out, as they cost nothing.
+fn warn_undonated_state(
+    program: &tessera_ir::ClosedJaxpr,
+    options: &tessera_mpmd::MpmdJitOptions,
+    donated: &[usize],
+    names: &[(Part, String)],
+) {
+    let avals = program.jaxpr.in_avals();
+    let kept: Vec<(String, u64)> = options
+        .donate_where_possible
+        .iter()
+        .filter(|a| !donated.contains(a))
+        .filter_map(|&a| {
+            let aval = avals.get(a)?;
+            let bytes = aval.size() as u64 * aval.dtype.size_in_bytes() as u64;
+            (!aval.shape.is_empty()).then(|| (names.get(a).map_or(format!("argument {a}"), |n| n.1.clone()), bytes))
+        })
+        .collect();
+    if kept.is_empty() {
+        return;
+    }
+    let total: u64 = kept.iter().map(|k| k.1).sum();
+    let list: Vec<&str> = kept.iter().map(|k| k.0.as_str()).collect();
+    eprintln!(
+        "warning: {} optimizer-state arrays ({total} bytes) are not donated, so each step holds two copies of them: {}",
+        kept.len(),
+        list.join(", ")
+    );
+}
+
 /// The carried values (parameters, then optimizer state) of a step's results, on the host.
 fn carried_on_host(outputs: &[StepResult], like: &[Array]) -> anyhow::Result<Vec<Array>> {
     outputs
@@ -366,6 +398,9 @@ fn run_in(
         ..tessera_mpmd::MpmdJitOptions::default()
     };
     let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
+    if root {
+        warn_undonated_state(program, &options, jit.donated(), &carried_names);
+    }
     // One process, and rank 0 running the unpipelined reference, use every value; the other
     // ranks of a job read from a checkpoint only what their groups use.
     let reads: Vec<bool> = match job.is_none() || (root && !args.no_reference) {

@@ -173,7 +173,15 @@ pub fn throughput(
     flops_per_token: Option<f64>,
     compute: tessera_ir::DType,
 ) -> anyhow::Result<Throughput> {
-    let peak = flops_per_token.and_then(|_| tessera::perf::device_peak(client, 0, compute).ok());
+    // A failed peak lookup leaves MFU out, and says why (it is not silently missing).
+    let peak = match flops_per_token.map(|_| tessera::perf::device_peak(client, 0, compute)) {
+        Some(Ok(peak)) => Some(peak),
+        Some(Err(e)) => {
+            eprintln!("warning: no MFU: the peak FLOP/s of device 0 could not be found: {e}");
+            None
+        }
+        None => None,
+    };
     let mfu = flops_per_token
         .zip(peak.as_ref())
         .map(|(f, p)| tessera::perf::mfu(f, tokens_per_second, p.flops_per_second));
