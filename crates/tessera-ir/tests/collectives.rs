@@ -679,3 +679,40 @@ fn positional_axes_of_psum_pmax_and_pmin_reduce_those_dimensions() {
         }
     }
 }
+
+/// The gradient of `sum(pswapaxes(x) * w)` inside shard_map, as JAX 0.10.2 computes it (the
+/// numbers of `jax.grad` on 2 CPU devices): `w` put through the same swap. JAX refused nothing
+/// here, where Tessera refused every untiled all_to_all's reverse mode.
+#[test]
+fn the_gradient_of_pswapaxes_is_jaxs() {
+    let program = shard_map_program(
+        &mesh(&[("i", 2)]),
+        &[spec("P('i')")],
+        &[spec("P('i')")],
+        &[f32(&[2, 2, 3])],
+        |a| {
+            let local = a[0].reshape(&[2, 3]).pswapaxes("i", 0);
+            vec![local.reshape(&[1, 2, 3])]
+        },
+    )
+    .unwrap();
+    let x = iota(&[2, 2, 3]);
+    let w: Vec<f64> = (0..12).map(|k| f64::from(k * k) / 10.0 + 1.0).collect();
+    let w = Array::new(DType::F32, &[2, 2, 3], w).unwrap();
+    let grad = eval_closed(&vjp(&program).unwrap(), &[x, w]).unwrap();
+    let jax = [1.0, 1.1, 1.4, 4.6, 5.9, 7.4, 1.9, 2.6, 3.5, 9.1, 11.0, 13.1];
+    for (got, want) in grad[0].to_vec().iter().zip(jax) {
+        assert!((got - want).abs() < 1e-5, "{:?} vs {jax:?}", grad[0].to_vec());
+    }
+}
+
+#[test]
+fn untiled_all_to_alls_transpose_whether_or_not_the_axes_differ() {
+    check_transpose("pswapaxes x", |a| a.reshape(&[2, 8, 1]).pswapaxes("x", 0));
+    check_transpose("all_to_all x untiled, split != concat", |a| {
+        a.reshape(&[2, 8, 1]).all_to_all("x", 0, 1, false)
+    });
+    check_transpose("all_to_all x untiled, concat before split", |a| {
+        a.reshape(&[8, 2, 1]).all_to_all("x", 1, 0, false)
+    });
+}

@@ -113,15 +113,11 @@ fn collective_transpose(
             let inverse: Vec<(i64, i64)> = perm.iter().map(|&(s, t)| (t, s)).collect();
             g.ppermute_over(&axes, &inverse)
         }
-        CollectiveKind::AllToAll { tiled: false, .. } => {
-            return Err(IrError::Type {
-                prim: prim.name().into(),
-                message: "an untiled all_to_all has no transpose: JAX's rule applies the untiled \
-                          wrapper again to the cotangent, whose shape does not fit it, so JAX \
-                          refuses its reverse mode; pass tiled=True"
-                    .into(),
-            });
-        }
+        // Tiled or not, the primitive splits and concatenates the same way (the untiled
+        // wrapper's dimension is inserted and removed around it), so its transpose swaps the two
+        // axes. JAX computes this for `pswapaxes` (split = concat); for an untiled split != concat
+        // JAX's rule re-applies the wrapper and fails on the cotangent's shape, where this one
+        // gives the transpose.
         &CollectiveKind::AllToAll {
             split_axis,
             concat_axis,
