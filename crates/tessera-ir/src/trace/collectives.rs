@@ -74,7 +74,8 @@ impl Tensor {
         axes: &[&str],
         groups: Option<&[Vec<i64>]>,
     ) -> Tensor {
-        let x = if self.dtype() == DType::Bool {
+        // JAX sums booleans as int32 (a count); pmax and pmin keep them boolean (OR, AND).
+        let x = if self.dtype() == DType::Bool && prim == Prim::Psum {
             self.astype(DType::I32)
         } else {
             self.clone()

@@ -400,7 +400,17 @@ fn all_reduce<'c, 'b>(
     x: Value<'c, 'b>,
     groups: &[Vec<i64>],
 ) -> Result<Value<'c, 'b>, LowerError> {
-    let aval = &ctx.out_avals[0];
+    all_reduce_of(ctx, kind, x, groups, &ctx.out_avals[0])
+}
+
+/// [`all_reduce`] of a value of type `aval`.
+fn all_reduce_of<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    kind: ReduceKind,
+    x: Value<'c, 'b>,
+    groups: &[Vec<i64>],
+    aval: &ShapedArray,
+) -> Result<Value<'c, 'b>, LowerError> {
     let attrs = [
         ("channel_handle", CHANNEL.into()),
         ("replica_groups", groups_attr(groups)),
@@ -497,7 +507,7 @@ fn axis_index<'c, 'b>(
 }
 
 /// `pbroadcast` as JAX defines it: the source's value masked in, zeros elsewhere, summed in
-/// each group. `sources` are the indices along `axes` of the groups' sources (one without
+/// each group (floats as their bits, so the sum is exact). `sources` are the indices along `axes` of the groups' sources (one without
 /// groups).
 fn pbroadcast<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
@@ -529,8 +539,22 @@ fn pbroadcast<'c, 'b>(
         });
     }
     let here = here.ok_or_else(|| LowerError::Build("pbroadcast without a source".into()))?;
-    let zeros = constant_scalar(ctx.body, 0.0, &ShapedArray::scalar(aval.dtype))?;
+    // Floats are summed as their bits (an integer of their width): integer sums of one value
+    // and zeros are exact, where a float all-reduce turned a source's -0.0 into +0.0 (its
+    // accumulator starts at +0.0). JAX lowers a collective_broadcast, on GPUs only.
+    let bits = match aval.dtype {
+        DType::F64 => Some(DType::I64),
+        DType::F32 => Some(DType::I32),
+        DType::F16 | DType::BF16 => Some(DType::I16),
+        _ => None,
+    };
+    let aval = &ShapedArray::new(bits.unwrap_or(aval.dtype), &aval.shape);
     let ty = mlir_type(aval);
+    let x = match bits {
+        Some(_) => ctx.body.op("stablehlo.bitcast_convert", &[x], &[&ty], &[])?[0],
+        None => x,
+    };
+    let zeros = constant_scalar(ctx.body, 0.0, &ShapedArray::scalar(aval.dtype))?;
     let zeros = ctx.body.op(
         "stablehlo.broadcast_in_dim",
         &[zeros],
@@ -540,5 +564,12 @@ fn pbroadcast<'c, 'b>(
     let masked = ctx
         .body
         .op("stablehlo.select", &[here, x, zeros], &[&ty], &[])?[0];
-    all_reduce(ctx, ReduceKind::Sum, masked, groups)
+    let summed = all_reduce_of(ctx, ReduceKind::Sum, masked, groups, aval)?;
+    match bits {
+        Some(_) => {
+            let out = mlir_type(&ctx.out_avals[0]);
+            Ok(ctx.body.op("stablehlo.bitcast_convert", &[summed], &[&out], &[])?[0])
+        }
+        None => Ok(summed),
+    }
 }
