@@ -36,7 +36,8 @@ mod tests {
         assert!(!will_be_caught());
         let inside = catch_unwind(will_be_caught);
         assert!(matches!(inside, Ok(true)));
-        let nested = catch_unwind(|| catch_unwind(|| panic!("caught")).is_err() && will_be_caught());
+        let nested =
+            catch_unwind(|| catch_unwind(|| panic!("caught")).is_err() && will_be_caught());
         assert!(matches!(nested, Ok(true)));
         assert!(catch_unwind(|| panic!("caught")).is_err());
         assert!(!will_be_caught());

@@ -702,7 +702,11 @@ fn the_gradient_of_pswapaxes_is_jaxs() {
     let grad = eval_closed(&vjp(&program).unwrap(), &[x, w]).unwrap();
     let jax = [1.0, 1.1, 1.4, 4.6, 5.9, 7.4, 1.9, 2.6, 3.5, 9.1, 11.0, 13.1];
     for (got, want) in grad[0].to_vec().iter().zip(jax) {
-        assert!((got - want).abs() < 1e-5, "{:?} vs {jax:?}", grad[0].to_vec());
+        assert!(
+            (got - want).abs() < 1e-5,
+            "{:?} vs {jax:?}",
+            grad[0].to_vec()
+        );
     }
 }
 

@@ -521,3 +521,26 @@ fn the_jvp_of_the_unreduced_collectives_matches_finite_differences() {
         );
     }
 }
+
+/// A value unreduced over `y` returned as replicated (`P()`, or `P('x')` which replicates over
+/// `y`) is refused as JAX refuses it: its devices hold different partial sums, so reading one
+/// device's block as the whole would return device 0's partial. With a primitive that dropped
+/// the unreduced axes (`sub`, JAX refuses it) in between, the same happened silently.
+#[test]
+fn an_unreduced_result_cannot_leave_shard_map_as_a_replicated_value() {
+    for out in ["P()", "P('x')"] {
+        let err = try_program(out, |a| {
+            a.psum(&["x"]).sin().vary_unreduced_cast(&["y"]).sum(&[1])
+        })
+        .map(|p| print_closed(&p, 0))
+        .expect_err("an unreduced result with a replicated out spec");
+        assert!(err.to_string().contains("unreduced"), "{out}: {err}");
+        let err = try_program(out, |a| {
+            let partial = a.psum(&["x"]).sin().vary_unreduced_cast(&["y"]).sum(&[1]);
+            &partial - &partial
+        })
+        .map(|p| print_closed(&p, 0))
+        .expect_err("sub of an unreduced value");
+        assert!(err.to_string().contains("unreduced"), "{out}: {err}");
+    }
+}

@@ -285,6 +285,51 @@ fn linear_operations_follow_jax_s_reduced_and_unreduced_rules() {
     assert!(err.contains("cannot take unreduced"), "{err}");
 }
 
+/// JAX 0.10.2's rules for the rest (checked with JAX itself): `transpose`,
+/// `broadcast_in_dim` and `convert_element_type` keep the unreduced axes; `sub`, `div` and
+/// comparisons have no rule and refuse an unreduced operand; `add` refuses one unreduced and
+/// one plain operand. Each of these dropped the unreduced axes, typing a partial sum as a value.
+#[test]
+fn every_primitive_keeps_or_refuses_unreduced_axes_as_jax_does() {
+    let mut x = typed(&[8, 4], "('pp',)");
+    x.set_reduced_unreduced(BTreeSet::new(), BTreeSet::from(["tp".to_owned()]));
+    let program = use_mesh(&mesh(), || {
+        trace(std::slice::from_ref(&x), |a| {
+            vec![
+                a[0].transpose(&[1, 0]),
+                a[0].broadcast_in_dim(&[2, 8, 4], &[1, 2]),
+                a[0].astype(DType::F64),
+                &a[0] + &a[0],
+            ]
+        })
+    })
+    .unwrap();
+    assert_eq!(
+        out_types(&program),
+        [
+            "f32[4,8@pp]{U:tp}",
+            "f32[2,8@pp,4]{U:tp}",
+            "f64[8@pp,4]{U:tp}",
+            "f32[8@pp,4]{U:tp}"
+        ]
+    );
+    let refused: [fn(&tessera_ir::trace::Tensor) -> tessera_ir::trace::Tensor; 5] = [
+        |t| t - t,
+        |t| t / 2.0,
+        |t| t - 1.0,
+        |t| t.lt(&t.clone()),
+        |t| t + 1.0,
+    ];
+    for (k, f) in refused.into_iter().enumerate() {
+        let err = use_mesh(&mesh(), || {
+            trace(std::slice::from_ref(&x), |a| vec![f(&a[0])])
+        })
+        .expect_err("an unreduced operand JAX refuses")
+        .to_string();
+        assert!(err.contains("unreduced"), "case {k}: {err}");
+    }
+}
+
 fn vmap_error(program: &ClosedJaxpr, size: i64, spmd: &[&str]) -> String {
     let in_axes = vec![Some(0); program.jaxpr.invars.len()];
     let out_axes = vec![0; program.jaxpr.outvars.len()];

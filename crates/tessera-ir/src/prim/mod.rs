@@ -76,10 +76,10 @@ pub use reduce_params::ReductionParams;
 pub use rounding::RoundingMethod;
 pub use scan::{ScanParams, scan_params, stacked, unstacked};
 pub use scatter::ScatterKind;
-pub(crate) use shard_map::on_explicit_mesh;
 pub use shard_map::{
     ShardMapParams, block_aval, context_mesh, global_aval, shard_map_params, split_factors,
 };
+pub(crate) use shard_map::{on_explicit_mesh, unreduced_out_claim};
 pub use sort::{SortOp, SortParams, sort_order, top_k_params};
 pub use structural_params::StructuralParams;
 pub use threefry::{PARITY, counter, pack_key, threefry2x32, unpack_key};

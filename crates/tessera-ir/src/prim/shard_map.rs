@@ -362,6 +362,9 @@ pub(super) fn abstract_eval(params: &Params, inputs: &[ShapedArray]) -> Result<V
         .zip(&p.out_specs)
         .enumerate()
         .map(|(i, (b, spec))| {
+            if let Some(message) = unreduced_out_claim(i, b, spec, &p.mesh) {
+                return Err(type_error("shard_map", message));
+            }
             let mut global = global_aval(b, spec, &p.mesh)?;
             if !explicit.is_empty() {
                 explicit_result_type(&mut global, spec, params, i, &explicit);
@@ -369,6 +372,27 @@ pub(super) fn abstract_eval(params: &Params, inputs: &[ShapedArray]) -> Result<V
             Ok(global)
         })
         .collect()
+}
+
+/// Why result `index` (block type `block`) cannot leave the `shard_map` under `spec`: it is
+/// unreduced over an axis of `mesh` (each device holds a partial sum) that the spec's
+/// `unreduced=` set does not name, so the spec claims a value (replicated, or split) where
+/// there are partial sums; `None` when it may. JAX refuses the same.
+pub(crate) fn unreduced_out_claim(
+    index: usize,
+    block: &ShapedArray,
+    spec: &PartitionSpec,
+    mesh: &AbstractMesh,
+) -> Option<String> {
+    let axis = block
+        .unreduced()
+        .into_iter()
+        .find(|a| mesh.axis_index(a).is_some() && !spec.unreduced().contains(a))?;
+    Some(format!(
+        "result {index} ({block}) is unreduced over '{axis}' (each device holds a partial sum), \
+         but out_specs {spec} claim a value; sum it first (psum or unreduced_psum over \
+         '{axis}'), or return it unreduced with unreduced={{'{axis}'}} in the out_spec"
+    ))
 }
 
 /// Whether a `shard_map`'s mesh has axes typed `Explicit` (its results are typed by its out

@@ -536,7 +536,8 @@ fn body(
             }
             outs.iter()
                 .zip(&specs)
-                .map(|(o, s)| match_out_spec(o, s, mesh))
+                .enumerate()
+                .map(|(i, (o, s))| match_out_spec(i, o, s, mesh))
                 .collect()
         })
     });
@@ -546,7 +547,11 @@ fn body(
 
 /// Checks that `spec` names every axis of `mesh` that `out` varies over (it may vary over an
 /// enclosing `shard_map`'s axes too), and casts `out` to vary over the axes it names.
-fn match_out_spec(out: &Tensor, spec: &PartitionSpec, mesh: &AbstractMesh) -> Tensor {
+/// A result unreduced over an axis the spec does not declare unreduced is refused.
+fn match_out_spec(index: usize, out: &Tensor, spec: &PartitionSpec, mesh: &AbstractMesh) -> Tensor {
+    if let Some(message) = crate::prim::unreduced_out_claim(index, out.aval(), spec, mesh) {
+        return out.fail("shard_map", message);
+    }
     let named: Vec<&str> = spec.used_axes().collect();
     let unnamed = |a: &&String| !named.contains(&a.as_str()) && mesh.axis_index(a).is_some();
     if let Some(axis) = out.aval().vma.iter().find(unnamed) {
