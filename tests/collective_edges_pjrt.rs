@@ -71,7 +71,11 @@ fn pbroadcast_gives_every_device_the_sources_bits() {
         let got = both(&p, &input);
         let want = values[source as usize];
         for v in got[0].to_vec() {
-            assert_eq!(v.to_bits(), want.to_bits(), "source {source}: {v} vs {want}");
+            assert_eq!(
+                v.to_bits(),
+                want.to_bits(),
+                "source {source}: {v} vs {want}"
+            );
         }
     }
 }

@@ -77,7 +77,10 @@ fn same_losses_in_a_job(args: &[String], groups: &str, schedule: &str) {
     let job = mpirun(&launch, &[], Duration::from_secs(300), None);
     assert!(job.status.success(), "{}", job.stderr);
     // No rank prints the plugin's log preamble (absl's warning, the device count).
-    for noise in ["absl::InitializeLog", "cpu_device_count set via create_options"] {
+    for noise in [
+        "absl::InitializeLog",
+        "cpu_device_count set via create_options",
+    ] {
         assert!(!job.stderr.contains(noise), "{}", job.stderr);
     }
     let (one, many) = (

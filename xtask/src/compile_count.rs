@@ -170,7 +170,8 @@ mod tests {
 
     #[test]
     fn a_log_no_process_wrote_is_an_unknown_count_not_zero_compiles() {
-        let dir = std::env::temp_dir().join(format!("tessera-compile-count-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("tessera-compile-count-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let missing = dir.join("missing.log");
         assert!(read(&missing).unwrap().is_none());
@@ -179,7 +180,10 @@ mod tests {
         let events = read(&written).unwrap().unwrap();
         assert_eq!(events.len(), 2);
         assert!(!events[0].load && events[1].load);
-        assert_eq!((events[1].key.as_str(), events[1].name.as_str()), ("def", "@step"));
+        assert_eq!(
+            (events[1].key.as_str(), events[1].name.as_str()),
+            ("def", "@step")
+        );
         // A folder in place of the log cannot be read: an error, not an empty log.
         assert!(read(&dir).is_err());
         std::fs::remove_dir_all(&dir).unwrap();

@@ -138,7 +138,9 @@ mod tests {
     fn anchors(text: &str) -> BTreeSet<String> {
         let mut seen = BTreeSet::new();
         for (_, line) in prose_lines(text) {
-            let Some(heading) = line.strip_prefix('#') else { continue };
+            let Some(heading) = line.strip_prefix('#') else {
+                continue;
+            };
             let heading = heading.trim_start_matches('#');
             if !heading.starts_with(' ') {
                 continue;
@@ -204,7 +206,11 @@ mod tests {
                 }
             }
         }
-        assert!(problems.is_empty(), "broken links:\n{}", problems.join("\n"));
+        assert!(
+            problems.is_empty(),
+            "broken links:\n{}",
+            problems.join("\n")
+        );
     }
 
     #[test]
@@ -320,10 +326,7 @@ mod tests {
             "mpmd_jit_by_yields-limits"
         );
         let set = anchors("# A\n\n## A\n```sh\n# not a heading\n```\n#nope\n");
-        assert_eq!(
-            set,
-            BTreeSet::from(["a".to_owned(), "a-1".to_owned()])
-        );
+        assert_eq!(set, BTreeSet::from(["a".to_owned(), "a-1".to_owned()]));
     }
 
     #[test]

@@ -281,7 +281,15 @@ fn an_array_on_the_groups_devices_in_another_order_is_refused() {
     let sharding = MpmdSharding::new(&mesh, [2], &p("P('data')")).unwrap();
     let err = MpmdArray::new(vec![on_swapped("P('data')")], sharding).unwrap_err();
     assert!(
-        matches!(&err, MpmdError::LayoutDiffers { index: 0, group: 2, device: 4, .. }),
+        matches!(
+            &err,
+            MpmdError::LayoutDiffers {
+                index: 0,
+                group: 2,
+                device: 4,
+                ..
+            }
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("MpmdMesh::group(2)"), "{err}");

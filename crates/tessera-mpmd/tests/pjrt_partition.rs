@@ -207,9 +207,17 @@ fn a_value_spec_the_group_cannot_take_is_refused_not_replaced() {
         specs: ValueSpecs::default().with_param(1, PartitionSpec::parse("P('model')").unwrap()),
         ..PipelineOptions::default()
     };
-    let err = CompiledPipeline::new_in(&client, &mesh, &loss(4), &[1, 2, 3, 4], &*schedule, 4, &options)
-        .err()
-        .expect("the pipeline must be refused");
+    let err = CompiledPipeline::new_in(
+        &client,
+        &mesh,
+        &loss(4),
+        &[1, 2, 3, 4],
+        &*schedule,
+        4,
+        &options,
+    )
+    .err()
+    .expect("the pipeline must be refused");
     let text = err.to_string();
     assert!(
         text.contains("cannot be laid out as P('model',)") && text.contains("ValueSpecs"),

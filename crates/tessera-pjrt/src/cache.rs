@@ -220,7 +220,8 @@ mod tests {
     #[test]
     fn an_unreadable_entry_is_compiled_again_and_said() {
         let client = Client::cpu(1).expect("the PJRT CPU plugin (run `cargo xtask setup`)");
-        let dir = std::env::temp_dir().join(format!("tessera-cache-unreadable-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("tessera-cache-unreadable-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let cache = CompileCache::new(&dir);
         let module = b"module @m attributes {mhlo.num_partitions = 1 : i32} {\n  func.func public @main(%a: tensor<f32>) -> tensor<f32> {\n    return %a : tensor<f32>\n  }\n}\n";

@@ -111,7 +111,9 @@ mod tests {
         assert!(is_client_chatter(
             "I0000 00:00:1795929385.219669   16233 pjrt_c_api_cpu_internal.cc:61] cpu_device_count set via create_options: 8\n"
         ));
-        assert!(!is_client_chatter("E0000 pjrt_c_api_cpu_internal.cc:70] bad option\n"));
+        assert!(!is_client_chatter(
+            "E0000 pjrt_c_api_cpu_internal.cc:70] bad option\n"
+        ));
         assert!(!is_client_chatter("WARNING: something else\n"));
     }
 

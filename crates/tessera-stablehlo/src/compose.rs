@@ -123,8 +123,7 @@ fn compose_in<K: Copy + Eq + Hash + Debug>(
                 .iter()
                 .map(|k| lookup(&env, k))
                 .collect::<Result<Vec<_>, _>>()?;
-            let result_refs: Vec<&str> =
-                part_result_types[i].iter().map(String::as_str).collect();
+            let result_refs: Vec<&str> = part_result_types[i].iter().map(String::as_str).collect();
             let outs = body.op(
                 "func.call",
                 &operands,

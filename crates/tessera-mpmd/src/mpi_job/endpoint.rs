@@ -111,9 +111,7 @@ impl Outgoing {
     fn bytes(&self) -> Option<&[u8]> {
         match self {
             Outgoing::Staged(bytes) => Some(bytes),
-            Outgoing::InPlace(buffer, len) => {
-                buffer.host_memory().ok().filter(|b| b.len() == *len)
-            }
+            Outgoing::InPlace(buffer, len) => buffer.host_memory().ok().filter(|b| b.len() == *len),
         }
     }
 
@@ -221,8 +219,7 @@ impl Endpoint {
 
 fn send_loop(queue: mpsc::Receiver<Job>, size: i32) {
     let world = SimpleCommunicator::world();
-    let unreadable = usize::try_from(world.rank())
-        .is_ok_and(super::unreadable_sends_injected);
+    let unreadable = usize::try_from(world.rank()).is_ok_and(super::unreadable_sends_injected);
     for job in queue {
         match job {
             Job::Send { run, id, to, parts } => {

@@ -551,7 +551,9 @@ fn pbroadcast<'c, 'b>(
     let aval = &ShapedArray::new(bits.unwrap_or(aval.dtype), &aval.shape);
     let ty = mlir_type(aval);
     let x = match bits {
-        Some(_) => ctx.body.op("stablehlo.bitcast_convert", &[x], &[&ty], &[])?[0],
+        Some(_) => ctx
+            .body
+            .op("stablehlo.bitcast_convert", &[x], &[&ty], &[])?[0],
         None => x,
     };
     let zeros = constant_scalar(ctx.body, 0.0, &ShapedArray::scalar(aval.dtype))?;
@@ -568,7 +570,9 @@ fn pbroadcast<'c, 'b>(
     match bits {
         Some(_) => {
             let out = mlir_type(&ctx.out_avals[0]);
-            Ok(ctx.body.op("stablehlo.bitcast_convert", &[summed], &[&out], &[])?[0])
+            Ok(ctx
+                .body
+                .op("stablehlo.bitcast_convert", &[summed], &[&out], &[])?[0])
         }
         None => Ok(summed),
     }

@@ -107,7 +107,9 @@ pub fn check_same_config(job: &MpiJob, args: &super::train::Args) -> anyhow::Res
             Some(error) => bail!(
                 "rank {rank} cannot read the --data file {}: {error}; give every rank a path to \
                  the same file that it can read",
-                args.data.as_deref().map_or("?".into(), |p| p.display().to_string())
+                args.data
+                    .as_deref()
+                    .map_or("?".into(), |p| p.display().to_string())
             ),
             None => Ok(()),
         }

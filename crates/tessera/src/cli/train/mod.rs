@@ -279,7 +279,14 @@ fn warn_undonated_state(
         .filter_map(|&a| {
             let aval = avals.get(a)?;
             let bytes = aval.size() as u64 * aval.dtype.size_in_bytes() as u64;
-            (!aval.shape.is_empty()).then(|| (names.get(a).map_or(format!("argument {a}"), |n| n.1.clone()), bytes))
+            (!aval.shape.is_empty()).then(|| {
+                (
+                    names
+                        .get(a)
+                        .map_or(format!("argument {a}"), |n| n.1.clone()),
+                    bytes,
+                )
+            })
         })
         .collect();
     if kept.is_empty() {
