@@ -710,13 +710,26 @@ fn the_gradient_of_pswapaxes_is_jaxs() {
     }
 }
 
+/// An untiled all_to_all along one axis transposes (JAX computes it); along two different axes
+/// JAX refuses its reverse mode (`jaxpr_collectives_cases.json`'s `all_to_all_untiled_1` has
+/// no gradient), and so does Tessera, naming the fix.
 #[test]
-fn untiled_all_to_alls_transpose_whether_or_not_the_axes_differ() {
+fn untiled_all_to_alls_transpose_along_one_axis_and_are_refused_along_two() {
     check_transpose("pswapaxes x", |a| a.reshape(&[2, 8, 1]).pswapaxes("x", 0));
-    check_transpose("all_to_all x untiled, split != concat", |a| {
-        a.reshape(&[2, 8, 1]).all_to_all("x", 0, 1, false)
+    check_transpose("all_to_all x untiled, split = concat", |a| {
+        a.reshape(&[4, 2, 2]).all_to_all("x", 1, 1, false)
     });
-    check_transpose("all_to_all x untiled, concat before split", |a| {
-        a.reshape(&[8, 2, 1]).all_to_all("x", 1, 0, false)
-    });
+    let program = shard_map_program(
+        &mesh(&[("x", 2), ("y", 2)]),
+        &[spec("P(('x', 'y'))")],
+        &[spec("P(('x', 'y'))")],
+        &[f32(&[16, 4])],
+        |a| vec![a[0].reshape(&[2, 8, 1]).all_to_all("x", 0, 1, false)],
+    )
+    .unwrap();
+    let err = vjp(&program).map(|_| ()).unwrap_err().to_string();
+    assert!(
+        err.contains("has no reverse mode") && err.contains("tiled=True"),
+        "{err}"
+    );
 }

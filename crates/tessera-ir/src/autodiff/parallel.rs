@@ -113,11 +113,26 @@ fn collective_transpose(
             let inverse: Vec<(i64, i64)> = perm.iter().map(|&(s, t)| (t, s)).collect();
             g.ppermute_over(&axes, &inverse)
         }
-        // Tiled or not, the primitive splits and concatenates the same way (the untiled
-        // wrapper's dimension is inserted and removed around it), so its transpose swaps the two
-        // axes. JAX computes this for `pswapaxes` (split = concat); for an untiled split != concat
-        // JAX's rule re-applies the wrapper and fails on the cotangent's shape, where this one
-        // gives the transpose.
+        // JAX differentiates an untiled all_to_all whose split and concat axes are one
+        // (`pswapaxes`), and refuses the others: its rule applies the untiled wrapper again,
+        // which adds a dimension the cotangent lacks. Tessera refuses the same programs.
+        &CollectiveKind::AllToAll {
+            tiled: false,
+            split_axis,
+            concat_axis,
+        } if split_axis != concat_axis => {
+            return Err(IrError::Type {
+                prim: prim.name().into(),
+                message: format!(
+                    "an untiled all_to_all with split_axis {split_axis} and concat_axis \
+                     {concat_axis} has no reverse mode: JAX's transpose re-applies the untiled \
+                     wrapper to a cotangent whose shape does not fit it, so JAX refuses it too; \
+                     pass tiled=True, or split and concatenate along one axis (pswapaxes)"
+                ),
+            });
+        }
+        // Tiled, or untiled along one axis: the primitive splits and concatenates the same way
+        // (the untiled wrapper's dimension lives outside it), so its transpose swaps the axes.
         &CollectiveKind::AllToAll {
             split_axis,
             concat_axis,
