@@ -231,7 +231,7 @@ pub(super) fn carry(prim: Prim, inputs: &[ShapedArray], outs: &mut [ShapedArray]
         },
         UnreducedRule::Mul => match inputs {
             [x, y] => Some(mul_axes(prim, x, y)?),
-            _ => None,
+            [..] => None,
         },
         UnreducedRule::KeepOperands => inputs.first().map(|a| (a.reduced(), a.unreduced())),
         UnreducedRule::Concatenate => {

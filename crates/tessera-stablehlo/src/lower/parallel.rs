@@ -546,7 +546,17 @@ fn pbroadcast<'c, 'b>(
         DType::F64 => Some(DType::I64),
         DType::F32 => Some(DType::I32),
         DType::F16 | DType::BF16 => Some(DType::I16),
-        _ => None,
+        DType::Bool
+        | DType::I8
+        | DType::I16
+        | DType::I32
+        | DType::I64
+        | DType::U8
+        | DType::U16
+        | DType::U32
+        | DType::U64
+        | DType::KeyFry
+        | DType::Token => None,
     };
     let aval = &ShapedArray::new(bits.unwrap_or(aval.dtype), &aval.shape);
     let ty = mlir_type(aval);
