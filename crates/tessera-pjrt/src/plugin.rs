@@ -64,8 +64,12 @@ impl Plugin {
         if let Some(plugin) = plugins.get(&key) {
             return Ok(plugin);
         }
-        let plugin: &'static Plugin = Box::leak(Box::new(Self::open(&key)?));
-        plugin.initialize()?;
+        // Loading and initialising may log the plugin's first lines (see `quiet_stderr`).
+        let plugin = crate::quiet_stderr::without_client_chatter(|| -> Result<&'static Plugin> {
+            let plugin: &'static Plugin = Box::leak(Box::new(Self::open(&key)?));
+            plugin.initialize()?;
+            Ok(plugin)
+        })?;
         plugins.insert(key, plugin);
         Ok(plugin)
     }

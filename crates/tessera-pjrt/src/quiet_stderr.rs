@@ -32,7 +32,7 @@ fn is_false_alarm(line: &str) -> bool {
 
 /// Whether `line` is a client creation's chatter (see the module docs).
 fn is_client_chatter(line: &str) -> bool {
-    line.starts_with("WARNING: All log messages before absl::InitializeLog() is called")
+    is_absl_preamble(line)
         || (line.contains("pjrt_c_api_cpu_internal.cc")
             && line.contains("cpu_device_count set via create_options"))
 }
@@ -42,10 +42,16 @@ pub(crate) fn without_client_chatter<T>(create: impl FnOnce() -> T) -> T {
     without_lines(is_client_chatter, create)
 }
 
-/// Runs `load` with the loader's false alarms dropped from standard error. If standard error
+/// Runs `load` with the loader's false alarms dropped from standard error (and absl's
+/// preamble, which the first of them prints when nothing logged before). If standard error
 /// cannot be redirected, `load` runs as it is.
 pub(crate) fn without_loader_alarms<T>(load: impl FnOnce() -> T) -> T {
-    without_lines(is_false_alarm, load)
+    without_lines(|line| is_false_alarm(line) || is_absl_preamble(line), load)
+}
+
+/// Whether `line` is absl's one-time warning that logging was not initialised.
+fn is_absl_preamble(line: &str) -> bool {
+    line.starts_with("WARNING: All log messages before absl::InitializeLog() is called")
 }
 
 /// Runs `load` with the lines `is_noise` names dropped from standard error.
