@@ -305,3 +305,31 @@ fn check_collectives_runs_what_the_plugin_has_and_names_what_it_lacks() {
     assert!(!none.status.success());
     assert!(String::from_utf8_lossy(&none.stderr).contains("at least 1 device"));
 }
+
+/// The guide's list of `tessera train`'s options (docs/training.md) is the program's own
+/// `--help`, so the two cannot drift apart: a changed option fails here until the block is
+/// pasted again.
+#[test]
+fn the_guide_lists_train_options_as_the_program_prints_them() {
+    let out = tessera(&["train", "--help"], &[]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let guide =
+        std::fs::read_to_string(tessera_tests::repo_root().join("docs").join("training.md"))
+            .unwrap();
+    let heading = "## Every option (tessera train --help)";
+    let after = guide
+        .split_once(heading)
+        .unwrap_or_else(|| panic!("docs/training.md lacks '{heading}'"))
+        .1;
+    let block = after
+        .split_once("```text\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .map(|(block, _)| block)
+        .unwrap_or_else(|| panic!("no ```text block under '{heading}'"));
+    assert_eq!(
+        block.trim_end(),
+        help.trim_end(),
+        "paste `tessera train --help` under '{heading}' in docs/training.md again"
+    );
+}

@@ -254,12 +254,12 @@ fn a_stalled_rank_gives_the_deadline_error_naming_the_value() {
         None,
     );
     assert!(!job.status.success(), "{}", job.stderr);
+    // The first rank to give up reports its deadline; the others, told, say what they wait for.
     let report = job
         .stderr
         .lines()
-        .find(|l| l.starts_with("error (rank"))
-        .unwrap_or_else(|| panic!("no error reported: {}", job.stderr));
-    assert!(report.contains("deadline passed"), "{report}");
+        .find(|l| l.starts_with("error (rank") && l.contains("deadline passed"))
+        .unwrap_or_else(|| panic!("no deadline reported: {}", job.stderr));
     assert!(report.contains("value"), "{report}");
 }
 
@@ -648,4 +648,41 @@ fn a_data_file_no_rank_can_read_is_refused_naming_it() {
     let expected = format!("rank 0 cannot read the --data file {}", missing.display());
     assert!(job.stderr.contains(&expected), "{}", job.stderr);
     assert!(job.stderr.contains("No such file"), "{}", job.stderr);
+}
+
+/// Rank 2 stops (SIGSTOP) in the middle of a pipelined step, under `--timeout 10`: each other
+/// rank, at its deadline or told by the first to give up, names the stalled process (group 2
+/// is rank 2: one group per rank) and the value it waits for itself, and the job ends with a
+/// failure. (Its messages and exit are checked; the seconds are not.)
+#[test]
+fn a_rank_stopped_mid_step_is_named_by_every_other_rank() {
+    let bin = tessera_bin();
+    let mut args = train_args("1f1b", "4", "4", "2");
+    args.extend(["--timeout".into(), "10".into()]);
+    let mut launch = vec!["-n", "4", bin.to_str().unwrap()];
+    launch.extend(args.iter().map(String::as_str));
+    let job = mpirun(
+        &launch,
+        &[("TESSERA_FAULT", "sigstop@2")],
+        Duration::from_secs(240),
+        None,
+    );
+    assert!(!job.status.success(), "{}", job.stderr);
+    assert!(job.stderr.contains("stopping process"), "{}", job.stderr);
+    for rank in [0, 1, 3] {
+        let header = format!("error (rank {rank} of 4)");
+        let report = job
+            .stderr
+            .lines()
+            .find(|l| l.starts_with(&header))
+            .unwrap_or_else(|| panic!("rank {rank} said nothing: {}", job.stderr));
+        assert!(
+            report.contains(&format!("group {rank} waits for value")),
+            "rank {rank} does not say what it waits for: {report}"
+        );
+        assert!(
+            report.contains("the process of group 2 is stalled"),
+            "rank {rank} does not name rank 2: {report}"
+        );
+    }
 }

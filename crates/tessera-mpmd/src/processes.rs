@@ -213,6 +213,9 @@ pub enum Fault {
     Kill,
     /// The task panics (the worker's catch turns it into a typed error).
     Panic,
+    /// The process stops itself with SIGSTOP when the task starts (all its threads halt, as a
+    /// process a debugger or the kernel stops).
+    Stop,
 }
 
 impl FaultyExecutor {
@@ -260,6 +263,16 @@ impl Executor<usize, Array> for FaultyExecutor {
                 }
                 Fault::Stall => stall(stop),
                 Fault::Panic => panic!("injected panic (TESSERA_FAULT) in '{}'", task.name),
+                Fault::Stop => {
+                    let pid = std::process::id().to_string();
+                    eprintln!(
+                        "injected fault (TESSERA_FAULT): stopping process {pid} with SIGSTOP in '{}'",
+                        task.name
+                    );
+                    let _ = std::process::Command::new("kill")
+                        .args(["-STOP", &pid])
+                        .status();
+                }
                 Fault::Kill => {
                     let pid = std::process::id().to_string();
                     eprintln!("injected fault (TESSERA_FAULT): killing process {pid} with SIGKILL");

@@ -39,7 +39,7 @@ use tessera_sharding::NamedSharding;
 
 use super::collective::{ARRIVED, Arrivals};
 use crate::mesh::MpmdMesh;
-use crate::runtime::{BoxError, OutputLayout, Transport, ValueId};
+use crate::runtime::{BoxError, OutputLayout, PeerState, Transport, ValueId};
 
 /// The largest message of a value's bytes.
 pub const CHUNK: usize = 16 << 20;
@@ -50,11 +50,51 @@ const IDLE: Duration = Duration::from_micros(50);
 
 /// The tag of the message by which a sender says it could not send a value (`[run, id]`).
 const FAILED: i32 = 32766;
+/// The tag of a process's report of what its group does (`[run, done, value, from]`, see
+/// [`state_message`]).
+const STATE: i32 = 32764;
+/// The tag of the message by which a process says it gives up the run (`[run]`).
+const GIVE_UP: i32 = 32765;
 
-/// The tag of a value's messages (in `1..32766`: within the range every MPI allows, below
-/// [`FAILED`] and [`ARRIVED`]).
+/// The tag of a value's messages (in `1..32764`: within the range every MPI allows, below
+/// [`STATE`], [`GIVE_UP`], [`FAILED`] and [`ARRIVED`]).
 fn tag_of(id: ValueId) -> i32 {
-    1 + (id % 32765) as i32
+    1 + (id % 32763) as i32
+}
+
+/// A [`PeerState`] of `run` as a message: each optional field as its value plus one (0: none).
+fn state_message(run: u64, state: PeerState) -> [u64; 4] {
+    let plus_one = |x: Option<usize>| x.map_or(0, |v| v as u64 + 1);
+    [
+        run,
+        plus_one(state.done),
+        plus_one(state.waiting.map(|w| w.0)),
+        plus_one(state.waiting.map(|w| w.1)),
+    ]
+}
+
+/// [`state_message`]'s run and state, read back.
+fn read_state(message: &[u64]) -> Option<(u64, PeerState)> {
+    let &[run, done, value, from] = message else {
+        return None;
+    };
+    let minus_one = |x: u64| x.checked_sub(1).map(|v| v as usize);
+    let waiting = minus_one(value).zip(minus_one(from));
+    Some((
+        run,
+        PeerState {
+            done: minus_one(done),
+            waiting,
+        },
+    ))
+}
+
+/// What this process heard from the others: each rank's last state report, and the run a
+/// rank gave up (by rank).
+#[derive(Default)]
+struct Heard {
+    states: Mutex<HashMap<i32, (u64, PeerState)>>,
+    gave_up: Mutex<Option<(u64, i32)>>,
 }
 
 /// Received values, by run and value id; or the rank that could not send one.
@@ -130,6 +170,11 @@ enum Job {
         to: i32,
         parts: Vec<(Block, Outgoing)>,
     },
+    /// A short message of `tag` to every other rank.
+    Tell {
+        tag: i32,
+        message: Vec<u64>,
+    },
     Close,
 }
 
@@ -163,7 +208,11 @@ fn read_header(h: &[u64]) -> (u64, ValueId, Incoming) {
 /// One process's sending and receiving threads (see the module docs).
 pub(crate) struct Endpoint {
     jobs: Mutex<Sender<Job>>,
+    /// State reports and give-ups, sent by a thread of their own: never queued behind a value
+    /// whose send waits for a stalled receiver.
+    tells: Mutex<Sender<Job>>,
     inbox: Arc<Inbox>,
+    heard: Arc<Heard>,
     runs: AtomicU64,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -173,18 +222,25 @@ impl Endpoint {
     pub(crate) fn start(size: i32, arrivals: Arc<Arrivals>) -> std::io::Result<Endpoint> {
         let (jobs, queue) = mpsc::channel::<Job>();
         let inbox = Arc::new(Inbox::default());
+        let heard = Arc::new(Heard::default());
         let sender = std::thread::Builder::new()
             .name("tessera-mpi-send".into())
             .spawn(move || send_loop(queue, size))?;
-        let into = inbox.clone();
+        let (tells, told) = mpsc::channel::<Job>();
+        let teller = std::thread::Builder::new()
+            .name("tessera-mpi-tell".into())
+            .spawn(move || tell_loop(told, size))?;
+        let (into, hearing) = (inbox.clone(), heard.clone());
         let receiver = std::thread::Builder::new()
             .name("tessera-mpi-recv".into())
-            .spawn(move || receive_loop(&into, &arrivals, size))?;
+            .spawn(move || receive_loop(&into, &hearing, &arrivals, size))?;
         Ok(Endpoint {
             jobs: Mutex::new(jobs),
+            tells: Mutex::new(tells),
             inbox,
+            heard,
             runs: AtomicU64::new(0),
-            threads: Mutex::new(vec![sender, receiver]),
+            threads: Mutex::new(vec![sender, teller, receiver]),
         })
     }
 
@@ -210,9 +266,25 @@ impl Endpoint {
     /// Tells the peers this process sends nothing more, and waits until every queued value is
     /// sent and every peer has said the same.
     pub(crate) fn shutdown(&self) {
+        let _ = lock(&self.tells).send(Job::Close);
         let _ = lock(&self.jobs).send(Job::Close);
         for thread in std::mem::take(&mut *lock(&self.threads)) {
             let _ = thread.join();
+        }
+    }
+}
+
+/// Sends the short messages of [`Job::Tell`] to every other rank until [`Job::Close`].
+fn tell_loop(queue: mpsc::Receiver<Job>, size: i32) {
+    let world = SimpleCommunicator::world();
+    for job in queue {
+        match job {
+            Job::Tell { tag, message } => {
+                for peer in (0..size).filter(|&r| r != world.rank()) {
+                    world.process_at_rank(peer).send_with_tag(&message[..], tag);
+                }
+            }
+            Job::Send { .. } | Job::Close => break,
         }
     }
 }
@@ -243,6 +315,8 @@ fn send_loop(queue: mpsc::Receiver<Job>, size: i32) {
                     }
                 }
             }
+            // Tells go through the telling thread.
+            Job::Tell { .. } => {}
             Job::Close => break,
         }
     }
@@ -274,7 +348,7 @@ impl Partial {
     }
 }
 
-fn receive_loop(inbox: &Inbox, arrivals: &Arrivals, size: i32) {
+fn receive_loop(inbox: &Inbox, heard: &Heard, arrivals: &Arrivals, size: i32) {
     let world = SimpleCommunicator::world();
     let mut open = size - 1;
     let mut partial: HashMap<i32, Partial> = HashMap::new();
@@ -287,6 +361,17 @@ fn receive_loop(inbox: &Inbox, arrivals: &Arrivals, size: i32) {
         if tag == CLOSE {
             let _ = probed.matched_receive_vec::<u8>();
             open -= 1;
+            continue;
+        }
+        if tag == STATE || tag == GIVE_UP {
+            let (message, _) = probed.matched_receive_vec::<u64>();
+            if tag == GIVE_UP
+                && let Some(&run) = message.first()
+            {
+                *lock(&heard.gave_up) = Some((run, source));
+            } else if let Some(state) = read_state(&message) {
+                lock(&heard.states).insert(source, state);
+            }
             continue;
         }
         if tag == FAILED {
@@ -373,6 +458,41 @@ impl Transport<Array> for MpiTransport {
         lock(&self.endpoint.jobs)
             .send(job)
             .map_err(|_| "the MPI sending thread has stopped".into())
+    }
+
+    fn report(&self, _group: usize, state: PeerState) {
+        let message = state_message(self.run, state).to_vec();
+        let _ = lock(&self.endpoint.tells).send(Job::Tell {
+            tag: STATE,
+            message,
+        });
+    }
+
+    /// One group per rank: group `g`'s process is rank `g`.
+    fn heard(&self, group: usize) -> Option<PeerState> {
+        let rank = i32::try_from(group).ok()?;
+        let states = lock(&self.endpoint.heard.states);
+        match states.get(&rank) {
+            Some(&(run, state)) if run == self.run => Some(state),
+            // Nothing heard yet in this run: it finished no task of it.
+            _ if self.mesh.my_mpmd_axis_index() != Some(group) => Some(PeerState::default()),
+            _ => None,
+        }
+    }
+
+    fn give_up(&self) {
+        let message = vec![self.run];
+        let _ = lock(&self.endpoint.tells).send(Job::Tell {
+            tag: GIVE_UP,
+            message,
+        });
+    }
+
+    fn gave_up(&self) -> Option<usize> {
+        match *lock(&self.endpoint.heard.gave_up) {
+            Some((run, rank)) if run == self.run => usize::try_from(rank).ok(),
+            _ => None,
+        }
     }
 
     fn recv(&self, id: ValueId, to: usize, deadline: Instant) -> Result<Option<Array>, BoxError> {

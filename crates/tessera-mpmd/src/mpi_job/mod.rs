@@ -13,8 +13,8 @@
 //! fails with [`ProcessError::Timeout`] naming the collective, the ranks that never reached it
 //! and the fix; the caller then aborts the job (dropping it aborts it too).
 //!
-//! `TESSERA_FAULT=KIND@RANK` (KIND `fail`, `stall`, `kill` or `panic`) makes rank RANK's second
-//! task fail, never return, SIGKILL its process, or panic; KIND `stall-exchange` makes rank RANK never start its
+//! `TESSERA_FAULT=KIND@RANK` (KIND `fail`, `stall`, `kill`, `panic` or `sigstop`) makes rank
+//! RANK's second task fail, never return, SIGKILL its process, panic, or SIGSTOP its process; KIND `stall-exchange` makes rank RANK never start its
 //! second exchange (`Processes::exchange`); KIND `unreadable-send` makes its sending thread find
 //! every shard unreadable (its receivers fail at once, naming it): the fault tests use them.
 
@@ -306,7 +306,7 @@ pub(crate) fn unreadable_sends_injected(rank: usize) -> bool {
 fn parse_fault(text: &str) -> Result<(Injected, usize), ProcessError> {
     let bad = || {
         ProcessError::Comm(format!(
-            "{FAULT_ENV} is '{text}'; give KIND@RANK with KIND fail, stall, kill, panic, \
+            "{FAULT_ENV} is '{text}'; give KIND@RANK with KIND fail, stall, kill, panic, sigstop, \
              stall-exchange or unreadable-send, e.g. fail@2"
         ))
     };
@@ -316,6 +316,7 @@ fn parse_fault(text: &str) -> Result<(Injected, usize), ProcessError> {
         "stall" => Injected::Task(Fault::Stall),
         "kill" => Injected::Task(Fault::Kill),
         "panic" => Injected::Task(Fault::Panic),
+        "sigstop" => Injected::Task(Fault::Stop),
         "stall-exchange" => Injected::StallExchange,
         "unreadable-send" => Injected::UnreadableSend,
         _ => return Err(bad()),

@@ -73,7 +73,7 @@ pub enum RunError {
     },
     /// A wait passed its deadline.
     #[error(
-        "deadline passed: group {group}, task '{task}' {stuck} for longer than {timeout:?}; every group was stopped (raise TESSERA_TIMEOUT_S or the run's timeout if the step is only slow)"
+        "deadline passed: group {group}, task '{task}' {stuck} for longer than {timeout:?}{holdup}; every group was stopped (raise `tessera train --timeout`, TESSERA_TIMEOUT_S or the run's timeout if the step is only slow)"
     )]
     Timeout {
         /// The group.
@@ -84,6 +84,22 @@ pub enum RunError {
         stuck: Stuck,
         /// The deadline.
         timeout: Duration,
+        /// The chain of waits to the group holding the run up (empty when not known).
+        holdup: String,
+    },
+    /// Another process gave up at its deadline while this group waited.
+    #[error(
+        "group {group}, task '{task}' stopped waiting as the process of group {by} gave up at its deadline{holdup}"
+    )]
+    PeerGaveUp {
+        /// The group.
+        group: usize,
+        /// The task.
+        task: String,
+        /// The group of the process that gave up.
+        by: usize,
+        /// The chain of waits to the group holding the run up.
+        holdup: String,
     },
     /// A task would consume (donate) a value that is still needed.
     #[error(

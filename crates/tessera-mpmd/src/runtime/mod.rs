@@ -15,6 +15,7 @@ mod options;
 mod pjrt;
 mod plan;
 mod run;
+mod stall;
 pub(crate) mod trace;
 mod transport;
 mod worker;
@@ -26,5 +27,5 @@ pub use pjrt::{CompiledTask, CompilerOptions, OutputLayout, PjrtExecutor, Progra
 pub use plan::{Plan, PlanError, TaskSpec, ValueId};
 pub use run::{RunOutput, run, run_local};
 pub use trace::{TaskTiming, Timings, TransferTiming, ValueSpan};
-pub use transport::{CopyFn, LocalTransport, Mailbox, Transport};
+pub use transport::{CopyFn, LocalTransport, Mailbox, PeerState, Transport};
 pub use worker::Executor;

@@ -36,6 +36,8 @@ pub(super) struct Coord {
     pub(super) waiting: Vec<Option<ValueId>>,
     /// Per group, the task its worker runs and since when.
     pub(super) running: Vec<Option<(usize, Instant)>>,
+    /// Per group, the last task (its index in the plan) its worker finished.
+    pub(super) done: Vec<Option<usize>>,
     /// `(destination, value)` pairs handed to the transport.
     pub(super) sent: HashSet<(usize, ValueId)>,
     /// Per group, whether this process runs it (all of them in a one-process run).
@@ -149,6 +151,7 @@ impl<T, V> Shared<T, V> {
             task: task.name.clone(),
             stuck: Stuck::Running(task.outputs.clone()),
             timeout: self.timeout,
+            holdup: String::new(),
         }
     }
 }
@@ -228,6 +231,7 @@ where
             active: is_local.iter().filter(|&&l| l).count(),
             waiting: vec![None; groups],
             running: vec![None; groups],
+            done: vec![None; groups],
             sent: HashSet::new(),
             local: is_local.clone(),
         }),

@@ -30,6 +30,38 @@ pub trait Transport<V>: Send + Sync {
     /// runtime calls it with short deadlines in a loop, checking its own deadline and whether
     /// another group failed in between, so an implementation should honour `deadline`.
     fn recv(&self, id: ValueId, to: usize, deadline: Instant) -> Result<Option<V>, BoxError>;
+
+    /// Tells the other processes, where the transport reaches any, what `group` is doing:
+    /// what each process hears of the others names a stalled one when a wait passes its
+    /// deadline ([`Transport::heard`]). Default: nothing (one process sees all its groups).
+    fn report(&self, group: usize, state: PeerState) {
+        let _ = (group, state);
+    }
+
+    /// What this process last heard in this run from the process running `group`; `None` for
+    /// a group of this process, or where the transport keeps no such record.
+    fn heard(&self, group: usize) -> Option<PeerState> {
+        let _ = group;
+        None
+    }
+
+    /// Tells the other processes that this one gives up (one of its waits passed its deadline),
+    /// so that each stops and says what it waits for before the job ends. Default: nothing.
+    fn give_up(&self) {}
+
+    /// The group of another process that gave up in this run, if one has.
+    fn gave_up(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// What a group of another process last said it was doing in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PeerState {
+    /// The last task (its index in the plan) it finished.
+    pub done: Option<usize>,
+    /// The value it waits for, and the group that produces it.
+    pub waiting: Option<(ValueId, usize)>,
 }
 
 /// Values in transit within one process, keyed by destination group and value id. A value put

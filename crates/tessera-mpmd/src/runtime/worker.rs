@@ -14,6 +14,7 @@ use super::error::{BoxError, RunError, Stuck};
 use super::plan::{TaskSpec, ValueId};
 use super::run::Shared;
 use super::trace::{TaskTiming, TransferTiming, ValueSpan};
+use super::transport::PeerState;
 
 /// Runs tasks: compiled programs on a group's devices, or anything else in tests.
 pub trait Executor<T, V>: Send + Sync {
@@ -69,6 +70,8 @@ pub(super) struct Worker<T, V> {
     pub(super) shared: std::sync::Arc<Shared<T, V>>,
     /// For each value read on this group, the position in the group's order of its last reader.
     last_read: HashMap<ValueId, usize>,
+    /// The last task (its index in the plan) this worker finished.
+    last_done: Option<usize>,
 }
 
 impl<T, V> Worker<T, V> {
@@ -90,6 +93,7 @@ impl<T, V> Worker<T, V> {
             store: HashMap::new(),
             shared,
             last_read,
+            last_done: None,
         };
         for (id, value) in initial {
             worker.hold(id, value);
@@ -213,6 +217,16 @@ impl<T, V> Worker<T, V> {
             start_us: shared.since_start(began),
             duration_us: duration.as_secs_f64() * 1e6,
         });
+        self.last_done = Some(index);
+        shared.coord().done[self.group] = Some(index);
+        let done = self.last_done;
+        shared.transport.report(
+            self.group,
+            PeerState {
+                done,
+                waiting: None,
+            },
+        );
         for (&value, v) in task.outputs.iter().zip(outputs) {
             self.send(value, &v, task)?;
             self.hold(value, v);
@@ -290,9 +304,27 @@ impl<T, V> Worker<T, V> {
         }
         let shared = self.shared.clone();
         shared.coord().waiting[self.group] = Some(value);
+        if let Some(&from) = shared.producer.get(&value) {
+            let waiting = Some((value, from));
+            let done = self.last_done;
+            shared
+                .transport
+                .report(self.group, PeerState { done, waiting });
+        }
         let outcome = self.receive(value, task);
         shared.coord().waiting[self.group] = None;
         let v = outcome?;
+        // No longer waiting (so that what others hear of this group is not a wait now over).
+        if shared.producer.contains_key(&value) {
+            let done = self.last_done;
+            shared.transport.report(
+                self.group,
+                PeerState {
+                    done,
+                    waiting: None,
+                },
+            );
+        }
         self.hold(value, v);
         Ok(())
     }
@@ -319,14 +351,27 @@ impl<T, V> Worker<T, V> {
             if shared.abort.load(Ordering::SeqCst) {
                 return Err(RunError::Stopped(self.group));
             }
+            let from = shared.producer.get(&value).copied().unwrap_or(self.group);
+            if let Some(by) = shared.transport.gave_up() {
+                return Err(RunError::PeerGaveUp {
+                    group: self.group,
+                    task: task.name.clone(),
+                    by,
+                    holdup: super::stall::diagnose(shared, self.group, value, from),
+                });
+            }
             if Instant::now() >= deadline {
                 // A producer stuck in a task since before this wait is the cause to report.
                 let cause = shared.stuck_producer(value, deadline - shared.timeout);
+                let holdup = super::stall::diagnose(shared, self.group, value, from);
+                // The other processes stop too, each saying what it waits for.
+                shared.transport.give_up();
                 return Err(cause.unwrap_or_else(|| RunError::Timeout {
                     group: self.group,
                     task: task.name.clone(),
                     stuck: Stuck::Input(value),
                     timeout: shared.timeout,
+                    holdup,
                 }));
             }
             if shared.deadlocked() {

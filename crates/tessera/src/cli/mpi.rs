@@ -52,6 +52,12 @@ pub fn run_job<A>(
                 let _ = std::io::stderr().flush();
             }
             if !collective {
+                // After a deadline every rank says what it waits for: the one that gave up
+                // waits a moment for the others it told, and they a moment longer, so that
+                // no MPI_Abort ends a rank before it has spoken.
+                if let Some(grace) = grace_before_abort(&err) {
+                    std::thread::sleep(grace);
+                }
                 job.abort(1)
             }
             // Every rank found it at the same collective: all end cleanly, with a failure.
@@ -59,6 +65,25 @@ pub fn run_job<A>(
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// How long a rank whose pipeline wait passed its deadline (it told the others), or that was
+/// told so, waits before it aborts the job.
+fn grace_before_abort(err: &anyhow::Error) -> Option<std::time::Duration> {
+    use tessera_mpmd::runtime::RunError;
+    // A run's error, alone or inside the driver's (whose `Run` is transparent: not a link of
+    // the chain of its own).
+    fn run_error<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a RunError> {
+        match cause.downcast_ref::<DriverError>() {
+            Some(DriverError::Run(run)) => Some(run),
+            _ => cause.downcast_ref::<RunError>(),
+        }
+    }
+    err.chain().find_map(|cause| match run_error(cause) {
+        Some(RunError::Timeout { .. }) => Some(std::time::Duration::from_secs(5)),
+        Some(RunError::PeerGaveUp { .. }) => Some(std::time::Duration::from_secs(8)),
+        _ => None,
+    })
 }
 
 /// The error and its causes on one line, leaving out a cause its parent already quotes.

@@ -107,6 +107,13 @@ pub struct Args {
     /// under MPI each rank writes the blocks its devices hold, on a shared filesystem).
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
+    /// How long any wait of the run may last, in seconds: a pipeline task waiting for its
+    /// input or running, and under MPI each collective between the ranks. It takes precedence
+    /// over TESSERA_TIMEOUT_S (the pipeline's waits) and TESSERA_MPI_TIMEOUT_S (the
+    /// collectives'), which library users set; without any of the three, 600. When it passes,
+    /// every rank says which rank holds the job up and what it waits for, and the job ends.
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+    pub timeout: Option<f64>,
     /// An XLA compiler option for every program of the step, as NAME=VALUE (JAX's
     /// `compiler_options`; e.g. --xla-option xla_cpu_enable_fast_math=false); repeatable.
     #[arg(long = "xla-option", value_name = "NAME=VALUE")]
@@ -192,5 +199,17 @@ impl Args {
     /// Whether flag `id` (one of [`DEFAULTED_FLAGS`]) was given on the command line.
     pub fn was_given(&self, id: &str) -> bool {
         self.given.iter().any(|g| g == id)
+    }
+}
+
+/// A positive, finite number of seconds (`--timeout`).
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && std::time::Duration::try_from_secs_f64(s).is_ok() => {
+            Ok(s)
+        }
+        _ => Err(format!(
+            "'{text}' is not a positive number of seconds; give e.g. --timeout 600"
+        )),
     }
 }

@@ -93,6 +93,7 @@ impl Eval {
             processes: setup.training.processes.clone(),
             in_specs,
             fusion: setup.training.fusion,
+            timeout: setup.training.timeout,
             ..MpmdJitOptions::default()
         };
         let jit = tessera_mpmd::mpmd_jit_with(setup.client, setup.mesh, &program, &options)
