@@ -2,6 +2,7 @@
 
 mod check;
 mod devices;
+mod launch;
 mod mpi;
 mod oracle;
 pub mod out;
@@ -49,6 +50,9 @@ enum Command {
     /// Train a model pipelined over MPMD groups of devices.
     #[command(allow_negative_numbers = true)]
     Train(Box<train::Args>),
+    /// Run `train` as an MPI job of N ranks (mpirun, or srun inside a Slurm allocation), and
+    /// restart it from its newest complete checkpoint when a rank dies or a wait times out.
+    Launch(launch::Args),
 }
 
 impl Cli {
@@ -86,6 +90,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Schedule(args) => schedule::run(args),
         Command::Plan(args) => plan::run(*args, cli.plugin.as_deref()),
         Command::Train(args) => train::run(*args, cli.plugin.as_deref()),
+        Command::Launch(args) => launch::run(args),
     }
 }
 

@@ -22,6 +22,7 @@ mod args;
 mod checkpoints;
 mod config;
 mod eval;
+mod fault;
 mod layout;
 mod model;
 mod phases;
@@ -321,6 +322,11 @@ fn run_in(
     plugin: Option<&str>,
     job: Option<&tessera_mpmd::mpi_job::MpiJob>,
 ) -> anyhow::Result<ExitCode> {
+    let timeout = args.timeout.map(std::time::Duration::from_secs_f64);
+    if let (Some(job), Some(timeout)) = (job, timeout) {
+        // Before the first collective: every wait of the job is bounded by --timeout.
+        job.set_timeout(timeout);
+    }
     if let Some(job) = job {
         super::mpi::check_same_config(job, &args)?;
     }
@@ -402,6 +408,7 @@ fn run_in(
             false => tessera_mpmd::Fusion::Auto,
         },
         compiler_options: compiler_options(&args.xla_options)?,
+        timeout,
         ..tessera_mpmd::MpmdJitOptions::default()
     };
     let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
@@ -483,6 +490,7 @@ fn run_in(
     let mut next_batch: Option<Vec<StepArg>> = None;
     for step_index in start..stop {
         let step_number = step_index + 1;
+        fault::kill_at_step(job.map_or(0, |j| j.rank()), step_number)?;
         let step_began = std::time::Instant::now();
         let batch = match next_batch.take() {
             Some(batch) => batch,
