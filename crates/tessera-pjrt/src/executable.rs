@@ -197,17 +197,8 @@ impl LoadedExecutable {
         if !on_cpu {
             return Ok(0);
         }
-        let memory = self
-            .memory_analysis()
-            .map_err(|e| PjrtError::NoMemoryAnalysis {
-                plugin: self.client.plugin().path().display().to_string(),
-                reason: e.to_string(),
-            })?;
-        let per_device =
-            (memory.output_bytes - memory.alias_bytes).max(0) + memory.temp_bytes.max(0);
-        Ok(u64::try_from(per_device)
-            .unwrap_or(0)
-            .saturating_mul(self.device_ids.len() as u64))
+        let plugin = self.client.plugin().path().display().to_string();
+        host_bytes(self.memory_analysis(), &plugin, self.device_ids.len())
     }
 
     pub(crate) fn executable(&self) -> Result<Executable<'_>> {
@@ -425,5 +416,47 @@ impl std::fmt::Debug for LoadedExecutable {
             "LoadedExecutable(devices {:?}, {} outputs)",
             self.device_ids, self.num_outputs
         )
+    }
+}
+
+/// The host bytes a run of a CPU program allocates on `devices` devices by its memory
+/// `analysis` (results less aliases, and temporaries, per device); a failed analysis is
+/// [`PjrtError::NoMemoryAnalysis`] naming `plugin`.
+fn host_bytes(
+    analysis: Result<crate::analysis::MemoryAnalysis>,
+    plugin: &str,
+    devices: usize,
+) -> Result<u64> {
+    let memory = analysis.map_err(|e| PjrtError::NoMemoryAnalysis {
+        plugin: plugin.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let per_device = (memory.output_bytes - memory.alias_bytes).max(0) + memory.temp_bytes.max(0);
+    Ok(u64::try_from(per_device)
+        .unwrap_or(0)
+        .saturating_mul(devices as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use super::*;
+
+    /// The host-memory guard's bytes, and an error (not a guard switched off, 0 bytes) when
+    /// the plugin gives no analysis.
+    #[test]
+    fn a_missing_memory_analysis_is_an_error_not_zero_bytes() {
+        let analysis = crate::analysis::MemoryAnalysis {
+            output_bytes: 100,
+            alias_bytes: 40,
+            temp_bytes: 8,
+            ..Default::default()
+        };
+        assert!(matches!(host_bytes(Ok(analysis), "p.so", 2), Ok(136)));
+        let failed = Err(PjrtError::Decode("the memory statistics".into()));
+        let err = host_bytes(failed, "p.so", 2).unwrap_err();
+        assert!(matches!(&err, PjrtError::NoMemoryAnalysis { plugin, .. } if plugin == "p.so"));
+        assert!(err.to_string().contains("the memory statistics"), "{err}");
     }
 }
