@@ -146,3 +146,25 @@ pub fn assert_close(got: &[tessera_pjrt::HostArray], want: &[tessera_ir::Array])
         }
     }
 }
+
+/// The variable naming the file where tests that cannot run here record themselves: `cargo
+/// xtask test` sets it and counts them as skipped, not passed.
+pub const SKIPS_ENV: &str = "TESSERA_TEST_SKIPS";
+
+/// Records that the calling test cannot run on this machine (`why`: no GPU, too few devices),
+/// for the harness's count of skipped tests, and says so on stderr. The test then returns
+/// without asserting anything.
+pub fn skip(why: &str) {
+    let name = std::thread::current().name().unwrap_or("?").to_owned();
+    eprintln!("skipped: {name}: {why}");
+    if let Some(path) = std::env::var_os(SKIPS_ENV) {
+        use std::io::Write;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path);
+        if let Ok(mut file) = file {
+            let _ = writeln!(file, "{name}: {why}");
+        }
+    }
+}

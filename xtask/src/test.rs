@@ -1,7 +1,11 @@
 //! `cargo xtask test`: setup (which installs the pinned TensorBoard that `tests/tensorboard.rs`
 //! reads event files with; its Python is passed in `TESSERA_TENSORBOARD_PYTHON`), then every test
 //! of the workspace (unit, integration, doc tests and the oracle runners), ending with one
-//! `N passed, M failed` line summed over all test binaries.
+//! `N passed, M failed, K skipped` line summed over all test binaries. A test that cannot run
+//! on this machine (no GPU, too few GPUs) records itself in the file `TESSERA_TEST_SKIPS`
+//! names (`tessera_tests::skip`) and is counted as skipped, not passed; ignored tests (the
+//! child processes some tests start, which are no tests of their own) are counted as skipped
+//! too.
 
 use std::io::{BufRead, BufReader};
 use std::process::{ExitCode, Stdio};
@@ -62,12 +66,20 @@ pub fn run(extra: &[String]) -> anyhow::Result<ExitCode> {
         "mpi_steps",
     ])?;
     step("test: cargo test --workspace --no-fail-fast");
+    let skips_log = cmd::workspace_root().join("target").join("test-skips.log");
+    match std::fs::remove_file(&skips_log) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("removing {}", skips_log.display()));
+        }
+        _ => {}
+    }
     let mut child = cmd::cargo_command(&["test", "--workspace", "--no-fail-fast"])
         .args(extra)
         .env(
             crate::tensorboard::PYTHON_VAR,
             crate::tensorboard::python(&cmd::workspace_root()),
         )
+        .env(SKIPS_ENV, &skips_log)
         .stdout(Stdio::piped())
         .spawn()
         .context("could not start cargo test")?;
@@ -80,11 +92,23 @@ pub fn run(extra: &[String]) -> anyhow::Result<ExitCode> {
         }
     }
     let status = child.wait()?;
+    let skips = read_skips(&skips_log)?;
     println!(
-        "\nxtask test: {} test binaries, {} ignored",
-        totals.binaries, totals.ignored
+        "\nxtask test: {} test binaries; {} ignored (child processes of other tests); {} \
+         skipped as this machine cannot run them:",
+        totals.binaries,
+        totals.ignored,
+        skips.len()
     );
-    println!("{} passed, {} failed", totals.passed, totals.failed);
+    for skip in &skips {
+        println!("  skipped: {skip}");
+    }
+    let passed = totals.passed.saturating_sub(skips.len() as u64);
+    let skipped = totals.ignored + skips.len() as u64;
+    println!(
+        "{passed} passed, {} failed, {skipped} skipped",
+        totals.failed
+    );
     if status.success() && totals.failed == 0 && totals.binaries > 0 {
         Ok(ExitCode::SUCCESS)
     } else {
@@ -94,6 +118,18 @@ pub fn run(extra: &[String]) -> anyhow::Result<ExitCode> {
             );
         }
         Ok(ExitCode::FAILURE)
+    }
+}
+
+/// The variable naming the file skipped tests record themselves in (`tests/lib.rs`).
+const SKIPS_ENV: &str = "TESSERA_TEST_SKIPS";
+
+/// The skipped tests recorded in `path` (none when no test wrote it).
+fn read_skips(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(text.lines().map(str::to_owned).collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
 }
 
