@@ -118,6 +118,13 @@ fn assert_close(got: f64, want: f64, what: &str) {
 
 #[test]
 fn a_four_rank_run_saved_in_the_background_resumes_bit_for_bit_and_on_two_stages() {
+    // AdamW: its moments are in the checkpoint, and a resume that lost them would change every
+    // loss after the first resumed one.
+    let gpt = |stages: &str, extra: &[&str]| {
+        let mut with_adam = vec!["--optimizer", "adamw"];
+        with_adam.extend(extra);
+        gpt(stages, &with_adam)
+    };
     let full = losses_of(&job(4, &gpt("4", &["--steps", "10"]), &[]));
     assert_eq!(full.len(), 10);
     let dir = fresh("four");
@@ -176,7 +183,10 @@ fn a_four_rank_run_saved_in_the_background_resumes_bit_for_bit_and_on_two_stages
     ));
     let two = numbers(&two["losses"]);
     assert_eq!(two.len(), 5);
-    assert_close(two[0], full[5], "the first loss resumed on 2 stages");
+    // Another split sums in another order: close, not bit for bit, at every resumed step.
+    for (k, (&got, &want)) in two.iter().zip(&full[5..]).enumerate() {
+        assert_close(got, want, &format!("resumed step {} on 2 stages", 6 + k));
+    }
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&one_process_copy);
 }

@@ -206,8 +206,12 @@ pub fn check_grads(case: &Case, evaluate: &Evaluate<'_>) -> std::result::Result<
         let Some(want) = want else { continue };
         let mut flat = Vec::new();
         flatten(want, &mut flat);
+        // A gradient has its input's dtype (the file records only its values).
         let expected = Tensor {
-            dtype: "float32".into(),
+            dtype: case
+                .inputs
+                .get(k)
+                .map_or("float32".into(), |x| x.dtype.clone()),
             shape: got.shape(),
             data: flat,
         };
@@ -252,6 +256,15 @@ pub fn run_file_with_grads(
 /// Compares one output with JAX's: elementwise within `rtol` of the larger magnitude plus an
 /// absolute tolerance of `rtol` times the array's largest finite magnitude (at least 1e-3).
 pub fn compare(k: usize, got: &Array, want: &Tensor, rtol: f64) -> std::result::Result<(), String> {
+    // The files spell a 16-bit float result as float32 (JSON holds its values as floats).
+    let spelled_wide = want.dtype == "float32" && matches!(got.dtype(), DType::BF16 | DType::F16);
+    if DType::parse(&want.dtype) != Some(got.dtype()) && !spelled_wide {
+        return Err(format!(
+            "output {k}: dtype {}, JAX {}",
+            got.dtype(),
+            want.dtype
+        ));
+    }
     if got.shape() != want.shape {
         return Err(format!(
             "output {k}: shape {:?}, JAX {:?}",
@@ -293,6 +306,17 @@ mod tests {
             shape: vec![data.len() as i64],
             data: data.to_vec(),
         }
+    }
+
+    /// A result of another dtype than JAX's fails even when its values agree (an int32 result
+    /// where JAX gives float32, say); a 16-bit float result matches the files' float32 spelling.
+    #[test]
+    fn the_dtype_is_compared_too() {
+        let ints = Array::new(DType::I32, &[2], vec![1.0, 2.0]).unwrap();
+        let err = compare(0, &ints, &tensor(&[1.0, 2.0]), 1e-4).unwrap_err();
+        assert!(err.contains("dtype i32, JAX float32"), "{err}");
+        let half = Array::new(DType::BF16, &[2], vec![1.0, 2.0]).unwrap();
+        assert!(compare(0, &half, &tensor(&[1.0, 2.0]), 1e-2).is_ok());
     }
 
     fn array(data: &[f64]) -> Array {
