@@ -343,18 +343,12 @@ fn a_call_whose_execution_fails_leaves_the_client_usable() {
     // a stage on them, mid-pipeline.
     let mut stale = call.clone();
     let second = jit.call_mpmd_donated(&mut call).unwrap().outputs;
-    let started = std::time::Instant::now();
     let err = jit
         .call_mpmd_donated(&mut stale)
         .err()
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(err.contains("deleted or donated"), "{err}");
-    assert!(
-        started.elapsed().as_secs() < 60,
-        "the failed call took {:?}",
-        started.elapsed()
-    );
     // The next calls run, on the same client, and give the interpreter's third step.
     for s in 0..stages {
         call[s] = second[s].clone().into_arg();
