@@ -641,7 +641,8 @@ fn a_data_file_no_rank_can_read_is_refused_naming_it() {
     assert!(job.stderr.contains("No such file"), "{}", job.stderr);
 }
 
-/// Rank 2 stops (SIGSTOP) in the middle of a pipelined step, under `--timeout 10`: each other
+/// Rank 2 stops (SIGSTOP) in the middle of a pipelined step, under `--timeout 10` (with both
+/// variables at 600 s, which the option overrides): each other
 /// rank, at its deadline or told by the first to give up, names the stalled process (group 2
 /// is rank 2: one group per rank) and the value it waits for itself, and the job ends with a
 /// failure. (Its messages and exit are checked; the seconds are not.)
@@ -652,14 +653,24 @@ fn a_rank_stopped_mid_step_is_named_by_every_other_rank() {
     args.extend(["--timeout".into(), "10".into()]);
     let mut launch = vec!["-n", "4", bin.to_str().unwrap()];
     launch.extend(args.iter().map(String::as_str));
+    // --timeout takes precedence over both variables (which would wait 10 minutes).
     let job = mpirun(
         &launch,
-        &[("TESSERA_FAULT", "sigstop@2")],
+        &[
+            ("TESSERA_FAULT", "sigstop@2"),
+            ("TESSERA_TIMEOUT_S", "600"),
+            ("TESSERA_MPI_TIMEOUT_S", "600"),
+        ],
         Duration::from_secs(240),
         None,
     );
     assert!(!job.status.success(), "{}", job.stderr);
     assert!(job.stderr.contains("stopping process"), "{}", job.stderr);
+    assert!(
+        job.stderr.contains("for longer than 10s"),
+        "the deadline is --timeout's: {}",
+        job.stderr
+    );
     for rank in [0, 1, 3] {
         let header = format!("error (rank {rank} of 4)");
         let report = job

@@ -263,15 +263,15 @@ fn carried_names(model: &Model, training: &step::TrainingStep) -> Vec<(Part, Str
     params.chain(state.map(|p| (Part::Optimizer, p))).collect()
 }
 
-/// Says on stderr which optimizer-state arrays the step could not donate (their update is not
-/// one program on their group returning a value of their type and layout): each step then holds
-/// two copies of them. Scalars (a step count) are left out, as they cost nothing.
-fn warn_undonated_state(
+/// The warning naming the optimizer-state arrays the step could not donate (their update is
+/// not one program on their group returning a value of their type and layout): each step then
+/// holds two copies of them. Scalars (a step count) are left out, as they cost nothing.
+fn undonated_state(
     program: &tessera_ir::ClosedJaxpr,
     options: &tessera_mpmd::MpmdJitOptions,
     donated: &[usize],
     names: &[(Part, String)],
-) {
+) -> Option<String> {
     let avals = program.jaxpr.in_avals();
     let kept: Vec<(String, u64)> = options
         .donate_where_possible
@@ -291,15 +291,48 @@ fn warn_undonated_state(
         })
         .collect();
     if kept.is_empty() {
-        return;
+        return None;
     }
     let total: u64 = kept.iter().map(|k| k.1).sum();
     let list: Vec<&str> = kept.iter().map(|k| k.0.as_str()).collect();
-    eprintln!(
+    Some(format!(
         "warning: {} optimizer-state arrays ({total} bytes) are not donated, so each step holds two copies of them: {}",
         kept.len(),
         list.join(", ")
-    );
+    ))
+}
+
+#[cfg(test)]
+mod donation_tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use super::*;
+    use tessera_ir::{DType, ShapedArray};
+
+    /// Of the state donated where possible, the arrays the step did not donate are named with
+    /// their bytes; a scalar, and what was donated, are not.
+    #[test]
+    fn undonated_state_arrays_are_named() {
+        let f = |shape: &[i64]| ShapedArray::new(DType::F32, shape);
+        let program =
+            tessera_ir::trace::trace(&[f(&[4]), f(&[4]), f(&[2, 3]), f(&[])], |a| a.to_vec())
+                .unwrap();
+        let options = tessera_mpmd::MpmdJitOptions {
+            donate_where_possible: vec![1, 2, 3],
+            ..tessera_mpmd::MpmdJitOptions::default()
+        };
+        let names: Vec<(Part, String)> = ["w", "mu/w", "nu/b", "count"]
+            .iter()
+            .map(|n| (Part::Optimizer, n.to_string()))
+            .collect();
+        let warning = undonated_state(&program, &options, &[1], &names).unwrap();
+        assert!(
+            warning.contains("1 optimizer-state arrays (24 bytes)"),
+            "{warning}"
+        );
+        assert!(warning.ends_with("nu/b"), "{warning}");
+        assert_eq!(undonated_state(&program, &options, &[1, 2], &names), None);
+    }
 }
 
 /// The carried values (parameters, then optimizer state) of a step's results, on the host.
@@ -412,8 +445,9 @@ fn run_in(
         ..tessera_mpmd::MpmdJitOptions::default()
     };
     let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
-    if root {
-        warn_undonated_state(program, &options, jit.donated(), &carried_names);
+    if root && let Some(warning) = undonated_state(program, &options, jit.donated(), &carried_names)
+    {
+        eprintln!("{warning}");
     }
     // One process, and rank 0 running the unpipelined reference, use every value; the other
     // ranks of a job read from a checkpoint only what their groups use.

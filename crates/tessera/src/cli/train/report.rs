@@ -173,15 +173,11 @@ pub fn throughput(
     flops_per_token: Option<f64>,
     compute: tessera_ir::DType,
 ) -> anyhow::Result<Throughput> {
-    // A failed peak lookup leaves MFU out, and says why (it is not silently missing).
-    let peak = match flops_per_token.map(|_| tessera::perf::device_peak(client, 0, compute)) {
-        Some(Ok(peak)) => Some(peak),
-        Some(Err(e)) => {
-            eprintln!("warning: no MFU: the peak FLOP/s of device 0 could not be found: {e}");
-            None
-        }
-        None => None,
-    };
+    let (peak, warning) =
+        peak_or_warning(flops_per_token.map(|_| tessera::perf::device_peak(client, 0, compute)));
+    if let Some(warning) = warning {
+        eprintln!("{warning}");
+    }
     let mfu = flops_per_token
         .zip(peak.as_ref())
         .map(|(f, p)| tessera::perf::mfu(f, tokens_per_second, p.flops_per_second));
@@ -315,4 +311,38 @@ pub fn compiles() -> anyhow::Result<serde_json::Value> {
         "loaded": counts.loaded,
         "cache_dir": dir,
     }))
+}
+
+/// The device peak where its lookup (made when the model's FLOPs are known) worked; where it
+/// failed, no peak and the warning that says why MFU is missing (never left out in silence).
+fn peak_or_warning<E: std::fmt::Display>(
+    lookup: Option<Result<tessera::perf::DevicePeak, E>>,
+) -> (Option<tessera::perf::DevicePeak>, Option<String>) {
+    match lookup {
+        Some(Ok(peak)) => (Some(peak), None),
+        Some(Err(e)) => (
+            None,
+            Some(format!(
+                "warning: no MFU: the peak FLOP/s of device 0 could not be found: {e}"
+            )),
+        ),
+        None => (None, None),
+    }
+}
+
+#[cfg(test)]
+mod peak_tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_peak_lookup_is_said() {
+        let (peak, warning) = peak_or_warning::<String>(Some(Err("no such device".into())));
+        assert!(peak.is_none());
+        let warning = warning.expect("a warning");
+        assert!(
+            warning.contains("no MFU") && warning.contains("no such device"),
+            "{warning}"
+        );
+        assert_eq!(peak_or_warning::<String>(None), (None, None));
+    }
 }
