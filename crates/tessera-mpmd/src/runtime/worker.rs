@@ -219,14 +219,7 @@ impl<T, V> Worker<T, V> {
         });
         self.last_done = Some(index);
         shared.coord().done[self.group] = Some(index);
-        let done = self.last_done;
-        shared.transport.report(
-            self.group,
-            PeerState {
-                done,
-                waiting: None,
-            },
-        );
+        self.report(None);
         for (&value, v) in task.outputs.iter().zip(outputs) {
             self.send(value, &v, task)?;
             self.hold(value, v);
@@ -297,6 +290,16 @@ impl<T, V> Worker<T, V> {
         Ok(())
     }
 
+    /// Tells the other processes (through the transport) the last task this group finished and
+    /// what it waits for now.
+    fn report(&self, waiting: Option<(ValueId, usize)>) {
+        let state = PeerState {
+            done: self.last_done,
+            waiting,
+        };
+        self.shared.transport.report(self.group, state);
+    }
+
     /// Receives `value` (an input of `task` produced elsewhere) unless it is already here.
     fn wait_for(&mut self, value: ValueId, task: &TaskSpec<T>) -> Result<(), RunError> {
         if self.store.contains_key(&value) {
@@ -305,25 +308,14 @@ impl<T, V> Worker<T, V> {
         let shared = self.shared.clone();
         shared.coord().waiting[self.group] = Some(value);
         if let Some(&from) = shared.producer.get(&value) {
-            let waiting = Some((value, from));
-            let done = self.last_done;
-            shared
-                .transport
-                .report(self.group, PeerState { done, waiting });
+            self.report(Some((value, from)));
         }
         let outcome = self.receive(value, task);
         shared.coord().waiting[self.group] = None;
         let v = outcome?;
         // No longer waiting (so that what others hear of this group is not a wait now over).
         if shared.producer.contains_key(&value) {
-            let done = self.last_done;
-            shared.transport.report(
-                self.group,
-                PeerState {
-                    done,
-                    waiting: None,
-                },
-            );
+            self.report(None);
         }
         self.hold(value, v);
         Ok(())
