@@ -92,8 +92,20 @@ pub fn tessera_json(root: &Path, args: &[&str], what: &str) -> anyhow::Result<se
     let out = command
         .output()
         .with_context(|| format!("could not start {command:?}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(text.lines().last().unwrap_or_default())
+    summary_of_a_run(what, out.status, &String::from_utf8_lossy(&out.stdout))
+}
+
+/// The JSON summary a run printed as its last line; a run that exited with a failure is an
+/// error, not a data point (`tessera train` prints its summary before its checks can fail).
+fn summary_of_a_run(
+    what: &str,
+    status: std::process::ExitStatus,
+    stdout: &str,
+) -> anyhow::Result<serde_json::Value> {
+    if !status.success() {
+        bail!("{what} failed ({status}); its figures are not used");
+    }
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
         .with_context(|| format!("{what} printed no JSON summary"))
 }
 
@@ -159,4 +171,20 @@ pub fn date_and_load() -> String {
 /// "on AMD EPYC, 2 CPUs (nproc), 2026-11-26 22:00 UTC (load average 1.67 at the end)".
 pub fn machine_and_date() -> String {
     format!("on {}, {}", machine(), date_and_load())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn a_failed_run_is_not_a_data_point() {
+        let line = "log\n{\"step_ms\": 3.0}";
+        let ok = summary_of_a_run("run", std::process::ExitStatus::from_raw(0), line);
+        assert_eq!(ok.unwrap()["step_ms"], 3.0);
+        // Exit code 1 (a wait status of 256): the summary it printed is refused.
+        let failed = summary_of_a_run("run", std::process::ExitStatus::from_raw(256), line);
+        assert!(failed.unwrap_err().to_string().contains("failed"));
+    }
 }

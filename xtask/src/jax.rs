@@ -271,10 +271,12 @@ pub fn compare() -> anyhow::Result<()> {
     let out = root.join(OUTPUT);
     step(&format!("bench: writing {}", out.display()));
     // Sections measured by other commands (after KEPT_MARKER) survive a regeneration.
-    let kept = fs::read_to_string(&out)
-        .ok()
-        .and_then(|old| old.find(KEPT_MARKER).map(|at| old[at..].to_owned()))
-        .unwrap_or_default();
+    let old = match fs::read_to_string(&out) {
+        Ok(old) => Some(old),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("could not read {}", out.display())),
+    };
+    let kept = kept_sections(old.as_deref())?;
     let text = if kept.is_empty() {
         markdown
     } else {
@@ -282,6 +284,22 @@ pub fn compare() -> anyhow::Result<()> {
     };
     fs::write(&out, text).with_context(|| format!("could not write {}", out.display()))?;
     Ok(())
+}
+
+/// What a regeneration keeps of the old file: everything from [`KEPT_MARKER`] on. An old file
+/// without the marker is refused rather than overwritten, which would drop the sections other
+/// commands measured.
+fn kept_sections(old: Option<&str>) -> anyhow::Result<String> {
+    let Some(old) = old else {
+        return Ok(String::new());
+    };
+    match old.find(KEPT_MARKER) {
+        Some(at) => Ok(old[at..].to_owned()),
+        None => anyhow::bail!(
+            "{OUTPUT} has no line `{KEPT_MARKER}`, so regenerating it would drop the sections \
+             kept after it; put the line back above them (or remove the file to start anew)"
+        ),
+    }
 }
 
 /// Runs the Llama rows ([`crate::llama::run`]) and dates them.
@@ -914,5 +932,21 @@ mod tests {
         assert_eq!(seconds(0.0123), "12.3 ms");
         assert_eq!(seconds(0.000_003_77), "3.77 µs");
         assert_eq!(seconds(0.449), "449 ms");
+    }
+}
+
+#[cfg(test)]
+mod kept_tests {
+    use super::*;
+
+    #[test]
+    fn a_file_without_the_marker_is_refused_not_overwritten() {
+        assert_eq!(kept_sections(None).unwrap(), "");
+        let with = format!("generated\n{KEPT_MARKER}\n## kept\n");
+        assert_eq!(
+            kept_sections(Some(&with)).unwrap(),
+            format!("{KEPT_MARKER}\n## kept\n")
+        );
+        assert!(kept_sections(Some("generated\n## kept\n")).is_err());
     }
 }
