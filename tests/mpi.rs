@@ -196,6 +196,14 @@ fn two_ranks_train_a_tied_embedding_as_one_process_does() {
     same_losses_in_a_job(&args, "2", "1f1b, tied and clipped");
 }
 
+/// The lines of the job's error output in which a rank reports its error.
+fn rank_reports(job: &Ended) -> Vec<&str> {
+    job.stderr
+        .lines()
+        .filter(|l| l.starts_with("error (rank"))
+        .collect()
+}
+
 fn faulty_job(env: &[(&str, &str)], limit: Duration, marker: Option<&str>) -> Ended {
     let bin = tessera_bin();
     let args = train_args("1f1b", "4", "4", "2");
@@ -212,11 +220,7 @@ fn a_task_failing_on_rank_2_ends_the_job_naming_it() {
         Some("injected failure"),
     );
     assert!(!job.status.success(), "{}", job.stderr);
-    let reports: Vec<&str> = job
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("error (rank"))
-        .collect();
+    let reports = rank_reports(&job);
     assert_eq!(reports.len(), 1, "{}", job.stderr);
     assert!(
         reports[0].contains("rank 2 of 4") && reports[0].contains("on group 2 failed"),
@@ -274,11 +278,7 @@ fn a_rank_stalled_before_an_exchange_times_the_others_out_naming_it() {
         Some("never starts its second exchange"),
     );
     assert!(!job.status.success(), "{}", job.stderr);
-    let reports: Vec<&str> = job
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("error (rank"))
-        .collect();
+    let reports = rank_reports(&job);
     assert!(!reports.is_empty(), "no error reported: {}", job.stderr);
     for report in &reports {
         assert!(!report.starts_with("error (rank 2 "), "{report}");
@@ -308,11 +308,7 @@ fn ranks_that_built_different_steps_refuse_to_start_naming_the_rank() {
     launch.extend(other.iter().map(String::as_str));
     let job = mpirun(&launch, &[], Duration::from_secs(180), None);
     assert!(!job.status.success(), "{}", job.stderr);
-    let reports: Vec<&str> = job
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("error (rank"))
-        .collect();
+    let reports = rank_reports(&job);
     assert_eq!(reports.len(), 1, "{}", job.stderr);
     // Found when the ranks compare their options, before the steps are built.
     assert!(
@@ -610,11 +606,7 @@ fn a_panic_a_worker_catches_ends_the_job_with_its_report() {
         Some("injected panic"),
     );
     assert!(!job.status.success(), "{}", job.stderr);
-    let reports: Vec<&str> = job
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("error (rank"))
-        .collect();
+    let reports = rank_reports(&job);
     assert_eq!(reports.len(), 1, "{}", job.stderr);
     assert!(
         reports[0].contains("rank 2 of 4") && reports[0].contains("panicked"),
