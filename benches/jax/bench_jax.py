@@ -2,13 +2,17 @@
 
 Measures, on 8 virtual CPU devices, the model Tessera benchmarks too: a 3-layer MLP
 (d_in=256, hidden=512, out=10, batch 256, float32) trained with softmax cross-entropy and a
-plain SGD step that returns the new parameters and the loss.
+plain SGD step that returns the new parameters and the loss. The parameters and the batch are
+`benches/src/bin/tessera_bench_jit.rs`'s, computed by the same formulas, and the loss picks the
+label's log-probability by the same one-hot product, so both sides compute the same values:
+`first_losses` (the first three steps' losses) lets the harness check that.
 
 Metrics, each a median over repeated runs after warm-up:
   jit_step     one data-parallel training step of `jax.jit` with NamedShardings on a mesh
                `data=8` (batch sharded on `data`, parameters replicated)
   trace_lower  tracing and lowering that step to StableHLO (`jit(step).trace(...).lower()`),
-               without XLA's compile
+               without XLA's compile, of a new Python function each sample; JAX's own caches
+               (its helpers' traces) are kept warm, as a user jitting a new function finds them
   compile      `lowered.compile()` of that lowering
   dispatch     per-call overhead of a tiny jitted function (x + 1 on a 4-element array),
                `f(x).block_until_ready()` in a loop
@@ -20,6 +24,7 @@ it makes under target/jax-venv/ (see xtask/src/jax.rs); it can also be run by ha
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -36,6 +41,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import jaxlib  # noqa: E402
+import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 DEVICES = 8
@@ -53,7 +59,8 @@ def make_step():
             if i + 1 < len(params):
                 h = jax.nn.relu(h)
         logp = jax.nn.log_softmax(h, axis=-1)
-        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=-1))
+        picked = jnp.sum(logp * jax.nn.one_hot(y, D_OUT, dtype=jnp.float32), axis=-1)
+        return -jnp.mean(picked)
 
     def step(params, x, y):
         loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
@@ -63,18 +70,23 @@ def make_step():
     return step
 
 
+def sines(n, step, offset, scale):
+    """float32 of sin(i * step + offset) * scale for i < n, each computed in double precision
+    by the C library's sin and then rounded (Tessera's `(i as f64 * step + offset).sin() *
+    scale` cast to f32)."""
+    return np.array([math.sin(i * step + offset) * scale for i in range(n)]).astype(np.float32)
+
+
 def init(mesh):
-    """Parameters (replicated) and one batch (sharded on `data`), placed on the mesh."""
-    key = jax.random.PRNGKey(0)
+    """Parameters (replicated) and one batch (sharded on `data`), placed on the mesh: the values
+    tessera_bench_jit.rs starts from."""
     dims = [D_IN, HIDDEN, HIDDEN, D_OUT]
     params = []
-    for d_a, d_b in zip(dims[:-1], dims[1:]):
-        key, k = jax.random.split(key)
-        w = jax.random.normal(k, (d_a, d_b), jnp.float32) * (2.0 / d_a) ** 0.5
-        params.append((w, jnp.zeros((d_b,), jnp.float32)))
-    key, kx, ky = jax.random.split(key, 3)
-    x = jax.random.normal(kx, (BATCH, D_IN), jnp.float32)
-    y = jax.random.randint(ky, (BATCH,), 0, D_OUT, jnp.int32)
+    for layer, (d_a, d_b) in enumerate(zip(dims[:-1], dims[1:])):
+        w = sines(d_a * d_b, 0.618, 2 * layer, math.sqrt(2.0 / d_a)).reshape(d_a, d_b)
+        params.append((jnp.asarray(w), jnp.zeros((d_b,), jnp.float32)))
+    x = jnp.asarray(sines(BATCH * D_IN, 0.37, 0.0, 1.0).reshape(BATCH, D_IN))
+    y = jnp.asarray(np.array([(i * 7) % D_OUT for i in range(BATCH)], np.int32))
 
     replicated = NamedSharding(mesh, P())
     batch_x = NamedSharding(mesh, P("data", None))
@@ -100,21 +112,23 @@ def timed(fn):
 
 def bench_jit_step(params, x, y, in_sh, out_sh, warmup, runs):
     step = jax.jit(make_step(), in_shardings=in_sh, out_shardings=out_sh)
+    first_losses = []
     for _ in range(warmup):
         params, loss = step(params, x, y)
         jax.block_until_ready((params, loss))
+        first_losses.append(float(loss))
     samples = []
     for _ in range(runs):
         dt, (params, loss) = timed(lambda: jax.block_until_ready(step(params, x, y)))
         samples.append(dt)
-    return summary(samples), float(loss)
+    return summary(samples), float(loss), first_losses[:3]
 
 
 def bench_trace_lower_compile(params, x, y, in_sh, out_sh, warmup, runs):
     trace_lower, compile_ = [], []
     for i in range(warmup + runs):
-        # Fresh function and empty caches: every sample traces, lowers and compiles anew.
-        jax.clear_caches()
+        # A new function each sample: it is traced, lowered and compiled anew, while JAX's own
+        # caches (e.g. its helpers' traces) stay warm, as they are for a user's new function.
         jitted = jax.jit(make_step(), in_shardings=in_sh, out_shardings=out_sh)
         dt_lower, lowered = timed(lambda: jitted.trace(params, x, y).lower())
         dt_compile, _ = timed(lowered.compile)
@@ -159,7 +173,7 @@ def main():
 
     started = time.perf_counter()
     print("bench_jax: jit step", file=sys.stderr)
-    jit_step, loss = bench_jit_step(params, x, y, in_sh, out_sh, 10, args.step_runs)
+    jit_step, loss, first_losses = bench_jit_step(params, x, y, in_sh, out_sh, 10, args.step_runs)
     print("bench_jax: trace+lower and compile", file=sys.stderr)
     trace_lower, compile_ = bench_trace_lower_compile(
         params, x, y, in_sh, out_sh, 1, args.lower_runs
@@ -191,6 +205,7 @@ def main():
             "compile": compile_,
             "dispatch": dispatch,
         },
+        "first_losses": first_losses,
         "elapsed_s": time.perf_counter() - started,
     }
     if args.pipeline_mlp:

@@ -1,6 +1,7 @@
 //! `cargo xtask bench --checkpoints`: what saving a checkpoint after every step costs a run, with
 //! the saves written in the background (`--checkpoint-async`) and in the step (synchronous),
-//! against the same run without saves; a section of docs/benchmarks.md.
+//! against the same run without saves; the run file `docs/runs/cpu-checkpoints.json` and its
+//! section of docs/benchmarks.md.
 //!
 //! The model is the 3.3M-parameter Llama of the "Llama train step, 1 device" rows (AdamW: the
 //! parameters and two moments, 40 MB a save). The three runs alternate over [`ROUNDS`]; a run's
@@ -96,17 +97,41 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
             medians[k].push(run_once(root, *saving, &dir)?);
         }
     }
-    let section = render(&runs.map(Saving::label), &medians);
-    let path = root.join("docs/benchmarks.md");
-    let doc =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    std::fs::write(&path, splice(&doc, &section))
-        .with_context(|| format!("writing {}", path.display()))?;
-    println!("{section}");
+    let labels = runs.map(Saving::label);
+    let rows: Vec<serde_json::Value> = labels
+        .iter()
+        .zip(&medians)
+        .map(|(label, rounds_ms)| serde_json::json!({"run": label, "rounds_ms": rounds_ms}))
+        .collect();
+    crate::runs::write(root, "cpu-checkpoints", serde_json::json!({ "rows": rows }))?;
+    crate::runs::regenerate(root)
+}
+
+/// The section, from its run file.
+pub fn render_run(md: &mut String, run: &serde_json::Value) -> anyhow::Result<()> {
+    let rows = run["data"]["rows"]
+        .as_array()
+        .filter(|r| r.len() == 3)
+        .context("cpu-checkpoints.json has no three rows")?;
+    let labels: Vec<&str> = rows
+        .iter()
+        .map(|r| r["run"].as_str().unwrap_or("?"))
+        .collect();
+    let medians: Vec<Vec<f64>> = rows
+        .iter()
+        .map(|r| {
+            r["rounds_ms"]
+                .as_array()
+                .map(|v| v.iter().filter_map(serde_json::Value::as_f64).collect())
+                .unwrap_or_default()
+        })
+        .collect();
+    md.push_str(&render(&labels, &medians, &crate::runs::provenance(run)));
+    md.push('\n');
     Ok(())
 }
 
-fn render(labels: &[&str], medians: &[Vec<f64>]) -> String {
+fn render(labels: &[&str], medians: &[Vec<f64>], provenance: &str) -> String {
     let mut md = String::new();
     let model = MODELS[1];
     let _ = writeln!(md, "{HEADING}\n");
@@ -117,11 +142,11 @@ fn render(labels: &[&str], medians: &[Vec<f64>]) -> String {
          then saving after every step in the background and in the step, the three runs \
          alternating over {ROUNDS} rounds. A run's figure is its median iteration (the step, \
          then its save: `iteration_ms` of `--json`) over steps 2 to {STEPS}; a cell gives the \
-         median of the rounds' figures and their range. Measured {}.\n",
+         median of the rounds' figures and their range. Measured at {}.\n",
         model
             .label()
             .replace("Llama train step, 1 device: ", "Llama: "),
-        cmd::machine_and_date()
+        provenance
     );
     let _ = writeln!(
         md,
@@ -159,50 +184,16 @@ fn render(labels: &[&str], medians: &[Vec<f64>]) -> String {
     md
 }
 
-/// `doc` with its section (from [`HEADING`] to the next `## ` heading) replaced by `section`,
-/// or `section` appended.
-fn splice(doc: &str, section: &str) -> String {
-    let section = format!("{}\n", section.trim_end());
-    match doc.find(HEADING) {
-        Some(start) => {
-            let rest = &doc[start + HEADING.len()..];
-            let end = rest
-                .find("\n## ")
-                .map_or(doc.len(), |i| start + HEADING.len() + i + 1);
-            let gap = if end < doc.len() { "\n" } else { "" };
-            format!("{}{section}{gap}{}", &doc[..start], &doc[end..])
-        }
-        None => format!("{}\n\n{section}", doc.trim_end()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_section_is_replaced_in_place_or_appended() {
-        let doc = "# B\n\n## A\n\nx\n";
-        let once = splice(doc, &format!("{HEADING}\n\nold\n"));
-        assert!(
-            once.ends_with("old\n") && once.starts_with("# B\n\n## A"),
-            "{once}"
-        );
-        let twice = splice(
-            &format!("{once}\n## Z\n\nz\n"),
-            &format!("{HEADING}\n\nnew\n"),
-        );
-        assert!(
-            twice.contains("new\n\n## Z") && !twice.contains("old"),
-            "{twice}"
-        );
-    }
 
     #[test]
     fn the_background_row_is_checked_against_the_target() {
         let md = render(
             &["none", "bg", "sync"],
             &[vec![100.0], vec![105.0], vec![180.0]],
+            "here",
         );
         assert!(
             md.contains("| bg | 105.0 ms") && md.contains("met (1.05×)"),
@@ -211,6 +202,7 @@ mod tests {
         let md = render(
             &["none", "bg", "sync"],
             &[vec![100.0], vec![120.0], vec![180.0]],
+            "here",
         );
         assert!(md.contains("missed (1.20×)"), "{md}");
     }

@@ -154,25 +154,6 @@ pub fn machine() -> String {
     format!("{model}, {cpus} CPUs (nproc)")
 }
 
-/// "2026-11-26 22:00 UTC (load average 1.67 at the end)": when, and how busy the machine was
-/// (other jobs share its CPUs).
-pub fn date_and_load() -> String {
-    let date =
-        output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_else(|| "unknown date".into());
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|text| text.split_whitespace().next().map(str::to_owned));
-    match load {
-        Some(load) => format!("{date} (load average {load} at the end)"),
-        None => date,
-    }
-}
-
-/// "on AMD EPYC, 2 CPUs (nproc), 2026-11-26 22:00 UTC (load average 1.67 at the end)".
-pub fn machine_and_date() -> String {
-    format!("on {}, {}", machine(), date_and_load())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

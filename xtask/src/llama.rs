@@ -1,8 +1,11 @@
 //! The "Llama train step, 1 device" rows of `cargo xtask bench --compare-jax`: the model library's
 //! byte-level Llama trained by `tessera train` (release build, one CPU device, AdamW) against the
 //! same model written in plain JAX (`benches/jax/llama_jax.py`: `jax.jit` of value_and_grad and
-//! `optax.adamw`), the two alternating, as tokens/s and their ratio; a section of
-//! docs/benchmarks.md.
+//! `optax.adamw`), as tokens/s and their ratio; the run file `docs/runs/cpu-llama.json` and its
+//! section of docs/benchmarks.md. JAX runs on jemalloc (as Tessera) and on glibc's `malloc`;
+//! the sides alternate which goes first ([`crate::jax::order`]); both time a step from its call
+//! with the batch already on the device (Tessera uploads the next batch on a helper thread, JAX
+//! with `jax.device_put` while the step before runs) until the loss is on the host.
 //!
 //! Before timing, each model is checked to be the same on both sides: the parameter counts must
 //! be equal, and JAX, started from Tessera's checkpoint after step 1, must give Tessera's losses
@@ -16,7 +19,11 @@ use std::path::Path;
 use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
 
+use crate::alloc::Allocator;
 use crate::cmd::{self, step};
+use crate::jax::Side;
+use crate::ratio::{self, Bound};
+use crate::runs;
 
 /// JAX's side of the rows.
 pub const SCRIPT: &str = "benches/jax/llama_jax.py";
@@ -137,32 +144,6 @@ impl LlamaModel {
     }
 }
 
-/// One side's rounds: the median step time of each, in seconds.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Rounds {
-    /// Each round's median step.
-    pub medians_s: Vec<f64>,
-}
-
-impl Rounds {
-    /// The median of the rounds' medians.
-    pub fn median_s(&self) -> f64 {
-        let mut v = self.medians_s.clone();
-        v.sort_by(f64::total_cmp);
-        match v.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => v[n / 2],
-            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        }
-    }
-
-    fn range_s(&self) -> (f64, f64) {
-        let min = self.medians_s.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = self.medians_s.iter().copied().fold(0.0, f64::max);
-        (min, max)
-    }
-}
-
 /// The losses of steps 2 and 3: Tessera's, and JAX's from Tessera's checkpoint after step 1.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Check {
@@ -175,91 +156,67 @@ pub struct Check {
 impl Check {
     /// The largest relative difference of the two pairs.
     pub fn worst(&self) -> f64 {
-        self.tessera
-            .iter()
-            .zip(&self.jax)
-            .map(|(t, j)| (t - j).abs() / t.abs().max(f64::MIN_POSITIVE))
-            .fold(0.0, f64::max)
+        crate::jax::relative_difference(&self.tessera, &self.jax)
     }
 }
 
-/// One model's row.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LlamaRow {
-    /// The model.
-    pub model: LlamaModel,
-    /// Its parameters (the same on both sides).
-    pub parameters: u64,
-    /// JAX's rounds.
-    pub jax: Rounds,
-    /// Tessera's rounds.
-    pub tessera: Rounds,
-    /// The equivalence check.
-    pub check: Check,
-}
-
-impl LlamaRow {
-    /// Tessera's tokens/s over JAX's (medians of the rounds).
-    pub fn ratio(&self) -> f64 {
-        self.jax.median_s() / self.tessera.median_s()
-    }
-}
-
-/// The section: where and with what it ran, and its rows.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LlamaSection {
-    /// The machine.
-    pub machine: String,
-    /// When.
-    pub date: String,
-    /// "jax 0.10.1, jaxlib 0.10.1, optax.adamw (optax 0.2.8), cpu".
-    pub jax: String,
-    /// One row per model.
-    pub rows: Vec<LlamaRow>,
-}
-
-/// Checks and times every model of [`MODELS`] (see the module's documentation).
-pub fn run(root: &Path, python: &Path) -> anyhow::Result<(String, Vec<LlamaRow>)> {
+/// Checks every model of [`MODELS`], then times them over [`ROUNDS`] alternating rounds; the
+/// run file's data.
+pub fn measure(root: &Path, python: &Path, preload: &Path) -> anyhow::Result<Value> {
     let data = root.join(DATA);
-    let mut rows = Vec::new();
-    let mut jax_version = String::new();
+    let mut models = Vec::new();
     for model in MODELS {
         step(&format!(
             "bench: {}: checking that JAX's model is Tessera's",
             model.label()
         ));
         let (check, parameters) = check(root, python, &model, &data)?;
-        rows.push(LlamaRow {
-            model,
-            parameters,
-            jax: Rounds::default(),
-            tessera: Rounds::default(),
-            check,
-        });
+        models.push(serde_json::json!({
+            "layers": model.layers, "d_model": model.d_model, "heads": model.heads,
+            "seq_len": model.seq_len, "batch": model.batch, "parameters": parameters,
+            "check": {"tessera": check.tessera, "jax": check.jax, "tolerance": CHECK_TOLERANCE},
+            "rounds": [],
+        }));
     }
+    let mut jax_version = String::new();
     for round in 1..=ROUNDS {
-        for row in &mut rows {
-            let model = row.model;
-            step(&format!(
-                "bench: round {round}/{ROUNDS}: {} (JAX)",
-                model.label()
-            ));
-            let jax = run_jax(root, python, &model.jax_args(STEPS, &data))?;
-            jax_version = describe_jax(&jax);
-            row.jax.medians_s.push(number(&jax, "median_step_s")?);
-            step(&format!(
-                "bench: round {round}/{ROUNDS}: {} (Tessera)",
-                model.label()
-            ));
-            let summary =
-                cmd::tessera_json(root, &refs(&model.tessera_args(STEPS)), "tessera train")?;
-            let tokens_per_second = number(&summary, "tokens_per_second")?;
-            row.tessera
-                .medians_s
-                .push(model.tokens_per_step() / tokens_per_second);
+        for (model, entry) in MODELS.iter().zip(&mut models) {
+            let sides = crate::jax::order(round);
+            let mut figures = serde_json::json!({ "round": round, "order": sides.map(Side::key) });
+            for side in sides {
+                step(&format!(
+                    "bench: round {round}/{ROUNDS}: {} ({})",
+                    model.label(),
+                    side.key()
+                ));
+                let median_s = match side {
+                    Side::Jax(allocator) => {
+                        let env = allocator.env(preload);
+                        let jax = run_jax(root, python, &model.jax_args(STEPS, &data), &env)?;
+                        jax_version = describe_jax(&jax);
+                        number(&jax, "median_step_s")?
+                    }
+                    Side::Tessera => {
+                        let args = model.tessera_args(STEPS);
+                        let summary = cmd::tessera_json(root, &refs(&args), "tessera train")?;
+                        model.tokens_per_step() / number(&summary, "tokens_per_second")?
+                    }
+                };
+                figures[format!("{}_s", side.key())] = serde_json::json!(median_s);
+            }
+            entry["rounds"]
+                .as_array_mut()
+                .context("rounds")?
+                .push(figures);
         }
     }
-    Ok((jax_version, rows))
+    Ok(serde_json::json!({
+        "jax": jax_version,
+        "steps": STEPS,
+        "lr": LR,
+        "command": format!("tessera {}", MODELS[0].tessera_args(STEPS).join(" ")),
+        "models": models,
+    }))
 }
 
 /// Tessera's losses of steps 2 and 3 and JAX's from Tessera's step-1 checkpoint; the parameter
@@ -299,7 +256,7 @@ fn check(
     )?;
     let mut jax_args = model.jax_args(STEPS, data);
     jax_args.extend(["--check".to_owned(), dir_arg]);
-    let jax = run_jax(root, python, &jax_args)?;
+    let jax = run_jax(root, python, &jax_args, &[])?;
     fs::remove_dir_all(&dir).ok();
     let tessera_params = number(&full, "parameters")? as u64;
     let jax_params = number(&jax, "parameters")? as u64;
@@ -368,9 +325,16 @@ fn describe_jax(out: &Value) -> String {
     )
 }
 
-/// Runs `llama_jax.py` on one CPU device and reads its JSON.
-fn run_jax(root: &Path, python: &Path, args: &[String]) -> anyhow::Result<Value> {
-    let text = cmd::python_stdout(python, root, SCRIPT, args, &[("JAX_PLATFORMS", "cpu")])?;
+/// Runs `llama_jax.py` on one CPU device, with `env` added, and reads its JSON.
+fn run_jax(
+    root: &Path,
+    python: &Path,
+    args: &[String],
+    env: &[(String, String)],
+) -> anyhow::Result<Value> {
+    let mut all: Vec<(&str, &str)> = vec![("JAX_PLATFORMS", "cpu")];
+    all.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let text = cmd::python_stdout(python, root, SCRIPT, args, &all)?;
     serde_json::from_str(text.lines().last().unwrap_or_default())
         .with_context(|| format!("{SCRIPT} printed no JSON object"))
 }
@@ -397,70 +361,64 @@ fn grouped(n: u64) -> String {
     out
 }
 
-/// The section of docs/benchmarks.md, from [`HEADING`] on.
-pub fn render(md: &mut String, section: &LlamaSection) {
+/// The section, from its run file.
+pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
+    let data = &run["data"];
+    let models = data["models"]
+        .as_array()
+        .ok_or_else(|| anyhow!("cpu-llama.json has no models"))?;
     let _ = writeln!(md, "{HEADING}");
     let _ = writeln!(md);
-    let example = MODELS[0].tessera_args(STEPS).join(" ");
     let _ = writeln!(
         md,
-        "`tessera {example}` (release build, the default CPU plugin) and the same sizes for the \
-         other model, against `{SCRIPT}`: the same byte-level Llama in plain JAX, `jax.jit` of \
-         value_and_grad and AdamW as one step, float32, one CPU device. Measured on {}, {}; {}.",
-        section.machine, section.date, section.jax
+        "`{}` (release build, the default CPU plugin) and the same sizes for the other model, \
+         against `{SCRIPT}`: the same byte-level Llama in plain JAX, `jax.jit` of \
+         value_and_grad and AdamW as one step, float32, one CPU device. Measured at {}; {}. \
+         Not the same XLA build on the two sides (see the jit section).",
+        data["command"].as_str().unwrap_or("?"),
+        runs::provenance(run),
+        data["jax"].as_str().unwrap_or("?")
     );
     let _ = writeln!(md);
     let _ = writeln!(
         md,
-        "| Model | Parameters | JAX step | JAX tokens/s | Tessera step | Tessera tokens/s | \
-         Tessera / JAX tokens/s | Target | Check |"
+        "| Model | Parameters | JAX step (jemalloc) | Tessera step | Tessera / JAX tokens/s, \
+         each round | Tessera / JAX tokens/s | Target | Check | JAX step (glibc malloc) | \
+         Tessera / JAX (glibc) |"
     );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---|---|");
-    if section.rows.is_empty() {
-        let _ = writeln!(
-            md,
-            "| Llama train step, 1 device | — | not measured yet | | not measured yet | | not \
-             measured yet | ≥ {TARGET:.1}× | not measured yet |"
-        );
+    let _ = writeln!(md, "|---|---:|---:|---:|---|---|---|---|---:|---|");
+    for entry in models {
+        render_row(md, entry)?;
     }
-    for row in &section.rows {
-        let side = |rounds: &Rounds| {
-            let (low, high) = rounds.range_s();
-            let step = format!(
-                "{} ({}–{})",
-                milliseconds(rounds.median_s()),
-                milliseconds(low),
-                milliseconds(high)
-            );
-            let tokens = row.model.tokens_per_step() / rounds.median_s();
-            (step, format!("{tokens:.0}"))
-        };
-        let ((jax_step, jax_tokens), (tessera_step, tessera_tokens)) =
-            (side(&row.jax), side(&row.tessera));
-        let ratio = row.ratio();
-        let check = if ratio >= TARGET {
-            format!("met ({ratio:.2}× ≥ {TARGET:.2}×)")
-        } else {
-            format!("missed ({ratio:.2}× < {TARGET:.2}×)")
-        };
-        let _ = writeln!(
-            md,
-            "| {} | {} | {jax_step} | {jax_tokens} | {tessera_step} | {tessera_tokens} | \
-             {ratio:.2}× | ≥ {TARGET:.1}× | {check} |",
-            row.model.label(),
-            grouped(row.parameters),
-        );
-    }
+    let orders: Vec<String> = models
+        .first()
+        .and_then(|m| m["rounds"].as_array())
+        .map(|rounds| {
+            rounds
+                .iter()
+                .map(|r| match r["order"][0].as_str() {
+                    Some("tessera") => "Tessera first",
+                    _ => "JAX first",
+                })
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
     let _ = writeln!(md);
     let _ = writeln!(
         md,
-        "Method: {ROUNDS} rounds, each running JAX then Tessera on each model in turn; a run's \
-         figure is its median step over steps 2 to {STEPS} (step 1 compiles), from handing the \
-         host batch to the step until the loss is on the host; a cell gives the median of the \
-         rounds' figures and their range, and tokens/s is batch × seq_len over that median. \
-         Both sides train on the windows of `{DATA}` that `tessera train` cuts, at learning rate \
-         {LR}. JAX picks the target's log-probability with `take_along_axis`, Tessera with a \
-         one-hot product."
+        "Method: {} rounds ({}), each running JAX on jemalloc (preloaded, as Tessera's), JAX on \
+         glibc's `malloc` and Tessera on each model; a run's figure is its median step over \
+         steps 2 to {} (step 1 compiles), timed from the call with the batch already on the \
+         device until the loss is on the host (both sides upload the next batch while the step \
+         before runs); a cell gives the median of the rounds' figures, and a ratio whose rounds \
+         lie on both sides of 1.0 is a tie. Both sides train on the windows of `{DATA}` that \
+         `tessera train` cuts, at learning rate {}. JAX picks the target's log-probability with \
+         `take_along_axis`, Tessera with a one-hot product.",
+        orders.len(),
+        orders.join(", "),
+        data["steps"],
+        data["lr"].as_str().unwrap_or("?"),
     );
     let _ = writeln!(md);
     let _ = writeln!(
@@ -476,48 +434,88 @@ pub fn render(md: &mut String, section: &LlamaSection) {
          difference | Tolerance |"
     );
     let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
-    for row in &section.rows {
-        let c = &row.check;
+    for entry in models {
+        let model = model_of(entry)?;
+        let pair = |side: &str| -> [f64; 2] {
+            let at = |i: usize| entry["check"][side][i].as_f64().unwrap_or(f64::NAN);
+            [at(0), at(1)]
+        };
+        let check = Check {
+            tessera: pair("tessera"),
+            jax: pair("jax"),
+        };
         let _ = writeln!(
             md,
             "| {} | {:.7} | {:.7} | {:.7} | {:.7} | {:.1e} | {CHECK_TOLERANCE:.0e} |",
-            row.model.label(),
-            c.tessera[0],
-            c.jax[0],
-            c.tessera[1],
-            c.jax[1],
-            c.worst()
+            model.label(),
+            check.tessera[0],
+            check.jax[0],
+            check.tessera[1],
+            check.jax[1],
+            check.worst()
         );
     }
     let _ = writeln!(md);
+    Ok(())
 }
 
-/// `doc` with its Llama section (from [`HEADING`] to the next `## ` heading or `stop`) replaced
-/// by `section`; without one, `section` goes before `before` (a heading), else before `stop`,
-/// else at the end.
-pub fn splice(doc: &str, section: &str, before: &str, stop: &str) -> String {
-    let section = format!("{}\n\n", section.trim_end());
-    let end_after = |from: usize| {
-        let rest = &doc[from..];
-        let next = rest.find("\n## ").map(|i| i + 1);
-        let marker = rest.find(stop);
-        let end = match (next, marker) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => a.or(b).unwrap_or(rest.len()),
-        };
-        from + end
+/// The model a run file's entry names.
+fn model_of(entry: &Value) -> anyhow::Result<LlamaModel> {
+    let size = |key: &str| {
+        entry[key]
+            .as_u64()
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| anyhow!("a Llama entry has no {key}"))
     };
-    let at = if let Some(start) = doc.find(HEADING) {
-        let end = end_after(start + HEADING.len());
-        return format!("{}{section}{}", &doc[..start], &doc[end..]);
-    } else if let Some(i) = doc.find(before) {
-        i
-    } else if let Some(i) = doc.find(stop) {
-        i
-    } else {
-        return format!("{}\n\n{section}", doc.trim_end());
+    Ok(LlamaModel {
+        layers: size("layers")?,
+        d_model: size("d_model")?,
+        heads: size("heads")?,
+        seq_len: size("seq_len")?,
+        batch: size("batch")?,
+    })
+}
+
+/// One model's row: medians, every round's ratio, the verdict and the glibc ratio.
+fn render_row(md: &mut String, entry: &Value) -> anyhow::Result<()> {
+    let model = model_of(entry)?;
+    let rounds = entry["rounds"]
+        .as_array()
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| anyhow!("{}: no rounds", model.label()))?;
+    let column = |side: Side| -> anyhow::Result<Vec<f64>> {
+        let key = format!("{}_s", side.key());
+        rounds
+            .iter()
+            .map(|r| {
+                r[&key]
+                    .as_f64()
+                    .ok_or_else(|| anyhow!("{}: a round has no {key}", model.label()))
+            })
+            .collect()
     };
-    format!("{}{section}{}", &doc[..at], &doc[at..])
+    let jax = column(Side::Jax(Allocator::Jemalloc))?;
+    let glibc = column(Side::Jax(Allocator::Glibc))?;
+    let tessera = column(Side::Tessera)?;
+    // Tokens/s: the ratio of JAX's step to Tessera's.
+    let ratios: Vec<f64> = jax.iter().zip(&tessera).map(|(j, t)| j / t).collect();
+    let glibc_ratios: Vec<f64> = glibc.iter().zip(&tessera).map(|(j, t)| j / t).collect();
+    let parameters = entry["parameters"].as_u64().unwrap_or(0);
+    let _ = writeln!(
+        md,
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        model.label(),
+        grouped(parameters),
+        milliseconds(ratio::median(&jax)),
+        milliseconds(ratio::median(&tessera)),
+        ratio::each(&ratios),
+        ratio::verdict(&ratios),
+        ratio::target_cell(Bound::AtLeast, TARGET),
+        ratio::check(&ratios, Bound::AtLeast, TARGET),
+        milliseconds(ratio::median(&glibc)),
+        ratio::verdict(&glibc_ratios),
+    );
+    Ok(())
 }
 
 #[cfg(test)]

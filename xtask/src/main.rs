@@ -3,6 +3,7 @@
 //! Every command says what it is doing. `setup` is idempotent: a second run checks what is
 //! installed and skips it.
 
+mod alloc;
 mod checkpoint_bench;
 mod cmd;
 mod compile_count;
@@ -16,10 +17,13 @@ mod known_plugins;
 mod llama;
 mod mpi_demo;
 mod plugin;
+mod ratio;
+mod runs;
 mod setup;
 mod synthetic;
 mod tensorboard;
 mod test;
+mod venv;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,17 +53,21 @@ enum Command {
     Demo,
     /// Run `setup`, then the criterion benchmarks.
     Bench {
-        /// Also run JAX on the same machine and write docs/benchmarks.md.
+        /// Also run JAX on the same machine: the run files docs/runs/cpu-*.json it measures,
+        /// then docs/benchmarks.md generated from docs/runs/.
         #[arg(long)]
         compare_jax: bool,
-        /// With --compare-jax: only the "Llama train step, 1 device" rows, replacing their
-        /// section of docs/benchmarks.md.
+        /// With --compare-jax: only the "Llama train step, 1 device" rows
+        /// (docs/runs/cpu-llama.json), then the page.
         #[arg(long, requires = "compare_jax")]
         llama_only: bool,
         /// Only what saving a checkpoint every step costs (background and synchronous saves
-        /// against none), replacing its section of docs/benchmarks.md.
+        /// against none): docs/runs/cpu-checkpoints.json, then the page.
         #[arg(long, conflicts_with = "compare_jax")]
         checkpoints: bool,
+        /// Measure nothing: regenerate docs/benchmarks.md from the run files in docs/runs/.
+        #[arg(long, conflicts_with_all = ["compare_jax", "checkpoints"])]
+        render: bool,
     },
     /// Write DIR: the stripped release binary (xz), the shared libraries a GPU machine may lack,
     /// JAX's side of the Llama benchmark, JAX's oracle programs and DIR/run.sh, which runs them
@@ -80,7 +88,14 @@ fn main() -> ExitCode {
             compare_jax,
             llama_only,
             checkpoints,
-        } => bench(compare_jax, llama_only, checkpoints),
+            render,
+        } => {
+            if render {
+                runs::regenerate(&cmd::workspace_root()).map(|()| ExitCode::SUCCESS)
+            } else {
+                bench(compare_jax, llama_only, checkpoints)
+            }
+        }
         Command::GpuBundle { dir } => gpu_bundle::run(&dir).map(|()| ExitCode::SUCCESS),
     };
     match result {

@@ -22,7 +22,7 @@ pub fn python(root: &Path) -> PathBuf {
 
 /// Makes `target/tb-venv/` with the pinned `tensorboard` unless it is there already.
 pub fn ensure(root: &Path) -> anyhow::Result<()> {
-    let python = crate::jax::ensure_venv_at(root, VENV_DIR, "setup")?;
+    let python = crate::venv::ensure_venv_at(root, VENV_DIR, "setup")?;
     let installed = cmd::output(
         &python.to_string_lossy(),
         &["-c", "import tensorboard; print(tensorboard.__version__)"],

@@ -1,8 +1,9 @@
 //! Tessera's half of `cargo xtask bench --compare-jax`: the same 3-layer MLP training step as
 //! `benches/jax/bench_jax.py` (256 -> 512 -> 512 -> 10, batch 256, float32, softmax
 //! cross-entropy, SGD), data parallel on 8 CPU devices (batch on `data`, parameters replicated).
-//! The loss picks the label's log-probability with a one-hot product (JAX's script uses
-//! `take_along_axis`; gather is not in the IR yet). Prints one JSON object with medians.
+//! The loss picks the label's log-probability with a one-hot product, as JAX's script does, and
+//! both start from the same parameters and batch (the same formulas), so their first losses
+//! (`first_losses`) must agree. Prints one JSON object with medians.
 //!
 //! `--losses` instead trains the 120 steps and prints every step's loss (`{"losses": [...]}`);
 //! `--losses --nudge` does the same with every weight of the first layer first moved by one unit
@@ -242,6 +243,7 @@ fn main() -> anyhow::Result<()> {
     let report = serde_json::json!({
         "devices": 8,
         "final_loss": last_loss,
+        "first_losses": &losses[..3],
         "jit_step": median(step_samples),
         "trace_lower": median(trace_lower),
         "compile": median(compile),

@@ -47,8 +47,8 @@ fn the_newest_glibc_symbol_version_is_the_one_needed() {
 #[test]
 fn the_bundle_fits_and_its_script_runs_to_the_end_on_the_cpu() -> anyhow::Result<()> {
     let root = cmd::workspace_root();
-    let python = crate::jax::ensure_venv(&root)?;
-    crate::jax::ensure_jax(&python)?;
+    let python = crate::venv::ensure_venv(&root)?;
+    crate::venv::ensure_jax(&python)?;
     let dir = std::env::temp_dir().join(format!("tessera-gpu-bundle-{}", std::process::id()));
     let total = make(&root, &dir)?;
     assert!(total <= LIMIT_BYTES, "{total} bytes");

@@ -1,4 +1,4 @@
-//! The Llama rows' command lines, medians, rendering and splicing.
+//! The Llama rows' command lines and their rendering from a run file.
 
 use super::*;
 
@@ -23,102 +23,58 @@ fn the_tessera_and_jax_command_lines_name_one_device_and_the_sizes() {
     assert_eq!(model.tokens_per_step(), 2048.0);
 }
 
-#[test]
-fn rounds_take_the_median_of_their_medians() {
-    let r = Rounds {
-        medians_s: vec![0.3, 0.1, 0.2],
-    };
-    assert_eq!(r.median_s(), 0.2);
-    assert_eq!(r.range_s(), (0.1, 0.3));
-    let even = Rounds {
-        medians_s: vec![0.1, 0.3],
-    };
-    assert!((even.median_s() - 0.2).abs() < 1e-12);
-}
-
-pub(crate) fn fake_section() -> LlamaSection {
-    let row = |model: LlamaModel, jax: f64, tessera: f64| LlamaRow {
-        model,
-        parameters: 25_728_000,
-        jax: Rounds {
-            medians_s: vec![jax, jax * 1.1, jax * 0.9],
-        },
-        tessera: Rounds {
-            medians_s: vec![tessera; 3],
-        },
-        check: Check {
-            tessera: [4.8625807, 4.0976877],
-            jax: [4.8625807, 4.0976863],
-        },
-    };
-    LlamaSection {
-        machine: "Test CPU, 2 CPUs (nproc)".into(),
-        date: "2026-11-26 10:00 UTC".into(),
-        jax: "jax 0.10.1, jaxlib 0.10.1, optax.adamw (optax 0.2.8), cpu".into(),
-        rows: vec![row(MODELS[0], 0.086, 0.125), row(MODELS[1], 0.5, 0.4)],
-    }
+/// A run file of the two models: JAX's step `jax` (jemalloc) and 1.2 × that (glibc) in every
+/// round, Tessera's `tessera` by round.
+pub(crate) fn fake_run(jax: f64, tessera: [f64; 3]) -> Value {
+    let models: Vec<Value> = MODELS
+        .iter()
+        .map(|m| {
+            let rounds: Vec<Value> = (1..=3)
+                .map(|r| {
+                    serde_json::json!({"round": r,
+                        "order": crate::jax::order(r).map(Side::key),
+                        "jax_glibc_s": jax * 1.2, "jax_jemalloc_s": jax,
+                        "tessera_s": tessera[r - 1]})
+                })
+                .collect();
+            serde_json::json!({"layers": m.layers, "d_model": m.d_model, "heads": m.heads,
+                "seq_len": m.seq_len, "batch": m.batch, "parameters": 25_728_000,
+                "check": {"tessera": [4.8625807, 4.0976877], "jax": [4.8625807, 4.0976863]},
+                "rounds": rounds})
+        })
+        .collect();
+    serde_json::json!({"benchmark": "cpu-llama",
+        "meta": {"commit": "abc", "machine": "Test CPU", "date": "D"},
+        "data": {"jax": "jax 0.10.1", "steps": 10, "lr": "0.001", "command": "tessera train",
+                 "models": models}})
 }
 
 #[test]
-fn render_gives_tokens_per_second_and_the_ratio_against_the_target() {
+fn rows_give_every_round_the_verdict_and_the_glibc_ratio() {
     let mut md = String::new();
-    render(&mut md, &fake_section());
-    let line = |label: &str| {
-        md.lines()
-            .find(|l| l.starts_with(&format!("| {label} |")))
-            .unwrap_or_default()
-            .to_owned()
-    };
-    // 2 × 16 tokens in 86 ms and 125 ms: 372 and 256 tokens/s, 0.69×.
+    render_run(&mut md, &fake_run(0.100, [0.080, 0.090, 0.085])).unwrap();
+    let line = md
+        .lines()
+        .find(|l| l.starts_with(&format!("| {} |", MODELS[0].label())))
+        .unwrap_or_default();
     assert_eq!(
-        line(&MODELS[0].label()),
+        line,
         "| Llama train step, 1 device: 2 layers, d_model 1024, 16 heads, seq_len 16, batch 2 \
-         | 25,728,000 | 86.0 ms (77.4 ms–94.6 ms) | 372 | 125 ms (125 ms–125 ms) | 256 | \
-         0.69× | ≥ 1.0× | missed (0.69× < 1.00×) |"
+         | 25,728,000 | 100 ms | 85.0 ms | 1.25×, 1.11×, 1.18× | 1.18× (1.11×–1.25×) | ≥ 1.0× \
+         | met in every round | 120 ms | 1.41× (1.33×–1.50×) |"
     );
-    let second = line(&MODELS[1].label());
-    assert!(
-        second.contains(
-            "| 4096 | 400 ms (400 ms–400 ms) | 5120 | 1.25× | ≥ 1.0× | met (1.25× ≥ 1.00×) |"
-        ),
-        "{second}"
-    );
-    assert!(md.contains("| 4.8625807 | 4.8625807 | 4.0976877 | 4.0976863 | 3.4e-7 | 1e-4 |"));
-    assert!(md.contains("Test CPU, 2 CPUs (nproc), 2026-11-26 10:00 UTC; jax 0.10.1"));
-    let mut empty = String::new();
-    render(
-        &mut empty,
-        &LlamaSection {
-            rows: Vec::new(),
-            ..fake_section()
-        },
-    );
-    assert!(empty.contains("| Llama train step, 1 device | — | not measured yet"));
+    assert!(md.contains("(JAX first, Tessera first, JAX first)"), "{md}");
+    assert!(md.contains("| 4.8625807 | 4.8625807 |"), "{md}");
+
+    let mut md = String::new();
+    render_run(&mut md, &fake_run(0.100, [0.095, 0.105, 0.099])).unwrap();
+    assert!(md.contains("tie (0.95×–1.05×)"), "{md}");
+    assert!(md.contains("not settled: 2 of 3 rounds met"), "{md}");
 }
 
 #[test]
-fn splice_replaces_the_section_or_inserts_it_before_the_next_one() {
-    let stop = "<!-- kept -->";
-    let before = "## Pipelined";
-    let section = format!("{HEADING}\n\nnew rows\n");
-    let without = format!("# B\n\ntable\n\n{before}\n\nold\n\n{stop}\nkept\n");
-    let with = splice(&without, &section, before, stop);
-    assert_eq!(
-        with,
-        format!("# B\n\ntable\n\n{HEADING}\n\nnew rows\n\n{before}\n\nold\n\n{stop}\nkept\n")
-    );
-    let newer = format!("{HEADING}\n\nnewer rows\n");
-    assert_eq!(
-        splice(&with, &newer, before, stop),
-        with.replace("new rows", "newer rows")
-    );
-    let last = format!("# B\n\n{HEADING}\n\nold rows\n\n{stop}\nkept\n");
-    assert_eq!(
-        splice(&last, &newer, before, stop),
-        format!("# B\n\n{HEADING}\n\nnewer rows\n\n{stop}\nkept\n")
-    );
-    assert_eq!(
-        splice("# B\n", &newer, before, stop),
-        format!("# B\n\n{HEADING}\n\nnewer rows\n\n")
-    );
+fn a_run_without_rounds_is_refused() {
+    let mut run = fake_run(0.1, [0.1; 3]);
+    run["data"]["models"][0]["rounds"] = serde_json::json!([]);
+    assert!(render_run(&mut String::new(), &run).is_err());
 }

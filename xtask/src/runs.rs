@@ -1,0 +1,267 @@
+//! `docs/runs/`: every benchmark's raw results, one JSON file per benchmark, and
+//! `docs/benchmarks.md` generated from them and from nothing else.
+//!
+//! A file is `{"benchmark": NAME, "meta": {...}, "data": {...}}`: `meta` says where and on what
+//! it ran (the commit, whether the tree had uncommitted changes, the machine, the date, the load
+//! average at the end, the PJRT plugin), `data` holds what the benchmark measured, every
+//! round's figures, not only their medians. A benchmark whose command does not write its file
+//! yet is kept as a *transcribed* file: its section copied once from an earlier
+//! `docs/benchmarks.md`, with `transcribed` saying from where and why, and the page says so above
+//! its tables. [`SECTIONS`] is the page's order; a file in `docs/runs/` that no section renders
+//! is an error, so no run is dropped silently.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, anyhow, bail};
+use serde_json::Value;
+
+use crate::cmd::{self, step};
+
+/// Where the runs are kept.
+pub const RUNS_DIR: &str = "docs/runs";
+/// The page generated from them.
+pub const OUTPUT: &str = "docs/benchmarks.md";
+
+/// How a section is drawn from its run file.
+#[derive(Clone, Copy, Debug)]
+pub enum Renderer {
+    /// The jit-step comparison with JAX ([`crate::jax`]).
+    JitStep,
+    /// The Llama rows against JAX ([`crate::llama`]).
+    Llama,
+    /// The pipelined steps against the simulator ([`crate::jax`]).
+    Pipelined,
+    /// The synthetic runs of every schedule ([`crate::synthetic`]).
+    Synthetic,
+    /// Checkpoints every step ([`crate::checkpoint_bench`]).
+    Checkpoints,
+    /// A section copied from an earlier page: its markdown as it was.
+    Transcribed,
+}
+
+/// The page's sections in order: the run file's name (without `.json`) and how it is drawn.
+pub const SECTIONS: &[(&str, Renderer)] = &[
+    ("cpu-jit-step", Renderer::JitStep),
+    ("cpu-llama", Renderer::Llama),
+    ("cpu-pipelined", Renderer::Pipelined),
+    ("cpu-synthetic", Renderer::Synthetic),
+    ("gpu-h100", Renderer::Transcribed),
+    ("gpu-h200", Renderer::Transcribed),
+    ("cpu-treduce-compile", Renderer::Transcribed),
+    ("cpu-scan-compile", Renderer::Transcribed),
+    ("cpu-mpi-transport", Renderer::Transcribed),
+    ("cpu-checkpoints", Renderer::Checkpoints),
+    ("cpu-plan", Renderer::Transcribed),
+];
+
+/// Where and on what a benchmark ran, as its run file records it.
+pub fn meta(root: &Path) -> Value {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| !s.is_empty());
+    let load = fs::read_to_string("/proc/loadavg").ok().and_then(|t| {
+        t.split_whitespace()
+            .next()
+            .and_then(|l| l.parse::<f64>().ok())
+    });
+    serde_json::json!({
+        "commit": git(&["rev-parse", "--short=10", "HEAD"]),
+        "uncommitted_changes": dirty,
+        "machine": cmd::machine(),
+        "date": cmd::output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        "load_average_at_end": load,
+        "plugin": crate::jax::plugin_version(),
+    })
+}
+
+/// Writes `docs/runs/NAME.json` with `data` and this machine's [`meta`].
+pub fn write(root: &Path, name: &str, data: Value) -> anyhow::Result<PathBuf> {
+    if !SECTIONS.iter().any(|(known, _)| *known == name) {
+        bail!("{name} is not a section of {OUTPUT} (xtask/src/runs.rs: SECTIONS)");
+    }
+    let dir = root.join(RUNS_DIR);
+    fs::create_dir_all(&dir).with_context(|| format!("could not make {}", dir.display()))?;
+    let path = dir.join(format!("{name}.json"));
+    let run = serde_json::json!({ "benchmark": name, "meta": meta(root), "data": data });
+    let text = serde_json::to_string_pretty(&run)? + "\n";
+    fs::write(&path, text).with_context(|| format!("could not write {}", path.display()))?;
+    step(&format!("bench: wrote {}", path.display()));
+    Ok(path)
+}
+
+/// Every run file, by name; refuses a file no section renders and one that is not a run.
+fn read_all(root: &Path) -> anyhow::Result<Vec<(String, Value)>> {
+    let dir = root.join(RUNS_DIR);
+    let mut runs = Vec::new();
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(runs),
+        Err(e) => return Err(e).with_context(|| format!("could not read {}", dir.display())),
+    };
+    for entry in entries {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".json"))
+            .ok_or_else(|| anyhow!("{} is not a run file (NAME.json)", path.display()))?
+            .to_owned();
+        if !SECTIONS.iter().any(|(known, _)| *known == name) {
+            bail!(
+                "{} is not rendered by any section of {OUTPUT}; add it to SECTIONS in \
+                 xtask/src/runs.rs or remove it",
+                path.display()
+            );
+        }
+        let text =
+            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let run: Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        if run.get("benchmark").and_then(Value::as_str) != Some(name.as_str()) {
+            bail!("{}: its `benchmark` is not {name}", path.display());
+        }
+        runs.push((name, run));
+    }
+    Ok(runs)
+}
+
+/// "commit 1a2b3c4d5e (with uncommitted changes), AMD EPYC, 2 CPUs (nproc), 2026-11-29 08:00
+/// UTC, load average 1.9 at the end": a run's provenance, for the page.
+pub fn provenance(run: &Value) -> String {
+    let meta = &run["meta"];
+    let text = |key: &str| meta[key].as_str().unwrap_or("unknown").to_owned();
+    let dirty = if meta["uncommitted_changes"].as_bool() == Some(true) {
+        " (with uncommitted changes)"
+    } else {
+        ""
+    };
+    let load = meta["load_average_at_end"]
+        .as_f64()
+        .map_or_else(String::new, |l| format!(", load average {l:.2} at the end"));
+    format!(
+        "commit {}{dirty}, {}, {}{load}",
+        text("commit"),
+        text("machine"),
+        text("date")
+    )
+}
+
+/// The whole page from the run files.
+pub fn render(root: &Path) -> anyhow::Result<String> {
+    let runs = read_all(root)?;
+    let mut md = String::new();
+    let _ = writeln!(md, "# Benchmarks");
+    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "Generated by `cargo xtask bench --render` from the raw runs in `{RUNS_DIR}/` (one JSON \
+         file per benchmark: every round's figures, the commit, machine, plugin and date); do \
+         not edit by hand, a test compares this page with its rendering. `cargo xtask bench \
+         --compare-jax` measures the first four sections again and regenerates the page. A \
+         section marked *transcribed* was copied once from an earlier page because its command \
+         does not write a run file yet; it stays as it was until that command measures again. \
+         How to reproduce each figure and where the time goes: [profiling.md](profiling.md)."
+    );
+    let _ = writeln!(md);
+    for (name, renderer) in SECTIONS {
+        let run = runs.iter().find(|(n, _)| n == name).map(|(_, r)| r);
+        let Some(run) = run else {
+            let _ = writeln!(
+                md,
+                "## {name}\n\nNot measured yet (no `{RUNS_DIR}/{name}.json`).\n"
+            );
+            continue;
+        };
+        match renderer {
+            Renderer::JitStep => crate::jax::render_jit_run(&mut md, run)?,
+            Renderer::Llama => crate::llama::render_run(&mut md, run)?,
+            Renderer::Pipelined => crate::jax::render_pipelined_run(&mut md, run)?,
+            Renderer::Synthetic => crate::synthetic::render_run(&mut md, run)?,
+            Renderer::Checkpoints => crate::checkpoint_bench::render_run(&mut md, run)?,
+            Renderer::Transcribed => render_transcribed(&mut md, name, run)?,
+        }
+    }
+    Ok(md.trim_end().to_owned() + "\n")
+}
+
+/// A transcribed section: its heading, where it was copied from, then its markdown as it was.
+fn render_transcribed(md: &mut String, name: &str, run: &Value) -> anyhow::Result<()> {
+    let data = &run["data"];
+    let field = |key: &str| {
+        data[key]
+            .as_str()
+            .ok_or_else(|| anyhow!("{RUNS_DIR}/{name}.json: data.{key} is not text"))
+    };
+    let from = run["transcribed"]["from"].as_str().ok_or_else(|| {
+        anyhow!("{RUNS_DIR}/{name}.json: a transcribed run says `transcribed.from`")
+    })?;
+    let until = run["transcribed"]["until"].as_str().unwrap_or("");
+    let _ = writeln!(md, "## {}", field("title")?);
+    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "*Transcribed* from {from}, not measured by a command that writes `{RUNS_DIR}/{name}.json`; \
+         {until}"
+    );
+    let _ = writeln!(md);
+    let _ = writeln!(md, "{}", field("markdown")?.trim_end());
+    let _ = writeln!(md);
+    Ok(())
+}
+
+/// `cargo xtask bench --render`: `docs/benchmarks.md` from `docs/runs/`.
+pub fn regenerate(root: &Path) -> anyhow::Result<()> {
+    let text = render(root)?;
+    let out = root.join(OUTPUT);
+    fs::write(&out, text).with_context(|| format!("could not write {}", out.display()))?;
+    step(&format!("bench: wrote {} from {RUNS_DIR}/", out.display()));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed page is the rendering of the committed runs: nothing in it is typed by
+    /// hand, and a run file changed without regenerating the page fails here.
+    #[test]
+    fn the_benchmarks_page_is_generated_from_the_runs() {
+        let root = cmd::workspace_root();
+        let rendered = render(&root).expect("the run files render");
+        let page = fs::read_to_string(root.join(OUTPUT)).expect("docs/benchmarks.md");
+        assert!(
+            rendered == page,
+            "{OUTPUT} is not the rendering of {RUNS_DIR}/: run `cargo xtask bench --render`"
+        );
+    }
+
+    #[test]
+    fn an_unknown_run_file_is_refused() {
+        let dir = std::env::temp_dir().join(format!("tessera-runs-{}", std::process::id()));
+        let runs = dir.join(RUNS_DIR);
+        fs::create_dir_all(&runs).unwrap();
+        fs::write(runs.join("made-up.json"), "{}").unwrap();
+        let err = read_all(&dir).unwrap_err().to_string();
+        assert!(err.contains("not rendered by any section"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn provenance_names_commit_machine_date_and_load() {
+        let run = serde_json::json!({"meta": {"commit": "abc", "uncommitted_changes": true,
+            "machine": "M", "date": "D", "load_average_at_end": 1.5}});
+        assert_eq!(
+            provenance(&run),
+            "commit abc (with uncommitted changes), M, D, load average 1.50 at the end"
+        );
+    }
+}
