@@ -1,14 +1,25 @@
 #!/usr/bin/env python3
-"""Accuracy of `tessera plan`: for a model, picks candidates of different shapes from the
-ranking, trains each with `tessera train --plan FILE` and prints predicted against measured step
-time and peak bytes per device (the table in docs/benchmarks.md).
+"""Accuracy of `tessera plan` as users run it (its default `--refine`), on fixed presets.
 
-    python3 benches/plan_accuracy.py target/release/tessera --model gpt [--count 6] [--steps 8] \
-        [--rounds 3]
+    python3 benches/plan_accuracy.py target/release/tessera --preset gpt [--rounds 3] \
+        [--steps 10] [--out docs/runs/cpu-plan-gpt.json]
 
-With `--rounds R` every candidate trains R times, the candidates taking turns (round 1 of each,
-then round 2 of each, ...), so a change of the machine's load during the run falls on all of
-them alike; the table shows the median of the rounds and their range.
+For a preset, ranks every layout with the default `tessera plan` (`--top 1000`, nothing else
+changed), then trains with `tessera train --plan FILE`:
+  - the 7 candidates the plan ranks first: how many measure within 15% of their predicted step;
+  - the layouts whose predicted step is within 1.5x of the first choice's (every layout when the
+    plan considered fewer than 30): the planner's regret is its first choice's measured step
+    over the best measured step among them, minus one.
+Every candidate trains `--rounds` times, the candidates taking turns (round 1 of each, then
+round 2 of each, ...), so a change of the machine's load falls on all of them alike; a
+candidate's figure is the median of its rounds. The load average is kept at the start and end
+of each round.
+
+The presets are fixed in PRESETS. `gpt` and `llama` are the ones the planner's time model was
+tuned on (8 devices, the models' default sizes); `gpt-held-out` and `llama-held-out` were fixed
+before any change to the model was judged on them, with sizes and device counts never used to
+tune it. With `--out FILE` the run is written as a `docs/runs/` file (xtask/src/runs.rs) from
+which `cargo xtask bench --render` draws its section of docs/benchmarks.md.
 """
 import argparse
 import json
@@ -17,6 +28,27 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+
+# name -> (tessera plan/train arguments, held out from the time model's tuning)
+PRESETS = {
+    "gpt": (["--model", "gpt"], False),
+    "llama": (["--model", "llama"], False),
+    "gpt-held-out": (
+        ["--model", "gpt", "--layers", "6", "--d-model", "96", "--heads", "6", "--seq-len", "48",
+         "--batch", "48", "--devices", "6"],
+        True,
+    ),
+    "llama-held-out": (
+        ["--model", "llama", "--layers", "3", "--d-model", "128", "--heads", "4", "--seq-len",
+         "64", "--batch", "32", "--devices", "4"],
+        True,
+    ),
+}
+TOP = 7
+WITHIN = 0.15
+REGRET_BAND = 1.5
+ALL_BELOW = 30
 
 
 def run(cmd):
@@ -27,73 +59,109 @@ def run(cmd):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def load_average():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def key(c):
+    return (c["groups"], c["stages"], tuple(c["stage_layers"]), c["microbatches"], c["schedule"])
+
+
+def plan_file(first, c, folder, i):
+    plan = dict(first)
+    plan.update(
+        devices=c["devices"], stages=c["stages"], stage_layers=c["stage_layers"],
+        mpmd_dim=c["groups"], microbatches=c["microbatches"], schedule=c["schedule"],
+        predicted_step_ms=c["step_seconds"] * 1000.0, predicted_peak_bytes=c["peak_bytes"],
+        predicted_peak_bytes_per_group=c["peak_bytes_per_group"], command="",
+        no_fuse=c["groups"] == 1)
+    path = os.path.join(folder, f"plan{i}.json")
+    with open(path, "w") as f:
+        json.dump(plan, f)
+    return path
+
+
+def meta():
+    def git(*args):
+        out = subprocess.run(["git", *args], capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    with open("/proc/cpuinfo") as f:
+        model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")),
+                     "unknown CPU")
+    return {
+        "commit": git("rev-parse", "--short=10", "HEAD"),
+        "uncommitted_changes": None if status is None else bool(status),
+        "machine": f"{model}, {os.cpu_count()} CPUs (nproc)",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_average_at_end": load_average(),
+        "plugin": "the default CPU plugin",
+    }
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("tessera")
-    p.add_argument("--count", type=int, default=6)
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--rounds", type=int, default=1)
-    args, model = p.parse_known_args()
-    # Every layout's stages measured as they run (`--refine`), as the first ten are by default.
-    ranking = run([args.tessera, "plan", *model, "--json", "--top", "1000", "--refine", "1000"])
-    first = ranking["first"]
-    # Candidates of different shapes: the first, then the first of each (groups, stages,
-    # micro-batches) not seen yet, alternating between the fastest and the slowest ends.
-    picked, seen = [], set()
+    p.add_argument("--preset", choices=sorted(PRESETS), required=True)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", help="write the run as a docs/runs/ file")
+    args = p.parse_args()
+    preset, held_out = PRESETS[args.preset]
+
+    started = time.time()
+    ranking = run([args.tessera, "plan", *preset, "--json", "--top", "1000"])
+    plan_seconds = time.time() - started
     top = ranking["top"]
-    # The first of each group count, the first split-backward schedule, then alternately the
-    # fastest and the slowest of the rest.
-    firsts = []
-    for c in top:
-        if all(f["groups"] != c["groups"] for f in firsts):
-            firsts.append(c)
-    firsts += [c for c in top if c["schedule"].startswith(("zero-bubble", "dualpipev"))][:1]
-    order = firsts + [c for pair in zip(top, reversed(top)) for c in pair]
-    for c in order:
-        shape = (c["groups"], c["stages"], c["microbatches"])
-        if shape in seen:
-            continue
-        seen.add(shape)
-        picked.append(c)
-        if len(picked) == args.count:
-            break
-    paths = []
-    runs = [[] for _ in picked]
+    first = top[0]
+    band = [c for c in top if c["step_seconds"] <= REGRET_BAND * first["step_seconds"]]
+    considered = top if len(top) < ALL_BELOW else band
+    measured, seen = [], set()
+    for c in top[:TOP] + considered:
+        if key(c) not in seen:
+            seen.add(key(c))
+            measured.append(c)
+    rounds, loads = [[] for _ in measured], []
     with tempfile.TemporaryDirectory() as tmp:
-        for i, c in enumerate(picked):
-            plan = dict(first)
-            plan.update(
-                devices=c["devices"], stages=c["stages"], stage_layers=c["stage_layers"],
-                mpmd_dim=c["groups"], microbatches=c["microbatches"], schedule=c["schedule"],
-                predicted_step_ms=c["step_seconds"] * 1000.0,
-                predicted_peak_bytes=c["peak_bytes"],
-                predicted_peak_bytes_per_group=c["peak_bytes_per_group"], command="",
-                no_fuse=c["groups"] == 1)
-            path = os.path.join(tmp, f"plan{i}.json")
-            with open(path, "w") as f:
-                json.dump(plan, f)
-            paths.append(path)
-        for _ in range(args.rounds):
+        paths = [plan_file(ranking["first"], c, tmp, i) for i, c in enumerate(measured)]
+        for r in range(args.rounds):
+            at_start = load_average()
             for i, path in enumerate(paths):
-                runs[i].append(run([args.tessera, "train", "--plan", path, "--steps",
-                                    str(args.steps), "--no-reference", "--eval-every", "0",
-                                    "--json"]))
-    rows = list(zip(picked, runs))
-    print("| groups × devices | stages (layers) | micro-batches | schedule | predicted ms | "
-          "measured ms | measured / predicted | predicted bytes | measured bytes | "
-          "measured / predicted |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for c, ss in rows:
-        s = ss[0]
-        times = sorted(r["plan_measured_step_ms"] for r in ss)
-        pt, mt = s["plan_predicted_step_ms"], statistics.median(times)
-        spread = f" ({times[0]:.1f}–{times[-1]:.1f})" if len(times) > 1 else ""
-        pb, mb = s["plan_predicted_peak_bytes"], s["plan_measured_peak_bytes"]
-        layers = ",".join(str(x) for x in c["stage_layers"])
-        bytes_ratio = f"{mb / pb:.2f}×" if mb else "– (one program)"
-        print(f"| {c['groups']} × {c['data']} | {c['stages']} ({layers}) | {c['microbatches']} | "
-              f"{c['schedule']} | {pt:.1f} | {mt:.1f}{spread} | {mt / pt:.2f}× | {pb} | "
-              f"{mb if mb else '–'} | {bytes_ratio} |")
+                print(f"plan_accuracy: {args.preset}: round {r + 1}/{args.rounds}: candidate "
+                      f"{i + 1}/{len(paths)}", file=sys.stderr)
+                s = run([args.tessera, "train", "--plan", path, "--steps", str(args.steps),
+                         "--no-reference", "--eval-every", "0", "--json"])
+                rounds[i].append(s["plan_measured_step_ms"])
+            loads.append({"start": at_start, "end": load_average()})
+    candidates = []
+    for rank, (c, times) in enumerate(zip(measured, rounds)):
+        candidates.append({
+            "rank": top.index(c) + 1, "groups": c["groups"], "data": c["data"],
+            "stages": c["stages"], "stage_layers": c["stage_layers"],
+            "microbatches": c["microbatches"], "schedule": c["schedule"],
+            "predicted_ms": c["step_seconds"] * 1000.0, "rounds_ms": times,
+            "measured_ms": statistics.median(times),
+        })
+    firsts = [c for c in candidates if c["rank"] <= TOP]
+    within = sum(abs(c["measured_ms"] / c["predicted_ms"] - 1) <= WITHIN for c in firsts)
+    chosen = next(c for c in candidates if c["rank"] == 1)
+    best = min(c["measured_ms"] for c in candidates)
+    data = {
+        "preset": args.preset, "arguments": preset, "held_out": held_out,
+        "plan_command": f"tessera plan {' '.join(preset)} --json --top 1000",
+        "plan_seconds": plan_seconds, "layouts_considered": len(top),
+        "steps": args.steps, "rounds": args.rounds, "load_average": loads,
+        "candidates": candidates, "within_15_percent": within, "of": len(firsts),
+        "regret": chosen["measured_ms"] / best - 1,
+    }
+    if args.out:
+        name = os.path.basename(args.out).removesuffix(".json")
+        with open(args.out, "w") as f:
+            json.dump({"benchmark": name, "meta": meta(), "data": data}, f, indent=2)
+            f.write("\n")
+    print(f"{args.preset}: {within} of {len(firsts)} within 15%, regret "
+          f"{data['regret'] * 100:.1f}% over {len(candidates)} measured layouts")
 
 
 if __name__ == "__main__":
