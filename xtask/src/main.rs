@@ -10,12 +10,14 @@ mod compile_count;
 mod demo;
 mod doc_check;
 mod gpu_bundle;
+mod gpu_run;
 mod jax;
 #[allow(dead_code)]
 #[path = "../../crates/tessera-pjrt/src/known_plugins.rs"]
 mod known_plugins;
 mod llama;
 mod mpi_demo;
+mod plan_bench;
 mod plugin;
 mod ratio;
 mod runs;

@@ -7,7 +7,8 @@
 //! round's figures, not only their medians. A benchmark whose command does not write its file
 //! yet is kept as a *transcribed* file: its section copied once from an earlier
 //! `docs/benchmarks.md`, with `transcribed` saying from where and why, and the page says so above
-//! its tables. [`SECTIONS`] is the page's order; a file in `docs/runs/` that no section renders
+//! its tables (whatever the section's renderer, a file with `transcribed` is drawn so). [`SECTIONS`]
+//! is the page's order; a file in `docs/runs/` that no section renders
 //! is an error, so no run is dropped silently.
 
 use std::fmt::Write as _;
@@ -37,6 +38,10 @@ pub enum Renderer {
     Synthetic,
     /// Checkpoints every step ([`crate::checkpoint_bench`]).
     Checkpoints,
+    /// The planner on one preset of `benches/plan_accuracy.py` ([`crate::plan_bench`]).
+    Plan,
+    /// A GPU run of the bundle's `run.sh` ([`crate::gpu_run`]).
+    GpuRun,
     /// A section copied from an earlier page: its markdown as it was.
     Transcribed,
 }
@@ -47,12 +52,16 @@ pub const SECTIONS: &[(&str, Renderer)] = &[
     ("cpu-llama", Renderer::Llama),
     ("cpu-pipelined", Renderer::Pipelined),
     ("cpu-synthetic", Renderer::Synthetic),
-    ("gpu-h100", Renderer::Transcribed),
-    ("gpu-h200", Renderer::Transcribed),
+    ("gpu-h100", Renderer::GpuRun),
+    ("gpu-h200", Renderer::GpuRun),
     ("cpu-treduce-compile", Renderer::Transcribed),
     ("cpu-scan-compile", Renderer::Transcribed),
     ("cpu-mpi-transport", Renderer::Transcribed),
     ("cpu-checkpoints", Renderer::Checkpoints),
+    ("cpu-plan-gpt", Renderer::Plan),
+    ("cpu-plan-llama", Renderer::Plan),
+    ("cpu-plan-gpt-held-out", Renderer::Plan),
+    ("cpu-plan-llama-held-out", Renderer::Plan),
     ("cpu-plan", Renderer::Transcribed),
 ];
 
@@ -177,16 +186,22 @@ pub fn render(root: &Path) -> anyhow::Result<String> {
         let Some(run) = run else {
             let _ = writeln!(
                 md,
-                "## {name}\n\nNot measured yet (no `{RUNS_DIR}/{name}.json`).\n"
+                "## `{name}`: not measured yet\n\nNo `{RUNS_DIR}/{name}.json` yet.\n"
             );
             continue;
         };
+        if run.get("transcribed").is_some() {
+            render_transcribed(&mut md, name, run)?;
+            continue;
+        }
         match renderer {
             Renderer::JitStep => crate::jax::render_jit_run(&mut md, run)?,
             Renderer::Llama => crate::llama::render_run(&mut md, run)?,
             Renderer::Pipelined => crate::jax::render_pipelined_run(&mut md, run)?,
             Renderer::Synthetic => crate::synthetic::render_run(&mut md, run)?,
             Renderer::Checkpoints => crate::checkpoint_bench::render_run(&mut md, run)?,
+            Renderer::Plan => crate::plan_bench::render_run(&mut md, run)?,
+            Renderer::GpuRun => crate::gpu_run::render_run(&mut md, run)?,
             Renderer::Transcribed => render_transcribed(&mut md, name, run)?,
         }
     }

@@ -12,7 +12,8 @@
 #   3. a GPT pipelined over 2 stages as an `mpirun -n 2` job sharing the one device (each CUDA
 #      client gets TESSERA_CUDA_MEMORY_FRACTION of its memory), whose losses must equal those of
 #      one process running both stages on the device, bit for bit.
-# It prints a table and exits non-zero if any part failed.
+# It prints a table, writes WORK/out/run.json (every round's figures, as a docs/runs/ file of
+# the repository) and exits non-zero if any part failed.
 #
 # Usage: ./run.sh [--plugin NAME|PATH] [--python PYTHON] [--quick] [--rounds N] [--steps N]
 #                 [--llama LAYERS,D_MODEL,HEADS,SEQ_LEN,BATCH[,DTYPE]]... [--bundled-libs]
@@ -24,7 +25,7 @@
 #                   precision on both sides); default: on the CPU the two CPU models of
 #                   docs/benchmarks.md, else 8 layers, d_model 1024, 16 heads, seq_len 512,
 #                   batch 16 (issue 29's H100 model), in f32 and in bf16.
-#   --rounds N      rounds of JAX then Tessera per model (default 3).
+#   --rounds N      rounds per model (default 3), JAX first in odd rounds, Tessera in even.
 #   --steps N       steps of each run, the first left out of the median (default 20; 10 on the
 #                   CPU).
 #   --bundled-libs  use every bundled library, not only those the machine lacks.
@@ -113,8 +114,52 @@ table() {
     echo "|---|---|---|"
     printf '%s\n' "${ROWS[@]}"
 }
+# The run as a docs/runs/ file (xtask/src/runs.rs): OUT/run.json, named after the GPU.
+run_file() {
+    printf '%s\n' "${ROWS[@]}" > "$OUT/rows.md"
+    "$PYTHON" - "$OUT" "$HERE" "$PLUGIN" "$ROUNDS" "$STEPS" << 'EOF' ||
+import glob, json, os, re, subprocess, sys, time
+out, here, plugin, rounds, steps = sys.argv[1:]
+rows = []
+for line in open(f"{out}/rows.md"):
+    cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+    if len(cells) == 3:
+        rows.append({"part": cells[0], "result": cells[1], "detail": cells[2]})
+models = [json.load(open(p)) for p in sorted(glob.glob(f"{out}/*-summary.json"))]
+try:
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                          "--format=csv,noheader"], capture_output=True, text=True).stdout
+    gpu = gpu.strip().splitlines()[0]
+except (OSError, IndexError):
+    gpu = "no NVIDIA GPU"
+commit = "unknown"
+manifest = os.path.join(here, "MANIFEST")
+if os.path.exists(manifest):
+    first = open(manifest).readline().split()
+    commit = first[1] if len(first) > 1 else commit
+kind = re.search(r"\b([A-Z]\d{2,4}[A-Z]?)\b", gpu)
+name = f"gpu-{kind.group(1).lower()}" if kind else "gpu-run-cpu"
+run = {
+    "benchmark": name,
+    "meta": {
+        "commit": commit, "uncommitted_changes": None,
+        "machine": f"{gpu}, {os.cpu_count()} host cores",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_average_at_end": float(open("/proc/loadavg").read().split()[0]),
+        "plugin": plugin,
+    },
+    "data": {"rounds": int(rounds), "steps": int(steps), "rows": rows, "models": models},
+}
+with open(f"{out}/run.json", "w") as f:
+    json.dump(run, f, indent=2)
+    f.write("\n")
+print(f"run.sh: wrote {out}/run.json (copy it to docs/runs/{name}.json)", file=sys.stderr)
+EOF
+        echo "run.sh: could not write $OUT/run.json" >&2
+}
 finish() {
     table
+    run_file
     if [ "$FAILED" = 0 ]; then echo "run.sh: every part passed"; exit 0; fi
     echo "run.sh: some parts failed (logs in $LOGS)"; exit 1
 }
@@ -216,19 +261,28 @@ llama() {
         --microbatches 1 --stages 1
         --mpmd-dim 1 --devices 1 --optimizer adamw --lr 0.001 --no-reference --eval-every 0 --json)
     local jax=("$HERE/jax/llama_jax.py" "${sizes[@]}" --lr 0.001 --data "$HERE/data/corpus.txt")
+    # The sides alternate which goes first: JAX in odd rounds, Tessera in even ones.
     for r in $(seq 1 "$ROUNDS"); do
-        local jax_dump=() tessera_env=()
+        local jax_dump=() tessera_env=() side
         if [ "$DUMP_HLO" = 1 ] && [ "$r" = 1 ]; then
             jax_dump=(--dump-hlo "$OUT/hlo-$name-jax.txt")
             # Tessera's programs are XLA's to dump; the persistent cache would skip compiling.
             tessera_env=(TESSERA_COMPILE_CACHE=off
                 "XLA_FLAGS=${XLA_FLAGS:-} --xla_dump_to=$OUT/hlo-$name-tessera --xla_dump_hlo_as_text")
         fi
-        logged "$name-jax-$r" env "${JAX_ENV[@]}" "$PYTHON" "${jax[@]}" --steps "$STEPS" \
-            "${jax_dump[@]}" > "$OUT/$name-jax-$r.json" ||
-            { fail "$label" "JAX (round $r): $LAST_ERROR"; return; }
-        logged "$name-tessera-$r" env "${tessera_env[@]}" "$TESSERA" "${train[@]}" --steps "$STEPS" \
-            > "$OUT/$name-tessera-$r.json" || { fail "$label" "Tessera (round $r): $LAST_ERROR"; return; }
+        local sides=(jax tessera)
+        [ $((r % 2)) = 0 ] && sides=(tessera jax)
+        for side in "${sides[@]}"; do
+            if [ "$side" = jax ]; then
+                logged "$name-jax-$r" env "${JAX_ENV[@]}" "$PYTHON" "${jax[@]}" --steps "$STEPS" \
+                    "${jax_dump[@]}" > "$OUT/$name-jax-$r.json" ||
+                    { fail "$label" "JAX (round $r): $LAST_ERROR"; return; }
+            else
+                logged "$name-tessera-$r" env "${tessera_env[@]}" "$TESSERA" "${train[@]}" \
+                    --steps "$STEPS" > "$OUT/$name-tessera-$r.json" ||
+                    { fail "$label" "Tessera (round $r): $LAST_ERROR"; return; }
+            fi
+        done
         # Of XLA's dump, the optimized HLO (a GPU's dump also holds PTX and LLVM IR).
         [ -d "$OUT/hlo-$name-tessera" ] &&
             find "$OUT/hlo-$name-tessera" -type f ! -name '*after_optimizations.txt' -delete
@@ -280,6 +334,20 @@ if isinstance(phases, dict):
     detail += f"; Tessera's median step in ms: {parts}"
 if tessera[-1].get("mfu") is not None:
     detail += f"; MFU {100 * tessera[-1]['mfu']:.1f}% of {tessera[-1].get('peak_source')}"
+# Every round's figures, for the run file (docs/runs/) finish() writes.
+summary = {
+    "model": label, "parameters": tessera[0]["parameters"], "tokens_per_step": tokens,
+    "jax_rounds_s": [j["median_step_s"] for j in jax],
+    "tessera_rounds_s": [tokens / t["tokens_per_second"] for t in tessera],
+    "order": ["jax first" if r % 2 else "tessera first" for r in range(1, int(rounds) + 1)],
+    "check": {"tessera": ours, "jax": theirs, "worst": worst, "tolerance": float(tolerance)},
+    "device_kind": jax[0]["device_kind"], "jax_optimizer": jax[0]["optimizer"],
+    "jax_versions": jax[0]["versions"], "mfu": tessera[-1].get("mfu"),
+    "peak_source": tessera[-1].get("peak_source"), "step_phases_ms": phases,
+    "passed": not problems,
+}
+with open(f"{out}/{name}-summary.json", "w") as f:
+    json.dump(summary, f)
 print(("FAILED " if problems else "ok ") + detail + ("; " + "; ".join(problems) if problems else ""))
 EOF
 )" || { fail "$label" "could not read the runs' JSON (see $OUT)"; return; }

@@ -101,6 +101,26 @@ fn the_bundle_fits_and_its_script_runs_to_the_end_on_the_cpu() -> anyhow::Result
     let mpi = row("| mpirun -n 2: GPT, 2 stages, one per rank, one device | ok |");
     assert!(mpi.contains("losses equal bit for bit: ["), "{stdout}");
     assert!(stdout.contains("run.sh: every part passed"), "{stdout}");
+    // The run file: every part's row and the Llama's rounds, drawn as docs/benchmarks.md would.
+    let run: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.join("work/out/run.json"))?)?;
+    assert_eq!(run["benchmark"], "gpu-run-cpu");
+    assert_eq!(
+        run["data"]["models"][0]["jax_rounds_s"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    let mut md = String::new();
+    crate::gpu_run::render_run(&mut md, &run)?;
+    assert!(
+        md.contains("| mpirun -n 2: GPT, 2 stages, one per rank, one device | ok |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| Llama 2 layers, d_model 64, 4 heads, seq_len 32, batch 4, f32 |"),
+        "{md}"
+    );
 
     let broken = Command::new(dir.join("run.sh"))
         .args(["--plugin", "cpu", "--python", "/nonexistent/python3"])

@@ -1,0 +1,153 @@
+//! The planner's sections of docs/benchmarks.md: one per preset of `benches/plan_accuracy.py`
+//! (`docs/runs/cpu-plan-PRESET.json`), the default `tessera plan` predicted against measured.
+
+use std::fmt::Write as _;
+
+use anyhow::anyhow;
+use serde_json::Value;
+
+use crate::runs;
+
+/// Of the plan's first 7, at least this many must measure within 15% of their prediction.
+pub const WITHIN_TARGET: u64 = 6;
+/// The planner's regret must be at most this.
+pub const REGRET_TARGET: f64 = 0.05;
+
+/// One preset's section, from its run file.
+pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
+    let data = &run["data"];
+    let text = |key: &str| data[key].as_str().unwrap_or("?").to_owned();
+    let number = |key: &str| {
+        data[key]
+            .as_f64()
+            .ok_or_else(|| anyhow!("a plan run has no {key}"))
+    };
+    let candidates = data["candidates"]
+        .as_array()
+        .ok_or_else(|| anyhow!("a plan run has no candidates"))?;
+    let held_out = if data["held_out"].as_bool() == Some(true) {
+        ", held out from the time model's tuning"
+    } else {
+        ", the time model was tuned on it"
+    };
+    let _ = writeln!(
+        md,
+        "## `tessera plan` on the preset `{}`{held_out}",
+        text("preset")
+    );
+    let _ = writeln!(md);
+    let within = number("within_15_percent")? as u64;
+    let of = number("of")? as u64;
+    let regret = number("regret")?;
+    let verdict = |met: bool| if met { "met" } else { "missed" };
+    let loads: Vec<String> = data["load_average"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .map(|r| {
+                    format!(
+                        "{:.1}–{:.1}",
+                        r["start"].as_f64().unwrap_or(f64::NAN),
+                        r["end"].as_f64().unwrap_or(f64::NAN)
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let _ = writeln!(
+        md,
+        "`{}` (the default `--refine`), {} layouts considered, ranked in {:.0} s; then `tessera \
+         train --plan FILE --steps {}` of each candidate below, {} rounds taking turns (load \
+         average at the start and end of each round: {}). Measured at {}.",
+        text("plan_command"),
+        number("layouts_considered")?,
+        number("plan_seconds")?,
+        number("steps")?,
+        number("rounds")?,
+        loads.join(", "),
+        runs::provenance(run)
+    );
+    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "**{within} of the first {of} within 15% of their prediction** (target {WITHIN_TARGET} \
+         of 7: {}); **regret {:.1}%** (the first choice's measured step over the best measured \
+         one, target at most {:.0}%: {}).",
+        verdict(within >= WITHIN_TARGET),
+        regret * 100.0,
+        REGRET_TARGET * 100.0,
+        verdict(regret <= REGRET_TARGET)
+    );
+    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "| rank | groups × devices | stages (layers) | micro-batches | schedule | predicted ms | \
+         measured ms (rounds) | measured / predicted |"
+    );
+    let _ = writeln!(md, "|---:|---|---|---:|---|---:|---|---:|");
+    for c in candidates {
+        let predicted = c["predicted_ms"].as_f64().unwrap_or(f64::NAN);
+        let measured = c["measured_ms"].as_f64().unwrap_or(f64::NAN);
+        let rounds: Vec<String> = c["rounds_ms"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .map(|v| format!("{:.1}", v.as_f64().unwrap_or(f64::NAN)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let layers: Vec<String> = c["stage_layers"]
+            .as_array()
+            .map(|l| l.iter().map(ToString::to_string).collect())
+            .unwrap_or_default();
+        let _ = writeln!(
+            md,
+            "| {} | {} × {} | {} ({}) | {} | {} | {predicted:.1} | {measured:.1} ({}) | {:.2}× |",
+            c["rank"],
+            c["groups"],
+            c["data"],
+            c["stages"],
+            layers.join(","),
+            c["microbatches"],
+            c["schedule"].as_str().unwrap_or("?"),
+            rounds.join(", "),
+            measured / predicted
+        );
+    }
+    let _ = writeln!(md);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_checks_both_targets() {
+        let run = serde_json::json!({"meta": {"commit": "abc"}, "data": {
+            "preset": "gpt-held-out", "held_out": true, "plan_command": "tessera plan",
+            "plan_seconds": 100.0, "layouts_considered": 40, "steps": 10, "rounds": 3,
+            "load_average": [{"start": 1.0, "end": 2.0}], "within_15_percent": 5, "of": 7,
+            "regret": 0.031,
+            "candidates": [{"rank": 1, "groups": 2, "data": 3, "stages": 2,
+                "stage_layers": [3, 3], "microbatches": 2, "schedule": "1f1b",
+                "predicted_ms": 50.0, "measured_ms": 55.0, "rounds_ms": [55.0, 54.0, 56.0]}]}});
+        let mut md = String::new();
+        render_run(&mut md, &run).unwrap();
+        assert!(md.contains("held out from the time model's tuning"), "{md}");
+        assert!(
+            md.contains(
+                "**5 of the first 7 within 15% of their prediction** (target 6 of 7: missed)"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("**regret 3.1%**"), "{md}");
+        assert!(md.contains("at most 5%: met"), "{md}");
+        assert!(
+            md.contains(
+                "| 1 | 2 × 3 | 2 (3,3) | 2 | 1f1b | 50.0 | 55.0 (55.0, 54.0, 56.0) | 1.10× |"
+            ),
+            "{md}"
+        );
+    }
+}
