@@ -300,7 +300,15 @@ fn a_300_step_pipelined_run_does_not_drift_from_an_unpipelined_one() {
     const EXACT_TOLERANCE: f64 = 1e-5;
     const WINDOW: usize = 50;
     const WINDOW_TOLERANCE: f64 = 5e-3;
-    let base = ["--model", "gpt", "--steps", "300", "--eval-every", "0", "--json"];
+    let base = [
+        "--model",
+        "gpt",
+        "--steps",
+        "300",
+        "--eval-every",
+        "0",
+        "--json",
+    ];
     let run = |extra: &[&str]| {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();
         let out = tessera_train(&args);
