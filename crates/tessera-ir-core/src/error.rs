@@ -67,7 +67,7 @@ pub enum IrError {
     #[error("evaluation: {0}")]
     Eval(String),
     /// The reference interpreter would need more memory for an equation than its limit (see
-    /// [`crate::interp::memory`]).
+    /// `tessera_interp::interp::memory`).
     #[error(
         "the interpreter would need about {needed} bytes for equation {index} (`{eqn}`), whose \
          results take {results} bytes, over its memory limit of {limit_from}; run the program \

@@ -1,7 +1,7 @@
 //! How an array's elements sit in its bytes: each dtype's own width, native-endian, as a device
 //! buffer holds them (2 bytes per `bf16`, 1 per `bool`; a PRNG key is its two `u32` words, high
-//! word first, so a key array's bytes are those of its `u32[..., 2]` words). [`encode`] and
-//! [`decode`] convert one element between its bytes and its [`Elem`]; [`Element`] reads and
+//! word first, so a key array's bytes are those of its `u32[..., 2]` words). `encode` and
+//! `decode` convert one element between its bytes and its [`Elem`]; [`Element`] reads and
 //! writes plain Rust values.
 
 use super::elem::Elem;

@@ -1,6 +1,6 @@
 //! The cumulative reductions besides `cumsum`: `cumprod`, `cummax`, `cummin` and
 //! `cumlogsumexp` (`axis`, `reverse`). The interpreter folds each lane in order; the other rules
-//! read the primitive as JAX defines it, an associative scan ([`cumulative_program`]: log-depth
+//! read the primitive as JAX defines it, an associative scan (`tessera_transform::programs::cumulative_program`: log-depth
 //! strided slices, combines, pads and an interleave), so its JVP and VJP are those of that
 //! program, exactly as JAX derives them, and the lowering emits it.
 

@@ -1,10 +1,10 @@
 //! What `gather` and `scatter-add` do with out-of-bounds indices: JAX's `GatherScatterMode`.
 //!
 //! - `CLIP`: start indices are clamped so the whole slice (window) fits. XLA's `gather` clamps
-//!   by itself; a `scatter-add` gets its indices clamped first ([`scatter_clip_program`]).
+//!   by itself; a `scatter-add` gets its indices clamped first (`scatter_clip_program` in `tessera_transform::programs`).
 //! - `FILL_OR_DROP`: a gather whose slice does not fit gives the fill value (`fill_value`, or
 //!   JAX's default for the dtype: NaN for floats, the minimum of signed integers, the maximum of
-//!   unsigned ones, `True`) for the whole slice ([`gather_fill_program`]: a clamped gather and a
+//!   unsigned ones, `True`) for the whole slice (`gather_fill_program` in `tessera_transform::programs`: a clamped gather and a
 //!   mask, as JAX lowers it); a scatter whose window does not fit is dropped whole (XLA's
 //!   `scatter` does that by itself).
 //! - `PROMISE_IN_BOUNDS`: the caller promises the indices fit; lowered like XLA's defaults

@@ -8,7 +8,7 @@
 //! the JVP program into a primal and a linear tangent program.
 
 mod branch;
-pub(crate) mod conv;
+mod conv;
 mod custom;
 mod jvp;
 mod jvp_rules;

@@ -4,9 +4,9 @@
 
 use super::Batched;
 use super::rules::{malformed, unsupported};
-use crate::autodiff::conv::{axis_into, axis_out_of, conv as bind_conv};
 use crate::params::Params;
 use crate::prim::{ConvParams, Prim};
+use crate::programs::conv::{axis_into, axis_out_of, conv as bind_conv};
 
 /// Batches a convolution with at least one batched operand.
 pub(super) fn conv(params: &Params, args: &[Batched], _size: i64) -> Batched {

@@ -3,6 +3,7 @@
 //! `FILL_OR_DROP` gather and `CLIP` scatter modes). The transformations and the StableHLO
 //! lowering use them; `tessera_ir::prim` re-exports them under their former paths.
 
+pub(crate) mod conv;
 mod cumulative;
 mod index_modes;
 

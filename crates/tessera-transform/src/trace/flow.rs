@@ -117,7 +117,7 @@ pub fn custom_vjp(
 fn primal_part(fwd: &ClosedJaxpr, n_out: usize) -> ClosedJaxpr {
     let mut body = fwd.clone();
     body.jaxpr.outvars.truncate(n_out);
-    crate::passes::eliminate_dead_code(&body)
+    crate::rewrite::eliminate_dead_code(&body)
 }
 
 /// JAX's `lax.scan`: `f(consts, carry, x_slices) -> (carry, y_slices)` applied `length` times
