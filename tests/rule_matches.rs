@@ -1,6 +1,7 @@
 //! The guarantee that a new primitive, comparison or reduction kind without its rule does not
-//! compile: the rule code (`tessera-ir`'s `prim/`, `autodiff/` and `batching/`, and
-//! `tessera-stablehlo`'s `lower/`) has no wildcard match arm (`_ =>` or `_ if ...`). Rules match
+//! compile: the rule code (`tessera-ir-core`'s `prim/`, `tessera-interp`'s evaluation rules,
+//! `tessera-transform`'s `autodiff/` and `batching/`, and `tessera-stablehlo`'s `lower/`) has no
+//! wildcard match arm (`_ =>` or `_ if ...`). Rules match
 //! on `Prim` or on the typed kind of its family (`prim::ElementwiseOp`, `ReductionOp`,
 //! `CollectiveOp`, ...) exhaustively; parameter parsing uses `if let` / `let ... else`, naming
 //! what it found in its errors.
@@ -24,9 +25,10 @@ fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
 fn rule_code_has_no_wildcard_match_arms() {
     let root = repo_root().join("crates");
     let dirs = [
-        "tessera-ir/src/prim",
-        "tessera-ir/src/autodiff",
-        "tessera-ir/src/batching",
+        "tessera-ir-core/src/prim",
+        "tessera-interp/src/interp/rules",
+        "tessera-transform/src/autodiff",
+        "tessera-transform/src/batching",
         "tessera-stablehlo/src/lower",
     ];
     let mut files = Vec::new();

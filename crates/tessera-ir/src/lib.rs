@@ -1,46 +1,52 @@
 //! The Tessera IR: a typed, SSA, jaxpr-like program representation with its JAX-compatible text
 //! form, a verifier and a reference interpreter.
 //!
-//! - [`jaxpr`]: `Jaxpr`/`ClosedJaxpr`; variables are `u32` indices into an arena of avals.
-//! - [`prim`]: the primitive table; each family module holds its primitives' rules.
-//! - [`text`]: printer and parser of `jax.make_jaxpr`'s syntax.
-//! - [`verify()`]: the invariants every pass preserves.
-//! - [`interp`]: the reference interpreter over [`Array`]s.
-//! - [`autodiff`]: [`vjp`], [`value_and_grad`], forward-mode [`jvp()`] and [`linearize()`].
-//! - [`batching`]: [`vmap`], JAX's batching with `in_axes`/`out_axes`.
-//! - [`axis_env`], [`spmd`]: the named axes `shard_map` binds for its collectives, and the SPMD
-//!   interpreter that runs a `shard_map` on simulated devices.
+//! This crate is a facade: it re-exports, under the paths users know, three crates layered one
+//! above the other:
+//!
+//! - `tessera-ir-core`: dtypes, avals, [`Array`]s, the program ([`jaxpr`]) and its [`params`],
+//!   the primitive table with its shape rules ([`prim`]), the [`text`] form and [`verify()`];
+//! - `tessera-interp`: the reference interpreter ([`interp`]) and the SPMD one ([`spmd`]),
+//!   owning the primitives' evaluation rules;
+//! - `tessera-transform`: tracing ([`trace`]), [`autodiff`] ([`vjp`], [`value_and_grad`],
+//!   [`jvp()`], [`linearize()`]), [`batching`] ([`vmap`]) and the [`passes`].
+//!
+//! [`axis_env`] holds the named axes `shard_map` binds for its collectives.
 
-pub mod array;
-pub mod autodiff;
-pub mod aval;
-pub mod axis_env;
-pub mod batching;
-pub mod callback;
-pub mod dtype;
-pub mod error;
-pub mod interp;
-pub mod jaxpr;
+pub use tessera_interp::spmd;
+pub use tessera_ir_core::{
+    array, aval, axis_env, callback, dtype, error, jaxpr, panics, params, text,
+};
+pub use tessera_transform::{autodiff, batching, passes};
 #[cfg(feature = "oracle")]
-pub mod oracle;
-#[cfg(feature = "oracle")]
-pub mod oracle_collectives;
-pub mod panics;
-pub mod params;
-pub mod passes;
-pub mod prim;
-pub mod spmd;
-pub mod text;
-pub mod trace;
-mod verify;
+pub use tessera_transform::{oracle, oracle_collectives};
 
-pub use array::{Array, Block, Elem, Element, element_count};
-pub use autodiff::{jvp, linearize, value_and_grad, value_and_grad_with_aux, vjp};
-pub use aval::{ExplicitType, ShapedArray};
-pub use batching::{vmap, vmap_named, vmap_spmd};
-pub use dtype::DType;
-pub use error::{IrError, Result};
-pub use jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Var};
-pub use params::{ParamValue, Params};
-pub use prim::Prim;
-pub use verify::verify;
+pub mod prim {
+    //! The primitive table (`tessera_ir_core::prim`), with the expansion programs of
+    //! `tessera_transform::programs` under their former paths.
+    pub use tessera_ir_core::prim::*;
+    pub use tessera_transform::programs::{
+        cumulative_program, gather_fill_program, scatter_clip_program, scatter_clip_program_for,
+    };
+}
+
+pub mod interp {
+    //! The reference interpreter (`tessera_interp::interp`); [`PrimEval`] brings a primitive's
+    //! evaluation rule (`prim.eval(...)`) into scope.
+    pub use tessera_interp::interp::*;
+}
+
+pub mod trace {
+    //! Tracing (`tessera_transform::trace`), with the transformations of traced functions
+    //! (`tessera_transform::transforms`).
+    pub use tessera_transform::trace::*;
+    pub use tessera_transform::transforms::*;
+}
+
+pub use tessera_ir_core::{
+    Array, Atom, Block, ClosedJaxpr, DType, Elem, Element, Eqn, ExplicitType, IrError, Jaxpr,
+    Literal, ParamValue, Params, Prim, Result, ShapedArray, Var, element_count, verify,
+};
+pub use tessera_transform::{
+    jvp, linearize, value_and_grad, value_and_grad_with_aux, vjp, vmap, vmap_named, vmap_spmd,
+};

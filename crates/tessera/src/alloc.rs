@@ -1,4 +1,4 @@
-//! The allocator Tessera's programs run with, for programs of your own: [`use_jemalloc!`]
+//! The allocator Tessera's programs run with, for programs of your own: [`use_jemalloc!`](crate::use_jemalloc)
 //! makes jemalloc the whole process's `malloc` (Rust's allocations and, its symbols unprefixed,
 //! the C `malloc` the PJRT plugin calls), with freed pages kept for reuse.
 //!

@@ -6,6 +6,7 @@
 //! equation that made one from operands without one. Reading every result back to the host
 //! costs a copy per call: a debugging mode, off by default.
 
+use tessera_ir::interp::PrimEval;
 use tessera_ir::{Array, Atom, ClosedJaxpr};
 use tessera_pjrt::Array as DeviceArray;
 
