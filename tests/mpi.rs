@@ -134,6 +134,38 @@ fn four_ranks_train_the_gpt_as_one_process_does() {
     equal_to_one_process("zero-bubble", "4", "4");
 }
 
+/// Saved residuals under MPI (the default `--remat`): a 2-rank job, its forwards' residuals
+/// kept on their groups for the backwards, trains like one process whose backwards recompute
+/// their forwards (`--remat nothing_saveable`), within 1e-5.
+#[test]
+fn a_job_saving_residuals_trains_like_one_process_that_recomputes() {
+    let args = train_args("1f1b", "2", "2", "3");
+    let mut recomputing = args.clone();
+    recomputing.extend(["--remat".to_owned(), "nothing_saveable".to_owned()]);
+    let alone = run_alone(&recomputing);
+    assert!(
+        alone.status.success(),
+        "{}",
+        String::from_utf8_lossy(&alone.stderr)
+    );
+    let bin = tessera_bin();
+    let mut launch = vec!["-n", "2", bin.to_str().unwrap()];
+    launch.extend(args.iter().map(String::as_str));
+    let job = mpirun(&launch, &[], Duration::from_secs(300), None);
+    assert!(job.status.success(), "{}", job.stderr);
+    let (want, got) = (
+        losses(&String::from_utf8_lossy(&alone.stdout)),
+        losses(&job.stdout),
+    );
+    assert_eq!(got.len(), 3);
+    for (a, b) in got.iter().zip(&want) {
+        assert!(
+            (a - b).abs() <= 1e-5 * b.abs(),
+            "job {got:?}, recomputing {want:?}"
+        );
+    }
+}
+
 #[test]
 fn two_ranks_with_two_stages_each_train_as_one_process_does() {
     equal_to_one_process("interleaved-1f1b", "4", "2");

@@ -22,7 +22,7 @@ use tessera_ir::trace::{
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
 use tessera_mpmd::driver::DriverError;
 use tessera_mpmd::effects::CallbackStageError;
-use tessera_mpmd::{Fusion, MpmdJit, MpmdJitOptions, MpmdMesh, mpmd_jit_with};
+use tessera_mpmd::{Fusion, MpmdJit, MpmdJitOptions, MpmdMesh, Remat, RematPolicy, mpmd_jit_with};
 use tessera_pjrt::Client;
 use tessera_sharding::Mesh;
 use tessera_tests::assert_close;
@@ -226,8 +226,18 @@ fn run(
     per_group: i64,
     fusion: Fusion,
 ) -> Result<MpmdJit, DriverError> {
+    run_with(program, groups, per_group, &options(fusion))
+}
+
+/// [`run`] with the step's options.
+fn run_with(
+    program: &ClosedJaxpr,
+    groups: i64,
+    per_group: i64,
+    options: &MpmdJitOptions,
+) -> Result<MpmdJit, DriverError> {
     let (client, mesh) = mesh(groups, per_group);
-    let jit = mpmd_jit_with(&client, &mesh, program, &options(fusion))?;
+    let jit = mpmd_jit_with(&client, &mesh, program, options)?;
     let args = args();
     let host: Vec<_> = args.iter().map(|a| to_host(a).unwrap()).collect();
     let got = jit.call(&host)?;
@@ -343,23 +353,37 @@ fn callbacks_before_and_after_the_loop_run_in_one_program_and_are_refused_pipeli
 #[test]
 fn a_pure_callback_the_loss_reads_gives_the_interpreters_results() {
     for (groups, fusion, schedule) in SETUPS {
-        let cb = Callbacks {
-            pure_in_stage: calls(),
-            ..Callbacks::default()
-        };
-        run(&step(&cb, schedule), groups, 1, fusion).unwrap();
-        // Pipelined, the backward recomputes the stage's forward, calling it again (a
-        // pure_callback may be called any number of times, as in JAX).
-        let device = if groups == 1 { N } else { 2 * N };
-        assert_eq!(taken(&cb.pure_in_stage), device + N, "{schedule}");
+        for policy in [
+            RematPolicy::EverythingSaveable,
+            RematPolicy::NothingSaveable,
+        ] {
+            let cb = Callbacks {
+                pure_in_stage: calls(),
+                ..Callbacks::default()
+            };
+            let options = MpmdJitOptions {
+                remat: Remat::all(policy),
+                ..options(fusion)
+            };
+            run_with(&step(&cb, schedule), groups, 1, &options).unwrap();
+            // Pipelined and recomputing, the backward runs the stage's forward again, calling
+            // it again (a pure_callback may be called any number of times, as in JAX); saving
+            // the forward's residuals, it does not.
+            let recomputes = groups > 1 && policy == RematPolicy::NothingSaveable;
+            let device = if recomputes { 2 * N } else { N };
+            assert_eq!(taken(&cb.pure_in_stage), device + N, "{schedule} {policy}");
+        }
     }
-    // On groups of two devices too (every device calls it on the whole operand).
+    // On groups of two devices too: at least once per micro-batch on the device (XLA may call
+    // it on one device or on each; here, with the residuals saved, once), then the
+    // interpreter's.
     let cb = Callbacks {
         pure_in_stage: calls(),
         ..Callbacks::default()
     };
     run(&step(&cb, "1f1b"), 2, 2, Fusion::Never).unwrap();
-    assert!(taken(&cb.pure_in_stage) >= 2 * N + N);
+    let taken = taken(&cb.pure_in_stage);
+    assert!(taken >= N + N, "{taken}");
 }
 
 fn ordered(stages: &[usize]) -> (Callbacks, Log) {

@@ -158,6 +158,8 @@ pub struct PipelineOptions {
     /// [`crate::partition::partition_with`]). A parameter read by several stages (a tied
     /// weight) cannot be among them: its per-stage parts add up per micro-batch.
     pub max_grads: Vec<usize>,
+    /// Which forward values each stage's backward reads saved ([`crate::remat`]).
+    pub remat: crate::remat::Remat,
 }
 
 /// A pipelined step ready to run.
@@ -260,6 +262,14 @@ fn element_type(dtype: DType) -> Result<ElementType, DriverError> {
 }
 
 impl CompiledPipeline {
+    /// Each stage's remat policy, and why the asked one did not apply where it did not.
+    pub fn stage_remat(&self) -> Vec<(crate::remat::RematPolicy, Option<String>)> {
+        self.parts
+            .iter()
+            .map(|p| (p.remat, p.remat_fallback.clone()))
+            .collect()
+    }
+
     /// Partitions `loss` (arguments `params` are parameters, the others per-microbatch data),
     /// builds `schedule`'s plan for `microbatches`, and compiles every action for its group.
     pub fn new(
@@ -310,7 +320,7 @@ impl CompiledPipeline {
                 mesh.mpmd_dim()
             )));
         }
-        let parts = partition_with(loss, params, &options.max_grads)?;
+        let parts = partition_with(loss, params, &options.max_grads, &options.remat)?;
         if !options.plan_only {
             // One program (`plan_only`) runs the step itself, its callbacks in program order.
             let forwards: Vec<&ClosedJaxpr> = parts

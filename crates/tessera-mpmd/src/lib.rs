@@ -19,9 +19,11 @@ pub mod mpmd_jit;
 pub mod partition;
 pub mod pipeline;
 pub mod processes;
+pub mod remat;
 mod reshard;
 mod reshard_across;
 mod reshard_device;
+pub mod residuals;
 pub mod runtime;
 mod sharding;
 pub mod specs;
@@ -38,6 +40,7 @@ pub use mpmd_jit::{
     MpmdStepRun, StepArg, StepLoopsError, StepPhases, StepResult, mpmd_jit, mpmd_jit_by_yield,
     mpmd_jit_with,
 };
+pub use remat::{Remat, RematPolicy};
 pub use reshard::{
     group_by_size_threshold, interleaved_order, mpmd_to_spmd_batches, mpmd_to_spmd_reshard,
     spmd_to_mpmd_reshard,

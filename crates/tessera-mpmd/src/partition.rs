@@ -7,14 +7,15 @@
 //! of earlier stages (a residual may skip stages, several values may cross one boundary), and
 //! exports the values later stages read (the last stage returns the loss). The
 //! [`StageGraph`] checks that values flow forward and names each export's consumers.
-//! Backward programs recompute their stage's forward from the saved inputs (rematerialisation:
-//! the residuals are the stage's imported values and data), take one cotangent per export and
-//! consumer and sum them, then apply `vjp`. The split backward is one backward pass cut in two
-//! by its results (`split_outputs`): `BwdI` computes the imported values' cotangents and hands on
+//! A stage's forward task returns the residuals its backward reads, as its [`RematPolicy`]
+//! chooses ([`crate::residuals`]): by default every value the backward needs, so the backward
+//! computes no forward value again; under `nothing_saveable` only the stage's imported values and
+//! data, from which the backward recomputes its forward. Backward programs take one cotangent
+//! per export and consumer and sum them. The split backward is one backward pass cut in two by
+//! its results (`split_outputs`): `BwdI` computes the imported values' cotangents and hands on
 //! the values the weight gradients still need, and `BwdW` finishes the weight gradients from
 //! those alone, recomputing nothing.
 
-use tessera_ir::autodiff::vjp;
 use tessera_ir::passes::{
     StageInput, eliminate_dead_code, inline_calls, split_outputs, split_stages,
 };
@@ -22,6 +23,8 @@ use tessera_ir::trace::{Tensor, call_closed, trace};
 use tessera_ir::{ClosedJaxpr, IrError, ShapedArray};
 
 use crate::pipeline::{ActRef, Key, PartSignature, StageShape};
+use crate::remat::{Remat, RematPolicy};
+use crate::residuals::Residuals;
 use crate::stage_graph::{StageGraph, StageGraphError};
 
 /// One stage's programs, each following the contract's argument and result order.
@@ -49,6 +52,11 @@ pub struct StagePrograms {
     pub data_args: Vec<usize>,
     /// The contract's sizes.
     pub shape: StageShape,
+    /// The remat policy the stage's residuals follow (`nothing_saveable` where the asked one
+    /// could not apply: see `remat_fallback`).
+    pub remat: RematPolicy,
+    /// Why the asked policy could not apply, if it could not.
+    pub remat_fallback: Option<String>,
 }
 
 /// Errors of partitioning.
@@ -86,18 +94,19 @@ pub fn partition(
     loss: &ClosedJaxpr,
     params: &[usize],
 ) -> Result<Vec<StagePrograms>, PartitionError> {
-    partition_with(loss, params, &[])
+    partition_with(loss, params, &[], &Remat::default())
 }
 
 /// [`partition`], the gradients of the parameters `maxed` (loss arguments among `params`)
 /// combined over the micro-batches by their elementwise maximum instead of their sum (a
 /// `treduce` gradient result combined by `Max`): the backward's accumulating programs take
 /// `max(acc, g)` for them (the first backward of a step starts the accumulator with its `g`
-/// either way).
+/// either way). Each stage's residuals follow its policy in `remat`.
 pub fn partition_with(
     loss: &ClosedJaxpr,
     params: &[usize],
     maxed: &[usize],
+    remat: &Remat,
 ) -> Result<Vec<StagePrograms>, PartitionError> {
     let flat = inline_calls(loss);
     refuse_nested_markers(&flat.jaxpr)?;
@@ -148,7 +157,8 @@ pub fn partition_with(
                     ),
                 });
             }
-            stage_programs(&split, s, (params, maxed), &reads[s], consumers)
+            let policy = remat.of_stage(s as u32);
+            stage_programs(&split, s, (params, maxed), &reads[s], consumers, policy)
         })
         .collect()
 }
@@ -255,6 +265,7 @@ fn stage_programs(
     (params, maxed): (&[usize], &[usize]),
     reads: &[ActRef],
     consumers: Vec<Vec<u32>>,
+    policy: RematPolicy,
 ) -> Result<StagePrograms, PartitionError> {
     let stage = &split.stages[s];
     let last = s + 1 == split.stages.len();
@@ -270,7 +281,7 @@ fn stage_programs(
         .collect();
     let contract_avals: Vec<ShapedArray> = order.iter().map(|&i| avals[i].clone()).collect();
     let out_avals = program.jaxpr.out_avals();
-    let (np, nr) = (r.params.len(), order.len() - r.params.len());
+    let np = r.params.len();
     // Arguments of the stage program, from contract-ordered tensors.
     let reorder = |contract: &[Tensor]| -> Vec<Tensor> {
         let mut args = vec![contract[0].clone(); order.len()];
@@ -279,12 +290,14 @@ fn stage_programs(
         }
         args
     };
-    // The forward task runs the stage's callbacks; its backward's recomputation does not.
-    let grads = crate::effects::drop_recomputed_effects(&vjp(program)?);
+    // The forward task runs the stage's callbacks and returns the residuals; a backward that
+    // recomputes runs none of them.
+    let inputs: Vec<usize> = r.acts.iter().chain(&r.data).copied().collect();
+    let res = Residuals::new(program, policy, &r.params, &inputs)?;
+    let nr = res.avals().len();
     let fwd = trace(&contract_avals, |a| {
-        let refs: Vec<Tensor> = reorder(a);
-        let out = call_closed(program, &refs.iter().collect::<Vec<_>>());
-        out.into_iter().chain(a[np..].iter().cloned()).collect()
+        let (out, saved) = res.forward(program, &reorder(a));
+        out.into_iter().chain(saved).collect()
     })?;
     let fwd_only = trace(&contract_avals, |a| {
         let refs: Vec<Tensor> = reorder(a);
@@ -322,14 +335,21 @@ fn stage_programs(
             })
             .collect()
     };
-    // The stage's gradients (per program argument) from contract-ordered inputs and cotangents.
+    // The stage's gradients (per program argument) from the parameters, the residuals and the
+    // cotangents, in the contract's order.
+    let n_args = avals.len();
     let stage_grads = |a: &[Tensor]| -> Vec<Tensor> {
-        let mut operands = reorder(&a[..np + nr]);
-        operands.extend(seeds(a, &a[np + nr..np + nr + n_ct]));
-        call_closed(&grads, &operands.iter().collect::<Vec<_>>())
+        // Only parameters are asked for (the residuals hold every other argument it reads).
+        let param = |i: usize| match r.params.iter().position(|&p| p == i) {
+            Some(k) => a[k].clone(),
+            None => a[0].clone(),
+        };
+        let cts = seeds(a, &a[np + nr..np + nr + n_ct]);
+        res.backward(param, n_args, &a[np..np + nr], cts)
     };
     let ct_out = |g: &[Tensor]| r.acts.iter().map(|&i| g[i].clone()).collect::<Vec<_>>();
-    let mut bwd_avals = contract_avals.clone();
+    let mut bwd_avals: Vec<ShapedArray> = contract_avals[..np].to_vec();
+    bwd_avals.extend(res.avals().iter().cloned());
     bwd_avals.extend(ct_avals);
     let acc_avals: Vec<ShapedArray> = r.params.iter().map(|&i| avals[i].clone()).collect();
     // Each parameter's accumulator takes the next micro-batch's gradient by its combination.
@@ -398,6 +418,8 @@ fn stage_programs(
         param_args: r.param_args,
         data_args: r.data_args,
         shape,
+        remat: res.policy,
+        remat_fallback: res.fallback.clone(),
     })
 }
 

@@ -276,6 +276,7 @@ impl MpmdJit {
             compiler_options: options.compiler_options.clone(),
             forward_only: body.forward_only,
             max_grads: analyze::max_grads(&p.ops, body.aux, argnums),
+            remat: options.remat.clone(),
         };
         let mut pipeline = CompiledPipeline::new_in(
             client,

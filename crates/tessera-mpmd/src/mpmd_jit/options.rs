@@ -73,6 +73,9 @@ pub struct MpmdJitOptions {
     /// `DebugOptions` fields by name, e.g. `xla_cpu_enable_fast_math`); part of the
     /// persistent compile cache's key.
     pub compiler_options: crate::runtime::CompilerOptions,
+    /// Which forward values each stage's backward reads saved, and which it recomputes
+    /// ([`crate::remat`]; default: every stage `everything_saveable`).
+    pub remat: crate::remat::Remat,
 }
 
 /// Whether [`super::mpmd_jit_with`] compiles a step into one program where it can.

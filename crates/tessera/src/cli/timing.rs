@@ -140,13 +140,22 @@ pub fn calibrate(
 }
 
 /// Mean task times of the last step, per task kind and stage (microbatches pooled).
-pub fn print_task_table(timings: &tessera_mpmd::runtime::Timings) -> anyhow::Result<()> {
+/// Each task name's times in milliseconds (`F s0`, `B s1`, ...: every micro-batch's task of a
+/// kind and stage pooled).
+pub fn task_times_by_name(
+    timings: &tessera_mpmd::runtime::Timings,
+) -> std::collections::BTreeMap<String, Vec<f64>> {
     let mut pooled: std::collections::BTreeMap<String, Vec<f64>> =
         std::collections::BTreeMap::new();
     for (name, times) in timings.task_times_ms() {
         let key: Vec<&str> = name.split(' ').filter(|w| !w.starts_with("mb")).collect();
         pooled.entry(key.join(" ")).or_default().extend(times);
     }
+    pooled
+}
+
+pub fn print_task_table(timings: &tessera_mpmd::runtime::Timings) -> anyhow::Result<()> {
+    let pooled = task_times_by_name(timings);
     outln!("{:<16} {:>6} {:>10}", "task", "runs", "mean ms")?;
     for (name, times) in pooled {
         let mean = times.iter().sum::<f64>() / times.len() as f64;

@@ -157,6 +157,13 @@ pub struct Args {
     /// the schedule's task table, trace, bubble and memory figures on one group.
     #[arg(long)]
     pub no_fuse: bool,
+    /// Which forward values each pipeline stage's backward reads saved, and which it
+    /// recomputes (JAX's `checkpoint_policies` names): `everything_saveable` (the default: the
+    /// backward computes no forward value again), `dots_saveable`,
+    /// `dots_with_no_batch_dims_saveable`, `nothing_saveable` (the backward recomputes its
+    /// stage's forward: least memory)
+    #[arg(long, value_name = "POLICY", default_value = "everything_saveable")]
+    pub remat: tessera_mpmd::RematPolicy,
     /// Print a JSON summary as the last line.
     #[arg(long)]
     pub json: bool,

@@ -442,6 +442,7 @@ fn run_in(
         },
         compiler_options: compiler_options(&args.xla_options)?,
         timeout,
+        remat: tessera_mpmd::Remat::all(args.remat),
         ..tessera_mpmd::MpmdJitOptions::default()
     };
     let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
@@ -627,6 +628,11 @@ fn run_in(
             let pieces = save_parts::pieces(&outputs, &carried_names, &carried, root)?;
             log.checkpoints.extend(saver.save(job, manifest, pieces)?);
         }
+        if !jit.is_fused() && step_index > start {
+            for (name, times) in super::timing::task_times_by_name(&run.timings) {
+                log.task_ms.entry(name).or_default().extend(times);
+            }
+        }
         if !jit.is_fused() {
             log.per_step.push(super::timing::calibrate(
                 &run.timings,
@@ -719,6 +725,8 @@ struct RunLog {
     iteration_ms: Vec<f64>,
     /// The parameters' bytes per group and device after the last step.
     parameter_bytes: Option<serde_json::Value>,
+    /// Each task name's times over the steps after the first (`F s0`, `B s1`, ...).
+    task_ms: std::collections::BTreeMap<String, Vec<f64>>,
 }
 
 impl RunLog {
@@ -817,6 +825,8 @@ fn finish(
         "step_wall_ms": log.step_ms.last(),
         "iteration_ms": log.iteration_ms,
         "step_phases_ms": median_step.map(phases::StepTime::to_json),
+        "task_ms": report::task_medians(&log.task_ms),
+        "remat": report::remat(&jit),
         "order_matches_schedule": figures.orders_match,
         "tokens_per_second": throughput.tokens_per_second,
         "model_flops_per_token": throughput.flops_per_token,

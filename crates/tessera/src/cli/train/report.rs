@@ -57,6 +57,30 @@ pub fn settled_median(values: &[f64]) -> f64 {
     )
 }
 
+/// Each task name's median milliseconds (`task_ms` of `--json`).
+pub fn task_medians(
+    times: &std::collections::BTreeMap<String, Vec<f64>>,
+) -> serde_json::Map<String, serde_json::Value> {
+    times
+        .iter()
+        .map(|(name, t)| (name.clone(), serde_json::json!(median(t.clone()))))
+        .collect()
+}
+
+/// Each stage's remat policy, and why the asked one did not apply where it did not (`remat` of
+/// `--json`).
+pub fn remat(jit: &tessera_mpmd::MpmdJit) -> serde_json::Value {
+    let stages: Vec<serde_json::Value> = jit
+        .pipeline()
+        .stage_remat()
+        .into_iter()
+        .map(|(policy, fallback)| {
+            serde_json::json!({ "policy": policy.name(), "fallback": fallback })
+        })
+        .collect();
+    serde_json::Value::Array(stages)
+}
+
 /// Prints the last step's task table and the pipeline's figures, measured against simulated.
 pub fn pipeline_figures(
     pipeline: &CompiledPipeline,

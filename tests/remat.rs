@@ -1,0 +1,129 @@
+//! Saved residuals and remat policies (`tessera train --remat POLICY`): under every built-in
+//! schedule (zero-bubble's split backward included), with tied embeddings, a step whose
+//! backward reads its forward's residuals trains like one that recomputes its forward
+//! (`nothing_saveable`), within 1e-5, and every stage reports the policy it applied.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::process::Command;
+
+use tessera_tests::{summary_numbers, tessera_bin, tessera_train, train_summary};
+
+fn summary(args: &[&str]) -> serde_json::Value {
+    train_summary(&tessera_train(args), &args.join(" "))
+}
+
+fn schedules() -> Vec<String> {
+    let list = Command::new(tessera_bin())
+        .args(["schedule", "--list"])
+        .output()
+        .unwrap();
+    let names: Vec<String> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect();
+    assert!(names.len() >= 10, "{names:?}");
+    names
+}
+
+/// A small tied GPT over 4 stages under `schedule`, with `--remat policy`.
+fn run(schedule: &str, policy: &str) -> serde_json::Value {
+    let several = ["interleaved", "kimi", "dualpipev"]
+        .iter()
+        .any(|p| schedule.starts_with(p));
+    let groups = if several { "2" } else { "4" };
+    summary(&[
+        "--model",
+        "gpt",
+        "--d-model",
+        "16",
+        "--heads",
+        "2",
+        "--seq-len",
+        "8",
+        "--tie-embeddings",
+        "--optimizer",
+        "adamw",
+        "--lr",
+        "0.003",
+        "--schedule",
+        schedule,
+        "--stages",
+        "4",
+        "--mpmd-dim",
+        groups,
+        "--microbatches",
+        "4",
+        "--batch",
+        "8",
+        "--steps",
+        "3",
+        "--eval-every",
+        "0",
+        "--no-reference",
+        "--remat",
+        policy,
+        "--json",
+    ])
+}
+
+/// Every stage applied `policy` (none fell back to recomputing).
+fn assert_policy(s: &serde_json::Value, policy: &str, what: &str) {
+    let stages = s["remat"].as_array().unwrap();
+    assert_eq!(stages.len(), 4, "{what}: {s}");
+    for stage in stages {
+        assert_eq!(stage["policy"], policy, "{what}: {stage}");
+        assert!(stage["fallback"].is_null(), "{what}: {stage}");
+    }
+}
+
+#[test]
+fn every_schedule_saving_residuals_trains_like_recomputing() {
+    for name in schedules() {
+        let recomputing = run(&name, "nothing_saveable");
+        assert_policy(&recomputing, "nothing_saveable", &name);
+        let want = summary_numbers(&recomputing, "losses");
+        // The default saves everything; the dots policies on two schedules (one with the
+        // split backward).
+        let mut policies = vec!["everything_saveable"];
+        if name == "1f1b" || name == "zero-bubble" {
+            policies.extend(["dots_saveable", "dots_with_no_batch_dims_saveable"]);
+        }
+        for policy in policies {
+            let s = run(&name, policy);
+            assert_policy(&s, policy, &name);
+            let got = summary_numbers(&s, "losses");
+            assert_eq!(got.len(), 3, "{name}");
+            for (a, b) in got.iter().zip(&want) {
+                assert!(
+                    (a - b).abs() <= 1e-5 * b.abs(),
+                    "{name} under {policy}: {a}, recomputing {b}"
+                );
+            }
+            assert_eq!(s["order_matches_schedule"], true, "{name}");
+        }
+    }
+}
+
+/// `task_ms` names every task kind of every stage with its median time (zero-bubble: the
+/// forward `F`, the input-gradient `I` and the weight-gradient `W` backward).
+#[test]
+fn task_times_are_reported_per_task_name() {
+    let s = run("zero-bubble", "everything_saveable");
+    let tasks = s["task_ms"].as_object().unwrap();
+    for stage in 0..4 {
+        for kind in ["F", "I", "W"] {
+            let name = format!("{kind} s{stage}");
+            let ms = tasks.get(&name).and_then(serde_json::Value::as_f64);
+            assert!(ms.is_some_and(|t| t > 0.0), "{name}: {tasks:?}");
+        }
+    }
+}
+
+#[test]
+fn an_unknown_policy_is_refused_with_the_names() {
+    let out = tessera_train(&["--remat", "all"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("dots_with_no_batch_dims_saveable"), "{err}");
+}
