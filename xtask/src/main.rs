@@ -20,6 +20,7 @@ mod mpi_demo;
 mod plan_bench;
 mod plugin;
 mod ratio;
+mod remat_bench;
 mod runs;
 mod setup;
 mod synthetic;
@@ -67,8 +68,12 @@ enum Command {
         /// against none): docs/runs/cpu-checkpoints.json, then the page.
         #[arg(long, conflicts_with = "compare_jax")]
         checkpoints: bool,
-        /// Measure nothing: regenerate docs/benchmarks.md from the run files in docs/runs/.
+        /// Only a pipelined step saving its residuals against recomputing them
+        /// (docs/runs/cpu-remat.json), then the page.
         #[arg(long, conflicts_with_all = ["compare_jax", "checkpoints"])]
+        remat: bool,
+        /// Measure nothing: regenerate docs/benchmarks.md from the run files in docs/runs/.
+        #[arg(long, conflicts_with_all = ["compare_jax", "checkpoints", "remat"])]
         render: bool,
     },
     /// Write DIR: the stripped release binary (xz), the shared libraries a GPU machine may lack,
@@ -90,10 +95,15 @@ fn main() -> ExitCode {
             compare_jax,
             llama_only,
             checkpoints,
+            remat,
             render,
         } => {
             if render {
                 runs::regenerate(&cmd::workspace_root()).map(|()| ExitCode::SUCCESS)
+            } else if remat {
+                setup::run()
+                    .and_then(|_| remat_bench::run(&cmd::workspace_root()))
+                    .map(|()| ExitCode::SUCCESS)
             } else {
                 bench(compare_jax, llama_only, checkpoints)
             }

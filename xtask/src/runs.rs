@@ -38,6 +38,8 @@ pub enum Renderer {
     Synthetic,
     /// Checkpoints every step ([`crate::checkpoint_bench`]).
     Checkpoints,
+    /// Saved residuals against recomputation ([`crate::remat_bench`]).
+    Remat,
     /// The planner on one preset of `benches/plan_accuracy.py` ([`crate::plan_bench`]).
     Plan,
     /// A GPU run of the bundle's `run.sh` ([`crate::gpu_run`]).
@@ -52,6 +54,7 @@ pub const SECTIONS: &[(&str, Renderer)] = &[
     ("cpu-llama", Renderer::Llama),
     ("cpu-pipelined", Renderer::Pipelined),
     ("cpu-synthetic", Renderer::Synthetic),
+    ("cpu-remat", Renderer::Remat),
     ("gpu-h100", Renderer::GpuRun),
     ("gpu-h200", Renderer::GpuRun),
     ("cpu-treduce-compile", Renderer::Transcribed),
@@ -201,6 +204,7 @@ pub fn render(root: &Path) -> anyhow::Result<String> {
             Renderer::Synthetic => crate::synthetic::render_run(&mut md, run)?,
             Renderer::Checkpoints => crate::checkpoint_bench::render_run(&mut md, run)?,
             Renderer::Plan => crate::plan_bench::render_run(&mut md, run)?,
+            Renderer::Remat => crate::remat_bench::render_run(&mut md, run)?,
             Renderer::GpuRun => crate::gpu_run::render_run(&mut md, run)?,
             Renderer::Transcribed => render_transcribed(&mut md, name, run)?,
         }

@@ -288,10 +288,48 @@ impl Residuals {
     }
 }
 
-/// Whether the policy keeps computed residual `v` of the forward program `fwd`: booleans are
-/// recomputed (comparisons are cheap, and pipeline values carry no booleans).
+/// Whether the policy keeps computed value `v` of the forward program `fwd`. Booleans are
+/// recomputed (comparisons are cheap, and pipeline values carry no booleans). Saving
+/// everything, a value that arithmetic or a layout operation computes from other values is
+/// recomputed too, from the values kept: the backward's fusions recompute it at almost no cost,
+/// where saving it would make the forward write it out and the backward read it back (inside
+/// one program XLA makes the same choice). Products, reductions and transcendental functions
+/// are kept.
 fn saveable(fwd: &Jaxpr, policy: RematPolicy, v: Var) -> bool {
-    fwd.aval(v).dtype != tessera_ir::DType::Bool && policy.saves(fwd, v)
+    if fwd.aval(v).dtype == tessera_ir::DType::Bool {
+        return false;
+    }
+    match policy {
+        RematPolicy::EverythingSaveable => !computed_cheaply(fwd, v),
+        _ => policy.saves(fwd, v),
+    }
+}
+
+/// Whether an arithmetic (not transcendental) elementwise operation or a layout operation of
+/// `fwd` computes `v`.
+fn computed_cheaply(fwd: &Jaxpr, v: Var) -> bool {
+    use tessera_ir::prim::Family;
+    use tessera_ir::prim::{BinaryOp, ElementwiseOp, UnaryOp};
+    let Some(eqn) = fwd.eqns.iter().find(|e| e.outputs.contains(&v)) else {
+        return false;
+    };
+    match eqn.prim.family() {
+        Family::Structural(_) => true,
+        Family::Elementwise(ElementwiseOp::Unary(u)) => matches!(
+            u,
+            UnaryOp::Neg
+                | UnaryOp::Abs
+                | UnaryOp::Sign
+                | UnaryOp::Floor
+                | UnaryOp::Ceil
+                | UnaryOp::Round
+                | UnaryOp::Not
+                | UnaryOp::IntegerPow
+        ),
+        Family::Elementwise(ElementwiseOp::Binary(b)) => !matches!(b, BinaryOp::Pow),
+        Family::Elementwise(_) => true,
+        _ => false,
+    }
 }
 
 fn source_value(source: &Source, args: &[Tensor], computed: &[Tensor]) -> Tensor {
