@@ -1,5 +1,5 @@
 //! The guarantee that a new primitive, comparison or reduction kind without its rule does not
-//! compile: the rule code (`tessera-ir-core`'s `prim/`, `tessera-interp`'s evaluation rules,
+//! compile: the rule code (`tessera-ir-core`'s `program/prim/`, `tessera-interp`'s evaluation rules,
 //! `tessera-transform`'s `autodiff/` and `batching/`, and `tessera-stablehlo`'s `lower/`) has no
 //! wildcard match arm (`_ =>` or `_ if ...`). Rules match
 //! on `Prim` or on the typed kind of its family (`prim::ElementwiseOp`, `ReductionOp`,
@@ -25,7 +25,7 @@ fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
 fn rule_code_has_no_wildcard_match_arms() {
     let root = repo_root().join("crates");
     let dirs = [
-        "tessera-ir-core/src/prim",
+        "tessera-ir-core/src/program/prim",
         "tessera-interp/src/interp/rules",
         "tessera-transform/src/autodiff",
         "tessera-transform/src/batching",

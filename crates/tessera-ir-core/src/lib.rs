@@ -7,9 +7,11 @@
 //! tracing and transformations in `tessera-transform`, and `tessera-ir` re-exports all three
 //! under the paths users know.
 //!
-//! - [`jaxpr`]: `Jaxpr`/`ClosedJaxpr`; variables are `u32` indices into an arena of avals.
-//! - [`prim`]: the primitive table; each family module holds its primitives' shape rules.
-//! - [`text`]: printer and parser of `jax.make_jaxpr`'s syntax.
+//! - [`program`]: the data model, one folder because its parts refer to one another:
+//!   [`jaxpr`] (`Jaxpr`/`ClosedJaxpr`; variables are `u32` indices into an arena of avals),
+//!   [`prim`] (the primitive table; each family module holds its primitives' shape rules),
+//!   [`params`], and the printer ([`program::print`]).
+//! - [`text`]: the printer re-exported, and the parser of `jax.make_jaxpr`'s syntax.
 //! - [`verify()`]: the invariants every pass preserves.
 //! - [`rewrite`]: dead-code elimination, inlining and the other rewrites that only move
 //!   equations around.
@@ -22,10 +24,8 @@ pub mod axis_env;
 pub mod callback;
 pub mod dtype;
 pub mod error;
-pub mod jaxpr;
 pub mod panics;
-pub mod params;
-pub mod prim;
+pub mod program;
 pub mod rewrite;
 pub mod text;
 mod verify;
@@ -34,7 +34,8 @@ pub use array::{Array, Block, Elem, Element, element_count};
 pub use aval::{ExplicitType, ShapedArray};
 pub use dtype::DType;
 pub use error::{IrError, Result};
-pub use jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Var};
-pub use params::{ParamValue, Params};
-pub use prim::Prim;
+pub use program::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Var};
+pub use program::params::{ParamValue, Params};
+pub use program::prim::Prim;
+pub use program::{jaxpr, params, prim};
 pub use verify::verify;

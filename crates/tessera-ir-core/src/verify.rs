@@ -8,8 +8,8 @@
 //! Errors show the offending equation with its printed neighbours.
 
 use crate::error::{IrError, Result};
-use crate::jaxpr::{Atom, ClosedJaxpr, Jaxpr};
-use crate::params::ParamValue;
+use crate::program::jaxpr::{Atom, ClosedJaxpr, Jaxpr};
+use crate::program::params::ParamValue;
 
 /// Checks the invariants above.
 pub fn verify(closed: &ClosedJaxpr) -> Result<()> {
@@ -96,9 +96,10 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
         }
         for (_, value) in eqn.params.entries() {
             for inner in nested_jaxprs(value) {
-                if eqn.prim == crate::prim::Prim::ShardMap {
-                    crate::prim::ShardMapParams::read(&eqn.params)?.in_body(|| verify(inner))?;
-                } else if let Some(mesh) = crate::prim::context_mesh(&eqn.params) {
+                if eqn.prim == crate::program::prim::Prim::ShardMap {
+                    crate::program::prim::ShardMapParams::read(&eqn.params)?
+                        .in_body(|| verify(inner))?;
+                } else if let Some(mesh) = crate::program::prim::context_mesh(&eqn.params) {
                     // A `jit` on an explicit mesh: its sharding rules know the axis sizes.
                     crate::axis_env::use_mesh(&mesh, || verify(inner))?;
                 } else {
@@ -107,8 +108,8 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
             }
         }
     }
-    if let Some((index, message)) =
-        crate::prim::pending_misuse(jaxpr).or_else(|| crate::prim::token_misuse(jaxpr))
+    if let Some((index, message)) = crate::program::prim::pending_misuse(jaxpr)
+        .or_else(|| crate::program::prim::token_misuse(jaxpr))
     {
         return Err(fail(index.min(jaxpr.eqns.len().saturating_sub(1)), message));
     }
@@ -127,16 +128,16 @@ fn verify_jaxpr(jaxpr: &Jaxpr) -> Result<()> {
 /// (Other primitives keep or drop these axes less precisely than JAX, so their results are not
 /// checked.)
 fn reduced_mismatch(
-    prim: crate::prim::Prim,
-    params: &crate::params::Params,
+    prim: crate::program::prim::Prim,
+    params: &crate::program::params::Params,
     expected: &[crate::aval::ShapedArray],
     written: &[crate::aval::ShapedArray],
 ) -> Option<String> {
-    use crate::prim::CollectiveOp as C;
+    use crate::program::prim::CollectiveOp as C;
     // A `shard_map` on an explicit mesh types its results by its out specs' reduced and
     // unreduced sets.
-    let explicit_shard_map =
-        prim == crate::prim::Prim::ShardMap && crate::prim::on_explicit_mesh(params);
+    let explicit_shard_map = prim == crate::program::prim::Prim::ShardMap
+        && crate::program::prim::on_explicit_mesh(params);
     let checked = explicit_shard_map
         || match prim.collective()? {
             C::Preduced
@@ -177,7 +178,7 @@ fn reduced_mismatch(
 /// `shard_map` on an explicit mesh types its results by its out specs. The collectives, inside
 /// `shard_map` bodies, split no dimension explicitly.
 fn explicit_mismatch(
-    prim: crate::prim::Prim,
+    prim: crate::program::prim::Prim,
     expected: &[crate::aval::ShapedArray],
     written: &[crate::aval::ShapedArray],
 ) -> Option<String> {
@@ -207,7 +208,7 @@ fn nested_jaxprs(value: &ParamValue) -> Vec<&ClosedJaxpr> {
 
 /// The printed equations around equation `index` (two on each side), the failing one marked.
 fn context(jaxpr: &Jaxpr, index: usize) -> String {
-    let lines = crate::text::print_eqn_lines(jaxpr);
+    let lines = crate::program::print::print_eqn_lines(jaxpr);
     let lo = index.saturating_sub(2);
     let hi = (index + 3).min(lines.len());
     (lo..hi)

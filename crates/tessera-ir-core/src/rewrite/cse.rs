@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::jaxpr::{Atom, ClosedJaxpr};
+use crate::program::jaxpr::{Atom, ClosedJaxpr};
 
 use super::Rebuild;
 

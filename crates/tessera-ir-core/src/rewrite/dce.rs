@@ -2,8 +2,8 @@
 //! too, except effectful ones (`io_callback`, `debug_callback`, and any equation whose nested
 //! jaxprs hold one), which always run, as in JAX. `pure_callback` is pure and may be dropped.
 
-use crate::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr};
-use crate::params::ParamValue;
+use crate::program::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr};
+use crate::program::params::ParamValue;
 
 use super::Rebuild;
 
@@ -39,7 +39,7 @@ fn dce_jaxpr(jaxpr: &Jaxpr) -> Jaxpr {
 
 /// Whether `eqn` has a side effect: an effectful primitive, or one in its nested jaxprs.
 pub fn has_effects(eqn: &Eqn) -> bool {
-    crate::prim::is_effectful(eqn.prim)
+    crate::program::prim::is_effectful(eqn.prim)
         || eqn
             .params
             .jaxprs()

@@ -2,8 +2,8 @@
 //! `checkpoint` regions are kept by [`inline_calls`] (autodiff needs their boundary to recompute
 //! them) and flattened too by [`inline_all`] (for evaluators that want one flat program).
 
-use crate::jaxpr::{Atom, ClosedJaxpr, Eqn};
-use crate::prim::Prim;
+use crate::program::jaxpr::{Atom, ClosedJaxpr, Eqn};
+use crate::program::prim::Prim;
 
 use super::Rebuild;
 

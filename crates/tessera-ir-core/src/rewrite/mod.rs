@@ -18,7 +18,7 @@ pub use split_stages::{StageInput, StageProgram, StageSplit, split_stages};
 
 use std::collections::HashMap;
 
-use crate::jaxpr::{Atom, Eqn, Jaxpr, Var};
+use crate::program::jaxpr::{Atom, Eqn, Jaxpr, Var};
 
 /// Copies equations into a fresh jaxpr, renaming variables as it goes.
 pub struct Rebuild<'a> {

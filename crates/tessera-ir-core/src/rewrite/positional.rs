@@ -6,9 +6,9 @@
 //! inside nested jaxprs too, so every other rule sees named axes only. It runs when jaxpr text
 //! is parsed.
 
-use crate::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr};
-use crate::params::{ParamValue, Params};
-use crate::prim::Prim;
+use crate::program::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr};
+use crate::program::params::{ParamValue, Params};
+use crate::program::prim::Prim;
 
 /// `closed` with every positional axis of a reduction collective rewritten (see the module).
 pub fn desugar_positional_axes(closed: &ClosedJaxpr) -> ClosedJaxpr {

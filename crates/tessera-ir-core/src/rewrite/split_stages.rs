@@ -12,8 +12,8 @@
 use std::collections::HashMap;
 
 use crate::error::{IrError, Result};
-use crate::jaxpr::{Atom, ClosedJaxpr, Jaxpr, Var};
-use crate::prim::Prim;
+use crate::program::jaxpr::{Atom, ClosedJaxpr, Jaxpr, Var};
+use crate::program::prim::Prim;
 
 /// Where a stage program's argument comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,7 +174,7 @@ fn assign_stages(jaxpr: &Jaxpr) -> Result<Vec<usize>> {
             None if sinks[i] => around[i],
             None => {
                 let outs = &jaxpr.eqns[i].outputs;
-                let consumers: Vec<(usize, &crate::jaxpr::Eqn)> = jaxpr
+                let consumers: Vec<(usize, &crate::program::jaxpr::Eqn)> = jaxpr
                     .eqns
                     .iter()
                     .enumerate()
@@ -245,7 +245,10 @@ fn effect_sinks(jaxpr: &Jaxpr) -> Vec<bool> {
     jaxpr
         .eqns
         .iter()
-        .map(|e| crate::prim::is_effectful(e.prim) && e.outputs.iter().all(|v| !read.contains(v)))
+        .map(|e| {
+            crate::program::prim::is_effectful(e.prim)
+                && e.outputs.iter().all(|v| !read.contains(v))
+        })
         .collect()
 }
 
@@ -312,7 +315,7 @@ fn build_stage(
             nv
         });
         let outputs = outputs.collect();
-        out.eqns.push(crate::jaxpr::Eqn {
+        out.eqns.push(crate::program::jaxpr::Eqn {
             prim: eqn.prim,
             params: eqn.params.clone(),
             inputs: args,

@@ -6,9 +6,9 @@ use crate::array::{Array, Elem, is_exact_int};
 use crate::aval::{ExplicitType, ShapedArray};
 use crate::dtype::DType;
 use crate::error::{IrError, Result};
-use crate::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Var};
-use crate::params::{ParamValue, Params};
-use crate::prim::Prim;
+use crate::program::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Literal, Var};
+use crate::program::params::{ParamValue, Params};
+use crate::program::prim::Prim;
 
 /// Parses the text of a closed jaxpr without constants. JAX prints constvars' values nowhere, so
 /// a program with constvars is refused here: give their values to

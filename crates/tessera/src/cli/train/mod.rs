@@ -826,7 +826,7 @@ fn finish(
         "iteration_ms": log.iteration_ms,
         "step_phases_ms": median_step.map(phases::StepTime::to_json),
         "task_ms": report::task_medians(&log.task_ms),
-        "remat": report::remat(&jit),
+        "remat": report::remat(jit),
         "order_matches_schedule": figures.orders_match,
         "tokens_per_second": throughput.tokens_per_second,
         "model_flops_per_token": throughput.flops_per_token,
