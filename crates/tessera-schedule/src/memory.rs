@@ -44,7 +44,8 @@ pub struct StageBytes {
 /// Per actor, the predicted peak live bytes: `resident[a]` (what the actor holds from the start:
 /// parameters, inputs) plus, at each action, its stages' live micro-batch bytes and the
 /// accumulators of the stages whose first weight gradient has run ([`StageBytes`]). During an
-/// action its forwards' activations are already live, its backwards' inputs not yet freed, and
+/// action its forwards' activations are already live (unless the action runs their backward
+/// too: then they stay inside its one program), its backwards' inputs not yet freed, and
 /// the accumulators a first weight gradient makes already held; a `BwdI` adds its weight
 /// residuals unless the same action runs its `BwdW`.
 pub fn predict_peak_bytes(plan: &Plan, resident: &[u64], bytes: &[StageBytes]) -> Vec<u64> {
@@ -76,7 +77,10 @@ pub fn predict_peak_bytes(plan: &Plan, resident: &[u64], bytes: &[StageBytes]) -
                         continue; // a stage the plan does not have (`validate` refuses it)
                     }
                     match task.kind {
-                        TaskKind::Fwd => during[s] += 1,
+                        // Its activations, unless the action's own backward reads them (then
+                        // they stay inside the one program, never a value between actions).
+                        TaskKind::Fwd if !backward_fused(action, task) => during[s] += 1,
+                        TaskKind::Fwd => {}
                         TaskKind::Bwd | TaskKind::BwdW => {
                             extra = u64::saturating_add(extra, per(s).backward);
                             if !accumulating[s] {
@@ -118,6 +122,14 @@ pub fn predict_peak_bytes(plan: &Plan, resident: &[u64], bytes: &[StageBytes]) -
         .collect()
 }
 
+/// Whether `action` also holds the backward (`Bwd` or `BwdI`) of `task` (a `Fwd`): the same
+/// stage and micro-batch.
+fn backward_fused(action: &Action, task: &crate::task::Task) -> bool {
+    action.tasks().iter().any(|t| {
+        matches!(t.kind, TaskKind::Bwd | TaskKind::BwdI) && t.stage == task.stage && t.mb == task.mb
+    })
+}
+
 /// Whether `action` also holds the weight gradient of `task` (a `BwdI`): the same stage and
 /// micro-batch.
 fn weight_gradient_fused(action: &Action, task: &crate::task::Task) -> bool {
@@ -138,5 +150,47 @@ fn step(live: &mut [i64], action: &Action) {
             TaskKind::Bwd | TaskKind::BwdW => *n -= 1,
             TaskKind::BwdI => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Placement, Task};
+
+    /// One stage whose forward and backward of each micro-batch run as one program (the last
+    /// stage of `1f1b-fuse-last`): its activations never leave the program, so none is live
+    /// between actions and the prediction is what it holds from the start; run apart, one
+    /// micro-batch's activation is live while its backward runs.
+    #[test]
+    fn a_forward_fused_with_its_backward_leaves_no_activation() {
+        let plan = |actions: Vec<Action>| Plan {
+            name: "test".into(),
+            num_stages: 1,
+            num_microbatches: 2,
+            placement: Placement::plain(1),
+            actors: vec![actions],
+        };
+        let bytes = [StageBytes {
+            activation: 1000,
+            ..StageBytes::default()
+        }];
+        let fused = plan(
+            (0..2)
+                .map(|mb| Action::Fused(vec![Task::fwd(0, mb), Task::bwd(0, mb)]))
+                .collect(),
+        );
+        assert_eq!(predict_peak_bytes(&fused, &[10], &bytes), vec![10]);
+        let apart = plan(
+            (0..2)
+                .flat_map(|mb| {
+                    [
+                        Action::Single(Task::fwd(0, mb)),
+                        Action::Single(Task::bwd(0, mb)),
+                    ]
+                })
+                .collect(),
+        );
+        assert_eq!(predict_peak_bytes(&apart, &[10], &bytes), vec![1010]);
     }
 }
