@@ -822,10 +822,11 @@ pub fn predict(
     })
 }
 
-/// A stage's activation bytes per micro-batch from its parts': the runtime keeps a stage's
-/// inputs for its backward (and recomputes inside it), so a stage keeps its first part's
-/// activations and, of each later part, only what goes beyond the hidden state it receives
-/// from the part before (the head's targets).
+/// A stage's activation bytes per micro-batch from its parts': a part measured alone keeps its
+/// input hidden state as a residual, which inside a stage of several parts is computed by the
+/// part before (a residual connection's sum, which the backward recomputes rather than keeps),
+/// so a stage keeps its first part's activations and, of each later part, what goes beyond the
+/// hidden state it receives.
 fn stage_activation(measured: &RowCosts, range: std::ops::Range<usize>) -> u64 {
     let profile = &measured.profile;
     let all: Vec<u64> = std::iter::once(&profile.embedding)

@@ -38,8 +38,9 @@ pub struct Costs {
     /// Time for a value to go from one actor to another.
     pub latency: f64,
     /// The share of its forward that a fused action of one stage's forward and backward on one
-    /// micro-batch (a chain, e.g. the last stage's) still pays: the backward recomputes the
-    /// forward's intermediates, so in one program the two share work (1: the sum).
+    /// micro-batch (a chain, e.g. the last stage's) still pays: in one program the two share
+    /// work (the residuals never leave it, and XLA fuses across the two), measured (1: the
+    /// sum).
     pub fused_chain: f64,
     /// What a fused action of tasks on different stages or micro-batches (independent work in
     /// one program, as DualPipeV's forward-backward pairs) costs, as a fraction of its tasks'
