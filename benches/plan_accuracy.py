@@ -4,8 +4,9 @@
     python3 benches/plan_accuracy.py target/release/tessera --preset gpt [--rounds 3] \
         [--steps 10] [--out docs/runs/cpu-plan-gpt.json]
 
-For a preset, ranks every layout with the default `tessera plan` (`--top 1000`, nothing else
-changed), then trains with `tessera train --plan FILE`:
+For a preset, ranks every layout with the default `tessera plan` (`--top 1000`, and a cache
+of its own, so that the costs are measured now by this build), then trains with `tessera train
+--plan FILE`:
   - the 7 candidates the plan ranks first: how many measure within 15% of their predicted step;
   - the layouts whose predicted step is within 1.5x of the first choice's (every layout when the
     plan considered fewer than 30): the planner's regret is its first choice's measured step
@@ -110,8 +111,12 @@ def main():
     args = p.parse_args()
     preset, held_out = PRESETS[args.preset]
 
+    # A cache of its own: the costs are measured by this build on this machine now, as a
+    # user's first `tessera plan` measures them (a shared cache may hold another build's, or
+    # costs measured while the machine was busy).
+    cache = tempfile.mkdtemp(prefix="plan-accuracy-")
     started = time.time()
-    ranking = run([args.tessera, "plan", *preset, "--json", "--top", "1000"])
+    ranking = run([args.tessera, "plan", *preset, "--json", "--top", "1000", "--cache", cache])
     plan_seconds = time.time() - started
     top = ranking["top"]
     first = top[0]
@@ -149,7 +154,7 @@ def main():
     best = min(c["measured_ms"] for c in candidates)
     data = {
         "preset": args.preset, "arguments": preset, "held_out": held_out,
-        "plan_command": f"tessera plan {' '.join(preset)} --json --top 1000",
+        "plan_command": f"tessera plan {' '.join(preset)} --json --top 1000 --cache EMPTY_DIR",
         "plan_seconds": plan_seconds, "layouts_considered": len(top),
         "steps": args.steps, "rounds": args.rounds, "load_average": loads,
         "candidates": candidates, "within_15_percent": within, "of": len(firsts),
