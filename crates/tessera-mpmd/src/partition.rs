@@ -97,6 +97,14 @@ pub fn partition(
     partition_with(loss, params, &[], &Remat::default())
 }
 
+/// How many stages [`partition`] would cut `loss` into, without building their programs (a
+/// stage's programs need its value-and-VJP program cut at its residuals: work to do once).
+pub fn stage_count(loss: &ClosedJaxpr) -> Result<usize, PartitionError> {
+    let flat = inline_calls(loss);
+    refuse_nested_markers(&flat.jaxpr)?;
+    Ok(split_stages(&flat)?.stages.len())
+}
+
 /// [`partition`], the gradients of the parameters `maxed` (loss arguments among `params`)
 /// combined over the micro-batches by their elementwise maximum instead of their sum (a
 /// `treduce` gradient result combined by `Max`): the backward's accumulating programs take

@@ -257,7 +257,7 @@ impl MpmdJit {
         };
         let specs = shardings::step_specs(options, &shape, mesh.lowering_mesh(), mesh.mpmd_axis())?;
         let grad_args = shardings::grad_args(&loss_inputs, argnums)?;
-        let stages = crate::partition::partition(loss, loss_params)?.len() as u32;
+        let stages = crate::partition::stage_count(loss)? as u32;
         let params = ScheduleParams {
             stages,
             mpmd_dim: mesh.mpmd_dim() as u32,
