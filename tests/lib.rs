@@ -94,6 +94,20 @@ pub fn named_real_cases(names: &[&str]) -> usize {
     passed
 }
 
+/// The built-in schedules' names, as `tessera schedule --list` prints them (at least ten).
+pub fn schedule_names() -> Vec<String> {
+    let list = std::process::Command::new(tessera_bin())
+        .args(["schedule", "--list"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", tessera_bin().display()));
+    let names: Vec<String> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect();
+    assert!(names.len() >= 10, "{names:?}");
+    names
+}
+
 /// Runs `tessera train` with `args` (XLA's info logging off).
 pub fn tessera_train<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
     std::process::Command::new(tessera_bin())

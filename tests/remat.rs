@@ -5,25 +5,10 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::process::Command;
-
-use tessera_tests::{summary_numbers, tessera_bin, tessera_train, train_summary};
+use tessera_tests::{schedule_names, summary_numbers, tessera_train, train_summary};
 
 fn summary(args: &[&str]) -> serde_json::Value {
     train_summary(&tessera_train(args), &args.join(" "))
-}
-
-fn schedules() -> Vec<String> {
-    let list = Command::new(tessera_bin())
-        .args(["schedule", "--list"])
-        .output()
-        .unwrap();
-    let names: Vec<String> = String::from_utf8_lossy(&list.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
-        .collect();
-    assert!(names.len() >= 10, "{names:?}");
-    names
 }
 
 /// A small tied GPT over 4 stages under `schedule`, with `--remat policy`.
@@ -79,7 +64,7 @@ fn assert_policy(s: &serde_json::Value, policy: &str, what: &str) {
 
 #[test]
 fn every_schedule_saving_residuals_trains_like_recomputing() {
-    for name in schedules() {
+    for name in schedule_names() {
         let recomputing = run(&name, "nothing_saveable");
         assert_policy(&recomputing, "nothing_saveable", &name);
         let want = summary_numbers(&recomputing, "losses");

@@ -4,9 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::process::Command;
-
-use tessera_tests::{summary_numbers, tessera_bin, tessera_train, train_summary};
+use tessera_tests::{schedule_names, summary_numbers, tessera_train, train_summary};
 
 fn train(args: &[&str]) -> std::process::Output {
     tessera_train(args)
@@ -241,16 +239,7 @@ fn gpt_peak_live_bytes_follow_the_prediction_under_split_and_interleaved_schedul
 
 #[test]
 fn tied_embeddings_and_global_norm_clipping_train_like_the_unpipelined_step_under_every_schedule() {
-    let list = Command::new(tessera_bin())
-        .args(["schedule", "--list"])
-        .output()
-        .unwrap();
-    let names: Vec<String> = String::from_utf8_lossy(&list.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
-        .collect();
-    assert!(names.len() >= 10, "{names:?}");
-    for name in &names {
+    for name in &schedule_names() {
         // One stage per group, or two (interleaved and V-shaped schedules).
         let several = ["interleaved", "kimi", "dualpipev"]
             .iter()
