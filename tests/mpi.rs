@@ -166,6 +166,38 @@ fn a_job_saving_residuals_trains_like_one_process_that_recomputes() {
     }
 }
 
+/// Data-parallel groups reducing once per step under MPI (the default `--grad-reduce`): a
+/// 2-rank job whose groups of four devices each keep partial gradients until the step's end
+/// trains like one process reducing every micro-batch's gradient, within 1e-5.
+#[test]
+fn a_job_reducing_once_per_step_trains_like_one_process_reducing_every_micro_batch() {
+    let args = train_args("1f1b", "2", "2", "3");
+    let mut per_microbatch = args.clone();
+    per_microbatch.extend(["--grad-reduce".to_owned(), "per-microbatch".to_owned()]);
+    let alone = run_alone(&per_microbatch);
+    assert!(
+        alone.status.success(),
+        "{}",
+        String::from_utf8_lossy(&alone.stderr)
+    );
+    let bin = tessera_bin();
+    let mut launch = vec!["-n", "2", bin.to_str().unwrap()];
+    launch.extend(args.iter().map(String::as_str));
+    let job = mpirun(&launch, &[], Duration::from_secs(300), None);
+    assert!(job.status.success(), "{}", job.stderr);
+    let (want, got) = (
+        losses(&String::from_utf8_lossy(&alone.stdout)),
+        losses(&job.stdout),
+    );
+    assert_eq!(got.len(), 3);
+    for (a, b) in got.iter().zip(&want) {
+        assert!(
+            (a - b).abs() <= 1e-5 * b.abs(),
+            "job {got:?}, per micro-batch {want:?}"
+        );
+    }
+}
+
 #[test]
 fn two_ranks_with_two_stages_each_train_as_one_process_does() {
     equal_to_one_process("interleaved-1f1b", "4", "2");

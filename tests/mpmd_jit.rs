@@ -477,14 +477,18 @@ fn per_micro_batch_values_are_split_over_the_group_and_parameters_replicated() {
         "P('data',)"
     );
     assert_eq!(spec(Key::Param { stage: 1, k: 0 }), "P()");
-    assert_eq!(
-        spec(Key::Acc {
-            stage: 0,
-            step: 2,
-            k: 0
-        }),
-        "P()"
-    );
+    // Gradient accumulators and losses hold each device's partial sum until the step's end
+    // (`GradReduce::PerStep`, the default); reduced per micro-batch they are replicated.
+    let acc = Key::Acc {
+        stage: 0,
+        step: 2,
+        k: 0,
+    };
+    assert_eq!(spec(acc), "P(unreduced={'data'})");
+    assert_eq!(spec(Key::Loss { mb: 1 }), "P(unreduced={'data'})");
+    let per_microbatch = tessera_mpmd::ValueSpecs::default()
+        .with_grad_reduce(tessera_mpmd::GradReduce::PerMicrobatch);
+    assert_eq!(per_microbatch.spec(&parts, acc, group).to_string(), "P()");
     // Rows that the group's 4 devices do not divide stay whole.
     let odd = tessera_mpmd::partition::partition(&loss(2, 3), &[1, 2]).unwrap();
     assert_eq!(

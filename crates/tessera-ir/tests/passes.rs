@@ -199,3 +199,64 @@ fn split_outputs_hands_on_shared_values_and_recomputes_nothing() {
     assert_eq!(first[0], want[0]);
     assert_eq!(second[0], want[1]);
 }
+
+/// A weight gradient (a contraction over the batch) and a value no contraction makes, both
+/// returned unreduced over `data`: the contraction is computed again over the batch split
+/// across `data` and kept partial; the other value is divided by the 4 devices; the whole
+/// values stay for their other readers. The printed program parses back (constraints carry
+/// their unreduced axes) and verifies.
+#[test]
+fn partial_sums_split_the_contraction_and_share_the_rest() {
+    use tessera_ir::passes::keep_partial_sums;
+    use tessera_sharding::{AbstractMesh, PartitionSpec};
+    let program = parse_closed(
+        "{ lambda ; a:f32[8,4] b:f32[8,3]. let
+            c:f32[4,3] = dot_general[dimension_numbers=(([0], [0]), ([], []))] a b
+            d:f32[4,3] = tanh c
+          in (c, d) }",
+    )
+    .unwrap();
+    let mesh = AbstractMesh::auto(&[("data", 4)]).unwrap();
+    let spec = PartitionSpec::replicated().with_unreduced(&["data"]);
+    let out = keep_partial_sums(&program, &mesh, &[(0, spec.clone()), (1, spec)], &[]);
+    verify(&out).unwrap();
+    let text = print_closed(&out, 0);
+    verify(&parse_closed(&text).unwrap()).unwrap();
+    expect![[r#"
+        { lambda ; a:f32[8,4] b:f32[8,3]. let
+            c:f32[4,3] = dot_general[dimension_numbers=(([0], [0]), ([], []))] a b
+            d:f32[8,4] = sharding_constraint[
+              context_mesh=Mesh()
+              layout=None
+              sharding=NamedSharding(mesh=Mesh('data': 4, axis_types=(Auto,)), spec=P('data', UNCONSTRAINED), memory_kind=device)
+              unconstrained_dims=frozenset({1})
+            ] a
+            e:f32[8,3] = sharding_constraint[
+              context_mesh=Mesh()
+              layout=None
+              sharding=NamedSharding(mesh=Mesh('data': 4, axis_types=(Auto,)), spec=P('data', UNCONSTRAINED), memory_kind=device)
+              unconstrained_dims=frozenset({1})
+            ] b
+            f:f32[4,3] = dot_general[dimension_numbers=(([0], [0]), ([], []))] d e
+            g:f32[4,3] = sharding_constraint[
+              context_mesh=Mesh()
+              layout=None
+              sharding=NamedSharding(mesh=Mesh('data': 4, axis_types=(Explicit,)), spec=P(unreduced={'data'}), memory_kind=device)
+              unconstrained_dims=frozenset({})
+            ] f
+            h:f32[4,3] = tanh c
+            i:f32[4,3] = sharding_constraint[
+              context_mesh=Mesh()
+              layout=None
+              sharding=NamedSharding(mesh=Mesh('data': 4, axis_types=(Auto,)), spec=P(), memory_kind=device)
+              unconstrained_dims=frozenset({})
+            ] h
+            j:f32[4,3] = mul i 0.25:f32[]
+            k:f32[4,3] = sharding_constraint[
+              context_mesh=Mesh()
+              layout=None
+              sharding=NamedSharding(mesh=Mesh('data': 4, axis_types=(Explicit,)), spec=P(unreduced={'data'}), memory_kind=device)
+              unconstrained_dims=frozenset({})
+            ] j
+          in (g, k) }"#]].assert_eq(&text);
+}

@@ -12,9 +12,10 @@
 //! the collectives (the gradients' reductions, tensor parallelism's all-reduces). The optimizer
 //! update is left to the caller (`mpmd_jit` runs it on the groups).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use tessera_ir::passes::keep_partial_sums;
 use tessera_ir::{ClosedJaxpr, DType};
 use tessera_pjrt::{Array as DeviceArray, Client, ElementType, HostArray};
 use tessera_schedule::Schedule;
@@ -22,6 +23,7 @@ use tessera_sharding::{NamedSharding, PartitionSpec};
 use tessera_stablehlo::{KeyTypes, LowerError, PartBody, Partitioner, lower_flat, mlir_type};
 
 use crate::compose::action_module;
+use crate::grad_reduce::{ReduceSetup, StepReduces};
 use crate::mesh::MpmdMesh;
 use crate::partition::{PartitionError, StagePrograms, key_aval, partition_with};
 use crate::pipeline::{Key, PartSignature, PipelinePlan, build_plan};
@@ -30,7 +32,7 @@ use crate::runtime::{
     DeviceCopyTransport, Executor, OutputLayout, PjrtExecutor, Plan, RunError, RunOptions, Timings,
     Transport, ValueId, run_local,
 };
-use crate::specs::ValueSpecs;
+use crate::specs::{GradReduce, ValueSpecs};
 use crate::tied_sum::{TiedAdds, TiedSetup};
 
 /// Errors of building or running a pipeline.
@@ -181,6 +183,8 @@ pub struct CompiledPipeline {
     layouts: Arc<HashMap<ValueId, OutputLayout>>,
     /// How each value is laid out inside its group.
     specs: ValueSpecs,
+    /// The programs summing each group's unreduced results once per step.
+    reduces: StepReduces,
     /// The programs summing a tied parameter's gradient parts on its groups.
     tied: TiedAdds,
     /// Whether the plan runs forwards only (no gradients).
@@ -205,7 +209,7 @@ impl KeyTypes<Key> for Types<'_> {
     }
     fn sharding(&self, key: &Key) -> Result<Option<NamedSharding>, LowerError> {
         let spec = self.specs.spec(self.parts, *key, self.mesh);
-        NamedSharding::new(self.mesh, spec.clone())
+        NamedSharding::with_partial_axes(self.mesh, spec.clone())
             .map(Some)
             .map_err(|e| {
                 LowerError::ValueLayout(format!(
@@ -270,6 +274,24 @@ impl CompiledPipeline {
             .collect()
     }
 
+    /// The collectives one step of this pipeline executes on each group this process runs,
+    /// by kind: every task's program's collectives (counted in XLA's optimized module) times
+    /// its runs in the step, plus the group's once-per-step reduction. Indexed by group; a
+    /// group of another process has an empty map.
+    pub fn collectives_per_step(&self) -> Result<Vec<BTreeMap<String, u64>>, DriverError> {
+        let mut per_group = vec![BTreeMap::new(); self.mesh.mpmd_dim()];
+        let tasks = self.run_plan.tasks.iter().map(|t| t.payload);
+        let reduces = self.reduces.programs().map(|(_, p)| p);
+        for program in tasks.chain(reduces) {
+            let Some(counted) = self.executor.collectives(program) else {
+                continue; // run by another process
+            };
+            let (group, counts) = counted?;
+            add_counts(&mut per_group[group], &counts);
+        }
+        Ok(per_group)
+    }
+
     /// Partitions `loss` (arguments `params` are parameters, the others per-microbatch data),
     /// builds `schedule`'s plan for `microbatches`, and compiles every action for its group.
     pub fn new(
@@ -299,7 +321,14 @@ impl CompiledPipeline {
         options: &PipelineOptions,
     ) -> Result<Self, DriverError> {
         let processes = options.processes.clone();
-        let specs = options.specs.clone();
+        // GSPMD's shardings cannot say unreduced: under it every backward reduces its own.
+        let specs = match options.partitioner {
+            Partitioner::Gspmd => options
+                .specs
+                .clone()
+                .with_grad_reduce(GradReduce::PerMicrobatch),
+            Partitioner::Shardy => options.specs.clone(),
+        };
         let forward = tessera_schedule::ForwardOnly::new(schedule);
         let (schedule, validate): (&dyn Schedule, fn(&_) -> Result<(), _>) =
             match options.forward_only {
@@ -368,7 +397,7 @@ impl CompiledPipeline {
             }
             let compiled = compile_action(
                 &parts,
-                &options.specs,
+                &specs,
                 &mut executor,
                 &schedule_plan,
                 sig,
@@ -401,6 +430,20 @@ impl CompiledPipeline {
             true => TiedAdds::default(),
             false => TiedAdds::compile(&tied_setup, &mut executor)?,
         };
+        let keys: HashMap<ValueId, Key> = built.ids.iter().map(|(&k, &id)| (id, k)).collect();
+        let reduce_setup = ReduceSetup {
+            parts: &parts,
+            specs: &specs,
+            mesh,
+            partitioner: options.partitioner,
+            results: &built.plan.results,
+            keys: &keys,
+            local: &local,
+        };
+        let reduces = match options.plan_only {
+            true => StepReduces::default(),
+            false => StepReduces::compile(&reduce_setup, &mut executor)?,
+        };
         let layouts = Arc::new(value_layouts(&parts, &specs, &built, mesh)?);
         if let Some(p) = &processes {
             let partitioner = format!("{:?}", options.partitioner);
@@ -424,6 +467,7 @@ impl CompiledPipeline {
             layouts,
             specs,
             tied,
+            reduces,
             forward_only: options.forward_only,
         })
     }
@@ -667,7 +711,8 @@ impl CompiledPipeline {
                     )));
                 }
             };
-            let sharding = NamedSharding::new(mesh, self.specs.spec(&self.parts, key, mesh))?;
+            let spec = self.specs.spec(&self.parts, key, mesh);
+            let sharding = NamedSharding::with_partial_axes(mesh, spec)?;
             initial.push((
                 self.built.ids[&key],
                 group,
@@ -696,9 +741,11 @@ impl CompiledPipeline {
             &self.run_options,
             &local,
         )?;
+        let mut results = out.results;
+        self.reduces.apply(&self.executor, &mut results)?;
         let stages = self.parts.len();
         let mut by_arg: HashMap<usize, Option<DeviceArray>> = HashMap::new();
-        let mut results = out.results.into_iter();
+        let mut results = results.into_iter();
         // A forward-only plan returns no accumulator.
         let grad_stages = match self.forward_only {
             true => 0,
@@ -955,7 +1002,19 @@ fn compile_action(
     let lowering = mesh.lowering_mesh();
     let group_size = lowering.device_ids().len();
     let part_body = |part: &PartSignature| -> PartBody<'static> {
-        let program = parts[part.task.stage as usize].part_program(part).clone();
+        let program = parts[part.task.stage as usize].part_program(part);
+        let unreduced = |keys: &[Key]| -> Vec<(usize, PartitionSpec)> {
+            keys.iter()
+                .map(|&k| specs.spec(parts, k, lowering))
+                .enumerate()
+                .filter(|(_, spec)| !spec.unreduced().is_empty())
+                .collect()
+        };
+        let (outputs, inputs) = (unreduced(&part.outputs), unreduced(&part.inputs));
+        let program = match outputs.is_empty() {
+            true => program.clone(),
+            false => keep_partial_sums(program, lowering.abstract_mesh(), &outputs, &inputs),
+        };
         Box::new(move |b, args| lower_flat(b, &program, args))
     };
     let types = Types {
@@ -991,4 +1050,11 @@ fn compile_action(
         .map(|(i, _)| i)
         .collect();
     Ok(executor.compile_donating(&module, group, layouts, donated)?)
+}
+
+/// Adds `counts` into `into`, kind by kind.
+pub(crate) fn add_counts(into: &mut BTreeMap<String, u64>, counts: &BTreeMap<String, u64>) {
+    for (kind, n) in counts {
+        *into.entry(kind.clone()).or_insert(0) += n;
+    }
 }

@@ -11,6 +11,7 @@ pub mod cross_group;
 pub mod driver;
 pub mod effects;
 mod error;
+mod grad_reduce;
 pub mod host;
 pub mod memory;
 mod mesh;
@@ -49,5 +50,5 @@ pub use reshard_across::{
     global_threshold, mpmd_to_spmd_reshard_across, spmd_to_mpmd_reshard_across,
 };
 pub use sharding::{MpmdSharding, filter_axis};
-pub use specs::{SpecError, ValueSpecs};
+pub use specs::{GradReduce, SpecError, ValueSpecs};
 pub use stacked::logically_stacked;

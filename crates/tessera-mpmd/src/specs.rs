@@ -204,6 +204,57 @@ pub fn axes_size<S: AsRef<str>>(group: &Mesh, axes: &[S]) -> i64 {
         .product()
 }
 
+/// When a data-parallel stage's gradients (and the step's losses) are summed over the group's
+/// data-parallel axes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum GradReduce {
+    /// Once per step: every backward adds its local, unreduced gradient to an accumulator laid
+    /// out unreduced over the data-parallel axes (each device a partial sum), the losses and
+    /// metrics stay partial too, and one program per group sums them after the step.
+    #[default]
+    PerStep,
+    /// In every backward (and every loss), as XLA's partitioner places the sum in each task.
+    PerMicrobatch,
+}
+
+impl GradReduce {
+    /// Both, `per-step` first.
+    pub const ALL: [GradReduce; 2] = [GradReduce::PerStep, GradReduce::PerMicrobatch];
+
+    /// The name `--grad-reduce` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            GradReduce::PerStep => "per-step",
+            GradReduce::PerMicrobatch => "per-microbatch",
+        }
+    }
+}
+
+impl std::str::FromStr for GradReduce {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        GradReduce::ALL
+            .into_iter()
+            .find(|g| g.name() == s.trim())
+            .ok_or_else(|| {
+                format!("unknown gradient reduction `{s}`; use per-step or per-microbatch")
+            })
+    }
+}
+
+impl serde::Serialize for GradReduce {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl std::fmt::Display for GradReduce {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The layout of every value of a pipelined step inside its group (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ValueSpecs {
@@ -214,6 +265,8 @@ pub struct ValueSpecs {
     /// The axes a per-micro-batch value's leading dimension is split over; `None`: every axis
     /// of the group.
     batch_axes: Option<Vec<String>>,
+    /// When gradients and losses are summed over the data-parallel axes.
+    grad_reduce: GradReduce,
 }
 
 impl ValueSpecs {
@@ -236,6 +289,17 @@ impl ValueSpecs {
         self
     }
 
+    /// Gradients and losses summed over the data-parallel axes as `when` says.
+    pub fn with_grad_reduce(mut self, when: GradReduce) -> Self {
+        self.grad_reduce = when;
+        self
+    }
+
+    /// When gradients and losses are summed over the data-parallel axes.
+    pub fn grad_reduce(&self) -> GradReduce {
+        self.grad_reduce
+    }
+
     /// The spec of parameter loss argument `arg` (replicated unless given).
     pub fn param(&self, arg: usize) -> PartitionSpec {
         self.params.get(&arg).cloned().unwrap_or_default()
@@ -249,12 +313,15 @@ impl ValueSpecs {
     /// How value `key` of the stage programs `parts` is laid out over `group`.
     pub fn spec(&self, parts: &[StagePrograms], key: Key, group: &Mesh) -> PartitionSpec {
         match key {
-            Key::Param { stage, k } | Key::Acc { stage, k, .. } => parts
-                .get(stage as usize)
-                .and_then(|p| p.param_args.get(k))
-                .map(|&arg| self.param(arg))
-                .unwrap_or_default(),
-            Key::Loss { .. } | Key::Aux { .. } => PartitionSpec::replicated(),
+            Key::Param { stage, k } => self.param_of(parts, stage, k),
+            Key::Acc { stage, k, .. } => self.partial(group, self.param_of(parts, stage, k)),
+            Key::Loss { .. } | Key::Aux { .. } => {
+                let float = key_aval(parts, key).is_some_and(|a| a.dtype.is_float());
+                match float {
+                    true => self.partial(group, PartitionSpec::replicated()),
+                    false => PartitionSpec::replicated(),
+                }
+            }
             Key::Data { stage, k, .. } => {
                 let arg = parts.get(stage as usize).and_then(|p| p.data_args.get(k));
                 match arg.and_then(|a| self.data.get(a)) {
@@ -266,6 +333,46 @@ impl ValueSpecs {
                 self.leading(parts, key, group)
             }
         }
+    }
+
+    fn param_of(&self, parts: &[StagePrograms], stage: u32, k: usize) -> PartitionSpec {
+        parts
+            .get(stage as usize)
+            .and_then(|p| p.param_args.get(k))
+            .map(|&arg| self.param(arg))
+            .unwrap_or_default()
+    }
+
+    /// The data-parallel axes of `group` that split something (size above one).
+    pub fn data_parallel_axes(&self, group: &Mesh) -> Vec<String> {
+        let axes = match &self.batch_axes {
+            Some(axes) => axes.clone(),
+            None => group.axis_names().to_vec(),
+        };
+        axes.into_iter()
+            .filter(|a| axes_size(group, &[a]) > 1)
+            .collect()
+    }
+
+    /// Under [`GradReduce::PerStep`], a value summed over the data-parallel axes laid out as a
+    /// partial sum over them: `spec`'s dimensions without those axes, and those axes unreduced.
+    fn partial(&self, group: &Mesh, spec: PartitionSpec) -> PartitionSpec {
+        let axes = self.data_parallel_axes(group);
+        if self.grad_reduce == GradReduce::PerMicrobatch || axes.is_empty() {
+            return spec;
+        }
+        let dims = spec
+            .dims()
+            .iter()
+            .map(|d| match d {
+                DimSpec::Axes(a) => {
+                    let kept: Vec<&String> = a.iter().filter(|x| !axes.contains(x)).collect();
+                    DimSpec::from_axes(&kept)
+                }
+                other => other.clone(),
+            })
+            .collect();
+        PartitionSpec::new(dims).with_unreduced(&axes)
     }
 
     /// The leading dimension split over the data-parallel axes, where their sizes divide it.

@@ -4,6 +4,8 @@
 //! shardings XLA chose for the entry's parameters and results (as JAX's pxla reads them back).
 //! Field numbers follow XLA's `hlo.proto` and `xla_data.proto`.
 
+use std::collections::BTreeMap;
+
 use prost::Message;
 use tessera_sharding::HloSharding;
 
@@ -143,6 +145,20 @@ impl OptimizedProgram {
             .collect()
     }
 
+    /// How many collectives of each kind the module holds (`all-reduce`, `all-gather`,
+    /// `reduce-scatter`, `all-to-all`, `collective-permute`, and the others XLA names), in every
+    /// computation: an asynchronous pair (`all-reduce-start` and `-done`) counts once, under
+    /// its kind, and a combined collective (one instruction over several arrays) once.
+    pub fn collective_counts(&self) -> BTreeMap<String, u64> {
+        let mut counts = BTreeMap::new();
+        for (opcode, _) in self.instructions() {
+            if let Some(kind) = collective_kind(opcode) {
+                *counts.entry(kind.to_owned()).or_insert(0) += 1;
+            }
+        }
+        counts
+    }
+
     /// The sharding XLA chose for each result of the entry computation (`None` when the module
     /// carries none: an unpartitioned program).
     pub fn output_shardings(&self) -> Result<Option<Vec<HloSharding>>> {
@@ -169,6 +185,21 @@ impl OptimizedProgram {
             .map(to_hlo_sharding)
             .collect()
     }
+}
+
+/// The collective kind of an HLO opcode (`all-reduce-start` is an `all-reduce`; a `-done`
+/// half is none, so that a pair counts once).
+fn collective_kind(opcode: &str) -> Option<&str> {
+    const KINDS: [&str; 6] = [
+        "all-reduce",
+        "all-gather",
+        "reduce-scatter",
+        "all-to-all",
+        "collective-permute",
+        "collective-broadcast",
+    ];
+    let base = opcode.strip_suffix("-start").unwrap_or(opcode);
+    KINDS.into_iter().find(|k| *k == base)
 }
 
 const REPLICATED: i32 = 0;

@@ -184,6 +184,21 @@ impl AbstractMesh {
         }
     }
 
+    /// The mesh with axes `axes` typed Explicit (the others keep their types): JAX lets only
+    /// Explicit axes hold a value unreduced or reduced.
+    pub fn with_explicit<S: AsRef<str>>(&self, axes: &[S]) -> AbstractMesh {
+        let mut types = self.types.clone();
+        for (t, name) in types.iter_mut().zip(&self.names) {
+            if axes.iter().any(|a| a.as_ref() == name) {
+                *t = AxisType::Explicit;
+            }
+        }
+        AbstractMesh {
+            types,
+            ..self.clone()
+        }
+    }
+
     fn fmt_axes(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, (n, s)) in self.names.iter().zip(&self.sizes).enumerate() {
             if i > 0 {
@@ -271,6 +286,14 @@ impl Mesh {
     /// Shorthand: Auto axes `(name, size)` over devices `0..size`.
     pub fn auto(axes: &[(&str, i64)]) -> Result<Mesh> {
         Ok(Mesh::iota(AbstractMesh::auto(axes)?))
+    }
+
+    /// The same devices with axes `axes` typed Explicit ([`AbstractMesh::with_explicit`]).
+    pub fn with_explicit<S: AsRef<str>>(&self, axes: &[S]) -> Mesh {
+        Mesh {
+            shape: self.shape.with_explicit(axes),
+            ..self.clone()
+        }
     }
 
     /// The mesh without its devices.

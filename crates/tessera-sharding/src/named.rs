@@ -59,6 +59,17 @@ impl NamedSharding {
         })
     }
 
+    /// [`NamedSharding::new`] over `mesh` with the axes `spec` holds unreduced or reduced
+    /// typed Explicit (JAX lets only Explicit axes hold partial sums; a program lowered from
+    /// it annotates the same whatever the types), the other axes as `mesh` has them.
+    pub fn with_partial_axes(mesh: &Mesh, spec: PartitionSpec) -> Result<NamedSharding> {
+        if spec.unreduced().is_empty() && spec.reduced().is_empty() {
+            return NamedSharding::new(mesh, spec);
+        }
+        let axes: Vec<&String> = spec.unreduced().iter().chain(spec.reduced()).collect();
+        NamedSharding::new(&mesh.with_explicit(&axes), spec)
+    }
+
     /// A sharding over an abstract mesh (device questions answer [`ShardingError::AbstractMesh`]).
     pub fn new_abstract(mesh: &AbstractMesh, spec: PartitionSpec) -> Result<NamedSharding> {
         checks::check_spec(mesh, &spec)?;

@@ -7,12 +7,14 @@
 mod cse;
 mod dce;
 mod inline;
+mod partial_sums;
 mod positional;
 mod split_stages;
 
 pub use cse::eliminate_common_subexpressions;
 pub use dce::{eliminate_dead_code, has_effects};
 pub use inline::{inline_all, inline_calls};
+pub use partial_sums::keep_partial_sums;
 pub use positional::desugar_positional_axes;
 pub use split_stages::{StageInput, StageProgram, StageSplit, split_stages};
 

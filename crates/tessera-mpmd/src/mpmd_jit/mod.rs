@@ -271,7 +271,7 @@ impl MpmdJit {
         let pipeline_options = PipelineOptions {
             processes: options.processes.clone(),
             partitioner,
-            specs: specs.values.clone(),
+            specs: specs.values.clone().with_grad_reduce(options.grad_reduce),
             plan_only: fuse,
             compiler_options: options.compiler_options.clone(),
             forward_only: body.forward_only,
@@ -583,6 +583,31 @@ impl MpmdJit {
             all.extend(chain.pipelines());
         }
         all
+    }
+
+    /// The collectives one step executes on each group this process runs, by kind (`all-reduce`,
+    /// `all-gather`, `reduce-scatter`, `all-to-all`, `collective-permute`): each pipeline's
+    /// ([`CompiledPipeline::collectives_per_step`]) and each program of the update, the code
+    /// before the loops and a step run as one program, once. Counted in XLA's optimized
+    /// modules, so combined collectives count once. Indexed by group.
+    pub fn collectives_per_step(
+        &self,
+    ) -> Result<Vec<std::collections::BTreeMap<String, u64>>, DriverError> {
+        let mut per_group = vec![std::collections::BTreeMap::new(); self.mesh.mpmd_dim()];
+        if self.fused.is_none() {
+            for pipeline in self.pipelines() {
+                for (g, counts) in pipeline.collectives_per_step()?.iter().enumerate() {
+                    crate::driver::add_counts(&mut per_group[g], counts);
+                }
+            }
+        }
+        for program in 0..self.updates.programs().len() {
+            if let Some(counted) = self.updates.collectives(program) {
+                let (group, counts) = counted?;
+                crate::driver::add_counts(&mut per_group[group], &counts);
+            }
+        }
+        Ok(per_group)
     }
 
     /// The number of the step's top-level `treduce` loops, each run as its own pipeline.

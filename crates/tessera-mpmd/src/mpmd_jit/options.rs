@@ -76,6 +76,9 @@ pub struct MpmdJitOptions {
     /// Which forward values each stage's backward reads saved, and which it recomputes
     /// ([`crate::remat`]; default: every stage `everything_saveable`).
     pub remat: crate::remat::Remat,
+    /// When a data-parallel group sums its gradients, losses and metrics over its data axes
+    /// (default: once per step, [`crate::specs::GradReduce`]).
+    pub grad_reduce: crate::specs::GradReduce,
 }
 
 /// Whether [`super::mpmd_jit_with`] compiles a step into one program where it can.
@@ -108,6 +111,7 @@ impl fmt::Debug for MpmdJitOptions {
             .field("in_specs", &self.in_specs)
             .field("out_specs", &self.out_specs)
             .field("fusion", &self.fusion)
+            .field("grad_reduce", &self.grad_reduce)
             .finish()
     }
 }

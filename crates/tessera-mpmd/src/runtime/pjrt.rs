@@ -142,7 +142,7 @@ impl PjrtExecutor {
         let group_mesh = self.mesh.group(group)?;
         let output_shardings = outputs
             .iter()
-            .map(|o| NamedSharding::new(group_mesh, o.spec.clone()))
+            .map(|o| NamedSharding::with_partial_axes(group_mesh, o.spec.clone()))
             .collect::<Result<Vec<_>, _>>()?;
         self.programs.push(CompiledTask {
             group,
@@ -158,6 +158,22 @@ impl PjrtExecutor {
     /// The compiled programs, by index.
     pub fn programs(&self) -> &[CompiledTask] {
         &self.programs
+    }
+
+    /// The group program `program` runs on, and the collectives of each kind XLA's optimized
+    /// module of it holds ([`tessera_pjrt::OptimizedProgram::collective_counts`]); `None` for
+    /// an index this executor never compiled.
+    pub fn collectives(
+        &self,
+        program: usize,
+    ) -> Option<Result<(usize, std::collections::BTreeMap<String, u64>)>> {
+        let task = self.programs.get(program)?;
+        let optimized = task.executable.optimized_program();
+        Some(
+            optimized
+                .map(|o| (task.group, o.collective_counts()))
+                .map_err(Into::into),
+        )
     }
 
     /// Runs compiled program `program` on arrays laid out on its group, and waits for its

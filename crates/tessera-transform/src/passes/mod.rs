@@ -15,6 +15,6 @@ pub use split_outputs::{OutputSplit, split_outputs};
 pub use tessera_ir_core::rewrite::{
     Rebuild, StageInput, StageProgram, StageSplit, desugar_positional_axes,
     eliminate_common_subexpressions, eliminate_dead_code, has_effects, inline_all, inline_calls,
-    split_stages,
+    keep_partial_sums, split_stages,
 };
 pub use unroll::{unroll_treduce, unroll_treduce_if};

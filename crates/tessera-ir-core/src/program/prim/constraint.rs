@@ -46,7 +46,8 @@ impl ConstraintParams {
                         false => d.clone(),
                     })
                     .collect(),
-            ),
+            )
+            .with_unreduced(spec.unreduced()),
             unconstrained_dims: dims
                 .enumerate()
                 .filter(|(_, d)| open(d))
@@ -172,6 +173,16 @@ impl ConstraintParams {
                 )));
             }
         }
+        for axis in self.spec.unreduced() {
+            if self.mesh.axis_size(axis).is_none() || seen.contains(axis) {
+                return Err(err(format!(
+                    "the spec {} holds '{axis}' unreduced, but the mesh lacks it or a dimension \
+                     is split over it; name in unreduced={{...}} axes of the mesh that split no \
+                     dimension",
+                    self.spec
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -192,7 +203,7 @@ impl ConstraintParams {
         dims.insert(bdim, DimSpec::from_axes(spmd_axes));
         ConstraintParams {
             mesh: self.mesh.clone(),
-            spec: PartitionSpec::new(dims),
+            spec: PartitionSpec::new(dims).with_unreduced(self.spec.unreduced()),
             unconstrained_dims: self
                 .unconstrained_dims
                 .iter()
@@ -254,7 +265,22 @@ fn read_spec(value: &ParamValue) -> Result<(PartitionSpec, Vec<usize>)> {
             ))),
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok((PartitionSpec::new(dims), open))
+    let unreduced = match value.field("unreduced") {
+        None => Vec::new(),
+        Some(ParamValue::Set(items)) => items
+            .iter()
+            .map(|a| {
+                a.as_str()
+                    .ok_or_else(|| bad(format!("has unreduced={{{a}}}")))
+            })
+            .collect::<Result<Vec<_>>>()?,
+        Some(other) => {
+            return Err(bad(format!(
+                "has unreduced={other}; give a set of axis names, unreduced={{'data'}}"
+            )));
+        }
+    };
+    Ok((PartitionSpec::new(dims).with_unreduced(&unreduced), open))
 }
 
 fn read_dim_set(value: &ParamValue) -> Result<Vec<usize>> {
@@ -315,6 +341,11 @@ fn spec_value(spec: &PartitionSpec, unconstrained: &[usize]) -> ParamValue {
                 ParamValue::Tuple(axes.iter().map(|a| ParamValue::Str(a.clone())).collect()),
             ),
         })
-        .collect();
-    ParamValue::Record("P".into(), dims)
+        .collect::<Vec<_>>();
+    let mut fields = dims;
+    if !spec.unreduced().is_empty() {
+        let axes = spec.unreduced().iter().map(|a| ParamValue::Str(a.clone()));
+        fields.push(("unreduced".into(), ParamValue::Set(axes.collect())));
+    }
+    ParamValue::Record("P".into(), fields)
 }

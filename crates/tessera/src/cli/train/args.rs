@@ -164,6 +164,12 @@ pub struct Args {
     /// stage's forward: least memory)
     #[arg(long, value_name = "POLICY", default_value = "everything_saveable")]
     pub remat: tessera_mpmd::RematPolicy,
+    /// When a data-parallel stage sums its gradients, losses and metrics over its data axes:
+    /// `per-step` (the default: every backward adds to a partial sum on each device, and one
+    /// reduction per group runs after the step's last backward) or `per-microbatch` (every
+    /// backward reduces its own gradient, as before)
+    #[arg(long, value_name = "WHEN", default_value = "per-step")]
+    pub grad_reduce: tessera_mpmd::GradReduce,
     /// Print a JSON summary as the last line.
     #[arg(long)]
     pub json: bool,

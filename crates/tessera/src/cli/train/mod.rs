@@ -443,6 +443,7 @@ fn run_in(
         compiler_options: compiler_options(&args.xla_options)?,
         timeout,
         remat: tessera_mpmd::Remat::all(args.remat),
+        grad_reduce: args.grad_reduce,
         ..tessera_mpmd::MpmdJitOptions::default()
     };
     let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
@@ -800,6 +801,7 @@ fn finish(
         phases::print(step)?;
     }
     let compiles = report::compiles()?;
+    let collectives = report::collectives(jit)?;
     let mut summary = serde_json::json!({
         "compiles": compiles,
         "model": name,
@@ -827,6 +829,8 @@ fn finish(
         "step_phases_ms": median_step.map(phases::StepTime::to_json),
         "task_ms": report::task_medians(&log.task_ms),
         "remat": report::remat(jit),
+        "grad_reduce": args.grad_reduce,
+        "collectives_per_step": collectives,
         "order_matches_schedule": figures.orders_match,
         "tokens_per_second": throughput.tokens_per_second,
         "model_flops_per_token": throughput.flops_per_token,

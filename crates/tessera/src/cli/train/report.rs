@@ -81,6 +81,29 @@ pub fn remat(jit: &tessera_mpmd::MpmdJit) -> serde_json::Value {
     serde_json::Value::Array(stages)
 }
 
+/// The collectives one step executes on each group, by kind (`collectives_per_step` of
+/// `--json`), printed as one line: counted in XLA's optimized programs, each times its runs in
+/// the step (so a count that grows with the micro-batches shows a reduction per micro-batch).
+pub fn collectives(jit: &tessera_mpmd::MpmdJit) -> anyhow::Result<serde_json::Value> {
+    let per_group = jit.collectives_per_step()?;
+    let shown: Vec<String> = per_group
+        .iter()
+        .enumerate()
+        .map(|(g, counts)| {
+            let kinds: Vec<String> = counts.iter().map(|(k, n)| format!("{n} {k}")).collect();
+            match kinds.is_empty() {
+                true => format!("group {g}: none"),
+                false => format!("group {g}: {}", kinds.join(", ")),
+            }
+        })
+        .collect();
+    outln!(
+        "collectives per step (XLA's optimized programs): {}",
+        shown.join("; ")
+    )?;
+    Ok(serde_json::to_value(per_group)?)
+}
+
 /// Prints the last step's task table and the pipeline's figures, measured against simulated.
 pub fn pipeline_figures(
     pipeline: &CompiledPipeline,

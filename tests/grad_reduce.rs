@@ -1,0 +1,102 @@
+//! Data-parallel stages reduce once per step (`tessera train --grad-reduce per-step`, the
+//! default): the collectives a step executes, counted in XLA's optimized programs
+//! (`collectives_per_step` of `--json`), do not grow with the micro-batches, each group
+//! all-reduces once, and the losses equal those of reducing every micro-batch's gradient
+//! (`--grad-reduce per-microbatch`) within 1e-5, for GPT and Llama, with AdamW, with and
+//! without FSDP.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::collections::BTreeMap;
+
+use tessera_tests::{summary_numbers, tessera_train, train_summary};
+
+/// A small decoder over `--mesh stage=2,data=4` (two groups of four data-parallel devices).
+fn run(model: &str, microbatches: &str, reduce: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "--model",
+        model,
+        "--d-model",
+        "32",
+        "--heads",
+        "2",
+        "--layers",
+        "2",
+        "--seq-len",
+        "16",
+        "--batch",
+        "64",
+        "--mesh",
+        "stage=2,data=4",
+        "--stages",
+        "2",
+        "--microbatches",
+        microbatches,
+        "--optimizer",
+        "adamw",
+        "--lr",
+        "0.003",
+        "--eval-every",
+        "0",
+        "--grad-reduce",
+        reduce,
+        "--json",
+    ];
+    args.extend(extra);
+    train_summary(&tessera_train(&args), &args.join(" "))
+}
+
+/// `collectives_per_step`: one map of kind → count per group.
+fn collectives(s: &serde_json::Value) -> Vec<BTreeMap<String, u64>> {
+    serde_json::from_value(s["collectives_per_step"].clone()).unwrap()
+}
+
+#[test]
+fn reducing_once_per_step_keeps_the_collectives_from_growing_with_the_micro_batches() {
+    let steps = ["--steps", "2"];
+    let eight = collectives(&run("gpt", "8", "per-step", &steps));
+    let sixteen = collectives(&run("gpt", "16", "per-step", &steps));
+    assert_eq!(eight.len(), 2, "{eight:?}");
+    assert_eq!(eight, sixteen, "8 micro-batches {eight:?}, 16 {sixteen:?}");
+    for group in &eight {
+        // The gradients, losses and metrics together: one combined all-reduce.
+        assert_eq!(group.get("all-reduce"), Some(&1), "{eight:?}");
+    }
+    // The count sees a reduction per micro-batch where there is one.
+    let before = collectives(&run("gpt", "8", "per-microbatch", &steps));
+    let after = collectives(&run("gpt", "16", "per-microbatch", &steps));
+    for (b, a) in before.iter().zip(&after) {
+        assert!(a["all-reduce"] > b["all-reduce"], "{before:?} {after:?}");
+        assert!(b["all-reduce"] >= 8, "{before:?}");
+    }
+}
+
+#[test]
+fn reducing_once_per_step_trains_like_reducing_every_micro_batch() {
+    for model in ["gpt", "llama"] {
+        for fsdp in [&[][..], &["--fsdp"][..]] {
+            let mut extra = vec!["--steps", "10"];
+            extra.extend(fsdp);
+            let what = format!("{model} {fsdp:?}");
+            let per_mb = run(model, "8", "per-microbatch", &extra);
+            let per_step = run(model, "8", "per-step", &extra);
+            assert_eq!(per_step["grad_reduce"], "per-step", "{what}");
+            let (want, got) = (
+                summary_numbers(&per_mb, "losses"),
+                summary_numbers(&per_step, "losses"),
+            );
+            assert_eq!(got.len(), 10, "{what}");
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() <= 1e-5 * w.abs(),
+                    "{what}: {got:?} vs {want:?}"
+                );
+            }
+            // Both still equal the unpipelined step (the run checks it every step).
+            assert!(
+                per_step["max_relative_difference"].as_f64().unwrap() <= 1e-4,
+                "{what}"
+            );
+        }
+    }
+}
