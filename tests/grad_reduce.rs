@@ -3,7 +3,9 @@
 //! (`collectives_per_step` of `--json`), do not grow with the micro-batches, each group
 //! all-reduces once, and the losses equal those of reducing every micro-batch's gradient
 //! (`--grad-reduce per-microbatch`) within 1e-5, for GPT and Llama, with AdamW, with and
-//! without FSDP.
+//! without FSDP. FSDP stages gather each parameter once per step (`--fsdp-gather per-step`,
+//! the default), or in every task and within less memory than plain data parallelism
+//! (`--fsdp-gather per-microbatch`).
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -74,7 +76,8 @@ fn reducing_once_per_step_keeps_the_collectives_from_growing_with_the_micro_batc
 #[test]
 fn reducing_once_per_step_trains_like_reducing_every_micro_batch() {
     for model in ["gpt", "llama"] {
-        for fsdp in [&[][..], &["--fsdp"][..]] {
+        let lean = ["--fsdp", "--fsdp-gather", "per-microbatch"];
+        for fsdp in [&[][..], &["--fsdp"][..], &lean[..]] {
             let mut extra = vec!["--steps", "10"];
             extra.extend(fsdp);
             let what = format!("{model} {fsdp:?}");
@@ -98,5 +101,47 @@ fn reducing_once_per_step_trains_like_reducing_every_micro_batch() {
                 "{what}"
             );
         }
+    }
+}
+
+#[test]
+fn fsdp_stages_gather_each_parameter_once_per_step() {
+    let steps = ["--steps", "2", "--fsdp"];
+    let eight = collectives(&run("gpt", "8", "per-step", &steps));
+    let sixteen = collectives(&run("gpt", "16", "per-step", &steps));
+    assert_eq!(eight, sixteen, "8 micro-batches {eight:?}, 16 {sixteen:?}");
+    // GPT-2 of 2 layers has 29 parameter arrays: the token and position embeddings, 12 per
+    // layer (two layer norms, the attention's qkv and output projections, the MLP's two
+    // layers, each a weight and a bias), the final layer norm's two and the untied head.
+    let gathers: u64 = eight
+        .iter()
+        .map(|g| g.get("all-gather").copied().unwrap_or(0))
+        .sum();
+    assert!(gathers <= 29, "{eight:?}");
+    for group in &eight {
+        assert_eq!(group.get("all-reduce"), Some(&1), "{eight:?}");
+    }
+}
+
+#[test]
+fn fsdp_gathered_per_micro_batch_holds_less_than_data_parallelism() {
+    let peaks = |s: &serde_json::Value| -> Vec<(f64, f64)> {
+        let groups = s["memory"]["groups"].as_array().unwrap();
+        let peak = |g: &serde_json::Value, k: &str| g[k].as_f64().unwrap();
+        let both = |g| {
+            (
+                peak(g, "peak_live_bytes"),
+                peak(g, "predicted_peak_live_bytes"),
+            )
+        };
+        groups.iter().map(both).collect()
+    };
+    let steps = ["--steps", "2"];
+    let plain = peaks(&run("gpt", "8", "per-step", &steps));
+    let lean = ["--steps", "2", "--fsdp", "--fsdp-gather", "per-microbatch"];
+    let fsdp = peaks(&run("gpt", "8", "per-step", &lean));
+    for ((measured, predicted), (plain, _)) in fsdp.iter().zip(&plain) {
+        assert!(measured < plain, "FSDP {fsdp:?}, data parallel {plain:?}");
+        assert!((measured - predicted).abs() <= 0.1 * measured, "{fsdp:?}");
     }
 }

@@ -23,11 +23,11 @@ use tessera_sharding::{NamedSharding, PartitionSpec};
 use tessera_stablehlo::{KeyTypes, LowerError, PartBody, Partitioner, lower_flat, mlir_type};
 
 use crate::compose::action_module;
-use crate::grad_reduce::{ReduceSetup, StepReduces};
 use crate::mesh::MpmdMesh;
 use crate::partition::{PartitionError, StagePrograms, key_aval, partition_with};
 use crate::pipeline::{Key, PartSignature, PipelinePlan, build_plan};
 use crate::processes::Processes;
+use crate::relayout::{Relayouts, relayouts};
 use crate::runtime::{
     DeviceCopyTransport, Executor, OutputLayout, PjrtExecutor, Plan, RunError, RunOptions, Timings,
     Transport, ValueId, run_local,
@@ -184,7 +184,9 @@ pub struct CompiledPipeline {
     /// How each value is laid out inside its group.
     specs: ValueSpecs,
     /// The programs summing each group's unreduced results once per step.
-    reduces: StepReduces,
+    reduces: Relayouts,
+    /// The programs gathering each group's FSDP parameters once per step.
+    gathers: Relayouts,
     /// The programs summing a tied parameter's gradient parts on its groups.
     tied: TiedAdds,
     /// Whether the plan runs forwards only (no gradients).
@@ -282,7 +284,8 @@ impl CompiledPipeline {
         let mut per_group = vec![BTreeMap::new(); self.mesh.mpmd_dim()];
         let tasks = self.run_plan.tasks.iter().map(|t| t.payload);
         let reduces = self.reduces.programs().map(|(_, p)| p);
-        for program in tasks.chain(reduces) {
+        let gathers = self.gathers.programs().map(|(_, p)| p);
+        for program in tasks.chain(reduces).chain(gathers) {
             let Some(counted) = self.executor.collectives(program) else {
                 continue; // run by another process
             };
@@ -430,19 +433,16 @@ impl CompiledPipeline {
             true => TiedAdds::default(),
             false => TiedAdds::compile(&tied_setup, &mut executor)?,
         };
-        let keys: HashMap<ValueId, Key> = built.ids.iter().map(|(&k, &id)| (id, k)).collect();
-        let reduce_setup = ReduceSetup {
-            parts: &parts,
-            specs: &specs,
-            mesh,
-            partitioner: options.partitioner,
-            results: &built.plan.results,
-            keys: &keys,
-            local: &local,
-        };
-        let reduces = match options.plan_only {
-            true => StepReduces::default(),
-            false => StepReduces::compile(&reduce_setup, &mut executor)?,
+        let (reduces, gathers) = match options.plan_only {
+            true => (Relayouts::default(), Relayouts::default()),
+            false => {
+                let (reduced, gathered) = relayouts(&parts, &specs, &built, mesh, &local)?;
+                let p = options.partitioner;
+                (
+                    Relayouts::compile(reduced, mesh, p, &mut executor, "the step's reduction")?,
+                    Relayouts::compile(gathered, mesh, p, &mut executor, "the FSDP gather")?,
+                )
+            }
         };
         let layouts = Arc::new(value_layouts(&parts, &specs, &built, mesh)?);
         if let Some(p) = &processes {
@@ -468,6 +468,7 @@ impl CompiledPipeline {
             specs,
             tied,
             reduces,
+            gathers,
             forward_only: options.forward_only,
         })
     }
@@ -670,8 +671,11 @@ impl CompiledPipeline {
             )));
         }
         let missing = |k: usize| DriverError::Config(format!("no value for loss argument {k}"));
-        let mut initial = Vec::new();
-        for &(key, group) in &self.built.inputs {
+        // Each input by its position in `built.inputs` (a parameter in its step spec, gathered
+        // below where its tasks read it whole over the data-parallel axes).
+        let mut inputs_at: Vec<Option<(ValueId, usize, DeviceArray)>> =
+            vec![None; self.built.inputs.len()];
+        for (position, &(key, group)) in self.built.inputs.iter().enumerate() {
             if !self.is_local(group) {
                 continue;
             }
@@ -682,10 +686,15 @@ impl CompiledPipeline {
                     let placed = args.get(&arg).ok_or_else(|| missing(arg))?;
                     match (self.param_on_group(placed, arg, group)?, placed) {
                         (Some(a), _) => {
-                            initial.push((self.built.ids[&key], group, a));
+                            inputs_at[position] = Some((self.built.ids[&key], group, a));
                             continue;
                         }
-                        (None, Placed::Host(h)) => h.clone(),
+                        (None, Placed::Host(h)) => {
+                            let sharding = NamedSharding::new(mesh, self.specs.param(arg))?;
+                            let a = DeviceArray::device_put(&self.client, h, &sharding)?;
+                            inputs_at[position] = Some((self.built.ids[&key], group, a));
+                            continue;
+                        }
                         (None, _) => return Err(missing(arg)),
                     }
                 }
@@ -702,7 +711,7 @@ impl CompiledPipeline {
                     let placed = data[mb as usize].get(&arg).ok_or_else(|| missing(arg))?;
                     let spec = self.specs.spec(&self.parts, key, mesh);
                     let a = data_on_group(&self.client, placed, mesh, &spec)?;
-                    initial.push((self.built.ids[&key], group, a));
+                    inputs_at[position] = Some((self.built.ids[&key], group, a));
                     continue;
                 }
                 other => {
@@ -713,12 +722,10 @@ impl CompiledPipeline {
             };
             let spec = self.specs.spec(&self.parts, key, mesh);
             let sharding = NamedSharding::with_partial_axes(mesh, spec)?;
-            initial.push((
-                self.built.ids[&key],
-                group,
-                DeviceArray::device_put(&self.client, &host, &sharding)?,
-            ));
+            let a = DeviceArray::device_put(&self.client, &host, &sharding)?;
+            inputs_at[position] = Some((self.built.ids[&key], group, a));
         }
+        let initial = self.gather(inputs_at)?;
         let executor: Arc<dyn Executor<usize, DeviceArray>> = self.executor.clone();
         let (executor, transport, local): (_, Arc<dyn Transport<DeviceArray>>, _) =
             match &self.processes {
@@ -797,6 +804,27 @@ impl CompiledPipeline {
 }
 
 impl CompiledPipeline {
+    /// The placed inputs (by position in the plan's inputs) with each group's FSDP parameters
+    /// gathered once (`FsdpGather::PerStep`), as the run takes them.
+    fn gather(
+        &self,
+        inputs: Vec<Option<(ValueId, usize, DeviceArray)>>,
+    ) -> Result<Vec<(ValueId, usize, DeviceArray)>, DriverError> {
+        let (meta, mut arrays): (Vec<_>, Vec<_>) = inputs
+            .into_iter()
+            .map(|i| match i {
+                Some((id, group, a)) => (Some((id, group)), Some(a)),
+                None => (None, None),
+            })
+            .unzip();
+        self.gathers.apply(&self.executor, &mut arrays)?;
+        Ok(meta
+            .into_iter()
+            .zip(arrays)
+            .filter_map(|(m, a)| Some((m?.0, m?.1, a?)))
+            .collect())
+    }
+
     /// `earlier + part`, two parts of the gradient of tied parameter argument `arg`, summed on
     /// the devices of `earlier`'s group.
     fn add_part(

@@ -11,7 +11,6 @@ pub mod cross_group;
 pub mod driver;
 pub mod effects;
 mod error;
-mod grad_reduce;
 pub mod host;
 pub mod memory;
 mod mesh;
@@ -20,6 +19,7 @@ pub mod mpmd_jit;
 pub mod partition;
 pub mod pipeline;
 pub mod processes;
+mod relayout;
 pub mod remat;
 mod reshard;
 mod reshard_across;
@@ -50,5 +50,5 @@ pub use reshard_across::{
     global_threshold, mpmd_to_spmd_reshard_across, spmd_to_mpmd_reshard_across,
 };
 pub use sharding::{MpmdSharding, filter_axis};
-pub use specs::{GradReduce, SpecError, ValueSpecs};
+pub use specs::{FsdpGather, GradReduce, SpecError, ValueSpecs};
 pub use stacked::logically_stacked;

@@ -255,6 +255,53 @@ impl std::fmt::Display for GradReduce {
     }
 }
 
+/// When a group gathers the parameters it holds split over its data-parallel axes (FSDP).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum FsdpGather {
+    /// Once per step, before the group's first task: the tasks read the gathered copy (whole
+    /// over the data-parallel axes), held until the step ends.
+    #[default]
+    PerStep,
+    /// In every task that reads them (the least memory: no copy outlives a task).
+    PerMicrobatch,
+}
+
+impl FsdpGather {
+    /// Both, `per-step` first.
+    pub const ALL: [FsdpGather; 2] = [FsdpGather::PerStep, FsdpGather::PerMicrobatch];
+
+    /// The name `--fsdp-gather` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            FsdpGather::PerStep => "per-step",
+            FsdpGather::PerMicrobatch => "per-microbatch",
+        }
+    }
+}
+
+impl std::str::FromStr for FsdpGather {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        FsdpGather::ALL
+            .into_iter()
+            .find(|g| g.name() == s.trim())
+            .ok_or_else(|| format!("unknown FSDP gather `{s}`; use per-step or per-microbatch"))
+    }
+}
+
+impl serde::Serialize for FsdpGather {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl std::fmt::Display for FsdpGather {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The layout of every value of a pipelined step inside its group (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ValueSpecs {
@@ -267,6 +314,8 @@ pub struct ValueSpecs {
     batch_axes: Option<Vec<String>>,
     /// When gradients and losses are summed over the data-parallel axes.
     grad_reduce: GradReduce,
+    /// When parameters split over the data-parallel axes are gathered.
+    fsdp_gather: FsdpGather,
 }
 
 impl ValueSpecs {
@@ -300,6 +349,17 @@ impl ValueSpecs {
         self.grad_reduce
     }
 
+    /// Parameters split over the data-parallel axes gathered as `when` says.
+    pub fn with_fsdp_gather(mut self, when: FsdpGather) -> Self {
+        self.fsdp_gather = when;
+        self
+    }
+
+    /// When parameters split over the data-parallel axes are gathered.
+    pub fn fsdp_gather(&self) -> FsdpGather {
+        self.fsdp_gather
+    }
+
     /// The spec of parameter loss argument `arg` (replicated unless given).
     pub fn param(&self, arg: usize) -> PartitionSpec {
         self.params.get(&arg).cloned().unwrap_or_default()
@@ -313,8 +373,25 @@ impl ValueSpecs {
     /// How value `key` of the stage programs `parts` is laid out over `group`.
     pub fn spec(&self, parts: &[StagePrograms], key: Key, group: &Mesh) -> PartitionSpec {
         match key {
-            Key::Param { stage, k } => self.param_of(parts, stage, k),
-            Key::Acc { stage, k, .. } => self.partial(group, self.param_of(parts, stage, k)),
+            Key::Param { stage, k } => match self.fsdp_gather {
+                FsdpGather::PerStep => {
+                    let spec = self.param_of(parts, stage, k);
+                    let axes = self.data_parallel_axes(group);
+                    PartitionSpec::new(without_axes(&spec, &axes))
+                }
+                FsdpGather::PerMicrobatch => self.param_of(parts, stage, k),
+            },
+            Key::Acc { stage, k, .. } => {
+                let spec = self.param_of(parts, stage, k);
+                let axes = self.data_parallel_axes(group);
+                let split = spec.used_axes().any(|a| axes.iter().any(|x| x == a));
+                // An FSDP parameter gathered per micro-batch (the memory-tight choice) keeps
+                // its gradient split too: reduced (scattered) in every backward.
+                match split && self.fsdp_gather == FsdpGather::PerMicrobatch {
+                    true => spec,
+                    false => self.partial(group, spec),
+                }
+            }
             Key::Loss { .. } | Key::Aux { .. } => {
                 let float = key_aval(parts, key).is_some_and(|a| a.dtype.is_float());
                 match float {
@@ -361,18 +438,7 @@ impl ValueSpecs {
         if self.grad_reduce == GradReduce::PerMicrobatch || axes.is_empty() {
             return spec;
         }
-        let dims = spec
-            .dims()
-            .iter()
-            .map(|d| match d {
-                DimSpec::Axes(a) => {
-                    let kept: Vec<&String> = a.iter().filter(|x| !axes.contains(x)).collect();
-                    DimSpec::from_axes(&kept)
-                }
-                other => other.clone(),
-            })
-            .collect();
-        PartitionSpec::new(dims).with_unreduced(&axes)
+        PartitionSpec::new(without_axes(&spec, &axes)).with_unreduced(&axes)
     }
 
     /// The leading dimension split over the data-parallel axes, where their sizes divide it.
@@ -390,6 +456,20 @@ impl ValueSpecs {
             _ => PartitionSpec::replicated(),
         }
     }
+}
+
+/// `spec`'s dimensions with `axes` taken out of them.
+fn without_axes(spec: &PartitionSpec, axes: &[String]) -> Vec<DimSpec> {
+    spec.dims()
+        .iter()
+        .map(|d| match d {
+            DimSpec::Axes(a) => {
+                let kept: Vec<&String> = a.iter().filter(|x| !axes.contains(x)).collect();
+                DimSpec::from_axes(&kept)
+            }
+            other => other.clone(),
+        })
+        .collect()
 }
 
 #[cfg(test)]

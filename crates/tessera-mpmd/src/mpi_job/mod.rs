@@ -409,11 +409,13 @@ impl Processes for MpiProcesses {
             x(&mut h);
             h.finish()
         };
+        // The step last: a different device count, plugin or partitioner changes it too, and
+        // the first difference found is the one reported.
         let mine = [
-            fingerprint,
             self.devices as u64,
             hash(&|h| self.plugin.hash(h)),
             hash(&|h| partitioner.hash(h)),
+            fingerprint,
         ];
         let n = mine.len();
         let size = self.size;
@@ -423,15 +425,15 @@ impl Processes for MpiProcesses {
             all
         })?;
         let what = [
-            "the step (plan and value layouts)",
             "the device count",
             "the PJRT plugin version",
             "the partitioner (TESSERA_PARTITIONER, Shardy or GSPMD)",
+            "the step (plan and value layouts)",
         ];
         for (rank, theirs) in all.chunks(n).enumerate().skip(1) {
             if let Some(k) = (0..n).find(|&k| theirs[k] != all[k]) {
                 let detail = match k {
-                    1 => format!(" ({} devices, rank 0 has {})", theirs[1], all[1]),
+                    0 => format!(" ({} devices, rank 0 has {})", theirs[0], all[0]),
                     _ => String::new(),
                 };
                 return Err(ProcessError::Mismatch(format!(

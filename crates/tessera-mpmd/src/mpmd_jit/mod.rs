@@ -271,7 +271,11 @@ impl MpmdJit {
         let pipeline_options = PipelineOptions {
             processes: options.processes.clone(),
             partitioner,
-            specs: specs.values.clone().with_grad_reduce(options.grad_reduce),
+            specs: specs
+                .values
+                .clone()
+                .with_grad_reduce(options.grad_reduce)
+                .with_fsdp_gather(options.fsdp_gather),
             plan_only: fuse,
             compiler_options: options.compiler_options.clone(),
             forward_only: body.forward_only,

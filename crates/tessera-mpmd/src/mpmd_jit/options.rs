@@ -79,6 +79,9 @@ pub struct MpmdJitOptions {
     /// When a data-parallel group sums its gradients, losses and metrics over its data axes
     /// (default: once per step, [`crate::specs::GradReduce`]).
     pub grad_reduce: crate::specs::GradReduce,
+    /// When a group gathers the parameters its `in_specs` split over its data-parallel axes
+    /// (FSDP; default: once per step, [`crate::specs::FsdpGather`]).
+    pub fsdp_gather: crate::specs::FsdpGather,
 }
 
 /// Whether [`super::mpmd_jit_with`] compiles a step into one program where it can.
@@ -112,6 +115,7 @@ impl fmt::Debug for MpmdJitOptions {
             .field("out_specs", &self.out_specs)
             .field("fusion", &self.fusion)
             .field("grad_reduce", &self.grad_reduce)
+            .field("fsdp_gather", &self.fsdp_gather)
             .finish()
     }
 }

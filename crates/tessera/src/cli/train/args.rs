@@ -170,6 +170,11 @@ pub struct Args {
     /// backward reduces its own gradient, as before)
     #[arg(long, value_name = "WHEN", default_value = "per-step")]
     pub grad_reduce: tessera_mpmd::GradReduce,
+    /// When an FSDP stage (`--fsdp`) gathers its parameters: `per-step` (the default: once
+    /// before the group's first task, kept whole over the data axes until the step ends) or
+    /// `per-microbatch` (in every task that reads them: least memory)
+    #[arg(long, value_name = "WHEN", default_value = "per-step")]
+    pub fsdp_gather: tessera_mpmd::FsdpGather,
     /// Print a JSON summary as the last line.
     #[arg(long)]
     pub json: bool,

@@ -444,6 +444,7 @@ fn run_in(
         timeout,
         remat: tessera_mpmd::Remat::all(args.remat),
         grad_reduce: args.grad_reduce,
+        fsdp_gather: args.fsdp_gather,
         ..tessera_mpmd::MpmdJitOptions::default()
     };
     let jit = tessera_mpmd::mpmd_jit_with(&client, &mesh, program, &options)?;
@@ -830,6 +831,7 @@ fn finish(
         "task_ms": report::task_medians(&log.task_ms),
         "remat": report::remat(jit),
         "grad_reduce": args.grad_reduce,
+        "fsdp_gather": args.fsdp_gather,
         "collectives_per_step": collectives,
         "order_matches_schedule": figures.orders_match,
         "tokens_per_second": throughput.tokens_per_second,
