@@ -295,6 +295,25 @@ impl CompiledPipeline {
         Ok(per_group)
     }
 
+    /// Per group, the milliseconds of `timings` (one step of this pipeline) its tasks waited
+    /// for inputs already produced ([`Timings::transfer_wait_ms`]): the transfers' exposed
+    /// time, not the pipeline's bubble.
+    pub fn transfer_wait_ms(&self, timings: &Timings) -> Vec<f64> {
+        let end_of: HashMap<&str, f64> = timings
+            .tasks
+            .iter()
+            .map(|t| (t.name.as_str(), t.start_us + t.duration_us))
+            .collect();
+        let producer: HashMap<ValueId, &str> = self
+            .run_plan
+            .tasks
+            .iter()
+            .flat_map(|t| t.outputs.iter().map(move |&v| (v, t.name.as_str())))
+            .collect();
+        let produced = |v: ValueId| producer.get(&v).and_then(|n| end_of.get(n)).copied();
+        timings.transfer_wait_ms(self.mesh.mpmd_dim(), produced)
+    }
+
     /// Partitions `loss` (arguments `params` are parameters, the others per-microbatch data),
     /// builds `schedule`'s plan for `microbatches`, and compiles every action for its group.
     pub fn new(

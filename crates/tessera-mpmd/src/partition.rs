@@ -57,6 +57,9 @@ pub struct StagePrograms {
     pub remat: RematPolicy,
     /// Why the asked policy could not apply, if it could not.
     pub remat_fallback: Option<String>,
+    /// The residuals (by index) that read no per-micro-batch value, only parameters and
+    /// constants (a rotary table): laid out whole, not split like the batch.
+    pub batch_free_residuals: Vec<usize>,
 }
 
 /// Errors of partitioning.
@@ -415,8 +418,11 @@ fn stage_programs(
         consumers,
         aux: if last { out_avals.len() - 1 } else { 0 },
     };
+    let fwd = clean(fwd);
+    let batch_free_residuals = batch_free_results(&fwd, np, nr);
     Ok(StagePrograms {
-        fwd: clean(fwd),
+        batch_free_residuals,
+        fwd,
         fwd_only: clean(fwd_only),
         bwd: clean(bwd),
         bwd_i: clean(bwd_i),
@@ -429,6 +435,31 @@ fn stage_programs(
         remat: res.policy,
         remat_fallback: res.fallback.clone(),
     })
+}
+
+/// Among the last `residuals` results of `fwd` (whose first `params` arguments are the
+/// parameters), the indices of those no other argument reaches.
+fn batch_free_results(fwd: &ClosedJaxpr, params: usize, residuals: usize) -> Vec<usize> {
+    use tessera_ir::jaxpr::{Atom, Var};
+    let jaxpr = &fwd.jaxpr;
+    let mut batched: std::collections::HashSet<Var> =
+        jaxpr.invars.iter().skip(params).copied().collect();
+    for eqn in &jaxpr.eqns {
+        let reads = eqn
+            .inputs
+            .iter()
+            .any(|a| matches!(a, Atom::Var(v) if batched.contains(v)));
+        if reads {
+            batched.extend(eqn.outputs.iter().copied());
+        }
+    }
+    let first = jaxpr.outvars.len().saturating_sub(residuals);
+    (0..residuals)
+        .filter(|&k| match jaxpr.outvars.get(first + k) {
+            Some(Atom::Var(v)) => !batched.contains(v),
+            _ => true,
+        })
+        .collect()
 }
 
 impl StagePrograms {

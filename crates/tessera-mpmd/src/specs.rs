@@ -406,6 +406,14 @@ impl ValueSpecs {
                     None => self.leading(parts, key, group),
                 }
             }
+            // A residual computed from parameters alone is not split like the batch.
+            Key::Resid { stage, k, .. }
+                if parts
+                    .get(stage as usize)
+                    .is_some_and(|p| p.batch_free_residuals.contains(&k)) =>
+            {
+                PartitionSpec::replicated()
+            }
             Key::Act { .. } | Key::Cot { .. } | Key::Resid { .. } | Key::WResid { .. } => {
                 self.leading(parts, key, group)
             }

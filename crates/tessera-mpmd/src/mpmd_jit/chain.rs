@@ -494,6 +494,7 @@ fn joined(parts: Vec<Timings>) -> Timings {
         all.tasks.extend(part.tasks);
         all.transfers.extend(part.transfers);
         all.values.extend(part.values);
+        all.waits.extend(part.waits);
     }
     all
 }

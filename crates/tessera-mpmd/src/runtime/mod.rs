@@ -26,6 +26,6 @@ pub use options::{DEFAULT_TIMEOUT, RunOptions, TIMEOUT_ENV, parse_timeout};
 pub use pjrt::{CompiledTask, CompilerOptions, OutputLayout, PjrtExecutor, Program, array_bytes};
 pub use plan::{Plan, PlanError, TaskSpec, ValueId};
 pub use run::{RunOutput, run, run_local};
-pub use trace::{TaskTiming, Timings, TransferTiming, ValueSpan};
+pub use trace::{InputWait, TaskTiming, Timings, TransferTiming, ValueSpan};
 pub use transport::{CopyFn, LocalTransport, Mailbox, PeerState, Transport};
 pub use worker::Executor;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::error::{RunError, Stuck};
 use super::options::RunOptions;
 use super::plan::{Plan, PlanError, ValueId};
-use super::trace::{TaskTiming, Timings, TransferTiming, ValueSpan};
+use super::trace::{InputWait, TaskTiming, Timings, TransferTiming, ValueSpan};
 use super::transport::Transport;
 use super::worker::{Executor, Worker};
 
@@ -59,6 +59,7 @@ pub(super) struct Shared<T, V> {
     coord: Mutex<Coord>,
     timings: Mutex<Vec<TaskTiming>>,
     transfers: Mutex<Vec<TransferTiming>>,
+    waits: Mutex<Vec<InputWait>>,
     values: Mutex<Vec<ValueSpan>>,
     start: Instant,
     /// When the run began, in microseconds since the Unix epoch.
@@ -93,6 +94,10 @@ impl<T, V> Shared<T, V> {
 
     pub(super) fn record_transfer(&self, timing: TransferTiming) {
         lock(&self.transfers).push(timing);
+    }
+
+    pub(super) fn record_wait(&self, wait: InputWait) {
+        lock(&self.waits).push(wait);
     }
 
     pub(super) fn record_value(&self, span: ValueSpan) {
@@ -237,6 +242,7 @@ where
         }),
         timings: Mutex::new(Vec::new()),
         transfers: Mutex::new(Vec::new()),
+        waits: Mutex::new(Vec::new()),
         values: Mutex::new(Vec::new()),
         start: Instant::now(),
         epoch_unix_us: super::trace::unix_now_us(),
@@ -293,12 +299,15 @@ where
     transfers.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
     let mut values = std::mem::take(&mut *lock(&shared.values));
     values.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+    let mut waits = std::mem::take(&mut *lock(&shared.waits));
+    waits.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
     Ok(RunOutput {
         results,
         timings: Timings {
             tasks,
             transfers,
             values,
+            waits,
             epoch_unix_us: shared.epoch_unix_us,
         },
     })

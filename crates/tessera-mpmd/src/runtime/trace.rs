@@ -38,6 +38,20 @@ pub struct TransferTiming {
     pub duration_us: f64,
 }
 
+/// When a group waited for an input another group produces (from the moment its next task
+/// needed it until it arrived).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct InputWait {
+    /// The value.
+    pub value: super::plan::ValueId,
+    /// The waiting group.
+    pub group: usize,
+    /// Since when, in microseconds since the run began.
+    pub start_us: f64,
+    /// Until when.
+    pub end_us: f64,
+}
+
 /// When a group held a value, and its device bytes.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ValueSpan {
@@ -62,6 +76,9 @@ pub struct Timings {
     pub transfers: Vec<TransferTiming>,
     /// Every value each group held, by start.
     pub values: Vec<ValueSpan>,
+    /// Every wait of a group for an input, by start.
+    #[serde(default)]
+    pub waits: Vec<InputWait>,
     /// When the run began, in microseconds since the Unix epoch (what lines up the timings of
     /// the processes of one job on one host; 0 when unknown).
     #[serde(default)]
@@ -93,6 +110,11 @@ impl Timings {
                     t.start_us += shift;
                     t
                 }));
+            out.waits.extend(part.waits.into_iter().map(|mut w| {
+                w.start_us += shift;
+                w.end_us += shift;
+                w
+            }));
             out.values.extend(part.values.into_iter().map(|mut v| {
                 // A value placed before its process's run began is there from that start on.
                 v.start_us += shift;
@@ -104,7 +126,28 @@ impl Timings {
         out.transfers
             .sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
         out.values.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+        out.waits.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
         out
+    }
+
+    /// Per group (of `groups`), the milliseconds its tasks waited for inputs that had already
+    /// been produced: each wait from the later of its start and the producing task's end
+    /// (`produced`, `None` when unknown: the wait's start) until the input arrived. A wait for
+    /// a producer still computing (the pipeline's bubble) does not count; the transfer's own
+    /// time, exposed, does.
+    pub fn transfer_wait_ms(
+        &self,
+        groups: usize,
+        produced: impl Fn(super::plan::ValueId) -> Option<f64>,
+    ) -> Vec<f64> {
+        let mut per_group = vec![0.0; groups];
+        for w in &self.waits {
+            let from = produced(w.value).map_or(w.start_us, |p| p.max(w.start_us));
+            if let Some(g) = per_group.get_mut(w.group) {
+                *g += (w.end_us - from).max(0.0) / 1000.0;
+            }
+        }
+        per_group
     }
 
     /// Milliseconds per task name (a name may run several times across steps).

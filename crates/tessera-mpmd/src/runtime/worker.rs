@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::error::{BoxError, RunError, Stuck};
 use super::plan::{TaskSpec, ValueId};
 use super::run::Shared;
-use super::trace::{TaskTiming, TransferTiming, ValueSpan};
+use super::trace::{InputWait, TaskTiming, TransferTiming, ValueSpan};
 use super::transport::PeerState;
 
 /// Runs tasks: compiled programs on a group's devices, or anything else in tests.
@@ -310,7 +310,14 @@ impl<T, V> Worker<T, V> {
         if let Some(&from) = shared.producer.get(&value) {
             self.report(Some((value, from)));
         }
+        let began = Instant::now();
         let outcome = self.receive(value, task);
+        shared.record_wait(InputWait {
+            value,
+            group: self.group,
+            start_us: shared.since_start(began),
+            end_us: shared.since_start(Instant::now()),
+        });
         shared.coord().waiting[self.group] = None;
         let v = outcome?;
         // No longer waiting (so that what others hear of this group is not a wait now over).

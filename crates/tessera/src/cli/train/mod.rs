@@ -823,6 +823,7 @@ fn finish(
         "bubble_ratio_measured": figures.bubble_measured,
         "bubble_ratio_simulated": figures.bubble_simulated,
         "group_busy_ms": figures.group_busy_ms,
+        "transfer_wait_ms": figures.transfer_wait_ms,
         "makespan_ms": figures.makespan_ms,
         "predicted_makespan_ms": figures.predicted_ms,
         "step_wall_ms": log.step_ms.last(),

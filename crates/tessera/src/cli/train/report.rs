@@ -13,6 +13,9 @@ pub struct PipelineFigures {
     pub bubble_simulated: f64,
     /// Each group's busy milliseconds in the last step (empty for one program).
     pub group_busy_ms: Vec<f64>,
+    /// Each group's milliseconds waiting for inputs already produced in the last step (the
+    /// transfers' exposed time; empty for one program).
+    pub transfer_wait_ms: Vec<f64>,
     pub makespan_ms: f64,
     pub predicted_ms: f64,
     /// Whether every group ran the schedule's order (`None`: the step ran as one program, with
@@ -33,6 +36,7 @@ pub fn one_program_figures(makespans_ms: &[f64]) -> anyhow::Result<PipelineFigur
         bubble_measured: f64::NAN,
         bubble_simulated: f64::NAN,
         group_busy_ms: Vec::new(),
+        transfer_wait_ms: Vec::new(),
         makespan_ms: settled_median(makespans_ms),
         predicted_ms: f64::NAN,
         orders_match: None,
@@ -124,6 +128,12 @@ pub fn pipeline_figures(
     let group_busy_ms = timings.group_busy_ms(groups);
     let shown: Vec<String> = group_busy_ms.iter().map(|b| format!("{b:.2}")).collect();
     outln!("busy ms per group in the last step: {}", shown.join(", "))?;
+    let transfer_wait_ms = pipeline.transfer_wait_ms(timings);
+    let shown: Vec<String> = transfer_wait_ms.iter().map(|b| format!("{b:.2}")).collect();
+    outln!(
+        "ms per group waiting for inputs already produced (exposed transfers) in the last step: {}",
+        shown.join(", ")
+    )?;
     let makespan_ms = settled_median(&per_step.iter().map(|s| s.0).collect::<Vec<_>>());
     let predicted_ms = settled_median(&per_step.iter().map(|s| s.1).collect::<Vec<_>>());
     outln!(
@@ -159,6 +169,7 @@ pub fn pipeline_figures(
         bubble_measured,
         bubble_simulated,
         group_busy_ms,
+        transfer_wait_ms,
         makespan_ms,
         predicted_ms,
         orders_match: Some(orders_match),
