@@ -56,14 +56,25 @@ fn collectives(s: &serde_json::Value) -> Vec<BTreeMap<String, u64>> {
 #[test]
 fn reducing_once_per_step_keeps_the_collectives_from_growing_with_the_micro_batches() {
     let steps = ["--steps", "2"];
-    let eight = collectives(&run("gpt", "8", "per-step", &steps));
-    let sixteen = collectives(&run("gpt", "16", "per-step", &steps));
-    assert_eq!(eight.len(), 2, "{eight:?}");
-    assert_eq!(eight, sixteen, "8 micro-batches {eight:?}, 16 {sixteen:?}");
-    for group in &eight {
-        // The gradients, losses and metrics together: one combined all-reduce.
-        assert_eq!(group.get("all-reduce"), Some(&1), "{eight:?}");
+    for model in ["gpt", "llama"] {
+        let eight_run = run(model, "8", "per-step", &steps);
+        let eight = collectives(&eight_run);
+        let sixteen = collectives(&run(model, "16", "per-step", &steps));
+        assert_eq!(eight.len(), 2, "{model}: {eight:?}");
+        assert_eq!(eight, sixteen, "{model}: 8 micro-batches {eight:?}, 16 {sixteen:?}");
+        for group in &eight {
+            // The gradients, losses and metrics together: one combined all-reduce, and
+            // nothing else (a residual of parameters alone is not split, so never gathered).
+            let all_reduce = [("all-reduce".to_owned(), 1)].into_iter().collect();
+            assert_eq!(group, &all_reduce, "{model}: {eight:?}");
+        }
+        // Each group's exposed transfer wait is reported, and is part of the step.
+        let waits = summary_numbers(&eight_run, "transfer_wait_ms");
+        let makespan = eight_run["makespan_ms"].as_f64().unwrap();
+        assert_eq!(waits.len(), 2, "{model}: {eight_run}");
+        assert!(waits.iter().all(|w| (0.0..makespan).contains(w)), "{waits:?} {makespan}");
     }
+    let steps = ["--steps", "2"];
     // The count sees a reduction per micro-batch where there is one.
     let before = collectives(&run("gpt", "8", "per-microbatch", &steps));
     let after = collectives(&run("gpt", "16", "per-microbatch", &steps));
