@@ -61,7 +61,10 @@ fn reducing_once_per_step_keeps_the_collectives_from_growing_with_the_micro_batc
         let eight = collectives(&eight_run);
         let sixteen = collectives(&run(model, "16", "per-step", &steps));
         assert_eq!(eight.len(), 2, "{model}: {eight:?}");
-        assert_eq!(eight, sixteen, "{model}: 8 micro-batches {eight:?}, 16 {sixteen:?}");
+        assert_eq!(
+            eight, sixteen,
+            "{model}: 8 micro-batches {eight:?}, 16 {sixteen:?}"
+        );
         for group in &eight {
             // The gradients, losses and metrics together: one combined all-reduce, and
             // nothing else (a residual of parameters alone is not split, so never gathered).
@@ -72,7 +75,10 @@ fn reducing_once_per_step_keeps_the_collectives_from_growing_with_the_micro_batc
         let waits = summary_numbers(&eight_run, "transfer_wait_ms");
         let makespan = eight_run["makespan_ms"].as_f64().unwrap();
         assert_eq!(waits.len(), 2, "{model}: {eight_run}");
-        assert!(waits.iter().all(|w| (0.0..makespan).contains(w)), "{waits:?} {makespan}");
+        assert!(
+            waits.iter().all(|w| (0.0..makespan).contains(w)),
+            "{waits:?} {makespan}"
+        );
     }
     let steps = ["--steps", "2"];
     // The count sees a reduction per micro-batch where there is one.

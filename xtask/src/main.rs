@@ -9,6 +9,7 @@ mod cmd;
 mod compile_count;
 mod demo;
 mod doc_check;
+mod dp_bench;
 mod gpu_bundle;
 mod gpu_run;
 mod jax;
@@ -72,8 +73,13 @@ enum Command {
         /// (docs/runs/cpu-remat.json), then the page.
         #[arg(long, conflicts_with_all = ["compare_jax", "checkpoints"])]
         remat: bool,
-        /// Measure nothing: regenerate docs/benchmarks.md from the run files in docs/runs/.
+        /// Only data-parallel and FSDP stages reducing once per step against once per
+        /// micro-batch, and the demo's exposed transfer wait (docs/runs/cpu-data-parallel.json),
+        /// then the page.
         #[arg(long, conflicts_with_all = ["compare_jax", "checkpoints", "remat"])]
+        data_parallel: bool,
+        /// Measure nothing: regenerate docs/benchmarks.md from the run files in docs/runs/.
+        #[arg(long, conflicts_with_all = ["compare_jax", "checkpoints", "remat", "data_parallel"])]
         render: bool,
     },
     /// Write DIR: the stripped release binary (xz), the shared libraries a GPU machine may lack,
@@ -96,10 +102,15 @@ fn main() -> ExitCode {
             llama_only,
             checkpoints,
             remat,
+            data_parallel,
             render,
         } => {
             if render {
                 runs::regenerate(&cmd::workspace_root()).map(|()| ExitCode::SUCCESS)
+            } else if data_parallel {
+                setup::run()
+                    .and_then(|_| dp_bench::run(&cmd::workspace_root()))
+                    .map(|()| ExitCode::SUCCESS)
             } else if remat {
                 setup::run()
                     .and_then(|_| remat_bench::run(&cmd::workspace_root()))

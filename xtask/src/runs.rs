@@ -40,6 +40,8 @@ pub enum Renderer {
     Checkpoints,
     /// Saved residuals against recomputation ([`crate::remat_bench`]).
     Remat,
+    /// Data-parallel stages reducing per step against per micro-batch ([`crate::dp_bench`]).
+    DataParallel,
     /// The planner on one preset of `benches/plan_accuracy.py` ([`crate::plan_bench`]).
     Plan,
     /// A GPU run of the bundle's `run.sh` ([`crate::gpu_run`]).
@@ -55,6 +57,7 @@ pub const SECTIONS: &[(&str, Renderer)] = &[
     ("cpu-pipelined", Renderer::Pipelined),
     ("cpu-synthetic", Renderer::Synthetic),
     ("cpu-remat", Renderer::Remat),
+    ("cpu-data-parallel", Renderer::DataParallel),
     ("gpu-h100", Renderer::GpuRun),
     ("gpu-h200", Renderer::GpuRun),
     ("cpu-treduce-compile", Renderer::Transcribed),
@@ -205,6 +208,7 @@ pub fn render(root: &Path) -> anyhow::Result<String> {
             Renderer::Checkpoints => crate::checkpoint_bench::render_run(&mut md, run)?,
             Renderer::Plan => crate::plan_bench::render_run(&mut md, run)?,
             Renderer::Remat => crate::remat_bench::render_run(&mut md, run)?,
+            Renderer::DataParallel => crate::dp_bench::render_run(&mut md, run)?,
             Renderer::GpuRun => crate::gpu_run::render_run(&mut md, run)?,
             Renderer::Transcribed => render_transcribed(&mut md, name, run)?,
         }
