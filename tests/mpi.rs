@@ -134,15 +134,12 @@ fn four_ranks_train_the_gpt_as_one_process_does() {
     equal_to_one_process("zero-bubble", "4", "4");
 }
 
-/// Saved residuals under MPI (the default `--remat`): a 2-rank job, its forwards' residuals
-/// kept on their groups for the backwards, trains like one process whose backwards recompute
-/// their forwards (`--remat nothing_saveable`), within 1e-5.
-#[test]
-fn a_job_saving_residuals_trains_like_one_process_that_recomputes() {
-    let args = train_args("1f1b", "2", "2", "3");
-    let mut recomputing = args.clone();
-    recomputing.extend(["--remat".to_owned(), "nothing_saveable".to_owned()]);
-    let alone = run_alone(&recomputing);
+/// A 2-rank job of `args` trains like one process of `args` and `alone_extra`, within 1e-5
+/// over its 3 steps.
+fn two_ranks_train_like_one_process_with(args: &[String], alone_extra: [&str; 2]) {
+    let mut alone_args = args.to_vec();
+    alone_args.extend(alone_extra.map(str::to_owned));
+    let alone = run_alone(&alone_args);
     assert!(
         alone.status.success(),
         "{}",
@@ -161,9 +158,18 @@ fn a_job_saving_residuals_trains_like_one_process_that_recomputes() {
     for (a, b) in got.iter().zip(&want) {
         assert!(
             (a - b).abs() <= 1e-5 * b.abs(),
-            "job {got:?}, recomputing {want:?}"
+            "job {got:?}, one process with {alone_extra:?} {want:?}"
         );
     }
+}
+
+/// Saved residuals under MPI (the default `--remat`): a 2-rank job, its forwards' residuals
+/// kept on their groups for the backwards, trains like one process whose backwards recompute
+/// their forwards (`--remat nothing_saveable`), within 1e-5.
+#[test]
+fn a_job_saving_residuals_trains_like_one_process_that_recomputes() {
+    let args = train_args("1f1b", "2", "2", "3");
+    two_ranks_train_like_one_process_with(&args, ["--remat", "nothing_saveable"]);
 }
 
 /// Data-parallel groups reducing once per step under MPI (the default `--grad-reduce`): a
@@ -172,30 +178,7 @@ fn a_job_saving_residuals_trains_like_one_process_that_recomputes() {
 #[test]
 fn a_job_reducing_once_per_step_trains_like_one_process_reducing_every_micro_batch() {
     let args = train_args("1f1b", "2", "2", "3");
-    let mut per_microbatch = args.clone();
-    per_microbatch.extend(["--grad-reduce".to_owned(), "per-microbatch".to_owned()]);
-    let alone = run_alone(&per_microbatch);
-    assert!(
-        alone.status.success(),
-        "{}",
-        String::from_utf8_lossy(&alone.stderr)
-    );
-    let bin = tessera_bin();
-    let mut launch = vec!["-n", "2", bin.to_str().unwrap()];
-    launch.extend(args.iter().map(String::as_str));
-    let job = mpirun(&launch, &[], Duration::from_secs(300), None);
-    assert!(job.status.success(), "{}", job.stderr);
-    let (want, got) = (
-        losses(&String::from_utf8_lossy(&alone.stdout)),
-        losses(&job.stdout),
-    );
-    assert_eq!(got.len(), 3);
-    for (a, b) in got.iter().zip(&want) {
-        assert!(
-            (a - b).abs() <= 1e-5 * b.abs(),
-            "job {got:?}, per micro-batch {want:?}"
-        );
-    }
+    two_ranks_train_like_one_process_with(&args, ["--grad-reduce", "per-microbatch"]);
 }
 
 #[test]

@@ -95,7 +95,7 @@ fn run_demos() -> anyhow::Result<ExitCode> {
 }
 
 /// The training run of the demo: `tessera train` with the config of examples/data/llama-1m.toml.
-const TRAIN: &[&str] = &[
+pub(crate) const TRAIN: &[&str] = &[
     "train",
     "--config",
     "examples/data/llama-1m.toml",

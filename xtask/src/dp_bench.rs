@@ -81,30 +81,30 @@ fn args(model: &str, mesh: &str, fsdp: bool, microbatches: &str, reduce: &str) -
     args
 }
 
-/// The demo's training run (its config, 4 stages on 8 devices), for its transfer wait.
-const DEMO: &[&str] = &[
-    "train",
-    "--config",
-    "examples/data/llama-1m.toml",
-    "--schedule",
-    "1f1b",
-    "--stages",
-    "4",
-    "--devices",
-    "8",
-    "--microbatches",
-    "8",
-    "--batch",
-    "16",
-    "--optimizer",
-    "adamw",
-    "--steps",
-    STEPS,
-    "--no-reference",
-    "--eval-every",
-    "0",
-    "--json",
-];
+/// The demo's training run (`cargo xtask demo`'s, [`crate::demo::TRAIN`]) for [`STEPS`] steps
+/// without the reference, for its transfer wait.
+fn demo_args() -> Vec<String> {
+    let mut args = Vec::new();
+    let mut from = crate::demo::TRAIN.iter();
+    while let Some(&a) = from.next() {
+        match a {
+            "--steps" | "--eval-every" => {
+                from.next();
+            }
+            a => args.push(a.to_owned()),
+        }
+    }
+    let own = [
+        "--steps",
+        STEPS,
+        "--eval-every",
+        "0",
+        "--no-reference",
+        "--json",
+    ];
+    args.extend(own.map(str::to_owned));
+    args
+}
 
 /// What one run keeps: the step, the bytes, the collectives.
 fn figures(s: &Value) -> Value {
@@ -126,25 +126,16 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
     cmd::build_release_tessera()?;
     let mut rows = Vec::new();
     for (model, mesh, fsdp, microbatches) in configurations() {
-        let mut rounds = Vec::new();
-        for round in 1..=ROUNDS {
-            let mut order = REDUCTIONS.to_vec();
-            if round % 2 == 0 {
-                order.reverse();
-            }
-            let mut entry = serde_json::json!({ "round": round, "order": order });
-            for reduce in order {
-                let fsdp_text = if fsdp { " --fsdp" } else { "" };
-                step(&format!(
-                    "bench: data parallel, {model} {mesh}{fsdp_text} {microbatches} \
-                     micro-batches, round {round}/{ROUNDS}: {reduce}"
-                ));
-                let args = args(model, mesh, fsdp, microbatches, reduce);
-                let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-                entry[reduce] = figures(&cmd::tessera_json(root, &refs, "tessera train")?);
-            }
-            rounds.push(entry);
-        }
+        let fsdp_text = if fsdp { " --fsdp" } else { "" };
+        let rounds = ratio::alternating_rounds(ROUNDS, &REDUCTIONS, |reduce, round| {
+            step(&format!(
+                "bench: data parallel, {model} {mesh}{fsdp_text} {microbatches} micro-batches, \
+                 round {round}/{ROUNDS}: {reduce}"
+            ));
+            let args = args(model, mesh, fsdp, microbatches, reduce);
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            Ok(figures(&cmd::tessera_json(root, &refs, "tessera train")?))
+        })?;
         rows.push(serde_json::json!({
             "model": model, "mesh": mesh, "fsdp": fsdp, "microbatches": microbatches,
             "rounds": rounds,
@@ -155,7 +146,9 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
         step(&format!(
             "bench: data parallel, the demo's transfer wait, round {round}/{ROUNDS}"
         ));
-        demo.push(figures(&cmd::tessera_json(root, DEMO, "tessera train")?));
+        let args = demo_args();
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        demo.push(figures(&cmd::tessera_json(root, &refs, "tessera train")?));
     }
     let command = format!(
         "tessera {}",
@@ -165,7 +158,7 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
         root,
         "cpu-data-parallel",
         serde_json::json!({
-            "command": command, "demo_command": format!("tessera {}", DEMO.join(" ")),
+            "command": command, "demo_command": format!("tessera {}", demo_args().join(" ")),
             "rows": rows, "demo": demo,
         }),
     )?;

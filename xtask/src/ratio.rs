@@ -71,6 +71,29 @@ pub fn check(ratios: &[f64], bound: Bound, target: f64) -> String {
     }
 }
 
+/// `rounds` rounds of the runs `sides`, each round `{"round": r, "order": [...], side: what
+/// `measure(side, round)` returned, ...}`, the order reversed every other round so that no side
+/// always goes first.
+pub fn alternating_rounds(
+    rounds: usize,
+    sides: &[&str],
+    mut measure: impl FnMut(&str, usize) -> anyhow::Result<serde_json::Value>,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let mut all = Vec::new();
+    for round in 1..=rounds {
+        let mut order = sides.to_vec();
+        if round % 2 == 0 {
+            order.reverse();
+        }
+        let mut entry = serde_json::json!({ "round": round, "order": order });
+        for side in order {
+            entry[side] = measure(side, round)?;
+        }
+        all.push(entry);
+    }
+    Ok(all)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -62,27 +62,18 @@ fn args(policy: &str) -> Vec<String> {
 /// Runs the comparison, writes its run file, then the page.
 pub fn run(root: &Path) -> anyhow::Result<()> {
     cmd::build_release_tessera()?;
-    let mut rounds = Vec::new();
-    for round in 1..=ROUNDS {
-        let mut order = POLICIES.to_vec();
-        if round % 2 == 0 {
-            order.reverse();
-        }
-        let mut entry = serde_json::json!({ "round": round, "order": order });
-        for policy in order {
-            step(&format!("bench: remat, round {round}/{ROUNDS}: {policy}"));
-            let args = args(policy);
-            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-            let s = cmd::tessera_json(root, &refs, "tessera train")?;
-            entry[policy] = serde_json::json!({
-                "tokens_per_second": s["tokens_per_second"],
-                "task_ms": s["task_ms"],
-                "remat": s["remat"],
-                "losses": s["losses"],
-            });
-        }
-        rounds.push(entry);
-    }
+    let rounds = ratio::alternating_rounds(ROUNDS, &POLICIES, |policy, round| {
+        step(&format!("bench: remat, round {round}/{ROUNDS}: {policy}"));
+        let args = args(policy);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let s = cmd::tessera_json(root, &refs, "tessera train")?;
+        Ok(serde_json::json!({
+            "tokens_per_second": s["tokens_per_second"],
+            "task_ms": s["task_ms"],
+            "remat": s["remat"],
+            "losses": s["losses"],
+        }))
+    })?;
     let command = format!("tessera {}", args("POLICY").join(" "));
     runs::write(
         root,

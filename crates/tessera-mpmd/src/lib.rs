@@ -6,6 +6,7 @@
 //! groups that hold the parameters.
 
 mod array;
+mod choices;
 pub mod compose;
 pub mod cross_group;
 pub mod driver;
