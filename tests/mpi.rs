@@ -136,9 +136,9 @@ fn four_ranks_train_the_gpt_as_one_process_does() {
 
 /// A 2-rank job of `args` trains like one process of `args` and `alone_extra`, within 1e-5
 /// over its 3 steps.
-fn two_ranks_train_like_one_process_with(args: &[String], alone_extra: [&str; 2]) {
+fn two_ranks_train_like_one_process_with(args: &[String], alone_extra: &[&str]) {
     let mut alone_args = args.to_vec();
-    alone_args.extend(alone_extra.map(str::to_owned));
+    alone_args.extend(alone_extra.iter().map(|a| a.to_string()));
     let alone = run_alone(&alone_args);
     assert!(
         alone.status.success(),
@@ -169,16 +169,36 @@ fn two_ranks_train_like_one_process_with(args: &[String], alone_extra: [&str; 2]
 #[test]
 fn a_job_saving_residuals_trains_like_one_process_that_recomputes() {
     let args = train_args("1f1b", "2", "2", "3");
-    two_ranks_train_like_one_process_with(&args, ["--remat", "nothing_saveable"]);
+    two_ranks_train_like_one_process_with(&args, &["--remat", "nothing_saveable"]);
 }
 
 /// Data-parallel groups reducing once per step under MPI (the default `--grad-reduce`): a
 /// 2-rank job whose groups of four devices each keep partial gradients until the step's end
-/// trains like one process reducing every micro-batch's gradient, within 1e-5.
+/// trains like one process reducing every micro-batch's gradient, within 1e-5; with FSDP too.
 #[test]
 fn a_job_reducing_once_per_step_trains_like_one_process_reducing_every_micro_batch() {
     let args = train_args("1f1b", "2", "2", "3");
-    two_ranks_train_like_one_process_with(&args, ["--grad-reduce", "per-microbatch"]);
+    two_ranks_train_like_one_process_with(&args, &["--grad-reduce", "per-microbatch"]);
+    // FSDP stages gathering once per step (the default) against one process gathering and
+    // reducing in every task.
+    let mut fsdp = args.clone();
+    let small = [
+        "--fsdp",
+        "--layers",
+        "2",
+        "--d-model",
+        "32",
+        "--seq-len",
+        "16",
+    ];
+    fsdp.extend(small.map(str::to_owned));
+    let per_task = [
+        "--grad-reduce",
+        "per-microbatch",
+        "--fsdp-gather",
+        "per-microbatch",
+    ];
+    two_ranks_train_like_one_process_with(&fsdp, &per_task);
 }
 
 #[test]
