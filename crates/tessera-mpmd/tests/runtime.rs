@@ -187,8 +187,8 @@ fn a_pipeline_runs_in_order_and_moves_values_between_groups() {
     assert!(out.timings.bubble_ratio(3) > 0.0 && out.timings.bubble_ratio(3) < 1.0);
     let trace = out.timings.to_chrome_trace();
     let parsed: serde_json::Value = serde_json::from_str(&trace).unwrap();
-    // 7 tasks, one row name per group, the transfers on their senders' rows, and a live-bytes
-    // counter sample at each value's start and end.
+    // 7 tasks, one row name per group, the transfers on their senders' rows, the waits on the
+    // receivers' rows, and a live-bytes counter sample at each value's start and end.
     let transfers = out.timings.transfers.len();
     assert_eq!(transfers, transport.sends.lock().unwrap().len());
     assert!(
@@ -196,9 +196,12 @@ fn a_pipeline_runs_in_order_and_moves_values_between_groups() {
         "every sent value was received"
     );
     let counters = 2 * out.timings.values.len();
+    // Each wait for a value from another group (a receive, one per transfer) on its row.
+    let waits = out.timings.waits.len();
+    assert_eq!(waits, transfers, "{:?}", out.timings.waits);
     assert_eq!(
         parsed["traceEvents"].as_array().unwrap().len(),
-        7 + 3 + transfers + counters
+        7 + 3 + transfers + counters + waits
     );
 }
 

@@ -259,8 +259,9 @@ impl Timings {
             .collect()
     }
 
-    /// The run as a Chrome trace (`chrome://tracing`, Perfetto): one thread row per group and
-    /// one `live bytes` counter track per group.
+    /// The run as a Chrome trace (`chrome://tracing`, Perfetto): one thread row per group (its
+    /// tasks, its sends, and its waits for other groups' values) and one `live bytes` counter
+    /// track per group.
     pub fn to_chrome_trace(&self) -> String {
         let mut events = Vec::with_capacity(self.tasks.len());
         for t in &self.tasks {
@@ -276,6 +277,15 @@ impl Timings {
             events.push(format!(
                 "{{\"name\":\"send to group {}\",\"cat\":\"transfer\",\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{:.3},\"dur\":{:.3}}}",
                 t.to, t.from, t.start_us, t.duration_us
+            ));
+        }
+        for w in &self.waits {
+            events.push(format!(
+                "{{\"name\":\"wait for value {}\",\"cat\":\"wait\",\"ph\":\"X\",\"pid\":0,\"tid\":{},\"ts\":{:.3},\"dur\":{:.3}}}",
+                w.value,
+                w.group,
+                w.start_us,
+                w.end_us - w.start_us
             ));
         }
         let groups: std::collections::BTreeSet<usize> = self
