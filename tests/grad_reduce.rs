@@ -130,14 +130,20 @@ fn fsdp_stages_gather_each_parameter_once_per_step() {
     // GPT-2 of 2 layers has 29 parameter arrays: the token and position embeddings, 12 per
     // layer (two layer norms, the attention's qkv and output projections, the MLP's two
     // layers, each a weight and a bias), the final layer norm's two and the untied head.
-    let gathers: u64 = eight
-        .iter()
-        .map(|g| g.get("all-gather").copied().unwrap_or(0))
-        .sum();
+    let count = |g: &BTreeMap<String, u64>, kind: &str| g.get(kind).copied().unwrap_or(0);
+    let gathers: u64 = eight.iter().map(|g| count(g, "all-gather")).sum();
     assert!(gathers <= 29, "{eight:?}");
     for group in &eight {
-        assert_eq!(group.get("all-reduce"), Some(&1), "{eight:?}");
+        // Each gradient reduce-scattered once, as its parameter was gathered once; the only
+        // all-reduce is the loss's, on the last group.
+        assert_eq!(
+            count(group, "reduce-scatter"),
+            count(group, "all-gather"),
+            "{eight:?}"
+        );
     }
+    assert_eq!(count(&eight[0], "all-reduce"), 0, "{eight:?}");
+    assert_eq!(count(&eight[1], "all-reduce"), 1, "{eight:?}");
 }
 
 #[test]

@@ -7,7 +7,9 @@
 //!   holds its partial sum, see [`ValueSpecs`]); after the schedule has run, one program per
 //!   group lays them out as the step returns them (the parameter's spec, the loss replicated):
 //!   the step's only gradient reduction, an all-reduce (combined where XLA combines them) or,
-//!   for a parameter split over a data-parallel axis (FSDP), a reduce-scatter.
+//!   for a parameter split over a data-parallel axis (FSDP), a reduce-scatter (written out as a
+//!   `shard_map` of `unreduced_psum_scatter`: XLA's CPU pipeline makes an all-reduce and a
+//!   slice of the change of layout alone).
 //! - **The gather** ([`FsdpGather::PerStep`]): a parameter split over a data-parallel axis is
 //!   gathered once before the group's first task and kept whole over those axes until the
 //!   step ends, instead of in every task.
@@ -115,6 +117,58 @@ impl Relayouts {
     }
 }
 
+/// The dimension a value held unreduced is to be split along over exactly its unreduced axes
+/// (an FSDP gradient), its other dimensions as they were: a reduce-scatter. `None` for any
+/// other change of layout, which XLA's partitioner makes from the layouts alone.
+fn scattered_dim(m: &Moved) -> Option<usize> {
+    if m.from.unreduced().is_empty() || !m.to.unreduced().is_empty() {
+        return None;
+    }
+    let mut unreduced: Vec<&String> = m.from.unreduced().iter().collect();
+    unreduced.sort();
+    let dims = m.to.dims().len().max(m.from.dims().len());
+    let axes = |spec: &PartitionSpec, d: usize| {
+        spec.dims()
+            .get(d)
+            .map(|x| x.axes().to_vec())
+            .unwrap_or_default()
+    };
+    let mut split = None;
+    for d in 0..dims {
+        let (from, to) = (axes(&m.from, d), axes(&m.to, d));
+        if from == to {
+            continue;
+        }
+        let mut added: Vec<&String> = to.iter().filter(|a| !from.contains(a)).collect();
+        added.sort();
+        if split.is_some() || !from.is_empty() || added != unreduced {
+            return None;
+        }
+        split = Some(d);
+    }
+    split
+}
+
+/// `x` (laid out `m.from`, unreduced) summed over its unreduced axes with each device keeping
+/// its block of dimension `dim`: a `shard_map` over the group whose body is
+/// `unreduced_psum_scatter`, so the program holds a reduce-scatter, not an all-reduce and a
+/// slice (what XLA's CPU pipeline makes of the change of layout alone).
+fn reduce_scatter(
+    mesh: &tessera_sharding::AbstractMesh,
+    x: &tessera_ir::trace::Tensor,
+    m: &Moved,
+    dim: usize,
+) -> tessera_ir::trace::Tensor {
+    let axes: Vec<String> = m.to.dims()[dim].axes().to_vec();
+    let in_specs = [m.from.clone()];
+    let out_specs = [m.to.clone()];
+    let outs = tessera_ir::trace::shard_map(mesh, &in_specs, &out_specs, &[x], |b| {
+        let names: Vec<&str> = axes.iter().map(String::as_str).collect();
+        vec![b[0].unreduced_psum_scatter_over(&names, dim as i64, true)]
+    });
+    outs.into_iter().next().unwrap_or_else(|| x.clone())
+}
+
 /// Compiles the identity over `values`, each argument laid out `from` and each result `to`.
 fn compile_group(
     mesh: &MpmdMesh,
@@ -126,8 +180,17 @@ fn compile_group(
 ) -> Result<usize, DriverError> {
     let lowering = mesh.lowering_mesh();
     let avals: Vec<ShapedArray> = values.iter().map(|m| m.aval.clone()).collect();
-    let program = trace(&avals, |a| a.to_vec())
-        .map_err(|e| DriverError::Config(format!("tracing the {what}: {e}")))?;
+    let group_mesh = lowering.abstract_mesh();
+    let program = trace(&avals, |a| {
+        a.iter()
+            .zip(values)
+            .map(|(x, m)| match scattered_dim(m) {
+                Some(dim) => reduce_scatter(group_mesh, x, m, dim),
+                None => x.clone(),
+            })
+            .collect()
+    })
+    .map_err(|e| DriverError::Config(format!("tracing the {what}: {e}")))?;
     let mut arg_shardings = Vec::new();
     let mut result_shardings = Vec::new();
     let mut layouts = Vec::new();

@@ -50,7 +50,8 @@ pub(super) fn named(
     mesh: &AbstractMesh,
     spec: &PartitionSpec,
 ) -> Result<NamedSharding, LowerError> {
-    Ok(NamedSharding::new(&Mesh::iota(mesh.clone()), spec.clone())?)
+    let mesh = Mesh::iota(mesh.clone());
+    Ok(NamedSharding::with_partial_axes(&mesh, spec.clone())?)
 }
 
 fn hlo_sharding(

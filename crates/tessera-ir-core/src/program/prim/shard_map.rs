@@ -100,18 +100,25 @@ pub fn shard_map_params(
         .with("out_specs", specs(out_specs))
 }
 
+/// A spec as JAX prints it: a tuple of dimensions, or `P(..., unreduced={...})` where the spec
+/// holds axes unreduced.
 fn spec_value(spec: &PartitionSpec) -> ParamValue {
-    ParamValue::Tuple(
-        spec.dims()
-            .iter()
-            .map(|d| match d.axes() {
-                [] => ParamValue::Name("None".into()),
-                axes => {
-                    ParamValue::Tuple(axes.iter().map(|a| ParamValue::Name(a.clone())).collect())
-                }
-            })
-            .collect(),
-    )
+    let dims: Vec<ParamValue> = spec
+        .dims()
+        .iter()
+        .map(|d| match d.axes() {
+            [] => ParamValue::Name("None".into()),
+            axes => ParamValue::Tuple(axes.iter().map(|a| ParamValue::Name(a.clone())).collect()),
+        })
+        .collect();
+    if spec.unreduced().is_empty() {
+        return ParamValue::Tuple(dims);
+    }
+    let mut fields: Vec<(String, ParamValue)> =
+        dims.into_iter().map(|d| (String::new(), d)).collect();
+    let axes = spec.unreduced().iter().map(|a| ParamValue::Str(a.clone()));
+    fields.push(("unreduced".into(), ParamValue::Set(axes.collect())));
+    ParamValue::Record("P".into(), fields)
 }
 
 fn read_mesh(params: &Params) -> Result<AbstractMesh> {
@@ -230,7 +237,11 @@ fn read_specs(params: &Params, key: &str) -> Result<Vec<PartitionSpec>> {
                     }
                 })
                 .collect::<Result<Vec<_>>>()?;
-            Ok(PartitionSpec::new(dims))
+            let unreduced: Vec<&str> = match spec.field("unreduced") {
+                Some(ParamValue::Set(items)) => items.iter().filter_map(ParamValue::as_str).collect(),
+                _ => Vec::new(),
+            };
+            Ok(PartitionSpec::new(dims).with_unreduced(&unreduced))
         })
         .collect()
 }
@@ -288,6 +299,11 @@ pub fn block_aval(
     }
     block.vma = spec.used_axes().map(str::to_owned).collect();
     block.vma.extend(global.vma.iter().cloned());
+    // Each device's block of a value held unreduced is its partial sum.
+    if !spec.unreduced().is_empty() {
+        let unreduced = spec.unreduced().iter().cloned().collect();
+        block.set_reduced_unreduced(Default::default(), unreduced);
+    }
     Ok(block)
 }
 
