@@ -343,8 +343,11 @@ impl CompiledPipeline {
         options: &PipelineOptions,
     ) -> Result<Self, DriverError> {
         let processes = options.processes.clone();
-        // GSPMD's shardings cannot say unreduced: under it every backward reduces its own.
-        let specs = match options.partitioner {
+        // GSPMD's shardings cannot say unreduced: under it (asked for, or chosen for a loss
+        // with host callbacks on groups of several devices) every backward reduces its own.
+        let group_size = mesh.lowering_mesh().device_ids().len();
+        let partitioner = options.partitioner.for_callbacks(group_size, [loss]);
+        let specs = match partitioner {
             Partitioner::Gspmd => options
                 .specs
                 .clone()
