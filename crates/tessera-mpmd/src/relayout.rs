@@ -276,3 +276,32 @@ pub(crate) fn relayouts(
     }
     Ok((reduced, gathered))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn moved(from: &str, to: &str) -> Moved {
+        Moved {
+            position: 0,
+            aval: ShapedArray::new(tessera_ir::DType::F32, &[8, 4]),
+            from: PartitionSpec::parse(from).unwrap(),
+            to: PartitionSpec::parse(to).unwrap(),
+        }
+    }
+
+    #[test]
+    fn only_a_partial_sum_split_over_exactly_its_axes_is_reduce_scattered() {
+        let fsdp = moved("P(unreduced={'data'})", "P('data')");
+        assert_eq!(scattered_dim(&fsdp), Some(0));
+        let with_tp = moved("P(None, 'model', unreduced={'data'})", "P('data', 'model')");
+        assert_eq!(scattered_dim(&with_tp), Some(0));
+        // Summed whole (an all-reduce), a gather, or a split over another axis: not a scatter.
+        assert_eq!(scattered_dim(&moved("P(unreduced={'data'})", "P()")), None);
+        assert_eq!(scattered_dim(&moved("P('data')", "P()")), None);
+        assert_eq!(
+            scattered_dim(&moved("P(unreduced={'data'})", "P('model')")),
+            None
+        );
+    }
+}

@@ -393,6 +393,19 @@ mod tests {
     }
 
     #[test]
+    fn a_partial_sum_drops_the_data_axes_from_its_dimensions_and_holds_them_unreduced() {
+        let specs = ValueSpecs::default().with_batch_axes(vec!["data".into()]);
+        let fsdp_tp = PartitionSpec::parse("P('data', 'model')").unwrap();
+        let partial = specs.partial(&group(), fsdp_tp.clone());
+        assert_eq!(partial.to_string(), "P(None, 'model', unreduced={'data'})");
+        // Per micro-batch, and on a group whose data axis splits nothing, it stays as it was.
+        let per_mb = specs.clone().with_grad_reduce(GradReduce::PerMicrobatch);
+        assert_eq!(per_mb.partial(&group(), fsdp_tp.clone()), fsdp_tp);
+        let lone = Mesh::auto(&[("data", 1), ("model", 2)]).unwrap();
+        assert_eq!(specs.partial(&lone, fsdp_tp.clone()), fsdp_tp);
+    }
+
+    #[test]
     fn a_spec_over_the_groups_axes_that_divide_passes() {
         let spec = PartitionSpec::parse("P('data', 'model')").unwrap();
         check_spec("w", &[4, 6], &spec, &group(), "stage").unwrap();
