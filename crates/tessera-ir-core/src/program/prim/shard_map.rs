@@ -239,7 +239,7 @@ fn read_specs(params: &Params, key: &str) -> Result<Vec<PartitionSpec>> {
                 .collect::<Result<Vec<_>>>()?;
             let unreduced: Vec<&str> = match spec.field("unreduced") {
                 Some(ParamValue::Set(items)) => items.iter().filter_map(ParamValue::as_str).collect(),
-                _ => Vec::new(),
+                Some(_) | None => Vec::new(),
             };
             Ok(PartitionSpec::new(dims).with_unreduced(&unreduced))
         })
