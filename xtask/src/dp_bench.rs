@@ -189,7 +189,8 @@ fn largest(v: &Value) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// The all-reduces and all-gathers of a step on its busiest group, as `r / g`.
+/// The all-reduces, all-gathers and reduce-scatters of a step on its busiest group, as
+/// `r / g / s`.
 fn counts(v: &Value) -> String {
     let groups = v.as_array().cloned().unwrap_or_default();
     let most = |kind: &str| {
@@ -199,7 +200,8 @@ fn counts(v: &Value) -> String {
             .max()
             .unwrap_or(0)
     };
-    format!("{} / {}", most("all-reduce"), most("all-gather"))
+    let kinds = ["all-reduce", "all-gather", "reduce-scatter"];
+    kinds.map(|k| most(k).to_string()).join(" / ")
 }
 
 /// The section, from its run file.
@@ -219,7 +221,7 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
          and micro-batch count below, reducing the gradients once per step (the default) against \
          once per micro-batch, {ROUNDS} rounds alternating which goes first; a run's step is the \
          median of its iterations after the first. Collectives are per step on the busiest \
-         group, all-reduces / all-gathers, counted in XLA's optimized programs; bytes are the \
+         group, all-reduces / all-gathers / reduce-scatters, counted in XLA's optimized programs; bytes are the \
          largest group's peak live bytes during the step (all its devices). Measured at {}.",
         data["command"].as_str().unwrap_or("?"),
         runs::provenance(run)
@@ -348,7 +350,7 @@ mod tests {
         let mut md = String::new();
         render_run(&mut md, &run).unwrap();
         assert!(
-            md.contains("| gpt | `stage=2,data=4` | no | 8 | 10.0 ms | 12.0 ms | 1.20×, 1.20×, 1.20× | 1 / 0 | 8 / 0 | 2000 | 2000 |"),
+            md.contains("| gpt | `stage=2,data=4` | no | 8 | 10.0 ms | 12.0 ms | 1.20×, 1.20×, 1.20× | 1 / 0 / 0 | 8 / 0 / 0 | 2000 | 2000 |"),
             "{md}"
         );
         assert!(
