@@ -3,15 +3,17 @@
 //! microbatches and returns the accumulated gradients and the per-microbatch losses.
 //!
 //! Inside a group, programs run SPMD over the group's devices, every value laid out as
-//! [`ValueSpecs`] says: parameters, their gradient accumulators and gradients by the parameter's
-//! spec (replicated unless given), per-micro-batch values (data, activations, their cotangents
-//! and the residuals) split along their leading (batch) dimension over the data-parallel axes
-//! where it divides, losses replicated. Every compiled action carries these specs on its
-//! arguments and results (explicit `mhlo.sharding`s, so a value crossing groups has one layout
-//! on both sides and moves shard by shard); XLA's partitioner decides what lies inside and adds
-//! the collectives (the gradients' reductions, tensor parallelism's all-reduces). The optimizer
-//! update is left to the caller (`mpmd_jit` runs it on the groups).
-
+//! [`ValueSpecs`] says: parameters and gradients by the parameter's spec (replicated unless
+//! given; an FSDP parameter read whole over the data axes, gathered once before the run),
+//! per-micro-batch values (data, activations, their cotangents and the residuals) split along
+//! their leading (batch) dimension over the data-parallel axes where it divides; gradient
+//! accumulators, losses and metrics held as partial sums over those axes, which
+//! `keep_partial_sums` makes each task compute and one program per group reduces after the run
+//! (`relayout.rs`; or, per micro-batch, the parameter's spec and replicated). Every compiled
+//! action carries these specs on its arguments and results (explicit shardings, so a value
+//! crossing groups has one layout on both sides and moves shard by shard); XLA's partitioner
+//! decides what lies inside and adds the collectives (tensor parallelism's all-reduces). The
+//! optimizer update is left to the caller (`mpmd_jit` runs it on the groups).
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
