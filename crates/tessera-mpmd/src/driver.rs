@@ -14,6 +14,7 @@
 //! crossing groups has one layout on both sides and moves shard by shard); XLA's partitioner
 //! decides what lies inside and adds the collectives (tensor parallelism's all-reduces). The
 //! optimizer update is left to the caller (`mpmd_jit` runs it on the groups).
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
