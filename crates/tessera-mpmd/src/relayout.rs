@@ -220,11 +220,13 @@ fn compile_group(
     Ok(executor.compile(&module, group, layouts)?)
 }
 
+/// The values each group moves, by group.
+pub(crate) type ByGroup = BTreeMap<usize, Vec<Moved>>;
+
 /// The values each group of this process lays out anew once per step: the plan's results it
 /// reduces (`unreduced` specs) and the plan's inputs it gathers (a parameter whose step spec
 /// splits it over the data-parallel axes but whose tasks read it whole over them), with
 /// positions in `built.plan.results` and `built.inputs`.
-pub(crate) type ByGroup = BTreeMap<usize, Vec<Moved>>;
 pub(crate) fn relayouts(
     parts: &[StagePrograms],
     specs: &ValueSpecs,
