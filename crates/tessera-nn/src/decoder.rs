@@ -15,6 +15,7 @@ use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
 use crate::error::{NnError, Result};
 use crate::init::{Init, Rng};
 use crate::layers::{Attention, Embedding, LayerNorm, Linear, Mlp, ParamSpec, RmsNorm, SwiGlu};
+use crate::rope::Rope;
 use crate::tree::Tree;
 
 /// The most transformer blocks [`DecoderConfig::validate`] accepts (the parameter tree has a
@@ -54,6 +55,22 @@ pub struct DecoderConfig {
     /// parameters (cast where each is used, so their gradients are float32), norms, softmax and
     /// loss.
     pub compute_dtype: DType,
+    /// Key/value heads (grouped-query attention); `heads` for multi-head attention.
+    pub kv_heads: i64,
+    /// Width of each attention head (`d_model / heads` unless a checkpoint says otherwise).
+    pub head_dim: i64,
+    /// Llama's rotary embedding (base and scaling); GPT-2 has none.
+    pub rope: Rope,
+    /// Biases on the query, key and value projections (GPT-2, Qwen2, Llama's `attention_bias`).
+    pub qkv_bias: bool,
+    /// A bias on the attention's output projection (GPT-2, Llama's `attention_bias`).
+    pub out_bias: bool,
+    /// Biases in the MLP (GPT-2, Llama's `mlp_bias`).
+    pub mlp_bias: bool,
+    /// Added to the variance (LayerNorm) or the mean square (RMSNorm).
+    pub norm_eps: f64,
+    /// Mistral's sliding window: each position attends to at most this many, itself included.
+    pub sliding_window: Option<i64>,
 }
 
 impl DecoderConfig {
@@ -69,6 +86,14 @@ impl DecoderConfig {
             ffn: d_model.saturating_mul(4),
             tie_embeddings: false,
             compute_dtype: DType::F32,
+            kv_heads: heads,
+            head_dim: d_model / heads.max(1),
+            rope: Rope::new(10_000.0),
+            qkv_bias: true,
+            out_bias: true,
+            mlp_bias: true,
+            norm_eps: 1e-5,
+            sliding_window: None,
         }
     }
 
@@ -84,6 +109,14 @@ impl DecoderConfig {
             ffn: (d_model.saturating_mul(8).saturating_add(2) / 3 + 7) / 8 * 8,
             tie_embeddings: false,
             compute_dtype: DType::F32,
+            kv_heads: heads,
+            head_dim: d_model / heads.max(1),
+            rope: Rope::new(10_000.0),
+            qkv_bias: false,
+            out_bias: false,
+            mlp_bias: false,
+            norm_eps: 1e-5,
+            sliding_window: None,
         }
     }
 
@@ -145,27 +178,44 @@ impl DecoderConfig {
                 self.compute_dtype
             ));
         }
-        if self.d_model % self.heads != 0 {
+        // Without an explicit head width, it is d_model / heads.
+        if self.head_dim == self.d_model / self.heads && self.d_model % self.heads != 0 {
             return bad(format!(
                 "heads ({}) must divide d_model ({}); pick heads among the divisors of d_model",
                 self.heads, self.d_model
             ));
         }
-        if self.kind == DecoderKind::Llama && (self.d_model / self.heads) % 2 != 0 {
+        if self.head_dim < 1 || self.kv_heads < 1 || self.heads % self.kv_heads != 0 {
             return bad(format!(
-                "rotary embeddings need an even head width, but d_model / heads = {}",
-                self.d_model / self.heads
+                "{} key/value heads of width {} do not fit {} query heads: the key/value heads \
+                 must divide the heads and the width must be at least 1",
+                self.kv_heads, self.head_dim, self.heads
             ));
+        }
+        if self.kind == DecoderKind::Llama && self.head_dim % 2 != 0 {
+            return bad(format!(
+                "rotary embeddings need an even head width, but the heads are {} wide",
+                self.head_dim
+            ));
+        }
+        if self.sliding_window.is_some_and(|w| w < 1) {
+            return bad("a sliding window must hold at least 1 position".into());
         }
         Ok(())
     }
 
-    fn attention(&self) -> Attention {
+    /// The attention of each block, its rope's frequencies those of `rope_len` positions.
+    fn attention(&self, rope_len: i64) -> Attention {
         Attention {
             d: self.d_model,
             heads: self.heads,
-            bias: self.kind == DecoderKind::Gpt2,
-            rope_base: (self.kind == DecoderKind::Llama).then_some(10_000.0),
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            qkv_bias: self.qkv_bias,
+            out_bias: self.out_bias,
+            rope: (self.kind == DecoderKind::Llama).then_some(self.rope),
+            window: self.sliding_window,
+            rope_len: Some(rope_len),
         }
     }
 
@@ -181,12 +231,12 @@ impl DecoderConfig {
         match self.kind {
             DecoderKind::Gpt2 => LayerNorm {
                 d: self.d_model,
-                eps: 1e-5,
+                eps: self.norm_eps,
             }
             .spec(),
             DecoderKind::Llama => RmsNorm {
                 d: self.d_model,
-                eps: 1e-5,
+                eps: self.norm_eps,
             }
             .spec(),
         }
@@ -196,12 +246,12 @@ impl DecoderConfig {
         match self.kind {
             DecoderKind::Gpt2 => LayerNorm {
                 d: self.d_model,
-                eps: 1e-5,
+                eps: self.norm_eps,
             }
             .apply(p, x),
             DecoderKind::Llama => RmsNorm {
                 d: self.d_model,
-                eps: 1e-5,
+                eps: self.norm_eps,
             }
             .apply(p, x),
         }
@@ -217,6 +267,7 @@ impl DecoderConfig {
             DecoderKind::Llama => SwiGlu {
                 d: self.d_model,
                 hidden: self.ffn,
+                bias: self.mlp_bias,
             }
             .spec(),
         }
@@ -232,6 +283,7 @@ impl DecoderConfig {
             DecoderKind::Llama => SwiGlu {
                 d: self.d_model,
                 hidden: self.ffn,
+                bias: self.mlp_bias,
             }
             .apply(p, x),
         }
@@ -256,7 +308,7 @@ impl DecoderConfig {
         }
         let block = Tree::node([
             ("norm1", self.norm_spec()),
-            ("attn", self.attention().spec()),
+            ("attn", self.attention(self.seq_len).spec()),
             ("norm2", self.norm_spec()),
             ("mlp", self.mlp_spec()),
         ]);
@@ -288,17 +340,32 @@ impl DecoderConfig {
         let gpt = self.kind == DecoderKind::Gpt2;
         // LayerNorm has a gain and a bias, RMSNorm a gain.
         let norm = if gpt { d.checked_mul(2)? } else { d };
-        // qkv [d, 3d] and out [d, d], with biases 3d and d in GPT-2.
-        let attn_bias = if gpt { d.checked_mul(4)? } else { 0 };
-        let attn = d.checked_mul(d)?.checked_mul(4)?.checked_add(attn_bias)?;
-        // GPT-2: fc [d, h] + h and proj [h, d] + d; Llama: gate, up [d, h] and down [h, d].
+        // qkv [d, kv (group + 2) dh] and out [heads dh, d], with their biases.
+        let group = self.heads.checked_div(self.kv_heads)?;
+        let qkv = self
+            .kv_heads
+            .checked_mul(group.checked_add(2)?)?
+            .checked_mul(self.head_dim)?;
+        let inner = self.heads.checked_mul(self.head_dim)?;
+        let attn = d
+            .checked_mul(qkv)?
+            .checked_add(inner.checked_mul(d)?)?
+            .checked_add(if self.qkv_bias { qkv } else { 0 })?
+            .checked_add(if self.out_bias { d } else { 0 })?;
+        // GPT-2: fc [d, h] + h and proj [h, d] + d; Llama: gate, up [d, h] and down [h, d],
+        // with biases h, h, d when it has them.
         let mlp = if gpt {
             d.checked_mul(h)?
                 .checked_mul(2)?
                 .checked_add(h)?
                 .checked_add(d)?
         } else {
-            d.checked_mul(h)?.checked_mul(3)?
+            let bias = if self.mlp_bias {
+                h.checked_mul(2)?.checked_add(d)?
+            } else {
+                0
+            };
+            d.checked_mul(h)?.checked_mul(3)?.checked_add(bias)?
         };
         let block = norm.checked_mul(2)?.checked_add(attn)?.checked_add(mlp)?;
         let blocks = block.checked_mul(i64::try_from(self.layers).ok()?)?;
@@ -338,7 +405,8 @@ impl DecoderConfig {
             self.vocab.saturating_mul(self.d_model)
         };
         let weights = self.param_count().saturating_sub(lookup) as f64;
-        let attention = 12.0 * self.layers as f64 * self.d_model as f64 * self.seq_len as f64;
+        let width = self.heads.saturating_mul(self.head_dim) as f64;
+        let attention = 12.0 * self.layers as f64 * width * self.seq_len as f64;
         6.0 * weights + attention
     }
 
@@ -384,7 +452,54 @@ impl DecoderConfig {
         targets: &Tensor,
         plan: &StagePlan,
     ) -> Result<Tensor> {
-        let (rows, t) = (tokens.shape()[0], self.seq_len);
+        let rows_t = tokens.shape()[0] * tokens.shape()[1];
+        // The rope's frequencies are those of the whole example, inputs and the last target, as
+        // `transformers` computes its loss from `labels` (only dynamic scaling depends on it).
+        let logits = self.logits_body(tokens, p, plan, tokens.shape()[1] + 1)?;
+        // Softmax and loss in float32.
+        let logits = logits.reshape(&[rows_t, self.vocab]).astype(DType::F32);
+        let onehot = targets.reshape(&[rows_t]).one_hot(self.vocab, DType::F32);
+        let picked = (logits.log_softmax(1) * onehot).sum(&[1]);
+        Ok(-picked.mean(&[0]))
+    }
+
+    /// The logits program for `rows` sequences of `seq` tokens: `(tokens [rows, seq] i32,
+    /// parameters...) -> logits [rows, seq, vocab] f32`, what `transformers`' `logits` holds.
+    pub fn logits(&self, rows: i64, seq: i64) -> Result<ClosedJaxpr> {
+        self.validate()?;
+        let tokens = ShapedArray::new(DType::I32, &[rows, seq]);
+        let spec = self.avals();
+        let mut avals = vec![tokens];
+        avals.extend(spec.flatten());
+        let mut failure = None;
+        let program = trace(&avals, |args| {
+            let logits = spec
+                .unflatten(args[1..].to_vec())
+                .and_then(|params| self.logits_body(&args[0], &params, &StagePlan::single(), seq));
+            match logits {
+                Ok(logits) => vec![logits.astype(DType::F32)],
+                Err(err) => {
+                    failure = Some(err);
+                    vec![args[0].clone()]
+                }
+            }
+        });
+        match failure {
+            Some(err) => Err(err),
+            None => Ok(program?),
+        }
+    }
+
+    /// The logits (`[rows, seq, vocab]`, in the compute dtype) of `tokens` (`[rows, seq]`), the
+    /// rope's frequencies those of `rope_len` positions.
+    fn logits_body(
+        &self,
+        tokens: &Tensor,
+        p: &Tree<Tensor>,
+        plan: &StagePlan,
+        rope_len: i64,
+    ) -> Result<Tensor> {
+        let (rows, t) = (tokens.shape()[0], tokens.shape()[1]);
         // Each parameter is cast to the compute dtype where it is used (in its own stage).
         let cast = |tree: &Tree<Tensor>| tree.map(&mut |_, x| x.astype(self.compute_dtype));
         let embed = cast(p.get("embed")?);
@@ -398,7 +513,10 @@ impl DecoderConfig {
             }
             let block = cast(p.get(&format!("blocks.{layer}"))?);
             let normed = self.norm(block.get("norm1")?, &h)?;
-            h = &h + &self.attention().apply(block.get("attn")?, &normed)?;
+            h = &h
+                + &self
+                    .attention(rope_len)
+                    .apply(block.get("attn")?, &normed)?;
             let normed = self.norm(block.get("norm2")?, &h)?;
             h = &h + &self.mlp(block.get("mlp")?, &normed)?;
         }
@@ -416,11 +534,7 @@ impl DecoderConfig {
                 .apply(&cast(p.get("head")?), &h)?
                 .reshape(&[rows * t, self.vocab])
         };
-        // Softmax and loss in float32.
-        let logits = logits.astype(DType::F32);
-        let onehot = targets.reshape(&[rows * t]).one_hot(self.vocab, DType::F32);
-        let picked = (logits.log_softmax(1) * onehot).sum(&[1]);
-        Ok(-picked.mean(&[0]))
+        Ok(logits.reshape(&[rows, t, self.vocab]))
     }
 }
 

@@ -60,6 +60,15 @@ pub enum NnError {
     /// Stage layer counts that do not split the model's layers.
     #[error("invalid stage layers: {0}")]
     StagePlan(#[from] crate::decoder::StagePlanError),
+    /// A Hugging Face model folder (or a file in it) that cannot be imported or written; the
+    /// problem says what to do.
+    #[error("Hugging Face model {}: {problem}", path.display())]
+    HuggingFace {
+        /// The folder or file.
+        path: std::path::PathBuf,
+        /// What is wrong, and the fix.
+        problem: String,
+    },
     /// Tracing or evaluating a program failed.
     #[error(transparent)]
     Ir(#[from] tessera_ir::IrError),

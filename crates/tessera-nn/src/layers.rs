@@ -7,6 +7,7 @@ use tessera_ir::{DType, ShapedArray};
 
 use crate::error::Result;
 use crate::init::Init;
+pub use crate::rope::{Rope, RopeScaling, rotary};
 use crate::tree::Tree;
 
 /// A parameter's shape and how it starts.
@@ -223,21 +224,28 @@ impl Mlp {
     }
 }
 
-/// Llama's gated MLP: `down(silu(gate x) * up x)`, without biases.
+/// Llama's gated MLP: `down(silu(gate x) * up x)`, with biases where `bias` (Llama's
+/// `mlp_bias`; without them by default).
 #[derive(Debug, Clone, Copy)]
 pub struct SwiGlu {
     /// Model width.
     pub d: i64,
     /// Hidden width.
     pub hidden: i64,
+    /// Whether the three projections have biases.
+    pub bias: bool,
 }
 
 impl SwiGlu {
     fn layers(&self) -> (Linear, Linear, Linear) {
+        let with_bias = |l: Linear| Linear {
+            bias: self.bias,
+            ..l
+        };
         (
-            Linear::new(self.d, self.hidden).no_bias(),
-            Linear::new(self.d, self.hidden).no_bias(),
-            Linear::new(self.hidden, self.d).no_bias(),
+            with_bias(Linear::new(self.d, self.hidden)),
+            with_bias(Linear::new(self.d, self.hidden)),
+            with_bias(Linear::new(self.hidden, self.d)),
         )
     }
 
@@ -259,37 +267,77 @@ impl SwiGlu {
     }
 }
 
-/// Causal multi-head self-attention on `[batch, seq, d]`, with rotary position embeddings when
-/// `rope_base` is set (Llama) and biases when `bias` is (GPT-2).
+/// Causal self-attention on `[batch, seq, d]` with grouped-query heads (`kv_heads` key/value
+/// heads, each shared by `heads / kv_heads` query heads; `kv_heads == heads` is multi-head
+/// attention), rotary position embeddings when `rope` is set (Llama) and an optional sliding
+/// window (Mistral).
 #[derive(Debug, Clone, Copy)]
 pub struct Attention {
     /// Model width.
     pub d: i64,
-    /// Heads; they divide `d`.
+    /// Query heads.
     pub heads: i64,
-    /// Whether the projections have biases.
-    pub bias: bool,
-    /// The base of the rotary embedding's frequencies (10000 in Llama), or `None`.
-    pub rope_base: Option<f64>,
+    /// Key/value heads; they divide `heads`.
+    pub kv_heads: i64,
+    /// Width of each head (`d / heads` unless a checkpoint says otherwise).
+    pub head_dim: i64,
+    /// Whether the query, key and value projections have biases.
+    pub qkv_bias: bool,
+    /// Whether the output projection has a bias.
+    pub out_bias: bool,
+    /// The rotary embedding, or `None` (GPT-2).
+    pub rope: Option<Rope>,
+    /// Each position attends to at most this many positions (itself included), or all before it.
+    pub window: Option<i64>,
+    /// The sequence length the rope's frequencies are computed for (only dynamic scaling
+    /// depends on it), or the input's when `None`.
+    pub rope_len: Option<i64>,
 }
 
 impl Attention {
-    fn projections(&self) -> (Linear, Linear) {
-        let (qkv, out) = (
-            Linear::new(self.d, self.d.saturating_mul(3)),
-            Linear::new(self.d, self.d),
-        );
-        if self.bias {
-            (qkv, out)
-        } else {
-            (qkv.no_bias(), out.no_bias())
+    /// Multi-head attention of `heads` heads of width `d / heads`, biases on both projections
+    /// or neither, and a rotary embedding of base `rope_base` when given.
+    pub fn multi_head(d: i64, heads: i64, bias: bool, rope_base: Option<f64>) -> Self {
+        Attention {
+            d,
+            heads,
+            kv_heads: heads,
+            head_dim: d / heads.max(1),
+            qkv_bias: bias,
+            out_bias: bias,
+            rope: rope_base.map(Rope::new),
+            window: None,
+            rope_len: None,
         }
     }
 
-    /// Its parameters: `qkv` (`[d, 3d]`) and `out` (`[d, d]`). The columns of `qkv` are grouped
-    /// by head (head-major: head `i`'s query, key and value columns side by side, `[heads, 3,
-    /// d / heads]`), so splitting them evenly over a tensor-parallel axis gives each device
-    /// whole heads (Megatron's layout), and the rows of `out` follow the same heads.
+    /// Query heads per key/value head.
+    fn group(&self) -> i64 {
+        self.heads / self.kv_heads.max(1)
+    }
+
+    fn projections(&self) -> (Linear, Linear) {
+        let qkv_width = self.kv_heads.saturating_mul(self.group() + 2);
+        let qkv = Linear::new(self.d, qkv_width.saturating_mul(self.head_dim));
+        let out = Linear::new(self.heads.saturating_mul(self.head_dim), self.d);
+        (
+            Linear {
+                bias: self.qkv_bias,
+                ..qkv
+            },
+            Linear {
+                bias: self.out_bias,
+                ..out
+            },
+        )
+    }
+
+    /// Its parameters: `qkv` (`[d, kv_heads × (group + 2) × head_dim]`) and `out`
+    /// (`[heads × head_dim, d]`). The columns of `qkv` are grouped by key/value head: for each,
+    /// its `group = heads / kv_heads` query heads, then its key, then its value, each
+    /// `head_dim` wide (with `kv_heads == heads`: `[heads, 3, head_dim]`, head `i`'s query, key
+    /// and value side by side). Splitting them evenly over a tensor-parallel axis gives each
+    /// device whole groups (Megatron's layout), and the rows of `out` follow the same heads.
     pub fn spec(&self) -> Tree<ParamSpec> {
         let (qkv, out) = self.projections();
         Tree::node([("qkv", qkv.spec()), ("out", out.spec())])
@@ -299,52 +347,61 @@ impl Attention {
     pub fn apply(&self, p: &Tree<Tensor>, x: &Tensor) -> Result<Tensor> {
         let (qkv_layer, out_layer) = self.projections();
         let (b, t) = (x.shape()[0], x.shape()[1]);
-        let (h, dh) = (self.heads, self.d / self.heads);
+        let (h, kv, g, dh) = (self.heads, self.kv_heads, self.group(), self.head_dim);
         let qkv = qkv_layer
             .apply(p.get("qkv")?, x)?
-            .reshape(&[b, t, h, 3, dh]);
+            .reshape(&[b, t, kv, g + 2, dh]);
+        // Queries [b, heads, t, dh] (head kv × g + i is query i of key/value head kv, as in
+        // `transformers`); keys and values [b, kv_heads, t, dh].
+        let mut q = Tensor::slice_axis(&qkv, 3, 0, g)
+            .reshape(&[b, t, h, dh])
+            .transpose(&[0, 2, 1, 3]);
         let part = |i: i64| {
             Tensor::slice_axis(&qkv, 3, i, i + 1)
-                .reshape(&[b, t, h, dh])
+                .reshape(&[b, t, kv, dh])
                 .transpose(&[0, 2, 1, 3])
         };
-        let (mut q, mut k, v) = (part(0), part(1), part(2));
-        if let Some(base) = self.rope_base {
-            q = rotary(&q, base);
-            k = rotary(&k, base);
+        let (mut k, v) = (part(g), part(g + 1));
+        if let Some(rope) = &self.rope {
+            let positions = x.iota_along(&[t], 0);
+            let len = self.rope_len.unwrap_or(t);
+            q = rope.apply_at(&q, &positions, len);
+            k = rope.apply_at(&k, &positions, len);
         }
-        let scores = q.dot_general(&k, (&[3], &[3]), (&[0, 1], &[0, 1])) / (dh as f64).sqrt();
-        let rows = scores.iota_along(&[t, t], 0);
-        let cols = scores.iota_along(&[t, t], 1);
-        // The softmax in float32 whatever the compute dtype.
-        let scores = scores.astype(DType::F32);
-        let masked = where_(&rows.ge(&cols), &scores, &scores.full_like_scalar(-1e9));
-        let weights = masked.softmax(3).astype(v.dtype());
-        let out = weights
-            .dot_general(&v, (&[3], &[2]), (&[0, 1], &[0, 1]))
-            .transpose(&[0, 2, 1, 3])
-            .reshape(&[b, t, self.d]);
+        let out = self.attend(&q, &k, &v, t);
+        let out = out.transpose(&[0, 2, 1, 3]).reshape(&[b, t, h * dh]);
         out_layer.apply(p.get("out")?, &out)
     }
-}
 
-/// Rotary position embedding of `x` (`[batch, heads, seq, head_dim]`), rotating the two halves
-/// of each head (the GPT-NeoX / Llama-in-JAX layout): `x cos + rotate_half(x) sin`.
-pub fn rotary(x: &Tensor, base: f64) -> Tensor {
-    let (t, dh) = (x.shape()[2], x.shape()[3]);
-    let half = dh / 2;
-    let position = x.iota_along(&[t, dh], 0).astype(DType::F32);
-    let column = x.iota_along(&[t, dh], 1);
-    let pair = column
-        .binary(tessera_ir::Prim::Rem, &column.full_like_scalar(half as f64))
-        .astype(DType::F32);
-    let inv_freq = (pair * (-2.0 * base.ln() / dh as f64)).exp();
-    let angle = position * inv_freq;
-    // rotate_half(x) = concat(-x2, x1) along the head dimension.
-    let (x1, x2) = (
-        Tensor::slice_axis(x, 3, 0, half),
-        Tensor::slice_axis(x, 3, half, dh),
-    );
-    let rotated = (-&x2).concatenate(&[&x1], 3);
-    x * angle.cos().astype(x.dtype()) + rotated * angle.sin().astype(x.dtype())
+    /// Causal attention of queries `q` (`[b, heads, t, dh]`) over keys and values
+    /// (`[b, kv_heads, t, dh]`): `[b, heads, t, dh]`.
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, t: i64) -> Tensor {
+        let (k, v) = (self.repeat_kv(k), self.repeat_kv(v));
+        let scores =
+            q.dot_general(&k, (&[3], &[3]), (&[0, 1], &[0, 1])) / (self.head_dim as f64).sqrt();
+        let rows = scores.iota_along(&[t, t], 0);
+        let cols = scores.iota_along(&[t, t], 1);
+        let mut visible = rows.ge(&cols);
+        if let Some(window) = self.window {
+            let near = (&rows - &cols).lt(&rows.full_like_scalar(window as f64));
+            visible = visible.binary(tessera_ir::Prim::And, &near);
+        }
+        // The softmax in float32 whatever the compute dtype.
+        let scores = scores.astype(DType::F32);
+        let masked = where_(&visible, &scores, &scores.full_like_scalar(-1e9));
+        let weights = masked.softmax(3).astype(v.dtype());
+        weights.dot_general(&v, (&[3], &[2]), (&[0, 1], &[0, 1]))
+    }
+
+    /// Keys or values of `kv_heads` heads repeated for each query head of their group
+    /// (`transformers`' `repeat_kv`).
+    fn repeat_kv(&self, x: &Tensor) -> Tensor {
+        let g = self.group();
+        if g == 1 {
+            return x.clone();
+        }
+        let s = x.shape().to_vec();
+        x.broadcast_in_dim(&[s[0], s[1], g, s[2], s[3]], &[0, 1, 3, 4])
+            .reshape(&[s[0], s[1] * g, s[2], s[3]])
+    }
 }

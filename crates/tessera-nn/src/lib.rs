@@ -18,6 +18,8 @@
 //!   function of a position (so a resumed run sees the same batches).
 //! - [`checkpoint`]: parameters and optimizer state in `safetensors` files with a manifest,
 //!   written atomically (a crash mid-write never leaves a torn checkpoint).
+//! - [`hf`]: Hugging Face Llama-family folders (config, safetensors weights, tokenizer) imported
+//!   into a decoder and its parameters, and exported back.
 //! - [`tensorboard`]: scalars (losses, learning rate, throughput) as TensorBoard event files,
 //!   and a reader that checks them.
 //! - [`toy`]: a small teacher-student `tanh` network for trying pipelines quickly.
@@ -29,11 +31,13 @@ pub mod checkpoint;
 pub mod data;
 mod decoder;
 mod error;
+pub mod hf;
 mod init;
 pub mod layers;
 pub mod lr;
 pub mod optim;
 pub mod parallel;
+mod rope;
 pub mod tensorboard;
 pub mod toy;
 mod tree;
@@ -43,5 +47,6 @@ pub use decoder::{DecoderConfig, DecoderKind, MAX_LAYERS, StagePlan, StagePlanEr
 pub use error::{NnError, Result};
 pub use init::{Init, Rng};
 pub use parallel::{MeshAxis, ParallelAxes};
+pub use rope::{Rope, RopeScaling};
 pub use tree::Tree;
 pub use trees::{trace_trees, value_and_grad_tree};

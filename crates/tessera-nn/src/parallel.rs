@@ -109,13 +109,14 @@ impl DecoderConfig {
     pub fn param_specs(&self, axes: &ParallelAxes) -> Result<Tree<PartitionSpec>> {
         self.validate()?;
         if let Some(t) = &axes.tensor
-            && (t.size < 1 || self.heads % t.size != 0)
+            && (t.size < 1 || self.kv_heads % t.size != 0)
         {
             return Err(NnError::Parallel {
                 param: "blocks.*.attn.qkv.w".into(),
                 problem: format!(
-                    "the {} heads cannot be split evenly over the {} devices of axis '{}'",
-                    self.heads, t.size, t.name
+                    "the {} key/value heads cannot be split evenly over the {} devices of axis \
+                     '{}'",
+                    self.kv_heads, t.size, t.name
                 ),
                 fix: "pick a head count the tensor axis divides, or a smaller tensor axis".into(),
             });
