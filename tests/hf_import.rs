@@ -247,3 +247,82 @@ fn a_byte_model_exports_to_a_llama_folder_with_a_byte_level_tokenizer() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn greedy_generation_gives_the_tokens_transformers_generates() {
+    let client = tessera::pjrt::Client::cpu(1).unwrap();
+    for name in CASES {
+        let want = expected(name);
+        let model = HfModel::open(&case_dir(name), 16).unwrap();
+        let prompt = ids(&want["prompt_ids"]);
+        let options = tessera::generate::GenerateOptions {
+            max_new_tokens: want["max_new_tokens"].as_u64().unwrap() as usize,
+            eos_token_ids: model.eos_token_ids(),
+            ..Default::default()
+        };
+        let params = model.load_all().unwrap();
+        let got =
+            tessera::generate::generate(&client, &model.config.decoder, &params, &prompt, &options)
+                .unwrap();
+        assert_eq!(got.ids, ids(&want["greedy_new_ids"]), "{name}");
+    }
+}
+
+#[test]
+fn sampling_is_reproduced_by_its_seed_and_varies_with_it() {
+    let client = tessera::pjrt::Client::cpu(1).unwrap();
+    let model = HfModel::open(&case_dir("llama_gqa"), 16).unwrap();
+    let params = model.load_all().unwrap();
+    let mut generator =
+        tessera::generate::Generator::new(&client, model.config.decoder, &params).unwrap();
+    let sample = |generator: &mut tessera::generate::Generator, seed| {
+        let options = tessera::generate::GenerateOptions {
+            max_new_tokens: 12,
+            temperature: 1.5,
+            top_k: Some(50),
+            top_p: Some(0.95),
+            seed,
+            ..Default::default()
+        };
+        generator.generate(&[1, 54, 74], &options).unwrap().ids
+    };
+    let (a, b, c) = (
+        sample(&mut generator, 7),
+        sample(&mut generator, 7),
+        sample(&mut generator, 8),
+    );
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    // A prompt longer than the model's positions is refused.
+    let long = vec![1i64; 200];
+    let options = tessera::generate::GenerateOptions {
+        max_positions: Some(model.config.max_positions),
+        ..Default::default()
+    };
+    let err = generator.generate(&long, &options).unwrap_err().to_string();
+    assert!(
+        err.contains("200 tokens") && err.contains("128 positions"),
+        "{err}"
+    );
+}
+
+#[test]
+fn tessera_generate_prints_the_greedy_tokens_as_one_json_line() {
+    let want = expected("llama3_tied");
+    let dir = case_dir("llama3_tied");
+    let line = tessera_tests::tessera_last_line(&[
+        "generate",
+        "--model-dir",
+        dir.to_str().unwrap(),
+        "--prompt",
+        want["prompt"].as_str().unwrap(),
+        "--max-new-tokens",
+        "12",
+        "--json",
+    ]);
+    let got: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(ids(&got["prompt_ids"]), ids(&want["prompt_ids"]));
+    assert_eq!(ids(&got["ids"]), ids(&want["greedy_new_ids"]));
+    assert!(got["tokens_per_second"].as_f64().unwrap() > 0.0);
+    assert!(got["text"].is_string());
+}

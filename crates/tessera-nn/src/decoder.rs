@@ -205,7 +205,7 @@ impl DecoderConfig {
     }
 
     /// The attention of each block, its rope's frequencies those of `rope_len` positions.
-    fn attention(&self, rope_len: i64) -> Attention {
+    pub(crate) fn attention(&self, rope_len: i64) -> Attention {
         Attention {
             d: self.d_model,
             heads: self.heads,
@@ -219,7 +219,7 @@ impl DecoderConfig {
         }
     }
 
-    fn embedding(&self) -> Embedding {
+    pub(crate) fn embedding(&self) -> Embedding {
         Embedding {
             vocab: self.vocab,
             d: self.d_model,
@@ -242,7 +242,7 @@ impl DecoderConfig {
         }
     }
 
-    fn norm(&self, p: &Tree<Tensor>, x: &Tensor) -> Result<Tensor> {
+    pub(crate) fn norm(&self, p: &Tree<Tensor>, x: &Tensor) -> Result<Tensor> {
         match self.kind {
             DecoderKind::Gpt2 => LayerNorm {
                 d: self.d_model,
@@ -273,7 +273,7 @@ impl DecoderConfig {
         }
     }
 
-    fn mlp(&self, p: &Tree<Tensor>, x: &Tensor) -> Result<Tensor> {
+    pub(crate) fn mlp(&self, p: &Tree<Tensor>, x: &Tensor) -> Result<Tensor> {
         match self.kind {
             DecoderKind::Gpt2 => Mlp {
                 d: self.d_model,
@@ -291,7 +291,7 @@ impl DecoderConfig {
 
     /// The output head starts small (standard deviation 0.02, as GPT-2's weights), so the
     /// initial prediction is near uniform and the loss near `ln(vocab)`.
-    fn head(&self) -> Linear {
+    pub(crate) fn head(&self) -> Linear {
         Linear {
             std: 0.02,
             ..Linear::new(self.d_model, self.vocab).no_bias()

@@ -7,7 +7,7 @@ use tessera_ir::{DType, ShapedArray};
 
 use crate::error::Result;
 use crate::init::Init;
-pub use crate::rope::{Rope, RopeScaling, rotary};
+pub use crate::rope::{Rope, RopeLen, RopeScaling, rotary};
 use crate::tree::Tree;
 
 /// A parameter's shape and how it starts.
@@ -345,14 +345,31 @@ impl Attention {
 
     /// Attends causally over the sequence dimension of `x` (`[batch, seq, d]`).
     pub fn apply(&self, p: &Tree<Tensor>, x: &Tensor) -> Result<Tensor> {
-        let (qkv_layer, out_layer) = self.projections();
+        let t = x.shape()[1];
+        let positions = x.iota_along(&[t], 0);
+        let len = RopeLen::Fixed(self.rope_len.unwrap_or(t));
+        let (q, k, v) = self.project(p, x, &positions, len)?;
+        let visible = self.visible(&positions, &positions);
+        self.output(p, &self.attend(&q, &k, &v, &visible))
+    }
+
+    /// The queries (`[b, heads, t, dh]`; head `kv × group + i` is query `i` of key/value head
+    /// `kv`, as in `transformers`), keys and values (`[b, kv_heads, t, dh]`) of `x`
+    /// (`[b, t, d]`), rotated by `positions` (`[t]`, integer) with the rope's frequencies for
+    /// `rope_len` positions.
+    pub fn project(
+        &self,
+        p: &Tree<Tensor>,
+        x: &Tensor,
+        positions: &Tensor,
+        rope_len: RopeLen<'_>,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let (qkv_layer, _) = self.projections();
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let (h, kv, g, dh) = (self.heads, self.kv_heads, self.group(), self.head_dim);
         let qkv = qkv_layer
             .apply(p.get("qkv")?, x)?
             .reshape(&[b, t, kv, g + 2, dh]);
-        // Queries [b, heads, t, dh] (head kv × g + i is query i of key/value head kv, as in
-        // `transformers`); keys and values [b, kv_heads, t, dh].
         let mut q = Tensor::slice_axis(&qkv, 3, 0, g)
             .reshape(&[b, t, h, dh])
             .transpose(&[0, 2, 1, 3]);
@@ -363,32 +380,45 @@ impl Attention {
         };
         let (mut k, v) = (part(g), part(g + 1));
         if let Some(rope) = &self.rope {
-            let positions = x.iota_along(&[t], 0);
-            let len = self.rope_len.unwrap_or(t);
-            q = rope.apply_at(&q, &positions, len);
-            k = rope.apply_at(&k, &positions, len);
+            q = rope.apply_with(&q, positions, rope_len);
+            k = rope.apply_with(&k, positions, rope_len);
         }
-        let out = self.attend(&q, &k, &v, t);
-        let out = out.transpose(&[0, 2, 1, 3]).reshape(&[b, t, h * dh]);
-        out_layer.apply(p.get("out")?, &out)
+        Ok((q, k, v))
     }
 
-    /// Causal attention of queries `q` (`[b, heads, t, dh]`) over keys and values
-    /// (`[b, kv_heads, t, dh]`): `[b, heads, t, dh]`.
-    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, t: i64) -> Tensor {
-        let (k, v) = (self.repeat_kv(k), self.repeat_kv(v));
-        let scores =
-            q.dot_general(&k, (&[3], &[3]), (&[0, 1], &[0, 1])) / (self.head_dim as f64).sqrt();
-        let rows = scores.iota_along(&[t, t], 0);
-        let cols = scores.iota_along(&[t, t], 1);
+    /// Which keys each query sees (`[tq, tk]`, boolean) from their positions (`[tq]`, `[tk]`):
+    /// those at or before it, and within the sliding window where there is one.
+    pub fn visible(&self, query_positions: &Tensor, key_positions: &Tensor) -> Tensor {
+        let (tq, tk) = (query_positions.shape()[0], key_positions.shape()[0]);
+        let rows = query_positions.broadcast_in_dim(&[tq, tk], &[0]);
+        let cols = key_positions.broadcast_in_dim(&[tq, tk], &[1]);
         let mut visible = rows.ge(&cols);
         if let Some(window) = self.window {
             let near = (&rows - &cols).lt(&rows.full_like_scalar(window as f64));
             visible = visible.binary(tessera_ir::Prim::And, &near);
         }
+        visible
+    }
+
+    /// The output projection of attended values `out` (`[b, heads, t, dh]`): `[b, t, d]`.
+    pub fn output(&self, p: &Tree<Tensor>, out: &Tensor) -> Result<Tensor> {
+        let (_, out_layer) = self.projections();
+        let (b, t) = (out.shape()[0], out.shape()[2]);
+        let out = out
+            .transpose(&[0, 2, 1, 3])
+            .reshape(&[b, t, self.heads * self.head_dim]);
+        out_layer.apply(p.get("out")?, &out)
+    }
+
+    /// Attention of queries `q` (`[b, heads, tq, dh]`) over keys and values
+    /// (`[b, kv_heads, tk, dh]`) where `visible` (`[tq, tk]`): `[b, heads, tq, dh]`.
+    pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, visible: &Tensor) -> Tensor {
+        let (k, v) = (self.repeat_kv(k), self.repeat_kv(v));
+        let scores =
+            q.dot_general(&k, (&[3], &[3]), (&[0, 1], &[0, 1])) / (self.head_dim as f64).sqrt();
         // The softmax in float32 whatever the compute dtype.
         let scores = scores.astype(DType::F32);
-        let masked = where_(&visible, &scores, &scores.full_like_scalar(-1e9));
+        let masked = where_(visible, &scores, &scores.full_like_scalar(-1e9));
         let weights = masked.softmax(3).astype(v.dtype());
         weights.dot_general(&v, (&[3], &[2]), (&[0, 1], &[0, 1]))
     }

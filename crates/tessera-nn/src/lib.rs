@@ -33,6 +33,7 @@ mod decoder;
 mod error;
 pub mod hf;
 mod init;
+mod kv_cache;
 pub mod layers;
 pub mod lr;
 pub mod optim;

@@ -190,6 +190,13 @@ impl Rope {
     /// `x` (`[..., seq, head_dim]`) rotated by `positions` (`[seq]`, integer), the frequencies
     /// those of a sequence of `seq_len` positions (only dynamic scaling depends on it).
     pub fn apply_at(&self, x: &Tensor, positions: &Tensor, seq_len: i64) -> Tensor {
+        self.apply_with(x, positions, RopeLen::Fixed(seq_len))
+    }
+
+    /// [`Rope::apply_at`] with the sequence length given as it is known: fixed when the program
+    /// is traced, or a traced integer scalar (a decode step's position + 1, as `transformers`
+    /// recomputes dynamic scaling at each generated token).
+    pub fn apply_with(&self, x: &Tensor, positions: &Tensor, seq_len: RopeLen<'_>) -> Tensor {
         let rank = x.rank();
         let (t, dh) = (x.shape()[rank - 2], x.shape()[rank - 1]);
         let half = dh / 2;
@@ -204,11 +211,27 @@ impl Rope {
                 let exponent = -2.0 * self.theta.ln() / dh as f64;
                 ((pair.astype(DType::F32) * exponent).exp(), 1.0)
             }
+            RopeScaling::Dynamic {
+                factor,
+                max_positions,
+            } if matches!(seq_len, RopeLen::Traced(_)) => {
+                let RopeLen::Traced(len) = seq_len else {
+                    return x.clone();
+                };
+                (
+                    dynamic_frequencies(&pair, dh, self.theta, factor, max_positions, len),
+                    1.0,
+                )
+            }
             RopeScaling::Linear { .. }
             | RopeScaling::Dynamic { .. }
             | RopeScaling::Llama3 { .. }
             | RopeScaling::Yarn { .. } => {
-                let (freqs, factor) = self.frequencies(dh, seq_len);
+                let len = match seq_len {
+                    RopeLen::Fixed(n) => n,
+                    RopeLen::Traced(_) => t,
+                };
+                let (freqs, factor) = self.frequencies(dh, len);
                 (host_vector(&pair, &freqs), factor)
             }
         };
@@ -225,6 +248,35 @@ impl Rope {
         let rotated = (-&x2).concatenate(&[&x1], rank - 1);
         x * cos.astype(x.dtype()) + rotated * sin.astype(x.dtype())
     }
+}
+
+/// The sequence length a rope's frequencies are computed for.
+#[derive(Debug, Clone, Copy)]
+pub enum RopeLen<'a> {
+    /// Known when the program is traced.
+    Fixed(i64),
+    /// A traced integer scalar.
+    Traced(&'a Tensor),
+}
+
+/// Dynamic (NTK) scaling's frequencies for `pair` (each column's frequency index) when the
+/// sequence length `len` is traced: `theta` grows with `len` past `max_positions`.
+fn dynamic_frequencies(
+    pair: &Tensor,
+    dh: i64,
+    theta: f64,
+    factor: f64,
+    max_positions: i64,
+    len: &Tensor,
+) -> Tensor {
+    let len = len.astype(DType::F32).maximum(
+        &len.astype(DType::F32)
+            .full_like_scalar(max_positions as f64),
+    );
+    let scale = len * (factor / max_positions as f64) - (factor - 1.0);
+    let ln_base = scale.log() * (dh as f64 / (dh as f64 - 2.0)) + theta.ln();
+    let ln_base = ln_base.broadcast_in_dim(pair.shape(), &[]);
+    (pair.astype(DType::F32) * (-2.0 / dh as f64) * ln_base).exp()
 }
 
 /// `values[index]` for each element of `index` (integer, each in `0..values.len()`), as float32:

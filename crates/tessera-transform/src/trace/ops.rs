@@ -367,6 +367,14 @@ impl Tensor {
         Tensor::bind1(Prim::Slice, params, &[x])
     }
 
+    /// `update` written into `self` at `indices` (`lax.dynamic_update_slice`): one scalar
+    /// integer per dimension, each clamped so the update fits.
+    pub fn dynamic_update_slice(&self, update: &Tensor, indices: &[&Tensor]) -> Tensor {
+        let mut operands = vec![self, update];
+        operands.extend_from_slice(indices);
+        Tensor::bind1(Prim::DynamicUpdateSlice, Params::new(), &operands)
+    }
+
     /// `self` followed by `others`, joined along `axis` (`lax.concatenate`; the other
     /// dimensions must agree).
     pub fn concatenate(&self, others: &[&Tensor], axis: usize) -> Tensor {

@@ -2,6 +2,7 @@
 
 mod check;
 mod devices;
+mod generate;
 mod launch;
 mod mpi;
 mod oracle;
@@ -50,6 +51,9 @@ enum Command {
     /// Train a model pipelined over MPMD groups of devices.
     #[command(allow_negative_numbers = true)]
     Train(Box<train::Args>),
+    /// Continue a prompt with a Hugging Face model folder (greedy, or sampled from a seed),
+    /// through a key/value cache on the device.
+    Generate(generate::Args),
     /// Run `train` as an MPI job of N ranks (mpirun, or srun inside a Slurm allocation), and
     /// restart it from its newest complete checkpoint when a rank dies or a wait times out.
     Launch(launch::Args),
@@ -91,6 +95,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan(args) => plan::run(*args, cli.plugin.as_deref()),
         Command::Train(args) => train::run(*args, cli.plugin.as_deref()),
         Command::Launch(args) => launch::run(args),
+        Command::Generate(args) => generate::run(args, cli.plugin.as_deref()),
     }
 }
 
