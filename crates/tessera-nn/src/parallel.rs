@@ -114,9 +114,15 @@ impl DecoderConfig {
             return Err(NnError::Parallel {
                 param: "blocks.*.attn.qkv.w".into(),
                 problem: format!(
-                    "the {} key/value heads cannot be split evenly over the {} devices of axis \
-                     '{}'",
-                    self.kv_heads, t.size, t.name
+                    "the {} {}heads cannot be split evenly over the {} devices of axis '{}'",
+                    self.kv_heads,
+                    if self.kv_heads == self.heads {
+                        ""
+                    } else {
+                        "key/value "
+                    },
+                    t.size,
+                    t.name
                 ),
                 fix: "pick a head count the tensor axis divides, or a smaller tensor axis".into(),
             });
