@@ -183,6 +183,27 @@ pub fn load_where(
     })
 }
 
+/// The parameters alone of the checkpoint in `folder`, checked against `params` as [`load`]
+/// checks them; its optimizer state is not read (nor need its types be known).
+pub fn load_params(folder: &Path, params: &Tree<ShapedArray>) -> Result<(Manifest, Tree<Array>)> {
+    let manifest = read_manifest(folder)?;
+    let index = read_index(folder)?;
+    if index.is_empty() {
+        return Ok((
+            manifest,
+            reader::decode_whole(&folder.join(PARAMS_FILE), params)?,
+        ));
+    }
+    index.check()?;
+    let mut files = reader::Files::new(folder, &index);
+    let read = reader::assemble(&mut files, Part::Params, params, &|_, _| true)?;
+    let whole = read.try_map(&mut |path, a: &Option<Array>| {
+        a.clone()
+            .ok_or_else(|| NnError::Checkpoint(format!("tensor `{path}` was not read")))
+    })?;
+    Ok((manifest, whole))
+}
+
 /// The index of the checkpoint in `folder`: where each tensor's blocks are (empty for a
 /// checkpoint written before indexes were kept).
 pub fn read_index(folder: &Path) -> Result<Index> {

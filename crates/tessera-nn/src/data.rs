@@ -1,7 +1,13 @@
-//! Byte-level training data: any file's bytes are tokens (vocabulary 256), split into a training
-//! part and a held-out tail for the eval loss, and cut into windows of `seq_len + 1` bytes
-//! (the tokens and, shifted by one, the targets). Batches are a pure function of a position, so a
-//! run resumed from a checkpoint's `data_position` sees the same batches as an uninterrupted one.
+//! Training data as tokens, split into a training part and a held-out tail for the eval loss,
+//! and cut into windows of `seq_len + 1` tokens (the tokens and, shifted by one, the targets).
+//! Batches are a pure function of a position, so a run resumed from a checkpoint's
+//! `data_position` sees the same batches as an uninterrupted one.
+//!
+//! A [`ByteCorpus`] reads any file's bytes as tokens (vocabulary 256); a corpus of other tokens
+//! comes from [`ByteCorpus::from_tokens`] (a tokenizer's ids, or a token file read by
+//! [`token_files`]).
+
+pub mod token_files;
 
 use std::path::{Path, PathBuf};
 
@@ -18,14 +24,16 @@ pub enum Split {
     Eval,
 }
 
-/// A file's bytes, split for training and evaluation.
+/// A file's tokens (its bytes, or a tokenizer's ids), split for training and evaluation.
 #[derive(Debug, Clone)]
 pub struct ByteCorpus {
     source: PathBuf,
-    train: Vec<u8>,
-    eval: Vec<u8>,
+    train: Vec<u32>,
+    eval: Vec<u32>,
     eval_fraction: f64,
     seq_len: usize,
+    /// What a token is, in messages: "bytes" or "tokens".
+    unit: &'static str,
 }
 
 impl ByteCorpus {
@@ -59,44 +67,74 @@ impl ByteCorpus {
         seq_len: usize,
         eval_fraction: f64,
     ) -> Result<Self> {
+        let tokens = bytes.into_iter().map(u32::from).collect();
+        Self::split(source, tokens, seq_len, eval_fraction, "bytes")
+    }
+
+    /// A corpus of token ids (`source` names them in errors), split as
+    /// [`ByteCorpus::from_file`] splits bytes.
+    pub fn from_tokens(
+        source: &Path,
+        tokens: Vec<u32>,
+        seq_len: usize,
+        eval_fraction: f64,
+    ) -> Result<Self> {
+        Self::split(source, tokens, seq_len, eval_fraction, "tokens")
+    }
+
+    fn split(
+        source: &Path,
+        tokens: Vec<u32>,
+        seq_len: usize,
+        eval_fraction: f64,
+        unit: &'static str,
+    ) -> Result<Self> {
         if !(0.0..=0.5).contains(&eval_fraction) {
             return Err(NnError::Data(format!(
                 "the held-out fraction must be between 0 and 0.5, not {eval_fraction}"
             )));
         }
         let window = seq_len + 1;
-        let eval_len = (bytes.len() as f64 * eval_fraction) as usize;
-        let train_len = bytes.len() - eval_len;
+        let eval_len = (tokens.len() as f64 * eval_fraction) as usize;
+        let train_len = tokens.len() - eval_len;
         if seq_len == 0 || train_len < window {
             return Err(NnError::Data(format!(
-                "the data file {} has {} bytes; its training part (the first {train_len}) is \
-                 shorter than one window of seq_len + 1 = {window} bytes. Fix: use a longer \
+                "the data file {} has {} {unit}; its training part (the first {train_len}) is \
+                 shorter than one window of seq_len + 1 = {window} {unit}. Fix: use a longer \
                  file or a shorter sequence length",
                 source.display(),
-                bytes.len(),
+                tokens.len(),
             )));
         }
-        let split = bytes.len() - eval_len;
+        let split = tokens.len() - eval_len;
+        let mut train = tokens;
+        let eval = train.split_off(split);
         Ok(ByteCorpus {
             source: source.to_path_buf(),
-            eval: bytes[split..].to_vec(),
-            train: bytes[..split].to_vec(),
+            eval,
+            train,
             eval_fraction,
             seq_len,
+            unit,
         })
     }
 
-    /// Where the bytes came from.
+    /// The largest token, if any: a model must have more ids than it.
+    pub fn max_token(&self) -> Option<u32> {
+        self.train.iter().chain(&self.eval).copied().max()
+    }
+
+    /// Where the tokens came from.
     pub fn source(&self) -> &Path {
         &self.source
     }
 
-    /// The number of bytes in a part.
+    /// The number of tokens in a part.
     pub fn len(&self, split: Split) -> usize {
         self.part(split).len()
     }
 
-    fn part(&self, split: Split) -> &[u8] {
+    fn part(&self, split: Split) -> &[u32] {
         match split {
             Split::Train => &self.train,
             Split::Eval => &self.eval,
@@ -111,14 +149,15 @@ impl ByteCorpus {
         let (seq, window) = (self.seq_len, self.seq_len + 1);
         if data.len() < window {
             return Err(NnError::Data(format!(
-                "the held-out part of {} (its last {} bytes) is shorter than one window of \
-                 seq_len + 1 = {window} bytes, so it has no eval batch. Fix: use a file of at \
-                 least {} bytes (the held-out part is its last {}%), a shorter sequence length, \
+                "the held-out part of {} (its last {} {unit}) is shorter than one window of \
+                 seq_len + 1 = {window} {unit}, so it has no eval batch. Fix: use a file of at \
+                 least {} {unit} (the held-out part is its last {}%), a shorter sequence length, \
                  or no eval loss (--eval-every 0)",
                 self.source.display(),
                 data.len(),
                 (window as f64 / self.eval_fraction).ceil(),
                 self.eval_fraction * 100.0,
+                unit = self.unit,
             )));
         }
         let starts = (data.len() - window) as u64 + 1;

@@ -148,6 +148,43 @@ fn read_param(
     }
 }
 
+/// The folder a checkpoint directory keeps for its model (`tessera train` writes the model's
+/// `config.json` and tokenizer there when it saves checkpoints of a Llama-family decoder).
+pub const CHECKPOINT_FOLDER: &str = "hf";
+
+/// A model trained by `tessera train`, from its checkpoint directory `dir` (or one of its
+/// `step-N` folders): the directory's `hf/` folder (config and tokenizer) and the checkpoint's
+/// parameters, with its step. Checkpoints written by any layout or number of processes load
+/// alike.
+pub fn from_checkpoint(dir: &Path, seq_len: i64) -> Result<(HfModel, Tree<Array>, u64)> {
+    let (root, folder) = if dir.join("manifest.json").exists() {
+        let parent = dir.parent().unwrap_or(Path::new(".")).to_path_buf();
+        (parent, dir.to_path_buf())
+    } else {
+        let newest = crate::checkpoint::latest(dir)?.ok_or_else(|| NnError::HuggingFace {
+            path: dir.to_path_buf(),
+            problem: "holds no checkpoint (no step-NNNNNNNN folder with a manifest); train with \
+                --checkpoint-dir first"
+                .into(),
+        })?;
+        (dir.to_path_buf(), newest)
+    };
+    let hf_dir = root.join(CHECKPOINT_FOLDER);
+    if !hf_dir.join("config.json").exists() {
+        return Err(NnError::HuggingFace {
+            path: root,
+            problem: format!(
+                "has no {CHECKPOINT_FOLDER}/config.json: it was not written by a run of a \
+                 Llama-family decoder (GPT-2 style models do not export)"
+            ),
+        });
+    }
+    let model = HfModel::open(&hf_dir, seq_len)?;
+    let (manifest, params) =
+        crate::checkpoint::load_params(&folder, &model.config.decoder.avals())?;
+    Ok((model, params, manifest.step))
+}
+
 /// Writes `params` (in `config.decoder`'s structure) as a Hugging Face folder `out`:
 /// `config.json` (the imported one with every field kept, or a `LlamaConfig` for a model
 /// trained from scratch), the weights in float32 (sharded above `max_shard_bytes`), and

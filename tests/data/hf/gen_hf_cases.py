@@ -10,7 +10,7 @@ Usage (pinned: torch 2.5.1, transformers 4.57.1, tokenizers 0.22.1, safetensors 
     python gen_hf_cases.py OUT                 # writes the case folders
     python gen_hf_cases.py --check-export DIR TEXT
         # loads an exported folder with transformers (warnings about missing or unexpected
-        # keys are errors) and prints its tokens and logits as JSON
+        # keys are errors) and prints its tokens, logits and greedy continuation as JSON
 
 The tokenizer is a byte-level BPE trained on the repository's own docs (README.md, docs/*.md),
 with Llama's special tokens (<s> added at the start by the post-processor, </s> the end).
@@ -153,7 +153,10 @@ def check_export(folder, text):
     ids = tok(text)["input_ids"]
     with torch.no_grad():
         logits = model.eval()(torch.tensor([ids])).logits[0]
-    print(json.dumps(dict(ids=ids, logits=logits.tolist())))
+        greedy = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
+                                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                pad_token_id=model.config.eos_token_id)[0].tolist()[len(ids):]
+    print(json.dumps(dict(ids=ids, logits=logits.tolist(), greedy_new_ids=greedy)))
 
 
 def main():

@@ -1,5 +1,6 @@
-//! `tessera generate`: text from a Hugging Face model folder, through the prefill and decode
-//! programs of [`tessera::generate`] (a key/value cache on the device).
+//! `tessera generate`: text from a Hugging Face model folder or a checkpoint of `tessera train`,
+//! through the prefill and decode programs of [`tessera::generate`] (a key/value cache on the
+//! device).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,8 +15,17 @@ use super::out::outln;
 pub struct Args {
     /// A Hugging Face model folder (config.json, safetensors weights, tokenizer.json) of a
     /// `llama`, `mistral` or `qwen2` model.
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "checkpoint",
+        conflicts_with = "checkpoint"
+    )]
+    model_dir: Option<PathBuf>,
+    /// A checkpoint directory of `tessera train` (its newest checkpoint) or one of its
+    /// `step-NNNNNNNN` folders, of a Llama-family model.
     #[arg(long, value_name = "DIR")]
-    model_dir: PathBuf,
+    checkpoint: Option<PathBuf>,
     /// The text to continue (encoded by the folder's tokenizer, its special tokens included).
     #[arg(long)]
     prompt: String,
@@ -44,7 +54,18 @@ pub struct Args {
 }
 
 pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
-    let model = HfModel::open(&args.model_dir, 1)?;
+    let (model, params) = match (&args.model_dir, &args.checkpoint) {
+        (Some(dir), _) => {
+            let model = HfModel::open(dir, 1)?;
+            let params = model.load_all()?;
+            (model, params)
+        }
+        (None, Some(dir)) => {
+            let (model, params, _) = tessera::nn::hf::from_checkpoint(dir, 1)?;
+            (model, params)
+        }
+        (None, None) => anyhow::bail!("give --model-dir DIR or --checkpoint DIR"),
+    };
     let tokenizer = model.tokenizer()?;
     let prompt_ids: Vec<i64> = tokenizer
         .encode(&args.prompt)?
@@ -65,7 +86,6 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         max_positions: Some(model.config.max_positions),
     };
     let client = tessera_pjrt::Client::open(plugin, 1)?;
-    let params = model.load_all()?;
     let mut generator = Generator::new(&client, model.config.decoder, &params)?;
     let generation = generator.generate(&prompt_ids, &options)?;
     let new: Vec<u32> = generation.ids.iter().map(|&x| x as u32).collect();

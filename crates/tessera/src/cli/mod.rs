@@ -2,6 +2,7 @@
 
 mod check;
 mod devices;
+mod export;
 mod generate;
 mod launch;
 mod mpi;
@@ -51,8 +52,10 @@ enum Command {
     /// Train a model pipelined over MPMD groups of devices.
     #[command(allow_negative_numbers = true)]
     Train(Box<train::Args>),
-    /// Continue a prompt with a Hugging Face model folder (greedy, or sampled from a seed),
-    /// through a key/value cache on the device.
+    /// Write a checkpoint of a Llama-family model as a Hugging Face folder.
+    Export(export::Args),
+    /// Continue a prompt with a Hugging Face model folder or a checkpoint (greedy, or sampled
+    /// from a seed), through a key/value cache on the device.
     Generate(generate::Args),
     /// Run `train` as an MPI job of N ranks (mpirun, or srun inside a Slurm allocation), and
     /// restart it from its newest complete checkpoint when a rank dies or a wait times out.
@@ -96,6 +99,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Train(args) => train::run(*args, cli.plugin.as_deref()),
         Command::Launch(args) => launch::run(args),
         Command::Generate(args) => generate::run(args, cli.plugin.as_deref()),
+        Command::Export(args) => export::run(args),
     }
 }
 

@@ -236,6 +236,8 @@ pub fn processes(
 
 /// What a rank reports at the end of a run in a job.
 pub struct Finish<'a> {
+    /// What reading `--model-dir`'s weights cost this rank.
+    pub import: Option<&'a super::train::ImportStats>,
     pub model: &'a str,
     pub schedule: &'a str,
     pub stages: u32,
@@ -272,15 +274,18 @@ pub struct Finish<'a> {
 /// the trace (`--trace`), and the losses next to the reference's (with `--json`, the summary as
 /// its last line).
 pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
-    let mine = serde_json::to_vec(f.timings)?;
+    let mine = serde_json::to_vec(&(f.timings, f.import))?;
     let Some(parts) = job.gather_to_root(&mine)? else {
         return Ok(ExitCode::SUCCESS);
     };
-    let parts = parts
+    type RankReport = (Vec<Timings>, Option<super::train::ImportStats>);
+    let (parts, imports): (Vec<_>, Vec<_>) = parts
         .iter()
-        .map(|p| serde_json::from_slice::<Vec<Timings>>(p))
+        .map(|p| serde_json::from_slice::<RankReport>(p))
         .collect::<Result<Vec<_>, _>>()
-        .context("a rank's timings did not decode")?;
+        .context("a rank's timings did not decode")?
+        .into_iter()
+        .unzip();
     let steps = parts.iter().map(Vec::len).min().unwrap_or(0);
     let merged: Vec<Timings> = (0..steps)
         .map(|i| Timings::merged(parts.iter().map(|p| p[i].clone()).collect()))
@@ -327,6 +332,7 @@ pub fn finish(job: &MpiJob, f: &Finish) -> anyhow::Result<ExitCode> {
             "makespan_ms": figures.makespan_ms,
             "predicted_makespan_ms": figures.predicted_ms,
             "memory": figures.memory,
+            "import_per_rank": imports,
         });
         outln!("{summary}")?;
     } else {

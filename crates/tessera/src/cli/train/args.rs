@@ -96,10 +96,27 @@ pub struct Args {
     /// along a cosine to --lr / 10 at the last step (default: a constant --lr).
     #[arg(long)]
     pub warmup: Option<u64>,
-    /// Train the decoders on the bytes of this file instead of examples/data/corpus.txt; its
-    /// last tenth is held out for the eval loss.
+    /// Start from a Hugging Face model folder (config.json, safetensors weights, tokenizer.json;
+    /// `llama`, `mistral` or `qwen2`) in place of --model, --config and the size flags;
+    /// --seq-len, --dtype and the training flags still apply, and --data is encoded with the
+    /// folder's tokenizer. Each process reads only the weights its groups hold.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["model", "config", "layers", "d_model", "heads", "tie_embeddings"])]
+    pub model_dir: Option<PathBuf>,
+    /// Train the decoders on this file instead of examples/data/corpus.txt: text (its bytes, or
+    /// the --model-dir tokenizer's ids), JSON Lines of {"text": ...} documents (`.jsonl`), or
+    /// token ids (`.bin`: little-endian u16 or u32, see --data-dtype). Its last tenth is held
+    /// out for the eval loss.
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// The width of a `.bin` --data file's ids when it has no Tessera header: u16 (nanoGPT's)
+    /// or u32.
+    #[arg(long, value_name = "u16|u32")]
+    pub data_dtype: Option<String>,
+    /// At the end of the run, write the trained Llama-family model as a Hugging Face folder
+    /// (config.json, model.safetensors, tokenizer.json) that transformers loads; one process
+    /// only (under MPI, save --checkpoint-dir and run `tessera export`).
+    #[arg(long, value_name = "DIR")]
+    pub export_hf: Option<PathBuf>,
     /// Compute the eval loss on the held-out data every N steps and at the last step (0: never).
     #[arg(long, default_value_t = 10)]
     pub eval_every: u64,

@@ -50,6 +50,15 @@ pub fn choose_model(args: &Args) -> anyhow::Result<ModelChoice> {
         Some(path) => read_config(path)?,
         None => ConfigFile::default(),
     };
+    if let Some(dir) = &args.model_dir {
+        let seq_len = args.seq_len.unwrap_or(32);
+        let mut config = tessera_nn::hf::HfConfig::read(dir, seq_len)?.decoder;
+        config.compute_dtype = compute_dtype(&args.dtype)?;
+        config
+            .validate()
+            .with_context(|| format!("--model-dir {}", dir.display()))?;
+        return Ok(ModelChoice::Decoder(config));
+    }
     let name = args
         .model
         .clone()
@@ -90,13 +99,7 @@ pub fn choose_model(args: &Args) -> anyhow::Result<ModelChoice> {
         config.ffn = ffn;
     }
     config.tie_embeddings = args.tie_embeddings;
-    config.compute_dtype = match args.dtype.as_str() {
-        "f32" | "float32" => tessera_ir::DType::F32,
-        "bf16" | "bfloat16" => tessera_ir::DType::BF16,
-        other => {
-            bail!("--dtype {other}: use f32, or bf16 for mixed precision (float32 parameters)")
-        }
-    };
+    config.compute_dtype = compute_dtype(&args.dtype)?;
     if let Err(err) = config.validate() {
         match &args.config {
             Some(path) => bail!("the model in {} does not work: {err}", path.display()),
@@ -104,6 +107,17 @@ pub fn choose_model(args: &Args) -> anyhow::Result<ModelChoice> {
         }
     }
     Ok(ModelChoice::Decoder(config))
+}
+
+/// The decoders' compute dtype named by `--dtype`.
+fn compute_dtype(name: &str) -> anyhow::Result<tessera_ir::DType> {
+    match name {
+        "f32" | "float32" => Ok(tessera_ir::DType::F32),
+        "bf16" | "bfloat16" => Ok(tessera_ir::DType::BF16),
+        other => {
+            bail!("--dtype {other}: use f32, or bf16 for mixed precision (float32 parameters)")
+        }
+    }
 }
 
 /// The decoder layers of each stage: `--stage-layers`, else the config file's `stage_layers`,
@@ -183,7 +197,7 @@ pub fn describe(choice: &ModelChoice, optimizer: &str) -> String {
     match choice {
         ModelChoice::Mlp => format!("mlp optimizer={optimizer}"),
         ModelChoice::Decoder(c) => format!(
-            "{}{}{} vocab={} layers={} d_model={} heads={} seq_len={} ffn={} optimizer={optimizer}",
+            "{}{}{} vocab={} layers={} d_model={} heads={} seq_len={} ffn={}{} optimizer={optimizer}",
             name(choice),
             if c.tie_embeddings { " tied" } else { "" },
             match c.compute_dtype {
@@ -195,7 +209,40 @@ pub fn describe(choice: &ModelChoice, optimizer: &str) -> String {
             c.d_model,
             c.heads,
             c.seq_len,
-            c.ffn
+            c.ffn,
+            llama_features(c)
+        ),
+    }
+}
+
+/// What a decoder has beyond the sizes (an imported model's grouped-query heads, head width,
+/// rope, biases, norm epsilon, window), empty for Tessera's own decoders.
+fn llama_features(c: &DecoderConfig) -> String {
+    let default = match c.kind {
+        tessera_nn::DecoderKind::Gpt2 => {
+            DecoderConfig::gpt2(c.vocab, c.layers, c.d_model, c.heads, c.seq_len)
+        }
+        tessera_nn::DecoderKind::Llama => {
+            DecoderConfig::llama(c.vocab, c.layers, c.d_model, c.heads, c.seq_len)
+        }
+    };
+    let same = c.kv_heads == default.kv_heads
+        && c.head_dim == default.head_dim
+        && c.rope == default.rope
+        && (c.qkv_bias, c.out_bias, c.mlp_bias)
+            == (default.qkv_bias, default.out_bias, default.mlp_bias)
+        && c.norm_eps == default.norm_eps
+        && c.sliding_window == default.sliding_window;
+    match same {
+        true => String::new(),
+        false => format!(
+            " kv_heads={} head_dim={} rope={:?} biases={:?} eps={} window={:?}",
+            c.kv_heads,
+            c.head_dim,
+            c.rope,
+            (c.qkv_bias, c.out_bias, c.mlp_bias),
+            c.norm_eps,
+            c.sliding_window
         ),
     }
 }

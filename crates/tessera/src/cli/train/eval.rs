@@ -74,7 +74,7 @@ impl Eval {
             })
             .collect::<anyhow::Result<Vec<Array>>>()?;
         let program = eval_program(model, setup.schedule, &data)?;
-        let n_params = model.init.len();
+        let n_params = model.n_params();
         let specs = &setup.training.in_specs;
         // The training step's specs: its parameters', then its data's (after the optimizer state
         // and the learning rate).

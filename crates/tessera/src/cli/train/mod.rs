@@ -23,6 +23,8 @@ mod checkpoints;
 mod config;
 mod eval;
 mod fault;
+mod hf_import;
+pub use hf_import::ImportStats;
 mod layout;
 mod model;
 mod phases;
@@ -44,6 +46,7 @@ use tessera::jit::{from_host, to_host};
 use tessera_ir::{Array, DType};
 use tessera_mpmd::{StepArg, StepResult};
 use tessera_nn::checkpoint::{History, Manifest, Part};
+use tessera_nn::data::token_files::TokenWidth;
 use tessera_nn::lr::LrSchedule;
 use tessera_nn::optim::{AdamW, Optimizer, Sgd};
 use tessera_pjrt::Client;
@@ -178,6 +181,16 @@ fn optimizer(name: &str) -> anyhow::Result<Box<dyn Optimizer>> {
     }
 }
 
+/// Where a run starts: its step, carried values, history, seed and what reading an imported
+/// model cost (see [`starting_point`]).
+type Start = (
+    u64,
+    Vec<Array>,
+    History,
+    u64,
+    Option<hf_import::ImportStats>,
+);
+
 /// Where a run starts: the number of steps already taken, the carried values (parameters,
 /// then optimizer state), the history and the seed its parameters were made with (a resumed
 /// run's is its checkpoint's, recorded again in the checkpoints it writes). From a checkpoint,
@@ -189,10 +202,21 @@ fn starting_point(
     training: &step::TrainingStep,
     description: &str,
     reads: &[bool],
-) -> anyhow::Result<(u64, Vec<Array>, History, u64)> {
+    imported: Option<&hf_import::Imported>,
+) -> anyhow::Result<Start> {
     let Some(dir) = &args.resume else {
-        let carried = model.init.iter().chain(&training.init_state).cloned();
-        return Ok((0, carried.collect(), History::default(), args.seed));
+        let (params, stats) = match imported {
+            Some(imported) => {
+                let (params, stats) =
+                    hf_import::initial_params(imported, &model.param_avals, reads, placeholder)?;
+                (params, Some(stats))
+            }
+            None => (model.init.clone(), None),
+        };
+        let carried = params
+            .into_iter()
+            .chain(training.init_state.iter().cloned());
+        return Ok((0, carried.collect(), History::default(), args.seed, stats));
     };
     let names = carried_names(model, training);
     let wanted = |part: Part, path: &str| {
@@ -237,7 +261,7 @@ fn starting_point(
         .zip(avals.iter().chain(&state_avals))
         .map(|(a, aval)| a.map_or_else(|| placeholder(aval), Ok))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok((step, carried, checkpoint.manifest.history, seed))
+    Ok((step, carried, checkpoint.manifest.history, seed, None))
 }
 
 /// A value of `aval`'s type for a carried value this process does not read: NaN (or the
@@ -388,13 +412,27 @@ fn run_in(
     tensorboard_log::check(&args, super::mpi::is_root(job))?;
     let description = config::describe(&choice, &args.optimizer);
     let rows = i64::from(args.batch / args.microbatches);
+    let imported = hf_import::open(&args)?;
+    hf_import::check_export(&args, &choice, job.map_or(1, |j| j.size()))?;
+    let width = args
+        .data_dtype
+        .as_deref()
+        .map(TokenWidth::parse)
+        .transpose()?;
+    let data = model::DataSource {
+        file: args.data.as_deref(),
+        tokenizer: imported.as_ref().map(|i| &i.tokenizer),
+        width,
+    };
+    // An imported model's parameters are read from its folder, not made from the seed.
+    let seed = imported.is_none().then_some(args.seed);
     let model = Model::new(
         &choice,
         &stage_layers,
         rows,
         args.microbatches as usize,
-        args.data.as_deref(),
-        args.seed,
+        &data,
+        seed,
     )?;
     let save_dir = args.checkpoint_dir.clone().or(args.resume.clone());
     let mut saver = save_dir
@@ -411,6 +449,11 @@ fn run_in(
     if let (Some(saver), None) = (&saver, &args.resume) {
         saver.refuse_earlier_run()?;
     }
+    if let (Some(dir), true, config::ModelChoice::Decoder(decoder)) =
+        (&save_dir, super::mpi::is_root(job), &choice)
+    {
+        hf_import::record_in_checkpoints(dir, imported.as_ref(), decoder)?;
+    }
     let training = step::training_step(
         &model,
         &args.schedule,
@@ -419,7 +462,7 @@ fn run_in(
         &step::stack(&model, &model.batches(0)?)?,
     )?;
     let program = &training.program;
-    let n_carried = model.init.len() + training.state_avals.len();
+    let n_carried = model.n_params() + training.state_avals.len();
     let data_args = program.jaxpr.invars.len() - n_carried - 1;
     let in_specs = layout.step_specs(&choice, &model.param_avals, opt.as_ref(), data_args)?;
     let carried_names = carried_names(&model, &training);
@@ -432,8 +475,8 @@ fn run_in(
     // The update writes each parameter into its old buffers (donated): one copy per group; and
     // the optimizer state too where it can (no new buffers each step).
     let options = tessera_mpmd::MpmdJitOptions {
-        donate_argnums: (0..model.init.len()).collect(),
-        donate_where_possible: (model.init.len()..n_carried).collect(),
+        donate_argnums: (0..model.n_params()).collect(),
+        donate_where_possible: (model.n_params()..n_carried).collect(),
         processes: super::mpi::processes(job, &client, &mesh)?,
         in_specs,
         fusion: match args.no_fuse {
@@ -458,8 +501,14 @@ fn run_in(
         true => vec![true; n_carried],
         false => jit.reads_here().into_iter().take(n_carried).collect(),
     };
-    let (start, carried, history, run_seed) =
-        starting_point(&args, &model, &training, &description, &reads)?;
+    let (start, carried, history, run_seed, import_stats) = starting_point(
+        &args,
+        &model,
+        &training,
+        &description,
+        &reads,
+        imported.as_ref(),
+    )?;
     // The reference runs on rank 0 (the only rank in one process).
     let mut reference = match (args.no_reference || !root, layout.explicit) {
         (true, _) => None,
@@ -661,12 +710,24 @@ fn run_in(
         log.checkpoints.extend(saver.finish(job)?);
     }
     if job.is_none() {
-        let n = model.init.len();
+        let n = model.n_params();
         log.parameter_bytes = Some(report::parameter_bytes(
             &weights[..n.min(weights.len())],
             &mesh,
         )?);
     }
+    if let (Some(out), config::ModelChoice::Decoder(decoder)) = (&args.export_hf, &choice) {
+        let n = model.n_params().min(weights.len());
+        let dir = hf_import::export(
+            out,
+            imported.as_ref(),
+            decoder,
+            &model.param_avals,
+            &weights[..n],
+        )?;
+        log.exported = Some(dir);
+    }
+    log.import = import_stats;
     if let Some(job) = job {
         let history = log.history();
         let plot = match root {
@@ -674,6 +735,7 @@ fn run_in(
             false => None,
         };
         let finish = super::mpi::Finish {
+            import: log.import.as_ref(),
             steps: &log.steps,
             history: &history,
             checkpoints: &log.checkpoints,
@@ -729,6 +791,10 @@ struct RunLog {
     parameter_bytes: Option<serde_json::Value>,
     /// Each task name's times over the steps after the first (`F s0`, `B s1`, ...).
     task_ms: std::collections::BTreeMap<String, Vec<f64>>,
+    /// What reading `--model-dir`'s weights cost this process.
+    import: Option<hf_import::ImportStats>,
+    /// Where `--export-hf` wrote the trained model.
+    exported: Option<PathBuf>,
 }
 
 impl RunLog {
@@ -845,6 +911,10 @@ fn finish(
         "memory": figures.memory,
         "history": log.history(),
     });
+    if let Some(fields) = summary.as_object_mut() {
+        fields.insert("import".into(), serde_json::to_value(&log.import)?);
+        fields.insert("export_hf".into(), serde_json::to_value(&log.exported)?);
+    }
     if let (Some(serde_json::Value::Object(bytes)), Some(fields)) =
         (&log.parameter_bytes, summary.as_object_mut())
     {

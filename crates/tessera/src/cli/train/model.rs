@@ -4,8 +4,11 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use anyhow::bail;
 use tessera_ir::{Array, ClosedJaxpr, ShapedArray};
+use tessera_nn::data::token_files::{self, TokenWidth};
 use tessera_nn::data::{ByteCorpus, Split};
+use tessera_nn::hf::HfTokenizer;
 use tessera_nn::toy::TanhMlp;
 use tessera_nn::{StagePlan, Tree};
 
@@ -26,6 +29,82 @@ enum Data {
     Corpus(ByteCorpus),
 }
 
+/// Where a decoder's data comes from: `--data` (or the bundled corpus), encoded by the model's
+/// tokenizer where it has one (else as bytes), a `.bin` file's ids read as they are.
+pub struct DataSource<'a> {
+    /// `--data`.
+    pub file: Option<&'a Path>,
+    /// The tokenizer of `--model-dir`.
+    pub tokenizer: Option<&'a HfTokenizer>,
+    /// `--data-dtype`.
+    pub width: Option<TokenWidth>,
+}
+
+/// The corpus of `source` for sequences of `seq` tokens: a `.bin` file's ids; a `.jsonl` file's
+/// documents, each encoded alone and joined; any other file's text (its bytes, for a byte
+/// model). Refused: ids the model's `vocab` does not have.
+fn corpus(source: &DataSource, seq: usize, vocab: i64) -> anyhow::Result<ByteCorpus> {
+    let Some(path) = source.file else {
+        let corpus = include_bytes!("../../../../../examples/data/corpus.txt");
+        let name = Path::new("examples/data/corpus.txt");
+        return Ok(match source.tokenizer {
+            Some(tok) => {
+                let text = String::from_utf8_lossy(corpus);
+                ByteCorpus::from_tokens(name, tok.encode(&text)?, seq, EVAL_FRACTION)?
+            }
+            None => ByteCorpus::from_bytes(name, corpus.to_vec(), seq, EVAL_FRACTION)?,
+        });
+    };
+    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let encode = |text: &str| -> anyhow::Result<Vec<u32>> {
+        Ok(match source.tokenizer {
+            Some(tok) => tok.encode(text)?,
+            None => text.bytes().map(u32::from).collect(),
+        })
+    };
+    let corpus = match extension {
+        "bin" => ByteCorpus::from_tokens(
+            path,
+            token_files::read_bin(path, source.width)?,
+            seq,
+            EVAL_FRACTION,
+        )?,
+        "jsonl" => {
+            let mut ids = Vec::new();
+            for text in token_files::read_jsonl_texts(path)? {
+                ids.extend(encode(&text)?);
+            }
+            ByteCorpus::from_tokens(path, ids, seq, EVAL_FRACTION)?
+        }
+        _ if source.width.is_some() => {
+            bail!(
+                "--data-dtype reads a .bin token file; {} is not one",
+                path.display()
+            )
+        }
+        _ => match source.tokenizer {
+            Some(_) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    anyhow::anyhow!(
+                        "--data {}: not UTF-8 text for the tokenizer ({e})",
+                        path.display()
+                    )
+                })?;
+                ByteCorpus::from_tokens(path, encode(&text)?, seq, EVAL_FRACTION)?
+            }
+            None => ByteCorpus::from_file(path, seq, EVAL_FRACTION)?,
+        },
+    };
+    if let Some(max) = corpus.max_token().filter(|&m| i64::from(m) >= vocab) {
+        bail!(
+            "--data {}: token id {max} is beyond the model's vocabulary of {vocab} ids; the data \
+             was tokenized for another model",
+            path.display()
+        );
+    }
+    Ok(corpus)
+}
+
 /// A model ready to train.
 pub struct Model {
     /// The loss with a stage marker at each stage boundary: `(data_in, params..., data_out)`.
@@ -36,7 +115,8 @@ pub struct Model {
     pub params: Vec<usize>,
     /// The parameters' names and types.
     pub param_avals: Tree<ShapedArray>,
-    /// Their initial values, in argument order.
+    /// Their initial values, in argument order; empty for a model imported with --model-dir,
+    /// whose parameters each process reads from the folder (`hf_import.rs`).
     pub init: Vec<Array>,
     /// Tokens per example (1 for the MLP).
     pub tokens_per_example: u64,
@@ -59,8 +139,8 @@ impl Model {
         stage_layers: &[usize],
         rows: i64,
         microbatches: usize,
-        data_file: Option<&Path>,
-        seed: u64,
+        data: &DataSource,
+        seed: Option<u64>,
     ) -> anyhow::Result<Model> {
         let stages = stage_layers.len();
         match choice {
@@ -87,22 +167,18 @@ impl Model {
             }
             ModelChoice::Decoder(config) => {
                 let seq = config.seq_len as usize;
-                let data = match data_file {
-                    Some(path) => ByteCorpus::from_file(path, seq, EVAL_FRACTION)?,
-                    None => {
-                        let corpus = include_bytes!("../../../../../examples/data/corpus.txt");
-                        let source = Path::new("examples/data/corpus.txt");
-                        ByteCorpus::from_bytes(source, corpus.to_vec(), seq, EVAL_FRACTION)?
-                    }
+                let data = corpus(data, seq, config.vocab)?;
+                let init = match seed {
+                    Some(seed) => config.init(seed)?.flatten(),
+                    None => Vec::new(),
                 };
-                let init = config.init(seed)?;
                 Ok(Model {
                     loss: config
                         .loss(rows, &StagePlan::from_counts(stage_layers, config.layers)?)?,
                     eval_loss: Some(config.loss(rows, &StagePlan::single())?),
-                    params: (1..=init.len()).collect(),
+                    params: (1..=config.avals().len()).collect(),
                     param_avals: config.avals(),
-                    init: init.flatten(),
+                    init,
                     tokens_per_example: seq as u64,
                     flops_per_token: Some(config.train_flops_per_token()),
                     stage_layers: stage_layers.to_vec(),
@@ -117,10 +193,16 @@ impl Model {
 
     /// The number of parameters.
     pub fn param_count(&self) -> i64 {
-        self.init
+        self.param_avals
+            .leaves()
             .iter()
-            .map(|a| a.shape().iter().product::<i64>())
+            .map(|a| a.shape.iter().product::<i64>())
             .sum()
+    }
+
+    /// The number of parameter arrays.
+    pub fn n_params(&self) -> usize {
+        self.param_avals.len()
     }
 
     /// Where the data of step `step` (counted from 0) begins: the number of windows read

@@ -290,8 +290,12 @@ impl Measuring {
             &stage_layers,
             i64::from(rows * data),
             microbatches as usize,
-            None,
-            args.seed,
+            &super::model::DataSource {
+                file: None,
+                tokenizer: None,
+                width: None,
+            },
+            Some(args.seed),
         )?;
         let training = step::training_step(
             &model,
@@ -301,7 +305,7 @@ impl Measuring {
             &step::stack(&model, &model.batches(0)?)?,
         )?;
         let program = &training.program;
-        let n_carried = model.init.len() + training.state_avals.len();
+        let n_carried = model.n_params() + training.state_avals.len();
         let data_args = program.jaxpr.invars.len() - n_carried - 1;
         let in_specs = layout.step_specs(&choice, &model.param_avals, opt.as_ref(), data_args)?;
         // The client has as many devices as the planned run's (the CPU plugin's threads depend
@@ -309,8 +313,8 @@ impl Measuring {
         let client = tessera_pjrt::Client::open(plugin, i64::from(client_devices.max(data)))?;
         let mesh = tessera_mpmd::MpmdMesh::new(layout.shape.clone(), &layout.mpmd_axis)?;
         let options = tessera_mpmd::MpmdJitOptions {
-            donate_argnums: (0..model.init.len()).collect(),
-            donate_where_possible: (model.init.len()..n_carried).collect(),
+            donate_argnums: (0..model.n_params()).collect(),
+            donate_where_possible: (model.n_params()..n_carried).collect(),
             in_specs,
             fusion: tessera_mpmd::Fusion::Never,
             schedule: Some(std::sync::Arc::new(MeasureOrder {

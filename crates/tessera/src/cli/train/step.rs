@@ -84,9 +84,16 @@ pub fn training_step(
     let mbs = data.first().map_or(1, |d| d.shape()[0]);
     let param_avals = &model.param_avals;
     let state_avals = opt.state_avals(param_avals);
-    let init_state = opt
-        .init_state(&param_avals.unflatten(model.init.clone())?)?
-        .flatten();
+    // The optimizer's state starts from the parameters' shapes (zeros, a count); an imported
+    // model has no values here yet, so zeros of its parameters' types stand in.
+    let params = match model.init.is_empty() {
+        false => param_avals.unflatten(model.init.clone())?,
+        true => param_avals.try_map(&mut |_, a| {
+            let n: i64 = a.shape.iter().product();
+            Array::new(a.dtype, &a.shape, vec![0.0; n as usize])
+        })?,
+    };
+    let init_state = opt.init_state(&params)?.flatten();
     let mut avals = param_avals.flatten();
     avals.extend(state_avals.flatten());
     avals.push(ShapedArray::new(DType::F32, &[]));
