@@ -10,6 +10,7 @@ mod compile_count;
 mod demo;
 mod doc_check;
 mod dp_bench;
+mod generate_bench;
 mod gpu_bundle;
 mod gpu_run;
 mod jax;
@@ -78,8 +79,13 @@ enum Command {
         /// then the page.
         #[arg(long, conflicts_with_all = ["compare_jax", "checkpoints", "remat"])]
         data_parallel: bool,
-        /// Measure nothing: regenerate docs/benchmarks.md from the run files in docs/runs/.
+        /// Only greedy generation against transformers (PyTorch on the CPU; needs
+        /// TESSERA_TORCH_PYTHON, see benches/hf/generate_speed.py): docs/runs/cpu-generate.json,
+        /// then the page.
         #[arg(long, conflicts_with_all = ["compare_jax", "checkpoints", "remat", "data_parallel"])]
+        generate: bool,
+        /// Measure nothing: regenerate docs/benchmarks.md from the run files in docs/runs/.
+        #[arg(long, conflicts_with_all = ["compare_jax", "checkpoints", "remat", "data_parallel", "generate"])]
         render: bool,
     },
     /// Write DIR: the stripped release binary (xz), the shared libraries a GPU machine may lack,
@@ -103,10 +109,15 @@ fn main() -> ExitCode {
             checkpoints,
             remat,
             data_parallel,
+            generate,
             render,
         } => {
             if render {
                 runs::regenerate(&cmd::workspace_root()).map(|()| ExitCode::SUCCESS)
+            } else if generate {
+                setup::run()
+                    .and_then(|_| generate_bench::run(&cmd::workspace_root()))
+                    .map(|()| ExitCode::SUCCESS)
             } else if data_parallel {
                 setup::run()
                     .and_then(|_| dp_bench::run(&cmd::workspace_root()))

@@ -44,6 +44,8 @@ pub enum Renderer {
     DataParallel,
     /// The planner on one preset of `benches/plan_accuracy.py` ([`crate::plan_bench`]).
     Plan,
+    /// Greedy generation against transformers ([`crate::generate_bench`]).
+    Generate,
     /// A GPU run of the bundle's `run.sh` ([`crate::gpu_run`]).
     GpuRun,
     /// A section copied from an earlier page: its markdown as it was.
@@ -58,6 +60,7 @@ pub const SECTIONS: &[(&str, Renderer)] = &[
     ("cpu-synthetic", Renderer::Synthetic),
     ("cpu-remat", Renderer::Remat),
     ("cpu-data-parallel", Renderer::DataParallel),
+    ("cpu-generate", Renderer::Generate),
     ("gpu-h100", Renderer::GpuRun),
     ("gpu-h200", Renderer::GpuRun),
     ("cpu-treduce-compile", Renderer::Transcribed),
@@ -210,6 +213,7 @@ pub fn render(root: &Path) -> anyhow::Result<String> {
             Renderer::Remat => crate::remat_bench::render_run(&mut md, run)?,
             Renderer::DataParallel => crate::dp_bench::render_run(&mut md, run)?,
             Renderer::GpuRun => crate::gpu_run::render_run(&mut md, run)?,
+            Renderer::Generate => crate::generate_bench::render_run(&mut md, run)?,
             Renderer::Transcribed => render_transcribed(&mut md, name, run)?,
         }
     }
