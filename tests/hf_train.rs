@@ -49,6 +49,13 @@ fn train_args(model: &str, extra: &[&str]) -> Vec<String> {
     args
 }
 
+/// `args` with `flag`'s value replaced by `value`.
+fn with(mut args: Vec<String>, flag: &str, value: &str) -> Vec<String> {
+    let at = args.iter().position(|a| a == flag).unwrap();
+    args[at + 1] = value.into();
+    args
+}
+
 fn summary(stdout: &[u8]) -> serde_json::Value {
     let text = String::from_utf8_lossy(stdout);
     serde_json::from_str(text.lines().last().unwrap_or_default())
@@ -175,9 +182,11 @@ fn text_json_lines_and_token_files_of_the_same_tokens_train_alike() {
     let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
     std::fs::write(&raw, bytes).unwrap();
     let first_loss = |extra: &[&str]| {
-        let mut args = train_args("llama_gqa", &["--eval-every", "1"]);
-        let steps = args.iter().position(|a| a == "--steps").unwrap();
-        args[steps + 1] = "1".into();
+        let mut args = with(
+            train_args("llama_gqa", &["--eval-every", "1"]),
+            "--steps",
+            "1",
+        );
         args.extend(extra.iter().map(|s| s.to_string()));
         let s = train(&args);
         (
@@ -252,4 +261,28 @@ fn an_mpi_job_reads_its_share_of_the_weights_and_exports_what_one_process_does()
         generate(&["--model-dir", a.to_str().unwrap()]),
         generate(&["--model-dir", b.to_str().unwrap()])
     );
+}
+
+#[test]
+fn an_imported_model_trains_with_tensor_parallelism_fsdp_and_in_one_program() {
+    // Grouped-query heads split by key/value group over the `model` axis, parameters over
+    // `data`; and Qwen2 (q/k/v biases) on one device, where the step is one program.
+    let plain = train(&train_args("llama_gqa", &[]));
+    let sharded = train(&with(
+        train_args("llama_gqa", &["--mesh", "stage=2,data=2,model=2", "--fsdp"]),
+        "--devices",
+        "8",
+    ));
+    let first = |s: &serde_json::Value| s["losses"][0].as_f64().unwrap();
+    assert!(
+        (first(&plain) - first(&sharded)).abs() < 1e-5,
+        "{plain} {sharded}"
+    );
+    let args = with(
+        with(train_args("qwen2", &[]), "--stages", "1"),
+        "--devices",
+        "1",
+    );
+    let one = train(&args);
+    assert_eq!(one["losses"], one["reference_losses"], "{one}");
 }
