@@ -1,5 +1,5 @@
 //! Hugging Face model folders in and out: a Llama-family folder (`config.json`, safetensors
-//! weights single or sharded, `tokenizer.json`) read into a [`DecoderConfig`] and its
+//! weights single or sharded, `tokenizer.json`) read into a [`DecoderConfig`](crate::DecoderConfig) and its
 //! parameters, and a decoder's parameters written back as a folder `transformers` loads.
 //!
 //! - [`HfConfig`]: `config.json` (`llama`, `mistral`, `qwen2`; both spellings of the rope
@@ -105,7 +105,7 @@ impl HfModel {
         Ok(out)
     }
 
-    /// Every parameter, as a tree in [`DecoderConfig::spec`]'s structure.
+    /// Every parameter, as a tree in [`DecoderConfig::spec`](crate::DecoderConfig::spec)'s structure.
     pub fn load_all(&self) -> Result<Tree<Array>> {
         let mut loaded = self.load_params(&|_| true)?.params;
         let spec = self.config.decoder.spec();
