@@ -124,12 +124,7 @@ fn scratch(name: &str) -> PathBuf {
 
 #[test]
 fn an_import_exported_again_gives_back_the_same_tensors_and_config() {
-    for name in [
-        "llama3_tied",
-        "llama_bias_head_dim",
-        "llama_sharded_bf16",
-        "qwen2",
-    ] {
+    for name in CASES {
         let model = HfModel::open(&case_dir(name), 16).unwrap();
         let params = model.load_all().unwrap();
         let out = scratch(name);

@@ -395,6 +395,15 @@ impl DecoderConfig {
             .try_map(&mut |_, p| p.init.array(&p.shape, &mut rng))
     }
 
+    /// Model FLOPs per token of a training step as MaxText counts them
+    /// (`calculate_tflops_training_per_device`): [`DecoderConfig::train_flops_per_token`] with
+    /// causal attention's scores and values at half, as a causal mask leaves half of them.
+    pub fn train_flops_per_token_maxtext(&self) -> f64 {
+        let width = self.heads.saturating_mul(self.head_dim) as f64;
+        let full_attention = 12.0 * self.layers as f64 * width * self.seq_len as f64;
+        self.train_flops_per_token() - full_attention / 2.0
+    }
+
     /// Model FLOPs per token of a training step (forward and backward): `6 N` for the weights
     /// plus the attention scores and values, as in the PaLM paper's appendix.
     pub fn train_flops_per_token(&self) -> f64 {
@@ -421,28 +430,16 @@ impl DecoderConfig {
         let mut avals = vec![tokens.clone()];
         avals.extend(spec.flatten());
         avals.push(tokens);
-        let mut failure = None;
-        let program = trace(&avals, |args| {
+        trace_fallible(&avals, |args| {
             let n = args.len();
-            let params = match spec.unflatten(args[1..n - 1].to_vec()) {
-                Ok(params) => params,
-                Err(err) => {
-                    failure = Some(err);
-                    return vec![args[0].clone()];
-                }
-            };
-            match self.loss_body(&args[0], &params, &args[n - 1], plan) {
-                Ok(loss) => vec![loss],
-                Err(err) => {
-                    failure = Some(err);
-                    vec![args[0].clone()]
-                }
-            }
-        });
-        match failure {
-            Some(err) => Err(err),
-            None => Ok(program?),
-        }
+            let params = spec.unflatten(args[1..n - 1].to_vec())?;
+            Ok(vec![self.loss_body(
+                &args[0],
+                &params,
+                &args[n - 1],
+                plan,
+            )?])
+        })
     }
 
     fn loss_body(
@@ -471,23 +468,11 @@ impl DecoderConfig {
         let spec = self.avals();
         let mut avals = vec![tokens];
         avals.extend(spec.flatten());
-        let mut failure = None;
-        let program = trace(&avals, |args| {
-            let logits = spec
-                .unflatten(args[1..].to_vec())
-                .and_then(|params| self.logits_body(&args[0], &params, &StagePlan::single(), seq));
-            match logits {
-                Ok(logits) => vec![logits.astype(DType::F32)],
-                Err(err) => {
-                    failure = Some(err);
-                    vec![args[0].clone()]
-                }
-            }
-        });
-        match failure {
-            Some(err) => Err(err),
-            None => Ok(program?),
-        }
+        trace_fallible(&avals, |args| {
+            let params = spec.unflatten(args[1..].to_vec())?;
+            let logits = self.logits_body(&args[0], &params, &StagePlan::single(), seq)?;
+            Ok(vec![logits.astype(DType::F32)])
+        })
     }
 
     /// The logits (`[rows, seq, vocab]`, in the compute dtype) of `tokens` (`[rows, seq]`), the
@@ -524,17 +509,44 @@ impl DecoderConfig {
         if let Some(stage) = plan.stage_starting_at(self.layers) {
             h = h.enter_stage(stage as i64);
         }
-        let h = self.norm(&cast(p.get("final_norm")?), &h)?;
-        let logits = if self.tie_embeddings {
+        Ok(self.final_logits(p, &h)?.reshape(&[rows, t, self.vocab]))
+    }
+
+    /// The final norm and the head (the embedding table, transposed, when tied) of `h`
+    /// (`[rows, t, d]`): `[rows × t, vocab]` in the compute dtype.
+    pub(crate) fn final_logits(&self, p: &Tree<Tensor>, h: &Tensor) -> Result<Tensor> {
+        let cast = |tree: &Tree<Tensor>| tree.map(&mut |_, x| x.astype(self.compute_dtype));
+        let rows_t = h.shape()[0] * h.shape()[1];
+        let h = self.norm(&cast(p.get("final_norm")?), h)?;
+        Ok(if self.tie_embeddings {
             let table = p.leaf("embed.tokens.table")?.astype(self.compute_dtype);
-            h.reshape(&[rows * t, self.d_model])
+            h.reshape(&[rows_t, self.d_model])
                 .matmul(&table.transpose(&[1, 0]))
         } else {
             self.head()
                 .apply(&cast(p.get("head")?), &h)?
-                .reshape(&[rows * t, self.vocab])
-        };
-        Ok(logits.reshape(&[rows, t, self.vocab]))
+                .reshape(&[rows_t, self.vocab])
+        })
+    }
+}
+
+/// Traces `f` on arguments of types `avals`; an error `f` returns (a parameter missing from a
+/// tree, a bad size) is the result, not a program.
+pub(crate) fn trace_fallible(
+    avals: &[ShapedArray],
+    f: impl FnOnce(&[Tensor]) -> Result<Vec<Tensor>>,
+) -> Result<ClosedJaxpr> {
+    let mut failure = None;
+    let program = trace(avals, |args| match f(args) {
+        Ok(outs) => outs,
+        Err(err) => {
+            failure = Some(err);
+            vec![args[0].clone()]
+        }
+    });
+    match failure {
+        Some(err) => Err(err),
+        None => Ok(program?),
     }
 }
 

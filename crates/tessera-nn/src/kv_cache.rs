@@ -10,10 +10,10 @@
 //! program, so a step past `max_position_embeddings` rotates its token with a larger base while
 //! the cached keys keep theirs).
 
-use tessera_ir::trace::{Tensor, trace};
+use tessera_ir::trace::Tensor;
 use tessera_ir::{ClosedJaxpr, DType, ShapedArray};
 
-use crate::decoder::{DecoderConfig, DecoderKind};
+use crate::decoder::{DecoderConfig, DecoderKind, trace_fallible};
 use crate::error::{NnError, Result};
 use crate::rope::RopeLen;
 use crate::tree::Tree;
@@ -53,31 +53,18 @@ impl DecoderConfig {
         let spec = self.avals();
         let mut avals = vec![ShapedArray::new(DType::I32, &[1, prompt_len])];
         avals.extend(spec.flatten());
-        let mut failure = None;
-        let program = trace(&avals, |args| {
-            let run = spec.unflatten(args[1..].to_vec()).and_then(|p| {
-                let positions = args[0].iota_along(&[prompt_len], 0);
-                let zero = args[0].literal_zero(DType::I32);
-                let len = RopeLen::Fixed(prompt_len);
-                self.cached_forward(&args[0], &p, &positions, len, cache_len, |_, new| {
-                    let empty = new
-                        .literal_zero(self.compute_dtype)
-                        .broadcast_in_dim(&self.cache_aval(cache_len).shape, &[]);
-                    empty.dynamic_update_slice(new, &[&zero, &zero, &zero, &zero])
-                })
-            });
-            match run {
-                Ok(outs) => outs,
-                Err(err) => {
-                    failure = Some(err);
-                    vec![args[0].clone()]
-                }
-            }
-        });
-        match failure {
-            Some(err) => Err(err),
-            None => Ok(program?),
-        }
+        trace_fallible(&avals, |args| {
+            let p = spec.unflatten(args[1..].to_vec())?;
+            let positions = args[0].iota_along(&[prompt_len], 0);
+            let zero = args[0].literal_zero(DType::I32);
+            let len = RopeLen::Fixed(prompt_len);
+            self.cached_forward(&args[0], &p, &positions, len, cache_len, |_, new| {
+                let empty = new
+                    .literal_zero(self.compute_dtype)
+                    .broadcast_in_dim(&self.cache_aval(cache_len).shape, &[]);
+                empty.dynamic_update_slice(new, &[&zero, &zero, &zero, &zero])
+            })
+        })
     }
 
     /// The decode program: `(token [1, 1] i32, position i32, parameters..., cache...) ->
@@ -93,31 +80,18 @@ impl DecoderConfig {
         ];
         avals.extend(spec.flatten());
         avals.extend((0..2 * self.layers).map(|_| self.cache_aval(cache_len)));
-        let mut failure = None;
-        let program = trace(&avals, |args| {
-            let caches = args[2 + n..].to_vec();
-            let run = spec.unflatten(args[2..2 + n].to_vec()).and_then(|p| {
-                let position = &args[1];
-                let positions = position.broadcast_in_dim(&[1], &[]);
-                let zero = position.literal_zero(DType::I32);
-                let one_more = position + &position.full_like_scalar(1.0);
-                let len = RopeLen::Traced(&one_more);
-                self.cached_forward(&args[0], &p, &positions, len, cache_len, |slot, new| {
-                    caches[slot].dynamic_update_slice(new, &[&zero, &zero, position, &zero])
-                })
-            });
-            match run {
-                Ok(outs) => outs,
-                Err(err) => {
-                    failure = Some(err);
-                    vec![args[0].clone()]
-                }
-            }
-        });
-        match failure {
-            Some(err) => Err(err),
-            None => Ok(program?),
-        }
+        trace_fallible(&avals, |args| {
+            let caches = &args[2 + n..];
+            let p = spec.unflatten(args[2..2 + n].to_vec())?;
+            let position = &args[1];
+            let positions = position.broadcast_in_dim(&[1], &[]);
+            let zero = position.literal_zero(DType::I32);
+            let one_more = position + &position.full_like_scalar(1.0);
+            let len = RopeLen::Traced(&one_more);
+            self.cached_forward(&args[0], &p, &positions, len, cache_len, |slot, new| {
+                caches[slot].dynamic_update_slice(new, &[&zero, &zero, position, &zero])
+            })
+        })
     }
 
     /// Runs `tokens` (`[1, t]`, at `positions`) through the decoder, each layer's new keys and
@@ -154,14 +128,7 @@ impl DecoderConfig {
             caches.push(v);
         }
         let last = Tensor::slice_axis(&h, 1, t - 1, t);
-        let last = self.norm(&cast(p.get("final_norm")?), &last)?;
-        let logits = if self.tie_embeddings {
-            let table = p.leaf("embed.tokens.table")?.astype(self.compute_dtype);
-            last.reshape(&[1, self.d_model])
-                .matmul(&table.transpose(&[1, 0]))
-        } else {
-            self.head().apply(&cast(p.get("head")?), &last)?
-        };
+        let logits = self.final_logits(p, &last)?;
         let mut outs = vec![logits.reshape(&[self.vocab]).astype(DType::F32)];
         outs.extend(caches);
         Ok(outs)
