@@ -345,3 +345,24 @@ fn bf16_compute_keeps_float32_parameters_gradients_and_loss() {
     let bad = tiny("llama").with_compute_dtype(DType::I32).validate();
     assert!(bad.unwrap_err().to_string().contains("compute dtype"));
 }
+
+#[test]
+fn maxtext_counts_causal_attention_at_half_and_gqa_counts_fewer_weights() {
+    // 4 layers, 2 heads of width 4, 4 tokens: full attention is 12 × 4 × 8 × 4 FLOPs a token.
+    let c = tiny("llama");
+    let full_attention = 12.0 * 4.0 * 8.0 * 4.0;
+    let weights = c.train_flops_per_token() - full_attention;
+    assert_eq!(
+        c.train_flops_per_token_maxtext(),
+        weights + full_attention / 2.0
+    );
+    // One key/value head: k and v projections of 4 columns each instead of 8.
+    let mut gqa = c;
+    gqa.kv_heads = 1;
+    let fewer = (c.param_count() - gqa.param_count()) as f64;
+    assert_eq!(fewer, 4.0 * 8.0 * 8.0);
+    assert_eq!(
+        c.train_flops_per_token() - gqa.train_flops_per_token(),
+        6.0 * fewer
+    );
+}

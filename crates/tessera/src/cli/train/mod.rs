@@ -853,7 +853,7 @@ fn finish(
     let throughput = report::throughput(
         client,
         tokens_per_second,
-        model.flops_per_token,
+        (model.flops_per_token, model.flops_per_token_maxtext),
         model.compute_dtype,
     )?;
     let plot = write_plot(args, saver, &log.history())?;
@@ -913,6 +913,7 @@ fn finish(
     });
     if let Some(fields) = summary.as_object_mut() {
         fields.insert("import".into(), serde_json::to_value(&log.import)?);
+        fields.insert("mfu_maxtext".into(), throughput.mfu_maxtext.into());
         fields.insert("export_hf".into(), serde_json::to_value(&log.exported)?);
     }
     if let (Some(serde_json::Value::Object(bytes)), Some(fields)) =

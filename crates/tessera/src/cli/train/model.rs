@@ -122,6 +122,8 @@ pub struct Model {
     pub tokens_per_example: u64,
     /// Model FLOPs per token of a training step (decoders only).
     pub flops_per_token: Option<f64>,
+    /// The same as MaxText counts it (causal attention at half; decoders only).
+    pub flops_per_token_maxtext: Option<f64>,
     /// The layers of each stage, in order (one each for the MLP).
     pub stage_layers: Vec<usize>,
     /// The dtype its matmuls compute in (`--dtype`; float32 for the MLP).
@@ -158,6 +160,7 @@ impl Model {
                     init: init.flatten(),
                     tokens_per_example: 1,
                     flops_per_token: None,
+                    flops_per_token_maxtext: None,
                     stage_layers: vec![1; stages],
                     compute_dtype: tessera_ir::DType::F32,
                     rows,
@@ -181,6 +184,7 @@ impl Model {
                     init,
                     tokens_per_example: seq as u64,
                     flops_per_token: Some(config.train_flops_per_token()),
+                    flops_per_token_maxtext: Some(config.train_flops_per_token_maxtext()),
                     stage_layers: stage_layers.to_vec(),
                     compute_dtype: config.compute_dtype,
                     rows,

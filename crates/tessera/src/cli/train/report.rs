@@ -220,7 +220,11 @@ pub struct Throughput {
     pub peak_flops_per_second: Option<f64>,
     /// Where the peak came from (the accelerator table, or a measured matmul).
     pub peak_source: Option<String>,
+    /// Model FLOP/s over the peak, FLOPs counted as the PaLM paper does (attention in full).
     pub mfu: Option<f64>,
+    /// The same counted as MaxText does (causal attention at half), to compare with its
+    /// published figures.
+    pub mfu_maxtext: Option<f64>,
 }
 
 /// Measures the peak for the model's compute dtype (bf16 matmuls run at the device's bf16
@@ -228,7 +232,7 @@ pub struct Throughput {
 pub fn throughput(
     client: &tessera_pjrt::Client,
     tokens_per_second: f64,
-    flops_per_token: Option<f64>,
+    (flops_per_token, flops_maxtext): (Option<f64>, Option<f64>),
     compute: tessera_ir::DType,
 ) -> anyhow::Result<Throughput> {
     let (peak, warning) =
@@ -239,14 +243,24 @@ pub fn throughput(
     let mfu = flops_per_token
         .zip(peak.as_ref())
         .map(|(f, p)| tessera::perf::mfu(f, tokens_per_second, p.flops_per_second));
+    let mfu_maxtext = flops_maxtext
+        .zip(peak.as_ref())
+        .map(|(f, p)| tessera::perf::mfu(f, tokens_per_second, p.flops_per_second));
     match (flops_per_token, &peak, mfu) {
         (Some(f), Some(p), Some(m)) => outln!(
             "throughput: {tokens_per_second:.0} tokens/s; {:.3} GFLOP/s of model FLOPs ({f:.0} per \
-             token) = MFU {:.1}% of one device's {:.2} GFLOP/s peak ({})",
+             token) = MFU {:.1}% of one device's {:.2} GFLOP/s peak ({}); FLOPs counted as the \
+             PaLM paper does (attention in full){}",
             f * tokens_per_second / 1e9,
             m * 100.0,
             p.flops_per_second / 1e9,
-            p.source
+            p.source,
+            mfu_maxtext
+                .map(|x| format!(
+                    "; MFU {:.1}% as MaxText counts (causal attention at half)",
+                    x * 100.0
+                ))
+                .unwrap_or_default()
         )?,
         _ => outln!("throughput: {tokens_per_second:.0} examples/s")?,
     }
@@ -256,6 +270,7 @@ pub fn throughput(
         peak_flops_per_second: peak.as_ref().map(|p| p.flops_per_second),
         peak_source: peak.map(|p| p.source),
         mfu,
+        mfu_maxtext,
     })
 }
 
