@@ -18,6 +18,7 @@ mod jax;
 #[path = "../../crates/tessera-pjrt/src/known_plugins.rs"]
 mod known_plugins;
 mod llama;
+mod mpi_bench;
 mod mpi_demo;
 mod plan_bench;
 mod plugin;
@@ -84,8 +85,12 @@ enum Command {
         /// then the page.
         #[arg(long, conflicts_with_all = ["compare_jax", "checkpoints", "remat", "data_parallel"])]
         generate: bool,
-        /// Measure nothing: regenerate docs/benchmarks.md from the run files in docs/runs/.
+        /// Only the MPI transport against raw MPI (`mpirun -n 2 tessera-bench-mpi`, 5 runs):
+        /// docs/runs/cpu-mpi-transport.json, then the page.
         #[arg(long, conflicts_with_all = ["compare_jax", "checkpoints", "remat", "data_parallel", "generate"])]
+        mpi_transport: bool,
+        /// Measure nothing: regenerate docs/benchmarks.md from the run files in docs/runs/.
+        #[arg(long, conflicts_with_all = ["compare_jax", "checkpoints", "remat", "data_parallel", "generate", "mpi_transport"])]
         render: bool,
     },
     /// Write DIR: the stripped release binary (xz), the shared libraries a GPU machine may lack,
@@ -110,10 +115,15 @@ fn main() -> ExitCode {
             remat,
             data_parallel,
             generate,
+            mpi_transport,
             render,
         } => {
             if render {
                 runs::regenerate(&cmd::workspace_root()).map(|()| ExitCode::SUCCESS)
+            } else if mpi_transport {
+                setup::run()
+                    .and_then(|_| mpi_bench::run(&cmd::workspace_root()))
+                    .map(|()| ExitCode::SUCCESS)
             } else if generate {
                 setup::run()
                     .and_then(|_| generate_bench::run(&cmd::workspace_root()))

@@ -46,6 +46,8 @@ pub enum Renderer {
     Plan,
     /// Greedy generation against transformers ([`crate::generate_bench`]).
     Generate,
+    /// The MPI transport against raw MPI ([`crate::mpi_bench`]).
+    MpiTransport,
     /// A GPU run of the bundle's `run.sh` ([`crate::gpu_run`]).
     GpuRun,
     /// A section copied from an earlier page: its markdown as it was.
@@ -65,7 +67,7 @@ pub const SECTIONS: &[(&str, Renderer)] = &[
     ("gpu-h200", Renderer::GpuRun),
     ("cpu-treduce-compile", Renderer::Transcribed),
     ("cpu-scan-compile", Renderer::Transcribed),
-    ("cpu-mpi-transport", Renderer::Transcribed),
+    ("cpu-mpi-transport", Renderer::MpiTransport),
     ("cpu-checkpoints", Renderer::Checkpoints),
     ("cpu-plan-gpt", Renderer::Plan),
     ("cpu-plan-llama", Renderer::Plan),
@@ -214,6 +216,7 @@ pub fn render(root: &Path) -> anyhow::Result<String> {
             Renderer::DataParallel => crate::dp_bench::render_run(&mut md, run)?,
             Renderer::GpuRun => crate::gpu_run::render_run(&mut md, run)?,
             Renderer::Generate => crate::generate_bench::render_run(&mut md, run)?,
+            Renderer::MpiTransport => crate::mpi_bench::render_run(&mut md, run)?,
             Renderer::Transcribed => render_transcribed(&mut md, name, run)?,
         }
     }
