@@ -6,6 +6,7 @@
 mod alloc;
 mod checkpoint_bench;
 mod cmd;
+mod compile_bench;
 mod compile_count;
 mod demo;
 mod doc_check;
@@ -89,8 +90,13 @@ enum Command {
         /// docs/runs/cpu-mpi-transport.json, then the page.
         #[arg(long, conflicts_with_all = ["compare_jax", "checkpoints", "remat", "data_parallel", "generate"])]
         mpi_transport: bool,
-        /// Measure nothing: regenerate docs/benchmarks.md from the run files in docs/runs/.
+        /// Only the compile times of a `treduce` step and a scanned stack of layers against
+        /// their unrolled forms (criterion): docs/runs/cpu-treduce-compile.json and
+        /// cpu-scan-compile.json, then the page.
         #[arg(long, conflicts_with_all = ["compare_jax", "checkpoints", "remat", "data_parallel", "generate", "mpi_transport"])]
+        compile: bool,
+        /// Measure nothing: regenerate docs/benchmarks.md from the run files in docs/runs/.
+        #[arg(long, conflicts_with_all = ["compare_jax", "checkpoints", "remat", "data_parallel", "generate", "mpi_transport", "compile"])]
         render: bool,
     },
     /// Write DIR: the stripped release binary (xz), the shared libraries a GPU machine may lack,
@@ -116,10 +122,15 @@ fn main() -> ExitCode {
             data_parallel,
             generate,
             mpi_transport,
+            compile,
             render,
         } => {
             if render {
                 runs::regenerate(&cmd::workspace_root()).map(|()| ExitCode::SUCCESS)
+            } else if compile {
+                setup::run()
+                    .and_then(|_| compile_bench::run(&cmd::workspace_root()))
+                    .map(|()| ExitCode::SUCCESS)
             } else if mpi_transport {
                 setup::run()
                     .and_then(|_| mpi_bench::run(&cmd::workspace_root()))

@@ -48,6 +48,8 @@ pub enum Renderer {
     Generate,
     /// The MPI transport against raw MPI ([`crate::mpi_bench`]).
     MpiTransport,
+    /// Compile times of loops against unrolled steps ([`crate::compile_bench`]).
+    Compile,
     /// A GPU run of the bundle's `run.sh` ([`crate::gpu_run`]).
     GpuRun,
     /// A section copied from an earlier page: its markdown as it was.
@@ -65,8 +67,8 @@ pub const SECTIONS: &[(&str, Renderer)] = &[
     ("cpu-generate", Renderer::Generate),
     ("gpu-h100", Renderer::GpuRun),
     ("gpu-h200", Renderer::GpuRun),
-    ("cpu-treduce-compile", Renderer::Transcribed),
-    ("cpu-scan-compile", Renderer::Transcribed),
+    ("cpu-treduce-compile", Renderer::Compile),
+    ("cpu-scan-compile", Renderer::Compile),
     ("cpu-mpi-transport", Renderer::MpiTransport),
     ("cpu-checkpoints", Renderer::Checkpoints),
     ("cpu-plan-gpt", Renderer::Plan),
@@ -217,6 +219,7 @@ pub fn render(root: &Path) -> anyhow::Result<String> {
             Renderer::GpuRun => crate::gpu_run::render_run(&mut md, run)?,
             Renderer::Generate => crate::generate_bench::render_run(&mut md, run)?,
             Renderer::MpiTransport => crate::mpi_bench::render_run(&mut md, run)?,
+            Renderer::Compile => crate::compile_bench::render_run(&mut md, name, run)?,
             Renderer::Transcribed => render_transcribed(&mut md, name, run)?,
         }
     }
