@@ -115,6 +115,8 @@ fn estimate(root: &Path, bench: &Bench, function: &str, param: i64) -> anyhow::R
 
 /// Runs both benches and writes their sections into docs/benchmarks.md.
 pub fn run(root: &Path) -> anyhow::Result<()> {
+    // Both measured before either file is written, so each records a clean tree.
+    let mut measured = Vec::new();
     for bench in &BENCHES {
         step(&format!(
             "bench: compile: cargo bench --bench {} --profile dev",
@@ -136,7 +138,10 @@ pub fn run(root: &Path) -> anyhow::Result<()> {
                 results.push(estimate(root, bench, function, param)?);
             }
         }
-        crate::runs::write(root, bench.run, serde_json::json!({ "results": results }))?;
+        measured.push((bench.run, results));
+    }
+    for (run, results) in measured {
+        crate::runs::write(root, run, serde_json::json!({ "results": results }))?;
     }
     crate::runs::regenerate(root)
 }
