@@ -107,13 +107,24 @@ pub fn meta(root: &Path) -> Value {
 
 /// Writes `docs/runs/NAME.json` with `data` and this machine's [`meta`].
 pub fn write(root: &Path, name: &str, data: Value) -> anyhow::Result<PathBuf> {
+    write_with_meta(root, name, data, meta(root))
+}
+
+/// [`write`] with `meta` taken earlier (a benchmark writing several files takes it once, before
+/// the first file makes the tree differ from the commit).
+pub fn write_with_meta(
+    root: &Path,
+    name: &str,
+    data: Value,
+    meta: Value,
+) -> anyhow::Result<PathBuf> {
     if !SECTIONS.iter().any(|(known, _)| *known == name) {
         bail!("{name} is not a section of {OUTPUT} (xtask/src/runs.rs: SECTIONS)");
     }
     let dir = root.join(RUNS_DIR);
     fs::create_dir_all(&dir).with_context(|| format!("could not make {}", dir.display()))?;
     let path = dir.join(format!("{name}.json"));
-    let run = serde_json::json!({ "benchmark": name, "meta": meta(root), "data": data });
+    let run = serde_json::json!({ "benchmark": name, "meta": meta, "data": data });
     let text = serde_json::to_string_pretty(&run)? + "\n";
     fs::write(&path, text).with_context(|| format!("could not write {}", path.display()))?;
     step(&format!("bench: wrote {}", path.display()));
