@@ -59,7 +59,7 @@ pub enum NnError {
     },
     /// Stage layer counts that do not split the model's layers.
     #[error("invalid stage layers: {0}")]
-    StagePlan(#[from] crate::decoder::StagePlanError),
+    StagePlan(#[from] crate::stage_plan::StagePlanError),
     /// A Hugging Face model folder (or a file in it) that cannot be imported or written; the
     /// problem says what to do.
     #[error("Hugging Face model {}: {problem}", path.display())]

@@ -39,15 +39,17 @@ pub mod lr;
 pub mod optim;
 pub mod parallel;
 mod rope;
+mod stage_plan;
 pub mod tensorboard;
 pub mod toy;
 mod tree;
 mod trees;
 
-pub use decoder::{DecoderConfig, DecoderKind, MAX_LAYERS, StagePlan, StagePlanError};
+pub use decoder::{DecoderConfig, DecoderKind, MAX_LAYERS};
 pub use error::{NnError, Result};
 pub use init::{Init, Rng};
 pub use parallel::{MeshAxis, ParallelAxes};
 pub use rope::{Rope, RopeScaling};
+pub use stage_plan::{StagePlan, StagePlanError};
 pub use tree::Tree;
 pub use trees::{trace_trees, value_and_grad_tree};
