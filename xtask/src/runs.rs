@@ -110,7 +110,7 @@ pub fn write(root: &Path, name: &str, data: Value) -> anyhow::Result<PathBuf> {
     write_with_meta(root, name, data, meta(root))
 }
 
-/// [`write`] with `meta` taken earlier (a benchmark writing several files takes it once, before
+/// [`write`](fn@write) with `meta` taken earlier (a benchmark writing several files takes it once, before
 /// the first file makes the tree differ from the commit).
 pub fn write_with_meta(
     root: &Path,
