@@ -333,3 +333,57 @@ fn the_guide_lists_train_options_as_the_program_prints_them() {
         "paste `tessera train --help` under '{heading}' in docs/training.md again"
     );
 }
+
+#[test]
+fn an_xla_profile_runs_on_the_cpu_plugin_and_an_unknown_one_is_refused() {
+    let base = [
+        "train",
+        "--model",
+        "llama",
+        "--layers",
+        "2",
+        "--d-model",
+        "32",
+        "--heads",
+        "4",
+        "--seq-len",
+        "16",
+        "--batch",
+        "8",
+        "--microbatches",
+        "4",
+        "--stages",
+        "2",
+        "--devices",
+        "2",
+        "--steps",
+        "1",
+        "--json",
+    ];
+    // The CPU plugin accepts MaxText's GPU options and ignores them, so
+    // the losses are those of XLA's defaults.
+    let run = |profile: &str| {
+        let mut args = base.to_vec();
+        args.extend(["--xla-profile", profile]);
+        let out = tessera(&args, &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let summary: serde_json::Value =
+            serde_json::from_str(text.lines().last().unwrap_or_default()).unwrap();
+        assert_eq!(summary["xla_profile"], profile);
+        summary["losses"].clone()
+    };
+    assert_eq!(run("maxtext-gpu"), run("xla"));
+    let mut args = base.to_vec();
+    args.extend(["--xla-profile", "fastest"]);
+    let out = tessera(&args, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("xla, maxtext-gpu"),
+        "{err}"
+    );
+}

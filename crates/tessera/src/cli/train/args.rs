@@ -135,6 +135,12 @@ pub struct Args {
     /// `compiler_options`; e.g. --xla-option xla_cpu_enable_fast_math=false); repeatable.
     #[arg(long = "xla-option", value_name = "NAME=VALUE")]
     pub xla_options: Vec<String>,
+    /// A named set of XLA compiler options for every program of the step: `xla` (XLA's
+    /// defaults) or `maxtext-gpu` (MaxText's H100 settings: latency-hiding scheduler, Triton
+    /// GEMMs and command buffers off, combined and pipelined collectives, no rematerialization
+    /// pass; a CPU plugin ignores them). --xla-option wins over it, option by option.
+    #[arg(long, default_value = "xla", value_name = "NAME")]
+    pub xla_profile: String,
     /// Write checkpoints on a background thread while training goes on (the state is copied to
     /// the host first; the next save, and the end of the run, wait for the write).
     #[arg(long)]

@@ -37,6 +37,7 @@ mod save_parts;
 mod start;
 mod step;
 mod tensorboard_log;
+mod xla_profile;
 
 use crate::cli::out::outln;
 use std::path::PathBuf;
@@ -114,7 +115,7 @@ fn check_args(args: &Args, mpmd_dim: u32) -> anyhow::Result<()> {
     if args.batch == 0 {
         bail!("--batch 0: a step trains on at least one example per micro-batch, e.g. --batch 64");
     }
-    compiler_options(&args.xla_options)?;
+    compiler_options(&args.xla_profile, &args.xla_options)?;
     let saves = args.checkpoint_dir.is_some() || args.resume.is_some();
     if args.checkpoint_every.is_some() && !saves {
         bail!("--checkpoint-every needs --checkpoint-dir DIR (where to save)");
@@ -151,20 +152,26 @@ fn check_output_paths(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--xla-option NAME=VALUE` options by name.
-fn compiler_options(options: &[String]) -> anyhow::Result<tessera_mpmd::runtime::CompilerOptions> {
-    options
-        .iter()
-        .map(|option| match option.split_once('=') {
+/// The compiler options of `--xla-profile`, then each `--xla-option NAME=VALUE` (winning over
+/// the profile's option of the same name).
+fn compiler_options(
+    profile: &str,
+    options: &[String],
+) -> anyhow::Result<tessera_mpmd::runtime::CompilerOptions> {
+    let mut all: tessera_mpmd::runtime::CompilerOptions =
+        xla_profile::options(profile)?.into_iter().collect();
+    for option in options {
+        match option.split_once('=') {
             Some((name, value)) if !name.is_empty() => {
-                Ok((name.to_owned(), tessera_pjrt::OptionOverride::parse(value)))
+                all.insert(name.to_owned(), tessera_pjrt::OptionOverride::parse(value));
             }
             _ => bail!(
                 "--xla-option {option}: write NAME=VALUE, e.g. --xla-option \
                  xla_cpu_enable_fast_math=false"
             ),
-        })
-        .collect()
+        }
+    }
+    Ok(all)
 }
 
 /// The dtype the model computes in (float32 for the MLP).
@@ -379,7 +386,7 @@ fn run_in(
             true => tessera_mpmd::Fusion::Never,
             false => tessera_mpmd::Fusion::Auto,
         },
-        compiler_options: compiler_options(&args.xla_options)?,
+        compiler_options: compiler_options(&args.xla_profile, &args.xla_options)?,
         timeout,
         remat: tessera_mpmd::Remat::all(args.remat),
         grad_reduce: args.grad_reduce,
@@ -810,6 +817,7 @@ fn finish(
     if let Some(fields) = summary.as_object_mut() {
         fields.insert("import".into(), serde_json::to_value(&log.import)?);
         fields.insert("mfu_maxtext".into(), throughput.mfu_maxtext.into());
+        fields.insert("xla_profile".into(), args.xla_profile.clone().into());
         fields.insert("export_hf".into(), serde_json::to_value(&log.exported)?);
     }
     if let (Some(serde_json::Value::Object(bytes)), Some(fields)) =
