@@ -74,12 +74,12 @@ impl HfModel {
         let path = self.dir.join("generation_config.json");
         let from_generation = std::fs::read_to_string(path)
             .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            .and_then(|v| match v.get("eos_token_id") {
-                Some(Value::Number(n)) => n.as_i64().map(|x| vec![x]),
-                Some(Value::Array(a)) => Some(a.iter().filter_map(Value::as_i64).collect()),
-                _ => None,
-            });
+            .and_then(|t| serde_json::from_str::<serde_json::Map<String, Value>>(&t).ok())
+            .filter(|g| {
+                g.get("eos_token_id")
+                    .is_some_and(|v| v.is_number() || v.is_array())
+            })
+            .map(|g| config::ids(&g, "eos_token_id"));
         from_generation.unwrap_or_else(|| self.config.eos_token_ids.clone())
     }
 
@@ -230,21 +230,34 @@ pub fn export(
     std::fs::write(&path, text).map_err(|e| fail(&path, e))?;
     let target = out.join("tokenizer.json");
     match tokenizer {
-        Some(source) => {
-            std::fs::copy(source, &target).map_err(|e| fail(&target, e))?;
-            // The files `transformers`' tokenizer classes read beside it, where there are any.
-            for extra in [
-                "tokenizer_config.json",
-                "special_tokens_map.json",
-                "generation_config.json",
-            ] {
-                let from = source.with_file_name(extra);
-                if from.exists() {
-                    std::fs::copy(&from, out.join(extra)).map_err(|e| fail(&out.join(extra), e))?;
-                }
-            }
-        }
+        Some(source) => copy_tokenizer(source, out)?,
         None => HfTokenizer::byte_level()?.save(&target)?,
+    }
+    Ok(())
+}
+
+/// Copies `tokenizer_json` to `out/tokenizer.json`, and beside it the files `transformers`'
+/// tokenizer and generation classes read next to a tokenizer, where there are any
+/// (`tokenizer_config.json`, `special_tokens_map.json`, `generation_config.json`).
+pub fn copy_tokenizer(tokenizer_json: &Path, out: &Path) -> Result<()> {
+    let copy = |from: &Path, to: PathBuf| {
+        std::fs::copy(from, &to)
+            .map(|_| ())
+            .map_err(|e| NnError::HuggingFace {
+                path: to,
+                problem: format!("cannot be written from {}: {e}", from.display()),
+            })
+    };
+    copy(tokenizer_json, out.join("tokenizer.json"))?;
+    for extra in [
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "generation_config.json",
+    ] {
+        let from = tokenizer_json.with_file_name(extra);
+        if from.exists() {
+            copy(&from, out.join(extra))?;
+        }
     }
     Ok(())
 }

@@ -71,7 +71,7 @@ fn flag(raw: &Map<String, Value>, key: &str, default: bool, path: &Path) -> Resu
 }
 
 /// One or several token ids (`eos_token_id` may be a list).
-fn ids(raw: &Map<String, Value>, key: &str) -> Vec<i64> {
+pub(super) fn ids(raw: &Map<String, Value>, key: &str) -> Vec<i64> {
     match raw.get(key) {
         Some(Value::Number(n)) => n.as_i64().into_iter().collect(),
         Some(Value::Array(items)) => items.iter().filter_map(Value::as_i64).collect(),

@@ -85,6 +85,16 @@ fn read_header(path: &Path) -> Result<Header> {
     })
 }
 
+/// Where one tensor lies ([`WeightFiles::locate`]).
+struct Located {
+    entry: Entry,
+    /// Where the file's data begins.
+    data_start: u64,
+    /// The file's length.
+    len: u64,
+    path: PathBuf,
+}
+
 /// The weight files of a folder, their headers read on first use.
 #[derive(Debug)]
 pub struct WeightFiles {
@@ -164,34 +174,16 @@ impl WeightFiles {
 
     /// The shape of tensor `name` as its file's header gives it.
     pub fn shape_of(&mut self, name: &str) -> Result<Vec<i64>> {
-        let Some(file) = self.files.get(name).cloned() else {
-            return Err(problem(&self.dir, format!("has no tensor `{name}`")));
-        };
-        if !self.headers.contains_key(&file) {
-            let header = read_header(&self.dir.join(&file))?;
-            self.headers.insert(file.clone(), header);
-        }
-        self.headers
-            .get(&file)
-            .and_then(|h| h.entries.get(name))
-            .map(|e| e.shape.clone())
-            .ok_or_else(|| problem(&self.dir.join(&file), format!("does not hold `{name}`")))
+        Ok(self.locate(name, "")?.entry.shape)
     }
 
-    /// Whether the folder holds tensor `name`.
-    pub fn has(&self, name: &str) -> bool {
-        self.files.contains_key(name)
-    }
-
-    /// Tensor `name` as float32, checked to have `shape`.
-    pub fn read_f32(&mut self, name: &str, shape: &[i64]) -> Result<Vec<f32>> {
+    /// Where tensor `name` lies: its file, header entry and the file's data start and length
+    /// (the header read on first use). `expected` ends the message of a missing tensor.
+    fn locate(&mut self, name: &str, expected: &str) -> Result<Located> {
         let Some(file) = self.files.get(name).cloned() else {
             return Err(problem(
                 &self.dir,
-                format!(
-                    "has no tensor `{name}`, which config.json \
-                implies; the weights do not belong to this config"
-                ),
+                format!("has no tensor `{name}`{expected}"),
             ));
         };
         let path = self.dir.join(&file);
@@ -206,11 +198,28 @@ impl WeightFiles {
             return Err(problem(
                 &path,
                 format!(
-                    "does not hold `{name}`, which the index puts \
-                there; download the folder again"
+                    "does not hold `{name}`, which the index puts there; download the folder \
+                     again"
                 ),
             ));
         };
+        Ok(Located {
+            entry,
+            data_start: header.data_start,
+            len: header.len,
+            path,
+        })
+    }
+
+    /// Tensor `name` as float32, checked to have `shape`.
+    pub fn read_f32(&mut self, name: &str, shape: &[i64]) -> Result<Vec<f32>> {
+        let expected = ", which config.json implies; the weights do not belong to this config";
+        let Located {
+            entry,
+            data_start,
+            len,
+            path,
+        } = self.locate(name, expected)?;
         if entry.shape != shape {
             return Err(problem(
                 &path,
@@ -248,19 +257,19 @@ impl WeightFiles {
                 ),
             ));
         }
-        if header.data_start + end > header.len {
+        if data_start + end > len {
             return Err(problem(
                 &path,
                 format!(
                     "is truncated: `{name}` ends at byte {} of a \
                 file of {}; download it again",
-                    header.data_start + end,
-                    header.len
+                    data_start + end,
+                    len
                 ),
             ));
         }
         let mut file = File::open(&path).map_err(|e| problem(&path, e.to_string()))?;
-        file.seek(SeekFrom::Start(header.data_start + start))
+        file.seek(SeekFrom::Start(data_start + start))
             .map_err(|e| problem(&path, e.to_string()))?;
         let mut bytes = vec![0u8; want as usize];
         file.read_exact(&mut bytes)

@@ -137,7 +137,7 @@ pub struct HfTensor {
 /// The tensors of `config`'s Hugging Face checkpoint, in the table's order, layer by layer:
 /// exactly those whose Tessera parameter the model has.
 pub fn hf_tensors(config: &DecoderConfig) -> Vec<HfTensor> {
-    let paths: std::collections::HashSet<String> = config.spec().paths().into_iter().collect();
+    let shapes = config.spec().map(&mut |_, p| p.shape.clone());
     let mut out = Vec::new();
     let mut push = |hf: &str, ours: &str, layout: Layout, i: Option<usize>| {
         let fill = |s: &str| match i {
@@ -145,8 +145,8 @@ pub fn hf_tensors(config: &DecoderConfig) -> Vec<HfTensor> {
             None => s.to_string(),
         };
         let (name, path) = (fill(hf), fill(ours));
-        if paths.contains(&path) {
-            let shape = hf_shape(config, &name, layout);
+        if let Ok(ours) = shapes.leaf(&path) {
+            let shape = hf_shape(config, ours, layout);
             out.push(HfTensor {
                 name,
                 path,
@@ -155,6 +155,7 @@ pub fn hf_tensors(config: &DecoderConfig) -> Vec<HfTensor> {
             });
         }
     };
+    // The embedding, the layers, then the final norm and the head.
     for &(hf, ours, layout) in TABLE.iter().filter(|e| !e.0.contains("{i}")).take(1) {
         push(hf, ours, layout, None);
     }
@@ -169,46 +170,33 @@ pub fn hf_tensors(config: &DecoderConfig) -> Vec<HfTensor> {
     out
 }
 
-/// A tensor's shape in `transformers`.
-fn hf_shape(config: &DecoderConfig, name: &str, layout: Layout) -> Vec<i64> {
-    let (d, dh) = (config.d_model, config.head_dim);
-    let bias = name.ends_with(".bias");
-    let rows = match layout {
-        Layout::Qkv(Part::Query) => config.heads * dh,
-        Layout::Qkv(Part::Key | Part::Value) => config.kv_heads * dh,
-        Layout::Same | Layout::Transpose => 0,
-    };
-    if let Layout::Qkv(_) = layout {
-        return if bias { vec![rows] } else { vec![rows, d] };
-    }
-    let ours = config
-        .spec()
-        .map(&mut |_, p| p.shape.clone())
-        .leaf(&hf_path_of(name))
-        .cloned()
-        .unwrap_or_default();
+/// A tensor's shape in `transformers`, from the shape of the Tessera parameter it lies in.
+fn hf_shape(config: &DecoderConfig, ours: &[i64], layout: Layout) -> Vec<i64> {
     match layout {
+        Layout::Same => ours.to_vec(),
         Layout::Transpose => ours.iter().rev().copied().collect(),
-        Layout::Same | Layout::Qkv(_) => ours,
+        // A weight `[rows, d]` where `qkv.w` is `[d, cols]`; a bias `[rows]`.
+        Layout::Qkv(part) => {
+            let mut shape = vec![qkv_rows(config, part)];
+            if ours.len() == 2 {
+                shape.push(config.d_model);
+            }
+            shape
+        }
     }
 }
 
-/// The Tessera path of a Hugging Face name (by the table).
-fn hf_path_of(name: &str) -> String {
-    let layer = name
-        .strip_prefix("model.layers.")
-        .and_then(|rest| rest.split('.').next())
-        .map(str::to_string);
-    for &(hf, ours, _) in TABLE {
-        let filled = match &layer {
-            Some(i) => (hf.replace("{i}", i), ours.replace("{i}", i)),
-            None => (hf.to_string(), ours.to_string()),
-        };
-        if filled.0 == name {
-            return filled.1;
-        }
+/// The rows of projection `part` in `transformers` (its heads × head_dim).
+fn qkv_rows(config: &DecoderConfig, part: Part) -> i64 {
+    match part {
+        Part::Query => config.heads * config.head_dim,
+        Part::Key | Part::Value => config.kv_heads * config.head_dim,
     }
-    String::new()
+}
+
+/// The columns of Tessera's fused `qkv`: `kv_heads × (group + 2) × head_dim`.
+fn qkv_cols(config: &DecoderConfig) -> i64 {
+    config.kv_heads * (config.heads / config.kv_heads.max(1) + 2) * config.head_dim
 }
 
 /// For column `c` of Tessera's fused `qkv` (of `config`), which projection it comes from and
@@ -229,7 +217,7 @@ fn qkv_source(config: &DecoderConfig, c: i64) -> (Part, i64) {
 /// Tessera's fused `qkv` weight (`[d, cols]`, row-major) or bias (`[cols]`, with `d = 1`) from
 /// the three projections' arrays in `transformers`' layout (`[rows, d]` or `[rows]`).
 pub fn fuse_qkv(config: &DecoderConfig, q: &[f32], k: &[f32], v: &[f32], d: i64) -> Vec<f32> {
-    let cols = config.kv_heads * (config.heads / config.kv_heads.max(1) + 2) * config.head_dim;
+    let cols = qkv_cols(config);
     let mut out = vec![0.0f32; (d * cols) as usize];
     for c in 0..cols {
         let (part, row) = qkv_source(config, c);
@@ -248,11 +236,7 @@ pub fn fuse_qkv(config: &DecoderConfig, q: &[f32], k: &[f32], v: &[f32], d: i64)
 /// One projection's array in `transformers`' layout (`[rows, d]`, or `[rows]` with `d = 1`)
 /// from Tessera's fused `qkv` (the inverse of [`fuse_qkv`]).
 pub fn split_qkv(config: &DecoderConfig, fused: &[f32], part: Part, d: i64) -> Vec<f32> {
-    let cols = config.kv_heads * (config.heads / config.kv_heads.max(1) + 2) * config.head_dim;
-    let rows = match part {
-        Part::Query => config.heads * config.head_dim,
-        Part::Key | Part::Value => config.kv_heads * config.head_dim,
-    };
+    let (cols, rows) = (qkv_cols(config), qkv_rows(config, part));
     let mut out = vec![0.0f32; (rows * d) as usize];
     for c in 0..cols {
         let (from, row) = qkv_source(config, c);

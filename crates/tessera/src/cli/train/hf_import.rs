@@ -131,20 +131,7 @@ pub fn record_in_checkpoints(
     let text = serde_json::to_string_pretty(&serde_json::Value::Object(config.raw))?;
     std::fs::write(folder.join("config.json"), text)?;
     match imported {
-        Some(i) => {
-            for file in [
-                "tokenizer.json",
-                "tokenizer_config.json",
-                "special_tokens_map.json",
-                "generation_config.json",
-            ] {
-                let from = i.model.dir.join(file);
-                if from.exists() {
-                    std::fs::copy(&from, folder.join(file))
-                        .with_context(|| format!("copying {}", from.display()))?;
-                }
-            }
-        }
+        Some(i) => hf::copy_tokenizer(&i.model.dir.join("tokenizer.json"), &folder)?,
         None => HfTokenizer::byte_level()?.save(&folder.join("tokenizer.json"))?,
     }
     Ok(())
