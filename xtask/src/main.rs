@@ -125,27 +125,25 @@ fn main() -> ExitCode {
             compile,
             render,
         } => {
+            // One benchmark alone: set up, measure, write its run file and the page.
+            let alone: Option<fn(&std::path::Path) -> anyhow::Result<()>> = if compile {
+                Some(compile_bench::run)
+            } else if mpi_transport {
+                Some(mpi_bench::run)
+            } else if generate {
+                Some(generate_bench::run)
+            } else if data_parallel {
+                Some(dp_bench::run)
+            } else if remat {
+                Some(remat_bench::run)
+            } else {
+                None
+            };
             if render {
                 runs::regenerate(&cmd::workspace_root()).map(|()| ExitCode::SUCCESS)
-            } else if compile {
+            } else if let Some(measure) = alone {
                 setup::run()
-                    .and_then(|_| compile_bench::run(&cmd::workspace_root()))
-                    .map(|()| ExitCode::SUCCESS)
-            } else if mpi_transport {
-                setup::run()
-                    .and_then(|_| mpi_bench::run(&cmd::workspace_root()))
-                    .map(|()| ExitCode::SUCCESS)
-            } else if generate {
-                setup::run()
-                    .and_then(|_| generate_bench::run(&cmd::workspace_root()))
-                    .map(|()| ExitCode::SUCCESS)
-            } else if data_parallel {
-                setup::run()
-                    .and_then(|_| dp_bench::run(&cmd::workspace_root()))
-                    .map(|()| ExitCode::SUCCESS)
-            } else if remat {
-                setup::run()
-                    .and_then(|_| remat_bench::run(&cmd::workspace_root()))
+                    .and_then(|_| measure(&cmd::workspace_root()))
                     .map(|()| ExitCode::SUCCESS)
             } else {
                 bench(compare_jax, llama_only, checkpoints)

@@ -295,22 +295,6 @@ pub struct Attention {
 }
 
 impl Attention {
-    /// Multi-head attention of `heads` heads of width `d / heads`, biases on both projections
-    /// or neither, and a rotary embedding of base `rope_base` when given.
-    pub fn multi_head(d: i64, heads: i64, bias: bool, rope_base: Option<f64>) -> Self {
-        Attention {
-            d,
-            heads,
-            kv_heads: heads,
-            head_dim: d / heads.max(1),
-            qkv_bias: bias,
-            out_bias: bias,
-            rope: rope_base.map(Rope::new),
-            window: None,
-            rope_len: None,
-        }
-    }
-
     /// Query heads per key/value head.
     fn group(&self) -> i64 {
         self.heads / self.kv_heads.max(1)

@@ -205,29 +205,31 @@ impl Rope {
             .broadcast_in_dim(&[t, dh], &[0]);
         let column = x.iota_along(&[t, dh], 1);
         let pair = column.binary(tessera_ir::Prim::Rem, &column.full_like_scalar(half as f64));
-        let (inv_freq, factor) = match self.scaling {
+        let (inv_freq, factor) = match (self.scaling, seq_len) {
             // Tessera's own formula since its first Llama: results stay as they were.
-            RopeScaling::None => {
+            (RopeScaling::None, _) => {
                 let exponent = -2.0 * self.theta.ln() / dh as f64;
                 ((pair.astype(DType::F32) * exponent).exp(), 1.0)
             }
-            RopeScaling::Dynamic {
-                factor,
-                max_positions,
-            } if matches!(seq_len, RopeLen::Traced(_)) => {
-                let RopeLen::Traced(len) = seq_len else {
-                    return x.clone();
-                };
-                (
-                    dynamic_frequencies(&pair, dh, self.theta, factor, max_positions, len),
-                    1.0,
-                )
-            }
-            RopeScaling::Linear { .. }
-            | RopeScaling::Dynamic { .. }
-            | RopeScaling::Llama3 { .. }
-            | RopeScaling::Yarn { .. } => {
-                let len = match seq_len {
+            (
+                RopeScaling::Dynamic {
+                    factor,
+                    max_positions,
+                },
+                RopeLen::Traced(len),
+            ) => (
+                dynamic_frequencies(&pair, dh, self.theta, factor, max_positions, len),
+                1.0,
+            ),
+            // The other scalings do not depend on the length; dynamic's, known, is fixed.
+            (
+                RopeScaling::Linear { .. }
+                | RopeScaling::Dynamic { .. }
+                | RopeScaling::Llama3 { .. }
+                | RopeScaling::Yarn { .. },
+                len,
+            ) => {
+                let len = match len {
                     RopeLen::Fixed(n) => n,
                     RopeLen::Traced(_) => t,
                 };

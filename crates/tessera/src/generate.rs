@@ -194,7 +194,9 @@ impl Generator {
     }
 }
 
-/// Refuses what the model cannot generate, saying what to change.
+/// Refuses what the model cannot generate, saying what to change. A prompt longer than the
+/// model's positions is refused; generating past them is not (transformers warns and goes on,
+/// and dynamic rope scaling is made for it).
 fn check_request(
     config: &DecoderConfig,
     prompt_ids: &[i64],
@@ -221,8 +223,6 @@ fn check_request(
                  shorten the prompt"
             ));
         }
-        // Past the positions, as transformers does (with a warning): dynamic rope scaling is
-        // made for it.
     }
     let temperature_ok = options.temperature.is_finite() && options.temperature >= 0.0;
     if !temperature_ok

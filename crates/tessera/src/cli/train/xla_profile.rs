@@ -38,13 +38,10 @@ pub fn options(name: &str) -> anyhow::Result<Vec<(String, OptionOverride)>> {
             NAMES.join(", ")
         ),
     };
+    // Values read as `--xla-option` reads them (an empty one stays an empty string).
     Ok(pairs
         .iter()
-        .map(|(n, v)| (n.to_string(), OptionOverride::String(v.to_string())))
-        .map(|(n, v)| match v {
-            OptionOverride::String(s) if !s.is_empty() => (n, OptionOverride::parse(&s)),
-            other => (n, other),
-        })
+        .map(|(n, v)| (n.to_string(), OptionOverride::parse(v)))
         .collect())
 }
 
