@@ -491,6 +491,8 @@ fn a_schedule_named_twice_is_planned_once() {
         "1",
         "--schedules",
         "gpipe,gpipe",
+        "--remat",
+        "nothing_saveable,nothing_saveable",
         "--cache",
         cache.to_str().unwrap(),
         "--json",
@@ -504,7 +506,9 @@ fn a_schedule_named_twice_is_planned_once() {
     );
     let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     let top = report["top"].as_array().unwrap();
+    // A policy named twice is measured and searched once too.
     assert_eq!(top.len(), 1, "{report}");
+    assert_eq!(top[0]["remat"], "nothing_saveable", "{report}");
     // Not counted as a second schedule of the same prediction.
     assert_eq!(top[0]["same_prediction"], serde_json::json!([]), "{report}");
 }

@@ -2,7 +2,8 @@
 //! ranks configurations fastest first, writes the first as a plan file that `tessera train
 //! --plan FILE` trains with (equal to the unpipelined run) and reports its prediction next to
 //! the measurement; a memory limit nothing fits, a device count no layout uses, and a missing
-//! or malformed plan file are refused naming the fix.
+//! or malformed plan file are refused naming the fix; a memory limit that only a recomputing
+//! remat policy meets is met by choosing that policy.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -29,6 +30,10 @@ const TINY: [&str; 16] = [
     "1",
 ];
 
+/// The remat policies a plan searches unless the test names its own (the plan searches all four
+/// by default; two keep the measuring short and still rank several).
+const POLICIES: [&str; 2] = ["--remat", "everything_saveable,nothing_saveable"];
+
 fn dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tessera-plan-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -42,6 +47,10 @@ fn plan(cache: &Path, extra: &[&str]) -> std::process::Output {
         .arg("--cache")
         .arg(cache)
         .args(extra)
+        .args(match extra.contains(&"--remat") {
+            true => &[][..],
+            false => &POLICIES[..],
+        })
         .env("TF_CPP_MIN_LOG_LEVEL", "2")
         .output()
         .unwrap()
@@ -244,6 +253,7 @@ fn a_plan_ranks_caches_and_trains() {
             file[key] = c[from].clone();
         }
         file["no_fuse"] = (c["groups"] == 1).into();
+        file["remat"] = c["remat"].clone();
         let path = dir.join(format!("candidate{i}.json"));
         std::fs::write(&path, file.to_string()).unwrap();
         let s = train_summary(
@@ -313,4 +323,80 @@ fn bad_input_is_refused_with_the_fix() {
         "1",
     ]));
     assert!(err.contains("not a plan file"), "{err}");
+}
+
+/// The least predicted peak of the candidates of remat policy `policy`.
+fn least_peak(ranking: &serde_json::Value, policy: &str) -> u64 {
+    ranking["top"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["remat"] == policy)
+        .map(|c| c["peak_bytes"].as_u64().unwrap())
+        .min()
+        .unwrap_or_else(|| panic!("no candidate of {policy}: {ranking}"))
+}
+
+#[test]
+fn a_limit_the_default_policy_misses_is_met_by_recomputing() {
+    let dir = dir("remat");
+    let file = dir.join("plan.json");
+    let file_arg = file.to_str().unwrap();
+    let common = ["--devices", "2", "--refine", "0", "--json"];
+    let all = json(&plan(&dir, &[&common[..], &["--top", "10000"]].concat()));
+    let (saving, recomputing) = (
+        least_peak(&all, "everything_saveable"),
+        least_peak(&all, "nothing_saveable"),
+    );
+    assert!(recomputing < saving, "{recomputing} vs {saving}");
+    let limit = recomputing.to_string();
+    // The default policy alone fits nowhere under the limit.
+    let default_only = refused(&plan(
+        &dir,
+        &[
+            "--devices",
+            "2",
+            "--refine",
+            "0",
+            "--remat",
+            "everything_saveable",
+            "--device-memory",
+            &limit,
+        ],
+    ));
+    assert!(
+        default_only.contains("no configuration fits"),
+        "{default_only}"
+    );
+    let chosen = json(&plan(
+        &dir,
+        &[&common[..], &["--device-memory", &limit, "--out", file_arg]].concat(),
+    ));
+    assert_eq!(chosen["first"]["remat"], "nothing_saveable", "{chosen}");
+    for c in chosen["top"].as_array().unwrap() {
+        assert!(c["peak_bytes"].as_u64().unwrap() <= recomputing, "{c}");
+    }
+    // Training with the plan applies the policy on every stage and peaks where predicted.
+    let s = train_summary(
+        &tessera_train(&[
+            "--plan",
+            file_arg,
+            "--steps",
+            "2",
+            "--no-reference",
+            "--eval-every",
+            "0",
+            "--json",
+        ]),
+        "train --plan (recomputing)",
+    );
+    for stage in s["remat"].as_array().unwrap() {
+        assert_eq!(stage["policy"], "nothing_saveable", "{stage}");
+    }
+    let predicted = s["plan_predicted_peak_bytes"].as_f64().unwrap();
+    let measured = s["plan_measured_peak_bytes"].as_f64().unwrap();
+    assert!(
+        (measured / predicted - 1.0).abs() <= 0.10,
+        "measured {measured} bytes, predicted {predicted}"
+    );
 }

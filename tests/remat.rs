@@ -1,7 +1,8 @@
 //! Saved residuals and remat policies (`tessera train --remat POLICY`): under every built-in
 //! schedule (zero-bubble's split backward included), with tied embeddings, a step whose
 //! backward reads its forward's residuals trains like one that recomputes its forward
-//! (`nothing_saveable`), within 1e-5, and every stage reports the policy it applied.
+//! (`nothing_saveable`), within 1e-5, and every stage reports the policy it applied; each
+//! policy's peak live bytes follow the memory prediction, recomputing's the least.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -88,6 +89,39 @@ fn every_schedule_saving_residuals_trains_like_recomputing() {
             assert_eq!(s["order_matches_schedule"], true, "{name}");
         }
     }
+}
+
+/// Under every policy each group peaks within 10% of the prediction, and recomputing
+/// (`nothing_saveable`) peaks below saving everything on the busiest group.
+#[test]
+fn each_policy_peaks_where_predicted_and_recomputing_peaks_lowest() {
+    let mut busiest = Vec::new();
+    for policy in [
+        "everything_saveable",
+        "dots_saveable",
+        "dots_with_no_batch_dims_saveable",
+        "nothing_saveable",
+    ] {
+        let s = run("1f1b", policy);
+        let groups = s["memory"]["groups"].as_array().unwrap();
+        assert_eq!(groups.len(), 4, "{policy}: {s}");
+        let mut peaks = Vec::new();
+        for g in groups {
+            let measured = g["peak_live_bytes"].as_f64().unwrap();
+            let predicted = g["predicted_peak_live_bytes"].as_f64().unwrap();
+            assert!(
+                (measured / predicted - 1.0).abs() <= 0.10,
+                "{policy}: group {g}: measured {measured}, predicted {predicted}"
+            );
+            peaks.push(measured);
+        }
+        busiest.push((policy, peaks.iter().copied().fold(0.0, f64::max)));
+    }
+    let peak = |name: &str| busiest.iter().find(|(p, _)| *p == name).unwrap().1;
+    assert!(
+        peak("nothing_saveable") < peak("everything_saveable"),
+        "{busiest:?}"
+    );
 }
 
 /// `task_ms` names every task kind of every stage with its median time (zero-bubble: the

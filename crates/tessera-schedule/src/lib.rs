@@ -91,6 +91,7 @@ pub mod simulate;
 pub mod stage_costs;
 pub mod task;
 pub mod validate;
+pub mod variants;
 
 pub use builtins::{
     DualPipeV, DualPipeVDeepSeek, Eager1F1B, GPipe, Interleaved1F1B, InterleavedGPipe, KimiK2,

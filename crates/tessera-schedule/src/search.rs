@@ -167,6 +167,21 @@ impl RowCosts {
 
 /// A candidate's step time in whole picoseconds: the ranking's key, so that costs read back
 /// from JSON (equal to the last bit or so) rank and merge candidates as the measured ones did.
+/// The ranking's order: step times within half a percent are a tie (well inside what a
+/// measurement repeats to), which the fewer bytes break.
+pub(crate) fn rank_order(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
+    let bucket = |c: &Candidate| match c.step_seconds > 0.0 {
+        true => (c.step_seconds.ln() / 1.005_f64.ln()).round() as i64,
+        false => i64::MIN,
+    };
+    bucket(a)
+        .cmp(&bucket(b))
+        .then(a.peak_bytes.cmp(&b.peak_bytes))
+        .then(picoseconds(a).cmp(&picoseconds(b)))
+        .then(a.schedule.cmp(&b.schedule))
+        .then(a.remat.cmp(&b.remat))
+}
+
 fn picoseconds(c: &Candidate) -> i64 {
     (c.step_seconds * 1e12).round() as i64
 }
@@ -340,6 +355,10 @@ pub struct Candidate {
     /// ([`crate::stage_costs`]), not the sums of its parts'.
     #[serde(default)]
     pub measured_stages: bool,
+    /// The remat policy whose measured costs made the prediction, where the caller searched
+    /// several ([`crate::variants::merge_rankings`]; `None`: the costs did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remat: Option<String>,
 }
 
 /// Why nothing was ranked; each message names the fix.
@@ -367,8 +386,9 @@ pub enum SearchError {
     /// Every candidate is over the memory limit.
     #[error(
         "no configuration fits {limit} bytes per device; the least any needs is {least} bytes \
-         ({schedule}, {stages} stages on {groups} groups, {microbatches} micro-batches): pass \
-         --device-memory {least} or more"
+         ({schedule}, {stages} stages on {groups} groups, {microbatches} micro-batches{}): pass \
+         --device-memory {least} or more",
+        remat.as_ref().map_or(String::new(), |r| format!(", remat {r}"))
     )]
     NothingFits {
         /// The limit.
@@ -383,6 +403,8 @@ pub enum SearchError {
         groups: u32,
         /// Its micro-batches.
         microbatches: u32,
+        /// Its remat policy, where the search covered several.
+        remat: Option<String>,
     },
     /// The simulator refused a schedule's plan (a bug of the schedule or the simulator: a
     /// candidate is never dropped, or ranked last, in silence).
@@ -575,21 +597,10 @@ pub fn search(
             stages: least.stages,
             groups: least.groups,
             microbatches: least.microbatches,
+            remat: least.remat,
         });
     }
-    // Step times within half a percent are a tie (well inside what a measurement repeats to),
-    // which the fewer bytes break.
-    let bucket = |c: &Candidate| match c.step_seconds > 0.0 {
-        true => (c.step_seconds.ln() / 1.005_f64.ln()).round() as i64,
-        false => i64::MIN,
-    };
-    fitting.sort_by(|a, b| {
-        bucket(a)
-            .cmp(&bucket(b))
-            .then(a.peak_bytes.cmp(&b.peak_bytes))
-            .then(picoseconds(a).cmp(&picoseconds(b)))
-            .then(a.schedule.cmp(&b.schedule))
-    });
+    fitting.sort_by(rank_order);
     // Schedules that make the same prediction for the same layout are one row.
     let mut ranked: Vec<Candidate> = Vec::with_capacity(fitting.len());
     for c in fitting {
@@ -819,6 +830,7 @@ pub fn predict(
         },
         same_prediction: Vec::new(),
         measured_stages: measured.has_stages(counts),
+        remat: None,
     })
 }
 

@@ -1,10 +1,13 @@
 //! `tessera plan`: measures a decoder's parts on one MPMD group of the plugin's devices, as many
 //! as a group of the planned run holds (forward and backward time, activation and parameter
-//! bytes of the embedding, each block, the head with the loss) and the link between two devices, caches them under `~/.cache/tessera/plan/`, and ranks the
-//! pipeline configurations of `--devices` devices with `tessera_schedule::search` (stages,
-//! boundaries, MPMD groups, devices per group, micro-batches, schedule) by predicted step time,
-//! dropping those over `--device-memory`. `--out FILE` writes the first as the `tessera train`
-//! options it stands for (`tessera train --plan FILE`).
+//! bytes of the embedding, each block, the head with the loss), under each remat policy of
+//! `--remat` (a policy changes the times and the residual bytes), and the link between two
+//! devices; caches them under `~/.cache/tessera/plan/`, and ranks the pipeline configurations of
+//! `--devices` devices with `tessera_schedule::search` (stages, boundaries, MPMD groups, devices
+//! per group, micro-batches, schedule), one search per policy merged by
+//! `tessera_schedule::variants`, by predicted step time, dropping those over `--device-memory`.
+//! `--out FILE` writes the first as the `tessera train` options it stands for (`tessera train
+//! --plan FILE`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,6 +17,7 @@ use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use tessera_schedule::search::{Candidate, Link, RowCosts, Space, search, shapes};
 use tessera_schedule::stage_costs::{LayoutFactors, StageCosts, StageLayout, layouts_to_measure};
+use tessera_schedule::variants::merge_rankings;
 
 use super::out::outln;
 use super::train::profile;
@@ -54,6 +58,11 @@ pub struct Args {
     /// Schedules to try (default: every built-in).
     #[arg(long, value_delimiter = ',')]
     pub schedules: Option<Vec<String>>,
+    /// Remat policies to try, e.g. `everything_saveable,nothing_saveable` (default: every
+    /// policy; each is measured apart, as a policy changes a part's times and the residual bytes
+    /// it keeps).
+    #[arg(long, value_delimiter = ',', value_name = "POLICIES")]
+    pub remat: Option<Vec<tessera_mpmd::RematPolicy>>,
     /// The most pipeline stages per MPMD group (2 and more need the interleaved schedules).
     #[arg(long, default_value_t = 2)]
     pub max_stages_per_group: u32,
@@ -119,6 +128,9 @@ pub struct PlanFile {
     pub microbatches: u32,
     /// `--schedule`.
     pub schedule: String,
+    /// `--remat` (absent in plans written before the planner searched policies: the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remat: Option<String>,
     /// `--no-fuse`: on one MPMD group, run the schedule's tasks (what the costs measure)
     /// instead of one fused program (which the planner does not model).
     #[serde(default)]
@@ -191,6 +203,11 @@ impl PlanFile {
         ]
         .into_iter()
         .flat_map(|(flag, value)| [flag.to_string(), value])
+        .chain(
+            self.remat
+                .iter()
+                .flat_map(|r| ["--remat".to_string(), r.clone()]),
+        )
         .chain(self.no_fuse.then(|| "--no-fuse".to_string()))
         .collect()
     }
@@ -262,7 +279,8 @@ fn model_words(args: &Args) -> Vec<String> {
 
 /// The measured costs and link a search needs, from the cache or measured now.
 struct Measurements {
-    costs: BTreeMap<(u32, u32), RowCosts>,
+    /// Per remat policy, rows per device and group size, the costs.
+    costs: BTreeMap<(String, u32, u32), RowCosts>,
     link: Link,
     /// Per size measured now or read from the cache, what happened (for the user).
     notes: Vec<String>,
@@ -328,7 +346,7 @@ fn read_cache<T: Cached>(path: &Path, key: &str, remeasure: bool) -> Option<T> {
 }
 
 /// What the cached costs hold; a new version measures again.
-const COSTS_VERSION: u32 = 10;
+const COSTS_VERSION: u32 = 11;
 
 /// A file name from a cache key.
 fn file_name(key: &str) -> String {
@@ -394,13 +412,39 @@ fn measure_link(plugin: Option<&str>, repeats: u32) -> anyhow::Result<Link> {
     Ok(Link { bandwidth, latency })
 }
 
-/// Measures (or reads from the cache) the costs at every rows-per-device `space` needs.
+/// The model under one remat policy: `tessera train` words and the cache key of its costs.
+struct Variant {
+    policy: tessera_mpmd::RematPolicy,
+    words: Vec<String>,
+    key: String,
+}
+
+impl Variant {
+    fn new(policy: tessera_mpmd::RematPolicy, words: &[String], model_key: &str) -> Variant {
+        let name = policy.name();
+        Variant {
+            policy,
+            words: words
+                .iter()
+                .cloned()
+                .chain(["--remat".to_string(), name.to_string()])
+                .collect(),
+            key: format!("{model_key} remat={name}"),
+        }
+    }
+
+    fn name(&self) -> String {
+        self.policy.name().to_string()
+    }
+}
+
+/// Measures (or reads from the cache) the costs at every rows-per-device `space` needs, under
+/// every variant.
 fn measurements(
     args: &Args,
     plugin: Option<&str>,
     space: &Space,
-    model_key: &str,
-    words: &[String],
+    variants: &[Variant],
 ) -> anyhow::Result<Measurements> {
     let dir = match &args.cache {
         Some(dir) => dir.clone(),
@@ -420,47 +464,12 @@ fn measurements(
     sizes.sort_unstable();
     sizes.dedup();
     let mut costs = BTreeMap::new();
-    for (r, d) in sizes {
-        let key = format!(
-            "v{COSTS_VERSION} {model_key} rows={r} group={d} of={} device={kind} plugin={plugin}",
-            space.devices
-        );
-        let path = dir.join(format!("{}.json", file_name(&key)));
-        let cached: Option<CachedCosts> = read_cache(&path, &key, args.remeasure);
-        let measured = match cached {
-            Some(c) => {
-                notes.push(format!(
-                    "{r} rows on {d} device(s): reused {}",
-                    path.display()
-                ));
-                c.costs
-            }
-            None => {
-                let began = std::time::Instant::now();
-                let c = profile::measure(
-                    words,
-                    Some(plugin.as_str()),
-                    r,
-                    d,
-                    space.devices,
-                    args.repeats,
-                    space.cores,
-                )?;
-                let entry = CachedCosts {
-                    key: key.clone(),
-                    costs: c.clone(),
-                };
-                std::fs::write(&path, serde_json::to_string_pretty(&entry)?)
-                    .with_context(|| format!("writing {}", path.display()))?;
-                notes.push(format!(
-                    "{r} rows on {d} device(s): measured in {:.1} s, cached in {}",
-                    began.elapsed().as_secs_f64(),
-                    path.display()
-                ));
-                c
-            }
-        };
-        costs.insert((r, d), measured);
+    for variant in variants {
+        for &(r, d) in &sizes {
+            let measured = row_costs(args, space, variant, (r, d), (&dir, &kind, &plugin))?;
+            notes.push(measured.1);
+            costs.insert((variant.name(), r, d), measured.0);
+        }
     }
     let key = format!("link device={kind} plugin={plugin}");
     let path = dir.join(format!("{}.json", file_name(&key)));
@@ -493,6 +502,48 @@ fn measurements(
     })
 }
 
+/// The costs of `variant` at `r` rows per device on groups of `d` devices, from the cache in
+/// `dir` or measured now, and a note saying which.
+fn row_costs(
+    args: &Args,
+    space: &Space,
+    variant: &Variant,
+    (r, d): (u32, u32),
+    (dir, kind, plugin): (&Path, &str, &str),
+) -> anyhow::Result<(RowCosts, String)> {
+    let key = format!(
+        "v{COSTS_VERSION} {} rows={r} group={d} of={} device={kind} plugin={plugin}",
+        variant.key, space.devices
+    );
+    let path = dir.join(format!("{}.json", file_name(&key)));
+    let label = format!("{r} rows on {d} device(s), {}", variant.name());
+    if let Some(c) = read_cache::<CachedCosts>(&path, &key, args.remeasure) {
+        return Ok((c.costs, format!("{label}: reused {}", path.display())));
+    }
+    let began = std::time::Instant::now();
+    let c = profile::measure(
+        &variant.words,
+        Some(plugin),
+        r,
+        d,
+        space.devices,
+        args.repeats,
+        space.cores,
+    )?;
+    let entry = CachedCosts {
+        key: key.clone(),
+        costs: c.clone(),
+    };
+    std::fs::write(&path, serde_json::to_string_pretty(&entry)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    let note = format!(
+        "{label}: measured in {:.1} s, cached in {}",
+        began.elapsed().as_secs_f64(),
+        path.display()
+    );
+    Ok((c, note))
+}
+
 /// The ranking from `measured`, with the stages of its `--refine` fastest layouts measured as
 /// compositions (from the cache or now): each round measures those not measured yet and ranks
 /// again, until the fastest are all measured (each round measures a layout more, so this ends;
@@ -500,39 +551,62 @@ fn measurements(
 fn refined_ranking(
     args: &Args,
     space: &Space,
-    model_key: &str,
-    words: &[String],
+    variants: &[Variant],
     measured: &mut Measurements,
 ) -> anyhow::Result<Vec<Candidate>> {
-    let mut ranked = {
-        let costs = |rows: u32, data: u32| measured.costs.get(&(rows, data)).cloned();
-        search(&costs, space)?
-    };
-    let mut tried: Vec<StageLayout> = Vec::new();
+    let mut ranked = ranking(space, variants, measured)?;
+    let mut tried: Vec<(String, StageLayout)> = Vec::new();
     loop {
-        let todo: Vec<StageLayout> = {
-            let costs = |rows: u32, data: u32| measured.costs.get(&(rows, data)).cloned();
-            layouts_to_measure(&ranked, args.refine, &costs)
-                .into_iter()
-                .filter(|l| !tried.contains(l))
-                .collect()
-        };
+        let top: Vec<Candidate> = ranked.iter().take(args.refine).cloned().collect();
+        let mut todo: Vec<(&Variant, StageLayout)> = Vec::new();
+        for variant in variants {
+            let name = variant.name();
+            let mine: Vec<Candidate> = top
+                .iter()
+                .filter(|c| c.remat.as_deref() == Some(name.as_str()))
+                .cloned()
+                .collect();
+            let costs =
+                |rows: u32, data: u32| measured.costs.get(&(name.clone(), rows, data)).cloned();
+            for layout in layouts_to_measure(&mine, mine.len(), &costs) {
+                if !tried.contains(&(name.clone(), layout.clone())) {
+                    todo.push((variant, layout));
+                }
+            }
+        }
         if todo.is_empty() {
             break;
         }
-        tried.extend(todo.iter().cloned());
-        for layout in todo {
-            let (stages, factors) =
-                stage_compositions(args, space, model_key, words, measured, &layout)?;
-            if let Some(costs) = measured.costs.get_mut(&(layout.rows, layout.data)) {
+        for (variant, layout) in todo {
+            tried.push((variant.name(), layout.clone()));
+            let (stages, factors) = stage_compositions(args, space, variant, measured, &layout)?;
+            let key = (variant.name(), layout.rows, layout.data);
+            if let Some(costs) = measured.costs.get_mut(&key) {
                 costs.add_stages(&stages);
                 costs.set_layout_factors(factors);
             }
         }
-        let costs = |rows: u32, data: u32| measured.costs.get(&(rows, data)).cloned();
-        ranked = search(&costs, space)?;
+        ranked = ranking(space, variants, measured)?;
     }
     Ok(ranked)
+}
+
+/// Every variant's search from its measured costs, merged into one ranking.
+fn ranking(
+    space: &Space,
+    variants: &[Variant],
+    measured: &Measurements,
+) -> anyhow::Result<Vec<Candidate>> {
+    let rankings = variants
+        .iter()
+        .map(|variant| {
+            let name = variant.name();
+            let costs =
+                |rows: u32, data: u32| measured.costs.get(&(name.clone(), rows, data)).cloned();
+            (name.clone(), search(&costs, space))
+        })
+        .collect();
+    Ok(merge_rankings(rankings)?)
 }
 
 /// The stages of `layout` measured as compositions, and the layout's factors (its contention on
@@ -540,14 +614,14 @@ fn refined_ranking(
 fn stage_compositions(
     args: &Args,
     space: &Space,
-    model_key: &str,
-    words: &[String],
+    variant: &Variant,
     measured: &mut Measurements,
     layout: &StageLayout,
 ) -> anyhow::Result<(Vec<StageCosts>, LayoutFactors)> {
     let counts: Vec<String> = layout.stage_layers.iter().map(usize::to_string).collect();
     let key = format!(
-        "v{COSTS_VERSION} {model_key} rows={} group={} of={} stages={} device={} plugin={}",
+        "v{COSTS_VERSION} {} rows={} group={} of={} stages={} device={} plugin={}",
+        variant.key,
         layout.rows,
         layout.data,
         space.devices,
@@ -557,10 +631,11 @@ fn stage_compositions(
     );
     let path = measured.dir.join(format!("{}.json", file_name(&key)));
     let label = format!(
-        "stages {} at {} rows on {} device(s)",
+        "stages {} at {} rows on {} device(s), {}",
         counts.join(","),
         layout.rows,
-        layout.data
+        layout.data,
+        variant.name()
     );
     let cached: Option<CachedStages> = read_cache(&path, &key, args.remeasure);
     if let Some(c) = cached {
@@ -571,7 +646,7 @@ fn stage_compositions(
     }
     let began = std::time::Instant::now();
     let (stages, factors) = profile::measure_stages(
-        words,
+        &variant.words,
         Some(measured.plugin.as_str()),
         layout.rows,
         layout.data,
@@ -682,9 +757,23 @@ pub fn rank(
         bail!("{}", err.map_or("no layout".to_string(), |e| e.to_string()));
     }
     let model_key = format!("{description} batch={}", args.batch);
-    let mut measured = measurements(args, plugin, &space, &model_key, &words)?;
+    let mut policies: Vec<tessera_mpmd::RematPolicy> = Vec::new();
+    for policy in args
+        .remat
+        .as_deref()
+        .unwrap_or(&tessera_mpmd::RematPolicy::ALL)
+    {
+        if !policies.contains(policy) {
+            policies.push(*policy);
+        }
+    }
+    let variants: Vec<Variant> = policies
+        .into_iter()
+        .map(|p| Variant::new(p, &words, &model_key))
+        .collect();
+    let mut measured = measurements(args, plugin, &space, &variants)?;
     space.link = measured.link;
-    let ranked = refined_ranking(args, &space, &model_key, &words, &mut measured)?;
+    let ranked = refined_ranking(args, &space, &variants, &mut measured)?;
     let context = PlanContext {
         model: super::train::profile::model_name(&decoder).to_string(),
         decoder,
@@ -722,6 +811,7 @@ pub fn plan_file(candidate: &Candidate, context: &PlanContext) -> PlanFile {
         mpmd_dim: candidate.groups,
         microbatches: candidate.microbatches,
         schedule: candidate.schedule.clone(),
+        remat: candidate.remat.clone(),
         no_fuse: candidate.groups == 1,
         predicted_step_ms: candidate.step_seconds * 1000.0,
         predicted_peak_bytes: candidate.peak_bytes,
@@ -775,7 +865,7 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         top.len()
     )?;
     outln!(
-        "{:>3}  {:>6}  {:<12}  {:>6}  {:>4}  {:>5}  {:<24}  {:>9}  {:>6}  {:>11}  {:>11}",
+        "{:>3}  {:>6}  {:<12}  {:>6}  {:>4}  {:>5}  {:<24}  {:>9}  {:>6}  {:>11}  {:>11}  {}",
         "#",
         "stages",
         "layers",
@@ -786,7 +876,8 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         "step ms",
         "bubble",
         "peak/device",
-        "tokens/s"
+        "tokens/s",
+        "remat"
     )?;
     for (i, c) in top.iter().enumerate() {
         let layers: Vec<String> = c.stage_layers.iter().map(usize::to_string).collect();
@@ -795,7 +886,7 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
             n => format!("{} (+{n} same)", c.schedule),
         };
         outln!(
-            "{:>3}  {:>6}  {:<12}  {:>6}  {:>4}  {:>5}  {:<24}  {:>8.2}{}  {:>6.3}  {:>11}  {:>11.0}",
+            "{:>3}  {:>6}  {:<12}  {:>6}  {:>4}  {:>5}  {:<24}  {:>8.2}{}  {:>6.3}  {:>11}  {:>11.0}  {}",
             i + 1,
             c.stages,
             layers.join(","),
@@ -807,7 +898,8 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
             if c.measured_stages { "*" } else { " " },
             c.bubble,
             human_bytes(c.peak_bytes),
-            c.tokens_per_second
+            c.tokens_per_second,
+            c.remat.as_deref().unwrap_or("-")
         )?;
     }
     if top.iter().any(|c| c.measured_stages) {

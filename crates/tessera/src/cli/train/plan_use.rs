@@ -133,6 +133,14 @@ pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
             file.schedule.clone(),
         ),
         ("dtype", "--dtype", args.dtype.clone(), file.dtype.clone()),
+        (
+            "remat",
+            "--remat",
+            args.remat.name().to_string(),
+            file.remat
+                .clone()
+                .unwrap_or_else(|| tessera_mpmd::RematPolicy::default().name().to_string()),
+        ),
     ];
     let optional = [
         (
@@ -177,6 +185,11 @@ pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
     args.microbatches = file.microbatches;
     args.schedule = file.schedule.clone();
     args.no_fuse |= file.no_fuse;
+    if let Some(policy) = &file.remat {
+        args.remat = policy
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--plan {which}: {e}"))?;
+    }
     if !args.json {
         // What is applied, made from the fields read: the file's `command` text is only a
         // note, which an edited file may no longer match.
@@ -209,6 +222,8 @@ fn auto(args: &Args, plugin: Option<&str>) -> anyhow::Result<PlanFile> {
         devices: args.devices,
         schedules: None,
         max_stages_per_group: 2,
+        // A policy the run names is kept; otherwise the search picks one.
+        remat: args.was_given("remat").then(|| vec![args.remat]),
         device_memory: args.device_memory.clone(),
         cores: None,
         repeats: 5,

@@ -317,6 +317,7 @@ impl Measuring {
             donate_where_possible: (model.n_params()..n_carried).collect(),
             in_specs,
             fusion: tessera_mpmd::Fusion::Never,
+            remat: tessera_mpmd::Remat::all(args.remat),
             schedule: Some(std::sync::Arc::new(MeasureOrder {
                 stages: stages as u32,
             })),
