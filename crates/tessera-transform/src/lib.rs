@@ -20,6 +20,7 @@ pub mod oracle;
 pub mod oracle_collectives;
 pub mod passes;
 pub mod programs;
+pub mod remat_policy;
 pub mod trace;
 pub mod transforms;
 

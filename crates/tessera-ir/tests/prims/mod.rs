@@ -269,6 +269,11 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
         Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
         | Sqrt | Rsqrt | Floor | Ceil | Copy | StopGradient | Reshard => unary(name),
         Round => prog("a:f64[2,3]", "b:f64[2,3] = round[rounding_method=1] a", "b"),
+        OptimizationBarrier => prog(
+            "a:f64[2,3] b:f64[2,3]",
+            "c:f64[2,3] d:f64[2,3] = optimization_barrier a b\ne:f64[2,3] = sin c\nf:f64[2,3] = mul e d",
+            "f, d",
+        ),
         Not => prog("a:bool[2,3]", "b:bool[2,3] = not a", "b"),
         ShardingConstraint => prog(
             "a:f64[2,3]",

@@ -399,6 +399,10 @@ fn lower_eqn<'c, 'b>(
             indexing::scatter(ctx, eqn.prim, p, inputs)
         }
         StopGradient | Copy | PipelineEnterStage => Ok(inputs.to_vec()),
+        OptimizationBarrier => {
+            let results: Vec<&ShapedArray> = ctx.out_avals.iter().collect();
+            ctx.op("stablehlo.optimization_barrier", inputs, &results, &[])
+        }
         Reshard => constraint::reshard(ctx, inputs),
         ShardingConstraint => constraint::sharding_constraint(ctx, p, inputs),
         Jit => match tessera_ir::prim::context_mesh(p) {

@@ -77,6 +77,9 @@ pub(super) fn jvp_rule(
         Not | And | Or | Xor | Eq | Ne | Lt | Le | Gt | Ge | Iota | Argmax | Argmin | ReduceAnd
         | ReduceOr => vec![None; y.len()],
         Copy | PipelineEnterStage => ts.to_vec(),
+        // The primal results are the barrier's own; the tangents pass through (a barrier is
+        // about where computations run, not what they compute).
+        OptimizationBarrier => ts.to_vec(),
         Reshard => one(t(0).map(|t0| super::rules::resharded_like(&t0, &y[0]))),
         // The constraint applies to the tangent too (as in JAX).
         ShardingConstraint => one(t(0).map(|t0| Tensor::bind1(prim, params.clone(), &[&t0]))),

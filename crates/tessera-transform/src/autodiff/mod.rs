@@ -25,6 +25,7 @@ mod transpose;
 mod window;
 mod windowed;
 
+pub use crate::remat_policy::{RematPolicy, UnknownRematPolicy, needed, recompute_program};
 pub use jvp::jvp;
 pub use linearize::{Linearized, linearize};
 pub use transpose::{VjpSplit, transpose, vjp_split};

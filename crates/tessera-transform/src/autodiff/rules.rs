@@ -169,7 +169,7 @@ pub(super) fn vjp_rule(
             vec![None; x.len()]
         }
         StopGradient => vec![None],
-        Copy | PipelineEnterStage => gs.to_vec(),
+        Copy | PipelineEnterStage | OptimizationBarrier => gs.to_vec(),
         // The cotangent goes back to the operand's explicit sharding (as in JAX).
         Reshard => vec![Some(resharded_like(&g, &x[0]))],
         // The cotangent is laid out as the primal was (as in JAX).
@@ -323,7 +323,8 @@ pub(super) fn vjp_rule(
             Some(scatter_add_vjp(params, &g, &x[1], &x[2])),
         ],
         // `inline_calls` keeps only calls with constants; they are differentiated whole.
-        Jit | Checkpoint => super::remat::call_vjp(prim, params, x, y, gs),
+        Jit => super::remat::call_vjp(prim, params, x, y, gs),
+        Checkpoint => super::remat::checkpoint_vjp(params, x, y, gs),
         Treduce => super::loops::treduce_vjp(params, x, y, gs),
         CustomJvpCall | CustomVjpCall => super::custom::custom_vjp(prim, params, x, y, gs),
         Scan => super::scan::scan_vjp(params, x, y, gs),

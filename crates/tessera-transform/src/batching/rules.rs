@@ -28,7 +28,9 @@ pub(super) fn batch_rule(
     match prim {
         Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
         | Sqrt | Rsqrt | Floor | Ceil | Round | Not | IntegerPow | ConvertElementType
-        | StopGradient | Copy | Reshard | PipelineEnterStage => same_dims(prim, params, args),
+        | StopGradient | Copy | OptimizationBarrier | Reshard | PipelineEnterStage => {
+            same_dims(prim, params, args)
+        }
         ShardingConstraint => vec![sharding_constraint(params, &args[0])],
         Add | Sub | Mul | Div | Rem | Pow | Max | Min | And | Or | Xor | Eq | Ne | Lt | Le | Gt
         | Ge | AddAny | SelectN | Clamp => one(elementwise(prim, params, args, size, rank)),

@@ -479,6 +479,39 @@ pub fn checkpoint(args: &[&Tensor], f: impl FnOnce(&[Tensor]) -> Vec<Tensor>) ->
     )
 }
 
+/// Calls `f` as a `checkpoint` region under the remat policy `policy`: differentiation keeps
+/// the values the policy saves and recomputes the others from the region's operands, behind an
+/// `optimization_barrier` (JAX's `jax.checkpoint(f, policy=...)`). [`checkpoint`] is
+/// `nothing_saveable`.
+pub fn checkpoint_with(
+    args: &[&Tensor],
+    policy: crate::remat_policy::RematPolicy,
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    bind_traced(
+        Prim::Checkpoint,
+        "the checkpointed function",
+        args,
+        f,
+        |inner| {
+            Params::new()
+                .with("jaxpr", ParamValue::Jaxpr(Box::new(inner)))
+                .with("prevent_cse", ParamValue::Bool(true))
+                .with("differentiated", ParamValue::Bool(false))
+                .with("policy", ParamValue::Name(policy.name().into()))
+        },
+    )
+}
+
+/// `optimization_barrier` of `args`: the same values, which the compiler computes together and
+/// does not merge with computations on the operands themselves.
+pub fn optimization_barrier(args: &[&Tensor]) -> Vec<Tensor> {
+    if args.is_empty() {
+        return Vec::new();
+    }
+    Tensor::bind(Prim::OptimizationBarrier, Params::new(), args)
+}
+
 /// Calls a closed program on traced operands as a nested `jit` equation. With no operands there
 /// is no trace to record in: a program of no arguments must be inlined by its caller, and is
 /// returned as no results.

@@ -19,6 +19,7 @@ pub(crate) fn eval(
         }
         ControlOp::StopGradient
         | ControlOp::Copy
+        | ControlOp::OptimizationBarrier
         | ControlOp::Reshard
         | ControlOp::AsyncDone
         | ControlOp::PipelineEnterStage

@@ -1,7 +1,9 @@
 //! Identity-like and call primitives: `stop_gradient`, `copy`, `pipeline_enter_stage` (a stage
 //! boundary marker, identity on values), `jit` (a nested call of a closed jaxpr) and `checkpoint`
 //! (a nested call whose forward autodiff recomputes in the backward pass instead of saving its
-//! intermediate values: JAX's `remat`), `sharding_constraint` (identity on values; its
+//! intermediate values: JAX's `remat`), `optimization_barrier` (identity on any number of values
+//! that the compiler keeps together: what stops it merging a recomputation with its original),
+//! `sharding_constraint` (identity on values; its
 //! rules live in `constraint.rs`) and the `*_done` ends of asynchronous collectives (identity
 //! on values; see `pending.rs`).
 
@@ -44,6 +46,7 @@ pub(super) fn abstract_eval(
             params.int(prim.name(), "stage")?;
             Ok(inputs.to_vec())
         }
+        ControlOp::OptimizationBarrier => Ok(inputs.to_vec()),
         ControlOp::StopGradient | ControlOp::Copy | ControlOp::AsyncDone => {
             arity(prim, inputs.len(), 1)?;
             Ok(inputs.to_vec())

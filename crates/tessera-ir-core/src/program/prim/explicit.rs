@@ -193,6 +193,7 @@ fn derive(
             | ControlOp::Checkpoint
             | ControlOp::StopGradient
             | ControlOp::Copy
+            | ControlOp::OptimizationBarrier
             | ControlOp::AsyncDone
             | ControlOp::PipelineEnterStage => return Ok(Derived::Kept),
             ControlOp::Reshard | ControlOp::ShardingConstraint => return Ok(Derived::Written),

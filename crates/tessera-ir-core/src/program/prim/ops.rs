@@ -161,6 +161,10 @@ pub enum IndexingOp {
 pub enum ControlOp {
     StopGradient,
     Copy,
+    /// `optimization_barrier`: the identity on any number of values, which the compiler may not
+    /// move computations across or merge computations through (what keeps a `checkpoint`'s
+    /// recomputation from being merged with its forward).
+    OptimizationBarrier,
     Jit,
     Checkpoint,
     PipelineEnterStage,

@@ -186,6 +186,7 @@ pub struct Args {
     /// `dots_with_no_batch_dims_saveable`, `nothing_saveable` (the backward recomputes its
     /// stage's forward: least memory)
     #[arg(long, value_name = "POLICY", default_value = "everything_saveable")]
+    #[serde(serialize_with = "policy_name")]
     pub remat: tessera_mpmd::RematPolicy,
     /// When a data-parallel stage sums its gradients, losses and metrics over its data axes:
     /// `per-step` (the default: every backward adds to a partial sum on each device, and one
@@ -241,6 +242,14 @@ impl Args {
     pub fn was_given(&self, id: &str) -> bool {
         self.given.iter().any(|g| g == id)
     }
+}
+
+/// A remat policy as its JAX name.
+fn policy_name<S: serde::Serializer>(
+    policy: &tessera_mpmd::RematPolicy,
+    to: S,
+) -> Result<S::Ok, S::Error> {
+    to.serialize_str(policy.name())
 }
 
 /// A positive, finite number of seconds (`--timeout`).
