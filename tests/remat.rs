@@ -124,6 +124,82 @@ fn each_policy_peaks_where_predicted_and_recomputing_peaks_lowest() {
     );
 }
 
+/// One group, fused into one program: the policy is a `checkpoint` region around each decoder
+/// block, so the module XLA receives holds one `optimization_barrier` per block in the loop
+/// (none when saving everything), and the losses equal saving everything's.
+#[test]
+fn a_step_run_as_one_program_checkpoints_each_block() {
+    let layers = 3;
+    let mut want: Option<Vec<f64>> = None;
+    for policy in ["everything_saveable", "nothing_saveable", "dots_saveable"] {
+        let dump = std::env::temp_dir().join(format!(
+            "tessera-remat-one-program-{policy}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dump);
+        let option = format!("xla_dump_to={}", dump.display());
+        let layers_arg = layers.to_string();
+        let s = summary(&[
+            "--model",
+            "llama",
+            "--layers",
+            &layers_arg,
+            "--d-model",
+            "32",
+            "--heads",
+            "2",
+            "--seq-len",
+            "16",
+            "--batch",
+            "8",
+            "--stages",
+            "1",
+            "--devices",
+            "1",
+            "--microbatches",
+            "2",
+            "--steps",
+            "3",
+            "--eval-every",
+            "0",
+            "--no-reference",
+            "--remat",
+            policy,
+            "--xla-option",
+            &option,
+            "--json",
+        ]);
+        let barriers: usize = std::fs::read_dir(&dump)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.ends_with("before_optimizations.txt")
+            })
+            .map(|e| {
+                let text = std::fs::read_to_string(e.path()).unwrap();
+                text.matches(" opt-barrier(").count()
+            })
+            .sum();
+        std::fs::remove_dir_all(&dump).unwrap();
+        let expected = if policy == "everything_saveable" {
+            0
+        } else {
+            layers
+        };
+        assert_eq!(barriers, expected, "{policy}");
+        let losses = summary_numbers(&s, "losses");
+        match &want {
+            None => want = Some(losses),
+            Some(want) => {
+                for (a, b) in losses.iter().zip(want) {
+                    assert!((a - b).abs() <= 1e-5 * b.abs(), "{policy}: {a} vs {b}");
+                }
+            }
+        }
+    }
+}
+
 /// `task_ms` names every task kind of every stage with its median time (zero-bubble: the
 /// forward `F`, the input-gradient `I` and the weight-gradient `W` backward).
 #[test]

@@ -498,19 +498,59 @@ impl DecoderConfig {
                 h = h.enter_stage(stage as i64);
             }
             let block = cast(p.get(&format!("blocks.{layer}"))?);
-            let normed = self.norm(block.get("norm1")?, &h)?;
-            h = &h
-                + &self
-                    .attention(rope_len)
-                    .apply(block.get("attn")?, &normed)?;
-            let normed = self.norm(block.get("norm2")?, &h)?;
-            h = &h + &self.mlp(block.get("mlp")?, &normed)?;
+            h = match plan.block_remat() {
+                None => self.block_body(&block, &h, rope_len)?,
+                Some(policy) => self.checkpointed_block(policy, &block, &h, rope_len)?,
+            };
         }
         // A stage of no layers at the end: the final norm, the head and the loss alone.
         if let Some(stage) = plan.stage_starting_at(self.layers) {
             h = h.enter_stage(stage as i64);
         }
         Ok(self.final_logits(p, &h)?.reshape(&[rows, t, self.vocab]))
+    }
+
+    /// One decoder block on `h`: attention and MLP, each after its norm, each added back.
+    fn block_body(&self, block: &Tree<Tensor>, h: &Tensor, rope_len: i64) -> Result<Tensor> {
+        let normed = self.norm(block.get("norm1")?, h)?;
+        let h = h + &self
+            .attention(rope_len)
+            .apply(block.get("attn")?, &normed)?;
+        let normed = self.norm(block.get("norm2")?, &h)?;
+        Ok(&h + &self.mlp(block.get("mlp")?, &normed)?)
+    }
+
+    /// [`Self::block_body`] in a `checkpoint` region under `policy` (`jax.checkpoint` of the
+    /// block), its operands the hidden state and the block's parameters.
+    fn checkpointed_block(
+        &self,
+        policy: tessera_ir::autodiff::RematPolicy,
+        block: &Tree<Tensor>,
+        h: &Tensor,
+        rope_len: i64,
+    ) -> Result<Tensor> {
+        let leaves = block.flatten();
+        let operands: Vec<&Tensor> = std::iter::once(h).chain(&leaves).collect();
+        let mut failure = None;
+        let mut out = tessera_ir::trace::checkpoint_with(&operands, policy, |args| {
+            let body = block
+                .unflatten(args[1..].to_vec())
+                .and_then(|inner| self.block_body(&inner, &args[0], rope_len));
+            match body {
+                Ok(result) => vec![result],
+                Err(err) => {
+                    failure = Some(err);
+                    vec![args[0].clone()]
+                }
+            }
+        });
+        match (failure, out.pop()) {
+            (Some(err), _) => Err(err),
+            (None, Some(result)) => Ok(result),
+            (None, None) => Err(NnError::Config(
+                "a checkpointed block returned nothing".into(),
+            )),
+        }
     }
 
     /// The final norm and the head (the embedding table, transposed, when tied) of `h`

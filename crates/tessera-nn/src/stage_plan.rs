@@ -2,6 +2,8 @@
 //! layer counts per stage, and the errors that name the smallest fix for counts that do not
 //! split the model.
 
+use tessera_ir::autodiff::RematPolicy;
+
 use crate::error::{NnError, Result};
 
 /// Where pipeline stages begin: the index of the first layer of each stage after the first.
@@ -13,6 +15,9 @@ use crate::error::{NnError, Result};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StagePlan {
     starts: Vec<usize>,
+    /// Each decoder block traced in a `checkpoint` region under this remat policy (JAX's
+    /// `jax.checkpoint` around each block), for a step compiled as one program; `None`: plain.
+    block_remat: Option<RematPolicy>,
 }
 
 /// Stage layer counts that do not describe a split of the model's layers; each message names
@@ -124,9 +129,25 @@ fn balance_to(counts: &[usize], layers: usize) -> Vec<usize> {
 }
 
 impl StagePlan {
+    /// `self` with each decoder block in a `checkpoint` region under `policy`: inside one
+    /// compiled program, the backward then recomputes what the policy does not save, block by
+    /// block (a pipeline applies its policy per stage task instead: `tessera_mpmd::Remat`).
+    pub fn with_block_remat(mut self, policy: RematPolicy) -> Self {
+        self.block_remat = Some(policy);
+        self
+    }
+
+    /// The remat policy of each decoder block, if they are checkpointed.
+    pub fn block_remat(&self) -> Option<RematPolicy> {
+        self.block_remat
+    }
+
     /// One stage: no boundaries.
     pub fn single() -> Self {
-        StagePlan { starts: Vec::new() }
+        StagePlan {
+            starts: Vec::new(),
+            block_remat: None,
+        }
     }
 
     /// Stages beginning at the layers `starts` (increasing, each in `0..=layers`: 0 leaves the
@@ -134,6 +155,7 @@ impl StagePlan {
     pub fn at_layers(starts: &[usize]) -> Self {
         StagePlan {
             starts: starts.to_vec(),
+            block_remat: None,
         }
     }
 
@@ -181,7 +203,10 @@ impl StagePlan {
                 Some(*start)
             })
             .collect();
-        Ok(StagePlan { starts })
+        Ok(StagePlan {
+            starts,
+            block_remat: None,
+        })
     }
 
     /// The decoder layers of each stage of a model of `layers` layers, in order (what
@@ -207,6 +232,7 @@ impl StagePlan {
         }
         Ok(StagePlan {
             starts: (1..stages).map(|s| (s * layers).div_ceil(stages)).collect(),
+            block_remat: None,
         })
     }
 

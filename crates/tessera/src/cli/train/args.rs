@@ -184,7 +184,8 @@ pub struct Args {
     /// recomputes (JAX's `checkpoint_policies` names): `everything_saveable` (the default: the
     /// backward computes no forward value again), `dots_saveable`,
     /// `dots_with_no_batch_dims_saveable`, `nothing_saveable` (the backward recomputes its
-    /// stage's forward: least memory)
+    /// stage's forward: least memory). A step run as one program applies it as a checkpoint
+    /// region around each decoder block
     #[arg(long, value_name = "POLICY", default_value = "everything_saveable")]
     #[serde(serialize_with = "policy_name")]
     pub remat: tessera_mpmd::RematPolicy,

@@ -229,6 +229,20 @@ fn undonated_state(
     ))
 }
 
+/// The remat policy each decoder block applies as a `checkpoint` region when the step runs as
+/// one program (one MPMD group, one process, fusion on), where the pipeline's per-task policy
+/// has no tasks to apply to; `None` for saving everything (no region, as `jax.jit` without
+/// `jax.checkpoint`) and for pipelined steps.
+fn one_program_remat(
+    args: &Args,
+    layout: &layout::Layout,
+    job: Option<&tessera_mpmd::mpi_job::MpiJob>,
+) -> Option<tessera_mpmd::RematPolicy> {
+    let one_program = !args.no_fuse && layout.mpmd_dim() == 1 && job.is_none();
+    (one_program && args.remat != tessera_mpmd::RematPolicy::EverythingSaveable)
+        .then_some(args.remat)
+}
+
 #[cfg(test)]
 mod donation_tests {
     #![allow(clippy::unwrap_used)] // test code
@@ -336,6 +350,7 @@ fn run_in(
         args.microbatches as usize,
         &data,
         seed,
+        one_program_remat(&args, &layout, job),
     )?;
     let save_dir = args.checkpoint_dir.clone().or(args.resume.clone());
     let mut saver = save_dir

@@ -136,6 +136,8 @@ pub struct Model {
 impl Model {
     /// Builds `choice` with stages of `stage_layers` layers each, micro-batches of `rows`
     /// examples.
+    /// With `block_remat`, each decoder block is a `checkpoint` region under that policy (for a
+    /// step run as one program).
     pub fn new(
         choice: &ModelChoice,
         stage_layers: &[usize],
@@ -143,6 +145,7 @@ impl Model {
         microbatches: usize,
         data: &DataSource,
         seed: Option<u64>,
+        block_remat: Option<tessera_mpmd::RematPolicy>,
     ) -> anyhow::Result<Model> {
         let stages = stage_layers.len();
         match choice {
@@ -176,8 +179,13 @@ impl Model {
                     None => Vec::new(),
                 };
                 Ok(Model {
-                    loss: config
-                        .loss(rows, &StagePlan::from_counts(stage_layers, config.layers)?)?,
+                    loss: config.loss(rows, &{
+                        let plan = StagePlan::from_counts(stage_layers, config.layers)?;
+                        match block_remat {
+                            Some(policy) => plan.with_block_remat(policy),
+                            None => plan,
+                        }
+                    })?,
                     eval_loss: Some(config.loss(rows, &StagePlan::single())?),
                     params: (1..=config.avals().len()).collect(),
                     param_avals: config.avals(),

@@ -296,6 +296,7 @@ impl Measuring {
                 width: None,
             },
             Some(args.seed),
+            None,
         )?;
         let training = step::training_step(
             &model,
