@@ -165,10 +165,13 @@ fn two_ranks_train_like_one_process_with(args: &[String], alone_extra: &[&str]) 
 
 /// Saved residuals under MPI (the default `--remat`): a 2-rank job, its forwards' residuals
 /// kept on their groups for the backwards, trains like one process whose backwards recompute
-/// their forwards (`--remat nothing_saveable`), within 1e-5.
+/// their forwards (`--remat nothing_saveable`), within 1e-5; so does a job whose residuals wait
+/// in `pinned_host` memory (`--remat-offload`).
 #[test]
 fn a_job_saving_residuals_trains_like_one_process_that_recomputes() {
-    let args = train_args("1f1b", "2", "2", "3");
+    let mut args = train_args("1f1b", "2", "2", "3");
+    two_ranks_train_like_one_process_with(&args, &["--remat", "nothing_saveable"]);
+    args.extend(["--remat-offload".to_string(), "pinned_host".to_string()]);
     two_ranks_train_like_one_process_with(&args, &["--remat", "nothing_saveable"]);
 }
 

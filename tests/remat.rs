@@ -14,11 +14,16 @@ fn summary(args: &[&str]) -> serde_json::Value {
 
 /// A small tied GPT over 4 stages under `schedule`, with `--remat policy`.
 fn run(schedule: &str, policy: &str) -> serde_json::Value {
+    run_with(schedule, policy, &[])
+}
+
+/// [`run`] with more flags.
+fn run_with(schedule: &str, policy: &str, extra: &[&str]) -> serde_json::Value {
     let several = ["interleaved", "kimi", "dualpipev"]
         .iter()
         .any(|p| schedule.starts_with(p));
     let groups = if several { "2" } else { "4" };
-    summary(&[
+    let mut args = vec![
         "--model",
         "gpt",
         "--d-model",
@@ -50,7 +55,9 @@ fn run(schedule: &str, policy: &str) -> serde_json::Value {
         "--remat",
         policy,
         "--json",
-    ])
+    ];
+    args.extend_from_slice(extra);
+    summary(&args)
 }
 
 /// Every stage applied `policy` (none fell back to recomputing).
@@ -198,6 +205,47 @@ fn a_step_run_as_one_program_checkpoints_each_block() {
             }
         }
     }
+}
+
+/// Saved residuals waiting in `pinned_host` memory (`--remat-offload`): the same losses, every
+/// group's device peak below keeping them on the device and within 10% of its prediction; a
+/// memory the plugin lacks, and offloading in a step run as one program, are refused.
+#[test]
+fn residuals_offloaded_to_pinned_host_train_alike_and_leave_the_device() {
+    let kept = run("1f1b", "everything_saveable");
+    let offloaded = run_with(
+        "1f1b",
+        "everything_saveable",
+        &["--remat-offload", "pinned_host"],
+    );
+    assert_eq!(offloaded["remat_offload"], "pinned_host");
+    assert_eq!(
+        summary_numbers(&offloaded, "losses"),
+        summary_numbers(&kept, "losses")
+    );
+    let groups = |s: &serde_json::Value| s["memory"]["groups"].as_array().unwrap().clone();
+    for (k, o) in groups(&kept).iter().zip(groups(&offloaded).iter()) {
+        let peak = |g: &serde_json::Value| g["peak_live_bytes"].as_f64().unwrap();
+        let predicted = o["predicted_peak_live_bytes"].as_f64().unwrap();
+        assert!(peak(o) < peak(k), "offloaded {o} vs kept {k}");
+        assert!((peak(o) / predicted - 1.0).abs() <= 0.10, "{o}");
+    }
+    let out = tessera_train(&["--stages", "4", "--mpmd-dim", "4", "--remat-offload", "hbm"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("pinned_host"),
+        "{err}"
+    );
+    let out = tessera_train(&[
+        "--stages",
+        "1",
+        "--devices",
+        "1",
+        "--remat-offload",
+        "pinned_host",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--no-fuse"), "{err}");
 }
 
 /// `task_ms` names every task kind of every stage with its median time (zero-bubble: the

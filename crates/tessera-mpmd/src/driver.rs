@@ -272,6 +272,37 @@ fn element_type(dtype: DType) -> Result<ElementType, DriverError> {
     }
 }
 
+/// Has `executor` keep every saved residual of `built` in memory `kind` between its forward and
+/// backward tasks, once the plugin's first device is found to have such a memory.
+fn offload_residuals(
+    executor: &mut PjrtExecutor,
+    client: &Client,
+    kind: &str,
+    built: &PipelinePlan<usize>,
+) -> Result<(), DriverError> {
+    let kinds: Vec<String> = client
+        .device(0)?
+        .memories()?
+        .into_iter()
+        .map(|m| m.kind)
+        .collect();
+    if !kinds.iter().any(|k| k == kind) {
+        return Err(DriverError::Config(format!(
+            "the saved residuals cannot wait in `{kind}` memory: this plugin's devices have {}; \
+             name one of those, or keep them on the device",
+            kinds.join(", ")
+        )));
+    }
+    let residuals = built
+        .ids
+        .iter()
+        .filter(|(key, _)| matches!(key, Key::Resid { .. }))
+        .map(|(_, &id)| id)
+        .collect();
+    executor.set_offload(kind, residuals);
+    Ok(())
+}
+
 impl CompiledPipeline {
     /// Each stage's remat policy, and why the asked one did not apply where it did not.
     pub fn stage_remat(&self) -> Vec<(crate::remat::RematPolicy, Option<String>)> {
@@ -471,6 +502,9 @@ impl CompiledPipeline {
                 )
             }
         };
+        if let (Some(kind), false) = (&options.remat.offload, options.plan_only) {
+            offload_residuals(&mut executor, client, kind, &built)?;
+        }
         let layouts = Arc::new(value_layouts(&parts, &specs, &built, mesh)?);
         if let Some(p) = &processes {
             let partitioner = format!("{:?}", options.partitioner);

@@ -20,6 +20,10 @@ pub struct Remat {
     pub policy: RematPolicy,
     /// Stages with their own policy.
     pub stages: HashMap<u32, RematPolicy>,
+    /// The memory the saved residuals wait in between their forward and backward tasks
+    /// (`pinned_host`: JAX's offloading policies), where the plugin's devices have it; `None`:
+    /// on the device.
+    pub offload: Option<String>,
 }
 
 impl Remat {
@@ -28,7 +32,14 @@ impl Remat {
         Remat {
             policy,
             stages: HashMap::new(),
+            offload: None,
         }
+    }
+
+    /// `self`, the saved residuals waiting in memory `kind` (e.g. `pinned_host`).
+    pub fn with_offload(mut self, kind: &str) -> Self {
+        self.offload = Some(kind.to_string());
+        self
     }
 
     /// `self`, stage `stage` under `policy`.

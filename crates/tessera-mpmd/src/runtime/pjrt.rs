@@ -78,6 +78,17 @@ pub struct PjrtExecutor {
     by_text: std::collections::HashMap<(Vec<u8>, Partitioner, usize), usize>,
     /// XLA options every program is compiled with (JAX's `compiler_options`).
     compiler_options: CompilerOptions,
+    /// Values kept in another memory between the task that makes them and the one that reads
+    /// them (saved residuals offloaded to `pinned_host`).
+    offload: Option<Offload>,
+}
+
+/// Values a task's outputs leave in the memory `kind` (copied there once computed, and back to
+/// the device's default memory before a task reads them).
+#[derive(Debug, Clone)]
+struct Offload {
+    kind: String,
+    values: std::collections::HashSet<super::ValueId>,
 }
 
 /// XLA compiler options by name (`DebugOptions` fields such as `xla_cpu_enable_fast_math`).
@@ -92,7 +103,59 @@ impl PjrtExecutor {
             programs: Vec::new(),
             by_text: Default::default(),
             compiler_options: CompilerOptions::new(),
+            offload: None,
         }
+    }
+
+    /// Keeps `values` in memory `kind` (e.g. `pinned_host`) while they wait for their readers:
+    /// a task's output among them is copied there once computed (its device buffer freed), and
+    /// copied back to the device before a task reads it. Their bytes then leave the device
+    /// accounting ([`Executor::value_bytes`] counts device memory).
+    pub fn set_offload(&mut self, kind: &str, values: std::collections::HashSet<super::ValueId>) {
+        self.offload = Some(Offload {
+            kind: kind.to_string(),
+            values,
+        });
+    }
+
+    /// `inputs` with those held in the offload memory copied back to the device, then the
+    /// outputs of `task` computed by `run`, those to offload copied out (and waited for, so
+    /// the task's time includes its copies).
+    fn run_offloading(
+        &self,
+        task: &TaskSpec<usize>,
+        inputs: &[&Array],
+        run: impl FnOnce(&[&Array]) -> Result<Vec<Array>, BoxError>,
+    ) -> Result<Vec<Array>, BoxError> {
+        let Some(offload) = &self.offload else {
+            return run(inputs);
+        };
+        let offloaded = |a: &Array| a.sharding().memory_kind() == Some(offload.kind.as_str());
+        let back: Vec<Option<Array>> = inputs
+            .iter()
+            .map(|a| match offloaded(a) {
+                true => {
+                    let to = a.sharding().clone().without_memory_kind();
+                    a.reshard(&self.client, &to).map(Some)
+                }
+                false => Ok(None),
+            })
+            .collect::<Result<_, _>>()?;
+        let refs: Vec<&Array> = inputs
+            .iter()
+            .zip(&back)
+            .map(|(a, b)| b.as_ref().unwrap_or(a))
+            .collect();
+        let mut outputs = run(&refs)?;
+        for (value, output) in task.outputs.iter().zip(outputs.iter_mut()) {
+            if offload.values.contains(value) {
+                let to = output.sharding().clone().with_memory_kind(&offload.kind);
+                let moved = output.reshard(&self.client, &to)?;
+                moved.block_until_ready()?;
+                *output = moved;
+            }
+        }
+        Ok(outputs)
     }
 
     /// The same executor compiling every later program with `options` (part of the persistent
@@ -310,7 +373,7 @@ fn start_host_copy(
 
 impl Executor<usize, Array> for PjrtExecutor {
     fn run(&self, task: &TaskSpec<usize>, inputs: &[&Array]) -> Result<Vec<Array>, BoxError> {
-        self.execute(task.payload, inputs)
+        self.run_offloading(task, inputs, |inputs| self.execute(task.payload, inputs))
     }
 
     fn run_stoppable(
@@ -319,11 +382,16 @@ impl Executor<usize, Array> for PjrtExecutor {
         inputs: &[&Array],
         stop: &dyn Fn() -> bool,
     ) -> Result<Vec<Array>, BoxError> {
-        self.execute_unless(task.payload, inputs, stop)
+        self.run_offloading(task, inputs, |inputs| {
+            self.execute_unless(task.payload, inputs, stop)
+        })
     }
 
     fn value_bytes(&self, value: &Array) -> u64 {
-        array_bytes(value)
+        match &self.offload {
+            Some(o) if value.sharding().memory_kind() == Some(o.kind.as_str()) => 0,
+            _ => array_bytes(value),
+        }
     }
 
     fn donated_inputs(&self, task: &TaskSpec<usize>) -> Vec<usize> {

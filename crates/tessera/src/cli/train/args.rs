@@ -189,6 +189,10 @@ pub struct Args {
     #[arg(long, value_name = "POLICY", default_value = "everything_saveable")]
     #[serde(serialize_with = "policy_name")]
     pub remat: tessera_mpmd::RematPolicy,
+    /// The memory the saved residuals wait in between their forward and backward tasks
+    /// (`pinned_host`: JAX's offloading; the plugin's devices must have it), not the device's
+    #[arg(long, value_name = "KIND")]
+    pub remat_offload: Option<String>,
     /// When a data-parallel stage sums its gradients, losses and metrics over its data axes:
     /// `per-step` (the default: every backward adds to a partial sum on each device, and one
     /// reduction per group runs after the step's last backward) or `per-microbatch` (every

@@ -229,18 +229,35 @@ fn undonated_state(
     ))
 }
 
+/// Whether the step runs as one program: one MPMD group, one process, fusion on.
+fn runs_as_one_program(
+    args: &Args,
+    layout: &layout::Layout,
+    job: Option<&tessera_mpmd::mpi_job::MpiJob>,
+) -> bool {
+    !args.no_fuse && layout.mpmd_dim() == 1 && job.is_none()
+}
+
 /// The remat policy each decoder block applies as a `checkpoint` region when the step runs as
-/// one program (one MPMD group, one process, fusion on), where the pipeline's per-task policy
-/// has no tasks to apply to; `None` for saving everything (no region, as `jax.jit` without
-/// `jax.checkpoint`) and for pipelined steps.
+/// one program, where the pipeline's per-task policy has no tasks to apply to; `None` for
+/// saving everything (no region, as `jax.jit` without `jax.checkpoint`) and for pipelined
+/// steps. Offloading residuals needs the tasks: refused in one program.
 fn one_program_remat(
     args: &Args,
     layout: &layout::Layout,
     job: Option<&tessera_mpmd::mpi_job::MpiJob>,
-) -> Option<tessera_mpmd::RematPolicy> {
-    let one_program = !args.no_fuse && layout.mpmd_dim() == 1 && job.is_none();
-    (one_program && args.remat != tessera_mpmd::RematPolicy::EverythingSaveable)
-        .then_some(args.remat)
+) -> anyhow::Result<Option<tessera_mpmd::RematPolicy>> {
+    if !runs_as_one_program(args, layout, job) {
+        return Ok(None);
+    }
+    if let Some(kind) = &args.remat_offload {
+        bail!(
+            "--remat-offload {kind} moves saved residuals between a stage's forward and backward \
+             tasks, but this step runs as one program (one MPMD group): add --no-fuse to run its \
+             tasks, or drop --remat-offload"
+        );
+    }
+    Ok((args.remat != tessera_mpmd::RematPolicy::EverythingSaveable).then_some(args.remat))
 }
 
 #[cfg(test)]
@@ -350,7 +367,7 @@ fn run_in(
         args.microbatches as usize,
         &data,
         seed,
-        one_program_remat(&args, &layout, job),
+        one_program_remat(&args, &layout, job)?,
     )?;
     let save_dir = args.checkpoint_dir.clone().or(args.resume.clone());
     let mut saver = save_dir
@@ -403,7 +420,10 @@ fn run_in(
         },
         compiler_options: compiler_options(&args.xla_profile, &args.xla_options)?,
         timeout,
-        remat: tessera_mpmd::Remat::all(args.remat),
+        remat: match &args.remat_offload {
+            Some(kind) => tessera_mpmd::Remat::all(args.remat).with_offload(kind),
+            None => tessera_mpmd::Remat::all(args.remat),
+        },
         grad_reduce: args.grad_reduce,
         fsdp_gather: args.fsdp_gather,
         ..tessera_mpmd::MpmdJitOptions::default()
@@ -815,6 +835,7 @@ fn finish(
         "step_phases_ms": median_step.map(phases::StepTime::to_json),
         "task_ms": report::task_medians(&log.task_ms),
         "remat": report::remat(jit),
+        "remat_offload": args.remat_offload,
         "grad_reduce": args.grad_reduce,
         "fsdp_gather": args.fsdp_gather,
         "collectives_per_step": collectives,
