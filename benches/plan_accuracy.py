@@ -66,7 +66,8 @@ def load_average():
 
 
 def key(c):
-    return (c["groups"], c["stages"], tuple(c["stage_layers"]), c["microbatches"], c["schedule"])
+    return (c["groups"], c["stages"], tuple(c["stage_layers"]), c["microbatches"], c["schedule"],
+            c.get("remat"))
 
 
 def plan_file(first, c, folder, i):
@@ -77,6 +78,10 @@ def plan_file(first, c, folder, i):
         predicted_step_ms=c["step_seconds"] * 1000.0, predicted_peak_bytes=c["peak_bytes"],
         predicted_peak_bytes_per_group=c["peak_bytes_per_group"], command="",
         no_fuse=c["groups"] == 1)
+    # A candidate's own remat policy (the plan searches them), absent in older rankings.
+    plan.pop("remat", None)
+    if c.get("remat"):
+        plan["remat"] = c["remat"]
     path = os.path.join(folder, f"plan{i}.json")
     with open(path, "w") as f:
         json.dump(plan, f)
@@ -145,7 +150,7 @@ def main():
             "rank": top.index(c) + 1, "groups": c["groups"], "data": c["data"],
             "stages": c["stages"], "stage_layers": c["stage_layers"],
             "microbatches": c["microbatches"], "schedule": c["schedule"],
-            "predicted_ms": c["step_seconds"] * 1000.0, "rounds_ms": times,
+            "remat": c.get("remat"), "predicted_ms": c["step_seconds"] * 1000.0, "rounds_ms": times,
             "measured_ms": statistics.median(times),
         })
     firsts = [c for c in candidates if c["rank"] <= TOP]
