@@ -2,7 +2,7 @@
 //! tree of traced tensors of that structure. Inputs may have any leading dimensions; the last is
 //! the feature dimension.
 
-use tessera_ir::trace::{Tensor, where_};
+use tessera_ir::trace::{Tensor, dot_product_attention};
 use tessera_ir::{DType, ShapedArray};
 
 use crate::error::Result;
@@ -327,14 +327,21 @@ impl Attention {
         Tree::node([("qkv", qkv.spec()), ("out", out.spec())])
     }
 
-    /// Attends causally over the sequence dimension of `x` (`[batch, seq, d]`).
+    /// Attends causally over the sequence dimension of `x` (`[batch, seq, d]`): one
+    /// `dot_product_attention`, causal (and masked by the sliding window where there is one).
     pub fn apply(&self, p: &Tree<Tensor>, x: &Tensor) -> Result<Tensor> {
         let t = x.shape()[1];
         let positions = x.iota_along(&[t], 0);
         let len = RopeLen::Fixed(self.rope_len.unwrap_or(t));
         let (q, k, v) = self.project(p, x, &positions, len)?;
-        let visible = self.visible(&positions, &positions);
-        self.output(p, &self.attend(&q, &k, &v, &visible))
+        let window = self.window.map(|_| self.visible(&positions, &positions));
+        let out = dot_product_attention(&q, &k, &v, window.as_ref(), self.scale(), true);
+        self.output(p, &out)
+    }
+
+    /// The scores' scale: `1 / sqrt(head_dim)`.
+    fn scale(&self) -> f64 {
+        1.0 / (self.head_dim as f64).sqrt()
     }
 
     /// The queries (`[b, heads, t, dh]`; head `kv × group + i` is query `i` of key/value head
@@ -397,25 +404,6 @@ impl Attention {
     /// Attention of queries `q` (`[b, heads, tq, dh]`) over keys and values
     /// (`[b, kv_heads, tk, dh]`) where `visible` (`[tq, tk]`): `[b, heads, tq, dh]`.
     pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, visible: &Tensor) -> Tensor {
-        let (k, v) = (self.repeat_kv(k), self.repeat_kv(v));
-        let scores =
-            q.dot_general(&k, (&[3], &[3]), (&[0, 1], &[0, 1])) / (self.head_dim as f64).sqrt();
-        // The softmax in float32 whatever the compute dtype.
-        let scores = scores.astype(DType::F32);
-        let masked = where_(visible, &scores, &scores.full_like_scalar(-1e9));
-        let weights = masked.softmax(3).astype(v.dtype());
-        weights.dot_general(&v, (&[3], &[2]), (&[0, 1], &[0, 1]))
-    }
-
-    /// Keys or values of `kv_heads` heads repeated for each query head of their group
-    /// (`transformers`' `repeat_kv`).
-    fn repeat_kv(&self, x: &Tensor) -> Tensor {
-        let g = self.group();
-        if g == 1 {
-            return x.clone();
-        }
-        let s = x.shape().to_vec();
-        x.broadcast_in_dim(&[s[0], s[1], g, s[2], s[3]], &[0, 1, 3, 4])
-            .reshape(&[s[0], s[1] * g, s[2], s[3]])
+        dot_product_attention(q, k, v, Some(visible), self.scale(), false)
     }
 }

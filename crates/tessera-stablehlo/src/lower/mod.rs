@@ -2,6 +2,7 @@
 //! exhaustive `match` in [`lower_eqn`], in the file of its family (mirroring `tessera-ir`'s
 //! `prim/` layout). Nested `jit` calls become private functions called with `func.call`.
 
+mod attention;
 mod callback;
 mod constraint;
 mod control;
@@ -394,6 +395,12 @@ fn lower_eqn<'c, 'b>(
             reduce::lower(ctx, eqn.prim, p, inputs)
         }
         DotGeneral => structural::dot_general(ctx, p, inputs),
+        DotProductAttention => {
+            attention::lower(ctx, tessera_ir::prim::AttentionOp::Forward, p, inputs)
+        }
+        DotProductAttentionBwd => {
+            attention::lower(ctx, tessera_ir::prim::AttentionOp::Backward, p, inputs)
+        }
         Gather => indexing::gather(ctx, p, inputs),
         ScatterAdd | Scatter | ScatterMul | ScatterMin | ScatterMax => {
             indexing::scatter(ctx, eqn.prim, p, inputs)

@@ -21,6 +21,9 @@ pub(super) fn jvp_rule(
     let one = |v: Option<Tensor>| vec![v];
     let scaled = |f: &dyn Fn(&Tensor) -> Tensor| one(t(0).map(|t0| f(&t0)));
     match prim {
+        DotProductAttention | DotProductAttentionBwd => {
+            super::attention::jvp(prim, params, x, y, ts)
+        }
         Add | AddAny => one(plus(t(0), t(1))),
         Sub => one(plus(t(0), t(1).map(|t1| -&t1))),
         Mul => one(plus(t(0).map(|a| &a * &x[1]), t(1).map(|b| &x[0] * &b))),

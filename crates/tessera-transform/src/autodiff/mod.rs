@@ -7,6 +7,7 @@
 //! Forward mode lives in [`jvp()`] (module `jvp`, rules in `jvp_rules`); [`linearize()`] splits
 //! the JVP program into a primal and a linear tangent program.
 
+mod attention;
 mod branch;
 mod conv;
 mod custom;

@@ -113,6 +113,9 @@ pub(super) fn vjp_rule(
     let float = |i: usize| x[i].dtype().is_float();
     let keep = |i: usize, t: Tensor| float(i).then(|| unbroadcast(&t, &shape_of(i)));
     match prim {
+        DotProductAttention | DotProductAttentionBwd => {
+            super::attention::vjp(prim, params, x, y, gs)
+        }
         Add | AddAny => vec![keep(0, g.clone()), keep(1, g)],
         Sub => vec![keep(0, g.clone()), keep(1, -&g)],
         Mul => vec![keep(0, &g * &x[1]), keep(1, &g * &x[0])],

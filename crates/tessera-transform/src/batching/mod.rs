@@ -12,6 +12,7 @@
 //! vmapped axis (traced with the axis bound, see `trace::vmap_named_call`), which `named.rs`
 //! batches with the batch elements as the axis's devices.
 
+mod attention;
 mod callback;
 mod conv;
 mod flow;

@@ -26,6 +26,9 @@ pub(super) fn batch_rule(
         .rank()
         .saturating_sub(usize::from(args[0].1.is_some()));
     match prim {
+        DotProductAttention | DotProductAttentionBwd => {
+            super::attention::batch(prim, params, args, size)
+        }
         Neg | Abs | Sign | Exp | Exp2 | Log | Log1p | Expm1 | Tanh | Logistic | Sin | Cos
         | Sqrt | Rsqrt | Floor | Ceil | Round | Not | IntegerPow | ConvertElementType
         | StopGradient | Copy | OptimizationBarrier | Reshard | PipelineEnterStage => {

@@ -1,5 +1,5 @@
 //! `jax.numpy`-like helpers built from the operations: `mean`, `softmax`, `log_softmax`,
-//! `logsumexp`, `one_hot`, `take`, `where_`.
+//! `logsumexp`, `one_hot`, `take`, `where_`, `dot_product_attention`.
 
 use super::Tensor;
 use crate::dtype::DType;
@@ -195,4 +195,22 @@ fn broadcast_shape(shapes: &[&[i64]]) -> Option<Vec<i64>> {
         }
     }
     Some(out)
+}
+
+/// `dot_product_attention`: softmax attention of `q` (`[batch, heads, tq, dh]`) over `k` and
+/// `v` (`[batch, kv_heads, tk, dh|dv]`, `heads` a multiple of `kv_heads`), the scores scaled by
+/// `scale`, masked causally when `is_causal` and where `mask` (`bool[tq, tk]`) is false:
+/// `[batch, heads, tq, dv]` (JAX's `jax.nn.dot_product_attention` with heads before the
+/// sequence). One operation, so that a back end with a fused kernel can run it as one.
+pub fn dot_product_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: f64,
+    is_causal: bool,
+) -> Tensor {
+    let params = crate::prim::AttentionParams { scale, is_causal }.to_params();
+    let operands: Vec<&Tensor> = [q, k, v].into_iter().chain(mask).collect();
+    Tensor::bind1(Prim::DotProductAttention, params, &operands)
 }

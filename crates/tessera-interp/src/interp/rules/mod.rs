@@ -5,6 +5,7 @@
 //! `scan`, `jit`, custom derivatives, `treduce`, generic `reduce_window`) evaluate their bodies
 //! with the interpreter, and `shard_map` with the SPMD interpreter.
 
+mod attention;
 mod branch;
 mod callback;
 mod collective;
@@ -62,6 +63,7 @@ impl PrimEval for Prim {
             Family::Window(op) => window::eval(self, op, params, inputs, outputs),
             Family::Flow(op) => flow::eval(self, op, params, inputs, outputs),
             Family::Callback(op) => callback::eval(self, op, params, inputs),
+            Family::Attention(op) => attention::eval(self, op, params, inputs, outputs),
         }
     }
 }

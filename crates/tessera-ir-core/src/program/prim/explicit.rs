@@ -205,7 +205,8 @@ fn derive(
         | Family::Sort(_)
         | Family::Window(_)
         | Family::Flow(_)
-        | Family::Callback(_) => return Ok(Derived::Written),
+        | Family::Callback(_)
+        | Family::Attention(_) => return Ok(Derived::Written),
     };
     unique_axes(prim, &dims)?;
     Ok(Derived::Dims(dims))

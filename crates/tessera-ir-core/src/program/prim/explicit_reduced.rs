@@ -90,7 +90,8 @@ pub fn unreduced_rule(prim: Prim) -> UnreducedRule {
         | Family::Random(_)
         | Family::Sort(_)
         | Family::Window(_)
-        | Family::Callback(_) => R::Refuse,
+        | Family::Callback(_)
+        | Family::Attention(_) => R::Refuse,
         Family::Control(_)
         | Family::Collective(_)
         | Family::ShardMap

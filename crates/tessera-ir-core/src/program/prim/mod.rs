@@ -5,6 +5,7 @@
 //! compile. The evaluation rules live in `tessera-interp` (one exhaustive match over
 //! [`Family`]); the family modules with helpers the evaluation shares are public.
 
+pub mod attention;
 pub mod branch;
 pub mod callback;
 mod collective;
@@ -43,6 +44,7 @@ pub mod threefry;
 pub mod treduce;
 pub mod window;
 
+pub use attention::AttentionParams;
 pub use branch::{WhileParams, branch_index, cond_branches, cond_params, while_params};
 pub use callback::{
     CallbackOp, CallbackParams, VmapMethod, call_host_callback, callback_name,
@@ -62,8 +64,8 @@ pub use indexing::{GatherDims, ScatterDims, gather_dims, scatter_dims};
 pub use linalg::{DotDims, dot_dims, free_dims};
 pub use numeric::NumericOp;
 pub use ops::{
-    BinaryOp, CollectiveOp, CompareOp, ControlOp, ElementwiseOp, IndexingOp, ReduceKind,
-    ReductionOp, StructuralOp, UnaryOp,
+    AttentionOp, BinaryOp, CollectiveOp, CompareOp, ControlOp, ElementwiseOp, IndexingOp,
+    ReduceKind, ReductionOp, StructuralOp, UnaryOp,
 };
 pub use p2p::{out_shape_param, token_misuse};
 pub use pending::pending_misuse;
@@ -181,6 +183,8 @@ prims! {
     ReduceWindowMin => "reduce_window_min", ReduceWindow => "reduce_window",
     SelectAndScatterAdd => "select_and_scatter_add",
     ConvGeneralDilated => "conv_general_dilated",
+    DotProductAttention => "dot_product_attention",
+    DotProductAttentionBwd => "dot_product_attention_bwd",
     // Control flow and custom derivatives.
     CustomJvpCall => "custom_jvp_call", CustomVjpCall => "custom_vjp_call", Scan => "scan",
     Cond => "cond", While => "while",
@@ -224,6 +228,7 @@ pub enum Family {
     Window(WindowOp),
     Flow(FlowOp),
     Callback(CallbackOp),
+    Attention(AttentionOp),
 }
 
 impl Prim {
@@ -394,6 +399,8 @@ impl Prim {
             ReduceWindow => Family::Window(WindowOp::Generic),
             SelectAndScatterAdd => Family::Window(WindowOp::SelectAndScatterAdd),
             ConvGeneralDilated => Family::Window(WindowOp::Conv),
+            DotProductAttention => Family::Attention(AttentionOp::Forward),
+            DotProductAttentionBwd => Family::Attention(AttentionOp::Backward),
             CustomJvpCall => Family::Flow(FlowOp::CustomJvp),
             CustomVjpCall => Family::Flow(FlowOp::CustomVjp),
             Scan => Family::Flow(FlowOp::Scan),
@@ -422,7 +429,8 @@ impl Prim {
             | Family::Sort(_)
             | Family::Window(_)
             | Family::Flow(_)
-            | Family::Callback(_) => None,
+            | Family::Callback(_)
+            | Family::Attention(_) => None,
         }
     }
 
@@ -443,7 +451,8 @@ impl Prim {
             | Family::Sort(_)
             | Family::Window(_)
             | Family::Flow(_)
-            | Family::Callback(_) => None,
+            | Family::Callback(_)
+            | Family::Attention(_) => None,
         }
     }
 
@@ -464,7 +473,8 @@ impl Prim {
             | Family::Sort(_)
             | Family::Window(_)
             | Family::Flow(_)
-            | Family::Callback(_) => None,
+            | Family::Callback(_)
+            | Family::Attention(_) => None,
         }
     }
 
@@ -485,7 +495,8 @@ impl Prim {
             | Family::Sort(_)
             | Family::Window(_)
             | Family::Flow(_)
-            | Family::Callback(_) => None,
+            | Family::Callback(_)
+            | Family::Attention(_) => None,
         }
     }
 
@@ -506,7 +517,8 @@ impl Prim {
             | Family::Sort(_)
             | Family::Window(_)
             | Family::Flow(_)
-            | Family::Callback(_) => None,
+            | Family::Callback(_)
+            | Family::Attention(_) => None,
         }
     }
 
@@ -527,7 +539,8 @@ impl Prim {
             | Family::Random(_)
             | Family::Sort(_)
             | Family::Flow(_)
-            | Family::Callback(_) => None,
+            | Family::Callback(_)
+            | Family::Attention(_) => None,
         }
     }
 
@@ -548,7 +561,8 @@ impl Prim {
             | Family::Sort(_)
             | Family::Window(_)
             | Family::Flow(_)
-            | Family::Callback(_) => None,
+            | Family::Callback(_)
+            | Family::Attention(_) => None,
         }
     }
 
@@ -569,7 +583,8 @@ impl Prim {
             | Family::Random(_)
             | Family::Window(_)
             | Family::Flow(_)
-            | Family::Callback(_) => None,
+            | Family::Callback(_)
+            | Family::Attention(_) => None,
         }
     }
 
@@ -590,7 +605,8 @@ impl Prim {
             | Family::Random(_)
             | Family::Sort(_)
             | Family::Window(_)
-            | Family::Flow(_) => None,
+            | Family::Flow(_)
+            | Family::Attention(_) => None,
         }
     }
 
@@ -625,6 +641,7 @@ impl Prim {
             Family::Window(op) => window::abstract_eval(self, op, params, inputs),
             Family::Flow(op) => flow::abstract_eval(self, op, params, inputs),
             Family::Callback(op) => callback::abstract_eval(self, op, params, inputs),
+            Family::Attention(op) => attention::abstract_eval(self, op, params, inputs),
         }?;
         // Which mesh axes split each dimension of an explicitly sharded result.
         explicit::apply(self, params, inputs, outputs, &mut outs)?;

@@ -155,6 +155,15 @@ pub enum IndexingOp {
     Scatter(super::ScatterKind),
 }
 
+/// The attention family (`attention.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttentionOp {
+    /// `dot_product_attention`.
+    Forward,
+    /// `dot_product_attention_bwd`: the cotangents of the forward's `q`, `k` and `v`.
+    Backward,
+}
+
 /// The control family (identities and nested calls).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[allow(missing_docs)] // each is the primitive of the same name

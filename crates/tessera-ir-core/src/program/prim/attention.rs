@@ -1,0 +1,156 @@
+//! `dot_product_attention` and its backward `dot_product_attention_bwd`: softmax attention of
+//! queries `q` (`[batch, heads, tq, dh]`) over keys `k` and values `v` (`[batch, kv_heads, tk,
+//! dh]` and `[batch, kv_heads, tk, dv]`, grouped-query heads: each key/value head serves
+//! `heads / kv_heads` consecutive query heads), the scores scaled by `scale`, masked causally
+//! (`is_causal`: a query at position `i` sees the keys up to `i`) and/or by a boolean `mask`
+//! operand (`[tq, tk]`, true where a query sees a key), softmax in float32: the result is
+//! `[batch, heads, tq, dv]` in `q`'s dtype (JAX's `jax.nn.dot_product_attention`, in the
+//! heads-before-sequence layout the model library uses). The backward takes the forward's
+//! operands, its result and the result's cotangent and gives the cotangents of `q`, `k`, `v`
+//! (what cuDNN's fused backward computes; elsewhere the decomposition's gradient).
+//!
+//! This file holds the parameters' one reader and the shape rule; the interpretation is in
+//! `tessera-interp`, the decomposition every other rule and the CPU lowering use is
+//! `tessera_transform::programs::attention_program`.
+
+use super::{AttentionOp, Prim};
+use crate::aval::ShapedArray;
+use crate::dtype::DType;
+use crate::error::{IrError, Result, type_error};
+use crate::program::params::{ParamValue, Params};
+
+/// The parameters of both primitives.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionParams {
+    /// The scores' scale (usually `1 / sqrt(dh)`).
+    pub scale: f64,
+    /// Whether a query sees only the keys at or before its position.
+    pub is_causal: bool,
+}
+
+impl AttentionParams {
+    /// The one reader of `scale` and `is_causal`.
+    pub fn read(prim: Prim, params: &Params) -> Result<AttentionParams> {
+        let scale = match params.get("scale") {
+            Some(ParamValue::Float(v, _)) => Some(*v),
+            Some(ParamValue::Int(v)) => Some(*v as f64),
+            Some(_) | None => None,
+        }
+        .ok_or_else(|| {
+            type_error(
+                prim.name(),
+                "needs a float parameter `scale` (e.g. 0.125 = 1/sqrt(64))".to_string(),
+            )
+        })?;
+        if !scale.is_finite() {
+            return Err(type_error(
+                prim.name(),
+                format!("scale {scale} is not finite"),
+            ));
+        }
+        Ok(AttentionParams {
+            scale,
+            is_causal: params.bool(prim.name(), "is_causal")?,
+        })
+    }
+
+    /// The parameters as the primitives carry them.
+    pub fn to_params(self) -> Params {
+        Params::new()
+            .with(
+                "scale",
+                ParamValue::Float(self.scale, crate::program::print::python_float(self.scale)),
+            )
+            .with("is_causal", ParamValue::Bool(self.is_causal))
+    }
+}
+
+/// The forward's operands in an operand list: `(q, k, v, mask)`; the backward's list goes on
+/// with the result and its cotangent.
+pub fn operands<T>(op: AttentionOp, inputs: &[T]) -> Option<(&T, &T, &T, Option<&T>)> {
+    let forward = match op {
+        AttentionOp::Forward => inputs,
+        AttentionOp::Backward => inputs.get(..inputs.len().checked_sub(2)?)?,
+    };
+    if let [q, k, v] = forward {
+        return Some((q, k, v, None));
+    }
+    if let [q, k, v, mask] = forward {
+        return Some((q, k, v, Some(mask)));
+    }
+    None
+}
+
+pub(super) fn abstract_eval(
+    prim: Prim,
+    op: AttentionOp,
+    params: &Params,
+    inputs: &[ShapedArray],
+) -> Result<Vec<ShapedArray>> {
+    AttentionParams::read(prim, params)?;
+    let fail = |message: String| -> IrError { type_error(prim.name(), message) };
+    let (q, k, v, mask) = operands(op, inputs).ok_or_else(|| {
+        fail(format!(
+            "takes q, k, v and an optional boolean mask{}, got {} operands",
+            match op {
+                AttentionOp::Forward => "",
+                AttentionOp::Backward => ", then the forward's result and its cotangent",
+            },
+            inputs.len()
+        ))
+    })?;
+    if q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
+        return Err(fail(format!(
+            "q, k and v are [batch, heads, seq, head_dim]; got {q}, {k}, {v}"
+        )));
+    }
+    let (b, h, tq, dh) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
+    let (kv, tk) = (k.shape[1], k.shape[2]);
+    let dv = v.shape[3];
+    if !q.dtype.is_float() || k.dtype != q.dtype || v.dtype != q.dtype {
+        return Err(fail(format!(
+            "q, k and v need one float dtype; got {q}, {k}, {v}"
+        )));
+    }
+    if k.shape[0] != b
+        || v.shape[0] != b
+        || k.shape[3] != dh
+        || v.shape[1] != kv
+        || v.shape[2] != tk
+    {
+        return Err(fail(format!(
+            "k must be [{b}, kv_heads, tk, {dh}] and v [{b}, kv_heads, tk, dv] with k's heads \
+             and length; got {q}, {k}, {v}"
+        )));
+    }
+    if kv == 0 || h % kv != 0 {
+        return Err(fail(format!(
+            "the {kv} key/value heads must divide the {h} query heads"
+        )));
+    }
+    if let Some(mask) = mask
+        && (mask.dtype != DType::Bool || mask.shape != [tq, tk])
+    {
+        return Err(fail(format!(
+            "the mask must be bool[{tq},{tk}]; got {mask}"
+        )));
+    }
+    let out = ShapedArray::new(q.dtype, &[b, h, tq, dv]);
+    match op {
+        AttentionOp::Forward => Ok(vec![out]),
+        AttentionOp::Backward => {
+            let n = inputs.len();
+            let (result, ct) = (&inputs[n - 2], &inputs[n - 1]);
+            if !result.same_type(&out) || !ct.same_type(&out) {
+                return Err(fail(format!(
+                    "the result and its cotangent must be {out}; got {result}, {ct}"
+                )));
+            }
+            Ok(vec![
+                ShapedArray::new(q.dtype, &q.shape),
+                ShapedArray::new(k.dtype, &k.shape),
+                ShapedArray::new(v.dtype, &v.shape),
+            ])
+        }
+    }
+}

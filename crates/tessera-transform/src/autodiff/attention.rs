@@ -1,0 +1,75 @@
+//! The derivatives of `dot_product_attention` and its backward. The forward's VJP is the
+//! backward operation itself (what cuDNN's fused backward computes on a GPU); the JVPs, and the
+//! backward's own VJP (second order), differentiate the decomposition
+//! (`programs::attention_program`). The mask, boolean, has no derivative.
+
+use super::custom::{body_jvp, body_vjp};
+use super::rules::cotangents_or_zeros;
+use crate::params::Params;
+use crate::prim::{AttentionOp, Prim};
+use crate::programs::attention_program;
+use crate::trace::Tensor;
+
+fn op_of(prim: Prim) -> AttentionOp {
+    if prim == Prim::DotProductAttentionBwd {
+        AttentionOp::Backward
+    } else {
+        AttentionOp::Forward
+    }
+}
+
+fn decomposition(
+    prim: Prim,
+    params: &Params,
+    x: &[Tensor],
+) -> Result<tessera_ir_core::jaxpr::ClosedJaxpr, String> {
+    let avals: Vec<_> = x.iter().map(|t| t.aval().clone()).collect();
+    attention_program(op_of(prim), params, &avals).map_err(|e| e.to_string())
+}
+
+/// The results' tangents: the decomposition's JVP (a tangent of the mask is never read).
+pub(super) fn jvp(
+    prim: Prim,
+    params: &Params,
+    x: &[Tensor],
+    y: &[Tensor],
+    ts: &[Option<Tensor>],
+) -> Vec<Option<Tensor>> {
+    match decomposition(prim, params, x) {
+        Ok(program) => body_jvp(prim, &program, x, ts, y),
+        Err(e) => vec![Some(y[0].fail(prim.name(), e)); y.len()],
+    }
+}
+
+/// The operands' cotangents: the backward operation for the forward, the decomposition's VJP
+/// for the backward.
+pub(super) fn vjp(
+    prim: Prim,
+    params: &Params,
+    x: &[Tensor],
+    y: &[Tensor],
+    gs: &[Option<Tensor>],
+) -> Vec<Option<Tensor>> {
+    if prim == Prim::DotProductAttentionBwd {
+        return match decomposition(prim, params, x) {
+            Ok(program) => body_vjp(prim, &program, x, y, gs)
+                .into_iter()
+                .zip(x)
+                .map(|(ct, x)| ct.filter(|_| x.dtype().is_float()))
+                .collect(),
+            Err(e) => vec![Some(y[0].fail(prim.name(), e)); x.len()],
+        };
+    }
+    let g = cotangents_or_zeros(gs, y);
+    let mut operands: Vec<&Tensor> = x.iter().collect();
+    operands.push(&y[0]);
+    operands.push(&g[0]);
+    let mut cts: Vec<Option<Tensor>> =
+        Tensor::bind(Prim::DotProductAttentionBwd, params.clone(), &operands)
+            .into_iter()
+            .map(Some)
+            .collect();
+    // The mask's.
+    cts.resize(x.len(), None);
+    cts
+}
