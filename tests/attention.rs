@@ -11,7 +11,9 @@ use tessera::jit::Jit;
 use tessera_ir::autodiff::value_and_grad;
 use tessera_ir::interp::eval_closed;
 use tessera_ir::text::{parse_closed, print_closed};
-use tessera_ir::trace::{Tensor, dot_product_attention, trace, where_};
+use tessera_ir::trace::{
+    Tensor, dot_product_attention, dot_product_attention_with_stats, trace, where_,
+};
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
 use tessera_pjrt::{Array as DeviceArray, Client};
 use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
@@ -152,6 +154,38 @@ fn the_operation_equals_the_attention_it_replaced() {
     }
 }
 
+/// The statistics result, compiled and interpreted, is each query's log-sum-exp of its scaled,
+/// masked scores.
+#[test]
+fn the_statistics_are_the_scores_log_sum_exp() {
+    let client = Client::cpu(1).unwrap();
+    let q = ShapedArray::new(DType::F32, &[B, HEADS, T, DH]);
+    let kv = ShapedArray::new(DType::F32, &[B, KV_HEADS, T, DH]);
+    let scale = 1.0 / (DH as f64).sqrt();
+    let both = trace(&[q, kv.clone(), kv], |a| {
+        let (_, lse) = dot_product_attention_with_stats(&a[0], &a[1], &a[2], None, scale, true);
+        // The same from the scores.
+        let g = HEADS / KV_HEADS;
+        let k = a[1]
+            .broadcast_in_dim(&[B, KV_HEADS, g, T, DH], &[0, 1, 3, 4])
+            .reshape(&[B, HEADS, T, DH]);
+        let scores = a[0].dot_general(&k, (&[3], &[3]), (&[0, 1], &[0, 1])) * scale;
+        let seen = visible(&a[0], None);
+        let masked = where_(&seen, &scores, &scores.full_like_scalar(-1e9));
+        vec![lse, masked.logsumexp(3).reshape(&[B, HEADS, T])]
+    })
+    .unwrap();
+    let args = inputs(DType::F32, false);
+    let got = on_device(&client, &both, &args);
+    assert_close(&got[..1], &got[1..], 1e-6, "compiled");
+    let interpreted: Vec<Vec<f64>> = eval_closed(&both, &args)
+        .unwrap()
+        .iter()
+        .map(Array::to_vec)
+        .collect();
+    assert_close(&interpreted[..1], &got[1..], 1e-5, "interpreted");
+}
+
 #[test]
 fn its_gradients_equal_those_of_the_attention_it_replaced() {
     let client = Client::cpu(1).unwrap();
@@ -173,7 +207,7 @@ fn its_programs_print_and_parse_back() {
         let printed = print_closed(&grads, 0);
         assert_eq!(parse_closed(&printed).unwrap(), grads, "{printed}");
     }
-    let bad = "{ lambda ; q:f32[1,3,2,4] k:f32[1,2,2,4] v:f32[1,2,2,4]. let\n    o:f32[1,3,2,4] = dot_product_attention[is_causal=True scale=0.5] q k v\n  in (o,) }";
+    let bad = "{ lambda ; q:f32[1,3,2,4] k:f32[1,2,2,4] v:f32[1,2,2,4]. let\n    o:f32[1,3,2,4] l:f32[1,3,2] = dot_product_attention[is_causal=True scale=0.5] q k v\n  in (o,) }";
     let err = parse_closed(bad).unwrap_err().to_string();
     assert!(err.contains("must divide"), "{err}");
 }

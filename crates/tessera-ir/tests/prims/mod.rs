@@ -271,12 +271,12 @@ pub fn example(prim: Prim) -> ClosedJaxpr {
         Round => prog("a:f64[2,3]", "b:f64[2,3] = round[rounding_method=1] a", "b"),
         DotProductAttention => prog(
             "q:f64[2,4,3,2] k:f64[2,2,3,2] v:f64[2,2,3,3]",
-            "o:f64[2,4,3,3] = dot_product_attention[is_causal=True scale=0.7] q k v",
-            "o",
+            "o:f64[2,4,3,3] l:f64[2,4,3] = dot_product_attention[is_causal=True scale=0.7] q k v",
+            "o, l",
         ),
         DotProductAttentionBwd => prog(
-            "q:f64[1,2,3,2] k:f64[1,1,4,2] v:f64[1,1,4,2] m:bool[3,4] o:f64[1,2,3,2] g:f64[1,2,3,2]",
-            "a:f64[1,2,3,2] b:f64[1,1,4,2] c:f64[1,1,4,2] = dot_product_attention_bwd[is_causal=False scale=0.5] q k v m o g",
+            "q:f64[1,2,3,2] k:f64[1,1,4,2] v:f64[1,1,4,2] m:bool[3,4] o:f64[1,2,3,2] l:f64[1,2,3] g:f64[1,2,3,2]",
+            "a:f64[1,2,3,2] b:f64[1,1,4,2] c:f64[1,1,4,2] = dot_product_attention_bwd[is_causal=False scale=0.5] q k v m o l g",
             "a, b, c",
         ),
         OptimizationBarrier => prog(

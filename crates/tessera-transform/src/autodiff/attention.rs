@@ -1,6 +1,7 @@
 //! The derivatives of `dot_product_attention` and its backward. The forward's VJP is the
-//! backward operation itself (what cuDNN's fused backward computes on a GPU); the JVPs, and the
-//! backward's own VJP (second order), differentiate the decomposition
+//! backward operation itself (what cuDNN's fused backward computes on a GPU) unless the
+//! statistics result has a cotangent; the JVPs, and the backward's own VJP (second order),
+//! differentiate the decomposition
 //! (`programs::attention_program`). The mask, boolean, has no derivative.
 
 use super::custom::{body_jvp, body_vjp};
@@ -50,7 +51,11 @@ pub(super) fn vjp(
     y: &[Tensor],
     gs: &[Option<Tensor>],
 ) -> Vec<Option<Tensor>> {
-    if prim == Prim::DotProductAttentionBwd {
+    // The backward operation gives the cotangents of the values' cotangent alone: where the
+    // statistics have one too (a program reading them), or for the backward itself, the
+    // decomposition is differentiated.
+    let stats_read = gs.get(1).is_some_and(Option::is_some);
+    if prim == Prim::DotProductAttentionBwd || stats_read {
         return match decomposition(prim, params, x) {
             Ok(program) => body_vjp(prim, &program, x, y, gs)
                 .into_iter()
@@ -62,8 +67,7 @@ pub(super) fn vjp(
     }
     let g = cotangents_or_zeros(gs, y);
     let mut operands: Vec<&Tensor> = x.iter().collect();
-    operands.push(&y[0]);
-    operands.push(&g[0]);
+    operands.extend([&y[0], &y[1], &g[0]]);
     let mut cts: Vec<Option<Tensor>> =
         Tensor::bind(Prim::DotProductAttentionBwd, params.clone(), &operands)
             .into_iter()

@@ -1,5 +1,5 @@
 //! Batching `dot_product_attention` and its backward: with the mask absent or unbatched, the
-//! batch dimension joins the operation's own batch dimension (one operation on `size × batch`
+//! batch dimension joins every other operand's and result's leading (batch) dimension (one operation on `size × batch`
 //! rows, as a fused kernel wants); a batched mask batches the decomposition instead.
 
 use super::{Batched, to_front};
@@ -40,8 +40,10 @@ fn merged(
             true => a.0.clone(),
             false => {
                 let x = to_front(a, size);
-                let s = x.shape().to_vec();
-                x.reshape(&[s[0] * s[1], s[2], s[3], s[4]])
+                let mut s = x.shape().to_vec();
+                let lead = s.remove(0);
+                s[0] *= lead;
+                x.reshape(&s)
             }
         })
         .collect();
@@ -49,11 +51,10 @@ fn merged(
     Tensor::bind(prim, params.clone(), &refs)
         .into_iter()
         .map(|t| {
-            let s = t.shape().to_vec();
-            (
-                t.reshape(&[size, s[0] / size.max(1), s[1], s[2], s[3]]),
-                Some(0),
-            )
+            let mut s = t.shape().to_vec();
+            s[0] /= size.max(1);
+            s.insert(0, size);
+            (t.reshape(&s), Some(0))
         })
         .collect()
 }
@@ -78,7 +79,7 @@ fn decomposed(
         })
         .collect();
     let results = match op {
-        AttentionOp::Forward => 1,
+        AttentionOp::Forward => 2,
         AttentionOp::Backward => 3,
     };
     let in_axes: Vec<Option<usize>> = args.iter().map(|a| a.1).collect();

@@ -6,11 +6,10 @@
 
 use crate::trace::{Tensor, trace, where_};
 use tessera_ir_core::aval::ShapedArray;
-use tessera_ir_core::dtype::DType;
 use tessera_ir_core::error::{Result, type_error};
 use tessera_ir_core::jaxpr::ClosedJaxpr;
 use tessera_ir_core::params::Params;
-use tessera_ir_core::prim::attention::operands;
+use tessera_ir_core::prim::attention::{operands, stats_dtype};
 use tessera_ir_core::prim::{AttentionOp, AttentionParams, Prim};
 
 /// The primitive `op` with `params` as a program of operands of types `in_avals`.
@@ -33,27 +32,34 @@ pub fn attention_program(
         .collect();
     match op {
         AttentionOp::Forward => trace(&plain, |a| {
-            vec![decomposed(p, &a[0], &a[1], &a[2], has_mask.then(|| &a[3]))]
+            decomposed(p, &a[0], &a[1], &a[2], has_mask.then(|| &a[3]))
         }),
         AttentionOp::Backward => trace(&plain, |a| {
             let n = a.len();
+            // The statistics are not read: the weights are computed again.
             let mask = has_mask.then(|| &a[3]);
             decomposed_backward(p, &a[0], &a[1], &a[2], mask, &a[n - 1])
         }),
     }
 }
 
-/// `softmax(q kᵀ · scale, masked) v` with grouped-query heads, as `tessera_nn` computed it.
+/// `softmax(q kᵀ · scale, masked) v` with grouped-query heads, as `tessera_nn` computed it,
+/// and the masked scores' log-sum-exp.
 fn decomposed(
     p: AttentionParams,
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     mask: Option<&Tensor>,
-) -> Tensor {
+) -> Vec<Tensor> {
     let v = repeat_heads(v, group_of(q, k));
-    let weights = weights(p, q, k, mask).astype(v.dtype());
-    weights.dot_general(&v, (&[3], &[2]), (&[0, 1], &[0, 1]))
+    let masked = masked_scores(p, q, k, mask);
+    let lse = masked.logsumexp(3).reshape(&masked.shape()[..3]);
+    let weights = masked.softmax(3).astype(v.dtype());
+    vec![
+        weights.dot_general(&v, (&[3], &[2]), (&[0, 1], &[0, 1])),
+        lse,
+    ]
 }
 
 /// The cotangents of `q`, `k` and `v` from the result's cotangent `g`, through the softmax's
@@ -68,7 +74,7 @@ fn decomposed_backward(
     g: &Tensor,
 ) -> Vec<Tensor> {
     let group = group_of(q, k);
-    let weights = weights(p, q, k, mask);
+    let weights = masked_scores(p, q, k, mask).softmax(3);
     let wide = weights.dtype();
     let (g_w, v_w) = (g.astype(wide), repeat_heads(v, group).astype(wide));
     let dp = g_w.dot_general(&v_w, (&[3], &[3]), (&[0, 1], &[0, 1]));
@@ -102,17 +108,12 @@ fn sum_groups(x: &Tensor, group: i64) -> Tensor {
         .sum(&[2])
 }
 
-/// The softmax weights `[b, heads, tq, tk]` of the masked, scaled scores, in float32 at least.
-fn weights(p: AttentionParams, q: &Tensor, k: &Tensor, mask: Option<&Tensor>) -> Tensor {
+/// The scaled scores `[b, heads, tq, tk]`, masked with -1e9, in float32 at least.
+fn masked_scores(p: AttentionParams, q: &Tensor, k: &Tensor, mask: Option<&Tensor>) -> Tensor {
     let k = repeat_heads(k, group_of(q, k));
     let scores = q.dot_general(&k, (&[3], &[3]), (&[0, 1], &[0, 1])) * p.scale;
     // The softmax in float32 at least, whatever the compute dtype.
-    let softmax_dtype = if q.dtype() == DType::F64 {
-        DType::F64
-    } else {
-        DType::F32
-    };
-    let scores = scores.astype(softmax_dtype);
+    let scores = scores.astype(stats_dtype(q.dtype()));
     let (tq, tk) = (q.shape()[2], k.shape()[2]);
     let visible = match (p.is_causal, mask) {
         (false, None) => None,
@@ -120,11 +121,10 @@ fn weights(p: AttentionParams, q: &Tensor, k: &Tensor, mask: Option<&Tensor>) ->
         (false, Some(m)) => Some(m.clone()),
         (true, Some(m)) => Some(causal(q, tq, tk).binary(Prim::And, m)),
     };
-    let masked = match visible {
+    match visible {
         Some(visible) => where_(&visible, &scores, &scores.full_like_scalar(-1e9)),
         None => scores,
-    };
-    masked.softmax(3)
+    }
 }
 
 /// `[tq, tk]`: true where the key's position is at or before the query's.

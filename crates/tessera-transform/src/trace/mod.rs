@@ -47,7 +47,7 @@ pub use flow::{
 };
 pub use invariant::PcastTo;
 pub use loops::{default_ops, treduce, treduce_i};
-pub use nn::{dot_product_attention, where_};
+pub use nn::{dot_product_attention, dot_product_attention_with_stats, where_};
 pub use p2p::{SendToken, precv, precv_over};
 pub use pending::Pending;
 pub use pmap::{PmapAxes, pmap, pmap_with};

@@ -210,7 +210,24 @@ pub fn dot_product_attention(
     scale: f64,
     is_causal: bool,
 ) -> Tensor {
+    dot_product_attention_with_stats(q, k, v, mask, scale, is_causal).0
+}
+
+/// [`dot_product_attention`] and its softmax statistics: each query's log-sum-exp of its
+/// masked, scaled scores (`float32[batch, heads, tq]`), what combining attention over blocks
+/// of keys needs.
+pub fn dot_product_attention_with_stats(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: f64,
+    is_causal: bool,
+) -> (Tensor, Tensor) {
     let params = crate::prim::AttentionParams { scale, is_causal }.to_params();
     let operands: Vec<&Tensor> = [q, k, v].into_iter().chain(mask).collect();
-    Tensor::bind1(Prim::DotProductAttention, params, &operands)
+    let mut results = Tensor::bind(Prim::DotProductAttention, params, &operands).into_iter();
+    let out = results.next().unwrap_or_else(|| q.clone());
+    let stats = results.next().unwrap_or_else(|| q.clone());
+    (out, stats)
 }

@@ -1,7 +1,8 @@
 //! `dot_product_attention` and its backward on host arrays, in float64: per batch row and query
 //! head, the scaled scores against the head's key/value head, masked (causally and/or by the
 //! mask operand) with -1e9 as the decomposition masks them, softmax, then the weighted values;
-//! the backward from the softmax's gradient (`dS = P ⊙ (dP − rowsum(P ⊙ dP))`).
+//! the backward from the softmax's gradient (`dS = P ⊙ (dP − rowsum(P ⊙ dP))`), the weights
+//! computed again (the statistics operand is not read).
 
 use ndarray::{ArrayD, IxDyn};
 
@@ -30,7 +31,10 @@ pub(super) fn eval(
     let probs = Probabilities::new(&q, &k, mask.as_ref(), p);
     let out_dtype = |i: usize| outputs.get(i).map_or(inputs[0].dtype(), |o| o.dtype);
     match op {
-        AttentionOp::Forward => Ok(vec![Array::from_values(out_dtype(0), probs.apply(&v))]),
+        AttentionOp::Forward => Ok(vec![
+            Array::from_values(out_dtype(0), probs.apply(&v)),
+            Array::from_values(out_dtype(1), probs.lse.clone()),
+        ]),
         AttentionOp::Backward => {
             let ct = inputs[inputs.len() - 1].values();
             let (dq, dk, dv) = probs.backward(&q, &k, &v, &ct);
@@ -43,9 +47,11 @@ pub(super) fn eval(
     }
 }
 
-/// The softmax weights `[b, heads, tq, tk]`, and what the rules need of the shapes.
+/// The softmax weights `[b, heads, tq, tk]`, their log-sum-exp, and what the rules need of the
+/// shapes.
 struct Probabilities {
     p: ArrayD<f64>,
+    lse: ArrayD<f64>,
     group: usize,
     scale: f64,
 }
@@ -61,6 +67,7 @@ impl Probabilities {
         let (kv, tk) = (k.shape()[1], k.shape()[2]);
         let group = h / kv.max(1);
         let mut p = ArrayD::zeros(IxDyn(&[b, h, tq, tk]));
+        let mut lse = ArrayD::zeros(IxDyn(&[b, h, tq]));
         for (bi, hi, i) in iproduct(b, h, tq) {
             let kvh = hi / group.max(1);
             let mut row: Vec<f64> = (0..tk)
@@ -76,12 +83,14 @@ impl Probabilities {
             let top = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             row.iter_mut().for_each(|s| *s = (*s - top).exp());
             let total: f64 = row.iter().sum();
+            lse[[bi, hi, i]] = top + total.ln();
             for (j, e) in row.into_iter().enumerate() {
                 p[[bi, hi, i, j]] = e / total;
             }
         }
         Probabilities {
             p,
+            lse,
             group,
             scale: params.scale,
         }

@@ -3,11 +3,15 @@
 //! dh]` and `[batch, kv_heads, tk, dv]`, grouped-query heads: each key/value head serves
 //! `heads / kv_heads` consecutive query heads), the scores scaled by `scale`, masked causally
 //! (`is_causal`: a query at position `i` sees the keys up to `i`) and/or by a boolean `mask`
-//! operand (`[tq, tk]`, true where a query sees a key), softmax in float32: the result is
-//! `[batch, heads, tq, dv]` in `q`'s dtype (JAX's `jax.nn.dot_product_attention`, in the
-//! heads-before-sequence layout the model library uses). The backward takes the forward's
-//! operands, its result and the result's cotangent and gives the cotangents of `q`, `k`, `v`
-//! (what cuDNN's fused backward computes; elsewhere the decomposition's gradient).
+//! operand (`[tq, tk]`, true where a query sees a key), softmax in float32: the results are
+//! the attended values `[batch, heads, tq, dv]` in `q`'s dtype and the softmax statistics, the
+//! log-sum-exp of each query's masked, scaled scores (`float32[batch, heads, tq]`; float64 for
+//! float64 operands), which a
+//! fused backward reads instead of computing the scores' normaliser again (JAX's
+//! `jax.nn.dot_product_attention`, in the heads-before-sequence layout the model library uses).
+//! The backward takes the forward's operands, its two results and the values' cotangent and
+//! gives the cotangents of `q`, `k`, `v` (what cuDNN's fused backward computes; elsewhere the
+//! decomposition's gradient).
 //!
 //! This file holds the parameters' one reader and the shape rule; the interpretation is in
 //! `tessera-interp`, the decomposition every other rule and the CPU lowering use is
@@ -65,12 +69,16 @@ impl AttentionParams {
     }
 }
 
+/// Operands the backward takes after the forward's: its values, its statistics and the
+/// values' cotangent.
+pub const BACKWARD_EXTRA: usize = 3;
+
 /// The forward's operands in an operand list: `(q, k, v, mask)`; the backward's list goes on
-/// with the result and its cotangent.
+/// with the forward's two results and the values' cotangent.
 pub fn operands<T>(op: AttentionOp, inputs: &[T]) -> Option<(&T, &T, &T, Option<&T>)> {
     let forward = match op {
         AttentionOp::Forward => inputs,
-        AttentionOp::Backward => inputs.get(..inputs.len().checked_sub(2)?)?,
+        AttentionOp::Backward => inputs.get(..inputs.len().checked_sub(BACKWARD_EXTRA)?)?,
     };
     if let [q, k, v] = forward {
         return Some((q, k, v, None));
@@ -79,6 +87,15 @@ pub fn operands<T>(op: AttentionOp, inputs: &[T]) -> Option<(&T, &T, &T, Option<
         return Some((q, k, v, Some(mask)));
     }
     None
+}
+
+/// The softmax's dtype, and the statistics': float32, or float64 for float64 operands.
+pub fn stats_dtype(dtype: DType) -> DType {
+    if dtype == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
 }
 
 pub(super) fn abstract_eval(
@@ -94,7 +111,9 @@ pub(super) fn abstract_eval(
             "takes q, k, v and an optional boolean mask{}, got {} operands",
             match op {
                 AttentionOp::Forward => "",
-                AttentionOp::Backward => ", then the forward's result and its cotangent",
+                AttentionOp::Backward => {
+                    ", then the forward's values and statistics and the values' cotangent"
+                }
             },
             inputs.len()
         ))
@@ -136,14 +155,16 @@ pub(super) fn abstract_eval(
         )));
     }
     let out = ShapedArray::new(q.dtype, &[b, h, tq, dv]);
+    let stats = ShapedArray::new(stats_dtype(q.dtype), &[b, h, tq]);
     match op {
-        AttentionOp::Forward => Ok(vec![out]),
+        AttentionOp::Forward => Ok(vec![out, stats]),
         AttentionOp::Backward => {
             let n = inputs.len();
-            let (result, ct) = (&inputs[n - 2], &inputs[n - 1]);
-            if !result.same_type(&out) || !ct.same_type(&out) {
+            let (result, lse, ct) = (&inputs[n - 3], &inputs[n - 2], &inputs[n - 1]);
+            if !result.same_type(&out) || !lse.same_type(&stats) || !ct.same_type(&out) {
                 return Err(fail(format!(
-                    "the result and its cotangent must be {out}; got {result}, {ct}"
+                    "the forward's values, statistics and the values' cotangent must be {out}, \
+                     {stats} and {out}; got {result}, {lse}, {ct}"
                 )));
             }
             Ok(vec![
