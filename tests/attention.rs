@@ -3,7 +3,8 @@
 //! existed (scores divided by `sqrt(dh)`, softmax in float32 masked with -1e9, weights cast
 //! back) with grouped-query heads, causally, with a sliding-window mask, in float32 and
 //! bfloat16; its gradients (through `dot_product_attention_bwd`) equal that attention's; and
-//! its programs print and parse back unchanged.
+//! its programs print and parse back unchanged. `tessera train --attention` picks XLA's
+//! decomposition on the CPU plugin and refuses cuDNN there.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -163,7 +164,12 @@ fn the_statistics_are_the_scores_log_sum_exp() {
     let kv = ShapedArray::new(DType::F32, &[B, KV_HEADS, T, DH]);
     let scale = 1.0 / (DH as f64).sqrt();
     let both = trace(&[q, kv.clone(), kv], |a| {
-        let (_, lse) = dot_product_attention_with_stats(&a[0], &a[1], &a[2], None, scale, true);
+        let params = tessera_ir::prim::AttentionParams {
+            scale,
+            is_causal: true,
+            implementation: tessera_ir::prim::AttentionImpl::Xla,
+        };
+        let (_, lse) = dot_product_attention_with_stats(&a[0], &a[1], &a[2], None, params);
         // The same from the scores.
         let g = HEADS / KV_HEADS;
         let k = a[1]
@@ -210,4 +216,41 @@ fn its_programs_print_and_parse_back() {
     let bad = "{ lambda ; q:f32[1,3,2,4] k:f32[1,2,2,4] v:f32[1,2,2,4]. let\n    o:f32[1,3,2,4] l:f32[1,3,2] = dot_product_attention[is_causal=True scale=0.5] q k v\n  in (o,) }";
     let err = parse_closed(bad).unwrap_err().to_string();
     assert!(err.contains("must divide"), "{err}");
+}
+
+#[test]
+fn train_picks_the_decomposition_on_the_cpu_and_refuses_cudnn_there() {
+    let small = [
+        "--model",
+        "llama",
+        "--layers",
+        "1",
+        "--d-model",
+        "32",
+        "--heads",
+        "2",
+        "--seq-len",
+        "8",
+        "--batch",
+        "4",
+        "--stages",
+        "1",
+        "--devices",
+        "1",
+        "--microbatches",
+        "1",
+        "--steps",
+        "1",
+        "--eval-every",
+        "0",
+        "--json",
+    ];
+    let s = tessera_tests::train_summary(&tessera_tests::tessera_train(&small), "auto");
+    assert_eq!(s["attention"], "xla", "{s}");
+    let out = tessera_tests::tessera_train(&[&small[..], &["--attention", "cudnn"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("CUDA plugin"),
+        "{err}"
+    );
 }

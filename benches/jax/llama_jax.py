@@ -117,12 +117,18 @@ def rotary(x):
     return x * jnp.cos(angle).astype(x.dtype) + rotated * jnp.sin(angle).astype(x.dtype)
 
 
-def attention(p, b, x, heads):
+def attention(p, b, x, heads, kernel="xla"):
     batch, t, d = x.shape
     dh = d // heads
     qkv = (x @ p[f"{b}.attn.qkv.w"]).reshape(batch, t, heads, 3, dh)
     q, k, v = (qkv[:, :, :, i].transpose(0, 2, 1, 3) for i in range(3))
     q, k = rotary(q), rotary(k)
+    if kernel == "cudnn":
+        # What a JAX user at long sequences writes: cuDNN's fused flash attention ([b, t, n, h]).
+        bt = lambda a: a.transpose(0, 2, 1, 3)
+        out = jax.nn.dot_product_attention(
+            bt(q), bt(k), bt(v), is_causal=True, implementation="cudnn")
+        return out.reshape(batch, t, d) @ p[f"{b}.attn.out.w"]
     scores = (jnp.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(dh)).astype(jnp.float32)
     causal = jnp.tril(jnp.ones((t, t), jnp.bool_))
     weights = jax.nn.softmax(jnp.where(causal, scores, -1e9), axis=-1).astype(v.dtype)
@@ -141,7 +147,8 @@ def loss_fn(p, tokens, targets, cfg):
     h = jnp.take(p["embed.tokens.table"], tokens, axis=0)
     for i in range(cfg["layers"]):
         b = f"blocks.{i}"
-        h = h + attention(p, b, rms_norm(h, p[f"{b}.norm1.gain"]), cfg["heads"])
+        h = h + attention(p, b, rms_norm(h, p[f"{b}.norm1.gain"]), cfg["heads"],
+                          cfg.get("attention", "xla"))
         h = h + swiglu(p, b, rms_norm(h, p[f"{b}.norm2.gain"]))
     logits = (rms_norm(h, p["final_norm.gain"]) @ p["head.w"]).astype(jnp.float32)
     logp = jax.nn.log_softmax(logits, axis=-1)
@@ -282,6 +289,12 @@ def main():
         help="the compute dtype (Tessera's --dtype): bf16 is mixed precision",
     )
     parser.add_argument(
+        "--attention",
+        choices=["xla", "cudnn"],
+        default="xla",
+        help="the attention: the plain program (xla) or jax.nn.dot_product_attention's cuDNN kernel",
+    )
+    parser.add_argument(
         "--dump-hlo",
         metavar="FILE",
         help="write XLA's optimized program of the train step (its HLO text) to FILE",
@@ -289,7 +302,8 @@ def main():
     args = parser.parse_args()
     if args.d_model % args.heads or (args.d_model // args.heads) % 2:
         sys.exit("llama_jax.py: heads must divide d_model into an even head width")
-    cfg = {"layers": args.layers, "d_model": args.d_model, "heads": args.heads, "dtype": args.dtype}
+    cfg = {"layers": args.layers, "d_model": args.d_model, "heads": args.heads, "dtype": args.dtype,
+           "attention": args.attention}
 
     device = jax.devices()[0]
     corpus = Corpus(args.data, args.seq_len)

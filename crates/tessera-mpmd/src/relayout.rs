@@ -215,6 +215,7 @@ fn compile_group(
         result_shardings,
         aliased_outputs: Vec::new(),
         partitioner,
+        attention: Default::default(),
     };
     let module = lower_closed(&program, &options)?;
     Ok(executor.compile(&module, group, layouts)?)

@@ -47,6 +47,7 @@ pub(crate) fn replicate_over_groups(
         result_shardings: vec![Some(target.clone())],
         aliased_outputs: Vec::new(),
         partitioner,
+        attention: Default::default(),
     };
     let module = lower_closed(&program, &options).map_err(|e| MpmdError::ReshardProgram {
         what: e.to_string(),

@@ -148,6 +148,7 @@ fn compile_add(
         result_shardings: vec![Some(sharding)],
         aliased_outputs: Vec::new(),
         partitioner: setup.partitioner,
+        attention: Default::default(),
     };
     let module = lower_closed(&program, &options)?;
     let layout = OutputLayout {

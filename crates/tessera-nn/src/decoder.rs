@@ -9,6 +9,7 @@
 //! predicting each target; it marks a pipeline stage boundary before each layer a [`StagePlan`]
 //! names, so any depth is pipelined without hand-placed markers.
 
+use tessera_ir::prim::AttentionImpl;
 use tessera_ir::trace::{Tensor, trace};
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
 
@@ -72,6 +73,10 @@ pub struct DecoderConfig {
     pub norm_eps: f64,
     /// Mistral's sliding window: each position attends to at most this many, itself included.
     pub sliding_window: Option<i64>,
+    /// The kernel the attention asks for: XLA's decomposition (the default) or cuDNN's fused
+    /// flash attention (on CUDA plugins, where the shapes allow; the decomposition elsewhere).
+    /// The same function either way, so checkpoints do not record it.
+    pub attention: AttentionImpl,
 }
 
 impl DecoderConfig {
@@ -95,6 +100,7 @@ impl DecoderConfig {
             mlp_bias: true,
             norm_eps: 1e-5,
             sliding_window: None,
+            attention: AttentionImpl::Xla,
         }
     }
 
@@ -118,6 +124,7 @@ impl DecoderConfig {
             mlp_bias: false,
             norm_eps: 1e-5,
             sliding_window: None,
+            attention: AttentionImpl::Xla,
         }
     }
 
@@ -125,6 +132,15 @@ impl DecoderConfig {
     pub fn tied(self) -> Self {
         DecoderConfig {
             tie_embeddings: true,
+            ..self
+        }
+    }
+
+    /// The same decoder running its attention with `implementation` (see
+    /// [`DecoderConfig::attention`]).
+    pub fn with_attention(self, implementation: AttentionImpl) -> Self {
+        DecoderConfig {
+            attention: implementation,
             ..self
         }
     }
@@ -217,6 +233,7 @@ impl DecoderConfig {
             rope: (self.kind == DecoderKind::Llama).then_some(self.rope),
             window: self.sliding_window,
             rope_len: Some(rope_len),
+            implementation: self.attention,
         }
     }
 

@@ -2,7 +2,7 @@
 //! tree of traced tensors of that structure. Inputs may have any leading dimensions; the last is
 //! the feature dimension.
 
-use tessera_ir::trace::{Tensor, dot_product_attention};
+use tessera_ir::trace::{Tensor, dot_product_attention_with_stats};
 use tessera_ir::{DType, ShapedArray};
 
 use crate::error::Result;
@@ -292,6 +292,8 @@ pub struct Attention {
     /// The sequence length the rope's frequencies are computed for (only dynamic scaling
     /// depends on it), or the input's when `None`.
     pub rope_len: Option<i64>,
+    /// The kernel `dot_product_attention` asks for.
+    pub implementation: tessera_ir::prim::AttentionImpl,
 }
 
 impl Attention {
@@ -335,13 +337,25 @@ impl Attention {
         let len = RopeLen::Fixed(self.rope_len.unwrap_or(t));
         let (q, k, v) = self.project(p, x, &positions, len)?;
         let window = self.window.map(|_| self.visible(&positions, &positions));
-        let out = dot_product_attention(&q, &k, &v, window.as_ref(), self.scale(), true);
+        let out = self.attention(&q, &k, &v, window.as_ref(), true);
         self.output(p, &out)
     }
 
-    /// The scores' scale: `1 / sqrt(head_dim)`.
-    fn scale(&self) -> f64 {
-        1.0 / (self.head_dim as f64).sqrt()
+    /// `dot_product_attention` with this layer's scale (`1 / sqrt(head_dim)`) and kernel.
+    fn attention(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+        is_causal: bool,
+    ) -> Tensor {
+        let params = tessera_ir::prim::AttentionParams {
+            scale: 1.0 / (self.head_dim as f64).sqrt(),
+            is_causal,
+            implementation: self.implementation,
+        };
+        dot_product_attention_with_stats(q, k, v, mask, params).0
     }
 
     /// The queries (`[b, heads, t, dh]`; head `kv × group + i` is query `i` of key/value head
@@ -404,6 +418,6 @@ impl Attention {
     /// Attention of queries `q` (`[b, heads, tq, dh]`) over keys and values
     /// (`[b, kv_heads, tk, dh]`) where `visible` (`[tq, tk]`): `[b, heads, tq, dh]`.
     pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, visible: &Tensor) -> Tensor {
-        dot_product_attention(q, k, v, Some(visible), self.scale(), false)
+        self.attention(q, k, v, Some(visible), false)
     }
 }

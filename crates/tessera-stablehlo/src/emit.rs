@@ -233,6 +233,11 @@ impl<'c> ModuleEmitter<'c> {
         self.state.partitioner()
     }
 
+    /// Lowers `dot_product_attention` in this module's functions as `attention` says.
+    pub fn set_attention(&self, attention: crate::lower::AttentionLowering) {
+        self.state.set_attention(attention);
+    }
+
     /// Adds a function; `body` receives the entry block's arguments and returns the values to
     /// return. `public` functions are entry points; private ones are called with `func.call`.
     pub fn add_function<F>(
@@ -350,6 +355,11 @@ impl<'c, 'b> Body<'c, 'b> {
     /// The SPMD partitions of the module this body belongs to.
     pub fn num_partitions(&self) -> usize {
         self.state.num_partitions()
+    }
+
+    /// How `dot_product_attention` is lowered in this module.
+    pub fn attention(&self) -> crate::lower::AttentionLowering {
+        self.state.attention()
     }
 
     /// Appends the generic operation `name` with `operands`, result types (MLIR type text) and

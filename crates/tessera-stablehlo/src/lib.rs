@@ -21,8 +21,8 @@ pub use emit::{
     tensor_type,
 };
 pub use lower::{
-    DEFAULT_MEMORY_KIND, LowerOptions, element_type, lower_closed, lower_closed_unrolled,
-    lower_flat, mlir_type,
+    AttentionLowering, DEFAULT_MEMORY_KIND, LowerOptions, element_type, lower_closed,
+    lower_closed_unrolled, lower_flat, mlir_type,
 };
 /// MLIR values, as the bodies given to [`compose_module`] and [`ModuleEmitter`] see them.
 pub use melior::ir::Value;

@@ -126,6 +126,8 @@ impl fmt::Display for Partitioner {
 pub(crate) struct ModuleState {
     partitioner: Partitioner,
     num_partitions: usize,
+    /// How `dot_product_attention` is lowered in this module.
+    attention: std::cell::Cell<crate::lower::AttentionLowering>,
     /// `(#sdy.mesh<...> attribute, symbol name)`, in order of first use.
     meshes: RefCell<Vec<(String, String)>>,
 }
@@ -135,6 +137,7 @@ impl ModuleState {
         ModuleState {
             partitioner,
             num_partitions,
+            attention: std::cell::Cell::new(Default::default()),
             meshes: RefCell::new(Vec::new()),
         }
     }
@@ -145,6 +148,14 @@ impl ModuleState {
 
     pub(crate) fn num_partitions(&self) -> usize {
         self.num_partitions
+    }
+
+    pub(crate) fn attention(&self) -> crate::lower::AttentionLowering {
+        self.attention.get()
+    }
+
+    pub(crate) fn set_attention(&self, attention: crate::lower::AttentionLowering) {
+        self.attention.set(attention);
     }
 
     /// The `sdy.mesh` symbol of `sharding`'s mesh, declared on first use (`mesh`, `mesh_1`, ...).

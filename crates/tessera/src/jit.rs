@@ -544,6 +544,7 @@ impl Jit {
             partitioner: self
                 .partitioner
                 .for_callbacks(devices.len(), [&self.program]),
+            attention: Default::default(),
         };
         let program = crate::jit_unused::keep_arguments(&self.program, &keep);
         let module = lower_closed(&program, &options)?;

@@ -16,15 +16,18 @@
 # the repository) and exits non-zero if any part failed.
 #
 # Usage: ./run.sh [--plugin NAME|PATH] [--python PYTHON] [--quick] [--rounds N] [--steps N]
-#                 [--llama LAYERS,D_MODEL,HEADS,SEQ_LEN,BATCH[,DTYPE]]... [--bundled-libs]
+#                 [--llama LAYERS,D_MODEL,HEADS,SEQ_LEN,BATCH[,DTYPE[,ATTENTION]]]... [--bundled-libs]
 #                 [--work DIR] [--dump-hlo]
 #   --plugin        Tessera's PJRT plugin (default cuda: the CUDA plugin of the machine's JAX).
 #   --python        the Python with JAX (default python3); optax is used if it has it.
 #   --quick         a small Llama, 1 round of 4 steps, 2 steps of the MPI run (a smoke test).
 #   --llama         a model to compare (repeatable); DTYPE is f32 (the default) or bf16 (mixed
-#                   precision on both sides); default: on the CPU the two CPU models of
-#                   docs/benchmarks.md, else 8 layers, d_model 1024, 16 heads, seq_len 512,
-#                   batch 16 (issue 29's H100 model), in f32 and in bf16.
+#                   precision on both sides); ATTENTION is xla (the default: the plain program on
+#                   both sides) or cudnn (Tessera's --attention cudnn against JAX's
+#                   jax.nn.dot_product_attention(implementation='cudnn')); default: on the CPU
+#                   the two CPU models of docs/benchmarks.md, else 8 layers, d_model 1024, 16
+#                   heads, seq_len 512, batch 16 (issue 29's H100 model), in f32, in bf16, and in
+#                   bf16 with cuDNN attention.
 #   --rounds N      rounds per model (default 3), JAX first in odd rounds, Tessera in even.
 #   --steps N       steps of each run, the first left out of the median (default 20; 10 on the
 #                   CPU).
@@ -74,7 +77,8 @@ elif [ "$ON_CPU" = 1 ]; then
     [ ${#MODELS[@]} -eq 0 ] && MODELS=("2,1024,16,16,2" "4,256,8,128,16")
     STEPS="${STEPS:-10}"
 else
-    [ ${#MODELS[@]} -eq 0 ] && MODELS=("8,1024,16,512,16,f32" "8,1024,16,512,16,bf16")
+    [ ${#MODELS[@]} -eq 0 ] && MODELS=("8,1024,16,512,16,f32" "8,1024,16,512,16,bf16"
+        "8,1024,16,512,16,bf16,cudnn")
 fi
 ROUNDS="${ROUNDS:-3}"
 STEPS="${STEPS:-20}"
@@ -245,22 +249,33 @@ EOF
 
 # --- 1. The Llama train step against JAX ----------------------------------------------------
 llama() {
-    local spec="$1" layers d heads seq batch dtype name r tolerance="$TOLERANCE"
-    IFS=, read -r layers d heads seq batch dtype <<< "$spec"
+    local spec="$1" layers d heads seq batch dtype attention name r tolerance="$TOLERANCE"
+    IFS=, read -r layers d heads seq batch dtype attention <<< "$spec"
     dtype="${dtype:-f32}"
+    attention="${attention:-xla}"
     case "$dtype" in
         f32) ;;
         bf16) tolerance="$BF16_TOLERANCE" ;;
         *) fail "Llama $spec" "unknown dtype $dtype (f32 or bf16)"; return ;;
     esac
+    case "$attention" in
+        xla | cudnn) ;;
+        *) fail "Llama $spec" "unknown attention $attention (xla or cudnn)"; return ;;
+    esac
     name="llama-${layers}x${d}-h${heads}-s${seq}-b${batch}-${dtype}"
     local label="Llama $layers layers, d_model $d, $heads heads, seq_len $seq, batch $batch, $dtype"
+    if [ "$attention" = cudnn ]; then
+        name="$name-cudnn"
+        label="$label, cuDNN attention on both sides"
+    fi
     local sizes=(--layers "$layers" --d-model "$d" --heads "$heads" --seq-len "$seq" --batch "$batch"
         --dtype "$dtype")
     local train=(--plugin "$PLUGIN" train --model llama "${sizes[@]}" --data "$HERE/data/corpus.txt"
         --microbatches 1 --stages 1
-        --mpmd-dim 1 --devices 1 --optimizer adamw --lr 0.001 --no-reference --eval-every 0 --json)
-    local jax=("$HERE/jax/llama_jax.py" "${sizes[@]}" --lr 0.001 --data "$HERE/data/corpus.txt")
+        --mpmd-dim 1 --devices 1 --optimizer adamw --lr 0.001 --no-reference --eval-every 0 --json
+        --attention "$attention")
+    local jax=("$HERE/jax/llama_jax.py" "${sizes[@]}" --lr 0.001 --data "$HERE/data/corpus.txt"
+        --attention "$attention")
     # The sides alternate which goes first: JAX in odd rounds, Tessera in even ones.
     for r in $(seq 1 "$ROUNDS"); do
         local jax_dump=() tessera_env=() side

@@ -294,6 +294,7 @@ pub(super) fn compile_program(
         result_shardings: shardings(&out_avals, layout.outs)?,
         aliased_outputs: layout.aliased,
         partitioner: layout.partitioner.for_callbacks(devices, [program]),
+        attention: Default::default(),
     };
     let module = lower_closed(program, &options)?;
     let layouts = out_avals

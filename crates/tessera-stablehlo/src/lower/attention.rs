@@ -1,13 +1,33 @@
-//! `dot_product_attention` and its backward, lowered as their decomposition
-//! (`tessera_ir::prim::attention_program`): the attention the model library computed before
-//! the operation existed, on every plugin. (cuDNN's fused kernels, which XLA's GPU compiler
-//! runs for JAX's `implementation='cudnn'`, are not emitted yet.)
+//! `dot_product_attention` and its backward. Decomposed (`tessera_ir::prim::attention_program`:
+//! the attention the model library computed before the operation existed) everywhere, unless
+//! the operation (`implementation=cudnn`) or the module ([`AttentionLowering::Cudnn`]) asks for
+//! cuDNN and the shapes are ones cuDNN's flash attention takes: then the custom calls XLA's GPU compiler runs on cuDNN, as JAX 0.10's
+//! `implementation='cudnn'` lowering emits them (`__cudnn$fmhaSoftmax` with the softmax
+//! statistics, `__cudnn$fmhaSoftmaxBackward`; the `backend_config`, layouts and the workspace
+//! result as JAX writes them, `tests/data/cudnn/` holds JAX's own text). Their operands are in
+//! JAX's `[batch, seq, heads, head_dim]` layout (transposed from the operation's), and their
+//! results come out in the operation's `[batch, heads, seq, head_dim]`, as JAX's do before it
+//! transposes them back.
 
 use melior::ir::Value;
 use tessera_ir::params::Params;
-use tessera_ir::prim::AttentionOp;
+use tessera_ir::prim::{AttentionImpl, AttentionOp, AttentionParams, Prim};
+use tessera_ir::{DType, ShapedArray};
 
 use super::{Ctx, LowerError};
+use crate::emit::quote;
+
+/// How a module lowers `dot_product_attention`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AttentionLowering {
+    /// The decomposition (XLA fuses what it can), on every plugin.
+    #[default]
+    Decomposed,
+    /// cuDNN's fused flash attention (CUDA plugins) where the shapes allow: bfloat16 or float16,
+    /// a head dimension that is a multiple of 8 and at most 256 and equal for keys and values,
+    /// no mask operand (causal or none), one partition; the decomposition elsewhere.
+    Cudnn,
+}
 
 pub(super) fn lower<'c, 'b>(
     ctx: &Ctx<'_, 'c, 'b>,
@@ -15,7 +35,243 @@ pub(super) fn lower<'c, 'b>(
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
-    let program = tessera_ir::prim::attention_program(op, params, ctx.in_avals)
-        .map_err(|e| LowerError::Build(e.to_string()))?;
+    let prim = match op {
+        AttentionOp::Forward => Prim::DotProductAttention,
+        AttentionOp::Backward => Prim::DotProductAttentionBwd,
+    };
+    let p = AttentionParams::read(prim, params).map_err(super::ir)?;
+    let asked = ctx.body.attention() == AttentionLowering::Cudnn
+        || p.implementation == AttentionImpl::Cudnn;
+    if asked && let Some(shape) = CudnnShape::of(ctx, op) {
+        return match op {
+            AttentionOp::Forward => forward(ctx, &shape, p, inputs),
+            AttentionOp::Backward => backward(ctx, &shape, p, inputs),
+        };
+    }
+    let program =
+        tessera_ir::prim::attention_program(op, params, ctx.in_avals).map_err(super::ir)?;
     super::lower_flat(ctx.body, &program, inputs)
+}
+
+/// The sizes of an attention cuDNN takes.
+struct CudnnShape {
+    batch: i64,
+    heads: i64,
+    kv_heads: i64,
+    q_len: i64,
+    kv_len: i64,
+    head_dim: i64,
+    dtype: DType,
+}
+
+impl CudnnShape {
+    fn of(ctx: &Ctx<'_, '_, '_>, op: AttentionOp) -> Option<CudnnShape> {
+        let (q, k, v, mask) = tessera_ir::prim::attention::operands(op, ctx.in_avals)?;
+        let head_dim = q.shape[3];
+        let fits = matches!(q.dtype, DType::BF16 | DType::F16)
+            && head_dim % 8 == 0
+            && head_dim <= 256
+            && v.shape[3] == head_dim
+            && mask.is_none()
+            && ctx.body.num_partitions() == 1;
+        fits.then(|| CudnnShape {
+            batch: q.shape[0],
+            heads: q.shape[1],
+            kv_heads: k.shape[1],
+            q_len: q.shape[2],
+            kv_len: k.shape[2],
+            head_dim,
+            dtype: q.dtype,
+        })
+    }
+
+    /// `[batch, seq, heads, head_dim]`: JAX's layout of the custom calls' operands.
+    fn btnh(&self, seq: i64, heads: i64) -> ShapedArray {
+        ShapedArray::new(self.dtype, &[self.batch, seq, heads, self.head_dim])
+    }
+
+    fn bnth(&self, heads: i64, seq: i64) -> ShapedArray {
+        ShapedArray::new(self.dtype, &[self.batch, heads, seq, self.head_dim])
+    }
+
+    fn stats(&self) -> ShapedArray {
+        ShapedArray::new(DType::F32, &[self.batch, self.heads, self.q_len])
+    }
+}
+
+/// `x` (`[b, n, t, h]`) as `[b, t, n, h]`.
+fn to_btnh<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    x: Value<'c, 'b>,
+    to: &ShapedArray,
+) -> Result<Value<'c, 'b>, LowerError> {
+    ctx.op1(
+        "stablehlo.transpose",
+        &[x],
+        to,
+        &[("permutation", "array<i64: 0, 2, 1, 3>".to_string())],
+    )
+}
+
+/// The workspace result the custom calls end with (empty: XLA sizes it).
+fn workspace() -> ShapedArray {
+    ShapedArray::new(DType::U8, &[0])
+}
+
+fn layouts(list: &[&[i64]]) -> String {
+    let each: Vec<String> = list
+        .iter()
+        .map(|l| {
+            let dims: Vec<String> = l.iter().map(i64::to_string).collect();
+            format!("dense<[{}]> : tensor<{}xindex>", dims.join(", "), l.len())
+        })
+        .collect();
+    format!("[{}]", each.join(", "))
+}
+
+const ROW_MAJOR_4: &[i64] = &[3, 2, 1, 0];
+const ROW_MAJOR_3: &[i64] = &[2, 1, 0];
+/// A `[b, n, t, h]` result laid out as `[b, t, n, h]` in memory.
+const BNTH_AS_BTNH: &[i64] = &[3, 1, 2, 0];
+const SCALAR_ORDER: &[i64] = &[0];
+
+fn forward<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    s: &CudnnShape,
+    p: AttentionParams,
+    inputs: &[Value<'c, 'b>],
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    let q = to_btnh(ctx, inputs[0], &s.btnh(s.q_len, s.heads))?;
+    let k = to_btnh(ctx, inputs[1], &s.btnh(s.kv_len, s.kv_heads))?;
+    let v = to_btnh(ctx, inputs[2], &s.btnh(s.kv_len, s.kv_heads))?;
+    let (out, stats, ws) = (s.bnth(s.heads, s.q_len), s.stats(), workspace());
+    let attrs = [
+        ("call_target_name", quote("__cudnn$fmhaSoftmax")),
+        ("api_version", "2 : i32".to_string()),
+        ("backend_config", quote(&backend_config(s, p, false))),
+        ("operand_layouts", layouts(&[ROW_MAJOR_4; 3])),
+        (
+            "result_layouts",
+            layouts(&[BNTH_AS_BTNH, ROW_MAJOR_3, SCALAR_ORDER]),
+        ),
+    ];
+    let mut results = ctx.op(
+        "stablehlo.custom_call",
+        &[q, k, v],
+        &[&out, &stats, &ws],
+        &attrs,
+    )?;
+    results.truncate(2);
+    Ok(results)
+}
+
+fn backward<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    s: &CudnnShape,
+    p: AttentionParams,
+    inputs: &[Value<'c, 'b>],
+) -> Result<Vec<Value<'c, 'b>>, LowerError> {
+    let n = inputs.len();
+    let (out, stats, grad) = (inputs[n - 3], inputs[n - 2], inputs[n - 1]);
+    let q = to_btnh(ctx, inputs[0], &s.btnh(s.q_len, s.heads))?;
+    let k = to_btnh(ctx, inputs[1], &s.btnh(s.kv_len, s.kv_heads))?;
+    let v = to_btnh(ctx, inputs[2], &s.btnh(s.kv_len, s.kv_heads))?;
+    let grad = to_btnh(ctx, grad, &s.btnh(s.q_len, s.heads))?;
+    let out = to_btnh(ctx, out, &s.btnh(s.q_len, s.heads))?;
+    let (dq, dk, dv) = (
+        s.bnth(s.heads, s.q_len),
+        s.bnth(s.kv_heads, s.kv_len),
+        s.bnth(s.kv_heads, s.kv_len),
+    );
+    let ws = workspace();
+    let attrs = [
+        ("call_target_name", quote("__cudnn$fmhaSoftmaxBackward")),
+        ("api_version", "2 : i32".to_string()),
+        ("backend_config", quote(&backend_config(s, p, true))),
+        (
+            "operand_layouts",
+            layouts(&[
+                ROW_MAJOR_4,
+                ROW_MAJOR_4,
+                ROW_MAJOR_4,
+                ROW_MAJOR_3,
+                ROW_MAJOR_4,
+                ROW_MAJOR_4,
+            ]),
+        ),
+        (
+            "result_layouts",
+            layouts(&[BNTH_AS_BTNH, BNTH_AS_BTNH, BNTH_AS_BTNH, SCALAR_ORDER]),
+        ),
+    ];
+    // cuDNN's operand order: q, k, v, the statistics, the output's cotangent, the output.
+    let operands = [q, k, v, stats, grad, out];
+    let mut results = ctx.op(
+        "stablehlo.custom_call",
+        &operands,
+        &[&dq, &dk, &dv, &ws],
+        &attrs,
+    )?;
+    results.truncate(3);
+    Ok(results)
+}
+
+/// JAX's `backend_config` of the custom calls, field for field in its order.
+fn backend_config(s: &CudnnShape, p: AttentionParams, backward: bool) -> String {
+    let strings = |v: &[i64]| -> String {
+        let each: Vec<String> = v.iter().map(|x| format!("\"{x}\"")).collect();
+        format!("[{}]", each.join(", "))
+    };
+    let dims = |lc: &[i64], rc: &[i64], lb: &[i64], rb: &[i64]| {
+        format!(
+            "{{\"lhs_contracting_dimensions\": {}, \"rhs_contracting_dimensions\": {}, \
+             \"lhs_batch_dimensions\": {}, \"rhs_batch_dimensions\": {}}}",
+            strings(lc),
+            strings(rc),
+            strings(lb),
+            strings(rb)
+        )
+    };
+    let element = match s.dtype {
+        DType::F16 => "F16",
+        _ => "BF16",
+    };
+    let intermediate = format!(
+        "{{\"element_type\": \"{element}\", \"dimensions\": {}, \"tuple_shapes\": [], \"layout\": \
+         {{\"dim_level_types\": [], \"dim_unique\": [], \"dim_ordered\": [], \"minor_to_major\": \
+         {}, \"tiles\": [], \"element_size_in_bits\": \"0\", \"memory_space\": \"0\", \
+         \"index_primitive_type\": \"PRIMITIVE_TYPE_INVALID\", \"pointer_primitive_type\": \
+         \"PRIMITIVE_TYPE_INVALID\", \"dynamic_shape_metadata_prefix_bytes\": \"0\"}}, \
+         \"is_dynamic_dimension\": [false, false, false, false]}}",
+        strings(&[s.batch, s.heads, s.q_len, s.kv_len]),
+        strings(&[3, 2, 1, 0]),
+    );
+    let gemms = match backward {
+        false => format!(
+            "\"bmm1_dot_dimension_numbers\": {}, \"bmm2_dot_dimension_numbers\": {}",
+            dims(&[3], &[3], &[0, 2], &[0, 2]),
+            dims(&[3], &[1], &[0, 1], &[0, 2]),
+        ),
+        true => format!(
+            "\"bmm1_grad_gemm1_dot_dimension_numbers\": {}, \
+             \"bmm1_grad_gemm2_dot_dimension_numbers\": {}, \
+             \"bmm2_grad_gemm1_dot_dimension_numbers\": {}, \
+             \"bmm2_grad_gemm2_dot_dimension_numbers\": {}",
+            dims(&[2], &[1], &[0, 1], &[0, 2]),
+            dims(&[3], &[1], &[0, 1], &[0, 2]),
+            dims(&[2], &[1], &[0, 1], &[0, 2]),
+            dims(&[3], &[3], &[0, 2], &[0, 2]),
+        ),
+    };
+    let scale = p.scale;
+    format!(
+        "{{\"operation_queue_id\": \"0\", \"cudnn_fmha_backend_config\": {{\"algorithm\": \
+         {{\"algo_id\": \"0\", \"math_type\": \"TENSOR_OP_MATH\", \"tuning_knobs\": {{\"17\": \
+         \"1\", \"24\": \"0\"}}, \"is_cudnn_frontend\": true, \"workspace_size\": \"0\"}}, \
+         \"fmha_scale\": {scale:?}, \"intermediate_tensor_shape\": {intermediate}, \
+         \"is_flash_attention\": true, \"mask_type\": \"{}\", {gemms}, \"dropout_rate\": 0.0, \
+         \"seed\": 42, \"sliding_window_length\": 0, \"max_seg_per_batch\": 1, \
+         \"is_paged_attention\": false}}}}",
+        if p.is_causal { "CAUSAL" } else { "NO_MASK" },
+    )
 }

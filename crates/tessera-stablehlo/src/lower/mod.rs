@@ -32,6 +32,7 @@ use crate::sharding::Partitioner;
 use melior::ir::Value;
 use tessera_sharding::NamedSharding;
 
+pub use attention::AttentionLowering;
 pub use memory::DEFAULT_MEMORY_KIND;
 
 /// How the entry function is laid out over devices, and for which partitioner. The memory kinds
@@ -52,6 +53,8 @@ pub struct LowerOptions {
     /// The partitioner the module is annotated for (by default [`Partitioner::default`]:
     /// `TESSERA_PARTITIONER`, else the built-in one); compile it with the same one.
     pub partitioner: Partitioner,
+    /// How `dot_product_attention` is lowered (decomposed by default).
+    pub attention: AttentionLowering,
 }
 
 /// The MLIR element type of a dtype.
@@ -140,6 +143,7 @@ fn lower_in(
         1,
         options.partitioner,
     )?;
+    emitter.set_attention(options.attention);
     let mut functions = Functions {
         emitter: Some(&emitter),
         next: 0,

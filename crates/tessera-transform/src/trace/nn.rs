@@ -210,21 +210,25 @@ pub fn dot_product_attention(
     scale: f64,
     is_causal: bool,
 ) -> Tensor {
-    dot_product_attention_with_stats(q, k, v, mask, scale, is_causal).0
+    let params = crate::prim::AttentionParams {
+        scale,
+        is_causal,
+        implementation: crate::prim::AttentionImpl::Xla,
+    };
+    dot_product_attention_with_stats(q, k, v, mask, params).0
 }
 
-/// [`dot_product_attention`] and its softmax statistics: each query's log-sum-exp of its
-/// masked, scaled scores (`float32[batch, heads, tq]`), what combining attention over blocks
-/// of keys needs.
+/// [`dot_product_attention`] with all its parameters (the kernel to run it with too), and its
+/// softmax statistics: each query's log-sum-exp of its masked, scaled scores
+/// (`float32[batch, heads, tq]`), what combining attention over blocks of keys needs.
 pub fn dot_product_attention_with_stats(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     mask: Option<&Tensor>,
-    scale: f64,
-    is_causal: bool,
+    params: crate::prim::AttentionParams,
 ) -> (Tensor, Tensor) {
-    let params = crate::prim::AttentionParams { scale, is_causal }.to_params();
+    let params = params.to_params();
     let operands: Vec<&Tensor> = [q, k, v].into_iter().chain(mask).collect();
     let mut results = Tensor::bind(Prim::DotProductAttention, params, &operands).into_iter();
     let out = results.next().unwrap_or_else(|| q.clone());

@@ -23,6 +23,28 @@ use crate::dtype::DType;
 use crate::error::{IrError, Result, type_error};
 use crate::program::params::{ParamValue, Params};
 
+/// Which kernel runs the attention (JAX's `implementation`): the decomposition XLA compiles
+/// (`xla`, the default), or cuDNN's fused flash attention where a CUDA plugin and the shapes
+/// allow (`cudnn`; the decomposition elsewhere).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AttentionImpl {
+    /// The decomposition.
+    #[default]
+    Xla,
+    /// cuDNN's fused kernels.
+    Cudnn,
+}
+
+impl AttentionImpl {
+    /// The parameter's text.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionImpl::Xla => "xla",
+            AttentionImpl::Cudnn => "cudnn",
+        }
+    }
+}
+
 /// The parameters of both primitives.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttentionParams {
@@ -30,6 +52,8 @@ pub struct AttentionParams {
     pub scale: f64,
     /// Whether a query sees only the keys at or before its position.
     pub is_causal: bool,
+    /// The kernel asked for.
+    pub implementation: AttentionImpl,
 }
 
 impl AttentionParams {
@@ -52,9 +76,21 @@ impl AttentionParams {
                 format!("scale {scale} is not finite"),
             ));
         }
+        let implementation = match params.get("implementation") {
+            None => AttentionImpl::Xla,
+            Some(ParamValue::Name(n)) if n == "xla" || n == "None" => AttentionImpl::Xla,
+            Some(ParamValue::Name(n)) if n == "cudnn" => AttentionImpl::Cudnn,
+            Some(other) => {
+                return Err(type_error(
+                    prim.name(),
+                    format!("implementation {other} is neither xla nor cudnn"),
+                ));
+            }
+        };
         Ok(AttentionParams {
             scale,
             is_causal: params.bool(prim.name(), "is_causal")?,
+            implementation,
         })
     }
 
@@ -66,6 +102,10 @@ impl AttentionParams {
                 ParamValue::Float(self.scale, crate::program::print::python_float(self.scale)),
             )
             .with("is_causal", ParamValue::Bool(self.is_causal))
+            .with(
+                "implementation",
+                ParamValue::Name(self.implementation.name().to_string()),
+            )
     }
 }
 

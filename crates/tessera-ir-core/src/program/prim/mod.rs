@@ -44,7 +44,7 @@ pub mod threefry;
 pub mod treduce;
 pub mod window;
 
-pub use attention::AttentionParams;
+pub use attention::{AttentionImpl, AttentionParams};
 pub use branch::{WhileParams, branch_index, cond_branches, cond_params, while_params};
 pub use callback::{
     CallbackOp, CallbackParams, VmapMethod, call_host_callback, callback_name,

@@ -189,6 +189,11 @@ pub struct Args {
     #[arg(long, value_name = "POLICY", default_value = "everything_saveable")]
     #[serde(serialize_with = "policy_name")]
     pub remat: tessera_mpmd::RematPolicy,
+    /// The kernel attention runs with: `auto` (cuDNN's fused flash attention on a CUDA plugin
+    /// in bf16, XLA's decomposition elsewhere), `xla`, or `cudnn` (needs a CUDA plugin; shapes
+    /// cuDNN does not take stay decomposed)
+    #[arg(long, value_name = "KIND", default_value = "auto")]
+    pub attention: String,
     /// The memory the saved residuals wait in between their forward and backward tasks
     /// (`pinned_host`: JAX's offloading; the plugin's devices must have it), not the device's
     #[arg(long, value_name = "KIND")]

@@ -295,3 +295,37 @@ pub fn check_memory(choice: &ModelChoice, optimizer: &str, batch: u32) -> anyhow
     }
     Ok(())
 }
+
+/// `choice` with its attention running on the kernel `--attention` names: `auto` is cuDNN on a
+/// CUDA plugin when the decoder computes in bfloat16 or float16 (cuDNN's dtypes), else XLA's
+/// decomposition; `cudnn` is refused where the plugin is not CUDA.
+pub fn with_attention(
+    choice: ModelChoice,
+    name: &str,
+    plugin: Option<&str>,
+) -> anyhow::Result<ModelChoice> {
+    use tessera_ir::prim::AttentionImpl;
+    let ModelChoice::Decoder(config) = choice else {
+        return Ok(choice);
+    };
+    let cuda = || {
+        tessera_pjrt::resolve_plugin(plugin)
+            .is_ok_and(|p| p.platform == Some(tessera_pjrt::PluginPlatform::Cuda))
+    };
+    let half = matches!(
+        config.compute_dtype,
+        tessera_ir::DType::BF16 | tessera_ir::DType::F16
+    );
+    let kernel = match name {
+        "xla" => AttentionImpl::Xla,
+        "auto" if half && cuda() => AttentionImpl::Cudnn,
+        "auto" => AttentionImpl::Xla,
+        "cudnn" if cuda() => AttentionImpl::Cudnn,
+        "cudnn" => bail!(
+            "--attention cudnn runs cuDNN's kernels, which need a CUDA plugin (--plugin cuda); \
+             this run's plugin is not one: use --attention xla or auto"
+        ),
+        other => bail!("--attention {other}: use auto, xla or cudnn"),
+    };
+    Ok(ModelChoice::Decoder(config.with_attention(kernel)))
+}

@@ -325,7 +325,7 @@ fn run_in(
     let mpmd_dim = layout.mpmd_dim();
     check_args(&args, mpmd_dim)?;
     layout.check_rows(args.batch / args.microbatches)?;
-    let choice = config::choose_model(&args)?;
+    let choice = config::with_attention(config::choose_model(&args)?, &args.attention, plugin)?;
     let stage_layers = config::stage_layers(&args, &choice)?;
     if args.was_given("eval_every")
         && args.eval_every != 0
@@ -850,6 +850,7 @@ fn finish(
         "memory": figures.memory,
         "history": log.history(),
     });
+    summary["attention"] = model.attention.into();
     if let Some(fields) = summary.as_object_mut() {
         fields.insert("import".into(), serde_json::to_value(&log.import)?);
         fields.insert("mfu_maxtext".into(), throughput.mfu_maxtext.into());

@@ -128,6 +128,8 @@ pub struct Model {
     pub stage_layers: Vec<usize>,
     /// The dtype its matmuls compute in (`--dtype`; float32 for the MLP).
     pub compute_dtype: tessera_ir::DType,
+    /// The kernel its attention asks for (`xla`, `cudnn`; none for the MLP).
+    pub attention: Option<&'static str>,
     rows: i64,
     microbatches: usize,
     data: Data,
@@ -166,6 +168,7 @@ impl Model {
                     flops_per_token_maxtext: None,
                     stage_layers: vec![1; stages],
                     compute_dtype: tessera_ir::DType::F32,
+                    attention: None,
                     rows,
                     microbatches,
                     data: Data::Teacher(mlp),
@@ -195,6 +198,7 @@ impl Model {
                     flops_per_token_maxtext: Some(config.train_flops_per_token_maxtext()),
                     stage_layers: stage_layers.to_vec(),
                     compute_dtype: config.compute_dtype,
+                    attention: Some(config.attention.name()),
                     rows,
                     microbatches,
                     data: Data::Corpus(data),

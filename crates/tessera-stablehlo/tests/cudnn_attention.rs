@@ -1,0 +1,190 @@
+//! The cuDNN lowering of `dot_product_attention` against JAX's own: for each shape of
+//! `tests/data/cudnn/jax_cudnn_lowering.json` (JAX 0.10.2's `implementation='cudnn'` lowering
+//! for CUDA, grouped-query and plain heads, causal and not, bfloat16 and float16), the forward
+//! and the gradient lowered with `AttentionLowering::Cudnn` hold the same custom calls as JAX's:
+//! targets, `backend_config` (as JSON), operand and result layouts, operand and result types.
+//! Shapes cuDNN does not take (float32, a mask, a head dimension not a multiple of 8) and the
+//! default lowering stay decomposed.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use serde_json::Value as Json;
+use tessera_ir::autodiff::value_and_grad;
+use tessera_ir::trace::{dot_product_attention, trace};
+use tessera_ir::{ClosedJaxpr, DType, ShapedArray};
+use tessera_stablehlo::{AttentionLowering, LowerOptions, lower_closed};
+
+/// One custom call, as both texts give it.
+#[derive(Debug, PartialEq)]
+struct Call {
+    target: String,
+    config: Json,
+    layouts: Vec<String>,
+    types: String,
+}
+
+/// The text between `open` and its matching `close`, from `start` (at `open`).
+fn balanced(text: &str, start: usize, open: char, close: char) -> &str {
+    let mut depth = 0;
+    for (i, c) in text[start..].char_indices() {
+        if c == open {
+            depth += 1;
+        } else if c == close {
+            depth -= 1;
+            if depth == 0 {
+                return &text[start..=start + i];
+            }
+        }
+    }
+    &text[start..]
+}
+
+/// The custom calls of `text` (JAX's pretty form or Tessera's generic one).
+fn calls(text: &str) -> Vec<Call> {
+    text.lines()
+        .filter(|l| l.contains("stablehlo.custom_call"))
+        .map(|line| {
+            let target = match line.find("call_target_name = \"") {
+                Some(at) => line[at + 20..].split('"').next().unwrap().to_string(),
+                None => line
+                    .split('@')
+                    .nth(1)
+                    .unwrap()
+                    .split('(')
+                    .next()
+                    .unwrap()
+                    .to_string(),
+            };
+            let at = line.find("backend_config = \"").unwrap() + 18;
+            let end = line[at..].find("\", ").unwrap() + at;
+            let config = serde_json::from_str(&line[at..end].replace("\\22", "\"")).unwrap();
+            let mut layouts = Vec::new();
+            for key in ["operand_layouts = ", "result_layouts = "] {
+                let at = line.find(key).unwrap() + key.len();
+                layouts.push(balanced(line, at, '[', ']').replace(' ', ""));
+            }
+            let types = line[line.rfind(" : (").unwrap() + 3..].trim().to_string();
+            Call {
+                target,
+                config,
+                layouts,
+                types,
+            }
+        })
+        .collect()
+}
+
+fn dtype(name: &str) -> DType {
+    match name {
+        "bfloat16" => DType::BF16,
+        "float16" => DType::F16,
+        other => panic!("{other}"),
+    }
+}
+
+/// `(q, k, v) -> attention` in the operation's `[batch, heads, seq, head_dim]` layout.
+fn attention(case: &Json, dt: DType, causal: bool, scale: f64) -> ClosedJaxpr {
+    let n = |k: &str| case[k].as_i64().unwrap();
+    let (b, t, s, h, kv, d) = (
+        n("batch"),
+        n("q_len"),
+        n("kv_len"),
+        n("q_heads"),
+        n("kv_heads"),
+        n("head_dim"),
+    );
+    let q = ShapedArray::new(dt, &[b, h, t, d]);
+    let k = ShapedArray::new(dt, &[b, kv, s, d]);
+    trace(&[q, k.clone(), k], |a| {
+        vec![dot_product_attention(
+            &a[0], &a[1], &a[2], None, scale, causal,
+        )]
+    })
+    .unwrap()
+}
+
+fn lowered(program: &ClosedJaxpr, attention: AttentionLowering) -> String {
+    let options = LowerOptions {
+        num_partitions: 1,
+        attention,
+        ..LowerOptions::default()
+    };
+    lower_closed(program, &options).unwrap().text
+}
+
+fn fixture() -> Json {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/data/cudnn/jax_cudnn_lowering.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn the_custom_calls_are_jaxs() {
+    let fixture = fixture();
+    for case in fixture["cases"].as_array().unwrap() {
+        let dt = dtype(case["dtype"].as_str().unwrap());
+        let causal = case["causal"].as_bool().unwrap();
+        let scale = case["scale"].as_f64().unwrap();
+        let forward = attention(case, dt, causal, scale);
+        let summed = {
+            let avals = forward.jaxpr.in_avals();
+            trace(&avals, |a| {
+                let refs: Vec<_> = a.iter().collect();
+                let out = tessera_ir::trace::call_closed(&forward, &refs).remove(0);
+                vec![out.astype(DType::F32).sum(&[0, 1, 2, 3])]
+            })
+            .unwrap()
+        };
+        let gradient = value_and_grad(&summed, &[0, 1, 2]).unwrap();
+        let jax: Vec<String> = case["gradient"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap().to_string())
+            .collect();
+        let want = calls(&jax.join("\n"));
+        assert_eq!(want.len(), 2, "{case}");
+        let got = calls(&lowered(&gradient, AttentionLowering::Cudnn));
+        assert_eq!(got, want, "{}", case["dtype"]);
+        // The forward alone: JAX's training forward (with the statistics).
+        let got = calls(&lowered(&forward, AttentionLowering::Cudnn));
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0], want[0]);
+        // The default lowering has no custom call.
+        assert!(calls(&lowered(&forward, AttentionLowering::Decomposed)).is_empty());
+    }
+}
+
+#[test]
+fn shapes_cudnn_does_not_take_stay_decomposed() {
+    let case: Json = serde_json::json!({
+        "batch": 1, "q_len": 16, "kv_len": 16, "q_heads": 4, "kv_heads": 2, "head_dim": 64
+    });
+    let float32 = attention(&case, DType::F32, true, 0.125);
+    assert!(lowered(&float32, AttentionLowering::Cudnn).contains("stablehlo.exponential"));
+    assert!(calls(&lowered(&float32, AttentionLowering::Cudnn)).is_empty());
+    let odd = serde_json::json!({
+        "batch": 1, "q_len": 16, "kv_len": 16, "q_heads": 4, "kv_heads": 2, "head_dim": 12
+    });
+    let odd = attention(&odd, DType::BF16, true, 0.25);
+    assert!(calls(&lowered(&odd, AttentionLowering::Cudnn)).is_empty());
+    let masked = {
+        let q = ShapedArray::new(DType::BF16, &[1, 4, 16, 64]);
+        let k = ShapedArray::new(DType::BF16, &[1, 2, 16, 64]);
+        let m = ShapedArray::new(DType::Bool, &[16, 16]);
+        trace(&[q, k.clone(), k, m], |a| {
+            vec![dot_product_attention(
+                &a[0],
+                &a[1],
+                &a[2],
+                Some(&a[3]),
+                0.125,
+                false,
+            )]
+        })
+        .unwrap()
+    };
+    assert!(calls(&lowered(&masked, AttentionLowering::Cudnn)).is_empty());
+}
