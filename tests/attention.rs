@@ -254,3 +254,47 @@ fn train_picks_the_decomposition_on_the_cpu_and_refuses_cudnn_there() {
         "{err}"
     );
 }
+
+/// A config file's grouped-query heads and vocabulary (what the 1B presets of `configs/` use)
+/// train pipelined like the unpipelined step.
+#[test]
+fn a_grouped_query_config_trains_pipelined_like_unpipelined() {
+    let dir = std::env::temp_dir().join(format!("tessera-gqa-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("gqa.toml");
+    std::fs::write(
+        &path,
+        "model = \"llama\"\nlayers = 2\nd_model = 32\nheads = 4\nkv_heads = 2\nffn = 64\n\
+         vocab = 300\nseq_len = 8\n",
+    )
+    .unwrap();
+    let s = tessera_tests::train_summary(
+        &tessera_tests::tessera_train(&[
+            "--config",
+            path.to_str().unwrap(),
+            "--stages",
+            "2",
+            "--batch",
+            "4",
+            "--microbatches",
+            "2",
+            "--steps",
+            "2",
+            "--eval-every",
+            "0",
+            "--json",
+        ]),
+        "gqa config",
+    );
+    let (losses, reference) = (
+        tessera_tests::summary_numbers(&s, "losses"),
+        tessera_tests::summary_numbers(&s, "reference_losses"),
+    );
+    assert_eq!(losses.len(), 2);
+    for (a, b) in losses.iter().zip(&reference) {
+        assert!((a - b).abs() <= 1e-4 * b.abs(), "{a} vs {b}");
+    }
+    // ln(300) at the start: the vocabulary is the config's.
+    assert!((losses[0] - 300f64.ln()).abs() < 0.5, "{losses:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

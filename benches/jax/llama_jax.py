@@ -71,19 +71,23 @@ def ffn_width(d_model):
 
 def param_shapes(cfg):
     """Name -> (shape, initial std or 'ones'), named as Tessera's checkpoints name them."""
-    d, f = cfg["d_model"], ffn_width(cfg["d_model"])
-    shapes = {"embed.tokens.table": ((VOCAB, d), 0.02)}
+    d, f, vocab = cfg["d_model"], cfg["ffn"], cfg["vocab"]
+    heads, kv = cfg["heads"], cfg["kv_heads"]
+    dh = d // heads
+    # Tessera's qkv columns: per key/value head, its query heads, its key, its value.
+    qkv = kv * (heads // kv + 2) * dh
+    shapes = {"embed.tokens.table": ((vocab, d), 0.02)}
     for i in range(cfg["layers"]):
         b = f"blocks.{i}"
         shapes[f"{b}.norm1.gain"] = ((d,), "ones")
-        shapes[f"{b}.attn.qkv.w"] = ((d, 3 * d), d**-0.5)
-        shapes[f"{b}.attn.out.w"] = ((d, d), d**-0.5)
+        shapes[f"{b}.attn.qkv.w"] = ((d, qkv), d**-0.5)
+        shapes[f"{b}.attn.out.w"] = ((heads * dh, d), (heads * dh) ** -0.5)
         shapes[f"{b}.norm2.gain"] = ((d,), "ones")
         shapes[f"{b}.mlp.gate.w"] = ((d, f), d**-0.5)
         shapes[f"{b}.mlp.up.w"] = ((d, f), d**-0.5)
         shapes[f"{b}.mlp.down.w"] = ((f, d), f**-0.5)
     shapes["final_norm.gain"] = ((d,), "ones")
-    shapes["head.w"] = ((d, VOCAB), 0.02)
+    shapes["head.w"] = ((d, vocab), 0.02)
     return shapes
 
 
@@ -117,22 +121,26 @@ def rotary(x):
     return x * jnp.cos(angle).astype(x.dtype) + rotated * jnp.sin(angle).astype(x.dtype)
 
 
-def attention(p, b, x, heads, kernel="xla"):
+def attention(p, b, x, heads, kv_heads, kernel="xla"):
     batch, t, d = x.shape
-    dh = d // heads
-    qkv = (x @ p[f"{b}.attn.qkv.w"]).reshape(batch, t, heads, 3, dh)
-    q, k, v = (qkv[:, :, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    dh, g = d // heads, heads // kv_heads
+    qkv = (x @ p[f"{b}.attn.qkv.w"]).reshape(batch, t, kv_heads, g + 2, dh)
+    q = qkv[:, :, :, :g].reshape(batch, t, heads, dh).transpose(0, 2, 1, 3)
+    k, v = (qkv[:, :, :, g + i].transpose(0, 2, 1, 3) for i in range(2))
     q, k = rotary(q), rotary(k)
     if kernel == "cudnn":
         # What a JAX user at long sequences writes: cuDNN's fused flash attention ([b, t, n, h]).
         bt = lambda a: a.transpose(0, 2, 1, 3)
         out = jax.nn.dot_product_attention(
             bt(q), bt(k), bt(v), is_causal=True, implementation="cudnn")
-        return out.reshape(batch, t, d) @ p[f"{b}.attn.out.w"]
+        return out.reshape(batch, t, heads * dh) @ p[f"{b}.attn.out.w"]
+    # Each key/value head serves its `g` query heads (transformers' repeat_kv).
+    k, v = jnp.repeat(k, g, axis=1), jnp.repeat(v, g, axis=1)
     scores = (jnp.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(dh)).astype(jnp.float32)
     causal = jnp.tril(jnp.ones((t, t), jnp.bool_))
     weights = jax.nn.softmax(jnp.where(causal, scores, -1e9), axis=-1).astype(v.dtype)
-    out = jnp.einsum("bhqk,bhkd->bhqd", weights, v).transpose(0, 2, 1, 3).reshape(batch, t, d)
+    out = jnp.einsum("bhqk,bhkd->bhqd", weights, v).transpose(0, 2, 1, 3)
+    out = out.reshape(batch, t, heads * dh)
     return out @ p[f"{b}.attn.out.w"]
 
 
@@ -148,7 +156,7 @@ def loss_fn(p, tokens, targets, cfg):
     for i in range(cfg["layers"]):
         b = f"blocks.{i}"
         h = h + attention(p, b, rms_norm(h, p[f"{b}.norm1.gain"]), cfg["heads"],
-                          cfg.get("attention", "xla"))
+                          cfg["kv_heads"], cfg.get("attention", "xla"))
         h = h + swiglu(p, b, rms_norm(h, p[f"{b}.norm2.gain"]))
     logits = (rms_norm(h, p["final_norm.gain"]) @ p["head.w"]).astype(jnp.float32)
     logp = jax.nn.log_softmax(logits, axis=-1)
@@ -288,6 +296,9 @@ def main():
         default="f32",
         help="the compute dtype (Tessera's --dtype): bf16 is mixed precision",
     )
+    parser.add_argument("--kv-heads", type=int, help="key/value heads (default: --heads)")
+    parser.add_argument("--vocab", type=int, default=VOCAB, help="token ids (default 256: bytes)")
+    parser.add_argument("--ffn", type=int, help="the SwiGLU width (default: Tessera's)")
     parser.add_argument(
         "--attention",
         choices=["xla", "cudnn"],
@@ -303,7 +314,10 @@ def main():
     if args.d_model % args.heads or (args.d_model // args.heads) % 2:
         sys.exit("llama_jax.py: heads must divide d_model into an even head width")
     cfg = {"layers": args.layers, "d_model": args.d_model, "heads": args.heads, "dtype": args.dtype,
-           "attention": args.attention}
+           "attention": args.attention, "kv_heads": args.kv_heads or args.heads,
+           "vocab": args.vocab, "ffn": args.ffn or ffn_width(args.d_model)}
+    if args.heads % cfg["kv_heads"]:
+        sys.exit("llama_jax.py: --kv-heads must divide --heads")
 
     device = jax.devices()[0]
     corpus = Corpus(args.data, args.seq_len)
@@ -324,7 +338,9 @@ def main():
             "d_model": args.d_model,
             "heads": args.heads,
             "seq_len": args.seq_len,
-            "ffn": ffn_width(args.d_model),
+            "ffn": cfg["ffn"],
+            "kv_heads": cfg["kv_heads"],
+            "vocab": cfg["vocab"],
             "batch": args.batch,
             "dtype": "float32" if args.dtype == "f32" else "bfloat16 compute, float32 parameters",
         },

@@ -16,18 +16,20 @@
 # the repository) and exits non-zero if any part failed.
 #
 # Usage: ./run.sh [--plugin NAME|PATH] [--python PYTHON] [--quick] [--rounds N] [--steps N]
-#                 [--llama LAYERS,D_MODEL,HEADS,SEQ_LEN,BATCH[,DTYPE[,ATTENTION]]]... [--bundled-libs]
+#                 [--llama SPEC]... [--bundled-libs]
 #                 [--work DIR] [--dump-hlo]
 #   --plugin        Tessera's PJRT plugin (default cuda: the CUDA plugin of the machine's JAX).
 #   --python        the Python with JAX (default python3); optax is used if it has it.
 #   --quick         a small Llama, 1 round of 4 steps, 2 steps of the MPI run (a smoke test).
-#   --llama         a model to compare (repeatable); DTYPE is f32 (the default) or bf16 (mixed
+#   --llama         a model to compare (repeatable): LAYERS,D_MODEL,HEADS,SEQ_LEN,BATCH[,DTYPE
+#                   [,ATTENTION[,KV_HEADS,VOCAB,FFN]]]; DTYPE is f32 (the default) or bf16 (mixed
 #                   precision on both sides); ATTENTION is xla (the default: the plain program on
 #                   both sides) or cudnn (Tessera's --attention cudnn against JAX's
 #                   jax.nn.dot_product_attention(implementation='cudnn')); default: on the CPU
 #                   the two CPU models of docs/benchmarks.md, else 8 layers, d_model 1024, 16
 #                   heads, seq_len 512, batch 16 (issue 29's H100 model), in f32, in bf16, and in
-#                   bf16 with cuDNN attention.
+#                   bf16 with cuDNN attention, after issue 47's 1B Llama (16 layers, d_model 2048,
+#                   32 heads, 8 key/value heads, vocabulary 32000, MLP 8192) at seq_len 4096.
 #   --rounds N      rounds per model (default 3), JAX first in odd rounds, Tessera in even.
 #   --steps N       steps of each run, the first left out of the median (default 20; 10 on the
 #                   CPU).
@@ -77,8 +79,10 @@ elif [ "$ON_CPU" = 1 ]; then
     [ ${#MODELS[@]} -eq 0 ] && MODELS=("2,1024,16,16,2" "4,256,8,128,16")
     STEPS="${STEPS:-10}"
 else
-    [ ${#MODELS[@]} -eq 0 ] && MODELS=("8,1024,16,512,16,f32" "8,1024,16,512,16,bf16"
-        "8,1024,16,512,16,bf16,cudnn")
+    # In priority order: issue 47's 1B Llama at sequence 4096 with cuDNN attention (the plain
+    # program's scores would not fit), then issue 29's H100 model with cuDNN, in bf16, in f32.
+    [ ${#MODELS[@]} -eq 0 ] && MODELS=("16,2048,32,4096,4,bf16,cudnn,8,32000,8192"
+        "8,1024,16,512,16,bf16,cudnn" "8,1024,16,512,16,bf16" "8,1024,16,512,16,f32")
 fi
 ROUNDS="${ROUNDS:-3}"
 STEPS="${STEPS:-20}"
@@ -249,8 +253,9 @@ EOF
 
 # --- 1. The Llama train step against JAX ----------------------------------------------------
 llama() {
-    local spec="$1" layers d heads seq batch dtype attention name r tolerance="$TOLERANCE"
-    IFS=, read -r layers d heads seq batch dtype attention <<< "$spec"
+    local spec="$1" layers d heads seq batch dtype attention kv vocab ffn name r
+    local tolerance="$TOLERANCE" data="$HERE/data/corpus.txt"
+    IFS=, read -r layers d heads seq batch dtype attention kv vocab ffn <<< "$spec"
     dtype="${dtype:-f32}"
     attention="${attention:-xla}"
     case "$dtype" in
@@ -270,11 +275,28 @@ llama() {
     fi
     local sizes=(--layers "$layers" --d-model "$d" --heads "$heads" --seq-len "$seq" --batch "$batch"
         --dtype "$dtype")
-    local train=(--plugin "$PLUGIN" train --model llama "${sizes[@]}" --data "$HERE/data/corpus.txt"
+    # Grouped-query heads, a vocabulary and an MLP width of their own: a config file for
+    # Tessera, the same flags for JAX.
+    local config=() jax_shape=()
+    if [ -n "$kv$vocab$ffn" ]; then
+        kv="${kv:-$heads}"; vocab="${vocab:-256}"; ffn="${ffn:-$(( ((8 * d + 2) / 3 + 7) / 8 * 8 ))}"
+        name="$name-kv$kv-v$vocab-f$ffn"
+        label="$label, $kv key/value heads, vocabulary $vocab, MLP $ffn"
+        printf 'model = "llama"\nkv_heads = %s\nvocab = %s\nffn = %s\n' "$kv" "$vocab" "$ffn" \
+            > "$OUT/$name.toml"
+        config=(--config "$OUT/$name.toml")
+        jax_shape=(--kv-heads "$kv" --vocab "$vocab" --ffn "$ffn")
+    fi
+    # Long sequences need more bytes than the bundled corpus has: the corpus repeated.
+    if [ "$seq" -ge 1024 ]; then
+        data="$OUT/corpus-long.txt"
+        for _ in $(seq 1 $(( seq * 2 / 3000 + 2 ))); do cat "$HERE/data/corpus.txt"; done > "$data"
+    fi
+    local train=(--plugin "$PLUGIN" train --model llama "${sizes[@]}" "${config[@]}" --data "$data"
         --microbatches 1 --stages 1
         --mpmd-dim 1 --devices 1 --optimizer adamw --lr 0.001 --no-reference --eval-every 0 --json
         --attention "$attention")
-    local jax=("$HERE/jax/llama_jax.py" "${sizes[@]}" --lr 0.001 --data "$HERE/data/corpus.txt"
+    local jax=("$HERE/jax/llama_jax.py" "${sizes[@]}" "${jax_shape[@]}" --lr 0.001 --data "$data"
         --attention "$attention")
     # The sides alternate which goes first: JAX in odd rounds, Tessera in even ones.
     for r in $(seq 1 "$ROUNDS"); do

@@ -19,6 +19,11 @@ struct ConfigFile {
     heads: Option<i64>,
     seq_len: Option<i64>,
     ffn: Option<i64>,
+    /// Token ids (256 by default: bytes; a larger vocabulary trains on byte ids too, as a
+    /// model of that size).
+    vocab: Option<i64>,
+    /// Key/value heads (grouped-query attention; `heads` by default).
+    kv_heads: Option<i64>,
     stage_layers: Option<Vec<usize>>,
 }
 
@@ -37,7 +42,7 @@ fn read_config(path: &Path) -> anyhow::Result<ConfigFile> {
     toml::from_str(&text).map_err(|e| {
         anyhow::anyhow!(
             "the config file {} is not a model config: {e}\nIt takes `model`, `layers`, \
-             `d_model`, `heads`, `seq_len`, `ffn` and `stage_layers`, e.g.\n  model = \"llama\"\n  layers = 4\n  \
+             `d_model`, `heads`, `seq_len`, `ffn`, `vocab`, `kv_heads` and `stage_layers`, e.g.\n  model = \"llama\"\n  layers = 4\n  \
              d_model = 128\n  heads = 4\n  seq_len = 64",
             path.display()
         )
@@ -89,7 +94,7 @@ pub fn choose_model(args: &Args) -> anyhow::Result<ModelChoice> {
         other => bail!("unknown model `{other}`: use `mlp`, `llama` or `gpt2` (`gpt` is `gpt2`)"),
     };
     let mut config = make(
-        256,
+        file.vocab.unwrap_or(256),
         args.layers.or(file.layers).unwrap_or(4),
         args.d_model.or(file.d_model).unwrap_or(64),
         args.heads.or(file.heads).unwrap_or(4),
@@ -97,6 +102,9 @@ pub fn choose_model(args: &Args) -> anyhow::Result<ModelChoice> {
     );
     if let Some(ffn) = file.ffn {
         config.ffn = ffn;
+    }
+    if let Some(kv_heads) = file.kv_heads {
+        config.kv_heads = kv_heads;
     }
     config.tie_embeddings = args.tie_embeddings;
     config.compute_dtype = compute_dtype(&args.dtype)?;
@@ -328,4 +336,37 @@ pub fn with_attention(
         other => bail!("--attention {other}: use auto, xla or cudnn"),
     };
     Ok(ModelChoice::Decoder(config.with_attention(kernel)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 1B presets of `configs/` read as 1B-class grouped-query Llamas.
+    #[test]
+    fn the_one_billion_presets_are_what_they_say() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../configs");
+        for (file, vocab) in [
+            ("llama-1b-32k.toml", 32000),
+            ("llama-1b-128k.toml", 128_256),
+        ] {
+            let path = format!("{root}/{file}");
+            let words = [
+                "--config".to_string(),
+                path,
+                "--dtype".into(),
+                "bf16".into(),
+            ];
+            let args = super::super::profile::parse(&words).expect("arguments");
+            let ModelChoice::Decoder(c) = choose_model(&args).expect(file) else {
+                panic!("{file}: not a decoder");
+            };
+            assert_eq!(
+                (c.vocab, c.kv_heads, c.heads, c.seq_len),
+                (vocab, 8, 32, 4096)
+            );
+            let params = c.param_count() as f64;
+            assert!((1.0e9..1.6e9).contains(&params), "{file}: {params}");
+        }
+    }
 }
