@@ -232,10 +232,7 @@ fn backend_config(s: &CudnnShape, p: AttentionParams, backward: bool) -> String 
             strings(rb)
         )
     };
-    let element = match s.dtype {
-        DType::F16 => "F16",
-        _ => "BF16",
-    };
+    let element = if s.dtype == DType::F16 { "F16" } else { "BF16" };
     let intermediate = format!(
         "{{\"element_type\": \"{element}\", \"dimensions\": {}, \"tuple_shapes\": [], \"layout\": \
          {{\"dim_level_types\": [], \"dim_unique\": [], \"dim_ordered\": [], \"minor_to_major\": \
