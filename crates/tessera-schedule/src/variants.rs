@@ -48,24 +48,12 @@ pub fn merge_rankings(
                 c.remat = Some(name.clone());
                 c
             })),
-            Err(SearchError::NothingFits {
-                limit,
-                least,
-                schedule,
-                stages,
-                groups,
-                microbatches,
-                remat: _,
-            }) => errors.push(SearchError::NothingFits {
-                limit,
-                least,
-                schedule,
-                stages,
-                groups,
-                microbatches,
-                remat: Some(name),
-            }),
-            Err(other) => errors.push(other),
+            Err(mut error) => {
+                if let SearchError::NothingFits { remat, .. } = &mut error {
+                    *remat = Some(name);
+                }
+                errors.push(error);
+            }
         }
     }
     if !merged.is_empty() {

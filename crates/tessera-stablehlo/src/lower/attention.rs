@@ -113,6 +113,19 @@ fn to_btnh<'c, 'b>(
     )
 }
 
+/// The operation's `q`, `k` and `v` (its first operands) in JAX's `[b, t, n, h]`.
+fn qkv_btnh<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    s: &CudnnShape,
+    inputs: &[Value<'c, 'b>],
+) -> Result<[Value<'c, 'b>; 3], LowerError> {
+    Ok([
+        to_btnh(ctx, inputs[0], &s.btnh(s.q_len, s.heads))?,
+        to_btnh(ctx, inputs[1], &s.btnh(s.kv_len, s.kv_heads))?,
+        to_btnh(ctx, inputs[2], &s.btnh(s.kv_len, s.kv_heads))?,
+    ])
+}
+
 /// The workspace result the custom calls end with (empty: XLA sizes it).
 fn workspace() -> ShapedArray {
     ShapedArray::new(DType::U8, &[0])
@@ -141,9 +154,7 @@ fn forward<'c, 'b>(
     p: AttentionParams,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
-    let q = to_btnh(ctx, inputs[0], &s.btnh(s.q_len, s.heads))?;
-    let k = to_btnh(ctx, inputs[1], &s.btnh(s.kv_len, s.kv_heads))?;
-    let v = to_btnh(ctx, inputs[2], &s.btnh(s.kv_len, s.kv_heads))?;
+    let [q, k, v] = qkv_btnh(ctx, s, inputs)?;
     let (out, stats, ws) = (s.bnth(s.heads, s.q_len), s.stats(), workspace());
     let attrs = [
         ("call_target_name", quote("__cudnn$fmhaSoftmax")),
@@ -173,9 +184,7 @@ fn backward<'c, 'b>(
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     let n = inputs.len();
     let (out, stats, grad) = (inputs[n - 3], inputs[n - 2], inputs[n - 1]);
-    let q = to_btnh(ctx, inputs[0], &s.btnh(s.q_len, s.heads))?;
-    let k = to_btnh(ctx, inputs[1], &s.btnh(s.kv_len, s.kv_heads))?;
-    let v = to_btnh(ctx, inputs[2], &s.btnh(s.kv_len, s.kv_heads))?;
+    let [q, k, v] = qkv_btnh(ctx, s, inputs)?;
     let grad = to_btnh(ctx, grad, &s.btnh(s.q_len, s.heads))?;
     let out = to_btnh(ctx, out, &s.btnh(s.q_len, s.heads))?;
     let (dq, dk, dv) = (

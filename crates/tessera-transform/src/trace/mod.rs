@@ -464,19 +464,7 @@ pub fn jit(name: &str, args: &[&Tensor], f: impl FnOnce(&[Tensor]) -> Vec<Tensor
 /// Calls `f` as a `checkpoint` region (JAX's `jax.checkpoint`/`remat`): the values it computes
 /// are not kept for the backward pass; differentiation recomputes them from its operands.
 pub fn checkpoint(args: &[&Tensor], f: impl FnOnce(&[Tensor]) -> Vec<Tensor>) -> Vec<Tensor> {
-    bind_traced(
-        Prim::Checkpoint,
-        "the checkpointed function",
-        args,
-        f,
-        |inner| {
-            Params::new()
-                .with("jaxpr", ParamValue::Jaxpr(Box::new(inner)))
-                .with("prevent_cse", ParamValue::Bool(true))
-                .with("differentiated", ParamValue::Bool(false))
-                .with("policy", ParamValue::Name("None".into()))
-        },
-    )
+    checkpoint_region(args, "None", f)
 }
 
 /// Calls `f` as a `checkpoint` region under the remat policy `policy`: differentiation keeps
@@ -486,6 +474,15 @@ pub fn checkpoint(args: &[&Tensor], f: impl FnOnce(&[Tensor]) -> Vec<Tensor>) ->
 pub fn checkpoint_with(
     args: &[&Tensor],
     policy: crate::remat_policy::RematPolicy,
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    checkpoint_region(args, policy.name(), f)
+}
+
+/// A `checkpoint` equation of `f` on `args` whose `policy` parameter is `policy`.
+fn checkpoint_region(
+    args: &[&Tensor],
+    policy: &str,
     f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
 ) -> Vec<Tensor> {
     bind_traced(
@@ -498,7 +495,7 @@ pub fn checkpoint_with(
                 .with("jaxpr", ParamValue::Jaxpr(Box::new(inner)))
                 .with("prevent_cse", ParamValue::Bool(true))
                 .with("differentiated", ParamValue::Bool(false))
-                .with("policy", ParamValue::Name(policy.name().into()))
+                .with("policy", ParamValue::Name(policy.into()))
         },
     )
 }
