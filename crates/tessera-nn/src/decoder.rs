@@ -137,7 +137,7 @@ impl DecoderConfig {
     }
 
     /// The same decoder running its attention with `implementation` (see
-    /// [`DecoderConfig::attention`]).
+    /// its `attention` field).
     pub fn with_attention(self, implementation: AttentionImpl) -> Self {
         DecoderConfig {
             attention: implementation,
