@@ -260,3 +260,42 @@ fn partial_sums_split_the_contraction_and_share_the_rest() {
             ] j
           in (g, k) }"#]].assert_eq(&text);
 }
+
+/// A `shard_map` loses the results nothing reads and the operands its pruned body no longer
+/// reads, their specs with them (JAX's DCE rule), and computes the same.
+#[test]
+fn dce_prunes_a_shard_maps_unused_results_and_operands() {
+    use tessera_ir::trace::{shard_map, trace};
+    use tessera_ir::{DType, ShapedArray};
+    use tessera_sharding::{AbstractMesh, PartitionSpec};
+    let mesh = AbstractMesh::auto(&[("x", 2)]).unwrap();
+    let split = PartitionSpec::parse("P('x')").unwrap();
+    let aval = ShapedArray::new(DType::F32, &[4]);
+    let program = trace(&[aval.clone(), aval], |a| {
+        let outs = shard_map(
+            &mesh,
+            &[split.clone(), split.clone()],
+            &[split.clone(), split.clone()],
+            &[&a[0], &a[1]],
+            |b| vec![b[0].sin(), b[1].cos()],
+        );
+        vec![outs[0].clone()]
+    })
+    .unwrap();
+    let pruned = eliminate_dead_code(&program);
+    verify(&pruned).unwrap();
+    let eqn = &pruned.jaxpr.eqns[0];
+    assert_eq!((eqn.inputs.len(), eqn.outputs.len()), (1, 1), "{pruned:?}");
+    let text = print_closed(&pruned, 0);
+    assert!(!text.contains("cos"), "{text}");
+    assert!(text.contains("in_specs=(((x,),),)"), "{text}");
+    assert!(text.contains("out_specs=(((x,),),)"), "{text}");
+    let args = [
+        Array::new(DType::F32, &[4], vec![0.1, 0.2, 0.3, 0.4]).unwrap(),
+        Array::new(DType::F32, &[4], vec![1.0, 2.0, 3.0, 4.0]).unwrap(),
+    ];
+    assert_eq!(
+        eval_closed(&pruned, &args).unwrap()[0].to_vec(),
+        eval_closed(&program, &args).unwrap()[0].to_vec()
+    );
+}
