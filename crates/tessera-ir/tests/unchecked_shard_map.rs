@@ -112,3 +112,54 @@ fn vmap_of_an_unchecked_shard_map_stays_unchecked_and_equals_stacking() {
         .collect();
     assert_eq!(got[0].to_vec(), want);
 }
+
+/// The traced form (`trace::shard_map_unchecked`) is the parsed one: `check_vma=False`, the
+/// replicated out_spec taken as stated, the same values and the same gradients.
+#[test]
+fn a_traced_unchecked_shard_map_equals_the_parsed_one() {
+    use tessera_ir::ShapedArray;
+    use tessera_ir::trace::{shard_map_unchecked, trace};
+    use tessera_sharding::{AbstractMesh, PartitionSpec};
+    let mesh = AbstractMesh::auto(&[("x", 4)]).unwrap();
+    let (split, whole) = (
+        PartitionSpec::parse("P('x')").unwrap(),
+        PartitionSpec::parse("P()").unwrap(),
+    );
+    let traced = trace(
+        &[
+            ShapedArray::new(DType::F32, &[4, 2]),
+            ShapedArray::new(DType::F32, &[1, 2]),
+        ],
+        |a| {
+            shard_map_unchecked(
+                &mesh,
+                &[split.clone(), whole.clone()],
+                std::slice::from_ref(&whole),
+                &[&a[0], &a[1]],
+                |b| vec![(&b[0].sin() * &b[1]).psum(&["x"])],
+            )
+        },
+    )
+    .unwrap();
+    let text = tessera_ir::text::print_closed(&traced, 0);
+    assert!(text.contains("check_vma=False"), "{text}");
+    assert!(!text.contains("{V:x}"), "{text}");
+    let parsed = parse_closed(UNCHECKED).unwrap();
+    let x = values(&[4, 2], |i| 0.3 * i - 1.0);
+    let w = values(&[1, 2], |i| 1.5 - i);
+    let ct = values(&[1, 2], |i| 2.0 + i);
+    let run = |p: &tessera_ir::ClosedJaxpr, args: &[Array]| -> Vec<Vec<f64>> {
+        eval_closed(p, args)
+            .unwrap()
+            .iter()
+            .map(Array::to_vec)
+            .collect()
+    };
+    let args = [x.clone(), w.clone()];
+    assert_eq!(run(&traced, &args), run(&parsed, &args));
+    let grads = [x, w, ct];
+    assert_eq!(
+        run(&vjp(&traced).unwrap(), &grads),
+        run(&vjp(&parsed).unwrap(), &grads)
+    );
+}

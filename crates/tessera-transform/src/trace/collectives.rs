@@ -58,7 +58,8 @@ impl Tensor {
             .map(AsRef::as_ref)
             .filter(|a| !self.aval().vma.contains(*a))
             .collect();
-        if missing.is_empty() {
+        // Inside an unchecked `shard_map` values carry no varying axes: nothing to cast.
+        if missing.is_empty() || !axis_env::check_vma() {
             return self.clone();
         }
         Tensor::bind1(
@@ -460,6 +461,20 @@ pub fn shard_map(
     shard_map_with(mesh, in_specs, &|_| out_specs.to_vec(), args, f)
 }
 
+/// [`shard_map`] with `check_vma=False` (JAX's `shard_map(..., check_vma=False)`): the body's
+/// values carry no varying axes and the out_specs are taken as stated, not checked (a result
+/// whose out_spec leaves an axis out must be the same on every device of it, which the caller
+/// vouches for); differentiation follows JAX's unchecked transpose (a `psum`'s is a `psum`).
+pub fn shard_map_unchecked(
+    mesh: &AbstractMesh,
+    in_specs: &[PartitionSpec],
+    out_specs: &[PartitionSpec],
+    args: &[&Tensor],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    shard_map_checked(mesh, in_specs, &|_| out_specs.to_vec(), false, args, f)
+}
+
 /// [`shard_map`] whose out_specs depend on the number of results (`out_specs(n)`).
 pub(super) fn shard_map_with(
     mesh: &AbstractMesh,
@@ -468,11 +483,24 @@ pub(super) fn shard_map_with(
     args: &[&Tensor],
     f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
 ) -> Vec<Tensor> {
-    let (traced, outs) = body(mesh, in_specs, out_specs, args, f);
+    shard_map_checked(mesh, in_specs, out_specs, true, args, f)
+}
+
+/// [`shard_map_with`], the body traced with `check_vma`.
+fn shard_map_checked(
+    mesh: &AbstractMesh,
+    in_specs: &[PartitionSpec],
+    out_specs: &dyn Fn(usize) -> Vec<PartitionSpec>,
+    check_vma: bool,
+    args: &[&Tensor],
+    f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
+) -> Vec<Tensor> {
+    let (traced, outs) = body(mesh, in_specs, out_specs, check_vma, args, f);
     match (traced, args.first()) {
         (Ok((body, out_specs)), Some(_)) => Tensor::bind(
             Prim::ShardMap,
-            shard_map_params(mesh, in_specs, &out_specs, body),
+            shard_map_params(mesh, in_specs, &out_specs, body)
+                .with("check_vma", crate::params::ParamValue::Bool(check_vma)),
             args,
         ),
         (Ok(_), None) => super::failure::fail_innermost(
@@ -492,6 +520,7 @@ fn body(
     mesh: &AbstractMesh,
     in_specs: &[PartitionSpec],
     out_specs: &dyn Fn(usize) -> Vec<PartitionSpec>,
+    check_vma: bool,
     args: &[&Tensor],
     f: impl FnOnce(&[Tensor]) -> Vec<Tensor>,
 ) -> (Result<(ClosedJaxpr, Vec<PartitionSpec>)>, Vec<ShapedArray>) {
@@ -506,16 +535,20 @@ fn body(
             format!("{} in_specs for {} operands", in_specs.len(), args.len()),
         ))
     };
-    let avals = match &blocks {
+    let mut avals = match &blocks {
         Ok(b) => b.clone(),
         Err(_) => args.iter().map(|a| a.aval().clone()).collect(),
     };
+    // Unchecked, the body's values carry no varying axes.
+    if !check_vma {
+        avals.iter_mut().for_each(|a| a.vma = Default::default());
+    }
     let mut specs = Vec::new();
     let blocks = match axis_env::rebound_axis(mesh) {
         Some(axis) => Err(axis_env::reused_axis("shard_map", &axis)),
         None => blocks,
     };
-    let (program, outs) = axis_env::with_mesh(mesh, || {
+    let (program, outs) = axis_env::with_manual(mesh, check_vma, || {
         trace_counted(&avals, |bargs| {
             let outs = f(bargs);
             specs = out_specs(outs.len());
@@ -533,6 +566,9 @@ fn body(
                     }
                     None => outs,
                 };
+            }
+            if !check_vma {
+                return outs;
             }
             outs.iter()
                 .zip(&specs)

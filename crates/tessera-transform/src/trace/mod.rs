@@ -41,7 +41,7 @@ mod stages;
 mod windowed;
 
 pub use callback::{debug_callback, io_callback, pure_callback};
-pub use collectives::{shard_map, shard_map_program};
+pub use collectives::{shard_map, shard_map_program, shard_map_unchecked};
 pub use flow::{
     Branch, cond, custom_jvp, custom_vjp, fori_loop, fori_loop_dynamic, scan, switch, while_loop,
 };
