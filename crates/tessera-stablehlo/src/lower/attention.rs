@@ -11,7 +11,7 @@
 
 use melior::ir::Value;
 use tessera_ir::params::Params;
-use tessera_ir::prim::{AttentionImpl, AttentionOp, AttentionParams, Prim};
+use tessera_ir::prim::{AttentionImpl, AttentionOp, AttentionParams};
 use tessera_ir::{DType, ShapedArray};
 
 use super::{Ctx, LowerError};
@@ -35,11 +35,7 @@ pub(super) fn lower<'c, 'b>(
     params: &Params,
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
-    let prim = match op {
-        AttentionOp::Forward => Prim::DotProductAttention,
-        AttentionOp::Backward => Prim::DotProductAttentionBwd,
-    };
-    let p = AttentionParams::read(prim, params).map_err(super::ir)?;
+    let p = AttentionParams::read(op.prim(), params).map_err(super::ir)?;
     let asked = ctx.body.attention() == AttentionLowering::Cudnn
         || p.implementation == AttentionImpl::Cudnn;
     if asked && let Some(shape) = CudnnShape::of(ctx, op) {

@@ -11,21 +11,13 @@ use crate::prim::{AttentionOp, Prim};
 use crate::programs::attention_program;
 use crate::trace::Tensor;
 
-fn op_of(prim: Prim) -> AttentionOp {
-    if prim == Prim::DotProductAttentionBwd {
-        AttentionOp::Backward
-    } else {
-        AttentionOp::Forward
-    }
-}
-
 fn decomposition(
     prim: Prim,
     params: &Params,
     x: &[Tensor],
 ) -> Result<tessera_ir_core::jaxpr::ClosedJaxpr, String> {
     let avals: Vec<_> = x.iter().map(|t| t.aval().clone()).collect();
-    attention_program(op_of(prim), params, &avals).map_err(|e| e.to_string())
+    attention_program(AttentionOp::of(prim), params, &avals).map_err(|e| e.to_string())
 }
 
 /// The results' tangents: the decomposition's JVP (a tangent of the mask is never read).

@@ -57,12 +57,15 @@ pub(super) fn checkpoint_vjp(
         return vec![None; x.len()];
     };
     let name = Prim::Checkpoint.name();
-    if let Err(e) = policy_of(params) {
-        let msg = format!("in the VJP of a checkpoint region: {e}");
-        return vec![Some(anchor.fail(name, msg)); x.len()];
-    }
+    let policy = match policy_of(params) {
+        Ok(policy) => policy,
+        Err(e) => {
+            let msg = format!("in the VJP of a checkpoint region: {e}");
+            return vec![Some(anchor.fail(name, msg)); x.len()];
+        }
+    };
     let cts = super::rules::cotangents_or_zeros(gs, y);
-    match policy_backward(params, x, &cts) {
+    match policy_backward(params, policy, x, &cts) {
         Ok(grads) => grads
             .into_iter()
             .zip(x)
@@ -113,10 +116,14 @@ fn kept_values(fwd: &Jaxpr, policy: RematPolicy, residuals: &[Atom]) -> Vec<Var>
 /// One cotangent per operand: the region split into its forward (results and residuals) and
 /// linear backward, the saved residuals taken from the forward, the others recomputed behind a
 /// barrier.
-fn policy_backward(params: &Params, x: &[Tensor], cts: &[Tensor]) -> Result<Vec<Tensor>> {
+fn policy_backward(
+    params: &Params,
+    policy: RematPolicy,
+    x: &[Tensor],
+    cts: &[Tensor],
+) -> Result<Vec<Tensor>> {
     let name = Prim::Checkpoint.name();
     let body = params.jaxpr(name, "jaxpr")?;
-    let policy = policy_of(params)?;
     let prevent_cse = params.bool_or(name, "prevent_cse", true)?;
     let split = vjp_split(body)?;
     let fwd = &split.forward;

@@ -10,11 +10,7 @@ use crate::programs::attention_program;
 use crate::trace::{Tensor, call_closed};
 
 pub(super) fn batch(prim: Prim, params: &Params, args: &[Batched], size: i64) -> Vec<Batched> {
-    let op = if prim == Prim::DotProductAttentionBwd {
-        AttentionOp::Backward
-    } else {
-        AttentionOp::Forward
-    };
+    let op = AttentionOp::of(prim);
     let mask_batched =
         operands(op, args).is_some_and(|(_, _, _, m)| m.is_some_and(|m| m.1.is_some()));
     match mask_batched {

@@ -18,10 +18,7 @@ pub fn attention_program(
     params: &Params,
     in_avals: &[ShapedArray],
 ) -> Result<ClosedJaxpr> {
-    let prim = match op {
-        AttentionOp::Forward => Prim::DotProductAttention,
-        AttentionOp::Backward => Prim::DotProductAttentionBwd,
-    };
+    let prim = op.prim();
     let p = AttentionParams::read(prim, params)?;
     let (_, _, _, mask) = operands(op, in_avals)
         .ok_or_else(|| type_error(prim.name(), format!("{} operands", in_avals.len())))?;

@@ -109,6 +109,25 @@ impl AttentionParams {
     }
 }
 
+impl AttentionOp {
+    /// The primitive of this member of the family.
+    pub fn prim(self) -> Prim {
+        match self {
+            AttentionOp::Forward => Prim::DotProductAttention,
+            AttentionOp::Backward => Prim::DotProductAttentionBwd,
+        }
+    }
+
+    /// The member `prim` is: the backward for `dot_product_attention_bwd`, else the forward.
+    pub fn of(prim: Prim) -> AttentionOp {
+        if prim == Prim::DotProductAttentionBwd {
+            AttentionOp::Backward
+        } else {
+            AttentionOp::Forward
+        }
+    }
+}
+
 /// Operands the backward takes after the forward's: its values, its statistics and the
 /// values' cotangent.
 pub const BACKWARD_EXTRA: usize = 3;
