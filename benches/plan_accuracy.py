@@ -67,7 +67,7 @@ def load_average():
 
 def key(c):
     return (c["groups"], c["stages"], tuple(c["stage_layers"]), c["microbatches"], c["schedule"],
-            c.get("remat"))
+            c.get("remat"), c.get("fsdp_gather"))
 
 
 def plan_file(first, c, folder, i):
@@ -78,10 +78,12 @@ def plan_file(first, c, folder, i):
         predicted_step_ms=c["step_seconds"] * 1000.0, predicted_peak_bytes=c["peak_bytes"],
         predicted_peak_bytes_per_group=c["peak_bytes_per_group"], command="",
         no_fuse=c["groups"] == 1)
-    # A candidate's own remat policy (the plan searches them), absent in older rankings.
-    plan.pop("remat", None)
-    if c.get("remat"):
-        plan["remat"] = c["remat"]
+    # A candidate's own remat policy and FSDP gather mode (the plan searches them), absent in
+    # older rankings and in plans without --fsdp.
+    for field in ("remat", "fsdp_gather"):
+        plan.pop(field, None)
+        if c.get(field):
+            plan[field] = c[field]
     path = os.path.join(folder, f"plan{i}.json")
     with open(path, "w") as f:
         json.dump(plan, f)

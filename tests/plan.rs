@@ -3,7 +3,8 @@
 //! --plan FILE` trains with (equal to the unpipelined run) and reports its prediction next to
 //! the measurement; a memory limit nothing fits, a device count no layout uses, and a missing
 //! or malformed plan file are refused naming the fix; a memory limit that only a recomputing
-//! remat policy meets is met by choosing that policy.
+//! remat policy meets is met by choosing that policy, and one that FSDP stages gathering their
+//! parameters once per step miss is met by gathering them in every task.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -327,14 +328,72 @@ fn bad_input_is_refused_with_the_fix() {
 
 /// The least predicted peak of the candidates of remat policy `policy`.
 fn least_peak(ranking: &serde_json::Value, policy: &str) -> u64 {
+    least_peak_of(ranking, |c| c["remat"] == policy)
+}
+
+/// The least predicted peak of the candidates `which` picks.
+fn least_peak_of(ranking: &serde_json::Value, which: impl Fn(&serde_json::Value) -> bool) -> u64 {
     ranking["top"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|c| c["remat"] == policy)
+        .filter(|c| which(c))
         .map(|c| c["peak_bytes"].as_u64().unwrap())
         .min()
-        .unwrap_or_else(|| panic!("no candidate of {policy}: {ranking}"))
+        .unwrap_or_else(|| panic!("no such candidate: {ranking}"))
+}
+
+#[test]
+fn a_limit_fsdp_gathered_once_per_step_misses_is_met_by_gathering_per_micro_batch() {
+    let dir = dir("fsdp");
+    let file = dir.join("plan.json");
+    let file_arg = file.to_str().unwrap();
+    let common = ["--devices", "4", "--refine", "0", "--json", "--fsdp"];
+    let all = json(&plan(&dir, &[&common[..], &["--top", "10000"]].concat()));
+    let gathered = |when: &'static str| move |c: &serde_json::Value| c["fsdp_gather"] == when;
+    let (once, lean) = (
+        least_peak_of(&all, gathered("per-step")),
+        least_peak_of(&all, gathered("per-microbatch")),
+    );
+    assert!(lean < once, "per micro-batch {lean} vs per step {once}");
+    let limit = lean.to_string();
+    let chosen = json(&plan(
+        &dir,
+        &[&common[..], &["--device-memory", &limit, "--out", file_arg]].concat(),
+    ));
+    assert_eq!(chosen["first"]["fsdp_gather"], "per-microbatch", "{chosen}");
+    for c in chosen["top"].as_array().unwrap() {
+        assert!(c["peak_bytes"].as_u64().unwrap() <= lean, "{c}");
+    }
+    // A run naming the other gather mode is refused, naming the fix.
+    let err = tessera_train(&["--plan", file_arg, "--fsdp-gather", "per-step"]);
+    assert!(!err.status.success());
+    let stderr = String::from_utf8_lossy(&err.stderr);
+    assert!(stderr.contains("--fsdp-gather per-microbatch"), "{stderr}");
+    // Training with the plan gathers in every task and peaks where predicted.
+    let s = train_summary(
+        &tessera_train(&[
+            "--plan",
+            file_arg,
+            "--steps",
+            "2",
+            "--no-reference",
+            "--eval-every",
+            "0",
+            "--json",
+        ]),
+        "train --plan (FSDP gathered per micro-batch)",
+    );
+    assert_eq!(
+        (&s["fsdp"], &s["fsdp_gather"]),
+        (&true.into(), &"per-microbatch".into())
+    );
+    let predicted = s["plan_predicted_peak_bytes"].as_f64().unwrap();
+    let measured = s["plan_measured_peak_bytes"].as_f64().unwrap();
+    assert!(
+        (measured / predicted - 1.0).abs() <= 0.10,
+        "measured {measured} bytes, predicted {predicted}"
+    );
 }
 
 #[test]
@@ -384,6 +443,11 @@ fn a_limit_the_default_policy_misses_is_met_by_recomputing() {
     for c in chosen["top"].as_array().unwrap() {
         assert!(c["peak_bytes"].as_u64().unwrap() <= recomputing, "{c}");
     }
+    // A run naming another policy is refused, naming the fix.
+    let err = tessera_train(&["--plan", file_arg, "--remat", "everything_saveable"]);
+    assert!(!err.status.success());
+    let stderr = String::from_utf8_lossy(&err.stderr);
+    assert!(stderr.contains("--remat nothing_saveable"), "{stderr}");
     // Training with the plan applies the policy on every stage and peaks where predicted.
     let s = train_summary(
         &tessera_train(&[

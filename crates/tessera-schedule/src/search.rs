@@ -180,6 +180,7 @@ pub(crate) fn rank_order(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
         .then(picoseconds(a).cmp(&picoseconds(b)))
         .then(a.schedule.cmp(&b.schedule))
         .then(a.remat.cmp(&b.remat))
+        .then(a.fsdp_gather.cmp(&b.fsdp_gather))
 }
 
 fn picoseconds(c: &Candidate) -> i64 {
@@ -359,6 +360,10 @@ pub struct Candidate {
     /// several ([`crate::variants::merge_rankings`]; `None`: the costs did not say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remat: Option<String>,
+    /// How the stages' fully sharded (FSDP) parameters are gathered in the variant whose costs
+    /// made the prediction (`per-step` or `per-microbatch`; `None`: not FSDP, or not said).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fsdp_gather: Option<String>,
 }
 
 /// Why nothing was ranked; each message names the fix.
@@ -386,9 +391,10 @@ pub enum SearchError {
     /// Every candidate is over the memory limit.
     #[error(
         "no configuration fits {limit} bytes per device; the least any needs is {least} bytes \
-         ({schedule}, {stages} stages on {groups} groups, {microbatches} micro-batches{}): pass \
-         --device-memory {least} or more",
-        remat.as_ref().map_or(String::new(), |r| format!(", remat {r}"))
+         ({schedule}, {stages} stages on {groups} groups, {microbatches} micro-batches{}{}): \
+         pass --device-memory {least} or more",
+        remat.as_ref().map_or(String::new(), |r| format!(", remat {r}")),
+        fsdp_gather.as_ref().map_or(String::new(), |g| format!(", FSDP gathered {g}"))
     )]
     NothingFits {
         /// The limit.
@@ -405,6 +411,8 @@ pub enum SearchError {
         microbatches: u32,
         /// Its remat policy, where the search covered several.
         remat: Option<String>,
+        /// Its FSDP gather mode, where the search covered FSDP variants.
+        fsdp_gather: Option<String>,
     },
     /// The simulator refused a schedule's plan (a bug of the schedule or the simulator: a
     /// candidate is never dropped, or ranked last, in silence).
@@ -598,6 +606,7 @@ pub fn search(
             groups: least.groups,
             microbatches: least.microbatches,
             remat: least.remat,
+            fsdp_gather: least.fsdp_gather,
         });
     }
     fitting.sort_by(rank_order);
@@ -831,6 +840,7 @@ pub fn predict(
         same_prediction: Vec::new(),
         measured_stages: measured.has_stages(counts),
         remat: None,
+        fsdp_gather: None,
     })
 }
 

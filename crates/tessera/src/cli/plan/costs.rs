@@ -10,7 +10,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use tessera_schedule::search::{Candidate, Link, RowCosts, Space, search, shapes};
 use tessera_schedule::stage_costs::{LayoutFactors, StageCosts, StageLayout, layouts_to_measure};
-use tessera_schedule::variants::merge_rankings;
+use tessera_schedule::variants::{Variant, merge_rankings};
 
 use super::Args;
 use crate::cli::train::profile;
@@ -150,33 +150,67 @@ fn measure_link(plugin: Option<&str>, repeats: u32) -> anyhow::Result<Link> {
     Ok(Link { bandwidth, latency })
 }
 
-/// The model under one remat policy: `tessera train` words and the cache key of its costs.
-pub(super) struct Variant {
+/// The model under one remat policy and, for fully sharded stages, one FSDP gather mode: its
+/// `tessera train` words and the cache key of its costs.
+pub(super) struct ModelVariant {
     policy: tessera_mpmd::RematPolicy,
+    fsdp: Option<tessera_mpmd::FsdpGather>,
     words: Vec<String>,
     key: String,
 }
 
-impl Variant {
+impl ModelVariant {
     pub(super) fn new(
         policy: tessera_mpmd::RematPolicy,
+        fsdp: Option<tessera_mpmd::FsdpGather>,
         words: &[String],
         model_key: &str,
-    ) -> Variant {
+    ) -> ModelVariant {
         let name = policy.name();
-        Variant {
+        let mut words: Vec<String> = words
+            .iter()
+            .cloned()
+            .chain(["--remat".to_string(), name.to_string()])
+            .collect();
+        let mut key = format!("{model_key} remat={name}");
+        if let Some(when) = fsdp {
+            words.extend(["--fsdp", "--fsdp-gather", when.name()].map(String::from));
+            key.push_str(&format!(" fsdp={when}"));
+        }
+        ModelVariant {
             policy,
-            words: words
-                .iter()
-                .cloned()
-                .chain(["--remat".to_string(), name.to_string()])
-                .collect(),
-            key: format!("{model_key} remat={name}"),
+            fsdp,
+            words,
+            key,
         }
     }
 
+    /// What its candidates are tagged with.
+    pub(super) fn label(&self) -> Variant {
+        let plain = Variant::remat(self.policy.name());
+        match self.fsdp {
+            Some(when) => plain.with_fsdp_gather(when.name()),
+            None => plain,
+        }
+    }
+
+    /// Its name for the costs it keeps and the notes.
     fn name(&self) -> String {
-        self.policy.name().to_string()
+        match self.fsdp {
+            Some(when) => format!("{}, FSDP gathered {when}", self.policy.name()),
+            None => self.policy.name().to_string(),
+        }
+    }
+
+    /// The variant whose costs on groups of one device stand for this one's: FSDP over one
+    /// device shards nothing, so both gather modes run the same programs there.
+    fn one_device_twin<'a>(&self, variants: &'a [ModelVariant]) -> Option<&'a ModelVariant> {
+        let per_step = Some(tessera_mpmd::FsdpGather::PerStep);
+        variants.iter().find(|v| {
+            self.fsdp == Some(tessera_mpmd::FsdpGather::PerMicrobatch)
+                && v.policy == self.policy
+                && v.fsdp == per_step
+        })
     }
 }
 
@@ -186,7 +220,7 @@ pub(super) fn measurements(
     args: &Args,
     plugin: Option<&str>,
     space: &Space,
-    variants: &[Variant],
+    variants: &[ModelVariant],
 ) -> anyhow::Result<Measurements> {
     let dir = match &args.cache {
         Some(dir) => dir.clone(),
@@ -208,6 +242,11 @@ pub(super) fn measurements(
     let mut costs = BTreeMap::new();
     for variant in variants {
         for &(r, d) in &sizes {
+            let twin = variant.one_device_twin(variants).filter(|_| d == 1);
+            if let Some(same) = twin.and_then(|t| costs.get(&(t.name(), r, d)).cloned()) {
+                costs.insert((variant.name(), r, d), same);
+                continue;
+            }
             let measured = row_costs(args, space, variant, (r, d), (&dir, &kind, &plugin))?;
             notes.push(measured.1);
             costs.insert((variant.name(), r, d), measured.0);
@@ -249,7 +288,7 @@ pub(super) fn measurements(
 fn row_costs(
     args: &Args,
     space: &Space,
-    variant: &Variant,
+    variant: &ModelVariant,
     (r, d): (u32, u32),
     (dir, kind, plugin): (&Path, &str, &str),
 ) -> anyhow::Result<(RowCosts, String)> {
@@ -293,21 +332,18 @@ fn row_costs(
 pub(super) fn refined_ranking(
     args: &Args,
     space: &Space,
-    variants: &[Variant],
+    variants: &[ModelVariant],
     measured: &mut Measurements,
 ) -> anyhow::Result<Vec<Candidate>> {
     let mut ranked = ranking(space, variants, measured)?;
     let mut tried: Vec<(String, StageLayout)> = Vec::new();
     loop {
         let top: Vec<Candidate> = ranked.iter().take(args.refine).cloned().collect();
-        let mut todo: Vec<(&Variant, StageLayout)> = Vec::new();
+        let mut todo: Vec<(&ModelVariant, StageLayout)> = Vec::new();
         for variant in variants {
             let name = variant.name();
-            let mine: Vec<Candidate> = top
-                .iter()
-                .filter(|c| c.remat.as_deref() == Some(name.as_str()))
-                .cloned()
-                .collect();
+            let label = variant.label();
+            let mine: Vec<Candidate> = top.iter().filter(|c| label.made(c)).cloned().collect();
             let costs =
                 |rows: u32, data: u32| measured.costs.get(&(name.clone(), rows, data)).cloned();
             for layout in layouts_to_measure(&mine, mine.len(), &costs) {
@@ -333,10 +369,11 @@ pub(super) fn refined_ranking(
     Ok(ranked)
 }
 
-/// Every variant's search from its measured costs, merged into one ranking.
+/// Every variant's search from its measured costs, merged into one ranking (a layout of
+/// one-device groups once: FSDP gathered per micro-batch there is its per-step twin).
 fn ranking(
     space: &Space,
-    variants: &[Variant],
+    variants: &[ModelVariant],
     measured: &Measurements,
 ) -> anyhow::Result<Vec<Candidate>> {
     let rankings = variants
@@ -345,7 +382,11 @@ fn ranking(
             let name = variant.name();
             let costs =
                 |rows: u32, data: u32| measured.costs.get(&(name.clone(), rows, data)).cloned();
-            (name.clone(), search(&costs, space))
+            let mut ranked = search(&costs, space);
+            if let (Ok(list), Some(_)) = (&mut ranked, variant.one_device_twin(variants)) {
+                list.retain(|c| c.data > 1);
+            }
+            (variant.label(), ranked)
         })
         .collect();
     Ok(merge_rankings(rankings)?)
@@ -356,7 +397,7 @@ fn ranking(
 fn stage_compositions(
     args: &Args,
     space: &Space,
-    variant: &Variant,
+    variant: &ModelVariant,
     measured: &mut Measurements,
     layout: &StageLayout,
 ) -> anyhow::Result<(Vec<StageCosts>, LayoutFactors)> {

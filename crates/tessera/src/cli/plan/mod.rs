@@ -1,10 +1,11 @@
 //! `tessera plan`: measures a decoder's parts on one MPMD group of the plugin's devices, as many
 //! as a group of the planned run holds (forward and backward time, activation and parameter
 //! bytes of the embedding, each block, the head with the loss), under each remat policy of
-//! `--remat` (a policy changes the times and the residual bytes), and the link between two
-//! devices; caches them under `~/.cache/tessera/plan/`, and ranks the pipeline configurations of
+//! `--remat` (a policy changes the times and the residual bytes) and, with `--fsdp`, each way of
+//! gathering the fully sharded parameters (`--fsdp-gather`: a gather mode changes the bytes a
+//! device holds and the collectives of each task), and the link between two devices; caches them under `~/.cache/tessera/plan/`, and ranks the pipeline configurations of
 //! `--devices` devices with `tessera_schedule::search` (stages, boundaries, MPMD groups, devices
-//! per group, micro-batches, schedule), one search per policy merged by
+//! per group, micro-batches, schedule), one search per variant merged by
 //! `tessera_schedule::variants`, by predicted step time, dropping those over `--device-memory`.
 //! `--out FILE` writes the first as the `tessera train` options it stands for (`tessera train
 //! --plan FILE`).
@@ -20,7 +21,7 @@ mod costs;
 
 use super::out::outln;
 use super::train::profile;
-use costs::{Variant, device_kind, measurements, refined_ranking};
+use costs::{ModelVariant, device_kind, measurements, refined_ranking};
 
 /// Arguments of `tessera plan`.
 #[derive(Debug, clap::Args)]
@@ -63,6 +64,15 @@ pub struct Args {
     /// it keeps).
     #[arg(long, value_delimiter = ',', value_name = "POLICIES")]
     pub remat: Option<Vec<tessera_mpmd::RematPolicy>>,
+    /// Plan a run whose data-parallel stages are fully sharded (`tessera train --fsdp`): each
+    /// way of gathering their parameters (`--fsdp-gather`) is measured and searched apart, and
+    /// the plan chooses one (gathering once per step is faster, gathering in every task holds
+    /// less: a `--device-memory` limit may leave only that).
+    #[arg(long)]
+    pub fsdp: bool,
+    /// With `--fsdp`: the gather modes to try, e.g. `per-step` (default: both).
+    #[arg(long, value_delimiter = ',', value_name = "WHEN", requires = "fsdp")]
+    pub fsdp_gather: Option<Vec<tessera_mpmd::FsdpGather>>,
     /// The most pipeline stages per MPMD group (2 and more need the interleaved schedules).
     #[arg(long, default_value_t = 2)]
     pub max_stages_per_group: u32,
@@ -131,6 +141,9 @@ pub struct PlanFile {
     /// `--remat` (absent in plans written before the planner searched policies: the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remat: Option<String>,
+    /// `--fsdp --fsdp-gather WHEN` (absent: the stages are not fully sharded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fsdp_gather: Option<String>,
     /// `--no-fuse`: on one MPMD group, run the schedule's tasks (what the costs measure)
     /// instead of one fused program (which the planner does not model).
     #[serde(default)]
@@ -207,6 +220,11 @@ impl PlanFile {
             self.remat
                 .iter()
                 .flat_map(|r| ["--remat".to_string(), r.clone()]),
+        )
+        .chain(
+            self.fsdp_gather
+                .iter()
+                .flat_map(|g| ["--fsdp", "--fsdp-gather", g.as_str()].map(String::from)),
         )
         .chain(self.no_fuse.then(|| "--no-fuse".to_string()))
         .collect()
@@ -374,9 +392,25 @@ pub fn rank(
             policies.push(*policy);
         }
     }
-    let variants: Vec<Variant> = policies
+    let mut gathers: Vec<Option<tessera_mpmd::FsdpGather>> = Vec::new();
+    for when in match args.fsdp {
+        true => args
+            .fsdp_gather
+            .clone()
+            .unwrap_or(tessera_mpmd::FsdpGather::ALL.to_vec()),
+        false => Vec::new(),
+    } {
+        if !gathers.contains(&Some(when)) {
+            gathers.push(Some(when));
+        }
+    }
+    if gathers.is_empty() {
+        gathers.push(None);
+    }
+    let variants: Vec<ModelVariant> = policies
         .into_iter()
-        .map(|p| Variant::new(p, &words, &model_key))
+        .flat_map(|p| gathers.iter().map(move |&g| (p, g)))
+        .map(|(p, g)| ModelVariant::new(p, g, &words, &model_key))
         .collect();
     let mut measured = measurements(args, plugin, &space, &variants)?;
     space.link = measured.link;
@@ -419,6 +453,7 @@ pub fn plan_file(candidate: &Candidate, context: &PlanContext) -> PlanFile {
         microbatches: candidate.microbatches,
         schedule: candidate.schedule.clone(),
         remat: candidate.remat.clone(),
+        fsdp_gather: candidate.fsdp_gather.clone(),
         no_fuse: candidate.groups == 1,
         predicted_step_ms: candidate.step_seconds * 1000.0,
         predicted_peak_bytes: candidate.peak_bytes,
@@ -472,7 +507,7 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         top.len()
     )?;
     outln!(
-        "{:>3}  {:>6}  {:<12}  {:>6}  {:>4}  {:>5}  {:<24}  {:>9}  {:>6}  {:>11}  {:>11}  {}",
+        "{:>3}  {:>6}  {:<12}  {:>6}  {:>4}  {:>5}  {:<24}  {:>9}  {:>6}  {:>11}  {:>11}  {:<20}  {}",
         "#",
         "stages",
         "layers",
@@ -484,7 +519,8 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
         "bubble",
         "peak/device",
         "tokens/s",
-        "remat"
+        "remat",
+        "FSDP gather"
     )?;
     for (i, c) in top.iter().enumerate() {
         let layers: Vec<String> = c.stage_layers.iter().map(usize::to_string).collect();
@@ -493,7 +529,7 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
             n => format!("{} (+{n} same)", c.schedule),
         };
         outln!(
-            "{:>3}  {:>6}  {:<12}  {:>6}  {:>4}  {:>5}  {:<24}  {:>8.2}{}  {:>6.3}  {:>11}  {:>11.0}  {}",
+            "{:>3}  {:>6}  {:<12}  {:>6}  {:>4}  {:>5}  {:<24}  {:>8.2}{}  {:>6.3}  {:>11}  {:>11.0}  {:<20}  {}",
             i + 1,
             c.stages,
             layers.join(","),
@@ -506,7 +542,8 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
             c.bubble,
             human_bytes(c.peak_bytes),
             c.tokens_per_second,
-            c.remat.as_deref().unwrap_or("-")
+            c.remat.as_deref().unwrap_or("-"),
+            c.fsdp_gather.as_deref().unwrap_or("-")
         )?;
     }
     if top.iter().any(|c| c.measured_stages) {

@@ -236,8 +236,10 @@ pub struct Args {
 /// The ids of the flags with defaults whose being given matters: those a `--plan` sets,
 /// `--eval-every` (which the mlp model, without held-out data, cannot honour) and `--seed`
 /// (which a resumed run, whose parameters are its checkpoint's, cannot).
-pub const DEFAULTED_FLAGS: [&str; 8] = [
+pub const DEFAULTED_FLAGS: [&str; 10] = [
     "seed",
+    "remat",
+    "fsdp_gather",
     "stages",
     "microbatches",
     "devices",

@@ -171,6 +171,7 @@ pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
     if args.mesh.is_some() {
         bail!("--plan sets the devices and groups; drop --mesh");
     }
+    check_fsdp(&args, &file, &which)?;
     args.model = Some(file.model.clone());
     args.layers = Some(file.layers);
     args.d_model = Some(file.d_model);
@@ -185,6 +186,12 @@ pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
     args.microbatches = file.microbatches;
     args.schedule = file.schedule.clone();
     args.no_fuse |= file.no_fuse;
+    if let Some(when) = &file.fsdp_gather {
+        args.fsdp = true;
+        args.fsdp_gather = when
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--plan {which}: {e}"))?;
+    }
     if let Some(policy) = &file.remat {
         args.remat = policy
             .parse()
@@ -207,6 +214,26 @@ pub fn apply(mut args: Args, plugin: Option<&str>) -> anyhow::Result<Args> {
     Ok(args)
 }
 
+/// Refuses a run whose FSDP flags the plan `which` does not match: `--fsdp` with a plan of
+/// replicated stages, or an `--fsdp-gather` other than the plan's.
+fn check_fsdp(args: &Args, file: &PlanFile, which: &str) -> anyhow::Result<()> {
+    match &file.fsdp_gather {
+        None if args.fsdp => bail!(
+            "--plan {which} was made for stages that are not fully sharded; drop --fsdp, or plan \
+             with it (tessera plan ... --fsdp --out FILE)"
+        ),
+        Some(planned) if args.was_given("fsdp_gather") && args.fsdp_gather.name() != planned => {
+            bail!(
+                "--plan {which} sets --fsdp-gather {planned}, not {}: drop --fsdp-gather, or plan \
+                 with it (tessera plan ... --fsdp --fsdp-gather {} --out FILE)",
+                args.fsdp_gather,
+                args.fsdp_gather
+            )
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The planner's first choice for the run's model, batch and devices.
 fn auto(args: &Args, plugin: Option<&str>) -> anyhow::Result<PlanFile> {
     let plan_args = plan::Args {
@@ -224,6 +251,9 @@ fn auto(args: &Args, plugin: Option<&str>) -> anyhow::Result<PlanFile> {
         max_stages_per_group: 2,
         // A policy the run names is kept; otherwise the search picks one.
         remat: args.was_given("remat").then(|| vec![args.remat]),
+        // With --fsdp the search picks the gather mode, unless the run names one.
+        fsdp: args.fsdp,
+        fsdp_gather: (args.fsdp && args.was_given("fsdp_gather")).then(|| vec![args.fsdp_gather]),
         device_memory: args.device_memory.clone(),
         cores: None,
         repeats: 5,

@@ -319,6 +319,8 @@ impl Measuring {
             in_specs,
             fusion: tessera_mpmd::Fusion::Never,
             remat: tessera_mpmd::Remat::all(args.remat),
+            grad_reduce: args.grad_reduce,
+            fsdp_gather: args.fsdp_gather,
             schedule: Some(std::sync::Arc::new(MeasureOrder {
                 stages: stages as u32,
             })),
