@@ -13,8 +13,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use tessera_ir::autodiff::vjp;
-use tessera_ir::jaxpr::{Atom, Jaxpr, Var};
+use tessera_ir::autodiff::{defining_equations, vjp};
+use tessera_ir::jaxpr::{Atom, Eqn, Jaxpr, Var};
 use tessera_ir::passes::{eliminate_common_subexpressions, eliminate_dead_code, inline_calls};
 use tessera_ir::trace::{Tensor, call_closed, trace};
 use tessera_ir::{ClosedJaxpr, IrError, ShapedArray};
@@ -201,6 +201,7 @@ impl Residuals {
             .map(|(i, &v)| (v, i))
             .collect();
         self.sources.clear();
+        let defined = defining_equations(&fwd);
         let mut gets = Vec::new();
         let mut recomputed = Vec::new();
         for (j, atom) in residuals.iter().enumerate() {
@@ -211,7 +212,7 @@ impl Residuals {
             let get = match (atom, arg) {
                 (_, Some(i)) if params.contains(&i) => Get::Param(i),
                 (_, Some(i)) => Get::Saved(self.source(Source::Arg(i))),
-                (Atom::Var(v), None) if saveable(&fwd, policy, *v) => {
+                (Atom::Var(v), None) if saveable(&fwd, &defined, policy, *v) => {
                     Get::Saved(self.source(Source::Computed(n_out + j)))
                 }
                 _ => {
@@ -230,7 +231,7 @@ impl Residuals {
                 .eqns
                 .iter()
                 .flat_map(|e| e.outputs.iter().copied())
-                .filter(|&v| saveable(&fwd, policy, v))
+                .filter(|&v| saveable(&fwd, &defined, policy, v))
                 .collect();
             let kept = crate::remat::needed(&fwd, &candidates, &recomputed);
             let reads = kept
@@ -295,24 +296,23 @@ impl Residuals {
 /// where saving it would make the forward write it out and the backward read it back (inside
 /// one program XLA makes the same choice). Products, reductions and transcendental functions
 /// are kept.
-fn saveable(fwd: &Jaxpr, policy: RematPolicy, v: Var) -> bool {
+/// `defined`: each value of `fwd` an equation computes, with it ([`defining_equations`]).
+fn saveable(fwd: &Jaxpr, defined: &HashMap<Var, &Eqn>, policy: RematPolicy, v: Var) -> bool {
     if fwd.aval(v).dtype == tessera_ir::DType::Bool {
         return false;
     }
+    let eqn = defined.get(&v).copied();
     match policy {
-        RematPolicy::EverythingSaveable => !computed_cheaply(fwd, v),
-        _ => policy.saves(fwd, v),
+        RematPolicy::EverythingSaveable => !eqn.is_some_and(computed_cheaply),
+        _ => policy.saves_result_of(eqn),
     }
 }
 
-/// Whether an arithmetic (not transcendental) elementwise operation or a layout operation of
-/// `fwd` computes `v`.
-fn computed_cheaply(fwd: &Jaxpr, v: Var) -> bool {
+/// Whether `eqn` is an arithmetic (not transcendental) elementwise operation or a layout
+/// operation.
+fn computed_cheaply(eqn: &Eqn) -> bool {
     use tessera_ir::prim::Family;
     use tessera_ir::prim::{BinaryOp, ElementwiseOp, UnaryOp};
-    let Some(eqn) = fwd.eqns.iter().find(|e| e.outputs.contains(&v)) else {
-        return false;
-    };
     match eqn.prim.family() {
         Family::Structural(_) => true,
         Family::Elementwise(ElementwiseOp::Unary(u)) => matches!(

@@ -5,13 +5,13 @@
 //! forward keeps ([`RematPolicy::saves`]), and [`recompute_program`] computes the others again
 //! from the region's inputs and the kept ones.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
 
 use thiserror::Error;
 
-use crate::jaxpr::{Atom, ClosedJaxpr, Jaxpr, Var};
+use crate::jaxpr::{Atom, ClosedJaxpr, Eqn, Jaxpr, Var};
 use crate::prim::Prim;
 use crate::rewrite::eliminate_dead_code;
 
@@ -51,15 +51,16 @@ impl RematPolicy {
     }
 
     /// Whether the policy saves residual `var` of the primal program `primal`: every residual,
-    /// none, or those a `dot_general` (without batch dimensions) computes.
+    /// none, or those a `dot_general` (without batch dimensions) computes. Looks up `var`'s
+    /// equation; over many values, [`RematPolicy::saves_result_of`] with
+    /// [`defining_equations`] asks once per value.
     pub fn saves(self, primal: &Jaxpr, var: Var) -> bool {
-        let dot = || {
-            primal
-                .eqns
-                .iter()
-                .find(|e| e.outputs.contains(&var))
-                .filter(|e| e.prim == Prim::DotGeneral)
-        };
+        self.saves_result_of(primal.eqns.iter().find(|e| e.outputs.contains(&var)))
+    }
+
+    /// Whether the policy saves a result of `eqn` (`None`: a value no equation computes).
+    pub fn saves_result_of(self, eqn: Option<&Eqn>) -> bool {
+        let dot = || eqn.filter(|e| e.prim == Prim::DotGeneral);
         match self {
             RematPolicy::EverythingSaveable => true,
             RematPolicy::NothingSaveable => false,
@@ -68,6 +69,15 @@ impl RematPolicy {
                 .is_some_and(|e| lhs_batch_dims(&e.params).is_some_and(|batch| batch.is_empty())),
         }
     }
+}
+
+/// Each value of `jaxpr` an equation computes, with that equation.
+pub fn defining_equations(jaxpr: &Jaxpr) -> HashMap<Var, &Eqn> {
+    jaxpr
+        .eqns
+        .iter()
+        .flat_map(|e| e.outputs.iter().map(move |&v| (v, e)))
+        .collect()
 }
 
 /// The left operand's batch dimensions of a `dot_general` (its `dimension_numbers` are

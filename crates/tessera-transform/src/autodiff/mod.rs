@@ -26,7 +26,9 @@ mod transpose;
 mod window;
 mod windowed;
 
-pub use crate::remat_policy::{RematPolicy, UnknownRematPolicy, needed, recompute_program};
+pub use crate::remat_policy::{
+    RematPolicy, UnknownRematPolicy, defining_equations, needed, recompute_program,
+};
 pub use jvp::jvp;
 pub use linearize::{Linearized, linearize};
 pub use transpose::{VjpSplit, transpose, vjp_split};

@@ -101,12 +101,12 @@ pub(super) fn policy_of(params: &Params) -> Result<RematPolicy> {
 /// (`dots_saveable` keeps the product a `tanh` residual is computed from, say). Booleans are
 /// never kept.
 fn kept_values(fwd: &Jaxpr, policy: RematPolicy, residuals: &[Atom]) -> Vec<Var> {
-    let saveable = |v: Var| fwd.aval(v).dtype != DType::Bool && policy.saves(fwd, v);
     let candidates: Vec<Var> = fwd
         .eqns
         .iter()
-        .flat_map(|e| e.outputs.iter().copied())
-        .filter(|&v| saveable(v))
+        .flat_map(|e| e.outputs.iter().map(move |&v| (v, e)))
+        .filter(|&(v, e)| fwd.aval(v).dtype != DType::Bool && policy.saves_result_of(Some(e)))
+        .map(|(v, _)| v)
         .collect();
     let mut kept = needed(fwd, &candidates, residuals);
     kept.dedup();
