@@ -1,12 +1,13 @@
 //! The PJRT transport: arrays move between groups by device-to-device copies (shard `i` of the
 //! source group goes to the device at the same mesh position in the destination group). `send`
-//! only queues the value for the transport's copy thread and returns, so the sending group's
-//! next task never waits for the copies to be issued; the thread issues them (PJRT runs them
-//! asynchronously, after the source is ready) and leaves the new array, or the copy's error, in
-//! a mailbox that `recv` takes it from. A task reading the copy waits for it inside PJRT.
+//! issues the copies on the sending worker (PJRT runs them asynchronously; issuing took about
+//! 0.1 ms per value on the CPU plugin) and leaves the new array, or the copy's error, in a
+//! mailbox that `recv` takes it from; a task reading the copy waits for it inside PJRT.
+//! Issuing on a copy thread of its own instead (as this transport did until 2026-11-29) put a
+//! thread's wake-up between every production and its consumer: on 8 CPU devices sharing 2
+//! cores, the demo's busiest group then waited a median 6.4% of its step for values already
+//! produced, against 4.4% issuing here (16 runs each, the same step times).
 
-use std::sync::Mutex;
-use std::sync::mpsc::{self, Sender};
 use std::time::Instant;
 
 use tessera_pjrt::Array;
@@ -17,34 +18,19 @@ use super::plan::ValueId;
 use super::transport::{Mailbox, Transport};
 use crate::mesh::MpmdMesh;
 
-/// A value queued for the copy thread: its id, the array, and its destination group.
-type Job = (ValueId, Array, usize);
-
-/// Moves arrays between groups with device-to-device copies issued on a thread of its own.
+/// Moves arrays between groups with device-to-device copies issued by the sending worker.
 /// Serves one run (see [`Transport`]).
 pub struct DeviceCopyTransport {
-    queue: Mutex<Option<Sender<Job>>>,
-    mailbox: std::sync::Arc<Mailbox<Result<Array, String>>>,
+    mesh: MpmdMesh,
+    mailbox: Mailbox<Result<Array, String>>,
 }
 
 impl DeviceCopyTransport {
     /// A transport for `mesh`'s groups.
     pub fn new(mesh: &MpmdMesh) -> Self {
-        let (queue, jobs) = mpsc::channel::<Job>();
-        let mailbox = std::sync::Arc::new(Mailbox::new());
-        let (mesh, out) = (mesh.clone(), mailbox.clone());
-        let thread = std::thread::Builder::new()
-            .name("tessera-copies".into())
-            .spawn(move || {
-                for (id, value, to) in jobs {
-                    let copy = copy(&mesh, &value, to).map_err(|e| e.to_string());
-                    out.put(to, id, copy, Instant::now());
-                }
-            })
-            .ok();
         DeviceCopyTransport {
-            queue: Mutex::new(thread.map(|_| queue)),
-            mailbox,
+            mesh: mesh.clone(),
+            mailbox: Mailbox::new(),
         }
     }
 }
@@ -69,13 +55,11 @@ fn copy(mesh: &MpmdMesh, value: &Array, to: usize) -> Result<Array, BoxError> {
 
 impl Transport<Array> for DeviceCopyTransport {
     fn send(&self, id: ValueId, value: &Array, _from: usize, to: usize) -> Result<(), BoxError> {
-        let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        let queue = queue
-            .as_ref()
-            .ok_or("the transport's copy thread could not be started")?;
-        queue
-            .send((id, value.clone(), to))
-            .map_err(|_| "the transport's copy thread has stopped".into())
+        // A copy that cannot be issued fails the receiver's task (as a transfer error), not
+        // the sender's.
+        let copy = copy(&self.mesh, value, to).map_err(|e| e.to_string());
+        self.mailbox.put(to, id, copy, Instant::now());
+        Ok(())
     }
 
     fn recv(&self, id: ValueId, to: usize, deadline: Instant) -> Result<Option<Array>, BoxError> {
@@ -84,13 +68,5 @@ impl Transport<Array> for DeviceCopyTransport {
             Some(Err(message)) => Err(message.into()),
             None => Ok(None),
         }
-    }
-}
-
-impl Drop for DeviceCopyTransport {
-    fn drop(&mut self) {
-        // Closing the queue ends the copy thread once it has issued what was queued; it is not
-        // waited for, so dropping the transport never blocks.
-        drop(self.queue.lock().unwrap_or_else(|e| e.into_inner()).take());
     }
 }
