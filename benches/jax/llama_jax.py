@@ -149,15 +149,32 @@ def swiglu(p, b, x):
     return hidden @ p[f"{b}.mlp.down.w"]
 
 
+def remat_policy(name):
+    """`jax.checkpoint`'s policy of Tessera's `--remat NAME` (None: no checkpoint, the default)."""
+    if name in (None, "everything_saveable"):
+        return None
+    return getattr(jax.checkpoint_policies, name)
+
+
+def block(p, b, h, cfg):
+    h = h + attention(p, b, rms_norm(h, p[f"{b}.norm1.gain"]), cfg["heads"],
+                      cfg["kv_heads"], cfg.get("attention", "xla"))
+    return h + swiglu(p, b, rms_norm(h, p[f"{b}.norm2.gain"]))
+
+
 def loss_fn(p, tokens, targets, cfg):
     compute = jnp.bfloat16 if cfg.get("dtype") == "bf16" else jnp.float32
     p = {name: x.astype(compute) for name, x in p.items()}
     h = jnp.take(p["embed.tokens.table"], tokens, axis=0)
+    policy = remat_policy(cfg.get("remat"))
     for i in range(cfg["layers"]):
         b = f"blocks.{i}"
-        h = h + attention(p, b, rms_norm(h, p[f"{b}.norm1.gain"]), cfg["heads"],
-                          cfg["kv_heads"], cfg.get("attention", "xla"))
-        h = h + swiglu(p, b, rms_norm(h, p[f"{b}.norm2.gain"]))
+        # Each decoder block one checkpoint region under the policy, as Tessera's one-program
+        # step applies --remat (StagePlan::with_block_remat).
+        if policy is None:
+            h = block(p, b, h, cfg)
+        else:
+            h = jax.checkpoint(lambda p, h, b=b: block(p, b, h, cfg), policy=policy)(p, h)
     logits = (rms_norm(h, p["final_norm.gain"]) @ p["head.w"]).astype(jnp.float32)
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
@@ -306,6 +323,14 @@ def main():
         help="the attention: the plain program (xla) or jax.nn.dot_product_attention's cuDNN kernel",
     )
     parser.add_argument(
+        "--remat",
+        choices=["everything_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
+                 "nothing_saveable"],
+        default="everything_saveable",
+        help="each decoder block under jax.checkpoint with this policy (Tessera's --remat); "
+             "everything_saveable: no checkpoint",
+    )
+    parser.add_argument(
         "--dump-hlo",
         metavar="FILE",
         help="write XLA's optimized program of the train step (its HLO text) to FILE",
@@ -315,6 +340,7 @@ def main():
         sys.exit("llama_jax.py: heads must divide d_model into an even head width")
     cfg = {"layers": args.layers, "d_model": args.d_model, "heads": args.heads, "dtype": args.dtype,
            "attention": args.attention, "kv_heads": args.kv_heads or args.heads,
+           "remat": args.remat,
            "vocab": args.vocab, "ffn": args.ffn or ffn_width(args.d_model)}
     if args.heads % cfg["kv_heads"]:
         sys.exit("llama_jax.py: --kv-heads must divide --heads")
@@ -333,6 +359,7 @@ def main():
         "device_kind": device.device_kind,
         "device_count": jax.device_count(),
         "optimizer": optimizer,
+        "remat": args.remat,
         "model": {
             "layers": args.layers,
             "d_model": args.d_model,

@@ -22,10 +22,12 @@
 #   --python        the Python with JAX (default python3); optax is used if it has it.
 #   --quick         a small Llama, 1 round of 4 steps, 2 steps of the MPI run (a smoke test).
 #   --llama         a model to compare (repeatable): LAYERS,D_MODEL,HEADS,SEQ_LEN,BATCH[,DTYPE
-#                   [,ATTENTION[,KV_HEADS,VOCAB,FFN]]]; DTYPE is f32 (the default) or bf16 (mixed
-#                   precision on both sides); ATTENTION is xla (the default: the plain program on
-#                   both sides) or cudnn (Tessera's --attention cudnn against JAX's
-#                   jax.nn.dot_product_attention(implementation='cudnn')); default: on the CPU
+#                   [,ATTENTION[,KV_HEADS,VOCAB,FFN[,REMAT]]]]; DTYPE is f32 (the default) or bf16
+#                   (mixed precision on both sides); ATTENTION is xla (the default: the plain
+#                   program on both sides) or cudnn (Tessera's --attention cudnn against JAX's
+#                   jax.nn.dot_product_attention(implementation='cudnn')); REMAT a remat policy
+#                   for every decoder block on both sides (Tessera's --remat, JAX's
+#                   jax.checkpoint; default everything_saveable: none); default: on the CPU
 #                   the two CPU models of docs/benchmarks.md, else 8 layers, d_model 1024, 16
 #                   heads, seq_len 512, batch 16 (issue 29's H100 model), in f32, in bf16, and in
 #                   bf16 with cuDNN attention, after issue 47's 1B Llama (16 layers, d_model 2048,
@@ -82,7 +84,8 @@ else
     # In priority order: issue 47's 1B Llama at sequence 4096 with cuDNN attention (the plain
     # program's scores would not fit), then issue 29's H100 model with cuDNN, in bf16, in f32.
     [ ${#MODELS[@]} -eq 0 ] && MODELS=("16,2048,32,4096,4,bf16,cudnn,8,32000,8192"
-        "8,1024,16,512,16,bf16,cudnn" "8,1024,16,512,16,bf16" "8,1024,16,512,16,f32")
+        "8,1024,16,512,16,bf16,cudnn" "8,1024,16,512,16,bf16" "8,1024,16,512,16,f32"
+        "16,2048,32,4096,4,bf16,cudnn,8,32000,8192,dots_saveable")
 fi
 ROUNDS="${ROUNDS:-3}"
 STEPS="${STEPS:-20}"
@@ -253,11 +256,12 @@ EOF
 
 # --- 1. The Llama train step against JAX ----------------------------------------------------
 llama() {
-    local spec="$1" layers d heads seq batch dtype attention kv vocab ffn name r
+    local spec="$1" layers d heads seq batch dtype attention kv vocab ffn remat name r
     local tolerance="$TOLERANCE" data="$HERE/data/corpus.txt"
-    IFS=, read -r layers d heads seq batch dtype attention kv vocab ffn <<< "$spec"
+    IFS=, read -r layers d heads seq batch dtype attention kv vocab ffn remat <<< "$spec"
     dtype="${dtype:-f32}"
     attention="${attention:-xla}"
+    remat="${remat:-everything_saveable}"
     case "$dtype" in
         f32) ;;
         bf16) tolerance="$BF16_TOLERANCE" ;;
@@ -287,6 +291,12 @@ llama() {
         config=(--config "$OUT/$name.toml")
         jax_shape=(--kv-heads "$kv" --vocab "$vocab" --ffn "$ffn")
     fi
+    case "$remat" in
+        everything_saveable) ;;
+        dots_saveable | dots_with_no_batch_dims_saveable | nothing_saveable)
+            name="$name-$remat"; label="$label, remat $remat on both sides" ;;
+        *) fail "$label" "unknown remat policy $remat"; return ;;
+    esac
     # Long sequences need more bytes than the bundled corpus has: the corpus repeated.
     if [ "$seq" -ge 1024 ]; then
         data="$OUT/corpus-long.txt"
@@ -295,9 +305,9 @@ llama() {
     local train=(--plugin "$PLUGIN" train --model llama "${sizes[@]}" "${config[@]}" --data "$data"
         --microbatches 1 --stages 1
         --mpmd-dim 1 --devices 1 --optimizer adamw --lr 0.001 --no-reference --eval-every 0 --json
-        --attention "$attention")
+        --attention "$attention" --remat "$remat")
     local jax=("$HERE/jax/llama_jax.py" "${sizes[@]}" "${jax_shape[@]}" --lr 0.001 --data "$data"
-        --attention "$attention")
+        --attention "$attention" --remat "$remat")
     # The sides alternate which goes first: JAX in odd rounds, Tessera in even ones.
     for r in $(seq 1 "$ROUNDS"); do
         local jax_dump=() tessera_env=() side
