@@ -366,34 +366,44 @@ fn a_limit_fsdp_gathered_once_per_step_misses_is_met_by_gathering_per_micro_batc
         assert!(c["peak_bytes"].as_u64().unwrap() <= lean, "{c}");
     }
     // A run naming the other gather mode is refused, naming the fix.
-    let err = tessera_train(&["--plan", file_arg, "--fsdp-gather", "per-step"]);
-    assert!(!err.status.success());
-    let stderr = String::from_utf8_lossy(&err.stderr);
-    assert!(stderr.contains("--fsdp-gather per-microbatch"), "{stderr}");
+    refused_against_the_plan(file_arg, "--fsdp-gather", "per-step", "per-microbatch");
     // Training with the plan gathers in every task and peaks where predicted.
-    let s = train_summary(
-        &tessera_train(&[
-            "--plan",
-            file_arg,
-            "--steps",
-            "2",
-            "--no-reference",
-            "--eval-every",
-            "0",
-            "--json",
-        ]),
-        "train --plan (FSDP gathered per micro-batch)",
-    );
+    let s = trained_within_the_planned_peak(file_arg, "FSDP gathered per micro-batch");
     assert_eq!(
         (&s["fsdp"], &s["fsdp_gather"]),
         (&true.into(), &"per-microbatch".into())
     );
+}
+
+/// `tessera train --plan FILE FLAG VALUE` is refused, naming the plan's `planned` value.
+fn refused_against_the_plan(file: &str, flag: &str, value: &str, planned: &str) {
+    let err = tessera_train(&["--plan", file, flag, value]);
+    assert!(!err.status.success());
+    let stderr = String::from_utf8_lossy(&err.stderr);
+    assert!(stderr.contains(&format!("{flag} {planned}")), "{stderr}");
+}
+
+/// The summary of 2 steps trained with plan `file`, whose measured peak is within 10% of the
+/// plan's prediction.
+fn trained_within_the_planned_peak(file: &str, what: &str) -> serde_json::Value {
+    let args = [
+        "--plan",
+        file,
+        "--steps",
+        "2",
+        "--no-reference",
+        "--eval-every",
+        "0",
+        "--json",
+    ];
+    let s = train_summary(&tessera_train(&args), &format!("train --plan ({what})"));
     let predicted = s["plan_predicted_peak_bytes"].as_f64().unwrap();
     let measured = s["plan_measured_peak_bytes"].as_f64().unwrap();
     assert!(
         (measured / predicted - 1.0).abs() <= 0.10,
-        "measured {measured} bytes, predicted {predicted}"
+        "{what}: measured {measured} bytes, predicted {predicted}"
     );
+    s
 }
 
 #[test]
@@ -444,31 +454,15 @@ fn a_limit_the_default_policy_misses_is_met_by_recomputing() {
         assert!(c["peak_bytes"].as_u64().unwrap() <= recomputing, "{c}");
     }
     // A run naming another policy is refused, naming the fix.
-    let err = tessera_train(&["--plan", file_arg, "--remat", "everything_saveable"]);
-    assert!(!err.status.success());
-    let stderr = String::from_utf8_lossy(&err.stderr);
-    assert!(stderr.contains("--remat nothing_saveable"), "{stderr}");
-    // Training with the plan applies the policy on every stage and peaks where predicted.
-    let s = train_summary(
-        &tessera_train(&[
-            "--plan",
-            file_arg,
-            "--steps",
-            "2",
-            "--no-reference",
-            "--eval-every",
-            "0",
-            "--json",
-        ]),
-        "train --plan (recomputing)",
+    refused_against_the_plan(
+        file_arg,
+        "--remat",
+        "everything_saveable",
+        "nothing_saveable",
     );
+    // Training with the plan applies the policy on every stage and peaks where predicted.
+    let s = trained_within_the_planned_peak(file_arg, "recomputing");
     for stage in s["remat"].as_array().unwrap() {
         assert_eq!(stage["policy"], "nothing_saveable", "{stage}");
     }
-    let predicted = s["plan_predicted_peak_bytes"].as_f64().unwrap();
-    let measured = s["plan_measured_peak_bytes"].as_f64().unwrap();
-    assert!(
-        (measured / predicted - 1.0).abs() <= 0.10,
-        "measured {measured} bytes, predicted {predicted}"
-    );
 }
