@@ -152,7 +152,8 @@ def main():
             "rank": top.index(c) + 1, "groups": c["groups"], "data": c["data"],
             "stages": c["stages"], "stage_layers": c["stage_layers"],
             "microbatches": c["microbatches"], "schedule": c["schedule"],
-            "remat": c.get("remat"), "predicted_ms": c["step_seconds"] * 1000.0, "rounds_ms": times,
+            "remat": c.get("remat"), "fsdp_gather": c.get("fsdp_gather"),
+            "predicted_ms": c["step_seconds"] * 1000.0, "rounds_ms": times,
             "measured_ms": statistics.median(times),
         })
     firsts = [c for c in candidates if c["rank"] <= TOP]
@@ -169,8 +170,10 @@ def main():
     }
     if args.out:
         name = os.path.basename(args.out).removesuffix(".json")
+        # The commit's state before the run file is opened (opening it changes a tracked file).
+        run = {"benchmark": name, "meta": meta(), "data": data}
         with open(args.out, "w") as f:
-            json.dump({"benchmark": name, "meta": meta(), "data": data}, f, indent=2)
+            json.dump(run, f, indent=2)
             f.write("\n")
     print(f"{args.preset}: {within} of {len(firsts)} within 15%, regret "
           f"{data['regret'] * 100:.1f}% over {len(candidates)} measured layouts")

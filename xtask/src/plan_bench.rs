@@ -81,10 +81,10 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
     let _ = writeln!(md);
     let _ = writeln!(
         md,
-        "| rank | groups × devices | stages (layers) | micro-batches | schedule | predicted ms | \
-         measured ms (rounds) | measured / predicted |"
+        "| rank | groups × devices | stages (layers) | micro-batches | schedule | remat | \
+         predicted ms | measured ms (rounds) | measured / predicted |"
     );
-    let _ = writeln!(md, "|---:|---|---|---:|---|---:|---|---:|");
+    let _ = writeln!(md, "|---:|---|---|---:|---|---|---:|---|---:|");
     for c in candidates {
         let predicted = c["predicted_ms"].as_f64().unwrap_or(f64::NAN);
         let measured = c["measured_ms"].as_f64().unwrap_or(f64::NAN);
@@ -102,7 +102,7 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
             .unwrap_or_default();
         let _ = writeln!(
             md,
-            "| {} | {} × {} | {} ({}) | {} | {} | {predicted:.1} | {measured:.1} ({}) | {:.2}× |",
+            "| {} | {} × {} | {} ({}) | {} | {} | {} | {predicted:.1} | {measured:.1} ({}) | {:.2}× |",
             c["rank"],
             c["groups"],
             c["data"],
@@ -110,6 +110,7 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
             layers.join(","),
             c["microbatches"],
             c["schedule"].as_str().unwrap_or("?"),
+            c["remat"].as_str().unwrap_or("-"),
             rounds.join(", "),
             measured / predicted
         );
@@ -131,7 +132,7 @@ mod tests {
             "regret": 0.031,
             "candidates": [{"rank": 1, "groups": 2, "data": 3, "stages": 2,
                 "stage_layers": [3, 3], "microbatches": 2, "schedule": "1f1b",
-                "predicted_ms": 50.0, "measured_ms": 55.0, "rounds_ms": [55.0, 54.0, 56.0]}]}});
+                "remat": "dots_saveable", "predicted_ms": 50.0, "measured_ms": 55.0, "rounds_ms": [55.0, 54.0, 56.0]}]}});
         let mut md = String::new();
         render_run(&mut md, &run).unwrap();
         assert!(md.contains("held out from the time model's tuning"), "{md}");
@@ -145,7 +146,7 @@ mod tests {
         assert!(md.contains("at most 5%: met"), "{md}");
         assert!(
             md.contains(
-                "| 1 | 2 × 3 | 2 (3,3) | 2 | 1f1b | 50.0 | 55.0 (55.0, 54.0, 56.0) | 1.10× |"
+                "| 1 | 2 × 3 | 2 (3,3) | 2 | 1f1b | dots_saveable | 50.0 | 55.0 (55.0, 54.0, 56.0) | 1.10× |"
             ),
             "{md}"
         );
