@@ -356,15 +356,8 @@ fn a_limit_fsdp_gathered_once_per_step_misses_is_met_by_gathering_per_micro_batc
         least_peak_of(&all, gathered("per-microbatch")),
     );
     assert!(lean < once, "per micro-batch {lean} vs per step {once}");
-    let limit = lean.to_string();
-    let chosen = json(&plan(
-        &dir,
-        &[&common[..], &["--device-memory", &limit, "--out", file_arg]].concat(),
-    ));
+    let chosen = planned_within(&dir, &common, lean, file_arg);
     assert_eq!(chosen["first"]["fsdp_gather"], "per-microbatch", "{chosen}");
-    for c in chosen["top"].as_array().unwrap() {
-        assert!(c["peak_bytes"].as_u64().unwrap() <= lean, "{c}");
-    }
     // A run naming the other gather mode is refused, naming the fix.
     refused_against_the_plan(file_arg, "--fsdp-gather", "per-step", "per-microbatch");
     // Training with the plan gathers in every task and peaks where predicted.
@@ -373,6 +366,20 @@ fn a_limit_fsdp_gathered_once_per_step_misses_is_met_by_gathering_per_micro_batc
         (&s["fsdp"], &s["fsdp_gather"]),
         (&true.into(), &"per-microbatch".into())
     );
+}
+
+/// The ranking of `tessera plan COMMON --device-memory LIMIT --out FILE`, each of whose rows
+/// peaks within the limit.
+fn planned_within(dir: &Path, common: &[&str], limit: u64, file: &str) -> serde_json::Value {
+    let limit_arg = limit.to_string();
+    let chosen = json(&plan(
+        dir,
+        &[common, &["--device-memory", &limit_arg, "--out", file]].concat(),
+    ));
+    for c in chosen["top"].as_array().unwrap() {
+        assert!(c["peak_bytes"].as_u64().unwrap() <= limit, "{c}");
+    }
+    chosen
 }
 
 /// `tessera train --plan FILE FLAG VALUE` is refused, naming the plan's `planned` value.
@@ -445,14 +452,8 @@ fn a_limit_the_default_policy_misses_is_met_by_recomputing() {
         default_only.contains("no configuration fits"),
         "{default_only}"
     );
-    let chosen = json(&plan(
-        &dir,
-        &[&common[..], &["--device-memory", &limit, "--out", file_arg]].concat(),
-    ));
+    let chosen = planned_within(&dir, &common, recomputing, file_arg);
     assert_eq!(chosen["first"]["remat"], "nothing_saveable", "{chosen}");
-    for c in chosen["top"].as_array().unwrap() {
-        assert!(c["peak_bytes"].as_u64().unwrap() <= recomputing, "{c}");
-    }
     // A run naming another policy is refused, naming the fix.
     refused_against_the_plan(
         file_arg,
