@@ -17,10 +17,10 @@
 //!    measured input and weight parts, a whole one the whole backward, also in schedules that
 //!    split only some, as DualPipeV), with a hop between groups costing
 //!    [`Link::seconds`] of the boundary bytes; with devices sharing [`Space::cores`] host
-//!    cores, tasks of different groups running at once share them and contend beyond their
-//!    share by the measured [`RowCosts::contention`] ([`crate::shared`]: a group's task keeps up
-//!    to its devices' count of cores busy; the factor is below 1 where tasks alone leave cores
-//!    idle); plus the measured time a step spends
+//!    cores, tasks of different groups running at once share them: with every group busy a
+//!    task takes its fair share of the cores times the measured [`RowCosts::contention`], and
+//!    with fewer busy that slowdown in proportion to the tasks running ([`crate::shared`]);
+//!    plus the measured time a step spends
 //!    outside its tasks ([`RowCosts::step_overhead`]);
 //! 3. predicts each group's peak live bytes per device with
 //!    [`crate::memory::predict_peak_bytes`] (parameters and their accumulators replicated in a
