@@ -171,9 +171,9 @@ def main():
     if args.out:
         name = os.path.basename(args.out).removesuffix(".json")
         # The commit's state before the run file is opened (opening it changes a tracked file).
-        run = {"benchmark": name, "meta": meta(), "data": data}
+        record = {"benchmark": name, "meta": meta(), "data": data}
         with open(args.out, "w") as f:
-            json.dump(run, f, indent=2)
+            json.dump(record, f, indent=2)
             f.write("\n")
     print(f"{args.preset}: {within} of {len(firsts)} within 15%, regret "
           f"{data['regret'] * 100:.1f}% over {len(candidates)} measured layouts")
