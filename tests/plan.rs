@@ -257,25 +257,7 @@ fn a_plan_ranks_caches_and_trains() {
         file["remat"] = c["remat"].clone();
         let path = dir.join(format!("candidate{i}.json"));
         std::fs::write(&path, file.to_string()).unwrap();
-        let s = train_summary(
-            &tessera_train(&[
-                "--plan",
-                path.to_str().unwrap(),
-                "--steps",
-                "2",
-                "--no-reference",
-                "--eval-every",
-                "0",
-                "--json",
-            ]),
-            &format!("candidate {c}"),
-        );
-        let predicted = s["plan_predicted_peak_bytes"].as_f64().unwrap();
-        let measured = s["plan_measured_peak_bytes"].as_f64().unwrap();
-        assert!(
-            (measured / predicted - 1.0).abs() <= 0.10,
-            "{c}: measured {measured} bytes, predicted {predicted}"
-        );
+        trained_within_the_planned_peak(path.to_str().unwrap(), &format!("candidate {c}"));
     }
     // A memory limit nothing fits names the least that does, which then fits.
     let limited = refused(&plan(&dir, &["--devices", "4", "--device-memory", "1KiB"]));
