@@ -26,8 +26,8 @@ pub mod prim {
     //! `tessera_transform::programs` under their former paths.
     pub use tessera_ir_core::prim::*;
     pub use tessera_transform::programs::{
-        attention_program, cumulative_program, gather_fill_program, scatter_clip_program,
-        scatter_clip_program_for,
+        attention_per_shard_program, attention_program, cumulative_program, gather_fill_program,
+        scatter_clip_program, scatter_clip_program_for,
     };
 }
 

@@ -39,10 +39,10 @@ fn balanced(text: &str, start: usize, open: char, close: char) -> &str {
     &text[start..]
 }
 
-/// The custom calls of `text` (JAX's pretty form or Tessera's generic one).
+/// The cuDNN custom calls of `text` (JAX's pretty form or Tessera's generic one).
 fn calls(text: &str) -> Vec<Call> {
     text.lines()
-        .filter(|l| l.contains("stablehlo.custom_call"))
+        .filter(|l| l.contains("stablehlo.custom_call") && l.contains("__cudnn$"))
         .map(|line| {
             let target = match line.find("call_target_name = \"") {
                 Some(at) => line[at + 20..].split('"').next().unwrap().to_string(),
@@ -187,4 +187,75 @@ fn shapes_cudnn_does_not_take_stay_decomposed() {
         .unwrap()
     };
     assert!(calls(&lowered(&masked, AttentionLowering::Cudnn)).is_empty());
+}
+
+/// The gradient of a grouped-query attention (`[batch 4, heads 4 | 2 kv, 16, 64]`, bfloat16) at
+/// `batch` rows: the cuDNN calls of a program whose blocks are these sizes.
+fn gradient_at(batch: i64, heads: i64, kv_heads: i64) -> ClosedJaxpr {
+    let case = serde_json::json!({
+        "batch": batch, "q_len": 16, "kv_len": 16, "q_heads": heads, "kv_heads": kv_heads,
+        "head_dim": 64
+    });
+    let forward = attention(&case, DType::BF16, true, 0.125);
+    let avals = forward.jaxpr.in_avals();
+    let summed = trace(&avals, |a| {
+        let refs: Vec<_> = a.iter().collect();
+        let out = tessera_ir::trace::call_closed(&forward, &refs).remove(0);
+        vec![out.astype(DType::F32).sum(&[0, 1, 2, 3])]
+    })
+    .unwrap();
+    value_and_grad(&summed, &[0, 1, 2]).unwrap()
+}
+
+fn lowered_over(
+    program: &ClosedJaxpr,
+    partitions: usize,
+    partitioner: tessera_stablehlo::Partitioner,
+    attention: AttentionLowering,
+) -> String {
+    let options = LowerOptions {
+        num_partitions: partitions,
+        partitioner,
+        attention,
+        ..LowerOptions::default()
+    };
+    lower_closed(program, &options).unwrap().text
+}
+
+/// In a module over 4 devices, an attention whose parameters lay it out over `data` (batch)
+/// and `model` (heads) runs cuDNN on each device's block inside a manual region: the calls are
+/// those of the block-sized program on one device. Without the layout it stays decomposed
+/// (XLA cannot partition the calls), and the decomposed lowering ignores the layout.
+#[test]
+fn a_sharded_attention_runs_cudnn_per_shard() {
+    use tessera_ir::passes::shard_attention;
+    use tessera_ir::prim::AttentionShards;
+    use tessera_stablehlo::Partitioner;
+    let shards = AttentionShards {
+        mesh: tessera_sharding::AbstractMesh::auto(&[("data", 2), ("model", 2)]).unwrap(),
+        batch: vec!["data".into()],
+        heads: vec!["model".into()],
+    };
+    let whole = gradient_at(4, 4, 2);
+    let sharded = shard_attention(&whole, &shards);
+    let block = calls(&lowered(&gradient_at(2, 2, 1), AttentionLowering::Cudnn));
+    assert_eq!(block.len(), 2);
+    for (partitioner, region) in [
+        (Partitioner::Shardy, "sdy.manual_computation"),
+        (Partitioner::Gspmd, "SPMDFullToShardShape"),
+    ] {
+        let text = lowered_over(&sharded, 4, partitioner, AttentionLowering::Cudnn);
+        assert_eq!(calls(&text), block, "{partitioner}");
+        assert!(text.contains(region), "{partitioner}: {text}");
+        let plain = lowered_over(&whole, 4, partitioner, AttentionLowering::Cudnn);
+        assert!(calls(&plain).is_empty(), "{partitioner}");
+        assert_eq!(
+            lowered_over(&sharded, 4, partitioner, AttentionLowering::Decomposed),
+            lowered_over(&whole, 4, partitioner, AttentionLowering::Decomposed),
+            "{partitioner}"
+        );
+    }
+    // A layout over another number of devices than the module's is not used.
+    let text = lowered_over(&sharded, 8, Partitioner::Shardy, AttentionLowering::Cudnn);
+    assert!(calls(&text).is_empty());
 }

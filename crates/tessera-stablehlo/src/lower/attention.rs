@@ -1,18 +1,31 @@
 //! `dot_product_attention` and its backward. Decomposed (`tessera_ir::prim::attention_program`:
 //! the attention the model library computed before the operation existed) everywhere, unless
 //! the operation (`implementation=cudnn`) or the module ([`AttentionLowering::Cudnn`]) asks for
-//! cuDNN and the shapes are ones cuDNN's flash attention takes: then the custom calls XLA's GPU compiler runs on cuDNN, as JAX 0.10's
+//! cuDNN and the shapes are ones cuDNN's flash attention takes: then the custom calls XLA's GPU
+//! compiler runs on cuDNN, as JAX 0.10's
 //! `implementation='cudnn'` lowering emits them (`__cudnn$fmhaSoftmax` with the softmax
 //! statistics, `__cudnn$fmhaSoftmaxBackward`; the `backend_config`, layouts and the workspace
 //! result as JAX writes them, `tests/data/cudnn/` holds JAX's own text). Their operands are in
 //! JAX's `[batch, seq, heads, head_dim]` layout (transposed from the operation's), and their
 //! results come out in the operation's `[batch, heads, seq, head_dim]`, as JAX's do before it
-//! transposes them back.
+//! transposes them back. XLA cannot partition these calls: in a module over several devices
+//! they run inside a manual region, either one the program has (a `shard_map` body) or one
+//! made here from the operation's `shard_*` parameters (`AttentionShards`: batch and heads
+//! split over named axes), as JAX's `custom_partitioning` of the same calls runs them per shard.
 
 use melior::ir::Value;
 use tessera_ir::params::Params;
-use tessera_ir::prim::{AttentionImpl, AttentionOp, AttentionParams};
-use tessera_ir::{DType, ShapedArray};
+use tessera_ir::prim::attention::operands;
+use tessera_ir::prim::{AttentionImpl, AttentionOp, AttentionParams, AttentionShards};
+use tessera_ir::{DType, Prim, ShapedArray, axis_env};
+
+/// An attention's `q`, `k`, `v` and mask types.
+type Operands<'a> = (
+    &'a ShapedArray,
+    &'a ShapedArray,
+    &'a ShapedArray,
+    Option<&'a ShapedArray>,
+);
 
 use super::{Ctx, LowerError};
 use crate::emit::quote;
@@ -25,7 +38,9 @@ pub enum AttentionLowering {
     Decomposed,
     /// cuDNN's fused flash attention (CUDA plugins) where the shapes allow: bfloat16 or float16,
     /// a head dimension that is a multiple of 8 and at most 256 and equal for keys and values,
-    /// no mask operand (causal or none), one partition; the decomposition elsewhere.
+    /// no mask operand (causal or none); in a partitioned module, only inside a manual region
+    /// (a `shard_map` body) or per shard where the operation's parameters lay it out
+    /// (`AttentionShards`). The decomposition elsewhere.
     Cudnn,
 }
 
@@ -38,15 +53,60 @@ pub(super) fn lower<'c, 'b>(
     let p = AttentionParams::read(op.prim(), params).map_err(super::ir)?;
     let asked = ctx.body.attention() == AttentionLowering::Cudnn
         || p.implementation == AttentionImpl::Cudnn;
-    if asked && let Some(shape) = CudnnShape::of(ctx, op) {
-        return match op {
-            AttentionOp::Forward => forward(ctx, &shape, p, inputs),
-            AttentionOp::Backward => backward(ctx, &shape, p, inputs),
-        };
+    if asked && manual_everywhere(ctx) {
+        if let Some(shape) = CudnnShape::of(ctx, op) {
+            return match op {
+                AttentionOp::Forward => forward(ctx, &shape, p, inputs),
+                AttentionOp::Backward => backward(ctx, &shape, p, inputs),
+            };
+        }
+    } else if asked && let Some(program) = per_shard(ctx, op, params)? {
+        return super::lower_flat(ctx.body, &program, inputs);
     }
     let program =
         tessera_ir::prim::attention_program(op, params, ctx.in_avals).map_err(super::ir)?;
     super::lower_flat(ctx.body, &program, inputs)
+}
+
+/// Whether each device computes the operation on values of its own: one partition, or inside a
+/// manual region (a `shard_map` body) over every device.
+fn manual_everywhere(ctx: &Ctx<'_, '_, '_>) -> bool {
+    let devices = ctx.body.num_partitions();
+    devices == 1
+        || axis_env::current_mesh().is_some_and(|m| usize::try_from(m.size()) == Ok(devices))
+}
+
+/// The operation run per shard, where its parameters lay it out over the module's devices
+/// (`AttentionShards`) and cuDNN takes each device's blocks: a `shard_map` of it, lowered to a
+/// manual region (`sdy.manual_computation`, or GSPMD's full-to-shard custom calls) whose body
+/// is the cuDNN call on the blocks. `None` elsewhere (the decomposition, partitioned by XLA).
+fn per_shard(
+    ctx: &Ctx<'_, '_, '_>,
+    op: AttentionOp,
+    params: &Params,
+) -> Result<Option<tessera_ir::ClosedJaxpr>, LowerError> {
+    let prim = op.prim();
+    let Some(shards) = AttentionShards::read(prim, params).map_err(super::ir)? else {
+        return Ok(None);
+    };
+    if usize::try_from(shards.mesh.size()) != Ok(ctx.body.num_partitions()) {
+        return Ok(None);
+    }
+    let program = tessera_ir::prim::attention_per_shard_program(op, params, ctx.in_avals)
+        .map_err(super::ir)?;
+    let Some(program) = program else {
+        return Ok(None);
+    };
+    let body = program
+        .jaxpr
+        .eqns
+        .first()
+        .and_then(|e| e.params.jaxpr(Prim::ShardMap.name(), "jaxpr").ok());
+    let takes = body.is_some_and(|b| {
+        let blocks = b.jaxpr.in_avals();
+        CudnnShape::fits(operands(op, &blocks[..]))
+    });
+    Ok(takes.then_some(program))
 }
 
 /// The sizes of an attention cuDNN takes.
@@ -61,16 +121,23 @@ struct CudnnShape {
 }
 
 impl CudnnShape {
+    /// Whether cuDNN takes an attention of these operands.
+    fn fits(operands: Option<Operands<'_>>) -> bool {
+        operands.is_some_and(|(q, _, v, mask)| {
+            let head_dim = q.shape[3];
+            matches!(q.dtype, DType::BF16 | DType::F16)
+                && head_dim % 8 == 0
+                && head_dim <= 256
+                && v.shape[3] == head_dim
+                && mask.is_none()
+        })
+    }
+
     fn of(ctx: &Ctx<'_, '_, '_>, op: AttentionOp) -> Option<CudnnShape> {
-        let (q, k, v, mask) = tessera_ir::prim::attention::operands(op, ctx.in_avals)?;
+        let found = operands(op, ctx.in_avals);
+        let (q, k, _, _) = found?;
         let head_dim = q.shape[3];
-        let fits = matches!(q.dtype, DType::BF16 | DType::F16)
-            && head_dim % 8 == 0
-            && head_dim <= 256
-            && v.shape[3] == head_dim
-            && mask.is_none()
-            && ctx.body.num_partitions() == 1;
-        fits.then(|| CudnnShape {
+        CudnnShape::fits(found).then(|| CudnnShape {
             batch: q.shape[0],
             heads: q.shape[1],
             kv_heads: k.shape[1],

@@ -6,11 +6,13 @@
 
 mod flatten_shard_map;
 mod fold;
+mod shard_attention;
 mod split_outputs;
 mod unroll;
 
 pub use flatten_shard_map::flatten_nested_shard_maps;
 pub use fold::fold_constants;
+pub use shard_attention::shard_attention;
 pub use split_outputs::{OutputSplit, split_outputs};
 pub use tessera_ir_core::rewrite::{
     Rebuild, StageInput, StageProgram, StageSplit, desugar_positional_axes,

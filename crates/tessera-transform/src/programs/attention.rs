@@ -4,13 +4,13 @@
 //! existed (scores in float32, masked with -1e9, softmax, weights cast back to the values'
 //! dtype); the backward computes the softmax's gradient from the same weights.
 
-use crate::trace::{Tensor, trace, where_};
+use crate::trace::{Tensor, shard_map_unchecked, trace, where_};
 use tessera_ir_core::aval::ShapedArray;
 use tessera_ir_core::error::{Result, type_error};
 use tessera_ir_core::jaxpr::ClosedJaxpr;
 use tessera_ir_core::params::Params;
 use tessera_ir_core::prim::attention::{operands, stats_dtype};
-use tessera_ir_core::prim::{AttentionOp, AttentionParams, Prim};
+use tessera_ir_core::prim::{AttentionOp, AttentionParams, AttentionShards, Prim};
 
 /// The primitive `op` with `params` as a program of operands of types `in_avals`.
 pub fn attention_program(
@@ -38,6 +38,35 @@ pub fn attention_program(
             decomposed_backward(p, &a[0], &a[1], &a[2], mask, &a[n - 1])
         }),
     }
+}
+
+/// The primitive `op` with `params` run per shard as their `shard_*` parameters lay it out
+/// (`AttentionShards`): a program of operands of types `in_avals` whose one `shard_map` over
+/// their mesh applies the operation, without them, to each device's blocks (batch and heads
+/// split, a mask whole). `None` when the parameters give no layout.
+pub fn attention_per_shard_program(
+    op: AttentionOp,
+    params: &Params,
+    in_avals: &[ShapedArray],
+) -> Result<Option<ClosedJaxpr>> {
+    let prim = op.prim();
+    let Some(shards) = AttentionShards::read(prim, params)? else {
+        return Ok(None);
+    };
+    let plain = AttentionShards::strip(params);
+    let in_specs: Vec<_> = in_avals.iter().map(|a| shards.spec(a.rank())).collect();
+    let out_specs = match op {
+        AttentionOp::Forward => vec![shards.spec(4), shards.spec(3)],
+        AttentionOp::Backward => vec![shards.spec(4); 3],
+    };
+    trace(in_avals, |args| {
+        let refs: Vec<&Tensor> = args.iter().collect();
+        shard_map_unchecked(&shards.mesh, &in_specs, &out_specs, &refs, |blocks| {
+            let refs: Vec<&Tensor> = blocks.iter().collect();
+            Tensor::bind(prim, plain.clone(), &refs)
+        })
+    })
+    .map(Some)
 }
 
 /// `softmax(q kᵀ · scale, masked) v` with grouped-query heads, as `tessera_nn` computed it,

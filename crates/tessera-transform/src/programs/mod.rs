@@ -8,7 +8,7 @@ pub(crate) mod conv;
 mod cumulative;
 mod index_modes;
 
-pub use attention::attention_program;
+pub use attention::{attention_per_shard_program, attention_program};
 pub use cumulative::cumulative_program;
 pub(crate) use cumulative::flip;
 pub use index_modes::{gather_fill_program, scatter_clip_program, scatter_clip_program_for};

@@ -213,6 +213,9 @@ pub(super) fn abstract_eval(
             "the mask must be bool[{tq},{tk}]; got {mask}"
         )));
     }
+    if let Some(shards) = super::AttentionShards::read(prim, params)? {
+        shards.check_sizes(prim, b, h, kv)?;
+    }
     let out = ShapedArray::new(q.dtype, &[b, h, tq, dv]);
     let stats = ShapedArray::new(stats_dtype(q.dtype), &[b, h, tq]);
     match op {

@@ -6,6 +6,7 @@
 //! [`Family`]); the family modules with helpers the evaluation shares are public.
 
 pub mod attention;
+pub mod attention_shards;
 pub mod branch;
 pub mod callback;
 mod collective;
@@ -45,6 +46,7 @@ pub mod treduce;
 pub mod window;
 
 pub use attention::{AttentionImpl, AttentionParams};
+pub use attention_shards::AttentionShards;
 pub use branch::{WhileParams, branch_index, cond_branches, cond_params, while_params};
 pub use callback::{
     CallbackOp, CallbackParams, VmapMethod, call_host_callback, callback_name,
