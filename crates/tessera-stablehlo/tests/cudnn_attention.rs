@@ -259,3 +259,49 @@ fn a_sharded_attention_runs_cudnn_per_shard() {
     let text = lowered_over(&sharded, 8, Partitioner::Shardy, AttentionLowering::Cudnn);
     assert!(calls(&text).is_empty());
 }
+
+/// Inside a user's `shard_map` over every device, the attention takes each device's blocks and
+/// runs cuDNN on them: the forward's call is the block-sized program's.
+#[test]
+fn an_attention_in_a_shard_map_body_runs_cudnn_on_its_blocks() {
+    use tessera_sharding::{AbstractMesh, PartitionSpec};
+    let mesh = AbstractMesh::auto(&[("data", 2), ("model", 2)]).unwrap();
+    let spec = PartitionSpec::from_axes(&[&["data"], &["model"], &[], &[]]);
+    let q = ShapedArray::new(DType::BF16, &[4, 4, 16, 64]);
+    let k = ShapedArray::new(DType::BF16, &[4, 2, 16, 64]);
+    let program = trace(&[q, k.clone(), k], |a| {
+        let refs: Vec<_> = a.iter().collect();
+        tessera_ir::trace::shard_map(
+            &mesh,
+            &[spec.clone(), spec.clone(), spec.clone()],
+            &[spec.clone()],
+            &refs,
+            |b| {
+                vec![dot_product_attention(
+                    &b[0], &b[1], &b[2], None, 0.125, true,
+                )]
+            },
+        )
+    })
+    .unwrap();
+    let block = serde_json::json!({
+        "batch": 2, "q_len": 16, "kv_len": 16, "q_heads": 2, "kv_heads": 1, "head_dim": 64
+    });
+    let want = calls(&lowered(
+        &attention(&block, DType::BF16, true, 0.125),
+        AttentionLowering::Cudnn,
+    ));
+    assert_eq!(want.len(), 1);
+    for partitioner in [
+        tessera_stablehlo::Partitioner::Shardy,
+        tessera_stablehlo::Partitioner::Gspmd,
+    ] {
+        let got = calls(&lowered_over(
+            &program,
+            4,
+            partitioner,
+            AttentionLowering::Cudnn,
+        ));
+        assert_eq!(got, want, "{partitioner}");
+    }
+}

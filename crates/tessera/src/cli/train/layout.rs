@@ -10,10 +10,11 @@
 
 use anyhow::{Context, bail};
 use tessera_ir::ShapedArray;
+use tessera_ir::prim::{AttentionImpl, AttentionShards};
 use tessera_nn::optim::Optimizer;
 use tessera_nn::{ParallelAxes, Tree};
 use tessera_sharding::mesh::parse_mesh_axes;
-use tessera_sharding::{DimSpec, Mesh, PartitionSpec};
+use tessera_sharding::{AbstractMesh, DimSpec, Mesh, PartitionSpec};
 
 use super::args::Args;
 use super::config::ModelChoice;
@@ -208,6 +209,42 @@ impl Layout {
         Ok(specs)
     }
 
+    /// How a decoder's attention runs per shard in each group, where it runs on cuDNN (whose
+    /// calls XLA cannot partition) and a group has several devices: on the group's mesh, a
+    /// micro-batch's `rows` over `data` and the heads over `model`, each where it divides them.
+    /// `None` elsewhere (XLA partitions the decomposition itself).
+    pub fn attention_shards(&self, choice: &ModelChoice, rows: i64) -> Option<AttentionShards> {
+        let ModelChoice::Decoder(config) = choice else {
+            return None;
+        };
+        if config.attention != AttentionImpl::Cudnn {
+            return None;
+        }
+        let whole = self.shape.abstract_mesh();
+        let keep: Vec<usize> = (0..whole.axis_names().len())
+            .filter(|&i| whole.axis_names()[i] != self.mpmd_axis)
+            .collect();
+        let group = AbstractMesh::from_parts(
+            keep.iter()
+                .map(|&i| whole.axis_names()[i].clone())
+                .collect(),
+            keep.iter().map(|&i| whole.axis_sizes()[i]).collect(),
+            keep.iter().map(|&i| whole.axis_types()[i]).collect(),
+        )
+        .ok()?;
+        let over = |axis: &str, counts: &[i64]| match group.axis_size(axis) {
+            Some(size) if size > 1 && counts.iter().all(|n| n % size == 0) => vec![axis.into()],
+            Some(_) | None => Vec::new(),
+        };
+        let batch = over(DATA_AXIS, &[rows]);
+        let heads = over(MODEL_AXIS, &[config.heads, config.kv_heads]);
+        (!batch.is_empty() || !heads.is_empty()).then_some(AttentionShards {
+            mesh: group,
+            batch,
+            heads,
+        })
+    }
+
     /// Checks that a micro-batch's rows split evenly over `data`, saying which flags to change.
     pub fn check_rows(&self, rows: u32) -> anyhow::Result<()> {
         match self.axis_size(DATA_AXIS) {
@@ -218,5 +255,51 @@ impl Layout {
             ),
             _ => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_nn::DecoderConfig;
+
+    fn layout(axes: &[(&str, i64)]) -> Layout {
+        Layout {
+            shape: Mesh::auto(axes).unwrap(),
+            mpmd_axis: "stage".into(),
+            explicit: true,
+            fsdp: false,
+        }
+    }
+
+    fn llama(attention: AttentionImpl) -> ModelChoice {
+        let config = DecoderConfig::llama(256, 2, 64, 4, 16).with_attention(attention);
+        ModelChoice::Decoder(DecoderConfig {
+            kv_heads: 2,
+            ..config
+        })
+    }
+
+    /// cuDNN's attention runs per shard on the group's mesh, rows over `data` and heads over
+    /// `model` where they divide; XLA's decomposition, and one-device groups, are left alone.
+    #[test]
+    fn cudnn_attention_runs_per_shard_in_a_group_of_several_devices() {
+        let cudnn = llama(AttentionImpl::Cudnn);
+        let mesh = layout(&[("stage", 2), ("data", 2), ("model", 2)]);
+        let shards = mesh.attention_shards(&cudnn, 4).unwrap();
+        assert_eq!(shards.mesh.axis_names(), ["data", "model"]);
+        assert_eq!(
+            (shards.batch, shards.heads),
+            (vec!["data".into()], vec!["model".into()])
+        );
+        // 3 rows do not split over 2 devices: the heads alone.
+        let shards = mesh.attention_shards(&cudnn, 3).unwrap();
+        assert_eq!((shards.batch.len(), shards.heads.len()), (0, 1));
+        // 2 key/value heads do not split over 4 devices, nor 3 rows: nothing to split.
+        let wide = layout(&[("stage", 1), ("data", 1), ("model", 4)]);
+        assert_eq!(wide.attention_shards(&cudnn, 3), None);
+        assert_eq!(mesh.attention_shards(&llama(AttentionImpl::Xla), 4), None);
+        let lone = layout(&[("stage", 4), ("data", 1)]);
+        assert_eq!(lone.attention_shards(&cudnn, 4), None);
     }
 }

@@ -396,7 +396,12 @@ fn run_in(
         args.clip_grad_norm,
         &step::stack(&model, &model.batches(0)?)?,
     )?;
-    let program = &training.program;
+    // cuDNN's attention calls cannot be partitioned by XLA: in a group of several devices
+    // they run per shard.
+    let program = &match layout.attention_shards(&choice, rows) {
+        Some(shards) => tessera_ir::passes::shard_attention(&training.program, &shards),
+        None => training.program.clone(),
+    };
     let n_carried = model.n_params() + training.state_avals.len();
     let data_args = program.jaxpr.invars.len() - n_carried - 1;
     let in_specs = layout.step_specs(&choice, &model.param_avals, opt.as_ref(), data_args)?;
