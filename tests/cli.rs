@@ -306,6 +306,40 @@ fn check_collectives_runs_what_the_plugin_has_and_names_what_it_lacks() {
     assert!(String::from_utf8_lossy(&none.stderr).contains("at least 1 device"));
 }
 
+/// `tessera check attention` on the CPU plugin runs each shape's decomposed values and
+/// gradients and reports its cuDNN side unsupported (only CUDA plugins run cuDNN); with
+/// `--require-all` that is a failure, as it is on a GPU machine where cuDNN must run.
+#[test]
+fn check_attention_runs_the_decomposition_and_names_cudnn_unsupported_on_the_cpu() {
+    let out = tessera(&["check", "attention", "--only", "window"], &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    for line in &lines[..2] {
+        assert!(
+            line.starts_with("unsupported") && line.contains("window") && line.contains("CUDA"),
+            "{line}"
+        );
+    }
+    assert_eq!(
+        lines[2],
+        "0 passed, 2 unsupported by the plugin, 0 skipped, 0 failed"
+    );
+    let strict = tessera(
+        &["check", "attention", "--only", "window", "--require-all"],
+        &[],
+    );
+    assert!(!strict.status.success());
+    let none = tessera(&["check", "attention", "--only", "no such shape"], &[]);
+    assert!(!none.status.success());
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(
+        err.contains("names none of the shapes") && err.contains("f16 padding"),
+        "{err}"
+    );
+}
+
 /// The guide's list of `tessera train`'s options (docs/training.md) is the program's own
 /// `--help`, so the two cannot drift apart: a changed option fails here until the block is
 /// pasted again.

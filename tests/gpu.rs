@@ -118,6 +118,23 @@ fn ragged_all_to_all_runs_on_the_gpus() {
     }
 }
 
+/// cuDNN's attention equals the decomposition on the GPU, values and gradients, on every shape
+/// of `tessera check attention` (12: bf16 and f16, grouped-query, causal or not, masked).
+#[test]
+fn cudnn_attention_equals_the_decomposition_on_the_gpu() {
+    match gpus() {
+        Ok(_) => {
+            let line =
+                tessera_last_line(&["--plugin", "cuda", "check", "attention", "--require-all"]);
+            assert_eq!(
+                line,
+                "12 passed, 0 unsupported by the plugin, 0 skipped, 0 failed"
+            );
+        }
+        Err(why) => skip(&why),
+    }
+}
+
 /// `psend`/`precv` need two GPUs: skipped (not passed) on one.
 #[test]
 fn send_receive_runs_on_two_gpus() {

@@ -7,6 +7,8 @@
 //! - `libs.tar.xz`: the shared libraries the binary needs (`ldd`) beyond the C and C++ runtimes
 //!   and zlib, which every machine with Python has: Open MPI's `libmpi` and its dependencies;
 //! - `jax/llama_jax.py` and `data/corpus.txt`: JAX's side of the Llama benchmark and its data;
+//!   `jax/gen_cudnn_lowering.py`: captures JAX's cuDNN attention lowering (the fixture of
+//!   `tests/data/cudnn/`) with the machine's cuDNN;
 //! - `oracle/`: JAX's jaxpr oracle files that run on one device (`tessera oracle jaxpr`);
 //! - `run.sh` (`gpu_bundle/run.sh`): unpacks them and runs the comparison, the oracle files and a
 //!   2-rank `mpirun` job on the machine's device, printing a table;
@@ -127,6 +129,10 @@ pub fn make(root: &Path, dir: &Path) -> anyhow::Result<u64> {
             "jax/llama_jax.py".to_owned(),
         ),
         (root.join(crate::llama::DATA), "data/corpus.txt".to_owned()),
+        (
+            root.join("tests/data/cudnn/gen_cudnn_lowering.py"),
+            "jax/gen_cudnn_lowering.py".to_owned(),
+        ),
     ];
     let oracle = root.join("..").join("shared").join("oracle");
     let oracles = ORACLE_FILES

@@ -3,8 +3,9 @@
 //! for CUDA, grouped-query and plain heads, causal and not, bfloat16 and float16), the forward
 //! and the gradient lowered with `AttentionLowering::Cudnn` hold the same custom calls as JAX's:
 //! targets, `backend_config` (as JSON), operand and result layouts, operand and result types.
-//! Shapes cuDNN does not take (float32, a mask, a head dimension not a multiple of 8) and the
-//! default lowering stay decomposed.
+//! With a boolean mask, JAX passes cuDNN an additive bias (`__cudnn$fmhaScaleBiasSoftmax` and its
+//! backward), and so does Tessera. Shapes cuDNN does not take (float32, a head dimension not a
+//! multiple of 8, a mask over odd lengths) and the default lowering stay decomposed.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -95,9 +96,19 @@ fn attention(case: &Json, dt: DType, causal: bool, scale: f64) -> ClosedJaxpr {
     );
     let q = ShapedArray::new(dt, &[b, h, t, d]);
     let k = ShapedArray::new(dt, &[b, kv, s, d]);
-    trace(&[q, k.clone(), k], |a| {
+    let mut avals = vec![q, k.clone(), k];
+    // A masked case's mask is one more operand (`bool[q_len, kv_len]`).
+    if case["masked"].as_bool() == Some(true) {
+        avals.push(ShapedArray::new(DType::Bool, &[t, s]));
+    }
+    trace(&avals, |a| {
         vec![dot_product_attention(
-            &a[0], &a[1], &a[2], None, scale, causal,
+            &a[0],
+            &a[1],
+            &a[2],
+            a.get(3),
+            scale,
+            causal,
         )]
     })
     .unwrap()
@@ -123,6 +134,7 @@ fn fixture() -> Json {
 #[test]
 fn the_custom_calls_are_jaxs() {
     let fixture = fixture();
+    let mut masked = 0;
     for case in fixture["cases"].as_array().unwrap() {
         let dt = dtype(case["dtype"].as_str().unwrap());
         let causal = case["causal"].as_bool().unwrap();
@@ -138,6 +150,7 @@ fn the_custom_calls_are_jaxs() {
             .unwrap()
         };
         let gradient = value_and_grad(&summed, &[0, 1, 2]).unwrap();
+        masked += usize::from(forward.jaxpr.invars.len() == 4);
         let jax: Vec<String> = case["gradient"]
             .as_array()
             .unwrap()
@@ -155,6 +168,7 @@ fn the_custom_calls_are_jaxs() {
         // The default lowering has no custom call.
         assert!(calls(&lowered(&forward, AttentionLowering::Decomposed)).is_empty());
     }
+    assert!(masked >= 2, "the fixture's masked cases were not run");
 }
 
 #[test]
@@ -170,23 +184,13 @@ fn shapes_cudnn_does_not_take_stay_decomposed() {
     });
     let odd = attention(&odd, DType::BF16, true, 0.25);
     assert!(calls(&lowered(&odd, AttentionLowering::Cudnn)).is_empty());
-    let masked = {
-        let q = ShapedArray::new(DType::BF16, &[1, 4, 16, 64]);
-        let k = ShapedArray::new(DType::BF16, &[1, 2, 16, 64]);
-        let m = ShapedArray::new(DType::Bool, &[16, 16]);
-        trace(&[q, k.clone(), k, m], |a| {
-            vec![dot_product_attention(
-                &a[0],
-                &a[1],
-                &a[2],
-                Some(&a[3]),
-                0.125,
-                false,
-            )]
-        })
-        .unwrap()
-    };
-    assert!(calls(&lowered(&masked, AttentionLowering::Cudnn)).is_empty());
+    // A mask (a bias for cuDNN) over odd lengths.
+    let odd_masked = serde_json::json!({
+        "batch": 1, "q_len": 15, "kv_len": 15, "q_heads": 4, "kv_heads": 2, "head_dim": 64,
+        "masked": true
+    });
+    let odd_masked = attention(&odd_masked, DType::BF16, true, 0.125);
+    assert!(calls(&lowered(&odd_masked, AttentionLowering::Cudnn)).is_empty());
 }
 
 /// The gradient of a grouped-query attention (`[batch 4, heads 4 | 2 kv, 16, 64]`, bfloat16) at
@@ -274,7 +278,7 @@ fn an_attention_in_a_shard_map_body_runs_cudnn_on_its_blocks() {
         tessera_ir::trace::shard_map(
             &mesh,
             &[spec.clone(), spec.clone(), spec.clone()],
-            &[spec.clone()],
+            std::slice::from_ref(&spec),
             &refs,
             |b| {
                 vec![dot_product_attention(
@@ -303,5 +307,44 @@ fn an_attention_in_a_shard_map_body_runs_cudnn_on_its_blocks() {
             AttentionLowering::Cudnn,
         ));
         assert_eq!(got, want, "{partitioner}");
+    }
+}
+
+/// A mask becomes the bias JAX gives cuDNN: 0 where a query sees a key, else JAX's large
+/// negative number for the dtype (`get_large_negative_number`: -2^41 in bfloat16, -2^15 in
+/// float16), selected by the mask broadcast to `[1, 1, q_len, kv_len]`.
+#[test]
+fn a_mask_becomes_jaxs_bias() {
+    let case = serde_json::json!({
+        "batch": 1, "q_len": 16, "kv_len": 16, "q_heads": 4, "kv_heads": 2, "head_dim": 64,
+        "masked": true
+    });
+    for (dt, hidden, name) in [
+        (DType::BF16, "-2.199020e+12", "bf16"),
+        (DType::F16, "-3.276800e+04", "f16"),
+    ] {
+        let text = lowered(&attention(&case, dt, true, 0.125), AttentionLowering::Cudnn);
+        let bias = format!("tensor<1x1x16x16x{name}>");
+        let select = text
+            .lines()
+            .find(|l| l.contains("stablehlo.select"))
+            .unwrap();
+        assert!(
+            select.contains(&format!("(tensor<1x1x16x16xi1>, {bias}, {bias})")),
+            "{select}"
+        );
+        // The select takes 0 where the mask is true, the large negative number elsewhere.
+        let name_of = |value: &str| {
+            let line = text
+                .lines()
+                .find(|l| l.contains(&format!("dense<{value}> : {bias}")))
+                .unwrap();
+            line.trim().split(' ').next().unwrap().to_string()
+        };
+        let (zero, negative) = (name_of("0.000000e+00"), name_of(hidden));
+        assert!(
+            select.contains(&format!(", {zero}, {negative})")),
+            "{select}"
+        );
     }
 }

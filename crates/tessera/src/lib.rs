@@ -5,6 +5,7 @@
 //! code map.
 
 pub mod alloc;
+pub mod attention_check;
 pub mod generate;
 pub mod jit;
 mod jit_trivial;

@@ -2,6 +2,8 @@
 # Tessera's GPU bundle, made by `cargo xtask gpu-bundle DIR` on a machine that builds Tessera, for
 # a machine that has a GPU, its driver and JAX but neither MLIR nor a network. It runs, with the
 # PJRT plugin --plugin names (default cuda; cpu runs it all on the CPU):
+#   0. `tessera check attention`: cuDNN's attention against the decomposition on 12 shapes,
+#      and JAX's own cuDNN lowering captured as the fixture of Tessera's (a GPU only);
 #   1. the Llama train step on one device, Tessera (`tessera train`) against the machine's own JAX
 #      (jax/llama_jax.py: jax.jit of value_and_grad + AdamW), alternating, as tokens/s, after
 #      checking that both train the same model (JAX started from Tessera's checkpoint gives
@@ -253,6 +255,29 @@ d = json.loads(lines[-1])
 print(eval(sys.argv[2], {"d": d}))
 EOF
 }
+
+# --- 0. cuDNN's attention against the decomposition; JAX's own cuDNN lowering ---------------
+# First, as it is short (about a minute) and says whether the cuDNN rows below compute the
+# right thing: 12 shapes, values and gradients, cuDNN against the decomposition on the device
+# (--require-all on a GPU; on the CPU only the decomposition runs, cuDNN reported unsupported).
+attention_flags=()
+[ "$ON_CPU" = 0 ] && attention_flags=(--require-all)
+if logged check-attention "$TESSERA" --plugin "$PLUGIN" check attention "${attention_flags[@]}" \
+    > "$OUT/check-attention.txt"; then
+    row "check attention" "ok" "$(tail -n 1 "$OUT/check-attention.txt")"
+else
+    fail "check attention" "$(grep -E -m 4 '^(FAILED|unsupported)' "$OUT/check-attention.txt" | cut -c 1-200 | tr '\n' ' ')$(tail -n 1 "$OUT/check-attention.txt") $LAST_ERROR"
+fi
+# JAX's lowering of jax.nn.dot_product_attention(implementation='cudnn') with this machine's
+# cuDNN: the fixture Tessera's CUDA lowering is compared with (tests/data/cudnn/).
+if [ "$ON_CPU" = 0 ]; then
+    if logged jax-cudnn-lowering "$PYTHON" "$HERE/jax/gen_cudnn_lowering.py" \
+        "$OUT/jax_cudnn_lowering.json" --on-gpu > "$OUT/jax-cudnn-lowering.txt"; then
+        row "JAX's cuDNN lowering" "ok" "out/jax_cudnn_lowering.json: copy it to tests/data/cudnn/"
+    else
+        fail "JAX's cuDNN lowering" "$LAST_ERROR"
+    fi
+fi
 
 # --- 1. The Llama train step against JAX ----------------------------------------------------
 llama() {

@@ -37,10 +37,11 @@ pub enum AttentionLowering {
     #[default]
     Decomposed,
     /// cuDNN's fused flash attention (CUDA plugins) where the shapes allow: bfloat16 or float16,
-    /// a head dimension that is a multiple of 8 and at most 256 and equal for keys and values,
-    /// no mask operand (causal or none); in a partitioned module, only inside a manual region
-    /// (a `shard_map` body) or per shard where the operation's parameters lay it out
-    /// (`AttentionShards`). The decomposition elsewhere.
+    /// a head dimension that is a multiple of 8 and at most 256 (Hopper's limit) and equal for
+    /// keys and values, causal or not, a mask operand as an additive bias (as JAX passes it,
+    /// with even lengths); in a partitioned module, only inside a manual region (a `shard_map`
+    /// body) or per shard where the operation's parameters lay it out (`AttentionShards`). The
+    /// decomposition elsewhere.
     Cudnn,
 }
 
@@ -118,6 +119,8 @@ struct CudnnShape {
     kv_len: i64,
     head_dim: i64,
     dtype: DType,
+    /// Whether a boolean mask operand comes after `v` (cuDNN takes it as an additive bias).
+    masked: bool,
 }
 
 impl CudnnShape {
@@ -129,13 +132,16 @@ impl CudnnShape {
                 && head_dim % 8 == 0
                 && head_dim <= 256
                 && v.shape[3] == head_dim
-                && mask.is_none()
+                // With a mask (a bias), cuDNN's flash attention wants even lengths.
+                && mask.is_none_or(|m| {
+                    m.shape == [q.shape[2], v.shape[2]] && q.shape[2] % 2 == 0 && v.shape[2] % 2 == 0
+                })
         })
     }
 
     fn of(ctx: &Ctx<'_, '_, '_>, op: AttentionOp) -> Option<CudnnShape> {
         let found = operands(op, ctx.in_avals);
-        let (q, k, _, _) = found?;
+        let (q, k, _, mask) = found?;
         let head_dim = q.shape[3];
         CudnnShape::fits(found).then(|| CudnnShape {
             batch: q.shape[0],
@@ -145,6 +151,7 @@ impl CudnnShape {
             kv_len: k.shape[2],
             head_dim,
             dtype: q.dtype,
+            masked: mask.is_some(),
         })
     }
 
@@ -160,6 +167,43 @@ impl CudnnShape {
     fn stats(&self) -> ShapedArray {
         ShapedArray::new(DType::F32, &[self.batch, self.heads, self.q_len])
     }
+
+    /// The bias a mask becomes: `[1, 1, q_len, kv_len]` in the operands' dtype.
+    fn bias(&self) -> ShapedArray {
+        ShapedArray::new(self.dtype, &[1, 1, self.q_len, self.kv_len])
+    }
+
+    /// The custom call's target: with the bias operand or without.
+    fn target(&self, backward: bool) -> String {
+        let kind = if self.masked {
+            "ScaleBiasSoftmax"
+        } else {
+            "Softmax"
+        };
+        let direction = if backward { "Backward" } else { "" };
+        quote(&format!("__cudnn$fmha{kind}{direction}"))
+    }
+}
+
+/// The additive bias cuDNN takes for the boolean `mask` (`[q_len, kv_len]`): 0 where a query
+/// sees a key, else JAX's large negative number for the dtype (-2^41 in bfloat16, -2^15 in
+/// float16: JAX keeps them small enough that cuDNN's subtraction of two of them stays finite).
+fn mask_bias<'c, 'b>(
+    ctx: &Ctx<'_, 'c, 'b>,
+    s: &CudnnShape,
+    mask: Value<'c, 'b>,
+) -> Result<Value<'c, 'b>, LowerError> {
+    let bias = s.bias();
+    let shaped = ShapedArray::new(DType::Bool, &bias.shape);
+    let mask = ctx.op1("stablehlo.reshape", &[mask], &shaped, &[])?;
+    let hidden = if s.dtype == DType::F16 {
+        -32768.0
+    } else {
+        -2_199_023_255_552.0
+    };
+    let zero = super::control::constant_scalar(ctx.body, 0.0, &bias)?;
+    let hidden = super::control::constant_scalar(ctx.body, hidden, &bias)?;
+    ctx.op1("stablehlo.select", &[mask, zero, hidden], &bias, &[])
 }
 
 /// `x` (`[b, n, t, h]`) as `[b, t, n, h]`.
@@ -218,12 +262,19 @@ fn forward<'c, 'b>(
     inputs: &[Value<'c, 'b>],
 ) -> Result<Vec<Value<'c, 'b>>, LowerError> {
     let [q, k, v] = qkv_btnh(ctx, s, inputs)?;
+    let mut operands = vec![q, k, v];
+    if s.masked {
+        operands.push(mask_bias(ctx, s, inputs[3])?);
+    }
     let (out, stats, ws) = (s.bnth(s.heads, s.q_len), s.stats(), workspace());
     let attrs = [
-        ("call_target_name", quote("__cudnn$fmhaSoftmax")),
+        ("call_target_name", s.target(false)),
         ("api_version", "2 : i32".to_string()),
         ("backend_config", quote(&backend_config(s, p, false))),
-        ("operand_layouts", layouts(&[ROW_MAJOR_4; 3])),
+        (
+            "operand_layouts",
+            layouts(&vec![ROW_MAJOR_4; operands.len()]),
+        ),
         (
             "result_layouts",
             layouts(&[BNTH_AS_BTNH, ROW_MAJOR_3, SCALAR_ORDER]),
@@ -231,7 +282,7 @@ fn forward<'c, 'b>(
     ];
     let mut results = ctx.op(
         "stablehlo.custom_call",
-        &[q, k, v],
+        &operands,
         &[&out, &stats, &ws],
         &attrs,
     )?;
@@ -255,35 +306,37 @@ fn backward<'c, 'b>(
         s.bnth(s.kv_heads, s.kv_len),
         s.bnth(s.kv_heads, s.kv_len),
     );
-    let ws = workspace();
+    let (ws, bias) = (workspace(), s.bias());
+    // cuDNN's operand order: q, k, v, the statistics, the output's cotangent, the bias if any,
+    // the output; its results: the three cotangents, the bias's if any, the workspace.
+    let mut operands = vec![q, k, v, stats, grad];
+    let mut operand_layouts = vec![
+        ROW_MAJOR_4,
+        ROW_MAJOR_4,
+        ROW_MAJOR_4,
+        ROW_MAJOR_3,
+        ROW_MAJOR_4,
+    ];
+    let mut result_types = vec![&dq, &dk, &dv];
+    let mut result_layouts = vec![BNTH_AS_BTNH; 3];
+    if s.masked {
+        operands.push(mask_bias(ctx, s, inputs[3])?);
+        operand_layouts.push(ROW_MAJOR_4);
+        result_types.push(&bias);
+        result_layouts.push(ROW_MAJOR_4);
+    }
+    operands.push(out);
+    operand_layouts.push(ROW_MAJOR_4);
+    result_types.push(&ws);
+    result_layouts.push(SCALAR_ORDER);
     let attrs = [
-        ("call_target_name", quote("__cudnn$fmhaSoftmaxBackward")),
+        ("call_target_name", s.target(true)),
         ("api_version", "2 : i32".to_string()),
         ("backend_config", quote(&backend_config(s, p, true))),
-        (
-            "operand_layouts",
-            layouts(&[
-                ROW_MAJOR_4,
-                ROW_MAJOR_4,
-                ROW_MAJOR_4,
-                ROW_MAJOR_3,
-                ROW_MAJOR_4,
-                ROW_MAJOR_4,
-            ]),
-        ),
-        (
-            "result_layouts",
-            layouts(&[BNTH_AS_BTNH, BNTH_AS_BTNH, BNTH_AS_BTNH, SCALAR_ORDER]),
-        ),
+        ("operand_layouts", layouts(&operand_layouts)),
+        ("result_layouts", layouts(&result_layouts)),
     ];
-    // cuDNN's operand order: q, k, v, the statistics, the output's cotangent, the output.
-    let operands = [q, k, v, stats, grad, out];
-    let mut results = ctx.op(
-        "stablehlo.custom_call",
-        &operands,
-        &[&dq, &dk, &dv, &ws],
-        &attrs,
-    )?;
+    let mut results = ctx.op("stablehlo.custom_call", &operands, &result_types, &attrs)?;
     results.truncate(3);
     Ok(results)
 }
