@@ -2,10 +2,11 @@
 //! the attention the model library computed before the operation existed) everywhere, unless
 //! the operation (`implementation=cudnn`) or the module ([`AttentionLowering::Cudnn`]) asks for
 //! cuDNN and the shapes are ones cuDNN's flash attention takes: then the custom calls XLA's GPU
-//! compiler runs on cuDNN, as JAX 0.10's
-//! `implementation='cudnn'` lowering emits them (`__cudnn$fmhaSoftmax` with the softmax
-//! statistics, `__cudnn$fmhaSoftmaxBackward`; the `backend_config`, layouts and the workspace
-//! result as JAX writes them, `tests/data/cudnn/` holds JAX's own text). Their operands are in
+//! compiler runs on cuDNN, as JAX 0.10's `implementation='cudnn'` lowering emits them
+//! (`__cudnn$fmhaSoftmax` with the softmax statistics, `__cudnn$fmhaSoftmaxBackward`; with a
+//! mask, `__cudnn$fmhaScaleBiasSoftmax` and its backward, the mask an additive bias as JAX
+//! makes it; the `backend_config`, layouts and the workspace result as JAX writes them,
+//! `tests/data/cudnn/` holds JAX's own text). Their operands are in
 //! JAX's `[batch, seq, heads, head_dim]` layout (transposed from the operation's), and their
 //! results come out in the operation's `[batch, heads, seq, head_dim]`, as JAX's do before it
 //! transposes them back. XLA cannot partition these calls: in a module over several devices
@@ -19,6 +20,9 @@ use tessera_ir::prim::attention::operands;
 use tessera_ir::prim::{AttentionImpl, AttentionOp, AttentionParams, AttentionShards};
 use tessera_ir::{DType, Prim, ShapedArray, axis_env};
 
+use super::{Ctx, LowerError};
+use crate::emit::quote;
+
 /// An attention's `q`, `k`, `v` and mask types.
 type Operands<'a> = (
     &'a ShapedArray,
@@ -26,9 +30,6 @@ type Operands<'a> = (
     &'a ShapedArray,
     Option<&'a ShapedArray>,
 );
-
-use super::{Ctx, LowerError};
-use crate::emit::quote;
 
 /// How a module lowers `dot_product_attention`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
