@@ -8,7 +8,6 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use tessera::jit::Jit;
 use tessera_ir::autodiff::value_and_grad;
 use tessera_ir::interp::eval_closed;
 use tessera_ir::text::{parse_closed, print_closed};
@@ -16,8 +15,8 @@ use tessera_ir::trace::{
     Tensor, dot_product_attention, dot_product_attention_with_stats, trace, where_,
 };
 use tessera_ir::{Array, ClosedJaxpr, DType, ShapedArray};
-use tessera_pjrt::{Array as DeviceArray, Client};
-use tessera_sharding::{Mesh, NamedSharding, PartitionSpec};
+use tessera_pjrt::Client;
+use tessera_sharding::Mesh;
 
 const B: i64 = 2;
 const HEADS: i64 = 4;
@@ -102,22 +101,7 @@ fn inputs(dtype: DType, with_weights: bool) -> Vec<Array> {
 
 /// The program compiled for one CPU device, run on `args`.
 fn on_device(client: &Client, program: &ClosedJaxpr, args: &[Array]) -> Vec<Vec<f64>> {
-    let mesh = Mesh::auto(&[("x", 1)]).unwrap();
-    let whole = NamedSharding::new(&mesh, PartitionSpec::replicated()).unwrap();
-    let (n_in, n_out) = (program.jaxpr.invars.len(), program.jaxpr.outvars.len());
-    let jit = Jit::new(
-        program.clone(),
-        vec![whole.clone(); n_in],
-        vec![whole.clone(); n_out],
-    );
-    let compiled = jit.unwrap().lower().unwrap().compile(client).unwrap();
-    let placed: Vec<DeviceArray> = args
-        .iter()
-        .map(|a| DeviceArray::device_put(client, a, &whole).unwrap())
-        .collect();
-    let refs: Vec<&DeviceArray> = placed.iter().collect();
-    let out = compiled.call(&refs).unwrap();
-    out.iter().map(|a| a.to_host().unwrap().to_vec()).collect()
+    tessera_tests::run_replicated(client, &Mesh::auto(&[("x", 1)]).unwrap(), program, args)
 }
 
 fn assert_close(got: &[Vec<f64>], want: &[Vec<f64>], tolerance: f64, what: &str) {

@@ -8,7 +8,6 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use tessera::jit::Jit;
 use tessera_ir::autodiff::value_and_grad;
 use tessera_ir::interp::{PrimEval, eval_closed};
 use tessera_ir::passes::shard_attention;
@@ -16,8 +15,8 @@ use tessera_ir::prim::{AttentionOp, AttentionShards, attention_per_shard_program
 use tessera_ir::text::{parse_closed, print_closed};
 use tessera_ir::trace::{dot_product_attention, trace};
 use tessera_ir::{Array, ClosedJaxpr, DType, Prim, ShapedArray, verify};
-use tessera_pjrt::{Array as DeviceArray, Client};
-use tessera_sharding::{AbstractMesh, Mesh, NamedSharding, PartitionSpec};
+use tessera_pjrt::Client;
+use tessera_sharding::{AbstractMesh, Mesh};
 
 const B: i64 = 4;
 const HEADS: i64 = 4;
@@ -60,21 +59,7 @@ fn values(avals: &[ShapedArray]) -> Vec<Array> {
 /// `program` compiled for the 4 devices of `client`, its arguments and results replicated.
 fn on_four_devices(client: &Client, program: &ClosedJaxpr, args: &[Array]) -> Vec<Vec<f64>> {
     let mesh = Mesh::auto(&[("data", 2), ("model", 2)]).unwrap();
-    let whole = NamedSharding::new(&mesh, PartitionSpec::replicated()).unwrap();
-    let (n_in, n_out) = (program.jaxpr.invars.len(), program.jaxpr.outvars.len());
-    let jit = Jit::new(
-        program.clone(),
-        vec![whole.clone(); n_in],
-        vec![whole.clone(); n_out],
-    );
-    let compiled = jit.unwrap().lower().unwrap().compile(client).unwrap();
-    let placed: Vec<DeviceArray> = args
-        .iter()
-        .map(|a| DeviceArray::device_put(client, a, &whole).unwrap())
-        .collect();
-    let refs: Vec<&DeviceArray> = placed.iter().collect();
-    let out = compiled.call(&refs).unwrap();
-    out.iter().map(|a| a.to_host().unwrap().to_vec()).collect()
+    tessera_tests::run_replicated(client, &mesh, program, args)
 }
 
 fn assert_close(got: &[Vec<f64>], want: &[Vec<f64>], what: &str) {

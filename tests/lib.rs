@@ -161,6 +161,32 @@ pub fn assert_close(got: &[tessera_pjrt::HostArray], want: &[tessera_ir::Array])
     }
 }
 
+/// `program` compiled for the devices of `mesh` on `client`, its arguments and results
+/// replicated, run on `args`: each result's values.
+pub fn run_replicated(
+    client: &tessera_pjrt::Client,
+    mesh: &tessera_sharding::Mesh,
+    program: &tessera_ir::ClosedJaxpr,
+    args: &[tessera_ir::Array],
+) -> Vec<Vec<f64>> {
+    use tessera_sharding::{NamedSharding, PartitionSpec};
+    let whole = NamedSharding::new(mesh, PartitionSpec::replicated()).unwrap();
+    let (n_in, n_out) = (program.jaxpr.invars.len(), program.jaxpr.outvars.len());
+    let jit = tessera::jit::Jit::new(
+        program.clone(),
+        vec![whole.clone(); n_in],
+        vec![whole.clone(); n_out],
+    );
+    let compiled = jit.unwrap().lower().unwrap().compile(client).unwrap();
+    let placed: Vec<tessera_pjrt::Array> = args
+        .iter()
+        .map(|a| tessera_pjrt::Array::device_put(client, a, &whole).unwrap())
+        .collect();
+    let refs: Vec<&tessera_pjrt::Array> = placed.iter().collect();
+    let out = compiled.call(&refs).unwrap();
+    out.iter().map(|a| a.to_host().unwrap().to_vec()).collect()
+}
+
 /// The variable naming the file where tests that cannot run here record themselves: `cargo
 /// xtask test` sets it and counts them as skipped, not passed.
 pub const SKIPS_ENV: &str = "TESSERA_TEST_SKIPS";

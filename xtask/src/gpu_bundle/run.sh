@@ -260,14 +260,18 @@ EOF
 # First, as it is short (about a minute) and says whether the cuDNN rows below compute the
 # right thing: 12 shapes, values and gradients, cuDNN against the decomposition on the device
 # (--require-all on a GPU; on the CPU only the decomposition runs, cuDNN reported unsupported).
-attention_flags=()
-[ "$ON_CPU" = 0 ] && attention_flags=(--require-all)
-if logged check-attention "$TESSERA" --plugin "$PLUGIN" check attention "${attention_flags[@]}" \
-    > "$OUT/check-attention.txt"; then
-    row "check attention" "ok" "$(tail -n 1 "$OUT/check-attention.txt")"
-else
-    fail "check attention" "$(grep -E -m 4 '^(FAILED|unsupported)' "$OUT/check-attention.txt" | cut -c 1-200 | tr '\n' ' ')$(tail -n 1 "$OUT/check-attention.txt") $LAST_ERROR"
-fi
+# `tessera check WHAT`, --require-all on a GPU, as a row of the table.
+check_row() {
+    local what="$1" flags=()
+    [ "$ON_CPU" = 0 ] && flags=(--require-all)
+    if logged "check-$what" "$TESSERA" --plugin "$PLUGIN" check "$what" "${flags[@]}" \
+        > "$OUT/check-$what.txt"; then
+        row "check $what" "ok" "$(tail -n 1 "$OUT/check-$what.txt")"
+    else
+        fail "check $what" "$(grep -E -m 4 '^(FAILED|unsupported)' "$OUT/check-$what.txt" | cut -c 1-200 | tr '\n' ' ')$(tail -n 1 "$OUT/check-$what.txt") $LAST_ERROR"
+    fi
+}
+check_row attention
 # JAX's lowering of jax.nn.dot_product_attention(implementation='cudnn') with this machine's
 # cuDNN: the fixture Tessera's CUDA lowering is compared with (tests/data/cudnn/).
 if [ "$ON_CPU" = 0 ]; then
@@ -444,14 +448,7 @@ done
 # --- 2b. The collectives XLA's CPU backend lacks, on the plugin's devices ---------------------
 # `ragged_all_to_all` and `psend`/`precv` lower for GPUs only: on a GPU every program must run
 # and equal the interpreter (--require-all); on the CPU they are reported unsupported.
-check_flags=()
-[ "$ON_CPU" = 0 ] && check_flags=(--require-all)
-if logged check-collectives "$TESSERA" --plugin "$PLUGIN" check collectives "${check_flags[@]}" \
-    > "$OUT/check-collectives.txt"; then
-    row "check collectives" "ok" "$(tail -n 1 "$OUT/check-collectives.txt")"
-else
-    fail "check collectives" "$(grep -E -m 4 '^(FAILED|unsupported)' "$OUT/check-collectives.txt" | cut -c 1-200 | tr '\n' ' ')$(tail -n 1 "$OUT/check-collectives.txt") $LAST_ERROR"
-fi
+check_row collectives
 
 # --- 3. Two ranks sharing the one device, equal to one process -------------------------------
 mpi() {
