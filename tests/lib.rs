@@ -170,21 +170,34 @@ pub fn run_replicated(
     args: &[tessera_ir::Array],
 ) -> Vec<Vec<f64>> {
     use tessera_sharding::{NamedSharding, PartitionSpec};
-    let whole = NamedSharding::new(mesh, PartitionSpec::replicated()).unwrap();
+    let fail = |what: &str, e: &dyn std::fmt::Display| -> ! { panic!("{what}: {e}") };
+    let whole = NamedSharding::new(mesh, PartitionSpec::replicated())
+        .unwrap_or_else(|e| fail("the replicated sharding", &e));
     let (n_in, n_out) = (program.jaxpr.invars.len(), program.jaxpr.outvars.len());
-    let jit = tessera::jit::Jit::new(
+    let compiled = tessera::jit::Jit::new(
         program.clone(),
         vec![whole.clone(); n_in],
         vec![whole.clone(); n_out],
-    );
-    let compiled = jit.unwrap().lower().unwrap().compile(client).unwrap();
+    )
+    .and_then(|jit| jit.lower())
+    .and_then(|lowered| lowered.compile(client))
+    .unwrap_or_else(|e| fail("compiling", &e));
     let placed: Vec<tessera_pjrt::Array> = args
         .iter()
-        .map(|a| tessera_pjrt::Array::device_put(client, a, &whole).unwrap())
+        .map(|a| {
+            tessera_pjrt::Array::device_put(client, a, &whole)
+                .unwrap_or_else(|e| fail("placing an argument", &e))
+        })
         .collect();
     let refs: Vec<&tessera_pjrt::Array> = placed.iter().collect();
-    let out = compiled.call(&refs).unwrap();
-    out.iter().map(|a| a.to_host().unwrap().to_vec()).collect()
+    let out = compiled.call(&refs).unwrap_or_else(|e| fail("running", &e));
+    out.iter()
+        .map(|a| {
+            a.to_host()
+                .unwrap_or_else(|e| fail("reading a result", &e))
+                .to_vec()
+        })
+        .collect()
 }
 
 /// The variable naming the file where tests that cannot run here record themselves: `cargo
