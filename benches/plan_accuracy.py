@@ -7,7 +7,9 @@
 For a preset, ranks every layout with the default `tessera plan` (`--top 1000`, and a cache
 of its own, so that the costs are measured now by this build), then trains with `tessera train
 --plan FILE`:
-  - the 7 candidates the plan ranks first: how many measure within 15% of their predicted step;
+  - the 7 candidates the plan ranks first: how many measure within 15% of their predicted step
+    (and how many of those the plan did not time itself: its calibration trains the fastest
+    layouts of each leading group shape, and a layout it timed is predicted at that step);
   - the layouts whose predicted step is within 1.5x of the first choice's (every layout when the
     plan considered fewer than 30): the planner's regret is its first choice's measured step
     over the best measured step among them, minus one. The fastest of many noisy medians is
@@ -172,11 +174,16 @@ def main():
             "microbatches": c["microbatches"], "schedule": c["schedule"],
             "remat": c.get("remat"), "fsdp_gather": c.get("fsdp_gather"),
             "predicted_ms": c["step_seconds"] * 1000.0, "rounds_ms": times,
+            # What the plan's calibration did to it: its factor, and its own step where the plan
+            # timed it (its prediction is then that measurement).
+            "calibration": c.get("calibration"), "timed_by_plan_ms": c.get("timed_step_ms"),
             "measured_ms": statistics.median(times),
             "confirmed_rounds_ms": confirmed.get(i),
         })
     firsts = [c for c in candidates if c["rank"] <= TOP]
     within = sum(abs(c["measured_ms"] / c["predicted_ms"] - 1) <= WITHIN for c in firsts)
+    untimed = [c for c in firsts if c["timed_by_plan_ms"] is None]
+    within_untimed = sum(abs(c["measured_ms"] / c["predicted_ms"] - 1) <= WITHIN for c in untimed)
     chosen = next(c for c in candidates if c["rank"] == 1)
     best = min(c["measured_ms"] for c in candidates)
     finals = {i: statistics.median(t) for i, t in confirmed.items()}
@@ -186,6 +193,7 @@ def main():
         "plan_seconds": plan_seconds, "layouts_considered": len(top),
         "steps": args.steps, "rounds": args.rounds, "load_average": loads,
         "candidates": candidates, "within_15_percent": within, "of": len(firsts),
+        "within_15_percent_untimed": within_untimed, "of_untimed": len(untimed),
         "regret_unconfirmed": chosen["measured_ms"] / best - 1,
         "regret": finals[first_at] / min(finals.values()) - 1,
         "confirmed": len(finals),

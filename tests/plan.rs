@@ -52,6 +52,11 @@ fn plan(cache: &Path, extra: &[&str]) -> std::process::Output {
             true => &[][..],
             false => &POLICIES[..],
         })
+        // Calibration trains whole steps in child processes: off unless the test asks for it.
+        .args(match extra.contains(&"--calibrate") {
+            true => &[][..],
+            false => &["--calibrate", "0"][..],
+        })
         .env("TF_CPP_MIN_LOG_LEVEL", "2")
         .output()
         .unwrap()
@@ -115,7 +120,8 @@ fn a_plan_ranks_caches_and_trains() {
     let notes = first["measurements"].to_string();
     assert!(notes.contains("measured"), "{notes}");
     // Every cached measurement holds the time model's measured terms: the contention of groups
-    // running at once (a group of 2 of the 4 devices has another beside it), the fused
+    // running at once (a group of 2 of the 4 devices has another beside it; groups of one
+    // device, also two of them at once), the fused
     // actions' factors and the dispatch, each in its range.
     let mut cached = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
@@ -134,6 +140,12 @@ fn a_plan_ranks_caches_and_trains() {
         assert!((0.0..=1.0).contains(&term("fused_chain")), "{costs}");
         assert!((0.2..=2.0).contains(&term("fused_apart")), "{costs}");
         assert!(term("dispatch") >= 0.0, "{costs}");
+        // Two groups at once are measured apart where the run has more than two (groups of
+        // one device: four of them).
+        match costs["data"].as_u64() {
+            Some(1) => assert!(term("contention_two") > 0.0, "{costs}"),
+            _ => assert!(costs["contention_two"].is_null(), "{costs}"),
+        }
     }
     assert!(cached > 0, "no cached costs in {}", dir.display());
     // The fastest ten layouts' stages are measured as they run (`--refine 10`), each stage's
@@ -180,6 +192,27 @@ fn a_plan_ranks_caches_and_trains() {
         first["top"][0]["step_seconds"].as_f64().unwrap(),
     );
     assert!((a - b).abs() <= 1e-9 * b, "{a} vs {b}");
+    // Calibrated against whole steps, the first layouts' shape is timed: its fastest layouts
+    // rank by their measured steps, the shape's others by the median factor; a second run
+    // reuses the timed steps.
+    let every = ["--devices", "4", "--json", "--top", "1000"];
+    let plain = json(&plan(&dir, &every));
+    let calibrated = json(&plan(&dir, &[&every[..], &["--calibrate", "1"]].concat()));
+    assert_calibrated(&calibrated, &plain);
+    let notes = calibrated["measurements"].to_string();
+    assert!(notes.contains("calibration of"), "{notes}");
+    let again = json(&plan(
+        &dir,
+        &["--devices", "4", "--json", "--calibrate", "1"],
+    ));
+    let notes = again["measurements"].as_array().unwrap();
+    assert!(
+        notes
+            .iter()
+            .filter(|n| n.as_str().unwrap().starts_with("whole step"))
+            .all(|n| n.as_str().unwrap().contains("reused")),
+        "{notes:?}"
+    );
     // Training with the plan file takes its options and reports its prediction.
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
@@ -281,6 +314,49 @@ fn a_plan_ranks_caches_and_trains() {
             .iter()
             .all(|c| c["peak_bytes"].as_u64().unwrap() <= least.parse::<u64>().unwrap())
     );
+}
+
+/// `calibrated` (a ranking with `--calibrate 1`) against `plain` (the same without): the first
+/// layout's shape has timed layouts predicted at their measured steps, and every other layout
+/// of that shape is the plain prediction times one factor, the median of the timed ones'.
+fn assert_calibrated(calibrated: &serde_json::Value, plain: &serde_json::Value) {
+    let top = calibrated["top"].as_array().unwrap();
+    let shape = |c: &serde_json::Value| (c["groups"].clone(), c["data"].clone());
+    let first = shape(&top[0]);
+    let of_shape: Vec<&serde_json::Value> = top.iter().filter(|c| shape(c) == first).collect();
+    let plain_step = |c: &serde_json::Value| -> f64 {
+        let same = |p: &&serde_json::Value| {
+            [
+                "stage_layers",
+                "microbatches",
+                "schedule",
+                "remat",
+                "groups",
+                "data",
+            ]
+            .iter()
+            .all(|k| p[*k] == c[*k])
+        };
+        let p = plain["top"].as_array().unwrap().iter().find(same);
+        p.unwrap_or_else(|| panic!("{c} is not in the plain ranking"))["step_seconds"]
+            .as_f64()
+            .unwrap()
+    };
+    let mut ratios = Vec::new();
+    for c in of_shape.iter().filter(|c| c["timed_step_ms"].is_number()) {
+        let timed = c["timed_step_ms"].as_f64().unwrap();
+        let step = c["step_seconds"].as_f64().unwrap() * 1000.0;
+        assert!((step - timed).abs() <= 1e-9 * timed, "{c}");
+        ratios.push(timed / (plain_step(c) * 1000.0));
+    }
+    assert!(!ratios.is_empty() && ratios.len() <= 3, "{ratios:?}");
+    ratios.sort_by(f64::total_cmp);
+    let factor = ratios[ratios.len() / 2];
+    for c in of_shape.iter().filter(|c| !c["timed_step_ms"].is_number()) {
+        let step = c["step_seconds"].as_f64().unwrap();
+        assert!((step - plain_step(c) * factor).abs() <= 1e-9 * step, "{c}");
+        assert_eq!(c["calibration"].as_f64(), Some(factor), "{c}");
+    }
 }
 
 #[test]

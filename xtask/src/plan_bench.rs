@@ -56,10 +56,15 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
         .unwrap_or_default();
     let _ = writeln!(
         md,
-        "`{}` (the default `--refine`), {} layouts considered, ranked in {:.0} s; then `tessera \
+        "`{}` (the default {}), {} layouts considered, ranked in {:.0} s; then `tessera \
          train --plan FILE --steps {}` of each candidate below, {} rounds taking turns (load \
          average at the start and end of each round: {}). Measured at {}.",
         text("plan_command"),
+        // Runs since the calibration record what it did to each candidate.
+        match data["of_untimed"].is_u64() {
+            true => "`--refine` and `--calibrate`",
+            false => "`--refine`, before `--calibrate` existed",
+        },
         number("layouts_considered")?,
         number("plan_seconds")?,
         number("steps")?,
@@ -90,6 +95,33 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
         REGRET_TARGET * 100.0,
         verdict(regret <= REGRET_TARGET)
     );
+    if let (Some(untimed_within), Some(untimed)) = (
+        data["within_15_percent_untimed"].as_u64(),
+        data["of_untimed"].as_u64(),
+    ) {
+        let _ = writeln!(
+            md,
+            "The plan's calibration timed {} of those {of} itself (marked †: their prediction is \
+             the step it measured); of the {untimed} it predicted from the time model and its \
+             group shape's factor, {untimed_within} within 15%.",
+            of.saturating_sub(untimed),
+        );
+        let _ = writeln!(md);
+    }
+    // The first choices and the layouts measured again; the rest of the measured layouts are
+    // in the run file.
+    let shown: Vec<&Value> = candidates
+        .iter()
+        .filter(|c| {
+            c["rank"].as_u64().is_some_and(|r| r <= of) || c["confirmed_rounds_ms"].is_array()
+        })
+        .collect();
+    let _ = writeln!(
+        md,
+        "The first {of} and the layouts measured again below; the other {} layouts measured (the \
+         regret's band) are in the run file.",
+        candidates.len() - shown.len()
+    );
     let _ = writeln!(md);
     let _ = writeln!(
         md,
@@ -97,7 +129,12 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
          predicted ms | measured ms (rounds) | measured / predicted |"
     );
     let _ = writeln!(md, "|---:|---|---|---:|---|---|---:|---|---:|");
-    for c in candidates {
+    for c in shown {
+        let timed = if c["timed_by_plan_ms"].is_number() {
+            " †"
+        } else {
+            ""
+        };
         let predicted = c["predicted_ms"].as_f64().unwrap_or(f64::NAN);
         let measured = c["measured_ms"].as_f64().unwrap_or(f64::NAN);
         let listed = |key: &str| -> Vec<String> {
@@ -121,7 +158,7 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
             .unwrap_or_default();
         let _ = writeln!(
             md,
-            "| {} | {} × {} | {} ({}) | {} | {} | {} | {predicted:.1} | {measured:.1} ({}) | {:.2}× |",
+            "| {}{timed} | {} × {} | {} ({}) | {} | {} | {} | {predicted:.1} | {measured:.1} ({}) | {:.2}× |",
             c["rank"],
             c["groups"],
             c["data"],
@@ -179,11 +216,19 @@ mod tests {
             "preset": "gpt", "held_out": false, "plan_command": "tessera plan",
             "plan_seconds": 100.0, "layouts_considered": 40, "steps": 10, "rounds": 3,
             "load_average": [{"start": 1.0, "end": 2.0}], "within_15_percent": 6, "of": 7,
+            "within_15_percent_untimed": 4, "of_untimed": 5,
             "regret": 0.02, "regret_unconfirmed": 0.21, "confirmed": 4,
             "candidates": [{"rank": 1, "groups": 2, "data": 4, "stages": 2,
                 "stage_layers": [2, 2], "microbatches": 1, "schedule": "1f1b",
                 "predicted_ms": 30.0, "measured_ms": 33.0, "rounds_ms": [33.0, 32.0, 34.0],
-                "confirmed_rounds_ms": [31.0, 30.5, 32.0]}]}});
+                "confirmed_rounds_ms": [31.0, 30.5, 32.0], "timed_by_plan_ms": 30.0},
+                {"rank": 40, "groups": 2, "data": 4, "stages": 2,
+                "stage_layers": [2, 2], "microbatches": 2, "schedule": "gpipe",
+                "predicted_ms": 40.0, "measured_ms": 41.0, "rounds_ms": [41.0, 41.0, 41.0]},
+                {"rank": 41, "groups": 2, "data": 4, "stages": 2,
+                "stage_layers": [2, 2], "microbatches": 4, "schedule": "gpipe",
+                "predicted_ms": 45.0, "measured_ms": 44.0, "rounds_ms": [44.0, 44.0, 44.0],
+                "confirmed_rounds_ms": [44.0, 44.0, 44.0]}]}});
         let mut md = String::new();
         render_run(&mut md, &run).unwrap();
         assert!(md.contains("**regret 2.0%**"), "{md}");
@@ -197,5 +242,18 @@ mod tests {
             md.contains("| 33.0 (33.0, 32.0, 34.0; again 31.0, 30.5, 32.0) |"),
             "{md}"
         );
+        // Its calibration's share, the layout it timed marked; a layout neither among the
+        // first 7 nor measured again is left to the run file.
+        assert!(
+            md.contains("timed 2 of those 7 itself") && md.contains("of the 5 it predicted"),
+            "{md}"
+        );
+        assert!(md.contains("group shape's factor, 4 within 15%"), "{md}");
+        assert!(md.contains("| 1 † | 2 × 4 |"), "{md}");
+        assert!(
+            md.contains("| 41 | 2 × 4 |") && !md.contains("| 40 |"),
+            "{md}"
+        );
+        assert!(md.contains("the other 1 layouts measured"), "{md}");
     }
 }

@@ -18,8 +18,9 @@
 //!    split only some, as DualPipeV), with a hop between groups costing
 //!    [`Link::seconds`] of the boundary bytes; with devices sharing [`Space::cores`] host
 //!    cores, tasks of different groups running at once share them: with every group busy a
-//!    task takes its fair share of the cores times the measured [`RowCosts::contention`], and
-//!    with fewer busy that slowdown in proportion to the tasks running ([`crate::shared`]);
+//!    task takes its fair share of the cores times the measured [`RowCosts::contention`], with
+//!    two busy as measured with two ([`RowCosts::contention_two`]), and in between as the
+//!    cores' throughput interpolated between those two ([`crate::shared`]);
 //!    plus the measured time a step spends
 //!    outside its tasks ([`RowCosts::step_overhead`]);
 //! 3. predicts each group's peak live bytes per device with
@@ -107,6 +108,11 @@ pub struct RowCosts {
     /// cores idle alone and overlap better than their fair share). See [`crate::shared`].
     #[serde(default = "one_f64")]
     pub contention: f64,
+    /// The same with two groups working at once (`None`: not measured, or the run has two
+    /// groups); between two and all, the slowdown follows the throughput interpolated between
+    /// the two ([`crate::shared`]).
+    #[serde(default)]
+    pub contention_two: Option<f64>,
     /// A fused action of one stage's forward and backward on one micro-batch against its tasks
     /// run apart ([`Costs::fused_chain`]; 1: the sum).
     #[serde(default = "one_f64")]
@@ -156,6 +162,7 @@ impl RowCosts {
             weight_residual_bytes: Vec::new(),
             layer_hidden_bytes: 0,
             contention: 1.0,
+            contention_two: None,
             fused_chain: 1.0,
             fused_apart: 1.0,
             dispatch: 0.0,
@@ -364,6 +371,15 @@ pub struct Candidate {
     /// made the prediction (`per-step` or `per-microbatch`; `None`: not FSDP, or not said).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fsdp_gather: Option<String>,
+    /// The factor its prediction was scaled by against whole steps the caller timed: its own
+    /// measured over predicted step where it was timed ([`Candidate::timed_step_ms`]), else
+    /// its group shape's (`None`: not calibrated; the search never sets it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<f64>,
+    /// Its whole step as the caller timed it to calibrate the ranking, in milliseconds (`None`:
+    /// not timed; its prediction then comes from the time model and its shape's factor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_step_ms: Option<f64>,
 }
 
 /// Why nothing was ranked; each message names the fix.
@@ -777,6 +793,7 @@ pub fn predict(
         cores: space.cores,
         demand: shape.data.min(space.cores).max(1),
         contention: factors.contention,
+        contention_two: factors.contention_two,
     };
     let on_cores = match space.cores {
         0 => simulated,
@@ -841,6 +858,8 @@ pub fn predict(
         measured_stages: measured.has_stages(counts),
         remat: None,
         fsdp_gather: None,
+        calibration: None,
+        timed_step_ms: None,
     })
 }
 

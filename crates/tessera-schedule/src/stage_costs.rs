@@ -51,6 +51,9 @@ pub struct LayoutFactors {
     /// Its measuring step on every group of the run at once against alone, over the fair share
     /// of the cores (see [`crate::shared`]).
     pub contention: f64,
+    /// The same with two groups at once (`None`: not measured).
+    #[serde(default)]
+    pub contention_two: Option<f64>,
     /// Its last stage's forward fused with its backward: the share of the forward it pays
     /// beyond the backward ([`crate::Costs::fused_chain`]).
     pub fused_chain: f64,
@@ -70,6 +73,7 @@ impl RowCosts {
             .unwrap_or_else(|| LayoutFactors {
                 stage_layers: counts.to_vec(),
                 contention: self.contention,
+                contention_two: self.contention_two,
                 fused_chain: self.fused_chain,
                 fused_apart: self.fused_apart,
             })
@@ -235,6 +239,7 @@ mod tests {
         let own = |contention: f64| LayoutFactors {
             stage_layers: vec![2, 2],
             contention,
+            contention_two: Some(contention * 1.2),
             fused_chain: 0.25,
             fused_apart: 0.9,
         };

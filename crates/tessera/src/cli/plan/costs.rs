@@ -23,7 +23,7 @@ pub(super) struct Measurements {
     /// Per size measured now or read from the cache, what happened (for the user).
     pub(super) notes: Vec<String>,
     /// The cache folder.
-    dir: PathBuf,
+    pub(super) dir: PathBuf,
     /// The device kind and the plugin, as the cache keys name them.
     kind: String,
     plugin: String,
@@ -49,7 +49,7 @@ struct CachedLink {
 }
 
 /// A cache entry, with the key of what it was measured for.
-trait Cached: serde::de::DeserializeOwned {
+pub(super) trait Cached: serde::de::DeserializeOwned {
     fn key(&self) -> &str;
 }
 
@@ -73,7 +73,7 @@ impl Cached for CachedStages {
 
 /// The entry cached at `path` for `key` (none with `--remeasure`, or when it is missing, is
 /// not such an entry, or was measured for another key).
-fn read_cache<T: Cached>(path: &Path, key: &str, remeasure: bool) -> Option<T> {
+pub(super) fn read_cache<T: Cached>(path: &Path, key: &str, remeasure: bool) -> Option<T> {
     if remeasure {
         return None;
     }
@@ -84,10 +84,10 @@ fn read_cache<T: Cached>(path: &Path, key: &str, remeasure: bool) -> Option<T> {
 }
 
 /// What the cached costs hold; a new version measures again.
-const COSTS_VERSION: u32 = 11;
+const COSTS_VERSION: u32 = 12;
 
 /// A file name from a cache key.
-fn file_name(key: &str) -> String {
+pub(super) fn file_name(key: &str) -> String {
     key.chars()
         .map(
             |c| match c.is_ascii_alphanumeric() || c == '.' || c == '-' {

@@ -6,7 +6,8 @@
 //! device holds and the collectives of each task), and the link between two devices; caches them under `~/.cache/tessera/plan/`, and ranks the pipeline configurations of
 //! `--devices` devices with `tessera_schedule::search` (stages, boundaries, MPMD groups, devices
 //! per group, micro-batches, schedule), one search per variant merged by
-//! `tessera_schedule::variants`, by predicted step time, dropping those over `--device-memory`.
+//! `tessera_schedule::variants`, by predicted step time, dropping those over `--device-memory`;
+//! then calibrates the ranking against whole steps of its leading group shapes ([`calibrate`]).
 //! `--out FILE` writes the first as the `tessera train` options it stands for (`tessera train
 //! --plan FILE`).
 
@@ -17,6 +18,7 @@ use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use tessera_schedule::search::{Candidate, Link, Space, search, shapes};
 
+mod calibrate;
 mod costs;
 
 use super::out::outln;
@@ -102,6 +104,14 @@ pub struct Args {
     /// fastest are all measured so; 0: predict every stage from its parts.
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub refine: usize,
+    /// Calibrate against whole steps: for each group shape (MPMD groups × devices per group)
+    /// among the N fastest layouts, train its 3 fastest layouts as `tessera train --plan` does
+    /// (twice --repeats steps each, the median after the first), rank those by their measured
+    /// steps and the shape's others by their predictions times the median measured over
+    /// predicted step, and rank again, until the N fastest are all of calibrated shapes; 0: rank
+    /// by the time model alone.
+    #[arg(long, default_value_t = 7, value_name = "N")]
+    pub calibrate: usize,
     /// Write the first configuration here as `tessera train` options (for `tessera train
     /// --plan FILE`).
     #[arg(long, value_name = "FILE")]
@@ -423,6 +433,14 @@ pub fn rank(
         link: measured.link,
         cores,
     };
+    let ranked = calibrate::calibrate(
+        args,
+        plugin,
+        ranked,
+        &context,
+        &measured.dir,
+        &mut measured.notes,
+    )?;
     Ok((ranked, context, measured.notes))
 }
 
@@ -548,6 +566,21 @@ pub fn run(args: Args, plugin: Option<&str>) -> anyhow::Result<ExitCode> {
     }
     if top.iter().any(|c| c.measured_stages) {
         outln!("* from its stages measured as they run (the others: sums of measured parts)")?;
+    }
+    let mut shapes: Vec<String> = Vec::new();
+    for c in &top {
+        if let Some(f) = c.calibration {
+            let shape = format!("{}×{} devices {f:.2}×", c.groups, c.data);
+            if !shapes.contains(&shape) {
+                shapes.push(shape);
+            }
+        }
+    }
+    if !shapes.is_empty() {
+        outln!(
+            "step ms scaled by its group shape's whole steps measured against predicted: {}",
+            shapes.join(", ")
+        )?;
     }
     if let Some(first) = top.first() {
         let file = plan_file(first, &context);

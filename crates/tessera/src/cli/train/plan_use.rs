@@ -261,6 +261,7 @@ fn auto(args: &Args, plugin: Option<&str>) -> anyhow::Result<PlanFile> {
         cache: None,
         top: 1,
         refine: 10,
+        calibrate: 7,
         out: None,
         json: args.json,
     };

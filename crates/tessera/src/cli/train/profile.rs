@@ -220,6 +220,7 @@ pub fn measure(
             .collect(),
         layer_hidden_bytes: u64::try_from(hidden).unwrap_or(0),
         contention: factors.contention,
+        contention_two: factors.contention_two,
         fused_chain: factors.fused_chain,
         fused_apart: factors.fused_apart,
         dispatch,
@@ -350,12 +351,13 @@ impl Measuring {
             steps,
         };
         let alone = run.time(&self.jit, None)?;
-        let contention = self.contention(&run, &alone, cores)?;
+        let (contention, contention_two) = self.contention(&run, &alone, cores)?;
         let fused = self.time_fused(&run)?;
         let (fused_chain, fused_apart) = fused_factors(&fused, &alone.times, self.stages as usize);
         let factors = LayoutFactors {
             stage_layers: self.counts.clone(),
             contention,
+            contention_two,
             fused_chain,
             fused_apart,
         };
@@ -379,9 +381,34 @@ impl Measuring {
         run.time(&jit, None)
     }
 
-    /// The contention of `run`'s step on every group of the planned run against `alone`.
-    fn contention(&self, run: &Runs, alone: &Timed, cores: u32) -> anyhow::Result<f64> {
-        measure_contention(run, &self.client, &self.layout, &self.options, alone, cores)
+    /// The contention of `run`'s step on every group of the planned run against `alone`, and
+    /// on two of them where the run has more than two.
+    fn contention(
+        &self,
+        run: &Runs,
+        alone: &Timed,
+        cores: u32,
+    ) -> anyhow::Result<(f64, Option<f64>)> {
+        let groups = self
+            .client
+            .addressable_devices()?
+            .len()
+            .checked_div(self.layout.shape.device_ids().len())
+            .unwrap_or(0);
+        let on = |running: usize| {
+            measure_contention(
+                run,
+                (&self.client, &self.layout, &self.options),
+                alone,
+                cores,
+                running,
+            )
+        };
+        let two = match groups > 2 && cores > 0 {
+            true => Some(on(2)?),
+            false => None,
+        };
+        Ok((on(groups)?, two))
     }
 }
 
@@ -592,30 +619,29 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// How much longer than their fair share of `cores` the step's work takes when every group of
-/// the planned run does it at once (below 1: shorter, the tasks alone leaving cores idle): the
-/// measuring step runs on each group's devices of the client together (the same program on
-/// `client devices / group devices` disjoint groups, each group starting a fraction of a step
-/// after the one before, so that they overlap different tasks, as a pipeline's groups do),
-/// against `alone`. 1 when the run has one group or the devices do not share cores.
+/// How much longer than their fair share of `cores` the step's work takes when `running`
+/// groups of the planned run do it at once (below 1: shorter, the tasks alone leaving cores
+/// idle): the measuring step runs on the devices of the client's first `running` groups
+/// together (the same program on disjoint groups of the layout's size, each group starting a
+/// fraction of a step after the one before, so that they overlap different tasks, as a
+/// pipeline's groups do), against `alone`. 1 when fewer than two run or the devices do not
+/// share cores.
 fn measure_contention(
     run: &Runs,
-    client: &tessera_pjrt::Client,
-    layout: &layout::Layout,
-    options: &tessera_mpmd::MpmdJitOptions,
+    (client, layout, options): (
+        &tessera_pjrt::Client,
+        &layout::Layout,
+        &tessera_mpmd::MpmdJitOptions,
+    ),
     alone: &Timed,
     cores: u32,
+    running: usize,
 ) -> anyhow::Result<f64> {
     let data = layout.shape.device_ids().len();
-    let groups = client
-        .addressable_devices()?
-        .len()
-        .checked_div(data)
-        .unwrap_or(0);
-    if cores == 0 || groups < 2 {
+    if cores == 0 || running < 2 {
         return Ok(1.0);
     }
-    let jits = (0..groups)
+    let jits = (0..running)
         .map(|g| {
             let ids: Vec<i64> = (0..data).map(|d| (g * data + d) as i64).collect();
             let mesh = tessera_sharding::Mesh::new(layout.shape.abstract_mesh().clone(), ids)?;
@@ -628,11 +654,11 @@ fn measure_contention(
             )?)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let barrier = std::sync::Barrier::new(groups);
-    // Group `g` starts `g / groups` of a step alone after the first.
+    let barrier = std::sync::Barrier::new(running);
+    // Group `g` starts `g / running` of a step alone after the first.
     let step_alone = median(alone.walls.clone());
     let offset =
-        |g: usize| std::time::Duration::from_secs_f64(step_alone * g as f64 / groups as f64);
+        |g: usize| std::time::Duration::from_secs_f64(step_alone * g as f64 / running as f64);
     let walls: Vec<Vec<f64>> = std::thread::scope(|scope| {
         let handles: Vec<_> = jits
             .iter()
@@ -653,7 +679,7 @@ fn measure_contention(
     // The slowest group's median step.
     let together = walls.iter().map(|w| median(w.clone())).fold(0.0, f64::max);
     let demand = (data as u32).clamp(1, cores);
-    let share = (groups as f64 * f64::from(demand) / f64::from(cores)).max(1.0);
+    let share = (running as f64 * f64::from(demand) / f64::from(cores)).max(1.0);
     let fair = step_alone * share;
     // Below 1 where the tasks alone leave cores idle; never below what keeps a step together
     // at least as long as alone.
