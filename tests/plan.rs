@@ -213,6 +213,34 @@ fn a_plan_ranks_caches_and_trains() {
             .all(|n| n.as_str().unwrap().contains("reused")),
         "{notes:?}"
     );
+    // Inside an MPI job a child `tessera train` would join the job: no calibration there.
+    let in_job = std::process::Command::new(tessera_bin())
+        .arg("plan")
+        .args(TINY)
+        .args(POLICIES)
+        .arg("--cache")
+        .arg(&dir)
+        .args(["--devices", "4", "--json"])
+        .env("TF_CPP_MIN_LOG_LEVEL", "2")
+        .env("OMPI_COMM_WORLD_RANK", "0")
+        .env("OMPI_COMM_WORLD_SIZE", "1")
+        .output()
+        .unwrap();
+    let in_job = json(&in_job);
+    assert!(
+        in_job["measurements"]
+            .to_string()
+            .contains("skipped inside an MPI job"),
+        "{in_job}"
+    );
+    assert!(
+        in_job["top"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["timed_step_ms"].is_null()),
+        "{in_job}"
+    );
     // Training with the plan file takes its options and reports its prediction.
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();

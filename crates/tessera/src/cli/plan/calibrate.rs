@@ -54,6 +54,16 @@ pub(super) fn calibrate(
     dir: &Path,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<Vec<Candidate>> {
+    if args.calibrate > 0 && tessera_mpmd::mpi_job::launched().is_some() {
+        // A child `tessera train` would take the launcher's environment for its own and join
+        // the job as this rank.
+        notes.push(
+            "calibration: skipped inside an MPI job (plan outside it, then train with --plan \
+             FILE)"
+                .to_string(),
+        );
+        return Ok(ranked);
+    }
     let mut factors: BTreeMap<Shape, f64> = BTreeMap::new();
     // Per timed layout (its index in `ranked`), its measured step in milliseconds.
     let mut timed: BTreeMap<usize, f64> = BTreeMap::new();
