@@ -31,6 +31,7 @@ which `cargo xtask bench --render` draws its section of docs/benchmarks.md.
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -132,6 +133,7 @@ def main():
     started = time.time()
     ranking = run([args.tessera, "plan", *preset, "--json", "--top", "1000", "--cache", cache])
     plan_seconds = time.time() - started
+    shutil.rmtree(cache, ignore_errors=True)
     top = ranking["top"]
     first = top[0]
     band = [c for c in top if c["step_seconds"] <= REGRET_BAND * first["step_seconds"]]
