@@ -137,3 +137,16 @@ fn the_oracle_programs_go_through() {
         texts.len()
     );
 }
+
+/// A case the fuzzer found (2026-11-30): an edit that leaves a windowed maximum's window with a
+/// zero dimension made its JVP index the first of no window positions and panic; it is now a
+/// trace error.
+#[test]
+fn a_window_of_no_elements_is_an_error_not_a_panic() {
+    let texts = oracle_texts();
+    let edits = [
+        Edit::Digit(11716247666037863441, '0'),
+        Edit::Digit(16066901947953148665, '3'),
+    ];
+    exercise(&apply(&texts[7666440408831399051 % texts.len()], &edits));
+}

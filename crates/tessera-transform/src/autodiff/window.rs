@@ -103,8 +103,19 @@ fn select_and_gather(t: &Tensor, x: &Tensor, w: &WindowParams, ge: bool, out: &[
     };
     let xs = patches(x, &x.literal_strong(worst, x.dtype()), w, out);
     let ts = patches(t, &t.literal_strong(0.0, t.dtype()), w, out);
-    let mut best = xs[0].clone();
-    let mut picked = ts[0].clone();
+    let (Some(first_x), Some(first_t)) = (xs.first(), ts.first()) else {
+        // A window of no elements (a zero window dimension) has no maximum or minimum to pick.
+        return t.fail(
+            "select_and_gather",
+            format!(
+                "its window {:?} holds no elements, so no maximum or minimum picks a tangent; \
+                 give every window dimension at least 1",
+                w.dimensions
+            ),
+        );
+    };
+    let mut best = first_x.clone();
+    let mut picked = first_t.clone();
     for (v, tv) in xs.iter().zip(&ts).skip(1) {
         let keep = if ge { best.ge(v) } else { v.ge(&best) };
         best = where_(&keep, &best, v);
