@@ -22,7 +22,7 @@ use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use tessera_schedule::search::Candidate;
 
-use super::costs::read_cache;
+use super::costs::{plugin_label, read_cache};
 use super::{Args, PlanContext, plan_file};
 
 /// Layouts of a shape timed to calibrate it: the fastest few, so that one layout's own error
@@ -153,7 +153,7 @@ fn whole_step(
     let steps = 2 * args.repeats.max(1);
     let key = format!(
         "step v1 steps={steps} plugin={} {}",
-        plugin.unwrap_or("default"),
+        plugin_label(plugin),
         words.join(" ")
     );
     // The key is too long for a file name: a hash of it names the file, and the key inside
@@ -202,10 +202,7 @@ fn whole_step(
         .with_context(|| format!("{label}: no plan_measured_step_ms in its summary"))?;
     std::fs::write(
         &path,
-        serde_json::to_string_pretty(&CachedStep {
-            key: key.clone(),
-            measured_ms,
-        })?,
+        serde_json::to_string_pretty(&CachedStep { key, measured_ms })?,
     )?;
     Ok((
         measured_ms,

@@ -98,7 +98,8 @@ pub(super) fn file_name(key: &str) -> String {
         .collect()
 }
 
-fn plugin_label(plugin: Option<&str>) -> String {
+/// The plugin as the cache keys name it: `--plugin`, else `TESSERA_PJRT_PLUGIN`, else `cpu`.
+pub(super) fn plugin_label(plugin: Option<&str>) -> String {
     plugin
         .map(str::to_string)
         .or_else(|| std::env::var(tessera_pjrt::PLUGIN_ENV).ok())
