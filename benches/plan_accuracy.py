@@ -18,8 +18,10 @@ of its own, so that the costs are measured now by this build), then trains with 
     fresh rounds taking turns, and the regret is taken from those rounds ("confirmed"); the
     regret over the first rounds alone is kept beside it.
 Every candidate trains `--rounds` times, the candidates taking turns (round 1 of each, then
-round 2 of each, ...), so a change of the machine's load falls on all of them alike; a
-candidate's figure is the median of its rounds. The load average is kept at the start and end
+round 2 of each, ...), so a change of the machine's load falls on all of them alike, and each
+round starts one candidate further along than the last (round r runs candidate r first, then
+the rest in order, wrapping around), so no candidate always trains right after the same one or
+always first; a candidate's figure is the median of its rounds. The load average is kept at the start and end
 of each round.
 
 The presets are fixed in PRESETS. `gpt` and `llama` are the ones the planner's time model was
@@ -71,6 +73,12 @@ def run(cmd):
 def load_average():
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
+
+
+def turns(items, r):
+    """`items` in the order of round `r`: starting `r` places along, wrapping around."""
+    start = r % len(items)
+    return items[start:] + items[:start]
 
 
 def key(c):
@@ -148,10 +156,10 @@ def main():
         paths = [plan_file(ranking["first"], c, tmp, i) for i, c in enumerate(measured)]
         for r in range(args.rounds):
             at_start = load_average()
-            for i, path in enumerate(paths):
+            for i in turns(list(range(len(paths))), r):
                 print(f"plan_accuracy: {args.preset}: round {r + 1}/{args.rounds}: candidate "
                       f"{i + 1}/{len(paths)}", file=sys.stderr)
-                s = run([args.tessera, "train", "--plan", path, "--steps", str(args.steps),
+                s = run([args.tessera, "train", "--plan", paths[i], "--steps", str(args.steps),
                          "--no-reference", "--eval-every", "0", "--json"])
                 rounds[i].append(s["plan_measured_step_ms"])
             loads.append({"start": at_start, "end": load_average()})
@@ -161,7 +169,7 @@ def main():
         confirmed = {i: [] for i in finalists}
         for r in range(args.rounds):
             at_start = load_average()
-            for i in finalists:
+            for i in turns(finalists, r):
                 print(f"plan_accuracy: {args.preset}: confirming, round {r + 1}/{args.rounds}: "
                       f"candidate {i + 1}", file=sys.stderr)
                 s = run([args.tessera, "train", "--plan", paths[i], "--steps", str(args.steps),
@@ -193,7 +201,7 @@ def main():
         "preset": args.preset, "arguments": preset, "held_out": held_out,
         "plan_command": f"tessera plan {' '.join(preset)} --json --top 1000 --cache EMPTY_DIR",
         "plan_seconds": plan_seconds, "layouts_considered": len(top),
-        "steps": args.steps, "rounds": args.rounds, "load_average": loads,
+        "steps": args.steps, "rounds": args.rounds, "order": "rotating", "load_average": loads,
         "candidates": candidates, "within_15_percent": within, "of": len(firsts),
         "within_15_percent_untimed": within_untimed, "of_untimed": len(untimed),
         "regret_unconfirmed": chosen["measured_ms"] / best - 1,

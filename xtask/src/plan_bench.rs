@@ -57,7 +57,7 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
     let _ = writeln!(
         md,
         "`{}` (the default {}), {} layouts considered, ranked in {:.0} s; then `tessera \
-         train --plan FILE --steps {}` of each candidate below, {} rounds taking turns (load \
+         train --plan FILE --steps {}` of each candidate below, {} rounds taking turns{} (load \
          average at the start and end of each round: {}). Measured at {}.",
         text("plan_command"),
         // Runs since the calibration record what it did to each candidate.
@@ -69,6 +69,11 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
         number("plan_seconds")?,
         number("steps")?,
         number("rounds")?,
+        // Runs since the rotation start each round one candidate further along.
+        match data["order"].as_str() {
+            Some("rotating") => ", each round starting one candidate further along",
+            _ => "",
+        },
         loads.join(", "),
         runs::provenance(run)
     );
