@@ -18,7 +18,7 @@
 use std::collections::HashSet;
 
 use tessera_ir::passes::eliminate_dead_code;
-use tessera_ir::{Atom, ClosedJaxpr, Jaxpr, ParamValue, Prim, Var};
+use tessera_ir::{Atom, ClosedJaxpr, Jaxpr, Prim, Var};
 
 /// Why a loss's host callbacks cannot run in a pipeline's stages.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -130,24 +130,8 @@ fn strip(jaxpr: &mut Jaxpr) {
     });
     for eqn in &mut jaxpr.eqns {
         for (_, value) in eqn.params.entries_mut().iter_mut() {
-            strip_value(value);
+            value.for_each_jaxpr_mut(&mut |inner| strip(&mut inner.jaxpr));
         }
-    }
-}
-
-fn strip_value(value: &mut ParamValue) {
-    match value {
-        ParamValue::Jaxpr(inner) => strip(&mut inner.jaxpr),
-        ParamValue::Tuple(items) | ParamValue::List(items) | ParamValue::Set(items) => {
-            items.iter_mut().for_each(strip_value);
-        }
-        ParamValue::Record(_, fields) => fields.iter_mut().for_each(|(_, v)| strip_value(v)),
-        ParamValue::Str(_)
-        | ParamValue::Int(_)
-        | ParamValue::NpInt(_)
-        | ParamValue::Float(..)
-        | ParamValue::Bool(_)
-        | ParamValue::Name(_) => {}
     }
 }
 

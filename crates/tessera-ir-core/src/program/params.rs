@@ -121,6 +121,26 @@ impl ParamValue {
         out
     }
 
+    /// Calls `f` on each nested jaxpr this value holds (in tuples, lists, sets and records
+    /// too), in order, to rewrite it in place; `f` recurses itself where it should.
+    pub fn for_each_jaxpr_mut(&mut self, f: &mut impl FnMut(&mut ClosedJaxpr)) {
+        match self {
+            ParamValue::Jaxpr(j) => f(j),
+            ParamValue::Tuple(items) | ParamValue::List(items) | ParamValue::Set(items) => {
+                items.iter_mut().for_each(|v| v.for_each_jaxpr_mut(f));
+            }
+            ParamValue::Record(_, fields) => {
+                fields.iter_mut().for_each(|(_, v)| v.for_each_jaxpr_mut(f));
+            }
+            ParamValue::Str(_)
+            | ParamValue::Int(_)
+            | ParamValue::NpInt(_)
+            | ParamValue::Float(..)
+            | ParamValue::Bool(_)
+            | ParamValue::Name(_) => {}
+        }
+    }
+
     fn collect_jaxprs<'a>(&'a self, out: &mut Vec<&'a ClosedJaxpr>) {
         match self {
             ParamValue::Jaxpr(j) => out.push(j),

@@ -4,7 +4,6 @@
 //! partition (cuDNN's) wraps the kernel in a manual region laid out that way.
 
 use crate::jaxpr::{ClosedJaxpr, Jaxpr};
-use crate::params::ParamValue;
 use crate::prim::{AttentionShards, Prim};
 
 /// `closed` with each attention operation told `shards` (its JVP's and transpose's backward
@@ -21,7 +20,7 @@ pub fn shard_attention(closed: &ClosedJaxpr, shards: &AttentionShards) -> Closed
 fn rewrite(jaxpr: &mut Jaxpr, shards: &AttentionShards) {
     for eqn in &mut jaxpr.eqns {
         for (_, value) in eqn.params.entries_mut().iter_mut() {
-            in_value(value, shards);
+            value.for_each_jaxpr_mut(&mut |inner| rewrite(&mut inner.jaxpr, shards));
         }
         if matches!(
             eqn.prim,
@@ -30,22 +29,5 @@ fn rewrite(jaxpr: &mut Jaxpr, shards: &AttentionShards) {
             let plain = AttentionShards::strip(&eqn.params);
             eqn.params = shards.add_to(plain);
         }
-    }
-}
-
-/// The programs `value` holds, rewritten.
-fn in_value(value: &mut ParamValue, shards: &AttentionShards) {
-    match value {
-        ParamValue::Jaxpr(inner) => rewrite(&mut inner.jaxpr, shards),
-        ParamValue::Tuple(items) | ParamValue::List(items) | ParamValue::Set(items) => {
-            items.iter_mut().for_each(|v| in_value(v, shards));
-        }
-        ParamValue::Record(_, fields) => fields.iter_mut().for_each(|(_, v)| in_value(v, shards)),
-        ParamValue::Str(_)
-        | ParamValue::Int(_)
-        | ParamValue::NpInt(_)
-        | ParamValue::Float(..)
-        | ParamValue::Bool(_)
-        | ParamValue::Name(_) => {}
     }
 }
