@@ -14,9 +14,10 @@ of its own, so that the costs are measured now by this build), then trains with 
     plan considered fewer than 30): the planner's regret is its first choice's measured step
     over the best measured step among them, minus one. The fastest of many noisy medians is
     biased low (among hundreds of near ties, the one whose rounds happened to run fast wins), so
-    the first choice and the 3 layouts that measured fastest are measured again, in as many
-    fresh rounds taking turns, and the regret is taken from those rounds ("confirmed"); the
-    regret over the first rounds alone is kept beside it.
+    the first choice and the 3 layouts that measured fastest are measured again, in
+    `--confirm-rounds` fresh rounds taking turns (7: one process's step spreads by 5-10% here,
+    and a median of 3 could not tell a 5% regret from a tie), and the regret is taken from those
+    rounds ("confirmed"); the regret over the first rounds alone is kept beside it.
 Every candidate trains `--rounds` times, the candidates taking turns (round 1 of each, then
 round 2 of each, ...), so a change of the machine's load falls on all of them alike, and each
 round starts one candidate further along than the last (round r runs candidate r first, then
@@ -130,6 +131,7 @@ def main():
     p.add_argument("--preset", choices=sorted(PRESETS), required=True)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--confirm-rounds", type=int, default=7)
     p.add_argument("--out", help="write the run as a docs/runs/ file")
     args = p.parse_args()
     preset, held_out = PRESETS[args.preset]
@@ -167,11 +169,11 @@ def main():
         fastest = sorted(range(len(measured)), key=lambda i: statistics.median(rounds[i]))
         finalists = [first_at] + [i for i in fastest if i != first_at][:CONFIRM]
         confirmed = {i: [] for i in finalists}
-        for r in range(args.rounds):
+        for r in range(args.confirm_rounds):
             at_start = load_average()
             for i in turns(finalists, r):
-                print(f"plan_accuracy: {args.preset}: confirming, round {r + 1}/{args.rounds}: "
-                      f"candidate {i + 1}", file=sys.stderr)
+                print(f"plan_accuracy: {args.preset}: confirming, round "
+                      f"{r + 1}/{args.confirm_rounds}: candidate {i + 1}", file=sys.stderr)
                 s = run([args.tessera, "train", "--plan", paths[i], "--steps", str(args.steps),
                          "--no-reference", "--eval-every", "0", "--json"])
                 confirmed[i].append(s["plan_measured_step_ms"])
@@ -201,7 +203,8 @@ def main():
         "preset": args.preset, "arguments": preset, "held_out": held_out,
         "plan_command": f"tessera plan {' '.join(preset)} --json --top 1000 --cache EMPTY_DIR",
         "plan_seconds": plan_seconds, "layouts_considered": len(top),
-        "steps": args.steps, "rounds": args.rounds, "order": "rotating", "load_average": loads,
+        "steps": args.steps, "rounds": args.rounds, "order": "rotating",
+        "confirm_rounds": args.confirm_rounds, "load_average": loads,
         "candidates": candidates, "within_15_percent": within, "of": len(firsts),
         "within_15_percent_untimed": within_untimed, "of_untimed": len(untimed),
         "regret_unconfirmed": chosen["measured_ms"] / best - 1,
