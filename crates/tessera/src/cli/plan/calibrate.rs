@@ -73,10 +73,15 @@ pub(super) fn calibrate(
         return Ok(ranked);
     }
     let mut factors: BTreeMap<Shape, f64> = BTreeMap::new();
-    // Per timed layout (its index in `ranked`), its measured step in milliseconds.
-    let mut timed: BTreeMap<usize, f64> = BTreeMap::new();
+    // Per timed layout (its index in `ranked`), its measured steps in milliseconds.
+    let mut timings: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    let mut time = |i: usize, timing: usize| -> anyhow::Result<f64> {
+        let (ms, note) = whole_step(args, plugin, &ranked[i], context, dir, timing)?;
+        notes.push(note);
+        Ok(ms)
+    };
     loop {
-        let current = scaled(&ranked, &factors, &timed);
+        let current = scaled(&ranked, &factors, &medians(&timings));
         let mut todo: Vec<Shape> = Vec::new();
         for (_, c) in current.iter().take(args.calibrate) {
             let shape = (c.groups, c.data);
@@ -86,79 +91,108 @@ pub(super) fn calibrate(
         }
         if todo.is_empty() {
             let order: Vec<usize> = current.iter().map(|(i, _)| *i).collect();
-            settle_leaders(&order, &mut timed, |i, timing| {
-                let (ms, note) = whole_step(args, plugin, &ranked[i], context, dir, timing)?;
-                notes.push(note);
-                Ok(ms)
-            })?;
-            let settled = scaled(&ranked, &factors, &timed);
-            return Ok(settled.into_iter().map(|(_, c)| c).collect());
+            if !settle_leaders(&order, &mut timings, &mut time)? {
+                let timed = medians(&timings);
+                notes.extend(factors.keys().map(|&s| factor_note(&ranked, &timed, s)));
+                return Ok(current.into_iter().map(|(_, c)| c).collect());
+            }
         }
         for shape in todo {
-            let mut ratios = Vec::new();
-            for (i, c) in ranked
+            let of_shape = ranked
                 .iter()
                 .enumerate()
                 .filter(|(_, c)| (c.groups, c.data) == shape)
-                .take(SAMPLES)
-            {
-                let (measured_ms, note) = whole_step(args, plugin, c, context, dir, 0)?;
-                notes.push(note);
-                timed.insert(i, measured_ms);
-                ratios.push(measured_ms / (c.step_seconds * 1000.0));
+                .take(SAMPLES);
+            for (i, _) in of_shape {
+                timings.insert(i, vec![time(i, 0)?]);
             }
-            ratios.sort_by(f64::total_cmp);
-            let factor = ratios.get(ratios.len() / 2).copied().unwrap_or(1.0);
-            notes.push(format!(
-                "calibration of {} group(s) of {} device(s): measured over predicted steps {}, \
-                 factor {factor:.3}",
-                shape.0,
-                shape.1,
-                ratios
-                    .iter()
-                    .map(|r| format!("{r:.3}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-            factors.insert(shape, factor);
+            factors.insert(shape, 1.0);
+        }
+        // Every calibrated shape's factor from its layouts' timings so far.
+        let timed = medians(&timings);
+        for (&shape, factor) in factors.iter_mut() {
+            *factor = shape_factor(&ranked, &timed, shape);
         }
     }
 }
 
+/// Each timed layout's measured step: the median of its timings.
+fn medians(timings: &BTreeMap<usize, Vec<f64>>) -> BTreeMap<usize, f64> {
+    timings
+        .iter()
+        .filter(|(_, t)| !t.is_empty())
+        .map(|(&i, t)| {
+            let mut t = t.clone();
+            t.sort_by(f64::total_cmp);
+            (i, t[t.len() / 2])
+        })
+        .collect()
+}
+
+/// The measured over predicted steps of the timed layouts of `shape`, in order.
+fn ratios(ranked: &[Candidate], timed: &BTreeMap<usize, f64>, shape: Shape) -> Vec<f64> {
+    let mut ratios: Vec<f64> = timed
+        .iter()
+        .filter(|(i, _)| (ranked[**i].groups, ranked[**i].data) == shape)
+        .map(|(i, ms)| ms / (ranked[*i].step_seconds * 1000.0))
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios
+}
+
+/// The median of measured over predicted steps of the timed layouts of `shape` (1 if none).
+fn shape_factor(ranked: &[Candidate], timed: &BTreeMap<usize, f64>, shape: Shape) -> f64 {
+    let ratios = ratios(ranked, timed, shape);
+    ratios.get(ratios.len() / 2).copied().unwrap_or(1.0)
+}
+
+/// What the calibration of `shape` measured, for the plan's notes.
+fn factor_note(ranked: &[Candidate], timed: &BTreeMap<usize, f64>, shape: Shape) -> String {
+    let ratios: Vec<String> = ratios(ranked, timed, shape)
+        .iter()
+        .map(|r| format!("{r:.3}"))
+        .collect();
+    format!(
+        "calibration of {} group(s) of {} device(s): measured over predicted steps {}, factor \
+         {:.3}",
+        shape.0,
+        shape.1,
+        ratios.join(", "),
+        shape_factor(ranked, timed, shape)
+    )
+}
+
 /// Times the `LEADERS` fastest timed layouts of `order` (indices in `ranked`, fastest first)
-/// `TIMINGS - 1` times more, taking
-/// turns, and sets each one's measured step to the median of its timings. One child process's
-/// step spreads by 5-10% on a busy CPU, so ranking near ties by one timing each picks whichever
-/// was timed luckiest (the GPT preset's first choice: timed at 49.8 ms, then measured 49-57 ms;
-/// the layouts behind it 48-52 ms, 2026-11-30).
-/// `time(i, timing)` times the layout at `i` in `ranked` for the `timing`-th time.
+/// until each has `TIMINGS` timings, taking turns (`time(i, timing)` times the layout at `i`
+/// for the `timing`-th time, from 0); whether it timed any. One child process's step spreads
+/// by 5-10% on a busy CPU, so ranking near ties by one timing each picks whichever was timed
+/// luckiest (the GPT preset's first choice: timed at 49.8 ms, then measured 49-57 ms; the
+/// layouts behind it 48-52 ms, 2026-11-30).
 fn settle_leaders(
     order: &[usize],
-    timed: &mut BTreeMap<usize, f64>,
+    timings: &mut BTreeMap<usize, Vec<f64>>,
     mut time: impl FnMut(usize, usize) -> anyhow::Result<f64>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     let leaders: Vec<usize> = order
         .iter()
         .copied()
-        .filter(|i| timed.contains_key(i))
+        .filter(|i| timings.contains_key(i))
         .take(LEADERS)
         .collect();
     if leaders.len() < 2 {
-        return Ok(());
+        return Ok(false);
     }
-    let mut timings: BTreeMap<usize, Vec<f64>> =
-        leaders.iter().map(|&i| (i, vec![timed[&i]])).collect();
+    let mut any = false;
     for timing in 1..TIMINGS {
         for &i in &leaders {
-            let ms = time(i, timing)?;
-            timings.entry(i).or_default().push(ms);
+            let times = timings.entry(i).or_default();
+            if times.len() == timing {
+                times.push(time(i, timing)?);
+                any = true;
+            }
         }
     }
-    for (i, mut times) in timings {
-        times.sort_by(f64::total_cmp);
-        timed.insert(i, times[times.len() / 2]);
-    }
-    Ok(())
+    Ok(any)
 }
 
 /// `ranked` (each with its index there) with each timed layout's prediction scaled to its
@@ -278,26 +312,34 @@ mod tests {
     fn the_leaders_rank_by_the_median_of_their_timings() {
         // Layouts 4, 2, 7 lead (7 untimed is skipped, 9 is the third timed one); 4 was timed
         // luckily once and measures slower twice more.
-        let mut timed = BTreeMap::from([(4, 10.0), (2, 11.0), (9, 12.0), (5, 20.0)]);
+        let mut timings = BTreeMap::from([
+            (4, vec![10.0]),
+            (2, vec![11.0]),
+            (9, vec![12.0]),
+            (5, vec![20.0]),
+        ]);
         let again = BTreeMap::from([(4, [13.0, 14.0]), (2, [11.5, 10.5]), (9, [12.0, 12.5])]);
         let mut calls = Vec::new();
-        settle_leaders(&[4, 2, 7, 9, 5], &mut timed, |i, timing| {
+        let mut time = |i: usize, timing: usize| {
             calls.push((i, timing));
             Ok(again[&i][timing - 1])
-        })
-        .unwrap();
+        };
+        assert!(settle_leaders(&[4, 2, 7, 9, 5], &mut timings, &mut time).unwrap());
+        // Settled leaders are not timed again.
+        assert!(!settle_leaders(&[4, 2, 7, 9, 5], &mut timings, &mut time).unwrap());
         // Taking turns: each leader once, then each again; the fourth timed layout untouched.
         assert_eq!(calls, [(4, 1), (2, 1), (9, 1), (4, 2), (2, 2), (9, 2)]);
         assert_eq!(
-            timed,
+            medians(&timings),
             BTreeMap::from([(4, 13.0), (2, 11.0), (9, 12.0), (5, 20.0)])
         );
     }
 
     #[test]
     fn a_single_timed_layout_is_not_timed_again() {
-        let mut timed = BTreeMap::from([(0, 10.0)]);
-        settle_leaders(&[0, 1, 2], &mut timed, |_, _| bail!("timed again")).unwrap();
-        assert_eq!(timed[&0], 10.0);
+        let mut timings = BTreeMap::from([(0, vec![10.0])]);
+        let settled = settle_leaders(&[0, 1, 2], &mut timings, |_, _| bail!("timed again"));
+        assert!(!settled.unwrap());
+        assert_eq!(timings[&0], [10.0]);
     }
 }

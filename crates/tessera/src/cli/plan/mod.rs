@@ -108,8 +108,9 @@ pub struct Args {
     /// among the N fastest layouts, train its 3 fastest layouts as `tessera train --plan` does
     /// (twice --repeats steps each, the median after the first), rank those by their measured
     /// steps and the shape's others by their predictions times the median measured over
-    /// predicted step, and rank again, until the N fastest are all of calibrated shapes; 0: rank
-    /// by the time model alone.
+    /// predicted step, and rank again, until the N fastest are all of calibrated shapes; then
+    /// time the 3 leading timed layouts twice more, taking turns, and rank them by the median of
+    /// their three timings; 0: rank by the time model alone.
     #[arg(long, default_value_t = 7, value_name = "N")]
     pub calibrate: usize,
     /// Write the first configuration here as `tessera train` options (for `tessera train
