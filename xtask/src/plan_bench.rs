@@ -86,7 +86,9 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
              rounds of the first choice and the {} layouts that measured fastest; over the first \
              rounds alone {:.1}%",
             // Runs before `--confirm-rounds` confirmed in as many rounds as they measured.
-            data["confirm_rounds"].as_f64().map_or_else(|| number("rounds"), Ok)?,
+            data["confirm_rounds"]
+                .as_f64()
+                .map_or_else(|| number("rounds"), Ok)?,
             number("confirmed")? - 1.0,
             first_rounds * 100.0
         ),
