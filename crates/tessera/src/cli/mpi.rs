@@ -43,12 +43,15 @@ pub fn run_job<A>(
                 ))
             );
             if !collective || job.rank() == 0 {
-                eprintln!(
-                    "error (rank {} of {}): {}",
+                // One write of the whole line: stderr is unbuffered, and a formatted print
+                // writes it in pieces that other ranks' lines interleave with under mpirun.
+                let line = format!(
+                    "error (rank {} of {}): {}\n",
                     job.rank(),
                     job.size(),
                     message(&err)
                 );
+                let _ = std::io::stderr().write_all(line.as_bytes());
                 let _ = std::io::stderr().flush();
             }
             if !collective {
