@@ -23,7 +23,12 @@ round 2 of each, ...), so a change of the machine's load falls on all of them al
 round starts one candidate further along than the last (round r runs candidate r first, then
 the rest in order, wrapping around), so no candidate always trains right after the same one or
 always first; a candidate's figure is the median of its rounds. The load average is kept at the start and end
-of each round.
+of each round. The load average cannot see the host's other work on a shared machine, so two
+more checks of its speed are kept: right after the plan, each of the first 7 that the plan timed
+itself trains once more (`after_plan_ms`: does the plan's own timing repeat a minute later?),
+and the rendered section gives each round's pace (its steps over each layout's median, the
+median over the round's layouts), from which a drift of the machine's speed between the plan
+and the rounds, or between rounds, can be read.
 
 The presets are fixed in PRESETS. `gpt` and `llama` are the ones the planner's time model was
 tuned on (8 devices, the models' default sizes); `gpt-held-out` and `llama-held-out` were fixed
@@ -154,8 +159,16 @@ def main():
             seen.add(key(c))
             measured.append(c)
     rounds, loads = [[] for _ in measured], []
+    after_plan = {}
     with tempfile.TemporaryDirectory() as tmp:
         paths = [plan_file(ranking["first"], c, tmp, i) for i, c in enumerate(measured)]
+        for i, c in enumerate(measured):
+            if top.index(c) < TOP and c.get("timed_step_ms") is not None:
+                print(f"plan_accuracy: {args.preset}: right after the plan: candidate {i + 1}",
+                      file=sys.stderr)
+                s = run([args.tessera, "train", "--plan", paths[i], "--steps", str(args.steps),
+                         "--no-reference", "--eval-every", "0", "--json"])
+                after_plan[i] = s["plan_measured_step_ms"]
         for r in range(args.rounds):
             at_start = load_average()
             for i in turns(list(range(len(paths))), r):
@@ -191,6 +204,8 @@ def main():
             "calibration": c.get("calibration"), "timed_by_plan_ms": c.get("timed_step_ms"),
             "measured_ms": statistics.median(times),
             "confirmed_rounds_ms": confirmed.get(i),
+            # Trained once right after the plan, where the plan timed it.
+            "after_plan_ms": after_plan.get(i),
         })
     firsts = [c for c in candidates if c["rank"] <= TOP]
     within = sum(abs(c["measured_ms"] / c["predicted_ms"] - 1) <= WITHIN for c in firsts)
