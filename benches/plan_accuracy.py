@@ -227,7 +227,8 @@ def main():
         "confirmed": len(finals),
     }
     if args.out:
-        name = os.path.basename(args.out).removesuffix(".json")
+        # The preset's section of docs/benchmarks.md, wherever the file is written first.
+        name = f"cpu-plan-{args.preset}"
         # The commit's state before the run file is opened (opening it changes a tracked file).
         record = {"benchmark": name, "meta": meta(), "data": data}
         with open(args.out, "w") as f:

@@ -116,6 +116,7 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
         );
         let _ = writeln!(md);
     }
+    render_drift(md, candidates, number("rounds")? as usize);
     // The first choices and the layouts measured again; the rest of the measured layouts are
     // in the run file.
     let shown: Vec<&Value> = candidates
@@ -183,6 +184,127 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Each of the first `count` rounds' pace in `key` (`rounds_ms` or `confirmed_rounds_ms`): its
+/// steps over each layout's median of the first rounds, the median over the round's layouts.
+fn paces(candidates: &[Value], key: &str, count: usize) -> Vec<f64> {
+    (0..count)
+        .filter_map(|k| {
+            let mut ratios: Vec<f64> = candidates
+                .iter()
+                .filter_map(|c| Some(c[key].get(k)?.as_f64()? / c["measured_ms"].as_f64()?))
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            ratios.get(ratios.len() / 2).copied()
+        })
+        .collect()
+}
+
+/// How many confirming rounds the run has (0 for none).
+fn confirming_rounds(candidates: &[Value]) -> usize {
+    candidates
+        .iter()
+        .filter_map(|c| c["confirmed_rounds_ms"].as_array().map(Vec::len))
+        .max()
+        .unwrap_or(0)
+}
+
+fn two_places(values: &[f64]) -> String {
+    let text: Vec<String> = values.iter().map(|v| format!("{v:.2}")).collect();
+    text.join(", ")
+}
+
+/// The machine's speed over the run, which the load average cannot show on a shared host: each
+/// round's pace ([`paces`]), and where the run has them, the plan's timed layouts trained again
+/// right after the plan against the plan's own timings.
+fn render_drift(md: &mut String, candidates: &[Value], rounds: usize) {
+    let confirming = confirming_rounds(candidates);
+    let mut line = format!(
+        "Each round's pace (its steps over each layout's median of the first rounds, the median \
+         over the round's layouts): {}",
+        two_places(&paces(candidates, "rounds_ms", rounds))
+    );
+    if confirming > 0 {
+        let _ = write!(
+            line,
+            "; confirming rounds {} (those layouts were picked for measuring fastest, so a pace a \
+             little above 1 is their luck; much above it, the machine ran slower)",
+            two_places(&paces(candidates, "confirmed_rounds_ms", confirming))
+        );
+    }
+    let again: Vec<String> = candidates
+        .iter()
+        .filter_map(|c| {
+            let ratio = c["after_plan_ms"].as_f64()? / c["timed_by_plan_ms"].as_f64()?;
+            Some(format!("{ratio:.2}× (rank {})", c["rank"]))
+        })
+        .collect();
+    if !again.is_empty() {
+        let _ = write!(
+            line,
+            ". Trained once more right after the plan, the layouts it timed measured {} its \
+             timings",
+            again.join(", ")
+        );
+    }
+    let _ = writeln!(md, "{line}.");
+    let _ = writeln!(md);
+}
+
+/// The preset's earlier runs (replaced by the one above, kept in `docs/runs/earlier/`): each
+/// one's verdicts and paces, so that a miss stays on the page after a rerun.
+pub fn render_earlier<'a>(md: &mut String, runs: impl Iterator<Item = &'a Value>) {
+    let lines: Vec<String> = runs.map(earlier_line).collect();
+    if lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "Earlier runs of this preset, each replaced by a later one and kept whole in \
+         `docs/runs/earlier/`:"
+    );
+    let _ = writeln!(md);
+    for line in lines {
+        let _ = writeln!(md, "- {line}");
+    }
+    let _ = writeln!(md);
+}
+
+/// One earlier run, in a line.
+fn earlier_line(run: &Value) -> String {
+    let data = &run["data"];
+    let empty = Vec::new();
+    let candidates = data["candidates"].as_array().unwrap_or(&empty);
+    let within = data["within_15_percent"].as_u64().unwrap_or(0);
+    let regret = data["regret"].as_f64().unwrap_or(f64::NAN);
+    let verdict = |met: bool| if met { "met" } else { "missed" };
+    let rounds = data["rounds"].as_u64().unwrap_or(0) as usize;
+    let mut line = format!(
+        "{}: **{within} of {} within 15%** ({}), **regret {:.1}%** ({}",
+        runs::provenance(run),
+        data["of"].as_u64().unwrap_or(0),
+        verdict(within >= WITHIN_TARGET),
+        regret * 100.0,
+        verdict(regret <= REGRET_TARGET),
+    );
+    if let Some(first_rounds) = data["regret_unconfirmed"].as_f64() {
+        let _ = write!(line, "; {:.1}% over the first rounds", first_rounds * 100.0);
+    }
+    let _ = write!(
+        line,
+        "); each round's pace {}",
+        two_places(&paces(candidates, "rounds_ms", rounds))
+    );
+    let confirming = confirming_rounds(candidates);
+    if confirming > 0 {
+        let _ = write!(
+            line,
+            ", the confirming rounds' {}",
+            two_places(&paces(candidates, "confirmed_rounds_ms", confirming))
+        );
+    }
+    line + "."
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +337,70 @@ mod tests {
             ),
             "{md}"
         );
+    }
+
+    /// Each round's pace and the plan's timings repeated right after it, from the run's steps.
+    #[test]
+    fn the_machine_s_drift_is_read_from_the_rounds() {
+        let candidate = |rank: u64, rounds: [f64; 3], confirmed: Value, again: Value| {
+            serde_json::json!({"rank": rank, "measured_ms": rounds[0], "rounds_ms": rounds,
+                "confirmed_rounds_ms": confirmed, "timed_by_plan_ms": rounds[0] - 1.0,
+                "after_plan_ms": again})
+        };
+        let candidates = [
+            candidate(
+                1,
+                [10.0, 20.0, 10.0],
+                serde_json::json!([15.0, 15.0]),
+                Value::Null,
+            ),
+            candidate(
+                2,
+                [20.0, 40.0, 20.0],
+                serde_json::json!([30.0, 40.0]),
+                Value::Null,
+            ),
+            candidate(3, [5.0, 10.0, 5.0], Value::Null, serde_json::json!(6.0)),
+        ];
+        let mut md = String::new();
+        render_drift(&mut md, &candidates, 3);
+        assert!(
+            md.contains(
+                "over the round's layouts): 1.00, 2.00, 1.00; confirming rounds 1.50, 2.00 ("
+            ),
+            "{md}"
+        );
+        assert!(md.contains("measured 1.50× (rank 3) its timings."), "{md}");
+        // A run without confirming rounds or repeated timings says neither.
+        let plain = [candidate(1, [10.0, 11.0, 12.0], Value::Null, Value::Null)];
+        let mut md = String::new();
+        render_drift(&mut md, &plain, 3);
+        assert!(md.contains("layouts): 1.00, 1.10, 1.20."), "{md}");
+        assert!(
+            !md.contains("confirming") && !md.contains("right after"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn an_earlier_run_keeps_its_verdicts_and_paces() {
+        let run = serde_json::json!({"meta": {"commit": "abc", "machine": "M", "date": "D"},
+            "data": {"within_15_percent": 1, "of": 7, "regret": 0.151, "regret_unconfirmed": 0.05,
+            "rounds": 2, "candidates": [{"measured_ms": 10.0, "rounds_ms": [10.0, 12.0],
+            "confirmed_rounds_ms": [18.0]}]}});
+        let mut md = String::new();
+        render_earlier(&mut md, [&run].into_iter());
+        assert!(
+            md.contains(
+                "- commit abc, M, D: **1 of 7 within 15%** (missed), **regret 15.1%** (missed; \
+                 5.0% over the first rounds); each round's pace 1.00, 1.20, the confirming \
+                 rounds' 1.80."
+            ),
+            "{md}"
+        );
+        let mut none = String::new();
+        render_earlier(&mut none, std::iter::empty());
+        assert!(none.is_empty());
     }
 
     /// A run with confirming rounds judges its regret on them and shows both.

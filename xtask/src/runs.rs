@@ -9,7 +9,9 @@
 //! `docs/benchmarks.md`, with `transcribed` saying from where and why, and the page says so above
 //! its tables (whatever the section's renderer, a file with `transcribed` is drawn so). [`SECTIONS`]
 //! is the page's order; a file in `docs/runs/` that no section renders
-//! is an error, so no run is dropped silently.
+//! is an error, so no run is dropped silently. A planner preset's earlier runs, replaced by a
+//! later one, are kept whole in `docs/runs/earlier/` (any file name) and summed up under the
+//! preset's section, so that a miss does not vanish when a rerun meets the target.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -22,6 +24,8 @@ use crate::cmd::{self, step};
 
 /// Where the runs are kept.
 pub const RUNS_DIR: &str = "docs/runs";
+/// Earlier runs of a section, kept beside the one it renders (planner presets only).
+pub const EARLIER_DIR: &str = "docs/runs/earlier";
 /// The page generated from them.
 pub const OUTPUT: &str = "docs/benchmarks.md";
 
@@ -142,6 +146,9 @@ fn read_all(root: &Path) -> anyhow::Result<Vec<(String, Value)>> {
     };
     for entry in entries {
         let path = entry?.path();
+        if path == root.join(EARLIER_DIR) {
+            continue;
+        }
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
@@ -164,6 +171,39 @@ fn read_all(root: &Path) -> anyhow::Result<Vec<(String, Value)>> {
         }
         runs.push((name, run));
     }
+    Ok(runs)
+}
+
+/// The earlier runs in [`EARLIER_DIR`], each with the section it belongs to, oldest first;
+/// refuses a file that is not a run of a planner preset's section (nothing else renders them).
+fn read_earlier(root: &Path) -> anyhow::Result<Vec<(String, Value)>> {
+    let dir = root.join(EARLIER_DIR);
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("could not read {}", dir.display())),
+    };
+    let mut runs = Vec::new();
+    for entry in entries {
+        let path = entry?.path();
+        let text =
+            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let run: Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        let name = run["benchmark"].as_str().unwrap_or_default().to_owned();
+        if !SECTIONS
+            .iter()
+            .any(|(known, r)| *known == name && matches!(r, Renderer::Plan))
+        {
+            bail!(
+                "{}: its `benchmark` ({name:?}) is not a planner preset's section; only those \
+                 keep earlier runs",
+                path.display()
+            );
+        }
+        runs.push((name, run));
+    }
+    runs.sort_by_cached_key(|(_, r)| r["meta"]["date"].as_str().unwrap_or_default().to_owned());
     Ok(runs)
 }
 
@@ -191,6 +231,7 @@ pub fn provenance(run: &Value) -> String {
 /// The whole page from the run files.
 pub fn render(root: &Path) -> anyhow::Result<String> {
     let runs = read_all(root)?;
+    let earlier = read_earlier(root)?;
     let mut md = String::new();
     let _ = writeln!(md, "# Benchmarks");
     let _ = writeln!(md);
@@ -224,7 +265,11 @@ pub fn render(root: &Path) -> anyhow::Result<String> {
             Renderer::Pipelined => crate::jax::render_pipelined_run(&mut md, run)?,
             Renderer::Synthetic => crate::synthetic::render_run(&mut md, run)?,
             Renderer::Checkpoints => crate::checkpoint_bench::render_run(&mut md, run)?,
-            Renderer::Plan => crate::plan_bench::render_run(&mut md, run)?,
+            Renderer::Plan => {
+                crate::plan_bench::render_run(&mut md, run)?;
+                let of_this = earlier.iter().filter(|(n, _)| n == name).map(|(_, r)| r);
+                crate::plan_bench::render_earlier(&mut md, of_this);
+            }
             Renderer::Remat => crate::remat_bench::render_run(&mut md, run)?,
             Renderer::DataParallel => crate::dp_bench::render_run(&mut md, run)?,
             Renderer::GpuRun => crate::gpu_run::render_run(&mut md, run)?,
@@ -296,6 +341,19 @@ mod tests {
         fs::write(runs.join("made-up.json"), "{}").unwrap();
         let err = read_all(&dir).unwrap_err().to_string();
         assert!(err.contains("not rendered by any section"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_earlier_run_of_another_section_is_refused() {
+        let dir = std::env::temp_dir().join(format!("tessera-earlier-{}", std::process::id()));
+        let earlier = dir.join(EARLIER_DIR);
+        fs::create_dir_all(&earlier).unwrap();
+        fs::write(earlier.join("old.json"), r#"{"benchmark": "cpu-llama"}"#).unwrap();
+        let err = read_earlier(&dir).unwrap_err().to_string();
+        assert!(err.contains("not a planner preset's section"), "{err}");
+        // The folder itself is not a run file of docs/runs.
+        assert!(read_all(&dir).unwrap().is_empty());
         fs::remove_dir_all(&dir).unwrap();
     }
 
