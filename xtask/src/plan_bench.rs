@@ -231,13 +231,7 @@ fn render_drift(md: &mut String, candidates: &[Value], rounds: usize) {
             two_places(&paces(candidates, "confirmed_rounds_ms", confirming))
         );
     }
-    let again: Vec<String> = candidates
-        .iter()
-        .filter_map(|c| {
-            let ratio = c["after_plan_ms"].as_f64()? / c["timed_by_plan_ms"].as_f64()?;
-            Some(format!("{ratio:.2}× (rank {})", c["rank"]))
-        })
-        .collect();
+    let again = repeated_after_plan(candidates);
     if !again.is_empty() {
         let _ = write!(
             line,
@@ -248,6 +242,18 @@ fn render_drift(md: &mut String, candidates: &[Value], rounds: usize) {
     }
     let _ = writeln!(md, "{line}.");
     let _ = writeln!(md);
+}
+
+/// "1.07× (rank 1)" for each layout the plan timed and the run trained once more right after
+/// the plan: that step over the plan's timing (none in runs before the check).
+fn repeated_after_plan(candidates: &[Value]) -> Vec<String> {
+    candidates
+        .iter()
+        .filter_map(|c| {
+            let ratio = c["after_plan_ms"].as_f64()? / c["timed_by_plan_ms"].as_f64()?;
+            Some(format!("{ratio:.2}× (rank {})", c["rank"]))
+        })
+        .collect()
 }
 
 /// The preset's earlier runs (replaced by the one above, kept in `docs/runs/earlier/`): each
@@ -300,6 +306,14 @@ fn earlier_line(run: &Value) -> String {
             line,
             ", the confirming rounds' {}",
             two_places(&paces(candidates, "confirmed_rounds_ms", confirming))
+        );
+    }
+    let again = repeated_after_plan(candidates);
+    if !again.is_empty() {
+        let _ = write!(
+            line,
+            "; the plan's timings repeated at {}",
+            again.join(", ")
         );
     }
     line + "."
@@ -386,15 +400,15 @@ mod tests {
     fn an_earlier_run_keeps_its_verdicts_and_paces() {
         let run = serde_json::json!({"meta": {"commit": "abc", "machine": "M", "date": "D"},
             "data": {"within_15_percent": 1, "of": 7, "regret": 0.151, "regret_unconfirmed": 0.05,
-            "rounds": 2, "candidates": [{"measured_ms": 10.0, "rounds_ms": [10.0, 12.0],
-            "confirmed_rounds_ms": [18.0]}]}});
+            "rounds": 2, "candidates": [{"rank": 1, "measured_ms": 10.0, "rounds_ms": [10.0, 12.0],
+            "confirmed_rounds_ms": [18.0], "timed_by_plan_ms": 10.0, "after_plan_ms": 11.0}]}});
         let mut md = String::new();
         render_earlier(&mut md, [&run].into_iter());
         assert!(
             md.contains(
                 "- commit abc, M, D: **1 of 7 within 15%** (missed), **regret 15.1%** (missed; \
                  5.0% over the first rounds); each round's pace 1.00, 1.20, the confirming \
-                 rounds' 1.80."
+                 rounds' 1.80; the plan's timings repeated at 1.10× (rank 1)."
             ),
             "{md}"
         );
