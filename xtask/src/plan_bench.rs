@@ -258,9 +258,8 @@ fn repeated_after_plan(candidates: &[Value]) -> Vec<String> {
 
 /// The preset's earlier runs (replaced by the one above, kept in `docs/runs/earlier/`): each
 /// one's verdicts and paces, so that a miss stays on the page after a rerun.
-pub fn render_earlier<'a>(md: &mut String, runs: impl Iterator<Item = &'a Value>) {
-    let lines: Vec<String> = runs.map(earlier_line).collect();
-    if lines.is_empty() {
+pub fn render_earlier(md: &mut String, runs: &[&Value]) {
+    if runs.is_empty() {
         return;
     }
     let _ = writeln!(
@@ -269,8 +268,8 @@ pub fn render_earlier<'a>(md: &mut String, runs: impl Iterator<Item = &'a Value>
          `docs/runs/earlier/`:"
     );
     let _ = writeln!(md);
-    for line in lines {
-        let _ = writeln!(md, "- {line}");
+    for run in runs {
+        let _ = writeln!(md, "- {}", earlier_line(run));
     }
     let _ = writeln!(md);
 }
@@ -403,7 +402,7 @@ mod tests {
             "rounds": 2, "candidates": [{"rank": 1, "measured_ms": 10.0, "rounds_ms": [10.0, 12.0],
             "confirmed_rounds_ms": [18.0], "timed_by_plan_ms": 10.0, "after_plan_ms": 11.0}]}});
         let mut md = String::new();
-        render_earlier(&mut md, [&run].into_iter());
+        render_earlier(&mut md, &[&run]);
         assert!(
             md.contains(
                 "- commit abc, M, D: **1 of 7 within 15%** (missed), **regret 15.1%** (missed; \
@@ -413,7 +412,7 @@ mod tests {
             "{md}"
         );
         let mut none = String::new();
-        render_earlier(&mut none, std::iter::empty());
+        render_earlier(&mut none, &[]);
         assert!(none.is_empty());
     }
 

@@ -248,11 +248,18 @@ pub fn render(root: &Path) -> anyhow::Result<String> {
     let _ = writeln!(md);
     for (name, renderer) in SECTIONS {
         let run = runs.iter().find(|(n, _)| n == name).map(|(_, r)| r);
+        let kept: Vec<&Value> = earlier
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, r)| r)
+            .collect();
         let Some(run) = run else {
             let _ = writeln!(
                 md,
                 "## `{name}`: not measured yet\n\nNo `{RUNS_DIR}/{name}.json` yet.\n"
             );
+            // A preset's earlier runs stay on the page without a current one.
+            crate::plan_bench::render_earlier(&mut md, &kept);
             continue;
         };
         if run.get("transcribed").is_some() {
@@ -267,8 +274,7 @@ pub fn render(root: &Path) -> anyhow::Result<String> {
             Renderer::Checkpoints => crate::checkpoint_bench::render_run(&mut md, run)?,
             Renderer::Plan => {
                 crate::plan_bench::render_run(&mut md, run)?;
-                let of_this = earlier.iter().filter(|(n, _)| n == name).map(|(_, r)| r);
-                crate::plan_bench::render_earlier(&mut md, of_this);
+                crate::plan_bench::render_earlier(&mut md, &kept);
             }
             Renderer::Remat => crate::remat_bench::render_run(&mut md, run)?,
             Renderer::DataParallel => crate::dp_bench::render_run(&mut md, run)?,
@@ -354,6 +360,29 @@ mod tests {
         assert!(err.contains("not a planner preset's section"), "{err}");
         // The folder itself is not a run file of docs/runs.
         assert!(read_all(&dir).unwrap().is_empty());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A preset's earlier run stays on the page when the current run file is missing.
+    #[test]
+    fn an_earlier_run_is_drawn_without_a_current_one() {
+        let dir = std::env::temp_dir().join(format!("tessera-earlier-only-{}", std::process::id()));
+        let earlier = dir.join(EARLIER_DIR);
+        fs::create_dir_all(&earlier).unwrap();
+        let run = r#"{"benchmark": "cpu-plan-gpt", "meta": {"commit": "abc"},
+            "data": {"within_15_percent": 2, "of": 7, "regret": 0.0, "rounds": 0}}"#;
+        fs::write(earlier.join("old.json"), run).unwrap();
+        let page = render(&dir).unwrap();
+        let section = page
+            .split("## `cpu-plan-gpt`: not measured yet")
+            .nth(1)
+            .unwrap();
+        let section = section.split("## ").next().unwrap();
+        assert!(section.contains("commit abc"), "{section}");
+        assert!(
+            section.contains("**2 of 7 within 15%** (missed)"),
+            "{section}"
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 
