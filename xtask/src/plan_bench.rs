@@ -39,7 +39,6 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
     let within = number("within_15_percent")? as u64;
     let of = number("of")? as u64;
     let regret = number("regret")?;
-    let verdict = |met: bool| if met { "met" } else { "missed" };
     let loads: Vec<String> = data["load_average"]
         .as_array()
         .map(|l| {
@@ -208,6 +207,12 @@ fn confirming_rounds(candidates: &[Value]) -> usize {
         .unwrap_or(0)
 }
 
+/// A target's verdict.
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "missed" }
+}
+
+/// "1.00, 0.96, 1.03".
 fn two_places(values: &[f64]) -> String {
     let text: Vec<String> = values.iter().map(|v| format!("{v:.2}")).collect();
     text.join(", ")
@@ -281,7 +286,6 @@ fn earlier_line(run: &Value) -> String {
     let candidates = data["candidates"].as_array().unwrap_or(&empty);
     let within = data["within_15_percent"].as_u64().unwrap_or(0);
     let regret = data["regret"].as_f64().unwrap_or(f64::NAN);
-    let verdict = |met: bool| if met { "met" } else { "missed" };
     let rounds = data["rounds"].as_u64().unwrap_or(0) as usize;
     let mut line = format!(
         "{}: **{within} of {} within 15%** ({}), **regret {:.1}%** ({}",
