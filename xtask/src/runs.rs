@@ -339,12 +339,19 @@ mod tests {
         );
     }
 
+    /// A fresh folder (named by `tag` and this process) standing for the workspace root, with
+    /// one file `folder/one.json` holding `text`.
+    fn root_with(tag: &str, folder: &str, text: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("tessera-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join(folder)).unwrap();
+        fs::write(dir.join(folder).join("one.json"), text).unwrap();
+        dir
+    }
+
     #[test]
     fn an_unknown_run_file_is_refused() {
-        let dir = std::env::temp_dir().join(format!("tessera-runs-{}", std::process::id()));
-        let runs = dir.join(RUNS_DIR);
-        fs::create_dir_all(&runs).unwrap();
-        fs::write(runs.join("made-up.json"), "{}").unwrap();
+        let dir = root_with("runs", RUNS_DIR, "{}");
         let err = read_all(&dir).unwrap_err().to_string();
         assert!(err.contains("not rendered by any section"), "{err}");
         fs::remove_dir_all(&dir).unwrap();
@@ -352,10 +359,7 @@ mod tests {
 
     #[test]
     fn an_earlier_run_of_another_section_is_refused() {
-        let dir = std::env::temp_dir().join(format!("tessera-earlier-{}", std::process::id()));
-        let earlier = dir.join(EARLIER_DIR);
-        fs::create_dir_all(&earlier).unwrap();
-        fs::write(earlier.join("old.json"), r#"{"benchmark": "cpu-llama"}"#).unwrap();
+        let dir = root_with("earlier", EARLIER_DIR, r#"{"benchmark": "cpu-llama"}"#);
         let err = read_earlier(&dir).unwrap_err().to_string();
         assert!(err.contains("not a planner preset's section"), "{err}");
         // The folder itself is not a run file of docs/runs.
@@ -366,12 +370,9 @@ mod tests {
     /// A preset's earlier run stays on the page when the current run file is missing.
     #[test]
     fn an_earlier_run_is_drawn_without_a_current_one() {
-        let dir = std::env::temp_dir().join(format!("tessera-earlier-only-{}", std::process::id()));
-        let earlier = dir.join(EARLIER_DIR);
-        fs::create_dir_all(&earlier).unwrap();
         let run = r#"{"benchmark": "cpu-plan-gpt", "meta": {"commit": "abc"},
             "data": {"within_15_percent": 2, "of": 7, "regret": 0.0, "rounds": 0}}"#;
-        fs::write(earlier.join("old.json"), run).unwrap();
+        let dir = root_with("earlier-only", EARLIER_DIR, run);
         let page = render(&dir).unwrap();
         let section = page
             .split("## `cpu-plan-gpt`: not measured yet")
