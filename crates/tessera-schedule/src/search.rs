@@ -373,11 +373,13 @@ pub struct Candidate {
     pub fsdp_gather: Option<String>,
     /// The factor its prediction was scaled by against whole steps the caller timed: its own
     /// measured over predicted step where it was timed ([`Candidate::timed_step_ms`]), else
-    /// its group shape's (`None`: not calibrated; the search never sets it).
+    /// its group shape's, times any level the caller measured the machine at last (`None`:
+    /// not calibrated; the search never sets it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<f64>,
-    /// Its whole step as the caller timed it to calibrate the ranking, in milliseconds (`None`:
-    /// not timed; its prediction then comes from the time model and its shape's factor).
+    /// Its whole step as the caller timed it to calibrate the ranking, in milliseconds (the
+    /// caller's last timings where it timed again after ranking; `None`: not timed; its
+    /// prediction then comes from the time model and its shape's factor).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timed_step_ms: Option<f64>,
 }
