@@ -9,7 +9,9 @@ of its own, so that the costs are measured now by this build), then trains with 
 --plan FILE`:
   - the 7 candidates the plan ranks first: how many measure within 15% of their predicted step
     (and how many of those the plan did not time itself: its calibration trains the fastest
-    layouts of each leading group shape, and a layout it timed is predicted at that step);
+    layouts of each leading group shape, and a layout it timed is predicted from its timings:
+    the 3 leading ones by 2 more taken after the ranking, the others by theirs scaled to the
+    machine's speed those 2 measured);
   - the layouts whose predicted step is within 1.5x of the first choice's (every layout when the
     plan considered fewer than 30): the planner's regret is its first choice's measured step
     over the best measured step among them, minus one. The fastest of many noisy medians is
