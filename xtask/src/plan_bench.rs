@@ -108,9 +108,10 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
     ) {
         let _ = writeln!(
             md,
-            "The plan's calibration timed {} of those {of} itself (marked †: their prediction is \
-             the step it measured); of the {untimed} it predicted from the time model and its \
-             group shape's factor, {untimed_within} within 15%.",
+            "The plan's calibration timed {} of those {of} itself (marked †: their prediction \
+             comes from its timings of them); of the {untimed} it predicted from the time model \
+             and its group shape's factor (times the machine's level the plan measured last, \
+             where it did), {untimed_within} within 15%.",
             of.saturating_sub(untimed),
         );
         let _ = writeln!(md);
@@ -459,7 +460,7 @@ mod tests {
             md.contains("timed 2 of those 7 itself") && md.contains("of the 5 it predicted"),
             "{md}"
         );
-        assert!(md.contains("group shape's factor, 4 within 15%"), "{md}");
+        assert!(md.contains("where it did), 4 within 15%"), "{md}");
         assert!(md.contains("| 1 † | 2 × 4 |"), "{md}");
         assert!(
             md.contains("| 41 | 2 × 4 |") && !md.contains("| 40 |"),
