@@ -131,13 +131,14 @@ pub(super) fn calibrate(
 fn medians(timings: &BTreeMap<usize, Vec<f64>>) -> BTreeMap<usize, f64> {
     timings
         .iter()
-        .filter(|(_, t)| !t.is_empty())
-        .map(|(&i, t)| {
-            let mut t = t.clone();
-            t.sort_by(f64::total_cmp);
-            (i, t[t.len() / 2])
-        })
+        .filter_map(|(&i, t)| Some((i, median(t.clone())?)))
         .collect()
+}
+
+/// The middle of `values` once sorted (the upper one of an even count; `None` if empty).
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
 }
 
 /// The measured over predicted steps of the timed layouts of `shape`, in order.
@@ -153,8 +154,7 @@ fn ratios(ranked: &[Candidate], timed: &BTreeMap<usize, f64>, shape: Shape) -> V
 
 /// The median of measured over predicted steps of the timed layouts of `shape` (1 if none).
 fn shape_factor(ranked: &[Candidate], timed: &BTreeMap<usize, f64>, shape: Shape) -> f64 {
-    let ratios = ratios(ranked, timed, shape);
-    ratios.get(ratios.len() / 2).copied().unwrap_or(1.0)
+    median(ratios(ranked, timed, shape)).unwrap_or(1.0)
 }
 
 /// What the calibration of `shape` measured, for the plan's notes.
@@ -246,12 +246,12 @@ fn retime_leaders(
 /// within one plan (the plan benchmark's leaders, trained again a minute after the plan,
 /// measured 0.79-0.83x, 1.00x and 1.07-1.13x the plan's timings in three runs, 2026-11-30).
 fn machine_level(settled: &BTreeMap<usize, f64>, fresh: &BTreeMap<usize, f64>) -> Option<f64> {
-    let mut ratios: Vec<f64> = fresh
-        .iter()
-        .filter_map(|(i, ms)| settled.get(i).map(|s| ms / s))
-        .collect();
-    ratios.sort_by(f64::total_cmp);
-    ratios.get(ratios.len() / 2).copied()
+    median(
+        fresh
+            .iter()
+            .filter_map(|(i, ms)| settled.get(i).map(|s| ms / s))
+            .collect(),
+    )
 }
 
 /// What the leaders' fresh timings measured, for the plan's notes.
