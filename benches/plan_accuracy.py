@@ -24,13 +24,17 @@ Every candidate trains `--rounds` times, the candidates taking turns (round 1 of
 round 2 of each, ...), so a change of the machine's load falls on all of them alike, and each
 round starts one candidate further along than the last (round r runs candidate r first, then
 the rest in order, wrapping around), so no candidate always trains right after the same one or
-always first; a candidate's figure is the median of its rounds. The load average is kept at the start and end
-of each round. The load average cannot see the host's other work on a shared machine, so two
-more checks of its speed are kept: right after the plan, each of the first 7 that the plan timed
-itself trains once more (`after_plan_ms`: does the plan's own timing repeat a minute later?),
-and the rendered section gives each round's pace (its steps over each layout's median, the
-median over the round's layouts), from which a drift of the machine's speed between the plan
-and the rounds, or between rounds, can be read.
+always first; a candidate's figure is the median of its rounds. The load average is kept at
+the start and end of each round. It cannot see the host's other work on a shared machine, so
+three more checks of the machine's speed are kept:
+  - a fixed single-threaded probe that does not run Tessera (`probe()`), timed before and after
+    the plan and at the start of each round (`probe_ms`);
+  - each of the first 7 that the plan timed itself trains once more right after the plan
+    (`after_plan_ms`: does the plan's own timing repeat a minute later?);
+  - the rendered section gives each round's pace (its steps over each layout's median, the
+    median over the round's layouts: a drift between rounds) and each round's steps over those
+    trained right after the plan (the median over the layouts the plan timed: a drift between
+    the plan and the rounds, which no prediction can foresee).
 
 The presets are fixed in PRESETS. `gpt` and `llama` are the ones the planner's time model was
 tuned on (8 devices, the models' default sizes); `gpt-held-out` and `llama-held-out` were fixed
@@ -39,6 +43,7 @@ tune it. With `--out FILE` the run is written as a `docs/runs/` file (xtask/src/
 which `cargo xtask bench --render` draws its section of docs/benchmarks.md.
 """
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -68,6 +73,7 @@ WITHIN = 0.15
 REGRET_BAND = 1.5
 ALL_BELOW = 30
 CONFIRM = 3
+PROBE_BYTES = 64 << 20
 
 
 def run(cmd):
@@ -81,6 +87,19 @@ def run(cmd):
 def load_average():
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
+
+
+def probe():
+    """Milliseconds of a fixed single-threaded workload (SHA-256 of 64 MiB, then a copy of it),
+    the median of 3: the host's speed, independent of Tessera, at one moment."""
+    data = bytes(range(256)) * (PROBE_BYTES // 256)
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        hashlib.sha256(data).digest()
+        bytearray(data)
+        times.append((time.perf_counter() - started) * 1000.0)
+    return statistics.median(times)
 
 
 def turns(items, r):
@@ -147,9 +166,11 @@ def main():
     # user's first `tessera plan` measures them (a shared cache may hold another build's, or
     # costs measured while the machine was busy).
     cache = tempfile.mkdtemp(prefix="plan-accuracy-")
+    probes = {"before_plan": probe()}
     started = time.time()
     ranking = run([args.tessera, "plan", *preset, "--json", "--top", "1000", "--cache", cache])
     plan_seconds = time.time() - started
+    probes["after_plan"] = probe()
     shutil.rmtree(cache, ignore_errors=True)
     top = ranking["top"]
     first = top[0]
@@ -172,27 +193,28 @@ def main():
                          "--no-reference", "--eval-every", "0", "--json"])
                 after_plan[i] = s["plan_measured_step_ms"]
         for r in range(args.rounds):
-            at_start = load_average()
+            at_start, at_start_probe = load_average(), probe()
             for i in turns(list(range(len(paths))), r):
                 print(f"plan_accuracy: {args.preset}: round {r + 1}/{args.rounds}: candidate "
                       f"{i + 1}/{len(paths)}", file=sys.stderr)
                 s = run([args.tessera, "train", "--plan", paths[i], "--steps", str(args.steps),
                          "--no-reference", "--eval-every", "0", "--json"])
                 rounds[i].append(s["plan_measured_step_ms"])
-            loads.append({"start": at_start, "end": load_average()})
+            loads.append({"start": at_start, "end": load_average(), "probe_ms": at_start_probe})
         first_at = next(i for i, c in enumerate(measured) if c is first)
         fastest = sorted(range(len(measured)), key=lambda i: statistics.median(rounds[i]))
         finalists = [first_at] + [i for i in fastest if i != first_at][:CONFIRM]
         confirmed = {i: [] for i in finalists}
         for r in range(args.confirm_rounds):
-            at_start = load_average()
+            at_start, at_start_probe = load_average(), probe()
             for i in turns(finalists, r):
                 print(f"plan_accuracy: {args.preset}: confirming, round "
                       f"{r + 1}/{args.confirm_rounds}: candidate {i + 1}", file=sys.stderr)
                 s = run([args.tessera, "train", "--plan", paths[i], "--steps", str(args.steps),
                          "--no-reference", "--eval-every", "0", "--json"])
                 confirmed[i].append(s["plan_measured_step_ms"])
-            loads.append({"start": at_start, "end": load_average(), "confirming": True})
+            loads.append({"start": at_start, "end": load_average(), "probe_ms": at_start_probe,
+                          "confirming": True})
     candidates = []
     for i, (c, times) in enumerate(zip(measured, rounds)):
         candidates.append({
@@ -222,6 +244,8 @@ def main():
         "plan_seconds": plan_seconds, "layouts_considered": len(top),
         "steps": args.steps, "rounds": args.rounds, "order": "rotating",
         "confirm_rounds": args.confirm_rounds, "load_average": loads,
+        # The fixed probe before and after the plan (each round's is with its load average).
+        "probe_ms": probes,
         "candidates": candidates, "within_15_percent": within, "of": len(firsts),
         "within_15_percent_untimed": within_untimed, "of_untimed": len(untimed),
         "regret_unconfirmed": chosen["measured_ms"] / best - 1,

@@ -116,7 +116,7 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
         );
         let _ = writeln!(md);
     }
-    render_drift(md, candidates, number("rounds")? as usize);
+    render_drift(md, candidates, number("rounds")? as usize, probe_text(data));
     // The first choices and the layouts measured again; the rest of the measured layouts are
     // in the run file.
     let shown: Vec<&Value> = candidates
@@ -187,11 +187,25 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
 /// Each of the first `count` rounds' pace in `key` (`rounds_ms` or `confirmed_rounds_ms`): its
 /// steps over each layout's median of the first rounds, the median over the round's layouts.
 fn paces(candidates: &[Value], key: &str, count: usize) -> Vec<f64> {
+    round_ratios(candidates, key, count, "measured_ms")
+}
+
+/// Each of the first `count` rounds' speed against the machine's as the plan ended: its steps
+/// over the same layouts' steps trained once right after the plan, the median over the layouts
+/// the plan timed (empty for runs without that check). The paces compare rounds with each
+/// other; this compares them with the plan, whose timings the predictions come from.
+fn against_plan(candidates: &[Value], count: usize) -> Vec<f64> {
+    round_ratios(candidates, "rounds_ms", count, "after_plan_ms")
+}
+
+/// For each of the first `count` rounds in `key`, the median over the layouts that have both of
+/// the round's step over the layout's `base` step.
+fn round_ratios(candidates: &[Value], key: &str, count: usize, base: &str) -> Vec<f64> {
     (0..count)
         .filter_map(|k| {
             let mut ratios: Vec<f64> = candidates
                 .iter()
-                .filter_map(|c| Some(c[key].get(k)?.as_f64()? / c["measured_ms"].as_f64()?))
+                .filter_map(|c| Some(c[key].get(k)?.as_f64()? / c[base].as_f64()?))
                 .collect();
             ratios.sort_by(f64::total_cmp);
             ratios.get(ratios.len() / 2).copied()
@@ -221,8 +235,8 @@ fn two_places(values: &[f64]) -> String {
 
 /// The machine's speed over the run, which the load average cannot show on a shared host: each
 /// round's pace ([`paces`]), and where the run has them, the plan's timed layouts trained again
-/// right after the plan against the plan's own timings.
-fn render_drift(md: &mut String, candidates: &[Value], rounds: usize) {
+/// right after the plan against the plan's own timings, and the host's probe ([`probe_text`]).
+fn render_drift(md: &mut String, candidates: &[Value], rounds: usize, probe: Option<String>) {
     let confirming = confirming_rounds(candidates);
     let mut line = format!(
         "Each round's pace (its steps over each layout's median of the first rounds, the median \
@@ -242,12 +256,56 @@ fn render_drift(md: &mut String, candidates: &[Value], rounds: usize) {
         let _ = write!(
             line,
             ". Trained once more right after the plan, the layouts it timed measured {} its \
-             timings",
-            again.join(", ")
+             timings; against those steps the rounds ran at {} (the median over those layouts; \
+             below 1, the machine ran faster than as the plan ended, which no prediction can \
+             know)",
+            again.join(", "),
+            two_places(&against_plan(candidates, rounds))
+        );
+    }
+    if let Some(probe) = probe {
+        let _ = write!(
+            line,
+            ". A fixed single-threaded probe that does not run Tessera (SHA-256 and a copy of 64 \
+             MiB, the median of 3) took {probe}"
         );
     }
     let _ = writeln!(md, "{line}.");
     let _ = writeln!(md);
+}
+
+/// The host's probe (`benches/plan_accuracy.py`'s `probe()`): "160 ms before the plan, 170 ms
+/// after it, 162, 158, 165 ms at the start of each round and 160, 161 ms at each confirming
+/// round's"; none for runs before the probe.
+fn probe_text(data: &Value) -> Option<String> {
+    let before = data["probe_ms"]["before_plan"].as_f64()?;
+    let after = data["probe_ms"]["after_plan"].as_f64()?;
+    let (mut rounds, mut confirming) = (Vec::new(), Vec::new());
+    for round in data["load_average"].as_array()? {
+        if let Some(ms) = round["probe_ms"].as_f64() {
+            if round["confirming"].as_bool() == Some(true) {
+                confirming.push(ms);
+            } else {
+                rounds.push(ms);
+            }
+        }
+    }
+    let whole = |values: &[f64]| {
+        let text: Vec<String> = values.iter().map(|v| format!("{v:.0}")).collect();
+        text.join(", ")
+    };
+    let mut text = format!(
+        "{before:.0} ms before the plan, {after:.0} ms after it, {} ms at the start of each round",
+        whole(&rounds)
+    );
+    if !confirming.is_empty() {
+        let _ = write!(
+            text,
+            " and {} ms at each confirming round's",
+            whole(&confirming)
+        );
+    }
+    Some(text)
 }
 
 /// "1.07× (rank 1)" for each layout the plan timed and the run trained once more right after
@@ -316,156 +374,16 @@ fn earlier_line(run: &Value) -> String {
     if !again.is_empty() {
         let _ = write!(
             line,
-            "; the plan's timings repeated at {}",
-            again.join(", ")
+            "; the plan's timings repeated at {}; the rounds against those repeats {}",
+            again.join(", "),
+            two_places(&against_plan(candidates, rounds))
         );
+    }
+    if let Some(probe) = probe_text(data) {
+        let _ = write!(line, "; the host's probe took {probe}");
     }
     line + "."
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_summary_checks_both_targets() {
-        let run = serde_json::json!({"meta": {"commit": "abc"}, "data": {
-            "preset": "gpt-held-out", "held_out": true, "plan_command": "tessera plan",
-            "plan_seconds": 100.0, "layouts_considered": 40, "steps": 10, "rounds": 3,
-            "load_average": [{"start": 1.0, "end": 2.0}], "within_15_percent": 5, "of": 7,
-            "regret": 0.031,
-            "candidates": [{"rank": 1, "groups": 2, "data": 3, "stages": 2,
-                "stage_layers": [3, 3], "microbatches": 2, "schedule": "1f1b",
-                "remat": "dots_saveable", "predicted_ms": 50.0, "measured_ms": 55.0, "rounds_ms": [55.0, 54.0, 56.0]}]}});
-        let mut md = String::new();
-        render_run(&mut md, &run).unwrap();
-        assert!(md.contains("held out from the time model's tuning"), "{md}");
-        assert!(
-            md.contains(
-                "**5 of the first 7 within 15% of their prediction** (target 6 of 7: missed)"
-            ),
-            "{md}"
-        );
-        assert!(md.contains("**regret 3.1%**"), "{md}");
-        assert!(md.contains("at most 5%: met"), "{md}");
-        assert!(!md.contains("fresh"), "{md}");
-        assert!(
-            md.contains(
-                "| 1 | 2 × 3 | 2 (3,3) | 2 | 1f1b | dots_saveable | 50.0 | 55.0 (55.0, 54.0, 56.0) | 1.10× |"
-            ),
-            "{md}"
-        );
-    }
-
-    /// Each round's pace and the plan's timings repeated right after it, from the run's steps.
-    #[test]
-    fn the_machine_s_drift_is_read_from_the_rounds() {
-        let candidate = |rank: u64, rounds: [f64; 3], confirmed: Value, again: Value| {
-            serde_json::json!({"rank": rank, "measured_ms": rounds[0], "rounds_ms": rounds,
-                "confirmed_rounds_ms": confirmed, "timed_by_plan_ms": rounds[0] - 1.0,
-                "after_plan_ms": again})
-        };
-        let candidates = [
-            candidate(
-                1,
-                [10.0, 20.0, 10.0],
-                serde_json::json!([15.0, 15.0]),
-                Value::Null,
-            ),
-            candidate(
-                2,
-                [20.0, 40.0, 20.0],
-                serde_json::json!([30.0, 40.0]),
-                Value::Null,
-            ),
-            candidate(3, [5.0, 10.0, 5.0], Value::Null, serde_json::json!(6.0)),
-        ];
-        let mut md = String::new();
-        render_drift(&mut md, &candidates, 3);
-        assert!(
-            md.contains(
-                "over the round's layouts): 1.00, 2.00, 1.00; confirming rounds 1.50, 2.00 ("
-            ),
-            "{md}"
-        );
-        assert!(md.contains("measured 1.50× (rank 3) its timings."), "{md}");
-        // A run without confirming rounds or repeated timings says neither.
-        let plain = [candidate(1, [10.0, 11.0, 12.0], Value::Null, Value::Null)];
-        let mut md = String::new();
-        render_drift(&mut md, &plain, 3);
-        assert!(md.contains("layouts): 1.00, 1.10, 1.20."), "{md}");
-        assert!(
-            !md.contains("confirming") && !md.contains("right after"),
-            "{md}"
-        );
-    }
-
-    #[test]
-    fn an_earlier_run_keeps_its_verdicts_and_paces() {
-        let run = serde_json::json!({"meta": {"commit": "abc", "machine": "M", "date": "D"},
-            "data": {"within_15_percent": 1, "of": 7, "regret": 0.151, "regret_unconfirmed": 0.05,
-            "rounds": 2, "candidates": [{"rank": 1, "measured_ms": 10.0, "rounds_ms": [10.0, 12.0],
-            "confirmed_rounds_ms": [18.0], "timed_by_plan_ms": 10.0, "after_plan_ms": 11.0}]}});
-        let mut md = String::new();
-        render_earlier(&mut md, &[&run]);
-        assert!(
-            md.contains(
-                "- commit abc, M, D: **1 of 7 within 15%** (missed), **regret 15.1%** (missed; \
-                 5.0% over the first rounds); each round's pace 1.00, 1.20, the confirming \
-                 rounds' 1.80; the plan's timings repeated at 1.10× (rank 1)."
-            ),
-            "{md}"
-        );
-        let mut none = String::new();
-        render_earlier(&mut none, &[]);
-        assert!(none.is_empty());
-    }
-
-    /// A run with confirming rounds judges its regret on them and shows both.
-    #[test]
-    fn a_confirmed_regret_is_judged_and_the_first_rounds_one_shown() {
-        let run = serde_json::json!({"meta": {"commit": "abc"}, "data": {
-            "preset": "gpt", "held_out": false, "plan_command": "tessera plan",
-            "plan_seconds": 100.0, "layouts_considered": 40, "steps": 10, "rounds": 3,
-            "load_average": [{"start": 1.0, "end": 2.0}], "within_15_percent": 6, "of": 7,
-            "within_15_percent_untimed": 4, "of_untimed": 5,
-            "regret": 0.02, "regret_unconfirmed": 0.21, "confirmed": 4,
-            "candidates": [{"rank": 1, "groups": 2, "data": 4, "stages": 2,
-                "stage_layers": [2, 2], "microbatches": 1, "schedule": "1f1b",
-                "predicted_ms": 30.0, "measured_ms": 33.0, "rounds_ms": [33.0, 32.0, 34.0],
-                "confirmed_rounds_ms": [31.0, 30.5, 32.0], "timed_by_plan_ms": 30.0},
-                {"rank": 40, "groups": 2, "data": 4, "stages": 2,
-                "stage_layers": [2, 2], "microbatches": 2, "schedule": "gpipe",
-                "predicted_ms": 40.0, "measured_ms": 41.0, "rounds_ms": [41.0, 41.0, 41.0]},
-                {"rank": 41, "groups": 2, "data": 4, "stages": 2,
-                "stage_layers": [2, 2], "microbatches": 4, "schedule": "gpipe",
-                "predicted_ms": 45.0, "measured_ms": 44.0, "rounds_ms": [44.0, 44.0, 44.0],
-                "confirmed_rounds_ms": [44.0, 44.0, 44.0]}]}});
-        let mut md = String::new();
-        render_run(&mut md, &run).unwrap();
-        assert!(md.contains("**regret 2.0%**"), "{md}");
-        assert!(
-            md.contains("3 fresh rounds of the first choice and the 3 layouts"),
-            "{md}"
-        );
-        assert!(md.contains("over the first rounds alone 21.0%"), "{md}");
-        assert!(md.contains("at most 5%: met"), "{md}");
-        assert!(
-            md.contains("| 33.0 (33.0, 32.0, 34.0; again 31.0, 30.5, 32.0) |"),
-            "{md}"
-        );
-        // Its calibration's share, the layout it timed marked; a layout neither among the
-        // first 7 nor measured again is left to the run file.
-        assert!(
-            md.contains("timed 2 of those 7 itself") && md.contains("of the 5 it predicted"),
-            "{md}"
-        );
-        assert!(md.contains("where it did), 4 within 15%"), "{md}");
-        assert!(md.contains("| 1 † | 2 × 4 |"), "{md}");
-        assert!(
-            md.contains("| 41 | 2 × 4 |") && !md.contains("| 40 |"),
-            "{md}"
-        );
-        assert!(md.contains("the other 1 layouts measured"), "{md}");
-    }
-}
+mod tests;
