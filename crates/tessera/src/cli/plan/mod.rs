@@ -105,10 +105,11 @@ pub struct Args {
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub refine: usize,
     /// Calibrate against whole steps: for each group shape (MPMD groups × devices per group)
-    /// among the N fastest layouts, train its 3 fastest layouts as `tessera train --plan` does
-    /// (twice --repeats steps each, the median after the first), rank those by their measured
-    /// steps and the shape's others by their predictions times the median measured over
-    /// predicted step, and rank again, until the N fastest are all of calibrated shapes; then
+    /// among the N fastest layouts, or whose fastest is predicted within 1.3× the first's, train
+    /// its 3 fastest layouts as `tessera train --plan` does (twice --repeats steps each, the
+    /// median after the first), rank those by their measured steps and the shape's others by
+    /// their predictions times the median measured over predicted step, and rank again, until
+    /// no other shape qualifies; then
     /// time the 3 leading timed layouts twice more, taking turns, and rank them by the median of
     /// their three timings; last, keeping that order, time those 3 twice more, predict each by
     /// the mean of these fresh timings and scale the others by the median fresh over ranked
