@@ -229,7 +229,12 @@ fn verdict(met: bool) -> &'static str {
 
 /// "1.00, 0.96, 1.03".
 fn two_places(values: &[f64]) -> String {
-    let text: Vec<String> = values.iter().map(|v| format!("{v:.2}")).collect();
+    joined(values, 2)
+}
+
+/// `values` with `places` decimals each, joined by ", ".
+fn joined(values: &[f64], places: usize) -> String {
+    let text: Vec<String> = values.iter().map(|v| format!("{v:.places$}")).collect();
     text.join(", ")
 }
 
@@ -290,19 +295,15 @@ fn probe_text(data: &Value) -> Option<String> {
             }
         }
     }
-    let whole = |values: &[f64]| {
-        let text: Vec<String> = values.iter().map(|v| format!("{v:.0}")).collect();
-        text.join(", ")
-    };
     let mut text = format!(
         "{before:.0} ms before the plan, {after:.0} ms after it, {} ms at the start of each round",
-        whole(&rounds)
+        joined(&rounds, 0)
     );
     if !confirming.is_empty() {
         let _ = write!(
             text,
             " and {} ms at each confirming round's",
-            whole(&confirming)
+            joined(&confirming, 0)
         );
     }
     Some(text)
