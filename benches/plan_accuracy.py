@@ -26,9 +26,16 @@ round starts one candidate further along than the last (round r runs candidate r
 the rest in order, wrapping around), so no candidate always trains right after the same one or
 always first; a candidate's figure is the median of its rounds. The load average is kept at
 the start and end of each round. It cannot see the host's other work on a shared machine, so
-three more checks of the machine's speed are kept:
+four more checks of the machine's speed are kept:
   - a fixed single-threaded probe that does not run Tessera (`probe()`), timed before and after
     the plan and at the start of each round (`probe_ms`);
+  - the steady-host rule, fixed before the runs it judges: every training after the plan starts
+    only once the probe (timed right before it) is within 20% of the probe right after the plan
+    (`GATE`), the moment nearest the plan's own timings that the predictions come from; while it
+    is not, the probe is timed again (the host stays busy, as during the plan), for at most 60 s
+    (`GATE_WAIT_S`), after which the training starts anyway and counts as started outside. Each
+    training's probe is kept (`rounds_probe_ms`) and each round's waits (`gate`); no training is
+    dropped, the rule only chooses when it starts;
   - each of the first 7 that the plan timed itself trains once more right after the plan
     (`after_plan_ms`: does the plan's own timing repeat a minute later?);
   - the rendered section gives each round's pace (its steps over each layout's median, the
@@ -74,6 +81,8 @@ REGRET_BAND = 1.5
 ALL_BELOW = 30
 CONFIRM = 3
 PROBE_BYTES = 64 << 20
+GATE = 0.2
+GATE_WAIT_S = 60.0
 
 
 def run(cmd):
@@ -100,6 +109,31 @@ def probe():
         bytearray(data)
         times.append((time.perf_counter() - started) * 1000.0)
     return statistics.median(times)
+
+
+def new_gate():
+    return {"trainings": 0, "waited": 0, "waited_s": 0.0, "outside": 0}
+
+
+def steady(reference, gate):
+    """Waits, probing, until the host runs within GATE of `reference` (at most GATE_WAIT_S);
+    counts the wait in `gate` and returns the last probe's milliseconds."""
+    ms, started, tries = probe(), time.time(), 1
+    while abs(ms / reference - 1) > GATE and time.time() - started < GATE_WAIT_S:
+        ms, tries = probe(), tries + 1
+    gate["trainings"] += 1
+    gate["waited"] += tries > 1
+    gate["waited_s"] += time.time() - started
+    gate["outside"] += abs(ms / reference - 1) > GATE
+    return ms
+
+
+def train(tessera, path, steps, reference, gate):
+    """One `tessera train --plan` once the host is steady: (its step in ms, the probe before)."""
+    ms = steady(reference, gate)
+    s = run([tessera, "train", "--plan", path, "--steps", str(steps), "--no-reference",
+             "--eval-every", "0", "--json"])
+    return s["plan_measured_step_ms"], ms
 
 
 def turns(items, r):
@@ -181,40 +215,41 @@ def main():
         if key(c) not in seen:
             seen.add(key(c))
             measured.append(c)
-    rounds, loads = [[] for _ in measured], []
+    rounds, probes_at, loads = [[] for _ in measured], [[] for _ in measured], []
     after_plan = {}
+    reference = probes["after_plan"]
     with tempfile.TemporaryDirectory() as tmp:
         paths = [plan_file(ranking["first"], c, tmp, i) for i, c in enumerate(measured)]
+        gate = new_gate()
         for i, c in enumerate(measured):
             if top.index(c) < TOP and c.get("timed_step_ms") is not None:
                 print(f"plan_accuracy: {args.preset}: right after the plan: candidate {i + 1}",
                       file=sys.stderr)
-                s = run([args.tessera, "train", "--plan", paths[i], "--steps", str(args.steps),
-                         "--no-reference", "--eval-every", "0", "--json"])
-                after_plan[i] = s["plan_measured_step_ms"]
+                after_plan[i], _ = train(args.tessera, paths[i], args.steps, reference, gate)
+        after_plan_gate = gate
         for r in range(args.rounds):
-            at_start, at_start_probe = load_average(), probe()
+            at_start, at_start_probe, gate = load_average(), probe(), new_gate()
             for i in turns(list(range(len(paths))), r):
                 print(f"plan_accuracy: {args.preset}: round {r + 1}/{args.rounds}: candidate "
                       f"{i + 1}/{len(paths)}", file=sys.stderr)
-                s = run([args.tessera, "train", "--plan", paths[i], "--steps", str(args.steps),
-                         "--no-reference", "--eval-every", "0", "--json"])
-                rounds[i].append(s["plan_measured_step_ms"])
-            loads.append({"start": at_start, "end": load_average(), "probe_ms": at_start_probe})
+                step, ms = train(args.tessera, paths[i], args.steps, reference, gate)
+                rounds[i].append(step)
+                probes_at[i].append(ms)
+            loads.append({"start": at_start, "end": load_average(), "probe_ms": at_start_probe,
+                          "gate": gate})
         first_at = next(i for i, c in enumerate(measured) if c is first)
         fastest = sorted(range(len(measured)), key=lambda i: statistics.median(rounds[i]))
         finalists = [first_at] + [i for i in fastest if i != first_at][:CONFIRM]
         confirmed = {i: [] for i in finalists}
         for r in range(args.confirm_rounds):
-            at_start, at_start_probe = load_average(), probe()
+            at_start, at_start_probe, gate = load_average(), probe(), new_gate()
             for i in turns(finalists, r):
                 print(f"plan_accuracy: {args.preset}: confirming, round "
                       f"{r + 1}/{args.confirm_rounds}: candidate {i + 1}", file=sys.stderr)
-                s = run([args.tessera, "train", "--plan", paths[i], "--steps", str(args.steps),
-                         "--no-reference", "--eval-every", "0", "--json"])
-                confirmed[i].append(s["plan_measured_step_ms"])
+                step, _ = train(args.tessera, paths[i], args.steps, reference, gate)
+                confirmed[i].append(step)
             loads.append({"start": at_start, "end": load_average(), "probe_ms": at_start_probe,
-                          "confirming": True})
+                          "confirming": True, "gate": gate})
     candidates = []
     for i, (c, times) in enumerate(zip(measured, rounds)):
         candidates.append({
@@ -223,6 +258,8 @@ def main():
             "microbatches": c["microbatches"], "schedule": c["schedule"],
             "remat": c.get("remat"), "fsdp_gather": c.get("fsdp_gather"),
             "predicted_ms": c["step_seconds"] * 1000.0, "rounds_ms": times,
+            # The probe right before each of those rounds' trainings (the steady-host rule).
+            "rounds_probe_ms": probes_at[i],
             # What the plan's calibration did to it: its factor, and its own step where the plan
             # timed it (its prediction is then that measurement).
             "calibration": c.get("calibration"), "timed_by_plan_ms": c.get("timed_step_ms"),
@@ -246,6 +283,10 @@ def main():
         "confirm_rounds": args.confirm_rounds, "load_average": loads,
         # The fixed probe before and after the plan (each round's is with its load average).
         "probe_ms": probes,
+        # The steady-host rule: a training starts once the probe is within `within` of the
+        # probe after the plan, waiting at most `wait_s` (each round's waits are with its load
+        # average; the trainings right after the plan's here).
+        "gate": {"within": GATE, "wait_s": GATE_WAIT_S, "after_plan": after_plan_gate},
         "candidates": candidates, "within_15_percent": within, "of": len(firsts),
         "within_15_percent_untimed": within_untimed, "of_untimed": len(untimed),
         "regret_unconfirmed": chosen["measured_ms"] / best - 1,

@@ -117,6 +117,10 @@ pub fn render_run(md: &mut String, run: &Value) -> anyhow::Result<()> {
         let _ = writeln!(md);
     }
     render_drift(md, candidates, number("rounds")? as usize, probe_text(data));
+    if let Some(gate) = gate_text(data) {
+        let _ = writeln!(md, "{gate}");
+        let _ = writeln!(md);
+    }
     // The first choices and the layouts measured again; the rest of the measured layouts are
     // in the run file.
     let shown: Vec<&Value> = candidates
@@ -307,6 +311,47 @@ fn probe_text(data: &Value) -> Option<String> {
         );
     }
     Some(text)
+}
+
+/// The steady-host rule's waits (`benches/plan_accuracy.py`'s `steady()`): what it asked, and
+/// per round how many trainings waited for the probe to come within its bound of the probe
+/// after the plan; none for runs before the rule.
+fn gate_text(data: &Value) -> Option<String> {
+    let gate = &data["gate"];
+    let within = gate["within"].as_f64()?;
+    let wait = gate["wait_s"].as_f64()?;
+    let after = data["probe_ms"]["after_plan"].as_f64()?;
+    let rounds = data["load_average"].as_array()?;
+    let waits = |confirming: bool| -> Vec<String> {
+        rounds
+            .iter()
+            .filter(|r| r["confirming"].as_bool().unwrap_or(false) == confirming)
+            .map(|r| format!("{} of {}", r["gate"]["waited"], r["gate"]["trainings"]))
+            .collect()
+    };
+    // Every gated training: the rounds' and those right after the plan.
+    let gates = rounds
+        .iter()
+        .map(|r| &r["gate"])
+        .chain([&gate["after_plan"]]);
+    let total = |key: &str| gates.clone().filter_map(|g| g[key].as_f64()).sum::<f64>();
+    let confirming = waits(true);
+    Some(format!(
+        "The steady-host rule, fixed before this run: each training started once the probe, \
+         timed right before it, was within {:.0}% of the {after:.0} ms after the plan, probing \
+         again for at most {wait:.0} s while it was not. Trainings that waited, per round: {}{}; \
+         {:.0} s of waiting in all; {:.0} of the {:.0} trainings (those right after the plan \
+         included) started outside the bound after the wait.",
+        within * 100.0,
+        waits(false).join(", "),
+        match confirming.is_empty() {
+            true => String::new(),
+            false => format!(" (confirming rounds: {})", confirming.join(", ")),
+        },
+        total("waited_s"),
+        total("outside"),
+        total("trainings"),
+    ))
 }
 
 /// "1.07× (rank 1)" for each layout the plan timed and the run trained once more right after

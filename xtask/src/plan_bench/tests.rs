@@ -171,3 +171,25 @@ fn the_host_s_probe_is_drawn_where_the_run_has_it() {
     let older = serde_json::json!({"load_average": [{"start": 1.0, "end": 1.0}]});
     assert_eq!(probe_text(&older), None);
 }
+
+/// The steady-host rule's waits, per round and in all, where the run has the rule.
+#[test]
+fn the_steady_host_rule_s_waits_are_drawn_where_the_run_has_it() {
+    let gate = |waited: u64, waited_s: f64, outside: u64| {
+        serde_json::json!({"trainings": 4, "waited": waited, "waited_s": waited_s,
+            "outside": outside})
+    };
+    let data = serde_json::json!({"probe_ms": {"before_plan": 160.4, "after_plan": 171.0},
+        "gate": {"within": 0.2, "wait_s": 60.0, "after_plan": gate(1, 2.0, 0)},
+        "load_average": [{"start": 1.0, "end": 1.0, "gate": gate(2, 10.5, 1)},
+            {"start": 1.0, "end": 1.0, "gate": gate(0, 0.2, 0)},
+            {"start": 1.0, "end": 1.0, "confirming": true, "gate": gate(3, 70.0, 1)}]});
+    let text = gate_text(&data).unwrap();
+    assert!(text.contains("within 20% of the 171 ms after the plan"), "{text}");
+    assert!(text.contains("per round: 2 of 4, 0 of 4 (confirming rounds: 3 of 4);"), "{text}");
+    assert!(text.contains("83 s of waiting in all; 2 of the 16 trainings"), "{text}");
+    // Runs from before the rule draw none.
+    let older = serde_json::json!({"probe_ms": {"before_plan": 160.4, "after_plan": 171.0},
+        "load_average": [{"start": 1.0, "end": 1.0, "probe_ms": 162.0}]});
+    assert_eq!(gate_text(&older), None);
+}
