@@ -345,7 +345,8 @@ fn a_plan_ranks_caches_and_trains() {
 }
 
 /// `calibrated` (a ranking with `--calibrate 1`) against `plain` (the same without): the first
-/// layout's shape has timed layouts, predicted at their timings, and every
+/// layout's shape has timed layouts (its fastest and the near ties of the first), predicted at
+/// their timings, and every
 /// untimed layout of that shape is the plain prediction times one factor (the median of the
 /// timed ones' measured over predicted steps, times the machine's level the leaders' fresh
 /// timings measured, which the notes give).
@@ -376,7 +377,8 @@ fn assert_calibrated(calibrated: &serde_json::Value, plain: &serde_json::Value) 
         .iter()
         .filter(|c| c["timed_step_ms"].is_number())
         .collect();
-    assert!(!timed.is_empty() && timed.len() <= 3, "{timed:?}");
+    // The shape's 3 fastest, and at most 8 near ties of the first (within 1.15x of it).
+    assert!(!timed.is_empty() && timed.len() <= 3 + 8, "{timed:?}");
     // A timed layout is predicted at its timing: a leader (the first 3 timed, taking turns)
     // at its fresh timings' mean, a timed layout behind them at its timing times the machine's
     // level the leaders' fresh timings measured; its factor is that over the plain prediction.

@@ -109,8 +109,8 @@ pub struct Args {
     /// its 3 fastest layouts as `tessera train --plan` does (twice --repeats steps each, the
     /// median after the first), rank those by their measured steps and the shape's others by
     /// their predictions times the median measured over predicted step, and rank again, until
-    /// no other shape qualifies; then
-    /// time the 3 leading timed layouts twice more, taking turns, and rank them by the median of
+    /// no other shape qualifies and each layout predicted within 1.15× the first's has been
+    /// trained once (at most 8 such); then time the 3 leading timed layouts twice more, taking turns, and rank them by the median of
     /// their three timings; last, keeping that order, time those 3 twice more, predict each by
     /// the mean of these fresh timings and scale the others by the median fresh over ranked
     /// step; 0: rank by the time model alone.

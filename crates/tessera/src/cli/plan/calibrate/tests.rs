@@ -154,3 +154,23 @@ fn shapes_near_the_first_are_calibrated_too() {
     assert_eq!(shapes_to_time(&current, 6, &calibrated), [(1, 1), (2, 1)]);
     assert!(shapes_to_time(&current, 0, &BTreeMap::new()).is_empty());
 }
+
+/// The untimed layouts predicted within the near-tie margin of the first are timed, fastest
+/// first and no more than there is room for; timed ones and those past the margin are not;
+/// nothing is timed with `--calibrate 0`.
+#[test]
+fn near_ties_of_the_first_are_timed_too() {
+    let current = vec![
+        (4, candidate(1, 100.0, Some(1.0))),
+        (0, candidate(1, 105.0, Some(1.0))),
+        (7, candidate(1, 110.0, Some(1.0))),
+        (2, candidate(2, 114.0, Some(1.0))),
+        (9, candidate(1, 116.0, Some(1.0))),
+        (3, candidate(1, 130.0, Some(1.0))),
+    ];
+    let timings = BTreeMap::from([(4, vec![100.0]), (0, vec![105.0])]);
+    assert_eq!(near_ties_to_time(&current, 7, &timings, 8), [7, 2]);
+    assert_eq!(near_ties_to_time(&current, 7, &timings, 1), [7]);
+    assert!(near_ties_to_time(&current, 7, &timings, 0).is_empty());
+    assert!(near_ties_to_time(&current, 0, &timings, 8).is_empty());
+}
