@@ -9,7 +9,8 @@ of its own, so that the costs are measured now by this build), then trains with 
 --plan FILE`:
   - the 7 candidates the plan ranks first: how many measure within 15% of their predicted step
     (and how many of those the plan did not time itself: its calibration trains the fastest
-    layouts of each leading group shape, and a layout it timed is predicted from its timings:
+    layouts of each leading group shape and the near ties of its first, and a layout it timed
+    is predicted from its timings:
     the 3 leading ones by 2 more taken after the ranking, the others by theirs scaled to the
     machine's speed those 2 measured);
   - the layouts whose predicted step is within 1.5x of the first choice's (every layout when the
