@@ -110,10 +110,10 @@ pub struct Args {
     /// median after the first), rank those by their measured steps and the shape's others by
     /// their predictions times the median measured over predicted step, and rank again, until
     /// no other shape qualifies and each layout predicted within 1.15× the first's has been
-    /// trained once (at most 8 such); then time the 3 leading timed layouts twice more, taking turns, and rank them by the median of
-    /// their three timings; last, keeping that order, time those 3 twice more, predict each by
-    /// the mean of these fresh timings and scale the others by the median fresh over ranked
-    /// step; 0: rank by the time model alone.
+    /// trained once (at most 8 such); then time the 3 leading timed layouts twice more, taking
+    /// turns, and rank them by the median of their three timings; last, keeping that order,
+    /// time those 3 twice more, predict each by the mean of these fresh timings and scale the
+    /// others by the median fresh over ranked step; 0: rank by the time model alone.
     #[arg(long, default_value_t = 7, value_name = "N")]
     pub calibrate: usize,
     /// Write the first configuration here as `tessera train` options (for `tessera train
