@@ -119,13 +119,15 @@ def new_gate():
 def steady(reference, gate):
     """Waits, probing, until the host runs within GATE of `reference` (at most GATE_WAIT_S);
     counts the wait in `gate` and returns the last probe's milliseconds."""
+    def outside(ms):
+        return abs(ms / reference - 1) > GATE
     ms, started, tries = probe(), time.time(), 1
-    while abs(ms / reference - 1) > GATE and time.time() - started < GATE_WAIT_S:
+    while outside(ms) and time.time() - started < GATE_WAIT_S:
         ms, tries = probe(), tries + 1
     gate["trainings"] += 1
     gate["waited"] += tries > 1
     gate["waited_s"] += time.time() - started
-    gate["outside"] += abs(ms / reference - 1) > GATE
+    gate["outside"] += outside(ms)
     return ms
 
 
