@@ -22,7 +22,7 @@
 //! of one device at 2 micro-batches, predicted 62.6 ms, measured 78-93 ms). Each measured step
 //! is cached as the costs are.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use anyhow::{Context, bail};
@@ -98,7 +98,8 @@ pub(super) fn calibrate(
         );
         return Ok(ranked);
     }
-    let mut factors: BTreeMap<Shape, f64> = BTreeMap::new();
+    // Shapes calibrated so far; each one's factor follows from its layouts' timings.
+    let mut calibrated: BTreeSet<Shape> = BTreeSet::new();
     // Per timed layout (its index in `ranked`), its measured steps in milliseconds.
     let mut timings: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
     let mut time = |i: usize, timing: usize| -> anyhow::Result<f64> {
@@ -109,8 +110,10 @@ pub(super) fn calibrate(
     // Near ties timed so far (at most NEAR_MAX).
     let mut near_timed = 0;
     loop {
-        let current = scaled(&ranked, &factors, &medians(&timings));
-        let todo = shapes_to_time(&current, args.calibrate, &factors);
+        let timed = medians(&timings);
+        let factors = shape_factors(&ranked, &timed, &calibrated);
+        let current = scaled(&ranked, &factors, &timed);
+        let todo = shapes_to_time(&current, args.calibrate, &calibrated);
         let near = match todo.is_empty() {
             true => near_ties_to_time(&current, args.calibrate, &timings, NEAR_MAX - near_timed),
             false => Vec::new(),
@@ -118,12 +121,12 @@ pub(super) fn calibrate(
         if todo.is_empty() && near.is_empty() {
             let order: Vec<usize> = current.iter().map(|(i, _)| *i).collect();
             if !settle_leaders(&order, &mut timings, &mut time)? {
-                let settled = medians(&timings);
+                // Nothing was timed since `timed`: it holds the settled steps.
                 let fresh = retime_leaders(&order, &timings, &mut time)?;
-                notes.extend(factors.keys().map(|&s| factor_note(&ranked, &settled, s)));
-                let level = machine_level(&settled, &fresh);
+                notes.extend(calibrated.iter().map(|&s| factor_note(&ranked, &timed, s)));
+                let level = machine_level(&timed, &fresh);
                 if let Some(level) = level {
-                    notes.push(level_note(&settled, &fresh, level));
+                    notes.push(level_note(&timed, &fresh, level));
                 }
                 return Ok(with_fresh_steps(current, &fresh, level));
             }
@@ -137,16 +140,11 @@ pub(super) fn calibrate(
             for (i, _) in of_shape {
                 timings.insert(i, vec![time(i, 0)?]);
             }
-            factors.insert(shape, 1.0);
+            calibrated.insert(shape);
         }
         near_timed += near.len();
         for i in near {
             timings.insert(i, vec![time(i, 0)?]);
-        }
-        // Every calibrated shape's factor from its layouts' timings so far.
-        let timed = medians(&timings);
-        for (&shape, factor) in factors.iter_mut() {
-            *factor = shape_factor(&ranked, &timed, shape);
         }
     }
 }
@@ -157,19 +155,18 @@ pub(super) fn calibrate(
 fn shapes_to_time(
     current: &[(usize, Candidate)],
     calibrate: usize,
-    factors: &BTreeMap<Shape, f64>,
+    calibrated: &BTreeSet<Shape>,
 ) -> Vec<Shape> {
-    let Some((_, first)) = current.first().filter(|_| calibrate > 0) else {
+    let Some(within) = bound(current, calibrate, SHAPE_MARGIN) else {
         return Vec::new();
     };
-    let within = SHAPE_MARGIN * first.step_seconds;
     let mut todo: Vec<Shape> = Vec::new();
     for (k, (_, c)) in current.iter().enumerate() {
         if k >= calibrate && c.step_seconds > within {
             break;
         }
         let shape = (c.groups, c.data);
-        if !factors.contains_key(&shape) && !todo.contains(&shape) {
+        if !calibrated.contains(&shape) && !todo.contains(&shape) {
             todo.push(shape);
         }
     }
@@ -185,10 +182,9 @@ fn near_ties_to_time(
     timings: &BTreeMap<usize, Vec<f64>>,
     room: usize,
 ) -> Vec<usize> {
-    let Some((_, first)) = current.first().filter(|_| calibrate > 0) else {
+    let Some(within) = bound(current, calibrate, NEAR_MARGIN) else {
         return Vec::new();
     };
-    let within = NEAR_MARGIN * first.step_seconds;
     current
         .iter()
         .take_while(|(_, c)| c.step_seconds <= within)
@@ -196,6 +192,13 @@ fn near_ties_to_time(
         .filter(|i| !timings.contains_key(i))
         .take(room)
         .collect()
+}
+
+/// `margin` times the step of `current`'s first layout: the slowest step that still counts as
+/// near it. `None` when `calibrate` is 0 (the plan times nothing) or nothing is ranked.
+fn bound(current: &[(usize, Candidate)], calibrate: usize, margin: f64) -> Option<f64> {
+    let (_, first) = current.first().filter(|_| calibrate > 0)?;
+    Some(margin * first.step_seconds)
 }
 
 /// Each timed layout's measured step: the median of its timings.
@@ -221,6 +224,18 @@ fn ratios(ranked: &[Candidate], timed: &BTreeMap<usize, f64>, shape: Shape) -> V
         .collect();
     ratios.sort_by(f64::total_cmp);
     ratios
+}
+
+/// Each calibrated shape's factor (see [`shape_factor`]).
+fn shape_factors(
+    ranked: &[Candidate],
+    timed: &BTreeMap<usize, f64>,
+    calibrated: &BTreeSet<Shape>,
+) -> BTreeMap<Shape, f64> {
+    calibrated
+        .iter()
+        .map(|&shape| (shape, shape_factor(ranked, timed, shape)))
+        .collect()
 }
 
 /// The median of measured over predicted steps of the timed layouts of `shape` (1 if none).
@@ -318,21 +333,30 @@ fn retime_leaders(
 /// measured 0.79-0.83x, 1.00x and 1.07-1.13x the plan's timings in three runs, 2026-11-30).
 fn machine_level(settled: &BTreeMap<usize, f64>, fresh: &BTreeMap<usize, f64>) -> Option<f64> {
     median(
-        fresh
-            .iter()
-            .filter_map(|(i, ms)| settled.get(i).map(|s| ms / s))
+        settled_and_fresh(settled, fresh)
+            .map(|(s, ms)| ms / s)
             .collect(),
     )
 }
 
+/// Each leader timed afresh: its settled step and its fresh mean, in milliseconds.
+fn settled_and_fresh<'a>(
+    settled: &'a BTreeMap<usize, f64>,
+    fresh: &'a BTreeMap<usize, f64>,
+) -> impl Iterator<Item = (f64, f64)> + 'a {
+    fresh
+        .iter()
+        .filter_map(|(i, &ms)| settled.get(i).map(|&s| (s, ms)))
+}
+
 /// What the leaders' fresh timings measured, for the plan's notes.
 fn level_note(settled: &BTreeMap<usize, f64>, fresh: &BTreeMap<usize, f64>, level: f64) -> String {
-    let pairs: Vec<String> = fresh
-        .iter()
-        .filter_map(|(i, ms)| settled.get(i).map(|s| format!("{s:.2} -> {ms:.2} ms")))
+    let pairs: Vec<String> = settled_and_fresh(settled, fresh)
+        .map(|(s, ms)| format!("{s:.2} -> {ms:.2} ms"))
         .collect();
     format!(
-        "leaders timed afresh once ranked (the ranking's timings -> the fresh mean that predicts          each): {}; the other layouts' steps scaled by the median ratio, {level:.3}",
+        "leaders timed afresh once ranked (the ranking's timings -> the fresh mean that predicts \
+         each): {}; the other layouts' steps scaled by the median ratio, {level:.3}",
         pairs.join(", ")
     )
 }

@@ -145,14 +145,14 @@ fn shapes_near_the_first_are_calibrated_too() {
         (5, candidate(2, 140.0, None)),
     ];
     assert_eq!(
-        shapes_to_time(&current, 2, &BTreeMap::new()),
+        shapes_to_time(&current, 2, &BTreeSet::new()),
         [(6, 1), (1, 1), (3, 1)]
     );
-    let calibrated = BTreeMap::from([((6, 1), 1.0), ((3, 1), 1.0)]);
+    let calibrated = BTreeSet::from([(6, 1), (3, 1)]);
     assert_eq!(shapes_to_time(&current, 2, &calibrated), [(1, 1)]);
     // Past the margin, a shape among the `--calibrate` fastest is still timed.
     assert_eq!(shapes_to_time(&current, 6, &calibrated), [(1, 1), (2, 1)]);
-    assert!(shapes_to_time(&current, 0, &BTreeMap::new()).is_empty());
+    assert!(shapes_to_time(&current, 0, &BTreeSet::new()).is_empty());
 }
 
 /// The untimed layouts predicted within the near-tie margin of the first are timed, fastest
