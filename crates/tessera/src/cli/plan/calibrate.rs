@@ -114,9 +114,11 @@ pub(super) fn calibrate(
         let factors = shape_factors(&ranked, &timed, &calibrated);
         let current = scaled(&ranked, &factors, &timed);
         let todo = shapes_to_time(&current, args.calibrate, &calibrated);
-        let near = match todo.is_empty() {
-            true => near_ties_to_time(&current, args.calibrate, &timings, NEAR_MAX - near_timed),
-            false => Vec::new(),
+        // Near ties are looked for once no shape is left to calibrate.
+        let near = if todo.is_empty() {
+            near_ties_to_time(&current, args.calibrate, &timings, NEAR_MAX - near_timed)
+        } else {
+            Vec::new()
         };
         if todo.is_empty() && near.is_empty() {
             let order: Vec<usize> = current.iter().map(|(i, _)| *i).collect();
